@@ -1,0 +1,22 @@
+// tapp-cli: profile models, run and plan placements, and optimize them with TAPP.
+#include <iostream>
+
+#include "service/cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"tapp-cli: pipeline-parallel placements for training DNNs (TAPP)"};
+  app.require_subcommand(1);
+  int exit_code = 0;
+  tapp::cli::add_profile_command(app, exit_code);
+  tapp::cli::add_export_model_command(app, exit_code);
+  tapp::cli::add_run_command(app, exit_code);
+  tapp::cli::add_plan_command(app, exit_code);
+  tapp::cli::add_optimize_command(app, exit_code);
+  tapp::cli::add_jobs_command(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  return exit_code;
+}
