@@ -6,6 +6,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <string>
 
 namespace tapp::cli {
 
@@ -15,5 +16,10 @@ void add_run_command(CLI::App& app, int& exit_code);           // cmd_run.cpp (r
 void add_plan_command(CLI::App& app, int& exit_code);          // cmd_plan.cpp (planners)
 void add_optimize_command(CLI::App& app, int& exit_code);      // cmd_optimize.cpp (placer, service)
 void add_jobs_command(CLI::App& app, int& exit_code);          // cmd_jobs.cpp (service)
+
+// `tapp-cli optimize --server URL`: submits the request JSON (POST /placements
+// body) to a tapp-server and follows the job with a progress bar; returns the
+// exit code. Defined by the service (cmd_jobs.cpp).
+int optimize_on_server(const std::string& server_url, const std::string& request_json, bool json_output);
 
 }  // namespace tapp::cli

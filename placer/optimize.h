@@ -1,0 +1,57 @@
+// placer/optimize.h — one optimization job, end to end: the API the CLI and the service call.
+//
+// Data flow: OptimizeRequest -> load model -> profile (or cached library) ->
+// baselines + TAPP search through one Evaluator -> OptimizeResult (JSON).
+// Progress is reported through a callback (phase, iteration, best so far);
+// `cancel` is polled between iterations and stops the job within a second.
+// Errors (bad model, bad cluster, nothing fits in memory) come back as a
+// Status naming the field; nothing here throws.
+// Thread safety: `optimize` may run on several threads at once for different
+// requests; the callback is called on the calling thread.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "common/status.h"
+#include "runtime/cluster.h"
+
+namespace tapp {
+
+struct OptimizeRequest {
+  std::string model;            // zoo name, or a path to a JSON layer graph / TorchScript file
+  nlohmann::json model_graph;   // or an inline JSON layer graph (takes precedence when not null)
+  int64_t input_size = 0;       // 0 = model default
+  int64_t num_classes = 0;      // 0 = model default
+  int64_t batch_size = 32;
+  Cluster cluster;
+  std::string evaluator = "simulate";  // simulate | measure | hybrid
+  int iterations = 0;           // 0 = default for the evaluator
+  double time_budget_s = 0;     // 0 = no time limit
+  uint64_t seed = 1;
+  bool warm_start = false;      // seed the policy with the best classical plan
+  bool baselines = true;        // evaluate the classical baselines too
+};
+
+struct ProgressEvent {
+  std::string phase;  // "profiling" | "baselines" | "optimizing" | "verifying" | "done"
+  int iteration = 0;
+  int total_iterations = 0;
+  double best_step_ms = 0;  // 0 until something valid was evaluated
+  double reward = 0;
+  double elapsed_s = 0;
+};
+
+using ProgressFn = std::function<void(const ProgressEvent&)>;
+
+// The result as JSON (schemas/job.schema.json "result"): best placement with its
+// source, predicted/measured step time, baselines table with speedups, timeline.
+Result<nlohmann::json> optimize(const OptimizeRequest& request, const ProgressFn& progress,
+                                const std::atomic<bool>& cancel);
+
+// Parses the request JSON of POST /placements (model, cluster, options); errors name the field.
+Result<OptimizeRequest> optimize_request_from_json(const nlohmann::json& j);
+
+}  // namespace tapp
