@@ -6,11 +6,14 @@ PKGS=(build-essential cmake ccache pkg-config
       libboost-dev nlohmann-json3-dev libsqlite3-dev sqlite3
       libbenchmark-dev doctest-dev libcli11-dev
       python3-torch python3-torchvision
-      nodejs npm chromium curl)
+      chromium curl)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Node.js and npm (for ajv and playwright-core): Debian's only if none is present.
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
 if ((${#missing[@]})); then
   echo "installing: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
