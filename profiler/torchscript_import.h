@@ -1,0 +1,35 @@
+// profiler/torchscript_import.h — a TorchScript module (saved by PyTorch) as a LayerGraph.
+//
+// Owns `import_torchscript`: loads a module saved with torch.jit.script or
+// torch.jit.trace, inlines its forward graph, and maps each submodule call
+// (Conv2d, Linear, ReLU, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d,
+// BatchNorm2d, Dropout, ...) and functional aten op (relu, flatten, add, cat,
+// max_pool2d, ...) to a LayerGraph layer in execution order, with the edges
+// between them; attributes come from the submodules' parameters and the
+// constant arguments of the aten calls. Unsupported ops give an error naming
+// the op. No LibTorch in this header; the implementation lives in
+// tapp_profiler and registers itself as load_model's loader for *.pt files.
+// Data flow: .pt file -> torch::jit::Module -> inlined graph -> LayerGraph.
+// Thread safety: stateless functions.
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+#include "profiler/layer_graph.h"
+#include "profiler/zoo.h"
+
+namespace tapp {
+
+// The input shape is taken from the first layer (conv2d: {C, S, S} with
+// S = options.input_size or 224; linear: {in_features}).
+Result<LayerGraph> import_torchscript(const std::string& path, const ModelOptions& options = {});
+
+namespace detail {
+// Set by tapp_profiler (torchscript_import.cpp) so load_model in tapp_model
+// can open *.pt files without depending on LibTorch.
+using TorchScriptLoader = Result<LayerGraph> (*)(const std::string&, const ModelOptions&);
+extern TorchScriptLoader torchscript_loader;
+}  // namespace detail
+
+}  // namespace tapp
