@@ -1,0 +1,85 @@
+// placer/policy.h — the TAPP prediction network: partition + attention allocation (paper 4.1, 4.2).
+//
+// Owns `Policy`, three LibTorch networks trained jointly:
+//   partition:  per layer, a feedforward net over [layer features | position]
+//               -> softmax over G groups;
+//   allocation: group rows (encode_groups of the sampled partition) -> embedding
+//               -> self-attention over groups -> per group a softmax over devices;
+//   micro-batches: mean of the attended group embeddings -> softmax over
+//               {1, 2, 4, ...} up to the batch size.
+// Masking: devices that cannot hold even the smallest layer get probability 0;
+// micro-batch counts above the batch size are not offered.
+// Sampling uses the caller's std::mt19937_64 and the weights are initialised
+// from the seed with our own RNG, so a search is deterministic for a seed
+// without touching LibTorch's global generator.
+// LibTorch stays in policy.cpp (pimpl); this header is torch-free.
+// Thread safety: one Policy per search, used by one thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "placer/features.h"
+
+namespace tapp {
+
+struct PolicyConfig {
+  int num_groups = 4;
+  int num_devices = 1;
+  std::vector<int> micro_batch_choices = {1};  // ascending, each <= batch size
+  std::vector<bool> device_allowed;            // per device; empty = all allowed
+  int hidden = 64;
+  double learning_rate = 0.02;
+  uint64_t seed = 1;
+};
+
+// One joint action. layer_group uses the raw group ids 0..G-1 (groups may be
+// empty); group_device has G entries (those of empty groups are not scored).
+struct Decision {
+  std::vector<int> layer_group;
+  std::vector<int> group_device;
+  int micro_batch_index = 0;
+};
+
+struct UpdateStats {
+  double loss = 0;
+  double entropy = 0;     // mean per-decision entropy of the batch
+  double grad_norm = 0;   // before clipping
+};
+
+class Policy {
+ public:
+  Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>> consumers, PolicyConfig config);
+  ~Policy();
+  Policy(const Policy&) = delete;
+  Policy& operator=(const Policy&) = delete;
+
+  const PolicyConfig& config() const;
+
+  // Samples partition, then allocation given the partition, then micro-batches.
+  Decision sample(std::mt19937_64& rng);
+  // The most probable action (argmax at every step).
+  Decision greedy();
+
+  // log pi(decision) under the current weights (empty groups' allocation excluded).
+  double log_prob(const Decision& d);
+  std::vector<std::vector<float>> partition_probs();                                  // L x G
+  std::vector<std::vector<float>> allocation_probs(const std::vector<int>& layer_group);  // G x D
+  std::vector<float> micro_batch_probs(const std::vector<int>& layer_group);              // choices
+
+  // One joint REINFORCE step: minimise -sum_i adv_i * log pi(d_i) / n
+  // - entropy_coef * mean entropy, clip the gradient norm, one Adam step.
+  UpdateStats update(const std::vector<Decision>& decisions, const std::vector<double>& advantages,
+                     double entropy_coef, double max_grad_norm);
+
+  // Supervised steps towards `target` (warm start from a classical plan).
+  void imitate(const Decision& target, int steps);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tapp

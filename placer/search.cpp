@@ -1,0 +1,174 @@
+// placer/search.cpp — see search.h.
+#include "placer/search.h"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <map>
+#include <random>
+
+#include "placer/features.h"
+#include "profiler/layer_graph.h"
+#include "runtime/cluster.h"
+
+namespace tapp {
+
+namespace {
+
+std::string placement_key(const Placement& p) {
+  std::string k;
+  k.reserve(p.layer_group.size() * 3 + p.group_device.size() * 3 + 8);
+  for (int g : p.layer_group) k += std::to_string(g) + ',';
+  k += '|';
+  for (int d : p.group_device) k += std::to_string(d) + ',';
+  k += '|' + std::to_string(p.micro_batches) + schedule_name(p.schedule);
+  return k;
+}
+
+// A device that cannot hold the smallest layer's weights, gradients and
+// optimizer state plus its activations is masked out of the allocation.
+std::vector<bool> devices_that_fit(const LayerGraph& g, const Cluster& c, int64_t batch_size) {
+  int64_t smallest = std::numeric_limits<int64_t>::max();
+  for (const Layer& l : g.layers) smallest = std::min(smallest, 3 * l.param_bytes() + l.activation_bytes() * batch_size);
+  std::vector<bool> ok(c.num_devices());
+  for (int d = 0; d < c.num_devices(); ++d) ok[d] = c.devices[d].memory_mb * 1024 * 1024 >= smallest;
+  return ok;
+}
+
+}  // namespace
+
+std::vector<int> micro_batch_choices(int64_t batch_size, int max_micro_batches) {
+  std::vector<int> v;
+  for (int m = 1; m <= batch_size && m <= std::max(1, max_micro_batches); m *= 2) v.push_back(m);
+  return v;
+}
+
+Placement decision_to_placement(const Decision& d, const std::vector<int>& choices, Schedule schedule) {
+  Placement p;
+  std::map<int, int> renumber;
+  p.layer_group.resize(d.layer_group.size());
+  for (size_t i = 0; i < d.layer_group.size(); ++i) {
+    int g = d.layer_group[i];
+    auto it = renumber.find(g);
+    if (it == renumber.end()) {
+      it = renumber.emplace(g, static_cast<int>(p.group_device.size())).first;
+      p.group_device.push_back(d.group_device[g]);
+    }
+    p.layer_group[i] = it->second;
+  }
+  p.micro_batches = choices.empty() ? 1 : choices[std::clamp(d.micro_batch_index, 0, static_cast<int>(choices.size()) - 1)];
+  p.schedule = schedule;
+  p.source = "policy";
+  return p;
+}
+
+Decision placement_to_decision(const Placement& p, const std::vector<int>& choices, int num_groups) {
+  Decision d;
+  d.group_device.assign(num_groups, 0);
+  d.layer_group.resize(p.layer_group.size());
+  for (size_t i = 0; i < p.layer_group.size(); ++i) d.layer_group[i] = std::min(p.layer_group[i], num_groups - 1);
+  for (int g = 0; g < p.num_groups() && g < num_groups; ++g) d.group_device[g] = p.group_device[g];
+  d.micro_batch_index = 0;
+  for (size_t k = 0; k < choices.size(); ++k)
+    if (choices[k] <= p.micro_batches) d.micro_batch_index = static_cast<int>(k);
+  return d;
+}
+
+SearchResult search(const LayerGraph& graph, const Cluster& cluster, Evaluator& evaluator, const SearchOptions& opt,
+                    const std::function<void(const SearchProgress&)>& progress, const std::atomic<bool>* cancel) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(clock::now() - t0).count(); };
+  auto cancelled = [&] { return cancel && cancel->load(); };
+
+  SearchResult result;
+  OpDictionary dictionary;
+  FeatureMatrix features = encode_layers(graph, dictionary);
+  PolicyConfig pc;
+  pc.num_devices = cluster.num_devices();
+  pc.num_groups = opt.num_groups > 0 ? opt.num_groups : cluster.num_devices();
+  pc.num_groups = std::max(1, std::min<int>(pc.num_groups, static_cast<int>(graph.layers.size())));
+  pc.micro_batch_choices = micro_batch_choices(opt.batch_size, opt.max_micro_batches);
+  pc.device_allowed = devices_that_fit(graph, cluster, opt.batch_size);
+  pc.hidden = opt.hidden;
+  pc.learning_rate = opt.learning_rate;
+  pc.seed = opt.seed;
+  Policy policy(features, graph.consumers(), pc);
+  if (opt.warm_start) policy.imitate(placement_to_decision(*opt.warm_start, pc.micro_batch_choices, pc.num_groups), 60);
+
+  std::mt19937_64 rng(opt.seed);
+  std::map<std::string, StepReport> seen;
+  std::optional<Reinforce> reinforce;
+  const int total = std::max(1, opt.iterations);
+  const int patience = opt.patience > 0 ? opt.patience : std::max(60, total / 3);
+  int last_improvement = 0;
+  result.stop_reason = "iterations";
+
+  // Propose, evaluate, update, keep the best, stop early.
+  for (int it = 1; it <= total; ++it) {
+    std::vector<Decision> decisions;
+    std::vector<StepReport> reports;
+    for (int s = 0; s < std::max(1, opt.samples_per_iteration) && !cancelled(); ++s) {
+      Decision d = policy.sample(rng);
+      Placement p = decision_to_placement(d, pc.micro_batch_choices, opt.schedule);
+      const std::string key = placement_key(p);
+      auto hit = seen.find(key);
+      if (hit == seen.end()) {
+        StepReport r;
+        if (Status st = validate_placement(p, graph, cluster, opt.batch_size); !st)
+          r = StepReport::failure("invalid_placement", st.message(), evaluator.name());
+        else if (Status mem = check_memory(p, graph, cluster, opt.batch_size); !mem)
+          r = StepReport::failure("out_of_memory", mem.message(), evaluator.name());
+        else
+          r = evaluator.evaluate(p);
+        r.timeline.clear();  // the best is re-evaluated with its timeline by the caller
+        hit = seen.emplace(key, std::move(r)).first;
+        ++result.evaluations;
+        if (!hit->second.ok) ++result.failures;
+        if (hit->second.ok && (!result.found || hit->second.step_ms < result.best_report.step_ms)) {
+          result.found = true;
+          result.best = p;
+          result.best_report = hit->second;
+          last_improvement = it;
+          result.trace.push_back({it, result.evaluations, elapsed(), hit->second.step_ms});
+        }
+      }
+      decisions.push_back(std::move(d));
+      reports.push_back(hit->second);
+    }
+    if (cancelled()) {
+      result.cancelled = true;
+      result.stop_reason = "cancelled";
+      result.iterations = it - 1;
+      break;
+    }
+    if (!reinforce) {
+      double ref = opt.reference_step_ms;
+      if (!(ref > 0))
+        for (const auto& r : reports)
+          if (r.ok && (!(ref > 0) || r.step_ms < ref)) ref = r.step_ms;
+      reinforce.emplace(policy, opt.reinforce, ref > 0 ? ref : 1.0);
+    }
+    double frac = static_cast<double>(it) / total;
+    if (opt.time_budget_s > 0) frac = std::max(frac, elapsed() / opt.time_budget_s);
+    reinforce->step(decisions, reports, frac);
+    result.iterations = it;
+    double mean_reward = 0;
+    for (const auto& r : reports) mean_reward += reinforce->reward(r);
+    mean_reward /= std::max<size_t>(1, reports.size());
+    if (progress)
+      progress({it, total, result.found ? result.best_report.step_ms : 0.0, mean_reward, elapsed()});
+    if (opt.time_budget_s > 0 && elapsed() >= opt.time_budget_s) {
+      result.stop_reason = "time_budget";
+      break;
+    }
+    if (it - last_improvement >= patience) {
+      result.stop_reason = "patience";
+      break;
+    }
+  }
+  result.elapsed_s = elapsed();
+  return result;
+}
+
+}  // namespace tapp

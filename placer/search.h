@@ -1,0 +1,87 @@
+// placer/search.h — the TAPP search loop (paper Algorithm 1).
+//
+// Owns `search`: one function that, per iteration, proposes a batch of joint
+// actions from the policy, turns each into a Placement (empty groups dropped,
+// groups numbered in layer order), evaluates it (memory checked first; a
+// failure is data), updates the policy by REINFORCE, keeps the best valid
+// placement, and stops on the iteration limit, the time budget, cancel, or
+// when nothing improved for `patience` iterations. Identical placements are
+// evaluated once (memoised), so `measure` never runs a duplicate.
+// Data flow: LayerGraph + Cluster -> features -> Policy -> Placement ->
+//            Evaluator -> StepReport -> Reinforce -> Policy ...
+// Thread safety: a call owns its policy; the evaluator is used by this thread
+// only; `progress` is called on this thread.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "placer/evaluator.h"
+#include "placer/placement.h"
+#include "placer/reinforce.h"
+
+namespace tapp {
+
+struct LayerGraph;
+struct Cluster;
+
+struct SearchOptions {
+  int iterations = 200;
+  double time_budget_s = 0;      // 0 = none
+  int samples_per_iteration = 8;
+  int patience = 0;              // 0 = max(60, iterations / 3)
+  uint64_t seed = 1;
+  int64_t batch_size = 32;
+  int num_groups = 0;            // 0 = number of devices
+  int max_micro_batches = 32;
+  Schedule schedule = Schedule::gpipe;
+  double reference_step_ms = 0;  // reward scale; 0 = the first valid step
+  std::optional<Placement> warm_start;  // imitate this plan before searching
+  int hidden = 64;
+  double learning_rate = 0.02;
+  ReinforceConfig reinforce;
+};
+
+struct SearchProgress {
+  int iteration = 0, total_iterations = 0;
+  double best_step_ms = 0;  // 0 until a valid placement was found
+  double mean_reward = 0;
+  double elapsed_s = 0;
+};
+
+struct TracePoint {
+  int iteration = 0;
+  int64_t evaluations = 0;
+  double elapsed_s = 0;
+  double best_step_ms = 0;
+};
+
+struct SearchResult {
+  bool found = false;
+  Placement best;
+  StepReport best_report;
+  int iterations = 0;
+  int64_t evaluations = 0;  // distinct placements evaluated
+  int64_t failures = 0;     // of which failed (memory, evaluator)
+  bool cancelled = false;
+  std::string stop_reason;  // "iterations" | "time_budget" | "patience" | "cancelled"
+  double elapsed_s = 0;
+  std::vector<TracePoint> trace;  // one point each time the best improved
+};
+
+// The Placement of a decision: empty groups dropped, the rest renumbered by
+// their first layer, micro-batches from `choices`.
+Placement decision_to_placement(const Decision& d, const std::vector<int>& micro_batch_choices, Schedule schedule);
+// The Decision of a placement (for warm start); group ids kept when < num_groups.
+Decision placement_to_decision(const Placement& p, const std::vector<int>& micro_batch_choices, int num_groups);
+// {1, 2, 4, ...} up to min(batch_size, max).
+std::vector<int> micro_batch_choices(int64_t batch_size, int max_micro_batches);
+
+SearchResult search(const LayerGraph& graph, const Cluster& cluster, Evaluator& evaluator,
+                    const SearchOptions& options, const std::function<void(const SearchProgress&)>& progress,
+                    const std::atomic<bool>* cancel = nullptr);
+
+}  // namespace tapp

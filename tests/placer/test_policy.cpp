@@ -1,0 +1,287 @@
+// TAPP features, the partition and allocation networks, REINFORCE and the search loop.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "placer/features.h"
+#include "placer/policy.h"
+#include "placer/reinforce.h"
+#include "placer/search.h"
+#include "tests/placer/fake_evaluator.h"
+
+using namespace tapp;
+using tapp::testing::chain_graph;
+using tapp::testing::equal_cluster;
+using tapp::testing::FakeEvaluator;
+
+namespace {
+LayerGraph branchy_graph() {
+  // in -> conv -> relu -> {pool_a, pool_b} -> concat -> flatten -> fc
+  LayerGraph g;
+  g.name = "branchy";
+  g.input_shape = {3, 8, 8};
+  auto add = [&](std::string name, std::string op, std::vector<int> inputs) {
+    Layer l;
+    l.name = std::move(name);
+    l.op = std::move(op);
+    l.inputs = std::move(inputs);
+    g.layers.push_back(l);
+    return &g.layers.back();
+  };
+  add("conv", "conv2d", {})->attrs.out = 4;
+  add("relu", "relu", {0});
+  add("pool_a", "maxpool2d", {1})->attrs.kernel[0] = 2;
+  g.layers.back().attrs.kernel[1] = 2;
+  g.layers.back().attrs.stride[0] = g.layers.back().attrs.stride[1] = 2;
+  add("pool_b", "avgpool2d", {1})->attrs.kernel[0] = 2;
+  g.layers.back().attrs.kernel[1] = 2;
+  g.layers.back().attrs.stride[0] = g.layers.back().attrs.stride[1] = 2;
+  add("cat", "concat", {2, 3});
+  add("flat", "flatten", {4});
+  add("fc", "linear", {5})->attrs.out = 10;
+  Status s = infer_shapes(g);
+  REQUIRE_MESSAGE(s.is_ok(), s.message());
+  return g;
+}
+
+PolicyConfig config(int groups, int devices, uint64_t seed = 3) {
+  PolicyConfig c;
+  c.num_groups = groups;
+  c.num_devices = devices;
+  c.micro_batch_choices = {1, 2, 4};
+  c.seed = seed;
+  c.hidden = 32;
+  return c;
+}
+}  // namespace
+
+TEST_CASE("layer features are 30 wide: 16 op code, 3 x 4 metrics, 2 next-layer ids") {
+  CHECK(kLayerFeatureWidth == 30);
+  OpDictionary dict;
+  LayerGraph g = branchy_graph();
+  FeatureMatrix f = encode_layers(g, dict);
+  CHECK(f.rows == 7);
+  CHECK(f.cols == 30);
+  CHECK(f.data.size() == 7u * 30u);
+  // relu (index 1) feeds pool_a (3rd layer) and pool_b (4th): 1-based ids / 7 layers.
+  CHECK(f.at(1, 28) == doctest::Approx(3.0 / 7));
+  CHECK(f.at(1, 29) == doctest::Approx(4.0 / 7));
+  // conv feeds only relu: the second id is -0.1; fc feeds nothing: both -0.1.
+  CHECK(f.at(0, 28) == doctest::Approx(2.0 / 7));
+  CHECK(f.at(0, 29) == doctest::Approx(-0.1));
+  CHECK(f.at(6, 28) == doctest::Approx(-0.1));
+  CHECK(f.at(6, 29) == doctest::Approx(-0.1));
+  // conv has parameters and FLOPs; relu has neither.
+  CHECK(f.at(0, 16) + f.at(0, 17) + f.at(0, 18) + f.at(0, 19) >= 0.f);
+  CHECK(f.at(1, 16) == 0.f);
+  CHECK(f.at(1, 20) == 0.f);
+}
+
+TEST_CASE("the op dictionary starts with the paper's names and grows with new ones") {
+  OpDictionary dict;
+  CHECK(dict.size() == 6);
+  CHECK(dict.contains("Convolution"));
+  CHECK(dict.contains("Unknown"));
+  CHECK_FALSE(dict.contains("Concat"));
+  auto conv = dict.code("Convolution");
+  CHECK(conv.size() == 16u);
+  auto concat = dict.code("Concat");
+  CHECK(dict.size() == 7);
+  CHECK(concat.size() == 16u);
+  CHECK(concat != conv);
+  CHECK(dict.code("Concat") == concat);  // stable once added
+  for (int i = 0; i < 20; ++i) dict.code("op" + std::to_string(i));
+  CHECK(dict.size() == 27);
+  CHECK(dict.code("op19") != dict.code("op18"));
+}
+
+TEST_CASE("a metric is a 4-wide log-scale thermometer") {
+  CHECK(encode_metric(0) == std::vector<float>{0, 0, 0, 0});
+  CHECK(encode_metric(0.001) == std::vector<float>{0, 0, 0, 0});
+  CHECK(encode_metric(1.0) == std::vector<float>{1, 1, 1, 0});
+  CHECK(encode_metric(1e6) == std::vector<float>{1, 1, 1, 1});
+  auto half = encode_metric(std::sqrt(10.0));  // 10^0.5: third unit full, fourth half
+  CHECK(half[2] == doctest::Approx(1.0));
+  CHECK(half[3] == doctest::Approx(0.5));
+}
+
+TEST_CASE("group features average their layers and one-hot the groups they feed") {
+  OpDictionary dict;
+  LayerGraph g = branchy_graph();
+  FeatureMatrix f = encode_layers(g, dict);
+  std::vector<int> groups = {0, 0, 1, 1, 1, 2, 2};
+  FeatureMatrix gf = encode_groups(f, groups, 4, g.consumers());
+  CHECK(gf.rows == 4);
+  CHECK(gf.cols == 34);
+  for (int c = 0; c < 30; ++c) CHECK(gf.at(0, c) == doctest::Approx((f.at(0, c) + f.at(1, c)) / 2));
+  CHECK(gf.at(1, 0) == doctest::Approx((f.at(2, 0) + f.at(3, 0) + f.at(4, 0)) / 3));
+  // group 0 feeds group 1; group 1 feeds group 2; group 2 feeds nothing; group 3 is empty.
+  CHECK(gf.at(0, 30) == 0.f);
+  CHECK(gf.at(0, 31) == 1.f);
+  CHECK(gf.at(0, 32) == 0.f);
+  CHECK(gf.at(1, 32) == 1.f);
+  CHECK(gf.at(2, 30) + gf.at(2, 31) + gf.at(2, 32) + gf.at(2, 33) == 0.f);
+  for (int c = 0; c < 34; ++c) CHECK(gf.at(3, c) == 0.f);
+}
+
+TEST_CASE("the partition network gives a distribution over groups per layer") {
+  OpDictionary dict;
+  LayerGraph g = chain_graph(5);
+  Policy policy(encode_layers(g, dict), g.consumers(), config(3, 4));
+  auto p = policy.partition_probs();
+  REQUIRE(p.size() == 10u);
+  for (const auto& row : p) {
+    REQUIRE(row.size() == 3u);
+    CHECK(std::accumulate(row.begin(), row.end(), 0.0) == doctest::Approx(1.0));
+  }
+  std::mt19937_64 rng(1);
+  Decision d = policy.sample(rng);
+  CHECK(d.layer_group.size() == 10u);
+  CHECK(d.group_device.size() == 3u);
+  CHECK(d.micro_batch_index >= 0);
+  CHECK(d.micro_batch_index < 3);
+}
+
+TEST_CASE("the allocation network gives a distribution over devices per group and masks devices") {
+  OpDictionary dict;
+  LayerGraph g = chain_graph(5);
+  PolicyConfig c = config(3, 4);
+  c.device_allowed = {true, false, true, true};
+  Policy policy(encode_layers(g, dict), g.consumers(), c);
+  std::vector<int> groups = {0, 0, 0, 1, 1, 1, 2, 2, 2, 2};
+  auto a = policy.allocation_probs(groups);
+  REQUIRE(a.size() == 3u);
+  for (const auto& row : a) {
+    REQUIRE(row.size() == 4u);
+    CHECK(std::accumulate(row.begin(), row.end(), 0.0) == doctest::Approx(1.0));
+    CHECK(row[1] == 0.f);
+  }
+  auto m = policy.micro_batch_probs(groups);
+  CHECK(m.size() == 3u);
+  CHECK(std::accumulate(m.begin(), m.end(), 0.0) == doctest::Approx(1.0));
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 50; ++i) {
+    Decision d = policy.sample(rng);
+    for (int dev : d.group_device) CHECK(dev != 1);
+  }
+}
+
+TEST_CASE("one REINFORCE update raises the probability of a rewarded placement") {
+  OpDictionary dict;
+  LayerGraph g = chain_graph(4);
+  Policy policy(encode_layers(g, dict), g.consumers(), config(2, 2));
+  std::mt19937_64 rng(11);
+  Decision good = policy.sample(rng);
+  Decision bad = policy.sample(rng);
+  double before = policy.log_prob(good);
+  policy.update({good, bad}, {1.0, -1.0}, 0.0, 10.0);
+  CHECK(policy.log_prob(good) > before);
+}
+
+TEST_CASE("a penalised placement becomes less likely through the reward") {
+  OpDictionary dict;
+  LayerGraph g = chain_graph(4);
+  Policy policy(encode_layers(g, dict), g.consumers(), config(2, 2));
+  Reinforce rf(policy, ReinforceConfig{}, 10.0);
+  std::mt19937_64 rng(2);
+  Decision a = policy.sample(rng), b = policy.sample(rng);
+  StepReport fast;
+  fast.ok = true;
+  fast.step_ms = 10.0;
+  StepReport failed = StepReport::failure("out_of_memory", "too big", "fake");
+  CHECK(rf.reward(fast) == doctest::Approx(-1.0));
+  CHECK(rf.reward(failed) == doctest::Approx(ReinforceConfig{}.failure_reward));
+  double before = policy.log_prob(b);
+  rf.step({a, b}, {fast, failed}, 0.0);
+  CHECK(policy.log_prob(b) < before);
+}
+
+TEST_CASE("an evaluator that fails every placement does not stop the search") {
+  LayerGraph g = chain_graph(4);
+  Cluster c = equal_cluster(2);
+  FakeEvaluator ev(std::vector<double>(8, 1.0), c);
+  ev.fail_all = true;
+  SearchOptions o;
+  o.iterations = 15;
+  o.samples_per_iteration = 4;
+  o.patience = 1000;
+  o.batch_size = 8;
+  int calls = 0;
+  SearchResult r = search(g, c, ev, o, [&](const SearchProgress&) { ++calls; });
+  CHECK_FALSE(r.found);
+  CHECK(r.iterations == 15);
+  CHECK(calls == 15);
+  CHECK(r.evaluations > 0);
+  CHECK(r.failures == r.evaluations);
+}
+
+TEST_CASE("the search finds a balanced placement and avoids a failing device") {
+  LayerGraph g = chain_graph(4);  // 8 layers of cost 1: optimum 2 devices x 4
+  Cluster c = equal_cluster(3);
+  FakeEvaluator ev(std::vector<double>(8, 1.0), c);
+  ev.forbidden_device = 2;
+  SearchOptions o;
+  o.iterations = 120;
+  o.samples_per_iteration = 8;
+  o.batch_size = 8;
+  o.seed = 4;
+  SearchResult r = search(g, c, ev, o, nullptr);
+  REQUIRE(r.found);
+  CHECK(r.failures > 0);
+  for (int d : r.best.group_device) CHECK(d != 2);
+  // single device: 8 * 1.5 = 12 ms; balanced over two with one cut: 4 * (1 + 0.5/m) + 0.5 + 0.1 m.
+  CHECK(r.best_report.step_ms < 8.0);
+  CHECK(r.best.source == "policy");
+}
+
+TEST_CASE("the search is deterministic for a seed") {
+  LayerGraph g = chain_graph(5);
+  Cluster c = equal_cluster(3);
+  std::vector<double> cost = {1, 2, 1, 3, 1, 1, 2, 2, 1, 1};
+  auto run = [&](uint64_t seed) {
+    FakeEvaluator ev(cost, c);
+    SearchOptions o;
+    o.iterations = 25;
+    o.samples_per_iteration = 4;
+    o.batch_size = 8;
+    o.seed = seed;
+    std::vector<double> trace;
+    search(g, c, ev, o, [&](const SearchProgress& p) { trace.push_back(p.mean_reward); });
+    return trace;
+  };
+  auto a = run(9), b = run(9), other = run(10);
+  CHECK(a == b);
+  CHECK(a != other);
+}
+
+TEST_CASE("cancel stops the search between evaluations") {
+  LayerGraph g = chain_graph(4);
+  Cluster c = equal_cluster(2);
+  FakeEvaluator ev(std::vector<double>(8, 1.0), c);
+  std::atomic<bool> cancel{false};
+  SearchOptions o;
+  o.iterations = 1000;
+  o.batch_size = 8;
+  SearchResult r = search(g, c, ev, o, [&](const SearchProgress& p) {
+    if (p.iteration == 3) cancel = true;
+  }, &cancel);
+  CHECK(r.cancelled);
+  CHECK(r.stop_reason == "cancelled");
+  CHECK(r.iterations == 3);
+}
+
+TEST_CASE("a decision becomes a placement without empty groups, numbered in layer order") {
+  Decision d;
+  d.layer_group = {2, 2, 0, 0, 2};
+  d.group_device = {1, 3, 0};
+  d.micro_batch_index = 2;
+  Placement p = decision_to_placement(d, {1, 2, 4}, Schedule::gpipe);
+  CHECK(p.layer_group == std::vector<int>{0, 0, 1, 1, 0});
+  CHECK(p.group_device == std::vector<int>{0, 1});
+  CHECK(p.micro_batches == 4);
+  CHECK(micro_batch_choices(12, 32) == std::vector<int>{1, 2, 4, 8});
+  CHECK(micro_batch_choices(64, 16) == std::vector<int>{1, 2, 4, 8, 16});
+}
