@@ -15,6 +15,7 @@ nlohmann::json step_report_to_json(const StepReport& r, bool with_timeline) {
   j["step_ms"] = r.step_ms;
   if (!r.step_samples_ms.empty()) j["step_samples_ms"] = r.step_samples_ms;
   j["comm_fraction"] = r.comm_fraction;
+  if (!r.warnings.empty()) j["warnings"] = r.warnings;
   j["devices"] = nlohmann::json::array();
   for (const DeviceStats& d : r.devices)
     j["devices"].push_back({{"device", d.device},

@@ -37,6 +37,7 @@ struct StepReport {
   double comm_fraction = 0;  // sum comm_ms / sum (busy_ms + comm_ms): the paper's proportion
   std::vector<DeviceStats> devices;
   std::vector<TimelineEntry> timeline;  // of one representative step
+  std::vector<std::string> warnings;  // e.g. emulation notes, an over-subscribed machine
 
   static StepReport failure(std::string kind, std::string message, std::string source) {
     StepReport r;
