@@ -1,0 +1,257 @@
+#include "runtime/calibration.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "profiler/layer_graph.h"
+#include "runtime/cluster.h"
+#include "runtime/simulator.h"
+#include "runtime/task_graph.h"
+
+namespace tapp {
+namespace {
+
+std::vector<double> ranks(const std::vector<double>& v) {
+  std::vector<int> idx(v.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::sort(idx.begin(), idx.end(), [&](int a, int b) { return v[a] < v[b]; });
+  std::vector<double> r(v.size());
+  for (size_t i = 0; i < idx.size();) {
+    size_t j = i;
+    while (j + 1 < idx.size() && v[idx[j + 1]] == v[idx[i]]) ++j;
+    for (size_t k = i; k <= j; ++k) r[idx[k]] = (i + j) / 2.0 + 1;
+    i = j + 1;
+  }
+  return r;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// Parameter layout: [factor_0 .. factor_{D-1}, task, layer, message, wire, step, update].
+enum Param { kTask = 0, kLayer, kMessage, kWire, kStep, kUpdate, kCount };
+
+std::vector<double> to_vector(const Calibration& c, int D) {
+  std::vector<double> x(D + kCount);
+  for (int d = 0; d < D; ++d) x[d] = c.factor(d);
+  x[D + kTask] = c.task_overhead_ms;
+  x[D + kLayer] = c.layer_overhead_ms;
+  x[D + kMessage] = c.message_overhead_ms;
+  x[D + kWire] = c.wire_factor;
+  x[D + kStep] = c.step_overhead_ms;
+  x[D + kUpdate] = c.update_ms_per_param_mb;
+  return x;
+}
+
+Calibration from_vector(const std::vector<double>& x, int D) {
+  Calibration c;
+  c.device_factor.assign(x.begin(), x.begin() + D);
+  c.task_overhead_ms = x[D + kTask];
+  c.layer_overhead_ms = x[D + kLayer];
+  c.message_overhead_ms = x[D + kMessage];
+  c.wire_factor = x[D + kWire];
+  c.step_overhead_ms = x[D + kStep];
+  c.update_ms_per_param_mb = x[D + kUpdate];
+  return c;
+}
+
+// Solves (A^T W A + R) x = A^T W b + R prior with some parameters fixed; small dense Gauss-Jordan.
+std::vector<double> solve(const std::vector<std::vector<double>>& rows, const std::vector<double>& rhs,
+                          const std::vector<double>& weight, const std::vector<double>& prior, double ridge,
+                          const std::vector<bool>& fixed, const std::vector<double>& fixed_value) {
+  const size_t K = prior.size();
+  std::vector<std::vector<double>> M(K, std::vector<double>(K + 1, 0));
+  for (size_t r = 0; r < rows.size(); ++r) {
+    double b = rhs[r];
+    for (size_t k = 0; k < K; ++k)
+      if (fixed[k]) b -= rows[r][k] * fixed_value[k];
+    double w = weight[r] * weight[r];
+    for (size_t i = 0; i < K; ++i) {
+      if (fixed[i] || rows[r][i] == 0) continue;
+      for (size_t j = 0; j < K; ++j)
+        if (!fixed[j]) M[i][j] += w * rows[r][i] * rows[r][j];
+      M[i][K] += w * rows[r][i] * b;
+    }
+  }
+  for (size_t k = 0; k < K; ++k) {
+    if (fixed[k]) {
+      M[k].assign(K + 1, 0);
+      M[k][k] = 1;
+      M[k][K] = fixed_value[k];
+    } else {
+      M[k][k] += ridge;
+      M[k][K] += ridge * prior[k];
+    }
+  }
+  for (size_t c = 0; c < K; ++c) {
+    size_t piv = c;
+    for (size_t r = c + 1; r < K; ++r)
+      if (std::abs(M[r][c]) > std::abs(M[piv][c])) piv = r;
+    std::swap(M[c], M[piv]);
+    if (std::abs(M[c][c]) < 1e-15) continue;
+    for (size_t r = 0; r < K; ++r) {
+      if (r == c) continue;
+      double f = M[r][c] / M[c][c];
+      if (f == 0) continue;
+      for (size_t j = c; j <= K; ++j) M[r][j] -= f * M[c][j];
+    }
+  }
+  std::vector<double> x(K);
+  for (size_t k = 0; k < K; ++k) x[k] = std::abs(M[k][k]) < 1e-15 ? prior[k] : M[k][K] / M[k][k];
+  return x;
+}
+
+}  // namespace
+
+double spearman(const std::vector<double>& a, const std::vector<double>& b) {
+  const size_t n = std::min(a.size(), b.size());
+  if (n < 2) return 0;
+  std::vector<double> ra = ranks(std::vector<double>(a.begin(), a.begin() + n));
+  std::vector<double> rb = ranks(std::vector<double>(b.begin(), b.begin() + n));
+  double ma = std::accumulate(ra.begin(), ra.end(), 0.0) / n, mb = std::accumulate(rb.begin(), rb.end(), 0.0) / n;
+  double sab = 0, saa = 0, sbb = 0;
+  for (size_t i = 0; i < n; ++i) {
+    sab += (ra[i] - ma) * (rb[i] - mb);
+    saa += (ra[i] - ma) * (ra[i] - ma);
+    sbb += (rb[i] - mb) * (rb[i] - mb);
+  }
+  return saa > 0 && sbb > 0 ? sab / std::sqrt(saa * sbb) : 0;
+}
+
+AccuracyStats accuracy(const std::vector<double>& predicted, const std::vector<double>& measured) {
+  AccuracyStats s;
+  std::vector<double> err;
+  for (size_t i = 0; i < std::min(predicted.size(), measured.size()); ++i)
+    if (measured[i] > 0) err.push_back(std::abs(predicted[i] - measured[i]) / measured[i]);
+  s.n = static_cast<int>(err.size());
+  if (err.empty()) return s;
+  s.median_abs_rel_error = median(err);
+  s.mean_abs_rel_error = std::accumulate(err.begin(), err.end(), 0.0) / err.size();
+  s.max_abs_rel_error = *std::max_element(err.begin(), err.end());
+  s.spearman = spearman(predicted, measured);
+  return s;
+}
+
+std::vector<double> predict_steps(const LayerGraph& g, const Cluster& c, const CostModel& cost, int64_t batch_size,
+                                  const std::vector<Placement>& placements) {
+  std::vector<double> out;
+  Simulator sim(g, c, cost, batch_size);
+  for (const Placement& p : placements) {
+    StepReport r = sim.evaluate(p, {false});
+    out.push_back(r.ok ? r.step_ms : 0);
+  }
+  return out;
+}
+
+Result<CalibrationResult> calibrate(const LayerGraph& g, const Cluster& c, const CostModel& base, int64_t batch_size,
+                                    const std::vector<CalibrationSample>& samples) {
+  const int D = c.num_devices();
+  const int K = D + kCount;
+  std::vector<const CalibrationSample*> used;
+  std::vector<TaskGraph> graphs;
+  for (const CalibrationSample& s : samples) {
+    if (!s.measured.ok || !(s.measured.step_ms > 0)) continue;
+    auto tg = build_task_graph(g, s.placement, c, batch_size);
+    if (!tg) return tg.status().with_context("calibration sample " + std::to_string(used.size()));
+    used.push_back(&s);
+    graphs.push_back(std::move(*tg));
+  }
+  if (used.empty()) return Status::error("calibration: no successful measured sample");
+  CalibrationResult result;
+  for (const auto* s : used) result.measured.push_back(s->measured.step_ms);
+  std::vector<double> prior = to_vector(base.calibration(), D);
+  std::vector<double> x = prior;
+  auto predict_all = [&](const CostModel& cost) {
+    std::vector<double> p;
+    for (const TaskGraph& tg : graphs) p.push_back(simulate(tg, cost, {false}).step_ms);
+    return p;
+  };
+  result.predicted_before = predict_all(base);
+  result.before = accuracy(result.predicted_before, result.measured);
+
+  double best_err = result.before.mean_abs_rel_error;
+  Calibration best = base.calibration();
+  for (int iter = 0; iter < 8; ++iter) {
+    CostModel cost = base.with_calibration(from_vector(x, D));
+    std::vector<std::vector<double>> rows;
+    std::vector<double> rhs, weight;
+    for (size_t i = 0; i < graphs.size(); ++i) {
+      const TaskGraph& tg = graphs[i];
+      TaskTimes times;
+      simulate(tg, cost, {false}, &times);
+      std::vector<int64_t> params(D, 0);
+      for (const Segment& s : tg.segments) params[s.device] += s.param_bytes;
+      // Features of one compute task / transfer.
+      auto add_task = [&](std::vector<double>& row, const Task& t) {
+        if (t.kind == TaskKind::transfer_activation || t.kind == TaskKind::transfer_gradient) {
+          row[D + kWire] += cost.wire_ms(t.device, t.to_device, t.bytes);
+          row[D + kMessage] += 1;
+          return;
+        }
+        const Segment& s = tg.segments[t.segment];
+        row[t.device] += cost.raw_compute_ms(t.device, s.layers.front(), s.layers.back(),
+                                             tg.micro_batch_sizes[t.micro_batch], t.kind == TaskKind::backward);
+        row[D + kTask] += 1;
+        row[D + kLayer] += static_cast<double>(s.layers.size());
+      };
+      // Step time along the critical path.
+      std::vector<double> row(K, 0);
+      for (int t = times.last_task; t >= 0; t = times.critical_pred[t]) add_task(row, tg.tasks[t]);
+      if (times.last_device >= 0) row[D + kUpdate] += params[times.last_device] / 1e6;
+      row[D + kStep] = 1;
+      rows.push_back(row);
+      rhs.push_back(used[i]->measured.step_ms);
+      weight.push_back(1.0 / used[i]->measured.step_ms);
+      // Busy time of each device over its tasks.
+      for (const DeviceStats& ds : used[i]->measured.devices) {
+        int d = c.index_of(ds.device);
+        if (d < 0 || !(ds.busy_ms > 0) || tg.device_order[d].empty()) continue;
+        std::vector<double> brow(K, 0);
+        for (int t : tg.device_order[d]) add_task(brow, tg.tasks[t]);
+        brow[D + kUpdate] += params[d] / 1e6;
+        rows.push_back(brow);
+        rhs.push_back(ds.busy_ms);
+        weight.push_back(0.5 / ds.busy_ms);
+      }
+    }
+    // Bounded least squares by an active set: parameters below their bound are fixed there.
+    std::vector<bool> fixed(K, false);
+    std::vector<double> lower(K, 0.0), fixed_value(K, 0.0);
+    for (int d = 0; d < D; ++d) lower[d] = 0.05;
+    lower[D + kWire] = 0.05;
+    std::vector<double> nx;
+    for (int round = 0; round <= K; ++round) {
+      nx = solve(rows, rhs, weight, prior, 1e-4, fixed, fixed_value);
+      bool changed = false;
+      for (int k = 0; k < K; ++k)
+        if (!fixed[k] && nx[k] < lower[k]) {
+          fixed[k] = true;
+          fixed_value[k] = lower[k];
+          changed = true;
+        }
+      if (!changed) break;
+    }
+    bool same = true;
+    for (int k = 0; k < K; ++k) same = same && std::abs(nx[k] - x[k]) <= 1e-6 * (1 + std::abs(x[k]));
+    x = nx;
+    result.iterations = iter + 1;
+    CostModel fitted = base.with_calibration(from_vector(x, D));
+    AccuracyStats st = accuracy(predict_all(fitted), result.measured);
+    if (st.mean_abs_rel_error < best_err) {
+      best_err = st.mean_abs_rel_error;
+      best = from_vector(x, D);
+    }
+    if (same) break;
+  }
+  result.calibration = best;
+  result.predicted_after = predict_all(base.with_calibration(best));
+  result.after = accuracy(result.predicted_after, result.measured);
+  return result;
+}
+
+}  // namespace tapp

@@ -1,0 +1,112 @@
+// runtime/cost_model.h — what each task of a task graph costs on its device and link.
+//
+// Owns `CostModel`: per-layer forward/backward milliseconds per sample on every
+// device of a cluster (from the LayerLibrary of the device's kind, stretched by
+// 1/speed, corrected by the device's calibration factor), transfer times from
+// link bandwidth and latency, and the calibrated overheads (per compute task,
+// per layer run, per message, per step). Segments are contiguous layer ranges,
+// so a segment's cost is a difference of per-device prefix sums: O(1).
+// Data flow: LayerLibrary (+ Calibration) + Cluster -> CostModel -> simulate().
+// Costs scale linearly with the micro-batch size (samples); fixed costs that do
+// not scale are what task_overhead_ms / layer_overhead_ms capture.
+// Thread safety: immutable after build; share freely.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tapp {
+
+struct LayerGraph;
+struct LayerLibrary;
+struct Cluster;
+
+// Fitted corrections (runtime/calibration.h fits them from measured steps).
+struct Calibration {
+  std::vector<double> device_factor;  // per device index; multiplies compute; empty = all 1
+  double task_overhead_ms = 0;     // per compute task (one segment, one micro-batch)
+  double layer_overhead_ms = 0;    // per layer per compute task
+  double message_overhead_ms = 0;  // per transfer
+  double wire_factor = 1;          // multiplies latency + bytes / bandwidth
+  double step_overhead_ms = 0;     // per training step (barriers, bookkeeping)
+  double update_ms_per_param_mb = 0;  // optimizer step per MB of a device's parameters (fitted)
+  double factor(int device) const {
+    return device < static_cast<int>(device_factor.size()) ? device_factor[device] : 1.0;
+  }
+};
+
+nlohmann::json calibration_to_json(const Calibration& c);
+Result<Calibration> calibration_from_json(const nlohmann::json& j);
+
+class CostModel {
+ public:
+  // One library per device kind (and thread count); each device uses the
+  // library of its kind with the nearest thread count, scaled by the thread
+  // ratio. Errors: no library, a library whose rows do not match the graph.
+  static Result<CostModel> build(const LayerGraph& g, const Cluster& c,
+                                 const std::vector<LayerLibrary>& libraries,
+                                 const Calibration& calibration = {});
+  static Result<CostModel> build(const LayerGraph& g, const Cluster& c, const LayerLibrary& library,
+                                 const Calibration& calibration = {});
+
+  int num_devices() const { return num_devices_; }
+  int num_layers() const { return num_layers_; }
+  const Calibration& calibration() const { return calibration_; }
+
+  // Uncalibrated-overhead compute of layers [first, last] (inclusive) for `samples`
+  // samples on `device`, including the device factor and 1/speed.
+  double forward_ms(int device, int first, int last, int64_t samples) const {
+    const double* p = &fwd_prefix_[static_cast<size_t>(device) * (num_layers_ + 1)];
+    return (p[last + 1] - p[first]) * static_cast<double>(samples) + overhead_ms(first, last);
+  }
+  double backward_ms(int device, int first, int last, int64_t samples) const {
+    const double* p = &bwd_prefix_[static_cast<size_t>(device) * (num_layers_ + 1)];
+    return (p[last + 1] - p[first]) * static_cast<double>(samples) + overhead_ms(first, last);
+  }
+  // Compute without overheads (what the device factor multiplies), for calibration.
+  double raw_compute_ms(int device, int first, int last, int64_t samples, bool backward) const;
+  // Link time from -> to for `bytes`, including the message overhead.
+  double transfer_ms(int from, int to, int64_t bytes) const {
+    const size_t k = static_cast<size_t>(from) * num_devices_ + to;
+    return (latency_ms_[k] + static_cast<double>(bytes) * ms_per_byte_[k]) * calibration_.wire_factor +
+           calibration_.message_overhead_ms;
+  }
+  double wire_ms(int from, int to, int64_t bytes) const {  // uncalibrated latency + bytes / bandwidth
+    const size_t k = static_cast<size_t>(from) * num_devices_ + to;
+    return latency_ms_[k] + static_cast<double>(bytes) * ms_per_byte_[k];
+  }
+  double step_overhead_ms() const { return calibration_.step_overhead_ms; }
+  // Optimizer update after the last backward, for `param_bytes` of parameters on a device.
+  double update_ms(int64_t param_bytes) const {
+    return calibration_.update_ms_per_param_mb * static_cast<double>(param_bytes) / 1e6;
+  }
+  // Output bytes per sample of layers [first, last]: the activations kept for backward.
+  int64_t activation_bytes_per_sample(int first, int last) const { return act_prefix_[last + 1] - act_prefix_[first]; }
+  const std::string& device_name(int device) const { return device_names_[device]; }
+  // Per-sample forward / backward ms of one layer on one device (speed and factor included).
+  double layer_forward_ms_per_sample(int device, int layer) const;
+  double layer_backward_ms_per_sample(int device, int layer) const;
+
+  // A copy with other calibration factors (same libraries and cluster).
+  CostModel with_calibration(const Calibration& calibration) const;
+
+ private:
+  double overhead_ms(int first, int last) const {
+    return calibration_.task_overhead_ms + calibration_.layer_overhead_ms * (last - first + 1);
+  }
+  void rebuild_prefix();
+
+  int num_devices_ = 0, num_layers_ = 0;
+  Calibration calibration_;
+  std::vector<double> fwd_per_sample_, bwd_per_sample_;  // [device][layer], speed included, no factor
+  std::vector<double> fwd_prefix_, bwd_prefix_;          // [device][layer + 1], factor included
+  std::vector<double> latency_ms_, ms_per_byte_;         // [from][to]
+  std::vector<int64_t> act_prefix_;                      // [layer + 1]
+  std::vector<std::string> device_names_;
+};
+
+}  // namespace tapp

@@ -1,0 +1,298 @@
+// Simulator and calibration: step times that can be computed by hand.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+
+#include "profiler/layer_graph.h"
+#include "profiler/layer_library.h"
+#include "runtime/calibration.h"
+#include "runtime/cluster.h"
+#include "runtime/simulator.h"
+#include "runtime/task_graph.h"
+
+using namespace tapp;
+
+namespace {
+
+// n linear layers of width 8 (32 activation bytes per sample).
+LayerGraph chain(int n) {
+  LayerGraph g;
+  g.name = "chain";
+  g.input_shape = {8};
+  for (int i = 0; i < n; ++i) {
+    Layer l;
+    l.name = "fc" + std::to_string(i);
+    l.op = "linear";
+    l.attrs.out = 8;
+    if (i > 0) l.inputs = {i - 1};
+    g.layers.push_back(l);
+  }
+  REQUIRE(infer_shapes(g).is_ok());
+  return g;
+}
+
+// Every layer costs fwd_ms / bwd_ms per `batch` samples.
+LayerLibrary flat_library(const LayerGraph& g, int64_t batch, double fwd_ms, double bwd_ms) {
+  LayerLibrary lib = library_skeleton(g);
+  lib.batch_size = batch;
+  for (auto& r : lib.rows) {
+    r.forward_ms = fwd_ms;
+    r.backward_ms = bwd_ms;
+  }
+  return lib;
+}
+
+// Links fast enough to be free.
+Cluster devices(int n) {
+  Cluster c;
+  for (int i = 0; i < n; ++i) c.devices.push_back(Device{"d" + std::to_string(i)});
+  c.default_link.bandwidth_mbps = 1e12;
+  c.default_link.latency_ms = 0;
+  return c;
+}
+
+Placement by_device(const std::vector<int>& layer_device, int micro_batches, Schedule s = Schedule::gpipe) {
+  Placement p;
+  p.layer_group = layer_device;
+  for (int d = 0; d <= *std::max_element(layer_device.begin(), layer_device.end()); ++d) p.group_device.push_back(d);
+  p.micro_batches = micro_batches;
+  p.schedule = s;
+  return p;
+}
+
+StepReport run(const LayerGraph& g, const Cluster& c, const LayerLibrary& lib, const Placement& p, int64_t batch,
+               const Calibration& cal = {}) {
+  auto cost = CostModel::build(g, c, lib, cal);
+  REQUIRE(cost.is_ok());
+  Simulator sim(g, c, *cost, batch);
+  return sim.evaluate(p);
+}
+
+}  // namespace
+
+TEST_CASE("two equal stages with free links take (m + 1) x stage time under GPipe fill-drain") {
+  LayerGraph g = chain(2);
+  Cluster c = devices(2);
+  for (int m : {1, 2, 4, 8}) {
+    // Per micro-batch: forward 1 ms, backward 2 ms on each stage.
+    const int64_t batch = 8;
+    LayerLibrary lib = flat_library(g, batch / m, 1.0, 2.0);
+    StepReport r = run(g, c, lib, by_device({0, 1}, m), batch);
+    REQUIRE(r.ok);
+    CHECK(r.step_ms == doctest::Approx((m + 1) * 3.0));
+    CHECK(r.devices[0].busy_ms == doctest::Approx(m * 3.0));
+    CHECK(r.devices[0].idle_ms == doctest::Approx(3.0));
+  }
+}
+
+TEST_CASE("S equal stages take (m + S - 1) x stage time; a single device takes m x its work") {
+  for (int S : {1, 3, 4})
+    for (int m : {1, 3, 6}) {
+      LayerGraph g = chain(S);
+      Cluster c = devices(S);
+      std::vector<int> dev(S);
+      for (int i = 0; i < S; ++i) dev[i] = i;
+      LayerLibrary lib = flat_library(g, 6 / m, 1.5, 2.5);
+      StepReport r = run(g, c, lib, by_device(dev, m), 6);
+      REQUIRE(r.ok);
+      CHECK(r.step_ms == doctest::Approx((m + S - 1) * 4.0));
+    }
+}
+
+TEST_CASE("unequal stages: GPipe step is fill + (m - 1) x the slowest stage + drain") {
+  // Stage 0 has 1 layer (f=1,b=1), stage 1 has 3 layers (f=3,b=3); free links.
+  LayerGraph g = chain(4);
+  Cluster c = devices(2);
+  const int m = 4;
+  LayerLibrary lib = flat_library(g, 1, 1.0, 1.0);
+  StepReport r = run(g, c, lib, by_device({0, 1, 1, 1}, m), m);
+  REQUIRE(r.ok);
+  // Forward: stage 1 runs its 4 forwards back to back from t=1 (ends 1 + 4*3 = 13),
+  // then its 4 backwards (ends 25); stage 0's last backward follows: 26.
+  CHECK(r.step_ms == doctest::Approx(1 + m * 3 + m * 3 + 1));
+}
+
+TEST_CASE("a transfer-bound link serializes the micro-batches' transfers") {
+  LayerGraph g = chain(2);
+  Cluster c = devices(2);
+  // 2 samples x 32 bytes = 512 bits per message; 0.0512 Mbps -> 10 ms each.
+  c.default_link.bandwidth_mbps = 0.0512;
+  const int m = 4;
+  LayerLibrary lib = flat_library(g, 2, 1.0, 1.0);  // 1 ms per micro-batch (2 samples)
+  StepReport r = run(g, c, lib, by_device({0, 1}, m), 8);
+  REQUIRE(r.ok);
+  // f + m X (activations) + f + b + m X (gradients) + b.
+  CHECK(r.step_ms == doctest::Approx(2 + 2 + 2 * m * 10.0));
+  CHECK(r.comm_fraction > 0.5);
+  CHECK(r.devices[1].busy_ms == doctest::Approx(m * 2.0));
+}
+
+TEST_CASE("asymmetric links: a slow up link and a fast down link are costed per direction") {
+  LayerGraph g = chain(2);
+  Cluster c = devices(2);
+  c.links.push_back(Link{"d0", "d1", 0.0512, 0});  // 10 ms per message
+  c.links.push_back(Link{"d1", "d0", 1.024, 0});   // 0.5 ms per message
+  const int m = 4;
+  LayerLibrary lib = flat_library(g, 2, 1.0, 1.0);
+  StepReport up_slow = run(g, c, lib, by_device({0, 1}, m), 8);
+  REQUIRE(up_slow.ok);
+  // 2f + m X + (m + 1) b + Y
+  CHECK(up_slow.step_ms == doctest::Approx(2 + 40 + 5 + 0.5));
+  // The same placement with the devices swapped sends activations over the fast link.
+  Placement swapped = by_device({0, 1}, m);
+  swapped.group_device = {1, 0};
+  StepReport down_slow = run(g, c, lib, swapped, 8);
+  REQUIRE(down_slow.ok);
+  // f + X' + m f ... : forwards end at (m + 1) f + 0.5, gradients serialize: + b + m x 10, + b.
+  CHECK(down_slow.step_ms == doctest::Approx(5.5 + 1 + 40 + 1));
+}
+
+TEST_CASE("latency is paid once per message and the device's sends do not block its compute") {
+  LayerGraph g = chain(2);
+  Cluster c = devices(2);
+  c.default_link.latency_ms = 0.25;
+  const int m = 4;
+  LayerLibrary lib = flat_library(g, 1, 1.0, 1.0);
+  StepReport r = run(g, c, lib, by_device({0, 1}, m), m);
+  REQUIRE(r.ok);
+  // Two stage crossings (activation of m0 and gradient of m_{m-1}) on the critical path.
+  CHECK(r.step_ms == doctest::Approx((m + 1) * 2.0 + 2 * 0.25));
+  // Device 0's forwards run back to back although it sends after each one.
+  int f_end_3 = -1;
+  for (const auto& e : r.timeline)
+    if (e.task == "F s0 m3") {
+      CHECK(e.end_ms == doctest::Approx(4.0));
+      f_end_3 = 1;
+    }
+  CHECK(f_end_3 == 1);
+}
+
+TEST_CASE("1F1B on equal stages finishes in the fill-drain time and keeps fewer activations") {
+  LayerGraph g = chain(2);
+  Cluster c = devices(2);
+  const int m = 8;
+  LayerLibrary lib = flat_library(g, 1, 1.0, 1.0);
+  StepReport gp = run(g, c, lib, by_device({0, 1}, m, Schedule::gpipe), m);
+  StepReport ofob = run(g, c, lib, by_device({0, 1}, m, Schedule::one_f_one_b), m);
+  REQUIRE(gp.ok);
+  REQUIRE(ofob.ok);
+  CHECK(ofob.step_ms == doctest::Approx((m + 1) * 2.0));
+  CHECK(ofob.devices[0].peak_memory_bytes < gp.devices[0].peak_memory_bytes);
+}
+
+TEST_CASE("the timeline names tasks as the runtime does") {
+  LayerGraph g = chain(3);
+  Cluster c = devices(2);
+  LayerLibrary lib = flat_library(g, 1, 1.0, 1.0);
+  StepReport r = run(g, c, lib, by_device({0, 1, 1}, 2), 2);
+  REQUIRE(r.ok);
+  std::vector<std::string> names;
+  for (const auto& e : r.timeline) names.push_back(e.task);
+  for (const char* want : {"F s0 m0", "F s1 m1", "B s1 m0", "B s0 m1", "X s0->s1 m0", "G s1->s0 m1"})
+    CHECK_MESSAGE(std::count(names.begin(), names.end(), want) == 1, want);
+  CHECK(r.timeline.size() == 2u * (2 + 2 + 2));
+  for (const auto& e : r.timeline) CHECK(e.end_ms >= e.start_ms);
+}
+
+TEST_CASE("invalid placements come back as failures, never exceptions") {
+  LayerGraph g = chain(3);
+  Cluster c = devices(2);
+  LayerLibrary lib = flat_library(g, 4, 1.0, 1.0);
+  auto cost = CostModel::build(g, c, lib);
+  REQUIRE(cost.is_ok());
+  Simulator sim(g, c, *cost, 4);
+  Placement wrong_size = by_device({0, 1}, 1);
+  StepReport r = sim.evaluate(wrong_size);
+  CHECK_FALSE(r.ok);
+  CHECK(r.failure_kind == "invalid_placement");
+  CHECK(r.message.find("3 layers") != std::string::npos);
+  Placement bad_device = by_device({0, 1, 5}, 1);
+  CHECK(sim.evaluate(bad_device).failure_kind == "invalid_placement");
+  Placement too_many_micro_batches = by_device({0, 1, 1}, 9);
+  CHECK(sim.evaluate(too_many_micro_batches).failure_kind == "invalid_placement");
+}
+
+TEST_CASE("a placement over a device's memory is an out_of_memory failure naming the device") {
+  LayerGraph g = chain(2);
+  Layer big;
+  big.name = "big";
+  big.op = "linear";
+  big.attrs.out = 16384;
+  big.inputs = {1};
+  g.layers.push_back(big);
+  REQUIRE(infer_shapes(g).is_ok());
+  Cluster c = devices(2);
+  c.devices[1].memory_mb = 1;  // the 8x16384 layer's weights, gradients and state need 3 x 0.5 MB
+  LayerLibrary lib = flat_library(g, 4, 1.0, 1.0);
+  StepReport fits = run(g, c, lib, by_device({1, 1, 0}, 1), 4);
+  CHECK(fits.ok);
+  StepReport over = run(g, c, lib, by_device({0, 0, 1}, 1), 4);
+  CHECK_FALSE(over.ok);
+  CHECK(over.failure_kind == "out_of_memory");
+  CHECK(over.message.find("d1") != std::string::npos);
+}
+
+TEST_CASE("device speed stretches compute by 1/speed") {
+  LayerGraph g = chain(1);
+  Cluster c = devices(1);
+  c.devices[0].speed = 0.5;
+  LayerLibrary lib = flat_library(g, 4, 1.0, 3.0);
+  StepReport r = run(g, c, lib, by_device({0}, 1), 4);
+  REQUIRE(r.ok);
+  CHECK(r.step_ms == doctest::Approx(8.0));
+}
+
+TEST_CASE("a cost model for a library of another model is an error naming both sizes") {
+  LayerGraph g = chain(3);
+  LayerLibrary lib = flat_library(chain(2), 4, 1.0, 1.0);
+  auto cost = CostModel::build(g, devices(2), lib);
+  REQUIRE_FALSE(cost.is_ok());
+  CHECK(cost.error_message().find("2 rows") != std::string::npos);
+  CHECK(cost.error_message().find("3 layers") != std::string::npos);
+}
+
+TEST_CASE("calibration recovers known device factors and overheads from measured steps") {
+  LayerGraph g = chain(6);
+  Cluster c = devices(3);
+  c.default_link.bandwidth_mbps = 1.0;
+  c.default_link.latency_ms = 0.1;
+  LayerLibrary lib = flat_library(g, 4, 1.0, 2.0);
+  auto base = CostModel::build(g, c, lib);
+  REQUIRE(base.is_ok());
+  Calibration truth;
+  truth.device_factor = {1.5, 0.8, 1.2};
+  truth.task_overhead_ms = 0.3;
+  truth.message_overhead_ms = 0.2;
+  truth.step_overhead_ms = 1.0;
+  CostModel real = base->with_calibration(truth);
+  std::mt19937 rng(7);
+  std::vector<CalibrationSample> samples;
+  Simulator sim(g, c, real, 8);
+  for (int i = 0; i < 30; ++i) {
+    std::vector<int> dev(6);
+    for (int& d : dev) d = static_cast<int>(rng() % 3);
+    Placement p;
+    p.layer_group = dev;
+    p.group_device = {0, 1, 2};
+    p.micro_batches = 1 << (rng() % 4);
+    StepReport measured = sim.evaluate(p, {false});
+    REQUIRE(measured.ok);
+    samples.push_back({p, measured});
+  }
+  auto fit = calibrate(g, c, *base, 8, samples);
+  REQUIRE(fit.is_ok());
+  CHECK(fit->before.median_abs_rel_error > 0.1);
+  CHECK(fit->after.median_abs_rel_error < 0.01);
+  CHECK(fit->after.spearman > 0.99);
+  CHECK(fit->calibration.factor(0) == doctest::Approx(1.5).epsilon(0.05));
+}
+
+TEST_CASE("spearman is 1 for the same order, -1 for the reverse, and handles ties") {
+  CHECK(spearman({1, 2, 3, 4}, {10, 20, 30, 40}) == doctest::Approx(1.0));
+  CHECK(spearman({1, 2, 3, 4}, {4, 3, 2, 1}) == doctest::Approx(-1.0));
+  CHECK(spearman({1, 1, 2}, {5, 5, 6}) == doctest::Approx(1.0));
+  AccuracyStats s = accuracy({11, 9, 20}, {10, 10, 20});
+  CHECK(s.median_abs_rel_error == doctest::Approx(0.1));
+}
