@@ -1,0 +1,165 @@
+#include "profiler/profiler.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "profiler/torch_model.h"
+
+namespace tapp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void zero_grads(GraphModel& model) {
+  for (auto& p : model.parameters())
+    if (p.grad().defined()) p.mutable_grad().zero_();
+}
+
+// Forward and backward medians of one layer on fixed inputs.
+std::pair<double, double> time_layer(GraphModel& model, int i, const std::vector<torch::Tensor>& inputs,
+                                     bool inputs_need_grad, const ProfileOptions& o) {
+  std::vector<torch::Tensor> ins;
+  for (const auto& t : inputs) ins.push_back(t.detach().clone().requires_grad_(inputs_need_grad));
+  std::vector<double> fwd, bwd;
+  torch::Tensor grad;
+  for (int r = 0; r < o.warmup_runs + o.runs; ++r) {
+    for (auto& t : ins)
+      if (t.grad().defined()) t.mutable_grad() = torch::Tensor();
+    auto t0 = Clock::now();
+    torch::Tensor out = model.forward_layer(i, ins);
+    double f = ms_since(t0);
+    double b = 0;
+    if (out.requires_grad()) {
+      if (!grad.defined()) grad = torch::randn_like(out);
+      auto t1 = Clock::now();
+      out.backward(grad);
+      b = ms_since(t1);
+    }
+    if (r >= o.warmup_runs) {
+      fwd.push_back(f);
+      bwd.push_back(b);
+    }
+  }
+  return {median(fwd), median(bwd)};
+}
+
+double time_whole_step(GraphModel& model, const torch::Tensor& x, const torch::Tensor& y,
+                       const ProfileOptions& o) {
+  std::vector<double> steps;
+  for (int r = 0; r < o.warmup_runs + o.runs; ++r) {
+    zero_grads(model);
+    auto t0 = Clock::now();
+    torch::Tensor loss = torch::nn::functional::cross_entropy(model.forward(x), y);
+    loss.backward();
+    double ms = ms_since(t0);
+    if (r >= o.warmup_runs) steps.push_back(ms);
+  }
+  return median(steps);
+}
+
+Status check_options(const ProfileOptions& o) {
+  if (o.device != "cpu") {
+    if (o.device.rfind("cuda", 0) == 0)
+      return Status::error("device '" + o.device + "': this LibTorch has no CUDA; use cpu");
+    return Status::error("device '" + o.device + "': expected cpu or cuda:N");
+  }
+  if (o.threads <= 0) return Status::error("threads must be positive");
+  if (o.batch_size <= 0) return Status::error("batch size must be positive");
+  if (o.runs <= 0 || o.warmup_runs < 0) return Status::error("runs must be positive");
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<LayerLibrary> profile_model(const LayerGraph& graph, const ProfileOptions& o) {
+  if (Status s = check_options(o); !s) return s;
+  LayerLibrary lib = library_skeleton(graph);
+  lib.device_kind = o.device;
+  lib.threads = o.threads;
+  lib.batch_size = o.batch_size;
+  lib.measured = true;
+  try {
+    at::set_num_threads(o.threads);
+    auto built = GraphModel::build(graph, o.seed);
+    if (!built) return built.status();
+    GraphModel& model = **built;
+    model.set_training(true);
+    auto [x, y] = synthetic_batch(graph, o.batch_size, o.seed);
+
+    // Every layer's output once, to feed the layers one at a time.
+    std::vector<torch::Tensor> outs(graph.layers.size());
+    {
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < graph.layers.size(); ++i) {
+        std::vector<torch::Tensor> ins;
+        if (graph.layers[i].inputs.empty()) ins.push_back(x);
+        for (int p : graph.layers[i].inputs) ins.push_back(outs[p]);
+        outs[i] = model.forward_layer(static_cast<int>(i), ins);
+      }
+    }
+    const int n = static_cast<int>(graph.layers.size());
+    for (int i = 0; i < n; ++i) {
+      const Layer& l = graph.layers[i];
+      if (o.progress) o.progress("layer " + std::to_string(i + 1) + "/" + std::to_string(n) + " " + l.name);
+      std::vector<torch::Tensor> ins;
+      if (l.inputs.empty()) ins.push_back(x);
+      for (int p : l.inputs) ins.push_back(outs[p]);
+      // The model input needs no gradient in training; every other input does.
+      auto [f, b] = time_layer(model, i, ins, !l.inputs.empty(), o);
+      lib.rows[i].forward_ms = f;
+      lib.rows[i].backward_ms = b;
+    }
+    outs.clear();
+    if (o.progress) o.progress("whole training step");
+    lib.whole_step_ms = time_whole_step(model, x, y, o);
+  } catch (const c10::Error& e) {
+    return Status::error(std::string("LibTorch error while profiling: ") + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return Status::error(std::string("error while profiling: ") + e.what());
+  }
+  double sum = lib.total_forward_ms() + lib.total_backward_ms();
+  lib.sum_to_step_ratio = lib.whole_step_ms > 0 ? sum / lib.whole_step_ms : 0;
+  return lib;
+}
+
+Result<LayerLibrary> profile_cached(const LayerGraph& graph, const ProfileOptions& o, ProfileCache* cache,
+                                    bool* cache_hit) {
+  if (cache_hit) *cache_hit = false;
+  const std::string key = profile_cache_key(graph, o.device, o.threads, o.batch_size);
+  if (cache) {
+    if (auto text = cache->get(key)) {
+      try {
+        auto lib = library_from_json(nlohmann::json::parse(*text));
+        if (lib && lib->rows.size() == graph.layers.size()) {
+          if (cache_hit) *cache_hit = true;
+          return lib;
+        }
+      } catch (const std::exception&) {
+        // A corrupt entry is re-measured and overwritten.
+      }
+    }
+  }
+  auto lib = profile_model(graph, o);
+  if (!lib) return lib;
+  if (cache) {
+    if (Status s = cache->put(key, library_to_json(*lib).dump(1)); !s && o.progress)
+      o.progress("warning: " + s.message());
+  }
+  return lib;
+}
+
+}  // namespace tapp
