@@ -1,0 +1,79 @@
+// runtime/runtime.h — execute a placement (or a baseline) on real workers and measure it.
+//
+// Owns the coordinator API. Data flow:
+//   (LayerGraph, Cluster, Placement, RunOptions) -> check_memory + build_task_graph
+//   -> c10d::TCPStore hosted here (free port) holding the job JSON
+//   -> one tapp-worker process per device used (local: fork/exec'd here with
+//      PR_SET_PDEATHSIG; remote: `tapp-worker --listen HOST:PORT` told its rank
+//      and the store address over a one-line control message)
+//   -> workers train (tensors over c10d::ProcessGroupGloo, never through here)
+//   -> per-worker reports in the store -> StepReport (median of the timed steps).
+// Failures (bad input, memory, a worker that dies or hangs, an unreachable
+// remote worker) come back as StepReport::failure, never as exceptions; every
+// local worker is killed and reaped before a call returns.
+// Emulation: device speed < 1 sleeps (1/speed - 1) x compute time after each
+// compute task; links pace each send by latency + bytes*8/bandwidth on a
+// sender thread. Both are reported as emulated in the StepReport warnings.
+// Thread safety: calls are independent; run one at a time per process when
+// local workers are used (children are reaped with waitpid on their pids).
+// No LibTorch in this header.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "placer/placement.h"
+#include "runtime/step_report.h"
+
+namespace tapp {
+
+struct LayerGraph;
+struct Cluster;
+
+struct RunOptions {
+  int warmup_steps = 1;
+  int steps = 3;              // timed steps; the report's step_ms is their median
+  int64_t batch_size = 32;
+  uint64_t seed = 1;          // weights from (seed, layer); data of step k from seed + k
+  double learning_rate = 0.01;
+  double momentum = 0.9;      // SGD with momentum, stepped once per batch
+  double timeout_s = 60;      // no worker progress for this long -> "timeout" failure
+  std::string worker_binary;  // empty: tapp-worker next to the running binary (/proc/self/exe)
+  bool collect_parameters = false;  // RunResult::layer_parameters after the last step
+  // Fault injection (tests): worker `fault_rank` exits (fault_mode "exit") or
+  // hangs ("hang") at the start of step `fault_step`.
+  int fault_rank = -1;
+  int fault_step = -1;
+  std::string fault_mode = "exit";
+  int physical_cores = 0;  // 0: detect (sysconf); for the emulation warning
+};
+
+struct RunResult {
+  StepReport report;
+  // Per layer, its parameters flattened and concatenated in LayerGraph order
+  // (empty for layers without parameters). Filled when collect_parameters.
+  std::vector<std::vector<float>> layer_parameters;
+  std::vector<int> local_worker_pids;  // every local worker started (all reaped on return)
+};
+
+// Pipelined training of `placement` (task graph schedule gpipe or 1f1b).
+RunResult run_placement(const LayerGraph& graph, const Cluster& cluster, const Placement& placement,
+                        const RunOptions& options);
+StepReport measure_placement(const LayerGraph& graph, const Cluster& cluster, const Placement& placement,
+                             const RunOptions& options);
+
+// Baselines on the same runtime:
+//   "single"  every layer on the cluster's first device, one worker;
+//   "bsp"     data parallel: each device a full replica on its share of the
+//             batch, gradients summed with Gloo allreduce before every step;
+//   "hogwild" asynchronous data parallel on local devices: one process per
+//             device, parameters in one shared-memory segment updated
+//             lock-free by plain SGD, no gradient exchange.
+RunResult run_strategy(const LayerGraph& graph, const Cluster& cluster, const std::string& strategy,
+                       const RunOptions& options);
+
+// The directory of the running binary (from /proc/self/exe), "" if unknown.
+std::string self_exe_dir();
+
+}  // namespace tapp

@@ -1,0 +1,725 @@
+#include "runtime/worker.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "profiler/torch_model.h"
+#include "runtime/job.h"
+#include "runtime/task_graph.h"
+
+namespace tapp {
+namespace {
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+void sleep_s(double s) {
+  if (s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(s));
+}
+
+std::vector<uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()}; }
+
+struct Entry {
+  std::string task;
+  double start_ms = 0, end_ms = 0;
+};
+
+// Posts sends on its own thread: sleeps the emulated link time, then sends
+// with Gloo and waits for completion, so the compute thread never blocks on a send.
+class Sender {
+ public:
+  explicit Sender(c10::intrusive_ptr<c10d::ProcessGroupGloo> pg) : pg_(std::move(pg)) {
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~Sender() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void start_step(Clock::time_point t0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    t0_ = t0;
+    entries_.clear();
+  }
+  void post(std::vector<std::pair<torch::Tensor, int>> tensors, int dst, double delay_s, std::string label) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(Item{std::move(tensors), dst, delay_s, std::move(label)});
+      ++pending_;
+    }
+    cv_.notify_all();
+  }
+  // Blocks until every posted send completed; rethrows a send's error.
+  void drain() {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [this] { return pending_ == 0; });
+    if (!error_.empty()) throw std::runtime_error(error_);
+  }
+  std::vector<Entry> entries() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return entries_;
+  }
+
+ private:
+  struct Item {
+    std::vector<std::pair<torch::Tensor, int>> tensors;
+    int dst;
+    double delay_s;
+    std::string label;
+  };
+  void loop() {
+    for (;;) {
+      Item item;
+      Clock::time_point t0;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        item = std::move(queue_.front());
+        queue_.pop_front();
+        t0 = t0_;
+      }
+      auto start = Clock::now();
+      std::string err;
+      try {
+        sleep_s(item.delay_s);
+        std::vector<c10::intrusive_ptr<c10d::Work>> works;
+        for (auto& [t, tag] : item.tensors) {
+          std::vector<at::Tensor> v{t};
+          works.push_back(pg_->send(v, item.dst, tag));
+        }
+        for (auto& w : works) w->wait();
+      } catch (const std::exception& e) {
+        err = std::string("send failed: ") + e.what();
+      }
+      auto end = Clock::now();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        entries_.push_back(Entry{item.label, ms_between(t0, start), ms_between(t0, end)});
+        if (!err.empty()) error_ = err;
+        --pending_;
+      }
+      done_cv_.notify_all();
+    }
+  }
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  std::deque<Item> queue_;
+  int pending_ = 0;
+  bool stop_ = false;
+  std::string error_;
+  Clock::time_point t0_ = Clock::now();
+  std::vector<Entry> entries_;
+  std::thread thread_;
+};
+
+struct StepStats {
+  double step_ms = 0, busy_ms = 0, comm_ms = 0;
+  std::vector<Entry> timeline;
+};
+
+int64_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;
+}
+
+void maybe_fault(const Job& job, int rank, int step) {
+  if (job.options.fault_rank != rank || job.options.fault_step != step) return;
+  std::cerr << "tapp-worker rank " << rank << ": injected fault (" << job.options.fault_mode << ") at step "
+            << step << "\n";
+  if (job.options.fault_mode == "hang")
+    for (;;) pause();
+  _exit(3);
+}
+
+// Shared state of one worker job.
+struct Ctx {
+  Job job;
+  int rank = 0, world = 1;
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+  std::shared_ptr<GraphModel> model;
+  std::unique_ptr<torch::optim::SGD> optimizer;
+  const Device& device() const { return job.cluster.devices[rank]; }
+  void progress() { store->add("progress/" + std::to_string(rank), 1); }
+  // Sleeps so that compute of `compute_ms` looks like a device of speed s.
+  double emulate_speed(double compute_ms) const {
+    double s = device().speed;
+    if (s >= 1.0) return 0;
+    double extra_ms = (1.0 / s - 1.0) * compute_ms;
+    sleep_s(extra_ms / 1e3);
+    return extra_ms;
+  }
+};
+
+torch::Tensor loss_of(const torch::Tensor& logits, const torch::Tensor& labels, int64_t full_batch) {
+  // Summed over the micro-batch and divided by the full batch: the accumulated
+  // gradient equals that of the full-batch mean loss.
+  return torch::nn::functional::cross_entropy(
+             logits, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)) /
+         static_cast<double>(full_batch);
+}
+
+// ---------------------------------------------------------------- pipeline
+
+class PipelineWorker {
+ public:
+  PipelineWorker(Ctx& ctx, TaskGraph tg) : c_(ctx), g_(ctx.job.graph), tg_(std::move(tg)) {
+    L_ = static_cast<int>(g_.layers.size());
+    M_ = tg_.micro_batches();
+    seg_of_layer_.assign(L_, -1);
+    for (size_t s = 0; s < tg_.segments.size(); ++s)
+      for (int l : tg_.segments[s].layers) seg_of_layer_[l] = static_cast<int>(s);
+    for (size_t t = 0; t < tg_.tasks.size(); ++t) {
+      const Task& k = tg_.tasks[t];
+      if (k.kind == TaskKind::transfer_activation) act_task_[{k.segment, k.peer_segment, k.micro_batch}] = t;
+      if (k.kind == TaskKind::transfer_gradient) grad_task_[{k.segment, k.peer_segment, k.micro_batch}] = t;
+    }
+  }
+
+  StepStats step(int step_index, Clock::time_point t0, Sender& sender) {
+    StepStats st;
+    parity_ = step_index & 1;
+    auto [x, y] = synthetic_batch(g_, c_.job.options.batch_size, c_.job.options.seed + step_index);
+    xs_.clear();
+    ys_.clear();
+    int64_t off = 0;
+    for (int m = 0; m < M_; ++m) {
+      xs_.push_back(x.narrow(0, off, tg_.micro_batch_sizes[m]));
+      ys_.push_back(y.narrow(0, off, tg_.micro_batch_sizes[m]));
+      off += tg_.micro_batch_sizes[m];
+    }
+    outs_.assign(M_, std::vector<torch::Tensor>(L_));
+    leaves_.clear();
+    loss_.assign(M_, torch::Tensor());
+    post_receives();
+    for (int tid : tg_.device_order[c_.rank]) {
+      const Task& task = tg_.tasks[tid];
+      auto w0 = Clock::now();
+      wait_inputs(task);
+      auto c0 = Clock::now();
+      st.comm_ms += ms_between(w0, c0);
+      if (task.kind == TaskKind::forward)
+        forward(task.segment, task.micro_batch, sender);
+      else
+        backward(task.segment, task.micro_batch, sender);
+      double compute_ms = ms_between(c0, Clock::now());
+      compute_ms += c_.emulate_speed(compute_ms);
+      st.busy_ms += compute_ms;
+      std::string name = std::string(task.kind == TaskKind::forward ? "F" : "B") + " s" +
+                         std::to_string(task.segment) + " m" + std::to_string(task.micro_batch);
+      st.timeline.push_back(Entry{name, ms_between(t0, c0), ms_between(t0, c0) + compute_ms});
+    }
+    auto d0 = Clock::now();
+    sender.drain();
+    st.comm_ms += ms_between(d0, Clock::now());
+    auto o0 = Clock::now();
+    c_.optimizer->step();
+    c_.optimizer->zero_grad();
+    double opt_ms = ms_between(o0, Clock::now());
+    st.busy_ms += opt_ms;
+    st.timeline.push_back(Entry{"optimizer", ms_between(t0, o0), ms_between(t0, o0) + opt_ms});
+    recv_.clear();
+    outs_.clear();
+    leaves_.clear();
+    return st;
+  }
+
+ private:
+  struct Recv {
+    torch::Tensor buf;
+    c10::intrusive_ptr<c10d::Work> work;
+    bool waited = false;
+  };
+  int tag(int task, int layer) const { return (task * L_ + layer) * 2 + parity_; }
+
+  void post_receives() {
+    for (size_t t = 0; t < tg_.tasks.size(); ++t) {
+      const Task& k = tg_.tasks[t];
+      if (k.to_device != c_.rank) continue;
+      if (k.kind != TaskKind::transfer_activation && k.kind != TaskKind::transfer_gradient) continue;
+      for (int l : boundary_layers(g_, tg_, k.segment, k.peer_segment)) {
+        std::vector<int64_t> shape{tg_.micro_batch_sizes[k.micro_batch]};
+        shape.insert(shape.end(), g_.layers[l].output_shape.begin(), g_.layers[l].output_shape.end());
+        Recv r;
+        r.buf = torch::empty(shape);
+        std::vector<at::Tensor> v{r.buf};
+        r.work = c_.pg->recv(v, k.device, tag(static_cast<int>(t), l));
+        recv_[{static_cast<int>(t), l}] = std::move(r);
+      }
+    }
+  }
+
+  torch::Tensor& received(int task, int layer) {
+    Recv& r = recv_.at({task, layer});
+    if (!r.waited) {
+      r.work->wait();
+      r.waited = true;
+    }
+    return r.buf;
+  }
+
+  // Waits for every remote input of a compute task before its compute starts.
+  void wait_inputs(const Task& task) {
+    const Segment& seg = tg_.segments[task.segment];
+    int m = task.micro_batch;
+    if (task.kind == TaskKind::forward) {
+      for (int p : seg.preds)
+        if (tg_.segments[p].device != c_.rank)
+          for (int l : boundary_layers(g_, tg_, p, task.segment)) received(act_task_.at({p, task.segment, m}), l);
+    } else {
+      for (int t : seg.succs)
+        if (tg_.segments[t].device != c_.rank)
+          for (int l : boundary_layers(g_, tg_, task.segment, t)) received(grad_task_.at({task.segment, t, m}), l);
+    }
+  }
+
+  // The input of segment s for micro-batch m read from layer p of another segment:
+  // a leaf that collects the gradient for p's segment.
+  torch::Tensor leaf(int s, int m, int p) {
+    auto key = std::make_tuple(s, m, p);
+    auto it = leaves_.find(key);
+    if (it != leaves_.end()) return it->second;
+    int ps = seg_of_layer_[p];
+    torch::Tensor src = tg_.segments[ps].device == c_.rank ? outs_[m][p].detach()
+                                                           : received(act_task_.at({ps, s, m}), p);
+    torch::Tensor l = src.requires_grad_(true);
+    leaves_[key] = l;
+    return l;
+  }
+
+  void forward(int s, int m, Sender& sender) {
+    const Segment& seg = tg_.segments[s];
+    for (int l : seg.layers) {
+      std::vector<torch::Tensor> ins;
+      const Layer& layer = g_.layers[l];
+      if (layer.inputs.empty()) ins.push_back(xs_[m]);
+      for (int p : layer.inputs) ins.push_back(seg_of_layer_[p] == s ? outs_[m][p] : leaf(s, m, p));
+      outs_[m][l] = c_.model->forward_layer(l, ins);
+    }
+    if (seg.computes_loss) loss_[m] = loss_of(outs_[m][L_ - 1], ys_[m], c_.job.options.batch_size);
+    for (int t : seg.succs) {
+      int dst = tg_.segments[t].device;
+      if (dst == c_.rank) continue;
+      int tid = act_task_.at({s, t, m});
+      std::vector<std::pair<torch::Tensor, int>> tensors;
+      for (int l : boundary_layers(g_, tg_, s, t)) tensors.push_back({outs_[m][l].detach(), tag(tid, l)});
+      double delay = c_.job.cluster.link(c_.rank, dst).transfer_s(tg_.tasks[tid].bytes);
+      sender.post(std::move(tensors), dst, delay,
+                  "X s" + std::to_string(s) + "->s" + std::to_string(t) + " m" + std::to_string(m));
+    }
+  }
+
+  void backward(int s, int m, Sender& sender) {
+    const Segment& seg = tg_.segments[s];
+    std::vector<torch::Tensor> roots, grads;
+    if (seg.computes_loss && loss_[m].defined() && loss_[m].requires_grad()) {
+      roots.push_back(loss_[m]);
+      grads.push_back(torch::ones_like(loss_[m]));
+    }
+    // Gradient of each of this segment's outputs read elsewhere: summed over its consumers.
+    std::map<int, torch::Tensor> out_grad;
+    auto accumulate = [&](int l, const torch::Tensor& g) {
+      if (!g.defined()) return;
+      auto it = out_grad.find(l);
+      if (it == out_grad.end())
+        out_grad[l] = g;
+      else
+        it->second = it->second + g;
+    };
+    for (int t : seg.succs)
+      for (int l : boundary_layers(g_, tg_, s, t)) {
+        if (tg_.segments[t].device == c_.rank) {
+          auto it = leaves_.find(std::make_tuple(t, m, l));
+          if (it != leaves_.end()) accumulate(l, it->second.grad());
+        } else {
+          accumulate(l, received(grad_task_.at({s, t, m}), l));
+        }
+      }
+    for (auto& [l, g] : out_grad)
+      if (outs_[m][l].requires_grad()) {
+        roots.push_back(outs_[m][l]);
+        grads.push_back(g);
+      }
+    if (!roots.empty()) torch::autograd::backward(roots, grads);
+    for (int p : seg.preds) {
+      int dst = tg_.segments[p].device;
+      if (dst == c_.rank) continue;
+      int tid = grad_task_.at({p, s, m});
+      std::vector<std::pair<torch::Tensor, int>> tensors;
+      for (int l : boundary_layers(g_, tg_, p, s)) {
+        torch::Tensor lf = leaves_.at(std::make_tuple(s, m, l));
+        torch::Tensor g = lf.grad().defined() ? lf.grad() : torch::zeros_like(lf);
+        tensors.push_back({g, tag(tid, l)});
+      }
+      double delay = c_.job.cluster.link(c_.rank, dst).transfer_s(tg_.tasks[tid].bytes);
+      sender.post(std::move(tensors), dst, delay,
+                  "G s" + std::to_string(s) + "->s" + std::to_string(p) + " m" + std::to_string(m));
+    }
+    // This segment's activations are no longer needed.
+    for (int l : seg.layers) outs_[m][l] = outs_[m][l].detach();
+    loss_[m] = torch::Tensor();
+  }
+
+  Ctx& c_;
+  const LayerGraph& g_;
+  TaskGraph tg_;
+  int L_ = 0, M_ = 0, parity_ = 0;
+  std::vector<int> seg_of_layer_;
+  std::map<std::tuple<int, int, int>, int> act_task_, grad_task_;  // (producer, consumer, m) -> task
+  std::map<std::pair<int, int>, Recv> recv_;                       // (task, layer)
+  std::map<std::tuple<int, int, int>, torch::Tensor> leaves_;      // (consumer segment, m, layer)
+  std::vector<torch::Tensor> xs_, ys_, loss_;
+  std::vector<std::vector<torch::Tensor>> outs_;
+};
+
+// ---------------------------------------------------------------- data parallel
+
+std::pair<int64_t, int64_t> share_of(int64_t batch, int rank, int world) {
+  int64_t base = batch / world, extra = batch % world;
+  int64_t size = base + (rank < extra ? 1 : 0);
+  int64_t off = rank * base + std::min<int64_t>(rank, extra);
+  return {off, size};
+}
+
+StepStats data_parallel_step(Ctx& c, int step_index, Clock::time_point t0, bool allreduce) {
+  StepStats st;
+  const RunOptions& o = c.job.options;
+  auto [x, y] = synthetic_batch(c.job.graph, o.batch_size, o.seed + step_index);
+  auto [off, size] = share_of(o.batch_size, c.rank, c.world);
+  auto c0 = Clock::now();
+  torch::Tensor out = c.model->forward(x.narrow(0, off, size));
+  // BSP: sum / full batch, so the all-reduced gradient is the full-batch mean.
+  // HOGWILD: each worker is an independent SGD on its own share (mean over it).
+  torch::Tensor loss = loss_of(out, y.narrow(0, off, size), allreduce ? o.batch_size : size);
+  loss.backward();
+  double compute_ms = ms_between(c0, Clock::now());
+  compute_ms += c.emulate_speed(compute_ms);
+  st.busy_ms += compute_ms;
+  st.timeline.push_back(Entry{"F+B r" + std::to_string(c.rank), ms_between(t0, c0), ms_between(t0, c0) + compute_ms});
+  if (allreduce && c.world > 1) {
+    auto a0 = Clock::now();
+    std::vector<torch::Tensor> grads;
+    for (auto& p : c.model->parameters()) grads.push_back(p.grad().reshape({-1}));
+    std::vector<at::Tensor> flat{torch::cat(grads)};
+    // Ring all-reduce over the emulated link to the next rank.
+    const Link& link = c.job.cluster.link(c.rank, (c.rank + 1) % c.world);
+    int64_t bytes = flat[0].numel() * 4;
+    double ring = 2.0 * (c.world - 1) / c.world;
+    sleep_s(2.0 * (c.world - 1) * link.latency_ms / 1e3 + ring * bytes * 8.0 / (link.bandwidth_mbps * 1e6));
+    c.pg->allreduce(flat)->wait();
+    int64_t pos = 0;
+    for (auto& p : c.model->parameters()) {
+      int64_t n = p.numel();
+      p.grad().copy_(flat[0].narrow(0, pos, n).view_as(p));
+      pos += n;
+    }
+    double comm_ms = ms_between(a0, Clock::now());
+    st.comm_ms += comm_ms;
+    st.timeline.push_back(Entry{"allreduce", ms_between(t0, a0), ms_between(t0, a0) + comm_ms});
+  }
+  auto o0 = Clock::now();
+  c.optimizer->step();
+  c.optimizer->zero_grad();
+  double opt_ms = ms_between(o0, Clock::now());
+  st.busy_ms += opt_ms;
+  st.timeline.push_back(Entry{"optimizer", ms_between(t0, o0), ms_between(t0, o0) + opt_ms});
+  return st;
+}
+
+// HOGWILD: every parameter of the local replica is re-pointed into one
+// POSIX shared-memory segment that all workers map; rank 0 initialises it.
+struct SharedParams {
+  void* base = nullptr;
+  size_t bytes = 0;
+  ~SharedParams() {
+    if (base) munmap(base, bytes);
+  }
+};
+
+Status share_parameters(Ctx& c, SharedParams& shm) {
+  int64_t total = 0;
+  for (auto& p : c.model->parameters()) total += p.numel();
+  shm.bytes = static_cast<size_t>(std::max<int64_t>(total, 1)) * sizeof(float);
+  int fd = shm_open(c.job.shm_name.c_str(), O_RDWR, 0600);
+  if (fd < 0) return Status::error("shm_open " + c.job.shm_name + ": " + strerror(errno));
+  void* base = mmap(nullptr, shm.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) return Status::error(std::string("mmap: ") + strerror(errno));
+  shm.base = base;
+  float* f = static_cast<float*>(base);
+  torch::NoGradGuard no_grad;
+  if (c.rank == 0) {
+    int64_t pos = 0;
+    for (auto& p : c.model->parameters()) {
+      std::memcpy(f + pos, p.contiguous().data_ptr<float>(), p.numel() * sizeof(float));
+      pos += p.numel();
+    }
+  }
+  c.pg->barrier()->wait();
+  int64_t pos = 0;
+  for (auto& p : c.model->parameters()) {
+    p.set_data(torch::from_blob(f + pos, p.sizes(), torch::kFloat));
+    pos += p.numel();
+  }
+  return Status::ok();
+}
+
+json entries_json(const std::vector<Entry>& es) {
+  json a = json::array();
+  for (const Entry& e : es) a.push_back({e.task, e.start_ms, e.end_ms});
+  return a;
+}
+
+void publish_parameters(Ctx& c, bool all_layers) {
+  const LayerGraph& g = c.job.graph;
+  for (size_t l = 0; l < g.layers.size(); ++l) {
+    if (!c.model->has_layer(static_cast<int>(l))) continue;
+    if (!all_layers && c.job.placement.device_of_layer(static_cast<int>(l)) != c.rank) continue;
+    std::vector<float> flat;
+    for (auto& p : c.model->layer_parameters(static_cast<int>(l))) {
+      torch::Tensor t = p.detach().contiguous().to(torch::kFloat);
+      flat.insert(flat.end(), t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
+    }
+    std::vector<uint8_t> bytes(flat.size() * sizeof(float));
+    if (!flat.empty()) std::memcpy(bytes.data(), flat.data(), bytes.size());
+    c.store->set("params/" + std::to_string(l), bytes);
+  }
+}
+
+int run_job(Ctx& c) {
+  const RunOptions& o = c.job.options;
+  const std::string& mode = c.job.mode;
+  at::set_num_threads(c.device().threads);
+  std::vector<bool> keep;
+  std::unique_ptr<PipelineWorker> pipeline;
+  if (mode == "pipeline") {
+    auto tg = build_task_graph(c.job.graph, c.job.placement, c.job.cluster, o.batch_size);
+    if (!tg) throw std::runtime_error("task graph: " + tg.error_message());
+    keep.assign(c.job.graph.layers.size(), false);
+    for (size_t l = 0; l < keep.size(); ++l) keep[l] = c.job.placement.device_of_layer(static_cast<int>(l)) == c.rank;
+    auto m = GraphModel::build(c.job.graph, o.seed, keep);
+    if (!m) throw std::runtime_error(m.error_message());
+    c.model = *m;
+    pipeline = std::make_unique<PipelineWorker>(c, std::move(*tg));
+  } else {
+    auto m = GraphModel::build(c.job.graph, o.seed);
+    if (!m) throw std::runtime_error(m.error_message());
+    c.model = *m;
+  }
+  c.model->set_training(true);
+  SharedParams shm;
+  if (mode == "hogwild")
+    if (Status s = share_parameters(c, shm); !s) throw std::runtime_error(s.message());
+  std::vector<torch::Tensor> params = c.model->parameters();
+  if (params.empty()) params.push_back(torch::zeros({1}, torch::requires_grad()));  // SGD needs one
+  c.optimizer = std::make_unique<torch::optim::SGD>(
+      params, torch::optim::SGDOptions(o.learning_rate).momentum(o.momentum));
+  Sender sender(c.pg);
+  json steps = json::array();
+  for (int k = 0; k < o.warmup_steps + o.steps; ++k) {
+    maybe_fault(c.job, c.rank, k);
+    if (mode != "hogwild") c.pg->barrier()->wait();  // aligns the step's clocks
+    auto t0 = Clock::now();
+    sender.start_step(t0);
+    StepStats st = pipeline ? pipeline->step(k, t0, sender) : data_parallel_step(c, k, t0, mode == "bsp");
+    st.step_ms = ms_between(t0, Clock::now());
+    for (const Entry& e : sender.entries()) st.timeline.push_back(e);
+    if (k >= o.warmup_steps)
+      steps.push_back({{"step_ms", st.step_ms}, {"busy_ms", st.busy_ms}, {"comm_ms", st.comm_ms},
+                       {"timeline", entries_json(st.timeline)}});
+    c.progress();
+  }
+  c.pg->barrier()->wait();  // hogwild: every worker finished its updates
+  if (o.collect_parameters && (mode == "pipeline" || c.rank == 0)) publish_parameters(c, mode != "pipeline");
+  json report = {{"rank", c.rank}, {"steps", steps}, {"peak_rss_bytes", peak_rss_bytes()}};
+  c.store->set("report/" + std::to_string(c.rank), to_bytes(report.dump()));
+  c.store->set("done/" + std::to_string(c.rank), to_bytes("1"));
+  return 0;
+}
+
+}  // namespace
+
+int run_worker(const WorkerArgs& args) {
+  Ctx c;
+  c.rank = args.rank;
+  c.world = args.world;
+  try {
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<uint16_t>(args.store_port);
+    so.isServer = false;
+    so.timeout = std::chrono::milliseconds(60000);
+    auto store = c10::make_intrusive<c10d::TCPStore>(args.store_host, so);
+    auto bytes = store->get("job");
+    auto job = job_from_json(json::parse(std::string(bytes.begin(), bytes.end())));
+    if (!job) throw std::runtime_error(job.error_message());
+    c.job = std::move(*job);
+    auto timeout = std::chrono::milliseconds(static_cast<int64_t>(c.job.options.timeout_s * 1000));
+    store->setTimeout(timeout);
+    c.store = store;
+    auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(c.job.gloo_hosts.at(c.rank)));
+    opts->threads = 2;
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("pg", store);
+    c.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, c.rank, c.world, opts);
+    int rc = run_job(c);
+    std::cout.flush();
+    std::cerr.flush();
+    _exit(rc);  // skip Gloo teardown: peers may already be gone
+  } catch (const std::exception& e) {
+    std::cerr << "tapp-worker rank " << args.rank << ": " << e.what() << "\n";
+    std::cerr.flush();
+    _exit(1);
+  }
+}
+
+// ---------------------------------------------------------------- listener
+
+namespace {
+
+bool read_line(int fd, std::string& line) {
+  line.clear();
+  char ch;
+  while (true) {
+    ssize_t n = read(fd, &ch, 1);
+    if (n <= 0) return false;
+    if (ch == '\n') return true;
+    line.push_back(ch);
+    if (line.size() > 1024) return false;
+  }
+}
+
+void write_all(int fd, const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    ssize_t n = send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) return;
+    off += static_cast<size_t>(n);
+  }
+}
+
+std::string peer_host(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "127.0.0.1";
+  char host[NI_MAXHOST];
+  if (getnameinfo(reinterpret_cast<sockaddr*>(&ss), len, host, sizeof(host), nullptr, 0, NI_NUMERICHOST) != 0)
+    return "127.0.0.1";
+  return host;
+}
+
+// Runs one job in a child; kills it if the coordinator's connection drops.
+void serve_job(int fd, int listen_fd, const WorkerArgs& args) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    close(listen_fd);
+    close(fd);
+    _exit(run_worker(args));
+  }
+  if (pid < 0) {
+    write_all(fd, "exit 1\n");
+    return;
+  }
+  int status = 0;
+  for (;;) {
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) break;
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 100) > 0) {
+      char buf[64];
+      ssize_t n = recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) {  // coordinator gone: end the job
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        std::cerr << "tapp-worker: coordinator disconnected; job of rank " << args.rank << " killed\n";
+        return;
+      }
+    }
+  }
+  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  write_all(fd, "exit " + std::to_string(code) + "\n");
+}
+
+}  // namespace
+
+int serve_worker(const std::string& host, int port, int max_jobs) {
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || !res) {
+    std::cerr << "tapp-worker: cannot resolve " << host << "\n";
+    return 2;
+  }
+  int lfd = socket(res->ai_family, SOCK_STREAM, 0);
+  int one = 1;
+  setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (lfd < 0 || bind(lfd, res->ai_addr, res->ai_addrlen) != 0 || listen(lfd, 8) != 0) {
+    std::cerr << "tapp-worker: cannot listen on " << host << ":" << port << ": " << strerror(errno) << "\n";
+    freeaddrinfo(res);
+    return 2;
+  }
+  freeaddrinfo(res);
+  std::cerr << "tapp-worker: listening on " << host << ":" << port << "\n";
+  signal(SIGPIPE, SIG_IGN);
+  for (int jobs = 0; max_jobs < 0 || jobs < max_jobs;) {
+    int fd = accept(lfd, nullptr, nullptr);
+    if (fd < 0) continue;
+    std::string line;
+    if (read_line(fd, line)) {
+      if (line == "ping") {
+        write_all(fd, "pong\n");
+      } else {
+        WorkerArgs args;
+        char word[16] = {0};
+        if (sscanf(line.c_str(), "%15s %d %d %d", word, &args.store_port, &args.rank, &args.world) == 4 &&
+            std::string(word) == "job") {
+          args.store_host = peer_host(fd);
+          serve_job(fd, lfd, args);
+          ++jobs;
+        } else {
+          write_all(fd, "error bad request\n");
+        }
+      }
+    }
+    close(fd);
+  }
+  close(lfd);
+  return 0;
+}
+
+}  // namespace tapp
