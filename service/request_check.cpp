@@ -1,0 +1,226 @@
+// service/request_check.cpp — POST /placements validation (see request_check.h).
+#include "service/request_check.h"
+
+#include <cctype>
+
+#include "placer/optimize.h"
+
+namespace tapp::service {
+using nlohmann::json;
+
+int json_nesting_depth(const std::string& text) {
+  int depth = 0, max_depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '[' || c == '{') max_depth = std::max(max_depth, ++depth);
+    else if (c == ']' || c == '}') --depth;
+  }
+  return max_depth;
+}
+
+bool parse_json_body(const std::string& text, int max_depth, json& out, FieldError& err) {
+  if (text.empty()) {
+    err = {400, "expected a JSON object, got an empty body", "body"};
+    return false;
+  }
+  if (json_nesting_depth(text) > max_depth) {
+    err = {400, "JSON nested deeper than " + std::to_string(max_depth) + " levels", "body"};
+    return false;
+  }
+  try {
+    out = json::parse(text);
+  } catch (const json::exception& e) {
+    err = {400, std::string("invalid JSON: ") + e.what(), "body"};
+    return false;
+  }
+  return true;
+}
+
+FieldError field_error_from_status(const std::string& message, int http_status) {
+  FieldError e{http_status, message, "body"};
+  auto colon = message.find(": ");
+  if (colon != std::string::npos && colon > 0) {
+    std::string field = message.substr(0, colon);
+    bool plain = field.find_first_not_of(
+                     "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.[]-") == std::string::npos;
+    if (plain) e.field = field;
+    if (field == "request" || field == "document") e.field = "body";
+  }
+  return e;
+}
+
+namespace {
+
+bool is_zoo_like_name(const std::string& s) {
+  if (s.empty() || s.size() > 64) return false;
+  for (char c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')) return false;
+  return true;
+}
+
+std::string host_of(const std::string& where) {
+  auto colon = where.rfind(':');
+  std::string host = colon == std::string::npos ? where : where.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return host;
+}
+
+bool check_model_file(const json& mf, const CheckLimits& limits, Submission& out, FieldError& err) {
+  if (!mf.is_object()) {
+    err = {400, std::string("expected an object {name, base64}, got ") + mf.type_name(), "model_file"};
+    return false;
+  }
+  for (auto it = mf.begin(); it != mf.end(); ++it)
+    if (it.key() != "name" && it.key() != "base64") {
+      err = {400, "unknown field (known: name, base64)", "model_file." + it.key()};
+      return false;
+    }
+  auto name = mf.find("name");
+  if (name == mf.end() || !name->is_string()) {
+    err = {400, "expected a file name (string) ending in .pt", "model_file.name"};
+    return false;
+  }
+  std::string n = name->get<std::string>();
+  if (n.size() < 4 || n.size() > 128 || n.substr(n.size() - 3) != ".pt" || !is_zoo_like_name(n.substr(0, n.size() - 3))) {
+    err = {400, "must be a plain file name ending in .pt (letters, digits, _ and -)", "model_file.name"};
+    return false;
+  }
+  auto b64 = mf.find("base64");
+  if (b64 == mf.end() || !b64->is_string()) {
+    err = {400, "expected the file's bytes as a base64 string", "model_file.base64"};
+    return false;
+  }
+  const std::string& text = b64->get_ref<const std::string&>();
+  if (text.size() / 4 * 3 > limits.max_upload_bytes) {
+    err = {413, "file larger than " + std::to_string(limits.max_upload_bytes) + " bytes", "model_file.base64"};
+    return false;
+  }
+  if (!base64_decode(text, out.upload) || out.upload.empty()) {
+    err = {400, "not valid base64 (or empty)", "model_file.base64"};
+    return false;
+  }
+  out.label = n;
+  return true;
+}
+
+}  // namespace
+
+bool check_submission(const json& body, const CheckLimits& limits, Submission& out, FieldError& err) {
+  if (!body.is_object()) {
+    err = {400, std::string("expected an object {model, cluster, options}, got ") + body.type_name(), "body"};
+    return false;
+  }
+  json request = body;
+  if (auto mf = body.find("model_file"); mf != body.end() && !mf->is_null()) {
+    if (body.contains("model") && !body["model"].is_null()) {
+      err = {400, "give either model or model_file, not both", "model_file"};
+      return false;
+    }
+    if (!check_model_file(*mf, limits, out, err)) return false;
+    request.erase("model_file");
+    request["model"] = "upload:" + out.label;
+  } else {
+    request.erase("model_file");
+  }
+
+  // Placer's parser: types, ranges and the cluster; errors name the field.
+  Result<OptimizeRequest> parsed = optimize_request_from_json(request);
+  if (!parsed) {
+    err = field_error_from_status(parsed.error_message());
+    return false;
+  }
+  const json& model = request["model"];
+  if (model.is_string()) {
+    std::string m = model.get<std::string>();
+    if (out.upload.empty()) {
+      if (!is_zoo_like_name(m)) {
+        err = {400, "must be a zoo model name (letters, digits, _ and -); files on the server are not read, "
+                    "upload one as model_file {name, base64}",
+               "model"};
+        return false;
+      }
+      out.label = m;
+    }
+  } else {
+    if (!model.contains("layers") || !model["layers"].is_array()) {
+      err = {400, "a layer graph needs a layers array", "model.layers"};
+      return false;
+    }
+    out.label = parsed->model;
+  }
+  const Cluster& cluster = parsed->cluster;
+  if (cluster.num_devices() > limits.max_devices) {
+    err = {400, "at most " + std::to_string(limits.max_devices) + " devices", "cluster.devices"};
+    return false;
+  }
+  for (int i = 0; i < cluster.num_devices(); ++i) {
+    const Device& d = cluster.devices[i];
+    if (d.is_local()) continue;
+    if (!limits.allowed_remote_hosts.count(host_of(d.where))) {
+      err = {403,
+             "remote worker host \"" + host_of(d.where) +
+                 "\" is not allowed; start tapp-server with --allow-remote-hosts naming it",
+             "cluster.devices[" + std::to_string(i) + "].where"};
+      return false;
+    }
+  }
+  if (!out.upload.empty()) request["model_file"] = json{{"name", out.label}, {"bytes", out.upload.size()}};
+  out.request = std::move(request);
+  return true;
+}
+
+namespace {
+const char* kB64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+}
+
+bool base64_decode(const std::string& in, std::string& out) {
+  int table[256];
+  for (int& t : table) t = -1;
+  for (int i = 0; i < 64; ++i) table[static_cast<unsigned char>(kB64[i])] = i;
+  out.clear();
+  out.reserve(in.size() / 4 * 3);
+  unsigned buf = 0;
+  int bits = 0, pad = 0;
+  for (char ch : in) {
+    unsigned char c = static_cast<unsigned char>(ch);
+    if (c == '\n' || c == '\r' || c == ' ') continue;
+    if (c == '=') {
+      ++pad;
+      continue;
+    }
+    if (pad || table[c] < 0) return false;
+    buf = (buf << 6) | static_cast<unsigned>(table[c]);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(static_cast<char>((buf >> bits) & 0xff));
+    }
+  }
+  return pad <= 2;
+}
+
+std::string base64_encode(const std::string& in) {
+  std::string out;
+  unsigned buf = 0;
+  int bits = 0;
+  for (unsigned char c : in) {
+    buf = (buf << 8) | c;
+    bits += 8;
+    while (bits >= 6) {
+      bits -= 6;
+      out.push_back(kB64[(buf >> bits) & 63]);
+    }
+  }
+  if (bits > 0) out.push_back(kB64[(buf << (6 - bits)) & 63]);
+  while (out.size() % 4) out.push_back('=');
+  return out;
+}
+
+}  // namespace tapp::service
