@@ -263,11 +263,11 @@ Simulator::~Simulator() = default;
 Simulator::Simulator(Simulator&&) noexcept = default;
 
 StepReport Simulator::evaluate(const Placement& p, const SimulateOptions& options) {
-  auto tg = build_task_graph(*graph_, p, *cluster_, batch_size_);
-  if (!tg) return StepReport::failure("invalid_placement", tg.error_message(), "simulate");
+  if (Status s = build_task_graph_into(*graph_, p, *cluster_, batch_size_, tg_); !s)
+    return StepReport::failure("invalid_placement", s.message(), "simulate");
   if (Status s = check_memory(p, *graph_, *cluster_, batch_size_); !s)
     return StepReport::failure("out_of_memory", s.message(), "simulate");
-  return simulate(*tg, cost_, options);
+  return simulate(tg_, cost_, options);
 }
 
 }  // namespace tapp

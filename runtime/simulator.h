@@ -71,6 +71,7 @@ class Simulator {
   const Cluster* cluster_;
   CostModel cost_;
   int64_t batch_size_;
+  TaskGraph tg_;  // reused between evaluations
 };
 
 }  // namespace tapp

@@ -67,6 +67,10 @@ struct TaskGraph {
 // Validates the placement, then builds. Does not check memory (check_memory does).
 Result<TaskGraph> build_task_graph(const LayerGraph& g, const Placement& p, const Cluster& c,
                                    int64_t batch_size);
+// The same graph, built into `out` while reusing its buffers (search loops
+// build thousands of graphs a second). On error `out` is unspecified.
+Status build_task_graph_into(const LayerGraph& g, const Placement& p, const Cluster& c, int64_t batch_size,
+                             TaskGraph& out);
 
 // Layers of segment `from` whose output segment `to` reads (the payload of their edge).
 std::vector<int> boundary_layers(const LayerGraph& g, const TaskGraph& tg, int from, int to);

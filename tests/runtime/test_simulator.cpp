@@ -11,6 +11,7 @@
 #include "runtime/cluster.h"
 #include "runtime/simulator.h"
 #include "runtime/task_graph.h"
+#include "tests/runtime/task_graph_reference.h"
 
 using namespace tapp;
 
@@ -295,4 +296,82 @@ TEST_CASE("spearman is 1 for the same order, -1 for the reverse, and handles tie
   CHECK(spearman({1, 1, 2}, {5, 5, 6}) == doctest::Approx(1.0));
   AccuracyStats s = accuracy({11, 9, 20}, {10, 10, 20});
   CHECK(s.median_abs_rel_error == doctest::Approx(0.1));
+}
+
+namespace {
+// fc0 -> {fc1, fc2} -> add3 -> fc4 -> add5 (+ fc0): branches and a skip connection.
+LayerGraph branchy() {
+  LayerGraph g;
+  g.name = "branchy";
+  g.input_shape = {8};
+  auto add = [&](const std::string& name, const std::string& op, std::vector<int> in) {
+    Layer l;
+    l.name = name;
+    l.op = op;
+    l.attrs.out = 8;
+    l.inputs = std::move(in);
+    g.layers.push_back(l);
+  };
+  add("fc0", "linear", {});
+  add("fc1", "linear", {0});
+  add("fc2", "linear", {0});
+  add("add3", "add", {1, 2});
+  add("fc4", "linear", {3});
+  add("add5", "add", {4, 0});
+  add("fc6", "linear", {5});
+  REQUIRE(infer_shapes(g).is_ok());
+  return g;
+}
+
+void check_same(const TaskGraph& a, const TaskGraph& b) {
+  REQUIRE(a.segments.size() == b.segments.size());
+  for (size_t s = 0; s < a.segments.size(); ++s) {
+    CHECK(a.segments[s].device == b.segments[s].device);
+    CHECK(a.segments[s].layers == b.segments[s].layers);
+    CHECK(a.segments[s].preds == b.segments[s].preds);
+    CHECK(a.segments[s].succs == b.segments[s].succs);
+    CHECK(a.segments[s].reads_model_input == b.segments[s].reads_model_input);
+    CHECK(a.segments[s].computes_loss == b.segments[s].computes_loss);
+    CHECK(a.segments[s].param_bytes == b.segments[s].param_bytes);
+  }
+  REQUIRE(a.tasks.size() == b.tasks.size());
+  for (size_t t = 0; t < a.tasks.size(); ++t) {
+    const Task &x = a.tasks[t], &y = b.tasks[t];
+    CHECK(x.kind == y.kind);
+    CHECK(x.segment == y.segment);
+    CHECK(x.peer_segment == y.peer_segment);
+    CHECK(x.micro_batch == y.micro_batch);
+    CHECK(x.device == y.device);
+    CHECK(x.to_device == y.to_device);
+    CHECK(x.bytes == y.bytes);
+    CHECK(x.deps == y.deps);
+  }
+  CHECK(a.device_order == b.device_order);
+  CHECK(a.forward_task == b.forward_task);
+  CHECK(a.backward_task == b.backward_task);
+  CHECK(a.micro_batch_sizes == b.micro_batch_sizes);
+  CHECK(a.num_devices == b.num_devices);
+}
+}  // namespace
+
+TEST_CASE("the buffer-reusing task-graph builder matches the reference builder task for task") {
+  std::mt19937 rng(3);
+  TaskGraph reused;
+  for (const LayerGraph& g : {chain(7), branchy()}) {
+    Cluster c = devices(3);
+    for (int trial = 0; trial < 150; ++trial) {
+      Placement p;
+      p.group_device = {0, 1, 2};
+      for (size_t i = 0; i < g.layers.size(); ++i) p.layer_group.push_back(static_cast<int>(rng() % 3));
+      p.micro_batches = 1 + static_cast<int>(rng() % 5);
+      p.schedule = rng() % 2 ? Schedule::gpipe : Schedule::one_f_one_b;
+      auto ref = reference::build_task_graph(g, p, c, 9);
+      auto fresh = build_task_graph(g, p, c, 9);
+      REQUIRE(ref.is_ok());
+      REQUIRE(fresh.is_ok());
+      check_same(*fresh, *ref);
+      REQUIRE(build_task_graph_into(g, p, c, 9, reused).is_ok());
+      check_same(reused, *ref);
+    }
+  }
 }
