@@ -170,6 +170,37 @@ std::string describe_exit(const Worker& w) {
   return who + " exited with code " + std::to_string(w.exit_code) + " before finishing";
 }
 
+// After a first worker failed: waits briefly for the others to notice, then
+// names the root cause first (a worker that left no error of its own, e.g.
+// crashed or was killed) and the consequences after it.
+std::string describe_failures(std::vector<Worker>& workers, c10d::Store& store) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::vector<std::pair<int, std::string>> items;
+  for (Worker& w : workers) {
+    if (w.local && !w.finished) {
+      int st = 0;
+      if (waitpid(w.pid, &st, WNOHANG) == w.pid) {
+        w.finished = true;
+        w.exit_code = decode_status(st);
+      }
+    }
+    if (!w.finished || w.exit_code == 0) continue;
+    std::string key = "error/" + std::to_string(w.rank), why;
+    try {
+      if (store.check({key})) {
+        auto b = store.get(key);
+        why = std::string(b.begin(), b.end());
+      }
+    } catch (...) {
+    }
+    items.push_back({why.empty() ? 0 : 1, describe_exit(w) + (why.empty() ? "" : " (" + why + ")")});
+  }
+  std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::string msg;
+  for (const auto& it : items) msg += (msg.empty() ? "" : "; then ") + it.second;
+  return msg;
+}
+
 int physical_cores(const RunOptions& o) {
   if (o.physical_cores > 0) return o.physical_cores;
   long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -384,7 +415,7 @@ RunResult execute(Job job, const std::vector<int>& rank_device, const Cluster& o
           }
         }
         if (w.finished && (w.exit_code != 0 || !store->check({"done/" + std::to_string(w.rank)}))) {
-          std::string msg = describe_exit(w);
+          std::string msg = describe_failures(workers, *store);
           kill_and_reap(workers);
           return fail("worker_failed", msg);
         }

@@ -583,13 +583,15 @@ int run_worker(const WorkerArgs& args) {
     so.isServer = false;
     so.timeout = std::chrono::milliseconds(60000);
     auto store = c10::make_intrusive<c10d::TCPStore>(args.store_host, so);
+    c.store = store;
     auto bytes = store->get("job");
     auto job = job_from_json(json::parse(std::string(bytes.begin(), bytes.end())));
     if (!job) throw std::runtime_error(job.error_message());
     c.job = std::move(*job);
-    auto timeout = std::chrono::milliseconds(static_cast<int64_t>(c.job.options.timeout_s * 1000));
+    // Longer than the coordinator's no-progress timeout, so a hang is reported
+    // by the coordinator (which names the stuck worker) before Gloo gives up.
+    auto timeout = std::chrono::milliseconds(static_cast<int64_t>((c.job.options.timeout_s * 2 + 5) * 1000));
     store->setTimeout(timeout);
-    c.store = store;
     auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
     opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(c.job.gloo_hosts.at(c.rank)));
     opts->threads = 2;
@@ -600,7 +602,13 @@ int run_worker(const WorkerArgs& args) {
     std::cerr.flush();
     _exit(rc);  // skip Gloo teardown: peers may already be gone
   } catch (const std::exception& e) {
-    std::cerr << "tapp-worker rank " << args.rank << ": " << e.what() << "\n";
+    std::string msg = e.what();
+    msg = msg.substr(0, msg.find('\n'));
+    try {
+      if (c.store) c.store->set("error/" + std::to_string(args.rank), to_bytes(msg));
+    } catch (...) {
+    }
+    std::cerr << "tapp-worker rank " << args.rank << ": " << msg << "\n";
     std::cerr.flush();
     _exit(1);
   }

@@ -1,0 +1,138 @@
+// tapp-cli run MODEL: execute a placement (or a baseline) on real workers and measure it.
+//
+//   tapp-cli run MODEL --devices cluster.json --placement placement.json [--steps N] [--warmup N] [--batch N] [--json]
+//   tapp-cli run MODEL --devices cluster.json --strategy single|bsp|hogwild [...]
+// Prints the median step time, per-device busy/comm/idle and peak memory, the
+// communication fraction and any emulation warnings, or the StepReport JSON.
+// Exit codes: 0 measured, 1 the run failed (worker died, timeout, ...), 2 bad input.
+#include <iomanip>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "placer/placement.h"
+#include "profiler/zoo.h"
+#include "runtime/cluster.h"
+#include "runtime/runtime.h"
+#include "service/cli/commands.h"
+
+namespace tapp::cli {
+namespace {
+
+struct RunArgs {
+  std::string model, devices, placement, strategy;
+  int steps = 3, warmup = 1;
+  int64_t batch = 32, input_size = 0, classes = 0;
+  uint64_t seed = 1;
+  double timeout_s = 60, lr = 0.01;
+  bool json = false, timeline = false;
+};
+
+std::string fixed(double v, int digits) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(digits) << v;
+  return os.str();
+}
+
+void print_summary(const StepReport& r, const std::string& what, const RunArgs& a, std::ostream& os) {
+  os << what << "  batch " << a.batch << "  warm-up " << a.warmup << "  timed steps " << a.steps << "\n";
+  os << "step time (median): " << fixed(r.step_ms, 1) << " ms   samples:";
+  for (double s : r.step_samples_ms) os << " " << fixed(s, 1);
+  os << "\nthroughput: " << fixed(r.step_ms > 0 ? a.batch * 1000.0 / r.step_ms : 0, 1) << " samples/s\n";
+  size_t w = 6;
+  for (const auto& d : r.devices) w = std::max(w, d.device.size());
+  os << std::left << std::setw(static_cast<int>(w)) << "device" << std::right << std::setw(10) << "busy ms"
+     << std::setw(10) << "comm ms" << std::setw(10) << "idle ms" << std::setw(14) << "peak RSS MiB" << "\n";
+  for (const auto& d : r.devices)
+    os << std::left << std::setw(static_cast<int>(w)) << d.device << std::right << std::setw(10) << fixed(d.busy_ms, 1)
+       << std::setw(10) << fixed(d.comm_ms, 1) << std::setw(10) << fixed(d.idle_ms, 1) << std::setw(14)
+       << fixed(d.peak_memory_bytes / 1048576.0, 1) << "\n";
+  os << "communication fraction: " << fixed(r.comm_fraction, 3)
+     << "  (time blocked on receives and unfinished sends / (busy + that))\n";
+  for (const auto& warning : r.warnings) os << "note: " << warning << "\n";
+}
+
+int run(const RunArgs& a) {
+  ModelOptions mo;
+  mo.input_size = a.input_size;
+  mo.num_classes = a.classes;
+  auto graph = load_model(a.model, mo);
+  if (!graph) {
+    std::cerr << "tapp-cli run: " << graph.error_message() << "\n";
+    return 2;
+  }
+  auto cluster = load_cluster(a.devices);
+  if (!cluster) {
+    std::cerr << "tapp-cli run: " << cluster.error_message() << "\n";
+    return 2;
+  }
+  RunOptions o;
+  o.steps = a.steps;
+  o.warmup_steps = a.warmup;
+  o.batch_size = a.batch;
+  o.seed = a.seed;
+  o.timeout_s = a.timeout_s;
+  o.learning_rate = a.lr;
+  RunResult result;
+  std::string what;
+  if (!a.strategy.empty()) {
+    result = run_strategy(*graph, *cluster, a.strategy, o);
+    what = "model " + graph->name + "  strategy " + a.strategy + "  on " + std::to_string(cluster->num_devices()) +
+           " device(s)";
+  } else {
+    auto placement = load_placement(a.placement, *graph, *cluster);
+    if (!placement) {
+      std::cerr << "tapp-cli run: " << placement.error_message() << "\n";
+      return 2;
+    }
+    result = run_placement(*graph, *cluster, *placement, o);
+    what = "model " + graph->name + "  placement " + a.placement + "  (" + std::to_string(placement->micro_batches) +
+           " micro-batches, " + schedule_name(placement->schedule) + ")";
+  }
+  const StepReport& r = result.report;
+  if (a.json) {
+    std::cout << step_report_to_json(r, a.timeline).dump(2) << "\n";
+  } else if (r.ok) {
+    print_summary(r, what, a, std::cout);
+  }
+  if (!r.ok) {
+    std::cerr << "tapp-cli run: " << r.failure_kind << ": " << r.message << "\n";
+    bool bad_input = r.failure_kind == "invalid_placement" || r.failure_kind == "out_of_memory" ||
+                     r.failure_kind == "invalid_strategy" || r.failure_kind == "invalid_options";
+    return bad_input ? 2 : 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app, int& exit_code) {
+  auto args = std::make_shared<RunArgs>();
+  auto* sub = app.add_subcommand("run", "execute a placement (or a baseline) on workers and measure it");
+  sub->add_option("model", args->model, "zoo name, JSON layer graph or TorchScript file")->required();
+  sub->add_option("--devices", args->devices, "cluster.json")->required();
+  auto* pl = sub->add_option("--placement", args->placement, "placement.json");
+  auto* st = sub->add_option("--strategy", args->strategy, "baseline instead of a placement")
+                 ->check(CLI::IsMember({"single", "bsp", "hogwild"}));
+  pl->excludes(st);
+  sub->add_option("--steps", args->steps, "timed steps (median reported)")->check(CLI::Range(1, 100000));
+  sub->add_option("--warmup", args->warmup, "warm-up steps")->check(CLI::Range(0, 100000));
+  sub->add_option("--batch", args->batch, "batch size")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  sub->add_option("--seed", args->seed, "weights and data seed");
+  sub->add_option("--lr", args->lr, "SGD learning rate (momentum 0.9)");
+  sub->add_option("--timeout", args->timeout_s, "seconds without worker progress before giving up");
+  sub->add_option("--input-size", args->input_size, "image side (0: the model's default)");
+  sub->add_option("--classes", args->classes, "number of classes (0: the model's default)");
+  sub->add_flag("--json", args->json, "print the StepReport as JSON");
+  sub->add_flag("--timeline", args->timeline, "with --json: include the per-task timeline of one step");
+  sub->callback([args, &exit_code] {
+    if (args->placement.empty() && args->strategy.empty()) {
+      std::cerr << "tapp-cli run: give --placement FILE or --strategy single|bsp|hogwild\n";
+      exit_code = 2;
+      return;
+    }
+    exit_code = run(*args);
+  });
+}
+
+}  // namespace tapp::cli

@@ -1,0 +1,399 @@
+// Runtime tests: pipelined training equals single-device training, remote
+// (loopback) workers, failures and bad input. Small models, few steps.
+// LibTorch first: glog's CHECK macros are replaced by doctest's below.
+#include <torch/torch.h>
+#undef CHECK
+#undef CHECK_EQ
+#undef CHECK_NE
+#undef CHECK_LT
+#undef CHECK_LE
+#undef CHECK_GT
+#undef CHECK_GE
+#include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "profiler/layer_graph.h"
+#include "profiler/torch_model.h"
+#include "runtime/cluster.h"
+#include "runtime/runtime.h"
+
+using namespace tapp;
+
+namespace {
+
+Layer make_layer(const std::string& name, const std::string& op, std::vector<int> inputs, int64_t out = 0) {
+  Layer l;
+  l.name = name;
+  l.op = op;
+  l.inputs = std::move(inputs);
+  l.attrs.out = out;
+  return l;
+}
+
+// fc0 relu0 fc1 relu1 fc2 relu2 fc3: a chain of 7 layers.
+LayerGraph chain_model() {
+  LayerGraph g;
+  g.name = "chain";
+  g.input_shape = {12};
+  g.num_classes = 5;
+  g.layers = {make_layer("fc0", "linear", {}, 16), make_layer("relu0", "relu", {0}),
+              make_layer("fc1", "linear", {1}, 16), make_layer("relu1", "relu", {2}),
+              make_layer("fc2", "linear", {3}, 12), make_layer("relu2", "relu", {4}),
+              make_layer("fc3", "linear", {5}, 5)};
+  REQUIRE(infer_shapes(g).is_ok());
+  return g;
+}
+
+// A small conv net with branches: stem -> (a | b) -> concat, then a residual add.
+LayerGraph branch_model() {
+  LayerGraph g;
+  g.name = "branches";
+  g.input_shape = {3, 8, 8};
+  g.num_classes = 4;
+  auto conv = [](const std::string& n, std::vector<int> in, int64_t out) {
+    Layer l = make_layer(n, "conv2d", std::move(in), out);
+    l.attrs.kernel[0] = l.attrs.kernel[1] = 3;
+    l.attrs.padding[0] = l.attrs.padding[1] = 1;
+    return l;
+  };
+  g.layers = {conv("stem", {}, 6),                        // 0
+              make_layer("stem_relu", "relu", {0}),       // 1
+              conv("a", {1}, 4),                          // 2
+              make_layer("a_relu", "relu", {2}),          // 3
+              conv("b", {1}, 4),                          // 4
+              make_layer("b_tanh", "tanh", {4}),          // 5
+              make_layer("cat", "concat", {3, 5}),        // 6  (8 channels)
+              conv("c", {6}, 6),                          // 7
+              make_layer("res", "add", {7, 1}),           // 8  (skip from the stem)
+              make_layer("flat", "flatten", {8}),         // 9
+              make_layer("fc", "linear", {9}, 4)};        // 10
+  REQUIRE(infer_shapes(g).is_ok());
+  return g;
+}
+
+Cluster local_cluster(int n) {
+  Cluster c;
+  c.name = "test";
+  for (int i = 0; i < n; ++i) {
+    Device d;
+    d.name = "d" + std::to_string(i);
+    d.threads = 1;
+    c.devices.push_back(d);
+  }
+  return c;
+}
+
+Placement by_device(const std::vector<int>& layer_device, int micro_batches, Schedule s) {
+  Placement p;
+  p.layer_group = layer_device;
+  int groups = *std::max_element(layer_device.begin(), layer_device.end()) + 1;
+  for (int d = 0; d < groups; ++d) p.group_device.push_back(d);
+  p.micro_batches = micro_batches;
+  p.schedule = s;
+  return p;
+}
+
+RunOptions test_options() {
+  RunOptions o;
+  o.warmup_steps = 1;
+  o.steps = 2;
+  o.batch_size = 12;
+  o.seed = 7;
+  o.learning_rate = 0.05;
+  o.momentum = 0.9;
+  o.timeout_s = 30;
+  o.worker_binary = std::string(TAPP_BIN_DIR) + "/tapp-worker";
+  o.collect_parameters = true;
+  o.physical_cores = 64;  // no over-subscription warning in tests
+  return o;
+}
+
+// Single-device training in this process: full-batch mean cross entropy, SGD with momentum.
+std::vector<std::vector<float>> reference_parameters(const LayerGraph& g, const RunOptions& o) {
+  auto model = GraphModel::build(g, o.seed);
+  REQUIRE(model.is_ok());
+  auto m = *model;
+  m->set_training(true);
+  torch::optim::SGD opt(m->parameters(), torch::optim::SGDOptions(o.learning_rate).momentum(o.momentum));
+  for (int k = 0; k < o.warmup_steps + o.steps; ++k) {
+    auto [x, y] = synthetic_batch(g, o.batch_size, o.seed + k);
+    torch::Tensor loss = torch::nn::functional::cross_entropy(m->forward(x), y);
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+  }
+  std::vector<std::vector<float>> out(g.layers.size());
+  for (size_t l = 0; l < g.layers.size(); ++l)
+    for (auto& p : m->layer_parameters(static_cast<int>(l))) {
+      torch::Tensor t = p.detach().contiguous();
+      out[l].insert(out[l].end(), t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
+    }
+  return out;
+}
+
+void check_same_parameters(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& want,
+                           const LayerGraph& g) {
+  REQUIRE(got.size() == want.size());
+  for (size_t l = 0; l < want.size(); ++l) {
+    INFO("layer " << g.layers[l].name);
+    REQUIRE(got[l].size() == want[l].size());
+    double max_diff = 0;
+    for (size_t i = 0; i < want[l].size(); ++i) max_diff = std::max<double>(max_diff, std::fabs(got[l][i] - want[l][i]));
+    CHECK(max_diff < 1e-4);
+  }
+}
+
+// Also checks that training moved the weights at all (so equality is not vacuous).
+void check_trained(const std::vector<std::vector<float>>& got, const LayerGraph& g, const RunOptions& o) {
+  auto initial = GraphModel::build(g, o.seed);
+  REQUIRE(initial.is_ok());
+  auto p0 = (*initial)->layer_parameters(0).at(0).contiguous();
+  double diff = 0;
+  for (int64_t i = 0; i < p0.numel(); ++i) diff = std::max<double>(diff, std::fabs(got[0][i] - p0.data_ptr<float>()[i]));
+  CHECK(diff > 1e-5);
+}
+
+bool process_gone(int pid) { return kill(pid, 0) == -1 && errno == ESRCH; }
+
+void check_no_orphans(const RunResult& r) {
+  CHECK(!r.local_worker_pids.empty());
+  for (int pid : r.local_worker_pids) {
+    INFO("worker pid " << pid);
+    CHECK(process_gone(pid));
+  }
+}
+
+void check_pipeline_equals_single(const LayerGraph& g, int devices, const std::vector<int>& layer_device,
+                                  int micro_batches, Schedule s) {
+  RunOptions o = test_options();
+  RunResult r = run_placement(g, local_cluster(devices), by_device(layer_device, micro_batches, s), o);
+  INFO(r.report.failure_kind << ": " << r.report.message);
+  REQUIRE(r.report.ok);
+  CHECK(r.report.source == "measure");
+  CHECK(r.report.step_samples_ms.size() == static_cast<size_t>(o.steps));
+  CHECK(r.report.step_ms > 0);
+  CHECK(r.report.devices.size() == static_cast<size_t>(devices));
+  CHECK(!r.report.timeline.empty());
+  check_same_parameters(r.layer_parameters, reference_parameters(g, o), g);
+  check_trained(r.layer_parameters, g, o);
+  check_no_orphans(r);
+}
+
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  int port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+bool answers_ping(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  bool ok = false;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+    send(fd, "ping\n", 5, MSG_NOSIGNAL);
+    char buf[8] = {0};
+    ok = recv(fd, buf, 5, MSG_WAITALL) == 5 && std::string(buf, 4) == "pong";
+  }
+  close(fd);
+  return ok;
+}
+
+// `tapp-worker --listen 127.0.0.1:PORT`, as a user would start it on another host.
+struct RemoteWorker {
+  int port = free_port();
+  pid_t pid = -1;
+  RemoteWorker() {
+    std::string bin = std::string(TAPP_BIN_DIR) + "/tapp-worker";
+    std::string where = "127.0.0.1:" + std::to_string(port);
+    pid = fork();
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      execl(bin.c_str(), bin.c_str(), "--listen", where.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    for (int i = 0; i < 200 && !answers_ping(port); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ~RemoteWorker() {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  std::string where() const { return "127.0.0.1:" + std::to_string(port); }
+};
+
+}  // namespace
+
+TEST_CASE("a chain pipelined over 2 devices with GPipe trains exactly like one device") {
+  check_pipeline_equals_single(chain_model(), 2, {0, 0, 0, 1, 1, 1, 1}, 4, Schedule::gpipe);
+}
+
+TEST_CASE("a chain over 3 devices, non-contiguous (a device holds several segments), 1F1B, trains like one device") {
+  check_pipeline_equals_single(chain_model(), 3, {0, 0, 1, 2, 0, 1, 2}, 3, Schedule::one_f_one_b);
+}
+
+TEST_CASE("a model with concat and add branches over 2 devices, non-contiguous, 1F1B, trains like one device") {
+  check_pipeline_equals_single(branch_model(), 2, {0, 0, 1, 1, 0, 0, 1, 0, 1, 1, 0}, 4, Schedule::one_f_one_b);
+}
+
+TEST_CASE("a model with branches over 3 devices, contiguous stages, GPipe, trains like one device") {
+  check_pipeline_equals_single(branch_model(), 3, {0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2}, 3, Schedule::gpipe);
+}
+
+TEST_CASE("the single-device and BSP baselines train like one device; HOGWILD runs on shared parameters") {
+  LayerGraph g = chain_model();
+  RunOptions o = test_options();
+  auto want = reference_parameters(g, o);
+  RunResult single = run_strategy(g, local_cluster(2), "single", o);
+  INFO(single.report.message);
+  REQUIRE(single.report.ok);
+  CHECK(single.report.devices.size() == 1);
+  check_same_parameters(single.layer_parameters, want, g);
+
+  RunResult bsp = run_strategy(g, local_cluster(2), "bsp", o);
+  INFO(bsp.report.message);
+  REQUIRE(bsp.report.ok);
+  CHECK(bsp.report.devices.size() == 2);
+  check_same_parameters(bsp.layer_parameters, want, g);
+  check_no_orphans(bsp);
+
+  RunResult hog = run_strategy(g, local_cluster(2), "hogwild", o);
+  INFO(hog.report.message);
+  REQUIRE(hog.report.ok);
+  check_trained(hog.layer_parameters, g, o);
+  for (const auto& layer : hog.layer_parameters)
+    for (float v : layer) REQUIRE(std::isfinite(v));
+  check_no_orphans(hog);
+}
+
+TEST_CASE("a non-contiguous placement runs on remote tapp-worker processes over loopback") {
+  RemoteWorker w0, w1;
+  REQUIRE(answers_ping(w0.port));
+  REQUIRE(answers_ping(w1.port));
+  Cluster c = local_cluster(2);
+  c.devices[0].where = w0.where();
+  c.devices[1].where = w1.where();
+  LayerGraph g = branch_model();
+  RunOptions o = test_options();
+  RunResult r = run_placement(g, c, by_device({0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1}, 3, Schedule::one_f_one_b), o);
+  INFO(r.report.failure_kind << ": " << r.report.message);
+  REQUIRE(r.report.ok);
+  CHECK(r.local_worker_pids.empty());
+  check_same_parameters(r.layer_parameters, reference_parameters(g, o), g);
+  // The listeners serve the next job too.
+  CHECK(answers_ping(w0.port));
+}
+
+TEST_CASE("a worker that exits mid-run gives worker_failed and leaves no orphan process") {
+  RunOptions o = test_options();
+  o.fault_rank = 1;
+  o.fault_step = 1;
+  o.fault_mode = "exit";
+  RunResult r = run_placement(chain_model(), local_cluster(3), by_device({0, 0, 1, 1, 2, 2, 2}, 2, Schedule::gpipe), o);
+  CHECK_FALSE(r.report.ok);
+  CHECK(r.report.failure_kind == "worker_failed");
+  CHECK(r.report.message.find("device 'd1'") != std::string::npos);
+  CHECK(r.report.message.find("exited with code 3") != std::string::npos);
+  check_no_orphans(r);
+}
+
+TEST_CASE("a worker that hangs gives a timeout error within the timeout and leaves no orphan process") {
+  RunOptions o = test_options();
+  o.fault_rank = 0;
+  o.fault_step = 2;
+  o.fault_mode = "hang";
+  o.timeout_s = 3;
+  auto t0 = std::chrono::steady_clock::now();
+  RunResult r = run_placement(chain_model(), local_cluster(2), by_device({0, 0, 0, 1, 1, 1, 1}, 2, Schedule::gpipe), o);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK_FALSE(r.report.ok);
+  CHECK(r.report.failure_kind == "timeout");
+  CHECK(r.report.message.find("no progress") != std::string::npos);
+  CHECK(s < 60);  // bounded by the timeout, not by the hang
+  check_no_orphans(r);
+}
+
+TEST_CASE("a placement over a device's memory is rejected with the sizes before any worker starts") {
+  LayerGraph g = chain_model();
+  g.layers[2].attrs.out = 4096;  // fc1: 16 -> 4096, fc2: 4096 -> 12, ~0.25 M params
+  REQUIRE(infer_shapes(g).is_ok());
+  Cluster c = local_cluster(2);
+  c.devices[1].memory_mb = 1;
+  RunResult r = run_placement(g, c, by_device({0, 0, 1, 1, 1, 1, 1}, 2, Schedule::gpipe), test_options());
+  CHECK_FALSE(r.report.ok);
+  CHECK(r.report.failure_kind == "out_of_memory");
+  CHECK(r.report.message.find("device 'd1' needs") != std::string::npos);
+  CHECK(r.report.message.find("memory_mb 1") != std::string::npos);
+  CHECK(r.local_worker_pids.empty());
+}
+
+TEST_CASE("a malformed placement or cluster names the field") {
+  LayerGraph g = chain_model();
+  Cluster c = local_cluster(2);
+  Placement p = by_device({0, 0, 0, 1, 1, 1, 1}, 2, Schedule::gpipe);
+  p.group_device[1] = 5;
+  RunResult r = run_placement(g, c, p, test_options());
+  CHECK(r.report.failure_kind == "invalid_placement");
+  CHECK(r.report.message.find("placement.groups[1]") != std::string::npos);
+
+  Placement many = by_device({0, 0, 0, 1, 1, 1, 1}, 50, Schedule::gpipe);
+  r = run_placement(g, c, many, test_options());
+  CHECK(r.report.message.find("placement.micro_batches") != std::string::npos);
+
+  nlohmann::json bad = {{"devices", {{{"name", "a"}}, {{"name", "b"}, {"speed", 2.0}}}}};
+  auto parsed = cluster_from_json(bad);
+  REQUIRE_FALSE(parsed.is_ok());
+  CHECK(parsed.error_message().find("devices[1].speed") != std::string::npos);
+
+  nlohmann::json wrong = {{"micro_batches", 2}, {"groups", {"d0", "nope"}}, {"layers", nlohmann::json::object()}};
+  auto pl = placement_from_json(wrong, g, c);
+  REQUIRE_FALSE(pl.is_ok());
+  CHECK(pl.error_message().find("placement.groups[1]") != std::string::npos);
+}
+
+TEST_CASE("an unreachable remote worker gives a clear error naming host:port") {
+  Cluster c = local_cluster(2);
+  int port = free_port();  // nobody listens here
+  c.devices[1].where = "127.0.0.1:" + std::to_string(port);
+  RunResult r = run_placement(chain_model(), c, by_device({0, 0, 0, 1, 1, 1, 1}, 2, Schedule::gpipe), test_options());
+  CHECK_FALSE(r.report.ok);
+  CHECK(r.report.failure_kind == "worker_unreachable");
+  CHECK(r.report.message.find("127.0.0.1:" + std::to_string(port)) != std::string::npos);
+  CHECK(r.report.message.find("device 'd1'") != std::string::npos);
+}
+
+TEST_CASE("the runtime warns when the emulated cluster needs more cores than the machine has") {
+  RunOptions o = test_options();
+  o.physical_cores = 1;
+  Cluster c = local_cluster(2);
+  c.devices[1].speed = 0.5;
+  RunResult r = run_placement(chain_model(), c, by_device({0, 0, 0, 1, 1, 1, 1}, 2, Schedule::gpipe), o);
+  REQUIRE(r.report.ok);
+  bool over = false, speed = false;
+  for (const auto& w : r.report.warnings) {
+    over |= w.find("needs 1.50 cores") != std::string::npos;
+    speed |= w.find("emulated device speed") != std::string::npos;
+  }
+  CHECK(over);
+  CHECK(speed);
+}
