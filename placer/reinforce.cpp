@@ -30,9 +30,11 @@ UpdateStats Reinforce::step(const std::vector<Decision>& decisions, const std::v
     started_ = true;
   }
   // Baseline: the moving average before this batch, blended with the batch
-  // mean so the first batches are not all positive or all negative.
+  // mean so the first batches are not all positive or all negative; the
+  // advantages are scaled by the batch's spread (floored by the running one)
+  // so the step size does not depend on the reward scale.
   const double b = 0.5 * (baseline_ + mean);
-  const double scale = std::sqrt(std::max(variance_, 1e-6));
+  const double scale = std::sqrt(std::max({var, 0.1 * variance_, 1e-6}));
   std::vector<double> adv(rewards.size());
   for (size_t i = 0; i < rewards.size(); ++i) adv[i] = (rewards[i] - b) / scale;
   const double t = std::clamp(progress, 0.0, 1.0);

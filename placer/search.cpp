@@ -13,8 +13,6 @@
 
 namespace tapp {
 
-namespace {
-
 std::string placement_key(const Placement& p) {
   std::string k;
   k.reserve(p.layer_group.size() * 3 + p.group_device.size() * 3 + 8);
@@ -24,6 +22,8 @@ std::string placement_key(const Placement& p) {
   k += '|' + std::to_string(p.micro_batches) + schedule_name(p.schedule);
   return k;
 }
+
+namespace {
 
 // A device that cannot hold the smallest layer's weights, gradients and
 // optimizer state plus its activations is masked out of the allocation.

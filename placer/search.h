@@ -77,6 +77,8 @@ struct SearchResult {
 Placement decision_to_placement(const Decision& d, const std::vector<int>& micro_batch_choices, Schedule schedule);
 // The Decision of a placement (for warm start); group ids kept when < num_groups.
 Decision placement_to_decision(const Placement& p, const std::vector<int>& micro_batch_choices, int num_groups);
+// A canonical string of a placement (groups, devices, micro-batches, schedule).
+std::string placement_key(const Placement& p);
 // {1, 2, 4, ...} up to min(batch_size, max).
 std::vector<int> micro_batch_choices(int64_t batch_size, int max_micro_batches);
 

@@ -1,0 +1,48 @@
+// placer/baselines.h — the classical baselines of an optimization job, through the job's evaluator.
+//
+// Owns `run_baselines`: the adapter between optimize() and the classical
+// planners (placer/planners.h, simulator engineer). Every baseline's placement
+// is scored by the same Evaluator as the TAPP candidates, so the table
+// compares like with like. Baselines that are not a Placement (BSP data
+// parallel) carry no placement and their report comes from the planners'
+// own evaluation on the same evaluator kind.
+// Thread safety: one thread (uses the caller's evaluator).
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "placer/evaluator.h"
+#include "placer/placement.h"
+#include "runtime/step_report.h"
+
+namespace tapp {
+
+struct LayerGraph;
+struct Cluster;
+class CostModel;
+
+struct BaselineOptions {
+  int64_t batch_size = 32;
+  uint64_t seed = 1;
+  int search_budget = 2000;  // evaluations for random search / annealing (the policy's budget)
+  std::vector<std::string> planners;  // empty: every planner (planner_names())
+  // Measures "bsp" on the runtime when the evaluator measures; empty: simulated.
+  std::function<StepReport(const std::string& strategy)> strategy_evaluator;
+  const std::atomic<bool>* cancel = nullptr;
+};
+
+struct BaselineResult {
+  std::string name;                    // "single", "bsp", "uniform", "params", "time", "dp", ...
+  std::optional<Placement> placement;  // none when the planner found nothing
+  double plan_s = 0;
+  StepReport report;
+};
+
+std::vector<BaselineResult> run_baselines(const LayerGraph& graph, const Cluster& cluster, const CostModel& cost,
+                                          Evaluator& evaluator, const BaselineOptions& options);
+
+}  // namespace tapp

@@ -1,0 +1,226 @@
+// service/cli/cmd_optimize.cpp — `tapp-cli optimize`: find a placement with TAPP.
+//
+// Runs optimize() in this process (or, with --server URL, submits the same
+// request to a tapp-server through optimize_on_server). Progress goes to
+// stderr: a bar on a terminal, plain lines otherwise. The result goes to
+// stdout: a summary and the baselines table, or the result JSON with --json.
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "placer/optimize.h"
+#include "service/cli/commands.h"
+
+namespace tapp::cli {
+
+namespace {
+
+using nlohmann::json;
+
+std::atomic<bool> g_cancel{false};
+extern "C" void on_sigint(int) { g_cancel = true; }
+
+struct Args {
+  std::string model, devices, evaluator = "simulate", out, server;
+  int iterations = 0;
+  double time_budget_s = 0;
+  uint64_t seed = 1;
+  int64_t batch = 32, input_size = 0;
+  bool json_output = false, warm_start = false, no_baselines = false;
+};
+
+std::string fmt_ms(const json& v) {
+  if (!v.is_number()) return "-";
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(v.get<double>() < 100 ? 2 : 1) << v.get<double>();
+  return o.str();
+}
+std::string fmt_x(const json& v) {
+  if (!v.is_number()) return "-";
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(2) << v.get<double>() << "x";
+  return o.str();
+}
+std::string fmt_pct(const json& v) {
+  if (!v.is_number()) return "-";
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(1) << 100.0 * v.get<double>() << "%";
+  return o.str();
+}
+
+class ProgressPrinter {
+ public:
+  ProgressPrinter() : tty_(isatty(STDERR_FILENO) == 1) {}
+  void operator()(const ProgressEvent& e) {
+    if (e.phase != phase_) {
+      if (tty_ && bar_shown_) std::cerr << "\n";
+      bar_shown_ = false;
+      phase_ = e.phase;
+      if (e.phase != "optimizing" && e.phase != "done") std::cerr << "[" << e.phase << "]\n";
+    }
+    if (e.phase != "optimizing") return;
+    std::ostringstream line;
+    line << "iteration " << e.iteration;
+    if (e.total_iterations > 0) line << "/" << e.total_iterations;
+    line << "  best " << (e.best_step_ms > 0 ? fmt_ms(e.best_step_ms) + " ms" : "-") << "  reward " << std::fixed
+         << std::setprecision(3) << e.reward << "  " << std::setprecision(1) << e.elapsed_s << " s";
+    if (tty_) {
+      const int width = 30;
+      int filled = e.total_iterations > 0 ? width * e.iteration / e.total_iterations : (e.iteration / 5) % (width + 1);
+      std::cerr << "\r[" << std::string(filled, '#') << std::string(width - filled, '.') << "] " << line.str()
+                << "   " << std::flush;
+      bar_shown_ = true;
+    } else {
+      int every = e.total_iterations > 0 ? std::max(1, e.total_iterations / 10) : 25;
+      if (e.iteration % every == 0 || e.iteration == 1) std::cerr << line.str() << "\n";
+    }
+  }
+  void finish() {
+    if (tty_ && bar_shown_) std::cerr << "\n";
+  }
+
+ private:
+  bool tty_;
+  bool bar_shown_ = false;
+  std::string phase_;
+};
+
+void print_result(const json& r) {
+  std::cout << "model " << r.value("model", "") << " (" << r.value("layers", 0) << " layers), cluster "
+            << r.value("cluster", "") << " (" << r.value("devices", 0) << " devices), batch "
+            << r.value("batch_size", 0) << ", evaluator " << r.value("evaluator", "") << ", profile "
+            << r["profile"].value("origin", "") << "\n\n";
+  std::cout << "best placement (from " << r.value("source", "") << "): predicted " << fmt_ms(r["predicted_step_ms"])
+            << " ms, measured " << fmt_ms(r["measured_step_ms"]) << (r["measured_step_ms"].is_number() ? " ms" : "")
+            << ", communication " << fmt_pct(r["comm_fraction"]) << "\n";
+  if (r["placement"].is_object())
+    std::cout << "  micro-batches " << r["placement"].value("micro_batches", 1) << ", schedule "
+              << r["placement"].value("schedule", "") << "\n";
+  for (const auto& g : r["groups"])
+    std::cout << "  group " << g.value("group", 0) << " -> " << std::left << std::setw(10) << g.value("device", "")
+              << std::right << " layers " << g.value("first_layer", "") << " .. " << g.value("last_layer", "") << " ("
+              << g.value("layers", 0) << ")\n";
+  const json& p = r["policy"];
+  std::cout << "\nTAPP policy: " << fmt_ms(p["step_ms"]) << " ms after " << p.value("iterations", 0)
+            << " iterations, " << p.value("evaluations", 0) << " placements evaluated (" << p.value("failures", 0)
+            << " failed), stopped by " << p.value("stop_reason", "") << ", " << std::fixed << std::setprecision(1)
+            << p.value("elapsed_s", 0.0) << " s\n\n";
+  std::cout << std::left << std::setw(16) << "plan" << std::right << std::setw(12) << "step ms" << std::setw(10)
+            << "vs BSP" << std::setw(14) << "vs best base" << std::setw(10) << "comm" << "\n";
+  auto row = [](const std::string& name, const json& ms, const json& vb, const json& vbest, const json& comm) {
+    std::cout << std::left << std::setw(16) << name << std::right << std::setw(12) << fmt_ms(ms) << std::setw(10)
+              << fmt_x(vb) << std::setw(14) << fmt_x(vbest) << std::setw(10) << fmt_pct(comm) << "\n";
+  };
+  row("TAPP (policy)", p["step_ms"], p["speedup_vs_bsp"], p["speedup_vs_best_baseline"], nullptr);
+  for (const auto& b : r["baselines"]) {
+    if (b.value("ok", false))
+      row(b.value("name", ""), b["step_ms"], b["speedup_vs_bsp"], b["speedup_vs_best_baseline"], b["comm_fraction"]);
+    else
+      std::cout << std::left << std::setw(16) << b.value("name", "") << std::right << std::setw(12) << "failed"
+                << "  " << b.value("failure_kind", "") << "\n";
+  }
+}
+
+void run(const Args& a, int& exit_code) {
+  std::ifstream f(a.devices);
+  if (!f) {
+    std::cerr << "--devices: cannot read " << a.devices << "\n";
+    exit_code = 2;
+    return;
+  }
+  json cluster;
+  try {
+    cluster = json::parse(f);
+  } catch (const std::exception& e) {
+    std::cerr << "--devices: " << a.devices << " is not JSON: " << e.what() << "\n";
+    exit_code = 2;
+    return;
+  }
+  json options = {{"evaluator", a.evaluator}, {"seed", a.seed}, {"batch_size", a.batch},
+                  {"warm_start", a.warm_start}, {"baselines", !a.no_baselines}};
+  if (a.iterations > 0) options["iterations"] = a.iterations;
+  if (a.time_budget_s > 0) options["time_budget_s"] = a.time_budget_s;
+  if (a.input_size > 0) options["input_size"] = a.input_size;
+  json body = {{"model", a.model}, {"cluster", cluster}, {"options", options}};
+  // A JSON layer-graph file is sent inline (the server may not see our files).
+  if (a.model.size() > 5 && a.model.substr(a.model.size() - 5) == ".json") {
+    std::ifstream mf(a.model);
+    try {
+      if (mf) body["model"] = json::parse(mf);
+    } catch (const std::exception& e) {
+      std::cerr << "MODEL: " << a.model << " is not JSON: " << e.what() << "\n";
+      exit_code = 2;
+      return;
+    }
+  }
+  if (!a.server.empty()) {
+    exit_code = optimize_on_server(a.server, body.dump(), a.json_output);
+    return;
+  }
+  Result<OptimizeRequest> req = optimize_request_from_json(body);
+  if (!req) {
+    std::cerr << "tapp-cli optimize: " << req.error_message() << "\n";
+    exit_code = 2;
+    return;
+  }
+  std::signal(SIGINT, on_sigint);
+  ProgressPrinter printer;
+  Result<json> result = optimize(req.value(), [&](const ProgressEvent& e) { printer(e); }, g_cancel);
+  printer.finish();
+  std::signal(SIGINT, SIG_DFL);
+  if (!result) {
+    std::cerr << "tapp-cli optimize: " << result.error_message() << "\n";
+    const std::string& m = result.error_message();
+    exit_code = (m.rfind("model", 0) == 0 || m.rfind("cluster", 0) == 0 || m.rfind("options", 0) == 0) ? 2 : 1;
+    return;
+  }
+  if (!a.out.empty()) {
+    std::ofstream out(a.out);
+    out << (*result)["placement"].dump(2) << "\n";
+    if (!out) {
+      std::cerr << "--out: cannot write " << a.out << "\n";
+      exit_code = 1;
+      return;
+    }
+  }
+  if (a.json_output)
+    std::cout << result->dump(2) << "\n";
+  else
+    print_result(*result);
+  if (!a.out.empty() && !a.json_output) std::cout << "\nplacement written to " << a.out << "\n";
+  exit_code = 0;
+}
+
+}  // namespace
+
+void add_optimize_command(CLI::App& app, int& exit_code) {
+  auto args = std::make_shared<Args>();
+  auto* sub = app.add_subcommand("optimize", "find a pipeline-parallel placement with TAPP");
+  sub->add_option("model", args->model, "zoo name (alexnet, vgg16, inception_v3, ...) or a JSON layer graph")
+      ->required();
+  sub->add_option("--devices", args->devices, "cluster JSON (devices, links)")->required();
+  sub->add_option("--evaluator", args->evaluator, "simulate (default) | measure | hybrid")
+      ->check(CLI::IsMember({"simulate", "measure", "hybrid"}));
+  auto* it = sub->add_option("--iterations", args->iterations, "policy iterations (default: 300 simulate/hybrid, 10 measure)");
+  auto* tb = sub->add_option("--time-budget", args->time_budget_s, "seconds for the search instead of an iteration count");
+  it->excludes(tb);
+  sub->add_option("--seed", args->seed, "random seed (simulate is deterministic for a seed)");
+  sub->add_option("--batch", args->batch, "training batch size (default 32)");
+  sub->add_option("--input-size", args->input_size, "image side (default: the model's)");
+  sub->add_option("--out", args->out, "write the best placement JSON here");
+  sub->add_flag("--json", args->json_output, "print the result JSON");
+  sub->add_flag("--warm-start", args->warm_start, "start the policy from the best classical plan");
+  sub->add_flag("--no-baselines", args->no_baselines, "skip the classical baselines");
+  sub->add_option("--server", args->server, "submit to a tapp-server at URL instead of running here");
+  sub->callback([args, &exit_code] { run(*args, exit_code); });
+}
+
+}  // namespace tapp::cli
