@@ -16,7 +16,6 @@ void not_yet(CLI::App& app, const char* name, const char* what, int& exit_code) 
 }
 }  // namespace
 
-void add_plan_command(CLI::App& app, int& e) { not_yet(app, "plan", "run a classical planner", e); }
 void add_jobs_command(CLI::App& app, int& e) { not_yet(app, "jobs", "list jobs on a tapp-server", e); }
 int optimize_on_server(const std::string&, const std::string&, bool) {
   std::cerr << "tapp-cli optimize --server: not built in this version\n";

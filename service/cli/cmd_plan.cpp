@@ -1,0 +1,274 @@
+// tapp-cli plan MODEL --devices cluster.json --planner NAME: the classical planners.
+//
+// Loads the model and the cluster, builds the simulator's costs (cached
+// profile, fresh profile or multiply-add estimates; optional calibration),
+// runs one planner — or every planner with `--planner all` — and scores the
+// result with the chosen evaluator: `simulate` (the simulator) or `measure`
+// (real workers, runtime/measure_evaluator.h). Prints the placement and its
+// StepReport (a table with `all`), JSON with --json, and writes the placement
+// with --out. Bad input: message on stderr, exit 2; no placement fits: exit 1.
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "placer/planners.h"
+#include "placer/simulator_evaluator.h"
+#include "profiler/zoo.h"
+#include "runtime/cluster.h"
+#include "runtime/measure_evaluator.h"
+#include "runtime/runtime.h"
+#include "service/cli/commands.h"
+#include "service/cli/cost_inputs.h"
+
+namespace tapp::cli {
+namespace {
+
+struct PlanArgs {
+  std::string model, devices, planner = "dp", evaluator = "simulate", costs = "auto", calibration, out, schedule = "gpipe";
+  int64_t batch = 32, input_size = 0, classes = 0;
+  int micro_batches = 0, budget = 200, steps = 3, warmup = 1;
+  int64_t exhaustive_limit = 200000;
+  uint64_t seed = 1;
+  bool json = false, timeline = false;
+};
+
+std::string fixed(double v, int digits) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(digits) << v;
+  return os.str();
+}
+
+// "dev0: conv1..relu3 (7 layers) | dev1: ..." for contiguous runs of groups.
+std::string describe(const Placement& p, const LayerGraph& g, const Cluster& c) {
+  if (is_data_parallel(p)) {
+    std::string s = "data parallel (BSP) over";
+    for (int d : p.group_device) s += " " + c.devices[d].name;
+    return s;
+  }
+  std::string s;
+  size_t i = 0;
+  while (i < g.layers.size()) {
+    size_t j = i;
+    int d = p.device_of_layer(static_cast<int>(i));
+    while (j + 1 < g.layers.size() && p.device_of_layer(static_cast<int>(j + 1)) == d) ++j;
+    if (!s.empty()) s += " | ";
+    s += c.devices[d].name + ": " + g.layers[i].name + (j > i ? ".." + g.layers[j].name : "") + " (" +
+         std::to_string(j - i + 1) + ")";
+    i = j + 1;
+  }
+  return s;
+}
+
+void print_report(const StepReport& r, std::ostream& os) {
+  os << "step " << fixed(r.step_ms, 2) << " ms (" << r.source << ")  communication fraction "
+     << fixed(r.comm_fraction, 3) << "\n";
+  size_t w = 6;
+  for (const auto& d : r.devices) w = std::max(w, d.device.size());
+  os << "  " << std::left << std::setw(static_cast<int>(w)) << "device" << std::right << std::setw(10) << "busy ms"
+     << std::setw(10) << "comm ms" << std::setw(10) << "idle ms" << std::setw(12) << "memory MiB" << "\n";
+  for (const auto& d : r.devices)
+    os << "  " << std::left << std::setw(static_cast<int>(w)) << d.device << std::right << std::setw(10)
+       << fixed(d.busy_ms, 2) << std::setw(10) << fixed(d.comm_ms, 2) << std::setw(10) << fixed(d.idle_ms, 2)
+       << std::setw(12) << fixed(d.peak_memory_bytes / 1048576.0, 1) << "\n";
+  for (const auto& warning : r.warnings) os << "note: " << warning << "\n";
+}
+
+nlohmann::json row_json(const PlannerRow& row, const LayerGraph& g, const Cluster& c, bool timeline) {
+  nlohmann::json j;
+  j["planner"] = row.name;
+  j["placement"] = row.placement ? placement_to_json(*row.placement, g, c) : nlohmann::json();
+  if (row.placement && is_data_parallel(*row.placement)) j["strategy"] = "bsp";
+  j["report"] = step_report_to_json(row.report, timeline);
+  j["plan_s"] = row.plan_s;
+  return j;
+}
+
+int plan(const PlanArgs& a) {
+  ModelOptions mo;
+  mo.input_size = a.input_size;
+  mo.num_classes = a.classes;
+  auto graph = load_model(a.model, mo);
+  if (!graph) {
+    std::cerr << "tapp-cli plan: " << graph.error_message() << "\n";
+    return 2;
+  }
+  auto cluster = load_cluster(a.devices);
+  if (!cluster) {
+    std::cerr << "tapp-cli plan: " << cluster.error_message() << "\n";
+    return 2;
+  }
+  auto schedule = schedule_from_name(a.schedule);
+  if (!schedule) {
+    std::cerr << "tapp-cli plan: --schedule: " << schedule.error_message() << "\n";
+    return 2;
+  }
+  if (a.micro_batches > a.batch) {
+    std::cerr << "tapp-cli plan: --micro-batches: must be at most the batch size " << a.batch << "\n";
+    return 2;
+  }
+  auto inputs = load_cost_inputs(*graph, *cluster, a.batch, a.costs, a.calibration);
+  if (!inputs) {
+    std::cerr << "tapp-cli plan: " << inputs.error_message() << "\n";
+    return 2;
+  }
+  auto cost = CostModel::build(*graph, *cluster, inputs->libraries, inputs->calibration);
+  if (!cost) {
+    std::cerr << "tapp-cli plan: " << cost.error_message() << "\n";
+    return 2;
+  }
+  std::vector<std::string> planners;
+  if (a.planner != "all") {
+    const auto& names = planner_names();
+    if (std::find(names.begin(), names.end(), a.planner) == names.end()) {
+      std::string known;
+      for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+      std::cerr << "tapp-cli plan: --planner: unknown \"" << a.planner << "\"; expected all, " << known << "\n";
+      return 2;
+    }
+    planners = {a.planner};
+  }
+  RunOptions ro;
+  ro.batch_size = a.batch;
+  ro.steps = a.steps;
+  ro.warmup_steps = a.warmup;
+  ro.seed = a.seed;
+  std::unique_ptr<Evaluator> evaluator;
+  SimulatorEvaluator* sim = nullptr;
+  if (a.evaluator == "simulate") {
+    auto s = std::make_unique<SimulatorEvaluator>(*graph, *cluster, *cost, a.batch);
+    sim = s.get();
+    evaluator = std::move(s);
+  } else if (a.evaluator == "measure") {
+    evaluator = std::make_unique<MeasureEvaluator>(*graph, *cluster, ro);
+  } else {
+    std::cerr << "tapp-cli plan: --evaluator: expected simulate or measure, got \"" << a.evaluator << "\"\n";
+    return 2;
+  }
+  PlannerContext ctx;
+  ctx.graph = &*graph;
+  ctx.cluster = &*cluster;
+  ctx.cost = &*cost;
+  ctx.batch_size = a.batch;
+  ctx.schedule = *schedule;
+  ctx.micro_batches = a.micro_batches;
+  ctx.seed = a.seed;
+  ctx.budget = a.budget;
+  ctx.exhaustive_limit = a.exhaustive_limit;
+  PlannerRunOptions options;
+  options.planners = planners;
+  if (a.evaluator == "measure")
+    options.strategy_evaluator = [&](const std::string& strategy) {
+      return run_strategy(*graph, *cluster, strategy, ro).report;
+    };
+  std::vector<PlannerRow> rows = run_planners(ctx, *evaluator, options);
+  // The single plan's timeline, when asked for, from a simulation with timeline on.
+  if (sim && a.timeline && rows.size() == 1 && rows[0].placement && rows[0].report.ok) {
+    sim->timeline = true;
+    rows[0].report = sim->evaluate(*rows[0].placement);
+  }
+  int failures = 0;
+  for (const auto& r : rows) failures += !r.report.ok;
+
+  if (a.json) {
+    nlohmann::json j;
+    j["model"] = graph->name;
+    j["cluster"] = cluster->name;
+    j["batch_size"] = a.batch;
+    j["evaluator"] = evaluator->name();
+    j["costs"] = inputs->costs_note;
+    j["evaluations"] = evaluator->evaluations();
+    if (rows.size() == 1) {
+      j.update(row_json(rows[0], *graph, *cluster, a.timeline));
+    } else {
+      j["rows"] = nlohmann::json::array();
+      for (const auto& r : rows) j["rows"].push_back(row_json(r, *graph, *cluster, false));
+    }
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << "model " << graph->name << "  batch " << a.batch << "  on " << cluster->num_devices()
+              << " device(s)" << (cluster->name.empty() ? "" : " (" + cluster->name + ")") << "  evaluator "
+              << evaluator->name() << "\ncosts: " << inputs->costs_note << "\n\n";
+    if (rows.size() == 1) {
+      const PlannerRow& r = rows[0];
+      std::cout << "planner " << r.name << " (" << fixed(r.plan_s, 2) << " s, " << evaluator->evaluations()
+                << " evaluations)\n";
+      if (r.placement)
+        std::cout << "placement: " << describe(*r.placement, *graph, *cluster) << "\n  micro-batches "
+                  << r.placement->micro_batches << ", schedule " << schedule_name(r.placement->schedule) << "\n";
+      if (r.report.ok) print_report(r.report, std::cout);
+    } else {
+      double single = 0, best = 0;
+      for (const auto& r : rows) {
+        if (r.name == "single" && r.report.ok) single = r.report.step_ms;
+        if (r.report.ok && (best == 0 || r.report.step_ms < best)) best = r.report.step_ms;
+      }
+      std::cout << std::left << std::setw(11) << "planner" << std::right << std::setw(11) << "step ms" << std::setw(10)
+                << "vs single" << std::setw(7) << "comm" << std::setw(5) << "mb" << std::setw(9) << "plan s"
+                << "  placement\n";
+      for (const auto& r : rows) {
+        std::cout << std::left << std::setw(11) << r.name << std::right;
+        if (!r.report.ok) {
+          std::cout << std::setw(11) << "-" << "  " << r.report.message << "\n";
+          continue;
+        }
+        std::cout << std::setw(11) << fixed(r.report.step_ms, 2) << std::setw(9)
+                  << (single > 0 ? fixed(single / r.report.step_ms, 2) + "x" : "-") << std::setw(7)
+                  << fixed(r.report.comm_fraction, 2) << std::setw(5) << r.placement->micro_batches << std::setw(9)
+                  << fixed(r.plan_s, 2) << "  " << (r.report.step_ms == best ? "* " : "")
+                  << describe(*r.placement, *graph, *cluster) << "\n";
+      }
+    }
+  }
+  for (const auto& r : rows)
+    if (!r.report.ok && rows.size() == 1) std::cerr << "tapp-cli plan: " << r.report.message << "\n";
+  if (!a.out.empty()) {
+    const PlannerRow* best = nullptr;
+    for (const auto& r : rows)
+      if (r.report.ok && r.placement && (!best || r.report.step_ms < best->report.step_ms)) best = &r;
+    if (best) {
+      std::ofstream f(a.out);
+      if (!f) {
+        std::cerr << "tapp-cli plan: --out: cannot write '" << a.out << "'\n";
+        return 2;
+      }
+      f << placement_to_json(*best->placement, *graph, *cluster).dump(2) << "\n";
+      if (!a.json) std::cerr << "wrote " << a.out << " (" << best->name << ")\n";
+    }
+  }
+  return failures == static_cast<int>(rows.size()) ? 1 : 0;
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app, int& exit_code) {
+  auto args = std::make_shared<PlanArgs>();
+  auto* sub = app.add_subcommand("plan", "run a classical planner (or all of them) and score the placement");
+  sub->add_option("model", args->model, "zoo name, JSON layer graph or TorchScript file")->required();
+  sub->add_option("--devices", args->devices, "cluster.json")->required();
+  sub->add_option("--planner", args->planner,
+                  "all | single | bsp | uniform | params | time | dp | random | anneal | exhaustive (default dp)");
+  sub->add_option("--evaluator", args->evaluator, "simulate (default) | measure");
+  sub->add_option("--batch", args->batch, "batch size (default 32)")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  sub->add_option("--micro-batches", args->micro_batches, "fix the number of micro-batches (default: planner picks)")
+      ->check(CLI::Range(0, 1 << 20));
+  sub->add_option("--schedule", args->schedule, "gpipe (default) | 1f1b");
+  sub->add_option("--budget", args->budget, "evaluations for random search and annealing (default 200)")
+      ->check(CLI::Range(1, 100000000));
+  sub->add_option("--exhaustive-limit", args->exhaustive_limit, "most candidates exhaustive search enumerates");
+  sub->add_option("--seed", args->seed, "random seed");
+  sub->add_option("--costs", args->costs, "auto (cached profile, else estimated) | profile | estimated");
+  sub->add_option("--calibration", args->calibration, "calibration JSON from `tapp-cli calibrate`");
+  sub->add_option("--steps", args->steps, "measure: timed steps per placement")->check(CLI::Range(1, 1000));
+  sub->add_option("--warmup", args->warmup, "measure: warm-up steps")->check(CLI::Range(0, 1000));
+  sub->add_option("--input-size", args->input_size, "image side (0: the model's default)");
+  sub->add_option("--classes", args->classes, "number of classes (0: the model's default)");
+  sub->add_option("--out", args->out, "write the (best) placement JSON here");
+  sub->add_flag("--json", args->json, "print JSON");
+  sub->add_flag("--timeline", args->timeline, "with --json and one planner: include the simulated timeline");
+  sub->callback([args, &exit_code] { exit_code = plan(*args); });
+}
+
+}  // namespace tapp::cli

@@ -1,0 +1,35 @@
+// service/cli/cost_inputs.h — the simulator's inputs for the command line (plan, calibrate).
+//
+// Owns how tapp-cli turns (model, cluster, batch) into a CostModel: one layer
+// library per distinct (device kind, threads) of the cluster — a cached
+// profile when there is one ("auto"), a fresh profile ("profile", measures
+// with LibTorch) or multiply-add estimates ("estimated") — plus an optional
+// calibration file. Errors name the input.
+// Thread safety: one call at a time (profiling sets LibTorch's thread count).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "profiler/layer_library.h"
+#include "runtime/cost_model.h"
+
+namespace tapp {
+struct LayerGraph;
+struct Cluster;
+}  // namespace tapp
+
+namespace tapp::cli {
+
+struct CostInputs {
+  std::vector<LayerLibrary> libraries;
+  std::string costs_note;  // "cached profile", "measured profile", "estimated from multiply-adds"
+  Calibration calibration;
+};
+
+// mode: "auto" | "profile" | "estimated"; calibration_path may be empty.
+Result<CostInputs> load_cost_inputs(const LayerGraph& g, const Cluster& c, int64_t batch_size,
+                                    const std::string& mode, const std::string& calibration_path);
+
+}  // namespace tapp::cli
