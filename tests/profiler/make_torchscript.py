@@ -1,0 +1,75 @@
+"""Saves small PyTorch models as TorchScript for the profiler's import test.
+
+usage: make_torchscript.py OUT_DIR
+Writes OUT_DIR/branchy_scripted.pt (torch.jit.script), OUT_DIR/branchy_traced.pt
+(torch.jit.trace), OUT_DIR/mlp_traced.pt, OUT_DIR/softmax_scripted.pt (an op
+the importer does not support) and OUT_DIR/expected.json with each model's
+parameter count as PyTorch counts it.
+"""
+import json
+import os
+import sys
+
+import torch
+import torch.nn as nn
+
+
+class Branchy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(inplace=True),
+                                  nn.MaxPool2d(2))
+        self.b1 = nn.Conv2d(8, 4, 1)
+        self.b3 = nn.Conv2d(8, 4, 3, padding=1, bias=False)
+        self.pool = nn.AdaptiveAvgPool2d((4, 4))
+        self.drop = nn.Dropout(0.25)
+        self.fc = nn.Linear(8 * 4 * 4, 10)
+
+    def forward(self, x):
+        x = self.stem(x)
+        y = torch.cat([self.b1(x), self.b3(x)], 1)
+        y = torch.relu(y + x)
+        y = torch.flatten(self.pool(y), 1)
+        return self.fc(self.drop(y))
+
+
+class Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(20, 16)
+        self.act = nn.Tanh()
+        self.fc2 = nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class WithSoftmax(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(20, 3)
+
+    def forward(self, x):
+        return torch.softmax(self.fc(x), 1)
+
+
+def count(m):
+    return sum(p.numel() for p in m.parameters())
+
+
+def main():
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    torch.manual_seed(0)
+    branchy = Branchy()
+    torch.jit.script(branchy).save(os.path.join(out, "branchy_scripted.pt"))
+    torch.jit.trace(branchy, torch.randn(2, 3, 32, 32), check_trace=False).save(os.path.join(out, "branchy_traced.pt"))
+    mlp = Mlp()
+    torch.jit.trace(mlp, torch.randn(2, 20)).save(os.path.join(out, "mlp_traced.pt"))
+    torch.jit.script(WithSoftmax()).save(os.path.join(out, "softmax_scripted.pt"))
+    with open(os.path.join(out, "expected.json"), "w") as f:
+        json.dump({"branchy_params": count(branchy), "mlp_params": count(mlp)}, f)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,253 @@
+// LibTorch side of the profiler: GraphModel vs LayerGraph, timing, cache,
+// TorchScript import of files saved by python3-torch, and the CLI's answers
+// to bad input. Small models and batches only.
+#include <sys/wait.h>
+#include <torch/torch.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "profiler/model_json.h"
+#include "profiler/profiler.h"
+#include "profiler/torch_model.h"
+#include "profiler/torchscript_import.h"
+#include "profiler/zoo.h"
+
+// glog (pulled in by LibTorch) defines CHECK*; doctest's must win.
+#undef CHECK
+#undef CHECK_EQ
+#undef CHECK_NE
+#undef CHECK_LT
+#undef CHECK_LE
+#undef CHECK_GT
+#undef CHECK_GE
+#include <doctest/doctest.h>
+
+using namespace tapp;
+namespace fs = std::filesystem;
+
+namespace {
+const std::string kSource = TAPP_SOURCE_DIR;
+const std::string kBin = TAPP_BIN_DIR;
+
+fs::path scratch(const std::string& name) {
+  fs::path p = fs::path(kBin).parent_path() / "test-scratch" / "profiler" / name;
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+int exit_code_of(const std::string& cmd) {
+  int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+ProfileOptions quick() {
+  ProfileOptions o;
+  o.batch_size = 2;
+  o.warmup_runs = 1;
+  o.runs = 2;
+  return o;
+}
+
+// Saves the models of make_torchscript.py once per test run.
+const fs::path& torchscript_dir() {
+  static const fs::path dir = [] {
+    fs::path d = scratch("torchscript");
+    std::string cmd = std::string(TAPP_PYTHON) + " " + kSource + "/tests/profiler/make_torchscript.py " + d.string();
+    REQUIRE_MESSAGE(exit_code_of(cmd) == 0, "python3 with torch could not save the models: ", cmd);
+    return d;
+  }();
+  return dir;
+}
+}  // namespace
+
+TEST_CASE("LibTorch modules of the small zoo models have the layer graph's parameters and output shape") {
+  for (const char* name : {"alexnet_cifar", "vgg5", "mlp", "tiny_inception"}) {
+    auto g = zoo_model(name);
+    REQUIRE(g.is_ok());
+    auto m = GraphModel::build(*g, 7);
+    REQUIRE(m.is_ok());
+    int64_t n = 0;
+    for (const auto& p : (*m)->parameters()) n += p.numel();
+    CHECK_MESSAGE(n == g->total_params(), name);
+    torch::NoGradGuard no_grad;
+    auto [x, y] = synthetic_batch(*g, 3, 1);
+    auto out = (*m)->forward(x);
+    CHECK(out.sizes().vec() == std::vector<int64_t>{3, 10});
+  }
+}
+
+TEST_CASE("the LibTorch alexnet has torchvision's parameter count") {
+  auto g = zoo_model("alexnet");
+  auto m = GraphModel::build(*g, 1);
+  REQUIRE(m.is_ok());
+  int64_t n = 0;
+  for (const auto& p : (*m)->parameters()) n += p.numel();
+  CHECK(n == 61100840);
+}
+
+TEST_CASE("profiling a small model gives positive forward and backward times and a whole-step ratio") {
+  auto g = zoo_model("vgg5");
+  auto lib = profile_model(*g, quick());
+  REQUIRE_MESSAGE(lib.is_ok(), lib.error_message());
+  CHECK(lib->measured);
+  CHECK(lib->batch_size == 2);
+  REQUIRE(lib->rows.size() == g->layers.size());
+  for (const auto& r : lib->rows) CHECK_MESSAGE(r.forward_ms > 0, r.name);
+  CHECK(lib->rows[g->index_of("conv2")].backward_ms > 0);
+  CHECK(lib->rows[g->index_of("fc1")].backward_ms > 0);
+  CHECK(lib->whole_step_ms > 0);
+  CHECK(lib->sum_to_step_ratio ==
+        doctest::Approx((lib->total_forward_ms() + lib->total_backward_ms()) / lib->whole_step_ms));
+}
+
+TEST_CASE("a profile is measured once and then read from the cache with the same rows") {
+  fs::path dir = scratch("cache");
+  FileProfileCache cache(dir.string());
+  auto g = zoo_model("mlp");
+  bool hit = true;
+  auto first = profile_cached(*g, quick(), &cache, &hit);
+  REQUIRE(first.is_ok());
+  CHECK_FALSE(hit);
+  auto second = profile_cached(*g, quick(), &cache, &hit);
+  REQUIRE(second.is_ok());
+  CHECK(hit);
+  CHECK(library_to_json(*second) == library_to_json(*first));
+
+  // Another batch size is another key.
+  ProfileOptions other = quick();
+  other.batch_size = 3;
+  profile_cached(*g, other, &cache, &hit);
+  CHECK_FALSE(hit);
+
+  // A corrupt entry is measured again, not trusted.
+  std::ofstream(dir / (profile_cache_key(*g, "cpu", 1, 2) + ".json")) << "{ not json";
+  auto third = profile_cached(*g, quick(), &cache, &hit);
+  REQUIRE(third.is_ok());
+  CHECK_FALSE(hit);
+}
+
+TEST_CASE("cache keys separate models, input sizes, threads and batch sizes") {
+  auto a = zoo_model("vgg5");
+  auto b = zoo_model("vgg5", {64, 0});
+  CHECK(profile_cache_key(*a, "cpu", 1, 16) != profile_cache_key(*b, "cpu", 1, 16));
+  CHECK(profile_cache_key(*a, "cpu", 1, 16) != profile_cache_key(*a, "cpu", 2, 16));
+  CHECK(profile_cache_key(*a, "cpu", 1, 16) != profile_cache_key(*a, "cpu", 1, 8));
+  CHECK(profile_cache_key(*a, "cpu", 1, 16).rfind("vgg5-3x32x32-", 0) == 0);
+}
+
+TEST_CASE("a scripted PyTorch model is imported with its layers in execution order, edges and parameters") {
+  const fs::path& dir = torchscript_dir();
+  auto expected = nlohmann::json::parse(read_text(dir / "expected.json"));
+  for (const char* file : {"branchy_scripted.pt", "branchy_traced.pt"}) {
+    CAPTURE(file);
+    auto g = load_model((dir / file).string(), {32, 0});
+    REQUIRE_MESSAGE(g.is_ok(), g.error_message());
+    CHECK(g->input_shape == Shape{3, 32, 32});
+    CHECK(g->total_params() == expected["branchy_params"].get<int64_t>());
+    std::vector<std::string> ops;
+    for (const auto& l : g->layers) ops.push_back(l.op);
+    CHECK(ops == std::vector<std::string>{"conv2d", "batchnorm2d", "relu", "maxpool2d", "conv2d", "conv2d",
+                                          "concat", "add", "relu", "adaptive_avgpool2d", "flatten", "dropout",
+                                          "linear"});
+    // Edges: both branch convolutions read the pool; cat reads both; add reads cat and the pool.
+    CHECK(g->layers[4].inputs == std::vector<int>{3});
+    CHECK(g->layers[5].inputs == std::vector<int>{3});
+    CHECK(g->layers[6].inputs == std::vector<int>{4, 5});
+    CHECK(g->layers[7].inputs == std::vector<int>{6, 3});
+    CHECK(g->layers[0].name == "stem.0");
+    CHECK(g->layers[4].name == "b1");
+    CHECK_FALSE(g->layers[5].attrs.bias);
+    CHECK(g->layers[5].attrs.padding[0] == 1);
+    CHECK(g->layers[11].attrs.p == doctest::Approx(0.25));
+    CHECK(g->num_classes == 10);
+    // It runs and profiles like any other layer graph.
+    auto lib = profile_model(*g, quick());
+    REQUIRE(lib.is_ok());
+    CHECK(lib->rows.back().forward_ms > 0);
+  }
+}
+
+TEST_CASE("a traced MLP is imported with a flat input shape read from its first layer") {
+  auto g = load_model((torchscript_dir() / "mlp_traced.pt").string());
+  REQUIRE_MESSAGE(g.is_ok(), g.error_message());
+  CHECK(g->input_shape == Shape{20});
+  CHECK(g->layers.size() == 3);
+  CHECK(g->layers[1].op == "tanh");
+  CHECK(g->total_params() == 387);
+}
+
+TEST_CASE("a TorchScript model with an unsupported op is rejected naming the op") {
+  auto g = load_model((torchscript_dir() / "softmax_scripted.pt").string());
+  REQUIRE_FALSE(g.is_ok());
+  CHECK(g.error_message().find("TorchScript op 'aten::softmax': not supported") != std::string::npos);
+}
+
+TEST_CASE("missing and corrupt TorchScript files are errors, not crashes") {
+  fs::path dir = scratch("bad_pt");
+  auto missing = load_model((dir / "none.pt").string());
+  REQUIRE_FALSE(missing.is_ok());
+  CHECK(missing.error_message().find("none.pt: no such file") != std::string::npos);
+  std::ofstream(dir / "corrupt.pt") << "this is not a zip archive";
+  auto corrupt = load_model((dir / "corrupt.pt").string());
+  REQUIRE_FALSE(corrupt.is_ok());
+  CHECK(corrupt.error_message().find("not a loadable TorchScript module") != std::string::npos);
+}
+
+TEST_CASE("tapp-cli answers bad input with a message and exit code 2") {
+  const std::string cli = kBin + "/tapp-cli";
+  fs::path dir = scratch("cli");
+  std::ofstream(dir / "corrupt.pt") << "garbage";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"profile alexnett", "unknown model 'alexnett'; known models are alexnet"},
+      {"profile " + kSource + "/tests/fixtures/models/malformed.json", "malformed JSON"},
+      {"profile " + kSource + "/schemas/examples/model/invalid/unknown_op.json", "unknown op 'softmax_fancy'"},
+      {"profile " + kSource + "/tests/fixtures/models/mismatched_add.json", "mismatched shapes"},
+      {"profile " + (dir / "missing.pt").string(), "no such file"},
+      {"profile " + (dir / "corrupt.pt").string(), "not a loadable TorchScript module"},
+      {"profile vgg5 --batch 0", "must be positive"},
+      {"export-model nope", "unknown model 'nope'"},
+  };
+  for (const auto& [args, message] : cases) {
+    CAPTURE(args);
+    fs::path err = dir / "stderr.txt";
+    int rc = exit_code_of(cli + " " + args + " >/dev/null 2>" + err.string());
+    CHECK(rc == 2);
+    CHECK(read_text(err).find(message) != std::string::npos);
+  }
+}
+
+TEST_CASE("a model exported by tapp-cli export-model profiles like the zoo model") {
+  const std::string cli = kBin + "/tapp-cli";
+  fs::path dir = scratch("export");
+  const std::string file = (dir / "tiny.json").string();
+  REQUIRE(exit_code_of(cli + " export-model tiny_inception --out " + file) == 0);
+  const std::string est = " --estimate --json --batch 4 > ";
+  REQUIRE(exit_code_of(cli + " profile tiny_inception" + est + (dir / "zoo.json").string()) == 0);
+  REQUIRE(exit_code_of(cli + " profile " + file + est + (dir / "file.json").string()) == 0);
+  auto a = nlohmann::json::parse(read_text(dir / "zoo.json"));
+  auto b = nlohmann::json::parse(read_text(dir / "file.json"));
+  CHECK(a == b);
+  CHECK(a["rows"].size() == zoo_model("tiny_inception")->layers.size());
+
+  // And a measured profile through the CLI uses the cache directory it is given.
+  const std::string cache = (dir / "cache").string();
+  REQUIRE(exit_code_of(cli + " profile mlp --batch 2 --runs 1 --warmup 0 --cache-dir " + cache + " > " +
+                       (dir / "table.txt").string()) == 0);
+  CHECK(read_text(dir / "table.txt").find("sum-of-layers / whole-step ratio") != std::string::npos);
+  CHECK(std::distance(fs::directory_iterator(cache), fs::directory_iterator()) == 1);
+  REQUIRE(exit_code_of(cli + " profile mlp --batch 2 --runs 1 --warmup 0 --cache-dir " + cache + " > " +
+                       (dir / "table2.txt").string()) == 0);
+  CHECK(read_text(dir / "table2.txt").find("(cached profile)") != std::string::npos);
+}
