@@ -236,21 +236,21 @@ void JobRunner::run_one(const std::string& id) {
   if (user_cancelled) {
     // DELETE already moved it to cancelled; nothing to store.
   } else if (result.is_ok()) {
-    store_.finish_succeeded(id, *result);
-    ProgressEvent done;
+    json p;
+    bool had_done;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      had_done = r->phase == "done";
       if (r->progress.is_object()) {
-        json p = r->progress;
-        p["phase"] = "done";
-        r->progress = p;
+        r->progress["phase"] = "done";
+        p = r->progress;
       }
     }
-    json p = live_progress(id);
     if (p.is_object()) {
       store_.set_progress(id, p);
-      store_.add_event(id, p);
+      if (!had_done) store_.add_event(id, p);
     }
+    store_.finish_succeeded(id, *result);
   } else if (shutting_down) {
     // Left in its running state: the next start re-queues it (as after a crash).
   } else {

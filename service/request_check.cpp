@@ -1,9 +1,12 @@
 // service/request_check.cpp — POST /placements validation (see request_check.h).
 #include "service/request_check.h"
 
+#include <algorithm>
 #include <cctype>
 
 #include "placer/optimize.h"
+#include "profiler/model_json.h"
+#include "profiler/zoo.h"
 
 namespace tapp::service {
 using nlohmann::json;
@@ -146,11 +149,30 @@ bool check_submission(const json& body, const CheckLimits& limits, Submission& o
                "model"};
         return false;
       }
+      std::vector<std::string> known = zoo_names();
+      if (std::find(known.begin(), known.end(), m) == known.end()) {
+        std::string list;
+        for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+        err = {400, "unknown model \"" + m + "\" (known: " + list + "; or give a layer graph object or model_file)",
+               "model"};
+        return false;
+      }
       out.label = m;
     }
   } else {
     if (!model.contains("layers") || !model["layers"].is_array()) {
       err = {400, "a layer graph needs a layers array", "model.layers"};
+      return false;
+    }
+    if (model["layers"].size() > 10000) {
+      err = {400, "at most 10000 layers", "model.layers"};
+      return false;
+    }
+    Result<LayerGraph> graph = model_from_json(model);
+    if (!graph) {
+      FieldError e = field_error_from_status(graph.error_message());
+      e.field = e.field == "body" ? "model" : "model." + e.field;
+      err = e;
       return false;
     }
     out.label = parsed->model;

@@ -16,9 +16,4 @@ void not_yet(CLI::App& app, const char* name, const char* what, int& exit_code) 
 }
 }  // namespace
 
-void add_jobs_command(CLI::App& app, int& e) { not_yet(app, "jobs", "list jobs on a tapp-server", e); }
-int optimize_on_server(const std::string&, const std::string&, bool) {
-  std::cerr << "tapp-cli optimize --server: not built in this version\n";
-  return 1;
-}
 }  // namespace tapp::cli

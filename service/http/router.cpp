@@ -7,6 +7,8 @@
 #include <sstream>
 #include <vector>
 
+#include "profiler/zoo.h"
+
 namespace tapp::service {
 namespace http = boost::beast::http;
 using nlohmann::json;
@@ -351,12 +353,18 @@ HttpResponse route(AppState& app, const HttpRequest& req) {
     return json_response(http::status::ok, j, req);
   }
 
-  bool api = !parts.empty() && (parts[0] == "placements" || parts[0] == "openapi.json" || parts[0] == "schemas");
+  bool api = !parts.empty() && (parts[0] == "placements" || parts[0] == "openapi.json" || parts[0] == "schemas" ||
+                                 parts[0] == "models");
   if (!api) return serve_static(app, req, t.path);
   if (!authorized(app, req)) {
     HttpResponse res = error_for(req, 401, "missing or wrong bearer token (Authorization: Bearer <token>)", "Authorization");
     res.set(http::field::www_authenticate, "Bearer");
     return res;
+  }
+  if (parts[0] == "models") {
+    if (parts.size() != 1) return error_for(req, 404, "not found", "path");
+    if (req.method() != http::verb::get) return method_not_allowed(req, "GET");
+    return json_response(http::status::ok, json{{"models", zoo_names()}}, req);
   }
   if (parts[0] == "openapi.json" || parts[0] == "schemas") {
     const std::string* doc = nullptr;

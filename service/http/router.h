@@ -4,6 +4,7 @@
 //   GET  /healthz                      liveness + queue figures (no auth)
 //   GET  /openapi.json                 the API document (schemas/openapi.json)
 //   GET  /schemas/job.schema.json      the job schema
+//   GET  /models                       zoo model names
 //   POST /placements                   submit a job -> 202 {id, url}; 503 + Retry-After when full
 //   GET  /placements?status=&limit=&offset=
 //   GET  /placements/{id}              status, progress, result or error

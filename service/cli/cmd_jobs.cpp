@@ -1,0 +1,233 @@
+// tapp-cli jobs, and `tapp-cli optimize --server URL` (optimize_on_server):
+// the command line as a client of tapp-server.
+//
+// Data flow: request JSON -> POST /placements -> poll GET /placements/{id}
+// twice a second -> progress bar (terminal) or one line per change (pipe) ->
+// the result (JSON with --json, else a summary and the baselines table).
+// Ctrl-C while following a job cancels it on the server.
+// Token: $TAPP_TOKEN, or --token-file for `jobs`.
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "service/cli/commands.h"
+#include "service/http_client.h"
+
+namespace tapp::cli {
+using nlohmann::json;
+using service::HttpReply;
+using service::ServerUrl;
+
+namespace {
+
+volatile std::sig_atomic_t g_interrupted = 0;
+void on_sigint(int) { g_interrupted = 1; }
+
+std::map<std::string, std::string> auth_headers(const std::string& token_file) {
+  std::string token;
+  if (!token_file.empty()) {
+    std::ifstream in(token_file);
+    std::getline(in, token);
+  } else if (const char* env = std::getenv("TAPP_TOKEN")) {
+    token = env;
+  }
+  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
+  if (token.empty()) return {};
+  return {{"Authorization", "Bearer " + token}};
+}
+
+// Prints the server's error ({"error", "field"}) and returns the exit code.
+int report_error(const std::string& what, const Result<HttpReply>& r) {
+  if (!r) {
+    std::cerr << what << ": " << r.error_message() << "\n";
+    return 1;
+  }
+  json j = json::parse(r->body, nullptr, false);
+  std::string msg = j.is_object() && j.contains("error") ? j["error"].get<std::string>() : r->body;
+  std::string field = j.is_object() && j.contains("field") && j["field"].is_string() ? j["field"].get<std::string>() : "";
+  std::cerr << what << ": HTTP " << r->status << ": " << (field.empty() ? "" : field + ": ") << msg << "\n";
+  if (r->status == 503 && r->headers.count("retry-after"))
+    std::cerr << "  (retry after " << r->headers.at("retry-after") << " s)\n";
+  return r->status >= 400 && r->status < 500 ? 2 : 1;
+}
+
+std::string num(const json& v, int digits = 2) {
+  if (!v.is_number()) return "-";
+  std::ostringstream ss;
+  ss << std::fixed << std::setprecision(digits) << v.get<double>();
+  return ss.str();
+}
+
+std::string progress_line(const json& job, bool bar) {
+  const json& p = job.value("progress", json());
+  std::ostringstream ss;
+  std::string status = job.value("status", "?");
+  int it = p.is_object() ? p.value("iteration", 0) : 0;
+  int total = p.is_object() ? p.value("total_iterations", 0) : 0;
+  if (bar) {
+    const int width = 28;
+    double frac = status == "succeeded" ? 1.0 : total > 0 ? std::min(1.0, double(it) / total) : 0.0;
+    int fill = static_cast<int>(frac * width);
+    ss << "[" << std::string(fill, '#') << std::string(width - fill, '.') << "] ";
+  }
+  ss << status;
+  if (p.is_object()) {
+    ss << " " << p.value("phase", "");
+    if (total > 0) ss << " " << it << "/" << total;
+    else if (it > 0) ss << " " << it;
+    ss << " best " << num(p.value("best_step_ms", json())) << " ms";
+    if (p.contains("reward") && p["reward"].is_number()) ss << " reward " << num(p["reward"], 3);
+  }
+  return ss.str();
+}
+
+void print_result(const json& job) {
+  const json& r = job.value("result", json());
+  const json& best = r.value("best", json());
+  std::cout << "job " << job.value("id", "") << ": " << job.value("status", "") << " (" << job.value("model", "")
+            << ", " << num(job.value("elapsed_s", json()), 1) << " s)\n";
+  if (best.is_object()) {
+    std::cout << "best placement: " << best.value("source", "?") << ", step " << num(best.value("step_ms", json()), 3)
+              << " ms";
+    if (best.contains("measured_step_ms") && best["measured_step_ms"].is_number())
+      std::cout << " (measured " << num(best["measured_step_ms"], 3) << " ms)";
+    std::cout << ", comm " << num(json(100.0 * best.value("comm_fraction", 0.0)), 1) << "%\n";
+    const json& pl = best.value("placement", json());
+    if (pl.is_object()) {
+      std::cout << "  groups -> devices: " << pl.value("groups", json::array()).dump() << ", micro-batches "
+                << pl.value("micro_batches", 0) << ", schedule " << pl.value("schedule", "") << "\n";
+    }
+  }
+  if (r.contains("speedup_vs_bsp"))
+    std::cout << "speedup vs BSP " << num(r["speedup_vs_bsp"]) << "x, vs best baseline "
+              << num(r.value("speedup_vs_best_baseline", json())) << "x\n";
+  if (r.contains("baselines") && r["baselines"].is_array()) {
+    std::cout << std::left << std::setw(22) << "baseline" << std::right << std::setw(12) << "step ms" << std::setw(12)
+              << "vs BSP" << std::setw(10) << "comm\n";
+    for (const json& b : r["baselines"]) {
+      std::cout << std::left << std::setw(22) << b.value("name", "?") << std::right << std::setw(12)
+                << (b.value("ok", true) ? num(b.value("step_ms", json()), 3) : "failed") << std::setw(12)
+                << num(b.value("speedup_vs_bsp", json())) << std::setw(9)
+                << (b.contains("comm_fraction") && b["comm_fraction"].is_number()
+                        ? num(json(100 * b["comm_fraction"].get<double>()), 1) + "%"
+                        : "-")
+                << "\n";
+    }
+  }
+}
+
+int list_jobs(const std::string& server_url, const std::string& status, int limit, bool as_json,
+              const std::string& token_file) {
+  Result<ServerUrl> url = service::parse_server_url(server_url);
+  if (!url) {
+    std::cerr << url.error_message() << "\n";
+    return 2;
+  }
+  std::string target = "/placements?limit=" + std::to_string(limit);
+  if (!status.empty()) target += "&status=" + status;
+  Result<HttpReply> r = service::http_call(*url, "GET", target, "", auth_headers(token_file), 15);
+  if (!r || r->status != 200) return report_error("tapp-cli jobs", r);
+  json page = json::parse(r->body, nullptr, false);
+  if (as_json) {
+    std::cout << page.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << std::left << std::setw(16) << "id" << std::setw(12) << "status" << std::setw(16) << "model"
+            << std::setw(12) << "iteration" << std::setw(14) << "best ms" << "created\n";
+  for (const json& j : page.value("jobs", json::array())) {
+    const json& p = j.value("progress", json());
+    std::string it = p.is_object() ? std::to_string(p.value("iteration", 0)) +
+                                         (p.value("total_iterations", 0) ? "/" + std::to_string(p.value("total_iterations", 0)) : "")
+                                   : "-";
+    std::cout << std::left << std::setw(16) << j.value("id", "") << std::setw(12) << j.value("status", "")
+              << std::setw(16) << j.value("model", "") << std::setw(12) << it << std::setw(14)
+              << num(p.is_object() ? p.value("best_step_ms", json()) : json()) << j.value("created_at", json("")).dump()
+              << "\n";
+  }
+  std::cout << page.value("total", 0) << " job(s)\n";
+  return 0;
+}
+
+}  // namespace
+
+void add_jobs_command(CLI::App& app, int& exit_code) {
+  auto* sub = app.add_subcommand("jobs", "list jobs on a tapp-server");
+  auto server = std::make_shared<std::string>("http://127.0.0.1:8080");
+  auto status = std::make_shared<std::string>();
+  auto token_file = std::make_shared<std::string>();
+  auto as_json = std::make_shared<bool>(false);
+  auto limit = std::make_shared<int>(50);
+  sub->add_option("--server", *server, "tapp-server URL")->capture_default_str();
+  sub->add_option("--status", *status, "only jobs in this state")
+      ->check(CLI::IsMember({"queued", "profiling", "optimizing", "succeeded", "failed", "cancelled"}));
+  sub->add_option("--limit", *limit, "at most this many (newest first)")->check(CLI::Range(1, 500))->capture_default_str();
+  sub->add_option("--token-file", *token_file, "bearer token file (default: $TAPP_TOKEN)");
+  sub->add_flag("--json", *as_json, "print the server's JSON");
+  sub->callback([=, &exit_code] { exit_code = list_jobs(*server, *status, *limit, *as_json, *token_file); });
+}
+
+int optimize_on_server(const std::string& server_url, const std::string& request_json, bool json_output) {
+  Result<ServerUrl> url = service::parse_server_url(server_url);
+  if (!url) {
+    std::cerr << url.error_message() << "\n";
+    return 2;
+  }
+  auto headers = auth_headers("");
+  auto post_headers = headers;
+  post_headers["Content-Type"] = "application/json";
+  Result<HttpReply> r = service::http_call(*url, "POST", "/placements", request_json, post_headers, 60);
+  if (!r || r->status != 202) return report_error("tapp-cli optimize --server", r);
+  std::string id = json::parse(r->body).value("id", "");
+  bool tty = isatty(fileno(stderr));
+  std::cerr << "submitted job " << id << " to " << server_url << "\n";
+  auto previous = std::signal(SIGINT, on_sigint);
+  std::string last_line;
+  json job;
+  int failures = 0;
+  for (;;) {
+    if (g_interrupted) {
+      service::http_call(*url, "DELETE", "/placements/" + id, "", headers, 10);
+      std::cerr << (tty ? "\n" : "") << "interrupted: cancelled job " << id << "\n";
+      std::signal(SIGINT, previous);
+      return 130;
+    }
+    Result<HttpReply> g = service::http_call(*url, "GET", "/placements/" + id, "", headers, 15);
+    if (!g || g->status != 200) {
+      if (++failures >= 10) return report_error("tapp-cli optimize --server: following job " + id, g);
+    } else {
+      failures = 0;
+      job = json::parse(g->body, nullptr, false);
+      std::string line = progress_line(job, tty);
+      if (tty) {
+        std::cerr << "\r\033[K" << line << std::flush;
+      } else if (line != last_line) {
+        std::cerr << line << "\n";
+      }
+      last_line = line;
+      std::string st = job.value("status", "");
+      if (st == "succeeded" || st == "failed" || st == "cancelled") break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  std::signal(SIGINT, previous);
+  if (tty) std::cerr << "\n";
+  std::string st = job.value("status", "");
+  if (json_output) {
+    std::cout << (st == "succeeded" ? job["result"] : job).dump(2) << "\n";
+  } else if (st == "succeeded") {
+    print_result(job);
+  } else {
+    std::cerr << "job " << id << " " << st << ": " << job.value("error", "") << "\n";
+  }
+  return st == "succeeded" ? 0 : 1;
+}
+
+}  // namespace tapp::cli

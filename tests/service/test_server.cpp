@@ -1,0 +1,187 @@
+// Tests of a real tapp-server process on 127.0.0.1: submit and poll to
+// success, cancel, auth and slow clients over sockets, and a restart after
+// SIGKILL with nothing lost.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "server_process.h"
+#include "service/http_client.h"
+#include "service/job_store.h"
+
+using namespace tapp;
+using namespace tapp::service;
+using nlohmann::json;
+
+namespace {
+
+const std::string kBody =
+    R"({"model": "alexnet_cifar", "cluster": {"devices": [{"name": "a"}, {"name": "b"}]}, "options": {"iterations": 15}})";
+
+ServerUrl url_of(const testing::ServerProcess& p) {
+  ServerUrl u;
+  u.host = "127.0.0.1";
+  u.port = std::to_string(p.port());
+  return u;
+}
+
+json get_json(const ServerUrl& u, const std::string& target, const std::map<std::string, std::string>& h = {}) {
+  Result<HttpReply> r = http_call(u, "GET", target, "", h, 10);
+  REQUIRE_MESSAGE(r.is_ok(), r.error_message());
+  return json::parse(r->body);
+}
+
+std::string submit(const ServerUrl& u, const std::string& body = kBody) {
+  Result<HttpReply> r = http_call(u, "POST", "/placements", body, {{"Content-Type", "application/json"}}, 10);
+  REQUIRE_MESSAGE(r.is_ok(), r.error_message());
+  REQUIRE_MESSAGE(r->status == 202, r->body);
+  return json::parse(r->body)["id"];
+}
+
+// Polls until the job is final (bounded liveness wait, not a timing assertion).
+json wait_final(const ServerUrl& u, const std::string& id, double limit_s = 30) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
+  json j;
+  while (std::chrono::steady_clock::now() < end) {
+    j = get_json(u, "/placements/" + id);
+    if (is_final_status(j["status"])) return j;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return j;
+}
+
+void wait_running(const ServerUrl& u, const std::string& id) {
+  for (int i = 0; i < 1000; ++i) {
+    json j = get_json(u, "/placements/" + id);
+    if (j["status"] == "optimizing" && j["progress"].value("iteration", 0) > 0) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  FAIL("job never started optimizing");
+}
+
+}  // namespace
+
+TEST_CASE("a real server takes a job, reports progress and returns the result") {
+  auto dir = testing::temp_dir("server");
+  testing::ServerProcess server;
+  REQUIRE(server.start(dir + "/jobs.db", {"--fake-jobs", "--fake-iteration-ms", "10"}));
+  ServerUrl u = url_of(server);
+  CHECK(get_json(u, "/healthz")["ok"] == true);
+  std::string id = submit(u);
+  json done = wait_final(u, id);
+  REQUIRE(done["status"] == "succeeded");
+  CHECK(done["result"]["best"]["placement"]["groups"].size() == 2);
+  CHECK(done["result"]["best"]["report"]["timeline"].size() > 0);
+  CHECK(done["progress"]["iteration"] == 15);
+  json events = get_json(u, "/placements/" + id + "/events");
+  CHECK(events["events"].size() >= 3);
+  json list = get_json(u, "/placements?status=succeeded");
+  CHECK(list["total"] == 1);
+  Result<HttpReply> page = http_call(u, "GET", "/");
+  REQUIRE(page.is_ok());
+  CHECK(page->status == 200);
+  CHECK(page->body.find("<title>TAPP") != std::string::npos);
+}
+
+TEST_CASE("cancelling a running job over HTTP stops it and frees the runner") {
+  auto dir = testing::temp_dir("server");
+  testing::ServerProcess server;
+  REQUIRE(server.start(dir + "/jobs.db", {"--fake-jobs", "--fake-iteration-ms", "50"}));
+  ServerUrl u = url_of(server);
+  std::string id = submit(u, R"({"model": "alexnet", "cluster": {"devices": [{"name": "a"}]}, "options": {"iterations": 100000}})");
+  wait_running(u, id);
+  auto t0 = std::chrono::steady_clock::now();
+  Result<HttpReply> del = http_call(u, "DELETE", "/placements/" + id);
+  REQUIRE(del.is_ok());
+  CHECK(del->status == 200);
+  CHECK(get_json(u, "/placements/" + id)["status"] == "cancelled");
+  // The single runner is free again: a new job completes.
+  std::string next = submit(u, R"({"model": "alexnet", "cluster": {"devices": [{"name": "a"}]}, "options": {"iterations": 2}})");
+  CHECK(wait_final(u, next)["status"] == "succeeded");
+  MESSAGE("cancel answered and the next job finished after "
+          << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s");
+}
+
+TEST_CASE("after SIGKILL during running jobs a restart loses nothing and re-runs each interrupted job once") {
+  auto dir = testing::temp_dir("server");
+  std::string db = dir + "/jobs.db";
+  std::vector<std::string> ids;
+  std::string finished;
+  {
+    testing::ServerProcess server;
+    REQUIRE(server.start(db, {"--fake-jobs", "--fake-iteration-ms", "30", "--jobs", "2"}));
+    ServerUrl u = url_of(server);
+    finished = submit(u, R"({"model": "mlp", "cluster": {"devices": [{"name": "a"}]}, "options": {"iterations": 1}})");
+    REQUIRE(wait_final(u, finished)["status"] == "succeeded");
+    for (int i = 0; i < 5; ++i) ids.push_back(submit(u));  // 2 run, 3 wait
+    wait_running(u, ids[0]);
+    wait_running(u, ids[1]);
+    server.kill_hard();
+  }
+  {
+    // Inspect the file as the crash left it.
+    auto store = std::move(JobStore::open(db).value());
+    CHECK(*store->integrity_check() == "ok");
+    CHECK(store->list("", 100, 0)->total == 6);
+    CHECK(is_running_status((*store->get(ids[0], false))->status));
+  }
+  testing::ServerProcess server;
+  REQUIRE(server.start(db, {"--fake-jobs", "--fake-iteration-ms", "5", "--jobs", "2"}));
+  ServerUrl u = url_of(server);
+  for (const std::string& id : ids) {
+    json j = wait_final(u, id);
+    CHECK(j["status"] == "succeeded");
+    CHECK(j["restarts"] == (id == ids[0] || id == ids[1] ? 1 : 0));
+  }
+  json all = get_json(u, "/placements?limit=100");
+  CHECK(all["total"] == 6);
+  std::set<std::string> seen;
+  for (const json& j : all["jobs"]) seen.insert(j["id"].get<std::string>());
+  CHECK(seen.size() == 6);
+  CHECK(get_json(u, "/placements/" + finished)["restarts"] == 0);
+  // Each interrupted job ran to completion exactly once more: one "requeued" marker, then one run's events.
+  json ev = get_json(u, "/placements/" + ids[0] + "/events");
+  int requeued = 0, done = 0;
+  for (const json& e : ev["events"]) {
+    if (e.value("phase", "") == "requeued") ++requeued;
+    if (e.value("phase", "") == "done") ++done;
+  }
+  CHECK(requeued == 1);
+  CHECK(done == 1);
+  server.stop();
+  auto store = std::move(JobStore::open(db).value());
+  CHECK(*store->integrity_check() == "ok");
+  CHECK(*store->journal_mode() == "wal");
+}
+
+TEST_CASE("with --token-file the API needs the bearer token over the wire") {
+  auto dir = testing::temp_dir("server");
+  { std::ofstream(dir + "/token") << "tok-123\n"; }
+  testing::ServerProcess server;
+  REQUIRE(server.start(dir + "/jobs.db", {"--fake-jobs", "--token-file", dir + "/token"}));
+  ServerUrl u = url_of(server);
+  CHECK(http_call(u, "GET", "/healthz")->status == 200);
+  CHECK(http_call(u, "GET", "/placements")->status == 401);
+  CHECK(http_call(u, "GET", "/placements", "", {{"Authorization", "Bearer tok-123"}})->status == 200);
+}
+
+TEST_CASE("a slow client is cut off while the server keeps answering others") {
+  auto dir = testing::temp_dir("server");
+  testing::ServerProcess server;
+  REQUIRE(server.start(dir + "/jobs.db", {"--fake-jobs", "--read-timeout-s", "1"}));
+  ServerUrl u = url_of(server);
+  std::string got;
+  std::thread slow([&] {
+    // Half a request line, then silence: the server must close the connection.
+    Result<std::string> r = raw_exchange("127.0.0.1", server.port(), "GET /healthz HT", 10);
+    got = r.is_ok() ? *r : "error: " + r.error_message();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK(http_call(u, "GET", "/healthz")->status == 200);
+  slow.join();
+  CHECK(got.empty());  // closed without an answer (not left hanging for the client's 10 s)
+  CHECK(server.alive());
+}
