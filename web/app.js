@@ -41,18 +41,23 @@ async function api(path, options = {}) {
   return {status: res.status, ok: res.ok, body};
 }
 
+// One dialog for all the requests that got 401 at once: they all wait for the same answer.
+let pendingToken = null;
 function askToken() {
-  return new Promise((resolve) => {
+  if (pendingToken) return pendingToken;
+  pendingToken = new Promise((resolve) => {
     const dialog = document.getElementById('token-dialog');
     const form = document.getElementById('token-form');
     const input = document.getElementById('token-input');
     form.onsubmit = () => {
       state.token = input.value.trim();
       localStorage.setItem('tapp-token', state.token);
+      pendingToken = null;
       resolve();
     };
     if (!dialog.open) dialog.showModal();
   });
+  return pendingToken;
 }
 
 // ---- small helpers ----------------------------------------------------------
@@ -162,7 +167,8 @@ async function submitJob(ev) {
       location.hash = '#/jobs/' + r.body.id;
     } else {
       const b = r.body || {};
-      errorBox.textContent = (b.field ? b.field + ': ' : '') + (b.error || ('HTTP ' + r.status));
+      const msg = b.error || ('HTTP ' + r.status);
+      errorBox.textContent = (b.field && !msg.startsWith(b.field) ? b.field + ': ' : '') + msg;
       const field = String(b.field || '');
       const target = field.startsWith('cluster') ? clusterInput
           : field.startsWith('options.iterations') ? document.getElementById('iterations-input')
@@ -246,7 +252,7 @@ function renderSummary(job) {
 function drawCurve(events) {
   const root = document.getElementById('curve');
   clear(root);
-  const W = 640, H = 260, L = 56, R = 50, T = 14, B = 34;
+  const W = 640, H = 260, L = 56, R = 50, T = 26, B = 34;
   const pts = events.filter((e) => typeof e.iteration === 'number' && e.iteration > 0);
   const best = pts.filter((e) => typeof e.best_step_ms === 'number' && e.best_step_ms > 0);
   const reward = pts.filter((e) => typeof e.reward === 'number' && isFinite(e.reward));
@@ -271,21 +277,21 @@ function drawCurve(events) {
     root.appendChild(svg('text', {x: sx(t), y: H - B + 16, 'text-anchor': 'middle'}, String(Math.round(t))));
   }
   root.appendChild(svg('text', {x: (L + W - R) / 2, y: H - 4, 'text-anchor': 'middle'}, 'iteration'));
-  root.appendChild(svg('text', {x: 12, y: T + 8}, 'ms'));
+  root.appendChild(svg('text', {x: L - 6, y: 12, 'text-anchor': 'end'}, 'ms'));
   if (reward.length > 1) {
     const rLo = Math.min(...reward.map((e) => e.reward)), rHi = Math.max(...reward.map((e) => e.reward));
     const rs = (v) => H - B - (H - T - B) * (rHi > rLo ? (v - rLo) / (rHi - rLo) : 0.5);
     const d = reward.map((e, i) => (i ? 'L' : 'M') + sx(e.iteration).toFixed(1) + ',' + rs(e.reward).toFixed(1)).join(' ');
     root.appendChild(svg('path', {class: 'reward', d}));
-    root.appendChild(svg('text', {x: W - R + 4, y: T + 8}, 'reward'));
-    root.appendChild(svg('text', {x: W - R + 4, y: rs(rHi) + 14}, fmt(rHi)));
-    root.appendChild(svg('text', {x: W - R + 4, y: rs(rLo) - 2}, fmt(rLo)));
+    root.appendChild(svg('text', {x: W - R + 4, y: 12}, 'reward'));
+    root.appendChild(svg('text', {x: W - R + 4, y: rs(rHi) + 4}, fmt(rHi)));
+    root.appendChild(svg('text', {x: W - R + 4, y: rs(rLo) + 4}, fmt(rLo)));
   }
   const d = best.map((e, i) => (i ? 'L' : 'M') + sx(e.iteration).toFixed(1) + ',' + sy(e.best_step_ms).toFixed(1)).join(' ');
   root.appendChild(svg('path', {class: 'best', d}));
   const last = best[best.length - 1];
   root.appendChild(svg('circle', {cx: sx(last.iteration), cy: sy(last.best_step_ms), r: 3.5, fill: '#2f6fde'}));
-  root.appendChild(svg('text', {x: L + 8, y: T + 10, fill: '#2f6fde'}, 'best step time: ' + fmt(last.best_step_ms) + ' ms'));
+  root.appendChild(svg('text', {x: L + 8, y: 12, fill: '#2f6fde'}, 'best step time: ' + fmt(last.best_step_ms) + ' ms'));
 }
 
 // Layers in model order with the device each runs on, from result.layers or the placement.

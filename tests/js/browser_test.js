@@ -1,0 +1,168 @@
+#!/usr/bin/env node
+// Browser test of the TAPP page in headless Chromium (playwright-core + Debian's /usr/bin/chromium).
+//
+// Starts tapp-server on 127.0.0.1 (port 0, fresh database, fake jobs unless --real),
+// opens the page, submits a job from the form, waits for it to succeed, and
+// checks that the best-step-time curve, the placement and the pipeline Gantt
+// chart are drawn and the baselines table is filled; that every request the
+// page made stayed on the server's origin; and, with a token-protected server,
+// that the page asks for the token once and then works. Saves a screenshot.
+//
+// usage: node browser_test.js --server build/bin/tapp-server [--screenshot out.png] [--real]
+'use strict';
+const {spawn} = require('child_process');
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+
+const here = __dirname;
+let chromium;
+try {
+  ({chromium} = require(path.join(here, 'node_modules', 'playwright-core')));
+} catch (e) {
+  console.error('browser_test: playwright-core missing: run npm install in tests/js');
+  process.exit(1);
+}
+
+function arg(name, fallback) {
+  const i = process.argv.indexOf(name);
+  return i >= 0 && i + 1 < process.argv.length ? process.argv[i + 1] : fallback;
+}
+const serverBin = arg('--server', path.resolve(here, '..', '..', 'build', 'bin', 'tapp-server'));
+const screenshot = arg('--screenshot', path.join(os.tmpdir(), 'tapp-page.png'));
+const real = process.argv.includes('--real');
+
+function check(cond, what) {
+  if (!cond) throw new Error('check failed: ' + what);
+  console.log('ok   ' + what);
+}
+
+function startServer(dir, extra) {
+  return new Promise((resolve, reject) => {
+    const args = ['--host', '127.0.0.1', '--port', '0', '--db', path.join(dir, 'jobs.db')].concat(extra);
+    const proc = spawn(serverBin, args, {stdio: ['ignore', 'pipe', 'inherit']});
+    let out = '';
+    const timer = setTimeout(() => reject(new Error('tapp-server did not start: ' + out)), 20000);
+    proc.stdout.on('data', (d) => {
+      out += d.toString();
+      const m = out.match(/127\.0\.0\.1:(\d+)/);
+      if (m) {
+        clearTimeout(timer);
+        resolve({proc, url: `http://127.0.0.1:${m[1]}`});
+      }
+    });
+    proc.on('exit', (code) => reject(new Error('tapp-server exited with ' + code + ': ' + out)));
+  });
+}
+
+async function launch() {
+  const userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tapp-chromium-'));
+  const args = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'];
+  // playwright-core gives every launch a fresh profile; userDataDir keeps it in our temp dir.
+  const context = await chromium.launchPersistentContext(userDataDir, {
+    executablePath: '/usr/bin/chromium', args, headless: true, viewport: {width: 1360, height: 1500}});
+  return {context, userDataDir};
+}
+
+async function submitAndFollow(page, base) {
+  const foreign = [];
+  const consoleErrors = [];
+  page.on('request', (r) => { if (!r.url().startsWith(base) && !r.url().startsWith('data:')) foreign.push(r.url()); });
+  // Network failures are logged as console errors too; the 400 of the bad cluster below is expected.
+  page.on('console', (m) => {
+    if (m.type() === 'error' && !m.text().startsWith('Failed to load resource')) consoleErrors.push(m.text());
+  });
+  page.on('pageerror', (e) => consoleErrors.push(String(e)));
+
+  await page.goto(base + '/', {waitUntil: 'load'});
+  await page.waitForSelector('#model-select option[value="alexnet_cifar"]', {state: 'attached', timeout: 15000});
+  check(await page.locator('#cluster-input').inputValue().then((v) => JSON.parse(v).devices.length === 4),
+        'the cluster textarea is prefilled with an example cluster');
+
+  // A bad cluster is refused with the field named, before anything is queued.
+  await page.fill('#cluster-input', '{"devices": [{"name": "a", "speed": 3}]}');
+  await page.click('#submit-button');
+  await page.waitForFunction(() => document.getElementById('submit-error').textContent.length > 0);
+  const err = await page.textContent('#submit-error');
+  check(err.includes('cluster.devices[0].speed'), 'a bad cluster shows the server error naming the field: ' + err);
+
+  await page.fill('#cluster-input', JSON.stringify({
+    name: 'four', devices: [{name: 'cpu0'}, {name: 'cpu1'}, {name: 'cpu2', speed: 0.5}, {name: 'cpu3', speed: 0.5}]}, null, 2));
+  await page.selectOption('#model-select', 'alexnet_cifar');
+  await page.fill('#iterations-input', real ? '60' : '40');
+  await page.click('#submit-button');
+  await page.waitForURL(/#\/jobs\/j[0-9a-f]+$/, {timeout: 15000});
+  const id = page.url().split('/').pop();
+  check(true, 'the form submitted job ' + id + ' and the page follows it');
+
+  await page.waitForSelector('#job-status[data-status="succeeded"]', {timeout: 120000});
+  check(true, 'the job page shows succeeded');
+  await page.waitForSelector('#gantt rect.task', {timeout: 10000});
+
+  const d = await page.getAttribute('#curve path.best', 'd');
+  const points = (d.match(/[ML]/g) || []).length;
+  check(points >= 3, `the best-step-time curve is drawn (${points} points)`);
+  check(await page.locator('#curve path.reward').count() === 1, 'the reward curve is drawn');
+  const layers = await page.locator('#placement rect.layer').count();
+  check(layers >= 5, `the placement draws every layer (${layers})`);
+  const devices = await page.$$eval('#placement rect.layer', (rs) => new Set(rs.map((r) => r.getAttribute('data-device'))).size);
+  check(devices >= 2, `layers are coloured by device (${devices} devices)`);
+  const tasks = await page.locator('#gantt rect.task').count();
+  check(tasks >= 8, `the pipeline Gantt chart is drawn (${tasks} tasks)`);
+  const rows = await page.locator('#baselines-table tbody tr').count();
+  check(rows >= 2, `the baselines table is filled (${rows} rows)`);
+  await page.screenshot({path: screenshot, fullPage: true});
+  console.log('screenshot: ' + screenshot);
+
+  await page.click('a[href="#/"]');
+  await page.waitForSelector(`#jobs-table tr[data-id="${id}"]`, {timeout: 10000});
+  check(true, 'the job list shows the job');
+  check(foreign.length === 0, 'every request stayed on the server origin ' + (foreign.length ? foreign.join(', ') : ''));
+  check(consoleErrors.length === 0, 'no errors in the console ' + consoleErrors.join(' | '));
+}
+
+async function tokenFlow(context, base) {
+  const page = await context.newPage();
+  await page.goto(base + '/', {waitUntil: 'load'});
+  await page.waitForSelector('#token-dialog[open]', {timeout: 10000});
+  check(true, 'a token-protected server makes the page ask for the token');
+  await page.fill('#token-input', 'browser-secret');
+  await page.click('#token-form button');
+  await page.waitForSelector('#model-select option[value="alexnet_cifar"]', {state: 'attached', timeout: 10000});
+  await page.reload({waitUntil: 'load'});
+  await page.waitForSelector('#model-select option[value="alexnet_cifar"]', {state: 'attached', timeout: 10000});
+  check(!(await page.locator('#token-dialog[open]').count()), 'the page kept the token (asked once)');
+  await page.close();
+}
+
+(async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tapp-browser-'));
+  const procs = [];
+  let browser;
+  let failed = false;
+  try {
+    const s1 = await startServer(dir, real ? ['--jobs', '1'] : ['--fake-jobs', '--fake-iteration-ms', '40']);
+    procs.push(s1.proc);
+    browser = await launch();
+    const page = await browser.context.newPage();
+    await submitAndFollow(page, s1.url);
+    await page.close();
+
+    fs.writeFileSync(path.join(dir, 'token'), 'browser-secret\n');
+    fs.mkdirSync(path.join(dir, 't'));
+    const s2 = await startServer(path.join(dir, 't'), ['--fake-jobs', '--token-file', path.join(dir, 'token')]);
+    procs.push(s2.proc);
+    await tokenFlow(browser.context, s2.url);
+  } catch (e) {
+    console.error('FAIL ' + (e && e.stack || e));
+    failed = true;
+  } finally {
+    if (browser) {
+      await browser.context.close().catch(() => {});
+      fs.rmSync(browser.userDataDir, {recursive: true, force: true});
+    }
+    for (const p of procs) p.kill('SIGTERM');
+    fs.rmSync(dir, {recursive: true, force: true});
+  }
+  process.exit(failed ? 1 : 0);
+})();
