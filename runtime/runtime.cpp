@@ -214,9 +214,15 @@ std::vector<std::string> emulation_warnings(const Cluster& c, const RunOptions& 
     if (d.speed < 1.0) slow += (slow.empty() ? "" : ", ") + d.name + "=" + fmt(d.speed, 2);
   if (!slow.empty())
     w.push_back("emulated device speed (compute stretched by sleeping (1/speed - 1) x compute time): " + slow);
-  if (c.num_devices() > 1)
-    w.push_back("emulated links: each send paced by latency + bytes*8/bandwidth (default " +
-                fmt(c.default_link.bandwidth_mbps, 0) + " Mbps, " + fmt(c.default_link.latency_ms, 3) + " ms)");
+  if (c.num_devices() > 1) {
+    std::string links;
+    for (const Link& l : c.links)
+      if (c.index_of(l.from) >= 0 && c.index_of(l.to) >= 0)
+        links += l.from + "->" + l.to + " " + fmt(l.bandwidth_mbps, 0) + " Mbps/" + fmt(l.latency_ms, 3) + " ms, ";
+    w.push_back("emulated links: each send paced by latency + bytes*8/bandwidth (" + links +
+                (links.empty() ? "all pairs " : "other pairs ") + fmt(c.default_link.bandwidth_mbps, 0) + " Mbps/" +
+                fmt(c.default_link.latency_ms, 3) + " ms)");
+  }
   double demand = c.emulated_core_demand();
   int cores = physical_cores(o);
   if (demand > cores + 1e-9) {

@@ -25,7 +25,9 @@
 
 #include "profiler/layer_graph.h"
 #include "profiler/torch_model.h"
+#include "profiler/zoo.h"
 #include "runtime/cluster.h"
+#include "runtime/measure_evaluator.h"
 #include "runtime/runtime.h"
 
 using namespace tapp;
@@ -396,4 +398,50 @@ TEST_CASE("the runtime warns when the emulated cluster needs more cores than the
   }
   CHECK(over);
   CHECK(speed);
+}
+
+TEST_CASE("the measure evaluator scores a placement on the runtime and counts evaluations") {
+  RunOptions o = test_options();
+  o.steps = 1;
+  o.warmup_steps = 0;
+  MeasureEvaluator eval(chain_model(), local_cluster(2), o);
+  StepReport r = eval.evaluate(by_device({0, 0, 0, 0, 1, 1, 1}, 2, Schedule::one_f_one_b));
+  INFO(r.message);
+  CHECK(r.ok);
+  CHECK(r.source == "measure");
+  CHECK(eval.name() == "measure");
+  CHECK(eval.evaluations() == 1);
+  StepReport bad = eval.evaluate(by_device({0, 0, 0, 0, 1, 1, 1}, 99, Schedule::gpipe));
+  CHECK_FALSE(bad.ok);
+  CHECK(bad.failure_kind == "invalid_placement");
+  CHECK(eval.evaluations() == 2);
+}
+
+TEST_CASE("the shipped cluster and placement examples parse against the zoo model they name") {
+  for (const char* f : {"/examples/cluster_2cpu.json", "/examples/cluster_edge_server.json",
+                        "/schemas/examples/cluster/valid/two_local_cpus.json",
+                        "/schemas/examples/cluster/valid/heterogeneous_asymmetric_links.json"}) {
+    INFO(f);
+    auto c = load_cluster(std::string(TAPP_SOURCE_DIR) + f);
+    CHECK_MESSAGE(c.is_ok(), c.error_message());
+  }
+  auto alexnet = zoo_model("alexnet_cifar");
+  REQUIRE(alexnet.is_ok());
+  auto two = load_cluster(std::string(TAPP_SOURCE_DIR) + "/examples/cluster_2cpu.json");
+  REQUIRE(two.is_ok());
+  for (const char* f : {"/examples/placement_alexnet_cifar_2stage.json", "/examples/placement_alexnet_cifar_2stage_1f1b.json"}) {
+    auto p = load_placement(std::string(TAPP_SOURCE_DIR) + f, *alexnet, *two);
+    CHECK_MESSAGE(p.is_ok(), p.error_message());
+  }
+  auto mlp = zoo_model("mlp");
+  REQUIRE(mlp.is_ok());
+  auto edge = load_cluster(std::string(TAPP_SOURCE_DIR) + "/examples/cluster_edge_server.json");
+  REQUIRE(edge.is_ok());
+  auto p = load_placement(std::string(TAPP_SOURCE_DIR) + "/examples/placement_mlp_edge_server.json", *mlp, *edge);
+  CHECK_MESSAGE(p.is_ok(), p.error_message());
+  for (const char* f : {"/schemas/examples/cluster/invalid/speed_above_one.json", "/schemas/examples/cluster/invalid/no_devices.json",
+                        "/schemas/examples/cluster/invalid/bad_kind.json", "/schemas/examples/cluster/invalid/negative_bandwidth.json"}) {
+    INFO(f);
+    CHECK_FALSE(load_cluster(std::string(TAPP_SOURCE_DIR) + f).is_ok());
+  }
 }
