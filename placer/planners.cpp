@@ -7,6 +7,7 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include "profiler/layer_graph.h"
 #include "runtime/cluster.h"
@@ -764,6 +765,45 @@ Result<Placement> plan_single_device(const PlannerContext& ctx) {
     return p;
   }
   return Status::error("single: no device can hold the whole model (" + last.message() + ")");
+}
+
+std::vector<Placement> random_placements(const PlannerContext& ctx, int n, double noncontiguous_fraction) {
+  std::vector<Placement> out;
+  if (!check_context(ctx)) return out;
+  std::mt19937_64 rng(ctx.seed);
+  const int L = num_layers(ctx), D = num_devices(ctx);
+  std::vector<int> choices = ctx.micro_batch_choices();
+  std::set<std::tuple<std::vector<int>, std::vector<int>, int>> seen;
+  std::uniform_real_distribution<double> u(0, 1);
+  for (int attempt = 0; attempt < 100 * n && static_cast<int>(out.size()) < n; ++attempt) {
+    Placement p;
+    if (D > 1 && u(rng) < noncontiguous_fraction) {
+      // Runs of 1..L/4 layers on random devices.
+      std::vector<int> dev;
+      while (static_cast<int>(dev.size()) < L) {
+        int d = static_cast<int>(rng() % D);
+        int len = 1 + static_cast<int>(rng() % std::max(1, L / 4));
+        for (int k = 0; k < len && static_cast<int>(dev.size()) < L; ++k) dev.push_back(d);
+      }
+      std::vector<int> group_of(D, -1);
+      for (int i = 0; i < L; ++i) {
+        if (group_of[dev[i]] < 0) {
+          group_of[dev[i]] = p.num_groups();
+          p.group_device.push_back(dev[i]);
+        }
+        p.layer_group.push_back(group_of[dev[i]]);
+      }
+      p.micro_batches = choices[rng() % choices.size()];
+      p.schedule = ctx.schedule;
+      p.source = "random";
+    } else {
+      p = to_placement(random_plan(ctx, rng), L, ctx.schedule, "random");
+    }
+    if (!fits(ctx, p)) continue;
+    if (!seen.insert({p.layer_group, p.group_device, p.micro_batches}).second) continue;
+    out.push_back(p);
+  }
+  return out;
 }
 
 Placement data_parallel_placement(int L, const std::vector<int>& devices) {

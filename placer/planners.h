@@ -92,6 +92,12 @@ Result<Placement> plan_exhaustive(const PlannerContext& ctx, Evaluator& evaluato
 const std::vector<std::string>& planner_names();
 Result<Placement> run_planner(const std::string& name, const PlannerContext& ctx, Evaluator& evaluator);
 
+// `n` distinct random placements that fit memory (for calibration and accuracy):
+// contiguous plans (random stage count, cuts, devices, micro-batches from the
+// context's choices) and, for a `noncontiguous_fraction` of them, random
+// layer -> device runs of a few layers each. Fewer when not enough distinct ones fit.
+std::vector<Placement> random_placements(const PlannerContext& ctx, int n, double noncontiguous_fraction = 0.25);
+
 // ---- BSP data parallel ----
 Placement data_parallel_placement(int num_layers, const std::vector<int>& devices);
 bool is_data_parallel(const Placement& p);  // source == "bsp"
