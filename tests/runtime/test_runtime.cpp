@@ -445,3 +445,33 @@ TEST_CASE("the shipped cluster and placement examples parse against the zoo mode
     CHECK_FALSE(load_cluster(std::string(TAPP_SOURCE_DIR) + f).is_ok());
   }
 }
+
+TEST_CASE("sending micro-batch 0's activations over a slow link does not hold up micro-batch 1's forward") {
+  Cluster c = local_cluster(2);
+  Link slow;
+  slow.from = "d0";
+  slow.to = "d1";
+  slow.bandwidth_mbps = 1000;
+  slow.latency_ms = 150;  // emulated: the sender thread sleeps this long per transfer
+  c.links.push_back(slow);
+  RunOptions o = test_options();
+  o.steps = 1;
+  o.warmup_steps = 0;
+  o.collect_parameters = false;
+  RunResult r = run_placement(chain_model(), c, by_device({0, 0, 0, 1, 1, 1, 1}, 3, Schedule::gpipe), o);
+  INFO(r.report.message);
+  REQUIRE(r.report.ok);
+  auto find = [&](const std::string& task) {
+    for (const auto& e : r.report.timeline)
+      if (e.task == task) return e;
+    FAIL("no timeline entry " << task);
+    return TimelineEntry{};
+  };
+  TimelineEntry send0 = find("X s0->s1 m0");
+  TimelineEntry fwd1 = find("F s0 m1");
+  TimelineEntry fwd2 = find("F s0 m2");
+  CHECK(send0.device == 0);
+  CHECK(fwd1.start_ms < send0.end_ms);
+  CHECK(fwd2.start_ms < send0.end_ms);
+  CHECK(send0.end_ms - send0.start_ms >= 150);
+}
