@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "profiler/layer_library.h"
@@ -95,4 +97,25 @@ TEST_CASE("a library with a wrong field is rejected naming the field") {
   j = library_to_json(estimated_library(tiny_graph(), 1));
   j["batch_size"] = 0;
   CHECK(library_from_json(j).error_message() == "library.batch_size: must be positive");
+}
+
+TEST_CASE("the library parser accepts the schema's valid examples and rejects its invalid ones") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(TAPP_SOURCE_DIR) / "schemas" / "examples" / "layer_library";
+  auto parse = [](const fs::path& p) {
+    std::ifstream in(p);
+    return library_from_json(nlohmann::json::parse(in));
+  };
+  int valid = 0, invalid = 0;
+  for (const auto& e : fs::directory_iterator(dir / "valid")) {
+    auto lib = parse(e.path());
+    CHECK_MESSAGE(lib.is_ok(), e.path().string(), ": ", lib.error_message());
+    ++valid;
+  }
+  for (const auto& e : fs::directory_iterator(dir / "invalid")) {
+    CHECK_MESSAGE(!parse(e.path()).is_ok(), e.path().string(), " was accepted");
+    ++invalid;
+  }
+  CHECK(valid >= 1);
+  CHECK(invalid >= 4);
 }
