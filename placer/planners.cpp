@@ -862,7 +862,8 @@ StepReport simulate_data_parallel(const LayerGraph& g, const Cluster& c, const C
     for (int k = 0; k < R; ++k) slowest = std::max(slowest, cost.transfer_ms(devices[k], devices[(k + 1) % R], chunk));
     allreduce = 2.0 * (R - 1) * slowest;
   }
-  double update = cost.update_ms(params);
+  double update = 0;
+  for (int d : devices) update = std::max(update, cost.update_ms(d, params));
   r.step_ms = compute + allreduce + update + cost.step_overhead_ms();
   double busy = 0, comm = 0;
   for (int k = 0; k < R; ++k) {

@@ -196,13 +196,14 @@ Result<CalibrationResult> calibrate(const LayerGraph& g, const Cluster& c, const
         const Segment& s = tg.segments[t.segment];
         row[t.device] += cost.raw_compute_ms(t.device, s.layers.front(), s.layers.back(),
                                              tg.micro_batch_sizes[t.micro_batch], t.kind == TaskKind::backward);
-        row[D + kTask] += 1;
-        row[D + kLayer] += static_cast<double>(s.layers.size());
+        row[D + kTask] += cost.inverse_speed(t.device);
+        row[D + kLayer] += static_cast<double>(s.layers.size()) * cost.inverse_speed(t.device);
       };
       // Step time along the critical path.
       std::vector<double> row(K, 0);
       for (int t = times.last_task; t >= 0; t = times.critical_pred[t]) add_task(row, tg.tasks[t]);
-      if (times.last_device >= 0) row[D + kUpdate] += params[times.last_device] / 1e6;
+      if (times.last_device >= 0)
+        row[D + kUpdate] += params[times.last_device] / 1e6 * cost.inverse_speed(times.last_device);
       row[D + kStep] = 1;
       rows.push_back(row);
       rhs.push_back(used[i]->measured.step_ms);
@@ -213,7 +214,7 @@ Result<CalibrationResult> calibrate(const LayerGraph& g, const Cluster& c, const
         if (d < 0 || !(ds.busy_ms > 0) || tg.device_order[d].empty()) continue;
         std::vector<double> brow(K, 0);
         for (int t : tg.device_order[d]) add_task(brow, tg.tasks[t]);
-        brow[D + kUpdate] += params[d] / 1e6;
+        brow[D + kUpdate] += params[d] / 1e6 * cost.inverse_speed(d);
         rows.push_back(brow);
         rhs.push_back(ds.busy_ms);
         weight.push_back(0.5 / ds.busy_ms);

@@ -114,7 +114,10 @@ Result<CostModel> CostModel::build(const LayerGraph& g, const Cluster& c, const 
     }
   m.act_prefix_.assign(L + 1, 0);
   for (size_t l = 0; l < L; ++l) m.act_prefix_[l + 1] = m.act_prefix_[l] + g.layers[l].activation_bytes();
-  for (const Device& d : c.devices) m.device_names_.push_back(d.name);
+  for (const Device& d : c.devices) {
+    m.device_names_.push_back(d.name);
+    m.inv_speed_.push_back(1.0 / d.speed);
+  }
   m.rebuild_prefix();
   return m;
 }

@@ -61,14 +61,15 @@ class CostModel {
   // samples on `device`, including the device factor and 1/speed.
   double forward_ms(int device, int first, int last, int64_t samples) const {
     const double* p = &fwd_prefix_[static_cast<size_t>(device) * (num_layers_ + 1)];
-    return (p[last + 1] - p[first]) * static_cast<double>(samples) + overhead_ms(first, last);
+    return (p[last + 1] - p[first]) * static_cast<double>(samples) + overhead_ms(device, first, last);
   }
   double backward_ms(int device, int first, int last, int64_t samples) const {
     const double* p = &bwd_prefix_[static_cast<size_t>(device) * (num_layers_ + 1)];
-    return (p[last + 1] - p[first]) * static_cast<double>(samples) + overhead_ms(first, last);
+    return (p[last + 1] - p[first]) * static_cast<double>(samples) + overhead_ms(device, first, last);
   }
   // Compute without overheads (what the device factor multiplies), for calibration.
   double raw_compute_ms(int device, int first, int last, int64_t samples, bool backward) const;
+  double inverse_speed(int device) const { return inv_speed_[device]; }
   // Link time from -> to for `bytes`, including the message overhead.
   double transfer_ms(int from, int to, int64_t bytes) const {
     const size_t k = static_cast<size_t>(from) * num_devices_ + to;
@@ -80,9 +81,9 @@ class CostModel {
     return latency_ms_[k] + static_cast<double>(bytes) * ms_per_byte_[k];
   }
   double step_overhead_ms() const { return calibration_.step_overhead_ms; }
-  // Optimizer update after the last backward, for `param_bytes` of parameters on a device.
-  double update_ms(int64_t param_bytes) const {
-    return calibration_.update_ms_per_param_mb * static_cast<double>(param_bytes) / 1e6;
+  // Optimizer update after the last backward, for `param_bytes` of parameters on `device`.
+  double update_ms(int device, int64_t param_bytes) const {
+    return calibration_.update_ms_per_param_mb * static_cast<double>(param_bytes) / 1e6 * inv_speed_[device];
   }
   // Output bytes per sample of layers [first, last]: the activations kept for backward.
   int64_t activation_bytes_per_sample(int first, int last) const { return act_prefix_[last + 1] - act_prefix_[first]; }
@@ -95,8 +96,9 @@ class CostModel {
   CostModel with_calibration(const Calibration& calibration) const;
 
  private:
-  double overhead_ms(int first, int last) const {
-    return calibration_.task_overhead_ms + calibration_.layer_overhead_ms * (last - first + 1);
+  // Fixed costs run on the device too, so they stretch with 1/speed.
+  double overhead_ms(int device, int first, int last) const {
+    return (calibration_.task_overhead_ms + calibration_.layer_overhead_ms * (last - first + 1)) * inv_speed_[device];
   }
   void rebuild_prefix();
 
@@ -105,6 +107,7 @@ class CostModel {
   std::vector<double> fwd_per_sample_, bwd_per_sample_;  // [device][layer], speed included, no factor
   std::vector<double> fwd_prefix_, bwd_prefix_;          // [device][layer + 1], factor included
   std::vector<double> latency_ms_, ms_per_byte_;         // [from][to]
+  std::vector<double> inv_speed_;                        // [device]: 1 / speed
   std::vector<int64_t> act_prefix_;                      // [layer + 1]
   std::vector<std::string> device_names_;
 };

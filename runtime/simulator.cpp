@@ -9,18 +9,11 @@
 namespace tapp {
 namespace {
 
-struct Interval {
-  double start, end;
-  bool operator<(const Interval& o) const { return start < o.start; }
-};
-
 // Reused buffers of one thread's replays.
 struct Workspace {
   std::vector<double> start, end;
   std::vector<int> resource_prev, indegree, succ_begin, succ, fill, ready, crit;
   std::vector<int> last_on_link, out_begin, out_tasks;
-  std::vector<Interval> comm, merged;
-  std::vector<std::vector<Interval>> comm_of_device;
 };
 
 Workspace& workspace() {
@@ -36,30 +29,6 @@ double task_duration(const TaskGraph& tg, const Task& t, const CostModel& cost) 
   const int64_t samples = tg.micro_batch_sizes[t.micro_batch];
   return t.kind == TaskKind::forward ? cost.forward_ms(t.device, s.layers.front(), s.layers.back(), samples)
                                      : cost.backward_ms(t.device, s.layers.front(), s.layers.back(), samples);
-}
-
-// Measure of the union of `iv` (sorted in place) minus the sorted, disjoint `busy`.
-double comm_not_overlapped(std::vector<Interval>& iv, const std::vector<Interval>& busy,
-                           std::vector<Interval>& merged) {
-  if (iv.empty()) return 0;
-  std::sort(iv.begin(), iv.end());
-  merged.clear();
-  for (const Interval& x : iv) {
-    if (!merged.empty() && x.start <= merged.back().end)
-      merged.back().end = std::max(merged.back().end, x.end);
-    else
-      merged.push_back(x);
-  }
-  double total = 0;
-  size_t b = 0;
-  for (const Interval& x : merged) {
-    double len = x.end - x.start;
-    while (b < busy.size() && busy[b].end <= x.start) ++b;
-    for (size_t k = b; k < busy.size() && busy[k].start < x.end; ++k)
-      len -= std::max(0.0, std::min(x.end, busy[k].end) - std::max(x.start, busy[k].start));
-    total += std::max(0.0, len);
-  }
-  return total;
 }
 
 }  // namespace
@@ -110,7 +79,8 @@ StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOp
       ++ordered;
       for (int k = ws.out_begin[t]; k < ws.out_begin[t + 1]; ++k) {
         int x = ws.out_tasks[k];
-        int& last = ws.last_on_link[static_cast<size_t>(d) * D + tg.tasks[x].to_device];
+        int queue = options.send_queue_per_device ? 0 : tg.tasks[x].to_device;
+        int& last = ws.last_on_link[static_cast<size_t>(d) * D + queue];
         ws.resource_prev[x] = last;
         last = x;
       }
@@ -168,49 +138,53 @@ StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOp
   r.devices.resize(D);
   std::vector<int64_t> params(D, 0);
   for (const Segment& s : tg.segments) params[s.device] += s.param_bytes;
+  // A device ends when its last compute task and its last send are done
+  // (the runtime drains its sender), then runs the optimizer update.
+  std::vector<int> end_task(D, -1);
+  for (int d = 0; d < D; ++d)
+    if (!tg.device_order[d].empty()) end_task[d] = tg.device_order[d].back();
+  for (int t = 0; t < T; ++t) {
+    const Task& task = tg.tasks[t];
+    if (is_transfer(task.kind) && (end_task[task.device] < 0 || ws.end[t] > ws.end[end_task[task.device]]))
+      end_task[task.device] = t;
+  }
   double step = 0;
   int last_task = -1, last_device = -1;
+  double busy_sum = 0, comm_sum = 0;
+  std::vector<double> device_end(D, 0);
   for (int d = 0; d < D; ++d) {
     DeviceStats& st = r.devices[d];
     st.device = cost.device_name(d);
-    for (int t : tg.device_order[d]) st.busy_ms += ws.end[t] - ws.start[t];
     if (tg.device_order[d].empty()) continue;
-    int last = tg.device_order[d].back();
-    double update = cost.update_ms(params[d]);
+    // Communication as the runtime counts it: time blocked waiting for a
+    // compute task's remote inputs, plus draining the sends after the last task.
+    double prev_end = 0;
+    for (int t : tg.device_order[d]) {
+      st.busy_ms += ws.end[t] - ws.start[t];
+      bool remote = false;
+      for (int dep : tg.tasks[t].deps) remote = remote || is_transfer(tg.tasks[dep].kind);
+      if (remote) st.comm_ms += std::max(0.0, ws.start[t] - prev_end);
+      prev_end = ws.end[t];
+    }
+    double drained = ws.end[end_task[d]];
+    st.comm_ms += std::max(0.0, drained - prev_end);
+    double update = cost.update_ms(d, params[d]);
     st.busy_ms += update;
-    if (ws.end[last] + update > step) {
-      step = ws.end[last] + update;
-      last_task = last;
+    device_end[d] = drained + update;
+    if (device_end[d] > step) {
+      step = device_end[d];
+      last_task = end_task[d];
       last_device = d;
     }
-  }
-  for (int t = 0; t < T; ++t)
-    if (ws.end[t] > step) {  // a transfer that ends after every device (cannot happen: it feeds a task)
-      step = ws.end[t];
-      last_task = t;
-      last_device = -1;
-    }
-  step += cost.step_overhead_ms();
-  r.step_ms = step;
-
-  // Communication not overlapped with the device's own compute; idle is the rest.
-  if (ws.comm_of_device.size() < static_cast<size_t>(D)) ws.comm_of_device.resize(D);
-  for (int d = 0; d < D; ++d) ws.comm_of_device[d].clear();
-  for (int t = 0; t < T; ++t) {
-    const Task& task = tg.tasks[t];
-    if (!is_transfer(task.kind)) continue;
-    ws.comm_of_device[task.device].push_back({ws.start[t], ws.end[t]});
-    ws.comm_of_device[task.to_device].push_back({ws.start[t], ws.end[t]});
-  }
-  double busy_sum = 0, comm_sum = 0;
-  for (int d = 0; d < D; ++d) {
-    ws.comm.clear();
-    for (int t : tg.device_order[d]) ws.comm.push_back({ws.start[t], ws.end[t]});
-    DeviceStats& st = r.devices[d];
-    st.comm_ms = comm_not_overlapped(ws.comm_of_device[d], ws.comm, ws.merged);
-    st.idle_ms = std::max(0.0, step - st.busy_ms - st.comm_ms);
     busy_sum += st.busy_ms;
     comm_sum += st.comm_ms;
+  }
+  step += cost.step_overhead_ms();
+  r.step_ms = step;
+  for (int d = 0; d < D; ++d) {
+    DeviceStats& st = r.devices[d];
+    if (tg.device_order[d].empty()) continue;
+    st.idle_ms = std::max(0.0, step - st.busy_ms - st.comm_ms);
   }
   r.comm_fraction = busy_sum + comm_sum > 0 ? comm_sum / (busy_sum + comm_sum) : 0;
 

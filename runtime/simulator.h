@@ -2,13 +2,16 @@
 //
 // `simulate(task graph, costs)` is a free function (FlexFlow's estimate): every
 // compute task starts when its device is free (device_order fixes the order)
-// and its inputs have arrived; a transfer occupies its directed link, FIFO in
-// the order its producers finish, for latency + bytes / bandwidth; a device's
-// sends never block its compute. Since device orders are fixed and a link's
-// FIFO order follows its sender's device order, the replay is one pass over a
-// DAG (dependencies + device chains + link chains): O(tasks + edges).
-// After its last task a device runs the optimizer update; the step ends when
-// every device has. Peak memory is counted along each device's order:
+// and its inputs have arrived; a transfer takes latency + bytes / bandwidth on
+// its sender's send queue (FIFO in the order the sender's tasks post them, as
+// the runtime's sender thread; or per directed link); a device's sends never
+// block its compute. Since device orders are fixed and a queue's FIFO order
+// follows its sender's device order, the replay is one pass over a DAG
+// (dependencies + device chains + queue chains): O(tasks + edges).
+// A device ends when its last task and its last send are done, then runs the
+// optimizer update; the step ends when every device has. Communication time
+// is counted as the runtime counts it: blocked waiting for remote inputs plus
+// draining the sends. Peak memory is counted along each device's order:
 // 3 x parameter bytes (weights, gradients, optimizer state) plus the
 // activations of the micro-batches in flight plus the inputs they received.
 //
@@ -36,6 +39,9 @@ struct Cluster;
 
 struct SimulateOptions {
   bool timeline = true;  // fill StepReport::timeline (task names cost string formatting)
+  // One FIFO send queue per device, in the order its tasks post sends (the
+  // runtime's sender thread); false: one FIFO per directed link.
+  bool send_queue_per_device = true;
 };
 
 // Per-task times of one replay (for calibration and tests).
