@@ -166,8 +166,11 @@ void JobRunner::on_progress(const std::string& id, Running& r, const ProgressEve
     phase_changed = e.phase != r.phase;
     bool improved = e.best_step_ms > 0 && (r.best_step_ms == 0 || e.best_step_ms < r.best_step_ms);
     bool last = e.total_iterations > 0 && e.iteration >= e.total_iterations;
-    store_event = phase_changed || last || t - r.last_event_s >= options_.event_interval_s ||
-                  (improved && t - r.last_event_s >= options_.event_interval_s / 10);
+    // Enough points for a curve of any job length: phase changes, improvements,
+    // about 200 evenly spaced iterations, and at least every event_interval_s.
+    int stride = std::max(1, e.total_iterations / 200);
+    store_event = phase_changed || last || improved || t - r.last_event_s >= options_.event_interval_s ||
+                  (e.iteration > 0 && e.iteration % stride == 0);
     if (r.events >= options_.max_events_per_job && !phase_changed) store_event = false;
     r.progress = p;
     r.phase = e.phase;

@@ -66,7 +66,7 @@ struct JobsOptions {
   int runners = 1;
   int queue_size = 64;
   int total_cores = 0;  // 0 = std::thread::hardware_concurrency()
-  double event_interval_s = 0.25;  // progress events are stored at most this often (plus phase changes)
+  double event_interval_s = 0.25;  // a progress event is stored at least this often while a job runs
   int max_events_per_job = 2000;
 };
 

@@ -12,6 +12,8 @@
 #include <sstream>
 
 #include "placer/optimize.h"
+#include "profiler/model_json.h"
+#include "profiler/zoo.h"
 #include "service/fake_job.h"
 #include "service/http/server.h"
 
@@ -51,6 +53,17 @@ JobFn make_optimize_job(const std::string& upload_dir) {
       parsed->model = path;
     }
     Result<json> result = optimize(*parsed, progress, cancel);
+    if (result && result->is_object() && !result->contains("layer_order")) {
+      // The page draws the placement in model order; placement.layers is keyed by name.
+      ModelOptions mo{parsed->input_size, parsed->num_classes};
+      Result<LayerGraph> g = parsed->model_graph.is_null() ? load_model(parsed->model, mo)
+                                                          : model_from_json(parsed->model_graph);
+      if (g) {
+        json order = json::array();
+        for (const Layer& l : g->layers) order.push_back(l.name);
+        (*result)["layer_order"] = order;
+      }
+    }
     if (!path.empty()) {
       std::error_code ec;
       fs::remove(path, ec);

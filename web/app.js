@@ -232,8 +232,9 @@ function renderSummary(job) {
     ['best step (ms)', fmt(p.best_step_ms)], ['elapsed (s)', fmt(job.elapsed_s, 1)],
   ];
   if (job.result) {
-    const best = job.result.best || {};
-    items.push(['source', best.source || (best.placement && best.placement.source) || '–']);
+    const best = job.result.best || job.result;
+    items.push(['source', best.source || placementOf(job.result).source || '–']);
+    items.push(['step (ms)', fmt(best.step_ms, 3)]);
     items.push(['speedup vs BSP', fmt(job.result.speedup_vs_bsp) + '×']);
   }
   if (job.restarts) items.push(['restarts', job.restarts]);
@@ -255,7 +256,7 @@ function drawCurve(events) {
   const W = 640, H = 260, L = 56, R = 50, T = 26, B = 34;
   const pts = events.filter((e) => typeof e.iteration === 'number' && e.iteration > 0);
   const best = pts.filter((e) => typeof e.best_step_ms === 'number' && e.best_step_ms > 0);
-  const reward = pts.filter((e) => typeof e.reward === 'number' && isFinite(e.reward));
+  const reward = pts.filter((e) => e.phase === 'optimizing' && typeof e.reward === 'number' && isFinite(e.reward));
   root.appendChild(svg('line', {class: 'axis', x1: L, y1: H - B, x2: W - R, y2: H - B}));
   root.appendChild(svg('line', {class: 'axis', x1: L, y1: T, x2: L, y2: H - B}));
   if (!best.length) {
@@ -294,27 +295,27 @@ function drawCurve(events) {
   root.appendChild(svg('text', {x: L + 8, y: 12, fill: '#2f6fde'}, 'best step time: ' + fmt(last.best_step_ms) + ' ms'));
 }
 
-// Layers in model order with the device each runs on, from result.layers or the placement.
+// The best placement of a result (placer's flat shape; result.best.* accepted too).
+function placementOf(result) {
+  return result.placement || (result.best && result.best.placement) || {};
+}
+
+// Layers in model order with the device each runs on. The order comes from
+// result.layer_order (added by the service), else the placement's keys.
 function layersOf(result) {
-  const best = result.best || {};
-  const placement = best.placement || result.placement || {};
+  const placement = placementOf(result);
   const groups = placement.groups || [];
-  if (Array.isArray(result.layers) && result.layers.length) {
-    return result.layers.map((l) => ({name: l.name, op: l.op || '',
-                                      device: l.device || groups[l.group] || String(l.group)}));
+  const byName = placement.layers || {};
+  if (Array.isArray(byName)) {
+    return byName.map((l) => ({name: l.name, device: l.device || groups[l.group] || String(l.group)}));
   }
-  const layers = placement.layers || {};
-  if (Array.isArray(layers)) {
-    return layers.map((l) => ({name: l.name, op: l.op || '', device: l.device || groups[l.group] || String(l.group)}));
-  }
-  return Object.entries(layers).map(([name, g]) => ({name, op: '', device: groups[g] || String(g)}));
+  const order = Array.isArray(result.layer_order) && result.layer_order.length ? result.layer_order : Object.keys(byName);
+  return order.map((name) => ({name, device: groups[byName[name]] !== undefined ? groups[byName[name]] : String(byName[name])}));
 }
 
 function deviceColors(result) {
-  const best = result.best || {};
-  const placement = best.placement || result.placement || {};
   const names = [];
-  for (const g of placement.groups || []) if (!names.includes(g)) names.push(g);
+  for (const g of placementOf(result).groups || []) if (!names.includes(g)) names.push(g);
   for (const l of layersOf(result)) if (!names.includes(l.device)) names.push(l.device);
   const map = {};
   names.forEach((n, i) => { map[n] = PALETTE[i % PALETTE.length]; });
@@ -326,8 +327,7 @@ function drawPlacement(result) {
   clear(root);
   const layers = layersOf(result);
   const colors = deviceColors(result);
-  const best = result.best || {};
-  const placement = best.placement || result.placement || {};
+  const placement = placementOf(result);
   document.getElementById('placement-summary').textContent =
       `${layers.length} layers · ${(placement.groups || []).length} groups · ${placement.micro_batches || '?'} micro-batches · ${placement.schedule || ''}`;
   const W = 1000, top = 8, h = 46;
@@ -336,7 +336,7 @@ function drawPlacement(result) {
   layers.forEach((l, i) => {
     const rect = svg('rect', {class: 'layer', x: 10 + i * w, y: top, width: Math.max(1, w), height: h,
                               fill: colors[l.device] || '#999', 'data-device': l.device});
-    rect.appendChild(svg('title', {}, `${l.name} ${l.op} → ${l.device}`));
+    rect.appendChild(svg('title', {}, `${l.name} → ${l.device}`));
     root.appendChild(rect);
     if (w > 34) root.appendChild(svg('text', {x: 10 + i * w + w / 2, y: top + h + 13, 'text-anchor': 'middle'},
                                      l.name.slice(0, Math.floor(w / 6))));
@@ -353,10 +353,10 @@ function drawGantt(result) {
   const root = document.getElementById('gantt');
   clear(root);
   const best = result.best || {};
-  const report = best.report || result.report || {};
-  const timeline = report.timeline || result.timeline || [];
+  const report = result.report || best.report || {};
+  const timeline = result.timeline || report.timeline || [];
   const devNames = (report.devices || []).map((d) => d.device);
-  const placement = best.placement || result.placement || {};
+  const placement = placementOf(result);
   const colors = deviceColors(result);
   const rows = Math.max(1, ...timeline.map((t) => t.device + 1), devNames.length);
   const W = 1000, L = 80, rowH = 26, T = 8;
@@ -395,10 +395,10 @@ function drawBaselines(result) {
   clear(tbody);
   let rows = result.baselines || [];
   if (!Array.isArray(rows)) rows = Object.entries(rows).map(([name, v]) => Object.assign({name}, v));
-  const best = result.best || {};
+  const best = result.best || result;
   const bestMs = best.step_ms;
   const tr0 = el('tr', {class: 'tapp'});
-  tr0.appendChild(el('td', {}, 'TAPP (' + (best.source || 'policy') + ')'));
+  tr0.appendChild(el('td', {}, 'TAPP best (' + (best.source || 'policy') + ')'));
   tr0.appendChild(el('td', {}, fmt(bestMs, 3)));
   tr0.appendChild(el('td', {}, '1.00×'));
   tr0.appendChild(el('td', {}, fmt(result.speedup_vs_bsp) + '×'));

@@ -91,7 +91,7 @@ std::string progress_line(const json& job, bool bar) {
 
 void print_result(const json& job) {
   const json& r = job.value("result", json());
-  const json& best = r.value("best", json());
+  const json& best = r.contains("best") ? r["best"] : r;  // placer's result is flat
   std::cout << "job " << job.value("id", "") << ": " << job.value("status", "") << " (" << job.value("model", "")
             << ", " << num(job.value("elapsed_s", json()), 1) << " s)\n";
   if (best.is_object()) {

@@ -1,14 +1,15 @@
 #!/usr/bin/env node
 // Browser test of the TAPP page in headless Chromium (playwright-core + Debian's /usr/bin/chromium).
 //
-// Starts tapp-server on 127.0.0.1 (port 0, fresh database, fake jobs unless --real),
+// Starts tapp-server on 127.0.0.1 (port 0, fresh database; placer's real optimize()
+// in simulate mode, or the fake job function with --fake),
 // opens the page, submits a job from the form, waits for it to succeed, and
 // checks that the best-step-time curve, the placement and the pipeline Gantt
 // chart are drawn and the baselines table is filled; that every request the
 // page made stayed on the server's origin; and, with a token-protected server,
 // that the page asks for the token once and then works. Saves a screenshot.
 //
-// usage: node browser_test.js --server build/bin/tapp-server [--screenshot out.png] [--real]
+// usage: node browser_test.js --server build/bin/tapp-server [--screenshot out.png] [--fake]
 'use strict';
 const {spawn} = require('child_process');
 const fs = require('fs');
@@ -30,7 +31,7 @@ function arg(name, fallback) {
 }
 const serverBin = arg('--server', path.resolve(here, '..', '..', 'build', 'bin', 'tapp-server'));
 const screenshot = arg('--screenshot', path.join(os.tmpdir(), 'tapp-page.png'));
-const real = process.argv.includes('--real');
+const real = !process.argv.includes('--fake');  // the real optimize() by default
 
 function check(cond, what) {
   if (!cond) throw new Error('check failed: ' + what);

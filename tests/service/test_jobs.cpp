@@ -47,7 +47,7 @@ TEST_CASE("a job runs to success with progress events and its result stored") {
   REQUIRE(runner.submit(j, "", nullptr) == SubmitError::none);
   CHECK(wait_final(*store, j.id) == "succeeded");
   auto got = *store->get(j.id);
-  CHECK(got->result["best"]["placement"]["groups"].size() == 2);
+  CHECK(got->result["placement"]["groups"].size() == 2);
   CHECK(got->progress["phase"] == "done");
   auto events = *store->events(j.id, 0, 1000);
   REQUIRE(events.size() >= 3);

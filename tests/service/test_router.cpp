@@ -103,7 +103,7 @@ TEST_CASE("a job submitted through the router runs to success and shows its resu
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   REQUIRE(g["status"] == "succeeded");
-  CHECK(g["result"]["best"]["placement"]["groups"] == json::array({"a", "b"}));
+  CHECK(g["result"]["placement"]["groups"] == json::array({"a", "b"}));
   CHECK(g["progress"]["iteration"] == 5);
   json ev = body_of(f.call(http::verb::get, "/placements/" + id + "/events"));
   CHECK(ev["events"].size() >= 3);

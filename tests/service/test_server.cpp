@@ -73,8 +73,8 @@ TEST_CASE("a real server takes a job, reports progress and returns the result") 
   std::string id = submit(u);
   json done = wait_final(u, id);
   REQUIRE(done["status"] == "succeeded");
-  CHECK(done["result"]["best"]["placement"]["groups"].size() == 2);
-  CHECK(done["result"]["best"]["report"]["timeline"].size() > 0);
+  CHECK(done["result"]["placement"]["groups"].size() == 2);
+  CHECK(done["result"]["timeline"].size() > 0);
   CHECK(done["progress"]["iteration"] == 15);
   json events = get_json(u, "/placements/" + id + "/events");
   CHECK(events["events"].size() >= 3);
