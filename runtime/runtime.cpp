@@ -207,14 +207,14 @@ int physical_cores(const RunOptions& o) {
   return n > 0 ? static_cast<int>(n) : 1;
 }
 
-std::vector<std::string> emulation_warnings(const Cluster& c, const RunOptions& o) {
+std::vector<std::string> emulation_warnings(const Cluster& c, const RunOptions& o, bool sends) {
   std::vector<std::string> w;
   std::string slow;
   for (const Device& d : c.devices)
     if (d.speed < 1.0) slow += (slow.empty() ? "" : ", ") + d.name + "=" + fmt(d.speed, 2);
   if (!slow.empty())
     w.push_back("emulated device speed (compute stretched by sleeping (1/speed - 1) x compute time): " + slow);
-  if (c.num_devices() > 1) {
+  if (sends && c.num_devices() > 1) {
     std::string links;
     for (const Link& l : c.links)
       if (c.index_of(l.from) >= 0 && c.index_of(l.to) >= 0)
@@ -290,7 +290,7 @@ RunResult execute(Job job, const std::vector<int>& rank_device, const Cluster& o
   RunResult out;
   const RunOptions& o = job.options;
   const int world = job.cluster.num_devices();
-  std::vector<std::string> warnings = emulation_warnings(job.cluster, o);
+  std::vector<std::string> warnings = emulation_warnings(job.cluster, o, job.mode != "hogwild");
   auto fail = [&](const std::string& kind, const std::string& msg) {
     out.report = StepReport::failure(kind, msg, kSource);
     out.report.warnings = warnings;
