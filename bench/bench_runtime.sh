@@ -3,7 +3,7 @@
 # and vs PyTorch's torch.distributed.pipeline.sync.Pipe, in one run.
 #
 # alexnet_cifar (zoo), batch 64, two local cpu devices with one thread each,
-# split before conv4 (examples/placement_alexnet_cifar_2stage.json), CHUNKS
+# split before conv5 (examples/placement_alexnet_cifar_2stage.json), CHUNKS
 # micro-batches. Prints a markdown table of median step times.
 #   bench/bench_runtime.sh [BUILD_DIR] (env: STEPS=5 WARMUP=2 CHUNKS=4 SCHEDULE=gpipe)
 set -euo pipefail
@@ -49,7 +49,7 @@ rows = [
     (f"torch Pipe, {chunks} chunks, 1 process, set_num_threads(2)", pipe2["step_ms"]),
 ]
 t = tapp["step_ms"]
-print(f"alexnet_cifar, batch {batch}, split before conv4")
+print(f"alexnet_cifar, batch {batch}, split before conv5")
 print()
 print("| configuration | step ms (median) | samples/s | TAPP speed-up vs this |")
 print("| --- | ---: | ---: | ---: |")
