@@ -490,6 +490,12 @@ void compact(const Cluster& c, const Placement& p, Cluster& used, Placement& rem
     used.devices.push_back(c.devices[rank_device[r]]);
     rank_of[rank_device[r]] = static_cast<int>(r);
   }
+  // Links that name a dropped device would not parse in the workers' cluster.
+  used.links.clear();
+  for (const Link& l : c.links) {
+    int from = c.index_of(l.from), to = c.index_of(l.to);
+    if (with_layers.count(from) && with_layers.count(to)) used.links.push_back(l);
+  }
   remapped = p;
   for (int& d : remapped.group_device) d = rank_of[d];
 }
