@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <nlohmann/json.hpp>
 
 #include "profiler/torch_model.h"
@@ -11,10 +12,16 @@
 namespace tapp {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+// Wall time, or this thread's CPU time (ProfileOptions::cpu_clock).
+bool g_cpu_clock = false;
 
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+double now_ms() {
+  if (g_cpu_clock) {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+  }
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 double median(std::vector<double> v) {
@@ -39,15 +46,15 @@ std::pair<double, double> time_layer(GraphModel& model, int i, const std::vector
   for (int r = 0; r < o.warmup_runs + o.runs; ++r) {
     for (auto& t : ins)
       if (t.grad().defined()) t.mutable_grad() = torch::Tensor();
-    auto t0 = Clock::now();
+    double t0 = now_ms();
     torch::Tensor out = model.forward_layer(i, ins);
-    double f = ms_since(t0);
+    double f = (now_ms() - t0);
     double b = 0;
     if (out.requires_grad()) {
       if (!grad.defined()) grad = torch::randn_like(out);
-      auto t1 = Clock::now();
+      double t1 = now_ms();
       out.backward(grad);
-      b = ms_since(t1);
+      b = (now_ms() - t1);
     }
     if (r >= o.warmup_runs) {
       fwd.push_back(f);
@@ -62,10 +69,10 @@ double time_whole_step(GraphModel& model, const torch::Tensor& x, const torch::T
   std::vector<double> steps;
   for (int r = 0; r < o.warmup_runs + o.runs; ++r) {
     zero_grads(model);
-    auto t0 = Clock::now();
+    double t0 = now_ms();
     torch::Tensor loss = torch::nn::functional::cross_entropy(model.forward(x), y);
     loss.backward();
-    double ms = ms_since(t0);
+    double ms = (now_ms() - t0);
     if (r >= o.warmup_runs) steps.push_back(ms);
   }
   return median(steps);
@@ -80,6 +87,8 @@ Status check_options(const ProfileOptions& o) {
   if (o.threads <= 0) return Status::error("threads must be positive");
   if (o.batch_size <= 0) return Status::error("batch size must be positive");
   if (o.runs <= 0 || o.warmup_runs < 0) return Status::error("runs must be positive");
+  if (o.cpu_clock && o.threads != 1)
+    return Status::error("the CPU-time clock measures one thread; use it with threads = 1");
   return Status::ok();
 }
 
@@ -94,6 +103,7 @@ Result<LayerLibrary> profile_model(const LayerGraph& graph, const ProfileOptions
   lib.measured = true;
   try {
     at::set_num_threads(o.threads);
+    g_cpu_clock = o.cpu_clock;
     auto built = GraphModel::build(graph, o.seed);
     if (!built) return built.status();
     GraphModel& model = **built;
@@ -139,7 +149,8 @@ Result<LayerLibrary> profile_model(const LayerGraph& graph, const ProfileOptions
 Result<LayerLibrary> profile_cached(const LayerGraph& graph, const ProfileOptions& o, ProfileCache* cache,
                                     bool* cache_hit) {
   if (cache_hit) *cache_hit = false;
-  const std::string key = profile_cache_key(graph, o.device, o.threads, o.batch_size);
+  const std::string key =
+      profile_cache_key(graph, o.device + (o.cpu_clock ? "-cpuclock" : ""), o.threads, o.batch_size);
   if (cache) {
     if (auto text = cache->get(key)) {
       try {

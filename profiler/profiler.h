@@ -29,6 +29,9 @@ struct ProfileOptions {
   int warmup_runs = 2;
   int runs = 5;  // median of these
   uint64_t seed = 1;
+  // Time with this thread's CPU clock instead of the wall clock (threads = 1
+  // only): robust to other processes sharing the cores, blind to waiting.
+  bool cpu_clock = false;
   // Called with short progress lines ("layer 12/40 conv3") on long profiles.
   std::function<void(const std::string&)> progress;
 };

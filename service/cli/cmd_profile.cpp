@@ -79,7 +79,7 @@ struct ProfileArgs {
   std::string model;
   int64_t batch = 16, input_size = 0, classes = 0;
   int threads = 1, runs = 5, warmup = 2;
-  bool json = false, no_cache = false, estimate = false;
+  bool json = false, no_cache = false, estimate = false, cpu_clock = false;
   std::string cache_dir;
 };
 
@@ -104,6 +104,7 @@ int run_profile(const ProfileArgs& a) {
     po.threads = a.threads;
     po.runs = a.runs;
     po.warmup_runs = a.warmup;
+    po.cpu_clock = a.cpu_clock;
     const bool tty = ::isatty(STDERR_FILENO);
     po.progress = [tty, name = graph->name](const std::string& line) {
       if (tty) std::cerr << "\r\033[Kprofiling " << name << ": " << line << std::flush;
@@ -144,6 +145,8 @@ void add_profile_command(CLI::App& app, int& exit_code) {
   sub->add_flag("--json", args->json, "print the layer library as JSON");
   sub->add_option("--cache-dir", args->cache_dir, "profile cache directory (default $XDG_CACHE_HOME/tapp or ~/.cache/tapp)");
   sub->add_flag("--no-cache", args->no_cache, "always measure; do not read or write the cache");
+  sub->add_flag("--cpu-clock", args->cpu_clock,
+                "time with the thread's CPU clock (threads 1): robust when other processes share the cores");
   sub->add_flag("--estimate", args->estimate, "estimate times from multiply-adds instead of measuring");
   sub->callback([args, &exit_code] { exit_code = run_profile(*args); });
 }

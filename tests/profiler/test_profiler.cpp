@@ -112,6 +112,19 @@ TEST_CASE("profiling a small model gives positive forward and backward times and
         doctest::Approx((lib->total_forward_ms() + lib->total_backward_ms()) / lib->whole_step_ms));
 }
 
+TEST_CASE("the CPU-time clock gives positive times and is refused with several threads") {
+  auto g = zoo_model("tiny_inception");
+  ProfileOptions o = quick();
+  o.cpu_clock = true;
+  auto lib = profile_model(*g, o);
+  REQUIRE_MESSAGE(lib.is_ok(), lib.error_message());
+  CHECK(lib->rows[0].forward_ms > 0);
+  CHECK(lib->whole_step_ms > 0);
+  o.threads = 2;
+  CHECK(profile_model(*g, o).error_message() ==
+        "the CPU-time clock measures one thread; use it with threads = 1");
+}
+
 TEST_CASE("a profile is measured once and then read from the cache with the same rows") {
   fs::path dir = scratch("cache");
   FileProfileCache cache(dir.string());
