@@ -62,7 +62,8 @@ Calibration from_vector(const std::vector<double>& x, int D) {
 
 // Solves (A^T W A + R) x = A^T W b + R prior with some parameters fixed; small dense Gauss-Jordan.
 std::vector<double> solve(const std::vector<std::vector<double>>& rows, const std::vector<double>& rhs,
-                          const std::vector<double>& weight, const std::vector<double>& prior, double ridge,
+                          const std::vector<double>& weight, const std::vector<double>& prior,
+                          const std::vector<double>& ridge,
                           const std::vector<bool>& fixed, const std::vector<double>& fixed_value) {
   const size_t K = prior.size();
   std::vector<std::vector<double>> M(K, std::vector<double>(K + 1, 0));
@@ -84,8 +85,8 @@ std::vector<double> solve(const std::vector<std::vector<double>>& rows, const st
       M[k][k] = 1;
       M[k][K] = fixed_value[k];
     } else {
-      M[k][k] += ridge;
-      M[k][K] += ridge * prior[k];
+      M[k][k] += ridge[k];
+      M[k][K] += ridge[k] * prior[k];
     }
   }
   for (size_t c = 0; c < K; ++c) {
@@ -220,6 +221,11 @@ Result<CalibrationResult> calibrate(const LayerGraph& g, const Cluster& c, const
         weight.push_back(0.5 / ds.busy_ms);
       }
     }
+    // Ridge towards the starting values: factors are dimensionless (a 10% change
+    // costs like a 0.5% error on 2 samples), overheads are in ms (weak pull).
+    std::vector<double> ridge(K, 1e-5);
+    for (int d = 0; d < D; ++d) ridge[d] = 3e-3;
+    ridge[D + kWire] = 3e-3;
     // Bounded least squares by an active set: parameters below their bound are fixed there.
     std::vector<bool> fixed(K, false);
     std::vector<double> lower(K, 0.0), fixed_value(K, 0.0);
@@ -227,7 +233,7 @@ Result<CalibrationResult> calibrate(const LayerGraph& g, const Cluster& c, const
     lower[D + kWire] = 0.05;
     std::vector<double> nx;
     for (int round = 0; round <= K; ++round) {
-      nx = solve(rows, rhs, weight, prior, 1e-4, fixed, fixed_value);
+      nx = solve(rows, rhs, weight, prior, ridge, fixed, fixed_value);
       bool changed = false;
       for (int k = 0; k < K; ++k)
         if (!fixed[k] && nx[k] < lower[k]) {
