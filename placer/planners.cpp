@@ -102,8 +102,10 @@ Result<Placement> best_micro_batches(const PlannerContext& ctx, Placement p, con
       last = s;
       continue;
     }
+    // Ascending m: more micro-batches only when they help by more than 0.1%
+    // (an uncalibrated model charges nothing for a micro-batch's fixed costs).
     double t = estimate_ms(ctx, p);
-    if (t < best) {
+    if (t < best * (1 - 1e-3)) {
       best = t;
       chosen = p;
     }
@@ -643,7 +645,9 @@ Result<Outcome> dynamic_programming(const PlannerContext& ctx, Evaluator& ev, in
       cands.push_back({ms, p});
     }
   }
-  std::sort(cands.begin(), cands.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  // Near-ties go to fewer micro-batches (0.01% per micro-batch).
+  auto key = [](const std::pair<double, Placement>& c) { return c.first * (1 + 1e-4 * c.second.micro_batches); };
+  std::stable_sort(cands.begin(), cands.end(), [&](const auto& a, const auto& b) { return key(a) < key(b); });
   Best best;
   int evaluated = 0;
   for (const auto& c : cands) {
