@@ -149,7 +149,8 @@ int list_jobs(const std::string& server_url, const std::string& status, int limi
                                    : "-";
     std::cout << std::left << std::setw(16) << j.value("id", "") << std::setw(12) << j.value("status", "")
               << std::setw(16) << j.value("model", "") << std::setw(12) << it << std::setw(14)
-              << num(p.is_object() ? p.value("best_step_ms", json()) : json()) << j.value("created_at", json("")).dump()
+              << num(p.is_object() ? p.value("best_step_ms", json()) : json())
+              << (j.contains("created_at") && j["created_at"].is_string() ? j["created_at"].get<std::string>() : "")
               << "\n";
   }
   std::cout << page.value("total", 0) << " job(s)\n";

@@ -5,6 +5,7 @@
 
 #include "server_process.h"
 #include "service/job_store.h"
+#include "service/sqlite_profile_cache.h"
 
 using namespace tapp;
 using namespace tapp::service;
@@ -167,4 +168,18 @@ TEST_CASE("the profile cache round-trips bytes by key") {
   CHECK(**store->cache_get("alexnet/cpu") == std::string("{\"layers\":[]}\0x", 15));
   REQUIRE(store->cache_put("alexnet/cpu", "v2").is_ok());
   CHECK(**store->cache_get("alexnet/cpu") == "v2");
+}
+
+TEST_CASE("the SQLite profile cache serves the profiler's ProfileCache interface across store handles") {
+  auto dir = testing::temp_dir("store");
+  {
+    auto store = open_store(dir + "/jobs.db");
+    SqliteProfileCache cache(*store);
+    ProfileCache& as_interface = cache;
+    CHECK_FALSE(as_interface.get("mlp-784-abc-cpu-t1-b32").has_value());
+    REQUIRE(as_interface.put("mlp-784-abc-cpu-t1-b32", "{\"rows\": []}").is_ok());
+  }
+  auto store = open_store(dir + "/jobs.db");
+  SqliteProfileCache cache(*store);
+  CHECK(cache.get("mlp-784-abc-cpu-t1-b32") == std::optional<std::string>("{\"rows\": []}"));
 }
