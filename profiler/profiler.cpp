@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include "profiler/torch_model.h"
@@ -92,10 +93,28 @@ Status check_options(const ProfileOptions& o) {
   return Status::ok();
 }
 
+// Refuses profiles whose tensors cannot fit in RAM rather than letting the
+// allocator fail or the kernel kill the process: activations, their gradients
+// and the autograd copies (about 3x), plus weights, gradients and a copy.
+Status check_memory(const LayerGraph& graph, int64_t batch_size) {
+  double need = 0;
+  for (const auto& l : graph.layers) need += 3.0 * l.activation_bytes() * batch_size + 3.0 * l.param_bytes();
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return Status::ok();
+  double ram = static_cast<double>(pages) * page;
+  if (need > 0.8 * ram)
+    return Status::error("profiling " + graph.name + " at batch " + std::to_string(batch_size) + " needs about " +
+                         std::to_string(static_cast<int64_t>(need / (1 << 20))) + " MiB but the machine has " +
+                         std::to_string(static_cast<int64_t>(ram / (1 << 20))) +
+                         " MiB; use a smaller batch or input size");
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<LayerLibrary> profile_model(const LayerGraph& graph, const ProfileOptions& o) {
   if (Status s = check_options(o); !s) return s;
+  if (Status s = check_memory(graph, o.batch_size); !s) return s;
   LayerLibrary lib = library_skeleton(graph);
   lib.device_kind = o.device;
   lib.threads = o.threads;

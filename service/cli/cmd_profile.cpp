@@ -115,7 +115,7 @@ int run_profile(const ProfileArgs& a) {
     if (tty) std::cerr << "\r\033[K" << std::flush;
     if (!measured) {
       std::cerr << "tapp-cli profile: " << measured.error_message() << "\n";
-      return 1;
+      return measured.error_message().find("needs about") != std::string::npos ? 2 : 1;
     }
     lib = std::move(*measured);
   }

@@ -230,6 +230,7 @@ TEST_CASE("tapp-cli answers bad input with a message and exit code 2") {
       {"profile " + (dir / "missing.pt").string(), "no such file"},
       {"profile " + (dir / "corrupt.pt").string(), "not a loadable TorchScript module"},
       {"profile vgg5 --batch 0", "must be positive"},
+      {"profile alexnet --no-cache --batch 10000000", "use a smaller batch or input size"},
       {"export-model nope", "unknown model 'nope'"},
   };
   for (const auto& [args, message] : cases) {
