@@ -5,7 +5,7 @@
 # alexnet_cifar (zoo), batch 64, two local cpu devices with one thread each,
 # split before conv5 (examples/placement_alexnet_cifar_2stage.json), CHUNKS
 # micro-batches. Prints a markdown table of median step times.
-#   bench/bench_runtime.sh [BUILD_DIR] (env: STEPS=5 WARMUP=2 CHUNKS=4 SCHEDULE=gpipe)
+#   bench/bench_runtime.sh [BUILD_DIR] (env: STEPS=5 WARMUP=2 CHUNKS=4 SCHEDULE=gpipe ROUNDS=3)
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$here/build}"
@@ -14,6 +14,7 @@ steps="${STEPS:-5}"
 warmup="${WARMUP:-2}"
 chunks="${CHUNKS:-4}"
 schedule="${SCHEDULE:-gpipe}"
+rounds="${ROUNDS:-3}"
 batch=64
 py=/usr/bin/python3
 tmp="$(mktemp -d)"
@@ -31,35 +32,43 @@ print(json.dumps(p))
 PY
 
 common=(--batch "$batch" --steps "$steps" --warmup "$warmup" --json)
-echo "machine: $(nproc) cores; $(date -u +%FT%TZ)" >&2
-"$cli" run alexnet_cifar --devices "$here/examples/cluster_2cpu.json" --placement "$tmp/placement.json" "${common[@]}" > "$tmp/tapp.json"
-"$cli" run alexnet_cifar --devices "$tmp/one_cpu_two_threads.json" --strategy single "${common[@]}" > "$tmp/single.json"
-$py "$here/bench/pipe_peer.py" --batch "$batch" --chunks "$chunks" --threads 1 --steps "$steps" --warmup "$warmup" 2>/dev/null > "$tmp/pipe1.json"
-$py "$here/bench/pipe_peer.py" --batch "$batch" --chunks "$chunks" --threads 2 --steps "$steps" --warmup "$warmup" 2>/dev/null > "$tmp/pipe2.json"
+echo "machine: $(nproc) cores; $(date -u +%FT%TZ); load average: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+# The configurations run interleaved, ROUNDS times, so that load from other
+# processes on a shared machine falls on all of them alike.
+for round in $(seq 1 "$rounds"); do
+  "$cli" run alexnet_cifar --devices "$here/examples/cluster_2cpu.json" --placement "$tmp/placement.json" "${common[@]}" > "$tmp/tapp.$round.json"
+  "$cli" run alexnet_cifar --devices "$tmp/one_cpu_two_threads.json" --strategy single "${common[@]}" > "$tmp/single.$round.json"
+  $py "$here/bench/pipe_peer.py" --batch "$batch" --chunks "$chunks" --threads 1 --steps "$steps" --warmup "$warmup" 2>/dev/null > "$tmp/pipe1.$round.json"
+  $py "$here/bench/pipe_peer.py" --batch "$batch" --chunks "$chunks" --threads 2 --steps "$steps" --warmup "$warmup" 2>/dev/null > "$tmp/pipe2.$round.json"
+  echo "round $round done; load average: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+done
 
-$py - "$tmp" "$batch" "$chunks" "$schedule" <<'PY'
-import json, sys, os
-tmp, batch, chunks, schedule = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-load = lambda n: json.load(open(os.path.join(tmp, n)))
-tapp, single, pipe1, pipe2 = load("tapp.json"), load("single.json"), load("pipe1.json"), load("pipe2.json")
-rows = [
-    (f"TAPP runtime: 2 worker processes x 1 thread, {chunks} micro-batches, {schedule}", tapp["step_ms"]),
-    ("single LibTorch process, 2 threads (tapp-cli run --strategy single)", single["step_ms"]),
-    (f"torch Pipe, {chunks} chunks, 1 process, set_num_threads(1)", pipe1["step_ms"]),
-    (f"torch Pipe, {chunks} chunks, 1 process, set_num_threads(2)", pipe2["step_ms"]),
-]
-t = tapp["step_ms"]
-print(f"alexnet_cifar, batch {batch}, split before conv5")
+$py - "$tmp" "$batch" "$chunks" "$schedule" "$rounds" <<'PY'
+import json, sys, os, statistics
+tmp, batch, chunks, schedule, rounds = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
+load = lambda n, r: json.load(open(os.path.join(tmp, f"{n}.{r}.json")))
+names = {
+    "tapp": f"TAPP runtime: 2 worker processes x 1 thread, {chunks} micro-batches, {schedule}",
+    "single": "single LibTorch process, 2 threads (tapp-cli run --strategy single)",
+    "pipe1": f"torch Pipe, {chunks} chunks, 1 process, set_num_threads(1)",
+    "pipe2": f"torch Pipe, {chunks} chunks, 1 process, set_num_threads(2)",
+}
+runs = {k: [load(k, r) for r in range(1, rounds + 1)] for k in names}
+med = {k: statistics.median(x["step_ms"] for x in v) for k, v in runs.items()}
+t = med["tapp"]
+print(f"alexnet_cifar, batch {batch}, split before conv5; median over {rounds} interleaved rounds of each run's median step")
 print()
-print("| configuration | step ms (median) | samples/s | TAPP speed-up vs this |")
-print("| --- | ---: | ---: | ---: |")
-for name, ms in rows:
-    print(f"| {name} | {ms:.1f} | {batch * 1000 / ms:.1f} | {ms / t:.2f}x |")
+print("| configuration | step ms | samples/s | TAPP throughput / this | per-round step ms |")
+print("| --- | ---: | ---: | ---: | --- |")
+for k, name in names.items():
+    per = " ".join(f"{x['step_ms']:.0f}" for x in runs[k])
+    print(f"| {name} | {med[k]:.1f} | {batch * 1000 / med[k]:.1f} | {med[k] / t:.2f}x | {per} |")
 print()
+tapp = sorted(runs["tapp"], key=lambda x: x["step_ms"])[len(runs["tapp"]) // 2]
 for d in tapp["devices"]:
-    print(f"TAPP {d['device']}: busy {d['busy_ms']:.1f} ms, comm {d['comm_ms']:.1f} ms, idle {d['idle_ms']:.1f} ms, "
-          f"peak RSS {d['peak_memory_bytes'] / 2**20:.0f} MiB")
-print(f"TAPP comm fraction {tapp['comm_fraction']:.3f}; samples {[round(s, 1) for s in tapp['step_samples_ms']]}")
+    print(f"TAPP (median round) {d['device']}: busy {d['busy_ms']:.1f} ms, comm {d['comm_ms']:.1f} ms, "
+          f"idle {d['idle_ms']:.1f} ms, peak RSS {d['peak_memory_bytes'] / 2**20:.0f} MiB")
+print(f"TAPP comm fraction {tapp['comm_fraction']:.3f}")
 for w in tapp.get("warnings", []):
     print("note:", w)
 PY
