@@ -14,8 +14,7 @@ namespace {
 // traffic; 10 GB/s per thread is a conservative figure for a CPU core.
 constexpr double kBytesPerSecondPerThread = 10e9;
 
-Status read_shape(const json& j, const std::string& key, Shape& out, const std::string& path,
-                  bool required) {
+Status read_shape(const json& j, const std::string& key, Shape& out, const std::string& path, bool required) {
   const std::string where = jf::join(path, key);
   auto it = j.find(key);
   if (it == j.end() || it->is_null())
@@ -48,8 +47,7 @@ Result<LayerRow> row_from_json(const json& j, const std::string& path) {
       json wrapper = {{"s", (*ins)[i]}};
       Shape sh;
       if (!(s = read_shape(wrapper, "s", sh, "", true)))
-        return Status::error(path + ".input_shapes[" + std::to_string(i) + "]" +
-                             s.message().substr(1));
+        return Status::error(path + ".input_shapes[" + std::to_string(i) + "]" + s.message().substr(1));
       r.input_shapes.push_back(sh);
     }
   }
@@ -104,8 +102,7 @@ LayerLibrary library_skeleton(const LayerGraph& graph) {
   return lib;
 }
 
-LayerLibrary estimated_library(const LayerGraph& graph, int64_t batch_size, double gmacs_per_s,
-                               int threads) {
+LayerLibrary estimated_library(const LayerGraph& graph, int64_t batch_size, double gmacs_per_s, int threads) {
   LayerLibrary lib = library_skeleton(graph);
   lib.batch_size = batch_size;
   lib.threads = threads;

@@ -47,8 +47,7 @@ Status read_pair(const json& attrs, const std::string& key, int64_t out[2], cons
     out[0] = out[1] = it->get<int64_t>();
     return Status::ok();
   }
-  if (it->is_array() && it->size() == 2 && (*it)[0].is_number_integer() &&
-      (*it)[1].is_number_integer()) {
+  if (it->is_array() && it->size() == 2 && (*it)[0].is_number_integer() && (*it)[1].is_number_integer()) {
     out[0] = (*it)[0].get<int64_t>();
     out[1] = (*it)[1].get<int64_t>();
     return Status::ok();
@@ -105,8 +104,7 @@ Status read_attrs(const json& layer, Layer& l, const std::string& path) {
   return Status::ok();
 }
 
-Status read_layer(const json& j, size_t index, const std::map<std::string, size_t>& first_index,
-                  Layer& l) {
+Status read_layer(const json& j, size_t index, const std::map<std::string, size_t>& first_index, Layer& l) {
   const std::string path = "layers[" + std::to_string(index) + "]";
   Status s;
   if (!(s = jf::expect_object(j, path))) return s;
@@ -150,8 +148,8 @@ Result<LayerGraph> model_from_json(const json& j) {
   Status s;
   if (!(s = jf::expect_object(j, ""))) return s;
   for (auto kv = j.begin(); kv != j.end(); ++kv)
-    if (kv.key() != "name" && kv.key() != "input_shape" && kv.key() != "layers" &&
-        kv.key() != "$schema" && kv.key() != "description")
+    if (kv.key() != "name" && kv.key() != "input_shape" && kv.key() != "layers" && kv.key() != "$schema" &&
+        kv.key() != "description")
       return Status::error(kv.key() + ": unknown field (expected name, input_shape, layers)");
   if (!(s = jf::read(j, "name", g.name, "", true))) return s;
   auto shape = j.find("input_shape");
@@ -176,7 +174,8 @@ Result<LayerGraph> model_from_json(const json& j) {
       auto inserted = first_index.emplace(lj["name"].get<std::string>(), i);
       if (!inserted.second)
         return Status::error("layers[" + std::to_string(i) + "].name: '" + lj["name"].get<std::string>() +
-                             "' is already the name of layers[" + std::to_string(inserted.first->second) + "]");
+                             "' is already the name of layers[" + std::to_string(inserted.first->second) +
+                             "]");
     }
   }
   for (size_t i = 0; i < layers->size(); ++i) {
@@ -216,13 +215,19 @@ json model_to_json(const LayerGraph& g) {
     const LayerAttrs& a = l.attrs;
     json attrs = json::object();
     if (l.op == "conv2d") {
-      attrs = {{"out", a.out},       {"kernel", pair_json(a.kernel)}, {"stride", pair_json(a.stride)},
-               {"padding", pair_json(a.padding)}, {"groups", a.groups}, {"bias", a.bias}};
+      attrs = {{"out", a.out},
+               {"kernel", pair_json(a.kernel)},
+               {"stride", pair_json(a.stride)},
+               {"padding", pair_json(a.padding)},
+               {"groups", a.groups},
+               {"bias", a.bias}};
     } else if (l.op == "linear") {
       attrs = {{"out", a.out}, {"bias", a.bias}};
     } else if (l.op == "maxpool2d" || l.op == "avgpool2d") {
-      attrs = {{"kernel", pair_json(a.kernel)}, {"stride", pair_json(a.stride)},
-               {"padding", pair_json(a.padding)}, {"ceil_mode", a.ceil_mode}};
+      attrs = {{"kernel", pair_json(a.kernel)},
+               {"stride", pair_json(a.stride)},
+               {"padding", pair_json(a.padding)},
+               {"ceil_mode", a.ceil_mode}};
     } else if (l.op == "adaptive_avgpool2d") {
       attrs = {{"output_size", pair_json(a.kernel)}};
     } else if (l.op == "dropout") {

@@ -1,10 +1,11 @@
 #include "profiler/profile_cache.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <unistd.h>
 
 #include "profiler/model_json.h"
 
@@ -13,7 +14,8 @@ namespace fs = std::filesystem;
 
 std::string FileProfileCache::path_of(const std::string& key) const {
   std::string safe;
-  for (char c : key) safe += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
+  for (char c : key)
+    safe += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
   return (fs::path(dir_) / (safe + ".json")).string();
 }
 

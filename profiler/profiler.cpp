@@ -1,11 +1,11 @@
 #include "profiler/profiler.h"
 
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <ctime>
-#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include "profiler/torch_model.h"
@@ -22,7 +22,8 @@ double now_ms() {
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
   }
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 double median(std::vector<double> v) {
@@ -103,9 +104,9 @@ Status check_memory(const LayerGraph& graph, int64_t batch_size) {
   if (pages <= 0 || page <= 0) return Status::ok();
   double ram = static_cast<double>(pages) * page;
   if (need > 0.8 * ram)
-    return Status::error("profiling " + graph.name + " at batch " + std::to_string(batch_size) + " needs about " +
-                         std::to_string(static_cast<int64_t>(need / (1 << 20))) + " MiB but the machine has " +
-                         std::to_string(static_cast<int64_t>(ram / (1 << 20))) +
+    return Status::error("profiling " + graph.name + " at batch " + std::to_string(batch_size) +
+                         " needs about " + std::to_string(static_cast<int64_t>(need / (1 << 20))) +
+                         " MiB but the machine has " + std::to_string(static_cast<int64_t>(ram / (1 << 20))) +
                          " MiB; use a smaller batch or input size");
   return Status::ok();
 }

@@ -38,17 +38,20 @@ Result<std::vector<int64_t>> int_list(const jit::Node* n, size_t i) {
     std::vector<int64_t> out;
     for (const jit::Value* e : v->node()->inputs()) {
       auto iv = const_value(e);
-      if (!iv || !iv->isInt()) return Status::error(op_name(n) + ": argument " + std::to_string(i) + " is not a constant");
+      if (!iv || !iv->isInt())
+        return Status::error(op_name(n) + ": argument " + std::to_string(i) + " is not a constant");
       out.push_back(iv->toInt());
     }
     return out;
   }
-  return Status::error(op_name(n) + ": argument " + std::to_string(i) + " is not a constant list of integers");
+  return Status::error(op_name(n) + ": argument " + std::to_string(i) +
+                       " is not a constant list of integers");
 }
 
 Result<int64_t> int_arg(const jit::Node* n, size_t i) {
   auto iv = const_value(n->input(i));
-  if (!iv || !iv->isInt()) return Status::error(op_name(n) + ": argument " + std::to_string(i) + " is not a constant integer");
+  if (!iv || !iv->isInt())
+    return Status::error(op_name(n) + ": argument " + std::to_string(i) + " is not a constant integer");
   return iv->toInt();
 }
 
@@ -61,7 +64,8 @@ Result<double> double_arg(const jit::Node* n, size_t i) {
 
 Result<bool> bool_arg(const jit::Node* n, size_t i) {
   auto iv = const_value(n->input(i));
-  if (!iv || !iv->isBool()) return Status::error(op_name(n) + ": argument " + std::to_string(i) + " is not a constant bool");
+  if (!iv || !iv->isBool())
+    return Status::error(op_name(n) + ": argument " + std::to_string(i) + " is not a constant bool");
   return iv->toBool();
 }
 
@@ -70,12 +74,14 @@ bool is_none(const jit::Value* v) { return v->type()->kind() == c10::TypeKind::N
 Result<std::vector<int64_t>> tensor_shape(const jit::Node* n, size_t i) {
   auto iv = const_value(n->input(i));
   if (!iv || !iv->isTensor())
-    return Status::error(op_name(n) + ": argument " + std::to_string(i) + " is not a parameter of the module");
+    return Status::error(op_name(n) + ": argument " + std::to_string(i) +
+                         " is not a parameter of the module");
   return iv->toTensor().sizes().vec();
 }
 
 // A pair attribute from an int list of 1 or 2 entries; empty -> fallback.
-Status set_pair(int64_t out[2], const std::vector<int64_t>& v, const int64_t fallback[2], const std::string& what) {
+Status set_pair(int64_t out[2], const std::vector<int64_t>& v, const int64_t fallback[2],
+                const std::string& what) {
   if (v.empty()) {
     out[0] = fallback[0], out[1] = fallback[1];
   } else if (v.size() == 1) {
@@ -121,7 +127,9 @@ Status map_node(Walk& w, const jit::Node* n) {
   const std::string op = op_name(n);
   auto src = [&](size_t i) -> Result<int> {
     auto it = w.act.find(n->input(i));
-    if (it == w.act.end()) return fail(n, "argument " + std::to_string(i) + " is not an activation (constant operands are not supported)");
+    if (it == w.act.end())
+      return fail(
+          n, "argument " + std::to_string(i) + " is not an activation (constant operands are not supported)");
     return it->second;
   };
   Layer l;
@@ -172,7 +180,8 @@ Status map_node(Walk& w, const jit::Node* n) {
     if (!stride) return stride.status();
     if (!(st = set_pair(l.attrs.stride, *stride, one, op + " stride"))) return st;
     auto padding = int_list(n, 4);
-    if (!padding) return fail(n, "padding must be a constant list of integers (string padding is not supported)");
+    if (!padding)
+      return fail(n, "padding must be a constant list of integers (string padding is not supported)");
     if (!(st = set_pair(l.attrs.padding, *padding, zero, op + " padding"))) return st;
     auto dilation = int_list(n, 5);
     if (!dilation) return dilation.status();
@@ -294,15 +303,17 @@ Status map_node(Walk& w, const jit::Node* n) {
     l.attrs.dim = *dim;
     inputs = it->second;
   } else {
-    return fail(n, "not supported (supported: conv2d, linear, batch_norm, relu, sigmoid, tanh, max_pool2d, "
-                   "avg_pool2d, adaptive_avg_pool2d, flatten, view/reshape to (batch, -1), dropout, add, cat)");
+    return fail(n,
+                "not supported (supported: conv2d, linear, batch_norm, relu, sigmoid, tanh, max_pool2d, "
+                "avg_pool2d, adaptive_avg_pool2d, flatten, view/reshape to (batch, -1), dropout, add, cat)");
   }
   l.name = layer_name(w, n, l.op);
   for (int i : inputs)
     if (i >= 0) l.inputs.push_back(i);
   if (l.inputs.size() != inputs.size() && l.inputs.size() > 0)
     return fail(n, "an op mixing the model input with other layers is not supported");
-  if (inputs.size() > 1 && l.inputs.empty()) return fail(n, "an op reading the model input twice is not supported");
+  if (inputs.size() > 1 && l.inputs.empty())
+    return fail(n, "an op reading the model input twice is not supported");
   w.graph.layers.push_back(std::move(l));
   w.act[n->output()] = static_cast<int>(w.graph.layers.size()) - 1;
   return Status::ok();
@@ -319,7 +330,8 @@ Result<Shape> guess_input_shape(const Walk& w, int64_t side) {
     if (l.op == "linear") return Shape{ws->second[1]};
     // flatten/relu/... first: look for the first linear's input features.
     for (const auto& [j, shape] : w.weight_shape) {
-      if (w.graph.layers[j].op == "conv2d") return Shape{shape[1] * w.graph.layers[j].attrs.groups, side, side};
+      if (w.graph.layers[j].op == "conv2d")
+        return Shape{shape[1] * w.graph.layers[j].attrs.groups, side, side};
       if (w.graph.layers[j].op == "linear") {
         int64_t f = shape[1];
         if (f % (side * side) == 0 && f / (side * side) <= 4) return Shape{f / (side * side), side, side};
@@ -341,8 +353,9 @@ Status infer_and_check(LayerGraph& g, const Walk& w) {
     if (l.op == "linear") expected = shape[1], got = l.input_shapes[0][0];
     if (l.op == "batchnorm2d") expected = shape[0], got = l.input_shapes[0][0];
     if (expected != got)
-      return Status::error("layer '" + l.name + "' (" + l.op + "): its weights expect " + std::to_string(expected) +
-                           " input features/channels but the input shape gives " + std::to_string(got));
+      return Status::error("layer '" + l.name + "' (" + l.op + "): its weights expect " +
+                           std::to_string(expected) + " input features/channels but the input shape gives " +
+                           std::to_string(got));
   }
   return Status::ok();
 }
@@ -364,7 +377,8 @@ Result<LayerGraph> walk_module(const std::string& path, const ModelOptions& opti
   }
   if (graph->outputs().size() != 1) return Status::error("forward must return one tensor");
   auto out = w.act.find(graph->outputs()[0]);
-  if (out == w.act.end() || out->second < 0) return Status::error("forward must return the output of a layer");
+  if (out == w.act.end() || out->second < 0)
+    return Status::error("forward must return the output of a layer");
   if (out->second != static_cast<int>(w.graph.layers.size()) - 1)
     return Status::error("forward returns layer '" + w.graph.layers[out->second].name +
                          "' but later ops are computed too; only the last op may be the output");

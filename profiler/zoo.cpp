@@ -24,8 +24,7 @@ class Builder {
     g_.input_shape = std::move(input_shape);
   }
 
-  int add(const std::string& name, const std::string& op, std::vector<int> inputs,
-          LayerAttrs attrs = {}) {
+  int add(const std::string& name, const std::string& op, std::vector<int> inputs, LayerAttrs attrs = {}) {
     Layer l;
     l.name = name;
     l.op = op;
@@ -50,8 +49,8 @@ class Builder {
     return add(name, "batchnorm2d", {in}, a);
   }
   int relu(const std::string& name, int in) { return add(name, "relu", {in}); }
-  int pool(const std::string& name, const std::string& op, int in, int64_t k, int64_t s,
-           int64_t p = 0, bool ceil_mode = false) {
+  int pool(const std::string& name, const std::string& op, int in, int64_t k, int64_t s, int64_t p = 0,
+           bool ceil_mode = false) {
     LayerAttrs a;
     a.kernel[0] = a.kernel[1] = k;
     a.stride[0] = a.stride[1] = s;
@@ -153,8 +152,7 @@ LayerGraph vgg16(int64_t side, int64_t classes) {
 }
 
 // torchvision ResNet v1.5 bottleneck: the stride sits on the 3x3 convolution.
-int bottleneck(Builder& b, const std::string& n, int in, int64_t width, int64_t stride,
-               bool downsample) {
+int bottleneck(Builder& b, const std::string& n, int in, int64_t width, int64_t stride, bool downsample) {
   int x = b.conv(n + ".conv1", in, {width, 1, 1, 1, 1, 0, 0, false});
   x = b.bn(n + ".bn1", x);
   x = b.relu(n + ".relu1", x);
@@ -183,8 +181,7 @@ LayerGraph resnet50(int64_t side, int64_t classes) {
     int64_t width = 64 << s;
     for (int64_t i = 0; i < blocks[s]; ++i) {
       int64_t stride = (i == 0 && s > 0) ? 2 : 1;
-      x = bottleneck(b, "layer" + std::to_string(s + 1) + "." + std::to_string(i), x, width, stride,
-                     i == 0);
+      x = bottleneck(b, "layer" + std::to_string(s + 1) + "." + std::to_string(i), x, width, stride, i == 0);
     }
   }
   x = b.adaptive("avgpool", x, 1);
@@ -404,8 +401,7 @@ TorchScriptLoader torchscript_loader = nullptr;
 }
 
 std::vector<std::string> zoo_names() {
-  return {"alexnet", "vgg16", "resnet50", "inception_v3", "alexnet_cifar", "vgg5", "mlp",
-          "tiny_inception"};
+  return {"alexnet", "vgg16", "resnet50", "inception_v3", "alexnet_cifar", "vgg5", "mlp", "tiny_inception"};
 }
 
 Result<LayerGraph> zoo_model(const std::string& name, const ModelOptions& options) {
@@ -421,8 +417,7 @@ Result<LayerGraph> zoo_model(const std::string& name, const ModelOptions& option
   int64_t side = options.input_size ? options.input_size : it->second.default_side;
   int64_t classes = options.num_classes ? options.num_classes : it->second.default_classes;
   LayerGraph g = it->second.build(side, classes);
-  if (Status s = infer_shapes(g); !s)
-    return s.with_context(name + " at input size " + std::to_string(side));
+  if (Status s = infer_shapes(g); !s) return s.with_context(name + " at input size " + std::to_string(side));
   return g;
 }
 
@@ -430,8 +425,7 @@ Result<LayerGraph> load_model(const std::string& name_or_path, const ModelOption
   if (ends_with(name_or_path, ".json")) return read_model_json_file(name_or_path);
   if (ends_with(name_or_path, ".pt") || ends_with(name_or_path, ".pth")) {
     if (!detail::torchscript_loader)
-      return Status::error(name_or_path +
-                           ": TorchScript import needs LibTorch (link tapp_profiler)");
+      return Status::error(name_or_path + ": TorchScript import needs LibTorch (link tapp_profiler)");
     return detail::torchscript_loader(name_or_path, options);
   }
   return zoo_model(name_or_path, options);

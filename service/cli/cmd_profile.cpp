@@ -42,8 +42,8 @@ std::string join(const std::vector<std::string>& v) {
 }
 
 void print_table(const LayerLibrary& lib, bool cache_hit, std::ostream& os) {
-  os << "model " << lib.model << "  input " << shape_to_string(lib.input_shape) << "  batch " << lib.batch_size
-     << "  device " << lib.device_kind << "  threads " << lib.threads
+  os << "model " << lib.model << "  input " << shape_to_string(lib.input_shape) << "  batch "
+     << lib.batch_size << "  device " << lib.device_kind << "  threads " << lib.threads
      << (lib.measured ? "" : "  (estimated)") << (cache_hit ? "  (cached profile)" : "") << "\n";
   size_t wname = 4, wclass = 8, wshape = 6;
   for (const auto& r : lib.rows) {
@@ -51,10 +51,14 @@ void print_table(const LayerLibrary& lib, bool cache_hit, std::ostream& os) {
     wclass = std::max(wclass, r.op_class.size());
     wshape = std::max(wshape, shape_to_string(r.output_shape).size());
   }
-  auto L = [&](const std::string& s, size_t w) { os << std::left << std::setw(static_cast<int>(w)) << s << "  "; };
-  auto R = [&](const std::string& s, size_t w) { os << std::right << std::setw(static_cast<int>(w)) << s << "  "; };
-  L("name", wname), L("op class", wclass), L("output", wshape), R("params", 11), R("MACs", 13), R("act KB", 9),
-      R("fwd ms", 9), R("bwd ms", 9);
+  auto L = [&](const std::string& s, size_t w) {
+    os << std::left << std::setw(static_cast<int>(w)) << s << "  ";
+  };
+  auto R = [&](const std::string& s, size_t w) {
+    os << std::right << std::setw(static_cast<int>(w)) << s << "  ";
+  };
+  L("name", wname), L("op class", wclass), L("output", wshape), R("params", 11), R("MACs", 13),
+      R("act KB", 9), R("fwd ms", 9), R("bwd ms", 9);
   os << "next\n";
   for (const auto& r : lib.rows) {
     L(r.name, wname), L(r.op_class, wclass), L(shape_to_string(r.output_shape), wshape);
@@ -65,12 +69,14 @@ void print_table(const LayerLibrary& lib, bool cache_hit, std::ostream& os) {
   int64_t params = 0, macs = 0, act = 0;
   for (const auto& r : lib.rows) params += r.params, macs += r.macs, act += r.activation_bytes;
   os << "\n"
-     << lib.rows.size() << " layers, " << with_commas(params) << " parameters (" << fixed(params * 4 / 1048576.0, 1)
-     << " MiB), " << fixed(macs / 1e9, 3) << " G multiply-adds per sample (conv2d + linear), "
-     << fixed(act / 1048576.0, 2) << " MiB activations per sample\n"
+     << lib.rows.size() << " layers, " << with_commas(params) << " parameters ("
+     << fixed(params * 4 / 1048576.0, 1) << " MiB), " << fixed(macs / 1e9, 3)
+     << " G multiply-adds per sample (conv2d + linear), " << fixed(act / 1048576.0, 2)
+     << " MiB activations per sample\n"
      << "sum of layers: forward " << fixed(lib.total_forward_ms(), 2) << " ms + backward "
-     << fixed(lib.total_backward_ms(), 2) << " ms = " << fixed(lib.total_forward_ms() + lib.total_backward_ms(), 2)
-     << " ms at batch " << lib.batch_size << "\n"
+     << fixed(lib.total_backward_ms(), 2)
+     << " ms = " << fixed(lib.total_forward_ms() + lib.total_backward_ms(), 2) << " ms at batch "
+     << lib.batch_size << "\n"
      << "whole training step (forward + cross-entropy + backward): " << fixed(lib.whole_step_ms, 2)
      << " ms; sum-of-layers / whole-step ratio " << fixed(lib.sum_to_step_ratio, 3) << "\n";
 }
@@ -110,7 +116,8 @@ int run_profile(const ProfileArgs& a) {
       if (tty) std::cerr << "\r\033[Kprofiling " << name << ": " << line << std::flush;
     };
     std::unique_ptr<FileProfileCache> cache;
-    if (!a.no_cache) cache = std::make_unique<FileProfileCache>(a.cache_dir.empty() ? default_cache_dir() : a.cache_dir);
+    if (!a.no_cache)
+      cache = std::make_unique<FileProfileCache>(a.cache_dir.empty() ? default_cache_dir() : a.cache_dir);
     auto measured = profile_cached(*graph, po, cache.get(), &hit);
     if (tty) std::cerr << "\r\033[K" << std::flush;
     if (!measured) {
@@ -130,20 +137,28 @@ int run_profile(const ProfileArgs& a) {
 
 void add_profile_command(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<ProfileArgs>();
-  auto* sub = app.add_subcommand("profile", "profile a model layer by layer (zoo name, model.json or model.pt)");
-  sub->add_option("model", args->model, "zoo name (" + [] {
-    std::string s;
-    for (const auto& n : zoo_names()) s += (s.empty() ? "" : ", ") + n;
-    return s;
-  }() + "), a JSON layer graph (*.json) or a TorchScript file (*.pt)")->required();
+  auto* sub =
+      app.add_subcommand("profile", "profile a model layer by layer (zoo name, model.json or model.pt)");
+  sub->add_option(
+         "model", args->model,
+         "zoo name (" +
+             [] {
+               std::string s;
+               for (const auto& n : zoo_names()) s += (s.empty() ? "" : ", ") + n;
+               return s;
+             }() +
+             "), a JSON layer graph (*.json) or a TorchScript file (*.pt)")
+      ->required();
   sub->add_option("--batch", args->batch, "batch size (default 16)");
-  sub->add_option("--input-size", args->input_size, "image side (default: the model's, e.g. 224; 32 for CIFAR models)");
+  sub->add_option("--input-size", args->input_size,
+                  "image side (default: the model's, e.g. 224; 32 for CIFAR models)");
   sub->add_option("--classes", args->classes, "number of classes (zoo models)");
   sub->add_option("--threads", args->threads, "CPU threads (default 1)");
   sub->add_option("--runs", args->runs, "timed runs per layer; the median is kept (default 5)");
   sub->add_option("--warmup", args->warmup, "warm-up runs before timing (default 2)");
   sub->add_flag("--json", args->json, "print the layer library as JSON");
-  sub->add_option("--cache-dir", args->cache_dir, "profile cache directory (default $XDG_CACHE_HOME/tapp or ~/.cache/tapp)");
+  sub->add_option("--cache-dir", args->cache_dir,
+                  "profile cache directory (default $XDG_CACHE_HOME/tapp or ~/.cache/tapp)");
   sub->add_flag("--no-cache", args->no_cache, "always measure; do not read or write the cache");
   sub->add_flag("--cpu-clock", args->cpu_clock,
                 "time with the thread's CPU clock (threads 1): robust when other processes share the cores");
@@ -155,7 +170,8 @@ void add_export_model_command(CLI::App& app, int& exit_code) {
   auto name = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
   auto opts = std::make_shared<ModelOptions>();
-  auto* sub = app.add_subcommand("export-model", "write a model (zoo name, .json or .pt) as a JSON layer graph");
+  auto* sub =
+      app.add_subcommand("export-model", "write a model (zoo name, .json or .pt) as a JSON layer graph");
   sub->add_option("model", *name, "zoo name, *.json or *.pt")->required();
   sub->add_option("--out", *out, "output file (default: stdout)");
   sub->add_option("--input-size", opts->input_size, "image side");

@@ -58,10 +58,12 @@ TEST_CASE("the graph fingerprint changes with the structure") {
 TEST_CASE("a wrong attribute type is rejected naming the field") {
   json j = base();
   j["layers"][0]["attrs"]["kernel"] = "3x3";
-  CHECK(parse_error(j.dump()) == "layers[0].attrs.kernel: expected an integer or a pair of integers, got string");
+  CHECK(parse_error(j.dump()) ==
+        "layers[0].attrs.kernel: expected an integer or a pair of integers, got string");
   j = base();
   j["layers"][0]["attrs"]["kernel"] = {1, 2, 3};
-  CHECK(parse_error(j.dump()) == "layers[0].attrs.kernel: expected an integer or a pair of integers, got an array of 3");
+  CHECK(parse_error(j.dump()) ==
+        "layers[0].attrs.kernel: expected an integer or a pair of integers, got an array of 3");
   j = base();
   j["layers"][3]["attrs"]["out"] = 2.5;
   CHECK(parse_error(j.dump()) == "layers[3].attrs.out: expected an integer, got number");
@@ -100,7 +102,8 @@ TEST_CASE("inputs must name earlier layers") {
 TEST_CASE("mismatched shapes are rejected naming the layer") {
   auto g = read_model_json_file(kSource + "/tests/fixtures/models/mismatched_add.json");
   REQUIRE_FALSE(g.is_ok());
-  CHECK(g.error_message().find("mismatched_add.json: layer 'sum' (add): mismatched shapes [4x8x8] and [8x8x8]") !=
+  CHECK(g.error_message().find(
+            "mismatched_add.json: layer 'sum' (add): mismatched shapes [4x8x8] and [8x8x8]") !=
         std::string::npos);
   json j = base();
   j["layers"][3]["inputs"] = {"relu"};  // linear on an image

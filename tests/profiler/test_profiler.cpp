@@ -64,7 +64,8 @@ ProfileOptions quick() {
 const fs::path& torchscript_dir() {
   static const fs::path dir = [] {
     fs::path d = scratch("torchscript");
-    std::string cmd = std::string(TAPP_PYTHON) + " " + kSource + "/tests/profiler/make_torchscript.py " + d.string();
+    std::string cmd =
+        std::string(TAPP_PYTHON) + " " + kSource + "/tests/profiler/make_torchscript.py " + d.string();
     REQUIRE_MESSAGE(exit_code_of(cmd) == 0, "python3 with torch could not save the models: ", cmd);
     return d;
   }();
@@ -225,7 +226,8 @@ TEST_CASE("tapp-cli answers bad input with a message and exit code 2") {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"profile alexnett", "unknown model 'alexnett'; known models are alexnet"},
       {"profile " + kSource + "/tests/fixtures/models/malformed.json", "malformed JSON"},
-      {"profile " + kSource + "/schemas/examples/model/invalid/unknown_op.json", "unknown op 'softmax_fancy'"},
+      {"profile " + kSource + "/schemas/examples/model/invalid/unknown_op.json",
+       "unknown op 'softmax_fancy'"},
       {"profile " + kSource + "/tests/fixtures/models/mismatched_add.json", "mismatched shapes"},
       {"profile " + (dir / "missing.pt").string(), "no such file"},
       {"profile " + (dir / "corrupt.pt").string(), "not a loadable TorchScript module"},
