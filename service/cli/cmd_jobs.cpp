@@ -80,7 +80,8 @@ std::string progress_line(const json& job, bool bar) {
   }
   ss << status;
   if (p.is_object()) {
-    ss << " " << p.value("phase", "");
+    std::string phase = p.value("phase", "");
+    if (phase != status) ss << " (" << phase << ")";
     if (total > 0) ss << " " << it << "/" << total;
     else if (it > 0) ss << " " << it;
     ss << " best " << num(p.value("best_step_ms", json())) << " ms";

@@ -2,6 +2,7 @@
 // error shapes, auth, 404/405 and path tricks.
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "server_process.h"
@@ -327,4 +328,38 @@ TEST_CASE("field names are taken from placer's messages") {
   CHECK(field_error_from_status("cluster.devices[1].speed: must be in (0, 1]").field == "cluster.devices[1].speed");
   CHECK(field_error_from_status("request: expected an object").field == "body");
   CHECK(field_error_from_status("something odd happened").field == "body");
+}
+
+TEST_CASE("the server accepts the job schema's valid examples and rejects its invalid ones") {
+  Fixture f;
+  namespace fs = std::filesystem;
+  std::string root = std::string(TAPP_SOURCE_DIR) + "/schemas/examples/job/";
+  int valid = 0, invalid = 0;
+  for (const auto& e : fs::directory_iterator(root + "valid")) {
+    std::ifstream in(e.path());
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    auto res = f.post(text);
+    CHECK_MESSAGE(res.result_int() == 202, e.path().string() << ": " << res.body());
+    ++valid;
+  }
+  for (const auto& e : fs::directory_iterator(root + "invalid")) {
+    std::ifstream in(e.path());
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    auto res = f.post(text);
+    CHECK_MESSAGE(res.result_int() >= 400, e.path().string());
+    CHECK_MESSAGE(res.result_int() < 500, e.path().string());
+    ++invalid;
+  }
+  CHECK(valid >= 3);
+  CHECK(invalid >= 5);
+}
+
+TEST_CASE("the job schema is served next to the OpenAPI document") {
+  Fixture f;
+  std::ifstream in(std::string(TAPP_SOURCE_DIR) + "/schemas/job.schema.json");
+  f.app.job_schema_json.assign(std::istreambuf_iterator<char>(in), {});
+  auto res = f.call(http::verb::get, "/schemas/job.schema.json");
+  REQUIRE(res.result_int() == 200);
+  CHECK(body_of(res)["$defs"].contains("result"));
+  check_error(f.call(http::verb::get, "/schemas/other.json"), 404, "path");
 }

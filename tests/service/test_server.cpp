@@ -185,3 +185,51 @@ TEST_CASE("a slow client is cut off while the server keeps answering others") {
   CHECK(got.empty());  // closed without an answer (not left hanging for the client's 10 s)
   CHECK(server.alive());
 }
+
+namespace {
+// Runs a command, returns its exit code and stdout.
+int run(const std::string& cmd, std::string& out) {
+  out.clear();
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return -1;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int rc = pclose(p);
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+}  // namespace
+
+TEST_CASE("tapp-cli optimize --server follows a job to its result and tapp-cli jobs lists it") {
+  auto dir = testing::temp_dir("server");
+  testing::ServerProcess server;
+  REQUIRE(server.start(dir + "/jobs.db", {"--fake-jobs", "--fake-iteration-ms", "5"}));
+  std::string cli = std::string(TAPP_BIN_DIR) + "/tapp-cli";
+  std::string url = "http://127.0.0.1:" + std::to_string(server.port());
+  std::string out;
+  int rc = run(cli + " optimize mlp --devices " + TAPP_SOURCE_DIR + "/examples/cluster_2cpu.json --iterations 7 --server " +
+                   url + " --json 2>/dev/null",
+               out);
+  CHECK(rc == 0);
+  json result = json::parse(out, nullptr, false);
+  REQUIRE(result.is_object());
+  CHECK(result["placement"]["groups"].size() == 2);
+  rc = run(cli + " jobs --server " + url + " --status succeeded --json", out);
+  CHECK(rc == 0);
+  json page = json::parse(out, nullptr, false);
+  REQUIRE(page.is_object());
+  CHECK(page["total"] == 1);
+  CHECK(page["jobs"][0]["model"] == "mlp");
+  rc = run(cli + " jobs --server " + url, out);
+  CHECK(rc == 0);
+  CHECK(out.find("succeeded") != std::string::npos);
+  // A bad request comes back as exit code 2 with the field named on stderr.
+  rc = run(cli + " optimize no_such_model --devices " + TAPP_SOURCE_DIR + "/examples/cluster_2cpu.json --server " + url +
+               " 2>&1",
+           out);
+  CHECK(rc == 2);
+  CHECK(out.find("model") != std::string::npos);
+  // An unreachable server is a failure (1), not a hang.
+  rc = run(cli + " jobs --server http://127.0.0.1:1 2>&1", out);
+  CHECK(rc == 1);
+}
