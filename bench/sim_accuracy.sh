@@ -40,7 +40,6 @@ cat > "$OUT/cluster_3.json" <<'JSON'
 JSON
 
 for model in $MODELS; do
-  "$CLI" profile "$model" --batch "$BATCH" --threads 1 > "$OUT/profile_$model.txt"
   for n in 2 3; do
     case="${model}_${n}dev"
     samples="$OUT/samples_$case.json"

@@ -36,9 +36,10 @@ double median(std::vector<double> v) {
 // Parameter layout: [factor_0 .. factor_{D-1}, task, layer, message, wire, step, update].
 enum Param { kTask = 0, kLayer, kMessage, kWire, kStep, kUpdate, kCount };
 
-std::vector<double> to_vector(const Calibration& c, int D) {
+// Devices share a factor when they are the same hardware (group_of[d] = factor index).
+std::vector<double> to_vector(const Calibration& c, const std::vector<int>& group_of, int D) {
   std::vector<double> x(D + kCount);
-  for (int d = 0; d < D; ++d) x[d] = c.factor(d);
+  for (int d = static_cast<int>(group_of.size()) - 1; d >= 0; --d) x[group_of[d]] = c.factor(d);
   x[D + kTask] = c.task_overhead_ms;
   x[D + kLayer] = c.layer_overhead_ms;
   x[D + kMessage] = c.message_overhead_ms;
@@ -48,9 +49,9 @@ std::vector<double> to_vector(const Calibration& c, int D) {
   return x;
 }
 
-Calibration from_vector(const std::vector<double>& x, int D) {
+Calibration from_vector(const std::vector<double>& x, const std::vector<int>& group_of, int D) {
   Calibration c;
-  c.device_factor.assign(x.begin(), x.begin() + D);
+  for (int g : group_of) c.device_factor.push_back(x[g]);
   c.task_overhead_ms = x[D + kTask];
   c.layer_overhead_ms = x[D + kLayer];
   c.message_overhead_ms = x[D + kMessage];
@@ -150,8 +151,21 @@ std::vector<double> predict_steps(const LayerGraph& g, const Cluster& c, const C
 }
 
 Result<CalibrationResult> calibrate(const LayerGraph& g, const Cluster& c, const CostModel& base, int64_t batch_size,
-                                    const std::vector<CalibrationSample>& samples) {
-  const int D = c.num_devices();
+                                    const std::vector<CalibrationSample>& samples, bool tie_identical_devices) {
+  // One compute factor per distinct hardware (kind, threads, host) when tied.
+  std::vector<int> group_of(c.num_devices());
+  int D = 0;
+  for (int d = 0; d < c.num_devices(); ++d) {
+    group_of[d] = D;
+    if (tie_identical_devices)
+      for (int e = 0; e < d; ++e)
+        if (c.devices[e].kind == c.devices[d].kind && c.devices[e].threads == c.devices[d].threads &&
+            c.devices[e].where == c.devices[d].where) {
+          group_of[d] = group_of[e];
+          break;
+        }
+    if (group_of[d] == D) ++D;
+  }
   const int K = D + kCount;
   std::vector<const CalibrationSample*> used;
   std::vector<TaskGraph> graphs;
@@ -165,7 +179,7 @@ Result<CalibrationResult> calibrate(const LayerGraph& g, const Cluster& c, const
   if (used.empty()) return Status::error("calibration: no successful measured sample");
   CalibrationResult result;
   for (const auto* s : used) result.measured.push_back(s->measured.step_ms);
-  std::vector<double> prior = to_vector(base.calibration(), D);
+  std::vector<double> prior = to_vector(base.calibration(), group_of, D);
   std::vector<double> x = prior;
   auto predict_all = [&](const CostModel& cost) {
     std::vector<double> p;
@@ -178,7 +192,7 @@ Result<CalibrationResult> calibrate(const LayerGraph& g, const Cluster& c, const
   double best_err = result.before.mean_abs_rel_error;
   Calibration best = base.calibration();
   for (int iter = 0; iter < 8; ++iter) {
-    CostModel cost = base.with_calibration(from_vector(x, D));
+    CostModel cost = base.with_calibration(from_vector(x, group_of, D));
     std::vector<std::vector<double>> rows;
     std::vector<double> rhs, weight;
     for (size_t i = 0; i < graphs.size(); ++i) {
@@ -195,7 +209,7 @@ Result<CalibrationResult> calibrate(const LayerGraph& g, const Cluster& c, const
           return;
         }
         const Segment& s = tg.segments[t.segment];
-        row[t.device] += cost.raw_compute_ms(t.device, s.layers.front(), s.layers.back(),
+        row[group_of[t.device]] += cost.raw_compute_ms(t.device, s.layers.front(), s.layers.back(),
                                              tg.micro_batch_sizes[t.micro_batch], t.kind == TaskKind::backward);
         row[D + kTask] += cost.inverse_speed(t.device);
         row[D + kLayer] += static_cast<double>(s.layers.size()) * cost.inverse_speed(t.device);
@@ -247,11 +261,11 @@ Result<CalibrationResult> calibrate(const LayerGraph& g, const Cluster& c, const
     for (int k = 0; k < K; ++k) same = same && std::abs(nx[k] - x[k]) <= 1e-6 * (1 + std::abs(x[k]));
     x = nx;
     result.iterations = iter + 1;
-    CostModel fitted = base.with_calibration(from_vector(x, D));
+    CostModel fitted = base.with_calibration(from_vector(x, group_of, D));
     AccuracyStats st = accuracy(predict_all(fitted), result.measured);
     if (st.mean_abs_rel_error < best_err) {
       best_err = st.mean_abs_rel_error;
-      best = from_vector(x, D);
+      best = from_vector(x, group_of, D);
     }
     if (same) break;
   }

@@ -50,9 +50,12 @@ struct CalibrationResult {
 };
 
 // Fits on the ok samples (at least 1). `base` supplies the uncalibrated costs;
-// its own calibration is the starting point.
+// its own calibration is the starting point. With `tie_identical_devices`,
+// devices of the same kind, threads and host share one compute factor (their
+// speed differences are emulated exactly, so only the hardware needs a factor).
 Result<CalibrationResult> calibrate(const LayerGraph& g, const Cluster& c, const CostModel& base,
-                                    int64_t batch_size, const std::vector<CalibrationSample>& samples);
+                                    int64_t batch_size, const std::vector<CalibrationSample>& samples,
+                                    bool tie_identical_devices = true);
 
 // Predicted step_ms of each placement under `cost` (failed simulations give 0).
 std::vector<double> predict_steps(const LayerGraph& g, const Cluster& c, const CostModel& cost, int64_t batch_size,

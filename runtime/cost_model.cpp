@@ -1,5 +1,6 @@
 #include "runtime/cost_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -50,15 +51,27 @@ Result<Calibration> calibration_from_json(const json& j) {
 
 namespace {
 
-const LayerLibrary* pick_library(const Device& d, const std::vector<LayerLibrary>& libs) {
-  const LayerLibrary* best = nullptr;
+// The libraries of the device's kind with the nearest thread count (any kind
+// when none matches), one per batch size (the last given wins), ascending.
+std::vector<const LayerLibrary*> pick_libraries(const Device& d, const std::vector<LayerLibrary>& libs) {
+  bool kind_known = false;
+  for (const LayerLibrary& lib : libs) kind_known = kind_known || lib.device_kind == d.kind;
+  const std::string& kind = kind_known ? d.kind : libs.front().device_kind;
+  int threads = -1;
+  for (const LayerLibrary& lib : libs)
+    if (lib.device_kind == kind && (threads < 0 || std::abs(lib.threads - d.threads) < std::abs(threads - d.threads)))
+      threads = lib.threads;
+  std::vector<const LayerLibrary*> out;
   for (const LayerLibrary& lib : libs) {
-    if (lib.device_kind != d.kind) continue;
-    if (!best || std::abs(lib.threads - d.threads) < std::abs(best->threads - d.threads)) best = &lib;
+    if (lib.device_kind != kind || lib.threads != threads) continue;
+    auto same = std::find_if(out.begin(), out.end(), [&](const LayerLibrary* o) { return o->batch_size == lib.batch_size; });
+    if (same != out.end())
+      *same = &lib;
+    else
+      out.push_back(&lib);
   }
-  if (best) return best;
-  // No library of this kind: fall back to the first one (scaled by speed and threads).
-  return libs.empty() ? nullptr : &libs.front();
+  std::sort(out.begin(), out.end(), [](const LayerLibrary* a, const LayerLibrary* b) { return a->batch_size < b->batch_size; });
+  return out;
 }
 
 }  // namespace
@@ -86,18 +99,22 @@ Result<CostModel> CostModel::build(const LayerGraph& g, const Cluster& c, const 
   m.num_layers_ = static_cast<int>(g.layers.size());
   m.calibration_ = calibration;
   const size_t L = g.layers.size(), D = c.devices.size();
-  m.fwd_per_sample_.assign(D * L, 0);
-  m.bwd_per_sample_.assign(D * L, 0);
+  m.devices_.resize(D);
   for (size_t d = 0; d < D; ++d) {
     const Device& dev = c.devices[d];
     if (!(dev.speed > 0 && dev.speed <= 1))
       return Status::error("devices[" + std::to_string(d) + "].speed: must be in (0, 1]");
-    const LayerLibrary* lib = pick_library(dev, libs);
-    double threads_ratio = static_cast<double>(std::max(1, lib->threads)) / std::max(1, dev.threads);
-    double scale = threads_ratio / dev.speed / static_cast<double>(lib->batch_size);
-    for (size_t l = 0; l < L; ++l) {
-      m.fwd_per_sample_[d * L + l] = lib->rows[l].forward_ms * scale;
-      m.bwd_per_sample_[d * L + l] = lib->rows[l].backward_ms * scale;
+    DeviceCosts& dc = m.devices_[d];
+    for (const LayerLibrary* lib : pick_libraries(dev, libs)) {
+      double scale = static_cast<double>(std::max(1, lib->threads)) / std::max(1, dev.threads) / dev.speed;
+      std::vector<double> f(L + 1, 0), b(L + 1, 0);
+      for (size_t l = 0; l < L; ++l) {
+        f[l + 1] = f[l] + lib->rows[l].forward_ms * scale;
+        b[l + 1] = b[l] + lib->rows[l].backward_ms * scale;
+      }
+      dc.batch.push_back(lib->batch_size);
+      dc.fwd.push_back(std::move(f));
+      dc.bwd.push_back(std::move(b));
     }
   }
   m.latency_ms_.assign(D * D, 0);
@@ -118,41 +135,38 @@ Result<CostModel> CostModel::build(const LayerGraph& g, const Cluster& c, const 
     m.device_names_.push_back(d.name);
     m.inv_speed_.push_back(1.0 / d.speed);
   }
-  m.rebuild_prefix();
   return m;
 }
 
-void CostModel::rebuild_prefix() {
-  const size_t L = num_layers_, D = num_devices_;
-  fwd_prefix_.assign(D * (L + 1), 0);
-  bwd_prefix_.assign(D * (L + 1), 0);
-  for (size_t d = 0; d < D; ++d) {
-    double f = calibration_.factor(static_cast<int>(d));
-    for (size_t l = 0; l < L; ++l) {
-      fwd_prefix_[d * (L + 1) + l + 1] = fwd_prefix_[d * (L + 1) + l] + fwd_per_sample_[d * L + l] * f;
-      bwd_prefix_[d * (L + 1) + l + 1] = bwd_prefix_[d * (L + 1) + l] + bwd_per_sample_[d * L + l] * f;
-    }
-  }
-}
-
-double CostModel::raw_compute_ms(int device, int first, int last, int64_t samples, bool backward) const {
-  const std::vector<double>& v = backward ? bwd_per_sample_ : fwd_per_sample_;
-  double sum = 0;
-  for (int l = first; l <= last; ++l) sum += v[static_cast<size_t>(device) * num_layers_ + l];
-  return sum * static_cast<double>(samples);
+double CostModel::raw_ms(int device, int first, int last, int64_t samples, bool backward) const {
+  const DeviceCosts& dc = devices_[device];
+  const auto& P = backward ? dc.bwd : dc.fwd;
+  auto at = [&](size_t k) { return P[k][last + 1] - P[k][first]; };
+  const size_t n = dc.batch.size();
+  const double b = static_cast<double>(samples);
+  if (n == 1 || samples <= dc.batch[0]) return at(0) * b / static_cast<double>(dc.batch[0]);
+  size_t k = 1;
+  while (k + 1 < n && dc.batch[k] < samples) ++k;
+  // Between (or, above the largest, on the line through) points k-1 and k.
+  double b0 = static_cast<double>(dc.batch[k - 1]), b1 = static_cast<double>(dc.batch[k]);
+  double t0 = at(k - 1), t1 = at(k);
+  return std::max(0.0, t0 + (t1 - t0) * (b - b0) / (b1 - b0));
 }
 
 double CostModel::layer_forward_ms_per_sample(int device, int layer) const {
-  return fwd_per_sample_[static_cast<size_t>(device) * num_layers_ + layer] * calibration_.factor(device);
+  const DeviceCosts& dc = devices_[device];
+  return raw_ms(device, layer, layer, dc.batch.back(), false) / static_cast<double>(dc.batch.back()) *
+         calibration_.factor(device);
 }
 double CostModel::layer_backward_ms_per_sample(int device, int layer) const {
-  return bwd_per_sample_[static_cast<size_t>(device) * num_layers_ + layer] * calibration_.factor(device);
+  const DeviceCosts& dc = devices_[device];
+  return raw_ms(device, layer, layer, dc.batch.back(), true) / static_cast<double>(dc.batch.back()) *
+         calibration_.factor(device);
 }
 
 CostModel CostModel::with_calibration(const Calibration& calibration) const {
   CostModel m = *this;
   m.calibration_ = calibration;
-  m.rebuild_prefix();
   return m;
 }
 

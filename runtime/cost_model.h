@@ -1,14 +1,16 @@
 // runtime/cost_model.h — what each task of a task graph costs on its device and link.
 //
-// Owns `CostModel`: per-layer forward/backward milliseconds per sample on every
-// device of a cluster (from the LayerLibrary of the device's kind, stretched by
-// 1/speed, corrected by the device's calibration factor), transfer times from
+// Owns `CostModel`: per-layer forward/backward milliseconds on every device of
+// a cluster (from the LayerLibraries of the device's kind — one per profiled
+// batch size — stretched by 1/speed, corrected by the device's calibration
+// factor), transfer times from
 // link bandwidth and latency, and the calibrated overheads (per compute task,
 // per layer run, per message, per step). Segments are contiguous layer ranges,
 // so a segment's cost is a difference of per-device prefix sums: O(1).
 // Data flow: LayerLibrary (+ Calibration) + Cluster -> CostModel -> simulate().
-// Costs scale linearly with the micro-batch size (samples); fixed costs that do
-// not scale are what task_overhead_ms / layer_overhead_ms capture.
+// Costs follow the profiled batch sizes (a batch of 1 is far from 1/32 of a
+// batch of 32 on a CPU); with one profile they scale linearly with the
+// micro-batch size, and task_overhead_ms / layer_overhead_ms capture fixed costs.
 // Thread safety: immutable after build; share freely.
 #pragma once
 
@@ -44,9 +46,10 @@ Result<Calibration> calibration_from_json(const nlohmann::json& j);
 
 class CostModel {
  public:
-  // One library per device kind (and thread count); each device uses the
-  // library of its kind with the nearest thread count, scaled by the thread
-  // ratio. Errors: no library, a library whose rows do not match the graph.
+  // Libraries per device kind, thread count and batch size; each device uses
+  // the libraries of its kind with the nearest thread count (all their batch
+  // sizes), scaled by the thread ratio. Errors: no library, a library whose
+  // rows do not match the graph.
   static Result<CostModel> build(const LayerGraph& g, const Cluster& c,
                                  const std::vector<LayerLibrary>& libraries,
                                  const Calibration& calibration = {});
@@ -57,19 +60,23 @@ class CostModel {
   int num_layers() const { return num_layers_; }
   const Calibration& calibration() const { return calibration_; }
 
-  // Uncalibrated-overhead compute of layers [first, last] (inclusive) for `samples`
-  // samples on `device`, including the device factor and 1/speed.
+  // Compute of layers [first, last] (inclusive) for `samples` samples on
+  // `device`: the profiled time at that micro-batch size (interpolated between
+  // profiled batch sizes, extrapolated affinely above the largest, proportional
+  // below the smallest), x the device factor, / speed, + overheads.
   double forward_ms(int device, int first, int last, int64_t samples) const {
-    const double* p = &fwd_prefix_[static_cast<size_t>(device) * (num_layers_ + 1)];
-    return (p[last + 1] - p[first]) * static_cast<double>(samples) + overhead_ms(device, first, last);
+    return raw_ms(device, first, last, samples, false) * calibration_.factor(device) + overhead_ms(device, first, last);
   }
   double backward_ms(int device, int first, int last, int64_t samples) const {
-    const double* p = &bwd_prefix_[static_cast<size_t>(device) * (num_layers_ + 1)];
-    return (p[last + 1] - p[first]) * static_cast<double>(samples) + overhead_ms(device, first, last);
+    return raw_ms(device, first, last, samples, true) * calibration_.factor(device) + overhead_ms(device, first, last);
   }
-  // Compute without overheads (what the device factor multiplies), for calibration.
-  double raw_compute_ms(int device, int first, int last, int64_t samples, bool backward) const;
+  // Compute without overheads and device factor (what the factor multiplies), for calibration.
+  double raw_compute_ms(int device, int first, int last, int64_t samples, bool backward) const {
+    return raw_ms(device, first, last, samples, backward);
+  }
   double inverse_speed(int device) const { return inv_speed_[device]; }
+  // The profiled batch sizes behind `device`'s costs, ascending.
+  const std::vector<int64_t>& profiled_batch_sizes(int device) const { return devices_[device].batch; }
   // Link time from -> to for `bytes`, including the message overhead.
   double transfer_ms(int from, int to, int64_t bytes) const {
     const size_t k = static_cast<size_t>(from) * num_devices_ + to;
@@ -100,12 +107,17 @@ class CostModel {
   double overhead_ms(int device, int first, int last) const {
     return (calibration_.task_overhead_ms + calibration_.layer_overhead_ms * (last - first + 1)) * inv_speed_[device];
   }
-  void rebuild_prefix();
+  double raw_ms(int device, int first, int last, int64_t samples, bool backward) const;
 
+  // One device's profiled times: prefix sums over layers at each profiled batch
+  // size, thread ratio and 1/speed included, device factor not.
+  struct DeviceCosts {
+    std::vector<int64_t> batch;                 // ascending
+    std::vector<std::vector<double>> fwd, bwd;  // [point][layer + 1]
+  };
   int num_devices_ = 0, num_layers_ = 0;
   Calibration calibration_;
-  std::vector<double> fwd_per_sample_, bwd_per_sample_;  // [device][layer], speed included, no factor
-  std::vector<double> fwd_prefix_, bwd_prefix_;          // [device][layer + 1], factor included
+  std::vector<DeviceCosts> devices_;
   std::vector<double> latency_ms_, ms_per_byte_;         // [from][to]
   std::vector<double> inv_speed_;                        // [device]: 1 / speed
   std::vector<int64_t> act_prefix_;                      // [layer + 1]

@@ -19,33 +19,39 @@ Result<CostInputs> load_cost_inputs(const LayerGraph& g, const Cluster& c, int64
   FileProfileCache cache(default_cache_dir());
   std::map<std::pair<std::string, int>, bool> seen;
   int cached = 0, measured = 0, estimated = 0;
+  // Micro-batch sizes the planners use: batch / 2^k, and the batch itself.
+  std::vector<int64_t> sizes;
+  for (int64_t b = 1; b < batch_size; b *= 2) sizes.push_back(b);
+  sizes.push_back(batch_size);
   for (const Device& d : c.devices) {
     if (!seen.emplace(std::make_pair(d.kind, d.threads), true).second) continue;
+    size_t before = in.libraries.size();
     if (mode != "estimated") {
-      ProfileOptions po;
-      po.device = d.kind;
-      po.threads = d.threads;
-      po.batch_size = batch_size;
-      std::string key = profile_cache_key(g, d.kind, d.threads, batch_size);
-      if (mode == "auto") {
-        if (auto text = cache.get(key)) {
+      for (int64_t b : sizes) {
+        ProfileOptions po;
+        po.device = d.kind;
+        po.threads = d.threads;
+        po.batch_size = b;
+        if (mode == "auto") {
+          auto text = cache.get(profile_cache_key(g, d.kind, d.threads, b));
+          if (!text) continue;
           nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
-          if (!j.is_discarded())
-            if (auto lib = library_from_json(j); lib.is_ok()) {
-              in.libraries.push_back(std::move(*lib));
-              ++cached;
-              continue;
-            }
+          if (j.is_discarded()) continue;
+          auto lib = library_from_json(j);
+          if (!lib || lib->rows.size() != g.layers.size()) continue;
+          in.libraries.push_back(std::move(*lib));
+          ++cached;
+        } else {
+          bool hit = false;
+          auto lib = profile_cached(g, po, &cache, &hit);
+          if (!lib) return lib.status().with_context("profiling " + g.name + " on " + d.kind + " at batch " +
+                                                     std::to_string(b));
+          in.libraries.push_back(std::move(*lib));
+          ++(hit ? cached : measured);
         }
-      } else {
-        bool hit = false;
-        auto lib = profile_cached(g, po, &cache, &hit);
-        if (!lib) return lib.status().with_context("profiling " + g.name + " on " + d.kind);
-        in.libraries.push_back(std::move(*lib));
-        ++(hit ? cached : measured);
-        continue;
       }
     }
+    if (in.libraries.size() > before) continue;
     LayerLibrary lib = estimated_library(g, batch_size, 20.0, d.threads);
     lib.device_kind = d.kind;
     in.libraries.push_back(std::move(lib));
@@ -56,7 +62,8 @@ Result<CostInputs> load_cost_inputs(const LayerGraph& g, const Cluster& c, int64
   else if (estimated)
     in.costs_note = "profiled where cached, estimated elsewhere";
   else
-    in.costs_note = measured ? "measured profile" : "cached profile";
+    in.costs_note = std::string(measured ? "measured" : "cached") + " profiles at " +
+                    std::to_string(in.libraries.size()) + " (device kind, batch size) points";
   if (!calibration_path.empty()) {
     std::ifstream f(calibration_path);
     if (!f) return Status::error("--calibration: cannot open '" + calibration_path + "'");

@@ -328,12 +328,17 @@ TEST_CASE("calibration recovers known device factors and overheads from measured
     REQUIRE(measured.ok);
     samples.push_back({p, measured});
   }
-  auto fit = calibrate(g, c, *base, 8, samples);
+  auto fit = calibrate(g, c, *base, 8, samples, /*tie_identical_devices=*/false);
   REQUIRE(fit.is_ok());
   CHECK(fit->before.median_abs_rel_error > 0.1);
   CHECK(fit->after.median_abs_rel_error < 0.01);
   CHECK(fit->after.spearman > 0.99);
   CHECK(fit->calibration.factor(0) == doctest::Approx(1.5).epsilon(0.05));
+  // Tied, identical devices share one factor.
+  auto tied = calibrate(g, c, *base, 8, samples);
+  REQUIRE(tied.is_ok());
+  CHECK(tied->calibration.factor(0) == tied->calibration.factor(1));
+  CHECK(tied->calibration.factor(1) == tied->calibration.factor(2));
 }
 
 TEST_CASE("spearman is 1 for the same order, -1 for the reverse, and handles ties") {
@@ -420,4 +425,31 @@ TEST_CASE("the buffer-reusing task-graph builder matches the reference builder t
       check_same(reused, *ref);
     }
   }
+}
+
+TEST_CASE("costs follow the profiled batch sizes: exact at each, interpolated between, affine above") {
+  LayerGraph g = chain(2);
+  Cluster c = devices(1);
+  LayerLibrary at1 = flat_library(g, 1, 2.0, 4.0);    // 2 ms forward per layer for 1 sample
+  LayerLibrary at8 = flat_library(g, 8, 6.0, 12.0);   // 6 ms for 8 samples: far from 8 x 2
+  auto cost = CostModel::build(g, c, std::vector<LayerLibrary>{at8, at1});
+  REQUIRE(cost.is_ok());
+  CHECK(cost->profiled_batch_sizes(0) == std::vector<int64_t>{1, 8});
+  CHECK(cost->forward_ms(0, 0, 1, 1) == doctest::Approx(4.0));
+  CHECK(cost->forward_ms(0, 0, 1, 8) == doctest::Approx(12.0));
+  CHECK(cost->forward_ms(0, 0, 0, 4) == doctest::Approx(2.0 + 4.0 * 3 / 7));
+  CHECK(cost->backward_ms(0, 1, 1, 16) == doctest::Approx(12.0 + 8.0 * 8 / 7));
+  // One profile: linear in the samples.
+  auto linear = CostModel::build(g, c, at8);
+  REQUIRE(linear.is_ok());
+  CHECK(linear->forward_ms(0, 0, 1, 2) == doctest::Approx(3.0));
+  // Micro-batches of one sample pay the batch-1 price in the simulation.
+  Simulator sim(g, c, *cost, 8);
+  Placement p;
+  p.layer_group = {0, 0};
+  p.group_device = {0};
+  p.micro_batches = 8;
+  StepReport r = sim.evaluate(p);
+  REQUIRE(r.ok);
+  CHECK(r.step_ms == doctest::Approx(8 * (4.0 + 8.0)));
 }
