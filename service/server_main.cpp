@@ -35,13 +35,24 @@ bool read_text(const std::string& path, std::string& out) {
 
 // The real job: placer's optimize() on the stored request. An uploaded model
 // file is written next to the database and passed by path.
-JobFn make_optimize_job(const std::string& upload_dir) {
-  return [upload_dir](const JobInput& input, const ProgressFn& progress,
-                      const std::atomic<bool>& cancel) -> Result<json> {
+// Remote workers are checked again when the job runs: a job queued under an
+// earlier allow-list and recovered after a restart obeys the current one.
+JobFn make_optimize_job(const std::string& upload_dir, const std::set<std::string>& allowed_hosts) {
+  return [upload_dir, allowed_hosts](const JobInput& input, const ProgressFn& progress,
+                                     const std::atomic<bool>& cancel) -> Result<json> {
     json request = input.request;
     request.erase("model_file");
     Result<OptimizeRequest> parsed = optimize_request_from_json(request);
     if (!parsed) return parsed.status();
+    for (int i = 0; i < parsed->cluster.num_devices(); ++i) {
+      const Device& d = parsed->cluster.devices[i];
+      if (d.is_local()) continue;
+      std::string host = d.where.substr(0, d.where.rfind(':'));
+      if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+      if (!allowed_hosts.count(host))
+        return Status::error("cluster.devices[" + std::to_string(i) + "].where: remote host \"" + host +
+                             "\" is not in this server's --allow-remote-hosts");
+    }
     std::string path;
     if (!input.upload.empty()) {
       std::error_code ec;
@@ -137,7 +148,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   fs::path upload_dir = fs::path(db).parent_path() / (fs::path(db).filename().string() + ".uploads");
-  JobFn fn = fake_jobs ? make_fake_job(fake) : make_optimize_job(upload_dir.string());
+  JobFn fn = fake_jobs ? make_fake_job(fake) : make_optimize_job(upload_dir.string(), app.limits.allowed_remote_hosts);
   JobRunner runner(**store, fn, jobs);
   app.store = store->get();
   app.runner = &runner;

@@ -116,7 +116,9 @@ TEST_CASE("after SIGKILL during running jobs a restart loses nothing and re-runs
     ServerUrl u = url_of(server);
     finished = submit(u, R"({"model": "mlp", "cluster": {"devices": [{"name": "a"}]}, "options": {"iterations": 1}})");
     REQUIRE(wait_final(u, finished)["status"] == "succeeded");
-    for (int i = 0; i < 5; ++i) ids.push_back(submit(u));  // 2 run, 3 wait
+    const std::string long_job =
+        R"({"model": "alexnet_cifar", "cluster": {"devices": [{"name": "a"}, {"name": "b"}]}, "options": {"iterations": 200}})";
+    for (int i = 0; i < 5; ++i) ids.push_back(submit(u, long_job));  // 2 run (6 s each), 3 wait
     wait_running(u, ids[0]);
     wait_running(u, ids[1]);
     server.kill_hard();
