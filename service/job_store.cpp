@@ -242,7 +242,8 @@ Result<JobPage> JobStore::list(const std::string& status_filter, int64_t limit, 
   if (!st.ok()) return st.error("db: list jobs");
   int i = 1;
   if (!status_filter.empty()) st.bind(i++, status_filter);
-  st.bind(i++, limit).bind(i++, offset);
+  st.bind(i++, limit);
+  st.bind(i++, offset);
   int rc;
   while ((rc = st.step()) == SQLITE_ROW) page.jobs.push_back(read_job(st));
   if (rc != SQLITE_DONE) return st.error("db: list jobs");
@@ -273,7 +274,9 @@ Result<bool> JobStore::transition(const std::string& id, const std::vector<std::
   if (!st.ok()) return st.error("db: update job");
   double t = now_s();
   int i = 1;
-  st.bind(i++, to).bind(i++, t).bind(i++, error);
+  st.bind(i++, to);
+  st.bind(i++, t);
+  st.bind(i++, error);
   if (is_running_status(to) || is_final_status(to)) st.bind(i++, t);
   st.bind(i++, id);
   for (const std::string& f : from) st.bind(i++, f);
