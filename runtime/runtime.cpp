@@ -389,6 +389,7 @@ RunResult execute(Job job, const std::vector<int>& rank_device, const Cluster& o
     }
   }
 
+  if (o.on_started) o.on_started(out.local_worker_pids);
   // Wait: every worker done, or one failed, or no progress for timeout_s.
   const int total_steps = o.warmup_steps + o.steps;
   std::vector<int64_t> progress(world, 0);

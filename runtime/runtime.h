@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,8 @@ struct RunOptions {
   int fault_step = -1;
   std::string fault_mode = "exit";
   int physical_cores = 0;  // 0: detect (sysconf); for the emulation warning
+  // Called once every worker was started, with the local workers' pids (tests: kill -9 one).
+  std::function<void(const std::vector<int>& local_pids)> on_started;
 };
 
 struct RunResult {

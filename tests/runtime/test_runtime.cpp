@@ -475,3 +475,23 @@ TEST_CASE("sending micro-batch 0's activations over a slow link does not hold up
   CHECK(fwd2.start_ms < send0.end_ms);
   CHECK(send0.end_ms - send0.start_ms >= 150);
 }
+
+TEST_CASE("a worker killed with SIGKILL mid-run gives worker_failed naming the signal and leaves no orphan") {
+  RunOptions o = test_options();
+  o.steps = 100000;  // runs until the kill
+  o.collect_parameters = false;
+  std::thread killer;
+  o.on_started = [&killer](const std::vector<int>& pids) {
+    int victim = pids.at(1);
+    killer = std::thread([victim] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      kill(victim, SIGKILL);
+    });
+  };
+  RunResult r = run_placement(chain_model(), local_cluster(2), by_device({0, 0, 0, 1, 1, 1, 1}, 2, Schedule::gpipe), o);
+  killer.join();
+  CHECK_FALSE(r.report.ok);
+  CHECK(r.report.failure_kind == "worker_failed");
+  CHECK(r.report.message.find("worker 1 (device 'd1') was killed by signal 9") != std::string::npos);
+  check_no_orphans(r);
+}
