@@ -1,0 +1,93 @@
+// `tapp-cli plan`: the command line end to end (simulate evaluator, estimated costs).
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+
+struct Run {
+  int exit_code = -1;
+  std::string out;
+};
+
+// Runs tapp-cli with `args`; stdout (and stderr when asked) captured.
+Run cli(const std::string& args, bool with_stderr = false) {
+  std::string cmd = std::string(TAPP_BIN_DIR) + "/tapp-cli " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
+  Run r;
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  std::string path = std::string(TAPP_BIN_DIR) + "/../test_plan_cli_" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+const char* kCluster = R"({"name": "three", "devices": [
+  {"name": "a", "speed": 1.0, "memory_mb": 4096}, {"name": "b", "speed": 0.5, "memory_mb": 4096},
+  {"name": "c", "speed": 0.5, "memory_mb": 4096}],
+  "links": [{"from": "a", "to": "b", "bandwidth_mbps": 100, "latency_ms": 1}],
+  "default_link": {"bandwidth_mbps": 1000, "latency_ms": 0.1}})";
+
+}  // namespace
+
+TEST_CASE("tapp-cli plan --planner all prints one JSON row per planner") {
+  std::string cluster = write_temp("cluster.json", kCluster);
+  Run r = cli("plan mlp --devices " + cluster + " --planner all --costs estimated --budget 20 --json");
+  REQUIRE(r.exit_code == 0);
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  CHECK(j["evaluator"] == "simulate");
+  REQUIRE(j["rows"].size() == 9u);
+  for (const auto& row : j["rows"]) {
+    CHECK(row.contains("planner"));
+    CHECK(row["report"].contains("step_ms"));
+  }
+  CHECK(j["rows"][5]["planner"] == "dp");
+  CHECK(j["rows"][5]["report"]["ok"] == true);
+}
+
+TEST_CASE("tapp-cli plan writes the placement it found, and `run`'s placement loader reads it back") {
+  std::string cluster = write_temp("cluster.json", kCluster);
+  std::string out = std::string(TAPP_BIN_DIR) + "/../test_plan_cli_placement.json";
+  Run r = cli("plan mlp --devices " + cluster + " --planner dp --costs estimated --out " + out);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("planner dp") != std::string::npos);
+  std::ifstream f(out);
+  nlohmann::json p = nlohmann::json::parse(f);
+  CHECK(p["source"] == "dp");
+  CHECK(p.contains("groups"));
+  CHECK(p.contains("layers"));
+}
+
+TEST_CASE("tapp-cli plan rejects a bad cluster, planner or evaluator with exit code 2 naming the field") {
+  std::string bad = write_temp("bad_cluster.json", R"({"devices": [{"name": "a", "speed": 2}]})");
+  Run r = cli("plan mlp --devices " + bad + " --costs estimated", true);
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.find("speed") != std::string::npos);
+  std::string cluster = write_temp("cluster.json", kCluster);
+  Run p = cli("plan mlp --devices " + cluster + " --planner magic --costs estimated", true);
+  CHECK(p.exit_code == 2);
+  CHECK(p.out.find("--planner") != std::string::npos);
+  Run e = cli("plan mlp --devices " + cluster + " --evaluator guess --costs estimated", true);
+  CHECK(e.exit_code == 2);
+  CHECK(e.out.find("--evaluator") != std::string::npos);
+}
+
+TEST_CASE("tapp-cli plan says so and exits 1 when no placement fits") {
+  std::string tiny = write_temp("tiny_cluster.json", R"({"devices": [{"name": "a", "memory_mb": 1}, {"name": "b", "memory_mb": 1}]})");
+  Run r = cli("plan vgg5 --devices " + tiny + " --planner time --costs estimated", true);
+  CHECK(r.exit_code == 1);
+  CHECK(r.out.find("memory") != std::string::npos);
+}
