@@ -25,7 +25,7 @@ struct Fixture {
   LayerGraph graph;
   Cluster cluster;
   std::unique_ptr<SimulatorEvaluator> ev;
-  std::vector<Placement> contiguous, random;
+  std::vector<Placement> contiguous, random, one_f_one_b;
 };
 
 Fixture& fixture(const std::string& model) {
@@ -52,6 +52,8 @@ Fixture& fixture(const std::string& model) {
   ctx.micro_batches = 8;
   Placement uniform = *plan_uniform(ctx);
   f.contiguous.push_back(uniform);
+  uniform.schedule = Schedule::one_f_one_b;
+  f.one_f_one_b.push_back(uniform);
   std::mt19937 rng(1);
   const int L = static_cast<int>(f.graph.layers.size());
   for (int k = 0; k < 64; ++k) {
@@ -64,9 +66,9 @@ Fixture& fixture(const std::string& model) {
   return cache.emplace(model, std::move(f)).first->second;
 }
 
-void run(benchmark::State& state, const std::string& model, bool random) {
+void run(benchmark::State& state, const std::string& model, bool random, bool ofob = false) {
   Fixture& f = fixture(model);
-  const auto& ps = random ? f.random : f.contiguous;
+  const auto& ps = ofob ? f.one_f_one_b : random ? f.random : f.contiguous;
   size_t i = 0;
   for (auto _ : state) {
     StepReport r = f.ev->evaluate(ps[i++ % ps.size()]);
@@ -80,7 +82,9 @@ void BM_alexnet_4dev_8mb_uniform(benchmark::State& s) { run(s, "alexnet", false)
 void BM_alexnet_4dev_8mb_random(benchmark::State& s) { run(s, "alexnet", true); }
 void BM_inception_v3_4dev_8mb_uniform(benchmark::State& s) { run(s, "inception_v3", false); }
 void BM_inception_v3_4dev_8mb_random(benchmark::State& s) { run(s, "inception_v3", true); }
+void BM_alexnet_4dev_8mb_uniform_1f1b(benchmark::State& s) { run(s, "alexnet", false, true); }
 BENCHMARK(BM_alexnet_4dev_8mb_uniform);
+BENCHMARK(BM_alexnet_4dev_8mb_uniform_1f1b);
 BENCHMARK(BM_alexnet_4dev_8mb_random);
 BENCHMARK(BM_inception_v3_4dev_8mb_uniform);
 BENCHMARK(BM_inception_v3_4dev_8mb_random);
