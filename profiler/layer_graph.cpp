@@ -23,6 +23,9 @@ const std::map<std::string, std::string>& op_classes() {
       {"concat", "Concat"},
       {"add", "Add"},
       {"identity", "Identity"},
+      {"relu6", "Relu"},
+      {"softmax", "Activation"},
+      {"log_softmax", "Activation"},
   };
   return classes;
 }
@@ -128,7 +131,11 @@ Status infer_layer(Layer& l) {
   } else if (l.op == "dropout") {
     if (a.p < 0 || a.p >= 1) return err(l, "attrs.p must be in [0, 1)");
     l.output_shape = in;
-  } else {  // relu sigmoid tanh identity
+  } else if (l.op == "softmax" || l.op == "log_softmax") {
+    if (a.dim < 1 || a.dim > static_cast<int64_t>(in.size()))
+      return err(l, "attrs.dim out of range for " + shape_to_string(in));
+    l.output_shape = in;
+  } else {  // relu sigmoid tanh identity relu6
     l.output_shape = in;
   }
   return Status::ok();

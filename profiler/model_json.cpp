@@ -28,6 +28,8 @@ const std::map<std::string, OpAttrs>& op_attrs() {
       {"dropout", {{"p"}, {}}},
       {"batchnorm2d", {{"eps"}, {}}},
       {"concat", {{"dim"}, {}}},
+      {"softmax", {{"dim"}, {}}},
+      {"log_softmax", {{"dim"}, {}}},
   };
   return m;
 }
@@ -234,7 +236,7 @@ json model_to_json(const LayerGraph& g) {
       attrs = {{"p", a.p}};
     } else if (l.op == "batchnorm2d") {
       attrs = {{"eps", a.eps}};
-    } else if (l.op == "concat") {
+    } else if (l.op == "concat" || l.op == "softmax" || l.op == "log_softmax") {
       attrs = {{"dim", a.dim}};
     }
     json lj = {{"name", l.name}, {"op", l.op}, {"inputs", inputs}};

@@ -37,7 +37,7 @@ std::pair<nn::AnyModule, std::shared_ptr<nn::Module>> make_module(const Layer& l
   if (l.op == "sigmoid") return wrap(nn::Sigmoid());
   if (l.op == "tanh") return wrap(nn::Tanh());
   if (l.op == "dropout") return wrap(nn::Dropout(nn::DropoutOptions(a.p)));
-  return {nn::AnyModule(), nullptr};  // flatten, concat, add, identity: tensor ops
+  return {nn::AnyModule(), nullptr};  // flatten, concat, add, identity, relu6, softmax: tensor ops
 }
 
 }  // namespace
@@ -73,6 +73,9 @@ torch::Tensor GraphModel::forward_layer(int i, const std::vector<torch::Tensor>&
   const Layer& l = graph_.layers[i];
   if (l.op == "flatten") return inputs.at(0).flatten(1);
   if (l.op == "identity") return inputs.at(0);
+  if (l.op == "relu6") return torch::hardtanh(inputs.at(0), 0.0, 6.0);
+  if (l.op == "softmax") return torch::softmax(inputs.at(0), l.attrs.dim);
+  if (l.op == "log_softmax") return torch::log_softmax(inputs.at(0), l.attrs.dim);
   if (l.op == "concat") return torch::cat(inputs, l.attrs.dim);
   if (l.op == "add") {
     torch::Tensor sum = inputs.at(0);

@@ -221,6 +221,20 @@ Status map_node(Walk& w, const jit::Node* n) {
   } else if (op == "aten::relu" || op == "aten::relu_") {
     if (!(st = one_input())) return st;
     l.op = "relu";
+  } else if (op == "aten::relu6" || op == "aten::relu6_") {
+    if (!(st = one_input())) return st;
+    l.op = "relu6";
+  } else if (op == "aten::hardtanh" || op == "aten::hardtanh_") {
+    if (!(st = one_input())) return st;
+    auto lo = double_arg(n, 1), hi = double_arg(n, 2);
+    if (!lo || !hi || *lo != 0.0 || *hi != 6.0) return fail(n, "only hardtanh(0, 6) (ReLU6) is supported");
+    l.op = "relu6";
+  } else if (op == "aten::softmax" || op == "aten::log_softmax") {
+    if (!(st = one_input())) return st;
+    auto dim = int_arg(n, 1);
+    if (!dim) return dim.status();
+    l.op = op == "aten::softmax" ? "softmax" : "log_softmax";
+    l.attrs.dim = *dim;  // negative dims are resolved once the input rank is known
   } else if (op == "aten::sigmoid" || op == "aten::sigmoid_") {
     if (!(st = one_input())) return st;
     l.op = "sigmoid";
@@ -298,13 +312,14 @@ Status map_node(Walk& w, const jit::Node* n) {
     if (it == w.act_list.end()) return fail(n, "the tensor list is not built from activations");
     auto dim = int_arg(n, 1);
     if (!dim) return dim.status();
-    if (*dim < 1) return fail(n, "only concatenation along a positive dim other than the batch is supported");
+    if (*dim == 0) return fail(n, "concatenation along the batch dim is not supported");
     l.op = "concat";
     l.attrs.dim = *dim;
     inputs = it->second;
   } else {
     return fail(n,
-                "not supported (supported: conv2d, linear, batch_norm, relu, sigmoid, tanh, max_pool2d, "
+                "not supported (supported: conv2d, linear, batch_norm, relu, relu6, sigmoid, tanh, softmax, "
+                "log_softmax, max_pool2d, "
                 "avg_pool2d, adaptive_avg_pool2d, flatten, view/reshape to (batch, -1), dropout, add, cat)");
   }
   l.name = layer_name(w, n, l.op);
@@ -341,6 +356,24 @@ Result<Shape> guess_input_shape(const Walk& w, int64_t side) {
     break;
   }
   return Status::error("cannot tell the model's input shape from its first layer");
+}
+
+// Turns negative torch dims (concat, softmax) into positive ones from each
+// layer's rank, which follows from the input rank alone.
+Status resolve_negative_dims(LayerGraph& g) {
+  std::vector<int64_t> rank(g.layers.size());
+  for (size_t i = 0; i < g.layers.size(); ++i) {
+    Layer& l = g.layers[i];
+    int64_t in_rank = l.inputs.empty() ? static_cast<int64_t>(g.input_shape.size()) : rank[l.inputs[0]];
+    rank[i] = (l.op == "flatten" || l.op == "linear") ? 1 : in_rank;
+    bool has_dim = l.op == "concat" || l.op == "softmax" || l.op == "log_softmax";
+    if (has_dim && l.attrs.dim < 0) {
+      l.attrs.dim += in_rank + 1;  // torch dims count the batch
+      if (l.attrs.dim < 1)
+        return Status::error("layer '" + l.name + "' (" + l.op + "): dim refers to the batch or beyond");
+    }
+  }
+  return Status::ok();
 }
 
 // Shapes inferred and consistent with every weight.
@@ -391,6 +424,7 @@ Result<LayerGraph> walk_module(const std::string& path, const ModelOptions& opti
     if (!shape) return shape.status();
     LayerGraph g = w.graph;
     g.input_shape = *shape;
+    if (Status s = resolve_negative_dims(g); !s) return s;
     Status s = infer_and_check(g, w);
     if (s) return g;
     if (first_error) first_error = s;

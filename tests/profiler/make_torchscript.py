@@ -2,8 +2,8 @@
 
 usage: make_torchscript.py OUT_DIR
 Writes OUT_DIR/branchy_scripted.pt (torch.jit.script), OUT_DIR/branchy_traced.pt
-(torch.jit.trace), OUT_DIR/mlp_traced.pt, OUT_DIR/softmax_scripted.pt (an op
-the importer does not support) and OUT_DIR/expected.json with each model's
+(torch.jit.trace), OUT_DIR/mlp_traced.pt, OUT_DIR/classifier_{scripted,traced}.pt
+(ReLU6 + log_softmax), OUT_DIR/exp_scripted.pt (an op the importer does not support) and OUT_DIR/expected.json with each model's
 parameter count as PyTorch counts it.
 """
 import json
@@ -44,13 +44,26 @@ class Mlp(nn.Module):
         return self.fc2(self.act(self.fc1(x)))
 
 
-class WithSoftmax(nn.Module):
+class Classifier(nn.Module):
+    """ReLU6 and a log-softmax head over a flat input (functional ops)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(20, 16)
+        self.act = nn.ReLU6()
+        self.fc2 = nn.Linear(16, 3)
+
+    def forward(self, x):
+        return torch.log_softmax(self.fc2(self.act(self.fc1(x))), -1)
+
+
+class WithExp(nn.Module):
     def __init__(self):
         super().__init__()
         self.fc = nn.Linear(20, 3)
 
     def forward(self, x):
-        return torch.softmax(self.fc(x), 1)
+        return torch.exp(self.fc(x))
 
 
 def count(m):
@@ -66,7 +79,9 @@ def main():
     torch.jit.trace(branchy, torch.randn(2, 3, 32, 32), check_trace=False).save(os.path.join(out, "branchy_traced.pt"))
     mlp = Mlp()
     torch.jit.trace(mlp, torch.randn(2, 20)).save(os.path.join(out, "mlp_traced.pt"))
-    torch.jit.script(WithSoftmax()).save(os.path.join(out, "softmax_scripted.pt"))
+    torch.jit.script(Classifier()).save(os.path.join(out, "classifier_scripted.pt"))
+    torch.jit.trace(Classifier(), torch.randn(2, 20)).save(os.path.join(out, "classifier_traced.pt"))
+    torch.jit.script(WithExp()).save(os.path.join(out, "exp_scripted.pt"))
     with open(os.path.join(out, "expected.json"), "w") as f:
         json.dump({"branchy_params": count(branchy), "mlp_params": count(mlp)}, f)
 

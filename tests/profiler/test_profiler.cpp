@@ -203,9 +203,26 @@ TEST_CASE("a traced MLP is imported with a flat input shape read from its first 
 }
 
 TEST_CASE("a TorchScript model with an unsupported op is rejected naming the op") {
-  auto g = load_model((torchscript_dir() / "softmax_scripted.pt").string());
+  auto g = load_model((torchscript_dir() / "exp_scripted.pt").string());
   REQUIRE_FALSE(g.is_ok());
-  CHECK(g.error_message().find("TorchScript op 'aten::softmax': not supported") != std::string::npos);
+  CHECK(g.error_message().find("TorchScript op 'aten::exp': not supported") != std::string::npos);
+}
+
+TEST_CASE("ReLU6 and a log-softmax head with a negative dim are imported and run") {
+  for (const char* file : {"classifier_scripted.pt", "classifier_traced.pt"}) {
+    CAPTURE(file);
+    auto g = load_model((torchscript_dir() / file).string());
+    REQUIRE_MESSAGE(g.is_ok(), g.error_message());
+    REQUIRE(g->layers.size() == 4);
+    CHECK(g->layers[1].op == "relu6");
+    CHECK(g->layers[3].op == "log_softmax");
+    CHECK(g->layers[3].attrs.dim == 1);
+    auto m = GraphModel::build(*g, 3);
+    REQUIRE(m.is_ok());
+    torch::NoGradGuard no_grad;
+    auto out = (*m)->forward(torch::randn({4, 20}));
+    CHECK(out.exp().sum(1).allclose(torch::ones({4})));
+  }
 }
 
 TEST_CASE("missing and corrupt TorchScript files are errors, not crashes") {
