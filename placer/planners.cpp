@@ -689,7 +689,7 @@ Result<Outcome> run_outcome(const std::string& name, const PlannerContext& ctx, 
 std::vector<int> PlannerContext::micro_batch_choices() const {
   if (micro_batches > 0) return {micro_batches};
   std::vector<int> out;
-  for (int m = 1; m <= batch_size && m <= 64; m *= 2) out.push_back(m);
+  for (int m = 1; m <= batch_size && m <= std::max(1, max_micro_batches); m *= 2) out.push_back(m);
   return out;
 }
 

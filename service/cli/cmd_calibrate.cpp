@@ -30,7 +30,7 @@ namespace {
 struct CalibrateArgs {
   std::string model, devices, costs = "profile", out, save, load;
   int64_t batch = 32, input_size = 0, classes = 0;
-  int samples = 20, steps = 3, warmup = 1;
+  int samples = 20, steps = 3, warmup = 1, max_micro_batches = 8;
   uint64_t seed = 1;
   double noncontiguous = 0.25;
   bool json = false;
@@ -127,6 +127,7 @@ int calibrate_cmd(const CalibrateArgs& a) {
     ctx.cost = &*cost;
     ctx.batch_size = a.batch;
     ctx.seed = a.seed;
+    ctx.max_micro_batches = a.max_micro_batches;
     std::vector<Placement> placements = random_placements(ctx, a.samples, a.noncontiguous);
     RunOptions ro;
     ro.batch_size = a.batch;
@@ -240,6 +241,8 @@ void add_calibrate_command(CLI::App& app, int& exit_code) {
   sub->add_option("--seed", args->seed, "placements, weights and data seed");
   sub->add_option("--noncontiguous", args->noncontiguous, "fraction of non-contiguous placements (default 0.25)")
       ->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--max-micro-batches", args->max_micro_batches, "largest micro-batch count tried (default 8)")
+      ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--costs", args->costs, "profile (default: measured layer library, cached) | auto | estimated");
   sub->add_option("--input-size", args->input_size, "image side (0: the model's default)");
   sub->add_option("--classes", args->classes, "number of classes (0: the model's default)");

@@ -29,7 +29,7 @@ namespace {
 struct PlanArgs {
   std::string model, devices, planner = "dp", evaluator = "simulate", costs = "auto", calibration, out, schedule = "gpipe";
   int64_t batch = 32, input_size = 0, classes = 0;
-  int micro_batches = 0, budget = 200, steps = 3, warmup = 1;
+  int micro_batches = 0, max_micro_batches = 64, budget = 200, steps = 3, warmup = 1;
   int64_t exhaustive_limit = 200000;
   uint64_t seed = 1;
   bool json = false, timeline = false;
@@ -154,6 +154,7 @@ int plan(const PlanArgs& a) {
   ctx.batch_size = a.batch;
   ctx.schedule = *schedule;
   ctx.micro_batches = a.micro_batches;
+  ctx.max_micro_batches = a.max_micro_batches;
   ctx.seed = a.seed;
   ctx.budget = a.budget;
   ctx.exhaustive_limit = a.exhaustive_limit;
@@ -254,6 +255,8 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   sub->add_option("--batch", args->batch, "batch size (default 32)")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   sub->add_option("--micro-batches", args->micro_batches, "fix the number of micro-batches (default: planner picks)")
       ->check(CLI::Range(0, 1 << 20));
+  sub->add_option("--max-micro-batches", args->max_micro_batches, "largest micro-batch count planners try (default 64)")
+      ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--schedule", args->schedule, "gpipe (default) | 1f1b");
   sub->add_option("--budget", args->budget, "evaluations for random search and annealing (default 200)")
       ->check(CLI::Range(1, 100000000));
