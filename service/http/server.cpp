@@ -46,6 +46,27 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->body_limit(shared_->app.max_body_bytes);
     parser_->header_limit(static_cast<std::uint32_t>(shared_->options.header_limit_bytes));
     stream_.expires_after(std::chrono::seconds(shared_->options.read_timeout_s));
+    http::async_read_header(stream_, buffer_, *parser_,
+                            beast::bind_front_handler(&Session::on_header, shared_from_this()));
+  }
+
+  // After the headers: answer "Expect: 100-continue" (curl sends it for large
+  // bodies and would otherwise wait a second), then read the body.
+  void on_header(beast::error_code ec, std::size_t bytes) {
+    if (ec) return on_read(ec, bytes);
+    auto expect = parser_->get().find(http::field::expect);
+    if (expect != parser_->get().end() && beast::iequals(expect->value(), "100-continue") && !parser_->is_done()) {
+      auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_, 11);
+      http::async_write(stream_, *cont, [self = shared_from_this(), cont](beast::error_code wec, std::size_t) {
+        if (wec) return self->close();
+        self->read_body();
+      });
+      return;
+    }
+    read_body();
+  }
+
+  void read_body() {
     http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&Session::on_read, shared_from_this()));
   }
 
@@ -64,8 +85,6 @@ class Session : public std::enable_shared_from_this<Session> {
       if (ec) return send(error_response(400, "malformed HTTP request: " + ec.message(), "request"));
       HttpRequest req = parser_->release();
       send(handle_request(shared_->app, req));
-    } catch (const std::exception& e) {
-      close();
     } catch (...) {
       close();
     }
