@@ -447,7 +447,9 @@ Result<LayerGraph> import_torchscript(const std::string& path, const ModelOption
   } catch (const c10::Error& e) {
     std::string what = e.what_without_backtrace();
     if (what.size() > 300) what = what.substr(0, 300) + "...";
-    return Status::error(path + ": not a loadable TorchScript module (" + what + ")");
+    return Status::error(path + ": not a loadable TorchScript module (" + what +
+                         "); save models with torch.jit.script(model).save(path) or torch.jit.trace, "
+                         "not torch.save");
   } catch (const std::exception& e) {
     return Status::error(path + ": " + e.what());
   }
