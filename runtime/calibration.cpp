@@ -218,7 +218,7 @@ Result<CalibrationResult> calibrate(const LayerGraph& g, const Cluster& c, const
       std::vector<double> row(K, 0);
       for (int t = times.last_task; t >= 0; t = times.critical_pred[t]) add_task(row, tg.tasks[t]);
       if (times.last_device >= 0)
-        row[D + kUpdate] += params[times.last_device] / 1e6 * cost.inverse_speed(times.last_device);
+        row[D + kUpdate] += params[times.last_device] / 1e6;
       row[D + kStep] = 1;
       rows.push_back(row);
       rhs.push_back(used[i]->measured.step_ms);
@@ -229,7 +229,7 @@ Result<CalibrationResult> calibrate(const LayerGraph& g, const Cluster& c, const
         if (d < 0 || !(ds.busy_ms > 0) || tg.device_order[d].empty()) continue;
         std::vector<double> brow(K, 0);
         for (int t : tg.device_order[d]) add_task(brow, tg.tasks[t]);
-        brow[D + kUpdate] += params[d] / 1e6 * cost.inverse_speed(d);
+        brow[D + kUpdate] += params[d] / 1e6;
         rows.push_back(brow);
         rhs.push_back(ds.busy_ms);
         weight.push_back(0.5 / ds.busy_ms);

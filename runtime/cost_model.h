@@ -88,9 +88,10 @@ class CostModel {
     return latency_ms_[k] + static_cast<double>(bytes) * ms_per_byte_[k];
   }
   double step_overhead_ms() const { return calibration_.step_overhead_ms; }
-  // Optimizer update after the last backward, for `param_bytes` of parameters on `device`.
-  double update_ms(int device, int64_t param_bytes) const {
-    return calibration_.update_ms_per_param_mb * static_cast<double>(param_bytes) / 1e6 * inv_speed_[device];
+  // Optimizer update after the last backward, for `param_bytes` of parameters
+  // on `device` (not stretched by speed: the runtime emulates speed on tasks only).
+  double update_ms(int /*device*/, int64_t param_bytes) const {
+    return calibration_.update_ms_per_param_mb * static_cast<double>(param_bytes) / 1e6;
   }
   // Output bytes per sample of layers [first, last]: the activations kept for backward.
   int64_t activation_bytes_per_sample(int first, int last) const { return act_prefix_[last + 1] - act_prefix_[first]; }

@@ -32,6 +32,7 @@ Result<CostInputs> load_cost_inputs(const LayerGraph& g, const Cluster& c, int64
         po.device = d.kind;
         po.threads = d.threads;
         po.batch_size = b;
+        po.runs = 7;  // the median of more runs: profiles are the simulator's only timing input
         if (mode == "auto") {
           auto text = cache.get(profile_cache_key(g, d.kind, d.threads, b));
           if (!text) continue;
