@@ -23,7 +23,7 @@ using Shape = std::vector<int64_t>;
 
 // The ops a layer graph may use. Names are the JSON spelling.
 //   conv2d linear relu sigmoid tanh maxpool2d avgpool2d adaptive_avgpool2d
-//   flatten dropout batchnorm2d concat add identity
+//   flatten dropout batchnorm2d concat add identity relu6 softmax log_softmax
 bool is_known_op(const std::string& op);
 const std::vector<std::string>& known_ops();
 
