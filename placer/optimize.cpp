@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -176,13 +175,11 @@ Result<json> run_job(const OptimizeRequest& req, const ProgressFn& progress, con
   else if (req.time_budget_s > 0)
     so.iterations = 1000000;
   else
-    so.iterations = req.evaluator == "measure" ? 10 : 300;
-  if (req.evaluator == "measure") so.samples_per_iteration = 4;
-  if (const char* v = std::getenv("TAPP_SAMPLES")) so.samples_per_iteration = std::atoi(v);
-  if (const char* v = std::getenv("TAPP_LR")) so.learning_rate = std::atof(v);
-  if (const char* v = std::getenv("TAPP_ENT")) so.reinforce.entropy_coef = std::atof(v);
-  if (const char* v = std::getenv("TAPP_PATIENCE")) so.patience = std::atoi(v);
-  if (const char* v = std::getenv("TAPP_HIDDEN")) so.hidden = std::atoi(v);
+    so.iterations = req.evaluator == "measure" ? 10 : 600;
+  if (req.evaluator == "measure") {
+    so.samples_per_iteration = 4;
+    so.restart_after = 0;
+  }
   // Baselines, through the same evaluator.
   std::vector<BaselineResult> baselines;
   if (req.baselines || req.warm_start) {
@@ -264,6 +261,10 @@ Result<json> run_job(const OptimizeRequest& req, const ProgressFn& progress, con
   json table = json::array();
   for (const auto& b : baselines) {
     json row = baseline_row(b.name, b.report);
+    if (b.placement && b.report.ok) {
+      row["micro_batches"] = b.placement->micro_batches;
+      row["groups"] = is_data_parallel(*b.placement) ? json::array() : groups_summary(*b.placement, graph, cluster);
+    }
     row["speedup_vs_bsp"] = b.report.ok ? speedup(bsp_ms, b.report.step_ms) : json(nullptr);
     row["speedup_vs_best_baseline"] = b.report.ok ? speedup(best_baseline_ms, b.report.step_ms) : json(nullptr);
     table.push_back(row);

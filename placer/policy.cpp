@@ -46,6 +46,8 @@ struct Policy::Impl {
   std::vector<std::vector<int>> consumers;
   FeatureMatrix layer_rows;
   int L = 0, G = 0, D = 0, M = 0;
+  std::vector<float> prior;  // L x G positional prior logits (contiguous mode)
+  bool all_masked = false;  // no device fits: nothing is masked
   torch::Tensor layer_input;  // L x (30 + 1): features | position
   torch::Tensor device_mask;  // D: 0 or kMasked
 
@@ -99,12 +101,51 @@ struct Policy::Impl {
     return used;
   }
 
-  // log pi(d) and entropy (with gradient) for one decision, given the partition log-softmax.
-  std::pair<torch::Tensor, torch::Tensor> score(const Decision& d, const torch::Tensor& part_logp) {
+  // Additive mask (L x G) of a contiguous partition: layer i may take any
+  // group >= the group of layer i-1 (groups left empty are dropped), plus the
+  // positional prior.
+  torch::Tensor contiguous_mask(const std::vector<int>& layer_group) const {
+    std::vector<float> m(static_cast<size_t>(L) * G);
+    for (int i = 0; i < L; ++i) {
+      int prev = i == 0 ? 0 : layer_group[i - 1];
+      for (int g = 0; g < G; ++g) m[static_cast<size_t>(i) * G + g] = g < prev ? kMasked : prior[static_cast<size_t>(i) * G + g];
+    }
+    return torch::from_blob(m.data(), {L, G}, torch::kFloat32).clone();
+  }
+
+  bool device_allowed(int k) const { return cfg.device_allowed.empty() || cfg.device_allowed[k] || all_masked; }
+
+  // Additive mask (G x D) for distinct devices: each non-empty group masks the
+  // devices of the non-empty groups before it, while an allowed device is free.
+  torch::Tensor distinct_mask(const std::vector<int>& layer_group, const std::vector<int>& group_device) const {
+    std::vector<float> m(static_cast<size_t>(G) * D, 0.f);
+    auto used = nonempty(layer_group, G);
+    std::vector<bool> taken(D, false);
+    for (int g = 0; g < G; ++g) {
+      if (!used[g]) continue;
+      bool free_left = false;
+      for (int k = 0; k < D; ++k) free_left = free_left || (!taken[k] && device_allowed(k));
+      if (free_left)
+        for (int k = 0; k < D; ++k)
+          if (taken[k]) m[static_cast<size_t>(g) * D + k] = kMasked;
+      taken[group_device[g]] = true;
+    }
+    return torch::from_blob(m.data(), {G, D}, torch::kFloat32).clone();
+  }
+
+  torch::Tensor partition_log_softmax(const torch::Tensor& logits, const std::vector<int>& layer_group) const {
+    if (!cfg.contiguous) return torch::log_softmax(logits, 1);
+    return torch::log_softmax(logits + contiguous_mask(layer_group), 1);
+  }
+
+  // log pi(d) and entropy (with gradient) for one decision, given the partition logits.
+  std::pair<torch::Tensor, torch::Tensor> score(const Decision& d, const torch::Tensor& part_logits) {
+    auto part_logp = partition_log_softmax(part_logits, d.layer_group);
     auto idx = torch::tensor(std::vector<int64_t>(d.layer_group.begin(), d.layer_group.end()), torch::kInt64);
     auto lp = part_logp.gather(1, idx.unsqueeze(1)).sum();
     auto ent = -(part_logp.exp() * part_logp).sum();
     auto [dev, micro] = allocation_logits(d.layer_group);
+    if (cfg.distinct_devices) dev = dev + distinct_mask(d.layer_group, d.group_device);
     auto dev_logp = torch::log_softmax(dev, 1);
     auto used = nonempty(d.layer_group, G);
     for (int g = 0; g < G; ++g) {
@@ -121,15 +162,52 @@ struct Policy::Impl {
   Decision choose(std::mt19937_64* rng) {
     torch::NoGradGuard ng;
     Decision d;
-    auto pp = torch::softmax(partition_logits(), 1).contiguous();
-    const float* p = pp.data_ptr<float>();
     d.layer_group.resize(L);
-    for (int i = 0; i < L; ++i) d.layer_group[i] = rng ? draw(p + i * G, G, *rng) : argmax(p + i * G, G);
+    if (cfg.contiguous) {
+      auto lg = partition_logits().contiguous();
+      const float* z = lg.data_ptr<float>();
+      std::vector<float> p(G);
+      for (int i = 0; i < L; ++i) {
+        int prev = i == 0 ? 0 : d.layer_group[i - 1];
+        double mx = -1e30;
+        for (int g = prev; g < G; ++g) mx = std::max(mx, static_cast<double>(z[i * G + g] + prior[i * G + g]));
+        double sum = 0;
+        for (int g = 0; g < G; ++g) {
+          p[g] = g < prev ? 0.f : static_cast<float>(std::exp(z[i * G + g] + prior[i * G + g] - mx));
+          sum += p[g];
+        }
+        for (int g = 0; g < G; ++g) p[g] = static_cast<float>(p[g] / sum);
+        d.layer_group[i] = rng ? draw(p.data(), G, *rng) : argmax(p.data(), G);
+      }
+    } else {
+      auto pp = torch::softmax(partition_logits(), 1).contiguous();
+      const float* p = pp.data_ptr<float>();
+      for (int i = 0; i < L; ++i) d.layer_group[i] = rng ? draw(p + i * G, G, *rng) : argmax(p + i * G, G);
+    }
     auto [dev, micro] = allocation_logits(d.layer_group);
-    auto dp = torch::softmax(dev, 1).contiguous();
-    const float* q = dp.data_ptr<float>();
-    d.group_device.resize(G);
-    for (int g = 0; g < G; ++g) d.group_device[g] = rng ? draw(q + g * D, D, *rng) : argmax(q + g * D, D);
+    auto dl = dev.contiguous();
+    const float* z = dl.data_ptr<float>();
+    d.group_device.assign(G, 0);
+    auto nonempty_groups = nonempty(d.layer_group, G);
+    std::vector<bool> taken(D, false);
+    std::vector<float> p(D);
+    for (int g = 0; g < G; ++g) {
+      // Devices of earlier groups are masked (distinct_devices) while a free allowed one remains.
+      bool free_left = false;
+      for (int k = 0; k < D; ++k) free_left = free_left || (!taken[k] && device_allowed(k));
+      const bool mask_taken = cfg.distinct_devices && nonempty_groups[g] && free_left;
+      double mx = -1e30;
+      for (int k = 0; k < D; ++k) mx = std::max(mx, static_cast<double>(z[g * D + k]) + (mask_taken && taken[k] ? kMasked : 0.f));
+      double sum = 0;
+      for (int k = 0; k < D; ++k) {
+        double v = z[g * D + k] + (mask_taken && taken[k] ? kMasked : 0.f);
+        p[k] = static_cast<float>(std::exp(v - mx));
+        sum += p[k];
+      }
+      for (int k = 0; k < D; ++k) p[k] = static_cast<float>(p[k] / sum);
+      d.group_device[g] = rng ? draw(p.data(), D, *rng) : argmax(p.data(), D);
+      if (nonempty_groups[g]) taken[d.group_device[g]] = true;
+    }
     auto mp = torch::softmax(micro, 0).contiguous();
     d.micro_batch_index = rng ? draw(mp.data_ptr<float>(), M, *rng) : argmax(mp.data_ptr<float>(), M);
     return d;
@@ -148,7 +226,15 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
   m.D = std::max(1, m.cfg.num_devices);
   m.M = static_cast<int>(m.cfg.micro_batch_choices.size());
   const int H = m.cfg.hidden;
-
+  // Positional prior (contiguous mode): layer i leans towards group
+  // (i + 0.5) G / L with a width of about one group, so a neutral network
+  // proposes stages spread over the model; the network learns where to cut.
+  m.prior.assign(static_cast<size_t>(m.L) * m.G, 0.f);
+  for (int i = 0; i < m.L; ++i)
+    for (int g = 0; g < m.G; ++g) {
+      double c = (i + 0.5) * m.G / std::max(1, m.L) - 0.5;
+      m.prior[static_cast<size_t>(i) * m.G + g] = static_cast<float>(-0.5 * (g - c) * (g - c));
+    }
   FeatureMatrix in;
   in.rows = m.L;
   in.cols = layer_features.cols + 1;
@@ -167,6 +253,7 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
     any = any || ok;
   }
   if (!any) std::fill(mask.begin(), mask.end(), 0.f);
+  m.all_masked = !any;
   m.device_mask = torch::tensor(mask);
 
   m.p1 = torch::nn::Linear(in.cols, H);
@@ -195,8 +282,7 @@ Decision Policy::greedy() { return impl_->choose(nullptr); }
 
 double Policy::log_prob(const Decision& d) {
   torch::NoGradGuard ng;
-  auto part_logp = torch::log_softmax(impl_->partition_logits(), 1);
-  return impl_->score(d, part_logp).first.item<double>();
+  return impl_->score(d, impl_->partition_logits()).first.item<double>();
 }
 
 std::vector<std::vector<float>> Policy::partition_probs() {
@@ -221,10 +307,10 @@ UpdateStats Policy::update(const std::vector<Decision>& decisions, const std::ve
   UpdateStats st;
   if (decisions.empty()) return st;
   m.optimizer->zero_grad();
-  auto part_logp = torch::log_softmax(m.partition_logits(), 1);
+  auto part_logits = m.partition_logits();
   torch::Tensor pg = torch::zeros({}), ent = torch::zeros({});
   for (size_t i = 0; i < decisions.size(); ++i) {
-    auto [lp, e] = m.score(decisions[i], part_logp);
+    auto [lp, e] = m.score(decisions[i], part_logits);
     pg = pg - lp * advantages[i];
     ent = ent + e;
   }
@@ -242,8 +328,7 @@ void Policy::imitate(const Decision& target, int steps) {
   Impl& m = *impl_;
   for (int s = 0; s < steps; ++s) {
     m.optimizer->zero_grad();
-    auto part_logp = torch::log_softmax(m.partition_logits(), 1);
-    auto loss = -m.score(target, part_logp).first;
+    auto loss = -m.score(target, m.partition_logits()).first;
     loss.backward();
     torch::nn::utils::clip_grad_norm_(m.params, 5.0);
     m.optimizer->step();

@@ -8,7 +8,11 @@
 //   micro-batches: mean of the attended group embeddings -> softmax over
 //               {1, 2, 4, ...} up to the batch size.
 // Masking: devices that cannot hold even the smallest layer get probability 0;
-// micro-batch counts above the batch size are not offered.
+// micro-batch counts above the batch size are not offered; in contiguous mode
+// (default) a layer may only take a group >= its predecessor's, so every
+// partition is a sequence of pipeline stages, and a fixed positional prior
+// spreads the first proposals over the groups; each non-empty group may not
+// reuse an earlier group's device while a free one remains (distinct_devices).
 // Sampling uses the caller's std::mt19937_64 and the weights are initialised
 // from the seed with our own RNG, so a search is deterministic for a seed
 // without touching LibTorch's global generator.
@@ -30,8 +34,16 @@ struct PolicyConfig {
   int num_devices = 1;
   std::vector<int> micro_batch_choices = {1};  // ascending, each <= batch size
   std::vector<bool> device_allowed;            // per device; empty = all allowed
+  // Contiguous partitions (pipeline stages): layer i may only take a group >=
+  // the group of layer i-1 (smaller ones are masked), and a positional prior
+  // centres layer i on group (i + 0.5) G / L. Off: the paper's free choice.
+  bool contiguous = true;
+  // Each non-empty group (in order) may not take a device an earlier group
+  // took, while an allowed device is still free (pipeline stages on distinct
+  // devices, as the DP planner's). Off: devices may repeat.
+  bool distinct_devices = true;
   int hidden = 64;
-  double learning_rate = 0.02;
+  double learning_rate = 0.005;
   uint64_t seed = 1;
 };
 

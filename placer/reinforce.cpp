@@ -37,6 +37,21 @@ UpdateStats Reinforce::step(const std::vector<Decision>& decisions, const std::v
   const double scale = std::sqrt(std::max({var, 0.1 * variance_, 1e-6}));
   std::vector<double> adv(rewards.size());
   for (size_t i = 0; i < rewards.size(); ++i) adv[i] = (rewards[i] - b) / scale;
+  if (cfg_.rank_weight > 0 && rewards.size() > 1) {
+    // Centred ranks in [-0.5, 0.5] (ties share their mean rank): robust to a
+    // few disastrous samples dominating the spread.
+    std::vector<size_t> order(rewards.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return rewards[x] < rewards[y]; });
+    std::vector<double> rank(rewards.size());
+    for (size_t i = 0; i < order.size();) {
+      size_t j = i;
+      while (j + 1 < order.size() && rewards[order[j + 1]] == rewards[order[i]]) ++j;
+      for (size_t k = i; k <= j; ++k) rank[order[k]] = 0.5 * (i + j) / (order.size() - 1) - 0.5;
+      i = j + 1;
+    }
+    for (size_t i = 0; i < adv.size(); ++i) adv[i] = (1 - cfg_.rank_weight) * adv[i] + cfg_.rank_weight * 2 * rank[i];
+  }
   const double t = std::clamp(progress, 0.0, 1.0);
   const double ent = cfg_.entropy_coef + (cfg_.entropy_coef_final - cfg_.entropy_coef) * t;
   UpdateStats st = policy_.update(decisions, adv, ent, cfg_.max_grad_norm);

@@ -5,8 +5,10 @@
 // a failed evaluation (over memory, a worker failure, a schedule that cannot
 // run) gets `failure_reward`, worse than any valid placement a few times
 // slower than the reference, so the search learns away from it and goes on.
-// Advantage = (reward - moving-average baseline) / running std; the policy then
-// takes one clipped Adam step with an entropy bonus (Policy::update).
+// Advantage = (reward - moving-average baseline) / spread, blended with the
+// sample's centred rank in its batch (rank_weight; robust when a few
+// disastrous samples dominate the spread); the policy then takes one clipped
+// Adam step with an entropy bonus (Policy::update).
 // Data flow: decisions + StepReports -> rewards -> advantages -> Policy::update.
 // Thread safety: one per search, single thread.
 #pragma once
@@ -20,10 +22,12 @@ namespace tapp {
 
 struct ReinforceConfig {
   double baseline_decay = 0.9;     // moving average of the batch mean reward
-  double entropy_coef = 0.02;      // entropy bonus at the start ...
+  double entropy_coef = 0.05;      // entropy bonus at the start ...
   double entropy_coef_final = 0.002;  // ... annealed linearly to this by the last iteration
   double max_grad_norm = 1.0;
-  double failure_reward = -3.0;    // a valid step 9x slower than the reference scores the same
+  double failure_reward = -3.0;
+  // Weight of centred batch ranks in the advantage (0 = baseline only).
+  double rank_weight = 0.75;    // a valid step 9x slower than the reference scores the same
 };
 
 class Reinforce {

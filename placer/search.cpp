@@ -63,11 +63,18 @@ Placement decision_to_placement(const Decision& d, const std::vector<int>& choic
 }
 
 Decision placement_to_decision(const Placement& p, const std::vector<int>& choices, int num_groups) {
+  // Stages in layer order: a new stage wherever the device changes (at most
+  // num_groups; the rest stay in the last one), as the contiguous policy sees it.
   Decision d;
   d.group_device.assign(num_groups, 0);
   d.layer_group.resize(p.layer_group.size());
-  for (size_t i = 0; i < p.layer_group.size(); ++i) d.layer_group[i] = std::min(p.layer_group[i], num_groups - 1);
-  for (int g = 0; g < p.num_groups() && g < num_groups; ++g) d.group_device[g] = p.group_device[g];
+  int stage = 0;
+  for (size_t i = 0; i < p.layer_group.size(); ++i) {
+    int dev = p.device_of_layer(static_cast<int>(i));
+    if (i > 0 && dev != p.device_of_layer(static_cast<int>(i - 1)) && stage + 1 < num_groups) ++stage;
+    d.layer_group[i] = stage;
+    if (i == 0 || d.layer_group[i - 1] != stage) d.group_device[stage] = dev;
+  }
   d.micro_batch_index = 0;
   for (size_t k = 0; k < choices.size(); ++k)
     if (choices[k] <= p.micro_batches) d.micro_batch_index = static_cast<int>(k);
@@ -91,50 +98,60 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, Evaluator& 
   pc.micro_batch_choices = micro_batch_choices(opt.batch_size, opt.max_micro_batches);
   pc.device_allowed = devices_that_fit(graph, cluster, opt.batch_size);
   pc.hidden = opt.hidden;
+  pc.contiguous = opt.contiguous;
+  pc.distinct_devices = opt.distinct_devices;
   pc.learning_rate = opt.learning_rate;
   pc.seed = opt.seed;
-  Policy policy(features, graph.consumers(), pc);
-  if (opt.warm_start) policy.imitate(placement_to_decision(*opt.warm_start, pc.micro_batch_choices, pc.num_groups), 60);
+  const auto consumers = graph.consumers();
+  auto policy = std::make_unique<Policy>(features, consumers, pc);
+  if (opt.warm_start) policy->imitate(placement_to_decision(*opt.warm_start, pc.micro_batch_choices, pc.num_groups), 60);
+  int restarts = 0, last_restart = 0;
+  double reference_ms = opt.reference_step_ms;
 
   std::mt19937_64 rng(opt.seed);
   std::map<std::string, StepReport> seen;
   std::optional<Reinforce> reinforce;
   const int total = std::max(1, opt.iterations);
-  const int patience = opt.patience > 0 ? opt.patience : std::max(60, total / 3);
+  const int patience = opt.patience > 0 ? opt.patience : std::max(100, total / 2);
   int last_improvement = 0;
   result.stop_reason = "iterations";
+
+  // Evaluates a decision once (memoised) and keeps the best valid placement.
+  auto evaluate_decision = [&](const Decision& d, int it) -> const StepReport& {
+    Placement p = decision_to_placement(d, pc.micro_batch_choices, opt.schedule);
+    const std::string key = placement_key(p);
+    auto hit = seen.find(key);
+    if (hit != seen.end()) return hit->second;
+    StepReport r;
+    if (Status st = validate_placement(p, graph, cluster, opt.batch_size); !st)
+      r = StepReport::failure("invalid_placement", st.message(), evaluator.name());
+    else if (Status mem = check_memory(p, graph, cluster, opt.batch_size); !mem)
+      r = StepReport::failure("out_of_memory", mem.message(), evaluator.name());
+    else
+      r = evaluator.evaluate(p);
+    r.timeline.clear();  // the caller re-evaluates the best with its timeline
+    hit = seen.emplace(key, std::move(r)).first;
+    ++result.evaluations;
+    if (!hit->second.ok) ++result.failures;
+    if (hit->second.ok && (!result.found || hit->second.step_ms < result.best_report.step_ms)) {
+      result.found = true;
+      result.best = p;
+      result.best_report = hit->second;
+      last_improvement = it;
+      result.trace.push_back({it, result.evaluations, elapsed(), hit->second.step_ms});
+    }
+    return hit->second;
+  };
 
   // Propose, evaluate, update, keep the best, stop early.
   for (int it = 1; it <= total; ++it) {
     std::vector<Decision> decisions;
     std::vector<StepReport> reports;
     for (int s = 0; s < std::max(1, opt.samples_per_iteration) && !cancelled(); ++s) {
-      Decision d = policy.sample(rng);
-      Placement p = decision_to_placement(d, pc.micro_batch_choices, opt.schedule);
-      const std::string key = placement_key(p);
-      auto hit = seen.find(key);
-      if (hit == seen.end()) {
-        StepReport r;
-        if (Status st = validate_placement(p, graph, cluster, opt.batch_size); !st)
-          r = StepReport::failure("invalid_placement", st.message(), evaluator.name());
-        else if (Status mem = check_memory(p, graph, cluster, opt.batch_size); !mem)
-          r = StepReport::failure("out_of_memory", mem.message(), evaluator.name());
-        else
-          r = evaluator.evaluate(p);
-        r.timeline.clear();  // the best is re-evaluated with its timeline by the caller
-        hit = seen.emplace(key, std::move(r)).first;
-        ++result.evaluations;
-        if (!hit->second.ok) ++result.failures;
-        if (hit->second.ok && (!result.found || hit->second.step_ms < result.best_report.step_ms)) {
-          result.found = true;
-          result.best = p;
-          result.best_report = hit->second;
-          last_improvement = it;
-          result.trace.push_back({it, result.evaluations, elapsed(), hit->second.step_ms});
-        }
-      }
+      Decision d = policy->sample(rng);
+      const StepReport& r = evaluate_decision(d, it);
       decisions.push_back(std::move(d));
-      reports.push_back(hit->second);
+      reports.push_back(r);
     }
     if (cancelled()) {
       result.cancelled = true;
@@ -143,11 +160,10 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, Evaluator& 
       break;
     }
     if (!reinforce) {
-      double ref = opt.reference_step_ms;
-      if (!(ref > 0))
+      if (!(reference_ms > 0))
         for (const auto& r : reports)
-          if (r.ok && (!(ref > 0) || r.step_ms < ref)) ref = r.step_ms;
-      reinforce.emplace(policy, opt.reinforce, ref > 0 ? ref : 1.0);
+          if (r.ok && (!(reference_ms > 0) || r.step_ms < reference_ms)) reference_ms = r.step_ms;
+      reinforce.emplace(*policy, opt.reinforce, reference_ms > 0 ? reference_ms : 1.0);
     }
     double frac = static_cast<double>(it) / total;
     if (opt.time_budget_s > 0) frac = std::max(frac, elapsed() / opt.time_budget_s);
@@ -162,11 +178,29 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, Evaluator& 
       result.stop_reason = "time_budget";
       break;
     }
-    if (it - last_improvement >= patience) {
+    // Restart: a policy that has not improved the best for `restart_after`
+    // iterations has converged; keep the best and start a fresh policy
+    // (another seed) to escape the local optimum.
+    if (opt.restart_after > 0 && restarts < opt.max_restarts &&
+        it - std::max(last_improvement, last_restart) >= opt.restart_after) {
+      evaluate_decision(policy->greedy(), it);
+      ++restarts;
+      last_restart = it;
+      PolicyConfig next = pc;
+      next.seed = pc.seed + 7919ULL * restarts;
+      reinforce.reset();
+      policy = std::make_unique<Policy>(features, consumers, next);
+      continue;
+    }
+    if (it - std::max(last_improvement, last_restart) >= patience &&
+        (opt.restart_after <= 0 || restarts >= opt.max_restarts)) {
       result.stop_reason = "patience";
       break;
     }
   }
+  result.restarts = restarts;
+  // The policy's most probable placement, once it has learned.
+  if (!result.cancelled && !cancelled()) evaluate_decision(policy->greedy(), result.iterations);
   result.elapsed_s = elapsed();
   return result;
 }

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,10 +30,10 @@ struct LayerGraph;
 struct Cluster;
 
 struct SearchOptions {
-  int iterations = 200;
+  int iterations = 600;
   double time_budget_s = 0;      // 0 = none
-  int samples_per_iteration = 8;
-  int patience = 0;              // 0 = max(60, iterations / 3)
+  int samples_per_iteration = 16;
+  int patience = 0;              // 0 = max(100, iterations / 2), counted after the last restart
   uint64_t seed = 1;
   int64_t batch_size = 32;
   int num_groups = 0;            // 0 = number of devices
@@ -40,8 +41,12 @@ struct SearchOptions {
   Schedule schedule = Schedule::gpipe;
   double reference_step_ms = 0;  // reward scale; 0 = the first valid step
   std::optional<Placement> warm_start;  // imitate this plan before searching
+  int restart_after = 60;        // fresh policy after this many iterations without improvement (0 = never)
+  int max_restarts = 8;
+  bool contiguous = true;        // partitions are pipeline stages (PolicyConfig::contiguous)
+  bool distinct_devices = true;  // stages on distinct devices (PolicyConfig::distinct_devices)
   int hidden = 64;
-  double learning_rate = 0.02;
+  double learning_rate = 0.005;
   ReinforceConfig reinforce;
 };
 
@@ -67,6 +72,7 @@ struct SearchResult {
   int64_t evaluations = 0;  // distinct placements evaluated
   int64_t failures = 0;     // of which failed (memory, evaluator)
   bool cancelled = false;
+  int restarts = 0;
   std::string stop_reason;  // "iterations" | "time_budget" | "patience" | "cancelled"
   double elapsed_s = 0;
   std::vector<TracePoint> trace;  // one point each time the best improved

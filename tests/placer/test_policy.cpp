@@ -1,6 +1,7 @@
 // TAPP features, the partition and allocation networks, REINFORCE and the search loop.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <numeric>
@@ -284,4 +285,73 @@ TEST_CASE("a decision becomes a placement without empty groups, numbered in laye
   CHECK(p.micro_batches == 4);
   CHECK(micro_batch_choices(12, 32) == std::vector<int>{1, 2, 4, 8});
   CHECK(micro_batch_choices(64, 16) == std::vector<int>{1, 2, 4, 8, 16});
+}
+
+TEST_CASE("contiguous partitions are pipeline stages on distinct devices") {
+  OpDictionary dict;
+  LayerGraph g = chain_graph(6);
+  PolicyConfig c = config(4, 4, 21);
+  Policy policy(encode_layers(g, dict), g.consumers(), c);
+  std::mt19937_64 rng(8);
+  for (int n = 0; n < 100; ++n) {
+    Decision d = policy.sample(rng);
+    for (size_t i = 1; i < d.layer_group.size(); ++i) CHECK(d.layer_group[i] >= d.layer_group[i - 1]);
+    Placement p = decision_to_placement(d, c.micro_batch_choices, Schedule::gpipe);
+    std::vector<int> devs = p.group_device;
+    std::sort(devs.begin(), devs.end());
+    CHECK(std::adjacent_find(devs.begin(), devs.end()) == devs.end());
+    CHECK(std::isfinite(policy.log_prob(d)));
+  }
+}
+
+TEST_CASE("the paper's free partition mode lets a layer take any group") {
+  OpDictionary dict;
+  LayerGraph g = chain_graph(6);
+  PolicyConfig c = config(4, 4, 21);
+  c.contiguous = false;
+  Policy policy(encode_layers(g, dict), g.consumers(), c);
+  std::mt19937_64 rng(8);
+  bool decreasing = false;
+  for (int n = 0; n < 50 && !decreasing; ++n) {
+    Decision d = policy.sample(rng);
+    for (size_t i = 1; i < d.layer_group.size(); ++i) decreasing = decreasing || d.layer_group[i] < d.layer_group[i - 1];
+  }
+  CHECK(decreasing);
+}
+
+TEST_CASE("a warm start makes the classical plan the policy's most probable placement") {
+  OpDictionary dict;
+  LayerGraph g = chain_graph(4);
+  Cluster c = equal_cluster(3);
+  PolicyConfig pc = config(3, 3, 5);
+  pc.learning_rate = 0.02;
+  Policy policy(encode_layers(g, dict), g.consumers(), pc);
+  Placement plan;
+  plan.layer_group = {0, 0, 0, 1, 1, 1, 1, 1};
+  plan.group_device = {2, 0};
+  plan.micro_batches = 2;
+  Decision target = placement_to_decision(plan, pc.micro_batch_choices, 3);
+  policy.imitate(target, 150);
+  Placement greedy = decision_to_placement(policy.greedy(), pc.micro_batch_choices, Schedule::gpipe);
+  CHECK(greedy.layer_group == plan.layer_group);
+  CHECK(greedy.group_device == plan.group_device);
+  CHECK(greedy.micro_batches == 2);
+}
+
+TEST_CASE("restarts keep the best placement found before them") {
+  LayerGraph g = chain_graph(4);
+  Cluster c = equal_cluster(3);
+  FakeEvaluator ev(std::vector<double>(8, 1.0), c);
+  SearchOptions o;
+  o.iterations = 40;
+  o.samples_per_iteration = 4;
+  o.restart_after = 5;
+  o.max_restarts = 3;
+  o.patience = 1000;
+  o.batch_size = 8;
+  std::vector<double> best;
+  SearchResult r = search(g, c, ev, o, [&](const SearchProgress& p) { best.push_back(p.best_step_ms); });
+  REQUIRE(r.found);
+  CHECK(r.restarts == 3);
+  for (size_t i = 1; i < best.size(); ++i) CHECK(best[i] <= best[i - 1]);
 }

@@ -1,0 +1,63 @@
+// The hybrid evaluator: simulate, measure the best candidates, recalibrate.
+#include <doctest/doctest.h>
+
+#include <memory>
+
+#include "placer/hybrid_evaluator.h"
+#include "placer/search.h"
+#include "profiler/layer_library.h"
+#include "runtime/cost_model.h"
+#include "tests/placer/fake_evaluator.h"
+
+using namespace tapp;
+
+namespace {
+// "Measures" a placement as twice the uncalibrated simulator's prediction.
+class SlowWorld : public Evaluator {
+ public:
+  SlowWorld(const LayerGraph& g, const Cluster& c, CostModel cost, int64_t batch) : sim_(g, c, std::move(cost), batch) {}
+  StepReport evaluate(const Placement& p) override {
+    ++evaluations_;
+    StepReport r = sim_.evaluate(p, SimulateOptions{false});
+    if (!r.ok) return r;
+    r.step_ms *= 2;
+    for (auto& d : r.devices) d.busy_ms *= 2;
+    r.source = "measure";
+    return r;
+  }
+  std::string name() const override { return "measure"; }
+
+ private:
+  Simulator sim_;
+};
+}  // namespace
+
+TEST_CASE("the hybrid evaluator measures its best candidates and moves predictions towards the measurements") {
+  LayerGraph g = tapp::testing::chain_graph(4, 256);
+  Cluster c = tapp::testing::equal_cluster(2);
+  LayerLibrary lib = estimated_library(g, 8);
+  Result<CostModel> cost = CostModel::build(g, c, lib);
+  REQUIRE_MESSAGE(cost.is_ok(), cost.error_message());
+  auto world = std::make_unique<SlowWorld>(g, c, cost.value(), 8);
+  HybridOptions ho;
+  ho.verify_every = 4;
+  ho.top_k = 2;
+  ho.max_measurements = 4;
+  HybridEvaluator hybrid(g, c, cost.value(), 8, std::move(world), ho);
+  Placement p = Placement::single_device(8, 0);
+  const double before = hybrid.evaluate(p).step_ms;
+  REQUIRE(before > 0);
+  Placement split = p;
+  split.layer_group = {0, 0, 0, 0, 1, 1, 1, 1};
+  split.group_device = {0, 1};
+  split.micro_batches = 2;
+  hybrid.evaluate(split);
+  hybrid.evaluate(split);
+  hybrid.evaluate(p);  // 4th evaluation: verification
+  REQUIRE(hybrid.measurements().size() == 2u);
+  for (const auto& m : hybrid.measurements()) CHECK(m.measured.ok);
+  REQUIRE(hybrid.measured(p) != nullptr);
+  CHECK(hybrid.measured(p)->step_ms == doctest::Approx(2 * before).epsilon(1e-6));
+  const double after = hybrid.evaluate(p).step_ms;
+  CHECK(std::abs(after - 2 * before) < std::abs(before - 2 * before));
+}
