@@ -240,22 +240,36 @@ Result<CalibrationResult> calibrate(const LayerGraph& g, const Cluster& c, const
     std::vector<double> ridge(K, 1e-5);
     for (int d = 0; d < D; ++d) ridge[d] = 3e-3;
     ridge[D + kWire] = 3e-3;
-    // Bounded least squares by an active set: parameters below their bound are fixed there.
-    std::vector<bool> fixed(K, false);
-    std::vector<double> lower(K, 0.0), fixed_value(K, 0.0);
+    // Bounded least squares by an active set (parameters below their bound are
+    // fixed there), made robust by iteratively reweighting: a row whose relative
+    // residual exceeds 10% counts as if it were 10% (Huber), so one disturbed
+    // measurement cannot drag the whole fit.
+    std::vector<double> lower(K, 0.0);
     for (int d = 0; d < D; ++d) lower[d] = 0.05;
     lower[D + kWire] = 0.05;
+    std::vector<double> robust = weight;
     std::vector<double> nx;
-    for (int round = 0; round <= K; ++round) {
-      nx = solve(rows, rhs, weight, prior, ridge, fixed, fixed_value);
-      bool changed = false;
-      for (int k = 0; k < K; ++k)
-        if (!fixed[k] && nx[k] < lower[k]) {
-          fixed[k] = true;
-          fixed_value[k] = lower[k];
-          changed = true;
-        }
-      if (!changed) break;
+    for (int irls = 0; irls < 5; ++irls) {
+      std::vector<bool> fixed(K, false);
+      std::vector<double> fixed_value(K, 0.0);
+      for (int round = 0; round <= K; ++round) {
+        nx = solve(rows, rhs, robust, prior, ridge, fixed, fixed_value);
+        bool changed = false;
+        for (int k = 0; k < K; ++k)
+          if (!fixed[k] && nx[k] < lower[k]) {
+            fixed[k] = true;
+            fixed_value[k] = lower[k];
+            changed = true;
+          }
+        if (!changed) break;
+      }
+      const double delta = 0.10;
+      for (size_t r = 0; r < rows.size(); ++r) {
+        double fit = 0;
+        for (int k = 0; k < K; ++k) fit += rows[r][k] * nx[k];
+        double rel = std::abs(fit - rhs[r]) * weight[r] / (weight[r] > 0 && rhs[r] > 0 ? weight[r] * rhs[r] : 1.0);
+        robust[r] = weight[r] * (rel <= delta ? 1.0 : std::sqrt(delta / rel));
+      }
     }
     bool same = true;
     for (int k = 0; k < K; ++k) same = same && std::abs(nx[k] - x[k]) <= 1e-6 * (1 + std::abs(x[k]));

@@ -28,6 +28,7 @@ namespace {
 
 struct PlanArgs {
   std::string model, devices, planner = "dp", evaluator = "simulate", costs = "auto", calibration, out, schedule = "gpipe";
+  std::string placement;  // evaluate this placement instead of planning
   int64_t batch = 32, input_size = 0, classes = 0;
   int micro_batches = 0, max_micro_batches = 64, budget = 200, steps = 3, warmup = 1;
   int64_t exhaustive_limit = 200000;
@@ -164,7 +165,21 @@ int plan(const PlanArgs& a) {
     options.strategy_evaluator = [&](const std::string& strategy) {
       return run_strategy(*graph, *cluster, strategy, ro).report;
     };
-  std::vector<PlannerRow> rows = run_planners(ctx, *evaluator, options);
+  std::vector<PlannerRow> rows;
+  if (!a.placement.empty()) {
+    auto given = load_placement(a.placement, *graph, *cluster);
+    if (!given) {
+      std::cerr << "tapp-cli plan: --placement: " << given.error_message() << "\n";
+      return 2;
+    }
+    PlannerRow row;
+    row.name = "given";
+    row.placement = *given;
+    row.report = evaluator->evaluate(*given);
+    rows.push_back(row);
+  } else {
+    rows = run_planners(ctx, *evaluator, options);
+  }
   // The single plan's timeline, when asked for, from a simulation with timeline on.
   if (sim && a.timeline && rows.size() == 1 && rows[0].placement && rows[0].report.ok) {
     sim->timeline = true;
@@ -268,6 +283,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   sub->add_option("--warmup", args->warmup, "measure: warm-up steps")->check(CLI::Range(0, 1000));
   sub->add_option("--input-size", args->input_size, "image side (0: the model's default)");
   sub->add_option("--classes", args->classes, "number of classes (0: the model's default)");
+  sub->add_option("--placement", args->placement, "evaluate this placement.json instead of planning");
   sub->add_option("--out", args->out, "write the (best) placement JSON here");
   sub->add_flag("--json", args->json, "print JSON");
   sub->add_flag("--timeline", args->timeline, "with --json and one planner: include the simulated timeline");
