@@ -264,6 +264,7 @@ Result<json> run_job(const OptimizeRequest& req, const ProgressFn& progress, con
     if (b.placement && b.report.ok) {
       row["micro_batches"] = b.placement->micro_batches;
       row["groups"] = is_data_parallel(*b.placement) ? json::array() : groups_summary(*b.placement, graph, cluster);
+      row["placement"] = placement_to_json(*b.placement, graph, cluster);
     }
     row["speedup_vs_bsp"] = b.report.ok ? speedup(bsp_ms, b.report.step_ms) : json(nullptr);
     row["speedup_vs_best_baseline"] = b.report.ok ? speedup(best_baseline_ms, b.report.step_ms) : json(nullptr);
@@ -285,6 +286,8 @@ Result<json> run_job(const OptimizeRequest& req, const ProgressFn& progress, con
     trace.push_back({{"iteration", t.iteration}, {"evaluations", t.evaluations}, {"elapsed_s", t.elapsed_s},
                      {"best_step_ms", t.best_step_ms}});
   policy["trace"] = trace;
+  policy["restarts"] = sr.restarts;
+  if (sr.found) policy["placement"] = placement_to_json(sr.best, graph, cluster);
 
   const StepReport& shown = measured && measured->ok ? *measured : (predicted ? *predicted : best_report);
   json result;

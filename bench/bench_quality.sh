@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# bench/bench_quality.sh — TAPP search quality (placer engineer). Not a test.
+#
+# Part A (simulate): for alexnet, vgg16, inception_v3 at ImageNet sizes (batch
+# 32) on the example clusters, `tapp-cli optimize --json` with default options;
+# prints the policy's best (no warm start), the best classical planner, the DP
+# planner, the exhaustive optimum where it was feasible, BSP, and the time the
+# policy took to come within 5% of its own final best.
+# Part B (measured, in kind with the paper's table): the same models at a small
+# input size on examples/cluster_4equal.json (emulated devices): SingleCPU,
+# Pipe-Torch (= the DP planner), BSP and TAPP measured by `tapp-cli run`.
+#
+# Usage: bench/bench_quality.sh [BUILD_DIR] [a|b|ab]   (default: build, ab)
+set -euo pipefail
+BUILD=${1:-build}
+PARTS=${2:-ab}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+CLI="$ROOT/$BUILD/bin/tapp-cli"
+[ -x "$CLI" ] || CLI="$BUILD/bin/tapp-cli"
+OUT=${TAPP_BENCH_OUT:-$(mktemp -d)}
+MODELS=${MODELS:-"alexnet vgg16 inception_v3"}
+CLUSTERS=${CLUSTERS:-"cluster_4equal cluster_4hetero cluster_device_server cluster_8equal"}
+
+if [[ $PARTS == *a* ]]; then
+  echo "## Part A: simulate, ImageNet sizes, batch 32, seed 1 (results in $OUT)"
+  echo
+  echo "| model | cluster | TAPP policy ms | best classical (name) ms | TAPP vs best classical | DP ms | exhaustive ms | TAPP vs exhaustive | BSP ms | TAPP vs BSP | to 5% of final (s) | search (s) |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+  for m in $MODELS; do
+    for c in $CLUSTERS; do
+      f="$OUT/$m-$c.json"
+      "$CLI" optimize "$m" --devices "$ROOT/examples/$c.json" --seed 1 --json >"$f" 2>"$OUT/$m-$c.log" || { echo "| $m | $c | failed: $(tail -1 "$OUT/$m-$c.log") |"; continue; }
+      python3 - "$f" "$m" "$c" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1])); m, c = sys.argv[2], sys.argv[3]
+p = r["policy"]; tapp = p["step_ms"]
+rows = {b["name"]: b for b in r["baselines"]}
+ok = {n: b["step_ms"] for n, b in rows.items() if b.get("ok")}
+best_name = min(ok, key=ok.get) if ok else None
+def f(x): return "-" if x is None else f"{x:,.0f}"
+def pct(a, b): return "-" if a is None or b is None else f"{100 * (a / b - 1):+.1f}%"
+ex = ok.get("exhaustive")
+print(f"| {m} | {c} | {f(tapp)} | {best_name} {f(ok.get(best_name))} | {pct(tapp, ok.get(best_name))} | {f(ok.get('dp'))} | "
+      f"{f(ex) if ex else 'infeasible'} | {pct(tapp, ex)} | {f(ok.get('bsp'))} | {pct(tapp, ok.get('bsp'))} | "
+      f"{p['time_to_within_5pct_s']:.1f} | {p['elapsed_s']:.1f} |")
+PY
+    done
+  done
+  echo
+fi
+
+if [[ $PARTS == *b* ]]; then
+  CL="$ROOT/examples/cluster_4equal.json"
+  BATCH=${BATCH:-16}
+  echo "## Part B: measured on the emulated 4-device cluster (batch $BATCH, small inputs), median of 3 steps"
+  echo
+  echo "| model (input) | SingleCPU ms | Pipe-Torch (DP) ms | BSP ms | TAPP ms | TAPP vs BSP | TAPP vs DP |"
+  echo "|---|---|---|---|---|---|---|"
+  for spec in ${BSPECS:-"alexnet:64 vgg16:32 inception_v3:75"}; do
+    m=${spec%%:*}; s=${spec##*:}
+    f="$OUT/b-$m.json"
+    "$CLI" optimize "$m" --devices "$CL" --input-size "$s" --batch "$BATCH" --seed 1 --json >"$f" 2>"$OUT/b-$m.log"
+    python3 - "$f" "$OUT/b-$m" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1])); base = sys.argv[2]
+json.dump(r["policy"]["placement"], open(base + "-tapp.json", "w"))
+dp = [b for b in r["baselines"] if b["name"] == "dp" and b.get("placement")]
+json.dump(dp[0]["placement"], open(base + "-dp.json", "w"))
+PY
+    run() { "$CLI" run "$m" --devices "$CL" --input-size "$s" --batch "$BATCH" --steps 3 --warmup 1 --json "$@" 2>>"$OUT/b-$m.log" |
+            python3 -c "import json,sys; r=json.load(sys.stdin); print(r['step_ms'] if r.get('ok') else 'nan')"; }
+    single=$(run --strategy single); bsp=$(run --strategy bsp)
+    dpm=$(run --placement "$OUT/b-$m-dp.json"); tapp=$(run --placement "$OUT/b-$m-tapp.json")
+    python3 - "$m" "$s" "$single" "$dpm" "$bsp" "$tapp" <<'PY'
+import sys
+m, s, single, dp, bsp, tapp = sys.argv[1], sys.argv[2], *map(float, sys.argv[3:])
+print(f"| {m} ({s}) | {single:,.0f} | {dp:,.0f} | {bsp:,.0f} | {tapp:,.0f} | {bsp / tapp:.2f}x | {dp / tapp:.2f}x |")
+PY
+  done
+fi
