@@ -34,7 +34,7 @@ double median(std::vector<double> v) {
 }
 
 // Parameter layout: [factor_0 .. factor_{D-1}, task, layer, message, wire, step, update].
-enum Param { kTask = 0, kLayer, kMessage, kWire, kStep, kUpdate, kCount };
+enum Param { kTask = 0, kLayer, kMessage, kWire, kStep, kUpdate, kMessageMb, kConcurrency, kCount };
 
 // Devices share a factor when they are the same hardware (group_of[d] = factor index).
 std::vector<double> to_vector(const Calibration& c, const std::vector<int>& group_of, int D) {
@@ -46,6 +46,8 @@ std::vector<double> to_vector(const Calibration& c, const std::vector<int>& grou
   x[D + kWire] = c.wire_factor;
   x[D + kStep] = c.step_overhead_ms;
   x[D + kUpdate] = c.update_ms_per_param_mb;
+  x[D + kMessageMb] = c.message_ms_per_mb;
+  x[D + kConcurrency] = c.concurrency_slowdown;
   return x;
 }
 
@@ -58,6 +60,8 @@ Calibration from_vector(const std::vector<double>& x, const std::vector<int>& gr
   c.wire_factor = x[D + kWire];
   c.step_overhead_ms = x[D + kStep];
   c.update_ms_per_param_mb = x[D + kUpdate];
+  c.message_ms_per_mb = x[D + kMessageMb];
+  c.concurrency_slowdown = x[D + kConcurrency];
   return c;
 }
 
@@ -199,18 +203,23 @@ Result<CalibrationResult> calibrate(const LayerGraph& g, const Cluster& c, const
       const TaskGraph& tg = graphs[i];
       TaskTimes times;
       simulate(tg, cost, {false}, &times);
-      std::vector<int64_t> params(D, 0);
+      std::vector<int64_t> params(c.num_devices(), 0);
       for (const Segment& s : tg.segments) params[s.device] += s.param_bytes;
+      int local_used = 0;
+      for (int d = 0; d < c.num_devices(); ++d) local_used += !tg.device_order[d].empty() && cost.is_local(d);
       // Features of one compute task / transfer.
       auto add_task = [&](std::vector<double>& row, const Task& t) {
         if (t.kind == TaskKind::transfer_activation || t.kind == TaskKind::transfer_gradient) {
           row[D + kWire] += cost.wire_ms(t.device, t.to_device, t.bytes);
           row[D + kMessage] += 1;
+          row[D + kMessageMb] += static_cast<double>(t.bytes) / 1e6;
           return;
         }
         const Segment& s = tg.segments[t.segment];
-        row[group_of[t.device]] += cost.raw_compute_ms(t.device, s.layers.front(), s.layers.back(),
-                                             tg.micro_batch_sizes[t.micro_batch], t.kind == TaskKind::backward);
+        double raw = cost.raw_compute_ms(t.device, s.layers.front(), s.layers.back(),
+                                         tg.micro_batch_sizes[t.micro_batch], t.kind == TaskKind::backward);
+        row[group_of[t.device]] += raw;
+        if (cost.is_local(t.device)) row[D + kConcurrency] += raw * std::max(0, local_used - 1);
         row[D + kTask] += cost.inverse_speed(t.device);
         row[D + kLayer] += static_cast<double>(s.layers.size()) * cost.inverse_speed(t.device);
       };

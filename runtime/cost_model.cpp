@@ -17,7 +17,8 @@ json calibration_to_json(const Calibration& c) {
   return {{"device_factor", c.device_factor},         {"task_overhead_ms", c.task_overhead_ms},
           {"layer_overhead_ms", c.layer_overhead_ms}, {"message_overhead_ms", c.message_overhead_ms},
           {"wire_factor", c.wire_factor},             {"step_overhead_ms", c.step_overhead_ms},
-          {"update_ms_per_param_mb", c.update_ms_per_param_mb}};
+          {"update_ms_per_param_mb", c.update_ms_per_param_mb}, {"message_ms_per_mb", c.message_ms_per_mb},
+          {"concurrency_slowdown", c.concurrency_slowdown}};
 }
 
 Result<Calibration> calibration_from_json(const json& j) {
@@ -38,7 +39,9 @@ Result<Calibration> calibration_from_json(const json& j) {
                             {"message_overhead_ms", &c.message_overhead_ms},
                             {"wire_factor", &c.wire_factor},
                             {"step_overhead_ms", &c.step_overhead_ms},
-                            {"update_ms_per_param_mb", &c.update_ms_per_param_mb}})
+                            {"update_ms_per_param_mb", &c.update_ms_per_param_mb},
+                            {"message_ms_per_mb", &c.message_ms_per_mb},
+                            {"concurrency_slowdown", &c.concurrency_slowdown}})
       if (Status s = num(key, *ptr); !s) return s;
   } catch (const json::exception& e) {
     return Status::error(std::string("calibration.device_factor: expected an array of numbers (") + e.what() + ")");
@@ -134,6 +137,7 @@ Result<CostModel> CostModel::build(const LayerGraph& g, const Cluster& c, const 
   for (const Device& d : c.devices) {
     m.device_names_.push_back(d.name);
     m.inv_speed_.push_back(1.0 / d.speed);
+    m.is_local_.push_back(d.is_local());
   }
   return m;
 }

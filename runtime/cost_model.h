@@ -33,6 +33,10 @@ struct Calibration {
   double task_overhead_ms = 0;     // per compute task (one segment, one micro-batch)
   double layer_overhead_ms = 0;    // per layer per compute task
   double message_overhead_ms = 0;  // per transfer
+  double message_ms_per_mb = 0;    // per MB moved (the real copy behind an emulated link)
+  // Local devices share one machine: a local device's compute is multiplied by
+  // factor + concurrency_slowdown x (other local devices the placement uses).
+  double concurrency_slowdown = 0;
   double wire_factor = 1;          // multiplies latency + bytes / bandwidth
   double step_overhead_ms = 0;     // per training step (barriers, bookkeeping)
   double update_ms_per_param_mb = 0;  // optimizer step per MB of a device's parameters (fitted)
@@ -64,12 +68,17 @@ class CostModel {
   // `device`: the profiled time at that micro-batch size (interpolated between
   // profiled batch sizes, extrapolated affinely above the largest, proportional
   // below the smallest), x the device factor, / speed, + overheads.
-  double forward_ms(int device, int first, int last, int64_t samples) const {
-    return raw_ms(device, first, last, samples, false) * calibration_.factor(device) + overhead_ms(device, first, last);
+  // `other_local` = how many other local devices the placement uses (they
+  // compete for the same cores; see Calibration::concurrency_slowdown).
+  double forward_ms(int device, int first, int last, int64_t samples, int other_local = 0) const {
+    return raw_ms(device, first, last, samples, false) * multiplier(device, other_local) +
+           overhead_ms(device, first, last);
   }
-  double backward_ms(int device, int first, int last, int64_t samples) const {
-    return raw_ms(device, first, last, samples, true) * calibration_.factor(device) + overhead_ms(device, first, last);
+  double backward_ms(int device, int first, int last, int64_t samples, int other_local = 0) const {
+    return raw_ms(device, first, last, samples, true) * multiplier(device, other_local) +
+           overhead_ms(device, first, last);
   }
+  bool is_local(int device) const { return is_local_[device]; }
   // Compute without overheads and device factor (what the factor multiplies), for calibration.
   double raw_compute_ms(int device, int first, int last, int64_t samples, bool backward) const {
     return raw_ms(device, first, last, samples, backward);
@@ -81,7 +90,7 @@ class CostModel {
   double transfer_ms(int from, int to, int64_t bytes) const {
     const size_t k = static_cast<size_t>(from) * num_devices_ + to;
     return (latency_ms_[k] + static_cast<double>(bytes) * ms_per_byte_[k]) * calibration_.wire_factor +
-           calibration_.message_overhead_ms;
+           calibration_.message_overhead_ms + calibration_.message_ms_per_mb * static_cast<double>(bytes) / 1e6;
   }
   double wire_ms(int from, int to, int64_t bytes) const {  // uncalibrated latency + bytes / bandwidth
     const size_t k = static_cast<size_t>(from) * num_devices_ + to;
@@ -104,6 +113,9 @@ class CostModel {
   CostModel with_calibration(const Calibration& calibration) const;
 
  private:
+  double multiplier(int device, int other_local) const {
+    return calibration_.factor(device) + (is_local_[device] ? calibration_.concurrency_slowdown * other_local : 0.0);
+  }
   // Fixed costs run on the device too, so they stretch with 1/speed.
   double overhead_ms(int device, int first, int last) const {
     return (calibration_.task_overhead_ms + calibration_.layer_overhead_ms * (last - first + 1)) * inv_speed_[device];
@@ -121,6 +133,7 @@ class CostModel {
   std::vector<DeviceCosts> devices_;
   std::vector<double> latency_ms_, ms_per_byte_;         // [from][to]
   std::vector<double> inv_speed_;                        // [device]: 1 / speed
+  std::vector<char> is_local_;                           // [device]
   std::vector<int64_t> act_prefix_;                      // [layer + 1]
   std::vector<std::string> device_names_;
 };

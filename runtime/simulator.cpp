@@ -23,12 +23,14 @@ Workspace& workspace() {
 
 bool is_transfer(TaskKind k) { return k == TaskKind::transfer_activation || k == TaskKind::transfer_gradient; }
 
-double task_duration(const TaskGraph& tg, const Task& t, const CostModel& cost) {
+double task_duration(const TaskGraph& tg, const Task& t, const CostModel& cost, int local_used) {
   if (is_transfer(t.kind)) return cost.transfer_ms(t.device, t.to_device, t.bytes);
   const Segment& s = tg.segments[t.segment];
   const int64_t samples = tg.micro_batch_sizes[t.micro_batch];
-  return t.kind == TaskKind::forward ? cost.forward_ms(t.device, s.layers.front(), s.layers.back(), samples)
-                                     : cost.backward_ms(t.device, s.layers.front(), s.layers.back(), samples);
+  const int others = cost.is_local(t.device) ? std::max(0, local_used - 1) : 0;
+  return t.kind == TaskKind::forward
+             ? cost.forward_ms(t.device, s.layers.front(), s.layers.back(), samples, others)
+             : cost.backward_ms(t.device, s.layers.front(), s.layers.back(), samples, others);
 }
 
 }  // namespace
@@ -86,6 +88,9 @@ StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOp
       }
     }
   }
+  // Local devices the placement uses (they share the machine's cores).
+  int local_used = 0;
+  for (int d = 0; d < D; ++d) local_used += !tg.device_order[d].empty() && cost.is_local(d);
   // Kahn's algorithm over deps + resource chains.
   ws.indegree.assign(T, 0);
   ws.succ_begin.assign(T + 1, 0);
@@ -122,7 +127,7 @@ StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOp
     if (ws.resource_prev[t] >= 0) consider(ws.resource_prev[t]);
     for (int d : task.deps) consider(d);
     ws.start[t] = s;
-    ws.end[t] = s + task_duration(tg, task, cost);
+    ws.end[t] = s + task_duration(tg, task, cost, local_used);
     ws.crit[t] = crit;
     for (int k = ws.succ_begin[t]; k < ws.succ_begin[t + 1]; ++k)
       if (--ws.indegree[ws.succ[k]] == 0) ws.ready.push_back(ws.succ[k]);

@@ -220,8 +220,10 @@ int calibrate_cmd(const CalibrateArgs& a) {
   const Calibration& c = all->calibration;
   std::cout << "calibration: device factors";
   for (double f : c.device_factor) std::cout << " " << fixed(f, 3);
+  std::cout << " (+" << fixed(c.concurrency_slowdown, 3) << " per other local device)";
   std::cout << ", per task " << fixed(c.task_overhead_ms, 3) << " ms, per layer " << fixed(c.layer_overhead_ms, 3)
-            << " ms, per message " << fixed(c.message_overhead_ms, 3) << " ms, wire x" << fixed(c.wire_factor, 3)
+            << " ms, per message " << fixed(c.message_overhead_ms, 3) << " ms + " << fixed(c.message_ms_per_mb, 3)
+            << " ms/MB, wire x" << fixed(c.wire_factor, 3)
             << ", per step " << fixed(c.step_overhead_ms, 3) << " ms, update " << fixed(c.update_ms_per_param_mb, 3)
             << " ms/MB\n";
   return 0;
