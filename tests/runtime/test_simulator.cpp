@@ -453,3 +453,22 @@ TEST_CASE("costs follow the profiled batch sizes: exact at each, interpolated be
   REQUIRE(r.ok);
   CHECK(r.step_ms == doctest::Approx(8 * (4.0 + 8.0)));
 }
+
+TEST_CASE("local devices that compute at once slow each other by the calibrated concurrency slowdown") {
+  LayerGraph g = chain(2);
+  Cluster c = devices(2);
+  LayerLibrary lib = flat_library(g, 1, 1.0, 1.0);
+  Calibration cal;
+  cal.concurrency_slowdown = 0.5;  // each stage's compute x (1 + 0.5 x 1 other local device)
+  const int m = 4;
+  StepReport two = run(g, c, lib, by_device({0, 1}, m), m, cal);
+  REQUIRE(two.ok);
+  CHECK(two.step_ms == doctest::Approx((m + 1) * 2.0 * 1.5));
+  StepReport one = run(g, c, lib, by_device({0, 0}, m), m, cal);  // alone: no slowdown
+  REQUIRE(one.ok);
+  CHECK(one.step_ms == doctest::Approx(m * 4.0));
+  c.devices[1].where = "10.0.0.2:7000";  // a remote device does not share the machine
+  StepReport remote = run(g, c, lib, by_device({0, 1}, m), m, cal);
+  REQUIRE(remote.ok);
+  CHECK(remote.step_ms == doctest::Approx((m + 1) * 2.0));
+}
