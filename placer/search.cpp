@@ -35,6 +35,49 @@ std::vector<bool> devices_that_fit(const LayerGraph& g, const Cluster& c, int64_
   return ok;
 }
 
+// Local moves around a placement whose groups are stages in layer order:
+// shift a stage boundary by 1..4 layers, swap two stages' devices, move a
+// stage to an unused device, halve or double the micro-batches.
+std::vector<Placement> neighbours(const Placement& p, int num_devices, const std::vector<int>& choices) {
+  std::vector<Placement> out;
+  const int L = static_cast<int>(p.layer_group.size());
+  for (int i = 1; i < L; ++i) {
+    if (p.layer_group[i] == p.layer_group[i - 1]) continue;  // i starts a new group
+    for (int delta : {1, -1, 2, -2, 4, -4}) {
+      Placement q = p;
+      q.source = "policy";
+      int lo = delta > 0 ? i : i + delta, hi = delta > 0 ? i + delta : i;  // layers [lo, hi) change side
+      if (lo < 0 || hi > L) continue;
+      const int g = delta > 0 ? p.layer_group[i - 1] : p.layer_group[i];
+      for (int k = lo; k < hi; ++k) q.layer_group[k] = g;
+      Placement c = decision_to_placement(Decision{q.layer_group, q.group_device, 0}, {q.micro_batches}, q.schedule);
+      c.source = "policy";
+      if (c.num_groups() == p.num_groups()) out.push_back(c);
+    }
+  }
+  std::vector<bool> used(num_devices, false);
+  for (int d : p.group_device) used[d] = true;
+  for (int a = 0; a < p.num_groups(); ++a) {
+    for (int b = a + 1; b < p.num_groups(); ++b) {
+      Placement q = p;
+      std::swap(q.group_device[a], q.group_device[b]);
+      out.push_back(q);
+    }
+    for (int d = 0; d < num_devices; ++d)
+      if (!used[d]) {
+        Placement q = p;
+        q.group_device[a] = d;
+        out.push_back(q);
+      }
+  }
+  for (size_t k = 0; k < choices.size(); ++k)
+    if (choices[k] == p.micro_batches) {
+      if (k > 0) out.push_back(p), out.back().micro_batches = choices[k - 1];
+      if (k + 1 < choices.size()) out.push_back(p), out.back().micro_batches = choices[k + 1];
+    }
+  return out;
+}
+
 }  // namespace
 
 std::vector<int> micro_batch_choices(int64_t batch_size, int max_micro_batches) {
@@ -117,8 +160,7 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, Evaluator& 
   result.stop_reason = "iterations";
 
   // Evaluates a decision once (memoised) and keeps the best valid placement.
-  auto evaluate_decision = [&](const Decision& d, int it) -> const StepReport& {
-    Placement p = decision_to_placement(d, pc.micro_batch_choices, opt.schedule);
+  auto evaluate_placement = [&](const Placement& p, int it) -> const StepReport& {
     const std::string key = placement_key(p);
     auto hit = seen.find(key);
     if (hit != seen.end()) return hit->second;
@@ -141,6 +183,9 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, Evaluator& 
       result.trace.push_back({it, result.evaluations, elapsed(), hit->second.step_ms});
     }
     return hit->second;
+  };
+  auto evaluate_decision = [&](const Decision& d, int it) -> const StepReport& {
+    return evaluate_placement(decision_to_placement(d, pc.micro_batch_choices, opt.schedule), it);
   };
 
   // Propose, evaluate, update, keep the best, stop early.
@@ -201,6 +246,31 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, Evaluator& 
   result.restarts = restarts;
   // The policy's most probable placement, once it has learned.
   if (!result.cancelled && !cancelled()) evaluate_decision(policy->greedy(), result.iterations);
+  result.policy_found = result.found;
+  result.policy_best = result.best;
+  result.policy_best_report = result.best_report;
+  result.policy_evaluations = result.evaluations;
+  result.policy_elapsed_s = elapsed();
+
+  // Optional refinement of the policy's best by local moves (stage boundaries,
+  // device swaps, micro-batches), through the same evaluator; reported apart.
+  if (opt.refine_budget > 0 && result.found && !cancelled()) {
+    const int64_t stop_at = result.evaluations + opt.refine_budget;
+    bool improved = true;
+    while (improved && result.evaluations < stop_at && !cancelled()) {
+      improved = false;
+      const double current = result.best_report.step_ms;
+      for (const Placement& q : neighbours(result.best, cluster.num_devices(), pc.micro_batch_choices)) {
+        if (result.evaluations >= stop_at || cancelled()) break;
+        evaluate_placement(q, result.iterations);
+        if (result.best_report.step_ms < current) {
+          improved = true;
+          break;
+        }
+      }
+    }
+    if (result.best_report.step_ms < result.policy_best_report.step_ms) result.best.source = "policy+refine";
+  }
   result.elapsed_s = elapsed();
   return result;
 }

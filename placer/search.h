@@ -43,6 +43,7 @@ struct SearchOptions {
   std::optional<Placement> warm_start;  // imitate this plan before searching
   int restart_after = 60;        // fresh policy after this many iterations without improvement (0 = never)
   int max_restarts = 8;
+  int refine_budget = 0;         // evaluations for local refinement of the policy's best (0 = off)
   bool contiguous = true;        // partitions are pipeline stages (PolicyConfig::contiguous)
   bool distinct_devices = true;  // stages on distinct devices (PolicyConfig::distinct_devices)
   int hidden = 64;
@@ -76,6 +77,12 @@ struct SearchResult {
   std::string stop_reason;  // "iterations" | "time_budget" | "patience" | "cancelled"
   double elapsed_s = 0;
   std::vector<TracePoint> trace;  // one point each time the best improved
+  // What the policy found by itself, before any refinement (best = after).
+  bool policy_found = false;
+  Placement policy_best;
+  StepReport policy_best_report;
+  int64_t policy_evaluations = 0;
+  double policy_elapsed_s = 0;
 };
 
 // The Placement of a decision: empty groups dropped, the rest renumbered by

@@ -110,9 +110,10 @@ void print_result(const json& r) {
               << g.value("layers", 0) << ")\n";
   const json& p = r["policy"];
   std::cout << "\nTAPP policy: " << fmt_ms(p["step_ms"]) << " ms after " << p.value("iterations", 0)
-            << " iterations, " << p.value("evaluations", 0) << " placements evaluated (" << p.value("failures", 0)
-            << " failed), stopped by " << p.value("stop_reason", "") << ", " << std::fixed << std::setprecision(1)
-            << p.value("elapsed_s", 0.0) << " s\n\n";
+            << " iterations (" << p.value("restarts", 0) << " restarts), stopped by " << p.value("stop_reason", "")
+            << ", " << std::fixed << std::setprecision(1) << p.value("policy_elapsed_s", 0.0) << " s; refined "
+            << fmt_ms(p["refined_step_ms"]) << " ms; " << p.value("evaluations", 0) << " placements evaluated ("
+            << p.value("failures", 0) << " failed) in " << p.value("elapsed_s", 0.0) << " s\n\n";
   std::cout << std::left << std::setw(16) << "plan" << std::right << std::setw(12) << "step ms" << std::setw(10)
             << "vs BSP" << std::setw(14) << "vs best base" << std::setw(10) << "comm" << "\n";
   auto row = [](const std::string& name, const json& ms, const json& vb, const json& vbest, const json& comm) {
@@ -120,6 +121,9 @@ void print_result(const json& r) {
               << fmt_x(vb) << std::setw(14) << fmt_x(vbest) << std::setw(10) << fmt_pct(comm) << "\n";
   };
   row("TAPP (policy)", p["step_ms"], p["speedup_vs_bsp"], p["speedup_vs_best_baseline"], nullptr);
+  if (p["refined_step_ms"].is_number() && p["step_ms"].is_number() &&
+      p["refined_step_ms"].get<double>() < p["step_ms"].get<double>())
+    row("TAPP +refine", p["refined_step_ms"], p["refined_speedup_vs_bsp"], p["refined_speedup_vs_best_baseline"], nullptr);
   for (const auto& b : r["baselines"]) {
     if (b.value("ok", false))
       row(b.value("name", ""), b["step_ms"], b["speedup_vs_bsp"], b["speedup_vs_best_baseline"], b["comm_fraction"]);
