@@ -6,7 +6,9 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <iomanip>
 #include <set>
+#include <sstream>
 #include <tuple>
 
 #include "profiler/layer_graph.h"
@@ -387,7 +389,8 @@ StagePlan neighbour(const PlannerContext& ctx, const StagePlan& cur, std::mt1993
       case 0:  // move a boundary
         if (S > 1) {
           int k = 1 + static_cast<int>(rng() % (S - 1));
-          int span = std::max(1, L / 10);
+          // Mostly a layer or two; sometimes up to a tenth of the model.
+          int span = (rng() % 4) ? 2 : std::max(2, L / 10);
           int delta = 1 + static_cast<int>(rng() % span);
           int nb = n.stage_begin[k] + ((rng() & 1) ? delta : -delta);
           nb = std::max(n.stage_begin[k - 1] + 1, std::min(stage_end(k) - 1, nb));
@@ -582,8 +585,13 @@ Result<Outcome> exhaustive(const PlannerContext& ctx, Evaluator& ev) {
       return !cancelled(ctx);
     });
   } else {
-    return Status::error("exhaustive: " + std::to_string(static_cast<long long>(std::min(contiguous, 9e18))) +
-                         " contiguous placements exceed the limit of " + std::to_string(ctx.exhaustive_limit));
+    std::ostringstream count;
+    if (contiguous < 1e15)
+      count << static_cast<long long>(contiguous);
+    else
+      count << "about " << std::setprecision(2) << contiguous;
+    return Status::error("exhaustive: " + count.str() + " contiguous placements exceed the limit of " +
+                         std::to_string(ctx.exhaustive_limit));
   }
   if (!best.placement) return nothing_fits("exhaustive");
   return Outcome{*best.placement, best.report};
