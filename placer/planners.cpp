@@ -677,6 +677,8 @@ Result<Outcome> run_outcome(const std::string& name, const PlannerContext& ctx, 
     p = plan_single_device(ctx);
   else if (name == "bsp")
     p = plan_data_parallel(ctx);
+  else if (name == "hogwild")
+    p = plan_hogwild(ctx);
   else if (name == "uniform")
     p = plan_uniform(ctx);
   else if (name == "params")
@@ -818,16 +820,32 @@ std::vector<Placement> random_placements(const PlannerContext& ctx, int n, doubl
   return out;
 }
 
-Placement data_parallel_placement(int L, const std::vector<int>& devices) {
+Placement data_parallel_placement(int L, const std::vector<int>& devices, const std::string& strategy) {
   Placement p;
   p.layer_group.assign(L, 0);
   p.group_device = devices;
   p.micro_batches = 1;
-  p.source = "bsp";
+  p.source = strategy;
   return p;
 }
 
-bool is_data_parallel(const Placement& p) { return p.source == "bsp"; }
+bool is_data_parallel(const Placement& p) { return p.source == "bsp" || p.source == "hogwild"; }
+
+Result<Placement> plan_hogwild(const PlannerContext& ctx) {
+  if (Status s = check_context(ctx); !s) return s;
+  for (const Device& d : ctx.cluster->devices)
+    if (!d.is_local())
+      return Status::error("hogwild: device '" + d.name + "' is remote; HOGWILD shares parameters in local memory");
+  auto p = plan_data_parallel(ctx);
+  if (!p) return Status::error("hogwild" + p.error_message().substr(3));
+  p->source = "hogwild";
+  return p;
+}
+
+StepReport simulate_data_parallel(const LayerGraph& g, const Cluster& c, const CostModel& cost, int64_t batch_size,
+                                  const Placement& marker) {
+  return simulate_data_parallel(g, c, cost, batch_size, marker.group_device, marker.source != "hogwild");
+}
 
 Result<Placement> plan_data_parallel(const PlannerContext& ctx) {
   if (Status s = check_context(ctx); !s) return s;
@@ -843,7 +861,7 @@ Result<Placement> plan_data_parallel(const PlannerContext& ctx) {
 }
 
 StepReport simulate_data_parallel(const LayerGraph& g, const Cluster& c, const CostModel& cost, int64_t batch_size,
-                                  const std::vector<int>& devices) {
+                                  const std::vector<int>& devices, bool exchange_gradients) {
   const int L = static_cast<int>(g.layers.size());
   const int R = static_cast<int>(devices.size());
   if (R == 0) return StepReport::failure("invalid_placement", "bsp: no replicas", "simulate");
@@ -868,7 +886,7 @@ StepReport simulate_data_parallel(const LayerGraph& g, const Cluster& c, const C
   }
   // Ring allreduce: 2 (R - 1) steps, each moving params / R bytes on every ring link at once.
   double allreduce = 0;
-  if (R > 1) {
+  if (R > 1 && exchange_gradients) {
     int64_t chunk = (params + R - 1) / R;
     double slowest = 0;
     for (int k = 0; k < R; ++k) slowest = std::max(slowest, cost.transfer_ms(devices[k], devices[(k + 1) % R], chunk));
@@ -890,7 +908,7 @@ StepReport simulate_data_parallel(const LayerGraph& g, const Cluster& c, const C
     comm += st.comm_ms;
     r.timeline.push_back({devices[k], "F s0 m0", 0, f[k]});
     r.timeline.push_back({devices[k], "B s0 m0", f[k], f[k] + b[k]});
-    if (R > 1) r.timeline.push_back({devices[k], "allreduce", compute, compute + allreduce});
+    if (allreduce > 0) r.timeline.push_back({devices[k], "allreduce", compute, compute + allreduce});
   }
   r.comm_fraction = busy + comm > 0 ? comm / (busy + comm) : 0;
   return r;
@@ -935,8 +953,8 @@ Result<Placement> plan_exhaustive(const PlannerContext& ctx, Evaluator& evaluato
 }
 
 const std::vector<std::string>& planner_names() {
-  static const std::vector<std::string> names = {"single", "bsp",    "uniform", "params",    "time",
-                                                 "dp",     "random", "anneal",  "exhaustive"};
+  static const std::vector<std::string> names = {"single", "bsp",    "uniform", "params",     "time",
+                                                 "dp",     "random", "anneal",  "exhaustive", "hogwild"};
   return names;
 }
 
@@ -967,9 +985,8 @@ std::vector<PlannerRow> run_planners(const PlannerContext& ctx, Evaluator& evalu
         row.report = *o->report;
       } else if (is_data_parallel(o->placement)) {
         row.report = options.strategy_evaluator
-                         ? options.strategy_evaluator("bsp")
-                         : simulate_data_parallel(*ctx.graph, *ctx.cluster, *ctx.cost, ctx.batch_size,
-                                                  o->placement.group_device);
+                         ? options.strategy_evaluator(o->placement.source)
+                         : simulate_data_parallel(*ctx.graph, *ctx.cluster, *ctx.cost, ctx.batch_size, o->placement);
       } else {
         row.report = evaluator.evaluate(o->placement);
       }

@@ -76,6 +76,7 @@ Result<StagePlan> exhaustive_min_bottleneck(const PlannerContext& ctx, int micro
 // ---- Planners ----
 Result<Placement> plan_single_device(const PlannerContext& ctx);   // the fastest device that fits
 Result<Placement> plan_data_parallel(const PlannerContext& ctx);   // BSP marker over the replicas
+Result<Placement> plan_hogwild(const PlannerContext& ctx);         // HOGWILD marker (local devices)
 Result<Placement> plan_uniform(const PlannerContext& ctx);         // equal layer counts per device
 Result<Placement> plan_param_balanced(const PlannerContext& ctx);  // DeepSpeed "parameters"
 Result<Placement> plan_balance_by_time(const PlannerContext& ctx); // torchgpipe balance_by_time
@@ -89,7 +90,7 @@ Result<Placement> plan_annealing(const PlannerContext& ctx, Evaluator& evaluator
 // exhaustive_limit, else every contiguous plan when that fits; else an error.
 Result<Placement> plan_exhaustive(const PlannerContext& ctx, Evaluator& evaluator);
 
-// "single", "bsp", "uniform", "params", "time", "dp", "random", "anneal", "exhaustive".
+// "single", "bsp", "uniform", "params", "time", "dp", "random", "anneal", "exhaustive", "hogwild".
 const std::vector<std::string>& planner_names();
 Result<Placement> run_planner(const std::string& name, const PlannerContext& ctx, Evaluator& evaluator);
 
@@ -100,13 +101,18 @@ Result<Placement> run_planner(const std::string& name, const PlannerContext& ctx
 std::vector<Placement> random_placements(const PlannerContext& ctx, int n, double noncontiguous_fraction = 0.25);
 
 // ---- BSP data parallel ----
-Placement data_parallel_placement(int num_layers, const std::vector<int>& devices);
-bool is_data_parallel(const Placement& p);  // source == "bsp"
+// `strategy` "bsp" (synchronous, gradients all-reduced) or "hogwild" (asynchronous,
+// lock-free updates of shared parameters on local devices, no gradient exchange).
+Placement data_parallel_placement(int num_layers, const std::vector<int>& devices, const std::string& strategy = "bsp");
+bool is_data_parallel(const Placement& p);  // source == "bsp" or "hogwild"
 // Each replica runs the whole model on ceil(batch / replicas) samples; then a
 // ring allreduce of all parameters (2 (R-1)/R x bytes over the slowest link of
 // the ring, 2 latencies); then the optimizer update.
 StepReport simulate_data_parallel(const LayerGraph& g, const Cluster& c, const CostModel& cost, int64_t batch_size,
-                                  const std::vector<int>& devices);
+                                  const std::vector<int>& devices, bool exchange_gradients = true);
+// The marker's strategy: BSP, or HOGWILD (the same without the allreduce).
+StepReport simulate_data_parallel(const LayerGraph& g, const Cluster& c, const CostModel& cost, int64_t batch_size,
+                                  const Placement& marker);
 
 // ---- The baseline table ----
 struct PlannerRow {
@@ -117,8 +123,8 @@ struct PlannerRow {
 };
 struct PlannerRunOptions {
   std::vector<std::string> planners;  // empty: all of planner_names()
-  // Evaluates a data-parallel strategy ("bsp") on the evaluator's backend (the
-  // runtime's run_strategy); empty: simulate_data_parallel.
+  // Evaluates a data-parallel strategy ("bsp", "hogwild") on the evaluator's
+  // backend (the runtime's run_strategy); empty: simulate_data_parallel.
   std::function<StepReport(const std::string& strategy)> strategy_evaluator;
 };
 // Runs each planner and evaluates its placement with `evaluator` (search

@@ -20,7 +20,7 @@ StepReport SimulatorEvaluator::evaluate(const Placement& placement) {
         return StepReport::failure("invalid_placement",
                                    "placement.groups: device index " + std::to_string(d) + " is not in the cluster",
                                    "simulate");
-    StepReport r = simulate_data_parallel(*graph_, *cluster_, sim_->cost(), sim_->batch_size(), placement.group_device);
+    StepReport r = simulate_data_parallel(*graph_, *cluster_, sim_->cost(), sim_->batch_size(), placement);
     if (!timeline) r.timeline.clear();
     return r;
   }

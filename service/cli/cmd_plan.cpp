@@ -45,7 +45,7 @@ std::string fixed(double v, int digits) {
 // "dev0: conv1..relu3 (7 layers) | dev1: ..." for contiguous runs of groups.
 std::string describe(const Placement& p, const LayerGraph& g, const Cluster& c) {
   if (is_data_parallel(p)) {
-    std::string s = "data parallel (BSP) over";
+    std::string s = p.source == "hogwild" ? "HOGWILD (asynchronous) over" : "data parallel (BSP) over";
     for (int d : p.group_device) s += " " + c.devices[d].name;
     return s;
   }
@@ -81,7 +81,7 @@ nlohmann::json row_json(const PlannerRow& row, const LayerGraph& g, const Cluste
   nlohmann::json j;
   j["planner"] = row.name;
   j["placement"] = row.placement ? placement_to_json(*row.placement, g, c) : nlohmann::json();
-  if (row.placement && is_data_parallel(*row.placement)) j["strategy"] = "bsp";
+  if (row.placement && is_data_parallel(*row.placement)) j["strategy"] = row.placement->source;
   j["report"] = step_report_to_json(row.report, timeline);
   j["plan_s"] = row.plan_s;
   return j;
@@ -265,7 +265,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   sub->add_option("model", args->model, "zoo name, JSON layer graph or TorchScript file")->required();
   sub->add_option("--devices", args->devices, "cluster.json")->required();
   sub->add_option("--planner", args->planner,
-                  "all | single | bsp | uniform | params | time | dp | random | anneal | exhaustive (default dp)");
+                  "all | single | bsp | uniform | params | time | dp | random | anneal | exhaustive | hogwild (default dp)");
   sub->add_option("--evaluator", args->evaluator, "simulate (default) | measure");
   sub->add_option("--batch", args->batch, "batch size (default 32)")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   sub->add_option("--micro-batches", args->micro_batches, "fix the number of micro-batches (default: planner picks)")

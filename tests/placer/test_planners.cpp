@@ -154,7 +154,7 @@ TEST_CASE("every planner respects the devices' memory limits") {
   SimulatorEvaluator ev = s.evaluator();
   for (const std::string& name : planner_names()) {
     auto p = run_planner(name, s.ctx, ev);
-    if (name == "bsp" || name == "single") {
+    if (name == "bsp" || name == "hogwild" || name == "single") {
       if (name == "single") {
         REQUIRE(p.is_ok());
         CHECK(p->group_device == std::vector<int>{2});
@@ -243,6 +243,15 @@ TEST_CASE("BSP data parallel costs compute on its share plus a ring allreduce of
   CHECK(r.step_ms == doctest::Approx(6 + 2 * (0.5 + 3.476)));
   SimulatorEvaluator ev = s.evaluator();
   CHECK(ev.evaluate(*p).step_ms == doctest::Approx(r.step_ms));
+  // HOGWILD: the same replicas without the allreduce.
+  auto h = plan_hogwild(s.ctx);
+  REQUIRE(h.is_ok());
+  CHECK(is_data_parallel(*h));
+  CHECK(ev.evaluate(*h).step_ms == doctest::Approx(6.0));
+  s.c.devices[1].where = "10.0.0.2:7000";
+  auto remote = plan_hogwild(s.ctx);
+  REQUIRE_FALSE(remote.is_ok());
+  CHECK(remote.error_message().find("remote") != std::string::npos);
 }
 
 TEST_CASE("run_planners gives one row per planner, failures as rows, BSP through the hook") {
@@ -265,8 +274,10 @@ TEST_CASE("run_planners gives one row per planner, failures as rows, BSP through
     CHECK_MESSAGE(rows[i].report.ok, rows[i].name << ": " << rows[i].report.message);
     CHECK(rows[i].placement.has_value());
   }
-  CHECK(hook_calls == 1);
+  CHECK(hook_calls == 2);  // bsp and hogwild
   CHECK(rows[1].report.step_ms == 42);
+  CHECK(rows[9].name == "hogwild");
+  CHECK(rows[9].report.source == "hogwild");
   options.planners = {"nonsense"};
   auto bad = run_planners(s.ctx, ev, options);
   REQUIRE(bad.size() == 1);
