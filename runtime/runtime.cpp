@@ -129,6 +129,14 @@ Result<pid_t> spawn_local(const std::string& binary, int store_port, int rank, i
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // Several workers share this host: OpenMP threads that spin while waiting
+  // would steal each other's cores, so they wait passively unless the user chose.
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
+  if (!getenv("OMP_WAIT_POLICY")) env_strings.emplace_back("OMP_WAIT_POLICY=PASSIVE");
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) return Status::error(std::string("fork: ") + strerror(errno));
@@ -136,7 +144,7 @@ Result<pid_t> spawn_local(const std::string& binary, int store_port, int rank, i
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(1);
-    execv(argv[0], argv.data());
+    execve(argv[0], argv.data(), envp.data());
     _exit(127);
   }
   setpgid(pid, pid);
