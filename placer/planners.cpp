@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <iomanip>
@@ -87,9 +88,33 @@ double stage_ms(const PlannerContext& ctx, int d, int a, int b, int64_t samples)
 }
 
 // Predicted step of a placement under the context's cost model (infinity if it fails).
+// A planner call reuses one Simulator (and its task-graph buffers) for its
+// estimates: EstimateScope opens it at the outermost planner entry and drops
+// it on exit, so nothing outlives the context it was built from.
+struct EstimateCache {
+  int depth = 0;
+  std::unique_ptr<Simulator> sim;
+};
+EstimateCache& estimate_cache() {
+  thread_local EstimateCache cache;
+  return cache;
+}
+struct EstimateScope {
+  EstimateScope() {
+    if (estimate_cache().depth++ == 0) estimate_cache().sim.reset();
+  }
+  ~EstimateScope() {
+    if (--estimate_cache().depth == 0) estimate_cache().sim.reset();
+  }
+};
+
 double estimate_ms(const PlannerContext& ctx, const Placement& p) {
-  Simulator sim(*ctx.graph, *ctx.cluster, *ctx.cost, ctx.batch_size);
-  StepReport r = sim.evaluate(p, {false});
+  EstimateScope scope;
+  EstimateCache& cache = estimate_cache();
+  if (!cache.sim) cache.sim = std::make_unique<Simulator>(*ctx.graph, *ctx.cluster, *ctx.cost, ctx.batch_size);
+  SimulateOptions options;
+  options.timeline = false;
+  StepReport r = cache.sim->evaluate(p, options);
   return r.ok ? r.step_ms : kInf;
 }
 
@@ -157,6 +182,7 @@ std::vector<int> devices_fastest_first(const PlannerContext& ctx) {
 Result<Placement> split_planner(const PlannerContext& ctx, const std::string& source,
                                 const std::function<double(int, int, int)>& cost) {
   if (Status s = check_context(ctx); !s) return s;
+  EstimateScope scope;
   const int L = num_layers(ctx), D = num_devices(ctx);
   std::vector<std::vector<int>> orders = {devices_fastest_first(ctx)};
   std::vector<int> by_memory = orders[0];
@@ -639,6 +665,7 @@ std::pair<double, StagePlan> refine(const PlannerContext& ctx, StagePlan plan) {
 
 Result<Outcome> dynamic_programming(const PlannerContext& ctx, Evaluator& ev, int verify) {
   if (Status s = check_context(ctx); !s) return s;
+  EstimateScope scope;
   const int L = num_layers(ctx);
   std::vector<std::pair<double, Placement>> cands;
   for (int m : ctx.micro_batch_choices()) {
