@@ -41,6 +41,7 @@ echo "machine: $(nproc) cores; $(date -u +%FT%TZ); load average: $(cut -d' ' -f1
 # processes on a shared machine falls on all of them alike.
 for round in $(seq 1 "$rounds"); do
   "$cli" run alexnet_cifar --devices "$here/examples/cluster_2cpu.json" --placement "$tmp/placement.json" "${common[@]}" > "$tmp/tapp.$round.json"
+  "$cli" run alexnet_cifar --devices "$here/examples/cluster_2cpu.json" --placement "$here/examples/placement_alexnet_cifar_noncontiguous.json" "${common[@]}" > "$tmp/tappnc.$round.json"
   "$cli" run alexnet_cifar --devices "$tmp/one_cpu_two_threads.json" --strategy single "${common[@]}" > "$tmp/single.$round.json"
   $py "$here/bench/pipe_peer.py" --batch "$batch" --chunks "$chunks" --threads 1 --steps "$steps" --warmup "$warmup" 2>/dev/null > "$tmp/pipe1.$round.json"
   $py "$here/bench/pipe_peer.py" --batch "$batch" --chunks "$chunks" --threads 2 --steps "$steps" --warmup "$warmup" 2>/dev/null > "$tmp/pipe2.$round.json"
@@ -53,6 +54,7 @@ tmp, batch, chunks, schedule, rounds = sys.argv[1], int(sys.argv[2]), sys.argv[3
 load = lambda n, r: json.load(open(os.path.join(tmp, f"{n}.{r}.json")))
 names = {
     "tapp": f"TAPP runtime: 2 worker processes x 1 thread, {chunks} micro-batches, {schedule}",
+    "tappnc": "TAPP runtime, non-contiguous: cpu0 conv1-pool1 + conv5-fc8, cpu1 conv2-relu4, 8 micro-batches, 1f1b",
     "single": "single LibTorch process, 2 threads (tapp-cli run --strategy single)",
     "pipe1": f"torch Pipe, {chunks} chunks, 1 process, set_num_threads(1)",
     "pipe2": f"torch Pipe, {chunks} chunks, 1 process, set_num_threads(2)",
