@@ -3,8 +3,9 @@
 // Owns how tapp-cli turns (model, cluster, batch) into a CostModel: one layer
 // library per distinct (device kind, threads) of the cluster — a cached
 // profile when there is one ("auto"), a fresh profile ("profile", measures
-// with LibTorch) or multiply-add estimates ("estimated") — plus an optional
-// calibration file. Errors name the input.
+// with LibTorch) or multiply-add estimates ("estimated") — plus a calibration:
+// the file's, else default fixed costs per task (0.2 ms), layer (0.05 ms) and
+// message (0.2 ms). Errors name the input.
 // Thread safety: one call at a time (profiling sets LibTorch's thread count).
 #pragma once
 
