@@ -229,11 +229,14 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
   // Positional prior (contiguous mode): layer i leans towards group
   // (i + 0.5) G / L with a width of about one group, so a neutral network
   // proposes stages spread over the model; the network learns where to cut.
+  // Sharpness ln(L/G): on track, a layer opens the next group with odds
+  // about G/L, so a neutral network makes ~G-1 cuts whatever the depth.
   m.prior.assign(static_cast<size_t>(m.L) * m.G, 0.f);
+  const double kappa = std::max(0.5, std::log(static_cast<double>(std::max(1, m.L)) / m.G));
   for (int i = 0; i < m.L; ++i)
     for (int g = 0; g < m.G; ++g) {
       double c = (i + 0.5) * m.G / std::max(1, m.L) - 0.5;
-      m.prior[static_cast<size_t>(i) * m.G + g] = static_cast<float>(-0.5 * (g - c) * (g - c));
+      m.prior[static_cast<size_t>(i) * m.G + g] = static_cast<float>(-kappa * (g - c) * (g - c));
     }
   FeatureMatrix in;
   in.rows = m.L;
