@@ -28,7 +28,7 @@ OptimizeRequest small_request(int iterations) {
 }
 }  // namespace
 
-TEST_CASE("an optimization job returns the best placement, its source, the baselines table and a timeline") {
+TEST_CASE("an optimization job returns the best synchronous placement, its source, the baselines table and a timeline") {
   std::atomic<bool> cancel{false};
   std::vector<std::string> phases;
   int last_iteration = 0;
@@ -53,11 +53,12 @@ TEST_CASE("an optimization job returns the best placement, its source, the basel
   for (const auto& b : j["baselines"]) {
     has_bsp = has_bsp || b["name"] == "bsp";
     has_dp = has_dp || b["name"] == "dp";
-    if (b["ok"] == true) {
+    if (b["ok"] == true && b["name"] != "hogwild") {  // asynchronous: shown, never the result
       CHECK(b["step_ms"].get<double>() >= j["step_ms"].get<double>());
       CHECK(b["speedup_vs_best_baseline"].get<double>() <= 1.0 + 1e-9);
     }
   }
+  CHECK(j["source"] != "hogwild");
   CHECK(has_bsp);
   CHECK(has_dp);
   CHECK(last_iteration >= 1);
