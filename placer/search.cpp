@@ -138,7 +138,13 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, Evaluator& 
   pc.num_devices = cluster.num_devices();
   pc.num_groups = opt.num_groups > 0 ? opt.num_groups : cluster.num_devices();
   pc.num_groups = std::max(1, std::min<int>(pc.num_groups, static_cast<int>(graph.layers.size())));
-  pc.micro_batch_choices = micro_batch_choices(opt.batch_size, opt.max_micro_batches);
+  // BatchNorm in training needs more than one value per channel: a model with
+  // a BatchNorm on a 1x1 feature map cannot run micro-batches of one sample.
+  int64_t max_micro = opt.max_micro_batches;
+  for (const Layer& l : graph.layers)
+    if (l.op == "batchnorm2d" && l.output_shape.size() == 3 && l.output_shape[1] * l.output_shape[2] == 1)
+      max_micro = std::min<int64_t>(max_micro, std::max<int64_t>(1, opt.batch_size / 2));
+  pc.micro_batch_choices = micro_batch_choices(opt.batch_size, static_cast<int>(max_micro));
   pc.device_allowed = devices_that_fit(graph, cluster, opt.batch_size);
   pc.hidden = opt.hidden;
   pc.contiguous = opt.contiguous;

@@ -355,3 +355,40 @@ TEST_CASE("restarts keep the best placement found before them") {
   CHECK(r.restarts == 3);
   for (size_t i = 1; i < best.size(); ++i) CHECK(best[i] <= best[i - 1]);
 }
+
+TEST_CASE("a model with BatchNorm on a 1x1 map is never split into one-sample micro-batches") {
+  LayerGraph g;
+  g.name = "bn1x1";
+  g.input_shape = {3, 1, 1};
+  Layer conv;
+  conv.name = "conv";
+  conv.op = "conv2d";
+  conv.attrs.out = 4;
+  g.layers.push_back(conv);
+  Layer bn;
+  bn.name = "bn";
+  bn.op = "batchnorm2d";
+  bn.inputs = {0};
+  g.layers.push_back(bn);
+  Layer flat;
+  flat.name = "flat";
+  flat.op = "flatten";
+  flat.inputs = {1};
+  g.layers.push_back(flat);
+  Layer fc;
+  fc.name = "fc";
+  fc.op = "linear";
+  fc.attrs.out = 2;
+  fc.inputs = {2};
+  g.layers.push_back(fc);
+  Status s = infer_shapes(g);
+  REQUIRE_MESSAGE(s.is_ok(), s.message());
+  Cluster c = equal_cluster(2);
+  FakeEvaluator ev(std::vector<double>(4, 1.0), c);
+  SearchOptions o;
+  o.iterations = 30;
+  o.batch_size = 8;
+  SearchResult r = search(g, c, ev, o, nullptr);
+  REQUIRE(r.found);
+  CHECK(r.best.micro_batches <= 4);  // the fake evaluator alone would pick 8
+}
