@@ -54,7 +54,7 @@ tmp, batch, chunks, schedule, rounds = sys.argv[1], int(sys.argv[2]), sys.argv[3
 load = lambda n, r: json.load(open(os.path.join(tmp, f"{n}.{r}.json")))
 names = {
     "tapp": f"TAPP runtime: 2 worker processes x 1 thread, {chunks} micro-batches, {schedule}",
-    "tappnc": "TAPP runtime, non-contiguous: cpu0 conv1-pool1 + conv5-fc8, cpu1 conv2-relu4, 8 micro-batches, 1f1b",
+    "tappnc": "TAPP runtime, non-contiguous (not Pipe's split): cpu0 conv1-relu3 + flatten-fc8, cpu1 conv4-pool5, 4 micro-batches, gpipe",
     "single": "single LibTorch process, 2 threads (tapp-cli run --strategy single)",
     "pipe1": f"torch Pipe, {chunks} chunks, 1 process, set_num_threads(1)",
     "pipe2": f"torch Pipe, {chunks} chunks, 1 process, set_num_threads(2)",
