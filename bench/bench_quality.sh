@@ -70,14 +70,21 @@ json.dump(r["policy"]["placement"], open(base + "-tapp.json", "w"))
 dp = [b for b in r["baselines"] if b["name"] == "dp" and b.get("placement")]
 json.dump(dp[0]["placement"], open(base + "-dp.json", "w"))
 PY
-    run() { "$CLI" run "$m" --devices "$CL" --input-size "$s" --batch "$BATCH" --steps 3 --warmup 1 --json "$@" 2>>"$OUT/b-$m.log" |
-            python3 -c "import json,sys; r=json.load(sys.stdin); print(r['step_ms'] if r.get('ok') else 'nan')"; }
+    run() { { "$CLI" run "$m" --devices "$CL" --input-size "$s" --batch "$BATCH" --steps 3 --warmup 1 --json "$@" 2>>"$OUT/b-$m.log" || true; } |
+            python3 -c "
+import json, sys
+try:
+    r = json.load(sys.stdin); print(r['step_ms'] if r.get('ok') else 'nan')
+except Exception:
+    print('nan')"; }
     single=$(run --strategy single); bsp=$(run --strategy bsp)
     dpm=$(run --placement "$OUT/b-$m-dp.json"); tapp=$(run --placement "$OUT/b-$m-tapp.json")
     python3 - "$m" "$s" "$single" "$dpm" "$bsp" "$tapp" <<'PY'
 import sys
 m, s, single, dp, bsp, tapp = sys.argv[1], sys.argv[2], *map(float, sys.argv[3:])
-print(f"| {m} ({s}) | {single:,.0f} | {dp:,.0f} | {bsp:,.0f} | {tapp:,.0f} | {bsp / tapp:.2f}x | {dp / tapp:.2f}x |")
+f = lambda x: "failed" if x != x else f"{x:,.0f}"
+r = lambda a, b: "-" if a != a or b != b else f"{a / b:.2f}x"
+print(f"| {m} ({s}) | {f(single)} | {f(dp)} | {f(bsp)} | {f(tapp)} | {r(bsp, tapp)} | {r(dp, tapp)} |")
 PY
   done
 fi
