@@ -65,7 +65,8 @@ LayerLibrary job_library(const LayerGraph& g, const OptimizeRequest& r, std::str
   po.warmup_runs = 1;
   po.runs = 3;
   po.seed = r.seed;
-  FileProfileCache cache(default_cache_dir());
+  FileProfileCache file_cache(default_cache_dir());
+  ProfileCache& cache = r.profile_cache ? *r.profile_cache : file_cache;
   for (int64_t b : {r.batch_size, po.batch_size}) {
     if (auto hit = cache.get(profile_cache_key(g, "cpu", 1, b))) {
       try {

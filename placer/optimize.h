@@ -20,6 +20,8 @@
 
 namespace tapp {
 
+class ProfileCache;
+
 struct OptimizeRequest {
   std::string model;            // zoo name, or a path to a JSON layer graph / TorchScript file
   nlohmann::json model_graph;   // or an inline JSON layer graph (takes precedence when not null)
@@ -33,6 +35,9 @@ struct OptimizeRequest {
   uint64_t seed = 1;
   bool warm_start = false;      // seed the policy with the best classical plan
   bool baselines = true;        // evaluate the classical baselines too
+  // Where measured profiles are kept: the server passes its SQLite cache;
+  // null = the per-user file cache (profiler/profile_cache.h).
+  ProfileCache* profile_cache = nullptr;
 };
 
 struct ProgressEvent {

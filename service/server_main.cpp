@@ -15,6 +15,7 @@
 #include "profiler/model_json.h"
 #include "profiler/zoo.h"
 #include "service/fake_job.h"
+#include "service/sqlite_profile_cache.h"
 #include "service/http/server.h"
 
 namespace fs = std::filesystem;
@@ -37,13 +38,15 @@ bool read_text(const std::string& path, std::string& out) {
 // file is written next to the database and passed by path.
 // Remote workers are checked again when the job runs: a job queued under an
 // earlier allow-list and recovered after a restart obeys the current one.
-JobFn make_optimize_job(const std::string& upload_dir, const std::set<std::string>& allowed_hosts) {
-  return [upload_dir, allowed_hosts](const JobInput& input, const ProgressFn& progress,
+JobFn make_optimize_job(const std::string& upload_dir, const std::set<std::string>& allowed_hosts,
+                        ProfileCache* profile_cache) {
+  return [upload_dir, allowed_hosts, profile_cache](const JobInput& input, const ProgressFn& progress,
                                      const std::atomic<bool>& cancel) -> Result<json> {
     json request = input.request;
     request.erase("model_file");
     Result<OptimizeRequest> parsed = optimize_request_from_json(request);
     if (!parsed) return parsed.status();
+    parsed->profile_cache = profile_cache;
     for (int i = 0; i < parsed->cluster.num_devices(); ++i) {
       const Device& d = parsed->cluster.devices[i];
       if (d.is_local()) continue;
@@ -148,7 +151,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   fs::path upload_dir = fs::path(db).parent_path() / (fs::path(db).filename().string() + ".uploads");
-  JobFn fn = fake_jobs ? make_fake_job(fake) : make_optimize_job(upload_dir.string(), app.limits.allowed_remote_hosts);
+  SqliteProfileCache profile_cache(**store);  // profiles live in the job database
+  JobFn fn = fake_jobs ? make_fake_job(fake)
+                       : make_optimize_job(upload_dir.string(), app.limits.allowed_remote_hosts, &profile_cache);
   JobRunner runner(**store, fn, jobs);
   app.store = store->get();
   app.runner = &runner;

@@ -7,7 +7,11 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include <map>
+#include <optional>
+
 #include "placer/optimize.h"
+#include "profiler/profile_cache.h"
 
 using nlohmann::json;
 using namespace tapp;
@@ -84,4 +88,38 @@ TEST_CASE("a job with an unknown model names the field") {
   auto r = optimize(req, nullptr, cancel);
   REQUIRE_FALSE(r.is_ok());
   CHECK(r.error_message().rfind("model: ", 0) == 0);
+}
+
+namespace {
+// An in-memory ProfileCache that records what the job reads and writes.
+class RecordingCache : public ProfileCache {
+ public:
+  std::optional<std::string> get(const std::string& key) override {
+    ++gets;
+    auto it = entries.find(key);
+    return it == entries.end() ? std::nullopt : std::optional<std::string>(it->second);
+  }
+  Status put(const std::string& key, const std::string& library_json) override {
+    entries[key] = library_json;
+    return Status::ok();
+  }
+  std::map<std::string, std::string> entries;
+  int gets = 0;
+};
+}  // namespace
+
+TEST_CASE("a job keeps its measured profile in the cache the request names, and reuses it") {
+  RecordingCache cache;
+  OptimizeRequest request = small_request(5);
+  request.model = "vgg5";  // not in the test's file cache
+  request.profile_cache = &cache;
+  std::atomic<bool> cancel{false};
+  auto first = optimize(request, nullptr, cancel);
+  REQUIRE_MESSAGE(first.is_ok(), first.error_message());
+  CHECK(first.value()["profile"]["origin"] == "profiled");
+  REQUIRE(cache.entries.size() == 1);
+  CHECK(cache.entries.begin()->first.rfind("vgg5-", 0) == 0);
+  auto second = optimize(request, nullptr, cancel);
+  REQUIRE(second.is_ok());
+  CHECK(second.value()["profile"]["origin"] == "cache");
 }
