@@ -52,6 +52,15 @@ Status validate_placement(const Placement& p, const LayerGraph& g, const Cluster
   if (p.micro_batches < 1 || p.micro_batches > batch_size)
     return Status::error("placement.micro_batches: must be in [1, batch size " + std::to_string(batch_size) +
                          "], got " + std::to_string(p.micro_batches));
+  // Training-mode BatchNorm needs more than one value per channel in a micro-batch.
+  const int64_t smallest_micro_batch = batch_size / p.micro_batches;
+  for (const Layer& l : g.layers) {
+    if (l.op != "batchnorm2d" || l.input_shapes.empty() || l.input_shapes[0].size() != 3) continue;
+    if (smallest_micro_batch * l.input_shapes[0][1] * l.input_shapes[0][2] <= 1)
+      return Status::error("placement.micro_batches: " + std::to_string(p.micro_batches) + " micro-batches of " +
+                           std::to_string(smallest_micro_batch) + " sample(s) leave BatchNorm layer '" + l.name +
+                           "' one value per channel; use fewer micro-batches");
+  }
   return Status::ok();
 }
 

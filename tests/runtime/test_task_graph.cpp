@@ -119,3 +119,21 @@ TEST_CASE("a placement with more micro-batches than samples is rejected naming t
   REQUIRE_FALSE(tg.is_ok());
   CHECK(tg.error_message().find("placement.micro_batches") != std::string::npos);
 }
+
+TEST_CASE("micro-batches of one sample are rejected when a BatchNorm layer would see one value per channel") {
+  LayerGraph g;
+  g.input_shape = {4, 1, 1};
+  Layer bn;
+  bn.name = "bn";
+  bn.op = "batchnorm2d";
+  Layer flat;
+  flat.name = "flat";
+  flat.op = "flatten";
+  flat.inputs = {0};
+  g.layers = {bn, flat};
+  REQUIRE(infer_shapes(g).is_ok());
+  auto one_each = build_task_graph(g, by_device({0, 1}, 8, Schedule::gpipe), devices(2), 8);
+  REQUIRE_FALSE(one_each.is_ok());
+  CHECK(one_each.error_message().find("BatchNorm layer 'bn'") != std::string::npos);
+  CHECK(build_task_graph(g, by_device({0, 1}, 4, Schedule::gpipe), devices(2), 8).is_ok());
+}
