@@ -34,7 +34,7 @@ double median(std::vector<double> v) {
 }
 
 // Parameter layout: [factor_0 .. factor_{D-1}, task, layer, message, wire, step, update].
-enum Param { kTask = 0, kLayer, kMessage, kWire, kStep, kUpdate, kMessageMb, kConcurrency, kCount };
+enum Param { kTask = 0, kLayer, kMessage, kWire, kStep, kUpdate, kMessageMb, kConcurrency, kBackward, kFirst, kCount };
 
 // Devices share a factor when they are the same hardware (group_of[d] = factor index).
 std::vector<double> to_vector(const Calibration& c, const std::vector<int>& group_of, int D) {
@@ -48,6 +48,8 @@ std::vector<double> to_vector(const Calibration& c, const std::vector<int>& grou
   x[D + kUpdate] = c.update_ms_per_param_mb;
   x[D + kMessageMb] = c.message_ms_per_mb;
   x[D + kConcurrency] = c.concurrency_slowdown;
+  x[D + kBackward] = c.backward_extra;
+  x[D + kFirst] = c.first_task_overhead_ms;
   return x;
 }
 
@@ -62,6 +64,8 @@ Calibration from_vector(const std::vector<double>& x, const std::vector<int>& gr
   c.update_ms_per_param_mb = x[D + kUpdate];
   c.message_ms_per_mb = x[D + kMessageMb];
   c.concurrency_slowdown = x[D + kConcurrency];
+  c.backward_extra = x[D + kBackward];
+  c.first_task_overhead_ms = x[D + kFirst];
   return c;
 }
 
@@ -155,7 +159,8 @@ std::vector<double> predict_steps(const LayerGraph& g, const Cluster& c, const C
 }
 
 Result<CalibrationResult> calibrate(const LayerGraph& g, const Cluster& c, const CostModel& base, int64_t batch_size,
-                                    const std::vector<CalibrationSample>& samples, bool tie_identical_devices) {
+                                    const std::vector<CalibrationSample>& samples, const CalibrationOptions& options) {
+  const bool tie_identical_devices = options.tie_identical_devices;
   // One compute factor per distinct hardware (kind, threads, host) when tied.
   std::vector<int> group_of(c.num_devices());
   int D = 0;
@@ -208,7 +213,8 @@ Result<CalibrationResult> calibrate(const LayerGraph& g, const Cluster& c, const
       int local_used = 0;
       for (int d = 0; d < c.num_devices(); ++d) local_used += !tg.device_order[d].empty() && cost.is_local(d);
       // Features of one compute task / transfer.
-      auto add_task = [&](std::vector<double>& row, const Task& t) {
+      auto add_task = [&](std::vector<double>& row, int task_id) {
+        const Task& t = tg.tasks[task_id];
         if (t.kind == TaskKind::transfer_activation || t.kind == TaskKind::transfer_gradient) {
           row[D + kWire] += cost.wire_ms(t.device, t.to_device, t.bytes);
           row[D + kMessage] += 1;
@@ -220,12 +226,15 @@ Result<CalibrationResult> calibrate(const LayerGraph& g, const Cluster& c, const
                                          tg.micro_batch_sizes[t.micro_batch], t.kind == TaskKind::backward);
         row[group_of[t.device]] += raw;
         if (cost.is_local(t.device)) row[D + kConcurrency] += raw * std::max(0, local_used - 1);
+        if (t.kind == TaskKind::backward) row[D + kBackward] += raw;
+        if (!tg.device_order[t.device].empty() && tg.device_order[t.device].front() == task_id)
+          row[D + kFirst] += cost.inverse_speed(t.device);
         row[D + kTask] += cost.inverse_speed(t.device);
         row[D + kLayer] += static_cast<double>(s.layers.size()) * cost.inverse_speed(t.device);
       };
       // Step time along the critical path.
       std::vector<double> row(K, 0);
-      for (int t = times.last_task; t >= 0; t = times.critical_pred[t]) add_task(row, tg.tasks[t]);
+      for (int t = times.last_task; t >= 0; t = times.critical_pred[t]) add_task(row, t);
       if (times.last_device >= 0)
         row[D + kUpdate] += params[times.last_device] / 1e6;
       row[D + kStep] = 1;
@@ -237,7 +246,7 @@ Result<CalibrationResult> calibrate(const LayerGraph& g, const Cluster& c, const
         int d = c.index_of(ds.device);
         if (d < 0 || !(ds.busy_ms > 0) || tg.device_order[d].empty()) continue;
         std::vector<double> brow(K, 0);
-        for (int t : tg.device_order[d]) add_task(brow, tg.tasks[t]);
+        for (int t : tg.device_order[d]) add_task(brow, t);
         brow[D + kUpdate] += params[d] / 1e6;
         rows.push_back(brow);
         rhs.push_back(ds.busy_ms);
@@ -248,7 +257,12 @@ Result<CalibrationResult> calibrate(const LayerGraph& g, const Cluster& c, const
     // costs like a 0.5% error on 2 samples), overheads are in ms (weak pull).
     std::vector<double> ridge(K, 1e-5);
     for (int d = 0; d < D; ++d) ridge[d] = 3e-3;
-    ridge[D + kWire] = 3e-3;
+    // Emulated links sleep exactly latency + bytes / bandwidth: the wire factor
+    // stays 1 and the real copy cost goes to the per-message and per-MB terms.
+    ridge[D + kWire] = 1e3;
+    ridge[D + kBackward] = options.fit_backward_extra ? 3e-3 : 1e6;
+    if (!options.fit_concurrency) ridge[D + kConcurrency] = 1e6;
+    if (!options.fit_first_task) ridge[D + kFirst] = 1e6;
     // Bounded least squares by an active set (parameters below their bound are
     // fixed there), made robust by iteratively reweighting: a row whose relative
     // residual exceeds 10% counts as if it were 10% (Huber), so one disturbed
@@ -256,6 +270,7 @@ Result<CalibrationResult> calibrate(const LayerGraph& g, const Cluster& c, const
     std::vector<double> lower(K, 0.0);
     for (int d = 0; d < D; ++d) lower[d] = 0.05;
     lower[D + kWire] = 0.05;
+    lower[D + kBackward] = -0.5;  // backward may be cheaper than profiled, within reason
     std::vector<double> robust = weight;
     std::vector<double> nx;
     for (int irls = 0; irls < 5; ++irls) {

@@ -18,7 +18,8 @@ json calibration_to_json(const Calibration& c) {
           {"layer_overhead_ms", c.layer_overhead_ms}, {"message_overhead_ms", c.message_overhead_ms},
           {"wire_factor", c.wire_factor},             {"step_overhead_ms", c.step_overhead_ms},
           {"update_ms_per_param_mb", c.update_ms_per_param_mb}, {"message_ms_per_mb", c.message_ms_per_mb},
-          {"concurrency_slowdown", c.concurrency_slowdown}};
+          {"concurrency_slowdown", c.concurrency_slowdown}, {"backward_extra", c.backward_extra},
+          {"first_task_overhead_ms", c.first_task_overhead_ms}};
 }
 
 Result<Calibration> calibration_from_json(const json& j) {
@@ -41,7 +42,9 @@ Result<Calibration> calibration_from_json(const json& j) {
                             {"step_overhead_ms", &c.step_overhead_ms},
                             {"update_ms_per_param_mb", &c.update_ms_per_param_mb},
                             {"message_ms_per_mb", &c.message_ms_per_mb},
-                            {"concurrency_slowdown", &c.concurrency_slowdown}})
+                            {"concurrency_slowdown", &c.concurrency_slowdown},
+                            {"backward_extra", &c.backward_extra},
+                            {"first_task_overhead_ms", &c.first_task_overhead_ms}})
       if (Status s = num(key, *ptr); !s) return s;
   } catch (const json::exception& e) {
     return Status::error(std::string("calibration.device_factor: expected an array of numbers (") + e.what() + ")");

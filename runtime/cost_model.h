@@ -37,6 +37,10 @@ struct Calibration {
   // Local devices share one machine: a local device's compute is multiplied by
   // factor + concurrency_slowdown x (other local devices the placement uses).
   double concurrency_slowdown = 0;
+  // Backward compute in a pipeline vs its profile: multiplier = factor + backward_extra.
+  double backward_extra = 0;
+  // A worker's first compute task of a step pays extra (allocator, wake-up).
+  double first_task_overhead_ms = 0;
   double wire_factor = 1;          // multiplies latency + bytes / bandwidth
   double step_overhead_ms = 0;     // per training step (barriers, bookkeeping)
   double update_ms_per_param_mb = 0;  // optimizer step per MB of a device's parameters (fitted)
@@ -75,9 +79,11 @@ class CostModel {
            overhead_ms(device, first, last);
   }
   double backward_ms(int device, int first, int last, int64_t samples, int other_local = 0) const {
-    return raw_ms(device, first, last, samples, true) * multiplier(device, other_local) +
+    return raw_ms(device, first, last, samples, true) * (multiplier(device, other_local) + calibration_.backward_extra) +
            overhead_ms(device, first, last);
   }
+  // Added to each device's first compute task of a step (stretched by 1/speed).
+  double first_task_ms(int device) const { return calibration_.first_task_overhead_ms * inv_speed_[device]; }
   bool is_local(int device) const { return is_local_[device]; }
   // Compute without overheads and device factor (what the factor multiplies), for calibration.
   double raw_compute_ms(int device, int first, int last, int64_t samples, bool backward) const {

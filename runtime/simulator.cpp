@@ -139,7 +139,8 @@ StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOp
       for (int d : task.deps) consider(d);
     }
     ws.start[t] = s;
-    ws.end[t] = s + task_duration(tg, task, cost, local_used);
+    ws.end[t] = s + task_duration(tg, task, cost, local_used) +
+                (!is_transfer(task.kind) && ws.resource_prev[t] < 0 ? cost.first_task_ms(task.device) : 0.0);
     ws.crit[t] = crit;
     for (int k = ws.succ_begin[t]; k < ws.succ_begin[t + 1]; ++k)
       if (--ws.indegree[ws.succ[k]] == 0) ws.ready.push_back(ws.succ[k]);

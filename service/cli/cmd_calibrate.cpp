@@ -34,6 +34,7 @@ struct CalibrateArgs {
   uint64_t seed = 1;
   double noncontiguous = 0.25;
   bool json = false;
+  std::string fit_extra;  // "concurrency,backward,first"
 };
 
 std::string fixed(double v, int digits) {
@@ -162,8 +163,12 @@ int calibrate_cmd(const CalibrateArgs& a) {
     }
     std::ofstream(a.save) << j.dump(2) << "\n";
   }
+  CalibrationOptions fit_options;
+  fit_options.fit_concurrency = a.fit_extra.find("concurrency") != std::string::npos;
+  fit_options.fit_backward_extra = a.fit_extra.find("backward") != std::string::npos;
+  fit_options.fit_first_task = a.fit_extra.find("first") != std::string::npos;
   // Fit on all (the calibration to keep), and leave-one-out for the out-of-sample error.
-  auto all = calibrate(*graph, *cluster, *cost, a.batch, samples);
+  auto all = calibrate(*graph, *cluster, *cost, a.batch, samples, fit_options);
   if (!all) {
     std::cerr << "tapp-cli calibrate: " << all.error_message() << "\n";
     return 1;
@@ -173,7 +178,7 @@ int calibrate_cmd(const CalibrateArgs& a) {
     std::vector<CalibrationSample> rest;
     for (size_t k = 0; k < samples.size(); ++k)
       if (k != i) rest.push_back(samples[k]);
-    auto fit = calibrate(*graph, *cluster, *cost, a.batch, rest);
+    auto fit = calibrate(*graph, *cluster, *cost, a.batch, rest, fit_options);
     if (!fit) continue;
     loo[i] = predict_steps(*graph, *cluster, cost->with_calibration(fit->calibration), a.batch,
                            {samples[i].placement})[0];
@@ -251,6 +256,9 @@ void add_calibrate_command(CLI::App& app, int& exit_code) {
   sub->add_option("--out", args->out, "write the fitted calibration and its accuracy (JSON)");
   sub->add_option("--save", args->save, "write the measurements (JSON) for --load");
   sub->add_option("--load", args->load, "reuse saved measurements instead of measuring");
+  sub->add_option("--fit-extra", args->fit_extra,
+                  "also fit: concurrency (local devices slowing each other), backward (backward vs profile), "
+                  "first (a step's first task); comma-separated");
   sub->add_flag("--json", args->json, "print JSON");
   sub->callback([args, &exit_code] { exit_code = calibrate_cmd(*args); });
 }

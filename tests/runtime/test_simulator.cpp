@@ -328,7 +328,9 @@ TEST_CASE("calibration recovers known device factors and overheads from measured
     REQUIRE(measured.ok);
     samples.push_back({p, measured});
   }
-  auto fit = calibrate(g, c, *base, 8, samples, /*tie_identical_devices=*/false);
+  CalibrationOptions untied;
+  untied.tie_identical_devices = false;
+  auto fit = calibrate(g, c, *base, 8, samples, untied);
   REQUIRE(fit.is_ok());
   CHECK(fit->before.median_abs_rel_error > 0.1);
   CHECK(fit->after.median_abs_rel_error < 0.01);
