@@ -9,7 +9,10 @@
 # |predicted - measured| / measured and Spearman's rank correlation, per case
 # and over all cases. Emulated devices: speeds sum below the physical cores.
 #
-# Usage: bench/sim_accuracy.sh [BUILD_DIR]   (env: SAMPLES=20 BATCH=32 STEPS=3 WARMUP=1 OUT=...)
+# Usage: bench/sim_accuracy.sh [BUILD_DIR]
+#   env: SAMPLES=20 BATCH=32 STEPS=5 WARMUP=1 SEED=1 MODELS="..." OUT=BUILD_DIR/sim_accuracy
+#   Measurements are kept in OUT/samples_*.json and reused on the next run
+#   (refits only); REMEASURE=1 measures again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-${BUILD:-build}}
@@ -18,6 +21,7 @@ SAMPLES=${SAMPLES:-20}
 BATCH=${BATCH:-32}
 STEPS=${STEPS:-5}
 WARMUP=${WARMUP:-1}
+SEED=${SEED:-1}  # which random placements
 MODELS=${MODELS:-"alexnet_cifar vgg5 tiny_inception"}
 OUT=${OUT:-$BUILD/sim_accuracy}
 mkdir -p "$OUT"
@@ -45,7 +49,7 @@ for model in $MODELS; do
     samples="$OUT/samples_$case.json"
     if [[ -s "$samples" && -z "${REMEASURE:-}" ]]; then load=(--load "$samples"); else load=(--save "$samples"); fi
     "$CLI" calibrate "$model" --devices "$OUT/cluster_$n.json" --samples "$SAMPLES" --batch "$BATCH" \
-      --steps "$STEPS" --warmup "$WARMUP" --costs profile "${load[@]}" --json > "$OUT/accuracy_$case.json"
+      --steps "$STEPS" --warmup "$WARMUP" --seed "$SEED" --costs profile "${load[@]}" --json > "$OUT/accuracy_$case.json"
     echo "measured $case" >&2
   done
 done
