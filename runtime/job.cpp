@@ -1,73 +1,15 @@
 #include "runtime/job.h"
 
+#include "profiler/model_json.h"
+
 namespace tapp {
 using nlohmann::json;
-
-json layer_graph_to_json(const LayerGraph& g) {
-  json j;
-  j["name"] = g.name;
-  j["input_shape"] = g.input_shape;
-  j["num_classes"] = g.num_classes;
-  j["layers"] = json::array();
-  for (const Layer& l : g.layers) {
-    const LayerAttrs& a = l.attrs;
-    j["layers"].push_back({{"name", l.name},
-                           {"op", l.op},
-                           {"inputs", l.inputs},
-                           {"out", a.out},
-                           {"kernel", {a.kernel[0], a.kernel[1]}},
-                           {"stride", {a.stride[0], a.stride[1]}},
-                           {"padding", {a.padding[0], a.padding[1]}},
-                           {"groups", a.groups},
-                           {"bias", a.bias},
-                           {"ceil_mode", a.ceil_mode},
-                           {"p", a.p},
-                           {"eps", a.eps},
-                           {"dim", a.dim}});
-  }
-  return j;
-}
-
-Result<LayerGraph> layer_graph_from_json(const json& j) {
-  try {
-    LayerGraph g;
-    g.name = j.at("name").get<std::string>();
-    g.input_shape = j.at("input_shape").get<Shape>();
-    g.num_classes = j.at("num_classes").get<int64_t>();
-    for (const json& lj : j.at("layers")) {
-      Layer l;
-      l.name = lj.at("name").get<std::string>();
-      l.op = lj.at("op").get<std::string>();
-      l.inputs = lj.at("inputs").get<std::vector<int>>();
-      LayerAttrs& a = l.attrs;
-      a.out = lj.at("out").get<int64_t>();
-      for (int k = 0; k < 2; ++k) {
-        a.kernel[k] = lj.at("kernel").at(k).get<int64_t>();
-        a.stride[k] = lj.at("stride").at(k).get<int64_t>();
-        a.padding[k] = lj.at("padding").at(k).get<int64_t>();
-      }
-      a.groups = lj.at("groups").get<int64_t>();
-      a.bias = lj.at("bias").get<bool>();
-      a.ceil_mode = lj.at("ceil_mode").get<bool>();
-      a.p = lj.at("p").get<double>();
-      a.eps = lj.at("eps").get<double>();
-      a.dim = lj.at("dim").get<int64_t>();
-      g.layers.push_back(std::move(l));
-    }
-    int64_t classes = g.num_classes;
-    if (Status s = infer_shapes(g); !s) return s;
-    if (classes > 0) g.num_classes = classes;
-    return g;
-  } catch (const std::exception& e) {
-    return Status::error(std::string("job.graph: ") + e.what());
-  }
-}
 
 json job_to_json(const Job& job) {
   const RunOptions& o = job.options;
   json j;
   j["mode"] = job.mode;
-  j["graph"] = layer_graph_to_json(job.graph);
+  j["graph"] = model_to_json(job.graph);
   j["cluster"] = cluster_to_json(job.cluster);
   j["placement"] = {{"layer_group", job.placement.layer_group},
                     {"group_device", job.placement.group_device},
@@ -88,7 +30,7 @@ Result<Job> job_from_json(const json& j) {
   Job job;
   try {
     job.mode = j.at("mode").get<std::string>();
-    auto g = layer_graph_from_json(j.at("graph"));
+    auto g = model_from_json(j.at("graph"));
     if (!g) return g.status();
     job.graph = std::move(*g);
     auto c = cluster_from_json(j.at("cluster"));

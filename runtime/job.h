@@ -1,9 +1,9 @@
 // runtime/job.h — what the coordinator hands every worker (via the TCPStore).
 //
 // Owns `Job` (mode, layer graph, cluster of the devices used, placement,
-// options, Gloo addresses) and its JSON form, plus the layer graph's JSON
-// (name, input shape, classes, layers with op, attrs and inputs; shapes are
-// re-inferred by the reader). Also `WorkerReport`, what a worker writes back.
+// options, Gloo addresses) and its JSON form; the layer graph travels in the
+// profiler's JSON layer-graph format (profiler/model_json.h), shapes re-inferred
+// by the reader. Also `WorkerReport`, what a worker writes back.
 // Data flow: runtime.cpp -> job_to_json -> store "job" -> worker.cpp.
 // Thread safety: plain values. No LibTorch.
 #pragma once
@@ -29,9 +29,6 @@ struct Job {
   std::vector<std::string> gloo_hosts;  // per rank: address its Gloo device binds
   std::string shm_name;  // hogwild: the shared parameter segment
 };
-
-nlohmann::json layer_graph_to_json(const LayerGraph& g);
-Result<LayerGraph> layer_graph_from_json(const nlohmann::json& j);  // runs infer_shapes
 
 nlohmann::json job_to_json(const Job& job);
 Result<Job> job_from_json(const nlohmann::json& j);

@@ -16,15 +16,7 @@
 #include "profiler/torchscript_import.h"
 #include "profiler/zoo.h"
 
-// glog (pulled in by LibTorch) defines CHECK*; doctest's must win.
-#undef CHECK
-#undef CHECK_EQ
-#undef CHECK_NE
-#undef CHECK_LT
-#undef CHECK_LE
-#undef CHECK_GT
-#undef CHECK_GE
-#include <doctest/doctest.h>
+#include "tests/torch_doctest.h"  // after the LibTorch headers: doctest's CHECK wins
 
 using namespace tapp;
 namespace fs = std::filesystem;

@@ -1,15 +1,6 @@
 // Runtime tests: pipelined training equals single-device training, remote
 // (loopback) workers, failures and bad input. Small models, few steps.
-// LibTorch first: glog's CHECK macros are replaced by doctest's below.
-#include <torch/torch.h>
-#undef CHECK
-#undef CHECK_EQ
-#undef CHECK_NE
-#undef CHECK_LT
-#undef CHECK_LE
-#undef CHECK_GT
-#undef CHECK_GE
-#include <doctest/doctest.h>
+#include "tests/torch_doctest.h"  // LibTorch + doctest (glog's CHECK macros removed)
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
