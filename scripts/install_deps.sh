@@ -18,7 +18,7 @@ if ((${#missing[@]})); then
   echo "installing: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  apt-get install -y -qq "${missing[@]}"
 fi
 # JavaScript test tools (ajv for JSON Schema, playwright-core for the browser test).
 if [ -f tests/js/package.json ] && [ ! -d tests/js/node_modules ]; then
