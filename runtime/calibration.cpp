@@ -198,7 +198,9 @@ Result<CalibrationResult> calibrate(const LayerGraph& g, const Cluster& c, const
   result.predicted_before = predict_all(base);
   result.before = accuracy(result.predicted_before, result.measured);
 
-  double best_err = result.before.mean_abs_rel_error;
+  // The iterate kept is the one with the lowest median relative error on the
+  // samples (robust to a disturbed measurement, like the reported metric).
+  double best_err = result.before.median_abs_rel_error;
   Calibration best = base.calibration();
   for (int iter = 0; iter < 8; ++iter) {
     CostModel cost = base.with_calibration(from_vector(x, group_of, D));
@@ -301,8 +303,8 @@ Result<CalibrationResult> calibrate(const LayerGraph& g, const Cluster& c, const
     result.iterations = iter + 1;
     CostModel fitted = base.with_calibration(from_vector(x, group_of, D));
     AccuracyStats st = accuracy(predict_all(fitted), result.measured);
-    if (st.mean_abs_rel_error < best_err) {
-      best_err = st.mean_abs_rel_error;
+    if (st.median_abs_rel_error < best_err) {
+      best_err = st.median_abs_rel_error;
       best = from_vector(x, group_of, D);
     }
     if (same) break;
