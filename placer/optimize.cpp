@@ -1,7 +1,7 @@
 // placer/optimize.cpp — one optimization job end to end (see optimize.h).
 //
-// Phases: load the model -> layer library (profile cache, a small profile, or
-// estimated from multiply-adds) -> evaluator (simulate | measure | hybrid) ->
+// Phases: load the model -> layer libraries at micro-batch sizes 1..8 (profile
+// cache or measured; else estimated from multiply-adds) -> evaluator (simulate | measure | hybrid) ->
 // classical baselines through that evaluator -> TAPP search -> verification
 // (hybrid: measure the best) -> result JSON. Every exception from LibTorch,
 // JSON or the runtime is caught here and returned as a Status.
@@ -53,40 +53,51 @@ Result<LayerGraph> load_request_model(const OptimizeRequest& r) {
   return g;
 }
 
-// The profile for the job. simulate: a cached measured profile of this model
-// at the job's batch (or the small profiling batch) if present, else a
-// profile at a small batch; measure/hybrid: a profile (cached). If profiling
-// fails, the estimate from multiply-adds.
-LayerLibrary job_library(const LayerGraph& g, const OptimizeRequest& r, std::string& origin,
-                         const ProgressFn& progress, const Clock& clock) {
-  ProfileOptions po;
-  po.threads = 1;
-  po.batch_size = std::min<int64_t>(r.batch_size, r.evaluator == "simulate" ? 4 : 8);
-  po.warmup_runs = 1;
-  po.runs = 3;
-  po.seed = r.seed;
+// The profiles for the job: one per micro-batch size 1, 2, 4, ... up to
+// min(batch, kMaxProfileBatch), so the cost model interpolates between
+// measured sizes instead of assuming a micro-batch of 1 costs 1/32 of a batch
+// of 32 (on a CPU it costs several times that), plus a cached profile at the
+// job's full batch if there is one. Each comes from the cache or is measured
+// (1 thread, 1 warm-up + median of 3) and cached. If profiling fails, the
+// estimate from multiply-adds.
+constexpr int64_t kMaxProfileBatch = 8;
+
+std::vector<LayerLibrary> job_libraries(const LayerGraph& g, const OptimizeRequest& r, std::string& origin,
+                                        const ProgressFn& progress, const Clock& clock) {
   FileProfileCache file_cache(default_cache_dir());
   ProfileCache& cache = r.profile_cache ? *r.profile_cache : file_cache;
-  for (int64_t b : {r.batch_size, po.batch_size}) {
-    if (auto hit = cache.get(profile_cache_key(g, "cpu", 1, b))) {
-      try {
-        Result<LayerLibrary> lib = library_from_json(json::parse(*hit));
-        if (lib && lib->rows.size() == g.layers.size()) {
-          origin = "cache";
-          return std::move(lib.value());
-        }
-      } catch (const std::exception&) {
-      }
+  std::vector<LayerLibrary> libs;
+  auto cached = [&](int64_t b) -> bool {
+    auto hit = cache.get(profile_cache_key(g, "cpu", 1, b));
+    if (!hit) return false;
+    json j = json::parse(*hit, nullptr, false);
+    if (j.is_discarded()) return false;
+    Result<LayerLibrary> lib = library_from_json(j);
+    if (!lib || lib->rows.size() != g.layers.size()) return false;
+    libs.push_back(std::move(lib.value()));
+    return true;
+  };
+  int measured = 0;
+  for (int64_t b = 1; b <= std::min(r.batch_size, kMaxProfileBatch); b *= 2) {
+    if (cached(b)) continue;
+    if (progress) progress({"profiling", 0, 0, 0, 0, clock.s()});
+    ProfileOptions po;
+    po.threads = 1;
+    po.batch_size = b;
+    po.warmup_runs = 1;
+    po.runs = 3;
+    po.seed = r.seed;
+    Result<LayerLibrary> lib = profile_cached(g, po, &cache);
+    if (!lib || lib->rows.size() != g.layers.size()) {
+      origin = "estimated";
+      return {estimated_library(g, r.batch_size)};
     }
+    libs.push_back(std::move(lib.value()));
+    ++measured;
   }
-  if (progress) progress({"profiling", 0, 0, 0, 0, clock.s()});
-  Result<LayerLibrary> lib = profile_cached(g, po, &cache);
-  if (lib && lib->rows.size() == g.layers.size()) {
-    origin = "profiled";
-    return std::move(lib.value());
-  }
-  origin = "estimated";
-  return estimated_library(g, r.batch_size);
+  if (r.batch_size > kMaxProfileBatch) cached(r.batch_size);
+  origin = measured ? "profiled" : "cache";
+  return libs;
 }
 
 json baseline_row(const std::string& name, const StepReport& r) {
@@ -145,8 +156,8 @@ Result<json> run_job(const OptimizeRequest& req, const ProgressFn& progress, con
   const Cluster& cluster = req.cluster;
 
   std::string library_origin;
-  LayerLibrary library = job_library(graph, req, library_origin, progress, clock);
-  Result<CostModel> cost = CostModel::build(graph, cluster, library);
+  std::vector<LayerLibrary> libraries = job_libraries(graph, req, library_origin, progress, clock);
+  Result<CostModel> cost = CostModel::build(graph, cluster, libraries, default_calibration());
   if (!cost) return cost.status().with_context("cost model");
   if (cancel) return Status::error("cancelled");
 
@@ -314,7 +325,12 @@ Result<json> run_job(const OptimizeRequest& req, const ProgressFn& progress, con
   result["batch_size"] = req.batch_size;
   result["evaluator"] = req.evaluator;
   result["seed"] = req.seed;
-  result["profile"] = {{"origin", library_origin}, {"measured", library.measured}, {"batch_size", library.batch_size}};
+  json profile_batches = json::array();
+  for (const LayerLibrary& l : libraries) profile_batches.push_back(l.batch_size);
+  result["profile"] = {{"origin", library_origin},
+                       {"measured", libraries.front().measured},
+                       {"batch_size", libraries.back().batch_size},
+                       {"batch_sizes", profile_batches}};
   result["source"] = best_source;
   result["placement"] = best_placement ? placement_to_json(*best_placement, graph, cluster) : json(nullptr);
   result["groups"] = best_placement ? groups_summary(*best_placement, graph, cluster) : json::array();

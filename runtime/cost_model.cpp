@@ -11,6 +11,15 @@
 #include "runtime/cluster.h"
 
 namespace tapp {
+
+Calibration default_calibration() {
+  Calibration c;
+  c.task_overhead_ms = 0.2;
+  c.layer_overhead_ms = 0.05;
+  c.message_overhead_ms = 0.2;
+  return c;
+}
+
 using nlohmann::json;
 
 json calibration_to_json(const Calibration& c) {

@@ -65,12 +65,7 @@ Result<CostInputs> load_cost_inputs(const LayerGraph& g, const Cluster& c, int64
   else
     in.costs_note = std::string(measured ? "measured" : "cached") + " profiles at " +
                     std::to_string(in.libraries.size()) + " (device kind, batch size) points";
-  // Without a calibration file, fixed costs a LibTorch CPU step pays per task,
-  // layer and message (typical of `tapp-cli calibrate` fits on this machine),
-  // so that many tiny micro-batches do not look free.
-  in.calibration.task_overhead_ms = 0.2;
-  in.calibration.layer_overhead_ms = 0.05;
-  in.calibration.message_overhead_ms = 0.2;
+  in.calibration = default_calibration();  // unless a calibration file says otherwise
   if (!calibration_path.empty()) {
     std::ifstream f(calibration_path);
     if (!f) return Status::error("--calibration: cannot open '" + calibration_path + "'");

@@ -108,7 +108,7 @@ class RecordingCache : public ProfileCache {
 };
 }  // namespace
 
-TEST_CASE("a job keeps its measured profile in the cache the request names, and reuses it") {
+TEST_CASE("a job keeps its measured profiles (micro-batch sizes 1 to 8) in the cache the request names, and reuses them") {
   RecordingCache cache;
   OptimizeRequest request = small_request(5);
   request.model = "vgg5";  // not in the test's file cache
@@ -117,8 +117,9 @@ TEST_CASE("a job keeps its measured profile in the cache the request names, and 
   auto first = optimize(request, nullptr, cancel);
   REQUIRE_MESSAGE(first.is_ok(), first.error_message());
   CHECK(first.value()["profile"]["origin"] == "profiled");
-  REQUIRE(cache.entries.size() == 1);
-  CHECK(cache.entries.begin()->first.rfind("vgg5-", 0) == 0);
+  REQUIRE(cache.entries.size() == 4);  // batch 8: profiles at 1, 2, 4 and 8
+  for (const auto& entry : cache.entries) CHECK(entry.first.rfind("vgg5-", 0) == 0);
+  CHECK(first.value()["profile"]["batch_sizes"] == json::array({1, 2, 4, 8}));
   auto second = optimize(request, nullptr, cancel);
   REQUIRE(second.is_ok());
   CHECK(second.value()["profile"]["origin"] == "cache");
