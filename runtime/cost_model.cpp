@@ -120,12 +120,17 @@ Result<CostModel> CostModel::build(const LayerGraph& g, const Cluster& c, const 
     if (!(dev.speed > 0 && dev.speed <= 1))
       return Status::error("devices[" + std::to_string(d) + "].speed: must be in (0, 1]");
     DeviceCosts& dc = m.devices_[d];
+    // A layer never gets cheaper with more samples: a noisy profile at a larger
+    // batch that measured less than a smaller one is raised to it (running max).
+    std::vector<double> last_f(L, 0), last_b(L, 0);
     for (const LayerLibrary* lib : pick_libraries(dev, libs)) {
       double scale = static_cast<double>(std::max(1, lib->threads)) / std::max(1, dev.threads) / dev.speed;
       std::vector<double> f(L + 1, 0), b(L + 1, 0);
       for (size_t l = 0; l < L; ++l) {
-        f[l + 1] = f[l] + lib->rows[l].forward_ms * scale;
-        b[l + 1] = b[l] + lib->rows[l].backward_ms * scale;
+        last_f[l] = std::max(last_f[l], lib->rows[l].forward_ms * scale);
+        last_b[l] = std::max(last_b[l], lib->rows[l].backward_ms * scale);
+        f[l + 1] = f[l] + last_f[l];
+        b[l + 1] = b[l] + last_b[l];
       }
       dc.batch.push_back(lib->batch_size);
       dc.fwd.push_back(std::move(f));
@@ -166,7 +171,15 @@ double CostModel::raw_ms(int device, int first, int last, int64_t samples, bool 
   // Between (or, above the largest, on the line through) points k-1 and k.
   double b0 = static_cast<double>(dc.batch[k - 1]), b1 = static_cast<double>(dc.batch[k]);
   double t0 = at(k - 1), t1 = at(k);
-  return std::max(0.0, t0 + (t1 - t0) * (b - b0) / (b1 - b0));
+  double slope = (t1 - t0) / (b1 - b0);
+  if (b > b1) {
+    // Extrapolating: the marginal cost per sample is at least its average over
+    // all profiled sizes, so one noisy point near the top cannot flatten it.
+    double bf = static_cast<double>(dc.batch.front());
+    slope = std::max(slope, (t1 - at(0)) / (b1 - bf));
+    return std::max(0.0, t1 + slope * (b - b1));
+  }
+  return std::max(0.0, t0 + slope * (b - b0));
 }
 
 double CostModel::layer_forward_ms_per_sample(int device, int layer) const {

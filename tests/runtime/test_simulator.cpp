@@ -456,6 +456,19 @@ TEST_CASE("costs follow the profiled batch sizes: exact at each, interpolated be
   CHECK(r.step_ms == doctest::Approx(8 * (4.0 + 8.0)));
 }
 
+TEST_CASE("a noisy profile cannot make a layer cheaper at more samples, nor flatten the extrapolation") {
+  LayerGraph g = chain(1);
+  Cluster c = devices(1);
+  LayerLibrary at1 = flat_library(g, 1, 2.0, 2.0);
+  LayerLibrary at4 = flat_library(g, 4, 9.0, 9.0);  // measured while the machine was busy
+  LayerLibrary at8 = flat_library(g, 8, 8.0, 8.0);  // less than at 4: noise
+  auto cost = CostModel::build(g, c, std::vector<LayerLibrary>{at1, at4, at8});
+  REQUIRE(cost.is_ok());
+  CHECK(cost->forward_ms(0, 0, 0, 8) == doctest::Approx(9.0));  // raised to the batch-4 figure
+  // Above 8: the average marginal cost (9 - 2) / 7 per sample, not the flat 4 -> 8 segment.
+  CHECK(cost->forward_ms(0, 0, 0, 15) == doctest::Approx(9.0 + 7.0));
+}
+
 TEST_CASE("local devices that compute at once slow each other by the calibrated concurrency slowdown") {
   LayerGraph g = chain(2);
   Cluster c = devices(2);
