@@ -25,6 +25,17 @@ int draw(const float* p, int n, std::mt19937_64& rng) {
   return last_nonzero;
 }
 
+// The (fractional) group a layer at relative depth x in (0, 1) leans to:
+// stage k spans [cut_{k-1}, cut_k) and the centre moves linearly across it
+// from k - 1/2 to k + 1/2 (equal stages: x * stages - 1/2).
+double prior_centre(const std::vector<double>& cuts, int stages, double x) {
+  if (static_cast<int>(cuts.size()) != stages - 1) return x * stages - 0.5;
+  int k = 0;
+  while (k < static_cast<int>(cuts.size()) && x >= cuts[k]) ++k;
+  const double lo = k == 0 ? 0.0 : cuts[k - 1], hi = k == static_cast<int>(cuts.size()) ? 1.0 : cuts[k];
+  return k + (hi > lo ? (x - lo) / (hi - lo) : 0.5) - 0.5;
+}
+
 int argmax(const float* p, int n) { return static_cast<int>(std::max_element(p, p + n) - p); }
 
 torch::Tensor to_tensor(const FeatureMatrix& m) {
@@ -232,10 +243,11 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
   // Sharpness ln(L/G): on track, a layer opens the next group with odds
   // about G/L, so a neutral network makes ~G-1 cuts whatever the depth.
   m.prior.assign(static_cast<size_t>(m.L) * m.G, 0.f);
-  const double kappa = std::max(0.5, std::log(static_cast<double>(std::max(1, m.L)) / m.G));
+  const int PG = m.cfg.prior_groups > 0 ? std::min(m.cfg.prior_groups, m.G) : m.G;
+  const double kappa = std::max(0.5, std::log(static_cast<double>(std::max(1, m.L)) / PG));
   for (int i = 0; i < m.L; ++i)
     for (int g = 0; g < m.G; ++g) {
-      double c = (i + 0.5) * m.G / std::max(1, m.L) - 0.5;
+      double c = prior_centre(m.cfg.prior_cuts, PG, (i + 0.5) / std::max(1, m.L));
       m.prior[static_cast<size_t>(i) * m.G + g] = static_cast<float>(-kappa * (g - c) * (g - c));
     }
   FeatureMatrix in;

@@ -42,6 +42,13 @@ struct PolicyConfig {
   // took, while an allowed device is still free (pipeline stages on distinct
   // devices, as the DP planner's). Off: devices may repeat.
   bool distinct_devices = true;
+  // The positional prior centres the layers on `prior_groups` stages (0 =
+  // num_groups; fewer leaves the last groups mostly empty) with sharpness
+  // max(1/2, ln(L / prior_groups)); prior_cuts: where those stages end, as
+  // ascending fractions of the depth in (0, 1) (prior_groups - 1 of them;
+  // otherwise equal stages). The search's restarts vary both.
+  int prior_groups = 0;
+  std::vector<double> prior_cuts;
   int hidden = 64;
   double learning_rate = 0.005;
   uint64_t seed = 1;

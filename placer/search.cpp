@@ -78,6 +78,24 @@ std::vector<Placement> neighbours(const Placement& p, int num_devices, const std
   return out;
 }
 
+// A restarted policy starts from another positional prior, so restarts
+// explore other basins. In turn (restart 1, 2, 3, 4, ...): the equal-stage
+// prior (only the seed changes), all G stages ending at random depths, a
+// random number of stages in [ceil(G/2), G] (fewer stages than devices) at
+// random depths, the equal-stage prior again, ...
+void vary_prior(PolicyConfig& pc, int restart, std::mt19937_64& rng) {
+  const int G = pc.num_groups;
+  if (G < 2 || restart % 3 == 1) return;
+  int stages = G;
+  if (restart % 3 == 0) stages = std::uniform_int_distribution<int>((G + 1) / 2, G)(rng);
+  std::vector<double> cuts(stages - 1);
+  std::uniform_real_distribution<double> u(0.02, 0.98);
+  for (double& c : cuts) c = u(rng);
+  std::sort(cuts.begin(), cuts.end());
+  pc.prior_groups = stages;
+  pc.prior_cuts = cuts;
+}
+
 }  // namespace
 
 std::vector<int> micro_batch_choices(int64_t batch_size, int max_micro_batches) {
@@ -239,6 +257,7 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, Evaluator& 
       last_restart = it;
       PolicyConfig next = pc;
       next.seed = pc.seed + 7919ULL * restarts;
+      if (opt.vary_prior_on_restart) vary_prior(next, restarts, rng);
       reinforce.reset();
       policy = std::make_unique<Policy>(features, consumers, next);
       continue;

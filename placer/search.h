@@ -43,6 +43,7 @@ struct SearchOptions {
   std::optional<Placement> warm_start;  // imitate this plan before searching
   int restart_after = 60;        // fresh policy after this many iterations without improvement (0 = never)
   int max_restarts = 8;
+  bool vary_prior_on_restart = true;  // restarts draw another positional prior (stages, depths)
   int refine_budget = 0;         // evaluations for local refinement of the policy's best (0 = off)
   bool contiguous = true;        // partitions are pipeline stages (PolicyConfig::contiguous)
   bool distinct_devices = true;  // stages on distinct devices (PolicyConfig::distinct_devices)

@@ -304,6 +304,25 @@ TEST_CASE("contiguous partitions are pipeline stages on distinct devices") {
   }
 }
 
+TEST_CASE("the positional prior centres a neutral policy on the stages it is given") {
+  OpDictionary dict;
+  LayerGraph g = chain_graph(10);  // 20 layers
+  REQUIRE(g.layers.size() == 20);
+  PolicyConfig c = config(2, 2, 21);
+  c.prior_cuts = {0.8};  // one stage end at 80% of the depth
+  Policy late(encode_layers(g, dict), g.consumers(), c);
+  Decision d = late.greedy();
+  const auto first = std::count(d.layer_group.begin(), d.layer_group.end(), 0);
+  CHECK(first >= 15);
+  CHECK(first <= 17);
+
+  PolicyConfig f = config(4, 4, 21);
+  f.prior_groups = 2;  // fewer stages than groups: the last groups stay empty
+  Policy fewer(encode_layers(g, dict), g.consumers(), f);
+  Placement p = decision_to_placement(fewer.greedy(), f.micro_batch_choices, Schedule::gpipe);
+  CHECK(p.num_groups() == 2);
+}
+
 TEST_CASE("the paper's free partition mode lets a layer take any group") {
   OpDictionary dict;
   LayerGraph g = chain_graph(6);
@@ -354,6 +373,29 @@ TEST_CASE("restarts keep the best placement found before them") {
   REQUIRE(r.found);
   CHECK(r.restarts == 3);
   for (size_t i = 1; i < best.size(); ++i) CHECK(best[i] <= best[i - 1]);
+}
+
+TEST_CASE("restarts from other positional priors keep the best and stay deterministic") {
+  LayerGraph g = chain_graph(6);
+  Cluster c = equal_cluster(4);
+  SearchOptions o;
+  o.iterations = 40;
+  o.samples_per_iteration = 4;
+  o.restart_after = 5;
+  o.max_restarts = 4;
+  o.patience = 1000;
+  o.batch_size = 8;
+  o.vary_prior_on_restart = true;
+  auto run = [&] {
+    FakeEvaluator ev(std::vector<double>(12, 1.0), c);
+    std::vector<double> best;
+    SearchResult r = search(g, c, ev, o, [&](const SearchProgress& p) { best.push_back(p.best_step_ms); });
+    REQUIRE(r.found);
+    CHECK(r.restarts == 4);
+    for (size_t i = 1; i < best.size(); ++i) CHECK(best[i] <= best[i - 1]);
+    return best;
+  };
+  CHECK(run() == run());
 }
 
 TEST_CASE("a model with BatchNorm on a 1x1 map is never split into one-sample micro-batches") {
