@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <random>
@@ -83,14 +84,22 @@ std::vector<Placement> neighbours(const Placement& p, int num_devices, const std
 // prior (only the seed changes), all G stages ending at random depths, a
 // random number of stages in [ceil(G/2), G] (fewer stages than devices) at
 // random depths, the equal-stage prior again, ...
-void vary_prior(PolicyConfig& pc, int restart, std::mt19937_64& rng) {
+void vary_prior(PolicyConfig& pc, int restart, uint64_t search_seed, std::mt19937_64& rng) {
   const int G = pc.num_groups;
   if (G < 2 || restart % 3 == 1) return;
   int stages = G;
   if (restart % 3 == 0) stages = std::uniform_int_distribution<int>((G + 1) / 2, G)(rng);
+  // Each stage end moves by the golden ratio from restart to restart (from
+  // a random start per search), so successive restarts spread it over the
+  // depth instead of drawing it independently.
   std::vector<double> cuts(stages - 1);
-  std::uniform_real_distribution<double> u(0.02, 0.98);
-  for (double& c : cuts) c = u(rng);
+  std::mt19937_64 start_rng(search_seed * 0x2545F4914F6CDD1DULL + 3);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  const double phi = 0.6180339887498949;
+  for (double& c : cuts) {
+    double x = u(start_rng) + restart * phi;
+    c = 0.02 + 0.96 * (x - std::floor(x));
+  }
   std::sort(cuts.begin(), cuts.end());
   pc.prior_groups = stages;
   pc.prior_cuts = cuts;
@@ -257,7 +266,7 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, Evaluator& 
       last_restart = it;
       PolicyConfig next = pc;
       next.seed = pc.seed + 7919ULL * restarts;
-      if (opt.vary_prior_on_restart) vary_prior(next, restarts, rng);
+      if (opt.vary_prior_on_restart) vary_prior(next, restarts, pc.seed, rng);
       reinforce.reset();
       policy = std::make_unique<Policy>(features, consumers, next);
       continue;
