@@ -67,15 +67,10 @@ std::vector<LayerLibrary> job_libraries(const LayerGraph& g, const OptimizeReque
   FileProfileCache file_cache(default_cache_dir());
   ProfileCache& cache = r.profile_cache ? *r.profile_cache : file_cache;
   std::vector<LayerLibrary> libs;
-  auto cached = [&](int64_t b) -> bool {
-    auto hit = cache.get(profile_cache_key(g, "cpu", 1, b));
-    if (!hit) return false;
-    json j = json::parse(*hit, nullptr, false);
-    if (j.is_discarded()) return false;
-    Result<LayerLibrary> lib = library_from_json(j);
-    if (!lib || lib->rows.size() != g.layers.size()) return false;
-    libs.push_back(std::move(lib.value()));
-    return true;
+  auto cached = [&](int64_t b) {
+    auto hit = cached_library(cache, g, "cpu", 1, b);
+    if (hit) libs.push_back(std::move(*hit));
+    return hit.has_value();
   };
   int measured = 0;
   for (int64_t b = 1; b <= std::min(r.batch_size, kMaxProfileBatch); b *= 2) {

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "profiler/model_json.h"
+#include <nlohmann/json.hpp>
 
 namespace tapp {
 namespace fs = std::filesystem;
@@ -57,6 +58,17 @@ std::string profile_cache_key(const LayerGraph& graph, const std::string& device
     shape += (i ? "x" : "") + std::to_string(graph.input_shape[i]);
   return graph.name + "-" + shape + "-" + graph_fingerprint(graph) + "-" + device_kind + "-t" +
          std::to_string(threads) + "-b" + std::to_string(batch_size);
+}
+
+std::optional<LayerLibrary> cached_library(ProfileCache& cache, const LayerGraph& graph,
+                                           const std::string& device_kind, int threads, int64_t batch_size) {
+  auto text = cache.get(profile_cache_key(graph, device_kind, threads, batch_size));
+  if (!text) return std::nullopt;
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
+  if (j.is_discarded()) return std::nullopt;
+  Result<LayerLibrary> lib = library_from_json(j);
+  if (!lib || lib->rows.size() != graph.layers.size()) return std::nullopt;
+  return std::move(lib.value());
 }
 
 }  // namespace tapp

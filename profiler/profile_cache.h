@@ -15,6 +15,7 @@
 
 #include "common/status.h"
 #include "profiler/layer_graph.h"
+#include "profiler/layer_library.h"
 
 namespace tapp {
 
@@ -44,5 +45,10 @@ std::string default_cache_dir();
 // "<model>-<input shape>-<fingerprint>-<device>-t<threads>-b<batch>".
 std::string profile_cache_key(const LayerGraph& graph, const std::string& device_kind, int threads,
                               int64_t batch_size);
+
+// The cached library of `graph` under that key, if there is a readable entry
+// whose rows match the graph; a missing, corrupt or stale entry is nullopt.
+std::optional<LayerLibrary> cached_library(ProfileCache& cache, const LayerGraph& graph,
+                                           const std::string& device_kind, int threads, int64_t batch_size);
 
 }  // namespace tapp

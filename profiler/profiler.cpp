@@ -169,24 +169,18 @@ Result<LayerLibrary> profile_model(const LayerGraph& graph, const ProfileOptions
 Result<LayerLibrary> profile_cached(const LayerGraph& graph, const ProfileOptions& o, ProfileCache* cache,
                                     bool* cache_hit) {
   if (cache_hit) *cache_hit = false;
-  const std::string key =
-      profile_cache_key(graph, o.device + (o.cpu_clock ? "-cpuclock" : ""), o.threads, o.batch_size);
+  const std::string device = o.device + (o.cpu_clock ? "-cpuclock" : "");
   if (cache) {
-    if (auto text = cache->get(key)) {
-      try {
-        auto lib = library_from_json(nlohmann::json::parse(*text));
-        if (lib && lib->rows.size() == graph.layers.size()) {
-          if (cache_hit) *cache_hit = true;
-          return lib;
-        }
-      } catch (const std::exception&) {
-        // A corrupt entry is re-measured and overwritten.
-      }
+    // A corrupt or stale entry is re-measured and overwritten.
+    if (auto hit = cached_library(*cache, graph, device, o.threads, o.batch_size)) {
+      if (cache_hit) *cache_hit = true;
+      return std::move(*hit);
     }
   }
   auto lib = profile_model(graph, o);
   if (!lib) return lib;
   if (cache) {
+    const std::string key = profile_cache_key(graph, device, o.threads, o.batch_size);
     if (Status s = cache->put(key, library_to_json(*lib).dump(1)); !s && o.progress)
       o.progress("warning: " + s.message());
   }

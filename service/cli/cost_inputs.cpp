@@ -34,12 +34,8 @@ Result<CostInputs> load_cost_inputs(const LayerGraph& g, const Cluster& c, int64
         po.batch_size = b;
         po.runs = 7;  // the median of more runs: profiles are the simulator's only timing input
         if (mode == "auto") {
-          auto text = cache.get(profile_cache_key(g, d.kind, d.threads, b));
-          if (!text) continue;
-          nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
-          if (j.is_discarded()) continue;
-          auto lib = library_from_json(j);
-          if (!lib || lib->rows.size() != g.layers.size()) continue;
+          auto lib = cached_library(cache, g, d.kind, d.threads, b);
+          if (!lib) continue;
           in.libraries.push_back(std::move(*lib));
           ++cached;
         } else {

@@ -11,28 +11,14 @@
 #include "runtime/cluster.h"
 #include "runtime/simulator.h"
 #include "runtime/task_graph.h"
+#include "tests/runtime/fixtures.h"
 #include "tests/runtime/task_graph_reference.h"
 
 using namespace tapp;
+using namespace tapp::test;
 
 namespace {
 
-// n linear layers of width 8 (32 activation bytes per sample).
-LayerGraph chain(int n) {
-  LayerGraph g;
-  g.name = "chain";
-  g.input_shape = {8};
-  for (int i = 0; i < n; ++i) {
-    Layer l;
-    l.name = "fc" + std::to_string(i);
-    l.op = "linear";
-    l.attrs.out = 8;
-    if (i > 0) l.inputs = {i - 1};
-    g.layers.push_back(l);
-  }
-  REQUIRE(infer_shapes(g).is_ok());
-  return g;
-}
 
 // Every layer costs fwd_ms / bwd_ms per `batch` samples.
 LayerLibrary flat_library(const LayerGraph& g, int64_t batch, double fwd_ms, double bwd_ms) {
@@ -46,22 +32,7 @@ LayerLibrary flat_library(const LayerGraph& g, int64_t batch, double fwd_ms, dou
 }
 
 // Links fast enough to be free.
-Cluster devices(int n) {
-  Cluster c;
-  for (int i = 0; i < n; ++i) c.devices.push_back(Device{"d" + std::to_string(i)});
-  c.default_link.bandwidth_mbps = 1e12;
-  c.default_link.latency_ms = 0;
-  return c;
-}
 
-Placement by_device(const std::vector<int>& layer_device, int micro_batches, Schedule s = Schedule::gpipe) {
-  Placement p;
-  p.layer_group = layer_device;
-  for (int d = 0; d <= *std::max_element(layer_device.begin(), layer_device.end()); ++d) p.group_device.push_back(d);
-  p.micro_batches = micro_batches;
-  p.schedule = s;
-  return p;
-}
 
 StepReport run(const LayerGraph& g, const Cluster& c, const LayerLibrary& lib, const Placement& p, int64_t batch,
                const Calibration& cal = {}) {

@@ -6,38 +6,12 @@
 #include "profiler/layer_graph.h"
 #include "runtime/cluster.h"
 #include "runtime/task_graph.h"
+#include "tests/runtime/fixtures.h"
 
 using namespace tapp;
+using namespace tapp::test;
 
 namespace {
-LayerGraph chain(int n) {
-  LayerGraph g;
-  g.name = "chain";
-  g.input_shape = {8};
-  for (int i = 0; i < n; ++i) {
-    Layer l;
-    l.name = "fc" + std::to_string(i);
-    l.op = "linear";
-    l.attrs.out = 8;
-    if (i > 0) l.inputs = {i - 1};
-    g.layers.push_back(l);
-  }
-  REQUIRE(infer_shapes(g).is_ok());
-  return g;
-}
-Cluster devices(int n) {
-  Cluster c;
-  for (int i = 0; i < n; ++i) c.devices.push_back(Device{"d" + std::to_string(i)});
-  return c;
-}
-Placement by_device(const std::vector<int>& layer_device, int micro_batches, Schedule s) {
-  Placement p;
-  p.layer_group = layer_device;
-  for (int d = 0; d <= *std::max_element(layer_device.begin(), layer_device.end()); ++d) p.group_device.push_back(d);
-  p.micro_batches = micro_batches;
-  p.schedule = s;
-  return p;
-}
 // Executes device orders in lock-step; true if every compute task runs.
 bool runs_without_deadlock(const TaskGraph& tg) {
   std::vector<bool> done(tg.tasks.size(), false);
