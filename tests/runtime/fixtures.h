@@ -31,6 +31,16 @@ inline LayerGraph chain(int n) {
   return g;
 }
 
+// Appends a layer (width 8 where it has one) reading the given layers.
+inline void add_layer(LayerGraph& g, const std::string& name, const std::string& op, std::vector<int> inputs) {
+  Layer l;
+  l.name = name;
+  l.op = op;
+  l.attrs.out = 8;
+  l.inputs = std::move(inputs);
+  g.layers.push_back(l);
+}
+
 // n devices "d0".."d{n-1}" joined by free links (no latency, unbounded bandwidth).
 inline Cluster devices(int n) {
   Cluster c;

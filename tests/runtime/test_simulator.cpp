@@ -132,18 +132,10 @@ TEST_CASE("a device's sends share one queue (the runtime's sender thread) unless
   LayerGraph g;
   g.name = "fanout";
   g.input_shape = {8};
-  auto add = [&](const std::string& name, const std::string& op, std::vector<int> in) {
-    Layer l;
-    l.name = name;
-    l.op = op;
-    l.attrs.out = 8;
-    l.inputs = std::move(in);
-    g.layers.push_back(l);
-  };
-  add("a", "linear", {});
-  add("b", "linear", {0});
-  add("c", "linear", {0});
-  add("d", "add", {1, 2});
+  add_layer(g, "a", "linear", {});
+  add_layer(g, "b", "linear", {0});
+  add_layer(g, "c", "linear", {0});
+  add_layer(g, "d", "add", {1, 2});
   REQUIRE(infer_shapes(g).is_ok());
   Cluster c = devices(3);
   c.default_link.bandwidth_mbps = 0.0256;  // 1 sample x 32 bytes = 256 bits -> 10 ms
@@ -328,21 +320,13 @@ LayerGraph branchy() {
   LayerGraph g;
   g.name = "branchy";
   g.input_shape = {8};
-  auto add = [&](const std::string& name, const std::string& op, std::vector<int> in) {
-    Layer l;
-    l.name = name;
-    l.op = op;
-    l.attrs.out = 8;
-    l.inputs = std::move(in);
-    g.layers.push_back(l);
-  };
-  add("fc0", "linear", {});
-  add("fc1", "linear", {0});
-  add("fc2", "linear", {0});
-  add("add3", "add", {1, 2});
-  add("fc4", "linear", {3});
-  add("add5", "add", {4, 0});
-  add("fc6", "linear", {5});
+  add_layer(g, "fc0", "linear", {});
+  add_layer(g, "fc1", "linear", {0});
+  add_layer(g, "fc2", "linear", {0});
+  add_layer(g, "add3", "add", {1, 2});
+  add_layer(g, "fc4", "linear", {3});
+  add_layer(g, "add5", "add", {4, 0});
+  add_layer(g, "fc6", "linear", {5});
   REQUIRE(infer_shapes(g).is_ok());
   return g;
 }
