@@ -3,7 +3,7 @@
 # and vs PyTorch's torch.distributed.pipeline.sync.Pipe, in one run.
 #
 # alexnet_cifar (zoo), batch 64, two local cpu devices with one thread each,
-# split before conv5 (examples/placement_alexnet_cifar_2stage.json), CHUNKS
+# split before conv4 (examples/placement_alexnet_cifar_2stage.json), CHUNKS
 # micro-batches. Prints a markdown table of median step times.
 #   bench/bench_runtime.sh [BUILD_DIR] (env: STEPS=5 WARMUP=2 CHUNKS=4 SCHEDULE=gpipe ROUNDS=3)
 set -euo pipefail
@@ -25,6 +25,9 @@ trap 'rm -rf "$tmp"' EXIT
 cat > "$tmp/one_cpu_two_threads.json" <<JSON
 {"devices": [{"name": "cpu", "threads": 2, "memory_mb": 8192}]}
 JSON
+cat > "$tmp/one_cpu_one_thread.json" <<JSON
+{"devices": [{"name": "cpu", "threads": 1, "memory_mb": 8192}]}
+JSON
 $py - "$here/examples/placement_alexnet_cifar_2stage.json" "$chunks" "$schedule" > "$tmp/placement.json" <<'PY'
 import json, sys
 p = json.load(open(sys.argv[1])); p["micro_batches"] = int(sys.argv[2]); p["schedule"] = sys.argv[3]
@@ -43,6 +46,7 @@ for round in $(seq 1 "$rounds"); do
   "$cli" run alexnet_cifar --devices "$here/examples/cluster_2cpu.json" --placement "$tmp/placement.json" "${common[@]}" > "$tmp/tapp.$round.json"
   "$cli" run alexnet_cifar --devices "$here/examples/cluster_2cpu.json" --placement "$here/examples/placement_alexnet_cifar_noncontiguous.json" "${common[@]}" > "$tmp/tappnc.$round.json"
   "$cli" run alexnet_cifar --devices "$tmp/one_cpu_two_threads.json" --strategy single "${common[@]}" > "$tmp/single.$round.json"
+  "$cli" run alexnet_cifar --devices "$tmp/one_cpu_one_thread.json" --strategy single "${common[@]}" > "$tmp/single1.$round.json"
   $py "$here/bench/pipe_peer.py" --batch "$batch" --chunks "$chunks" --threads 1 --steps "$steps" --warmup "$warmup" 2>/dev/null > "$tmp/pipe1.$round.json"
   $py "$here/bench/pipe_peer.py" --batch "$batch" --chunks "$chunks" --threads 2 --steps "$steps" --warmup "$warmup" 2>/dev/null > "$tmp/pipe2.$round.json"
   echo "round $round done; load average: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
@@ -54,16 +58,17 @@ tmp, batch, chunks, schedule, rounds = sys.argv[1], int(sys.argv[2]), sys.argv[3
 load = lambda n, r: json.load(open(os.path.join(tmp, f"{n}.{r}.json")))
 names = {
     "tapp": f"TAPP runtime: 2 worker processes x 1 thread, {chunks} micro-batches, {schedule}",
-    "tappnc": "TAPP runtime, non-contiguous (not Pipe's split): cpu0 conv1-relu3 + flatten-fc8, cpu1 conv4-pool5, 4 micro-batches, gpipe",
+    "tappnc": "TAPP runtime, non-contiguous (not Pipe's split): cpu0 conv1-relu3 + fc7-fc8, cpu1 conv4-drop7, 4 micro-batches, gpipe",
     "single": "single LibTorch process, 2 threads (tapp-cli run --strategy single)",
-    "pipe1": f"torch Pipe, {chunks} chunks, 1 process, set_num_threads(1)",
-    "pipe2": f"torch Pipe, {chunks} chunks, 1 process, set_num_threads(2)",
+    "single1": "single LibTorch process, 1 thread",
+    "pipe1": f"torch Pipe, {chunks} chunks, 1 process, set_num_threads(1) + OpenBLAS 1 thread",
+    "pipe2": f"torch Pipe, {chunks} chunks, 1 process, set_num_threads(2) + OpenBLAS 2 threads",
 }
 runs = {k: [load(k, r) for r in range(1, rounds + 1)] for k in names}
 med = {k: statistics.median(x["step_ms"] for x in v) for k, v in runs.items()}
 best = {k: min(x["step_ms"] for x in v) for k, v in runs.items()}
 t, tb = med["tapp"], best["tapp"]
-print(f"alexnet_cifar, batch {batch}, split before conv5; each run's median step, then the median and the best "
+print(f"alexnet_cifar, batch {batch}, split before conv4; each run's median step, then the median and the best "
       f"of {rounds} interleaved rounds (on a shared machine, the best round is the least disturbed)")
 print()
 print("| configuration | step ms, median round | TAPP throughput / this | step ms, best round | TAPP throughput / this | per-round step ms |")

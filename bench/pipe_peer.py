@@ -15,10 +15,27 @@ import statistics
 import tempfile
 import time
 
-import torch
-import torch.nn as nn
-from torch.distributed import rpc
-from torch.distributed.pipeline.sync import Pipe
+
+def parse_args():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--chunks", type=int, default=4)
+    ap.add_argument("--split", type=int, default=8, help="index of the first layer of stage 2 (8: conv4)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="threads of the Pipe process: torch.set_num_threads and OpenBLAS's pool")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=5)
+    return ap.parse_args()
+
+
+ARGS = parse_args()
+# OpenBLAS sizes its own pool (default: every core) when torch loads it, and
+# torch.set_num_threads does not resize it: fix it before the import.
+os.environ["OPENBLAS_NUM_THREADS"] = str(ARGS.threads)
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+from torch.distributed import rpc  # noqa: E402
+from torch.distributed.pipeline.sync import Pipe  # noqa: E402
 
 
 def alexnet_cifar_layers(classes=10):
@@ -26,8 +43,8 @@ def alexnet_cifar_layers(classes=10):
         nn.Conv2d(3, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2, 2),
         nn.Conv2d(64, 192, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2, 2),
         nn.Conv2d(192, 384, 3, padding=1), nn.ReLU(),
+        # ---- default split (--split 8): examples/placement_alexnet_cifar_2stage.json puts conv4.. on cpu1
         nn.Conv2d(384, 256, 3, padding=1), nn.ReLU(),
-        # ---- default split (--split 10): examples/placement_alexnet_cifar_2stage.json puts conv5.. on cpu1
         nn.Conv2d(256, 256, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2, 2),
         nn.Flatten(), nn.Dropout(0.5), nn.Linear(256 * 4 * 4, 1024), nn.ReLU(),
         nn.Dropout(0.5), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, classes),
@@ -35,14 +52,7 @@ def alexnet_cifar_layers(classes=10):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--chunks", type=int, default=4)
-    ap.add_argument("--split", type=int, default=10, help="index of the first layer of stage 2")
-    ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads of the Pipe process")
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=5)
-    args = ap.parse_args()
+    args = ARGS
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)

@@ -8,6 +8,7 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include "profiler/compute_threads.h"
 #include "profiler/torch_model.h"
 
 namespace tapp {
@@ -122,7 +123,7 @@ Result<LayerLibrary> profile_model(const LayerGraph& graph, const ProfileOptions
   lib.batch_size = o.batch_size;
   lib.measured = true;
   try {
-    at::set_num_threads(o.threads);
+    set_compute_threads(o.threads);
     g_cpu_clock = o.cpu_clock;
     auto built = GraphModel::build(graph, o.seed);
     if (!built) return built.status();

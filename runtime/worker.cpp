@@ -28,6 +28,7 @@
 #include <mutex>
 #include <thread>
 
+#include "profiler/compute_threads.h"
 #include "profiler/torch_model.h"
 #include "runtime/job.h"
 #include "runtime/task_graph.h"
@@ -523,7 +524,7 @@ void publish_parameters(Ctx& c, bool all_layers) {
 int run_job(Ctx& c) {
   const RunOptions& o = c.job.options;
   const std::string& mode = c.job.mode;
-  at::set_num_threads(c.device().threads);
+  set_compute_threads(c.device().threads);
   std::vector<bool> keep;
   std::unique_ptr<PipelineWorker> pipeline;
   if (mode == "pipeline") {

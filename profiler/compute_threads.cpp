@@ -1,0 +1,31 @@
+#include "profiler/compute_threads.h"
+
+#include <ATen/Parallel.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+
+namespace tapp {
+namespace {
+
+// Looked up at run time: OpenBLAS is LibTorch's BLAS here through Debian's
+// libblas.so.3 alternative, not a library we link ourselves.
+template <typename Fn>
+Fn openblas_symbol(const char* name) {
+  return reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
+}
+
+}  // namespace
+
+void set_compute_threads(int threads) {
+  threads = std::max(1, threads);
+  at::set_num_threads(threads);
+  if (auto set = openblas_symbol<void (*)(int)>("openblas_set_num_threads")) set(threads);
+}
+
+int openblas_threads() {
+  auto get = openblas_symbol<int (*)()>("openblas_get_num_threads");
+  return get ? get() : 0;
+}
+
+}  // namespace tapp
