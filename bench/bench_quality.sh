@@ -11,7 +11,7 @@
 # input size on examples/cluster_4equal.json (emulated devices): SingleCPU,
 # Pipe-Torch (= the DP planner), BSP and TAPP measured by `tapp-cli run`.
 #
-# Usage: bench/bench_quality.sh [BUILD_DIR] [a|b|ab]   (default: build, ab)
+# Usage: bench/bench_quality.sh [BUILD_DIR] [a|b|ab]   (default: build, ab; env SEED=1 for part A)
 set -euo pipefail
 BUILD=${1:-build}
 PARTS=${2:-ab}
@@ -21,16 +21,17 @@ CLI="$ROOT/$BUILD/bin/tapp-cli"
 OUT=${TAPP_BENCH_OUT:-$(mktemp -d)}
 MODELS=${MODELS:-"alexnet vgg16 inception_v3"}
 CLUSTERS=${CLUSTERS:-"cluster_4equal cluster_4hetero cluster_device_server cluster_8equal"}
+SEED=${SEED:-1}
 
 if [[ $PARTS == *a* ]]; then
-  echo "## Part A: simulate, ImageNet sizes, batch 32, seed 1 (results in $OUT)"
+  echo "## Part A: simulate, ImageNet sizes, batch 32, seed $SEED (results in $OUT)"
   echo
   echo "| model | cluster | TAPP policy ms | +refine ms | best pipeline planner ms | TAPP vs it | DP ms | exhaustive ms | TAPP vs exhaustive | BSP ms | TAPP vs BSP | job result (source) | to 5% of final (s) | search (s) |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
   for m in $MODELS; do
     for c in $CLUSTERS; do
       f="$OUT/$m-$c.json"
-      "$CLI" optimize "$m" --devices "$ROOT/examples/$c.json" --seed 1 --json >"$f" 2>"$OUT/$m-$c.log" || { echo "| $m | $c | failed: $(tail -1 "$OUT/$m-$c.log") |"; continue; }
+      "$CLI" optimize "$m" --devices "$ROOT/examples/$c.json" --seed "$SEED" --json >"$f" 2>"$OUT/$m-$c.log" || { echo "| $m | $c | failed: $(tail -1 "$OUT/$m-$c.log") |"; continue; }
       python3 - "$f" "$m" "$c" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1])); m, c = sys.argv[2], sys.argv[3]
@@ -59,7 +60,8 @@ if [[ $PARTS == *b* ]]; then
   echo
   echo "| model (input) | SingleCPU ms | Pipe-Torch (DP) ms | BSP ms | TAPP ms | TAPP vs BSP | TAPP vs DP |"
   echo "|---|---|---|---|---|---|---|"
-  for spec in ${BSPECS:-"alexnet:64 vgg16:32 inception_v3:75"}; do
+  BSPECS=${BSPECS:-"alexnet:64 vgg16:32 inception_v3:75"}
+  for spec in $BSPECS; do
     m=${spec%%:*}; s=${spec##*:}
     f="$OUT/b-$m.json"
     "$CLI" optimize "$m" --devices "$CL" --input-size "$s" --batch "$BATCH" --seed 1 --json >"$f" 2>"$OUT/b-$m.log"

@@ -213,7 +213,7 @@ void add_optimize_command(CLI::App& app, int& exit_code) {
   sub->add_option("--devices", args->devices, "cluster JSON (devices, links)")->required();
   sub->add_option("--evaluator", args->evaluator, "simulate (default) | measure | hybrid")
       ->check(CLI::IsMember({"simulate", "measure", "hybrid"}));
-  auto* it = sub->add_option("--iterations", args->iterations, "policy iterations (default: 300 simulate/hybrid, 10 measure)");
+  auto* it = sub->add_option("--iterations", args->iterations, "policy iterations (default: 600 simulate/hybrid, 10 measure)");
   auto* tb = sub->add_option("--time-budget", args->time_budget_s, "seconds for the search instead of an iteration count");
   it->excludes(tb);
   sub->add_option("--seed", args->seed, "random seed (simulate is deterministic for a seed)");
