@@ -273,9 +273,6 @@ Result<CalibrationResult> calibrate(const LayerGraph& g, const Cluster& c, const
     for (int d = 0; d < D; ++d) lower[d] = 0.05;
     lower[D + kWire] = 0.05;
     lower[D + kBackward] = -0.5;  // backward may be cheaper than profiled, within reason
-  // A layer timed alone pays a call's fixed cost (autograd engine, timer) that
-  // a segment of layers pays once: the per-layer term may take it back.
-  lower[D + kLayer] = -0.5;
     std::vector<double> robust = weight;
     std::vector<double> nx;
     for (int irls = 0; irls < 5; ++irls) {

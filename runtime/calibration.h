@@ -8,8 +8,7 @@
 // critical path of the replay, and a device's busy time is linear in them over
 // its tasks. calibrate() alternates: replay with the current parameters, read
 // each sample's critical path, solve the relative-error least squares (ridge
-// towards the defaults, parameters kept >= their bounds: 0 for most, the
-// per-layer and backward terms may go negative), until the path stops changing.
+// towards the defaults, parameters kept >= 0), until the path stops changing.
 // Thread safety: stateless functions.
 #pragma once
 

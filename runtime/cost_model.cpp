@@ -89,16 +89,6 @@ std::vector<const LayerLibrary*> pick_libraries(const Device& d, const std::vect
   return out;
 }
 
-// Layers are timed one by one, each a few times; the whole training step is
-// timed as one. Per batch size the layer sums scatter by +-15% around the
-// whole step (vgg5: 0.83x to 1.03x), and that scatter across batch sizes is
-// what mis-ranks placements with different micro-batch counts. So the layers
-// keep their profiled proportions and the whole step sets the total.
-double whole_step_normalisation(const LayerLibrary& lib) {
-  const double sum = lib.total_forward_ms() + lib.total_backward_ms();
-  return lib.measured && lib.whole_step_ms > 0 && sum > 0 ? lib.whole_step_ms / sum : 1.0;
-}
-
 }  // namespace
 
 Result<CostModel> CostModel::build(const LayerGraph& g, const Cluster& c, const LayerLibrary& library,
@@ -135,7 +125,6 @@ Result<CostModel> CostModel::build(const LayerGraph& g, const Cluster& c, const 
     std::vector<double> last_f(L, 0), last_b(L, 0);
     for (const LayerLibrary* lib : pick_libraries(dev, libs)) {
       double scale = static_cast<double>(std::max(1, lib->threads)) / std::max(1, dev.threads) / dev.speed;
-      scale *= whole_step_normalisation(*lib);
       std::vector<double> f(L + 1, 0), b(L + 1, 0);
       for (size_t l = 0; l < L; ++l) {
         last_f[l] = std::max(last_f[l], lib->rows[l].forward_ms * scale);

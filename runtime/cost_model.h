@@ -11,12 +11,9 @@
 // Costs follow the profiled batch sizes (a batch of 1 is far from 1/32 of a
 // batch of 32 on a CPU); with one profile they scale linearly with the
 // micro-batch size, and task_overhead_ms / layer_overhead_ms capture fixed costs.
-// A measured library's layers are scaled so that they sum to its whole-step
-// time (the profile's more stable total; see whole_step_normalisation).
 // Thread safety: immutable after build; share freely.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -83,13 +80,12 @@ class CostModel {
   // `other_local` = how many other local devices the placement uses (they
   // compete for the same cores; see Calibration::concurrency_slowdown).
   double forward_ms(int device, int first, int last, int64_t samples, int other_local = 0) const {
-    return std::max(0.0, raw_ms(device, first, last, samples, false) * multiplier(device, other_local) +
-                             overhead_ms(device, first, last));
+    return raw_ms(device, first, last, samples, false) * multiplier(device, other_local) +
+           overhead_ms(device, first, last);
   }
   double backward_ms(int device, int first, int last, int64_t samples, int other_local = 0) const {
-    return std::max(0.0, raw_ms(device, first, last, samples, true) *
-                                 (multiplier(device, other_local) + calibration_.backward_extra) +
-                             overhead_ms(device, first, last));
+    return raw_ms(device, first, last, samples, true) * (multiplier(device, other_local) + calibration_.backward_extra) +
+           overhead_ms(device, first, last);
   }
   // Added to each device's first compute task of a step (stretched by 1/speed).
   double first_task_ms(int device) const { return calibration_.first_task_overhead_ms * inv_speed_[device]; }
