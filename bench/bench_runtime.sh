@@ -5,14 +5,14 @@
 # alexnet_cifar (zoo), batch 64, two local cpu devices with one thread each,
 # split before conv4 (examples/placement_alexnet_cifar_2stage.json), CHUNKS
 # micro-batches. Prints a markdown table of median step times.
-#   bench/bench_runtime.sh [BUILD_DIR] (env: STEPS=5 WARMUP=2 CHUNKS=4 SCHEDULE=gpipe ROUNDS=3)
+#   bench/bench_runtime.sh [BUILD_DIR] (env: STEPS=5 WARMUP=2 CHUNKS=8 SCHEDULE=gpipe ROUNDS=3)
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$here/build}"
 cli="$build/bin/tapp-cli"
 steps="${STEPS:-5}"
 warmup="${WARMUP:-2}"
-chunks="${CHUNKS:-4}"
+chunks="${CHUNKS:-8}"
 schedule="${SCHEDULE:-gpipe}"
 rounds="${ROUNDS:-3}"
 batch=64
@@ -28,11 +28,15 @@ JSON
 cat > "$tmp/one_cpu_one_thread.json" <<JSON
 {"devices": [{"name": "cpu", "threads": 1, "memory_mb": 8192}]}
 JSON
-$py - "$here/examples/placement_alexnet_cifar_2stage.json" "$chunks" "$schedule" > "$tmp/placement.json" <<'PY'
+with_chunks() {  # a placement file with CHUNKS micro-batches and SCHEDULE
+  $py - "$1" "$chunks" "$schedule" <<'PY'
 import json, sys
 p = json.load(open(sys.argv[1])); p["micro_batches"] = int(sys.argv[2]); p["schedule"] = sys.argv[3]
 print(json.dumps(p))
 PY
+}
+with_chunks "$here/examples/placement_alexnet_cifar_2stage.json" > "$tmp/placement.json"
+with_chunks "$here/examples/placement_alexnet_cifar_noncontiguous.json" > "$tmp/placement_nc.json"
 
 # OpenMP threads that spin while waiting collapse when another process holds a
 # core (a 2-thread LibTorch step went from ~570 ms to ~1300 ms on this shared
@@ -44,7 +48,7 @@ echo "machine: $(nproc) cores; $(date -u +%FT%TZ); load average: $(cut -d' ' -f1
 # processes on a shared machine falls on all of them alike.
 for round in $(seq 1 "$rounds"); do
   "$cli" run alexnet_cifar --devices "$here/examples/cluster_2cpu.json" --placement "$tmp/placement.json" "${common[@]}" > "$tmp/tapp.$round.json"
-  "$cli" run alexnet_cifar --devices "$here/examples/cluster_2cpu.json" --placement "$here/examples/placement_alexnet_cifar_noncontiguous.json" "${common[@]}" > "$tmp/tappnc.$round.json"
+  "$cli" run alexnet_cifar --devices "$here/examples/cluster_2cpu.json" --placement "$tmp/placement_nc.json" "${common[@]}" > "$tmp/tappnc.$round.json"
   "$cli" run alexnet_cifar --devices "$tmp/one_cpu_two_threads.json" --strategy single "${common[@]}" > "$tmp/single.$round.json"
   "$cli" run alexnet_cifar --devices "$tmp/one_cpu_one_thread.json" --strategy single "${common[@]}" > "$tmp/single1.$round.json"
   $py "$here/bench/pipe_peer.py" --batch "$batch" --chunks "$chunks" --threads 1 --steps "$steps" --warmup "$warmup" 2>/dev/null > "$tmp/pipe1.$round.json"
@@ -58,7 +62,7 @@ tmp, batch, chunks, schedule, rounds = sys.argv[1], int(sys.argv[2]), sys.argv[3
 load = lambda n, r: json.load(open(os.path.join(tmp, f"{n}.{r}.json")))
 names = {
     "tapp": f"TAPP runtime: 2 worker processes x 1 thread, {chunks} micro-batches, {schedule}",
-    "tappnc": "TAPP runtime, non-contiguous (not Pipe's split): cpu0 conv1-relu3 + fc7-fc8, cpu1 conv4-drop7, 4 micro-batches, gpipe",
+    "tappnc": f"TAPP runtime, non-contiguous (not Pipe's split): cpu0 conv1-relu3 + fc7-fc8, cpu1 conv4-drop7, {chunks} micro-batches, {schedule}",
     "single": "single LibTorch process, 2 threads (tapp-cli run --strategy single)",
     "single1": "single LibTorch process, 1 thread",
     "pipe1": f"torch Pipe, {chunks} chunks, 1 process, set_num_threads(1) + OpenBLAS 1 thread",
