@@ -17,11 +17,11 @@
 #include <sstream>
 
 #include "placer/planners.h"
-#include "profiler/zoo.h"
 #include "runtime/calibration.h"
 #include "runtime/cluster.h"
 #include "runtime/runtime.h"
 #include "service/cli/commands.h"
+#include "service/cli/model_inputs.h"
 #include "service/cli/cost_inputs.h"
 
 namespace tapp::cli {
@@ -71,25 +71,16 @@ nlohmann::json stats_json(const AccuracyStats& s) {
 }
 
 int calibrate_cmd(const CalibrateArgs& a) {
-  ModelOptions mo;
-  mo.input_size = a.input_size;
-  mo.num_classes = a.classes;
-  auto graph = load_model(a.model, mo);
-  if (!graph) {
-    std::cerr << "tapp-cli calibrate: " << graph.error_message() << "\n";
-    return 2;
-  }
-  auto cluster = load_cluster(a.devices);
-  if (!cluster) {
-    std::cerr << "tapp-cli calibrate: " << cluster.error_message() << "\n";
-    return 2;
-  }
-  auto inputs = load_cost_inputs(*graph, *cluster, a.batch, a.costs, "");
+  auto loaded = load_model_and_cluster("calibrate", a.model, a.input_size, a.classes, a.devices);
+  if (!loaded) return 2;
+  const LayerGraph& graph = loaded->graph;
+  const Cluster& cluster = loaded->cluster;
+  auto inputs = load_cost_inputs(graph, cluster, a.batch, a.costs, "");
   if (!inputs) {
     std::cerr << "tapp-cli calibrate: " << inputs.error_message() << "\n";
     return 2;
   }
-  auto cost = CostModel::build(*graph, *cluster, inputs->libraries);
+  auto cost = CostModel::build(graph, cluster, inputs->libraries);
   if (!cost) {
     std::cerr << "tapp-cli calibrate: " << cost.error_message() << "\n";
     return 2;
@@ -103,7 +94,7 @@ int calibrate_cmd(const CalibrateArgs& a) {
       return 2;
     }
     for (const auto& s : j["samples"]) {
-      auto p = placement_from_json(s["placement"], *graph, *cluster);
+      auto p = placement_from_json(s["placement"], graph, cluster);
       if (!p) {
         std::cerr << "tapp-cli calibrate: --load: " << p.error_message() << "\n";
         return 2;
@@ -123,8 +114,8 @@ int calibrate_cmd(const CalibrateArgs& a) {
     }
   } else {
     PlannerContext ctx;
-    ctx.graph = &*graph;
-    ctx.cluster = &*cluster;
+    ctx.graph = &graph;
+    ctx.cluster = &cluster;
     ctx.cost = &*cost;
     ctx.batch_size = a.batch;
     ctx.seed = a.seed;
@@ -136,9 +127,9 @@ int calibrate_cmd(const CalibrateArgs& a) {
     ro.warmup_steps = a.warmup;
     ro.seed = a.seed;
     for (size_t i = 0; i < placements.size(); ++i) {
-      StepReport r = measure_placement(*graph, *cluster, placements[i], ro);
+      StepReport r = measure_placement(graph, cluster, placements[i], ro);
       if (!a.json)
-        std::cerr << "measured " << (i + 1) << "/" << placements.size() << "  " << short_placement(placements[i], *cluster)
+        std::cerr << "measured " << (i + 1) << "/" << placements.size() << "  " << short_placement(placements[i], cluster)
                   << "  " << (r.ok ? fixed(r.step_ms, 1) + " ms" : r.failure_kind + ": " + r.message) << "\n";
       if (r.ok) samples.push_back({placements[i], r});
     }
@@ -149,14 +140,14 @@ int calibrate_cmd(const CalibrateArgs& a) {
   }
   if (!a.save.empty()) {
     nlohmann::json j;
-    j["model"] = graph->name;
+    j["model"] = graph.name;
     j["batch_size"] = a.batch;
     j["samples"] = nlohmann::json::array();
     for (const auto& s : samples) {
       nlohmann::json devs = nlohmann::json::array();
       for (const auto& d : s.measured.devices)
         devs.push_back({{"device", d.device}, {"busy_ms", d.busy_ms}, {"comm_ms", d.comm_ms}});
-      j["samples"].push_back({{"placement", placement_to_json(s.placement, *graph, *cluster)},
+      j["samples"].push_back({{"placement", placement_to_json(s.placement, graph, cluster)},
                               {"measured_ms", s.measured.step_ms},
                               {"step_samples_ms", s.measured.step_samples_ms},
                               {"devices", devs}});
@@ -168,7 +159,7 @@ int calibrate_cmd(const CalibrateArgs& a) {
   fit_options.fit_backward_extra = a.fit_extra.find("backward") != std::string::npos;
   fit_options.fit_first_task = a.fit_extra.find("first") != std::string::npos;
   // Fit on all (the calibration to keep), and leave-one-out for the out-of-sample error.
-  auto all = calibrate(*graph, *cluster, *cost, a.batch, samples, fit_options);
+  auto all = calibrate(graph, cluster, *cost, a.batch, samples, fit_options);
   if (!all) {
     std::cerr << "tapp-cli calibrate: " << all.error_message() << "\n";
     return 1;
@@ -178,16 +169,16 @@ int calibrate_cmd(const CalibrateArgs& a) {
     std::vector<CalibrationSample> rest;
     for (size_t k = 0; k < samples.size(); ++k)
       if (k != i) rest.push_back(samples[k]);
-    auto fit = calibrate(*graph, *cluster, *cost, a.batch, rest, fit_options);
+    auto fit = calibrate(graph, cluster, *cost, a.batch, rest, fit_options);
     if (!fit) continue;
-    loo[i] = predict_steps(*graph, *cluster, cost->with_calibration(fit->calibration), a.batch,
+    loo[i] = predict_steps(graph, cluster, cost->with_calibration(fit->calibration), a.batch,
                            {samples[i].placement})[0];
   }
   AccuracyStats loo_stats = accuracy(loo, all->measured);
 
   nlohmann::json out;
-  out["model"] = graph->name;
-  out["cluster"] = cluster->name;
+  out["model"] = graph.name;
+  out["cluster"] = cluster.name;
   out["batch_size"] = a.batch;
   out["costs"] = inputs->costs_note;
   out["uncalibrated"] = stats_json(all->before);
@@ -198,19 +189,19 @@ int calibrate_cmd(const CalibrateArgs& a) {
   if (a.json) {
     out["placements"] = nlohmann::json::array();
     for (size_t i = 0; i < samples.size(); ++i)
-      out["placements"].push_back({{"placement", short_placement(samples[i].placement, *cluster)},
+      out["placements"].push_back({{"placement", short_placement(samples[i].placement, cluster)},
                                    {"measured_ms", all->measured[i]},
                                    {"predicted_uncalibrated_ms", all->predicted_before[i]},
                                    {"predicted_leave_one_out_ms", loo[i]}});
     std::cout << out.dump(2) << "\n";
     return 0;
   }
-  std::cout << "model " << graph->name << "  batch " << a.batch << "  on " << cluster->num_devices() << " device(s)"
+  std::cout << "model " << graph.name << "  batch " << a.batch << "  on " << cluster.num_devices() << " device(s)"
             << "  costs: " << inputs->costs_note << "\n";
   std::cout << std::left << std::setw(40) << "placement" << std::right << std::setw(12) << "measured" << std::setw(14)
             << "uncalibrated" << std::setw(14) << "calibrated*" << "\n";
   for (size_t i = 0; i < samples.size(); ++i)
-    std::cout << std::left << std::setw(40) << short_placement(samples[i].placement, *cluster) << std::right
+    std::cout << std::left << std::setw(40) << short_placement(samples[i].placement, cluster) << std::right
               << std::setw(12) << fixed(all->measured[i], 1) << std::setw(14) << fixed(all->predicted_before[i], 1)
               << std::setw(14) << fixed(loo[i], 1) << "\n";
   auto line = [](const char* what, const AccuracyStats& s) {

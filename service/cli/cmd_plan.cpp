@@ -16,11 +16,11 @@
 
 #include "placer/planners.h"
 #include "placer/simulator_evaluator.h"
-#include "profiler/zoo.h"
 #include "runtime/cluster.h"
 #include "runtime/measure_evaluator.h"
 #include "runtime/runtime.h"
 #include "service/cli/commands.h"
+#include "service/cli/model_inputs.h"
 #include "service/cli/cost_inputs.h"
 
 namespace tapp::cli {
@@ -88,19 +88,10 @@ nlohmann::json row_json(const PlannerRow& row, const LayerGraph& g, const Cluste
 }
 
 int plan(const PlanArgs& a) {
-  ModelOptions mo;
-  mo.input_size = a.input_size;
-  mo.num_classes = a.classes;
-  auto graph = load_model(a.model, mo);
-  if (!graph) {
-    std::cerr << "tapp-cli plan: " << graph.error_message() << "\n";
-    return 2;
-  }
-  auto cluster = load_cluster(a.devices);
-  if (!cluster) {
-    std::cerr << "tapp-cli plan: " << cluster.error_message() << "\n";
-    return 2;
-  }
+  auto loaded = load_model_and_cluster("plan", a.model, a.input_size, a.classes, a.devices);
+  if (!loaded) return 2;
+  const LayerGraph& graph = loaded->graph;
+  const Cluster& cluster = loaded->cluster;
   auto schedule = schedule_from_name(a.schedule);
   if (!schedule) {
     std::cerr << "tapp-cli plan: --schedule: " << schedule.error_message() << "\n";
@@ -110,12 +101,12 @@ int plan(const PlanArgs& a) {
     std::cerr << "tapp-cli plan: --micro-batches: must be at most the batch size " << a.batch << "\n";
     return 2;
   }
-  auto inputs = load_cost_inputs(*graph, *cluster, a.batch, a.costs, a.calibration);
+  auto inputs = load_cost_inputs(graph, cluster, a.batch, a.costs, a.calibration);
   if (!inputs) {
     std::cerr << "tapp-cli plan: " << inputs.error_message() << "\n";
     return 2;
   }
-  auto cost = CostModel::build(*graph, *cluster, inputs->libraries, inputs->calibration);
+  auto cost = CostModel::build(graph, cluster, inputs->libraries, inputs->calibration);
   if (!cost) {
     std::cerr << "tapp-cli plan: " << cost.error_message() << "\n";
     return 2;
@@ -139,18 +130,18 @@ int plan(const PlanArgs& a) {
   std::unique_ptr<Evaluator> evaluator;
   SimulatorEvaluator* sim = nullptr;
   if (a.evaluator == "simulate") {
-    auto s = std::make_unique<SimulatorEvaluator>(*graph, *cluster, *cost, a.batch);
+    auto s = std::make_unique<SimulatorEvaluator>(graph, cluster, *cost, a.batch);
     sim = s.get();
     evaluator = std::move(s);
   } else if (a.evaluator == "measure") {
-    evaluator = std::make_unique<MeasureEvaluator>(*graph, *cluster, ro);
+    evaluator = std::make_unique<MeasureEvaluator>(graph, cluster, ro);
   } else {
     std::cerr << "tapp-cli plan: --evaluator: expected simulate or measure, got \"" << a.evaluator << "\"\n";
     return 2;
   }
   PlannerContext ctx;
-  ctx.graph = &*graph;
-  ctx.cluster = &*cluster;
+  ctx.graph = &graph;
+  ctx.cluster = &cluster;
   ctx.cost = &*cost;
   ctx.batch_size = a.batch;
   ctx.schedule = *schedule;
@@ -163,11 +154,11 @@ int plan(const PlanArgs& a) {
   options.planners = planners;
   if (a.evaluator == "measure")
     options.strategy_evaluator = [&](const std::string& strategy) {
-      return run_strategy(*graph, *cluster, strategy, ro).report;
+      return run_strategy(graph, cluster, strategy, ro).report;
     };
   std::vector<PlannerRow> rows;
   if (!a.placement.empty()) {
-    auto given = load_placement(a.placement, *graph, *cluster);
+    auto given = load_placement(a.placement, graph, cluster);
     if (!given) {
       std::cerr << "tapp-cli plan: --placement: " << given.error_message() << "\n";
       return 2;
@@ -190,29 +181,29 @@ int plan(const PlanArgs& a) {
 
   if (a.json) {
     nlohmann::json j;
-    j["model"] = graph->name;
-    j["cluster"] = cluster->name;
+    j["model"] = graph.name;
+    j["cluster"] = cluster.name;
     j["batch_size"] = a.batch;
     j["evaluator"] = evaluator->name();
     j["costs"] = inputs->costs_note;
     j["evaluations"] = evaluator->evaluations();
     if (rows.size() == 1) {
-      j.update(row_json(rows[0], *graph, *cluster, a.timeline));
+      j.update(row_json(rows[0], graph, cluster, a.timeline));
     } else {
       j["rows"] = nlohmann::json::array();
-      for (const auto& r : rows) j["rows"].push_back(row_json(r, *graph, *cluster, false));
+      for (const auto& r : rows) j["rows"].push_back(row_json(r, graph, cluster, false));
     }
     std::cout << j.dump(2) << "\n";
   } else {
-    std::cout << "model " << graph->name << "  batch " << a.batch << "  on " << cluster->num_devices()
-              << " device(s)" << (cluster->name.empty() ? "" : " (" + cluster->name + ")") << "  evaluator "
+    std::cout << "model " << graph.name << "  batch " << a.batch << "  on " << cluster.num_devices()
+              << " device(s)" << (cluster.name.empty() ? "" : " (" + cluster.name + ")") << "  evaluator "
               << evaluator->name() << "\ncosts: " << inputs->costs_note << "\n\n";
     if (rows.size() == 1) {
       const PlannerRow& r = rows[0];
       std::cout << "planner " << r.name << " (" << fixed(r.plan_s, 2) << " s, " << evaluator->evaluations()
                 << " evaluations)\n";
       if (r.placement)
-        std::cout << "placement: " << describe(*r.placement, *graph, *cluster) << "\n  micro-batches "
+        std::cout << "placement: " << describe(*r.placement, graph, cluster) << "\n  micro-batches "
                   << r.placement->micro_batches << ", schedule " << schedule_name(r.placement->schedule) << "\n";
       if (r.report.ok) print_report(r.report, std::cout);
     } else {
@@ -234,7 +225,7 @@ int plan(const PlanArgs& a) {
                   << (single > 0 ? fixed(single / r.report.step_ms, 2) + "x" : "-") << std::setw(7)
                   << fixed(r.report.comm_fraction, 2) << std::setw(5) << r.placement->micro_batches << std::setw(9)
                   << fixed(r.plan_s, 2) << "  " << (r.report.step_ms == best ? "* " : "")
-                  << describe(*r.placement, *graph, *cluster) << "\n";
+                  << describe(*r.placement, graph, cluster) << "\n";
       }
     }
   }
@@ -250,7 +241,7 @@ int plan(const PlanArgs& a) {
         std::cerr << "tapp-cli plan: --out: cannot write '" << a.out << "'\n";
         return 2;
       }
-      f << placement_to_json(*best->placement, *graph, *cluster).dump(2) << "\n";
+      f << placement_to_json(*best->placement, graph, cluster).dump(2) << "\n";
       if (!a.json) std::cerr << "wrote " << a.out << " (" << best->name << ")\n";
     }
   }

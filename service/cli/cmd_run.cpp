@@ -11,10 +11,10 @@
 #include <sstream>
 
 #include "placer/placement.h"
-#include "profiler/zoo.h"
 #include "runtime/cluster.h"
 #include "runtime/runtime.h"
 #include "service/cli/commands.h"
+#include "service/cli/model_inputs.h"
 
 namespace tapp::cli {
 namespace {
@@ -53,19 +53,10 @@ void print_summary(const StepReport& r, const std::string& what, const RunArgs& 
 }
 
 int run(const RunArgs& a) {
-  ModelOptions mo;
-  mo.input_size = a.input_size;
-  mo.num_classes = a.classes;
-  auto graph = load_model(a.model, mo);
-  if (!graph) {
-    std::cerr << "tapp-cli run: " << graph.error_message() << "\n";
-    return 2;
-  }
-  auto cluster = load_cluster(a.devices);
-  if (!cluster) {
-    std::cerr << "tapp-cli run: " << cluster.error_message() << "\n";
-    return 2;
-  }
+  auto loaded = load_model_and_cluster("run", a.model, a.input_size, a.classes, a.devices);
+  if (!loaded) return 2;
+  const LayerGraph& graph = loaded->graph;
+  const Cluster& cluster = loaded->cluster;
   RunOptions o;
   o.steps = a.steps;
   o.warmup_steps = a.warmup;
@@ -76,17 +67,17 @@ int run(const RunArgs& a) {
   RunResult result;
   std::string what;
   if (!a.strategy.empty()) {
-    result = run_strategy(*graph, *cluster, a.strategy, o);
-    what = "model " + graph->name + "  strategy " + a.strategy + "  on " + std::to_string(cluster->num_devices()) +
+    result = run_strategy(graph, cluster, a.strategy, o);
+    what = "model " + graph.name + "  strategy " + a.strategy + "  on " + std::to_string(cluster.num_devices()) +
            " device(s)";
   } else {
-    auto placement = load_placement(a.placement, *graph, *cluster);
+    auto placement = load_placement(a.placement, graph, cluster);
     if (!placement) {
       std::cerr << "tapp-cli run: " << placement.error_message() << "\n";
       return 2;
     }
-    result = run_placement(*graph, *cluster, *placement, o);
-    what = "model " + graph->name + "  placement " + a.placement + "  (" + std::to_string(placement->micro_batches) +
+    result = run_placement(graph, cluster, *placement, o);
+    what = "model " + graph.name + "  placement " + a.placement + "  (" + std::to_string(placement->micro_batches) +
            " micro-batches, " + schedule_name(placement->schedule) + ")";
   }
   const StepReport& r = result.report;

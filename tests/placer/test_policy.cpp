@@ -357,17 +357,23 @@ TEST_CASE("a warm start makes the classical plan the policy's most probable plac
   CHECK(greedy.micro_batches == 2);
 }
 
-TEST_CASE("restarts keep the best placement found before them") {
-  LayerGraph g = chain_graph(4);
-  Cluster c = equal_cluster(3);
-  FakeEvaluator ev(std::vector<double>(8, 1.0), c);
+// A short search that restarts every 5 idle iterations, `max_restarts` times.
+static SearchOptions restarting_search(int max_restarts) {
   SearchOptions o;
   o.iterations = 40;
   o.samples_per_iteration = 4;
   o.restart_after = 5;
-  o.max_restarts = 3;
+  o.max_restarts = max_restarts;
   o.patience = 1000;
   o.batch_size = 8;
+  return o;
+}
+
+TEST_CASE("restarts keep the best placement found before them") {
+  LayerGraph g = chain_graph(4);
+  Cluster c = equal_cluster(3);
+  FakeEvaluator ev(std::vector<double>(8, 1.0), c);
+  SearchOptions o = restarting_search(3);
   std::vector<double> best;
   SearchResult r = search(g, c, ev, o, [&](const SearchProgress& p) { best.push_back(p.best_step_ms); });
   REQUIRE(r.found);
@@ -378,13 +384,7 @@ TEST_CASE("restarts keep the best placement found before them") {
 TEST_CASE("restarts from other positional priors keep the best and stay deterministic") {
   LayerGraph g = chain_graph(6);
   Cluster c = equal_cluster(4);
-  SearchOptions o;
-  o.iterations = 40;
-  o.samples_per_iteration = 4;
-  o.restart_after = 5;
-  o.max_restarts = 4;
-  o.patience = 1000;
-  o.batch_size = 8;
+  SearchOptions o = restarting_search(4);
   o.vary_prior_on_restart = true;
   auto run = [&] {
     FakeEvaluator ev(std::vector<double>(12, 1.0), c);
