@@ -192,7 +192,12 @@ std::string describe_failures(std::vector<Worker>& workers, c10d::Store& store) 
         w.exit_code = decode_status(st);
       }
     }
-    if (!w.finished || w.exit_code == 0) continue;
+    if (!w.finished) continue;
+    if (w.exit_code == 0) {
+      if (!store.check({"done/" + std::to_string(w.rank)}))
+        items.push_back({0, "worker " + std::to_string(w.rank) + " (device '" + w.device + "') exited without reporting its step"});
+      continue;
+    }
     std::string key = "error/" + std::to_string(w.rank), why;
     try {
       if (store.check({key})) {

@@ -568,7 +568,11 @@ int run_job(Ctx& c) {
   if (o.collect_parameters && (mode == "pipeline" || c.rank == 0)) publish_parameters(c, mode != "pipeline");
   json report = {{"rank", c.rank}, {"steps", steps}, {"peak_rss_bytes", peak_rss_bytes()}};
   c.store->set("report/" + std::to_string(c.rank), to_bytes(report.dump()));
-  c.store->set("done/" + std::to_string(c.rank), to_bytes("1"));
+  const std::string done_key = "done/" + std::to_string(c.rank);
+  c.store->set(done_key, to_bytes("1"));
+  // TCPStore's set is not acknowledged: read the key back so the coordinator
+  // has it before this process exits (else it sees exit 0 without "done").
+  c.store->get(done_key);
   return 0;
 }
 
