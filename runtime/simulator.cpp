@@ -125,19 +125,7 @@ StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOp
       }
     };
     if (ws.resource_prev[t] >= 0) consider(ws.resource_prev[t]);
-    if (is_transfer(task.kind) && options.sends_posted_before_speed_sleep) {
-      // The runtime posts a task's sends when its real compute is done and only
-      // then sleeps to emulate the device's speed: the send is ready at
-      // start + duration x speed.
-      const int p = task.deps[0];
-      double posted = ws.start[p] + (ws.end[p] - ws.start[p]) / cost.inverse_speed(tg.tasks[p].device);
-      if (crit < 0 || posted > s) {
-        s = posted;
-        crit = p;
-      }
-    } else {
-      for (int d : task.deps) consider(d);
-    }
+    for (int d : task.deps) consider(d);
     ws.start[t] = s;
     ws.end[t] = s + task_duration(tg, task, cost, local_used) +
                 (!is_transfer(task.kind) && ws.resource_prev[t] < 0 ? cost.first_task_ms(task.device) : 0.0);

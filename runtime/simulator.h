@@ -42,10 +42,6 @@ struct SimulateOptions {
   // One FIFO send queue per device, in the order its tasks post sends (the
   // runtime's sender thread); false: one FIFO per directed link.
   bool send_queue_per_device = true;
-  // The runtime emulates a slow device by sleeping after each task, having
-  // already posted the task's sends: a send is ready after the task's real
-  // compute (duration x speed). false: only when the stretched task ends.
-  bool sends_posted_before_speed_sleep = true;
 };
 
 // Per-task times of one replay (for calibration and tests).

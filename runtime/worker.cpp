@@ -76,11 +76,19 @@ class Sender {
   void post(std::vector<std::pair<torch::Tensor, int>> tensors, int dst, double delay_s, std::string label) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back(Item{std::move(tensors), dst, delay_s, std::move(label)});
+      (holding_ ? held_ : queue_).push_back(Item{std::move(tensors), dst, delay_s, std::move(label)});
       ++pending_;
     }
     cv_.notify_all();
   }
+  // While a Hold lives, posted sends wait: a task's outputs leave only when
+  // its emulated compute (real compute + speed sleep) has ended, as on a
+  // device that is really that slow.
+  struct Hold {
+    explicit Hold(Sender& s) : sender(s) { sender.hold(); }
+    ~Hold() { sender.release(); }
+    Sender& sender;
+  };
   // Blocks until every posted send completed; rethrows a send's error.
   void drain() {
     std::unique_lock<std::mutex> lock(mu_);
@@ -99,6 +107,19 @@ class Sender {
     double delay_s;
     std::string label;
   };
+  void hold() {
+    std::lock_guard<std::mutex> lock(mu_);
+    holding_ = true;
+  }
+  void release() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      holding_ = false;
+      for (auto& item : held_) queue_.push_back(std::move(item));
+      held_.clear();
+    }
+    cv_.notify_all();
+  }
   void loop() {
     for (;;) {
       Item item;
@@ -137,7 +158,8 @@ class Sender {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
-  std::deque<Item> queue_;
+  std::deque<Item> queue_, held_;
+  bool holding_ = false;
   int pending_ = 0;
   bool stop_ = false;
   std::string error_;
@@ -233,12 +255,16 @@ class PipelineWorker {
       wait_inputs(task);
       auto c0 = Clock::now();
       st.comm_ms += ms_between(w0, c0);
-      if (task.kind == TaskKind::forward)
-        forward(task.segment, task.micro_batch, sender);
-      else
-        backward(task.segment, task.micro_batch, sender);
-      double compute_ms = ms_between(c0, Clock::now());
-      compute_ms += c_.emulate_speed(compute_ms);
+      double compute_ms = 0;
+      {
+        Sender::Hold held(sender);
+        if (task.kind == TaskKind::forward)
+          forward(task.segment, task.micro_batch, sender);
+        else
+          backward(task.segment, task.micro_batch, sender);
+        compute_ms = ms_between(c0, Clock::now());
+        compute_ms += c_.emulate_speed(compute_ms);
+      }
       st.busy_ms += compute_ms;
       std::string name = std::string(task.kind == TaskKind::forward ? "F" : "B") + " s" +
                          std::to_string(task.segment) + " m" + std::to_string(task.micro_batch);

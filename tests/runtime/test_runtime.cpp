@@ -467,6 +467,30 @@ TEST_CASE("sending micro-batch 0's activations over a slow link does not hold up
   CHECK(send0.end_ms - send0.start_ms >= 150);
 }
 
+TEST_CASE("an emulated slow device sends a task's outputs only when its emulated compute has ended") {
+  Cluster c = local_cluster(2);
+  c.devices[0].speed = 0.2;  // every task sleeps 4x its real compute
+  RunOptions o = test_options();
+  o.steps = 1;
+  o.warmup_steps = 0;
+  o.collect_parameters = false;
+  RunResult r = run_placement(chain_model(), c, by_device({0, 0, 0, 1, 1, 1, 1}, 2, Schedule::gpipe), o);
+  INFO(r.report.message);
+  REQUIRE(r.report.ok);
+  auto find = [&](const std::string& task) {
+    for (const auto& e : r.report.timeline)
+      if (e.task == task) return e;
+    FAIL("no timeline entry " << task);
+    return TimelineEntry{};
+  };
+  for (int m : {0, 1}) {
+    const std::string mb = " m" + std::to_string(m);
+    TimelineEntry produce = find("F s0" + mb);  // its end includes the speed sleep
+    CHECK(find("X s0->s1" + mb).start_ms >= produce.end_ms);
+    CHECK(find("F s1" + mb).start_ms >= produce.end_ms);
+  }
+}
+
 TEST_CASE("a worker killed with SIGKILL mid-run gives worker_failed naming the signal and leaves no orphan") {
   RunOptions o = test_options();
   o.steps = 100000;  // runs until the kill
