@@ -19,6 +19,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CLI="$ROOT/$BUILD/bin/tapp-cli"
 [ -x "$CLI" ] || CLI="$BUILD/bin/tapp-cli"
 OUT=${TAPP_BENCH_OUT:-$(mktemp -d)}
+mkdir -p "$OUT"
 MODELS=${MODELS:-"alexnet vgg16 inception_v3"}
 CLUSTERS=${CLUSTERS:-"cluster_4equal cluster_4hetero cluster_device_server cluster_8equal"}
 SEED=${SEED:-1}

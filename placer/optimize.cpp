@@ -202,7 +202,8 @@ Result<json> run_job(const OptimizeRequest& req, const ProgressFn& progress, con
     bo.seed = req.seed;
     bo.cancel = &cancel;
     bo.search_budget = static_cast<int>(std::min<int64_t>(
-        static_cast<int64_t>(so.iterations) * so.samples_per_iteration, req.evaluator == "simulate" ? 20000 : 8));
+        static_cast<int64_t>(so.iterations) * so.samples_per_iteration + so.refine_budget,
+        req.evaluator == "simulate" ? 20000 : 8));  // random search and annealing: TAPP's budget (policy + refinement)
     if (req.evaluator == "measure") {
       bo.planners = {"single", "bsp", "uniform", "params", "time", "dp"};
       bo.strategy_evaluator = [&graph, &cluster, run](const std::string& strategy) {

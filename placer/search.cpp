@@ -37,27 +37,50 @@ std::vector<bool> devices_that_fit(const LayerGraph& g, const Cluster& c, int64_
 }
 
 // Local moves around a placement whose groups are stages in layer order:
-// shift a stage boundary by 1..4 layers, swap two stages' devices, move a
-// stage to an unused device, halve or double the micro-batches.
+// shift a stage boundary by 1, 2, 4, ... layers (up to a quarter of the
+// model), merge two adjacent stages, split a stage onto an unused device, swap
+// two stages' devices, move a stage to an unused device, halve or double the
+// micro-batches.
 std::vector<Placement> neighbours(const Placement& p, int num_devices, const std::vector<int>& choices) {
   std::vector<Placement> out;
   const int L = static_cast<int>(p.layer_group.size());
+  auto add_stages = [&](const Placement& q) {
+    Placement c = decision_to_placement(Decision{q.layer_group, q.group_device, 0}, {q.micro_batches}, q.schedule);
+    c.source = "policy";
+    out.push_back(std::move(c));
+  };
   for (int i = 1; i < L; ++i) {
     if (p.layer_group[i] == p.layer_group[i - 1]) continue;  // i starts a new group
-    for (int delta : {1, -1, 2, -2, 4, -4}) {
-      Placement q = p;
-      q.source = "policy";
-      int lo = delta > 0 ? i : i + delta, hi = delta > 0 ? i + delta : i;  // layers [lo, hi) change side
-      if (lo < 0 || hi > L) continue;
-      const int g = delta > 0 ? p.layer_group[i - 1] : p.layer_group[i];
-      for (int k = lo; k < hi; ++k) q.layer_group[k] = g;
-      Placement c = decision_to_placement(Decision{q.layer_group, q.group_device, 0}, {q.micro_batches}, q.schedule);
-      c.source = "policy";
-      if (c.num_groups() == p.num_groups()) out.push_back(c);
-    }
+    for (int step = 1; step == 1 || step <= L / 4; step *= 2)
+      for (int delta : {step, -step}) {
+        int lo = delta > 0 ? i : i + delta, hi = delta > 0 ? i + delta : i;  // layers [lo, hi) change side
+        if (lo < 0 || hi > L) continue;
+        Placement q = p;
+        const int g = delta > 0 ? p.layer_group[i - 1] : p.layer_group[i];
+        for (int k = lo; k < hi; ++k) q.layer_group[k] = g;
+        Placement c = decision_to_placement(Decision{q.layer_group, q.group_device, 0}, {q.micro_batches}, q.schedule);
+        if (c.num_groups() == p.num_groups()) c.source = "policy", out.push_back(std::move(c));
+      }
+    // Merge the stage that starts at i into the one before it.
+    Placement q = p;
+    for (int k = i; k < L && p.layer_group[k] == p.layer_group[i]; ++k) q.layer_group[k] = p.layer_group[i - 1];
+    add_stages(q);
   }
   std::vector<bool> used(num_devices, false);
   for (int d : p.group_device) used[d] = true;
+  // Split a stage at its middle layer, the second half on an unused device.
+  for (int i = 0; i < L;) {
+    int end = i;
+    while (end < L && p.layer_group[end] == p.layer_group[i]) ++end;
+    for (int d = 0; d < num_devices && end - i >= 2; ++d)
+      if (!used[d]) {
+        Placement q = p;
+        q.group_device.push_back(d);
+        for (int k = (i + end) / 2; k < end; ++k) q.layer_group[k] = p.num_groups();
+        add_stages(q);
+      }
+    i = end;
+  }
   for (int a = 0; a < p.num_groups(); ++a) {
     for (int b = a + 1; b < p.num_groups(); ++b) {
       Placement q = p;
@@ -286,22 +309,42 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, Evaluator& 
   result.policy_evaluations = result.evaluations;
   result.policy_elapsed_s = elapsed();
 
-  // Optional refinement of the policy's best by local moves (stage boundaries,
-  // device swaps, micro-batches), through the same evaluator; reported apart.
+  // Optional refinement of the policy's best by local search through the same
+  // evaluator (reported apart): hill-climb by first improvement over the
+  // neighbours in random order; at a local optimum, kick the best found so
+  // far by two random moves and climb again, until the budget is spent.
   if (opt.refine_budget > 0 && result.found && !cancelled()) {
     const int64_t stop_at = result.evaluations + opt.refine_budget;
-    bool improved = true;
-    while (improved && result.evaluations < stop_at && !cancelled()) {
-      improved = false;
-      const double current = result.best_report.step_ms;
-      for (const Placement& q : neighbours(result.best, cluster.num_devices(), pc.micro_batch_choices)) {
-        if (result.evaluations >= stop_at || cancelled()) break;
-        evaluate_placement(q, result.iterations);
-        if (result.best_report.step_ms < current) {
-          improved = true;
-          break;
+    std::mt19937_64 refine_rng(opt.seed * 0x9E3779B97F4A7C15ULL + 101);
+    int64_t attempts = 0;  // memoised repeats cost no evaluation: bound the loop anyway
+    auto spent = [&] { return result.evaluations >= stop_at || ++attempts > 20LL * opt.refine_budget || cancelled(); };
+    auto moves = [&](const Placement& p) {
+      auto nb = neighbours(p, cluster.num_devices(), pc.micro_batch_choices);
+      std::shuffle(nb.begin(), nb.end(), refine_rng);
+      return nb;
+    };
+    auto climb = [&](Placement current, double current_ms) {
+      for (bool improved = true; improved;) {
+        improved = false;
+        for (const Placement& q : moves(current)) {
+          if (spent()) return;
+          const StepReport& r = evaluate_placement(q, result.iterations);
+          if (r.ok && r.step_ms < current_ms) {
+            current = q, current_ms = r.step_ms, improved = true;
+            break;
+          }
         }
       }
+    };
+    climb(result.best, result.best_report.step_ms);
+    while (!spent()) {
+      Placement kick = result.best;
+      for (int k = 0; k < 2; ++k) {
+        auto nb = moves(kick);
+        if (!nb.empty()) kick = nb.front();
+      }
+      const StepReport& r = evaluate_placement(kick, result.iterations);
+      if (r.ok) climb(kick, r.step_ms);
     }
     if (result.best_report.step_ms < result.policy_best_report.step_ms) result.best.source = "policy+refine";
   }

@@ -434,3 +434,51 @@ TEST_CASE("a model with BatchNorm on a 1x1 map is never split into one-sample mi
   REQUIRE(r.found);
   CHECK(r.best.micro_batches <= 4);  // the fake evaluator alone would pick 8
 }
+
+// Scores a contiguous placement by its distance to one known optimum: stages
+// beginning at layers {0, 4, 8} on devices {2, 0, 1} with 4 micro-batches (100 ms).
+class TargetEvaluator : public Evaluator {
+ public:
+  StepReport evaluate(const Placement& p) override {
+    ++evaluations_;
+    const std::vector<int> begin = {0, 4, 8}, device = {2, 0, 1};
+    std::vector<int> b, d;
+    for (size_t i = 0; i < p.layer_group.size(); ++i)
+      if (i == 0 || p.layer_group[i] != p.layer_group[i - 1]) b.push_back(static_cast<int>(i)), d.push_back(p.group_device[p.layer_group[i]]);
+    double ms = 100 + 20 * std::abs(std::log2(static_cast<double>(p.micro_batches)) - 2);
+    ms += 300 * std::abs(static_cast<int>(b.size()) - 3);
+    for (size_t k = 0; k < std::min<size_t>(b.size(), 3); ++k) ms += 10 * std::abs(b[k] - begin[k]) + 50 * (d[k] != device[k]);
+    StepReport r;
+    r.ok = true;
+    r.step_ms = ms;
+    r.source = "simulate";
+    return r;
+  }
+  std::string name() const override { return "simulate"; }
+};
+
+TEST_CASE("refinement climbs from the policy's best to the optimum, within its budget, reported apart") {
+  LayerGraph g = chain_graph(12);
+  Cluster c = equal_cluster(3);
+  SearchOptions o;
+  o.iterations = 1;  // a policy that has not learned: refinement does the rest
+  o.samples_per_iteration = 4;
+  o.batch_size = 8;
+  o.restart_after = 0;
+  TargetEvaluator off_ev;
+  SearchResult off = search(g, c, off_ev, o, nullptr);
+  REQUIRE(off.found);
+  CHECK(off.evaluations == off.policy_evaluations);
+  CHECK(off.best_report.step_ms == off.policy_best_report.step_ms);
+  REQUIRE(off.best_report.step_ms > 100);
+
+  o.refine_budget = 400;
+  TargetEvaluator ev;
+  SearchResult r = search(g, c, ev, o, nullptr);
+  REQUIRE(r.found);
+  CHECK(r.policy_best_report.step_ms == off.policy_best_report.step_ms);  // the policy's part is unchanged
+  CHECK(r.best_report.step_ms == doctest::Approx(100));
+  CHECK(r.best.source == "policy+refine");
+  CHECK(r.evaluations - r.policy_evaluations <= 400);
+  CHECK(ev.evaluations() == r.evaluations);
+}
