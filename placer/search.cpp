@@ -102,16 +102,42 @@ std::vector<Placement> neighbours(const Placement& p, int num_devices, const std
   return out;
 }
 
+// Stage ends (fractions of the depth) that split the model's multiply-adds
+// into `stages` equal parts.
+std::vector<double> compute_balanced_cuts(const LayerGraph& g, int stages) {
+  const int L = static_cast<int>(g.layers.size());
+  double total = 0;
+  for (const Layer& l : g.layers) total += static_cast<double>(l.macs);
+  std::vector<double> cuts;
+  if (stages < 2 || L < 2 || !(total > 0)) return cuts;
+  double acc = 0;
+  for (int i = 0; i < L && static_cast<int>(cuts.size()) < stages - 1; ++i) {
+    acc += static_cast<double>(g.layers[i].macs);
+    while (static_cast<int>(cuts.size()) < stages - 1 && acc >= total * (cuts.size() + 1) / stages)
+      cuts.push_back(std::clamp((i + 1.0) / L, 0.02, 0.98));
+  }
+  while (static_cast<int>(cuts.size()) < stages - 1) cuts.push_back(0.98);
+  return cuts;
+}
+
 // A restarted policy starts from another positional prior, so restarts
-// explore other basins. In turn (restart 1, 2, 3, 4, ...): the equal-stage
-// prior (only the seed changes), all G stages ending at random depths, a
-// random number of stages in [ceil(G/2), G] (fewer stages than devices) at
-// random depths, the equal-stage prior again, ...
-void vary_prior(PolicyConfig& pc, int restart, uint64_t search_seed, std::mt19937_64& rng) {
+// explore other basins. In turn (restart 1, 2, 3, 4, then again): stages of
+// equal multiply-adds (G of them, ceil(G/2) the next time round); all G
+// stages ending at depths that move by the golden ratio from restart to
+// restart; one stage (a single-device plan) the first time round, then a
+// random number in [2, G] placed like the golden-ratio ones; the
+// equal-stage prior (only the seed changes).
+void vary_prior(PolicyConfig& pc, int restart, uint64_t search_seed, std::mt19937_64& rng, const LayerGraph& g) {
   const int G = pc.num_groups;
-  if (G < 2 || restart % 3 == 1) return;
+  if (G < 2 || restart % 4 == 0) return;
+  const int cycle = restart / 4;  // 0, 1, 2, ...
+  if (restart % 4 == 1) {
+    pc.prior_groups = cycle % 2 == 0 ? G : (G + 1) / 2;
+    pc.prior_cuts = compute_balanced_cuts(g, pc.prior_groups);
+    return;
+  }
   int stages = G;
-  if (restart % 3 == 0) stages = std::uniform_int_distribution<int>((G + 1) / 2, G)(rng);
+  if (restart % 4 == 3) stages = cycle == 0 ? 1 : std::uniform_int_distribution<int>(2, G)(rng);
   // Each stage end moves by the golden ratio from restart to restart (from
   // a random start per search), so successive restarts spread it over the
   // depth instead of drawing it independently.
@@ -213,6 +239,11 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, Evaluator& 
   const int total = std::max(1, opt.iterations);
   const int patience = opt.patience > 0 ? opt.patience : std::max(100, total / 2);
   int last_improvement = 0;
+  // The current policy's own best since its (re)start: a restarted policy is
+  // judged by its own progress, not by whether it already beats the best of
+  // the policies before it.
+  double own_best_ms = std::numeric_limits<double>::infinity();
+  int own_last_improvement = 0;
   result.stop_reason = "iterations";
 
   // Evaluates a decision once (memoised) and keeps the best valid placement.
@@ -260,6 +291,8 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, Evaluator& 
       result.iterations = it - 1;
       break;
     }
+    for (const auto& r : reports)
+      if (r.ok && r.step_ms < own_best_ms) own_best_ms = r.step_ms, own_last_improvement = it;
     if (!reinforce) {
       if (!(reference_ms > 0))
         for (const auto& r : reports)
@@ -279,17 +312,18 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, Evaluator& 
       result.stop_reason = "time_budget";
       break;
     }
-    // Restart: a policy that has not improved the best for `restart_after`
-    // iterations has converged; keep the best and start a fresh policy
-    // (another seed) to escape the local optimum.
+    // Restart: a policy that has not improved its own best for
+    // `restart_after` iterations has converged; keep the best and start a
+    // fresh policy (another seed and prior) to escape the local optimum.
     if (opt.restart_after > 0 && restarts < opt.max_restarts &&
-        it - std::max(last_improvement, last_restart) >= opt.restart_after) {
+        it - std::max(own_last_improvement, last_restart) >= opt.restart_after) {
       evaluate_decision(policy->greedy(), it);
       ++restarts;
       last_restart = it;
+      own_best_ms = std::numeric_limits<double>::infinity();
       PolicyConfig next = pc;
       next.seed = pc.seed + 7919ULL * restarts;
-      if (opt.vary_prior_on_restart) vary_prior(next, restarts, pc.seed, rng);
+      if (opt.vary_prior_on_restart) vary_prior(next, restarts, pc.seed, rng, graph);
       reinforce.reset();
       policy = std::make_unique<Policy>(features, consumers, next);
       continue;

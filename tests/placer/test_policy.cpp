@@ -360,7 +360,7 @@ TEST_CASE("a warm start makes the classical plan the policy's most probable plac
 // A short search that restarts every 5 idle iterations, `max_restarts` times.
 static SearchOptions restarting_search(int max_restarts) {
   SearchOptions o;
-  o.iterations = 40;
+  o.iterations = 80;
   o.samples_per_iteration = 4;
   o.restart_after = 5;
   o.max_restarts = max_restarts;
