@@ -58,12 +58,14 @@ Result<LayerGraph> load_request_model(const OptimizeRequest& r) {
 // measured sizes instead of assuming a micro-batch of 1 costs 1/32 of a batch
 // of 32 (on a CPU it costs several times that), plus a cached profile at the
 // job's full batch if there is one. Each comes from the cache or is measured
-// (1 thread, 1 warm-up + median of 3) and cached. If profiling fails, the
-// estimate from multiply-adds.
+// (1 thread, 1 warm-up + median of 3) and cached. A size that cannot be
+// profiled is skipped (e.g. one sample through a BatchNorm on a 1x1 map,
+// which training cannot run; the search never proposes it either) and named
+// in `skipped`; if no size can be, the estimate from multiply-adds.
 constexpr int64_t kMaxProfileBatch = 8;
 
 std::vector<LayerLibrary> job_libraries(const LayerGraph& g, const OptimizeRequest& r, std::string& origin,
-                                        const ProgressFn& progress, const Clock& clock) {
+                                        json& skipped, const ProgressFn& progress, const Clock& clock) {
   FileProfileCache file_cache(default_cache_dir());
   ProfileCache& cache = r.profile_cache ? *r.profile_cache : file_cache;
   std::vector<LayerLibrary> libs;
@@ -84,13 +86,17 @@ std::vector<LayerLibrary> job_libraries(const LayerGraph& g, const OptimizeReque
     po.seed = r.seed;
     Result<LayerLibrary> lib = profile_cached(g, po, &cache);
     if (!lib || lib->rows.size() != g.layers.size()) {
-      origin = "estimated";
-      return {estimated_library(g, r.batch_size)};
+      skipped.push_back({{"batch_size", b}, {"error", lib ? "profile has the wrong number of layers" : lib.error_message()}});
+      continue;
     }
     libs.push_back(std::move(lib.value()));
     ++measured;
   }
   if (r.batch_size > kMaxProfileBatch) cached(r.batch_size);
+  if (libs.empty()) {
+    origin = "estimated";
+    return {estimated_library(g, r.batch_size)};
+  }
   origin = measured ? "profiled" : "cache";
   return libs;
 }
@@ -151,7 +157,8 @@ Result<json> run_job(const OptimizeRequest& req, const ProgressFn& progress, con
   const Cluster& cluster = req.cluster;
 
   std::string library_origin;
-  std::vector<LayerLibrary> libraries = job_libraries(graph, req, library_origin, progress, clock);
+  json skipped_profiles = json::array();
+  std::vector<LayerLibrary> libraries = job_libraries(graph, req, library_origin, skipped_profiles, progress, clock);
   Result<CostModel> cost = CostModel::build(graph, cluster, libraries, default_calibration());
   if (!cost) return cost.status().with_context("cost model");
   if (cancel) return Status::error("cancelled");
@@ -326,7 +333,8 @@ Result<json> run_job(const OptimizeRequest& req, const ProgressFn& progress, con
   result["profile"] = {{"origin", library_origin},
                        {"measured", libraries.front().measured},
                        {"batch_size", libraries.back().batch_size},
-                       {"batch_sizes", profile_batches}};
+                       {"batch_sizes", profile_batches},
+                       {"skipped", skipped_profiles}};
   result["source"] = best_source;
   result["placement"] = best_placement ? placement_to_json(*best_placement, graph, cluster) : json(nullptr);
   result["groups"] = best_placement ? groups_summary(*best_placement, graph, cluster) : json::array();

@@ -97,7 +97,10 @@ void print_result(const json& r) {
   std::cout << "model " << r.value("model", "") << " (" << r.value("layers", 0) << " layers), cluster "
             << r.value("cluster", "") << " (" << r.value("devices", 0) << " devices), batch "
             << r.value("batch_size", 0) << ", evaluator " << r.value("evaluator", "") << ", profile "
-            << r["profile"].value("origin", "") << "\n\n";
+            << r["profile"].value("origin", "") << "\n";
+  for (const json& s : r["profile"].value("skipped", json::array()))
+    std::cout << "  (micro-batch size " << s.value("batch_size", 0) << " not profiled: " << s.value("error", "") << ")\n";
+  std::cout << "\n";
   std::cout << "best placement (from " << r.value("source", "") << "): predicted " << fmt_ms(r["predicted_step_ms"])
             << " ms, measured " << fmt_ms(r["measured_step_ms"]) << (r["measured_step_ms"].is_number() ? " ms" : "")
             << ", communication " << fmt_pct(r["comm_fraction"]) << "\n";

@@ -124,3 +124,28 @@ TEST_CASE("a job keeps its measured profiles (micro-batch sizes 1 to 8) in the c
   REQUIRE(second.is_ok());
   CHECK(second.value()["profile"]["origin"] == "cache");
 }
+
+TEST_CASE("a model that cannot train one sample at a time is profiled at the other micro-batch sizes") {
+  // A BatchNorm on a 1x1 map: training needs more than one value per channel.
+  OptimizeRequest request = small_request(5);
+  request.model = "bn_on_1x1_test";
+  request.model_graph = json::parse(R"({
+    "name": "bn_on_1x1_test", "input_shape": [3, 4, 4],
+    "layers": [
+      {"name": "conv", "op": "conv2d", "inputs": [], "attrs": {"out": 8, "kernel": 4}},
+      {"name": "bn", "op": "batchnorm2d", "inputs": ["conv"]},
+      {"name": "flat", "op": "flatten", "inputs": ["bn"]},
+      {"name": "fc", "op": "linear", "inputs": ["flat"], "attrs": {"out": 3}}
+    ]})");
+  RecordingCache cache;
+  request.profile_cache = &cache;
+  std::atomic<bool> cancel{false};
+  auto r = optimize(request, nullptr, cancel);
+  REQUIRE_MESSAGE(r.is_ok(), r.error_message());
+  const json& profile = r.value()["profile"];
+  CHECK(profile["origin"] == "profiled");  // not the multiply-add estimate
+  CHECK(profile["batch_sizes"] == json::array({2, 4, 8}));
+  REQUIRE(profile["skipped"].size() == 1);
+  CHECK(profile["skipped"][0]["batch_size"] == 1);
+  CHECK(profile["skipped"][0]["error"].get<std::string>().find("value per channel") != std::string::npos);
+}
