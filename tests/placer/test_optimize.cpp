@@ -149,3 +149,17 @@ TEST_CASE("a model that cannot train one sample at a time is profiled at the oth
   CHECK(profile["skipped"][0]["batch_size"] == 1);
   CHECK(profile["skipped"][0]["error"].get<std::string>().find("value per channel") != std::string::npos);
 }
+
+TEST_CASE("a job profiles micro-batch sizes above 8, up to its batch, when that is cheap") {
+  RecordingCache cache;
+  OptimizeRequest request = small_request(5);
+  request.model = "vgg5";
+  request.batch_size = 32;
+  request.profile_cache = &cache;
+  std::atomic<bool> cancel{false};
+  auto r = optimize(request, nullptr, cancel);
+  REQUIRE_MESSAGE(r.is_ok(), r.error_message());
+  // vgg5 (CIFAR size) trains a batch of 32 in milliseconds: every size is measured, none extrapolated.
+  CHECK(r.value()["profile"]["batch_sizes"] == json::array({1, 2, 4, 8, 16, 32}));
+  CHECK(cache.entries.size() == 6);
+}
