@@ -316,7 +316,8 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, Evaluator& 
     // `restart_after` iterations has converged; keep the best and start a
     // fresh policy (another seed and prior) to escape the local optimum.
     if (opt.restart_after > 0 && restarts < opt.max_restarts &&
-        it - std::max(own_last_improvement, last_restart) >= opt.restart_after) {
+        (it - std::max(own_last_improvement, last_restart) >= opt.restart_after ||
+         it - std::max(last_improvement, last_restart) >= 2 * opt.restart_after)) {
       evaluate_decision(policy->greedy(), it);
       ++restarts;
       last_restart = it;
