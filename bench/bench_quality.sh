@@ -63,7 +63,7 @@ if [[ $PARTS == *b* ]]; then
   echo
   echo "| model (input) | SingleCPU ms | Pipe-Torch (DP) ms | BSP ms | TAPP ms | TAPP vs BSP | TAPP vs DP |"
   echo "|---|---|---|---|---|---|---|"
-  BSPECS=${BSPECS:-"alexnet:64 vgg16:32 inception_v3:75"}
+  BSPECS=${BSPECS:-"alexnet:64 vgg16:64 inception_v3:150"}
   for spec in $BSPECS; do
     m=${spec%%:*}; s=${spec##*:}
     f="$OUT/b-$m.json"
