@@ -437,6 +437,24 @@ TEST_CASE("the shipped cluster and placement examples parse against the zoo mode
   }
 }
 
+namespace {
+// One timed step of the chain model (no warm-up), for checks on its timeline.
+RunResult one_step(const Cluster& c, const Placement& p) {
+  RunOptions o = test_options();
+  o.steps = 1;
+  o.warmup_steps = 0;
+  o.collect_parameters = false;
+  return run_placement(chain_model(), c, p, o);
+}
+
+TimelineEntry timeline_entry(const RunResult& r, const std::string& task) {
+  for (const auto& e : r.report.timeline)
+    if (e.task == task) return e;
+  FAIL("no timeline entry " << task);
+  return TimelineEntry{};
+}
+}  // namespace
+
 TEST_CASE("sending micro-batch 0's activations over a slow link does not hold up micro-batch 1's forward") {
   Cluster c = local_cluster(2);
   Link slow;
@@ -445,22 +463,12 @@ TEST_CASE("sending micro-batch 0's activations over a slow link does not hold up
   slow.bandwidth_mbps = 1000;
   slow.latency_ms = 150;  // emulated: the sender thread sleeps this long per transfer
   c.links.push_back(slow);
-  RunOptions o = test_options();
-  o.steps = 1;
-  o.warmup_steps = 0;
-  o.collect_parameters = false;
-  RunResult r = run_placement(chain_model(), c, by_device({0, 0, 0, 1, 1, 1, 1}, 3, Schedule::gpipe), o);
+  RunResult r = one_step(c, by_device({0, 0, 0, 1, 1, 1, 1}, 3, Schedule::gpipe));
   INFO(r.report.message);
   REQUIRE(r.report.ok);
-  auto find = [&](const std::string& task) {
-    for (const auto& e : r.report.timeline)
-      if (e.task == task) return e;
-    FAIL("no timeline entry " << task);
-    return TimelineEntry{};
-  };
-  TimelineEntry send0 = find("X s0->s1 m0");
-  TimelineEntry fwd1 = find("F s0 m1");
-  TimelineEntry fwd2 = find("F s0 m2");
+  TimelineEntry send0 = timeline_entry(r, "X s0->s1 m0");
+  TimelineEntry fwd1 = timeline_entry(r, "F s0 m1");
+  TimelineEntry fwd2 = timeline_entry(r, "F s0 m2");
   CHECK(send0.device == 0);
   CHECK(fwd1.start_ms < send0.end_ms);
   CHECK(fwd2.start_ms < send0.end_ms);
@@ -470,24 +478,14 @@ TEST_CASE("sending micro-batch 0's activations over a slow link does not hold up
 TEST_CASE("an emulated slow device sends a task's outputs only when its emulated compute has ended") {
   Cluster c = local_cluster(2);
   c.devices[0].speed = 0.2;  // every task sleeps 4x its real compute
-  RunOptions o = test_options();
-  o.steps = 1;
-  o.warmup_steps = 0;
-  o.collect_parameters = false;
-  RunResult r = run_placement(chain_model(), c, by_device({0, 0, 0, 1, 1, 1, 1}, 2, Schedule::gpipe), o);
+  RunResult r = one_step(c, by_device({0, 0, 0, 1, 1, 1, 1}, 2, Schedule::gpipe));
   INFO(r.report.message);
   REQUIRE(r.report.ok);
-  auto find = [&](const std::string& task) {
-    for (const auto& e : r.report.timeline)
-      if (e.task == task) return e;
-    FAIL("no timeline entry " << task);
-    return TimelineEntry{};
-  };
   for (int m : {0, 1}) {
     const std::string mb = " m" + std::to_string(m);
-    TimelineEntry produce = find("F s0" + mb);  // its end includes the speed sleep
-    CHECK(find("X s0->s1" + mb).start_ms >= produce.end_ms);
-    CHECK(find("F s1" + mb).start_ms >= produce.end_ms);
+    TimelineEntry produce = timeline_entry(r, "F s0" + mb);  // its end includes the speed sleep
+    CHECK(timeline_entry(r, "X s0->s1" + mb).start_ms >= produce.end_ms);
+    CHECK(timeline_entry(r, "F s1" + mb).start_ms >= produce.end_ms);
   }
 }
 
