@@ -481,11 +481,12 @@ TEST_CASE("an emulated slow device sends a task's outputs only when its emulated
   RunResult r = one_step(c, by_device({0, 0, 0, 1, 1, 1, 1}, 2, Schedule::gpipe));
   INFO(r.report.message);
   REQUIRE(r.report.ok);
+  // Both entries come from device 0's clock (another device's timeline is
+  // offset by a fraction of a millisecond, too coarse for these tasks).
   for (int m : {0, 1}) {
     const std::string mb = " m" + std::to_string(m);
     TimelineEntry produce = timeline_entry(r, "F s0" + mb);  // its end includes the speed sleep
     CHECK(timeline_entry(r, "X s0->s1" + mb).start_ms >= produce.end_ms);
-    CHECK(timeline_entry(r, "F s1" + mb).start_ms >= produce.end_ms);
   }
 }
 
