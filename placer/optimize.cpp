@@ -70,13 +70,6 @@ Result<LayerGraph> load_request_model(const OptimizeRequest& r) {
 constexpr int64_t kAlwaysProfiledBatch = 8;
 constexpr double kLargeProfileBudgetS = 30;
 
-std::vector<int64_t> profile_sizes(int64_t batch) {
-  std::vector<int64_t> sizes;
-  for (int64_t b = 1; b < batch; b *= 2) sizes.push_back(b);
-  sizes.push_back(batch);
-  return sizes;
-}
-
 std::vector<LayerLibrary> job_libraries(const LayerGraph& g, const OptimizeRequest& r, std::string& origin,
                                         json& skipped, const ProgressFn& progress, const Clock& clock) {
   FileProfileCache file_cache(default_cache_dir());
@@ -84,7 +77,7 @@ std::vector<LayerLibrary> job_libraries(const LayerGraph& g, const OptimizeReque
   std::vector<LayerLibrary> libs;
   int measured = 0;
   double large_spent_s = 0;
-  for (int64_t b : profile_sizes(r.batch_size)) {
+  for (int64_t b : profile_batch_sizes(r.batch_size)) {
     if (auto hit = cached_library(cache, g, "cpu", 1, b)) {
       libs.push_back(std::move(*hit));
       continue;

@@ -44,10 +44,11 @@ std::vector<bool> devices_that_fit(const LayerGraph& g, const Cluster& c, int64_
 std::vector<Placement> neighbours(const Placement& p, int num_devices, const std::vector<int>& choices) {
   std::vector<Placement> out;
   const int L = static_cast<int>(p.layer_group.size());
-  auto add_stages = [&](const Placement& q) {
+  // q's groups renumbered as stages in layer order (emptied groups dropped).
+  auto as_stages = [](const Placement& q) {
     Placement c = decision_to_placement(Decision{q.layer_group, q.group_device, 0}, {q.micro_batches}, q.schedule);
     c.source = "policy";
-    out.push_back(std::move(c));
+    return c;
   };
   for (int i = 1; i < L; ++i) {
     if (p.layer_group[i] == p.layer_group[i - 1]) continue;  // i starts a new group
@@ -58,13 +59,13 @@ std::vector<Placement> neighbours(const Placement& p, int num_devices, const std
         Placement q = p;
         const int g = delta > 0 ? p.layer_group[i - 1] : p.layer_group[i];
         for (int k = lo; k < hi; ++k) q.layer_group[k] = g;
-        Placement c = decision_to_placement(Decision{q.layer_group, q.group_device, 0}, {q.micro_batches}, q.schedule);
-        if (c.num_groups() == p.num_groups()) c.source = "policy", out.push_back(std::move(c));
+        Placement c = as_stages(q);
+        if (c.num_groups() == p.num_groups()) out.push_back(std::move(c));
       }
     // Merge the stage that starts at i into the one before it.
     Placement q = p;
     for (int k = i; k < L && p.layer_group[k] == p.layer_group[i]; ++k) q.layer_group[k] = p.layer_group[i - 1];
-    add_stages(q);
+    out.push_back(as_stages(q));
   }
   std::vector<bool> used(num_devices, false);
   for (int d : p.group_device) used[d] = true;
@@ -77,7 +78,7 @@ std::vector<Placement> neighbours(const Placement& p, int num_devices, const std
         Placement q = p;
         q.group_device.push_back(d);
         for (int k = (i + end) / 2; k < end; ++k) q.layer_group[k] = p.num_groups();
-        add_stages(q);
+        out.push_back(as_stages(q));
       }
     i = end;
   }

@@ -175,4 +175,11 @@ Result<LayerLibrary> library_from_json(const nlohmann::json& j) {
   return lib;
 }
 
+std::vector<int64_t> profile_batch_sizes(int64_t batch) {
+  std::vector<int64_t> sizes;
+  for (int64_t b = 1; b < batch; b *= 2) sizes.push_back(b);
+  sizes.push_back(batch);
+  return sizes;
+}
+
 }  // namespace tapp

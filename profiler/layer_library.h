@@ -54,6 +54,11 @@ LayerLibrary library_skeleton(const LayerGraph& graph);
 LayerLibrary estimated_library(const LayerGraph& graph, int64_t batch_size, double gmacs_per_s = 20.0,
                                int threads = 1);
 
+// The micro-batch sizes a cost model for `batch` is profiled at: 1, 2, 4, ...
+// below the batch, then the batch itself (the micro-batch sizes of splitting
+// it into 2^k parts, which the planners and the search use).
+std::vector<int64_t> profile_batch_sizes(int64_t batch);
+
 nlohmann::json library_to_json(const LayerLibrary& lib);
 Result<LayerLibrary> library_from_json(const nlohmann::json& j);
 

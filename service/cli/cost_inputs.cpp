@@ -19,10 +19,7 @@ Result<CostInputs> load_cost_inputs(const LayerGraph& g, const Cluster& c, int64
   FileProfileCache cache(default_cache_dir());
   std::map<std::pair<std::string, int>, bool> seen;
   int cached = 0, measured = 0, estimated = 0;
-  // Micro-batch sizes the planners use: batch / 2^k, and the batch itself.
-  std::vector<int64_t> sizes;
-  for (int64_t b = 1; b < batch_size; b *= 2) sizes.push_back(b);
-  sizes.push_back(batch_size);
+  const std::vector<int64_t> sizes = profile_batch_sizes(batch_size);
   for (const Device& d : c.devices) {
     if (!seen.emplace(std::make_pair(d.kind, d.threads), true).second) continue;
     size_t before = in.libraries.size();
