@@ -3,11 +3,13 @@
 #
 # Part A (simulate): for alexnet, vgg16, inception_v3 at ImageNet sizes (batch
 # 32) on the example clusters, `tapp-cli optimize --json` with default options;
-# prints the policy's best (no warm start), after local refinement, the best
-# pipeline planner (BSP and HOGWILD are data parallel, shown apart; random
-# search and annealing get TAPP's budget, policy + refinement), the DP
-# planner, the exhaustive optimum where it was feasible, BSP, the job's result,
-# and the time the policy took to come within 5% of its own final best.
+# prints the policy's best (no warm start; its choices include data
+# parallelism), after local refinement, the best classical planner (BSP
+# included; HOGWILD is asynchronous and left out; random search and annealing
+# get TAPP's budget, policy + refinement), the DP planner, the exhaustive
+# optimum where it was feasible, BSP, the job's result, whether the policy's
+# plan is a pipeline or data parallel, and the time the policy took to come
+# within 5% of its own final best.
 # Part B (measured, in kind with the paper's table): the same models at a small
 # input size on examples/cluster_4equal.json (emulated devices): SingleCPU,
 # Pipe-Torch (= the DP planner), BSP and TAPP measured by `tapp-cli run`.
@@ -28,8 +30,8 @@ SEED=${SEED:-1}
 if [[ $PARTS == *a* ]]; then
   echo "## Part A: simulate, ImageNet sizes, batch 32, seed $SEED (results in $OUT)"
   echo
-  echo "| model | cluster | TAPP policy ms | +refine ms | best pipeline planner ms | policy vs it | +refine vs it | DP ms | exhaustive ms | TAPP vs exhaustive | BSP ms | TAPP vs BSP | job result (source) | to 5% of final (s) | search (s) |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+  echo "| model | cluster | TAPP policy ms | policy's plan | +refine ms | best classical planner ms | policy vs it | +refine vs it | DP ms | exhaustive ms | TAPP vs exhaustive | BSP ms | TAPP vs BSP | job result (source) | to 5% of final (s) | search (s) |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
   for m in $MODELS; do
     for c in $CLUSTERS; do
       f="$OUT/$m-$c.json"
@@ -40,12 +42,14 @@ r = json.load(open(sys.argv[1])); m, c = sys.argv[2], sys.argv[3]
 p = r["policy"]; tapp = p["step_ms"]; refined = p.get("refined_step_ms")
 rows = {b["name"]: b for b in r["baselines"]}
 ok = {n: b["step_ms"] for n, b in rows.items() if b.get("ok")}
-pipe = {n: v for n, v in ok.items() if n not in ("bsp", "hogwild")}
-best_name = min(pipe, key=pipe.get) if pipe else None
+classical = {n: v for n, v in ok.items() if n != "hogwild"}
+best_name = min(classical, key=classical.get) if classical else None
+pl = p.get("placement") or {}
+plan = f"{len(pl.get('groups', []))} replicas" if pl.get("data_parallel") else f"{len(pl.get('groups', []))} stages x {pl.get('micro_batches', '?')}"
 def f(x): return "-" if x is None else f"{x:,.0f}"
 def pct(a, b): return "-" if a is None or b is None else f"{100 * (a / b - 1):+.1f}%"
 ex = ok.get("exhaustive")
-print(f"| {m} | {c} | {f(tapp)} | {f(refined)} | {best_name} {f(ok.get(best_name))} | {pct(tapp, ok.get(best_name))} | "
+print(f"| {m} | {c} | {f(tapp)} | {plan} | {f(refined)} | {best_name} {f(ok.get(best_name))} | {pct(tapp, ok.get(best_name))} | "
       f"{pct(refined, ok.get(best_name))} | {f(ok.get('dp'))} | "
       f"{f(ex) if ex else 'infeasible'} | {pct(tapp, ex)} | {f(ok.get('bsp'))} | {pct(tapp, ok.get('bsp'))} | "
       f"{f(r['step_ms'])} ({r['source']}) | "

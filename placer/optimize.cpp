@@ -125,9 +125,20 @@ json baseline_row(const std::string& name, const StepReport& r) {
   return row;
 }
 
-// Per group in layer order: its device and its layers (first, last, count).
+// Per group in layer order: its device and its layers (first, last, count);
+// data parallel: one row per replica, each with every layer.
 json groups_summary(const Placement& p, const LayerGraph& g, const Cluster& c) {
   json out = json::array();
+  if (p.data_parallel) {
+    for (int r = 0; r < p.num_groups(); ++r)
+      out.push_back({{"group", r},
+                     {"device", c.devices.at(p.group_device[r]).name},
+                     {"first_layer", g.layers.front().name},
+                     {"last_layer", g.layers.back().name},
+                     {"layers", g.layers.size()},
+                     {"replica", true}});
+    return out;
+  }
   std::vector<int> order;
   std::vector<std::vector<int>> members(p.num_groups());
   for (size_t i = 0; i < g.layers.size(); ++i) {
@@ -295,7 +306,7 @@ Result<json> run_job(const OptimizeRequest& req, const ProgressFn& progress, con
     json row = baseline_row(b.name, b.report);
     if (b.placement && b.report.ok) {
       row["micro_batches"] = b.placement->micro_batches;
-      row["groups"] = is_data_parallel(*b.placement) ? json::array() : groups_summary(*b.placement, graph, cluster);
+      row["groups"] = groups_summary(*b.placement, graph, cluster);
       row["placement"] = placement_to_json(*b.placement, graph, cluster);
     }
     row["speedup_vs_bsp"] = b.report.ok ? speedup(bsp_ms, b.report.step_ms) : json(nullptr);

@@ -35,6 +35,36 @@ Placement Placement::single_device(int num_layers, int device, int micro_batches
   return p;
 }
 
+Placement Placement::replicas(int num_layers, const std::vector<int>& devices) {
+  Placement p;
+  p.layer_group.assign(num_layers, 0);
+  p.group_device = devices;
+  p.data_parallel = true;
+  p.source = "bsp";
+  return p;
+}
+
+int64_t Placement::replica_share(int64_t batch_size) const {
+  const int64_t r = std::max<int64_t>(1, static_cast<int64_t>(group_device.size()));
+  return (batch_size + r - 1) / r;
+}
+
+// Data parallel: distinct replicas, at most one per sample, whole model in group 0.
+Status validate_replicas(const Placement& p, int64_t batch_size) {
+  std::set<int> seen;
+  for (size_t i = 0; i < p.group_device.size(); ++i)
+    if (!seen.insert(p.group_device[i]).second)
+      return Status::error("placement.groups[" + std::to_string(i) + "]: a data-parallel placement names each device once");
+  if (static_cast<int64_t>(p.group_device.size()) > batch_size)
+    return Status::error("placement.groups: " + std::to_string(p.group_device.size()) +
+                         " replicas need a batch of at least as many samples, got " + std::to_string(batch_size));
+  for (size_t i = 0; i < p.layer_group.size(); ++i)
+    if (p.layer_group[i] != 0)
+      return Status::error("placement.layers: a data-parallel placement puts every layer in group 0");
+  if (p.micro_batches != 1) return Status::error("placement.micro_batches: a data-parallel placement uses 1");
+  return Status::ok();
+}
+
 Status validate_placement(const Placement& p, const LayerGraph& g, const Cluster& c, int64_t batch_size) {
   if (p.layer_group.size() != g.layers.size())
     return Status::error("placement.layers: has " + std::to_string(p.layer_group.size()) +
@@ -49,11 +79,15 @@ Status validate_placement(const Placement& p, const LayerGraph& g, const Cluster
       return Status::error("placement.groups[" + std::to_string(i) + "]: device index " +
                            std::to_string(p.group_device[i]) + " is not in the cluster");
   if (batch_size < 1) return Status::error("batch_size: must be at least 1");
+  if (p.data_parallel) {
+    if (Status s = validate_replicas(p, batch_size); !s) return s;
+  }
   if (p.micro_batches < 1 || p.micro_batches > batch_size)
     return Status::error("placement.micro_batches: must be in [1, batch size " + std::to_string(batch_size) +
                          "], got " + std::to_string(p.micro_batches));
   // Training-mode BatchNorm needs more than one value per channel in a micro-batch.
-  const int64_t smallest_micro_batch = batch_size / p.micro_batches;
+  const int64_t smallest_micro_batch = p.data_parallel ? batch_size / static_cast<int64_t>(p.group_device.size())
+                                                       : batch_size / p.micro_batches;
   for (const Layer& l : g.layers) {
     if (l.op != "batchnorm2d" || l.input_shapes.empty() || l.input_shapes[0].size() != 3) continue;
     if (smallest_micro_batch * l.input_shapes[0][1] * l.input_shapes[0][2] <= 1)
@@ -67,6 +101,12 @@ Status validate_placement(const Placement& p, const LayerGraph& g, const Cluster
 std::vector<int64_t> estimate_device_memory_bytes(const Placement& p, const LayerGraph& g, const Cluster& c,
                                                   int64_t batch_size) {
   std::vector<int64_t> bytes(c.num_devices(), 0);
+  if (p.data_parallel) {
+    const int64_t share = p.replica_share(batch_size);
+    for (int d : p.group_device)
+      for (const Layer& l : g.layers) bytes[d] += 3 * l.param_bytes() + l.activation_bytes() * share;
+    return bytes;
+  }
   std::set<int> used;
   for (size_t i = 0; i < g.layers.size(); ++i) used.insert(p.device_of_layer(static_cast<int>(i)));
   int64_t mb = (batch_size + p.micro_batches - 1) / p.micro_batches;
@@ -97,6 +137,7 @@ json placement_to_json(const Placement& p, const LayerGraph& g, const Cluster& c
   j["micro_batches"] = p.micro_batches;
   j["schedule"] = schedule_name(p.schedule);
   if (!p.source.empty()) j["source"] = p.source;
+  if (p.data_parallel) j["data_parallel"] = true;
   j["groups"] = json::array();
   for (int d : p.group_device) j["groups"].push_back(c.devices.at(d).name);
   j["layers"] = json::object();
@@ -114,6 +155,7 @@ Result<Placement> placement_from_json(const json& j, const LayerGraph& g, const 
   if (!schedule) return schedule.status().with_context("placement.schedule");
   p.schedule = *schedule;
   if (Status s = jf::read(j, "source", p.source, "placement"); !s) return s;
+  if (Status s = jf::read(j, "data_parallel", p.data_parallel, "placement"); !s) return s;
   auto groups = j.find("groups");
   if (groups == j.end()) return Status::error("placement.groups: missing required field");
   if (!groups->is_array() || groups->empty())

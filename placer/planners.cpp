@@ -848,15 +848,12 @@ std::vector<Placement> random_placements(const PlannerContext& ctx, int n, doubl
 }
 
 Placement data_parallel_placement(int L, const std::vector<int>& devices, const std::string& strategy) {
-  Placement p;
-  p.layer_group.assign(L, 0);
-  p.group_device = devices;
-  p.micro_batches = 1;
+  Placement p = Placement::replicas(L, devices);
   p.source = strategy;
   return p;
 }
 
-bool is_data_parallel(const Placement& p) { return p.source == "bsp" || p.source == "hogwild"; }
+bool is_data_parallel(const Placement& p) { return p.data_parallel; }
 
 Result<Placement> plan_hogwild(const PlannerContext& ctx) {
   if (Status s = check_context(ctx); !s) return s;

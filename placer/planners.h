@@ -9,10 +9,10 @@
 //   -> planner (cost-model estimates; search planners spend an Evaluator budget)
 //   -> Placement (never over a device's memory: check_memory) or an error saying
 //      why none fits -> Evaluator -> StepReport.
-// Data parallel (BSP) is not a pipeline: its Placement is a marker
-// (source "bsp", every layer in group 0, group_device = the replicas) that the
-// SimulatorEvaluator costs with simulate_data_parallel and that the runtime
-// runs with run_strategy("bsp"); run_planners takes a hook for the latter.
+// Data parallel (BSP) is not a pipeline: its Placement has data_parallel set
+// (every layer in group 0, group_device = the replicas); the SimulatorEvaluator
+// costs it with simulate_data_parallel and the runtime runs it as "bsp" on the
+// replicas. run_planners takes a hook to run the baselines' strategies.
 // Thread safety: stateless functions; the context's references must outlive calls.
 #pragma once
 
@@ -104,7 +104,7 @@ std::vector<Placement> random_placements(const PlannerContext& ctx, int n, doubl
 // `strategy` "bsp" (synchronous, gradients all-reduced) or "hogwild" (asynchronous,
 // lock-free updates of shared parameters on local devices, no gradient exchange).
 Placement data_parallel_placement(int num_layers, const std::vector<int>& devices, const std::string& strategy = "bsp");
-bool is_data_parallel(const Placement& p);  // source == "bsp" or "hogwild"
+bool is_data_parallel(const Placement& p);  // p.data_parallel (HOGWILD when source is "hogwild")
 // Each replica runs the whole model on ceil(batch / replicas) samples; then a
 // ring allreduce of all parameters (2 (R-1)/R x bytes over the slowest link of
 // the ring, 2 latencies); then the optimizer update.

@@ -56,7 +56,7 @@ struct Policy::Impl {
   PolicyConfig cfg;
   std::vector<std::vector<int>> consumers;
   FeatureMatrix layer_rows;
-  int L = 0, G = 0, D = 0, M = 0;
+  int L = 0, G = 0, D = 0, M = 0;  // M: micro-batch head outputs (choices + data parallel)
   std::vector<float> prior;  // L x G positional prior logits (contiguous mode)
   bool all_masked = false;  // no device fits: nothing is masked
   torch::Tensor layer_input;  // L x (30 + 1): features | position
@@ -235,7 +235,7 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
   m.L = layer_features.rows;
   m.G = std::max(1, m.cfg.num_groups);
   m.D = std::max(1, m.cfg.num_devices);
-  m.M = static_cast<int>(m.cfg.micro_batch_choices.size());
+  m.M = static_cast<int>(m.cfg.micro_batch_choices.size()) + (m.cfg.offer_data_parallel ? 1 : 0);
   const int H = m.cfg.hidden;
   // Positional prior (contiguous mode): layer i leans towards group
   // (i + 0.5) G / L with a width of about one group, so a neutral network

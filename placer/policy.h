@@ -6,7 +6,9 @@
 //   allocation: group rows (encode_groups of the sampled partition) -> embedding
 //               -> self-attention over groups -> per group a softmax over devices;
 //   micro-batches: mean of the attended group embeddings -> softmax over
-//               {1, 2, 4, ...} up to the batch size.
+//               {1, 2, 4, ...} up to the batch size, and (offer_data_parallel)
+//               one more choice: data parallelism, a full replica of the model
+//               on each device the allocation gave a group.
 // Masking: devices that cannot hold even the smallest layer get probability 0;
 // micro-batch counts above the batch size are not offered; in contiguous mode
 // (default) a layer may only take a group >= its predecessor's, so every
@@ -34,6 +36,11 @@ struct PolicyConfig {
   int num_devices = 1;
   std::vector<int> micro_batch_choices = {1};  // ascending, each <= batch size
   std::vector<bool> device_allowed;            // per device; empty = all allowed
+  // The micro-batch head also offers "data parallel" (index = number of
+  // micro-batch choices): the distinct devices of the non-empty groups each
+  // train a full replica (BSP), so the policy can weigh replication against
+  // pipelining instead of leaving that to the BSP baseline.
+  bool offer_data_parallel = false;
   // Contiguous partitions (pipeline stages): layer i may only take a group >=
   // the group of layer i-1 (smaller ones are masked), and a positional prior
   // centres layer i on group (i + 0.5) G / L. Off: the paper's free choice.
@@ -56,6 +63,7 @@ struct PolicyConfig {
 
 // One joint action. layer_group uses the raw group ids 0..G-1 (groups may be
 // empty); group_device has G entries (those of empty groups are not scored).
+// micro_batch_index indexes micro_batch_choices; one past the end = data parallel.
 struct Decision {
   std::vector<int> layer_group;
   std::vector<int> group_device;
@@ -86,7 +94,7 @@ class Policy {
   double log_prob(const Decision& d);
   std::vector<std::vector<float>> partition_probs();                                  // L x G
   std::vector<std::vector<float>> allocation_probs(const std::vector<int>& layer_group);  // G x D
-  std::vector<float> micro_batch_probs(const std::vector<int>& layer_group);              // choices
+  std::vector<float> micro_batch_probs(const std::vector<int>& layer_group);  // choices (+ data parallel)
 
   // One joint REINFORCE step: minimise -sum_i adv_i * log pi(d_i) / n
   // - entropy_coef * mean entropy, clip the gradient norm, one Adam step.

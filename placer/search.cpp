@@ -21,6 +21,7 @@ std::string placement_key(const Placement& p) {
   k += '|';
   for (int d : p.group_device) k += std::to_string(d) + ',';
   k += '|' + std::to_string(p.micro_batches) + schedule_name(p.schedule);
+  if (p.data_parallel) k += "|dp";
   return k;
 }
 
@@ -40,8 +41,47 @@ std::vector<bool> devices_that_fit(const LayerGraph& g, const Cluster& c, int64_
 // shift a stage boundary by 1, 2, 4, ... layers (up to a quarter of the
 // model), merge two adjacent stages, split a stage onto an unused device, swap
 // two stages' devices, move a stage to an unused device, halve or double the
-// micro-batches.
+// micro-batches. Around a data-parallel placement: drop a replica, add an unused device as
+// one, or swap a replica for an unused device.
+std::vector<Placement> replica_neighbours(const Placement& p, int num_devices) {
+  std::vector<Placement> out;
+  const int L = static_cast<int>(p.layer_group.size());
+  std::vector<bool> used(num_devices, false);
+  for (int d : p.group_device) used[d] = true;
+  auto with = [&](std::vector<int> devices) {
+    Placement q = Placement::replicas(L, devices);
+    q.source = p.source;
+    out.push_back(std::move(q));
+  };
+  for (size_t k = 0; k < p.group_device.size() && p.group_device.size() > 1; ++k) {
+    auto fewer = p.group_device;
+    fewer.erase(fewer.begin() + static_cast<long>(k));
+    with(fewer);
+  }
+  for (int d = 0; d < num_devices; ++d) {
+    if (used[d]) continue;
+    auto more = p.group_device;
+    more.push_back(d);
+    with(more);
+    for (size_t k = 0; k < p.group_device.size(); ++k) {
+      auto other = p.group_device;
+      other[k] = d;
+      with(other);
+    }
+  }
+  return out;
+}
+
+// The distinct devices of a placement's groups, in group order.
+std::vector<int> distinct_devices(const std::vector<int>& group_device) {
+  std::vector<int> out;
+  for (int d : group_device)
+    if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
+  return out;
+}
+
 std::vector<Placement> neighbours(const Placement& p, int num_devices, const std::vector<int>& choices) {
+  if (p.data_parallel) return replica_neighbours(p, num_devices);
   std::vector<Placement> out;
   const int L = static_cast<int>(p.layer_group.size());
   // q's groups renumbered as stages in layer order (emptied groups dropped).
@@ -164,6 +204,18 @@ std::vector<int> micro_batch_choices(int64_t batch_size, int max_micro_batches) 
 }
 
 Placement decision_to_placement(const Decision& d, const std::vector<int>& choices, Schedule schedule) {
+  if (!choices.empty() && d.micro_batch_index == static_cast<int>(choices.size())) {
+    // Data parallel: a replica on each device the non-empty groups got.
+    std::vector<bool> nonempty(d.group_device.size(), false);
+    for (int g : d.layer_group) nonempty[g] = true;
+    std::vector<int> devices;
+    for (size_t g = 0; g < d.group_device.size(); ++g)
+      if (nonempty[g]) devices.push_back(d.group_device[g]);
+    Placement p = Placement::replicas(static_cast<int>(d.layer_group.size()), distinct_devices(devices));
+    p.schedule = schedule;
+    p.source = "policy";
+    return p;
+  }
   Placement p;
   std::map<int, int> renumber;
   p.layer_group.resize(d.layer_group.size());
@@ -183,6 +235,17 @@ Placement decision_to_placement(const Decision& d, const std::vector<int>& choic
 }
 
 Decision placement_to_decision(const Placement& p, const std::vector<int>& choices, int num_groups) {
+  if (p.data_parallel) {
+    // One group per replica (as many as fit), layers spread evenly over them.
+    const int R = std::max(1, std::min<int>(num_groups, p.num_groups()));
+    const int L = static_cast<int>(p.layer_group.size());
+    Decision d;
+    d.group_device.assign(num_groups, p.group_device.front());
+    for (int r = 0; r < R; ++r) d.group_device[r] = p.group_device[r];
+    for (int i = 0; i < L; ++i) d.layer_group.push_back(std::min(R - 1, i * R / std::max(1, L)));
+    d.micro_batch_index = static_cast<int>(choices.size());
+    return d;
+  }
   // Stages in layer order: a new stage wherever the device changes (at most
   // num_groups; the rest stay in the last one), as the contiguous policy sees it.
   Decision d;
@@ -226,6 +289,7 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, Evaluator& 
   pc.hidden = opt.hidden;
   pc.contiguous = opt.contiguous;
   pc.distinct_devices = opt.distinct_devices;
+  pc.offer_data_parallel = opt.data_parallel && cluster.num_devices() > 1;
   pc.learning_rate = opt.learning_rate;
   pc.seed = opt.seed;
   const auto consumers = graph.consumers();
@@ -247,6 +311,7 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, Evaluator& 
   int own_last_improvement = 0;
   result.stop_reason = "iterations";
 
+  std::optional<std::pair<Placement, double>> best_pipeline;  // the best valid non-replicated plan and its step
   // Evaluates a decision once (memoised) and keeps the best valid placement.
   auto evaluate_placement = [&](const Placement& p, int it) -> const StepReport& {
     const std::string key = placement_key(p);
@@ -263,6 +328,8 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, Evaluator& 
     hit = seen.emplace(key, std::move(r)).first;
     ++result.evaluations;
     if (!hit->second.ok) ++result.failures;
+    if (hit->second.ok && !p.data_parallel && (!best_pipeline || hit->second.step_ms < best_pipeline->second))
+      best_pipeline.emplace(p, hit->second.step_ms);
     if (hit->second.ok && (!result.found || hit->second.step_ms < result.best_report.step_ms)) {
       result.found = true;
       result.best = p;
@@ -325,6 +392,10 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, Evaluator& 
       own_best_ms = std::numeric_limits<double>::infinity();
       PolicyConfig next = pc;
       next.seed = pc.seed + 7919ULL * restarts;
+      // Data-parallel plans are few (a set of devices) and the first policy
+      // has weighed them; restarted policies search the pipelines, so a
+      // replicated plan found early cannot hold every restart in its basin.
+      next.offer_data_parallel = false;
       if (opt.vary_prior_on_restart) vary_prior(next, restarts, pc.seed, rng, graph);
       reinforce.reset();
       policy = std::make_unique<Policy>(features, consumers, next);
@@ -372,9 +443,12 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, Evaluator& 
         }
       }
     };
-    climb(result.best, result.best_report.step_ms);
+    // A data-parallel best is climbed among replica sets (few moves); the
+    // budget then goes to the pipelines, from the best one.
+    if (result.best.data_parallel) climb(result.best, result.best_report.step_ms);
+    if (best_pipeline) climb(best_pipeline->first, best_pipeline->second);
     while (!spent()) {
-      Placement kick = result.best;
+      Placement kick = best_pipeline ? best_pipeline->first : result.best;
       for (int k = 0; k < 2; ++k) {
         auto nb = moves(kick);
         if (!nb.empty()) kick = nb.front();

@@ -6,7 +6,10 @@
 // failure is data), updates the policy by REINFORCE, keeps the best valid
 // placement, and stops on the iteration limit, the time budget, cancel, or
 // when nothing improved for `patience` iterations. Identical placements are
-// evaluated once (memoised), so `measure` never runs a duplicate.
+// evaluated once (memoised), so `measure` never runs a duplicate. The first
+// policy may also choose data parallelism (a replica per allocated device);
+// restarted ones search pipelines only, and the refinement climbs the replica
+// set of a data-parallel best before spending its budget on the best pipeline.
 // Data flow: LayerGraph + Cluster -> features -> Policy -> Placement ->
 //            Evaluator -> StepReport -> Reinforce -> Policy ...
 // Thread safety: a call owns its policy; the evaluator is used by this thread
@@ -47,6 +50,7 @@ struct SearchOptions {
   int refine_budget = 0;         // evaluations for local refinement of the policy's best (0 = off)
   bool contiguous = true;        // partitions are pipeline stages (PolicyConfig::contiguous)
   bool distinct_devices = true;  // stages on distinct devices (PolicyConfig::distinct_devices)
+  bool data_parallel = true;     // data parallelism is one of the policy's choices (PolicyConfig::offer_data_parallel)
   int hidden = 64;
   double learning_rate = 0.005;
   ReinforceConfig reinforce;
@@ -87,7 +91,8 @@ struct SearchResult {
 };
 
 // The Placement of a decision: empty groups dropped, the rest renumbered by
-// their first layer, micro-batches from `choices`.
+// their first layer, micro-batches from `choices`; index choices.size(): data
+// parallel over the distinct devices of the non-empty groups.
 Placement decision_to_placement(const Decision& d, const std::vector<int>& micro_batch_choices, Schedule schedule);
 // The Decision of a placement (for warm start); group ids kept when < num_groups.
 Decision placement_to_decision(const Placement& p, const std::vector<int>& micro_batch_choices, int num_groups);

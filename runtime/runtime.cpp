@@ -491,25 +491,27 @@ RunResult execute(Job job, const std::vector<int>& rank_device, const Cluster& o
   return out;
 }
 
+// `devices` of c (in that order) as a cluster of their own, with the links between them.
+Cluster subcluster(const Cluster& c, const std::vector<int>& devices) {
+  Cluster used = c;
+  used.devices.clear();
+  for (int d : devices) used.devices.push_back(c.devices[d]);
+  // Links that name a dropped device would not parse in the workers' cluster.
+  const std::set<int> kept(devices.begin(), devices.end());
+  used.links.clear();
+  for (const Link& l : c.links)
+    if (kept.count(c.index_of(l.from)) && kept.count(c.index_of(l.to))) used.links.push_back(l);
+  return used;
+}
+
 // The devices a placement uses, as a smaller cluster, and the placement remapped onto it.
 void compact(const Cluster& c, const Placement& p, Cluster& used, Placement& remapped, std::vector<int>& rank_device) {
-  std::set<int> devs(p.group_device.begin(), p.group_device.end());
   std::set<int> with_layers;
   for (size_t l = 0; l < p.layer_group.size(); ++l) with_layers.insert(p.device_of_layer(static_cast<int>(l)));
-  used = c;
-  used.devices.clear();
   rank_device.assign(with_layers.begin(), with_layers.end());
+  used = subcluster(c, rank_device);
   std::vector<int> rank_of(c.num_devices(), 0);
-  for (size_t r = 0; r < rank_device.size(); ++r) {
-    used.devices.push_back(c.devices[rank_device[r]]);
-    rank_of[rank_device[r]] = static_cast<int>(r);
-  }
-  // Links that name a dropped device would not parse in the workers' cluster.
-  used.links.clear();
-  for (const Link& l : c.links) {
-    int from = c.index_of(l.from), to = c.index_of(l.to);
-    if (with_layers.count(from) && with_layers.count(to)) used.links.push_back(l);
-  }
+  for (size_t r = 0; r < rank_device.size(); ++r) rank_of[rank_device[r]] = static_cast<int>(r);
   remapped = p;
   for (int& d : remapped.group_device) d = rank_of[d];
 }
@@ -541,6 +543,14 @@ RunResult run_placement(const LayerGraph& graph, const Cluster& cluster, const P
   if (!options_ok(options, why)) {
     out.report = StepReport::failure("invalid_options", why, kSource);
     return out;
+  }
+  if (placement.data_parallel) {
+    if (Status s = validate_placement(placement, graph, cluster, options.batch_size); !s) {
+      out.report = StepReport::failure("invalid_placement", s.message(), kSource);
+      return out;
+    }
+    return run_strategy(graph, subcluster(cluster, placement.group_device),
+                        placement.source == "hogwild" ? "hogwild" : "bsp", options);
   }
   auto tg = build_task_graph(graph, placement, cluster, options.batch_size);
   if (!tg) {

@@ -60,7 +60,9 @@ struct RunResult {
   std::vector<int> local_worker_pids;  // every local worker started (all reaped on return)
 };
 
-// Pipelined training of `placement` (task graph schedule gpipe or 1f1b).
+// Pipelined training of `placement` (task graph schedule gpipe or 1f1b); a
+// data-parallel placement runs as "bsp" (or "hogwild" when that is its source)
+// on its replicas only.
 RunResult run_placement(const LayerGraph& graph, const Cluster& cluster, const Placement& placement,
                         const RunOptions& options);
 StepReport measure_placement(const LayerGraph& graph, const Cluster& cluster, const Placement& placement,

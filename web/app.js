@@ -328,8 +328,9 @@ function drawPlacement(result) {
   const layers = layersOf(result);
   const colors = deviceColors(result);
   const placement = placementOf(result);
-  document.getElementById('placement-summary').textContent =
-      `${layers.length} layers · ${(placement.groups || []).length} groups · ${placement.micro_batches || '?'} micro-batches · ${placement.schedule || ''}`;
+  document.getElementById('placement-summary').textContent = placement.data_parallel
+      ? `${layers.length} layers · data parallel: a full replica on each of ${(placement.groups || []).join(', ')}`
+      : `${layers.length} layers · ${(placement.groups || []).length} groups · ${placement.micro_batches || '?'} micro-batches · ${placement.schedule || ''}`;
   const W = 1000, top = 8, h = 46;
   const n = Math.max(1, layers.length);
   const w = (W - 20) / n;

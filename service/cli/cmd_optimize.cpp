@@ -104,11 +104,15 @@ void print_result(const json& r) {
   std::cout << "best placement (from " << r.value("source", "") << "): predicted " << fmt_ms(r["predicted_step_ms"])
             << " ms, measured " << fmt_ms(r["measured_step_ms"]) << (r["measured_step_ms"].is_number() ? " ms" : "")
             << ", communication " << fmt_pct(r["comm_fraction"]) << "\n";
-  if (r["placement"].is_object())
+  const bool replicas = r["placement"].is_object() && r["placement"].value("data_parallel", false);
+  if (replicas)
+    std::cout << "  data parallel: a full replica on each of " << r["groups"].size()
+              << " devices, the batch split equally, gradients all-reduced\n";
+  else if (r["placement"].is_object())
     std::cout << "  micro-batches " << r["placement"].value("micro_batches", 1) << ", schedule "
               << r["placement"].value("schedule", "") << "\n";
   for (const auto& g : r["groups"])
-    std::cout << "  group " << g.value("group", 0) << " -> " << std::left << std::setw(10) << g.value("device", "")
+    std::cout << (replicas ? "  replica " : "  group ")<< g.value("group", 0) << " -> " << std::left << std::setw(10) << g.value("device", "")
               << std::right << " layers " << g.value("first_layer", "") << " .. " << g.value("last_layer", "") << " ("
               << g.value("layers", 0) << ")\n";
   const json& p = r["policy"];

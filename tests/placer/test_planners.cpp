@@ -320,3 +320,47 @@ TEST_CASE("the simulating evaluator counts its evaluations and is deterministic"
   ev.timeline = true;
   CHECK_FALSE(ev.evaluate(*p).timeline.empty());
 }
+
+TEST_CASE("a data-parallel placement: JSON round trip, memory per replica at its share, errors name the field") {
+  Setup s = small_setup({1, 1, 1});
+  const int L = static_cast<int>(s.g.layers.size());
+  Placement p = Placement::replicas(L, {2, 0});
+  p.source = "policy";
+  CHECK(is_data_parallel(p));
+  CHECK(p.replica_share(7) == 4);
+  nlohmann::json j = placement_to_json(p, s.g, s.c);
+  CHECK(j["data_parallel"] == true);
+  auto back = placement_from_json(j, s.g, s.c);
+  REQUIRE(back.is_ok());
+  CHECK(back->data_parallel);
+  CHECK(back->group_device == std::vector<int>{2, 0});
+  CHECK(back->source == "policy");
+  j.erase("data_parallel");
+  CHECK_FALSE(placement_from_json(j, s.g, s.c)->data_parallel);
+
+  // Each replica holds the whole model at its share of the batch; the third device nothing.
+  auto bytes = estimate_device_memory_bytes(p, s.g, s.c, 8);
+  const auto whole = estimate_device_memory_bytes(Placement::single_device(L, 0), s.g, s.c, 4);
+  CHECK(bytes[0] == whole[0]);
+  CHECK(bytes[2] == whole[0]);
+  CHECK(bytes[1] == 0);
+
+  CHECK(validate_placement(p, s.g, s.c, 8).is_ok());
+  Placement twice = Placement::replicas(L, {1, 1});
+  Status dup = validate_placement(twice, s.g, s.c, 8);
+  REQUIRE_FALSE(dup.is_ok());
+  CHECK(dup.message().find("placement.groups[1]") != std::string::npos);
+  Status small = validate_placement(Placement::replicas(L, {0, 1, 2}), s.g, s.c, 2);
+  REQUIRE_FALSE(small.is_ok());
+  CHECK(small.message().find("placement.groups") != std::string::npos);
+  Placement split = p;
+  split.layer_group[1] = 1;
+  CHECK(validate_placement(split, s.g, s.c, 8).message().find("placement.layers") != std::string::npos);
+
+  // The simulator costs the replicas it names, not the whole cluster.
+  SimulatorEvaluator ev = s.evaluator();
+  StepReport two = ev.evaluate(p);
+  REQUIRE(two.ok);
+  CHECK(two.step_ms == doctest::Approx(simulate_data_parallel(s.g, s.c, s.cost, 8, {2, 0}).step_ms));
+  CHECK(two.devices[1].busy_ms == 0);
+}

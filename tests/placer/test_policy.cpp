@@ -482,3 +482,110 @@ TEST_CASE("refinement climbs from the policy's best to the optimum, within its b
   CHECK(r.evaluations - r.policy_evaluations <= 400);
   CHECK(ev.evaluations() == r.evaluations);
 }
+
+TEST_CASE("data parallelism is the choice one past the micro-batch counts: a replica on each device of a non-empty group") {
+  Decision d;
+  d.layer_group = {2, 2, 0, 0, 2};
+  d.group_device = {1, 3, 0};
+  d.micro_batch_index = 3;  // choices {1, 2, 4}: index 3 = data parallel
+  Placement p = decision_to_placement(d, {1, 2, 4}, Schedule::gpipe);
+  CHECK(p.data_parallel);
+  CHECK(p.group_device == std::vector<int>{1, 0});  // groups 0 and 2, in group order; group 1 is empty
+  CHECK(p.layer_group == std::vector<int>(5, 0));
+  CHECK(p.micro_batches == 1);
+  CHECK(p.source == "policy");
+  d.group_device = {1, 3, 1};  // the same device twice is one replica
+  CHECK(decision_to_placement(d, {1, 2, 4}, Schedule::gpipe).group_device == std::vector<int>{1});
+  Placement one = Placement::single_device(5, 1);
+  CHECK(placement_key(decision_to_placement(d, {1, 2, 4}, Schedule::gpipe)) != placement_key(one));
+
+  OpDictionary dict;
+  LayerGraph g = chain_graph(4);
+  PolicyConfig c = config(3, 3, 5);
+  c.offer_data_parallel = true;
+  Policy policy(encode_layers(g, dict), g.consumers(), c);
+  auto probs = policy.micro_batch_probs(std::vector<int>(g.layers.size(), 0));
+  REQUIRE(probs.size() == 4);
+  CHECK(std::accumulate(probs.begin(), probs.end(), 0.0) == doctest::Approx(1.0).epsilon(1e-4));
+  std::mt19937_64 rng(2);
+  int replicated = 0;
+  for (int n = 0; n < 200; ++n) {
+    Decision s = policy.sample(rng);
+    CHECK(std::isfinite(policy.log_prob(s)));
+    replicated += s.micro_batch_index == 3;
+  }
+  CHECK(replicated > 10);  // offered with about a quarter of the mass before training
+  // Round trip of a data-parallel warm start.
+  Decision back = placement_to_decision(Placement::replicas(static_cast<int>(g.layers.size()), {2, 0}),
+                                        c.micro_batch_choices, 3);
+  Placement again = decision_to_placement(back, c.micro_batch_choices, Schedule::gpipe);
+  CHECK(again.data_parallel);
+  CHECK(again.group_device == std::vector<int>{2, 0});
+}
+
+namespace {
+// The fake's pipelines, and data parallelism at 0.6 x (total cost / replicas):
+// replicating on every device beats any pipeline.
+class ReplicasWinEvaluator : public FakeEvaluator {
+ public:
+  ReplicasWinEvaluator(std::vector<double> cost, Cluster c) : FakeEvaluator(cost, c), cost_(std::move(cost)) {}
+  int data_parallel_calls = 0;
+  StepReport evaluate(const Placement& p) override {
+    if (!p.data_parallel) return FakeEvaluator::evaluate(p);
+    ++evaluations_;
+    ++data_parallel_calls;
+    StepReport r;
+    r.ok = true;
+    r.source = "fake";
+    r.step_ms = 0.6 * std::accumulate(cost_.begin(), cost_.end(), 0.0) / static_cast<double>(p.group_device.size());
+    return r;
+  }
+
+ private:
+  std::vector<double> cost_;
+};
+}  // namespace
+
+TEST_CASE("the search finds data parallelism when replicas beat every pipeline, and never proposes it when told not to") {
+  LayerGraph g = chain_graph(6);
+  std::vector<double> cost(g.layers.size(), 1.0);
+  SearchOptions o;
+  o.iterations = 60;
+  o.samples_per_iteration = 8;
+  o.batch_size = 16;
+  o.seed = 4;
+  ReplicasWinEvaluator ev(cost, equal_cluster(4));
+  SearchResult r = search(g, equal_cluster(4), ev, o, nullptr);
+  REQUIRE(r.found);
+  CHECK(r.best.data_parallel);
+  CHECK(r.best.group_device.size() == 4);
+  CHECK(r.best_report.step_ms == doctest::Approx(0.6 * 12 / 4));
+
+  o.data_parallel = false;
+  o.refine_budget = 200;
+  ReplicasWinEvaluator pipelines_only(cost, equal_cluster(4));
+  SearchResult p = search(g, equal_cluster(4), pipelines_only, o, nullptr);
+  REQUIRE(p.found);
+  CHECK_FALSE(p.best.data_parallel);
+  CHECK(pipelines_only.data_parallel_calls == 0);
+}
+
+TEST_CASE("refinement adds replicas: from a policy that only saw 2 devices replicated it climbs to all 4") {
+  LayerGraph g = chain_graph(6);
+  std::vector<double> cost(g.layers.size(), 1.0);
+  SearchOptions o;
+  o.iterations = 1;
+  o.samples_per_iteration = 1;
+  o.batch_size = 16;
+  o.restart_after = 0;
+  o.refine_budget = 100;
+  o.warm_start = Placement::replicas(static_cast<int>(g.layers.size()), {0, 1});
+  ReplicasWinEvaluator ev(cost, equal_cluster(4));
+  SearchResult r = search(g, equal_cluster(4), ev, o, nullptr);
+  REQUIRE(r.found);
+  REQUIRE(r.policy_found);
+  REQUIRE(r.policy_best_report.step_ms > 0.6 * 12 / 4);  // the policy alone did not get there
+  CHECK(r.best.data_parallel);
+  CHECK(r.best.group_device.size() == 4);
+  CHECK(r.best.source == "policy+refine");
+}
