@@ -45,7 +45,8 @@ ok = {n: b["step_ms"] for n, b in rows.items() if b.get("ok")}
 classical = {n: v for n, v in ok.items() if n != "hogwild"}
 best_name = min(classical, key=classical.get) if classical else None
 pl = p.get("placement") or {}
-plan = f"{len(pl.get('groups', []))} replicas" if pl.get("data_parallel") else f"{len(pl.get('groups', []))} stages x {pl.get('micro_batches', '?')}"
+n = len(pl.get('groups', []))
+plan = f"{n} replicas" if pl.get("data_parallel") else f"{n} stage{'s' if n != 1 else ''} x {pl.get('micro_batches', '?')}"
 def f(x): return "-" if x is None else f"{x:,.0f}"
 def pct(a, b): return "-" if a is None or b is None else f"{100 * (a / b - 1):+.1f}%"
 ex = ok.get("exhaustive")

@@ -77,8 +77,11 @@ int run(const RunArgs& a) {
       return 2;
     }
     result = run_placement(graph, cluster, *placement, o);
-    what = "model " + graph.name + "  placement " + a.placement + "  (" + std::to_string(placement->micro_batches) +
-           " micro-batches, " + schedule_name(placement->schedule) + ")";
+    what = "model " + graph.name + "  placement " + a.placement + "  (" +
+           (placement->data_parallel ? "data parallel, " + std::to_string(placement->num_groups()) + " replicas"
+                                     : std::to_string(placement->micro_batches) + " micro-batches, " +
+                                           schedule_name(placement->schedule)) +
+           ")";
   }
   const StepReport& r = result.report;
   if (a.json) {

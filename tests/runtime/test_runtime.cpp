@@ -279,6 +279,24 @@ TEST_CASE("the single-device and BSP baselines train like one device; HOGWILD ru
   check_no_orphans(hog);
 }
 
+TEST_CASE("a data-parallel placement trains like one device on its replicas only") {
+  LayerGraph g = chain_model();
+  RunOptions o = test_options();
+  Cluster c = local_cluster(3);
+  RunResult r = run_placement(g, c, Placement::replicas(static_cast<int>(g.layers.size()), {2, 0}), o);
+  INFO(r.report.message);
+  REQUIRE(r.report.ok);
+  REQUIRE(r.report.devices.size() == 2);
+  CHECK(r.report.devices[0].device == c.devices[2].name);
+  CHECK(r.report.devices[1].device == c.devices[0].name);
+  check_same_parameters(r.layer_parameters, reference_parameters(g, o), g);
+  check_no_orphans(r);
+  Placement twice = Placement::replicas(static_cast<int>(g.layers.size()), {1, 1});
+  StepReport bad = measure_placement(g, c, twice, o);
+  CHECK(bad.failure_kind == "invalid_placement");
+  CHECK(bad.message.find("placement.groups[1]") != std::string::npos);
+}
+
 TEST_CASE("a non-contiguous placement runs on remote tapp-worker processes over loopback") {
   RemoteWorker w0, w1;
   REQUIRE(answers_ping(w0.port));
