@@ -48,13 +48,15 @@ StepReport HybridEvaluator::measure_now(const Placement& placement, bool count) 
   if (const StepReport* m = measured(placement)) return *m;
   HybridMeasurement hm;
   hm.placement = placement;
-  StepReport predicted = sim_.evaluate(placement, SimulateOptions{false});
+  StepReport predicted = is_data_parallel(placement)
+                             ? simulate_data_parallel(graph_, cluster_, sim_.cost(), batch_size_, placement)
+                             : sim_.evaluate(placement, SimulateOptions{false});
   hm.predicted_ms = predicted.ok ? predicted.step_ms : 0;
   hm.measured = measure_->evaluate(placement);
   if (count) ++counted_measurements_;
   measured_index_[placement_key(placement)] = measurements_.size();
   measurements_.push_back(hm);
-  if (hm.measured.ok) recalibrate();
+  if (hm.measured.ok && !is_data_parallel(placement)) recalibrate();
   return hm.measured;
 }
 
@@ -70,7 +72,7 @@ void HybridEvaluator::verify() {
 void HybridEvaluator::recalibrate() {
   std::vector<CalibrationSample> samples;
   for (const auto& m : measurements_)
-    if (m.measured.ok) samples.push_back({m.placement, m.measured});
+    if (m.measured.ok && !is_data_parallel(m.placement)) samples.push_back({m.placement, m.measured});
   if (samples.empty()) return;
   Result<CalibrationResult> fit = calibrate(graph_, cluster_, base_, batch_size_, samples);
   if (!fit) return;  // keep the previous costs; the measurement itself is still data

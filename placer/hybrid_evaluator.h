@@ -8,6 +8,9 @@
 // simulator's corrections (runtime/calibration.h), so later predictions
 // follow what the workers really do. `measure_now` measures one placement on
 // demand (the final best). Measurements are capped by `max_measurements`.
+// Data-parallel placements are simulated as BSP (simulate_data_parallel) and
+// never verified during the search; measured on demand, they stay out of the
+// calibration set, whose fit models pipelined task graphs.
 // Data flow: Placement -> Simulator -> StepReport (predicted)
 //            best predicted -> measure Evaluator -> calibrate -> Simulator costs.
 // Thread safety: one thread at a time, like every Evaluator.
@@ -48,7 +51,7 @@ class HybridEvaluator : public Evaluator {
   std::string name() const override { return "hybrid"; }
 
   // Measures `placement` now (counts towards max_measurements only when
-  // `count` is true); recalibrates when the measurement is ok.
+  // `count` is true); recalibrates when the measurement is ok (pipelines only).
   StepReport measure_now(const Placement& placement, bool count = false);
   // Verifies the pending candidates now (also called every verify_every).
   void verify();

@@ -280,6 +280,7 @@ Result<json> run_job(const OptimizeRequest& req, const ProgressFn& progress, con
   if (measures && best_report.source == "measure") measured = best_report;
   if (best_placement && is_data_parallel(*best_placement)) {
     if (best_report.source != "measure") predicted = best_report;
+    if (hybrid && !cancel && !measured) measured = hybrid->measure_now(*best_placement);
   } else if (best_placement) {
     Simulator sim(graph, cluster, hybrid ? hybrid->simulator().cost() : cost.value(), req.batch_size);
     predicted = sim.evaluate(*best_placement, SimulateOptions{true});

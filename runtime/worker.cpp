@@ -22,6 +22,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <ctime>
 #include <deque>
 #include <iostream>
 #include <map>
@@ -44,6 +45,14 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 
 void sleep_s(double s) {
   if (s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(s));
+}
+
+// CPU time of the calling thread (ms): what a one-thread device's compute cost
+// it, however many other workers shared the host's cores meanwhile.
+double thread_cpu_ms() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
 }
 
 std::vector<uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()}; }
@@ -198,11 +207,10 @@ struct Ctx {
   std::unique_ptr<torch::optim::SGD> optimizer;
   const Device& device() const { return job.cluster.devices[rank]; }
   void progress() { store->add("progress/" + std::to_string(rank), 1); }
-  // Sleeps so that compute of `compute_ms` looks like a device of speed s.
-  double emulate_speed(double compute_ms) const {
-    double s = device().speed;
-    if (s >= 1.0) return 0;
-    double extra_ms = (1.0 / s - 1.0) * compute_ms;
+  // Sleeps so that the task looks like one on a device of this speed
+  // (emulated_sleep_ms); returns the sleep (ms).
+  double emulate_speed(double wall_ms, double cpu_ms) const {
+    const double extra_ms = emulated_sleep_ms(wall_ms, cpu_ms, device().speed, device().threads);
     sleep_s(extra_ms / 1e3);
     return extra_ms;
   }
@@ -215,6 +223,16 @@ torch::Tensor loss_of(const torch::Tensor& logits, const torch::Tensor& labels, 
              logits, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)) /
          static_cast<double>(full_batch);
 }
+
+}  // namespace
+
+double emulated_sleep_ms(double wall_ms, double cpu_ms, double speed, int threads) {
+  if (speed >= 1.0 || !(speed > 0)) return 0;
+  const double cost_ms = threads == 1 ? cpu_ms : wall_ms;
+  return std::max(0.0, cost_ms / speed - wall_ms);
+}
+
+namespace {
 
 // ---------------------------------------------------------------- pipeline
 
@@ -254,6 +272,7 @@ class PipelineWorker {
       auto w0 = Clock::now();
       wait_inputs(task);
       auto c0 = Clock::now();
+      const double cpu0 = thread_cpu_ms();
       st.comm_ms += ms_between(w0, c0);
       double compute_ms = 0;
       {
@@ -263,7 +282,7 @@ class PipelineWorker {
         else
           backward(task.segment, task.micro_batch, sender);
         compute_ms = ms_between(c0, Clock::now());
-        compute_ms += c_.emulate_speed(compute_ms);
+        compute_ms += c_.emulate_speed(compute_ms, thread_cpu_ms() - cpu0);
       }
       st.busy_ms += compute_ms;
       std::string name = std::string(task.kind == TaskKind::forward ? "F" : "B") + " s" +
@@ -448,13 +467,14 @@ StepStats data_parallel_step(Ctx& c, int step_index, Clock::time_point t0, bool 
   auto [x, y] = synthetic_batch(c.job.graph, o.batch_size, o.seed + step_index);
   auto [off, size] = share_of(o.batch_size, c.rank, c.world);
   auto c0 = Clock::now();
+  const double cpu0 = thread_cpu_ms();
   torch::Tensor out = c.model->forward(x.narrow(0, off, size));
   // BSP: sum / full batch, so the all-reduced gradient is the full-batch mean.
   // HOGWILD: each worker is an independent SGD on its own share (mean over it).
   torch::Tensor loss = loss_of(out, y.narrow(0, off, size), allreduce ? o.batch_size : size);
   loss.backward();
   double compute_ms = ms_between(c0, Clock::now());
-  compute_ms += c.emulate_speed(compute_ms);
+  compute_ms += c.emulate_speed(compute_ms, thread_cpu_ms() - cpu0);
   st.busy_ms += compute_ms;
   st.timeline.push_back(Entry{"F+B r" + std::to_string(c.rank), ms_between(t0, c0), ms_between(t0, c0) + compute_ms});
   if (allreduce && c.world > 1) {
@@ -462,12 +482,16 @@ StepStats data_parallel_step(Ctx& c, int step_index, Clock::time_point t0, bool 
     std::vector<torch::Tensor> grads;
     for (auto& p : c.model->parameters()) grads.push_back(p.grad().reshape({-1}));
     std::vector<at::Tensor> flat{torch::cat(grads)};
-    // Ring all-reduce over the emulated link to the next rank.
+    // Ring all-reduce over the emulated link to the next rank: it takes the
+    // emulated time, of which the real exchange (the gradients are used only
+    // after both) is a part, not an addition.
     const Link& link = c.job.cluster.link(c.rank, (c.rank + 1) % c.world);
     int64_t bytes = flat[0].numel() * 4;
     double ring = 2.0 * (c.world - 1) / c.world;
-    sleep_s(2.0 * (c.world - 1) * link.latency_ms / 1e3 + ring * bytes * 8.0 / (link.bandwidth_mbps * 1e6));
+    const double emulated_s =
+        2.0 * (c.world - 1) * link.latency_ms / 1e3 + ring * bytes * 8.0 / (link.bandwidth_mbps * 1e6);
     c.pg->allreduce(flat)->wait();
+    sleep_s(emulated_s - ms_between(a0, Clock::now()) / 1e3);
     int64_t pos = 0;
     for (auto& p : c.model->parameters()) {
       int64_t n = p.numel();

@@ -28,6 +28,13 @@ struct WorkerArgs {
 // Runs one job to completion; returns the process exit code (0 ok).
 int run_worker(const WorkerArgs& args);
 
+// Device-speed emulation: the sleep (ms) after a task that took `wall_ms`
+// (`cpu_ms` of its thread's CPU) so that it ends cost / speed after it began,
+// where cost is the CPU time on a one-thread device (so emulated devices that
+// share the host's cores are not stretched by each other's contention) and
+// the wall time on a multi-thread one (its pools spin between calls).
+double emulated_sleep_ms(double wall_ms, double cpu_ms, double speed, int threads);
+
 // Listens on host:port for coordinators (forever, or `max_jobs` jobs if >= 0).
 // Control protocol, one line each way: "ping" -> "pong";
 // "job <store_port> <rank> <world>" (store host = the coordinator's address)

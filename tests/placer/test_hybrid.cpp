@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "placer/hybrid_evaluator.h"
+#include "placer/planners.h"
 #include "placer/search.h"
 #include "profiler/layer_library.h"
 #include "runtime/cost_model.h"
@@ -60,4 +61,25 @@ TEST_CASE("the hybrid evaluator measures its best candidates and moves predictio
   CHECK(hybrid.measured(p)->step_ms == doctest::Approx(2 * before).epsilon(1e-6));
   const double after = hybrid.evaluate(p).step_ms;
   CHECK(std::abs(after - 2 * before) < std::abs(before - 2 * before));
+}
+
+TEST_CASE("the hybrid evaluator predicts a data-parallel plan as BSP and keeps its measurement out of the calibration") {
+  LayerGraph g = tapp::testing::chain_graph(4, 256);
+  Cluster c = tapp::testing::equal_cluster(2);
+  LayerLibrary lib = estimated_library(g, 8);
+  Result<CostModel> cost = CostModel::build(g, c, lib);
+  REQUIRE_MESSAGE(cost.is_ok(), cost.error_message());
+  // The "world" simulates pipelines only: a data-parallel plan is whatever its
+  // pipeline simulator makes of group 0 (one device), doubled.
+  HybridEvaluator hybrid(g, c, cost.value(), 8, std::make_unique<SlowWorld>(g, c, cost.value(), 8), HybridOptions{});
+  Placement replicas = Placement::replicas(8, {0, 1});
+  const double bsp = simulate_data_parallel(g, c, cost.value(), 8, {0, 1}).step_ms;
+  CHECK(hybrid.evaluate(replicas).step_ms == doctest::Approx(bsp));
+  Placement one = Placement::single_device(8, 0);
+  const double one_before = hybrid.evaluate(one).step_ms;
+  StepReport m = hybrid.measure_now(replicas);
+  REQUIRE(m.ok);
+  REQUIRE(hybrid.measurements().size() == 1u);
+  CHECK(hybrid.measurements()[0].predicted_ms == doctest::Approx(bsp));
+  CHECK(hybrid.evaluate(one).step_ms == doctest::Approx(one_before));  // no refit from it
 }

@@ -20,6 +20,7 @@
 #include "runtime/cluster.h"
 #include "runtime/measure_evaluator.h"
 #include "runtime/runtime.h"
+#include "runtime/worker.h"
 
 using namespace tapp;
 
@@ -526,4 +527,16 @@ TEST_CASE("a worker killed with SIGKILL mid-run gives worker_failed naming the s
   CHECK(r.report.failure_kind == "worker_failed");
   CHECK(r.report.message.find("worker 1 (device 'd1') was killed by signal 9") != std::string::npos);
   check_no_orphans(r);
+}
+
+TEST_CASE("an emulated device's task lasts its CPU time over its speed, not its contention on the host's cores") {
+  // Alone on a core: 100 ms of compute at speed 0.25 lasts 400 ms.
+  CHECK(emulated_sleep_ms(100, 100, 0.25, 1) == doctest::Approx(300));
+  // Sharing a core (wall 200 ms for 100 ms of CPU): still 400 ms in all, not 800.
+  CHECK(emulated_sleep_ms(200, 100, 0.25, 1) == doctest::Approx(200));
+  // Slower than the emulated device already: no sleep.
+  CHECK(emulated_sleep_ms(500, 100, 0.25, 1) == 0);
+  // Several threads: the wall time is the cost (spinning pools inflate CPU time).
+  CHECK(emulated_sleep_ms(200, 390, 0.5, 2) == doctest::Approx(200));
+  CHECK(emulated_sleep_ms(100, 100, 1.0, 1) == 0);
 }
