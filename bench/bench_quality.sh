@@ -12,9 +12,10 @@
 # within 5% of its own final best.
 # Part B (measured, in kind with the paper's table): the same models at a small
 # input size on examples/cluster_4equal.json (emulated devices): SingleCPU,
-# Pipe-Torch (= the DP planner), BSP and TAPP measured by `tapp-cli run`.
+# Pipe-Torch (= the DP planner), BSP and TAPP measured by `tapp-cli run`, in
+# ROUNDS (default 3) interleaved rounds.
 #
-# Usage: bench/bench_quality.sh [BUILD_DIR] [a|b|ab]   (default: build, ab; env SEED=1 for part A)
+# Usage: bench/bench_quality.sh [BUILD_DIR] [a|b|ab]   (default: build, ab; env SEED=1 for part A, ROUNDS=3 BATCH=16 BSPECS=... for part B)
 set -euo pipefail
 BUILD=${1:-build}
 PARTS=${2:-ab}
@@ -64,22 +65,28 @@ fi
 if [[ $PARTS == *b* ]]; then
   CL="$ROOT/examples/cluster_4equal.json"
   BATCH=${BATCH:-16}
-  echo "## Part B: measured on the emulated 4-device cluster (batch $BATCH, small inputs), median of 3 steps"
+  ROUNDS=${ROUNDS:-3}
+  echo "## Part B: measured on the emulated 4-device cluster (batch $BATCH, small inputs): each run the median of 3 steps, then the median of $ROUNDS interleaved rounds"
   echo
-  echo "| model (input) | SingleCPU ms | Pipe-Torch (DP) ms | BSP ms | TAPP ms | TAPP vs BSP | TAPP vs DP |"
-  echo "|---|---|---|---|---|---|---|"
+  echo "| model (input) | SingleCPU ms | Pipe-Torch (DP) ms | BSP ms | TAPP ms | TAPP vs BSP | TAPP vs DP | TAPP's plan, predicted ms | per round: single / DP / BSP / TAPP |"
+  echo "|---|---|---|---|---|---|---|---|---|"
   BSPECS=${BSPECS:-"alexnet:64 vgg16:64 inception_v3:150"}
   for spec in $BSPECS; do
     m=${spec%%:*}; s=${spec##*:}
     f="$OUT/b-$m.json"
     "$CLI" optimize "$m" --devices "$CL" --input-size "$s" --batch "$BATCH" --seed 1 --json >"$f" 2>"$OUT/b-$m.log"
-    python3 - "$f" "$OUT/b-$m" <<'PY'
+    plan=$(python3 - "$f" "$OUT/b-$m" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1])); base = sys.argv[2]
-json.dump(r["policy"]["placement"], open(base + "-tapp.json", "w"))
+p = r["policy"]["placement"]
+json.dump(p, open(base + "-tapp.json", "w"))
 dp = [b for b in r["baselines"] if b["name"] == "dp" and b.get("placement")]
 json.dump(dp[0]["placement"], open(base + "-dp.json", "w"))
+n = len(p["groups"])
+kind = f"{n} replicas" if p.get("data_parallel") else f"{n} stage{'s' if n != 1 else ''} x {p['micro_batches']}"
+print(f"{kind}, {r['policy']['step_ms']:,.0f}")
 PY
+)
     run() { { "$CLI" run "$m" --devices "$CL" --input-size "$s" --batch "$BATCH" --steps 3 --warmup 1 --json "$@" 2>>"$OUT/b-$m.log" || true; } |
             python3 -c "
 import json, sys
@@ -87,14 +94,21 @@ try:
     r = json.load(sys.stdin); print(r['step_ms'] if r.get('ok') else 'nan')
 except Exception:
     print('nan')"; }
-    single=$(run --strategy single); bsp=$(run --strategy bsp)
-    dpm=$(run --placement "$OUT/b-$m-dp.json"); tapp=$(run --placement "$OUT/b-$m-tapp.json")
-    python3 - "$m" "$s" "$single" "$dpm" "$bsp" "$tapp" <<'PY'
-import sys
-m, s, single, dp, bsp, tapp = sys.argv[1], sys.argv[2], *map(float, sys.argv[3:])
+    # Interleaved rounds: on a shared VM the same plan drifts by tens of percent
+    # within minutes, so each configuration is measured once per round, in turn.
+    rounds=()
+    for ((k = 0; k < ROUNDS; k++)); do
+      rounds+=("$(run --strategy single),$(run --placement "$OUT/b-$m-dp.json"),$(run --strategy bsp),$(run --placement "$OUT/b-$m-tapp.json")")
+    done
+    python3 - "$m" "$s" "$plan" "${rounds[@]}" <<'PY'
+import statistics, sys
+m, s, plan, rounds = sys.argv[1], sys.argv[2], sys.argv[3], [list(map(float, r.split(","))) for r in sys.argv[4:]]
+med = [statistics.median([r[k] for r in rounds if r[k] == r[k]] or [float("nan")]) for k in range(4)]
+single, dp, bsp, tapp = med
 f = lambda x: "failed" if x != x else f"{x:,.0f}"
 r = lambda a, b: "-" if a != a or b != b else f"{a / b:.2f}x"
-print(f"| {m} ({s}) | {f(single)} | {f(dp)} | {f(bsp)} | {f(tapp)} | {r(bsp, tapp)} | {r(dp, tapp)} |")
+per = "; ".join(" / ".join(f(x) for x in rr) for rr in rounds)
+print(f"| {m} ({s}) | {f(single)} | {f(dp)} | {f(bsp)} | {f(tapp)} | {r(bsp, tapp)} | {r(dp, tapp)} | {plan} | {per} |")
 PY
   done
 fi

@@ -226,7 +226,7 @@ std::vector<std::string> emulation_warnings(const Cluster& c, const RunOptions& 
   for (const Device& d : c.devices)
     if (d.speed < 1.0) slow += (slow.empty() ? "" : ", ") + d.name + "=" + fmt(d.speed, 2);
   if (!slow.empty())
-    w.push_back("emulated device speed (compute stretched by sleeping (1/speed - 1) x compute time): " + slow);
+    w.push_back("emulated device speed (a compute task lasts its CPU time / speed, one-thread devices; wall time / speed otherwise): " + slow);
   if (sends && c.num_devices() > 1) {
     std::string links;
     for (const Link& l : c.links)

@@ -11,9 +11,10 @@
 // Failures (bad input, memory, a worker that dies or hangs, an unreachable
 // remote worker) come back as StepReport::failure, never as exceptions; every
 // local worker is killed and reaped before a call returns.
-// Emulation: device speed < 1 sleeps (1/speed - 1) x compute time after each
-// compute task; links pace each send by latency + bytes*8/bandwidth on a
-// sender thread. Both are reported as emulated in the StepReport warnings.
+// Emulation: a device of speed < 1 sleeps after each compute task until the
+// task has lasted its cost / speed (cost: the thread's CPU time on a
+// one-thread device, the wall time otherwise: emulated_sleep_ms in worker.h);
+// links pace each send by latency + bytes*8/bandwidth on a sender thread. Both are reported as emulated in the StepReport warnings.
 // Thread safety: calls are independent; run one at a time per process when
 // local workers are used (children are reaped with waitpid on their pids).
 // No LibTorch in this header.

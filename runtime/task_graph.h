@@ -65,6 +65,7 @@ struct TaskGraph {
 };
 
 // Validates the placement, then builds. Does not check memory (check_memory does).
+// A data-parallel placement is an error: it has no pipeline to build.
 Result<TaskGraph> build_task_graph(const LayerGraph& g, const Placement& p, const Cluster& c,
                                    int64_t batch_size);
 // The same graph, built into `out` while reusing its buffers (search loops

@@ -13,13 +13,16 @@
 using namespace tapp;
 
 namespace {
-// "Measures" a placement as twice the uncalibrated simulator's prediction.
+// "Measures" a placement as twice the uncalibrated simulator's prediction
+// (data parallel: twice simulate_data_parallel's).
 class SlowWorld : public Evaluator {
  public:
-  SlowWorld(const LayerGraph& g, const Cluster& c, CostModel cost, int64_t batch) : sim_(g, c, std::move(cost), batch) {}
+  SlowWorld(const LayerGraph& g, const Cluster& c, CostModel cost, int64_t batch)
+      : g_(g), c_(c), batch_(batch), sim_(g, c, std::move(cost), batch) {}
   StepReport evaluate(const Placement& p) override {
     ++evaluations_;
-    StepReport r = sim_.evaluate(p, SimulateOptions{false});
+    StepReport r = p.data_parallel ? simulate_data_parallel(g_, c_, sim_.cost(), batch_, p)
+                                   : sim_.evaluate(p, SimulateOptions{false});
     if (!r.ok) return r;
     r.step_ms *= 2;
     for (auto& d : r.devices) d.busy_ms *= 2;
@@ -29,22 +32,35 @@ class SlowWorld : public Evaluator {
   std::string name() const override { return "measure"; }
 
  private:
+  const LayerGraph& g_;
+  const Cluster& c_;
+  int64_t batch_;
   Simulator sim_;
+};
+
+// A 4-layer chain on 2 equal devices, costed from multiply-add estimates at batch 8.
+struct ChainOnTwo {
+  LayerGraph g = tapp::testing::chain_graph(4, 256);
+  Cluster c = tapp::testing::equal_cluster(2);
+  CostModel cost;
+  ChainOnTwo() {
+    Result<CostModel> built = CostModel::build(g, c, estimated_library(g, 8));
+    REQUIRE_MESSAGE(built.is_ok(), built.error_message());
+    cost = built.value();
+  }
 };
 }  // namespace
 
 TEST_CASE("the hybrid evaluator measures its best candidates and moves predictions towards the measurements") {
-  LayerGraph g = tapp::testing::chain_graph(4, 256);
-  Cluster c = tapp::testing::equal_cluster(2);
-  LayerLibrary lib = estimated_library(g, 8);
-  Result<CostModel> cost = CostModel::build(g, c, lib);
-  REQUIRE_MESSAGE(cost.is_ok(), cost.error_message());
-  auto world = std::make_unique<SlowWorld>(g, c, cost.value(), 8);
+  ChainOnTwo t;
+  const LayerGraph& g = t.g;
+  const Cluster& c = t.c;
+  auto world = std::make_unique<SlowWorld>(g, c, t.cost, 8);
   HybridOptions ho;
   ho.verify_every = 4;
   ho.top_k = 2;
   ho.max_measurements = 4;
-  HybridEvaluator hybrid(g, c, cost.value(), 8, std::move(world), ho);
+  HybridEvaluator hybrid(g, c, t.cost, 8, std::move(world), ho);
   Placement p = Placement::single_device(8, 0);
   const double before = hybrid.evaluate(p).step_ms;
   REQUIRE(before > 0);
@@ -64,21 +80,18 @@ TEST_CASE("the hybrid evaluator measures its best candidates and moves predictio
 }
 
 TEST_CASE("the hybrid evaluator predicts a data-parallel plan as BSP and keeps its measurement out of the calibration") {
-  LayerGraph g = tapp::testing::chain_graph(4, 256);
-  Cluster c = tapp::testing::equal_cluster(2);
-  LayerLibrary lib = estimated_library(g, 8);
-  Result<CostModel> cost = CostModel::build(g, c, lib);
-  REQUIRE_MESSAGE(cost.is_ok(), cost.error_message());
-  // The "world" simulates pipelines only: a data-parallel plan is whatever its
-  // pipeline simulator makes of group 0 (one device), doubled.
-  HybridEvaluator hybrid(g, c, cost.value(), 8, std::make_unique<SlowWorld>(g, c, cost.value(), 8), HybridOptions{});
+  ChainOnTwo t;
+  const LayerGraph& g = t.g;
+  const Cluster& c = t.c;
+  HybridEvaluator hybrid(g, c, t.cost, 8, std::make_unique<SlowWorld>(g, c, t.cost, 8), HybridOptions{});
   Placement replicas = Placement::replicas(8, {0, 1});
-  const double bsp = simulate_data_parallel(g, c, cost.value(), 8, {0, 1}).step_ms;
+  const double bsp = simulate_data_parallel(g, c, t.cost, 8, {0, 1}).step_ms;
   CHECK(hybrid.evaluate(replicas).step_ms == doctest::Approx(bsp));
   Placement one = Placement::single_device(8, 0);
   const double one_before = hybrid.evaluate(one).step_ms;
   StepReport m = hybrid.measure_now(replicas);
   REQUIRE(m.ok);
+  CHECK(m.step_ms == doctest::Approx(2 * bsp));
   REQUIRE(hybrid.measurements().size() == 1u);
   CHECK(hybrid.measurements()[0].predicted_ms == doctest::Approx(bsp));
   CHECK(hybrid.evaluate(one).step_ms == doctest::Approx(one_before));  // no refit from it

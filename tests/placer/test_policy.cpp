@@ -544,15 +544,21 @@ class ReplicasWinEvaluator : public FakeEvaluator {
  private:
   std::vector<double> cost_;
 };
+
+// A search of `iterations` x `samples` on a 12-layer chain of unit costs, batch 16.
+SearchOptions replica_search(int iterations, int samples) {
+  SearchOptions o;
+  o.iterations = iterations;
+  o.samples_per_iteration = samples;
+  o.batch_size = 16;
+  return o;
+}
 }  // namespace
 
 TEST_CASE("the search finds data parallelism when replicas beat every pipeline, and never proposes it when told not to") {
   LayerGraph g = chain_graph(6);
   std::vector<double> cost(g.layers.size(), 1.0);
-  SearchOptions o;
-  o.iterations = 60;
-  o.samples_per_iteration = 8;
-  o.batch_size = 16;
+  SearchOptions o = replica_search(60, 8);
   o.seed = 4;
   ReplicasWinEvaluator ev(cost, equal_cluster(4));
   SearchResult r = search(g, equal_cluster(4), ev, o, nullptr);
@@ -573,10 +579,7 @@ TEST_CASE("the search finds data parallelism when replicas beat every pipeline, 
 TEST_CASE("refinement adds replicas: from a policy that only saw 2 devices replicated it climbs to all 4") {
   LayerGraph g = chain_graph(6);
   std::vector<double> cost(g.layers.size(), 1.0);
-  SearchOptions o;
-  o.iterations = 1;
-  o.samples_per_iteration = 1;
-  o.batch_size = 16;
+  SearchOptions o = replica_search(1, 1);
   o.restart_after = 0;
   o.refine_budget = 100;
   o.warm_start = Placement::replicas(static_cast<int>(g.layers.size()), {0, 1});

@@ -111,3 +111,10 @@ TEST_CASE("micro-batches of one sample are rejected when a BatchNorm layer would
   CHECK(one_each.error_message().find("BatchNorm layer 'bn'") != std::string::npos);
   CHECK(build_task_graph(g, by_device({0, 1}, 4, Schedule::gpipe), devices(2), 8).is_ok());
 }
+
+TEST_CASE("data-parallel replicas have no task graph: building one is an error naming the field") {
+  LayerGraph g = chain(4);
+  auto tg = build_task_graph(g, Placement::replicas(4, {0, 1}), devices(2), 8);
+  REQUIRE_FALSE(tg.is_ok());
+  CHECK(tg.error_message().find("placement.data_parallel") != std::string::npos);
+}
