@@ -37,12 +37,8 @@ std::vector<bool> devices_that_fit(const LayerGraph& g, const Cluster& c, int64_
   return ok;
 }
 
-// Local moves around a placement whose groups are stages in layer order:
-// shift a stage boundary by 1, 2, 4, ... layers (up to a quarter of the
-// model), merge two adjacent stages, split a stage onto an unused device, swap
-// two stages' devices, move a stage to an unused device, halve or double the
-// micro-batches. Around a data-parallel placement: drop a replica, add an unused device as
-// one, or swap a replica for an unused device.
+// Local moves around a data-parallel placement: drop a replica, add an unused
+// device as one, or swap a replica for an unused device.
 std::vector<Placement> replica_neighbours(const Placement& p, int num_devices) {
   std::vector<Placement> out;
   const int L = static_cast<int>(p.layer_group.size());
@@ -80,6 +76,11 @@ std::vector<int> distinct_devices(const std::vector<int>& group_device) {
   return out;
 }
 
+// Local moves around a placement whose groups are stages in layer order:
+// shift a stage boundary by 1, 2, 4, ... layers (up to a quarter of the
+// model), merge two adjacent stages, split a stage onto an unused device, swap
+// two stages' devices, move a stage to an unused device, halve or double the
+// micro-batches (replica moves for a data-parallel placement).
 std::vector<Placement> neighbours(const Placement& p, int num_devices, const std::vector<int>& choices) {
   if (p.data_parallel) return replica_neighbours(p, num_devices);
   std::vector<Placement> out;
