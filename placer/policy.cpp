@@ -11,6 +11,7 @@ namespace tapp {
 namespace {
 
 constexpr float kMasked = -1e9f;
+constexpr int kPositionFrequencies = 6;  // sin/cos pairs of the layer's relative depth
 
 // Draws an index from probabilities with our own generator.
 int draw(const float* p, int n, std::mt19937_64& rng) {
@@ -252,11 +253,20 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
     }
   FeatureMatrix in;
   in.rows = m.L;
-  in.cols = layer_features.cols + 1;
+  in.cols = layer_features.cols + 1 + 2 * kPositionFrequencies;
   in.data.resize(static_cast<size_t>(in.rows) * in.cols);
   for (int i = 0; i < m.L; ++i) {
-    for (int c = 0; c < layer_features.cols; ++c) in.data[static_cast<size_t>(i) * in.cols + c] = layer_features.at(i, c);
-    in.data[static_cast<size_t>(i) * in.cols + layer_features.cols] = m.L > 1 ? static_cast<float>(i) / (m.L - 1) : 0.f;
+    float* row = &in.data[static_cast<size_t>(i) * in.cols];
+    for (int c = 0; c < layer_features.cols; ++c) row[c] = layer_features.at(i, c);
+    const double x = m.L > 1 ? static_cast<double>(i) / (m.L - 1) : 0.0;
+    row[layer_features.cols] = static_cast<float>(x);
+    // sin/cos of the position at doubling frequencies: neighbouring layers of
+    // a deep model differ in these, so the network can place a cut between them.
+    for (int k = 0; k < kPositionFrequencies; ++k) {
+      const double w = 3.141592653589793 * static_cast<double>(1 << k) * x;
+      row[layer_features.cols + 1 + 2 * k] = static_cast<float>(std::sin(w));
+      row[layer_features.cols + 2 + 2 * k] = static_cast<float>(std::cos(w));
+    }
   }
   m.layer_input = to_tensor(in);
 
