@@ -47,7 +47,7 @@ classical = {n: v for n, v in ok.items() if n != "hogwild"}
 best_name = min(classical, key=classical.get) if classical else None
 pl = p.get("placement") or {}
 n = len(pl.get('groups', []))
-plan = f"{n} replicas" if pl.get("data_parallel") else f"{n} stage{'s' if n != 1 else ''} x {pl.get('micro_batches', '?')}"
+plan = f"{n} replica{'s' if n != 1 else ''}" if pl.get("data_parallel") else f"{n} stage{'s' if n != 1 else ''} x {pl.get('micro_batches', '?')}"
 def f(x): return "-" if x is None else f"{x:,.0f}"
 def pct(a, b): return "-" if a is None or b is None else f"{100 * (a / b - 1):+.1f}%"
 ex = ok.get("exhaustive")

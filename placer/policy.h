@@ -1,8 +1,9 @@
 // placer/policy.h — the TAPP prediction network: partition + attention allocation (paper 4.1, 4.2).
 //
 // Owns `Policy`, three LibTorch networks trained jointly:
-//   partition:  per layer, a feedforward net over [layer features | position]
-//               -> softmax over G groups;
+//   partition:  per layer, a feedforward net over [layer features | depth
+//               i/(L-1) | its sin/cos at 6 doubling frequencies] -> softmax
+//               over G groups;
 //   allocation: group rows (encode_groups of the sampled partition) -> embedding
 //               -> self-attention over groups -> per group a softmax over devices;
 //   micro-batches: mean of the attended group embeddings -> softmax over
