@@ -20,11 +20,15 @@ HybridEvaluator::HybridEvaluator(const LayerGraph& graph, const Cluster& cluster
 
 HybridEvaluator::~HybridEvaluator() = default;
 
+StepReport HybridEvaluator::predict(const Placement& placement) {
+  return is_data_parallel(placement) ? simulate_data_parallel(graph_, cluster_, sim_.cost(), batch_size_, placement)
+                                     : sim_.evaluate(placement, SimulateOptions{false});
+}
+
 StepReport HybridEvaluator::evaluate(const Placement& placement) {
   ++evaluations_;
-  if (is_data_parallel(placement))
-    return simulate_data_parallel(graph_, cluster_, sim_.cost(), batch_size_, placement.group_device);
-  StepReport r = sim_.evaluate(placement, SimulateOptions{false});
+  StepReport r = predict(placement);
+  if (is_data_parallel(placement)) return r;  // never verified during the search
   if (r.ok && !measured(placement)) {
     pending_.emplace_back(r.step_ms, placement);
     std::sort(pending_.begin(), pending_.end(),
@@ -48,9 +52,7 @@ StepReport HybridEvaluator::measure_now(const Placement& placement, bool count) 
   if (const StepReport* m = measured(placement)) return *m;
   HybridMeasurement hm;
   hm.placement = placement;
-  StepReport predicted = is_data_parallel(placement)
-                             ? simulate_data_parallel(graph_, cluster_, sim_.cost(), batch_size_, placement)
-                             : sim_.evaluate(placement, SimulateOptions{false});
+  StepReport predicted = predict(placement);
   hm.predicted_ms = predicted.ok ? predicted.step_ms : 0;
   hm.measured = measure_->evaluate(placement);
   if (count) ++counted_measurements_;

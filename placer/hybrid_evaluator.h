@@ -65,6 +65,8 @@ class HybridEvaluator : public Evaluator {
   const Simulator& simulator() const { return sim_; }
 
  private:
+  // The simulator's step for a placement under the current costs (replicas as BSP).
+  StepReport predict(const Placement& placement);
   void recalibrate();
 
   const LayerGraph& graph_;

@@ -68,14 +68,6 @@ std::vector<Placement> replica_neighbours(const Placement& p, int num_devices) {
   return out;
 }
 
-// The distinct devices of a placement's groups, in group order.
-std::vector<int> distinct_devices(const std::vector<int>& group_device) {
-  std::vector<int> out;
-  for (int d : group_device)
-    if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
-  return out;
-}
-
 // Local moves around a placement whose groups are stages in layer order:
 // shift a stage boundary by 1, 2, 4, ... layers (up to a quarter of the
 // model), merge two adjacent stages, split a stage onto an unused device, swap
@@ -206,13 +198,14 @@ std::vector<int> micro_batch_choices(int64_t batch_size, int max_micro_batches) 
 
 Placement decision_to_placement(const Decision& d, const std::vector<int>& choices, Schedule schedule) {
   if (!choices.empty() && d.micro_batch_index == static_cast<int>(choices.size())) {
-    // Data parallel: a replica on each device the non-empty groups got.
+    // Data parallel: a replica on each device the non-empty groups got (each once, in group order).
     std::vector<bool> nonempty(d.group_device.size(), false);
     for (int g : d.layer_group) nonempty[g] = true;
     std::vector<int> devices;
     for (size_t g = 0; g < d.group_device.size(); ++g)
-      if (nonempty[g]) devices.push_back(d.group_device[g]);
-    Placement p = Placement::replicas(static_cast<int>(d.layer_group.size()), distinct_devices(devices));
+      if (nonempty[g] && std::find(devices.begin(), devices.end(), d.group_device[g]) == devices.end())
+        devices.push_back(d.group_device[g]);
+    Placement p = Placement::replicas(static_cast<int>(d.layer_group.size()), devices);
     p.schedule = schedule;
     p.source = "policy";
     return p;
