@@ -9,14 +9,14 @@
 
 #include <random>
 
-#include "placer/planners.h"
-#include "placer/simulator_evaluator.h"
-#include "profiler/layer_library.h"
-#include "profiler/zoo.h"
-#include "runtime/cluster.h"
-#include "runtime/cost_model.h"
-#include "runtime/simulator.h"
-#include "runtime/task_graph.h"
+#include "planners/planners.h"
+#include "simulator/simulator_evaluator.h"
+#include "model/layer_library.h"
+#include "model/zoo.h"
+#include "core/cluster.h"
+#include "simulator/cost_model.h"
+#include "simulator/simulator.h"
+#include "simulator/task_graph.h"
 
 namespace {
 using namespace tapp;

@@ -1,7 +1,7 @@
 // placer/baselines.cpp — see baselines.h.
 #include "placer/baselines.h"
 
-#include "placer/planners.h"
+#include "planners/planners.h"
 
 namespace tapp {
 

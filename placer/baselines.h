@@ -1,7 +1,7 @@
 // placer/baselines.h — the classical baselines of an optimization job, through the job's evaluator.
 //
 // Owns `run_baselines`: the adapter between optimize() and the classical
-// planners (placer/planners.h, simulator engineer). Every baseline's placement
+// planners (planners/planners.h, simulator engineer). Every baseline's placement
 // is scored by the same Evaluator as the TAPP candidates, so the table
 // compares like with like. Baselines that are not a Placement (BSP data
 // parallel) carry no placement and their report comes from the planners'
@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "placer/evaluator.h"
-#include "placer/placement.h"
-#include "runtime/step_report.h"
+#include "core/evaluator.h"
+#include "core/placement.h"
+#include "core/step_report.h"
 
 namespace tapp {
 

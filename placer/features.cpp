@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "profiler/layer_graph.h"
+#include "model/layer_graph.h"
 
 namespace tapp {
 

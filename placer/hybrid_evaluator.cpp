@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "placer/planners.h"
+#include "planners/planners.h"
 #include "placer/search.h"
 
 namespace tapp {

@@ -5,7 +5,7 @@
 // verification, and every `verify_every` evaluations measures the top
 // `top_k` of them with the measuring evaluator (the runtime), adds the
 // (placement, measured step) pairs to its calibration set and refits the
-// simulator's corrections (runtime/calibration.h), so later predictions
+// simulator's corrections (simulator/calibration.h), so later predictions
 // follow what the workers really do. `measure_now` measures one placement on
 // demand (the final best). Measurements are capped by `max_measurements`.
 // Data-parallel placements are simulated as BSP (simulate_data_parallel) and
@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "placer/evaluator.h"
-#include "runtime/calibration.h"
-#include "runtime/simulator.h"
+#include "core/evaluator.h"
+#include "simulator/calibration.h"
+#include "simulator/simulator.h"
 
 namespace tapp {
 

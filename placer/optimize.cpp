@@ -15,18 +15,19 @@
 
 #include "placer/baselines.h"
 #include "placer/hybrid_evaluator.h"
-#include "placer/placement.h"
-#include "placer/planners.h"
+#include "core/placement.h"
+#include "planners/planners.h"
 #include "placer/search.h"
-#include "placer/simulator_evaluator.h"
-#include "profiler/layer_library.h"
-#include "profiler/model_json.h"
+#include "simulator/simulator_evaluator.h"
+#include "model/layer_library.h"
+#include "model/model_json.h"
 #include "profiler/profiler.h"
-#include "profiler/zoo.h"
-#include "runtime/cost_model.h"
+#include "model/zoo.h"
+#include "profiler/model_loader.h"
+#include "simulator/cost_model.h"
 #include "runtime/measure_evaluator.h"
 #include "runtime/runtime.h"
-#include "runtime/simulator.h"
+#include "simulator/simulator.h"
 
 namespace tapp {
 

@@ -16,7 +16,7 @@
 #include <string>
 
 #include "common/status.h"
-#include "runtime/cluster.h"
+#include "core/cluster.h"
 
 namespace tapp {
 
@@ -36,7 +36,7 @@ struct OptimizeRequest {
   bool warm_start = false;      // seed the policy with the best classical plan
   bool baselines = true;        // evaluate the classical baselines too
   // Where measured profiles are kept: the server passes its SQLite cache;
-  // null = the per-user file cache (profiler/profile_cache.h).
+  // null = the per-user file cache (model/profile_cache.h).
   ProfileCache* profile_cache = nullptr;
 };
 

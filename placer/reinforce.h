@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "placer/policy.h"
-#include "runtime/step_report.h"
+#include "core/step_report.h"
 
 namespace tapp {
 

@@ -9,8 +9,8 @@
 #include <random>
 
 #include "placer/features.h"
-#include "profiler/layer_graph.h"
-#include "runtime/cluster.h"
+#include "model/layer_graph.h"
+#include "core/cluster.h"
 
 namespace tapp {
 

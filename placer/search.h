@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "placer/evaluator.h"
-#include "placer/placement.h"
+#include "core/evaluator.h"
+#include "core/placement.h"
 #include "placer/reinforce.h"
 
 namespace tapp {

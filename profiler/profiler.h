@@ -16,9 +16,9 @@
 #include <string>
 
 #include "common/status.h"
-#include "profiler/layer_graph.h"
-#include "profiler/layer_library.h"
-#include "profiler/profile_cache.h"
+#include "model/layer_graph.h"
+#include "model/layer_library.h"
+#include "model/profile_cache.h"
 
 namespace tapp {
 

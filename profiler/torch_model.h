@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "profiler/layer_graph.h"
+#include "model/layer_graph.h"
 
 namespace tapp {
 

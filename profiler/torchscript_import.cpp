@@ -456,13 +456,3 @@ Result<LayerGraph> import_torchscript(const std::string& path, const ModelOption
 }
 
 }  // namespace tapp
-
-// load_model (tapp_model) finds the importer through this hook; the linker is
-// told to keep this object file by the anchor symbol (profiler/CMakeLists.txt).
-extern "C" int tapp_torchscript_import_anchor = 0;
-namespace {
-const bool registered = [] {
-  tapp::detail::torchscript_loader = &tapp::import_torchscript;
-  return true;
-}();
-}  // namespace

@@ -8,7 +8,7 @@
 // between them; attributes come from the submodules' parameters and the
 // constant arguments of the aten calls. Unsupported ops give an error naming
 // the op. No LibTorch in this header; the implementation lives in
-// tapp_profiler and registers itself as load_model's loader for *.pt files.
+// tapp_profiler; profiler/model_loader.h routes *.pt files here.
 // Data flow: .pt file -> torch::jit::Module -> inlined graph -> LayerGraph.
 // Thread safety: stateless functions.
 #pragma once
@@ -16,20 +16,13 @@
 #include <string>
 
 #include "common/status.h"
-#include "profiler/layer_graph.h"
-#include "profiler/zoo.h"
+#include "model/layer_graph.h"
+#include "model/zoo.h"
 
 namespace tapp {
 
 // The input shape is taken from the first layer (conv2d: {C, S, S} with
 // S = options.input_size or 224; linear: {in_features}).
 Result<LayerGraph> import_torchscript(const std::string& path, const ModelOptions& options = {});
-
-namespace detail {
-// Set by tapp_profiler (torchscript_import.cpp) so load_model in tapp_model
-// can open *.pt files without depending on LibTorch.
-using TorchScriptLoader = Result<LayerGraph> (*)(const std::string&, const ModelOptions&);
-extern TorchScriptLoader torchscript_loader;
-}  // namespace detail
 
 }  // namespace tapp

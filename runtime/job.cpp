@@ -1,6 +1,6 @@
 #include "runtime/job.h"
 
-#include "profiler/model_json.h"
+#include "model/model_json.h"
 
 namespace tapp {
 using nlohmann::json;

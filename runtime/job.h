@@ -2,7 +2,7 @@
 //
 // Owns `Job` (mode, layer graph, cluster of the devices used, placement,
 // options, Gloo addresses) and its JSON form; the layer graph travels in the
-// profiler's JSON layer-graph format (profiler/model_json.h), shapes re-inferred
+// profiler's JSON layer-graph format (model/model_json.h), shapes re-inferred
 // by the reader. Also `WorkerReport`, what a worker writes back.
 // Data flow: runtime.cpp -> job_to_json -> store "job" -> worker.cpp.
 // Thread safety: plain values. No LibTorch.
@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "common/status.h"
-#include "placer/placement.h"
-#include "profiler/layer_graph.h"
-#include "runtime/cluster.h"
+#include "core/placement.h"
+#include "model/layer_graph.h"
+#include "core/cluster.h"
 #include "runtime/runtime.h"
 
 namespace tapp {

@@ -3,12 +3,12 @@
 // Data flow: Placement -> run_placement (runtime.h) -> StepReport (source "measure").
 // Holds the model, the cluster and the run options; every evaluate() starts the
 // workers afresh, so one slow or failed candidate cannot affect the next.
-// Thread safety: one thread at a time (see placer/evaluator.h).
+// Thread safety: one thread at a time (see core/evaluator.h).
 #pragma once
 
-#include "placer/evaluator.h"
-#include "profiler/layer_graph.h"
-#include "runtime/cluster.h"
+#include "core/evaluator.h"
+#include "model/layer_graph.h"
+#include "core/cluster.h"
 #include "runtime/runtime.h"
 
 namespace tapp {

@@ -26,7 +26,7 @@
 #include <thread>
 
 #include "runtime/job.h"
-#include "runtime/task_graph.h"
+#include "simulator/task_graph.h"
 
 namespace tapp {
 namespace {

@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "placer/placement.h"
-#include "runtime/step_report.h"
+#include "core/placement.h"
+#include "core/step_report.h"
 
 namespace tapp {
 

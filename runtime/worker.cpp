@@ -32,7 +32,7 @@
 #include "profiler/compute_threads.h"
 #include "profiler/torch_model.h"
 #include "runtime/job.h"
-#include "runtime/task_graph.h"
+#include "simulator/task_graph.h"
 
 namespace tapp {
 namespace {

@@ -6,6 +6,7 @@ PKGS=(build-essential cmake ccache pkg-config
       libboost-dev nlohmann-json3-dev libsqlite3-dev sqlite3
       libbenchmark-dev doctest-dev libcli11-dev
       python3-torch python3-torchvision
+      clang libfuzzer-14-dev libgoogle-perftools-dev
       chromium curl)
 missing=()
 for p in "${PKGS[@]}"; do

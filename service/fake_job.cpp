@@ -7,7 +7,7 @@
 #include <random>
 #include <thread>
 
-#include "profiler/zoo.h"
+#include "model/zoo.h"
 
 namespace tapp::service {
 using nlohmann::json;

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <cmath>
 
-#include "runtime/cluster.h"
+#include "core/cluster.h"
 
 namespace tapp::service {
 using nlohmann::json;

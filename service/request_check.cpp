@@ -5,8 +5,8 @@
 #include <cctype>
 
 #include "placer/optimize.h"
-#include "profiler/model_json.h"
-#include "profiler/zoo.h"
+#include "model/model_json.h"
+#include "model/zoo.h"
 
 namespace tapp::service {
 using nlohmann::json;

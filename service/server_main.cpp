@@ -12,8 +12,9 @@
 #include <sstream>
 
 #include "placer/optimize.h"
-#include "profiler/model_json.h"
-#include "profiler/zoo.h"
+#include "model/model_json.h"
+#include "model/zoo.h"
+#include "profiler/model_loader.h"
 #include "service/fake_job.h"
 #include "service/sqlite_profile_cache.h"
 #include "service/http/server.h"

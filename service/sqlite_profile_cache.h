@@ -7,7 +7,7 @@
 // Thread safety: as JobStore (every call is thread-safe).
 #pragma once
 
-#include "profiler/profile_cache.h"
+#include "model/profile_cache.h"
 #include "service/job_store.h"
 
 namespace tapp::service {

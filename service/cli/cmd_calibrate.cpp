@@ -1,6 +1,6 @@
 // tapp-cli calibrate MODEL --devices cluster.json: how well the simulator predicts the runtime.
 //
-// Data flow: random placements that fit (placer/planners.h) -> measured on
+// Data flow: random placements that fit (planners/planners.h) -> measured on
 // real workers (runtime measure_placement, median of --steps after warm-up)
 // -> predicted by the simulator, uncalibrated and calibrated -> accuracy:
 // median |predicted - measured| / measured and Spearman's rank correlation.
@@ -16,9 +16,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "placer/planners.h"
-#include "runtime/calibration.h"
-#include "runtime/cluster.h"
+#include "planners/planners.h"
+#include "simulator/calibration.h"
+#include "core/cluster.h"
 #include "runtime/runtime.h"
 #include "service/cli/commands.h"
 #include "service/cli/model_inputs.h"

@@ -14,9 +14,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "placer/planners.h"
-#include "placer/simulator_evaluator.h"
-#include "runtime/cluster.h"
+#include "planners/planners.h"
+#include "simulator/simulator_evaluator.h"
+#include "core/cluster.h"
 #include "runtime/measure_evaluator.h"
 #include "runtime/runtime.h"
 #include "service/cli/commands.h"

@@ -14,10 +14,11 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "profiler/model_json.h"
-#include "profiler/profile_cache.h"
+#include "model/model_json.h"
+#include "model/profile_cache.h"
 #include "profiler/profiler.h"
-#include "profiler/zoo.h"
+#include "model/zoo.h"
+#include "profiler/model_loader.h"
 #include "service/cli/commands.h"
 
 namespace tapp::cli {

@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "placer/placement.h"
-#include "runtime/cluster.h"
+#include "core/placement.h"
+#include "core/cluster.h"
 #include "runtime/runtime.h"
 #include "service/cli/commands.h"
 #include "service/cli/model_inputs.h"

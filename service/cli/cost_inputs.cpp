@@ -4,10 +4,10 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "profiler/layer_graph.h"
-#include "profiler/profile_cache.h"
+#include "model/layer_graph.h"
+#include "model/profile_cache.h"
 #include "profiler/profiler.h"
-#include "runtime/cluster.h"
+#include "core/cluster.h"
 
 namespace tapp::cli {
 

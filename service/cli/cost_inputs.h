@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "common/status.h"
-#include "profiler/layer_library.h"
-#include "runtime/cost_model.h"
+#include "model/layer_library.h"
+#include "simulator/cost_model.h"
 
 namespace tapp {
 struct LayerGraph;

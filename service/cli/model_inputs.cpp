@@ -2,7 +2,8 @@
 
 #include <iostream>
 
-#include "profiler/zoo.h"
+#include "model/zoo.h"
+#include "profiler/model_loader.h"
 
 namespace tapp::cli {
 

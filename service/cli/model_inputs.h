@@ -10,8 +10,8 @@
 #include <optional>
 #include <string>
 
-#include "profiler/layer_graph.h"
-#include "runtime/cluster.h"
+#include "model/layer_graph.h"
+#include "core/cluster.h"
 
 namespace tapp::cli {
 

@@ -7,7 +7,7 @@
 #include <sstream>
 #include <vector>
 
-#include "profiler/zoo.h"
+#include "model/zoo.h"
 
 namespace tapp::service {
 namespace http = boost::beast::http;

@@ -4,11 +4,11 @@
 #include <memory>
 
 #include "placer/hybrid_evaluator.h"
-#include "placer/planners.h"
+#include "planners/planners.h"
 #include "placer/search.h"
-#include "profiler/layer_library.h"
-#include "runtime/cost_model.h"
-#include "tests/placer/fake_evaluator.h"
+#include "model/layer_library.h"
+#include "simulator/cost_model.h"
+#include "tests/core/fake_evaluator.h"
 
 using namespace tapp;
 

@@ -11,7 +11,7 @@
 #include <optional>
 
 #include "placer/optimize.h"
-#include "profiler/profile_cache.h"
+#include "model/profile_cache.h"
 
 using nlohmann::json;
 using namespace tapp;

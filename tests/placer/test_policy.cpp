@@ -11,7 +11,7 @@
 #include "placer/policy.h"
 #include "placer/reinforce.h"
 #include "placer/search.h"
-#include "tests/placer/fake_evaluator.h"
+#include "tests/core/fake_evaluator.h"
 
 using namespace tapp;
 using tapp::testing::chain_graph;

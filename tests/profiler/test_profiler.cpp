@@ -11,11 +11,12 @@
 #include <sstream>
 
 #include "profiler/compute_threads.h"
-#include "profiler/model_json.h"
+#include "model/model_json.h"
 #include "profiler/profiler.h"
 #include "profiler/torch_model.h"
 #include "profiler/torchscript_import.h"
-#include "profiler/zoo.h"
+#include "model/zoo.h"
+#include "profiler/model_loader.h"
 
 #include "tests/torch_doctest.h"  // after the LibTorch headers: doctest's CHECK wins
 

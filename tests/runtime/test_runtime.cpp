@@ -14,10 +14,10 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "profiler/layer_graph.h"
+#include "model/layer_graph.h"
 #include "profiler/torch_model.h"
-#include "profiler/zoo.h"
-#include "runtime/cluster.h"
+#include "model/zoo.h"
+#include "core/cluster.h"
 #include "runtime/measure_evaluator.h"
 #include "runtime/runtime.h"
 #include "runtime/worker.h"

@@ -1,0 +1,58 @@
+// core/cluster.h — the devices a placement runs on and the links between them.
+//
+// Owns `Cluster` (devices + directed links + a default link for unnamed pairs)
+// and its JSON form (schemas/cluster.schema.json). Links may be asymmetric:
+// A->B and B->A are separate entries, as PipeLearn's up and down links.
+// A device's `speed` and a link's bandwidth/latency are *emulated* by the
+// runtime (sleep after compute, paced sends); see DESIGN.md.
+// Thread safety: plain values.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tapp {
+
+struct Device {
+  std::string name;
+  std::string kind = "cpu";  // "cpu" or "cuda:N"
+  int threads = 1;
+  int64_t memory_mb = 4096;
+  double speed = 1.0;           // 0 < speed <= 1; compute is stretched by 1/speed
+  std::string where = "local";  // "local" or "host:port" of a tapp-worker
+  bool is_local() const { return where == "local"; }
+};
+
+struct Link {
+  std::string from, to;  // device names; empty in the default link
+  double bandwidth_mbps = 10000.0;
+  double latency_ms = 0.05;
+  // Seconds to move `bytes` over this link.
+  double transfer_s(int64_t bytes) const {
+    return latency_ms / 1e3 + static_cast<double>(bytes) * 8.0 / (bandwidth_mbps * 1e6);
+  }
+};
+
+struct Cluster {
+  std::string name;
+  std::vector<Device> devices;
+  std::vector<Link> links;
+  Link default_link;
+
+  int num_devices() const { return static_cast<int>(devices.size()); }
+  int index_of(const std::string& device_name) const;  // -1 if absent
+  // The link used from device index `from` to `to` (the default if unnamed).
+  const Link& link(int from, int to) const;
+  // Sum over local devices of speed * threads: what the emulation needs of the cores.
+  double emulated_core_demand() const;
+};
+
+// Parses and validates; errors name the field: "devices[1].speed: must be in (0, 1]".
+Result<Cluster> cluster_from_json(const nlohmann::json& j);
+Result<Cluster> load_cluster(const std::string& path);
+nlohmann::json cluster_to_json(const Cluster& c);
+
+}  // namespace tapp

@@ -1,0 +1,200 @@
+#include "core/placement.h"
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+
+#include "common/json_fields.h"
+#include "model/layer_graph.h"
+#include "core/cluster.h"
+
+namespace tapp {
+namespace jf = json_fields;
+using nlohmann::json;
+
+std::string schedule_name(Schedule s) { return s == Schedule::gpipe ? "gpipe" : "1f1b"; }
+
+Result<Schedule> schedule_from_name(const std::string& name) {
+  if (name == "gpipe") return Schedule::gpipe;
+  if (name == "1f1b") return Schedule::one_f_one_b;
+  return Status::error("unknown schedule \"" + name + "\"; expected \"gpipe\" or \"1f1b\"");
+}
+
+std::vector<int> Placement::layer_devices() const {
+  std::vector<int> d(layer_group.size());
+  for (size_t i = 0; i < d.size(); ++i) d[i] = device_of_layer(static_cast<int>(i));
+  return d;
+}
+
+Placement Placement::single_device(int num_layers, int device, int micro_batches) {
+  Placement p;
+  p.layer_group.assign(num_layers, 0);
+  p.group_device = {device};
+  p.micro_batches = micro_batches;
+  p.source = "single";
+  return p;
+}
+
+Placement Placement::replicas(int num_layers, const std::vector<int>& devices) {
+  Placement p;
+  p.layer_group.assign(num_layers, 0);
+  p.group_device = devices;
+  p.data_parallel = true;
+  p.source = "bsp";
+  return p;
+}
+
+int64_t Placement::replica_share(int64_t batch_size) const {
+  const int64_t r = std::max<int64_t>(1, static_cast<int64_t>(group_device.size()));
+  return (batch_size + r - 1) / r;
+}
+
+// Data parallel: distinct replicas, at most one per sample, whole model in group 0.
+Status validate_replicas(const Placement& p, int64_t batch_size) {
+  std::set<int> seen;
+  for (size_t i = 0; i < p.group_device.size(); ++i)
+    if (!seen.insert(p.group_device[i]).second)
+      return Status::error("placement.groups[" + std::to_string(i) + "]: a data-parallel placement names each device once");
+  if (static_cast<int64_t>(p.group_device.size()) > batch_size)
+    return Status::error("placement.groups: " + std::to_string(p.group_device.size()) +
+                         " replicas need a batch of at least as many samples, got " + std::to_string(batch_size));
+  for (size_t i = 0; i < p.layer_group.size(); ++i)
+    if (p.layer_group[i] != 0)
+      return Status::error("placement.layers: a data-parallel placement puts every layer in group 0");
+  if (p.micro_batches != 1) return Status::error("placement.micro_batches: a data-parallel placement uses 1");
+  return Status::ok();
+}
+
+Status validate_placement(const Placement& p, const LayerGraph& g, const Cluster& c, int64_t batch_size) {
+  if (p.layer_group.size() != g.layers.size())
+    return Status::error("placement.layers: has " + std::to_string(p.layer_group.size()) +
+                         " entries, the model has " + std::to_string(g.layers.size()) + " layers");
+  if (p.group_device.empty()) return Status::error("placement.groups: must not be empty");
+  for (size_t i = 0; i < p.layer_group.size(); ++i)
+    if (p.layer_group[i] < 0 || p.layer_group[i] >= p.num_groups())
+      return Status::error("placement.layers[" + std::to_string(i) + "] ('" + g.layers[i].name +
+                           "'): group " + std::to_string(p.layer_group[i]) + " does not exist");
+  for (size_t i = 0; i < p.group_device.size(); ++i)
+    if (p.group_device[i] < 0 || p.group_device[i] >= c.num_devices())
+      return Status::error("placement.groups[" + std::to_string(i) + "]: device index " +
+                           std::to_string(p.group_device[i]) + " is not in the cluster");
+  if (batch_size < 1) return Status::error("batch_size: must be at least 1");
+  if (p.data_parallel) {
+    if (Status s = validate_replicas(p, batch_size); !s) return s;
+  }
+  if (p.micro_batches < 1 || p.micro_batches > batch_size)
+    return Status::error("placement.micro_batches: must be in [1, batch size " + std::to_string(batch_size) +
+                         "], got " + std::to_string(p.micro_batches));
+  // Training-mode BatchNorm needs more than one value per channel in a micro-batch.
+  const int64_t smallest_micro_batch = p.data_parallel ? batch_size / static_cast<int64_t>(p.group_device.size())
+                                                       : batch_size / p.micro_batches;
+  for (const Layer& l : g.layers) {
+    if (l.op != "batchnorm2d" || l.input_shapes.empty() || l.input_shapes[0].size() != 3) continue;
+    if (smallest_micro_batch * l.input_shapes[0][1] * l.input_shapes[0][2] <= 1)
+      return Status::error("placement.micro_batches: " + std::to_string(p.micro_batches) + " micro-batches of " +
+                           std::to_string(smallest_micro_batch) + " sample(s) leave BatchNorm layer '" + l.name +
+                           "' one value per channel; use fewer micro-batches");
+  }
+  return Status::ok();
+}
+
+std::vector<int64_t> estimate_device_memory_bytes(const Placement& p, const LayerGraph& g, const Cluster& c,
+                                                  int64_t batch_size) {
+  std::vector<int64_t> bytes(c.num_devices(), 0);
+  if (p.data_parallel) {
+    const int64_t share = p.replica_share(batch_size);
+    for (int d : p.group_device)
+      for (const Layer& l : g.layers) bytes[d] += 3 * l.param_bytes() + l.activation_bytes() * share;
+    return bytes;
+  }
+  std::set<int> used;
+  for (size_t i = 0; i < g.layers.size(); ++i) used.insert(p.device_of_layer(static_cast<int>(i)));
+  int64_t mb = (batch_size + p.micro_batches - 1) / p.micro_batches;
+  int64_t in_flight = p.schedule == Schedule::gpipe
+                          ? p.micro_batches
+                          : std::min<int64_t>(p.micro_batches, static_cast<int64_t>(used.size()));
+  for (size_t i = 0; i < g.layers.size(); ++i) {
+    const Layer& l = g.layers[i];
+    int d = p.device_of_layer(static_cast<int>(i));
+    bytes[d] += 3 * l.param_bytes() + l.activation_bytes() * mb * in_flight;
+  }
+  return bytes;
+}
+
+Status check_memory(const Placement& p, const LayerGraph& g, const Cluster& c, int64_t batch_size) {
+  auto bytes = estimate_device_memory_bytes(p, g, c, batch_size);
+  for (int d = 0; d < c.num_devices(); ++d) {
+    int64_t limit = c.devices[d].memory_mb * 1024 * 1024;
+    if (bytes[d] > limit)
+      return Status::error("device '" + c.devices[d].name + "' needs " + std::to_string(bytes[d] / (1024 * 1024)) +
+                           " MB for its layers but has memory_mb " + std::to_string(c.devices[d].memory_mb));
+  }
+  return Status::ok();
+}
+
+json placement_to_json(const Placement& p, const LayerGraph& g, const Cluster& c) {
+  json j;
+  j["micro_batches"] = p.micro_batches;
+  j["schedule"] = schedule_name(p.schedule);
+  if (!p.source.empty()) j["source"] = p.source;
+  if (p.data_parallel) j["data_parallel"] = true;
+  j["groups"] = json::array();
+  for (int d : p.group_device) j["groups"].push_back(c.devices.at(d).name);
+  j["layers"] = json::object();
+  for (size_t i = 0; i < g.layers.size(); ++i) j["layers"][g.layers[i].name] = p.layer_group[i];
+  return j;
+}
+
+Result<Placement> placement_from_json(const json& j, const LayerGraph& g, const Cluster& c) {
+  Placement p;
+  if (Status s = jf::expect_object(j, "placement"); !s) return s;
+  if (Status s = jf::read(j, "micro_batches", p.micro_batches, "placement", true); !s) return s;
+  std::string sched = "gpipe";
+  if (Status s = jf::read(j, "schedule", sched, "placement"); !s) return s;
+  auto schedule = schedule_from_name(sched);
+  if (!schedule) return schedule.status().with_context("placement.schedule");
+  p.schedule = *schedule;
+  if (Status s = jf::read(j, "source", p.source, "placement"); !s) return s;
+  if (Status s = jf::read(j, "data_parallel", p.data_parallel, "placement"); !s) return s;
+  auto groups = j.find("groups");
+  if (groups == j.end()) return Status::error("placement.groups: missing required field");
+  if (!groups->is_array() || groups->empty())
+    return Status::error("placement.groups: expected a non-empty array of device names");
+  for (size_t i = 0; i < groups->size(); ++i) {
+    const json& gj = (*groups)[i];
+    std::string where = "placement.groups[" + std::to_string(i) + "]";
+    if (!gj.is_string()) return Status::error(where + ": expected a device name, got " + gj.type_name());
+    int d = c.index_of(gj.get<std::string>());
+    if (d < 0) return Status::error(where + ": unknown device \"" + gj.get<std::string>() + "\"");
+    p.group_device.push_back(d);
+  }
+  auto layers = j.find("layers");
+  if (layers == j.end()) return Status::error("placement.layers: missing required field");
+  if (!layers->is_object()) return Status::error("placement.layers: expected an object of layer name -> group");
+  p.layer_group.assign(g.layers.size(), -1);
+  for (auto it = layers->begin(); it != layers->end(); ++it) {
+    std::string where = "placement.layers." + it.key();
+    int idx = g.index_of(it.key());
+    if (idx < 0) return Status::error(where + ": the model has no layer with this name");
+    if (!it->is_number_integer()) return Status::error(where + ": expected a group index, got " + it->type_name());
+    int64_t grp = it->get<int64_t>();
+    if (grp < 0 || grp >= p.num_groups())
+      return Status::error(where + ": group " + std::to_string(grp) + " does not exist");
+    p.layer_group[idx] = static_cast<int>(grp);
+  }
+  for (size_t i = 0; i < g.layers.size(); ++i)
+    if (p.layer_group[i] < 0) return Status::error("placement.layers." + g.layers[i].name + ": missing");
+  return p;
+}
+
+Result<Placement> load_placement(const std::string& path, const LayerGraph& g, const Cluster& c) {
+  std::ifstream in(path);
+  if (!in) return Status::error("cannot open placement file '" + path + "'");
+  json j = json::parse(in, nullptr, false);
+  if (j.is_discarded()) return Status::error("placement file '" + path + "' is not valid JSON");
+  auto p = placement_from_json(j, g, c);
+  if (!p) return p.status().with_context(path);
+  return p;
+}
+
+}  // namespace tapp

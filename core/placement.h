@@ -1,0 +1,66 @@
+// core/placement.h — where each layer runs and how the batch is pipelined.
+//
+// Owns `Placement`: layer -> group (partition), group -> device (allocation),
+// the number of micro-batches and the schedule; or, when `data_parallel`, the
+// devices that each train a full replica (BSP: equal shares of the batch,
+// gradients all-reduced). Its JSON form names layers
+// and devices by name (schemas/placement.schema.json). `check_memory` is the
+// one place that decides whether a placement fits the devices' memory.
+// Data flow: planner / TAPP policy -> Placement -> task graph -> simulator | runtime.
+// Thread safety: plain values.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tapp {
+
+struct LayerGraph;
+struct Cluster;
+
+enum class Schedule { gpipe, one_f_one_b };
+std::string schedule_name(Schedule s);  // "gpipe" | "1f1b"
+Result<Schedule> schedule_from_name(const std::string& name);
+
+struct Placement {
+  std::vector<int> layer_group;   // per layer
+  std::vector<int> group_device;  // per group
+  int micro_batches = 1;
+  Schedule schedule = Schedule::gpipe;
+  std::string source;  // who proposed it: "policy", "dp", "uniform", "user", ...
+  // Data parallel: every layer in group 0, group_device = the replicas (each
+  // runs the whole model on ceil(batch / replicas) samples), micro_batches 1.
+  bool data_parallel = false;
+
+  int num_groups() const { return static_cast<int>(group_device.size()); }
+  int device_of_layer(int layer) const { return group_device[layer_group[layer]]; }
+  std::vector<int> layer_devices() const;
+  // Every layer on `device`, one group, no pipelining.
+  static Placement single_device(int num_layers, int device, int micro_batches = 1);
+  // Full replicas on `devices` (data_parallel set; source "bsp").
+  static Placement replicas(int num_layers, const std::vector<int>& devices);
+  int64_t replica_share(int64_t batch_size) const;  // samples per replica
+};
+
+// Structural checks against a model and a cluster (sizes, indices, micro-batches
+// between 1 and the batch size). Errors name the field.
+Status validate_placement(const Placement& p, const LayerGraph& g, const Cluster& c, int64_t batch_size);
+
+// Peak bytes each device needs: weights, gradients and optimizer state
+// (3 x parameter bytes) plus the activations kept for backward by the
+// micro-batches in flight under the schedule, plus received buffers. A
+// data-parallel placement: the whole model on each replica at its share.
+std::vector<int64_t> estimate_device_memory_bytes(const Placement& p, const LayerGraph& g,
+                                                  const Cluster& c, int64_t batch_size);
+
+// Error naming the device and both sizes when any device is over its memory_mb.
+Status check_memory(const Placement& p, const LayerGraph& g, const Cluster& c, int64_t batch_size);
+
+nlohmann::json placement_to_json(const Placement& p, const LayerGraph& g, const Cluster& c);
+Result<Placement> placement_from_json(const nlohmann::json& j, const LayerGraph& g, const Cluster& c);
+Result<Placement> load_placement(const std::string& path, const LayerGraph& g, const Cluster& c);
+
+}  // namespace tapp

@@ -1,0 +1,53 @@
+// core/step_report.h — what one training step cost, predicted or measured.
+//
+// Owns `StepReport`, the common output of the simulator (predicted, µs
+// resolution) and the runtime (measured: median of N steps after warm-up), so
+// the two can be compared field by field and drawn by the same Gantt chart.
+// A failed evaluation is data: ok = false with a kind and a message.
+// Thread safety: plain values.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+namespace tapp {
+
+struct DeviceStats {
+  std::string device;
+  double busy_ms = 0;   // computing
+  double comm_ms = 0;   // sending or waiting on the wire (not overlapped with own compute)
+  double idle_ms = 0;   // step_ms - busy_ms - comm_ms
+  int64_t peak_memory_bytes = 0;
+};
+
+struct TimelineEntry {
+  int device = 0;
+  std::string task;  // "F s2 m3", "B s2 m3", "X s1->s2 m3" (activation), "G s2->s1 m3" (gradient)
+  double start_ms = 0, end_ms = 0;
+};
+
+struct StepReport {
+  bool ok = false;
+  std::string failure_kind;  // "invalid_placement", "out_of_memory", "worker_failed", "timeout", ...
+  std::string message;
+  std::string source;  // "simulate" | "measure"
+  double step_ms = 0;  // one training batch (median over steps when measured)
+  std::vector<double> step_samples_ms;  // measured: every timed step
+  double comm_fraction = 0;  // sum comm_ms / sum (busy_ms + comm_ms): the paper's proportion
+  std::vector<DeviceStats> devices;
+  std::vector<TimelineEntry> timeline;  // of one representative step
+  std::vector<std::string> warnings;  // e.g. emulation notes, an over-subscribed machine
+
+  static StepReport failure(std::string kind, std::string message, std::string source) {
+    StepReport r;
+    r.failure_kind = std::move(kind);
+    r.message = std::move(message);
+    r.source = std::move(source);
+    return r;
+  }
+};
+
+nlohmann::json step_report_to_json(const StepReport& r, bool with_timeline = true);
+
+}  // namespace tapp

@@ -1,0 +1,83 @@
+// model/layer_graph.h — the model as a DAG of layers, without LibTorch.
+//
+// Owns `LayerGraph`: layers in topological order, each with an op, typed
+// attributes and the indices of the layers it reads. `infer_shapes` fills
+// every layer's per-sample output shape, parameter count, multiply-adds and
+// activation bytes, so the zoo, the JSON format, the placer and the simulator
+// can reason about a model without building tensors.
+// Data flow: zoo / model_json / torchscript_import -> LayerGraph ->
+//            infer_shapes -> profiler (times) -> LayerLibrary.
+// Thread safety: plain values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tapp {
+
+// Per-sample shape, batch dimension excluded: {C, H, W} or {F}.
+using Shape = std::vector<int64_t>;
+
+// The ops a layer graph may use. Names are the JSON spelling.
+//   conv2d linear relu sigmoid tanh maxpool2d avgpool2d adaptive_avgpool2d
+//   flatten dropout batchnorm2d concat add identity relu6 softmax log_softmax
+bool is_known_op(const std::string& op);
+const std::vector<std::string>& known_ops();
+
+// The paper's operation class of an op ("Convolution", "Relu", "Pooling",
+// "Fully-Connected", "Normalization", "Dropout", "Concat", "Add", "Flatten",
+// "Activation", "Identity", "Unknown").
+std::string op_class(const std::string& op);
+
+struct LayerAttrs {
+  int64_t out = 0;            // conv2d: out channels; linear: out features
+  int64_t kernel[2] = {1, 1};  // conv2d, pools; adaptive pool: output size
+  int64_t stride[2] = {1, 1};
+  int64_t padding[2] = {0, 0};
+  int64_t groups = 1;          // conv2d
+  bool bias = true;            // conv2d, linear
+  bool ceil_mode = false;      // pools
+  double p = 0.5;              // dropout
+  double eps = 1e-5;           // batchnorm2d
+  int64_t dim = 1;             // concat (per-sample dims + 1, i.e. 1 = channels)
+  bool operator==(const LayerAttrs& o) const;
+};
+
+struct Layer {
+  std::string name;
+  std::string op;
+  LayerAttrs attrs;
+  std::vector<int> inputs;  // producer layer indices; empty = reads the model input
+
+  // Filled by infer_shapes.
+  std::vector<Shape> input_shapes;
+  Shape output_shape;
+  int64_t params = 0;
+  int64_t macs = 0;  // multiply-adds per sample (conv2d and linear only)
+  int64_t activation_bytes() const;  // output, float32, per sample
+  int64_t param_bytes() const { return params * 4; }
+};
+
+struct LayerGraph {
+  std::string name;
+  Shape input_shape;      // per sample, e.g. {3, 224, 224}
+  int64_t num_classes = 0;  // width of the last layer's output
+  std::vector<Layer> layers;  // topological order; the last layer is the output
+
+  int64_t total_params() const;
+  int64_t total_macs() const;
+  // consumers()[i] = indices of layers that read layer i, ascending.
+  std::vector<std::vector<int>> consumers() const;
+  int index_of(const std::string& layer_name) const;  // -1 if absent
+};
+
+// Checks structure (known ops, inputs that point backwards, arity) and fills
+// shapes, params and macs. Errors name the layer: "layer 'conv3' (conv2d): ...".
+Status infer_shapes(LayerGraph& graph);
+
+std::string shape_to_string(const Shape& shape);
+
+}  // namespace tapp

@@ -1,0 +1,263 @@
+#include "model/model_json.h"
+
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "common/json_fields.h"
+
+namespace tapp {
+namespace jf = json_fields;
+using nlohmann::json;
+
+namespace {
+
+// The attributes each op accepts in JSON and which of them are required.
+struct OpAttrs {
+  std::set<std::string> allowed, required;
+};
+
+const std::map<std::string, OpAttrs>& op_attrs() {
+  static const std::map<std::string, OpAttrs> m = {
+      {"conv2d", {{"out", "kernel", "stride", "padding", "groups", "bias"}, {"out", "kernel"}}},
+      {"linear", {{"out", "bias"}, {"out"}}},
+      {"maxpool2d", {{"kernel", "stride", "padding", "ceil_mode"}, {"kernel"}}},
+      {"avgpool2d", {{"kernel", "stride", "padding", "ceil_mode"}, {"kernel"}}},
+      {"adaptive_avgpool2d", {{"output_size"}, {"output_size"}}},
+      {"dropout", {{"p"}, {}}},
+      {"batchnorm2d", {{"eps"}, {}}},
+      {"concat", {{"dim"}, {}}},
+      {"softmax", {{"dim"}, {}}},
+      {"log_softmax", {{"dim"}, {}}},
+  };
+  return m;
+}
+
+std::string known_ops_list() {
+  std::string s;
+  for (const auto& op : known_ops()) s += (s.empty() ? "" : ", ") + op;
+  return s;
+}
+
+// An integer or a pair [h, w].
+Status read_pair(const json& attrs, const std::string& key, int64_t out[2], const std::string& path) {
+  auto it = attrs.find(key);
+  if (it == attrs.end()) return Status::ok();
+  const std::string where = path + "." + key;
+  if (it->is_number_integer()) {
+    out[0] = out[1] = it->get<int64_t>();
+    return Status::ok();
+  }
+  if (it->is_array() && it->size() == 2 && (*it)[0].is_number_integer() && (*it)[1].is_number_integer()) {
+    out[0] = (*it)[0].get<int64_t>();
+    out[1] = (*it)[1].get<int64_t>();
+    return Status::ok();
+  }
+  std::string got = it->is_array() ? "an array of " + std::to_string(it->size()) : jf::type_name(*it);
+  return Status::error(where + ": expected an integer or a pair of integers, got " + got);
+}
+
+Status read_attrs(const json& layer, Layer& l, const std::string& path) {
+  auto it = layer.find("attrs");
+  const std::string where = path + ".attrs";
+  json attrs = json::object();
+  if (it != layer.end() && !it->is_null()) {
+    if (!it->is_object()) return Status::error(where + ": expected an object, got " + jf::type_name(*it));
+    attrs = *it;
+  }
+  auto spec = op_attrs().find(l.op);
+  static const OpAttrs none;
+  const OpAttrs& allowed = spec == op_attrs().end() ? none : spec->second;
+  for (auto kv = attrs.begin(); kv != attrs.end(); ++kv)
+    if (!allowed.allowed.count(kv.key()))
+      return Status::error(where + "." + kv.key() + ": not an attribute of " + l.op);
+  for (const auto& r : allowed.required)
+    if (!attrs.contains(r)) return Status::error(where + "." + r + ": missing required field");
+
+  LayerAttrs& a = l.attrs;
+  Status s;
+  if (!(s = jf::read(attrs, "out", a.out, where))) return s;
+  if (!(s = read_pair(attrs, "kernel", a.kernel, where))) return s;
+  if (l.op == "maxpool2d" || l.op == "avgpool2d") {  // PyTorch: stride defaults to the kernel
+    a.stride[0] = a.kernel[0];
+    a.stride[1] = a.kernel[1];
+  }
+  if (!(s = read_pair(attrs, "stride", a.stride, where))) return s;
+  if (!(s = read_pair(attrs, "padding", a.padding, where))) return s;
+  if (!(s = read_pair(attrs, "output_size", a.kernel, where))) return s;
+  if (!(s = jf::read(attrs, "groups", a.groups, where))) return s;
+  if (!(s = jf::read(attrs, "bias", a.bias, where))) return s;
+  if (!(s = jf::read(attrs, "ceil_mode", a.ceil_mode, where))) return s;
+  if (!(s = jf::read(attrs, "p", a.p, where))) return s;
+  if (!(s = jf::read(attrs, "eps", a.eps, where))) return s;
+  if (!(s = jf::read(attrs, "dim", a.dim, where))) return s;
+  if (attrs.contains("out") && a.out <= 0) return Status::error(where + ".out: must be positive");
+  if (attrs.contains("eps") && a.eps <= 0) return Status::error(where + ".eps: must be positive");
+  if (attrs.contains("p") && (a.p < 0 || a.p >= 1)) return Status::error(where + ".p: must be in [0, 1)");
+  for (const char* k : {"kernel", "stride", "output_size"})
+    if (attrs.contains(k)) {
+      const int64_t* v = std::string(k) == "stride" ? a.stride : a.kernel;
+      if (v[0] <= 0 || v[1] <= 0) return Status::error(where + "." + k + ": must be positive");
+    }
+  if (attrs.contains("padding") && (a.padding[0] < 0 || a.padding[1] < 0))
+    return Status::error(where + ".padding: must be non-negative");
+  if (attrs.contains("groups") && a.groups <= 0) return Status::error(where + ".groups: must be positive");
+  return Status::ok();
+}
+
+Status read_layer(const json& j, size_t index, const std::map<std::string, size_t>& first_index, Layer& l) {
+  const std::string path = "layers[" + std::to_string(index) + "]";
+  Status s;
+  if (!(s = jf::expect_object(j, path))) return s;
+  for (auto kv = j.begin(); kv != j.end(); ++kv)
+    if (kv.key() != "name" && kv.key() != "op" && kv.key() != "inputs" && kv.key() != "attrs")
+      return Status::error(path + "." + kv.key() + ": unknown field (expected name, op, inputs, attrs)");
+  if (!(s = jf::read(j, "name", l.name, path, true))) return s;
+  if (l.name.empty()) return Status::error(path + ".name: must not be empty");
+  if (!(s = jf::read(j, "op", l.op, path, true))) return s;
+  if (!is_known_op(l.op))
+    return Status::error(path + ".op: unknown op '" + l.op + "'; known ops are " + known_ops_list());
+  auto ins = j.find("inputs");
+  if (ins != j.end() && !ins->is_null()) {
+    if (!ins->is_array())
+      return Status::error(path + ".inputs: expected an array of layer names, got " + jf::type_name(*ins));
+    for (size_t k = 0; k < ins->size(); ++k) {
+      const std::string where = path + ".inputs[" + std::to_string(k) + "]";
+      const json& v = (*ins)[k];
+      if (!v.is_string()) return Status::error(where + ": expected a layer name, got " + jf::type_name(v));
+      const std::string name = v.get<std::string>();
+      auto found = first_index.find(name);
+      if (found == first_index.end()) return Status::error(where + ": unknown layer '" + name + "'");
+      if (found->second >= index)
+        return Status::error(where + ": layer '" + name +
+                             "' is not an earlier layer (layers are listed in execution order)");
+      l.inputs.push_back(static_cast<int>(found->second));
+    }
+  }
+  return read_attrs(j, l, path);
+}
+
+json pair_json(const int64_t v[2]) {
+  if (v[0] == v[1]) return v[0];
+  return json::array({v[0], v[1]});
+}
+
+}  // namespace
+
+Result<LayerGraph> model_from_json(const json& j) {
+  LayerGraph g;
+  Status s;
+  if (!(s = jf::expect_object(j, ""))) return s;
+  for (auto kv = j.begin(); kv != j.end(); ++kv)
+    if (kv.key() != "name" && kv.key() != "input_shape" && kv.key() != "layers" && kv.key() != "$schema" &&
+        kv.key() != "description")
+      return Status::error(kv.key() + ": unknown field (expected name, input_shape, layers)");
+  if (!(s = jf::read(j, "name", g.name, "", true))) return s;
+  auto shape = j.find("input_shape");
+  if (shape == j.end() || shape->is_null()) return Status::error("input_shape: missing required field");
+  if (!shape->is_array() || shape->empty())
+    return Status::error("input_shape: expected a non-empty array of positive integers");
+  for (size_t i = 0; i < shape->size(); ++i) {
+    const json& d = (*shape)[i];
+    if (!d.is_number_integer() || d.get<int64_t>() <= 0)
+      return Status::error("input_shape[" + std::to_string(i) + "]: expected a positive integer, got " +
+                           d.dump());
+    g.input_shape.push_back(d.get<int64_t>());
+  }
+  auto layers = j.find("layers");
+  if (layers == j.end() || layers->is_null()) return Status::error("layers: missing required field");
+  if (!layers->is_array()) return Status::error("layers: expected an array, got " + jf::type_name(*layers));
+  if (layers->empty()) return Status::error("layers: must contain at least one layer");
+  std::map<std::string, size_t> first_index;
+  for (size_t i = 0; i < layers->size(); ++i) {
+    const json& lj = (*layers)[i];
+    if (lj.is_object() && lj.contains("name") && lj["name"].is_string()) {
+      auto inserted = first_index.emplace(lj["name"].get<std::string>(), i);
+      if (!inserted.second)
+        return Status::error("layers[" + std::to_string(i) + "].name: '" + lj["name"].get<std::string>() +
+                             "' is already the name of layers[" + std::to_string(inserted.first->second) +
+                             "]");
+    }
+  }
+  for (size_t i = 0; i < layers->size(); ++i) {
+    Layer l;
+    if (!(s = read_layer((*layers)[i], i, first_index, l))) return s;
+    g.layers.push_back(std::move(l));
+  }
+  if (!(s = infer_shapes(g))) return s;
+  return g;
+}
+
+Result<LayerGraph> parse_model_json(const std::string& text) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    return Status::error(std::string("malformed JSON: ") + e.what());
+  }
+  return model_from_json(j);
+}
+
+Result<LayerGraph> read_model_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::error(path + ": cannot open the file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto g = parse_model_json(ss.str());
+  if (!g) return g.status().with_context(path);
+  return g;
+}
+
+json model_to_json(const LayerGraph& g) {
+  json layers = json::array();
+  for (const Layer& l : g.layers) {
+    json inputs = json::array();
+    for (int p : l.inputs) inputs.push_back(g.layers[p].name);
+    const LayerAttrs& a = l.attrs;
+    json attrs = json::object();
+    if (l.op == "conv2d") {
+      attrs = {{"out", a.out},
+               {"kernel", pair_json(a.kernel)},
+               {"stride", pair_json(a.stride)},
+               {"padding", pair_json(a.padding)},
+               {"groups", a.groups},
+               {"bias", a.bias}};
+    } else if (l.op == "linear") {
+      attrs = {{"out", a.out}, {"bias", a.bias}};
+    } else if (l.op == "maxpool2d" || l.op == "avgpool2d") {
+      attrs = {{"kernel", pair_json(a.kernel)},
+               {"stride", pair_json(a.stride)},
+               {"padding", pair_json(a.padding)},
+               {"ceil_mode", a.ceil_mode}};
+    } else if (l.op == "adaptive_avgpool2d") {
+      attrs = {{"output_size", pair_json(a.kernel)}};
+    } else if (l.op == "dropout") {
+      attrs = {{"p", a.p}};
+    } else if (l.op == "batchnorm2d") {
+      attrs = {{"eps", a.eps}};
+    } else if (l.op == "concat" || l.op == "softmax" || l.op == "log_softmax") {
+      attrs = {{"dim", a.dim}};
+    }
+    json lj = {{"name", l.name}, {"op", l.op}, {"inputs", inputs}};
+    if (!attrs.empty()) lj["attrs"] = attrs;
+    layers.push_back(lj);
+  }
+  return {{"name", g.name}, {"input_shape", g.input_shape}, {"layers", layers}};
+}
+
+std::string graph_fingerprint(const LayerGraph& graph) {
+  json j = model_to_json(graph);
+  j.erase("name");
+  const std::string text = j.dump();
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a 64
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+}  // namespace tapp

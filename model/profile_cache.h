@@ -1,0 +1,54 @@
+// model/profile_cache.h — where measured layer libraries are kept between runs.
+//
+// Owns the `ProfileCache` interface (get/put of a LayerLibrary's JSON text by
+// key), its file-directory implementation, and the key: model name, graph
+// fingerprint, input size, device kind, threads and batch size. The service
+// plugs its SQLite store in through the same interface.
+// Data flow: profile_cached() -> key -> get (hit: parse) | profile -> put.
+// Thread safety: FileProfileCache writes each entry atomically (temp file +
+// rename), so concurrent processes never read half an entry; one object is
+// not meant to be shared between threads without external locking.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+#include "model/layer_graph.h"
+#include "model/layer_library.h"
+
+namespace tapp {
+
+class ProfileCache {
+ public:
+  virtual ~ProfileCache() = default;
+  virtual std::optional<std::string> get(const std::string& key) = 0;
+  virtual Status put(const std::string& key, const std::string& library_json) = 0;
+};
+
+// One <key>.json file per entry in a directory (created on first put).
+class FileProfileCache : public ProfileCache {
+ public:
+  explicit FileProfileCache(std::string dir) : dir_(std::move(dir)) {}
+  std::optional<std::string> get(const std::string& key) override;
+  Status put(const std::string& key, const std::string& library_json) override;
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string path_of(const std::string& key) const;
+  std::string dir_;
+};
+
+// $XDG_CACHE_HOME/tapp, else $HOME/.cache/tapp, else ./.tapp-cache.
+std::string default_cache_dir();
+
+// "<model>-<input shape>-<fingerprint>-<device>-t<threads>-b<batch>".
+std::string profile_cache_key(const LayerGraph& graph, const std::string& device_kind, int threads,
+                              int64_t batch_size);
+
+// The cached library of `graph` under that key, if there is a readable entry
+// whose rows match the graph; a missing, corrupt or stale entry is nullopt.
+std::optional<LayerLibrary> cached_library(ProfileCache& cache, const LayerGraph& graph,
+                                           const std::string& device_kind, int threads, int64_t batch_size);
+
+}  // namespace tapp

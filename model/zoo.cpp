@@ -1,0 +1,430 @@
+#include "model/zoo.h"
+
+#include <functional>
+#include <map>
+
+#include "model/model_json.h"
+
+namespace tapp {
+namespace {
+
+// Appends layers to a graph; `int` handles are layer indices, kInput the model input.
+constexpr int kInput = -1;
+
+struct Conv {
+  int64_t out, kh, kw, sh = 1, sw = 1, ph = 0, pw = 0;
+  bool bias = true;
+};
+
+class Builder {
+ public:
+  Builder(std::string name, Shape input_shape) {
+    g_.name = std::move(name);
+    g_.input_shape = std::move(input_shape);
+  }
+
+  int add(const std::string& name, const std::string& op, std::vector<int> inputs, LayerAttrs attrs = {}) {
+    Layer l;
+    l.name = name;
+    l.op = op;
+    l.attrs = attrs;
+    for (int i : inputs)
+      if (i != kInput) l.inputs.push_back(i);
+    g_.layers.push_back(std::move(l));
+    return static_cast<int>(g_.layers.size()) - 1;
+  }
+  int conv(const std::string& name, int in, const Conv& c) {
+    LayerAttrs a;
+    a.out = c.out;
+    a.kernel[0] = c.kh, a.kernel[1] = c.kw;
+    a.stride[0] = c.sh, a.stride[1] = c.sw;
+    a.padding[0] = c.ph, a.padding[1] = c.pw;
+    a.bias = c.bias;
+    return add(name, "conv2d", {in}, a);
+  }
+  int bn(const std::string& name, int in, double eps = 1e-5) {
+    LayerAttrs a;
+    a.eps = eps;
+    return add(name, "batchnorm2d", {in}, a);
+  }
+  int relu(const std::string& name, int in) { return add(name, "relu", {in}); }
+  int pool(const std::string& name, const std::string& op, int in, int64_t k, int64_t s, int64_t p = 0,
+           bool ceil_mode = false) {
+    LayerAttrs a;
+    a.kernel[0] = a.kernel[1] = k;
+    a.stride[0] = a.stride[1] = s;
+    a.padding[0] = a.padding[1] = p;
+    a.ceil_mode = ceil_mode;
+    return add(name, op, {in}, a);
+  }
+  int maxpool(const std::string& name, int in, int64_t k, int64_t s, int64_t p = 0) {
+    return pool(name, "maxpool2d", in, k, s, p);
+  }
+  int avgpool(const std::string& name, int in, int64_t k, int64_t s, int64_t p = 0) {
+    return pool(name, "avgpool2d", in, k, s, p);
+  }
+  int adaptive(const std::string& name, int in, int64_t side) {
+    LayerAttrs a;
+    a.kernel[0] = a.kernel[1] = side;
+    return add(name, "adaptive_avgpool2d", {in}, a);
+  }
+  int linear(const std::string& name, int in, int64_t out) {
+    LayerAttrs a;
+    a.out = out;
+    return add(name, "linear", {in}, a);
+  }
+  int dropout(const std::string& name, int in, double p = 0.5) {
+    LayerAttrs a;
+    a.p = p;
+    return add(name, "dropout", {in}, a);
+  }
+  int flatten(const std::string& name, int in) { return add(name, "flatten", {in}); }
+  int concat(const std::string& name, std::vector<int> ins) { return add(name, "concat", ins); }
+  int sum(const std::string& name, std::vector<int> ins) { return add(name, "add", ins); }
+
+  // torchvision's BasicConv2d: conv without bias, batchnorm (eps 0.001), relu.
+  int basic_conv(const std::string& name, int in, Conv c) {
+    c.bias = false;
+    int x = conv(name + ".conv", in, c);
+    x = bn(name + ".bn", x, 0.001);
+    return relu(name + ".relu", x);
+  }
+
+  LayerGraph take() { return std::move(g_); }
+
+ private:
+  LayerGraph g_;
+};
+
+Shape image(int64_t side) { return {3, side, side}; }
+
+LayerGraph alexnet(int64_t side, int64_t classes) {
+  Builder b("alexnet", image(side));
+  int x = b.conv("conv1", kInput, {64, 11, 11, 4, 4, 2, 2});
+  x = b.relu("relu1", x);
+  x = b.maxpool("pool1", x, 3, 2);
+  x = b.conv("conv2", x, {192, 5, 5, 1, 1, 2, 2});
+  x = b.relu("relu2", x);
+  x = b.maxpool("pool2", x, 3, 2);
+  x = b.conv("conv3", x, {384, 3, 3, 1, 1, 1, 1});
+  x = b.relu("relu3", x);
+  x = b.conv("conv4", x, {256, 3, 3, 1, 1, 1, 1});
+  x = b.relu("relu4", x);
+  x = b.conv("conv5", x, {256, 3, 3, 1, 1, 1, 1});
+  x = b.relu("relu5", x);
+  x = b.maxpool("pool5", x, 3, 2);
+  x = b.adaptive("avgpool", x, 6);
+  x = b.flatten("flatten", x);
+  x = b.dropout("drop6", x);
+  x = b.linear("fc6", x, 4096);
+  x = b.relu("relu6", x);
+  x = b.dropout("drop7", x);
+  x = b.linear("fc7", x, 4096);
+  x = b.relu("relu7", x);
+  b.linear("fc8", x, classes);
+  return b.take();
+}
+
+LayerGraph vgg16(int64_t side, int64_t classes) {
+  Builder b("vgg16", image(side));
+  const std::vector<std::vector<int64_t>> blocks = {
+      {64, 64}, {128, 128}, {256, 256, 256}, {512, 512, 512}, {512, 512, 512}};
+  int x = kInput;
+  for (size_t blk = 0; blk < blocks.size(); ++blk) {
+    for (size_t i = 0; i < blocks[blk].size(); ++i) {
+      std::string id = std::to_string(blk + 1) + "_" + std::to_string(i + 1);
+      x = b.conv("conv" + id, x, {blocks[blk][i], 3, 3, 1, 1, 1, 1});
+      x = b.relu("relu" + id, x);
+    }
+    x = b.maxpool("pool" + std::to_string(blk + 1), x, 2, 2);
+  }
+  x = b.adaptive("avgpool", x, 7);
+  x = b.flatten("flatten", x);
+  x = b.linear("fc6", x, 4096);
+  x = b.relu("relu6", x);
+  x = b.dropout("drop6", x);
+  x = b.linear("fc7", x, 4096);
+  x = b.relu("relu7", x);
+  x = b.dropout("drop7", x);
+  b.linear("fc8", x, classes);
+  return b.take();
+}
+
+// torchvision ResNet v1.5 bottleneck: the stride sits on the 3x3 convolution.
+int bottleneck(Builder& b, const std::string& n, int in, int64_t width, int64_t stride, bool downsample) {
+  int x = b.conv(n + ".conv1", in, {width, 1, 1, 1, 1, 0, 0, false});
+  x = b.bn(n + ".bn1", x);
+  x = b.relu(n + ".relu1", x);
+  x = b.conv(n + ".conv2", x, {width, 3, 3, stride, stride, 1, 1, false});
+  x = b.bn(n + ".bn2", x);
+  x = b.relu(n + ".relu2", x);
+  x = b.conv(n + ".conv3", x, {width * 4, 1, 1, 1, 1, 0, 0, false});
+  x = b.bn(n + ".bn3", x);
+  int shortcut = in;
+  if (downsample) {
+    shortcut = b.conv(n + ".downsample.conv", in, {width * 4, 1, 1, stride, stride, 0, 0, false});
+    shortcut = b.bn(n + ".downsample.bn", shortcut);
+  }
+  x = b.sum(n + ".add", {x, shortcut});
+  return b.relu(n + ".relu3", x);
+}
+
+LayerGraph resnet50(int64_t side, int64_t classes) {
+  Builder b("resnet50", image(side));
+  int x = b.conv("conv1", kInput, {64, 7, 7, 2, 2, 3, 3, false});
+  x = b.bn("bn1", x);
+  x = b.relu("relu", x);
+  x = b.maxpool("maxpool", x, 3, 2, 1);
+  const int64_t blocks[4] = {3, 4, 6, 3};
+  for (int s = 0; s < 4; ++s) {
+    int64_t width = 64 << s;
+    for (int64_t i = 0; i < blocks[s]; ++i) {
+      int64_t stride = (i == 0 && s > 0) ? 2 : 1;
+      x = bottleneck(b, "layer" + std::to_string(s + 1) + "." + std::to_string(i), x, width, stride, i == 0);
+    }
+  }
+  x = b.adaptive("avgpool", x, 1);
+  x = b.flatten("flatten", x);
+  b.linear("fc", x, classes);
+  return b.take();
+}
+
+// The Inception v3 blocks of torchvision (models/inception.py), branch by branch.
+int inception_a(Builder& b, const std::string& n, int in, int64_t pool_features) {
+  int b1 = b.basic_conv(n + ".branch1x1", in, {64, 1, 1});
+  int b5 = b.basic_conv(n + ".branch5x5_1", in, {48, 1, 1});
+  b5 = b.basic_conv(n + ".branch5x5_2", b5, {64, 5, 5, 1, 1, 2, 2});
+  int b3 = b.basic_conv(n + ".branch3x3dbl_1", in, {64, 1, 1});
+  b3 = b.basic_conv(n + ".branch3x3dbl_2", b3, {96, 3, 3, 1, 1, 1, 1});
+  b3 = b.basic_conv(n + ".branch3x3dbl_3", b3, {96, 3, 3, 1, 1, 1, 1});
+  int bp = b.avgpool(n + ".branch_pool.avgpool", in, 3, 1, 1);
+  bp = b.basic_conv(n + ".branch_pool", bp, {pool_features, 1, 1});
+  return b.concat(n + ".concat", {b1, b5, b3, bp});
+}
+
+int inception_b(Builder& b, const std::string& n, int in) {
+  int b3 = b.basic_conv(n + ".branch3x3", in, {384, 3, 3, 2, 2});
+  int bd = b.basic_conv(n + ".branch3x3dbl_1", in, {64, 1, 1});
+  bd = b.basic_conv(n + ".branch3x3dbl_2", bd, {96, 3, 3, 1, 1, 1, 1});
+  bd = b.basic_conv(n + ".branch3x3dbl_3", bd, {96, 3, 3, 2, 2});
+  int bp = b.maxpool(n + ".branch_pool", in, 3, 2);
+  return b.concat(n + ".concat", {b3, bd, bp});
+}
+
+int inception_c(Builder& b, const std::string& n, int in, int64_t c7) {
+  int b1 = b.basic_conv(n + ".branch1x1", in, {192, 1, 1});
+  int b7 = b.basic_conv(n + ".branch7x7_1", in, {c7, 1, 1});
+  b7 = b.basic_conv(n + ".branch7x7_2", b7, {c7, 1, 7, 1, 1, 0, 3});
+  b7 = b.basic_conv(n + ".branch7x7_3", b7, {192, 7, 1, 1, 1, 3, 0});
+  int bd = b.basic_conv(n + ".branch7x7dbl_1", in, {c7, 1, 1});
+  bd = b.basic_conv(n + ".branch7x7dbl_2", bd, {c7, 7, 1, 1, 1, 3, 0});
+  bd = b.basic_conv(n + ".branch7x7dbl_3", bd, {c7, 1, 7, 1, 1, 0, 3});
+  bd = b.basic_conv(n + ".branch7x7dbl_4", bd, {c7, 7, 1, 1, 1, 3, 0});
+  bd = b.basic_conv(n + ".branch7x7dbl_5", bd, {192, 1, 7, 1, 1, 0, 3});
+  int bp = b.avgpool(n + ".branch_pool.avgpool", in, 3, 1, 1);
+  bp = b.basic_conv(n + ".branch_pool", bp, {192, 1, 1});
+  return b.concat(n + ".concat", {b1, b7, bd, bp});
+}
+
+int inception_d(Builder& b, const std::string& n, int in) {
+  int b3 = b.basic_conv(n + ".branch3x3_1", in, {192, 1, 1});
+  b3 = b.basic_conv(n + ".branch3x3_2", b3, {320, 3, 3, 2, 2});
+  int b7 = b.basic_conv(n + ".branch7x7x3_1", in, {192, 1, 1});
+  b7 = b.basic_conv(n + ".branch7x7x3_2", b7, {192, 1, 7, 1, 1, 0, 3});
+  b7 = b.basic_conv(n + ".branch7x7x3_3", b7, {192, 7, 1, 1, 1, 3, 0});
+  b7 = b.basic_conv(n + ".branch7x7x3_4", b7, {192, 3, 3, 2, 2});
+  int bp = b.maxpool(n + ".branch_pool", in, 3, 2);
+  return b.concat(n + ".concat", {b3, b7, bp});
+}
+
+int inception_e(Builder& b, const std::string& n, int in) {
+  int b1 = b.basic_conv(n + ".branch1x1", in, {320, 1, 1});
+  int b3 = b.basic_conv(n + ".branch3x3_1", in, {384, 1, 1});
+  int b3a = b.basic_conv(n + ".branch3x3_2a", b3, {384, 1, 3, 1, 1, 0, 1});
+  int b3b = b.basic_conv(n + ".branch3x3_2b", b3, {384, 3, 1, 1, 1, 1, 0});
+  b3 = b.concat(n + ".branch3x3.concat", {b3a, b3b});
+  int bd = b.basic_conv(n + ".branch3x3dbl_1", in, {448, 1, 1});
+  bd = b.basic_conv(n + ".branch3x3dbl_2", bd, {384, 3, 3, 1, 1, 1, 1});
+  int bda = b.basic_conv(n + ".branch3x3dbl_3a", bd, {384, 1, 3, 1, 1, 0, 1});
+  int bdb = b.basic_conv(n + ".branch3x3dbl_3b", bd, {384, 3, 1, 1, 1, 1, 0});
+  bd = b.concat(n + ".branch3x3dbl.concat", {bda, bdb});
+  int bp = b.avgpool(n + ".branch_pool.avgpool", in, 3, 1, 1);
+  bp = b.basic_conv(n + ".branch_pool", bp, {192, 1, 1});
+  return b.concat(n + ".concat", {b1, b3, bd, bp});
+}
+
+LayerGraph inception_v3(int64_t side, int64_t classes) {
+  Builder b("inception_v3", image(side));
+  int x = b.basic_conv("Conv2d_1a_3x3", kInput, {32, 3, 3, 2, 2});
+  x = b.basic_conv("Conv2d_2a_3x3", x, {32, 3, 3});
+  x = b.basic_conv("Conv2d_2b_3x3", x, {64, 3, 3, 1, 1, 1, 1});
+  x = b.maxpool("maxpool1", x, 3, 2);
+  x = b.basic_conv("Conv2d_3b_1x1", x, {80, 1, 1});
+  x = b.basic_conv("Conv2d_4a_3x3", x, {192, 3, 3});
+  x = b.maxpool("maxpool2", x, 3, 2);
+  x = inception_a(b, "Mixed_5b", x, 32);
+  x = inception_a(b, "Mixed_5c", x, 64);
+  x = inception_a(b, "Mixed_5d", x, 64);
+  x = inception_b(b, "Mixed_6a", x);
+  x = inception_c(b, "Mixed_6b", x, 128);
+  x = inception_c(b, "Mixed_6c", x, 160);
+  x = inception_c(b, "Mixed_6d", x, 160);
+  x = inception_c(b, "Mixed_6e", x, 192);
+  x = inception_d(b, "Mixed_7a", x);
+  x = inception_e(b, "Mixed_7b", x);
+  x = inception_e(b, "Mixed_7c", x);
+  x = b.adaptive("avgpool", x, 1);
+  x = b.dropout("dropout", x);
+  x = b.flatten("flatten", x);
+  b.linear("fc", x, classes);
+  return b.take();
+}
+
+// AlexNet's five convolutions and three fully-connected layers sized for
+// 32x32 inputs (3x3 kernels, three 2x2 pools, 1024-wide classifier).
+LayerGraph alexnet_cifar(int64_t side, int64_t classes) {
+  Builder b("alexnet_cifar", image(side));
+  int x = b.conv("conv1", kInput, {64, 3, 3, 1, 1, 1, 1});
+  x = b.relu("relu1", x);
+  x = b.maxpool("pool1", x, 2, 2);
+  x = b.conv("conv2", x, {192, 3, 3, 1, 1, 1, 1});
+  x = b.relu("relu2", x);
+  x = b.maxpool("pool2", x, 2, 2);
+  x = b.conv("conv3", x, {384, 3, 3, 1, 1, 1, 1});
+  x = b.relu("relu3", x);
+  x = b.conv("conv4", x, {256, 3, 3, 1, 1, 1, 1});
+  x = b.relu("relu4", x);
+  x = b.conv("conv5", x, {256, 3, 3, 1, 1, 1, 1});
+  x = b.relu("relu5", x);
+  x = b.maxpool("pool5", x, 2, 2);
+  x = b.flatten("flatten", x);
+  x = b.dropout("drop6", x);
+  x = b.linear("fc6", x, 1024);
+  x = b.relu("relu6", x);
+  x = b.dropout("drop7", x);
+  x = b.linear("fc7", x, 1024);
+  x = b.relu("relu7", x);
+  b.linear("fc8", x, classes);
+  return b.take();
+}
+
+// VGG5 as used by PipeLearn/FedAdapt for CIFAR-10: three 3x3 conv+BN+ReLU
+// (32, 64, 64 channels) with two 2x2 max pools, then 128-wide and output FC.
+LayerGraph vgg5(int64_t side, int64_t classes) {
+  Builder b("vgg5", image(side));
+  int x = b.conv("conv1", kInput, {32, 3, 3, 1, 1, 1, 1});
+  x = b.bn("bn1", x);
+  x = b.relu("relu1", x);
+  x = b.maxpool("pool1", x, 2, 2);
+  x = b.conv("conv2", x, {64, 3, 3, 1, 1, 1, 1});
+  x = b.bn("bn2", x);
+  x = b.relu("relu2", x);
+  x = b.maxpool("pool2", x, 2, 2);
+  x = b.conv("conv3", x, {64, 3, 3, 1, 1, 1, 1});
+  x = b.bn("bn3", x);
+  x = b.relu("relu3", x);
+  x = b.flatten("flatten", x);
+  x = b.linear("fc1", x, 128);
+  x = b.relu("relu4", x);
+  b.linear("fc2", x, classes);
+  return b.take();
+}
+
+LayerGraph mlp(int64_t side, int64_t classes) {
+  Builder b("mlp", image(side));
+  int x = b.flatten("flatten", kInput);
+  x = b.linear("fc1", x, 512);
+  x = b.relu("relu1", x);
+  x = b.linear("fc2", x, 256);
+  x = b.relu("relu2", x);
+  b.linear("fc3", x, classes);
+  return b.take();
+}
+
+// A few-thousand-parameter network with both kinds of branching: an
+// Inception-style block (three branches, concat) and a residual add.
+LayerGraph tiny_inception(int64_t side, int64_t classes) {
+  Builder b("tiny_inception", image(side));
+  int x = b.conv("stem.conv", kInput, {16, 3, 3, 1, 1, 1, 1});
+  x = b.bn("stem.bn", x);
+  x = b.relu("stem.relu", x);
+  x = b.maxpool("stem.pool", x, 2, 2);
+  int b1 = b.conv("mixed.branch1x1", x, {8, 1, 1});
+  int b3 = b.conv("mixed.branch3x3_1", x, {8, 1, 1});
+  b3 = b.relu("mixed.branch3x3_relu", b3);
+  b3 = b.conv("mixed.branch3x3_2", b3, {8, 3, 3, 1, 1, 1, 1});
+  int bp = b.maxpool("mixed.branch_pool.maxpool", x, 3, 1, 1);
+  bp = b.conv("mixed.branch_pool", bp, {16, 1, 1});
+  x = b.concat("mixed.concat", {b1, b3, bp});
+  x = b.relu("mixed.relu", x);
+  int r = b.conv("res.conv1", x, {32, 3, 3, 1, 1, 1, 1, false});
+  r = b.bn("res.bn1", r);
+  r = b.relu("res.relu1", r);
+  r = b.conv("res.conv2", r, {32, 3, 3, 1, 1, 1, 1, false});
+  r = b.bn("res.bn2", r);
+  x = b.sum("res.add", {r, x});
+  x = b.relu("res.relu", x);
+  x = b.adaptive("avgpool", x, 1);
+  x = b.flatten("flatten", x);
+  b.linear("fc", x, classes);
+  return b.take();
+}
+
+struct ZooEntry {
+  std::function<LayerGraph(int64_t, int64_t)> build;
+  int64_t default_side, default_classes;
+};
+
+const std::map<std::string, ZooEntry>& zoo() {
+  static const std::map<std::string, ZooEntry> entries = {
+      {"alexnet", {alexnet, 224, 1000}},
+      {"vgg16", {vgg16, 224, 1000}},
+      {"resnet50", {resnet50, 224, 1000}},
+      {"inception_v3", {inception_v3, 299, 1000}},
+      {"alexnet_cifar", {alexnet_cifar, 32, 10}},
+      {"vgg5", {vgg5, 32, 10}},
+      {"mlp", {mlp, 32, 10}},
+      {"tiny_inception", {tiny_inception, 32, 10}},
+  };
+  return entries;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+std::vector<std::string> zoo_names() {
+  return {"alexnet", "vgg16", "resnet50", "inception_v3", "alexnet_cifar", "vgg5", "mlp", "tiny_inception"};
+}
+
+Result<LayerGraph> zoo_model(const std::string& name, const ModelOptions& options) {
+  auto it = zoo().find(name);
+  if (it == zoo().end()) {
+    std::string known;
+    for (const auto& n : zoo_names()) known += (known.empty() ? "" : ", ") + n;
+    return Status::error("unknown model '" + name + "'; known models are " + known +
+                         " (or a path to a .json layer graph or a .pt TorchScript file)");
+  }
+  if (options.input_size < 0) return Status::error("input size must be positive");
+  if (options.num_classes < 0) return Status::error("class count must be positive");
+  int64_t side = options.input_size ? options.input_size : it->second.default_side;
+  int64_t classes = options.num_classes ? options.num_classes : it->second.default_classes;
+  LayerGraph g = it->second.build(side, classes);
+  if (Status s = infer_shapes(g); !s) return s.with_context(name + " at input size " + std::to_string(side));
+  return g;
+}
+
+bool is_torchscript_path(const std::string& name_or_path) {
+  return ends_with(name_or_path, ".pt") || ends_with(name_or_path, ".pth");
+}
+
+Result<LayerGraph> load_layer_graph(const std::string& name_or_path, const ModelOptions& options) {
+  if (ends_with(name_or_path, ".json")) return read_model_json_file(name_or_path);
+  if (is_torchscript_path(name_or_path))
+    return Status::error(name_or_path + ": a TorchScript file is imported by the profiler (profiler/model_loader.h)");
+  return zoo_model(name_or_path, options);
+}
+
+}  // namespace tapp

@@ -1,0 +1,129 @@
+// planners/planners.h — the classical planners: the baselines every TAPP result is shown against.
+//
+// Owns the planners (single device, BSP data parallel, uniform split,
+// parameter-balanced split, balance-by-time, the dynamic-programming planner
+// over heterogeneous devices and asymmetric links, random search, simulated
+// annealing, exhaustive search) and `run_planners`, which runs them all through
+// one Evaluator and returns the table.
+// Data flow: (LayerGraph, Cluster, CostModel, batch) = PlannerContext
+//   -> planner (cost-model estimates; search planners spend an Evaluator budget)
+//   -> Placement (never over a device's memory: check_memory) or an error saying
+//      why none fits -> Evaluator -> StepReport.
+// Data parallel (BSP) is not a pipeline: its Placement has data_parallel set
+// (every layer in group 0, group_device = the replicas); the SimulatorEvaluator
+// costs it with simulate_data_parallel and the runtime runs it as "bsp" on the
+// replicas. run_planners takes a hook to run the baselines' strategies.
+// Thread safety: stateless functions; the context's references must outlive calls.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "core/evaluator.h"
+#include "core/placement.h"
+#include "simulator/data_parallel.h"
+#include "core/step_report.h"
+
+namespace tapp {
+
+struct LayerGraph;
+struct Cluster;
+class CostModel;
+
+struct PlannerContext {
+  const LayerGraph* graph = nullptr;
+  const Cluster* cluster = nullptr;
+  const CostModel* cost = nullptr;  // estimates for the analytic planners
+  int64_t batch_size = 32;
+  Schedule schedule = Schedule::gpipe;
+  int micro_batches = 0;      // 0: each planner picks from micro_batch_choices()
+  int max_micro_batches = 64;  // cap on the choices
+  uint64_t seed = 1;
+  int budget = 200;  // evaluations for random search and annealing
+  int64_t exhaustive_limit = 200000;  // candidates exhaustive search may enumerate
+  bool exhaustive_contiguous_only = false;  // skip the every-assignment space
+  const std::atomic<bool>* cancel = nullptr;
+  // Powers of two up to the batch size and max_micro_batches (or just `micro_batches` when set).
+  std::vector<int> micro_batch_choices() const;
+};
+
+// ---- Contiguous pipelines (stages of consecutive layers) ----
+struct StagePlan {
+  std::vector<int> stage_begin;   // first layer of each stage, ascending, [0] = 0
+  std::vector<int> stage_device;  // device of each stage
+  int micro_batches = 1;
+};
+Placement to_placement(const StagePlan& plan, int num_layers, Schedule schedule, const std::string& source);
+
+// The DP planner's objective for one plan: the pipeline's bottleneck — the
+// largest of every stage's forward + backward per micro-batch and every
+// boundary's transfer per micro-batch on its link (activations forward,
+// gradients backward; each direction its own link). Infinity when a stage
+// does not fit its device's memory.
+double pipeline_bottleneck_ms(const PlannerContext& ctx, const StagePlan& plan);
+
+// Minimum bottleneck over all contiguous plans with `stages` stages (0: any
+// number) on distinct devices, in any device order, for `micro_batches`:
+// dynamic programming over (layer prefix, set of used devices, last device).
+Result<StagePlan> dp_min_bottleneck(const PlannerContext& ctx, int micro_batches, int stages = 0);
+// The same objective by enumerating every plan (tests, tiny inputs).
+Result<StagePlan> exhaustive_min_bottleneck(const PlannerContext& ctx, int micro_batches, int stages = 0);
+
+// ---- Planners ----
+Result<Placement> plan_single_device(const PlannerContext& ctx);   // the fastest device that fits
+Result<Placement> plan_data_parallel(const PlannerContext& ctx);   // BSP marker over the replicas
+Result<Placement> plan_hogwild(const PlannerContext& ctx);         // HOGWILD marker (local devices)
+Result<Placement> plan_uniform(const PlannerContext& ctx);         // equal layer counts per device
+Result<Placement> plan_param_balanced(const PlannerContext& ctx);  // DeepSpeed "parameters"
+Result<Placement> plan_balance_by_time(const PlannerContext& ctx); // torchgpipe balance_by_time
+// PipeDream / Pipe-Torch style: for every micro-batch count and stage count the
+// DP's best plan, polished by a local search on the cost model's simulation
+// (boundary moves, device swaps) and ranked by it; the best `verify` are evaluated.
+Result<Placement> plan_dynamic_programming(const PlannerContext& ctx, Evaluator& evaluator, int verify = 3);
+Result<Placement> plan_random_search(const PlannerContext& ctx, Evaluator& evaluator);
+Result<Placement> plan_annealing(const PlannerContext& ctx, Evaluator& evaluator);
+// Every layer -> device assignment when devices^layers x micro-batch choices fits
+// exhaustive_limit, else every contiguous plan when that fits; else an error.
+Result<Placement> plan_exhaustive(const PlannerContext& ctx, Evaluator& evaluator);
+
+// "single", "bsp", "uniform", "params", "time", "dp", "random", "anneal", "exhaustive", "hogwild".
+const std::vector<std::string>& planner_names();
+Result<Placement> run_planner(const std::string& name, const PlannerContext& ctx, Evaluator& evaluator);
+
+// `n` distinct random placements that fit memory (for calibration and accuracy):
+// contiguous plans (random stage count, cuts, devices, micro-batches from the
+// context's choices) and, for a `noncontiguous_fraction` of them, random
+// layer -> device runs of a few layers each. Fewer when not enough distinct ones fit.
+std::vector<Placement> random_placements(const PlannerContext& ctx, int n, double noncontiguous_fraction = 0.25);
+
+// ---- BSP data parallel ----
+// `strategy` "bsp" (synchronous, gradients all-reduced) or "hogwild" (asynchronous,
+// lock-free updates of shared parameters on local devices, no gradient exchange).
+Placement data_parallel_placement(int num_layers, const std::vector<int>& devices, const std::string& strategy = "bsp");
+bool is_data_parallel(const Placement& p);  // p.data_parallel (HOGWILD when source is "hogwild")
+
+// ---- The baseline table ----
+struct PlannerRow {
+  std::string name;                    // planner_names()
+  std::optional<Placement> placement;  // none when the planner failed
+  StepReport report;                   // failed with the planner's error when it found nothing
+  double plan_s = 0;                   // wall time of planning + evaluation
+};
+struct PlannerRunOptions {
+  std::vector<std::string> planners;  // empty: all of planner_names()
+  // Evaluates a data-parallel strategy ("bsp", "hogwild") on the evaluator's
+  // backend (the runtime's run_strategy); empty: simulate_data_parallel.
+  std::function<StepReport(const std::string& strategy)> strategy_evaluator;
+};
+// Runs each planner and evaluates its placement with `evaluator` (search
+// planners spend ctx.budget evaluations of it). Stable entry point for
+// `tapp-cli optimize`'s baseline table (placer/baselines.h).
+std::vector<PlannerRow> run_planners(const PlannerContext& ctx, Evaluator& evaluator,
+                                     const PlannerRunOptions& options = {});
+
+}  // namespace tapp

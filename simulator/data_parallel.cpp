@@ -1,0 +1,66 @@
+#include "simulator/data_parallel.h"
+
+#include <algorithm>
+
+namespace tapp {
+
+StepReport simulate_data_parallel(const LayerGraph& g, const Cluster& c, const CostModel& cost, int64_t batch_size,
+                                  const std::vector<int>& devices, bool exchange_gradients) {
+  const int L = static_cast<int>(g.layers.size());
+  const int R = static_cast<int>(devices.size());
+  if (R == 0) return StepReport::failure("invalid_placement", "bsp: no replicas", "simulate");
+  int64_t share = (batch_size + R - 1) / R;
+  for (int d : devices)
+    if (Status s = check_memory(Placement::single_device(L, d), g, c, share); !s)
+      return StepReport::failure("out_of_memory", "bsp: " + s.message(), "simulate");
+  int64_t params = 0;
+  for (const Layer& l : g.layers) params += l.param_bytes();
+  StepReport r;
+  r.ok = true;
+  r.source = "simulate";
+  r.devices.resize(c.num_devices());
+  for (int d = 0; d < c.num_devices(); ++d) r.devices[d].device = c.devices[d].name;
+  double compute = 0;
+  std::vector<double> f(R), b(R);
+  for (int k = 0; k < R; ++k) {
+    int d = devices[k];
+    f[k] = cost.forward_ms(d, 0, L - 1, share);
+    b[k] = cost.backward_ms(d, 0, L - 1, share);
+    compute = std::max(compute, f[k] + b[k]);
+  }
+  // Ring allreduce: 2 (R - 1) steps, each moving params / R bytes on every ring link at once.
+  double allreduce = 0;
+  if (R > 1 && exchange_gradients) {
+    int64_t chunk = (params + R - 1) / R;
+    double slowest = 0;
+    for (int k = 0; k < R; ++k) slowest = std::max(slowest, cost.transfer_ms(devices[k], devices[(k + 1) % R], chunk));
+    allreduce = 2.0 * (R - 1) * slowest;
+  }
+  double update = 0;
+  for (int d : devices) update = std::max(update, cost.update_ms(d, params));
+  r.step_ms = compute + allreduce + update + cost.step_overhead_ms();
+  double busy = 0, comm = 0;
+  for (int k = 0; k < R; ++k) {
+    DeviceStats& st = r.devices[devices[k]];
+    st.busy_ms = f[k] + b[k] + update;
+    st.comm_ms = allreduce;
+    st.idle_ms = std::max(0.0, r.step_ms - st.busy_ms - st.comm_ms);
+    int64_t act = 0;
+    for (const Layer& l : g.layers) act += l.activation_bytes();
+    st.peak_memory_bytes = 3 * params + act * share;
+    busy += st.busy_ms;
+    comm += st.comm_ms;
+    r.timeline.push_back({devices[k], "F s0 m0", 0, f[k]});
+    r.timeline.push_back({devices[k], "B s0 m0", f[k], f[k] + b[k]});
+    if (allreduce > 0) r.timeline.push_back({devices[k], "allreduce", compute, compute + allreduce});
+  }
+  r.comm_fraction = busy + comm > 0 ? comm / (busy + comm) : 0;
+  return r;
+}
+
+StepReport simulate_data_parallel(const LayerGraph& g, const Cluster& c, const CostModel& cost, int64_t batch_size,
+                                  const Placement& marker) {
+  return simulate_data_parallel(g, c, cost, batch_size, marker.group_device, marker.source != "hogwild");
+}
+
+}  // namespace tapp

@@ -1,0 +1,83 @@
+// simulator/simulator.h — predicts one training step by replaying the task graph.
+//
+// `simulate(task graph, costs)` is a free function (FlexFlow's estimate): every
+// compute task starts when its device is free (device_order fixes the order)
+// and its inputs have arrived; a transfer takes latency + bytes / bandwidth on
+// its sender's send queue (FIFO in the order the sender's tasks post them, as
+// the runtime's sender thread; or per directed link); a device's sends never
+// block its compute. Since device orders are fixed and a queue's FIFO order
+// follows its sender's device order, the replay is one pass over a DAG
+// (dependencies + device chains + queue chains): O(tasks + edges).
+// A device ends when its last task and its last send are done, then runs the
+// optimizer update; the step ends when every device has. Communication time
+// is counted as the runtime counts it: blocked waiting for remote inputs plus
+// draining the sends. Peak memory is counted along each device's order:
+// 3 x parameter bytes (weights, gradients, optimizer state) plus the
+// activations of the micro-batches in flight plus the inputs they received.
+//
+// `Simulator` is the fast path for search loops: it keeps the graph, cluster
+// and costs, and reuses its buffers, so evaluate(placement) = validate +
+// memory check + task graph + replay without re-allocating. Invalid placements
+// come back as StepReport::failure ("invalid_placement", "out_of_memory"),
+// never as an exception.
+// Thread safety: simulate() is reentrant; a Simulator is used by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/placement.h"
+#include "simulator/cost_model.h"
+#include "core/step_report.h"
+#include "simulator/task_graph.h"
+
+namespace tapp {
+
+struct LayerGraph;
+struct Cluster;
+
+struct SimulateOptions {
+  bool timeline = true;  // fill StepReport::timeline (task names cost string formatting)
+  // One FIFO send queue per device, in the order its tasks post sends (the
+  // runtime's sender thread); false: one FIFO per directed link.
+  bool send_queue_per_device = true;
+};
+
+// Per-task times of one replay (for calibration and tests).
+struct TaskTimes {
+  std::vector<double> start_ms, end_ms;
+  std::vector<int> critical_pred;  // the dependency or resource predecessor that set the start (-1: none)
+  int last_task = -1;              // the task whose end (plus its device's update) ends the step
+  int last_device = -1;
+};
+
+StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOptions& options = {},
+                    TaskTimes* times = nullptr);
+
+// Name of a task as it appears in timelines: "F s2 m3", "B s2 m3", "X s1->s2 m3", "G s2->s1 m3".
+std::string task_name(const Task& t);
+
+class Simulator {
+ public:
+  // Keeps references to g and c: they must outlive the Simulator.
+  Simulator(const LayerGraph& g, const Cluster& c, CostModel cost, int64_t batch_size);
+  ~Simulator();
+  Simulator(Simulator&&) noexcept;
+
+  StepReport evaluate(const Placement& p, const SimulateOptions& options = {});
+  const CostModel& cost() const { return cost_; }
+  void set_cost(CostModel cost) { cost_ = std::move(cost); }
+  int64_t batch_size() const { return batch_size_; }
+  const LayerGraph& graph() const { return *graph_; }
+  const Cluster& cluster() const { return *cluster_; }
+
+ private:
+  const LayerGraph* graph_;
+  const Cluster* cluster_;
+  CostModel cost_;
+  int64_t batch_size_;
+  TaskGraph tg_;  // reused between evaluations
+};
+
+}  // namespace tapp

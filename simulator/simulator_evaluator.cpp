@@ -1,0 +1,32 @@
+#include "simulator/simulator_evaluator.h"
+
+#include "simulator/data_parallel.h"
+
+namespace tapp {
+
+SimulatorEvaluator::SimulatorEvaluator(LayerGraph graph, Cluster cluster, CostModel cost, int64_t batch_size)
+    : graph_(std::make_unique<LayerGraph>(std::move(graph))),
+      cluster_(std::make_unique<Cluster>(std::move(cluster))),
+      sim_(std::make_unique<Simulator>(*graph_, *cluster_, std::move(cost), batch_size)) {}
+
+StepReport SimulatorEvaluator::evaluate(const Placement& placement) {
+  ++evaluations_;
+  if (placement.data_parallel) {
+    if (placement.group_device.empty())
+      return StepReport::failure("invalid_placement", "placement.groups: a data-parallel plan needs replicas",
+                                 "simulate");
+    for (int d : placement.group_device)
+      if (d < 0 || d >= cluster_->num_devices())
+        return StepReport::failure("invalid_placement",
+                                   "placement.groups: device index " + std::to_string(d) + " is not in the cluster",
+                                   "simulate");
+    StepReport r = simulate_data_parallel(*graph_, *cluster_, sim_->cost(), sim_->batch_size(), placement);
+    if (!timeline) r.timeline.clear();
+    return r;
+  }
+  SimulateOptions options;
+  options.timeline = timeline;
+  return sim_->evaluate(placement, options);
+}
+
+}  // namespace tapp

@@ -1,0 +1,334 @@
+#include "simulator/task_graph.h"
+
+#include <algorithm>
+#include <set>
+
+#include "model/layer_graph.h"
+#include "core/cluster.h"
+
+namespace tapp {
+namespace {
+
+// Scratch of one build, reused across builds on the same thread.
+struct Scratch {
+  std::vector<int> seg_of_layer;
+  // Segment edges (from -> to), grouped by `from` with ascending `to`.
+  std::vector<int> edge_from, edge_to, succ_begin;
+  std::vector<int64_t> edge_bytes;  // per sample
+  std::vector<int> pred_begin, pred_edges, fill;  // per segment: incoming edges, ascending `from`
+  std::vector<int> xfwd, xbwd;  // per (edge, micro-batch): transfer task id, -1 when same device
+};
+
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+// Appends a task, reusing a previous build's Task (and its deps capacity) when there is one.
+struct TaskSink {
+  TaskGraph& tg;
+  size_t used = 0;
+  Task& next(int& id) {
+    if (used == tg.tasks.size()) tg.tasks.emplace_back();
+    Task& t = tg.tasks[used];
+    t.deps.clear();
+    t.peer_segment = -1;
+    t.to_device = -1;
+    t.bytes = 0;
+    id = static_cast<int>(used++);
+    return t;
+  }
+};
+
+void split_segments(const LayerGraph& g, const Placement& p, TaskGraph& tg, Scratch& sc) {
+  const int L = static_cast<int>(g.layers.size());
+  sc.seg_of_layer.assign(L, -1);
+  size_t S = 0;
+  int prev_device = -1;
+  for (int i = 0; i < L; ++i) {
+    int d = p.device_of_layer(i);
+    if (S == 0 || d != prev_device) {
+      if (S == tg.segments.size()) tg.segments.emplace_back();
+      Segment& seg = tg.segments[S++];
+      seg.device = d;
+      seg.layers.clear();
+      seg.preds.clear();
+      seg.succs.clear();
+      seg.reads_model_input = false;
+      seg.computes_loss = false;
+      seg.param_bytes = 0;
+      prev_device = d;
+    }
+    Segment& seg = tg.segments[S - 1];
+    seg.layers.push_back(i);
+    seg.param_bytes += g.layers[i].param_bytes();
+    sc.seg_of_layer[i] = static_cast<int>(S) - 1;
+  }
+  tg.segments.resize(S);
+  // Segment edges from every cross-segment input, sorted by (from, to, layer);
+  // an edge's payload is each boundary layer's output once.
+  sc.edge_from.clear();
+  sc.edge_to.clear();
+  sc.edge_bytes.clear();
+  // Gather (from, to, producer layer) from each layer's inputs.
+  struct Cross {
+    int from, to, layer;
+  };
+  thread_local std::vector<Cross> cross;
+  cross.clear();
+  for (int i = 0; i < L; ++i) {
+    int s = sc.seg_of_layer[i];
+    if (g.layers[i].inputs.empty()) tg.segments[s].reads_model_input = true;
+    for (int q : g.layers[i].inputs)
+      if (sc.seg_of_layer[q] != s) cross.push_back({sc.seg_of_layer[q], s, q});
+  }
+  std::sort(cross.begin(), cross.end(), [](const Cross& a, const Cross& b) {
+    return a.from != b.from ? a.from < b.from : a.to != b.to ? a.to < b.to : a.layer < b.layer;
+  });
+  sc.succ_begin.assign(S + 1, 0);
+  for (size_t k = 0; k < cross.size(); ++k) {
+    const Cross& x = cross[k];
+    bool new_edge = k == 0 || x.from != cross[k - 1].from || x.to != cross[k - 1].to;
+    if (new_edge) {
+      sc.edge_from.push_back(x.from);
+      sc.edge_to.push_back(x.to);
+      sc.edge_bytes.push_back(0);
+      ++sc.succ_begin[x.from + 1];
+      tg.segments[x.from].succs.push_back(x.to);
+    }
+    // A boundary layer read by several layers of `to` travels once.
+    if (new_edge || x.layer != cross[k - 1].layer) sc.edge_bytes.back() += g.layers[x.layer].activation_bytes();
+  }
+  for (size_t s = 0; s < S; ++s) sc.succ_begin[s + 1] += sc.succ_begin[s];
+  const int E = static_cast<int>(sc.edge_from.size());
+  sc.pred_begin.assign(S + 1, 0);
+  for (int e = 0; e < E; ++e) ++sc.pred_begin[sc.edge_to[e] + 1];
+  for (size_t s = 0; s < S; ++s) sc.pred_begin[s + 1] += sc.pred_begin[s];
+  sc.pred_edges.assign(E, 0);
+  sc.fill.assign(sc.pred_begin.begin(), sc.pred_begin.end() - 1);
+  for (int e = 0; e < E; ++e) {  // ascending `from`, so each segment's preds ascend
+    sc.pred_edges[sc.fill[sc.edge_to[e]]++] = e;
+    tg.segments[sc.edge_to[e]].preds.push_back(sc.edge_from[e]);
+  }
+  tg.segments[sc.seg_of_layer[L - 1]].computes_loss = true;
+}
+
+void resize_table(std::vector<std::vector<int>>& t, int rows, int cols) {
+  t.resize(rows);
+  for (auto& r : t) r.assign(cols, -1);
+}
+
+void add_tasks(TaskGraph& tg, Scratch& sc) {
+  const int S = static_cast<int>(tg.segments.size());
+  const int M = tg.micro_batches();
+  const int E = static_cast<int>(sc.edge_from.size());
+  resize_table(tg.forward_task, S, M);
+  resize_table(tg.backward_task, S, M);
+  sc.xfwd.assign(static_cast<size_t>(E) * M, -1);
+  sc.xbwd.assign(static_cast<size_t>(E) * M, -1);
+  TaskSink sink{tg};
+  auto cross = [&](int e) { return tg.segments[sc.edge_from[e]].device != tg.segments[sc.edge_to[e]].device; };
+  // Forward: F(s, m), then its activation transfers to later segments on other devices.
+  for (int s = 0; s < S; ++s) {
+    const Segment& seg = tg.segments[s];
+    for (int m = 0; m < M; ++m) {
+      int fid;
+      Task& f = sink.next(fid);
+      f.kind = TaskKind::forward;
+      f.segment = s;
+      f.micro_batch = m;
+      f.device = seg.device;
+      for (int k = sc.pred_begin[s]; k < sc.pred_begin[s + 1]; ++k) {
+        int e = sc.pred_edges[k];
+        f.deps.push_back(cross(e) ? sc.xfwd[static_cast<size_t>(e) * M + m] : tg.forward_task[sc.edge_from[e]][m]);
+      }
+      tg.forward_task[s][m] = fid;
+      for (int e = sc.succ_begin[s]; e < sc.succ_begin[s + 1]; ++e) {
+        if (!cross(e)) continue;
+        int xid;
+        Task& x = sink.next(xid);
+        x.kind = TaskKind::transfer_activation;
+        x.segment = s;
+        x.peer_segment = sc.edge_to[e];
+        x.micro_batch = m;
+        x.device = seg.device;
+        x.to_device = tg.segments[sc.edge_to[e]].device;
+        x.bytes = sc.edge_bytes[e] * tg.micro_batch_sizes[m];
+        x.deps.push_back(fid);
+        sc.xfwd[static_cast<size_t>(e) * M + m] = xid;
+      }
+    }
+  }
+  // Backward, last segment first: B(s, m) waits for its consumers' gradients
+  // (latest consumer first) and its own forward, then sends gradients back.
+  for (int s = S - 1; s >= 0; --s) {
+    const Segment& seg = tg.segments[s];
+    for (int m = 0; m < M; ++m) {
+      int bid;
+      Task& b = sink.next(bid);
+      b.kind = TaskKind::backward;
+      b.segment = s;
+      b.micro_batch = m;
+      b.device = seg.device;
+      for (int e = sc.succ_begin[s + 1] - 1; e >= sc.succ_begin[s]; --e)
+        b.deps.push_back(cross(e) ? sc.xbwd[static_cast<size_t>(e) * M + m] : tg.backward_task[sc.edge_to[e]][m]);
+      b.deps.push_back(tg.forward_task[s][m]);
+      tg.backward_task[s][m] = bid;
+      for (int k = sc.pred_begin[s]; k < sc.pred_begin[s + 1]; ++k) {
+        int e = sc.pred_edges[k];
+        if (!cross(e)) continue;
+        int p = sc.edge_from[e];
+        int xid;
+        Task& x = sink.next(xid);
+        x.kind = TaskKind::transfer_gradient;
+        x.segment = p;
+        x.peer_segment = s;
+        x.micro_batch = m;
+        x.device = seg.device;
+        x.to_device = tg.segments[p].device;
+        x.bytes = sc.edge_bytes[e] * tg.micro_batch_sizes[m];
+        x.deps.push_back(bid);
+        sc.xbwd[static_cast<size_t>(e) * M + m] = xid;
+      }
+    }
+  }
+  tg.tasks.resize(sink.used);
+}
+
+// GPipe fill-drain: every forward, then every backward, in wavefront order
+// (forwards by (m + s, s), backwards by (m + S-1-s, S-1-s)). The global order
+// is topological, so filtering it per device cannot deadlock.
+void order_gpipe(TaskGraph& tg) {
+  const int S = static_cast<int>(tg.segments.size());
+  const int M = tg.micro_batches();
+  tg.device_order.resize(tg.num_devices);
+  for (auto& o : tg.device_order) o.clear();
+  for (int w = 0; w <= M + S - 2; ++w)
+    for (int s = std::max(0, w - M + 1); s <= std::min(S - 1, w); ++s)
+      tg.device_order[tg.segments[s].device].push_back(tg.forward_task[s][w - s]);
+  for (int w = 0; w <= M + S - 2; ++w)
+    for (int r = std::max(0, w - M + 1); r <= std::min(S - 1, w); ++r) {
+      int s = S - 1 - r;
+      tg.device_order[tg.segments[s].device].push_back(tg.backward_task[s][w - r]);
+    }
+}
+
+// 1F1B (PipeDream-flush): a unit-time list schedule where each device prefers a
+// ready backward and admits a new micro-batch only while fewer than `limit` are
+// in flight on it (limit = devices from its first segment to the end). The
+// recorded order comes from a feasible execution, so it never deadlocks.
+void order_1f1b(TaskGraph& tg) {
+  const int S = static_cast<int>(tg.segments.size());
+  const int M = tg.micro_batches();
+  const int D = tg.num_devices;
+  const int T = static_cast<int>(tg.tasks.size());
+  std::vector<int> limit(D, 0);
+  for (int d = 0; d < D; ++d) {
+    int first = -1;
+    for (int s = 0; s < S && first < 0; ++s)
+      if (tg.segments[s].device == d) first = s;
+    if (first < 0) continue;
+    std::vector<char> downstream(D, 0);
+    for (int s = first; s < S; ++s) downstream[tg.segments[s].device] = 1;
+    limit[d] = static_cast<int>(std::count(downstream.begin(), downstream.end(), 1));
+  }
+  // Per device: its compute tasks, and per micro-batch how many of them remain.
+  std::vector<std::vector<int>> pending(D);
+  for (int t = 0; t < T; ++t)
+    if (tg.tasks[t].kind == TaskKind::forward || tg.tasks[t].kind == TaskKind::backward)
+      pending[tg.tasks[t].device].push_back(t);
+  std::vector<int> left(static_cast<size_t>(D) * M, 0);
+  std::vector<char> started(static_cast<size_t>(D) * M, 0);
+  std::vector<int> in_flight(D, 0);
+  for (int d = 0; d < D; ++d)
+    for (int t : pending[d]) ++left[static_cast<size_t>(d) * M + tg.tasks[t].micro_batch];
+  std::vector<int> done_step(T, -1);
+  auto done_before = [&](int t, int step) {
+    const Task& task = tg.tasks[t];
+    if (task.kind == TaskKind::transfer_activation || task.kind == TaskKind::transfer_gradient)
+      return done_step[task.deps[0]] >= 0 && done_step[task.deps[0]] < step;
+    return done_step[t] >= 0 && done_step[t] < step;
+  };
+  tg.device_order.resize(D);
+  for (auto& o : tg.device_order) o.clear();
+  size_t remaining = 0;
+  for (auto& p : pending) remaining += p.size();
+  for (int step = 0; remaining > 0; ++step) {
+    bool progressed = false;
+    for (int d = 0; d < D; ++d) {
+      int pick = -1;
+      bool pick_bwd = false;
+      for (int t : pending[d]) {
+        const Task& task = tg.tasks[t];
+        bool bwd = task.kind == TaskKind::backward;
+        if (pick >= 0 && pick_bwd && !bwd) continue;  // a backward is already chosen
+        if (!bwd && !started[static_cast<size_t>(d) * M + task.micro_batch] && in_flight[d] >= limit[d]) continue;
+        bool ready = std::all_of(task.deps.begin(), task.deps.end(), [&](int x) { return done_before(x, step); });
+        if (!ready) continue;
+        auto key = [&](int id) { return std::make_pair(tg.tasks[id].micro_batch, tg.tasks[id].segment * (bwd ? -1 : 1)); };
+        if (pick < 0 || (bwd && !pick_bwd) || (bwd == pick_bwd && key(t) < key(pick))) {
+          pick = t;
+          pick_bwd = bwd;
+        }
+      }
+      if (pick < 0) continue;
+      const Task& task = tg.tasks[pick];
+      done_step[pick] = step;
+      tg.device_order[d].push_back(pick);
+      pending[d].erase(std::find(pending[d].begin(), pending[d].end(), pick));
+      --remaining;
+      progressed = true;
+      const size_t dm = static_cast<size_t>(d) * M + task.micro_batch;
+      if (!started[dm]) {
+        started[dm] = 1;
+        ++in_flight[d];
+      }
+      if (--left[dm] == 0) --in_flight[d];
+    }
+    // Nothing ran although tasks remain: every ready forward is held back by
+    // its limit, and the next step would see the same state. Widen the limits.
+    if (!progressed)
+      for (int& l : limit) ++l;
+  }
+}
+
+}  // namespace
+
+std::vector<int> boundary_layers(const LayerGraph& g, const TaskGraph& tg, int from, int to) {
+  std::set<int> in_from(tg.segments[from].layers.begin(), tg.segments[from].layers.end());
+  std::set<int> out;
+  for (int l : tg.segments[to].layers)
+    for (int p : g.layers[l].inputs)
+      if (in_from.count(p)) out.insert(p);
+  return {out.begin(), out.end()};
+}
+
+Status build_task_graph_into(const LayerGraph& g, const Placement& p, const Cluster& c, int64_t batch_size,
+                             TaskGraph& tg) {
+  if (p.data_parallel)
+    return Status::error("placement.data_parallel: replicas are not a pipeline and have no task graph "
+                         "(the simulator costs them as BSP, the runtime runs them as bsp)");
+  if (Status s = validate_placement(p, g, c, batch_size); !s) return s;
+  Scratch& sc = scratch();
+  tg.num_devices = c.num_devices();
+  tg.schedule = p.schedule;
+  split_segments(g, p, tg, sc);
+  tg.micro_batch_sizes.resize(p.micro_batches);
+  for (int m = 0; m < p.micro_batches; ++m)
+    tg.micro_batch_sizes[m] = batch_size / p.micro_batches + (m < batch_size % p.micro_batches ? 1 : 0);
+  add_tasks(tg, sc);
+  if (p.schedule == Schedule::gpipe)
+    order_gpipe(tg);
+  else
+    order_1f1b(tg);
+  return Status::ok();
+}
+
+Result<TaskGraph> build_task_graph(const LayerGraph& g, const Placement& p, const Cluster& c,
+                                   int64_t batch_size) {
+  TaskGraph tg;
+  if (Status s = build_task_graph_into(g, p, c, batch_size, tg); !s) return s;
+  return tg;
+}
+
+}  // namespace tapp

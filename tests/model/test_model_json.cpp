@@ -1,0 +1,148 @@
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "model/layer_library.h"
+#include "model/model_json.h"
+#include "model/zoo.h"
+
+using namespace tapp;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+const std::string kSource = TAPP_SOURCE_DIR;
+
+std::string parse_error(const std::string& text) {
+  auto g = parse_model_json(text);
+  return g.is_ok() ? "(accepted)" : g.error_message();
+}
+
+json base() {
+  return json::parse(R"({"name": "m", "input_shape": [3, 8, 8], "layers": [
+      {"name": "conv", "op": "conv2d", "attrs": {"out": 4, "kernel": 3}},
+      {"name": "relu", "op": "relu", "inputs": ["conv"]},
+      {"name": "flat", "op": "flatten", "inputs": ["relu"]},
+      {"name": "fc", "op": "linear", "inputs": ["flat"], "attrs": {"out": 2}}]})");
+}
+}  // namespace
+
+TEST_CASE("every zoo model survives export to JSON and import with the same layers, params and MACs") {
+  for (const auto& name : zoo_names()) {
+    auto g = zoo_model(name);
+    REQUIRE(g.is_ok());
+    json doc = model_to_json(*g);
+    auto back = model_from_json(json::parse(doc.dump()));
+    REQUIRE_MESSAGE(back.is_ok(), back.error_message());
+    CHECK(back->total_params() == g->total_params());
+    CHECK(back->total_macs() == g->total_macs());
+    REQUIRE(back->layers.size() == g->layers.size());
+    for (size_t i = 0; i < g->layers.size(); ++i) {
+      CHECK(back->layers[i].name == g->layers[i].name);
+      CHECK(back->layers[i].inputs == g->layers[i].inputs);
+      CHECK(back->layers[i].attrs == g->layers[i].attrs);
+      CHECK(back->layers[i].output_shape == g->layers[i].output_shape);
+    }
+    CHECK(library_to_json(library_skeleton(*back)) == library_to_json(library_skeleton(*g)));
+    CHECK(graph_fingerprint(*back) == graph_fingerprint(*g));
+  }
+}
+
+TEST_CASE("the graph fingerprint changes with the structure") {
+  auto a = zoo_model("vgg5");
+  auto b = zoo_model("vgg5", {32, 100});
+  CHECK(graph_fingerprint(*a) != graph_fingerprint(*b));
+}
+
+TEST_CASE("a wrong attribute type is rejected naming the field") {
+  json j = base();
+  j["layers"][0]["attrs"]["kernel"] = "3x3";
+  CHECK(parse_error(j.dump()) ==
+        "layers[0].attrs.kernel: expected an integer or a pair of integers, got string");
+  j = base();
+  j["layers"][0]["attrs"]["kernel"] = {1, 2, 3};
+  CHECK(parse_error(j.dump()) ==
+        "layers[0].attrs.kernel: expected an integer or a pair of integers, got an array of 3");
+  j = base();
+  j["layers"][3]["attrs"]["out"] = 2.5;
+  CHECK(parse_error(j.dump()) == "layers[3].attrs.out: expected an integer, got number");
+  j = base();
+  j["layers"][3]["attrs"]["out"] = 0;
+  CHECK(parse_error(j.dump()) == "layers[3].attrs.out: must be positive");
+  j = base();
+  j["layers"][3]["attrs"]["kernel"] = 3;
+  CHECK(parse_error(j.dump()) == "layers[3].attrs.kernel: not an attribute of linear");
+  j = base();
+  j["layers"][0]["attrs"].erase("out");
+  CHECK(parse_error(j.dump()) == "layers[0].attrs.out: missing required field");
+}
+
+TEST_CASE("an unknown op is rejected listing the known ops") {
+  json j = base();
+  j["layers"][1]["op"] = "softmax_fancy";
+  std::string e = parse_error(j.dump());
+  CHECK(e.rfind("layers[1].op: unknown op 'softmax_fancy'; known ops are ", 0) == 0);
+  CHECK(e.find("conv2d") != std::string::npos);
+}
+
+TEST_CASE("inputs must name earlier layers") {
+  json j = base();
+  j["layers"][3]["inputs"] = {"nope"};
+  CHECK(parse_error(j.dump()) == "layers[3].inputs[0]: unknown layer 'nope'");
+  j = base();
+  j["layers"][1]["inputs"] = {"fc"};
+  CHECK(parse_error(j.dump()) ==
+        "layers[1].inputs[0]: layer 'fc' is not an earlier layer (layers are listed in execution order)");
+  j = base();
+  j["layers"][2]["name"] = "relu";
+  CHECK(parse_error(j.dump()) == "layers[2].name: 'relu' is already the name of layers[1]");
+}
+
+TEST_CASE("mismatched shapes are rejected naming the layer") {
+  auto g = read_model_json_file(kSource + "/tests/fixtures/models/mismatched_add.json");
+  REQUIRE_FALSE(g.is_ok());
+  CHECK(g.error_message().find(
+            "mismatched_add.json: layer 'sum' (add): mismatched shapes [4x8x8] and [8x8x8]") !=
+        std::string::npos);
+  json j = base();
+  j["layers"][3]["inputs"] = {"relu"};  // linear on an image
+  CHECK(parse_error(j.dump()) == "layer 'fc' (linear): expects a flat input, got [4x6x6]");
+}
+
+TEST_CASE("malformed JSON and missing files are reported, not thrown") {
+  auto g = read_model_json_file(kSource + "/tests/fixtures/models/malformed.json");
+  REQUIRE_FALSE(g.is_ok());
+  CHECK(g.error_message().find("malformed JSON") != std::string::npos);
+  auto missing = load_layer_graph("/nonexistent/model.json");
+  REQUIRE_FALSE(missing.is_ok());
+  CHECK(missing.error_message() == "/nonexistent/model.json: cannot open the file");
+  CHECK(parse_error("[1, 2]") == "document: expected an object, got array");
+  CHECK(parse_error(R"({"name": "m", "input_shape": [3]})") == "layers: missing required field");
+}
+
+TEST_CASE("the model parser accepts the schema's valid examples and rejects its invalid ones") {
+  const fs::path dir = fs::path(kSource) / "schemas" / "examples" / "model";
+  int valid = 0, invalid = 0;
+  for (const auto& e : fs::directory_iterator(dir / "valid")) {
+    auto g = read_model_json_file(e.path().string());
+    CHECK_MESSAGE(g.is_ok(), e.path().string(), ": ", g.error_message());
+    ++valid;
+  }
+  for (const auto& e : fs::directory_iterator(dir / "invalid")) {
+    auto g = read_model_json_file(e.path().string());
+    CHECK_MESSAGE(!g.is_ok(), e.path().string(), " was accepted");
+    ++invalid;
+  }
+  CHECK(valid >= 3);
+  CHECK(invalid >= 8);
+}
+
+TEST_CASE("a JSON model with branches loads through load_layer_graph") {
+  auto g = load_layer_graph(kSource + "/schemas/examples/model/valid/branchy.json");
+  REQUIRE(g.is_ok());
+  const Layer& cat = g->layers[g->index_of("cat")];
+  CHECK(cat.output_shape == Shape{16, 16, 16});
+  CHECK(g->layers[g->index_of("add")].inputs.size() == 2);
+  CHECK(g->num_classes == 5);
+}

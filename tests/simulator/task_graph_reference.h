@@ -1,0 +1,251 @@
+// tests/simulator/task_graph_reference.h — the first, straightforward task-graph
+// builder (commit 377d32c), kept as the reference the optimized builder in
+// simulator/task_graph.cpp must match task for task.
+#pragma once
+
+#include <algorithm>
+#include <set>
+
+#include "model/layer_graph.h"
+#include "core/cluster.h"
+#include "simulator/task_graph.h"
+
+namespace tapp::reference {
+inline std::vector<int> boundary_layers(const LayerGraph& g, const TaskGraph& tg, int from, int to);
+namespace {
+
+
+std::vector<Segment> split_segments(const LayerGraph& g, const std::vector<int>& layer_device,
+                                    std::vector<int>& seg_of_layer) {
+  std::vector<Segment> segs;
+  seg_of_layer.assign(g.layers.size(), -1);
+  for (size_t i = 0; i < g.layers.size(); ++i) {
+    if (segs.empty() || segs.back().device != layer_device[i]) {
+      segs.emplace_back();
+      segs.back().device = layer_device[i];
+    }
+    segs.back().layers.push_back(static_cast<int>(i));
+    segs.back().param_bytes += g.layers[i].param_bytes();
+    seg_of_layer[i] = static_cast<int>(segs.size()) - 1;
+  }
+  std::vector<std::set<int>> preds(segs.size()), succs(segs.size());
+  for (size_t i = 0; i < g.layers.size(); ++i) {
+    int s = seg_of_layer[i];
+    if (g.layers[i].inputs.empty()) segs[s].reads_model_input = true;
+    for (int p : g.layers[i].inputs)
+      if (seg_of_layer[p] != s) {
+        preds[s].insert(seg_of_layer[p]);
+        succs[seg_of_layer[p]].insert(s);
+      }
+  }
+  for (size_t s = 0; s < segs.size(); ++s) {
+    segs[s].preds.assign(preds[s].begin(), preds[s].end());
+    segs[s].succs.assign(succs[s].begin(), succs[s].end());
+  }
+  segs[seg_of_layer.back()].computes_loss = true;
+  return segs;
+}
+
+int64_t edge_bytes_per_sample(const LayerGraph& g, const TaskGraph& tg, int from, int to) {
+  int64_t bytes = 0;
+  for (int l : reference::boundary_layers(g, tg, from, to)) bytes += g.layers[l].activation_bytes();
+  return bytes;
+}
+
+void add_tasks(const LayerGraph& g, TaskGraph& tg) {
+  const int S = static_cast<int>(tg.segments.size());
+  const int M = tg.micro_batches();
+  tg.forward_task.assign(S, std::vector<int>(M, -1));
+  tg.backward_task.assign(S, std::vector<int>(M, -1));
+  // fwd_input[s][m][k]: task that delivers pred k's activations to s.
+  std::vector<std::vector<std::vector<int>>> fwd_in(S, std::vector<std::vector<int>>(M));
+  std::vector<std::vector<std::vector<int>>> grad_in(S, std::vector<std::vector<int>>(M));
+  auto push = [&](Task t) {
+    tg.tasks.push_back(std::move(t));
+    return static_cast<int>(tg.tasks.size()) - 1;
+  };
+  for (int s = 0; s < S; ++s) {
+    const Segment& seg = tg.segments[s];
+    for (int m = 0; m < M; ++m) {
+      Task f;
+      f.kind = TaskKind::forward;
+      f.segment = s;
+      f.micro_batch = m;
+      f.device = seg.device;
+      f.deps = fwd_in[s][m];
+      int fid = push(f);
+      tg.forward_task[s][m] = fid;
+      for (int t : seg.succs) {
+        if (tg.segments[t].device == seg.device) {
+          fwd_in[t][m].push_back(fid);
+          continue;
+        }
+        Task x;
+        x.kind = TaskKind::transfer_activation;
+        x.segment = s;
+        x.peer_segment = t;
+        x.micro_batch = m;
+        x.device = seg.device;
+        x.to_device = tg.segments[t].device;
+        x.bytes = edge_bytes_per_sample(g, tg, s, t) * tg.micro_batch_sizes[m];
+        x.deps = {fid};
+        fwd_in[t][m].push_back(push(x));
+      }
+    }
+  }
+  for (int s = S - 1; s >= 0; --s) {
+    const Segment& seg = tg.segments[s];
+    for (int m = 0; m < M; ++m) {
+      Task b;
+      b.kind = TaskKind::backward;
+      b.segment = s;
+      b.micro_batch = m;
+      b.device = seg.device;
+      b.deps = grad_in[s][m];
+      b.deps.push_back(tg.forward_task[s][m]);
+      int bid = push(b);
+      tg.backward_task[s][m] = bid;
+      for (int p : seg.preds) {
+        if (tg.segments[p].device == seg.device) {
+          grad_in[p][m].push_back(bid);
+          continue;
+        }
+        Task x;
+        x.kind = TaskKind::transfer_gradient;
+        x.segment = p;
+        x.peer_segment = s;
+        x.micro_batch = m;
+        x.device = seg.device;
+        x.to_device = tg.segments[p].device;
+        x.bytes = edge_bytes_per_sample(g, tg, p, s) * tg.micro_batch_sizes[m];
+        x.deps = {bid};
+        grad_in[p][m].push_back(push(x));
+      }
+    }
+  }
+}
+
+// GPipe fill-drain: every forward, then every backward, in wavefront order.
+// The global order is topological, so filtering it per device cannot deadlock.
+void order_gpipe(TaskGraph& tg) {
+  const int S = static_cast<int>(tg.segments.size());
+  const int M = tg.micro_batches();
+  std::vector<std::pair<std::pair<int, int>, int>> fwd, bwd;
+  for (int s = 0; s < S; ++s)
+    for (int m = 0; m < M; ++m) {
+      fwd.push_back({{m + s, s}, tg.forward_task[s][m]});
+      bwd.push_back({{m + (S - 1 - s), S - 1 - s}, tg.backward_task[s][m]});
+    }
+  std::sort(fwd.begin(), fwd.end());
+  std::sort(bwd.begin(), bwd.end());
+  tg.device_order.assign(tg.num_devices, {});
+  for (const auto& f : fwd) tg.device_order[tg.tasks[f.second].device].push_back(f.second);
+  for (const auto& b : bwd) tg.device_order[tg.tasks[b.second].device].push_back(b.second);
+}
+
+// 1F1B (PipeDream-flush): a unit-time list schedule where each device prefers a
+// ready backward and admits a new micro-batch only while fewer than `limit` are
+// in flight on it (limit = devices from its first segment to the end). The
+// recorded order comes from a feasible execution, so it never deadlocks.
+void order_1f1b(TaskGraph& tg) {
+  const int S = static_cast<int>(tg.segments.size());
+  const int M = tg.micro_batches();
+  const int D = tg.num_devices;
+  const int T = static_cast<int>(tg.tasks.size());
+  std::vector<int> limit(D, 0);
+  for (int d = 0; d < D; ++d) {
+    int first = -1;
+    for (int s = 0; s < S && first < 0; ++s)
+      if (tg.segments[s].device == d) first = s;
+    if (first < 0) continue;
+    std::set<int> downstream;
+    for (int s = first; s < S; ++s) downstream.insert(tg.segments[s].device);
+    limit[d] = static_cast<int>(downstream.size());
+  }
+  // Per device: its compute tasks, and per micro-batch how many of them remain.
+  std::vector<std::vector<int>> pending(D);
+  for (int t = 0; t < T; ++t)
+    if (tg.tasks[t].kind == TaskKind::forward || tg.tasks[t].kind == TaskKind::backward)
+      pending[tg.tasks[t].device].push_back(t);
+  std::vector<std::vector<int>> left(D, std::vector<int>(M, 0));
+  std::vector<std::vector<bool>> started(D, std::vector<bool>(M, false));
+  std::vector<int> in_flight(D, 0);
+  for (int d = 0; d < D; ++d)
+    for (int t : pending[d]) ++left[d][tg.tasks[t].micro_batch];
+  std::vector<int> done_step(T, -1);
+  auto done_before = [&](int t, int step) {
+    const Task& task = tg.tasks[t];
+    if (task.kind == TaskKind::transfer_activation || task.kind == TaskKind::transfer_gradient)
+      return done_step[task.deps[0]] >= 0 && done_step[task.deps[0]] < step;
+    return done_step[t] >= 0 && done_step[t] < step;
+  };
+  tg.device_order.assign(D, {});
+  size_t remaining = 0;
+  for (auto& p : pending) remaining += p.size();
+  for (int step = 0; remaining > 0; ++step) {
+    bool progressed = false;
+    for (int d = 0; d < D; ++d) {
+      int pick = -1;
+      bool pick_bwd = false;
+      for (int t : pending[d]) {
+        const Task& task = tg.tasks[t];
+        bool ready = std::all_of(task.deps.begin(), task.deps.end(), [&](int x) { return done_before(x, step); });
+        if (!ready) continue;
+        bool bwd = task.kind == TaskKind::backward;
+        if (!bwd && !started[d][task.micro_batch] && in_flight[d] >= limit[d]) continue;
+        auto key = [&](int id) { return std::make_pair(tg.tasks[id].micro_batch, tg.tasks[id].segment * (bwd ? -1 : 1)); };
+        if (pick < 0 || (bwd && !pick_bwd) || (bwd == pick_bwd && key(t) < key(pick))) {
+          pick = t;
+          pick_bwd = bwd;
+        }
+      }
+      if (pick < 0) continue;
+      const Task& task = tg.tasks[pick];
+      done_step[pick] = step;
+      tg.device_order[d].push_back(pick);
+      pending[d].erase(std::find(pending[d].begin(), pending[d].end(), pick));
+      --remaining;
+      progressed = true;
+      if (!started[d][task.micro_batch]) {
+        started[d][task.micro_batch] = true;
+        ++in_flight[d];
+      }
+      if (--left[d][task.micro_batch] == 0) --in_flight[d];
+    }
+    // Nothing ran although tasks remain: every ready forward is held back by
+    // its limit, and the next step would see the same state. Widen the limits.
+    if (!progressed)
+      for (int& l : limit) ++l;
+  }
+}
+
+}  // namespace
+
+inline std::vector<int> boundary_layers(const LayerGraph& g, const TaskGraph& tg, int from, int to) {
+  std::set<int> in_from(tg.segments[from].layers.begin(), tg.segments[from].layers.end());
+  std::set<int> out;
+  for (int l : tg.segments[to].layers)
+    for (int p : g.layers[l].inputs)
+      if (in_from.count(p)) out.insert(p);
+  return {out.begin(), out.end()};
+}
+
+inline Result<TaskGraph> build_task_graph(const LayerGraph& g, const Placement& p, const Cluster& c,
+                                   int64_t batch_size) {
+  if (Status s = validate_placement(p, g, c, batch_size); !s) return s;
+  TaskGraph tg;
+  tg.num_devices = c.num_devices();
+  tg.schedule = p.schedule;
+  std::vector<int> seg_of_layer;
+  tg.segments = split_segments(g, p.layer_devices(), seg_of_layer);
+  for (int m = 0; m < p.micro_batches; ++m)
+    tg.micro_batch_sizes.push_back(batch_size / p.micro_batches + (m < batch_size % p.micro_batches ? 1 : 0));
+  add_tasks(g, tg);
+  if (p.schedule == Schedule::gpipe)
+    order_gpipe(tg);
+  else
+    order_1f1b(tg);
+  return tg;
+}
+
+}  // namespace tapp::reference

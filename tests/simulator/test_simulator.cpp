@@ -1,0 +1,457 @@
+// Simulator and calibration: step times that can be computed by hand.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+
+#include "model/layer_graph.h"
+#include "model/layer_library.h"
+#include "simulator/calibration.h"
+#include "core/cluster.h"
+#include "simulator/simulator.h"
+#include "simulator/task_graph.h"
+#include "tests/simulator/fixtures.h"
+#include "tests/simulator/task_graph_reference.h"
+
+using namespace tapp;
+using namespace tapp::test;
+
+namespace {
+
+
+// Every layer costs fwd_ms / bwd_ms per `batch` samples.
+LayerLibrary flat_library(const LayerGraph& g, int64_t batch, double fwd_ms, double bwd_ms) {
+  LayerLibrary lib = library_skeleton(g);
+  lib.batch_size = batch;
+  for (auto& r : lib.rows) {
+    r.forward_ms = fwd_ms;
+    r.backward_ms = bwd_ms;
+  }
+  return lib;
+}
+
+// Links fast enough to be free.
+
+
+StepReport run(const LayerGraph& g, const Cluster& c, const LayerLibrary& lib, const Placement& p, int64_t batch,
+               const Calibration& cal = {}) {
+  auto cost = CostModel::build(g, c, lib, cal);
+  REQUIRE(cost.is_ok());
+  Simulator sim(g, c, *cost, batch);
+  return sim.evaluate(p);
+}
+
+}  // namespace
+
+TEST_CASE("two equal stages with free links take (m + 1) x stage time under GPipe fill-drain") {
+  LayerGraph g = chain(2);
+  Cluster c = devices(2);
+  for (int m : {1, 2, 4, 8}) {
+    // Per micro-batch: forward 1 ms, backward 2 ms on each stage.
+    const int64_t batch = 8;
+    LayerLibrary lib = flat_library(g, batch / m, 1.0, 2.0);
+    StepReport r = run(g, c, lib, by_device({0, 1}, m), batch);
+    REQUIRE(r.ok);
+    CHECK(r.step_ms == doctest::Approx((m + 1) * 3.0));
+    CHECK(r.devices[0].busy_ms == doctest::Approx(m * 3.0));
+    // As the runtime counts it, waiting for a remote input is communication:
+    // stage 0 waits 3 ms for its first gradient, stage 1 1 ms for its first
+    // activation and then idles 2 ms while stage 0 runs its last backward.
+    CHECK(r.devices[0].comm_ms == doctest::Approx(3.0));
+    CHECK(r.devices[0].idle_ms == doctest::Approx(0.0));
+    CHECK(r.devices[1].comm_ms == doctest::Approx(1.0));
+    CHECK(r.devices[1].idle_ms == doctest::Approx(2.0));
+  }
+}
+
+TEST_CASE("S equal stages take (m + S - 1) x stage time; a single device takes m x its work") {
+  for (int S : {1, 3, 4})
+    for (int m : {1, 3, 6}) {
+      LayerGraph g = chain(S);
+      Cluster c = devices(S);
+      std::vector<int> dev(S);
+      for (int i = 0; i < S; ++i) dev[i] = i;
+      LayerLibrary lib = flat_library(g, 6 / m, 1.5, 2.5);
+      StepReport r = run(g, c, lib, by_device(dev, m), 6);
+      REQUIRE(r.ok);
+      CHECK(r.step_ms == doctest::Approx((m + S - 1) * 4.0));
+    }
+}
+
+TEST_CASE("unequal stages: GPipe step is fill + (m - 1) x the slowest stage + drain") {
+  // Stage 0 has 1 layer (f=1,b=1), stage 1 has 3 layers (f=3,b=3); free links.
+  LayerGraph g = chain(4);
+  Cluster c = devices(2);
+  const int m = 4;
+  LayerLibrary lib = flat_library(g, 1, 1.0, 1.0);
+  StepReport r = run(g, c, lib, by_device({0, 1, 1, 1}, m), m);
+  REQUIRE(r.ok);
+  // Forward: stage 1 runs its 4 forwards back to back from t=1 (ends 1 + 4*3 = 13),
+  // then its 4 backwards (ends 25); stage 0's last backward follows: 26.
+  CHECK(r.step_ms == doctest::Approx(1 + m * 3 + m * 3 + 1));
+}
+
+TEST_CASE("a transfer-bound link serializes the micro-batches' transfers") {
+  LayerGraph g = chain(2);
+  Cluster c = devices(2);
+  // 2 samples x 32 bytes = 512 bits per message; 0.0512 Mbps -> 10 ms each.
+  c.default_link.bandwidth_mbps = 0.0512;
+  const int m = 4;
+  LayerLibrary lib = flat_library(g, 2, 1.0, 1.0);  // 1 ms per micro-batch (2 samples)
+  StepReport r = run(g, c, lib, by_device({0, 1}, m), 8);
+  REQUIRE(r.ok);
+  // f + m X (activations) + f + b + m X (gradients) + b.
+  CHECK(r.step_ms == doctest::Approx(2 + 2 + 2 * m * 10.0));
+  CHECK(r.comm_fraction > 0.5);
+  CHECK(r.devices[1].busy_ms == doctest::Approx(m * 2.0));
+}
+
+TEST_CASE("asymmetric links: a slow up link and a fast down link are costed per direction") {
+  LayerGraph g = chain(2);
+  Cluster c = devices(2);
+  c.links.push_back(Link{"d0", "d1", 0.0512, 0});  // 10 ms per message
+  c.links.push_back(Link{"d1", "d0", 1.024, 0});   // 0.5 ms per message
+  const int m = 4;
+  LayerLibrary lib = flat_library(g, 2, 1.0, 1.0);
+  StepReport up_slow = run(g, c, lib, by_device({0, 1}, m), 8);
+  REQUIRE(up_slow.ok);
+  // 2f + m X + (m + 1) b + Y
+  CHECK(up_slow.step_ms == doctest::Approx(2 + 40 + 5 + 0.5));
+  // The same placement with the devices swapped sends activations over the fast link.
+  Placement swapped = by_device({0, 1}, m);
+  swapped.group_device = {1, 0};
+  StepReport down_slow = run(g, c, lib, swapped, 8);
+  REQUIRE(down_slow.ok);
+  // f + X' + m f ... : forwards end at (m + 1) f + 0.5, gradients serialize: + b + m x 10, + b.
+  CHECK(down_slow.step_ms == doctest::Approx(5.5 + 1 + 40 + 1));
+}
+
+TEST_CASE("a device's sends share one queue (the runtime's sender thread) unless links are modelled apart") {
+  // d0 feeds d1 and d2 from one layer each; each message takes 10 ms.
+  LayerGraph g;
+  g.name = "fanout";
+  g.input_shape = {8};
+  add_layer(g, "a", "linear", {});
+  add_layer(g, "b", "linear", {0});
+  add_layer(g, "c", "linear", {0});
+  add_layer(g, "d", "add", {1, 2});
+  REQUIRE(infer_shapes(g).is_ok());
+  Cluster c = devices(3);
+  c.default_link.bandwidth_mbps = 0.0256;  // 1 sample x 32 bytes = 256 bits -> 10 ms
+  LayerLibrary lib = flat_library(g, 1, 1.0, 1.0);
+  Placement p;
+  p.layer_group = {0, 1, 2, 0};
+  p.group_device = {0, 1, 2};
+  auto cost = CostModel::build(g, c, lib);
+  REQUIRE(cost.is_ok());
+  auto tg = build_task_graph(g, p, c, 1);
+  REQUIRE(tg.is_ok());
+  StepReport shared = simulate(*tg, *cost);
+  SimulateOptions per_link;
+  per_link.send_queue_per_device = false;
+  StepReport apart = simulate(*tg, *cost, per_link);
+  REQUIRE(shared.ok);
+  REQUIRE(apart.ok);
+  // Per link: F 1 + X 10 + F 1 + X 10 + F 1 + B 1 + G 10 + B 1 + G 10 + B 1 = 46.
+  CHECK(apart.step_ms == doctest::Approx(46.0));
+  // Shared queue: d0's second activation and second gradient each wait 10 ms more.
+  CHECK(shared.step_ms == doctest::Approx(66.0));
+}
+
+TEST_CASE("latency is paid once per message and the device's sends do not block its compute") {
+  LayerGraph g = chain(2);
+  Cluster c = devices(2);
+  c.default_link.latency_ms = 0.25;
+  const int m = 4;
+  LayerLibrary lib = flat_library(g, 1, 1.0, 1.0);
+  StepReport r = run(g, c, lib, by_device({0, 1}, m), m);
+  REQUIRE(r.ok);
+  // Two stage crossings (activation of m0 and gradient of m_{m-1}) on the critical path.
+  CHECK(r.step_ms == doctest::Approx((m + 1) * 2.0 + 2 * 0.25));
+  // Device 0's forwards run back to back although it sends after each one.
+  int f_end_3 = -1;
+  for (const auto& e : r.timeline)
+    if (e.task == "F s0 m3") {
+      CHECK(e.end_ms == doctest::Approx(4.0));
+      f_end_3 = 1;
+    }
+  CHECK(f_end_3 == 1);
+}
+
+TEST_CASE("1F1B on equal stages finishes in the fill-drain time and keeps fewer activations") {
+  LayerGraph g = chain(2);
+  Cluster c = devices(2);
+  const int m = 8;
+  LayerLibrary lib = flat_library(g, 1, 1.0, 1.0);
+  StepReport gp = run(g, c, lib, by_device({0, 1}, m, Schedule::gpipe), m);
+  StepReport ofob = run(g, c, lib, by_device({0, 1}, m, Schedule::one_f_one_b), m);
+  REQUIRE(gp.ok);
+  REQUIRE(ofob.ok);
+  CHECK(ofob.step_ms == doctest::Approx((m + 1) * 2.0));
+  CHECK(ofob.devices[0].peak_memory_bytes < gp.devices[0].peak_memory_bytes);
+}
+
+TEST_CASE("the timeline names tasks as the runtime does") {
+  LayerGraph g = chain(3);
+  Cluster c = devices(2);
+  LayerLibrary lib = flat_library(g, 1, 1.0, 1.0);
+  StepReport r = run(g, c, lib, by_device({0, 1, 1}, 2), 2);
+  REQUIRE(r.ok);
+  std::vector<std::string> names;
+  for (const auto& e : r.timeline) names.push_back(e.task);
+  for (const char* want : {"F s0 m0", "F s1 m1", "B s1 m0", "B s0 m1", "X s0->s1 m0", "G s1->s0 m1"})
+    CHECK_MESSAGE(std::count(names.begin(), names.end(), want) == 1, want);
+  CHECK(r.timeline.size() == 2u * (2 + 2 + 2));
+  for (const auto& e : r.timeline) CHECK(e.end_ms >= e.start_ms);
+}
+
+TEST_CASE("invalid placements come back as failures, never exceptions") {
+  LayerGraph g = chain(3);
+  Cluster c = devices(2);
+  LayerLibrary lib = flat_library(g, 4, 1.0, 1.0);
+  auto cost = CostModel::build(g, c, lib);
+  REQUIRE(cost.is_ok());
+  Simulator sim(g, c, *cost, 4);
+  Placement wrong_size = by_device({0, 1}, 1);
+  StepReport r = sim.evaluate(wrong_size);
+  CHECK_FALSE(r.ok);
+  CHECK(r.failure_kind == "invalid_placement");
+  CHECK(r.message.find("3 layers") != std::string::npos);
+  Placement bad_device = by_device({0, 1, 5}, 1);
+  CHECK(sim.evaluate(bad_device).failure_kind == "invalid_placement");
+  Placement too_many_micro_batches = by_device({0, 1, 1}, 9);
+  CHECK(sim.evaluate(too_many_micro_batches).failure_kind == "invalid_placement");
+}
+
+TEST_CASE("a placement over a device's memory is an out_of_memory failure naming the device") {
+  LayerGraph g = chain(2);
+  Layer big;
+  big.name = "big";
+  big.op = "linear";
+  big.attrs.out = 16384;
+  big.inputs = {1};
+  g.layers.push_back(big);
+  REQUIRE(infer_shapes(g).is_ok());
+  Cluster c = devices(2);
+  c.devices[1].memory_mb = 1;  // the 8x16384 layer's weights, gradients and state need 3 x 0.5 MB
+  LayerLibrary lib = flat_library(g, 4, 1.0, 1.0);
+  StepReport fits = run(g, c, lib, by_device({1, 1, 0}, 1), 4);
+  CHECK(fits.ok);
+  StepReport over = run(g, c, lib, by_device({0, 0, 1}, 1), 4);
+  CHECK_FALSE(over.ok);
+  CHECK(over.failure_kind == "out_of_memory");
+  CHECK(over.message.find("d1") != std::string::npos);
+}
+
+TEST_CASE("device speed stretches compute by 1/speed") {
+  LayerGraph g = chain(1);
+  Cluster c = devices(1);
+  c.devices[0].speed = 0.5;
+  LayerLibrary lib = flat_library(g, 4, 1.0, 3.0);
+  StepReport r = run(g, c, lib, by_device({0}, 1), 4);
+  REQUIRE(r.ok);
+  CHECK(r.step_ms == doctest::Approx(8.0));
+}
+
+TEST_CASE("a cost model for a library of another model is an error naming both sizes") {
+  LayerGraph g = chain(3);
+  LayerLibrary lib = flat_library(chain(2), 4, 1.0, 1.0);
+  auto cost = CostModel::build(g, devices(2), lib);
+  REQUIRE_FALSE(cost.is_ok());
+  CHECK(cost.error_message().find("2 rows") != std::string::npos);
+  CHECK(cost.error_message().find("3 layers") != std::string::npos);
+}
+
+TEST_CASE("calibration recovers known device factors and overheads from measured steps") {
+  LayerGraph g = chain(6);
+  Cluster c = devices(3);
+  c.default_link.bandwidth_mbps = 1.0;
+  c.default_link.latency_ms = 0.1;
+  LayerLibrary lib = flat_library(g, 4, 1.0, 2.0);
+  auto base = CostModel::build(g, c, lib);
+  REQUIRE(base.is_ok());
+  Calibration truth;
+  truth.device_factor = {1.5, 0.8, 1.2};
+  truth.task_overhead_ms = 0.3;
+  truth.message_overhead_ms = 0.2;
+  truth.step_overhead_ms = 1.0;
+  CostModel real = base->with_calibration(truth);
+  std::mt19937 rng(7);
+  std::vector<CalibrationSample> samples;
+  Simulator sim(g, c, real, 8);
+  for (int i = 0; i < 30; ++i) {
+    std::vector<int> dev(6);
+    for (int& d : dev) d = static_cast<int>(rng() % 3);
+    Placement p;
+    p.layer_group = dev;
+    p.group_device = {0, 1, 2};
+    p.micro_batches = 1 << (rng() % 4);
+    StepReport measured = sim.evaluate(p, {false});
+    REQUIRE(measured.ok);
+    samples.push_back({p, measured});
+  }
+  CalibrationOptions untied;
+  untied.tie_identical_devices = false;
+  auto fit = calibrate(g, c, *base, 8, samples, untied);
+  REQUIRE(fit.is_ok());
+  CHECK(fit->before.median_abs_rel_error > 0.1);
+  CHECK(fit->after.median_abs_rel_error < 0.01);
+  CHECK(fit->after.spearman > 0.99);
+  CHECK(fit->calibration.factor(0) == doctest::Approx(1.5).epsilon(0.05));
+  // Tied, identical devices share one factor.
+  auto tied = calibrate(g, c, *base, 8, samples);
+  REQUIRE(tied.is_ok());
+  CHECK(tied->calibration.factor(0) == tied->calibration.factor(1));
+  CHECK(tied->calibration.factor(1) == tied->calibration.factor(2));
+}
+
+TEST_CASE("spearman is 1 for the same order, -1 for the reverse, and handles ties") {
+  CHECK(spearman({1, 2, 3, 4}, {10, 20, 30, 40}) == doctest::Approx(1.0));
+  CHECK(spearman({1, 2, 3, 4}, {4, 3, 2, 1}) == doctest::Approx(-1.0));
+  CHECK(spearman({1, 1, 2}, {5, 5, 6}) == doctest::Approx(1.0));
+  AccuracyStats s = accuracy({11, 9, 20}, {10, 10, 20});
+  CHECK(s.median_abs_rel_error == doctest::Approx(0.1));
+}
+
+namespace {
+// fc0 -> {fc1, fc2} -> add3 -> fc4 -> add5 (+ fc0): branches and a skip connection.
+LayerGraph branchy() {
+  LayerGraph g;
+  g.name = "branchy";
+  g.input_shape = {8};
+  add_layer(g, "fc0", "linear", {});
+  add_layer(g, "fc1", "linear", {0});
+  add_layer(g, "fc2", "linear", {0});
+  add_layer(g, "add3", "add", {1, 2});
+  add_layer(g, "fc4", "linear", {3});
+  add_layer(g, "add5", "add", {4, 0});
+  add_layer(g, "fc6", "linear", {5});
+  REQUIRE(infer_shapes(g).is_ok());
+  return g;
+}
+
+void check_same(const TaskGraph& a, const TaskGraph& b) {
+  REQUIRE(a.segments.size() == b.segments.size());
+  for (size_t s = 0; s < a.segments.size(); ++s) {
+    CHECK(a.segments[s].device == b.segments[s].device);
+    CHECK(a.segments[s].layers == b.segments[s].layers);
+    CHECK(a.segments[s].preds == b.segments[s].preds);
+    CHECK(a.segments[s].succs == b.segments[s].succs);
+    CHECK(a.segments[s].reads_model_input == b.segments[s].reads_model_input);
+    CHECK(a.segments[s].computes_loss == b.segments[s].computes_loss);
+    CHECK(a.segments[s].param_bytes == b.segments[s].param_bytes);
+  }
+  REQUIRE(a.tasks.size() == b.tasks.size());
+  for (size_t t = 0; t < a.tasks.size(); ++t) {
+    const Task &x = a.tasks[t], &y = b.tasks[t];
+    CHECK(x.kind == y.kind);
+    CHECK(x.segment == y.segment);
+    CHECK(x.peer_segment == y.peer_segment);
+    CHECK(x.micro_batch == y.micro_batch);
+    CHECK(x.device == y.device);
+    CHECK(x.to_device == y.to_device);
+    CHECK(x.bytes == y.bytes);
+    CHECK(x.deps == y.deps);
+  }
+  CHECK(a.device_order == b.device_order);
+  CHECK(a.forward_task == b.forward_task);
+  CHECK(a.backward_task == b.backward_task);
+  CHECK(a.micro_batch_sizes == b.micro_batch_sizes);
+  CHECK(a.num_devices == b.num_devices);
+}
+}  // namespace
+
+TEST_CASE("the buffer-reusing task-graph builder matches the reference builder task for task") {
+  std::mt19937 rng(3);
+  TaskGraph reused;
+  for (const LayerGraph& g : {chain(7), branchy()}) {
+    Cluster c = devices(3);
+    for (int trial = 0; trial < 150; ++trial) {
+      Placement p;
+      p.group_device = {0, 1, 2};
+      for (size_t i = 0; i < g.layers.size(); ++i) p.layer_group.push_back(static_cast<int>(rng() % 3));
+      p.micro_batches = 1 + static_cast<int>(rng() % 5);
+      p.schedule = rng() % 2 ? Schedule::gpipe : Schedule::one_f_one_b;
+      auto ref = reference::build_task_graph(g, p, c, 9);
+      auto fresh = build_task_graph(g, p, c, 9);
+      REQUIRE(ref.is_ok());
+      REQUIRE(fresh.is_ok());
+      check_same(*fresh, *ref);
+      REQUIRE(build_task_graph_into(g, p, c, 9, reused).is_ok());
+      check_same(reused, *ref);
+    }
+  }
+}
+
+TEST_CASE("costs follow the profiled batch sizes: exact at each, interpolated between, affine above") {
+  LayerGraph g = chain(2);
+  Cluster c = devices(1);
+  LayerLibrary at1 = flat_library(g, 1, 2.0, 4.0);    // 2 ms forward per layer for 1 sample
+  LayerLibrary at8 = flat_library(g, 8, 6.0, 12.0);   // 6 ms for 8 samples: far from 8 x 2
+  auto cost = CostModel::build(g, c, std::vector<LayerLibrary>{at8, at1});
+  REQUIRE(cost.is_ok());
+  CHECK(cost->profiled_batch_sizes(0) == std::vector<int64_t>{1, 8});
+  CHECK(cost->forward_ms(0, 0, 1, 1) == doctest::Approx(4.0));
+  CHECK(cost->forward_ms(0, 0, 1, 8) == doctest::Approx(12.0));
+  CHECK(cost->forward_ms(0, 0, 0, 4) == doctest::Approx(2.0 + 4.0 * 3 / 7));
+  CHECK(cost->backward_ms(0, 1, 1, 16) == doctest::Approx(12.0 + 8.0 * 8 / 7));
+  // One profile: linear in the samples.
+  auto linear = CostModel::build(g, c, at8);
+  REQUIRE(linear.is_ok());
+  CHECK(linear->forward_ms(0, 0, 1, 2) == doctest::Approx(3.0));
+  // Micro-batches of one sample pay the batch-1 price in the simulation.
+  Simulator sim(g, c, *cost, 8);
+  Placement p;
+  p.layer_group = {0, 0};
+  p.group_device = {0};
+  p.micro_batches = 8;
+  StepReport r = sim.evaluate(p);
+  REQUIRE(r.ok);
+  CHECK(r.step_ms == doctest::Approx(8 * (4.0 + 8.0)));
+}
+
+TEST_CASE("a noisy profile cannot make a layer cheaper at more samples, nor flatten the extrapolation") {
+  LayerGraph g = chain(1);
+  Cluster c = devices(1);
+  LayerLibrary at1 = flat_library(g, 1, 2.0, 2.0);
+  LayerLibrary at4 = flat_library(g, 4, 9.0, 9.0);  // measured while the machine was busy
+  LayerLibrary at8 = flat_library(g, 8, 8.0, 8.0);  // less than at 4: noise
+  auto cost = CostModel::build(g, c, std::vector<LayerLibrary>{at1, at4, at8});
+  REQUIRE(cost.is_ok());
+  CHECK(cost->forward_ms(0, 0, 0, 8) == doctest::Approx(9.0));  // raised to the batch-4 figure
+  // Above 8: the average marginal cost (9 - 2) / 7 per sample, not the flat 4 -> 8 segment.
+  CHECK(cost->forward_ms(0, 0, 0, 15) == doctest::Approx(9.0 + 7.0));
+}
+
+TEST_CASE("local devices that compute at once slow each other by the calibrated concurrency slowdown") {
+  LayerGraph g = chain(2);
+  Cluster c = devices(2);
+  LayerLibrary lib = flat_library(g, 1, 1.0, 1.0);
+  Calibration cal;
+  cal.concurrency_slowdown = 0.5;  // each stage's compute x (1 + 0.5 x 1 other local device)
+  const int m = 4;
+  StepReport two = run(g, c, lib, by_device({0, 1}, m), m, cal);
+  REQUIRE(two.ok);
+  CHECK(two.step_ms == doctest::Approx((m + 1) * 2.0 * 1.5));
+  StepReport one = run(g, c, lib, by_device({0, 0}, m), m, cal);  // alone: no slowdown
+  REQUIRE(one.ok);
+  CHECK(one.step_ms == doctest::Approx(m * 4.0));
+  c.devices[1].where = "10.0.0.2:7000";  // a remote device does not share the machine
+  StepReport remote = run(g, c, lib, by_device({0, 1}, m), m, cal);
+  REQUIRE(remote.ok);
+  CHECK(remote.step_ms == doctest::Approx((m + 1) * 2.0));
+}
+
+TEST_CASE("a slow device's sends leave when its stretched task ends, as the runtime releases them") {
+  LayerGraph g = chain(2);
+  Cluster c = devices(2);
+  c.devices[0].speed = 0.5;  // its 1 ms tasks take 2 ms
+  LayerLibrary lib = flat_library(g, 1, 1.0, 1.0);
+  auto cost = CostModel::build(g, c, lib);
+  REQUIRE(cost.is_ok());
+  auto tg = build_task_graph(g, by_device({0, 1}, 1), c, 1);
+  REQUIRE(tg.is_ok());
+  // F0 [0, 2]; F1 [2, 3]; B1 [3, 4]; B0 [4, 6].
+  CHECK(simulate(*tg, *cost).step_ms == doctest::Approx(6.0));
+}
