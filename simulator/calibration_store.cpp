@@ -10,6 +10,7 @@
 
 #include "common/json_fields.h"
 #include "core/cluster_fingerprint.h"
+#include "model/profile_cache.h"
 
 namespace tapp {
 namespace jf = json_fields;
@@ -119,6 +120,8 @@ Result<std::optional<StoredCalibration>> find_calibration(CalibrationStore& stor
 Status save_calibration(CalibrationStore& store, const StoredCalibration& s) {
   return store.put(s.cluster_fingerprint, stored_calibration_to_json(s).dump(2));
 }
+
+std::string default_calibration_dir() { return default_cache_dir() + "/calibrations"; }
 
 std::string utc_now_iso8601() {
   std::time_t now = std::time(nullptr);

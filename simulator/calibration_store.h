@@ -75,6 +75,9 @@ Result<std::optional<StoredCalibration>> find_calibration(CalibrationStore& stor
                                                           int timing_method);
 Status save_calibration(CalibrationStore& store, const StoredCalibration& s);
 
+// default_cache_dir() + "/calibrations": where the CLI keeps them.
+std::string default_calibration_dir();
+
 // Now as ISO 8601 UTC ("2026-11-23T08:59:00Z").
 std::string utc_now_iso8601();
 
