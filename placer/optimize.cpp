@@ -323,6 +323,7 @@ json baselines_json(const JobOutcome& o, const References& ref) {
       row["step_ms"] = nullptr;
       row["failure_kind"] = b.report.failure_kind;
       row["message"] = b.report.message;
+      if (b.skipped) row["skipped"] = true;  // not a failure: the planner did not run, message says why
     }
     if (b.placement && b.report.ok) {
       row["micro_batches"] = b.placement->micro_batches;

@@ -5,7 +5,7 @@
 #include <random>
 
 #include "placer/measurer.h"
-#include "placer/search.h"
+#include "planners/moves.h"
 
 namespace tapp {
 
@@ -42,73 +42,15 @@ std::vector<Placement> replica_neighbours(const Placement& p, int num_devices) {
   return out;
 }
 
-// Local moves around a placement whose groups are stages in layer order:
-// shift a stage boundary by 1, 2, 4, ... layers (up to a quarter of the
-// model), merge two adjacent stages, split a stage onto an unused device, swap
-// two stages' devices, move a stage to an unused device, halve or double the
-// micro-batches (replica moves for a data-parallel placement).
 }  // namespace
 
 std::vector<Placement> neighbours(const Placement& p, int num_devices, const std::vector<int>& choices) {
   if (p.data_parallel) return replica_neighbours(p, num_devices);
-  std::vector<Placement> out;
   const int L = static_cast<int>(p.layer_group.size());
-  // q's groups renumbered as stages in layer order (emptied groups dropped).
-  auto as_stages = [](const Placement& q) {
-    Placement c = decision_to_placement(Decision{q.layer_group, q.group_device, 0}, {q.micro_batches}, q.schedule);
-    c.source = "policy";
-    return c;
-  };
-  for (int i = 1; i < L; ++i) {
-    if (p.layer_group[i] == p.layer_group[i - 1]) continue;  // i starts a new group
-    for (int step = 1; step == 1 || step <= L / 4; step *= 2)
-      for (int delta : {step, -step}) {
-        int lo = delta > 0 ? i : i + delta, hi = delta > 0 ? i + delta : i;  // layers [lo, hi) change side
-        if (lo < 0 || hi > L) continue;
-        Placement q = p;
-        const int g = delta > 0 ? p.layer_group[i - 1] : p.layer_group[i];
-        for (int k = lo; k < hi; ++k) q.layer_group[k] = g;
-        Placement c = as_stages(q);
-        if (c.num_groups() == p.num_groups()) out.push_back(std::move(c));
-      }
-    // Merge the stage that starts at i into the one before it.
-    Placement q = p;
-    for (int k = i; k < L && p.layer_group[k] == p.layer_group[i]; ++k) q.layer_group[k] = p.layer_group[i - 1];
-    out.push_back(as_stages(q));
-  }
-  std::vector<bool> used(num_devices, false);
-  for (int d : p.group_device) used[d] = true;
-  // Split a stage at its middle layer, the second half on an unused device.
-  for (int i = 0; i < L;) {
-    int end = i;
-    while (end < L && p.layer_group[end] == p.layer_group[i]) ++end;
-    for (int d = 0; d < num_devices && end - i >= 2; ++d)
-      if (!used[d]) {
-        Placement q = p;
-        q.group_device.push_back(d);
-        for (int k = (i + end) / 2; k < end; ++k) q.layer_group[k] = p.num_groups();
-        out.push_back(as_stages(q));
-      }
-    i = end;
-  }
-  for (int a = 0; a < p.num_groups(); ++a) {
-    for (int b = a + 1; b < p.num_groups(); ++b) {
-      Placement q = p;
-      std::swap(q.group_device[a], q.group_device[b]);
-      out.push_back(q);
-    }
-    for (int d = 0; d < num_devices; ++d)
-      if (!used[d]) {
-        Placement q = p;
-        q.group_device[a] = d;
-        out.push_back(q);
-      }
-  }
-  for (size_t k = 0; k < choices.size(); ++k)
-    if (choices[k] == p.micro_batches) {
-      if (k > 0) out.push_back(p), out.back().micro_batches = choices[k - 1];
-      if (k + 1 < choices.size()) out.push_back(p), out.back().micro_batches = choices[k + 1];
-    }
+  const StageMoves moves(L, num_devices, choices);
+  std::vector<Placement> out;
+  for (const StagePlan& n : moves.neighbours(stage_plan_of_runs(p), MoveSet::wide(L)))
+    out.push_back(to_placement(n, L, p.schedule, "policy"));
   return out;
 }
 

@@ -9,7 +9,7 @@
 // add or swap a replica); the budget then goes to the pipelines, from the best
 // one. Memoised repeats cost no evaluation, so the loop is also bounded by
 // attempts (20 x budget).
-// Data flow: Measurer.best / best_pipeline -> neighbours -> Measurer.measure.
+// Data flow: Measurer.best / best_pipeline -> neighbours (planners/moves.h) -> Measurer.measure.
 // Thread safety: one thread (the search's).
 #pragma once
 
@@ -30,10 +30,12 @@ struct RefineOptions {
   std::vector<int> micro_batch_choices;
 };
 
-// Local moves around a placement: replica moves for a data-parallel one,
-// else boundary shifts by 1, 2, 4, ... layers (up to a quarter of the model),
-// merges, splits onto an unused device, device swaps and moves, and the
-// neighbouring micro-batch counts.
+// Local moves around a placement: replica moves (drop, add or swap a replica)
+// for a data-parallel one; else every move of the one move generator
+// (planners/moves.h, MoveSet::wide: boundary shifts by 1, 2, 4, ... layers up
+// to a quarter of the model, merges, splits onto an unused device, device
+// swaps and moves, the neighbouring micro-batch counts) on the pipeline of the
+// placement's runs.
 std::vector<Placement> neighbours(const Placement& p, int num_devices, const std::vector<int>& micro_batch_choices);
 
 // Climbs from measurer.best(); evaluations are labelled `iteration` in the trace.

@@ -18,13 +18,14 @@ namespace tapp {
 
 namespace {
 
-// A device that cannot hold the smallest layer's weights, gradients and
-// optimizer state plus its activations is masked out of the allocation.
+// A device that cannot hold the smallest layer (the whole batch as one
+// micro-batch, by core's memory rule) is masked out of the allocation.
 std::vector<bool> devices_that_fit(const LayerGraph& g, const Cluster& c, int64_t batch_size) {
-  int64_t smallest = std::numeric_limits<int64_t>::max();
-  for (const Layer& l : g.layers) smallest = std::min(smallest, 3 * l.param_bytes() + l.activation_bytes() * batch_size);
-  std::vector<bool> ok(c.num_devices());
-  for (int d = 0; d < c.num_devices(); ++d) ok[d] = c.devices[d].memory_mb * 1024 * 1024 >= smallest;
+  const StageMemory memory(g);
+  std::vector<bool> ok(c.num_devices(), false);
+  for (int d = 0; d < c.num_devices(); ++d)
+    for (int l = 0; l < static_cast<int>(g.layers.size()) && !ok[d]; ++l)
+      ok[d] = memory.fits(c.devices[d], l, l + 1, batch_size, 1);
   return ok;
 }
 

@@ -155,6 +155,9 @@ void print_result(const json& r) {
   for (const auto& b : r["baselines"]) {
     if (b.value("ok", false))
       row(b.value("name", ""), b["step_ms"], b["speedup_vs_bsp"], b["speedup_vs_best_baseline"], b["comm_fraction"]);
+    else if (b.value("skipped", false))  // did not run: says why ("N candidates > limit L")
+      std::cout << std::left << std::setw(16) << b.value("name", "") << std::right << std::setw(12) << "skipped"
+                << "  " << b.value("message", "") << "\n";
     else
       std::cout << std::left << std::setw(16) << b.value("name", "") << std::right << std::setw(12) << "failed"
                 << "  " << b.value("failure_kind", "") << "\n";

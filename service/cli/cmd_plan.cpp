@@ -83,6 +83,7 @@ nlohmann::json row_json(const PlannerRow& row, const LayerGraph& g, const Cluste
   if (row.placement && is_data_parallel(*row.placement)) j["strategy"] = row.placement->source;
   j["report"] = step_report_to_json(row.report, timeline);
   j["plan_s"] = row.plan_s;
+  if (row.skipped) j["skipped"] = true;
   return j;
 }
 
@@ -221,7 +222,7 @@ int plan(const PlanArgs& a) {
       for (const auto& r : rows) {
         std::cout << std::left << std::setw(11) << r.name << std::right;
         if (!r.report.ok) {
-          std::cout << std::setw(11) << "-" << "  " << r.report.message << "\n";
+          std::cout << std::setw(11) << "-" << "  " << (r.skipped ? "skipped: " : "") << r.report.message << "\n";
           continue;
         }
         std::cout << std::setw(11) << fixed(r.report.step_ms, 2) << std::setw(9)
