@@ -21,10 +21,12 @@ json progress_to_json(const ProgressEvent& e) {
 }
 
 int cores_needed(const json& request, int total_cores) {
-  std::string evaluator = "simulate";
+  std::string evaluator = evaluator_kind_name(EvaluatorKind::simulate);
   if (auto o = request.find("options"); o != request.end() && o->is_object())
     if (auto e = o->find("evaluator"); e != o->end() && e->is_string()) evaluator = e->get<std::string>();
-  if (evaluator == "simulate") return 0;
+  if (Result<EvaluatorKind> kind = evaluator_kind_from_name(evaluator, "options.evaluator");
+      kind && *kind == EvaluatorKind::simulate)
+    return 0;
   auto c = request.find("cluster");
   if (c == request.end()) return 1;
   Result<Cluster> cluster = cluster_from_json(*c);
