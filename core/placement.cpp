@@ -98,34 +98,55 @@ Status validate_placement(const Placement& p, const LayerGraph& g, const Cluster
   return Status::ok();
 }
 
+namespace {
+// One layer's share of a device's memory: weights, gradients and optimizer
+// state, plus its activations kept for backward by the micro-batches in flight.
+int64_t layer_memory_bytes(const Layer& l, int64_t samples, int64_t in_flight) {
+  return 3 * l.param_bytes() + l.activation_bytes() * samples * in_flight;
+}
+}  // namespace
+
+int64_t device_memory_bytes(const Device& d) { return d.memory_mb * 1024 * 1024; }
+
+int64_t micro_batches_in_flight(Schedule schedule, int micro_batches, int stages) {
+  return schedule == Schedule::gpipe ? micro_batches : std::min(micro_batches, stages);
+}
+
+StageMemory::StageMemory(const LayerGraph& g) {
+  param_prefix_.assign(g.layers.size() + 1, 0);
+  activation_prefix_.assign(g.layers.size() + 1, 0);
+  for (size_t i = 0; i < g.layers.size(); ++i) {
+    param_prefix_[i + 1] = param_prefix_[i] + g.layers[i].param_bytes();
+    activation_prefix_[i + 1] = activation_prefix_[i] + g.layers[i].activation_bytes();
+  }
+}
+
+int64_t StageMemory::bytes(int first, int end, int64_t samples, int64_t in_flight) const {
+  return 3 * param_bytes(first, end) + (activation_prefix_[end] - activation_prefix_[first]) * samples * in_flight;
+}
+
 std::vector<int64_t> estimate_device_memory_bytes(const Placement& p, const LayerGraph& g, const Cluster& c,
                                                   int64_t batch_size) {
   std::vector<int64_t> bytes(c.num_devices(), 0);
   if (p.data_parallel) {
     const int64_t share = p.replica_share(batch_size);
     for (int d : p.group_device)
-      for (const Layer& l : g.layers) bytes[d] += 3 * l.param_bytes() + l.activation_bytes() * share;
+      for (const Layer& l : g.layers) bytes[d] += layer_memory_bytes(l, share, 1);
     return bytes;
   }
   std::set<int> used;
   for (size_t i = 0; i < g.layers.size(); ++i) used.insert(p.device_of_layer(static_cast<int>(i)));
-  int64_t mb = (batch_size + p.micro_batches - 1) / p.micro_batches;
-  int64_t in_flight = p.schedule == Schedule::gpipe
-                          ? p.micro_batches
-                          : std::min<int64_t>(p.micro_batches, static_cast<int64_t>(used.size()));
-  for (size_t i = 0; i < g.layers.size(); ++i) {
-    const Layer& l = g.layers[i];
-    int d = p.device_of_layer(static_cast<int>(i));
-    bytes[d] += 3 * l.param_bytes() + l.activation_bytes() * mb * in_flight;
-  }
+  const int64_t mb = (batch_size + p.micro_batches - 1) / p.micro_batches;
+  const int64_t in_flight = micro_batches_in_flight(p.schedule, p.micro_batches, static_cast<int>(used.size()));
+  for (size_t i = 0; i < g.layers.size(); ++i)
+    bytes[p.device_of_layer(static_cast<int>(i))] += layer_memory_bytes(g.layers[i], mb, in_flight);
   return bytes;
 }
 
 Status check_memory(const Placement& p, const LayerGraph& g, const Cluster& c, int64_t batch_size) {
   auto bytes = estimate_device_memory_bytes(p, g, c, batch_size);
   for (int d = 0; d < c.num_devices(); ++d) {
-    int64_t limit = c.devices[d].memory_mb * 1024 * 1024;
-    if (bytes[d] > limit)
+    if (bytes[d] > device_memory_bytes(c.devices[d]))
       return Status::error("device '" + c.devices[d].name + "' needs " + std::to_string(bytes[d] / (1024 * 1024)) +
                            " MB for its layers but has memory_mb " + std::to_string(c.devices[d].memory_mb));
   }

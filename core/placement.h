@@ -20,6 +20,7 @@ namespace tapp {
 
 struct LayerGraph;
 struct Cluster;
+struct Device;
 
 enum class Schedule { gpipe, one_f_one_b };
 std::string schedule_name(Schedule s);  // "gpipe" | "1f1b"
@@ -58,6 +59,29 @@ std::vector<int64_t> estimate_device_memory_bytes(const Placement& p, const Laye
 
 // Error naming the device and both sizes when any device is over its memory_mb.
 Status check_memory(const Placement& p, const LayerGraph& g, const Cluster& c, int64_t batch_size);
+
+// The pieces of that rule, for loops that cost one stage at a time:
+// a device holds memory_mb MiB; a pipeline of `stages` devices keeps this many
+// micro-batches' activations (GPipe: all of them; 1F1B: at most one per stage).
+int64_t device_memory_bytes(const Device& d);
+int64_t micro_batches_in_flight(Schedule schedule, int micro_batches, int stages);
+
+// The memory rule for a run of consecutive layers [first, end) on one device,
+// in O(1) a query (prefix sums): 3 x their parameter bytes plus their
+// activations for `samples` per micro-batch x `in_flight` micro-batches; the
+// same sum estimate_device_memory_bytes adds per layer (tests/core checks they agree).
+class StageMemory {
+ public:
+  explicit StageMemory(const LayerGraph& g);
+  int64_t param_bytes(int first, int end) const { return param_prefix_[end] - param_prefix_[first]; }
+  int64_t bytes(int first, int end, int64_t samples, int64_t in_flight) const;
+  bool fits(const Device& d, int first, int end, int64_t samples, int64_t in_flight) const {
+    return bytes(first, end, samples, in_flight) <= device_memory_bytes(d);
+  }
+
+ private:
+  std::vector<int64_t> param_prefix_, activation_prefix_;  // per sample
+};
 
 nlohmann::json placement_to_json(const Placement& p, const LayerGraph& g, const Cluster& c);
 Result<Placement> placement_from_json(const nlohmann::json& j, const LayerGraph& g, const Cluster& c);

@@ -20,7 +20,7 @@ std::vector<BaselineResult> run_baselines(const LayerGraph& graph, const Cluster
   ro.strategy_evaluator = o.strategy_evaluator;
   std::vector<BaselineResult> out;
   for (PlannerRow& row : run_planners(ctx, evaluator, ro))
-    out.push_back({row.name, std::move(row.placement), row.plan_s, std::move(row.report)});
+    out.push_back({row.name, std::move(row.placement), row.plan_s, std::move(row.report), row.skipped});
   return out;
 }
 

@@ -40,6 +40,7 @@ struct BaselineResult {
   std::optional<Placement> placement;  // none when the planner found nothing
   double plan_s = 0;
   StepReport report;
+  bool skipped = false;  // did not run (exhaustive: its space > its limit); report.message says why
 };
 
 std::vector<BaselineResult> run_baselines(const LayerGraph& graph, const Cluster& cluster, const CostModel& cost,

@@ -48,7 +48,7 @@ class HybridEvaluator : public Evaluator {
   ~HybridEvaluator() override;
 
   StepReport evaluate(const Placement& placement) override;
-  std::string name() const override { return "hybrid"; }
+  EvaluatorKind kind() const override { return EvaluatorKind::hybrid; }
 
   // Measures `placement` now (counts towards max_measurements only when
   // `count` is true); recalibrates when the measurement is ok (pipelines only).

@@ -1,32 +1,35 @@
 // placer/optimize.cpp — one optimization job end to end (see optimize.h).
 //
-// Phases: load the model -> layer libraries at micro-batch sizes 1..8 (profile
-// cache or measured; else estimated from multiply-adds) -> evaluator (simulate | measure | hybrid) ->
-// classical baselines through that evaluator -> TAPP search -> verification
-// (hybrid: measure the best) -> result JSON. Every exception from LibTorch,
-// JSON or the runtime is caught here and returned as a Status.
+// run_job reads as its phases, each returning a typed result:
+//   load_phase      -> LayerGraph           (the model; the request's basic checks)
+//   costs_phase     -> JobCosts             (layer libraries by the one profiling rule, the cost model)
+//   make_evaluator  -> JobEvaluator         (placer/evaluator_factory.h)
+//   baselines_phase -> vector<BaselineResult>
+//   search_phase    -> SearchResult         (TAPP: policy, restarts, refinement)
+//   pick_best       -> BestPlan             (the fastest synchronous plan of all)
+//   verify_phase    -> Verified             (its simulated timeline; hybrid: measured)
+//   result_json     -> the result JSON, the only place its keys are written.
+// Every exception from LibTorch, JSON or the runtime is caught in optimize()
+// and returned as a Status.
 #include "placer/optimize.h"
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
-#include "placer/baselines.h"
-#include "placer/hybrid_evaluator.h"
 #include "core/placement.h"
-#include "planners/planners.h"
-#include "placer/search.h"
-#include "simulator/simulator_evaluator.h"
 #include "model/layer_library.h"
 #include "model/model_json.h"
-#include "profiler/profiler.h"
-#include "model/zoo.h"
+#include "planners/planners.h"
+#include "placer/baselines.h"
+#include "placer/evaluator_factory.h"
+#include "placer/hybrid_evaluator.h"
+#include "placer/search.h"
+#include "profiler/cost_profiles.h"
 #include "profiler/model_loader.h"
 #include "simulator/cost_model.h"
-#include "runtime/measure_evaluator.h"
-#include "runtime/runtime.h"
 #include "simulator/simulator.h"
 
 namespace tapp {
@@ -35,96 +38,208 @@ using nlohmann::json;
 
 namespace {
 
+// ---- Budgets: how much search a job gets, by evaluator kind ----
+// Simulated evaluations cost microseconds to milliseconds, measured ones
+// seconds (every candidate starts the workers), so the two get budgets three
+// orders of magnitude apart.
+constexpr int kSimulatedIterations = 600;        // policy iterations when simulating (alexnet: about 10 s)
+constexpr int kMeasuredIterations = 10;          // when every candidate runs on the workers
+constexpr int kMeasuredSamplesPerIteration = 4;  // (simulating: SearchOptions' default, 16)
+constexpr int kRefineEvaluations = 2000;         // local refinement after the policy (not when measuring)
+constexpr int kUntilTimeBudget = 1000000;        // iterations when a time budget is what stops the search
+// Random search and annealing get TAPP's evaluation budget (policy + refinement), capped:
+constexpr int kSimulatedBaselineEvaluations = 20000;
+constexpr int kMeasuredBaselineEvaluations = 8;  // measure and hybrid: each one may run the workers
+
 struct Clock {
   std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
   double s() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
 };
 
-Result<LayerGraph> load_request_model(const OptimizeRequest& r) {
-  if (!r.model_graph.is_null()) {
-    Result<LayerGraph> g = model_from_json(r.model_graph);
-    if (!g) return g.status().with_context("model");
-    return g;
+// The job's progress callback with its clock.
+class Reporter {
+ public:
+  Reporter(const ProgressFn& fn, const Clock& clock) : fn_(fn), clock_(clock) {}
+  void operator()(const std::string& phase, int it, int total, double best, double reward) const {
+    if (fn_) fn_({phase, it, total, best, reward, clock_.s()});
   }
-  ModelOptions mo;
-  mo.input_size = r.input_size;
-  mo.num_classes = r.num_classes;
-  Result<LayerGraph> g = load_model(r.model, mo);
+  void profiling(const ProfileProgress& p) const {
+    if (!fn_) return;
+    ProgressEvent e{"profiling", 0, 0, 0, 0, clock_.s()};
+    e.message = p.message();
+    e.phase_fraction = p.fraction();
+    fn_(e);
+  }
+
+ private:
+  const ProgressFn& fn_;
+  const Clock& clock_;
+};
+
+Status cancelled_status() { return Status::error("cancelled"); }
+
+// ---- load ----
+Result<LayerGraph> load_phase(const OptimizeRequest& r) {
+  if (r.cluster.devices.empty()) return Status::error("cluster.devices: must name at least one device");
+  if (r.batch_size < 1) return Status::error("options.batch_size: must be at least 1");
+  Result<LayerGraph> g = r.model_graph.is_null()
+                             ? load_model(r.model, ModelOptions{r.input_size, r.num_classes})
+                             : model_from_json(r.model_graph);
   if (!g) return g.status().with_context("model");
   return g;
 }
 
-// The profiles for the job: one per micro-batch size 1, 2, 4, ... up to the
-// batch, so the cost model interpolates between measured sizes instead of
-// assuming a micro-batch of 1 costs 1/32 of a batch of 32 (on a CPU it costs
-// several times that). Sizes up to kAlwaysProfiledBatch are always profiled;
-// larger ones (up to the full batch) when cached, or when profiling them is
-// expected to take at most kLargeProfileBudgetS in all (a profile costs about
-// 8 whole steps; above that the cost model extrapolates, which overestimates
-// models whose per-sample cost still falls with the batch: inception_v3 at
-// 75x75, batch 16, was predicted at twice its measured single-device step).
-// Each comes from the cache or is measured (1 thread, 1 warm-up + median of 3)
-// and cached. A size that cannot be profiled is skipped (e.g. one sample
-// through a BatchNorm on a 1x1 map, which training cannot run; the search
-// never proposes it either) and named in `skipped`; if no size can be, the
-// estimate from multiply-adds.
-constexpr int64_t kAlwaysProfiledBatch = 8;
-constexpr double kLargeProfileBudgetS = 30;
+// ---- costs ----
+struct JobCosts {
+  CostProfiles profiles;
+  CostModel cost;
+};
 
-std::vector<LayerLibrary> job_libraries(const LayerGraph& g, const OptimizeRequest& r, std::string& origin,
-                                        json& skipped, const ProgressFn& progress, const Clock& clock) {
-  FileProfileCache file_cache(default_cache_dir());
-  ProfileCache& cache = r.profile_cache ? *r.profile_cache : file_cache;
-  std::vector<LayerLibrary> libs;
-  int measured = 0;
-  double large_spent_s = 0;
-  for (int64_t b : profile_batch_sizes(r.batch_size)) {
-    if (auto hit = cached_library(cache, g, "cpu", 1, b)) {
-      libs.push_back(std::move(*hit));
-      continue;
-    }
-    if (b > kAlwaysProfiledBatch) {
-      const double expected_s = libs.empty() ? kLargeProfileBudgetS + 1
-                                             : 8.0 * libs.back().whole_step_ms / 1e3 * b / libs.back().batch_size;
-      if (large_spent_s + expected_s > kLargeProfileBudgetS) continue;  // a cached larger size is still used
-    }
-    if (progress) progress({"profiling", 0, 0, 0, 0, clock.s()});
-    ProfileOptions po;
-    po.threads = 1;
-    po.batch_size = b;
-    po.warmup_runs = 1;
-    po.runs = 3;
-    po.seed = r.seed;
-    const double t0 = clock.s();
-    Result<LayerLibrary> lib = profile_cached(g, po, &cache);
-    if (b > kAlwaysProfiledBatch) large_spent_s += clock.s() - t0;
-    if (!lib || lib->rows.size() != g.layers.size()) {
-      skipped.push_back({{"batch_size", b}, {"error", lib ? "profile has the wrong number of layers" : lib.error_message()}});
-      continue;
-    }
-    libs.push_back(std::move(lib.value()));
-    ++measured;
-  }
-  if (libs.empty()) {
-    origin = "estimated";
-    return {estimated_library(g, r.batch_size)};
-  }
-  origin = measured ? "profiled" : "cache";
-  return libs;
+Result<JobCosts> costs_phase(const LayerGraph& g, const OptimizeRequest& r, const Reporter& report) {
+  CostProfileOptions o;
+  o.batch_size = r.batch_size;
+  o.seed = r.seed;
+  o.source = CostSource::profile;
+  o.cache = r.profile_cache;
+  o.progress = [&report](const ProfileProgress& p) { report.profiling(p); };
+  CostProfiles profiles = cost_profiles(g, r.cluster, o);
+  Result<CostModel> cost = CostModel::build(g, r.cluster, profiles.libraries, default_calibration());
+  if (!cost) return cost.status().with_context("cost model");
+  return JobCosts{std::move(profiles), std::move(cost.value())};
 }
 
-json baseline_row(const std::string& name, const StepReport& r) {
-  json row = {{"name", name}, {"ok", r.ok}};
-  if (r.ok) {
-    row["step_ms"] = r.step_ms;
-    row["comm_fraction"] = r.comm_fraction;
-  } else {
-    row["step_ms"] = nullptr;
-    row["failure_kind"] = r.failure_kind;
-    row["message"] = r.message;
+// ---- budgets ----
+SearchOptions search_options(const OptimizeRequest& r) {
+  SearchOptions so;
+  so.seed = r.seed;
+  so.batch_size = r.batch_size;
+  so.time_budget_s = r.time_budget_s;
+  const bool measure = r.evaluator == EvaluatorKind::measure;
+  if (r.iterations > 0)
+    so.iterations = r.iterations;
+  else if (r.time_budget_s > 0)
+    so.iterations = kUntilTimeBudget;
+  else
+    so.iterations = measure ? kMeasuredIterations : kSimulatedIterations;
+  so.refine_budget = measure ? 0 : kRefineEvaluations;
+  if (measure) {
+    so.samples_per_iteration = kMeasuredSamplesPerIteration;
+    so.restart_after = 0;
   }
-  return row;
+  return so;
 }
+
+int baseline_search_budget(const OptimizeRequest& r, const SearchOptions& so) {
+  const int64_t tapp_budget = static_cast<int64_t>(so.iterations) * so.samples_per_iteration + so.refine_budget;
+  const int cap = r.evaluator == EvaluatorKind::simulate ? kSimulatedBaselineEvaluations : kMeasuredBaselineEvaluations;
+  return static_cast<int>(std::min<int64_t>(tapp_budget, cap));
+}
+
+// ---- baselines ----
+// HOGWILD trains asynchronously (other semantics than synchronous SGD): it is
+// shown in the table but is never the job's result nor the reference baseline.
+bool asynchronous(const std::string& baseline) { return baseline == "hogwild"; }
+
+// The planners the baselines table shows: all when simulating; when every
+// evaluation measures, the analytic ones (the search planners' budgets would
+// each run the workers again and again).
+std::vector<std::string> baseline_planners(EvaluatorKind kind) {
+  if (kind == EvaluatorKind::measure) return {"single", "bsp", "uniform", "params", "time", "dp"};
+  return {};
+}
+
+std::vector<BaselineResult> baselines_phase(const LayerGraph& g, const OptimizeRequest& r, const JobCosts& costs,
+                                            JobEvaluator& ev, int search_budget, const std::atomic<bool>& cancel) {
+  BaselineOptions bo;
+  bo.batch_size = r.batch_size;
+  bo.seed = r.seed;
+  bo.cancel = &cancel;
+  bo.search_budget = search_budget;
+  bo.planners = baseline_planners(r.evaluator);
+  bo.strategy_evaluator = ev.strategy_evaluator;
+  return run_baselines(g, r.cluster, costs.cost, *ev.evaluator, bo);
+}
+
+// ---- search ----
+// The best synchronous pipeline among the baselines (for a warm start).
+std::optional<Placement> best_classical_pipeline(const std::vector<BaselineResult>& baselines) {
+  const BaselineResult* best = nullptr;
+  for (const auto& b : baselines)
+    if (b.report.ok && b.placement && !is_data_parallel(*b.placement) &&
+        (!best || b.report.step_ms < best->report.step_ms))
+      best = &b;
+  if (!best) return std::nullopt;
+  return *best->placement;
+}
+
+SearchResult search_phase(const LayerGraph& g, const OptimizeRequest& r, SearchOptions so,
+                          const std::vector<BaselineResult>& baselines, Evaluator& evaluator, int shown_total,
+                          const Reporter& report, const std::atomic<bool>& cancel) {
+  if (r.warm_start) so.warm_start = best_classical_pipeline(baselines);
+  return search(
+      g, r.cluster, evaluator, so,
+      [&](const SearchProgress& p) { report("optimizing", p.iteration, shown_total, p.best_step_ms, p.mean_reward); },
+      &cancel);
+}
+
+// ---- pick the best ----
+struct BestPlan {
+  std::string source;  // "policy", "policy+refine" or a baseline's name; empty: nothing valid
+  std::optional<Placement> placement;
+  StepReport report;
+};
+
+BestPlan pick_best(const SearchResult& sr, const std::vector<BaselineResult>& baselines) {
+  BestPlan best;
+  if (sr.found) best = {sr.best.source.empty() ? "policy" : sr.best.source, sr.best, sr.best_report};
+  for (const auto& b : baselines)
+    if (b.report.ok && !asynchronous(b.name) && (best.source.empty() || b.report.step_ms < best.report.step_ms))
+      best = {b.name, b.placement, b.report};
+  return best;
+}
+
+// ---- verify ----
+// The best's predicted step (simulated, with the timeline) and measured step.
+struct Verified {
+  std::optional<StepReport> predicted, measured;
+  // What the result shows: measured when it is, else predicted, else as evaluated.
+  const StepReport& shown(const StepReport& evaluated) const {
+    return measured && measured->ok ? *measured : (predicted ? *predicted : evaluated);
+  }
+};
+
+bool was_measured(const StepReport& r) { return r.source == evaluator_kind_name(EvaluatorKind::measure); }
+
+Verified verify_phase(const LayerGraph& g, const OptimizeRequest& r, const JobCosts& costs, const JobEvaluator& ev,
+                      const BestPlan& best, const std::atomic<bool>& cancel) {
+  Verified v;
+  HybridEvaluator* hybrid = ev.hybrid;
+  if (ev.measures() && was_measured(best.report)) v.measured = best.report;
+  if (best.placement && is_data_parallel(*best.placement)) {
+    if (!was_measured(best.report)) v.predicted = best.report;
+    if (hybrid && !cancel && !v.measured) v.measured = hybrid->measure_now(*best.placement);
+  } else if (best.placement) {
+    Simulator sim(g, r.cluster, hybrid ? hybrid->simulator().cost() : costs.cost, r.batch_size);
+    v.predicted = sim.evaluate(*best.placement, SimulateOptions{true});
+    if (hybrid && !cancel) v.measured = hybrid->measure_now(*best.placement);
+  } else if (!was_measured(best.report)) {
+    v.predicted = best.report;
+  }
+  return v;
+}
+
+// ---- the result JSON ----
+struct JobOutcome {
+  const OptimizeRequest& request;
+  const LayerGraph& graph;
+  const JobCosts& costs;
+  const JobEvaluator& evaluator;
+  const std::vector<BaselineResult>& baselines;
+  const SearchResult& search;
+  const BestPlan& best;
+  const Verified& verified;
+  double elapsed_s = 0;
+};
 
 // Per group in layer order: its device and its layers (first, last, count);
 // data parallel: one row per replica, each with every layer.
@@ -156,235 +271,203 @@ json groups_summary(const Placement& p, const LayerGraph& g, const Cluster& c) {
   return out;
 }
 
-// HOGWILD trains asynchronously (other semantics than synchronous SGD): it is
-// shown in the table but is never the job's result nor the reference baseline.
-bool asynchronous(const std::string& baseline) { return baseline == "hogwild"; }
-
-// First time the best-so-far came within 5% of the final best.
+// First time the best-so-far came within `fraction` of the final best.
 double time_to_within(const std::vector<TracePoint>& trace, double final_ms, double fraction) {
   for (const auto& t : trace)
     if (t.best_step_ms <= final_ms * (1 + fraction)) return t.elapsed_s;
   return trace.empty() ? 0 : trace.back().elapsed_s;
 }
 
-Result<json> run_job(const OptimizeRequest& req, const ProgressFn& progress, const std::atomic<bool>& cancel) {
-  Clock clock;
-  auto report = [&](const std::string& phase, int it, int total, double best, double reward) {
-    if (progress) progress({phase, it, total, best, reward, clock.s()});
-  };
-  if (req.cluster.devices.empty()) return Status::error("cluster.devices: must name at least one device");
-  if (req.batch_size < 1) return Status::error("options.batch_size: must be at least 1");
-  Result<LayerGraph> graph_r = load_request_model(req);
-  if (!graph_r) return graph_r.status();
-  const LayerGraph graph = std::move(graph_r.value());
-  const Cluster& cluster = req.cluster;
+json speedup(double reference_ms, double ms) { return reference_ms > 0 && ms > 0 ? json(reference_ms / ms) : json(); }
 
-  std::string library_origin;
-  json skipped_profiles = json::array();
-  std::vector<LayerLibrary> libraries = job_libraries(graph, req, library_origin, skipped_profiles, progress, clock);
-  Result<CostModel> cost = CostModel::build(graph, cluster, libraries, default_calibration());
-  if (!cost) return cost.status().with_context("cost model");
-  if (cancel) return Status::error("cancelled");
-
-  // The evaluator every candidate and every baseline goes through.
-  RunOptions run;
-  run.batch_size = req.batch_size;
-  run.seed = req.seed;
-  std::unique_ptr<Evaluator> evaluator;
-  HybridEvaluator* hybrid = nullptr;
-  if (req.evaluator == "simulate") {
-    evaluator = std::make_unique<SimulatorEvaluator>(graph, cluster, cost.value(), req.batch_size);
-  } else if (req.evaluator == "measure") {
-    evaluator = std::make_unique<MeasureEvaluator>(graph, cluster, run);
-  } else if (req.evaluator == "hybrid") {
-    auto h = std::make_unique<HybridEvaluator>(graph, cluster, cost.value(), req.batch_size,
-                                               std::make_unique<MeasureEvaluator>(graph, cluster, run));
-    hybrid = h.get();
-    evaluator = std::move(h);
-  } else {
-    return Status::error("options.evaluator: must be simulate, measure or hybrid, got \"" + req.evaluator + "\"");
-  }
-  const bool measures = req.evaluator != "simulate";
-
-  // TAPP search.
-  SearchOptions so;
-  so.seed = req.seed;
-  so.batch_size = req.batch_size;
-  so.time_budget_s = req.time_budget_s;
-  if (req.iterations > 0)
-    so.iterations = req.iterations;
-  else if (req.time_budget_s > 0)
-    so.iterations = 1000000;
-  else
-    so.iterations = req.evaluator == "measure" ? 10 : 600;
-  so.refine_budget = 2000;
-  if (req.evaluator == "measure") {
-    so.samples_per_iteration = 4;
-    so.restart_after = 0;
-    so.refine_budget = 0;
-  }
-  // Baselines, through the same evaluator.
-  std::vector<BaselineResult> baselines;
-  if (req.baselines || req.warm_start) {
-    report("baselines", 0, 0, 0, 0);
-    BaselineOptions bo;
-    bo.batch_size = req.batch_size;
-    bo.seed = req.seed;
-    bo.cancel = &cancel;
-    bo.search_budget = static_cast<int>(std::min<int64_t>(
-        static_cast<int64_t>(so.iterations) * so.samples_per_iteration + so.refine_budget,
-        req.evaluator == "simulate" ? 20000 : 8));  // random search and annealing: TAPP's budget (policy + refinement)
-    if (req.evaluator == "measure") {
-      bo.planners = {"single", "bsp", "uniform", "params", "time", "dp"};
-      bo.strategy_evaluator = [&graph, &cluster, run](const std::string& strategy) {
-        return run_strategy(graph, cluster, strategy, run).report;
-      };
-    }
-    baselines = run_baselines(graph, cluster, cost.value(), *evaluator, bo);
-  }
-  if (cancel) return Status::error("cancelled");
-
-  // TAPP search.
-  if (req.warm_start) {
-    const BaselineResult* best = nullptr;
-    for (const auto& b : baselines)
-      if (b.report.ok && b.placement && !is_data_parallel(*b.placement) && (!best || b.report.step_ms < best->report.step_ms)) best = &b;
-    if (best) so.warm_start = *best->placement;
-  }
-  const int shown_total = req.iterations > 0 || req.time_budget_s <= 0 ? so.iterations : 0;
-  SearchResult sr = search(graph, cluster, *evaluator, so, [&](const SearchProgress& p) {
-    report("optimizing", p.iteration, shown_total, p.best_step_ms, p.mean_reward);
-  }, &cancel);
-  if (sr.cancelled) return Status::error("cancelled");
-
-  // Best of everything evaluated.
-  std::string best_source;
-  std::optional<Placement> best_placement;
-  StepReport best_report;
-  if (sr.found) {
-    best_source = sr.best.source.empty() ? "policy" : sr.best.source;
-    best_placement = sr.best;
-    best_report = sr.best_report;
-  }
-  for (const auto& b : baselines)
-    if (b.report.ok && !asynchronous(b.name) && (best_source.empty() || b.report.step_ms < best_report.step_ms)) {
-      best_source = b.name;
-      best_placement = b.placement;
-      best_report = b.report;
-    }
-  if (best_source.empty())
-    return Status::error("no placement fits: every candidate and baseline failed (e.g. over a device's memory)");
-
-  // Predicted (simulated, with timeline) and measured step of the best.
-  report("verifying", sr.iterations, shown_total, best_report.step_ms, 0);
-  std::optional<StepReport> predicted, measured;
-  if (measures && best_report.source == "measure") measured = best_report;
-  if (best_placement && is_data_parallel(*best_placement)) {
-    if (best_report.source != "measure") predicted = best_report;
-    if (hybrid && !cancel && !measured) measured = hybrid->measure_now(*best_placement);
-  } else if (best_placement) {
-    Simulator sim(graph, cluster, hybrid ? hybrid->simulator().cost() : cost.value(), req.batch_size);
-    predicted = sim.evaluate(*best_placement, SimulateOptions{true});
-    if (hybrid && !cancel) measured = hybrid->measure_now(*best_placement);
-  } else if (best_report.source != "measure") {
-    predicted = best_report;
-  }
-  if (cancel) return Status::error("cancelled");
-
-  // Baselines table: speedups against BSP and against the best baseline.
+// The references speedups are given against: BSP and the best synchronous baseline.
+struct References {
   double bsp_ms = 0, best_baseline_ms = 0;
   std::string best_baseline;
+};
+
+References references(const std::vector<BaselineResult>& baselines) {
+  References ref;
   for (const auto& b : baselines) {
     if (!b.report.ok) continue;
-    if (b.name == "bsp") bsp_ms = b.report.step_ms;
-    if (!asynchronous(b.name) && (best_baseline.empty() || b.report.step_ms < best_baseline_ms)) {
-      best_baseline_ms = b.report.step_ms;
-      best_baseline = b.name;
+    if (b.name == "bsp") ref.bsp_ms = b.report.step_ms;
+    if (!asynchronous(b.name) && (ref.best_baseline.empty() || b.report.step_ms < ref.best_baseline_ms)) {
+      ref.best_baseline_ms = b.report.step_ms;
+      ref.best_baseline = b.name;
     }
   }
-  auto speedup = [](double ref, double x) -> json { return ref > 0 && x > 0 ? json(ref / x) : json(nullptr); };
+  return ref;
+}
+
+json profile_json(const CostProfiles& p) {
+  json skipped = json::array();
+  for (const SkippedProfile& s : p.skipped)
+    skipped.push_back({{"batch_size", s.batch_size},
+                       {"device", s.device_kind + " x" + std::to_string(s.threads)},
+                       {"error", s.error}});
+  return {{"origin", p.origin()},
+          {"measured", p.libraries.front().measured},
+          {"batch_size", p.libraries.back().batch_size},
+          {"batch_sizes", p.batch_sizes()},
+          {"skipped", skipped}};
+}
+
+json baselines_json(const JobOutcome& o, const References& ref) {
   json table = json::array();
-  for (const auto& b : baselines) {
-    json row = baseline_row(b.name, b.report);
+  for (const auto& b : o.baselines) {
+    json row = {{"name", b.name}, {"ok", b.report.ok}};
+    if (b.report.ok) {
+      row["step_ms"] = b.report.step_ms;
+      row["comm_fraction"] = b.report.comm_fraction;
+    } else {
+      row["step_ms"] = nullptr;
+      row["failure_kind"] = b.report.failure_kind;
+      row["message"] = b.report.message;
+      if (b.skipped) row["skipped"] = true;  // not a failure: the planner did not run, message says why
+    }
     if (b.placement && b.report.ok) {
       row["micro_batches"] = b.placement->micro_batches;
-      row["groups"] = groups_summary(*b.placement, graph, cluster);
-      row["placement"] = placement_to_json(*b.placement, graph, cluster);
+      row["groups"] = groups_summary(*b.placement, o.graph, o.request.cluster);
+      row["placement"] = placement_to_json(*b.placement, o.graph, o.request.cluster);
     }
-    row["speedup_vs_bsp"] = b.report.ok ? speedup(bsp_ms, b.report.step_ms) : json(nullptr);
-    row["speedup_vs_best_baseline"] = b.report.ok ? speedup(best_baseline_ms, b.report.step_ms) : json(nullptr);
+    row["speedup_vs_bsp"] = b.report.ok ? speedup(ref.bsp_ms, b.report.step_ms) : json();
+    row["speedup_vs_best_baseline"] = b.report.ok ? speedup(ref.best_baseline_ms, b.report.step_ms) : json();
     table.push_back(row);
   }
+  return table;
+}
 
-  // "step_ms": what the policy found by itself; "refined_step_ms": after the
-  // local refinement of its best (equal when refinement found nothing better).
+// "step_ms": what the policy found by itself; "refined_step_ms": after the
+// local refinement of its best (equal when refinement found nothing better).
+json policy_json(const JobOutcome& o, const References& ref) {
+  const SearchResult& sr = o.search;
   const double policy_ms = sr.policy_found ? sr.policy_best_report.step_ms : 0;
+  const double refined_ms = sr.found ? sr.best_report.step_ms : 0;
+  auto if_policy = [&](json v) { return sr.policy_found ? v : json(); };
+  auto if_found = [&](json v) { return sr.found ? v : json(); };
+  json trace = json::array();
+  for (const auto& t : sr.trace)
+    trace.push_back({{"iteration", t.iteration},
+                     {"evaluations", t.evaluations},
+                     {"elapsed_s", t.elapsed_s},
+                     {"best_step_ms", t.best_step_ms}});
   json policy = {{"found", sr.policy_found},
-                 {"step_ms", sr.policy_found ? json(policy_ms) : json(nullptr)},
-                 {"refined_step_ms", sr.found ? json(sr.best_report.step_ms) : json(nullptr)},
+                 {"step_ms", if_policy(policy_ms)},
+                 {"refined_step_ms", if_found(refined_ms)},
                  {"refine_evaluations", sr.evaluations - sr.policy_evaluations},
                  {"policy_elapsed_s", sr.policy_elapsed_s},
-                 {"speedup_vs_bsp", sr.policy_found ? speedup(bsp_ms, policy_ms) : json(nullptr)},
-                 {"speedup_vs_best_baseline", sr.policy_found ? speedup(best_baseline_ms, policy_ms) : json(nullptr)},
-                 {"refined_speedup_vs_bsp", sr.found ? speedup(bsp_ms, sr.best_report.step_ms) : json(nullptr)},
-                 {"refined_speedup_vs_best_baseline", sr.found ? speedup(best_baseline_ms, sr.best_report.step_ms) : json(nullptr)},
+                 {"speedup_vs_bsp", if_policy(speedup(ref.bsp_ms, policy_ms))},
+                 {"speedup_vs_best_baseline", if_policy(speedup(ref.best_baseline_ms, policy_ms))},
+                 {"refined_speedup_vs_bsp", if_found(speedup(ref.bsp_ms, refined_ms))},
+                 {"refined_speedup_vs_best_baseline", if_found(speedup(ref.best_baseline_ms, refined_ms))},
                  {"iterations", sr.iterations},
                  {"evaluations", sr.evaluations},
                  {"failures", sr.failures},
                  {"stop_reason", sr.stop_reason},
                  {"elapsed_s", sr.elapsed_s},
-                 {"time_to_within_5pct_s", sr.policy_found ? time_to_within(sr.trace, policy_ms, 0.05) : 0.0}};
-  json trace = json::array();
-  for (const auto& t : sr.trace)
-    trace.push_back({{"iteration", t.iteration}, {"evaluations", t.evaluations}, {"elapsed_s", t.elapsed_s},
-                     {"best_step_ms", t.best_step_ms}});
-  policy["trace"] = trace;
-  policy["restarts"] = sr.restarts;
-  if (sr.policy_found) policy["placement"] = placement_to_json(sr.policy_best, graph, cluster);
-  if (sr.found) policy["refined_placement"] = placement_to_json(sr.best, graph, cluster);
+                 {"time_to_within_5pct_s", sr.policy_found ? time_to_within(sr.trace, policy_ms, 0.05) : 0.0},
+                 {"trace", trace},
+                 {"restarts", sr.restarts}};
+  if (sr.policy_found) policy["placement"] = placement_to_json(sr.policy_best, o.graph, o.request.cluster);
+  if (sr.found) policy["refined_placement"] = placement_to_json(sr.best, o.graph, o.request.cluster);
+  return policy;
+}
 
-  const StepReport& shown = measured && measured->ok ? *measured : (predicted ? *predicted : best_report);
-  json result;
-  result["model"] = graph.name;
-  result["layers"] = graph.layers.size();
-  result["cluster"] = cluster.name;
-  result["devices"] = cluster.num_devices();
-  result["batch_size"] = req.batch_size;
-  result["evaluator"] = req.evaluator;
-  result["seed"] = req.seed;
-  json profile_batches = json::array();
-  for (const LayerLibrary& l : libraries) profile_batches.push_back(l.batch_size);
-  result["profile"] = {{"origin", library_origin},
-                       {"measured", libraries.front().measured},
-                       {"batch_size", libraries.back().batch_size},
-                       {"batch_sizes", profile_batches},
-                       {"skipped", skipped_profiles}};
-  result["source"] = best_source;
-  result["placement"] = best_placement ? placement_to_json(*best_placement, graph, cluster) : json(nullptr);
-  result["groups"] = best_placement ? groups_summary(*best_placement, graph, cluster) : json::array();
-  result["predicted_step_ms"] = predicted && predicted->ok ? json(predicted->step_ms) : json(nullptr);
-  result["measured_step_ms"] = measured && measured->ok ? json(measured->step_ms) : json(nullptr);
-  result["step_ms"] = best_report.step_ms;
-  result["comm_fraction"] = shown.comm_fraction;
-  result["speedup_vs_bsp"] = speedup(bsp_ms, best_report.step_ms);
-  result["speedup_vs_best_baseline"] = speedup(best_baseline_ms, best_report.step_ms);
-  result["best_baseline"] = best_baseline.empty() ? json(nullptr) : json(best_baseline);
-  result["baselines"] = table;
-  result["policy"] = policy;
-  result["report"] = step_report_to_json(shown, false);
-  result["timeline"] = step_report_to_json(shown, true)["timeline"];
-  if (hybrid) {
-    json ms = json::array();
-    for (const auto& m : hybrid->measurements())
-      ms.push_back({{"predicted_ms", m.predicted_ms},
-                    {"measured_ms", m.measured.ok ? json(m.measured.step_ms) : json(nullptr)},
-                    {"ok", m.measured.ok}});
-    result["hybrid"] = {{"measurements", ms},
-                        {"median_abs_rel_error_before", hybrid->accuracy_before().median_abs_rel_error},
-                        {"median_abs_rel_error_after", hybrid->accuracy_after().median_abs_rel_error}};
+json hybrid_json(const HybridEvaluator& hybrid) {
+  json ms = json::array();
+  for (const auto& m : hybrid.measurements())
+    ms.push_back({{"predicted_ms", m.predicted_ms},
+                  {"measured_ms", m.measured.ok ? json(m.measured.step_ms) : json()},
+                  {"ok", m.measured.ok}});
+  return {{"measurements", ms},
+          {"median_abs_rel_error_before", hybrid.accuracy_before().median_abs_rel_error},
+          {"median_abs_rel_error_after", hybrid.accuracy_after().median_abs_rel_error}};
+}
+
+// The one place the result's keys are written (schemas/job.schema.json "result").
+json result_json(const JobOutcome& o) {
+  const LayerGraph& g = o.graph;
+  const Cluster& c = o.request.cluster;
+  const References ref = references(o.baselines);
+  const StepReport& shown = o.verified.shown(o.best.report);
+  const std::optional<Placement>& best = o.best.placement;
+  auto ok_ms = [](const std::optional<StepReport>& r) { return r && r->ok ? json(r->step_ms) : json(); };
+  json layer_order = json::array();
+  for (const Layer& l : g.layers) layer_order.push_back(l.name);
+  json result = {
+      {"model", g.name},
+      {"layers", g.layers.size()},
+      {"layer_order", layer_order},
+      {"cluster", c.name},
+      {"devices", c.num_devices()},
+      {"batch_size", o.request.batch_size},
+      {"evaluator", evaluator_kind_name(o.request.evaluator)},
+      {"seed", o.request.seed},
+      {"profile", profile_json(o.costs.profiles)},
+      {"source", o.best.source},
+      {"placement", best ? placement_to_json(*best, g, c) : json()},
+      {"groups", best ? groups_summary(*best, g, c) : json::array()},
+      {"predicted_step_ms", ok_ms(o.verified.predicted)},
+      {"measured_step_ms", ok_ms(o.verified.measured)},
+      {"step_ms", o.best.report.step_ms},
+      {"comm_fraction", shown.comm_fraction},
+      {"speedup_vs_bsp", speedup(ref.bsp_ms, o.best.report.step_ms)},
+      {"speedup_vs_best_baseline", speedup(ref.best_baseline_ms, o.best.report.step_ms)},
+      {"best_baseline", ref.best_baseline.empty() ? json() : json(ref.best_baseline)},
+      {"baselines", baselines_json(o, ref)},
+      {"policy", policy_json(o, ref)},
+      {"report", step_report_to_json(shown, false)},
+      {"timeline", step_report_to_json(shown, true)["timeline"]},
+      {"elapsed_s", o.elapsed_s},
+  };
+  if (o.evaluator.hybrid) result["hybrid"] = hybrid_json(*o.evaluator.hybrid);
+  return result;
+}
+
+// ---- the job ----
+Result<json> run_job(const OptimizeRequest& req, const ProgressFn& progress, const std::atomic<bool>& cancel) {
+  Clock clock;
+  Reporter report(progress, clock);
+  Result<LayerGraph> graph_r = load_phase(req);
+  if (!graph_r) return graph_r.status();
+  const LayerGraph graph = std::move(graph_r.value());
+
+  Result<JobCosts> costs = costs_phase(graph, req, report);
+  if (!costs) return costs.status();
+  if (cancel) return cancelled_status();
+
+  EvaluatorInputs inputs;
+  inputs.graph = &graph;
+  inputs.cluster = &req.cluster;
+  inputs.cost = &costs->cost;
+  inputs.batch_size = req.batch_size;
+  inputs.run.seed = req.seed;
+  Result<JobEvaluator> evaluator = make_evaluator(req.evaluator, inputs);
+  if (!evaluator) return evaluator.status();
+
+  const SearchOptions so = search_options(req);
+  std::vector<BaselineResult> baselines;
+  if (req.baselines || req.warm_start) {
+    report("baselines", 0, 0, 0, 0);
+    baselines = baselines_phase(graph, req, *costs, *evaluator, baseline_search_budget(req, so), cancel);
   }
-  result["elapsed_s"] = clock.s();
-  report("done", sr.iterations, shown_total, best_report.step_ms, 0);
+  if (cancel) return cancelled_status();
+
+  // The bar's total: known unless a time budget alone stops the search.
+  const int shown_total = req.iterations > 0 || req.time_budget_s <= 0 ? so.iterations : 0;
+  SearchResult sr = search_phase(graph, req, so, baselines, *evaluator->evaluator, shown_total, report, cancel);
+  if (sr.cancelled) return cancelled_status();
+
+  const BestPlan best = pick_best(sr, baselines);
+  if (best.source.empty())
+    return Status::error("no placement fits: every candidate and baseline failed (e.g. over a device's memory)");
+
+  report("verifying", sr.iterations, shown_total, best.report.step_ms, 0);
+  const Verified verified = verify_phase(graph, req, *costs, *evaluator, best, cancel);
+  if (cancel) return cancelled_status();
+
+  json result = result_json({req, graph, *costs, *evaluator, baselines, sr, best, verified, clock.s()});
+  report("done", sr.iterations, shown_total, best.report.step_ms, 0);
   return result;
 }
 

@@ -1,9 +1,14 @@
 // placer/optimize.h — one optimization job, end to end: the API the CLI and the service call.
 //
-// Data flow: OptimizeRequest -> load model -> profile (or cached library) ->
-// baselines + TAPP search through one Evaluator -> OptimizeResult (JSON).
-// Progress is reported through a callback (phase, iteration, best so far);
-// `cancel` is polled between iterations and stops the job within a second.
+// Data flow, as phases (placer/optimize.cpp, each returning a typed result):
+// load the model -> costs (layer libraries by the one profiling rule,
+// profiler/cost_profiles.h, and the cost model) -> the evaluator
+// (placer/evaluator_factory.h) -> baselines through it -> TAPP search through
+// it -> verify the best (its simulated timeline; hybrid: measure it) -> the
+// result JSON, written in one place (schemas/job.schema.json "result").
+// Progress is reported through a callback (phase, iteration, best so far, and
+// while profiling a message per micro-batch size and layer); `cancel` is
+// polled between iterations and stops the job within a second.
 // Errors (bad model, bad cluster, nothing fits in memory) come back as a
 // Status naming the field; nothing here throws.
 // Thread safety: `optimize` may run on several threads at once for different
@@ -17,6 +22,7 @@
 
 #include "common/status.h"
 #include "core/cluster.h"
+#include "core/evaluator.h"
 
 namespace tapp {
 
@@ -29,7 +35,7 @@ struct OptimizeRequest {
   int64_t num_classes = 0;      // 0 = model default
   int64_t batch_size = 32;
   Cluster cluster;
-  std::string evaluator = "simulate";  // simulate | measure | hybrid
+  EvaluatorKind evaluator = EvaluatorKind::simulate;
   int iterations = 0;           // 0 = default for the evaluator
   double time_budget_s = 0;     // 0 = no time limit
   uint64_t seed = 1;
@@ -47,12 +53,17 @@ struct ProgressEvent {
   double best_step_ms = 0;  // 0 until something valid was evaluated
   double reward = 0;
   double elapsed_s = 0;
+  // Profiling: where it is ("cpu x1, micro-batch size 4 (3/6): layer 12/22 conv3")
+  // and how far through the job's profiles (0..1); empty / negative otherwise.
+  std::string message;
+  double phase_fraction = -1;
 };
 
 using ProgressFn = std::function<void(const ProgressEvent&)>;
 
 // The result as JSON (schemas/job.schema.json "result"): best placement with its
-// source, predicted/measured step time, baselines table with speedups, timeline.
+// source, predicted/measured step time, baselines table with speedups, timeline,
+// and the model's layer names in order (layer_order).
 Result<nlohmann::json> optimize(const OptimizeRequest& request, const ProgressFn& progress,
                                 const std::atomic<bool>& cancel);
 

@@ -27,9 +27,11 @@ Status read_options(const json& o, OptimizeRequest& r) {
                            ": unknown option (known: evaluator, iterations, time_budget_s, seed, batch_size, "
                            "input_size, num_classes, warm_start, baselines)");
   const std::string p = "options";
-  if (Status s = jf::read(o, "evaluator", r.evaluator, p); !s) return s;
-  if (r.evaluator != "simulate" && r.evaluator != "measure" && r.evaluator != "hybrid")
-    return Status::error("options.evaluator: must be simulate, measure or hybrid, got \"" + r.evaluator + "\"");
+  std::string evaluator = evaluator_kind_name(r.evaluator);
+  if (Status s = jf::read(o, "evaluator", evaluator, p); !s) return s;
+  Result<EvaluatorKind> kind = evaluator_kind_from_name(evaluator, "options.evaluator");
+  if (!kind) return kind.status();
+  r.evaluator = *kind;
   if (Status s = jf::read(o, "iterations", r.iterations, p); !s) return s;
   if (r.iterations < 0 || r.iterations > 1000000)
     return Status::error("options.iterations: must be in [0, 1000000], got " + std::to_string(r.iterations));

@@ -9,131 +9,24 @@
 #include <random>
 
 #include "placer/features.h"
+#include "placer/measurer.h"
+#include "placer/refine.h"
 #include "model/layer_graph.h"
 #include "core/cluster.h"
 
 namespace tapp {
 
-std::string placement_key(const Placement& p) {
-  std::string k;
-  k.reserve(p.layer_group.size() * 3 + p.group_device.size() * 3 + 8);
-  for (int g : p.layer_group) k += std::to_string(g) + ',';
-  k += '|';
-  for (int d : p.group_device) k += std::to_string(d) + ',';
-  k += '|' + std::to_string(p.micro_batches) + schedule_name(p.schedule);
-  if (p.data_parallel) k += "|dp";
-  return k;
-}
-
 namespace {
 
-// A device that cannot hold the smallest layer's weights, gradients and
-// optimizer state plus its activations is masked out of the allocation.
+// A device that cannot hold the smallest layer (the whole batch as one
+// micro-batch, by core's memory rule) is masked out of the allocation.
 std::vector<bool> devices_that_fit(const LayerGraph& g, const Cluster& c, int64_t batch_size) {
-  int64_t smallest = std::numeric_limits<int64_t>::max();
-  for (const Layer& l : g.layers) smallest = std::min(smallest, 3 * l.param_bytes() + l.activation_bytes() * batch_size);
-  std::vector<bool> ok(c.num_devices());
-  for (int d = 0; d < c.num_devices(); ++d) ok[d] = c.devices[d].memory_mb * 1024 * 1024 >= smallest;
+  const StageMemory memory(g);
+  std::vector<bool> ok(c.num_devices(), false);
+  for (int d = 0; d < c.num_devices(); ++d)
+    for (int l = 0; l < static_cast<int>(g.layers.size()) && !ok[d]; ++l)
+      ok[d] = memory.fits(c.devices[d], l, l + 1, batch_size, 1);
   return ok;
-}
-
-// Local moves around a data-parallel placement: drop a replica, add an unused
-// device as one, or swap a replica for an unused device.
-std::vector<Placement> replica_neighbours(const Placement& p, int num_devices) {
-  std::vector<Placement> out;
-  const int L = static_cast<int>(p.layer_group.size());
-  std::vector<bool> used(num_devices, false);
-  for (int d : p.group_device) used[d] = true;
-  auto with = [&](std::vector<int> devices) {
-    Placement q = Placement::replicas(L, devices);
-    q.source = p.source;
-    out.push_back(std::move(q));
-  };
-  for (size_t k = 0; k < p.group_device.size() && p.group_device.size() > 1; ++k) {
-    auto fewer = p.group_device;
-    fewer.erase(fewer.begin() + static_cast<long>(k));
-    with(fewer);
-  }
-  for (int d = 0; d < num_devices; ++d) {
-    if (used[d]) continue;
-    auto more = p.group_device;
-    more.push_back(d);
-    with(more);
-    for (size_t k = 0; k < p.group_device.size(); ++k) {
-      auto other = p.group_device;
-      other[k] = d;
-      with(other);
-    }
-  }
-  return out;
-}
-
-// Local moves around a placement whose groups are stages in layer order:
-// shift a stage boundary by 1, 2, 4, ... layers (up to a quarter of the
-// model), merge two adjacent stages, split a stage onto an unused device, swap
-// two stages' devices, move a stage to an unused device, halve or double the
-// micro-batches (replica moves for a data-parallel placement).
-std::vector<Placement> neighbours(const Placement& p, int num_devices, const std::vector<int>& choices) {
-  if (p.data_parallel) return replica_neighbours(p, num_devices);
-  std::vector<Placement> out;
-  const int L = static_cast<int>(p.layer_group.size());
-  // q's groups renumbered as stages in layer order (emptied groups dropped).
-  auto as_stages = [](const Placement& q) {
-    Placement c = decision_to_placement(Decision{q.layer_group, q.group_device, 0}, {q.micro_batches}, q.schedule);
-    c.source = "policy";
-    return c;
-  };
-  for (int i = 1; i < L; ++i) {
-    if (p.layer_group[i] == p.layer_group[i - 1]) continue;  // i starts a new group
-    for (int step = 1; step == 1 || step <= L / 4; step *= 2)
-      for (int delta : {step, -step}) {
-        int lo = delta > 0 ? i : i + delta, hi = delta > 0 ? i + delta : i;  // layers [lo, hi) change side
-        if (lo < 0 || hi > L) continue;
-        Placement q = p;
-        const int g = delta > 0 ? p.layer_group[i - 1] : p.layer_group[i];
-        for (int k = lo; k < hi; ++k) q.layer_group[k] = g;
-        Placement c = as_stages(q);
-        if (c.num_groups() == p.num_groups()) out.push_back(std::move(c));
-      }
-    // Merge the stage that starts at i into the one before it.
-    Placement q = p;
-    for (int k = i; k < L && p.layer_group[k] == p.layer_group[i]; ++k) q.layer_group[k] = p.layer_group[i - 1];
-    out.push_back(as_stages(q));
-  }
-  std::vector<bool> used(num_devices, false);
-  for (int d : p.group_device) used[d] = true;
-  // Split a stage at its middle layer, the second half on an unused device.
-  for (int i = 0; i < L;) {
-    int end = i;
-    while (end < L && p.layer_group[end] == p.layer_group[i]) ++end;
-    for (int d = 0; d < num_devices && end - i >= 2; ++d)
-      if (!used[d]) {
-        Placement q = p;
-        q.group_device.push_back(d);
-        for (int k = (i + end) / 2; k < end; ++k) q.layer_group[k] = p.num_groups();
-        out.push_back(as_stages(q));
-      }
-    i = end;
-  }
-  for (int a = 0; a < p.num_groups(); ++a) {
-    for (int b = a + 1; b < p.num_groups(); ++b) {
-      Placement q = p;
-      std::swap(q.group_device[a], q.group_device[b]);
-      out.push_back(q);
-    }
-    for (int d = 0; d < num_devices; ++d)
-      if (!used[d]) {
-        Placement q = p;
-        q.group_device[a] = d;
-        out.push_back(q);
-      }
-  }
-  for (size_t k = 0; k < choices.size(); ++k)
-    if (choices[k] == p.micro_batches) {
-      if (k > 0) out.push_back(p), out.back().micro_batches = choices[k - 1];
-      if (k + 1 < choices.size()) out.push_back(p), out.back().micro_batches = choices[k + 1];
-    }
-  return out;
 }
 
 // Stage ends (fractions of the depth) that split the model's multiply-adds
@@ -258,16 +151,12 @@ Decision placement_to_decision(const Placement& p, const std::vector<int>& choic
   return d;
 }
 
-SearchResult search(const LayerGraph& graph, const Cluster& cluster, Evaluator& evaluator, const SearchOptions& opt,
-                    const std::function<void(const SearchProgress&)>& progress, const std::atomic<bool>* cancel) {
-  using clock = std::chrono::steady_clock;
-  const auto t0 = clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(clock::now() - t0).count(); };
-  auto cancelled = [&] { return cancel && cancel->load(); };
+namespace {
 
-  SearchResult result;
-  OpDictionary dictionary;
-  FeatureMatrix features = encode_layers(graph, dictionary);
+// The policy's configuration for this model and cluster: as many groups as
+// devices (at most one per layer), the micro-batch counts the batch allows,
+// the devices that can hold a layer at all.
+PolicyConfig policy_config(const LayerGraph& graph, const Cluster& cluster, const SearchOptions& opt) {
   PolicyConfig pc;
   pc.num_devices = cluster.num_devices();
   pc.num_groups = opt.num_groups > 0 ? opt.num_groups : cluster.num_devices();
@@ -286,174 +175,207 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, Evaluator& 
   pc.offer_data_parallel = opt.data_parallel && cluster.num_devices() > 1;
   pc.learning_rate = opt.learning_rate;
   pc.seed = opt.seed;
-  const auto consumers = graph.consumers();
-  auto policy = std::make_unique<Policy>(features, consumers, pc);
-  if (opt.warm_start) policy->imitate(placement_to_decision(*opt.warm_start, pc.micro_batch_choices, pc.num_groups), 60);
-  int restarts = 0, last_restart = 0;
-  double reference_ms = opt.reference_step_ms;
+  return pc;
+}
 
-  std::mt19937_64 rng(opt.seed);
-  std::map<std::string, StepReport> seen;
-  std::optional<Reinforce> reinforce;
-  const int total = std::max(1, opt.iterations);
-  const int patience = opt.patience > 0 ? opt.patience : std::max(100, total / 2);
-  int last_improvement = 0;
+// One search: the policy, its learner and the measurer, stepped by run().
+class SearchLoop {
+ public:
+  SearchLoop(const LayerGraph& graph, const Cluster& cluster, Evaluator& evaluator, const SearchOptions& opt,
+             const std::function<void(const SearchProgress&)>& progress, const std::atomic<bool>* cancel)
+      : graph_(graph),
+        opt_(opt),
+        progress_(progress),
+        cancel_(cancel),
+        measurer_(graph, cluster, evaluator, opt.batch_size),
+        features_(encode_layers(graph, dictionary_)),
+        consumers_(graph.consumers()),
+        config_(policy_config(graph, cluster, opt)),
+        policy_(std::make_unique<Policy>(features_, consumers_, config_)),
+        rng_(opt.seed),
+        total_(std::max(1, opt.iterations)),
+        patience_(opt.patience > 0 ? opt.patience : std::max(100, total_ / 2)),
+        reference_ms_(opt.reference_step_ms) {
+    if (opt.warm_start)
+      policy_->imitate(placement_to_decision(*opt.warm_start, config_.micro_batch_choices, config_.num_groups), 60);
+  }
+
+  // Propose, evaluate, update, keep the best (the measurer), maybe restart,
+  // stop early; then the policy's greedy placement and the refinement.
+  SearchResult run() {
+    std::string stop_reason = "iterations";
+    int it = 1;
+    for (; it <= total_; ++it) {
+      std::vector<Decision> proposals = propose();
+      std::vector<StepReport> reports = evaluate(proposals, it);
+      if (cancelled()) {
+        stop_reason = "cancelled";
+        break;
+      }
+      update(proposals, reports, it);
+      iterations_ = it;
+      if (out_of_time()) {
+        stop_reason = "time_budget";
+        break;
+      }
+      if (maybe_restart(it)) continue;
+      if (out_of_patience(it)) {
+        stop_reason = "patience";
+        break;
+      }
+    }
+    SearchResult result;
+    result.stop_reason = stop_reason;
+    result.cancelled = stop_reason == "cancelled";
+    if (!result.cancelled && !cancelled()) measurer_.measure(to_placement(policy_->greedy()), iterations_);
+    keep_policy_result(result);
+    if (!result.cancelled && !cancelled()) refine_best(result);
+    keep_final_result(result);
+    return result;
+  }
+
+ private:
+  bool cancelled() const { return cancel_ && cancel_->load(); }
+  bool out_of_time() const { return opt_.time_budget_s > 0 && measurer_.elapsed_s() >= opt_.time_budget_s; }
+
+  // A batch of joint actions sampled from the current policy.
+  std::vector<Decision> propose() {
+    std::vector<Decision> decisions;
+    for (int s = 0; s < std::max(1, opt_.samples_per_iteration); ++s) decisions.push_back(policy_->sample(rng_));
+    return decisions;
+  }
+
+  // Each proposal's report through the measurer (memoised); stops at cancel.
+  std::vector<StepReport> evaluate(const std::vector<Decision>& decisions, int it) {
+    std::vector<StepReport> reports;
+    for (const Decision& d : decisions) {
+      if (cancelled()) break;
+      reports.push_back(measurer_.measure(to_placement(d), it));
+    }
+    return reports;
+  }
+
+  Placement to_placement(const Decision& d) const {
+    return decision_to_placement(d, config_.micro_batch_choices, opt_.schedule);
+  }
+
+  // One REINFORCE step on the batch (the reward scale fixed by the first
+  // valid step unless given), the policy's own best, and a progress report.
+  void update(const std::vector<Decision>& decisions, const std::vector<StepReport>& reports, int it) {
+    for (const auto& r : reports)
+      if (r.ok && r.step_ms < own_best_ms_) own_best_ms_ = r.step_ms, own_last_improvement_ = it;
+    if (!reinforce_) {
+      if (!(reference_ms_ > 0))
+        for (const auto& r : reports)
+          if (r.ok && (!(reference_ms_ > 0) || r.step_ms < reference_ms_)) reference_ms_ = r.step_ms;
+      reinforce_.emplace(*policy_, opt_.reinforce, reference_ms_ > 0 ? reference_ms_ : 1.0);
+    }
+    double frac = static_cast<double>(it) / total_;
+    if (opt_.time_budget_s > 0) frac = std::max(frac, measurer_.elapsed_s() / opt_.time_budget_s);
+    reinforce_->step(decisions, reports, frac);
+    double mean_reward = 0;
+    for (const auto& r : reports) mean_reward += reinforce_->reward(r);
+    mean_reward /= std::max<size_t>(1, reports.size());
+    if (progress_)
+      progress_({it, total_, measurer_.found() ? measurer_.best_report().step_ms : 0.0, mean_reward,
+                 measurer_.elapsed_s()});
+  }
+
+  // A policy that has not improved its own best for `restart_after`
+  // iterations (or the overall best for twice that) has converged: score its
+  // greedy placement, then start a fresh policy (another seed and prior) to
+  // escape the local optimum; the measurer keeps the best.
+  bool maybe_restart(int it) {
+    if (opt_.restart_after <= 0 || restarts_ >= opt_.max_restarts) return false;
+    const bool own_stalled = it - std::max(own_last_improvement_, last_restart_) >= opt_.restart_after;
+    const bool all_stalled = it - std::max(measurer_.last_improvement(), last_restart_) >= 2 * opt_.restart_after;
+    if (!own_stalled && !all_stalled) return false;
+    measurer_.measure(to_placement(policy_->greedy()), it);
+    ++restarts_;
+    last_restart_ = it;
+    own_best_ms_ = std::numeric_limits<double>::infinity();
+    PolicyConfig next = config_;
+    next.seed = config_.seed + 7919ULL * restarts_;
+    // Data-parallel plans are few (a set of devices) and the first policy
+    // has weighed them; restarted policies search the pipelines, so a
+    // replicated plan found early cannot hold every restart in its basin.
+    next.offer_data_parallel = false;
+    if (opt_.vary_prior_on_restart) vary_prior(next, restarts_, config_.seed, rng_, graph_);
+    reinforce_.reset();
+    policy_ = std::make_unique<Policy>(features_, consumers_, next);
+    return true;
+  }
+
+  // Nothing improved for `patience` iterations and no restart is left.
+  bool out_of_patience(int it) const {
+    return it - std::max(measurer_.last_improvement(), last_restart_) >= patience_ &&
+           (opt_.restart_after <= 0 || restarts_ >= opt_.max_restarts);
+  }
+
+  // What the policy found by itself, before any refinement.
+  void keep_policy_result(SearchResult& r) const {
+    r.iterations = iterations_;
+    r.restarts = restarts_;
+    r.policy_found = measurer_.found();
+    if (r.policy_found) {
+      r.policy_best = measurer_.best();
+      r.policy_best_report = measurer_.best_report();
+    }
+    r.policy_evaluations = measurer_.evaluations();
+    r.policy_elapsed_s = measurer_.elapsed_s();
+  }
+
+  void refine_best(const SearchResult& r) {
+    RefineOptions ro;
+    ro.budget = opt_.refine_budget;
+    ro.seed = opt_.seed;
+    ro.num_devices = config_.num_devices;
+    ro.micro_batch_choices = config_.micro_batch_choices;
+    refine(measurer_, ro, iterations_, cancel_);
+    if (measurer_.found() && r.policy_found && measurer_.best_report().step_ms < r.policy_best_report.step_ms)
+      measurer_.relabel_best("policy+refine");
+  }
+
+  void keep_final_result(SearchResult& r) const {
+    r.found = measurer_.found();
+    if (r.found) {
+      r.best = measurer_.best();
+      r.best_report = measurer_.best_report();
+    }
+    r.evaluations = measurer_.evaluations();
+    r.failures = measurer_.failures();
+    r.trace = measurer_.trace();
+    r.elapsed_s = measurer_.elapsed_s();
+  }
+
+  const LayerGraph& graph_;
+  const SearchOptions& opt_;
+  const std::function<void(const SearchProgress&)>& progress_;
+  const std::atomic<bool>* cancel_;
+  Measurer measurer_;
+  OpDictionary dictionary_;
+  FeatureMatrix features_;
+  std::vector<std::vector<int>> consumers_;
+  PolicyConfig config_;
+  std::unique_ptr<Policy> policy_;
+  std::optional<Reinforce> reinforce_;
+  std::mt19937_64 rng_;
+  const int total_, patience_;
+  double reference_ms_;
+  int iterations_ = 0, restarts_ = 0, last_restart_ = 0;
   // The current policy's own best since its (re)start: a restarted policy is
   // judged by its own progress, not by whether it already beats the best of
   // the policies before it.
-  double own_best_ms = std::numeric_limits<double>::infinity();
-  int own_last_improvement = 0;
-  result.stop_reason = "iterations";
+  double own_best_ms_ = std::numeric_limits<double>::infinity();
+  int own_last_improvement_ = 0;
+};
 
-  std::optional<std::pair<Placement, double>> best_pipeline;  // the best valid non-replicated plan and its step
-  // Evaluates a decision once (memoised) and keeps the best valid placement.
-  auto evaluate_placement = [&](const Placement& p, int it) -> const StepReport& {
-    const std::string key = placement_key(p);
-    auto hit = seen.find(key);
-    if (hit != seen.end()) return hit->second;
-    StepReport r;
-    if (Status st = validate_placement(p, graph, cluster, opt.batch_size); !st)
-      r = StepReport::failure("invalid_placement", st.message(), evaluator.name());
-    else if (Status mem = check_memory(p, graph, cluster, opt.batch_size); !mem)
-      r = StepReport::failure("out_of_memory", mem.message(), evaluator.name());
-    else
-      r = evaluator.evaluate(p);
-    r.timeline.clear();  // the caller re-evaluates the best with its timeline
-    hit = seen.emplace(key, std::move(r)).first;
-    ++result.evaluations;
-    if (!hit->second.ok) ++result.failures;
-    if (hit->second.ok && !p.data_parallel && (!best_pipeline || hit->second.step_ms < best_pipeline->second))
-      best_pipeline.emplace(p, hit->second.step_ms);
-    if (hit->second.ok && (!result.found || hit->second.step_ms < result.best_report.step_ms)) {
-      result.found = true;
-      result.best = p;
-      result.best_report = hit->second;
-      last_improvement = it;
-      result.trace.push_back({it, result.evaluations, elapsed(), hit->second.step_ms});
-    }
-    return hit->second;
-  };
-  auto evaluate_decision = [&](const Decision& d, int it) -> const StepReport& {
-    return evaluate_placement(decision_to_placement(d, pc.micro_batch_choices, opt.schedule), it);
-  };
+}  // namespace
 
-  // Propose, evaluate, update, keep the best, stop early.
-  for (int it = 1; it <= total; ++it) {
-    std::vector<Decision> decisions;
-    std::vector<StepReport> reports;
-    for (int s = 0; s < std::max(1, opt.samples_per_iteration) && !cancelled(); ++s) {
-      Decision d = policy->sample(rng);
-      const StepReport& r = evaluate_decision(d, it);
-      decisions.push_back(std::move(d));
-      reports.push_back(r);
-    }
-    if (cancelled()) {
-      result.cancelled = true;
-      result.stop_reason = "cancelled";
-      result.iterations = it - 1;
-      break;
-    }
-    for (const auto& r : reports)
-      if (r.ok && r.step_ms < own_best_ms) own_best_ms = r.step_ms, own_last_improvement = it;
-    if (!reinforce) {
-      if (!(reference_ms > 0))
-        for (const auto& r : reports)
-          if (r.ok && (!(reference_ms > 0) || r.step_ms < reference_ms)) reference_ms = r.step_ms;
-      reinforce.emplace(*policy, opt.reinforce, reference_ms > 0 ? reference_ms : 1.0);
-    }
-    double frac = static_cast<double>(it) / total;
-    if (opt.time_budget_s > 0) frac = std::max(frac, elapsed() / opt.time_budget_s);
-    reinforce->step(decisions, reports, frac);
-    result.iterations = it;
-    double mean_reward = 0;
-    for (const auto& r : reports) mean_reward += reinforce->reward(r);
-    mean_reward /= std::max<size_t>(1, reports.size());
-    if (progress)
-      progress({it, total, result.found ? result.best_report.step_ms : 0.0, mean_reward, elapsed()});
-    if (opt.time_budget_s > 0 && elapsed() >= opt.time_budget_s) {
-      result.stop_reason = "time_budget";
-      break;
-    }
-    // Restart: a policy that has not improved its own best for
-    // `restart_after` iterations has converged; keep the best and start a
-    // fresh policy (another seed and prior) to escape the local optimum.
-    if (opt.restart_after > 0 && restarts < opt.max_restarts &&
-        (it - std::max(own_last_improvement, last_restart) >= opt.restart_after ||
-         it - std::max(last_improvement, last_restart) >= 2 * opt.restart_after)) {
-      evaluate_decision(policy->greedy(), it);
-      ++restarts;
-      last_restart = it;
-      own_best_ms = std::numeric_limits<double>::infinity();
-      PolicyConfig next = pc;
-      next.seed = pc.seed + 7919ULL * restarts;
-      // Data-parallel plans are few (a set of devices) and the first policy
-      // has weighed them; restarted policies search the pipelines, so a
-      // replicated plan found early cannot hold every restart in its basin.
-      next.offer_data_parallel = false;
-      if (opt.vary_prior_on_restart) vary_prior(next, restarts, pc.seed, rng, graph);
-      reinforce.reset();
-      policy = std::make_unique<Policy>(features, consumers, next);
-      continue;
-    }
-    if (it - std::max(last_improvement, last_restart) >= patience &&
-        (opt.restart_after <= 0 || restarts >= opt.max_restarts)) {
-      result.stop_reason = "patience";
-      break;
-    }
-  }
-  result.restarts = restarts;
-  // The policy's most probable placement, once it has learned.
-  if (!result.cancelled && !cancelled()) evaluate_decision(policy->greedy(), result.iterations);
-  result.policy_found = result.found;
-  result.policy_best = result.best;
-  result.policy_best_report = result.best_report;
-  result.policy_evaluations = result.evaluations;
-  result.policy_elapsed_s = elapsed();
-
-  // Optional refinement of the policy's best by local search through the same
-  // evaluator (reported apart): hill-climb by first improvement over the
-  // neighbours in random order; at a local optimum, kick the best found so
-  // far by two random moves and climb again, until the budget is spent.
-  if (opt.refine_budget > 0 && result.found && !cancelled()) {
-    const int64_t stop_at = result.evaluations + opt.refine_budget;
-    std::mt19937_64 refine_rng(opt.seed * 0x9E3779B97F4A7C15ULL + 101);
-    int64_t attempts = 0;  // memoised repeats cost no evaluation: bound the loop anyway
-    auto spent = [&] { return result.evaluations >= stop_at || ++attempts > 20LL * opt.refine_budget || cancelled(); };
-    auto moves = [&](const Placement& p) {
-      auto nb = neighbours(p, cluster.num_devices(), pc.micro_batch_choices);
-      std::shuffle(nb.begin(), nb.end(), refine_rng);
-      return nb;
-    };
-    auto climb = [&](Placement current, double current_ms) {
-      for (bool improved = true; improved;) {
-        improved = false;
-        for (const Placement& q : moves(current)) {
-          if (spent()) return;
-          const StepReport& r = evaluate_placement(q, result.iterations);
-          if (r.ok && r.step_ms < current_ms) {
-            current = q, current_ms = r.step_ms, improved = true;
-            break;
-          }
-        }
-      }
-    };
-    // A data-parallel best is climbed among replica sets (few moves); the
-    // budget then goes to the pipelines, from the best one.
-    if (result.best.data_parallel) climb(result.best, result.best_report.step_ms);
-    if (best_pipeline) climb(best_pipeline->first, best_pipeline->second);
-    while (!spent()) {
-      Placement kick = best_pipeline ? best_pipeline->first : result.best;
-      for (int k = 0; k < 2; ++k) {
-        auto nb = moves(kick);
-        if (!nb.empty()) kick = nb.front();
-      }
-      const StepReport& r = evaluate_placement(kick, result.iterations);
-      if (r.ok) climb(kick, r.step_ms);
-    }
-    if (result.best_report.step_ms < result.policy_best_report.step_ms) result.best.source = "policy+refine";
-  }
-  result.elapsed_s = elapsed();
-  return result;
+SearchResult search(const LayerGraph& graph, const Cluster& cluster, Evaluator& evaluator, const SearchOptions& opt,
+                    const std::function<void(const SearchProgress&)>& progress, const std::atomic<bool>* cancel) {
+  return SearchLoop(graph, cluster, evaluator, opt, progress, cancel).run();
 }
+
 
 }  // namespace tapp

@@ -1,17 +1,20 @@
 // placer/search.h — the TAPP search loop (paper Algorithm 1).
 //
-// Owns `search`: one function that, per iteration, proposes a batch of joint
-// actions from the policy, turns each into a Placement (empty groups dropped,
-// groups numbered in layer order), evaluates it (memory checked first; a
-// failure is data), updates the policy by REINFORCE, keeps the best valid
-// placement, and stops on the iteration limit, the time budget, cancel, or
-// when nothing improved for `patience` iterations. Identical placements are
-// evaluated once (memoised), so `measure` never runs a duplicate. The first
-// policy may also choose data parallelism (a replica per allocated device);
-// restarted ones search pipelines only, and the refinement climbs the replica
-// set of a data-parallel best before spending its budget on the best pipeline.
+// Owns `search`, which reads as one loop (placer/search.cpp, SearchLoop::run,
+// after TVM's SketchPolicyNode::Search): per iteration, *propose* a batch of
+// joint actions from the policy (each a Placement: empty groups dropped,
+// groups numbered in layer order), *evaluate* them through the Measurer
+// (placer/measurer.h: memo, memory check, best so far, trace, counts; a
+// failure is data), *update* the policy by REINFORCE, *maybe restart* a
+// policy that stopped improving (a fresh seed and positional prior; the
+// measurer keeps the best), and *stop early* on the time budget, cancel, or
+// when nothing improved for `patience` iterations. Then the policy's greedy
+// placement, and the refinement of the best by iterated local search
+// (placer/refine.h) through the same measurer, reported apart.
+// The first policy may also choose data parallelism (a replica per allocated
+// device); restarted ones search pipelines only.
 // Data flow: LayerGraph + Cluster -> features -> Policy -> Placement ->
-//            Evaluator -> StepReport -> Reinforce -> Policy ...
+//            Measurer -> Evaluator -> StepReport -> Reinforce -> Policy ...
 // Thread safety: a call owns its policy; the evaluator is used by this thread
 // only; `progress` is called on this thread.
 #pragma once
@@ -25,6 +28,7 @@
 
 #include "core/evaluator.h"
 #include "core/placement.h"
+#include "placer/measurer.h"
 #include "placer/reinforce.h"
 
 namespace tapp {
@@ -63,12 +67,6 @@ struct SearchProgress {
   double elapsed_s = 0;
 };
 
-struct TracePoint {
-  int iteration = 0;
-  int64_t evaluations = 0;
-  double elapsed_s = 0;
-  double best_step_ms = 0;
-};
 
 struct SearchResult {
   bool found = false;
@@ -96,8 +94,6 @@ struct SearchResult {
 Placement decision_to_placement(const Decision& d, const std::vector<int>& micro_batch_choices, Schedule schedule);
 // The Decision of a placement (for warm start); group ids kept when < num_groups.
 Decision placement_to_decision(const Placement& p, const std::vector<int>& micro_batch_choices, int num_groups);
-// A canonical string of a placement (groups, devices, micro-batches, schedule).
-std::string placement_key(const Placement& p);
 // {1, 2, 4, ...} up to min(batch_size, max).
 std::vector<int> micro_batch_choices(int64_t batch_size, int max_micro_batches);
 

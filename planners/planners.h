@@ -13,7 +13,12 @@
 // (every layer in group 0, group_device = the replicas); the SimulatorEvaluator
 // costs it with simulate_data_parallel and the runtime runs it as "bsp" on the
 // replicas. run_planners takes a hook to run the baselines' strategies.
-// Thread safety: stateless functions; the context's references must outlive calls.
+// Files, one per family: single_and_replicas.cpp, balanced_splits.cpp,
+// dynamic_programming.cpp (with exhaustive), stochastic_search.cpp (random,
+// annealing), baseline_table.cpp (by name, the table); moves.h is the one
+// move generator over contiguous pipelines; context.h the shared inputs.
+// Thread safety: stateless functions (each call owns its estimator); the
+// context's references must outlive calls.
 #pragma once
 
 #include <atomic>
@@ -26,40 +31,14 @@
 #include "common/status.h"
 #include "core/evaluator.h"
 #include "core/placement.h"
-#include "simulator/data_parallel.h"
 #include "core/step_report.h"
+#include "planners/context.h"
+#include "planners/moves.h"
+#include "simulator/data_parallel.h"  // simulate_data_parallel, which run_planners falls back on
 
 namespace tapp {
 
-struct LayerGraph;
-struct Cluster;
-class CostModel;
-
-struct PlannerContext {
-  const LayerGraph* graph = nullptr;
-  const Cluster* cluster = nullptr;
-  const CostModel* cost = nullptr;  // estimates for the analytic planners
-  int64_t batch_size = 32;
-  Schedule schedule = Schedule::gpipe;
-  int micro_batches = 0;      // 0: each planner picks from micro_batch_choices()
-  int max_micro_batches = 64;  // cap on the choices
-  uint64_t seed = 1;
-  int budget = 200;  // evaluations for random search and annealing
-  int64_t exhaustive_limit = 200000;  // candidates exhaustive search may enumerate
-  bool exhaustive_contiguous_only = false;  // skip the every-assignment space
-  const std::atomic<bool>* cancel = nullptr;
-  // Powers of two up to the batch size and max_micro_batches (or just `micro_batches` when set).
-  std::vector<int> micro_batch_choices() const;
-};
-
-// ---- Contiguous pipelines (stages of consecutive layers) ----
-struct StagePlan {
-  std::vector<int> stage_begin;   // first layer of each stage, ascending, [0] = 0
-  std::vector<int> stage_device;  // device of each stage
-  int micro_batches = 1;
-};
-Placement to_placement(const StagePlan& plan, int num_layers, Schedule schedule, const std::string& source);
-
+// ---- Contiguous pipelines (stages of consecutive layers: StagePlan, planners/moves.h) ----
 // The DP planner's objective for one plan: the pipeline's bottleneck — the
 // largest of every stage's forward + backward per micro-batch and every
 // boundary's transfer per micro-batch on its link (activations forward,
@@ -90,6 +69,9 @@ Result<Placement> plan_annealing(const PlannerContext& ctx, Evaluator& evaluator
 // Every layer -> device assignment when devices^layers x micro-batch choices fits
 // exhaustive_limit, else every contiguous plan when that fits; else an error.
 Result<Placement> plan_exhaustive(const PlannerContext& ctx, Evaluator& evaluator);
+// Why exhaustive search does not run on `ctx`: "N candidates > limit L" (N the
+// contiguous plans it would fall back to); nullopt when its space fits the limit.
+std::optional<std::string> exhaustive_skip_reason(const PlannerContext& ctx);
 
 // "single", "bsp", "uniform", "params", "time", "dp", "random", "anneal", "exhaustive", "hogwild".
 const std::vector<std::string>& planner_names();
@@ -113,6 +95,9 @@ struct PlannerRow {
   std::optional<Placement> placement;  // none when the planner failed
   StepReport report;                   // failed with the planner's error when it found nothing
   double plan_s = 0;                   // wall time of planning + evaluation
+  // The planner did not run (exhaustive over a space larger than its limit):
+  // report is failed with kind "skipped" and the reason as its message.
+  bool skipped = false;
 };
 struct PlannerRunOptions {
   std::vector<std::string> planners;  // empty: all of planner_names()

@@ -114,6 +114,23 @@ Status check_memory(const LayerGraph& graph, int64_t batch_size) {
 
 }  // namespace
 
+double ProfileProgress::fraction() const {
+  const double in_size = layers > 0 ? std::clamp(static_cast<double>(layer) / (layers + 1), 0.0, 1.0) : 0.0;
+  const double in_set = (std::max(0, size_index - 1) + in_size) / std::max(1, sizes);
+  return std::clamp((std::max(0, device_set - 1) + in_set) / std::max(1, device_sets), 0.0, 1.0);
+}
+
+std::string ProfileProgress::message() const {
+  if (!warning.empty()) return "warning: " + warning;
+  std::string m = device_kind + " x" + std::to_string(threads);
+  if (device_sets > 1) m += " (" + std::to_string(device_set) + "/" + std::to_string(device_sets) + ")";
+  m += ", micro-batch size " + std::to_string(batch_size);
+  if (sizes > 1) m += " (" + std::to_string(size_index) + "/" + std::to_string(sizes) + ")";
+  if (layer == 0) return m + ": starting";
+  if (layer > layers) return m + ": " + layer_name;
+  return m + ": layer " + std::to_string(layer) + "/" + std::to_string(layers) + " " + layer_name;
+}
+
 Result<LayerLibrary> profile_model(const LayerGraph& graph, const ProfileOptions& o) {
   if (Status s = check_options(o); !s) return s;
   if (Status s = check_memory(graph, o.batch_size); !s) return s;
@@ -143,9 +160,16 @@ Result<LayerLibrary> profile_model(const LayerGraph& graph, const ProfileOptions
       }
     }
     const int n = static_cast<int>(graph.layers.size());
+    ProfileProgress at;
+    at.device_kind = o.device;
+    at.threads = o.threads;
+    at.batch_size = o.batch_size;
+    at.layers = n;
     for (int i = 0; i < n; ++i) {
       const Layer& l = graph.layers[i];
-      if (o.progress) o.progress("layer " + std::to_string(i + 1) + "/" + std::to_string(n) + " " + l.name);
+      at.layer = i + 1;
+      at.layer_name = l.name;
+      if (o.progress) o.progress(at);
       std::vector<torch::Tensor> ins;
       if (l.inputs.empty()) ins.push_back(x);
       for (int p : l.inputs) ins.push_back(outs[p]);
@@ -155,7 +179,9 @@ Result<LayerLibrary> profile_model(const LayerGraph& graph, const ProfileOptions
       lib.rows[i].backward_ms = b;
     }
     outs.clear();
-    if (o.progress) o.progress("whole training step");
+    at.layer = n + 1;
+    at.layer_name = "whole training step";
+    if (o.progress) o.progress(at);
     lib.whole_step_ms = time_whole_step(model, x, y, o);
   } catch (const c10::Error& e) {
     return Status::error(std::string("LibTorch error while profiling: ") + e.what_without_backtrace());
@@ -182,8 +208,11 @@ Result<LayerLibrary> profile_cached(const LayerGraph& graph, const ProfileOption
   if (!lib) return lib;
   if (cache) {
     const std::string key = profile_cache_key(graph, device, o.threads, o.batch_size);
-    if (Status s = cache->put(key, library_to_json(*lib).dump(1)); !s && o.progress)
-      o.progress("warning: " + s.message());
+    if (Status s = cache->put(key, library_to_json(*lib).dump(1)); !s && o.progress) {
+      ProfileProgress warning;
+      warning.warning = "the profile was not cached: " + s.message();
+      o.progress(warning);
+    }
   }
   return lib;
 }

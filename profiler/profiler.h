@@ -22,6 +22,25 @@
 
 namespace tapp {
 
+// Where a long profile is, for a progress bar: which profile of a job's set
+// (device kind and threads, micro-batch size), which layer of how many.
+// `warning` is set instead when something went wrong but profiling goes on
+// (the cache could not be written).
+struct ProfileProgress {
+  std::string device_kind = "cpu";
+  int threads = 1;
+  int64_t batch_size = 0;
+  int device_set = 1, device_sets = 1;  // 1-based position among the job's (kind, threads) sets
+  int size_index = 1, sizes = 1;        // 1-based position among the set's micro-batch sizes
+  int layer = 0, layers = 0;  // the layer being timed, 1-based; 0: starting; layers + 1: the whole step
+  std::string layer_name;
+  std::string warning;
+  // 0..1 through the job's profiles (sets, then sizes, then layers).
+  double fraction() const;
+  // "cpu x1, micro-batch size 4 (3/6): layer 12/22 conv3".
+  std::string message() const;
+};
+
 struct ProfileOptions {
   std::string device = "cpu";  // "cpu" (Debian's LibTorch has no CUDA)
   int threads = 1;             // at::set_num_threads
@@ -32,8 +51,8 @@ struct ProfileOptions {
   // Time with this thread's CPU clock instead of the wall clock (threads = 1
   // only): robust to other processes sharing the cores, blind to waiting.
   bool cpu_clock = false;
-  // Called with short progress lines ("layer 12/40 conv3") on long profiles.
-  std::function<void(const std::string&)> progress;
+  // Called before each layer is timed and before the whole step (see ProfileProgress).
+  std::function<void(const ProfileProgress&)> progress;
 };
 
 Result<LayerLibrary> profile_model(const LayerGraph& graph, const ProfileOptions& options);

@@ -18,7 +18,7 @@ class MeasureEvaluator : public Evaluator {
   MeasureEvaluator(LayerGraph graph, Cluster cluster, RunOptions options)
       : graph_(std::move(graph)), cluster_(std::move(cluster)), options_(std::move(options)) {}
   StepReport evaluate(const Placement& placement) override;
-  std::string name() const override { return "measure"; }
+  EvaluatorKind kind() const override { return EvaluatorKind::measure; }
 
  private:
   LayerGraph graph_;

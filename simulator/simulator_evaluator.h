@@ -22,7 +22,7 @@ class SimulatorEvaluator : public Evaluator {
  public:
   SimulatorEvaluator(LayerGraph graph, Cluster cluster, CostModel cost, int64_t batch_size);
   StepReport evaluate(const Placement& placement) override;
-  std::string name() const override { return "simulate"; }
+  EvaluatorKind kind() const override { return EvaluatorKind::simulate; }
 
   bool timeline = false;  // fill StepReport::timeline (slower; off for searches)
   const CostModel& cost() const { return sim_->cost(); }

@@ -228,6 +228,8 @@ function renderSummary(job) {
   clear(box);
   const items = [
     ['model', job.model], ['phase', p.phase || '–'],
+    // While profiling: which device kind, micro-batch size and layer (placer's ProgressEvent.message).
+    ...(p.message ? [['progress', p.message]] : []),
     ['iteration', p.total_iterations ? `${p.iteration} / ${p.total_iterations}` : (p.iteration || '–')],
     ['best step (ms)', fmt(p.best_step_ms)], ['elapsed (s)', fmt(job.elapsed_s, 1)],
   ];
@@ -247,6 +249,7 @@ function renderSummary(job) {
   let frac = 0;
   if (job.status === 'succeeded') frac = 1;
   else if (p.total_iterations) frac = Math.min(1, p.iteration / p.total_iterations);
+  else if (typeof p.phase_fraction === 'number') frac = Math.min(1, p.phase_fraction);
   document.getElementById('job-progress-bar').style.width = (100 * frac).toFixed(1) + '%';
 }
 
@@ -408,7 +411,9 @@ function drawBaselines(result) {
   for (const b of rows) {
     const tr = el('tr');
     tr.appendChild(el('td', {}, b.name));
-    tr.appendChild(el('td', {}, b.ok === false ? (b.error || b.message || 'failed') : fmt(b.step_ms, 3)));
+    // A planner that did not run (exhaustive over a space too large) says why; a failure says what failed.
+    const notRun = b.skipped ? 'skipped: ' + (b.message || '') : (b.error || b.message || 'failed');
+    tr.appendChild(el('td', b.skipped ? {class: 'skipped'} : {}, b.ok === false ? notRun : fmt(b.step_ms, 3)));
     tr.appendChild(el('td', {}, b.step_ms && bestMs ? fmt(b.step_ms / bestMs) + '×' : '–'));
     tr.appendChild(el('td', {}, fmt(b.speedup_vs_bsp) + '×'));
     tr.appendChild(el('td', {}, typeof b.comm_fraction === 'number' ? fmt(100 * b.comm_fraction, 1) + '%' : '–'));

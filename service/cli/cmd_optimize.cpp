@@ -6,6 +6,7 @@
 // stdout: a summary and the baselines table, or the result JSON with --json.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <csignal>
@@ -56,6 +57,9 @@ std::string fmt_pct(const json& v) {
   return o.str();
 }
 
+// Progress on stderr: on a terminal one bar per phase that fills (profiling:
+// through the job's profiles, per micro-batch size and layer; optimizing:
+// through the iterations); otherwise plain lines, a few per phase.
 class ProgressPrinter {
  public:
   ProgressPrinter() : tty_(isatty(STDERR_FILENO) == 1) {}
@@ -64,8 +68,10 @@ class ProgressPrinter {
       if (tty_ && bar_shown_) std::cerr << "\n";
       bar_shown_ = false;
       phase_ = e.phase;
+      last_line_.clear();
       if (e.phase != "optimizing" && e.phase != "done") std::cerr << "[" << e.phase << "]\n";
     }
+    if (e.phase == "profiling" && !e.message.empty()) return profiling(e);
     if (e.phase != "optimizing") return;
     std::ostringstream line;
     line << "iteration " << e.iteration;
@@ -73,11 +79,8 @@ class ProgressPrinter {
     line << "  best " << (e.best_step_ms > 0 ? fmt_ms(e.best_step_ms) + " ms" : "-") << "  reward " << std::fixed
          << std::setprecision(3) << e.reward << "  " << std::setprecision(1) << e.elapsed_s << " s";
     if (tty_) {
-      const int width = 30;
-      int filled = e.total_iterations > 0 ? width * e.iteration / e.total_iterations : (e.iteration / 5) % (width + 1);
-      std::cerr << "\r[" << std::string(filled, '#') << std::string(width - filled, '.') << "] " << line.str()
-                << "   " << std::flush;
-      bar_shown_ = true;
+      const double fraction = e.total_iterations > 0 ? static_cast<double>(e.iteration) / e.total_iterations : -1;
+      bar(fraction, e.iteration, line.str());
     } else {
       int every = e.total_iterations > 0 ? std::max(1, e.total_iterations / 10) : 25;
       if (e.iteration % every == 0 || e.iteration == 1) std::cerr << line.str() << "\n";
@@ -88,9 +91,26 @@ class ProgressPrinter {
   }
 
  private:
+  // Terminal: the bar with the message; otherwise a line per micro-batch size
+  // (the message up to its colon), not per layer.
+  void profiling(const ProgressEvent& e) {
+    if (tty_) return bar(e.phase_fraction, 0, e.message);
+    const std::string head = e.message.substr(0, e.message.find(':'));
+    if (head != last_line_) std::cerr << "  " << head << "\n";
+    last_line_ = head;
+  }
+  // fraction < 0: unknown, the bar cycles with `tick`.
+  void bar(double fraction, int tick, const std::string& text) {
+    const int width = 30;
+    const int filled = fraction >= 0 ? std::clamp(static_cast<int>(width * fraction), 0, width) : (tick / 5) % (width + 1);
+    std::cerr << "\r\033[K[" << std::string(filled, '#') << std::string(width - filled, '.') << "] " << text
+              << std::flush;
+    bar_shown_ = true;
+  }
+
   bool tty_;
   bool bar_shown_ = false;
-  std::string phase_;
+  std::string phase_, last_line_;
 };
 
 void print_result(const json& r) {
@@ -99,7 +119,8 @@ void print_result(const json& r) {
             << r.value("batch_size", 0) << ", evaluator " << r.value("evaluator", "") << ", profile "
             << r["profile"].value("origin", "") << "\n";
   for (const json& s : r["profile"].value("skipped", json::array()))
-    std::cout << "  (micro-batch size " << s.value("batch_size", 0) << " not profiled: " << s.value("error", "") << ")\n";
+    std::cout << "  (micro-batch size " << s.value("batch_size", 0) << " on " << s.value("device", "cpu x1")
+              << " not profiled: " << s.value("error", "") << ")\n";
   std::cout << "\n";
   std::cout << "best placement (from " << r.value("source", "") << "): predicted " << fmt_ms(r["predicted_step_ms"])
             << " ms, measured " << fmt_ms(r["measured_step_ms"]) << (r["measured_step_ms"].is_number() ? " ms" : "")
@@ -134,6 +155,9 @@ void print_result(const json& r) {
   for (const auto& b : r["baselines"]) {
     if (b.value("ok", false))
       row(b.value("name", ""), b["step_ms"], b["speedup_vs_bsp"], b["speedup_vs_best_baseline"], b["comm_fraction"]);
+    else if (b.value("skipped", false))  // did not run: says why ("N candidates > limit L")
+      std::cout << std::left << std::setw(16) << b.value("name", "") << std::right << std::setw(12) << "skipped"
+                << "  " << b.value("message", "") << "\n";
     else
       std::cout << std::left << std::setw(16) << b.value("name", "") << std::right << std::setw(12) << "failed"
                 << "  " << b.value("failure_kind", "") << "\n";
@@ -141,6 +165,11 @@ void print_result(const json& r) {
 }
 
 void run(const Args& a, int& exit_code) {
+  if (Result<EvaluatorKind> kind = evaluator_kind_from_name(a.evaluator, "--evaluator"); !kind) {
+    std::cerr << "tapp-cli optimize: " << kind.error_message() << "\n";
+    exit_code = 2;
+    return;
+  }
   std::ifstream f(a.devices);
   if (!f) {
     std::cerr << "--devices: cannot read " << a.devices << "\n";
@@ -218,8 +247,7 @@ void add_optimize_command(CLI::App& app, int& exit_code) {
   sub->add_option("model", args->model, "zoo name (alexnet, vgg16, inception_v3, ...) or a JSON layer graph")
       ->required();
   sub->add_option("--devices", args->devices, "cluster JSON (devices, links)")->required();
-  sub->add_option("--evaluator", args->evaluator, "simulate (default) | measure | hybrid")
-      ->check(CLI::IsMember({"simulate", "measure", "hybrid"}));
+  sub->add_option("--evaluator", args->evaluator, "simulate (default) | measure | hybrid");
   auto* it = sub->add_option("--iterations", args->iterations, "policy iterations (default: 600 simulate/hybrid, 10 measure)");
   auto* tb = sub->add_option("--time-budget", args->time_budget_s, "seconds for the search instead of an iteration count");
   it->excludes(tb);

@@ -3,8 +3,8 @@
 // Loads the model and the cluster, builds the simulator's costs (cached
 // profile, fresh profile or multiply-add estimates; optional calibration),
 // runs one planner — or every planner with `--planner all` — and scores the
-// result with the chosen evaluator: `simulate` (the simulator) or `measure`
-// (real workers, runtime/measure_evaluator.h). Prints the placement and its
+// result with the chosen evaluator (placer/evaluator_factory.h): `simulate`
+// (the simulator), `measure` (real workers) or `hybrid`. Prints the placement and its
 // StepReport (a table with `all`), JSON with --json, and writes the placement
 // with --out. Bad input: message on stderr, exit 2; no placement fits: exit 1.
 #include <fstream>
@@ -17,8 +17,7 @@
 #include "planners/planners.h"
 #include "simulator/simulator_evaluator.h"
 #include "core/cluster.h"
-#include "runtime/measure_evaluator.h"
-#include "runtime/runtime.h"
+#include "placer/evaluator_factory.h"
 #include "service/cli/commands.h"
 #include "service/cli/model_inputs.h"
 #include "service/cli/cost_inputs.h"
@@ -84,6 +83,7 @@ nlohmann::json row_json(const PlannerRow& row, const LayerGraph& g, const Cluste
   if (row.placement && is_data_parallel(*row.placement)) j["strategy"] = row.placement->source;
   j["report"] = step_report_to_json(row.report, timeline);
   j["plan_s"] = row.plan_s;
+  if (row.skipped) j["skipped"] = true;
   return j;
 }
 
@@ -122,23 +122,27 @@ int plan(const PlanArgs& a) {
     }
     planners = {a.planner};
   }
-  RunOptions ro;
-  ro.batch_size = a.batch;
-  ro.steps = a.steps;
-  ro.warmup_steps = a.warmup;
-  ro.seed = a.seed;
-  std::unique_ptr<Evaluator> evaluator;
-  SimulatorEvaluator* sim = nullptr;
-  if (a.evaluator == "simulate") {
-    auto s = std::make_unique<SimulatorEvaluator>(graph, cluster, *cost, a.batch);
-    sim = s.get();
-    evaluator = std::move(s);
-  } else if (a.evaluator == "measure") {
-    evaluator = std::make_unique<MeasureEvaluator>(graph, cluster, ro);
-  } else {
-    std::cerr << "tapp-cli plan: --evaluator: expected simulate or measure, got \"" << a.evaluator << "\"\n";
+  // --evaluator, parsed once; the one factory builds it.
+  Result<EvaluatorKind> kind = evaluator_kind_from_name(a.evaluator, "--evaluator");
+  if (!kind) {
+    std::cerr << "tapp-cli plan: " << kind.error_message() << "\n";
     return 2;
   }
+  EvaluatorInputs evaluator_inputs;
+  evaluator_inputs.graph = &graph;
+  evaluator_inputs.cluster = &cluster;
+  evaluator_inputs.cost = &*cost;
+  evaluator_inputs.batch_size = a.batch;
+  evaluator_inputs.run.steps = a.steps;
+  evaluator_inputs.run.warmup_steps = a.warmup;
+  evaluator_inputs.run.seed = a.seed;
+  Result<JobEvaluator> job_evaluator = make_evaluator(*kind, evaluator_inputs, "--evaluator");
+  if (!job_evaluator) {
+    std::cerr << "tapp-cli plan: " << job_evaluator.error_message() << "\n";
+    return 2;
+  }
+  Evaluator* evaluator = job_evaluator->evaluator.get();
+  SimulatorEvaluator* sim = job_evaluator->simulator;
   PlannerContext ctx;
   ctx.graph = &graph;
   ctx.cluster = &cluster;
@@ -152,10 +156,7 @@ int plan(const PlanArgs& a) {
   ctx.exhaustive_limit = a.exhaustive_limit;
   PlannerRunOptions options;
   options.planners = planners;
-  if (a.evaluator == "measure")
-    options.strategy_evaluator = [&](const std::string& strategy) {
-      return run_strategy(graph, cluster, strategy, ro).report;
-    };
+  options.strategy_evaluator = job_evaluator->strategy_evaluator;
   std::vector<PlannerRow> rows;
   if (!a.placement.empty()) {
     auto given = load_placement(a.placement, graph, cluster);
@@ -186,6 +187,7 @@ int plan(const PlanArgs& a) {
     j["batch_size"] = a.batch;
     j["evaluator"] = evaluator->name();
     j["costs"] = inputs->costs_note;
+    j["costs_skipped"] = inputs->skipped;
     j["evaluations"] = evaluator->evaluations();
     if (rows.size() == 1) {
       j.update(row_json(rows[0], graph, cluster, a.timeline));
@@ -197,7 +199,9 @@ int plan(const PlanArgs& a) {
   } else {
     std::cout << "model " << graph.name << "  batch " << a.batch << "  on " << cluster.num_devices()
               << " device(s)" << (cluster.name.empty() ? "" : " (" + cluster.name + ")") << "  evaluator "
-              << evaluator->name() << "\ncosts: " << inputs->costs_note << "\n\n";
+              << evaluator->name() << "\ncosts: " << inputs->costs_note << "\n";
+    for (const std::string& skipped : inputs->skipped) std::cout << "  (not profiled: " << skipped << ")\n";
+    std::cout << "\n";
     if (rows.size() == 1) {
       const PlannerRow& r = rows[0];
       std::cout << "planner " << r.name << " (" << fixed(r.plan_s, 2) << " s, " << evaluator->evaluations()
@@ -218,7 +222,7 @@ int plan(const PlanArgs& a) {
       for (const auto& r : rows) {
         std::cout << std::left << std::setw(11) << r.name << std::right;
         if (!r.report.ok) {
-          std::cout << std::setw(11) << "-" << "  " << r.report.message << "\n";
+          std::cout << std::setw(11) << "-" << "  " << (r.skipped ? "skipped: " : "") << r.report.message << "\n";
           continue;
         }
         std::cout << std::setw(11) << fixed(r.report.step_ms, 2) << std::setw(9)
@@ -257,7 +261,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   sub->add_option("--devices", args->devices, "cluster.json")->required();
   sub->add_option("--planner", args->planner,
                   "all | single | bsp | uniform | params | time | dp | random | anneal | exhaustive | hogwild (default dp)");
-  sub->add_option("--evaluator", args->evaluator, "simulate (default) | measure");
+  sub->add_option("--evaluator", args->evaluator, "simulate (default) | measure | hybrid");
   sub->add_option("--batch", args->batch, "batch size (default 32)")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   sub->add_option("--micro-batches", args->micro_batches, "fix the number of micro-batches (default: planner picks)")
       ->check(CLI::Range(0, 1 << 20));

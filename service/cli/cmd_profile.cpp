@@ -113,8 +113,9 @@ int run_profile(const ProfileArgs& a) {
     po.warmup_runs = a.warmup;
     po.cpu_clock = a.cpu_clock;
     const bool tty = ::isatty(STDERR_FILENO);
-    po.progress = [tty, name = graph->name](const std::string& line) {
-      if (tty) std::cerr << "\r\033[Kprofiling " << name << ": " << line << std::flush;
+    po.progress = [tty, name = graph->name](const ProfileProgress& p) {
+      if (!p.warning.empty()) std::cerr << (tty ? "\r\033[K" : "") << p.message() << "\n";
+      else if (tty) std::cerr << "\r\033[Kprofiling " << name << ": " << p.message() << std::flush;
     };
     std::unique_ptr<FileProfileCache> cache;
     if (!a.no_cache)

@@ -1,78 +1,83 @@
+// service/cli/cost_inputs.cpp — see cost_inputs.h.
 #include "service/cli/cost_inputs.h"
 
+#include <unistd.h>
+
 #include <fstream>
-#include <map>
+#include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "model/layer_graph.h"
-#include "model/profile_cache.h"
-#include "profiler/profiler.h"
 #include "core/cluster.h"
+#include "model/layer_graph.h"
+#include "profiler/cost_profiles.h"
 
 namespace tapp::cli {
 
+namespace {
+
+Result<CostSource> cost_source(const std::string& mode) {
+  if (mode == "auto") return CostSource::cached_only;
+  if (mode == "profile") return CostSource::profile;
+  if (mode == "estimated") return CostSource::estimated;
+  return Status::error("--costs: expected auto, profile or estimated, got \"" + mode + "\"");
+}
+
+std::string costs_note(const CostProfiles& p) {
+  if (p.estimated && !p.cached && !p.measured)
+    return "estimated from multiply-adds (no profile; run `tapp-cli profile` or use --costs profile)";
+  if (p.estimated) return "profiled where cached, estimated elsewhere";
+  return std::string(p.measured ? "measured" : "cached") + " profiles at " + std::to_string(p.libraries.size()) +
+         " (device kind, batch size) points";
+}
+
+// One line per profile measured on a terminal, overwritten per layer.
+void show_progress(const ProfileProgress& p) {
+  static const bool tty = ::isatty(STDERR_FILENO) == 1;
+  if (!p.warning.empty()) {
+    std::cerr << (tty ? "\r\033[K" : "") << p.message() << "\n";
+  } else if (tty) {
+    std::cerr << "\r\033[Kprofiling " << p.message() << std::flush;
+  } else if (p.layer == 0) {
+    std::cerr << "profiling " << p.message() << "\n";
+  }
+}
+
+Result<Calibration> read_calibration(const std::string& path, const Cluster& c) {
+  if (path.empty()) return default_calibration();
+  std::ifstream f(path);
+  if (!f) return Status::error("--calibration: cannot open '" + path + "'");
+  nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+  if (j.is_discarded()) return Status::error("--calibration: '" + path + "' is not valid JSON");
+  const nlohmann::json& cj = j.contains("calibration") ? j["calibration"] : j;
+  auto cal = calibration_from_json(cj);
+  if (!cal) return cal.status().with_context(path);
+  if (!cal->device_factor.empty() && static_cast<int>(cal->device_factor.size()) != c.num_devices())
+    return Status::error(path + ": calibration.device_factor has " + std::to_string(cal->device_factor.size()) +
+                         " entries, the cluster " + std::to_string(c.num_devices()) + " devices");
+  return cal;
+}
+
+}  // namespace
+
 Result<CostInputs> load_cost_inputs(const LayerGraph& g, const Cluster& c, int64_t batch_size,
                                     const std::string& mode, const std::string& calibration_path) {
-  if (mode != "auto" && mode != "profile" && mode != "estimated")
-    return Status::error("--costs: expected auto, profile or estimated, got \"" + mode + "\"");
+  Result<CostSource> source = cost_source(mode);
+  if (!source) return source.status();
+  CostProfileOptions po;
+  po.batch_size = batch_size;
+  po.source = *source;
+  po.progress = show_progress;
+  CostProfiles profiles = cost_profiles(g, c, po);
+  if (::isatty(STDERR_FILENO) == 1 && profiles.measured) std::cerr << "\r\033[K" << std::flush;
   CostInputs in;
-  FileProfileCache cache(default_cache_dir());
-  std::map<std::pair<std::string, int>, bool> seen;
-  int cached = 0, measured = 0, estimated = 0;
-  const std::vector<int64_t> sizes = profile_batch_sizes(batch_size);
-  for (const Device& d : c.devices) {
-    if (!seen.emplace(std::make_pair(d.kind, d.threads), true).second) continue;
-    size_t before = in.libraries.size();
-    if (mode != "estimated") {
-      for (int64_t b : sizes) {
-        ProfileOptions po;
-        po.device = d.kind;
-        po.threads = d.threads;
-        po.batch_size = b;
-        po.runs = 7;  // the median of more runs: profiles are the simulator's only timing input
-        if (mode == "auto") {
-          auto lib = cached_library(cache, g, d.kind, d.threads, b);
-          if (!lib) continue;
-          in.libraries.push_back(std::move(*lib));
-          ++cached;
-        } else {
-          bool hit = false;
-          auto lib = profile_cached(g, po, &cache, &hit);
-          if (!lib) return lib.status().with_context("profiling " + g.name + " on " + d.kind + " at batch " +
-                                                     std::to_string(b));
-          in.libraries.push_back(std::move(*lib));
-          ++(hit ? cached : measured);
-        }
-      }
-    }
-    if (in.libraries.size() > before) continue;
-    LayerLibrary lib = estimated_library(g, batch_size, 20.0, d.threads);
-    lib.device_kind = d.kind;
-    in.libraries.push_back(std::move(lib));
-    ++estimated;
-  }
-  if (estimated && !cached && !measured)
-    in.costs_note = "estimated from multiply-adds (no profile; run `tapp-cli profile` or use --costs profile)";
-  else if (estimated)
-    in.costs_note = "profiled where cached, estimated elsewhere";
-  else
-    in.costs_note = std::string(measured ? "measured" : "cached") + " profiles at " +
-                    std::to_string(in.libraries.size()) + " (device kind, batch size) points";
-  in.calibration = default_calibration();  // unless a calibration file says otherwise
-  if (!calibration_path.empty()) {
-    std::ifstream f(calibration_path);
-    if (!f) return Status::error("--calibration: cannot open '" + calibration_path + "'");
-    nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
-    if (j.is_discarded()) return Status::error("--calibration: '" + calibration_path + "' is not valid JSON");
-    const nlohmann::json& cj = j.contains("calibration") ? j["calibration"] : j;
-    auto cal = calibration_from_json(cj);
-    if (!cal) return cal.status().with_context(calibration_path);
-    if (!cal->device_factor.empty() && static_cast<int>(cal->device_factor.size()) != c.num_devices())
-      return Status::error(calibration_path + ": calibration.device_factor has " +
-                           std::to_string(cal->device_factor.size()) + " entries, the cluster " +
-                           std::to_string(c.num_devices()) + " devices");
-    in.calibration = *cal;
-  }
+  in.costs_note = costs_note(profiles);
+  for (const SkippedProfile& s : profiles.skipped)
+    in.skipped.push_back(s.device_kind + " x" + std::to_string(s.threads) + " at micro-batch size " +
+                         std::to_string(s.batch_size) + ": " + s.error);
+  in.libraries = std::move(profiles.libraries);
+  Result<Calibration> calibration = read_calibration(calibration_path, c);
+  if (!calibration) return calibration.status();
+  in.calibration = *calibration;
   return in;
 }
 

@@ -1,11 +1,13 @@
 // service/cli/cost_inputs.h — the simulator's inputs for the command line (plan, calibrate).
 //
-// Owns how tapp-cli turns (model, cluster, batch) into a CostModel: one layer
-// library per distinct (device kind, threads) of the cluster — a cached
-// profile when there is one ("auto"), a fresh profile ("profile", measures
-// with LibTorch) or multiply-add estimates ("estimated") — plus a calibration:
-// the file's, else default fixed costs per task (0.2 ms), layer (0.05 ms) and
-// message (0.2 ms). Errors name the input.
+// Owns how tapp-cli turns (model, cluster, batch) into a CostModel: the layer
+// libraries by the rule every job follows (profiler/cost_profiles.h: one set
+// per distinct device kind and threads, at micro-batch sizes 1, 2, 4, ... up
+// to the batch) — cached profiles only ("auto", the multiply-add estimate
+// where none is cached), cached or measured ("profile", as the server's jobs)
+// or multiply-add estimates ("estimated") — plus a calibration: the file's,
+// else default fixed costs per task (0.2 ms), layer (0.05 ms) and message
+// (0.2 ms). Progress of a measured profile goes to stderr. Errors name the input.
 // Thread safety: one call at a time (profiling sets LibTorch's thread count).
 #pragma once
 
@@ -25,7 +27,8 @@ namespace tapp::cli {
 
 struct CostInputs {
   std::vector<LayerLibrary> libraries;
-  std::string costs_note;  // "cached profile", "measured profile", "estimated from multiply-adds"
+  std::string costs_note;  // "cached profiles at ...", "measured profiles at ...", "estimated from multiply-adds"
+  std::vector<std::string> skipped;  // "cpu x1 at micro-batch size 1: <why>"
   Calibration calibration;
 };
 

@@ -40,7 +40,7 @@ class FakeEvaluator : public Evaluator {
     r.step_ms = *std::max_element(load.begin(), load.end()) * (1.0 + 0.5 / m) + cuts * (0.5 + 0.1 * m);
     return r;
   }
-  std::string name() const override { return "fake"; }
+  EvaluatorKind kind() const override { return EvaluatorKind::simulate; }  // predicts, like the simulator
 
  private:
   std::vector<double> cost_;

@@ -29,7 +29,7 @@ class SlowWorld : public Evaluator {
     r.source = "measure";
     return r;
   }
-  std::string name() const override { return "measure"; }
+  EvaluatorKind kind() const override { return EvaluatorKind::measure; }
 
  private:
   const LayerGraph& g_;

@@ -9,6 +9,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 
 #include "placer/optimize.h"
 #include "model/profile_cache.h"
@@ -162,4 +163,70 @@ TEST_CASE("a job profiles micro-batch sizes above 8, up to its batch, when that 
   // vgg5 (CIFAR size) trains a batch of 32 in milliseconds: every size is measured, none extrapolated.
   CHECK(r.value()["profile"]["batch_sizes"] == json::array({1, 2, 4, 8, 16, 32}));
   CHECK(cache.entries.size() == 6);
+}
+
+namespace {
+std::set<std::string> keys_of(const json& j) {
+  std::set<std::string> keys;
+  for (auto it = j.begin(); it != j.end(); ++it) keys.insert(it.key());
+  return keys;
+}
+}  // namespace
+
+TEST_CASE("the result JSON written by the phases has the keys the page and the job schema read") {
+  std::atomic<bool> cancel{false};
+  auto r = optimize(small_request(5), nullptr, cancel);
+  REQUIRE_MESSAGE(r.is_ok(), r.error_message());
+  const json& j = r.value();
+  // The keys of the result before optimize() was split into phases, plus
+  // layer_order (which the server used to add by loading the model again).
+  CHECK(keys_of(j) == std::set<std::string>{"model", "layers", "layer_order", "cluster", "devices", "batch_size",
+                                            "evaluator", "seed", "profile", "source", "placement", "groups",
+                                            "predicted_step_ms", "measured_step_ms", "step_ms", "comm_fraction",
+                                            "speedup_vs_bsp", "speedup_vs_best_baseline", "best_baseline",
+                                            "baselines", "policy", "report", "timeline", "elapsed_s"});
+  CHECK(keys_of(j["profile"]) == std::set<std::string>{"origin", "measured", "batch_size", "batch_sizes", "skipped"});
+  CHECK(keys_of(j["policy"]) ==
+        std::set<std::string>{"found", "step_ms", "refined_step_ms", "refine_evaluations", "policy_elapsed_s",
+                              "speedup_vs_bsp", "speedup_vs_best_baseline", "refined_speedup_vs_bsp",
+                              "refined_speedup_vs_best_baseline", "iterations", "evaluations", "failures",
+                              "stop_reason", "elapsed_s", "time_to_within_5pct_s", "trace", "restarts", "placement",
+                              "refined_placement"});
+  CHECK(j["layer_order"] == json::array({"flatten", "fc1", "relu1", "fc2", "relu2", "fc3"}));
+  for (const json& b : j["baselines"]) {
+    CAPTURE(b.dump());
+    std::set<std::string> expected = {"name", "ok", "step_ms", "speedup_vs_bsp", "speedup_vs_best_baseline"};
+    if (b["ok"] == true) {
+      expected.insert({"comm_fraction", "micro_batches", "groups", "placement"});
+    } else {
+      expected.insert({"failure_kind", "message"});
+      if (b.contains("skipped")) expected.insert("skipped");
+    }
+    CHECK(keys_of(b) == expected);
+  }
+}
+
+TEST_CASE("a job reports its profiling per micro-batch size and per layer, with a message and how far it is") {
+  RecordingCache cache;
+  OptimizeRequest request = small_request(2);
+  request.model = "vgg5";
+  request.profile_cache = &cache;
+  std::atomic<bool> cancel{false};
+  std::set<std::string> messages;
+  double last_fraction = 0;
+  bool fraction_monotonic = true;
+  auto r = optimize(request, [&](const ProgressEvent& e) {
+    if (e.phase != "profiling") return;
+    messages.insert(e.message);
+    fraction_monotonic = fraction_monotonic && e.phase_fraction >= last_fraction;
+    last_fraction = e.phase_fraction;
+  }, cancel);
+  REQUIRE_MESSAGE(r.is_ok(), r.error_message());
+  const int layers = r.value()["layers"];
+  // Batch 8: sizes 1, 2, 4, 8, each started, then each layer, then the whole step.
+  CHECK(messages.size() == 4 * (1 + layers + 1));
+  CHECK(messages.count("cpu x1, micro-batch size 4 (3/4): starting") == 1);
+  CHECK(messages.count("cpu x1, micro-batch size 2 (2/4): layer 1/" + std::to_string(layers) + " conv1") == 1);
+  CHECK(fraction_monotonic);
+  CHECK(last_fraction > 0.9);
 }

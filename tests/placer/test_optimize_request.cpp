@@ -26,7 +26,7 @@ TEST_CASE("a request with a zoo model and a cluster takes the option defaults") 
   CHECK(r->model_graph.is_null());
   CHECK(r->cluster.num_devices() == 2);
   CHECK(r->cluster.devices[1].speed == doctest::Approx(0.5));
-  CHECK(r->evaluator == "simulate");
+  CHECK(r->evaluator == tapp::EvaluatorKind::simulate);
   CHECK(r->batch_size == 32);
   CHECK(r->seed == 1);
   CHECK_FALSE(r->warm_start);
@@ -47,7 +47,7 @@ TEST_CASE("every option in the request is read") {
                  {"baselines", false}}}};
   auto r = optimize_request_from_json(body);
   REQUIRE(r.is_ok());
-  CHECK(r->evaluator == "hybrid");
+  CHECK(r->evaluator == tapp::EvaluatorKind::hybrid);
   CHECK(r->iterations == 50);
   CHECK(r->time_budget_s == doctest::Approx(12.5));
   CHECK(r->seed == 7);

@@ -454,7 +454,7 @@ class TargetEvaluator : public Evaluator {
     r.source = "simulate";
     return r;
   }
-  std::string name() const override { return "simulate"; }
+  EvaluatorKind kind() const override { return EvaluatorKind::simulate; }
 };
 
 TEST_CASE("refinement climbs from the policy's best to the optimum, within its budget, reported apart") {

@@ -285,6 +285,30 @@ TEST_CASE("run_planners gives one row per planner, failures as rows, BSP through
   CHECK(bad[0].report.message.find("expected one of") != std::string::npos);
 }
 
+TEST_CASE("exhaustive search over a space larger than its limit is a skipped row saying why, not a failure") {
+  Setup s = small_setup({1, 1});  // 5 layers, 2 devices
+  s.ctx.micro_batches = 2;
+  SimulatorEvaluator ev = s.evaluator();
+  CHECK_FALSE(exhaustive_skip_reason(s.ctx).has_value());  // 2^5 assignments fit the default limit
+  s.ctx.exhaustive_limit = 5;  // 2^5 assignments and 10 contiguous plans: neither fits
+  REQUIRE(exhaustive_skip_reason(s.ctx).has_value());
+  CHECK(*exhaustive_skip_reason(s.ctx) == "10 candidates > limit 5");
+  PlannerRunOptions options;
+  options.planners = {"exhaustive", "uniform"};
+  auto rows = run_planners(s.ctx, ev, options);
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0].skipped);
+  CHECK_FALSE(rows[0].report.ok);
+  CHECK(rows[0].report.failure_kind == "skipped");
+  CHECK(rows[0].report.message == "10 candidates > limit 5");
+  CHECK_FALSE(rows[0].placement.has_value());
+  CHECK_FALSE(rows[1].skipped);
+  CHECK(rows[1].report.ok);
+  s.ctx.exhaustive_limit = 10;  // the contiguous plans fit: it runs
+  CHECK_FALSE(exhaustive_skip_reason(s.ctx).has_value());
+  CHECK_FALSE(run_planners(s.ctx, ev, options)[0].skipped);
+}
+
 TEST_CASE("bad clusters get clear errors") {
   LayerGraph g = chain({16, 10});
   LayerLibrary lib = library(g, 8, {1, 1});

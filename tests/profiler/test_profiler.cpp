@@ -8,10 +8,14 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <algorithm>
+#include <map>
+#include <optional>
 #include <sstream>
 
 #include "profiler/compute_threads.h"
 #include "model/model_json.h"
+#include "profiler/cost_profiles.h"
 #include "profiler/profiler.h"
 #include "profiler/torch_model.h"
 #include "profiler/torchscript_import.h"
@@ -290,4 +294,96 @@ TEST_CASE("set_compute_threads sizes LibTorch's and OpenBLAS's pools together") 
   CHECK(openblas_threads() == 1);  // a one-thread device must not keep a second BLAS thread spinning
   set_compute_threads(0);          // clamped: never zero threads
   CHECK(at::get_num_threads() == 1);
+}
+
+namespace {
+class MemoryCache : public ProfileCache {
+ public:
+  std::optional<std::string> get(const std::string& key) override {
+    auto it = entries.find(key);
+    return it == entries.end() ? std::nullopt : std::optional<std::string>(it->second);
+  }
+  Status put(const std::string& key, const std::string& value) override {
+    entries[key] = value;
+    return Status::ok();
+  }
+  std::map<std::string, std::string> entries;
+};
+
+Cluster cluster_of(const std::vector<std::pair<std::string, int>>& kinds_and_threads) {
+  Cluster c;
+  for (const auto& [kind, threads] : kinds_and_threads) {
+    Device d;
+    d.name = "d" + std::to_string(c.devices.size());
+    d.kind = kind;
+    d.threads = threads;
+    c.devices.push_back(d);
+  }
+  return c;
+}
+}  // namespace
+
+TEST_CASE("the cost rule profiles each distinct device kind and thread count at every micro-batch size, reporting each size and layer") {
+  auto g = load_model("mlp");
+  REQUIRE(g.is_ok());
+  MemoryCache cache;
+  CostProfileOptions o;
+  o.batch_size = 2;  // sizes 1 and 2
+  o.cache = &cache;
+  std::vector<ProfileProgress> seen;
+  o.progress = [&](const ProfileProgress& p) { seen.push_back(p); };
+  CostProfiles p = cost_profiles(*g, cluster_of({{"cpu", 1}, {"cpu", 2}, {"cpu", 1}}), o);
+  CHECK(p.origin() == "profiled");
+  CHECK(p.measured == 4);  // (cpu x1, cpu x2) x (1, 2)
+  REQUIRE(p.libraries.size() == 4);
+  CHECK(p.libraries[0].threads == 1);
+  CHECK(p.libraries[2].threads == 2);
+  CHECK(p.batch_sizes() == std::vector<int64_t>{1, 2});
+  CHECK(cache.entries.size() == 4);
+  const int layers = static_cast<int>(g->layers.size());
+  // Per profile: a start (layer 0), every layer, the whole step (layer layers + 1).
+  REQUIRE(seen.size() == static_cast<size_t>(4 * (layers + 2)));
+  for (int set = 1; set <= 2; ++set)
+    for (int64_t size : {1, 2})
+      for (int layer = 0; layer <= layers + 1; ++layer) {
+        CAPTURE(set);
+        CAPTURE(size);
+        CAPTURE(layer);
+        CHECK(std::count_if(seen.begin(), seen.end(), [&](const ProfileProgress& e) {
+                return e.device_set == set && e.device_sets == 2 && e.batch_size == size && e.layer == layer &&
+                       e.sizes == 2 && (layer == 0 || e.layers == layers);
+              }) == 1);
+      }
+  CHECK(seen.back().fraction() > 0.9);
+
+  // The same job again: every profile from the cache, nothing measured or reported.
+  seen.clear();
+  CostProfiles again = cost_profiles(*g, cluster_of({{"cpu", 1}, {"cpu", 2}}), o);
+  CHECK(again.origin() == "cache");
+  CHECK(again.cached == 4);
+  CHECK(seen.empty());
+}
+
+TEST_CASE("the cost rule names a size it cannot profile and estimates a device kind with no profile") {
+  auto g = load_model("mlp");
+  REQUIRE(g.is_ok());
+  MemoryCache cache;
+  CostProfileOptions o;
+  o.batch_size = 2;
+  o.cache = &cache;
+  if (torch::cuda::is_available()) return;  // a CUDA LibTorch profiles cuda:0
+  CostProfiles p = cost_profiles(*g, cluster_of({{"cuda:0", 1}}), o);  // this LibTorch has no CUDA
+  CHECK(p.origin() == "estimated");
+  REQUIRE(p.skipped.size() == 2);
+  CHECK(p.skipped[0].device_kind == "cuda:0");
+  CHECK(p.skipped[0].error.find("no CUDA") != std::string::npos);
+  REQUIRE(p.libraries.size() == 1);
+  CHECK(p.libraries[0].device_kind == "cuda:0");
+  CHECK_FALSE(p.libraries[0].measured);
+
+  o.source = CostSource::cached_only;  // `tapp-cli plan --costs auto` on an empty cache: never measures
+  CostProfiles cached_only = cost_profiles(*g, cluster_of({{"cpu", 1}}), o);
+  CHECK(cached_only.origin() == "estimated");
+  CHECK(cached_only.measured == 0);
+  CHECK(cache.entries.empty());
 }

@@ -1,0 +1,46 @@
+// placer/evaluator_factory.cpp — see evaluator_factory.h.
+#include "placer/evaluator_factory.h"
+
+#include "core/cluster.h"
+#include "model/layer_graph.h"
+#include "placer/hybrid_evaluator.h"
+#include "runtime/measure_evaluator.h"
+#include "simulator/simulator_evaluator.h"
+
+namespace tapp {
+
+Result<JobEvaluator> make_evaluator(EvaluatorKind kind, const EvaluatorInputs& in, const std::string& field) {
+  if (!in.graph || !in.cluster) return Status::error(field + ": no model or cluster to evaluate on");
+  RunOptions run = in.run;
+  run.batch_size = in.batch_size;
+  const bool needs_cost = kind == EvaluatorKind::simulate || kind == EvaluatorKind::hybrid;
+  if (needs_cost && !in.cost) return Status::error(field + ": " + evaluator_kind_name(kind) + " needs the cost model");
+  JobEvaluator out;
+  out.kind = kind;
+  switch (kind) {
+    case EvaluatorKind::simulate: {
+      auto sim = std::make_unique<SimulatorEvaluator>(*in.graph, *in.cluster, *in.cost, in.batch_size);
+      out.simulator = sim.get();
+      out.evaluator = std::move(sim);
+      return out;
+    }
+    case EvaluatorKind::measure: {
+      out.evaluator = std::make_unique<MeasureEvaluator>(*in.graph, *in.cluster, run);
+      out.strategy_evaluator = [graph = in.graph, cluster = in.cluster, run](const std::string& strategy) {
+        return run_strategy(*graph, *cluster, strategy, run).report;
+      };
+      return out;
+    }
+    case EvaluatorKind::hybrid: {
+      auto hybrid = std::make_unique<HybridEvaluator>(*in.graph, *in.cluster, *in.cost, in.batch_size,
+                                                      std::make_unique<MeasureEvaluator>(*in.graph, *in.cluster, run));
+      out.hybrid = hybrid.get();
+      out.evaluator = std::move(hybrid);
+      return out;
+    }
+  }
+  return Status::error(field + ": unknown evaluator kind " + std::to_string(static_cast<int>(kind)) +
+                       " (expected simulate, measure or hybrid)");
+}
+
+}  // namespace tapp

@@ -1,0 +1,56 @@
+// placer/measurer.cpp — see measurer.h.
+#include "placer/measurer.h"
+
+#include "core/cluster.h"
+#include "model/layer_graph.h"
+
+namespace tapp {
+
+std::string placement_key(const Placement& p) {
+  std::string k;
+  k.reserve(p.layer_group.size() * 3 + p.group_device.size() * 3 + 8);
+  for (int g : p.layer_group) k += std::to_string(g) + ',';
+  k += '|';
+  for (int d : p.group_device) k += std::to_string(d) + ',';
+  k += '|' + std::to_string(p.micro_batches) + schedule_name(p.schedule);
+  if (p.data_parallel) k += "|dp";
+  return k;
+}
+
+Measurer::Measurer(const LayerGraph& graph, const Cluster& cluster, Evaluator& evaluator, int64_t batch_size)
+    : graph_(graph), cluster_(cluster), evaluator_(evaluator), batch_size_(batch_size) {}
+
+double Measurer::elapsed_s() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+const StepReport& Measurer::measure(const Placement& p, int iteration) {
+  const std::string key = placement_key(p);
+  if (auto hit = memo_.find(key); hit != memo_.end()) return hit->second;
+  StepReport r = check_and_evaluate(p);
+  r.timeline.clear();  // the caller re-evaluates the best with its timeline
+  const StepReport& stored = memo_.emplace(key, std::move(r)).first->second;
+  ++evaluations_;
+  if (!stored.ok) ++failures_;
+  keep_if_best(p, stored, iteration);
+  return stored;
+}
+
+StepReport Measurer::check_and_evaluate(const Placement& p) {
+  if (Status st = validate_placement(p, graph_, cluster_, batch_size_); !st)
+    return StepReport::failure("invalid_placement", st.message(), evaluator_.name());
+  if (Status mem = check_memory(p, graph_, cluster_, batch_size_); !mem)
+    return StepReport::failure("out_of_memory", mem.message(), evaluator_.name());
+  return evaluator_.evaluate(p);
+}
+
+void Measurer::keep_if_best(const Placement& p, const StepReport& r, int iteration) {
+  if (!r.ok) return;
+  if (!p.data_parallel && (!best_pipeline_ || r.step_ms < best_pipeline_->second)) best_pipeline_.emplace(p, r.step_ms);
+  if (best_ && r.step_ms >= best_->second.step_ms) return;
+  best_.emplace(p, r);
+  last_improvement_ = iteration;
+  trace_.push_back({iteration, evaluations_, elapsed_s(), r.step_ms});
+}
+
+}  // namespace tapp

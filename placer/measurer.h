@@ -1,0 +1,83 @@
+// placer/measurer.h — the search's one door to its evaluator: memo, best so far, trace, counts.
+//
+// Owns `Measurer` (after TVM auto_scheduler's ProgramMeasurer): every
+// placement the policy, a restart or the refinement wants scored goes through
+// measure(). A placement seen before is answered from the memo (so `measure`
+// never runs a duplicate on the workers); a new one is validated and
+// memory-checked first (a failure is data: "invalid_placement",
+// "out_of_memory") and only then evaluated. It keeps the best valid
+// placement, the best valid pipeline (not data parallel: the refinement
+// climbs from it), a trace point each time the best improves, and the counts
+// of distinct placements evaluated and failed.
+// Data flow: Placement -> placement_key -> memo | validate -> check_memory ->
+//            Evaluator -> StepReport -> memo, best, trace.
+// Thread safety: one thread (the search's); the evaluator is used by it only.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/evaluator.h"
+#include "core/placement.h"
+#include "core/step_report.h"
+
+namespace tapp {
+
+struct LayerGraph;
+struct Cluster;
+
+// A canonical string of a placement (groups, devices, micro-batches, schedule).
+std::string placement_key(const Placement& p);
+
+struct TracePoint {
+  int iteration = 0;
+  int64_t evaluations = 0;
+  double elapsed_s = 0;
+  double best_step_ms = 0;
+};
+
+class Measurer {
+ public:
+  // `graph`, `cluster` and `evaluator` must outlive the measurer; its clock starts now.
+  Measurer(const LayerGraph& graph, const Cluster& cluster, Evaluator& evaluator, int64_t batch_size);
+
+  // The report of `p` (without a timeline): from the memo, or checked and
+  // evaluated once. `iteration` labels an improvement in the trace.
+  const StepReport& measure(const Placement& p, int iteration);
+
+  bool found() const { return best_.has_value(); }
+  const Placement& best() const { return best_->first; }
+  const StepReport& best_report() const { return best_->second; }
+  // The best valid placement that is not data parallel, with its step.
+  const std::optional<std::pair<Placement, double>>& best_pipeline() const { return best_pipeline_; }
+  int last_improvement() const { return last_improvement_; }  // iteration of the last new best
+
+  int64_t evaluations() const { return evaluations_; }  // distinct placements evaluated
+  int64_t failures() const { return failures_; }        // of which failed
+  const std::vector<TracePoint>& trace() const { return trace_; }
+  double elapsed_s() const;
+  // Marks the best as improved by a later stage ("policy+refine").
+  void relabel_best(const std::string& source) { best_->first.source = source; }
+
+ private:
+  StepReport check_and_evaluate(const Placement& p);
+  void keep_if_best(const Placement& p, const StepReport& r, int iteration);
+
+  const LayerGraph& graph_;
+  const Cluster& cluster_;
+  Evaluator& evaluator_;
+  int64_t batch_size_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::map<std::string, StepReport> memo_;
+  std::optional<std::pair<Placement, StepReport>> best_;
+  std::optional<std::pair<Placement, double>> best_pipeline_;
+  int last_improvement_ = 0;
+  int64_t evaluations_ = 0, failures_ = 0;
+  std::vector<TracePoint> trace_;
+};
+
+}  // namespace tapp

@@ -1,0 +1,125 @@
+// placer/refine.cpp — see refine.h.
+#include "placer/refine.h"
+
+#include <algorithm>
+#include <random>
+
+#include "placer/measurer.h"
+#include "planners/moves.h"
+
+namespace tapp {
+
+namespace {
+
+// Local moves around a data-parallel placement: drop a replica, add an unused
+// device as one, or swap a replica for an unused device.
+std::vector<Placement> replica_neighbours(const Placement& p, int num_devices) {
+  std::vector<Placement> out;
+  const int L = static_cast<int>(p.layer_group.size());
+  std::vector<bool> used(num_devices, false);
+  for (int d : p.group_device) used[d] = true;
+  auto with = [&](std::vector<int> devices) {
+    Placement q = Placement::replicas(L, devices);
+    q.source = p.source;
+    out.push_back(std::move(q));
+  };
+  for (size_t k = 0; k < p.group_device.size() && p.group_device.size() > 1; ++k) {
+    auto fewer = p.group_device;
+    fewer.erase(fewer.begin() + static_cast<long>(k));
+    with(fewer);
+  }
+  for (int d = 0; d < num_devices; ++d) {
+    if (used[d]) continue;
+    auto more = p.group_device;
+    more.push_back(d);
+    with(more);
+    for (size_t k = 0; k < p.group_device.size(); ++k) {
+      auto other = p.group_device;
+      other[k] = d;
+      with(other);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Placement> neighbours(const Placement& p, int num_devices, const std::vector<int>& choices) {
+  if (p.data_parallel) return replica_neighbours(p, num_devices);
+  const int L = static_cast<int>(p.layer_group.size());
+  const StageMoves moves(L, num_devices, choices);
+  std::vector<Placement> out;
+  for (const StagePlan& n : moves.neighbours(stage_plan_of_runs(p), MoveSet::wide(L)))
+    out.push_back(to_placement(n, L, p.schedule, "policy"));
+  return out;
+}
+
+namespace {
+
+// First-improvement hill climbing and kicks, within a budget of evaluations.
+class IteratedLocalSearch {
+ public:
+  IteratedLocalSearch(Measurer& m, const RefineOptions& o, int iteration, const std::atomic<bool>* cancel)
+      : m_(m), o_(o), iteration_(iteration), cancel_(cancel), stop_at_(m.evaluations() + o.budget),
+        rng_(o.seed * 0x9E3779B97F4A7C15ULL + 101) {}
+
+  void run() {
+    // A data-parallel best is climbed among replica sets first (few moves).
+    if (m_.best().data_parallel) climb(m_.best(), m_.best_report().step_ms);
+    if (m_.best_pipeline()) climb(m_.best_pipeline()->first, m_.best_pipeline()->second);
+    while (!spent()) {
+      Placement kicked = kick(m_.best_pipeline() ? m_.best_pipeline()->first : m_.best());
+      const StepReport& r = m_.measure(kicked, iteration_);
+      if (r.ok) climb(kicked, r.step_ms);
+    }
+  }
+
+ private:
+  bool spent() {
+    return m_.evaluations() >= stop_at_ || ++attempts_ > 20LL * o_.budget || (cancel_ && cancel_->load());
+  }
+  std::vector<Placement> moves(const Placement& p) {
+    auto nb = neighbours(p, o_.num_devices, o_.micro_batch_choices);
+    std::shuffle(nb.begin(), nb.end(), rng_);
+    return nb;
+  }
+  // Takes the first improving move until none improves (or the budget is spent).
+  void climb(Placement current, double current_ms) {
+    for (bool improved = true; improved;) {
+      improved = false;
+      for (const Placement& q : moves(current)) {
+        if (spent()) return;
+        const StepReport& r = m_.measure(q, iteration_);
+        if (r.ok && r.step_ms < current_ms) {
+          current = q, current_ms = r.step_ms, improved = true;
+          break;
+        }
+      }
+    }
+  }
+  // Two random moves away from `from`.
+  Placement kick(Placement from) {
+    for (int k = 0; k < 2; ++k) {
+      auto nb = moves(from);
+      if (!nb.empty()) from = nb.front();
+    }
+    return from;
+  }
+
+  Measurer& m_;
+  const RefineOptions& o_;
+  const int iteration_;
+  const std::atomic<bool>* cancel_;
+  const int64_t stop_at_;
+  std::mt19937_64 rng_;
+  int64_t attempts_ = 0;
+};
+
+}  // namespace
+
+void refine(Measurer& measurer, const RefineOptions& options, int iteration, const std::atomic<bool>* cancel) {
+  if (options.budget <= 0 || !measurer.found() || (cancel && cancel->load())) return;
+  IteratedLocalSearch(measurer, options, iteration, cancel).run();
+}
+
+}  // namespace tapp

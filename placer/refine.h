@@ -1,0 +1,44 @@
+// placer/refine.h — refinement of the policy's best by iterated local search.
+//
+// Owns `refine`: after the policy has searched, spend `budget` more
+// evaluations through the same Measurer (so its memo, best and counts go on)
+// climbing from the best found. Hill-climb by first improvement over the
+// neighbours in random order; at a local optimum, kick the best pipeline by
+// two random moves and climb again, until the budget is spent or cancel.
+// A data-parallel best is first climbed among replica sets (few moves: drop,
+// add or swap a replica); the budget then goes to the pipelines, from the best
+// one. Memoised repeats cost no evaluation, so the loop is also bounded by
+// attempts (20 x budget).
+// Data flow: Measurer.best / best_pipeline -> neighbours (planners/moves.h) -> Measurer.measure.
+// Thread safety: one thread (the search's).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "core/placement.h"
+
+namespace tapp {
+
+class Measurer;
+
+struct RefineOptions {
+  int budget = 0;  // evaluations (distinct placements); 0 = off
+  uint64_t seed = 1;
+  int num_devices = 1;
+  std::vector<int> micro_batch_choices;
+};
+
+// Local moves around a placement: replica moves (drop, add or swap a replica)
+// for a data-parallel one; else every move of the one move generator
+// (planners/moves.h, MoveSet::wide: boundary shifts by 1, 2, 4, ... layers up
+// to a quarter of the model, merges, splits onto an unused device, device
+// swaps and moves, the neighbouring micro-batch counts) on the pipeline of the
+// placement's runs.
+std::vector<Placement> neighbours(const Placement& p, int num_devices, const std::vector<int>& micro_batch_choices);
+
+// Climbs from measurer.best(); evaluations are labelled `iteration` in the trace.
+void refine(Measurer& measurer, const RefineOptions& options, int iteration, const std::atomic<bool>* cancel);
+
+}  // namespace tapp

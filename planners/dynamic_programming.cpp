@@ -1,0 +1,364 @@
+// planners/dynamic_programming.cpp — contiguous pipelines found by dynamic
+// programming (PipeDream / Pipe-Torch style: minimum bottleneck over layer
+// prefixes, sets of used devices and the last device), polished by a local
+// search on the cost model's simulation through the shared move generator;
+// and exhaustive search, which enumerates every plan where the space is small.
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <numeric>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "core/cluster.h"
+#include "model/layer_graph.h"
+#include "planners/planner_support.h"
+#include "planners/planners.h"
+
+namespace tapp {
+using namespace planner_support;
+namespace {
+
+
+std::vector<int> cut_positions(const PlannerContext& ctx, int max_positions) {
+  const int L = num_layers(ctx);
+  std::vector<int> pos;
+  if (L + 1 <= max_positions) {
+    for (int j = 0; j <= L; ++j) pos.push_back(j);
+    return pos;
+  }
+  // Quantiles of cumulative time on the fastest device.
+  int d = devices_fastest_first(ctx).front();
+  double total = stage_ms(ctx, d, 0, L, 1);
+  pos.push_back(0);
+  for (int j = 1; j < L; ++j) {
+    double f = stage_ms(ctx, d, 0, j, 1) / std::max(total, 1e-12);
+    int bucket = static_cast<int>(f * (max_positions - 1));
+    int prev = static_cast<int>(stage_ms(ctx, d, 0, pos.back(), 1) / std::max(total, 1e-12) * (max_positions - 1));
+    if (bucket > prev) pos.push_back(j);
+  }
+  pos.push_back(L);
+  return pos;
+}
+
+// DP over (cut position, used devices, last device); best plan per stage count.
+Result<std::vector<std::optional<StagePlan>>> dp_by_stage_count(const PlannerContext& ctx, int m) {
+  if (Status s = check_context(ctx); !s) return s;
+  const int D = num_devices(ctx), L = num_layers(ctx);
+  if (D > 16) return Status::error("dp: at most 16 devices (got " + std::to_string(D) + ")");
+  // Keep C^2/2 x 2^D x D^2 around 2e7.
+  double per_pair = std::ldexp(1.0, D) * D * D;
+  int max_positions = std::max(4, static_cast<int>(std::sqrt(4e7 / per_pair)));
+  std::vector<int> P = cut_positions(ctx, max_positions);
+  const int C = static_cast<int>(P.size()) - 1;
+  const int M = 1 << D;
+  BottleneckModel bm(ctx, m, 0);
+  auto at = [&](int i, int mask, int last) { return (static_cast<size_t>(i) * M + mask) * D + last; };
+  std::vector<double> best(static_cast<size_t>(C + 1) * M * D, kInf);
+  std::vector<int> parent(best.size(), -1);  // previous cut index
+  for (int k = 1; k <= C; ++k)
+    for (int d = 0; d < D; ++d) {
+      double v = bm.stage(d, 0, P[k]);
+      if (v < best[at(k, 1 << d, d)]) best[at(k, 1 << d, d)] = v;
+    }
+  for (int i = 1; i < C; ++i)
+    for (int mask = 1; mask < M; ++mask)
+      for (int last = 0; last < D; ++last) {
+        double cur = best[at(i, mask, last)];
+        if (cur == kInf) continue;
+        for (int d = 0; d < D; ++d) {
+          if (mask & (1 << d)) continue;
+          double link = std::max(cur, bm.boundary(last, d, P[i]));
+          int nmask = mask | (1 << d);
+          for (int k = i + 1; k <= C; ++k) {
+            double v = std::max(link, bm.stage(d, P[i], P[k]));
+            size_t idx = at(k, nmask, d);
+            if (v < best[idx]) {
+              best[idx] = v;
+              parent[idx] = i;
+            }
+          }
+        }
+      }
+  std::vector<std::optional<StagePlan>> out(D + 1);
+  std::vector<double> out_value(D + 1, kInf);
+  for (int mask = 1; mask < M; ++mask)
+    for (int last = 0; last < D; ++last) {
+      double v = best[at(C, mask, last)];
+      int S = __builtin_popcount(mask);
+      if (v >= out_value[S]) continue;
+      out_value[S] = v;
+      StagePlan plan;
+      plan.micro_batches = m;
+      int i = C, msk = mask, d = last;
+      while (true) {
+        plan.stage_device.push_back(d);
+        int prev = parent[at(i, msk, d)];
+        if (prev < 0) {
+          plan.stage_begin.push_back(0);
+          break;
+        }
+        plan.stage_begin.push_back(P[prev]);
+        msk &= ~(1 << d);
+        // the previous stage's device: the one in msk whose state at prev leads here
+        int found = -1;
+        double target = best[at(i, msk | (1 << d), d)];
+        for (int q = 0; q < D && found < 0; ++q) {
+          if (!(msk & (1 << q))) continue;
+          double cur = best[at(prev, msk, q)];
+          if (cur == kInf) continue;
+          double v = std::max({cur, bm.boundary(q, d, P[prev]), bm.stage(d, P[prev], P[i])});
+          if (v == target) found = q;
+        }
+        if (found < 0) return Status::error("dp: internal error reconstructing the plan");
+        i = prev;
+        d = found;
+      }
+      std::reverse(plan.stage_begin.begin(), plan.stage_begin.end());
+      std::reverse(plan.stage_device.begin(), plan.stage_device.end());
+      out[S] = plan;
+    }
+  return out;
+}
+
+// Calls f(plan) for every contiguous plan with 1..min(D, L) stages on distinct devices.
+template <typename F>
+void for_each_contiguous(int L, int D, const std::vector<int>& choices, F&& f) {
+  std::vector<int> devs(D);
+  for (int S = 1; S <= std::min(D, L); ++S) {
+    // cut sets: combinations of S-1 positions from 1..L-1
+    std::vector<int> c(S - 1);
+    std::iota(c.begin(), c.end(), 1);
+    while (true) {
+      StagePlan plan;
+      plan.stage_begin.push_back(0);
+      plan.stage_begin.insert(plan.stage_begin.end(), c.begin(), c.end());
+      // ordered device selections: permutations of S-subsets
+      std::vector<int> perm(D);
+      std::iota(perm.begin(), perm.end(), 0);
+      std::set<std::vector<int>> seen;
+      do {
+        std::vector<int> sel(perm.begin(), perm.begin() + S);
+        if (!seen.insert(sel).second) continue;
+        plan.stage_device = sel;
+        for (int m : choices) {
+          plan.micro_batches = m;
+          if (!f(plan)) return;
+        }
+      } while (std::next_permutation(perm.begin(), perm.end()));
+      int i = S - 2;
+      while (i >= 0 && c[i] == L - 1 - (S - 2 - i)) --i;
+      if (i < 0) break;
+      ++c[i];
+      for (int k = i + 1; k < S - 1; ++k) c[k] = c[k - 1] + 1;
+    }
+  }
+}
+
+// "1234", or "about 2.3e+17" past what a long long shows exactly.
+std::string count_text(double count) {
+  std::ostringstream os;
+  if (count < 1e15)
+    os << static_cast<long long>(count);
+  else
+    os << "about " << std::setprecision(2) << count;
+  return os.str();
+}
+
+double count_contiguous(int L, int D, int choices) {
+  double total = 0;
+  for (int S = 1; S <= std::min(D, L); ++S) {
+    double comb = 1;
+    for (int k = 0; k < S - 1; ++k) comb = comb * (L - 1 - k) / (k + 1);
+    double perm = 1;
+    for (int k = 0; k < S; ++k) perm *= D - k;
+    total += comb * perm * choices;
+  }
+  return total;
+}
+
+// Hill climbing on the cost model's simulation: boundary moves by one layer and
+// device swaps, the best improving neighbour each round.
+std::pair<double, StagePlan> refine(const PlannerContext& ctx, PlanEstimator& estimator, StagePlan plan) {
+  const int L = num_layers(ctx);
+  const StageMoves moves = stage_moves(ctx);
+  const MoveSet polish = MoveSet::shifts_and_swaps();
+  auto score = [&](const StagePlan& p) {
+    Placement pl = to_placement(p, L, ctx.schedule, "dp");
+    return fits(ctx, pl) ? estimator.step_ms(pl) : kInf;
+  };
+  double cur = score(plan);
+  for (int iter = 0; iter < 100; ++iter) {
+    StagePlan best_n = plan;
+    double best_v = cur;
+    for (const StagePlan& n : moves.neighbours(plan, polish)) {
+      double v = score(n);
+      if (v < best_v - 1e-12) {
+        best_v = v;
+        best_n = n;
+      }
+    }
+    if (best_v >= cur) break;
+    cur = best_v;
+    plan = best_n;
+  }
+  return {cur, plan};
+}
+
+}  // namespace
+
+std::optional<std::string> exhaustive_skip_reason(const PlannerContext& ctx) {
+  if (!ctx.graph || !ctx.cluster) return std::nullopt;
+  const int D = ctx.cluster->num_devices(), L = static_cast<int>(ctx.graph->layers.size());
+  const size_t choices = ctx.micro_batch_choices().size();
+  const double limit = static_cast<double>(ctx.exhaustive_limit);
+  if (!ctx.exhaustive_contiguous_only && std::pow(static_cast<double>(D), L) * choices <= limit) return std::nullopt;
+  // Otherwise exhaustive search would enumerate the contiguous plans only: their count decides.
+  const double contiguous = count_contiguous(L, D, static_cast<int>(choices));
+  if (contiguous <= limit) return std::nullopt;
+  return count_text(contiguous) + " candidates > limit " + std::to_string(ctx.exhaustive_limit);
+}
+
+namespace planner_support {
+
+Result<Outcome> exhaustive(const PlannerContext& ctx, Evaluator& ev) {
+  if (Status s = check_context(ctx); !s) return s;
+  const int D = num_devices(ctx), L = num_layers(ctx);
+  std::vector<int> choices = ctx.micro_batch_choices();
+  const double limit = static_cast<double>(ctx.exhaustive_limit);
+  double all = std::pow(static_cast<double>(D), L) * choices.size();
+  double contiguous = count_contiguous(L, D, static_cast<int>(choices.size()));
+  Best best;
+  if (all <= limit && !ctx.exhaustive_contiguous_only) {
+    std::vector<int> dev(L, 0);
+    while (!cancelled(ctx)) {
+      // groups: the used devices in order of first use
+      Placement p;
+      std::vector<int> group_of(D, -1);
+      for (int i = 0; i < L; ++i) {
+        if (group_of[dev[i]] < 0) {
+          group_of[dev[i]] = static_cast<int>(p.group_device.size());
+          p.group_device.push_back(dev[i]);
+        }
+        p.layer_group.push_back(group_of[dev[i]]);
+      }
+      p.schedule = ctx.schedule;
+      p.source = "exhaustive";
+      for (int m : choices) {
+        p.micro_batches = m;
+        if (fits(ctx, p)) best.consider(p, ev.evaluate(p));
+      }
+      int i = L - 1;
+      while (i >= 0 && dev[i] == D - 1) dev[i--] = 0;
+      if (i < 0) break;
+      ++dev[i];
+    }
+  } else if (contiguous <= limit) {
+    for_each_contiguous(L, D, choices, [&](const StagePlan& plan) {
+      Placement p = to_placement(plan, L, ctx.schedule, "exhaustive");
+      if (fits(ctx, p)) best.consider(p, ev.evaluate(p));
+      return !cancelled(ctx);
+    });
+  } else {
+    return Status::error("exhaustive: " + count_text(contiguous) + " contiguous placements exceed the limit of " +
+                         std::to_string(ctx.exhaustive_limit));
+  }
+  if (!best.placement) return nothing_fits("exhaustive");
+  return Outcome{*best.placement, best.report};
+}
+
+Result<Outcome> dynamic_programming(const PlannerContext& ctx, Evaluator& ev, int verify) {
+  if (Status s = check_context(ctx); !s) return s;
+  PlanEstimator estimator(ctx);
+  const int L = num_layers(ctx);
+  std::vector<std::pair<double, Placement>> cands;
+  for (int m : ctx.micro_batch_choices()) {
+    if (cancelled(ctx)) break;
+    auto per_s = dp_by_stage_count(ctx, m);
+    if (!per_s) return per_s.status();
+    for (const auto& plan : *per_s) {
+      if (!plan) continue;
+      auto [ms, polished] = refine(ctx, estimator, *plan);
+      if (ms == kInf) continue;
+      Placement p = to_placement(polished, L, ctx.schedule, "dp");
+      cands.push_back({ms, p});
+    }
+  }
+  // Near-ties go to fewer micro-batches (0.01% per micro-batch).
+  auto key = [](const std::pair<double, Placement>& c) { return c.first * (1 + 1e-4 * c.second.micro_batches); };
+  std::stable_sort(cands.begin(), cands.end(), [&](const auto& a, const auto& b) { return key(a) < key(b); });
+  Best best;
+  int evaluated = 0;
+  for (const auto& c : cands) {
+    if (evaluated >= std::max(1, verify) || c.first == kInf) break;
+    best.consider(c.second, ev.evaluate(c.second));
+    ++evaluated;
+  }
+  if (!best.placement) return nothing_fits("dp");
+  return Outcome{*best.placement, best.report};
+}
+
+}  // namespace planner_support
+
+double pipeline_bottleneck_ms(const PlannerContext& ctx, const StagePlan& plan) {
+  const int L = num_layers(ctx), S = static_cast<int>(plan.stage_begin.size());
+  BottleneckModel bm(ctx, plan.micro_batches, 0);
+  double v = 0;
+  for (int k = 0; k < S; ++k) {
+    int end = k + 1 < S ? plan.stage_begin[k + 1] : L;
+    v = std::max(v, bm.stage(plan.stage_device[k], plan.stage_begin[k], end));
+    if (k > 0) v = std::max(v, bm.boundary(plan.stage_device[k - 1], plan.stage_device[k], plan.stage_begin[k]));
+  }
+  return v;
+}
+
+Result<StagePlan> dp_min_bottleneck(const PlannerContext& ctx, int micro_batches, int stages) {
+  auto per_s = dp_by_stage_count(ctx, micro_batches);
+  if (!per_s) return per_s.status();
+  std::optional<StagePlan> best;
+  double best_v = kInf;
+  for (int S = 1; S < static_cast<int>(per_s->size()); ++S) {
+    if (stages > 0 && S != stages) continue;
+    if (!(*per_s)[S]) continue;
+    double v = pipeline_bottleneck_ms(ctx, *(*per_s)[S]);
+    if (v < best_v) {
+      best_v = v;
+      best = (*per_s)[S];
+    }
+  }
+  if (!best) return nothing_fits("dp");
+  return *best;
+}
+
+Result<StagePlan> exhaustive_min_bottleneck(const PlannerContext& ctx, int micro_batches, int stages) {
+  if (Status s = check_context(ctx); !s) return s;
+  std::optional<StagePlan> best;
+  double best_v = kInf;
+  for_each_contiguous(num_layers(ctx), num_devices(ctx), {micro_batches}, [&](const StagePlan& plan) {
+    if (stages > 0 && static_cast<int>(plan.stage_begin.size()) != stages) return true;
+    double v = pipeline_bottleneck_ms(ctx, plan);
+    if (v < best_v) {
+      best_v = v;
+      best = plan;
+    }
+    return true;
+  });
+  if (!best) return nothing_fits("exhaustive");
+  return *best;
+}
+
+Result<Placement> plan_dynamic_programming(const PlannerContext& ctx, Evaluator& evaluator, int verify) {
+  auto o = dynamic_programming(ctx, evaluator, verify);
+  if (!o) return o.status();
+  return o->placement;
+}
+Result<Placement> plan_exhaustive(const PlannerContext& ctx, Evaluator& evaluator) {
+  auto o = exhaustive(ctx, evaluator);
+  if (!o) return o.status();
+  return o->placement;
+}
+
+}  // namespace tapp

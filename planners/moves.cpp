@@ -1,0 +1,212 @@
+// planners/moves.cpp — see moves.h.
+#include "planners/moves.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace tapp {
+
+Placement to_placement(const StagePlan& plan, int num_layers, Schedule schedule, const std::string& source) {
+  Placement p;
+  p.layer_group.assign(num_layers, 0);
+  const int S = plan.num_stages();
+  for (int k = 0; k < S; ++k) {
+    int end = k + 1 < S ? plan.stage_begin[k + 1] : num_layers;
+    for (int i = plan.stage_begin[k]; i < end; ++i) p.layer_group[i] = k;
+  }
+  p.group_device = plan.stage_device;
+  p.micro_batches = plan.micro_batches;
+  p.schedule = schedule;
+  p.source = source;
+  return p;
+}
+
+StagePlan stage_plan_of_runs(const Placement& p) {
+  StagePlan plan;
+  for (size_t i = 0; i < p.layer_group.size(); ++i)
+    if (i == 0 || p.layer_group[i] != p.layer_group[i - 1]) {
+      plan.stage_begin.push_back(static_cast<int>(i));
+      plan.stage_device.push_back(p.group_device[p.layer_group[i]]);
+    }
+  plan.micro_batches = p.micro_batches;
+  return plan;
+}
+
+MoveSet MoveSet::wide(int num_layers) {
+  MoveSet set;
+  set.shift_steps.clear();
+  for (int step = 1; step == 1 || step <= num_layers / 4; step *= 2) set.shift_steps.push_back(step);
+  return set;
+}
+
+MoveSet MoveSet::shifts_and_swaps() {
+  MoveSet set;
+  set.merge = set.split = set.relocate = set.micro_batches = false;
+  return set;
+}
+
+StageMoves::StageMoves(int num_layers, int num_devices, std::vector<int> micro_batch_choices)
+    : num_layers_(num_layers), num_devices_(num_devices), choices_(std::move(micro_batch_choices)) {}
+
+int StageMoves::stage_end(const StagePlan& plan, int k) const {
+  return k + 1 < plan.num_stages() ? plan.stage_begin[k + 1] : num_layers_;
+}
+
+std::vector<int> StageMoves::unused_devices(const StagePlan& plan) const {
+  std::vector<int> unused;
+  for (int d = 0; d < num_devices_; ++d)
+    if (std::find(plan.stage_device.begin(), plan.stage_device.end(), d) == plan.stage_device.end()) unused.push_back(d);
+  return unused;
+}
+
+int StageMoves::choice_index(int micro_batches) const {
+  auto it = std::find(choices_.begin(), choices_.end(), micro_batches);
+  return it == choices_.end() ? -1 : static_cast<int>(it - choices_.begin());
+}
+
+std::vector<StagePlan> StageMoves::neighbours(const StagePlan& plan, const MoveSet& set) const {
+  std::vector<StagePlan> out;
+  const int S = plan.num_stages();
+  for (int k = 1; k < S; ++k) {
+    for (int step : set.shift_steps)
+      for (int delta : {step, -step}) {
+        const int moved = plan.stage_begin[k] + delta;
+        if (moved <= plan.stage_begin[k - 1] || moved >= stage_end(plan, k)) continue;  // a stage would empty
+        StagePlan n = plan;
+        n.stage_begin[k] = moved;
+        out.push_back(std::move(n));
+      }
+    if (set.merge) {
+      StagePlan n = plan;
+      n.stage_begin.erase(n.stage_begin.begin() + k);
+      n.stage_device.erase(n.stage_device.begin() + k);
+      out.push_back(std::move(n));
+    }
+  }
+  const std::vector<int> unused = unused_devices(plan);
+  if (set.split)
+    for (int k = 0; k < S; ++k) {
+      const int a = plan.stage_begin[k], b = stage_end(plan, k);
+      if (b - a < 2) continue;
+      for (int d : unused) {
+        StagePlan n = plan;
+        n.stage_begin.insert(n.stage_begin.begin() + k + 1, (a + b) / 2);
+        n.stage_device.insert(n.stage_device.begin() + k + 1, d);
+        out.push_back(std::move(n));
+      }
+    }
+  for (int a = 0; a < S; ++a) {
+    if (set.swap)
+      for (int b = a + 1; b < S; ++b) {
+        StagePlan n = plan;
+        std::swap(n.stage_device[a], n.stage_device[b]);
+        out.push_back(std::move(n));
+      }
+    if (set.relocate)
+      for (int d : unused) {
+        StagePlan n = plan;
+        n.stage_device[a] = d;
+        out.push_back(std::move(n));
+      }
+  }
+  if (set.micro_batches) {
+    const int i = choice_index(plan.micro_batches);
+    for (int j : {i - 1, i + 1})
+      if (i >= 0 && j >= 0 && j < static_cast<int>(choices_.size())) {
+        StagePlan n = plan;
+        n.micro_batches = choices_[j];
+        out.push_back(std::move(n));
+      }
+  }
+  return out;
+}
+
+StagePlan StageMoves::random_neighbour(const StagePlan& plan, std::mt19937_64& rng) const {
+  const int L = num_layers_;
+  StagePlan n = plan;
+  const int S = n.num_stages();
+  const std::vector<int> unused = unused_devices(n);
+  for (int tries = 0; tries < 20; ++tries) {
+    switch (rng() % 6) {
+      case 0:  // shift a boundary
+        if (S > 1) {
+          int k = 1 + static_cast<int>(rng() % (S - 1));
+          // Mostly a layer or two; sometimes up to a tenth of the model.
+          int span = (rng() % 4) ? 2 : std::max(2, L / 10);
+          int delta = 1 + static_cast<int>(rng() % span);
+          int nb = n.stage_begin[k] + ((rng() & 1) ? delta : -delta);
+          nb = std::max(n.stage_begin[k - 1] + 1, std::min(stage_end(n, k) - 1, nb));
+          if (nb != n.stage_begin[k]) {
+            n.stage_begin[k] = nb;
+            return n;
+          }
+        }
+        break;
+      case 1:  // swap two stages' devices
+        if (S > 1) {
+          int a = static_cast<int>(rng() % S), b = static_cast<int>(rng() % S);
+          if (a != b) {
+            std::swap(n.stage_device[a], n.stage_device[b]);
+            return n;
+          }
+        }
+        break;
+      case 2:  // move a stage to an unused device
+        if (!unused.empty()) {
+          n.stage_device[rng() % S] = unused[rng() % unused.size()];
+          return n;
+        }
+        break;
+      case 3: {  // micro-batches up or down
+        const int i = choice_index(n.micro_batches);
+        const int j = i + ((rng() & 1) ? 1 : -1);
+        if (i >= 0 && j >= 0 && j < static_cast<int>(choices_.size())) {
+          n.micro_batches = choices_[j];
+          return n;
+        }
+        break;
+      }
+      case 4: {  // split a stage onto an unused device
+        if (unused.empty()) break;
+        int k = static_cast<int>(rng() % S);
+        int a = n.stage_begin[k], b = stage_end(n, k);
+        if (b - a < 2) break;
+        int cut = a + 1 + static_cast<int>(rng() % (b - a - 1));
+        n.stage_begin.insert(n.stage_begin.begin() + k + 1, cut);
+        n.stage_device.insert(n.stage_device.begin() + k + 1, unused[rng() % unused.size()]);
+        return n;
+      }
+      case 5:  // merge a stage into its predecessor
+        if (S > 1) {
+          int k = 1 + static_cast<int>(rng() % (S - 1));
+          n.stage_begin.erase(n.stage_begin.begin() + k);
+          n.stage_device.erase(n.stage_device.begin() + k);
+          return n;
+        }
+        break;
+    }
+  }
+  return n;
+}
+
+StagePlan StageMoves::random_plan(std::mt19937_64& rng) const {
+  const int L = num_layers_, D = num_devices_;
+  const int S = 1 + static_cast<int>(rng() % std::min(D, L));
+  StagePlan plan;
+  // S - 1 distinct cuts among the L - 1 positions between layers.
+  std::vector<int> cuts(L - 1);
+  std::iota(cuts.begin(), cuts.end(), 1);
+  std::shuffle(cuts.begin(), cuts.end(), rng);
+  cuts.resize(S - 1);
+  cuts.push_back(0);
+  std::sort(cuts.begin(), cuts.end());
+  plan.stage_begin = cuts;
+  std::vector<int> devs(D);
+  std::iota(devs.begin(), devs.end(), 0);
+  std::shuffle(devs.begin(), devs.end(), rng);
+  plan.stage_device.assign(devs.begin(), devs.begin() + S);
+  plan.micro_batches = choices_[rng() % choices_.size()];
+  return plan;
+}
+
+}  // namespace tapp

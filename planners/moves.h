@@ -1,0 +1,90 @@
+// planners/moves.h — contiguous pipelines and the one move generator over them.
+//
+// Owns `StagePlan` (stages of consecutive layers, a device each, the
+// micro-batch count), its conversions to and from `Placement`, and
+// `StageMoves`: the local moves between plans that the annealing planner, the
+// DP planner's polish and TAPP's refinement (placer/search.cpp) share —
+//   shift a stage boundary, merge a stage into its predecessor, split a stage
+//   onto an unused device, swap two stages' devices, move a stage to an
+//   unused device, step the micro-batch count to the next choice.
+// Three forms: every neighbour for a set of moves (`neighbours`, in a fixed
+// order), one random neighbour (`random_neighbour`), a random plan (`random_plan`).
+// Data flow: StagePlan -> StageMoves -> StagePlan(s) -> to_placement -> check_memory -> Evaluator.
+// A move never checks memory (callers filter with core's check_memory); every
+// plan it returns is structurally valid: stages non-empty and in layer order,
+// devices in the cluster, micro-batches from the choices.
+// Thread safety: StageMoves is immutable after construction; the caller owns the random engine.
+#pragma once
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/placement.h"
+
+namespace tapp {
+
+struct StagePlan {
+  std::vector<int> stage_begin;   // first layer of each stage, ascending, [0] = 0
+  std::vector<int> stage_device;  // device of each stage
+  int micro_batches = 1;
+  int num_stages() const { return static_cast<int>(stage_begin.size()); }
+};
+
+// Stage k is group k; `source` labels the placement.
+Placement to_placement(const StagePlan& plan, int num_layers, Schedule schedule, const std::string& source);
+// The pipeline of a placement's runs: a new stage wherever the group changes
+// from one layer to the next, on that group's device. Exact for a placement
+// whose groups are runs of consecutive layers; a group that comes back later
+// becomes a stage of its own.
+StagePlan stage_plan_of_runs(const Placement& p);
+
+// Which moves `neighbours` enumerates.
+struct MoveSet {
+  std::vector<int> shift_steps = {1};  // shift each boundary by +step then -step, for each step
+  bool merge = true;                   // each stage into its predecessor
+  bool split = true;                   // each stage of 2+ layers at its middle, the second half on each unused device
+  bool swap = true;                    // every pair of stages' devices
+  bool relocate = true;                // each stage to each unused device
+  bool micro_batches = true;           // the previous and next micro-batch choice
+  // TAPP's refinement: shifts by 1, 2, 4, ... up to a quarter of the model, every move.
+  static MoveSet wide(int num_layers);
+  // The DP planner's polish: boundary shifts by one layer and device swaps.
+  static MoveSet shifts_and_swaps();
+};
+
+class StageMoves {
+ public:
+  // `micro_batch_choices` ascending (a plan whose count is not among them gets no micro-batch move).
+  StageMoves(int num_layers, int num_devices, std::vector<int> micro_batch_choices);
+
+  // Every neighbour by the moves in `set`, in this order: per boundary (in layer
+  // order) its shifts then its merge; the splits; per stage its swaps with later
+  // stages then its relocations; fewer then more micro-batches.
+  std::vector<StagePlan> neighbours(const StagePlan& plan, const MoveSet& set) const;
+
+  // One random move of any kind: a boundary shift of mostly one or two layers,
+  // sometimes up to a tenth of the model; a swap; a relocation; a micro-batch
+  // step; a split at a random layer onto a random unused device; a merge.
+  // Kinds that do not apply are redrawn (20 tries); `plan` itself if none applied.
+  StagePlan random_neighbour(const StagePlan& plan, std::mt19937_64& rng) const;
+
+  // A random plan: 1..min(devices, layers) stages at random cuts on distinct
+  // random devices, a random micro-batch choice.
+  StagePlan random_plan(std::mt19937_64& rng) const;
+
+  int num_layers() const { return num_layers_; }
+  int num_devices() const { return num_devices_; }
+  const std::vector<int>& micro_batch_choices() const { return choices_; }
+
+ private:
+  int stage_end(const StagePlan& plan, int k) const;
+  std::vector<int> unused_devices(const StagePlan& plan) const;
+  int choice_index(int micro_batches) const;  // -1 when not a choice
+
+  int num_layers_;
+  int num_devices_;
+  std::vector<int> choices_;
+};
+
+}  // namespace tapp

@@ -1,0 +1,149 @@
+// planners/planner_support.cpp — see planner_support.h.
+#include "planners/planner_support.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "core/cluster.h"
+#include "model/layer_graph.h"
+#include "simulator/cost_model.h"
+
+namespace tapp {
+
+std::vector<int> PlannerContext::micro_batch_choices() const {
+  if (micro_batches > 0) return {micro_batches};
+  std::vector<int> out;
+  for (int m = 1; m <= batch_size && m <= std::max(1, max_micro_batches); m *= 2) out.push_back(m);
+  return out;
+}
+
+namespace planner_support {
+namespace {
+
+// Per-sample bytes crossing the cut before layer j (layers < j read by layers >= j).
+std::vector<int64_t> cut_bytes_per_sample(const LayerGraph& g) {
+  const int L = static_cast<int>(g.layers.size());
+  std::vector<int> last_consumer(L, -1);
+  for (int i = 0; i < L; ++i)
+    for (int p : g.layers[i].inputs) last_consumer[p] = std::max(last_consumer[p], i);
+  std::vector<int64_t> diff(L + 2, 0);
+  for (int i = 0; i < L; ++i)
+    if (last_consumer[i] > i) {
+      diff[i + 1] += g.layers[i].activation_bytes();
+      diff[last_consumer[i] + 1] -= g.layers[i].activation_bytes();
+    }
+  std::vector<int64_t> cut(L + 1, 0);
+  int64_t run = 0;
+  for (int j = 0; j <= L; ++j) {
+    run += diff[j];
+    cut[j] = run;
+  }
+  return cut;
+}
+
+}  // namespace
+
+int num_layers(const PlannerContext& ctx) { return static_cast<int>(ctx.graph->layers.size()); }
+int num_devices(const PlannerContext& ctx) { return ctx.cluster->num_devices(); }
+bool cancelled(const PlannerContext& ctx) { return ctx.cancel && ctx.cancel->load(); }
+
+Status check_context(const PlannerContext& ctx) {
+  if (!ctx.graph || !ctx.cluster || !ctx.cost) return Status::error("planner: missing model, cluster or cost model");
+  if (ctx.graph->layers.empty()) return Status::error("model: has no layers");
+  if (ctx.cluster->devices.empty()) return Status::error("cluster.devices: must not be empty");
+  if (ctx.batch_size < 1) return Status::error("batch_size: must be at least 1");
+  if (ctx.cost->num_devices() != num_devices(ctx) || ctx.cost->num_layers() != num_layers(ctx))
+    return Status::error("planner: the cost model was built for another model or cluster");
+  if (ctx.micro_batches < 0 || ctx.micro_batches > ctx.batch_size)
+    return Status::error("micro_batches: must be in [1, batch size " + std::to_string(ctx.batch_size) + "]");
+  return Status::ok();
+}
+
+int64_t micro_batch_samples(const PlannerContext& ctx, int m) { return (ctx.batch_size + m - 1) / m; }
+
+double stage_ms(const PlannerContext& ctx, int d, int a, int b, int64_t samples) {
+  return ctx.cost->forward_ms(d, a, b - 1, samples) + ctx.cost->backward_ms(d, a, b - 1, samples);
+}
+
+std::vector<int> devices_fastest_first(const PlannerContext& ctx) {
+  const int D = num_devices(ctx), L = num_layers(ctx);
+  std::vector<double> t(D);
+  for (int d = 0; d < D; ++d) t[d] = stage_ms(ctx, d, 0, L, 1);
+  std::vector<int> order(D);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return t[a] < t[b]; });
+  return order;
+}
+
+StageMoves stage_moves(const PlannerContext& ctx) {
+  return StageMoves(num_layers(ctx), num_devices(ctx), ctx.micro_batch_choices());
+}
+
+bool fits(const PlannerContext& ctx, const Placement& p) {
+  return check_memory(p, *ctx.graph, *ctx.cluster, ctx.batch_size).is_ok();
+}
+
+Status nothing_fits(const std::string& planner) {
+  return Status::error(planner + ": found no placement that fits the devices' memory");
+}
+
+PlanEstimator::PlanEstimator(const PlannerContext& ctx)
+    : sim_(*ctx.graph, *ctx.cluster, *ctx.cost, ctx.batch_size) {}
+
+double PlanEstimator::step_ms(const Placement& p) {
+  SimulateOptions options;
+  options.timeline = false;
+  StepReport r = sim_.evaluate(p, options);
+  return r.ok ? r.step_ms : kInf;
+}
+
+Result<Placement> best_micro_batches(const PlannerContext& ctx, PlanEstimator& estimator, Placement p,
+                                     const std::string& what) {
+  double best = kInf;
+  Placement chosen;
+  Status last = Status::ok();
+  for (int m : ctx.micro_batch_choices()) {
+    p.micro_batches = m;
+    if (Status s = check_memory(p, *ctx.graph, *ctx.cluster, ctx.batch_size); !s) {
+      last = s;
+      continue;
+    }
+    // Ascending m: more micro-batches only when they help by more than 0.1%
+    // (an uncalibrated model charges nothing for a micro-batch's fixed costs).
+    double t = estimator.step_ms(p);
+    if (t < best * (1 - 1e-3)) {
+      best = t;
+      chosen = p;
+    }
+  }
+  if (best == kInf)
+    return Status::error(what + ": no placement fits the devices' memory (" +
+                         (last ? std::string("simulation failed") : last.message()) + ")");
+  return chosen;
+}
+
+BottleneckModel::BottleneckModel(const PlannerContext& c, int micro_batches, int stages)
+    : ctx(c), cut(cut_bytes_per_sample(*c.graph)), mem(*c.graph), m(micro_batches),
+      samples(micro_batch_samples(c, micro_batches)),
+      in_flight(micro_batches_in_flight(c.schedule, micro_batches, stages > 0 ? stages : num_devices(c))) {}
+
+double BottleneckModel::stage(int d, int a, int b) const {
+  if (!mem.fits(ctx.cluster->devices[d], a, b, samples, in_flight)) return kInf;
+  return stage_ms(ctx, d, a, b, samples);
+}
+
+double BottleneckModel::boundary(int from, int to, int j) const {
+  int64_t bytes = cut[j] * samples;
+  return std::max(ctx.cost->transfer_ms(from, to, bytes), ctx.cost->transfer_ms(to, from, bytes));
+}
+
+bool Best::consider(const Placement& p, const StepReport& r) {
+  if (!r.ok) return false;
+  if (placement && r.step_ms >= report.step_ms) return false;
+  placement = p;
+  report = r;
+  return true;
+}
+
+}  // namespace planner_support
+}  // namespace tapp

@@ -1,0 +1,96 @@
+// planners/planner_support.h — helpers the planner families share (not API).
+//
+// Owns the checks of a PlannerContext, the per-call estimator (`PlanEstimator`:
+// one Simulator over the context's cost model, owned by the planner call that
+// makes it; nothing outlives the call), the per-stage bottleneck model of the
+// DP and the enumerations, the best-so-far of the search planners, and the
+// entry points of the families that also return their evaluator's report
+// (run_planners reuses it instead of evaluating twice).
+// Thread safety: plain functions; a PlanEstimator is used by one thread at a time.
+#pragma once
+
+#include <functional>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "core/evaluator.h"
+#include "core/placement.h"
+#include "core/step_report.h"
+#include "planners/context.h"
+#include "planners/moves.h"
+#include "simulator/simulator.h"
+
+namespace tapp::planner_support {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+int num_layers(const PlannerContext& ctx);
+int num_devices(const PlannerContext& ctx);
+bool cancelled(const PlannerContext& ctx);
+Status check_context(const PlannerContext& ctx);
+// Samples in one micro-batch of m (the last one may be smaller).
+int64_t micro_batch_samples(const PlannerContext& ctx, int m);
+// Forward + backward of layers [a, b) on device d for `samples` samples.
+double stage_ms(const PlannerContext& ctx, int d, int a, int b, int64_t samples);
+// Devices by estimated speed on this model (fastest first).
+std::vector<int> devices_fastest_first(const PlannerContext& ctx);
+// The move generator over the context's layers, devices and micro-batch choices.
+StageMoves stage_moves(const PlannerContext& ctx);
+// check_memory(p) passes.
+bool fits(const PlannerContext& ctx, const Placement& p);
+Status nothing_fits(const std::string& planner);
+
+// Predicted steps under the context's cost model, reusing one Simulator (and
+// its task-graph buffers) for every estimate of one planner call.
+class PlanEstimator {
+ public:
+  explicit PlanEstimator(const PlannerContext& ctx);
+  double step_ms(const Placement& p);  // infinity when the simulation fails
+
+ private:
+  Simulator sim_;
+};
+
+// Picks the micro-batch count with the best estimate among placements that fit.
+Result<Placement> best_micro_batches(const PlannerContext& ctx, PlanEstimator& estimator, Placement p,
+                                     const std::string& what);
+
+// Bottleneck of one stage / boundary, shared by the DP and the enumerations:
+// a stage's forward + backward per micro-batch (infinity when it does not fit
+// its device's memory with the micro-batches in flight), a boundary's transfer
+// per micro-batch on the slower direction of its link.
+struct BottleneckModel {
+  BottleneckModel(const PlannerContext& c, int micro_batches, int stages);
+  double stage(int d, int a, int b) const;
+  double boundary(int from, int to, int j) const;
+
+  const PlannerContext& ctx;
+  std::vector<int64_t> cut;  // per-sample bytes crossing the cut before layer j
+  StageMemory mem;
+  int m;
+  int64_t samples;
+  int in_flight;
+};
+
+// The evaluator's best ok report so far.
+struct Best {
+  std::optional<Placement> placement;
+  StepReport report;
+  bool consider(const Placement& p, const StepReport& r);
+};
+
+struct Outcome {
+  Placement placement;
+  std::optional<StepReport> report;  // the evaluator's report when the planner already has it
+};
+
+// The families that evaluate while planning.
+Result<Outcome> dynamic_programming(const PlannerContext& ctx, Evaluator& ev, int verify);
+Result<Outcome> exhaustive(const PlannerContext& ctx, Evaluator& ev);
+Result<Outcome> random_search(const PlannerContext& ctx, Evaluator& ev);
+Result<Outcome> annealing(const PlannerContext& ctx, Evaluator& ev);
+
+}  // namespace tapp::planner_support

@@ -1,0 +1,126 @@
+// The search's measurer (memo, best so far, trace, counts) and the one evaluator factory.
+#include <doctest/doctest.h>
+
+#include "placer/evaluator_factory.h"
+#include "model/layer_library.h"
+#include "placer/measurer.h"
+#include "simulator/cost_model.h"
+#include "simulator/simulator_evaluator.h"
+#include "tests/core/fake_evaluator.h"
+
+using namespace tapp;
+using namespace tapp::testing;
+
+namespace {
+// Two stages of a 4-layer chain (2n = 4 layers) on devices a and b.
+Placement two_stages(int a, int b, int micro_batches = 2) {
+  Placement p;
+  p.layer_group = {0, 0, 1, 1};
+  p.group_device = {a, b};
+  p.micro_batches = micro_batches;
+  return p;
+}
+}  // namespace
+
+TEST_CASE("the measurer evaluates a placement once and answers repeats from its memo") {
+  LayerGraph g = chain_graph(2);
+  Cluster c = equal_cluster(2);
+  FakeEvaluator ev({1, 1, 1, 1}, c);
+  Measurer m(g, c, ev, 8);
+  const StepReport first = m.measure(two_stages(0, 1), 1);
+  const StepReport again = m.measure(two_stages(0, 1), 2);
+  REQUIRE(first.ok);
+  CHECK(again.step_ms == first.step_ms);
+  CHECK(ev.evaluations() == 1);
+  CHECK(m.evaluations() == 1);
+  m.measure(two_stages(1, 0), 3);
+  CHECK(ev.evaluations() == 2);
+  CHECK(m.evaluations() == 2);
+  CHECK(m.failures() == 0);
+}
+
+TEST_CASE("the measurer keeps the best, traces each improvement and counts failures without evaluating them") {
+  LayerGraph g = chain_graph(2);
+  Cluster c = equal_cluster(2);
+  c.devices[1].speed = 0.5;  // the fake's step: slower where more layers sit on device 1
+  FakeEvaluator ev({1, 1, 1, 1}, c);
+  Measurer m(g, c, ev, 8);
+  Placement all_on_slow;
+  all_on_slow.layer_group = {0, 0, 0, 0};
+  all_on_slow.group_device = {1};
+  all_on_slow.micro_batches = 1;
+  const double slow_ms = m.measure(all_on_slow, 1).step_ms;
+  const double split_ms = m.measure(two_stages(0, 1), 2).step_ms;
+  REQUIRE(split_ms < slow_ms);
+  m.measure(all_on_slow, 3);  // a repeat: no new trace point
+  REQUIRE(m.found());
+  CHECK(m.best_report().step_ms == split_ms);
+  CHECK(m.last_improvement() == 2);
+  REQUIRE(m.trace().size() == 2);
+  CHECK(m.trace()[0].best_step_ms == slow_ms);
+  CHECK(m.trace()[1].best_step_ms == split_ms);
+  CHECK(m.trace()[1].iteration == 2);
+  REQUIRE(m.best_pipeline());
+  CHECK(m.best_pipeline()->second == split_ms);
+
+  Placement bad = two_stages(0, 7);  // no device 7: invalid before any evaluation
+  const StepReport& r = m.measure(bad, 4);
+  CHECK_FALSE(r.ok);
+  CHECK(r.failure_kind == "invalid_placement");
+  CHECK(m.failures() == 1);
+  CHECK(m.evaluations() == 3);
+  CHECK(ev.evaluations() == 2);
+  c.devices[0].memory_mb = 0;
+  Measurer tight(g, c, ev, 8);
+  CHECK(tight.measure(two_stages(0, 1), 1).failure_kind == "out_of_memory");
+  CHECK(tight.failures() == 1);
+  CHECK(ev.evaluations() == 2);
+}
+
+TEST_CASE("an evaluator kind is parsed once, and an unknown one is refused naming the field") {
+  CHECK(evaluator_kind_from_name("hybrid", "options.evaluator").value() == EvaluatorKind::hybrid);
+  Result<EvaluatorKind> bad = evaluator_kind_from_name("simulator", "options.evaluator");
+  REQUIRE_FALSE(bad.is_ok());
+  CHECK(bad.error_message() == "options.evaluator: must be simulate, measure or hybrid, got \"simulator\"");
+  for (EvaluatorKind k : {EvaluatorKind::simulate, EvaluatorKind::measure, EvaluatorKind::hybrid})
+    CHECK(evaluator_kind_from_name(evaluator_kind_name(k), "x").value() == k);
+}
+
+TEST_CASE("the evaluator factory builds each kind with its handles and refuses an unknown kind naming the field") {
+  LayerGraph g = chain_graph(2);
+  Cluster c = equal_cluster(2);
+  Result<CostModel> cost = CostModel::build(g, c, estimated_library(g, 8), default_calibration());
+  REQUIRE(cost.is_ok());
+  EvaluatorInputs in;
+  in.graph = &g;
+  in.cluster = &c;
+  in.cost = &*cost;
+  in.batch_size = 8;
+
+  Result<JobEvaluator> sim = make_evaluator(EvaluatorKind::simulate, in);
+  REQUIRE(sim.is_ok());
+  CHECK(sim->evaluator->kind() == EvaluatorKind::simulate);
+  CHECK(sim->simulator == sim->evaluator.get());
+  CHECK_FALSE(sim->measures());
+  CHECK_FALSE(sim->strategy_evaluator);
+  CHECK(sim->evaluator->evaluate(two_stages(0, 1)).ok);
+
+  Result<JobEvaluator> measure = make_evaluator(EvaluatorKind::measure, in);
+  REQUIRE(measure.is_ok());
+  CHECK(measure->evaluator->name() == "measure");
+  CHECK(measure->measures());
+  CHECK(static_cast<bool>(measure->strategy_evaluator));  // BSP and HOGWILD run on the workers too
+
+  Result<JobEvaluator> hybrid = make_evaluator(EvaluatorKind::hybrid, in);
+  REQUIRE(hybrid.is_ok());
+  CHECK(hybrid->hybrid != nullptr);
+  CHECK(hybrid->evaluator->kind() == EvaluatorKind::hybrid);
+
+  Result<JobEvaluator> unknown = make_evaluator(static_cast<EvaluatorKind>(7), in, "--evaluator");
+  REQUIRE_FALSE(unknown.is_ok());
+  CHECK(unknown.error_message().rfind("--evaluator: unknown evaluator kind 7", 0) == 0);
+  in.cost = nullptr;
+  Result<JobEvaluator> no_cost = make_evaluator(EvaluatorKind::simulate, in);
+  REQUIRE_FALSE(no_cost.is_ok());
+  CHECK(no_cost.error_message().rfind("options.evaluator: ", 0) == 0);
+}
