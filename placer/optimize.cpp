@@ -347,6 +347,8 @@ Result<json> run_job(const OptimizeRequest& req, const ProgressFn& progress, con
   json result;
   result["model"] = graph.name;
   result["layers"] = graph.layers.size();
+  result["layer_order"] = json::array();  // the page draws the placement in model order
+  for (const Layer& l : graph.layers) result["layer_order"].push_back(l.name);
   result["cluster"] = cluster.name;
   result["devices"] = cluster.num_devices();
   result["batch_size"] = req.batch_size;

@@ -10,14 +10,6 @@
 namespace tapp::service {
 using nlohmann::json;
 
-json progress_to_json(const ProgressEvent& e) {
-  json j{{"phase", e.phase},           {"iteration", e.iteration}, {"total_iterations", e.total_iterations},
-         {"reward", e.reward},         {"elapsed_s", e.elapsed_s}};
-  j["best_step_ms"] = e.best_step_ms > 0 ? json(e.best_step_ms) : json();
-  if (!std::isfinite(e.reward)) j["reward"] = nullptr;
-  return j;
-}
-
 int cores_needed(const json& request, int total_cores) {
   std::string evaluator = "simulate";
   if (auto o = request.find("options"); o != request.end() && o->is_object())

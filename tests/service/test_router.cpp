@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "server_process.h"
-#include "service/fake_job.h"
+#include "fake_job.h"
 #include "service/http/router.h"
 
 using namespace tapp;
@@ -27,7 +27,7 @@ struct Fixture {
     store = std::move(JobStore::open(dir + "/jobs.db").value());
     JobsOptions opts;
     opts.queue_size = queue_size;
-    runner = std::make_unique<JobRunner>(*store, make_fake_job({2, 5, false}), opts);
+    runner = std::make_unique<JobRunner>(*store, testing::make_fake_job({2, 5, false}), opts);
     if (start) runner->start();
     app.store = store.get();
     app.runner = runner.get();
