@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <thread>
 
@@ -34,6 +35,18 @@ constexpr const char* kJobOomScoreAdj = "500";          // the kernel's OOM kill
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// The process's writable private memory (what RLIMIT_DATA limits), in MiB; 0 if unknown.
+int64_t data_mib_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string key;
+  int64_t kib = 0;
+  while (in >> key) {
+    if (key == "VmData:" && in >> kib) return kib / 1024;
+    in.ignore(1 << 16, '\n');
+  }
+  return 0;
 }
 
 // Everything the forked child needs, prepared before fork: between fork and
@@ -189,7 +202,8 @@ class SupervisedRun {
                                      std::to_string(kMaxReportLineBytes >> 20) + " MiB"));
       if (cancel.load()) return end_now(Status::error("cancelled"));
       if (seconds_since(last_report) > options_.stall_timeout_s)
-        return end_now(Status::error("no progress for " + format_seconds(options_.stall_timeout_s)));
+        return end_now(Status::error(
+            describe_stall(options_.stall_timeout_s, data_mib_of(pid_), memory_limit_mib_)));
       if (has_exited()) {
         while (reader.read_available(0)) {
         }
@@ -259,6 +273,14 @@ std::string format_seconds(double s) {
   else
     std::snprintf(buf, sizeof buf, "%g s", s);
   return buf;
+}
+
+std::string describe_stall(double silent_s, int64_t data_mib, int64_t memory_limit_mib) {
+  std::string what = "no progress for " + format_seconds(silent_s);
+  if (memory_limit_mib > 0 && data_mib * 4 >= memory_limit_mib * 3)
+    what += "; it was using " + std::to_string(data_mib) + " MiB of its memory limit of " +
+            std::to_string(memory_limit_mib) + " MiB, so it may be waiting for memory it cannot get";
+  return what;
 }
 
 std::string describe_job_exit(int wait_status, int64_t memory_limit_mib) {

@@ -43,6 +43,11 @@ JobFn make_supervised_job(JobProcessOptions options);
 // "crashed: signal 6 (SIGABRT)", "exceeded its memory limit of 512 MiB", ...
 std::string describe_job_exit(int wait_status, int64_t memory_limit_mib);
 
+// A job that reported nothing for `silent_s`: "no progress for 600 s", and,
+// when its writable memory was near its limit, that too: a library may wait
+// forever for memory it cannot get (OpenBLAS retries a failed allocation).
+std::string describe_stall(double silent_s, int64_t data_mib, int64_t memory_limit_mib);
+
 // "600 s", "1.5 s": a duration as the job's error shows it.
 std::string format_seconds(double s);
 

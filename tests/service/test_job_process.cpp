@@ -111,7 +111,7 @@ TEST_CASE("options.memory_limit_mib is read, range-checked with the field named,
   CHECK(memory_share_mib(1000000) == kMinJobMemoryLimitMiB);
 }
 
-TEST_CASE("a child that ended without a result is described by its cause") {
+TEST_CASE("a child that ended without a result, or went silent, is described by its cause") {
   CHECK(describe_job_exit(SIGSEGV, 0) == "crashed: signal 11 (SIGSEGV)");  // a raw wait status: killed by 11
   CHECK(describe_job_exit(SIGABRT, 0) == "crashed: signal 6 (SIGABRT)");
   CHECK(describe_job_exit(SIGKILL, 0).rfind("crashed: signal 9 (SIGKILL); the server did not send it", 0) == 0);
@@ -119,6 +119,11 @@ TEST_CASE("a child that ended without a result is described by its cause") {
         "exceeded its memory limit of 512 MiB");
   CHECK(describe_job_exit(W_EXITCODE(0, 0), 0) == "the job process exited without a result");
   CHECK(describe_job_exit(W_EXITCODE(9, 0), 0) == "the job process exited with code 9 without a result");
+  CHECK(describe_stall(600, 100, 1024) == "no progress for 600 s");
+  CHECK(describe_stall(600, 900, 0) == "no progress for 600 s");
+  CHECK(describe_stall(600, 237, 256) ==
+        "no progress for 600 s; it was using 237 MiB of its memory limit of 256 MiB, so it may be waiting for memory "
+        "it cannot get");
   CHECK(format_seconds(600) == "600 s");
   CHECK(format_seconds(1.5) == "1.5 s");
 }
