@@ -33,7 +33,7 @@ struct JobProcessOptions {
   std::string db_path;                    // the job database the child reads its job from
   std::string work_root;                  // each job gets work_root/<job id> while it runs
   int64_t default_memory_limit_mib = 0;   // when the request sets none; 0 = no limit
-  double stall_timeout_s = 600;           // no report line for this long fails the job
+  double stall_timeout_s = 1800;          // no report line for this long fails the job
 };
 
 // The JobFn that JobRunner calls: one child process per job (see above).

@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
               schemas_dir = std::string(TAPP_SOURCE_DIR) + "/schemas";
   JobsOptions jobs;
   int64_t job_memory_mib = 0;
-  double stall_timeout_s = 600;
+  double stall_timeout_s = 1800;  // profiling a large model reports nothing until it is done
   std::string job_program;
   JobChildArgs child;
   cli.add_option("--host", http.host, "address to listen on")->capture_default_str();
