@@ -75,14 +75,21 @@ struct ChildSetup {
     (void)ignored;
     close(fd);
   }
-  if (int null_fd = open("/dev/null", O_RDONLY); null_fd >= 0) {
-    dup2(null_fd, 0);
-    if (null_fd != 0) close(null_fd);
-  }
   if (setup.report_write_fd == kReportFd)
     fcntl(kReportFd, F_SETFD, 0);  // keep it across exec
   else
     dup2(setup.report_write_fd, kReportFd);
+  if (int null_fd = open("/dev/null", O_RDONLY); null_fd >= 0) {
+    dup2(null_fd, 0);
+    if (null_fd != 0 && null_fd != kReportFd) close(null_fd);
+  }
+  // The server blocks SIGINT/SIGTERM in every thread and ignores SIGPIPE; a job starts with neither.
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  struct sigaction default_action {};
+  default_action.sa_handler = SIG_DFL;
+  sigaction(SIGPIPE, &default_action, nullptr);
   // No server socket or database handle leaks into the job.
   if (syscall(SYS_close_range, kReportFd + 1, ~0U, 0) != 0)
     for (int fd = kReportFd + 1; fd < 65536; ++fd) close(fd);
