@@ -363,3 +363,13 @@ TEST_CASE("the job schema is served next to the OpenAPI document") {
   CHECK(body_of(res)["$defs"].contains("result"));
   check_error(f.call(http::verb::get, "/schemas/other.json"), 404, "path");
 }
+
+TEST_CASE("a job's memory limit is accepted in the options and a bad one is refused naming the field") {
+  Fixture f;
+  auto ok = f.post(std::string(R"({"model": "alexnet", "cluster": )") + kCluster + R"(, "options": {"memory_limit_mib": 2048}})");
+  CHECK(ok.result_int() == 202);
+  check_error(f.post(std::string(R"({"model": "alexnet", "cluster": )") + kCluster + R"(, "options": {"memory_limit_mib": 16}})"),
+              400, "options.memory_limit_mib");
+  check_error(f.post(std::string(R"({"model": "alexnet", "cluster": )") + kCluster + R"(, "options": {"memory_limit_mib": "big"}})"),
+              400, "options.memory_limit_mib");
+}
