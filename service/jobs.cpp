@@ -10,16 +10,6 @@
 namespace tapp::service {
 using nlohmann::json;
 
-json progress_to_json(const ProgressEvent& e) {
-  json j{{"phase", e.phase},           {"iteration", e.iteration}, {"total_iterations", e.total_iterations},
-         {"reward", e.reward},         {"elapsed_s", e.elapsed_s}};
-  j["best_step_ms"] = e.best_step_ms > 0 ? json(e.best_step_ms) : json();
-  if (!e.message.empty()) j["message"] = e.message;  // profiling: micro-batch size and layer
-  if (e.phase_fraction >= 0) j["phase_fraction"] = e.phase_fraction;
-  if (!std::isfinite(e.reward)) j["reward"] = nullptr;
-  return j;
-}
-
 int cores_needed(const json& request, int total_cores) {
   std::string evaluator = evaluator_kind_name(EvaluatorKind::simulate);
   if (auto o = request.find("options"); o != request.end() && o->is_object())

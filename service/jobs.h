@@ -7,8 +7,9 @@
 // the machine's cores) so two jobs never measure on the same cores at once.
 // Data flow: submit -> JobStore.insert -> queue -> runner: JobFn(request,
 // progress, cancel) -> JobStore (status, throttled events, result or error).
-// The job function is injected: the server binds placer's optimize(); tests
-// bind a fake that emits progress and a result.
+// The job function is injected: the server binds a supervisor that runs each
+// job in its own child process (job_supervisor.h); the unit tests bind
+// in-process fakes (tests/service/fake_job.h).
 // Thread safety: all public methods are thread-safe.
 #pragma once
 
@@ -26,6 +27,7 @@
 
 #include "common/status.h"
 #include "placer/optimize.h"
+#include "service/job_report.h"
 #include "service/job_store.h"
 
 namespace tapp::service {
@@ -38,8 +40,6 @@ struct JobInput {
 
 using JobFn = std::function<Result<nlohmann::json>(const JobInput& input, const ProgressFn& progress,
                                                    const std::atomic<bool>& cancel)>;
-
-nlohmann::json progress_to_json(const ProgressEvent& e);
 
 // Cores a job must hold while it runs: 0 for `simulate`, else its cluster's
 // local core demand rounded up, clamped to [1, total_cores].

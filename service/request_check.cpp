@@ -7,6 +7,7 @@
 #include "placer/optimize.h"
 #include "model/model_json.h"
 #include "model/zoo.h"
+#include "service/job_limits.h"
 
 namespace tapp::service {
 using nlohmann::json;
@@ -134,7 +135,10 @@ bool check_submission(const json& body, const CheckLimits& limits, Submission& o
   }
 
   // Placer's parser: types, ranges and the cluster; errors name the field.
-  Result<OptimizeRequest> parsed = optimize_request_from_json(request);
+  // The service's own options (the job's memory limit) are checked apart.
+  Result<OptimizeRequest> parsed = optimize_request_from_json(without_service_options(request));
+  Result<std::optional<int64_t>> memory_limit = requested_memory_limit_mib(request);
+  if (parsed && !memory_limit) parsed = memory_limit.status();
   if (!parsed) {
     err = field_error_from_status(parsed.error_message());
     return false;

@@ -1,7 +1,9 @@
 // tapp-server: the placement job service (HTTP API, job queue, SQLite store, the page).
 //
 // Data flow: HTTP (listener/session, io threads) -> router -> JobStore + JobRunner
-// (runner threads) -> placer's optimize() -> results in SQLite -> HTTP.
+// (runner threads) -> one child process per job (job_supervisor.h), which is
+// this binary again in its hidden job mode (`--run-job ID`: placer's optimize(),
+// optimize_job.h) -> progress and result over a pipe -> SQLite -> HTTP.
 // Startup recovers jobs a previous run left mid-way (re-queued once each).
 // SIGINT/SIGTERM stop it cleanly; SIGKILL loses nothing committed.
 #include <CLI/CLI.hpp>
@@ -11,13 +13,12 @@
 #include <iostream>
 #include <sstream>
 
-#include "placer/optimize.h"
-#include "model/model_json.h"
-#include "model/zoo.h"
-#include "profiler/model_loader.h"
-#include "service/fake_job.h"
-#include "service/sqlite_profile_cache.h"
 #include "service/http/server.h"
+#include "service/job_child.h"
+#include "service/job_limits.h"
+#include "service/job_supervisor.h"
+#include "service/optimize_job.h"
+#include "service/sqlite_profile_cache.h"
 
 namespace fs = std::filesystem;
 using namespace tapp;
@@ -35,58 +36,6 @@ bool read_text(const std::string& path, std::string& out) {
   return true;
 }
 
-// The real job: placer's optimize() on the stored request. An uploaded model
-// file is written next to the database and passed by path.
-// Remote workers are checked again when the job runs: a job queued under an
-// earlier allow-list and recovered after a restart obeys the current one.
-JobFn make_optimize_job(const std::string& upload_dir, const std::set<std::string>& allowed_hosts,
-                        ProfileCache* profile_cache) {
-  return [upload_dir, allowed_hosts, profile_cache](const JobInput& input, const ProgressFn& progress,
-                                     const std::atomic<bool>& cancel) -> Result<json> {
-    json request = input.request;
-    request.erase("model_file");
-    Result<OptimizeRequest> parsed = optimize_request_from_json(request);
-    if (!parsed) return parsed.status();
-    parsed->profile_cache = profile_cache;
-    for (int i = 0; i < parsed->cluster.num_devices(); ++i) {
-      const Device& d = parsed->cluster.devices[i];
-      if (d.is_local()) continue;
-      std::string host = d.where.substr(0, d.where.rfind(':'));
-      if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-      if (!allowed_hosts.count(host))
-        return Status::error("cluster.devices[" + std::to_string(i) + "].where: remote host \"" + host +
-                             "\" is not in this server's --allow-remote-hosts");
-    }
-    std::string path;
-    if (!input.upload.empty()) {
-      std::error_code ec;
-      fs::create_directories(upload_dir, ec);
-      path = upload_dir + "/" + input.id + ".pt";
-      std::ofstream out(path, std::ios::binary);
-      out.write(input.upload.data(), static_cast<std::streamsize>(input.upload.size()));
-      if (!out) return Status::error("model_file: cannot write " + path);
-      parsed->model = path;
-    }
-    Result<json> result = optimize(*parsed, progress, cancel);
-    if (result && result->is_object() && !result->contains("layer_order")) {
-      // The page draws the placement in model order; placement.layers is keyed by name.
-      ModelOptions mo{parsed->input_size, parsed->num_classes};
-      Result<LayerGraph> g = parsed->model_graph.is_null() ? load_model(parsed->model, mo)
-                                                          : model_from_json(parsed->model_graph);
-      if (g) {
-        json order = json::array();
-        for (const Layer& l : g->layers) order.push_back(l.name);
-        (*result)["layer_order"] = order;
-      }
-    }
-    if (!path.empty()) {
-      std::error_code ec;
-      fs::remove(path, ec);
-    }
-    return result;
-  };
-}
-
 std::set<std::string> split_hosts(const std::string& s) {
   std::set<std::string> out;
   std::stringstream ss(s);
@@ -94,6 +43,23 @@ std::set<std::string> split_hosts(const std::string& s) {
   while (std::getline(ss, h, ','))
     if (!h.empty()) out.insert(h);
   return out;
+}
+
+// The job mode: this process runs one job and reports to the server that started it.
+int run_optimize_job_child(const JobChildArgs& args, const std::set<std::string>& allowed_hosts) {
+  return run_job_child(args, [allowed_hosts](JobStore& store, const JobChildArgs& a) -> JobFn {
+    auto cache = std::make_shared<SqliteProfileCache>(store);  // profiles live in the job database
+    OptimizeJobSettings settings{a.work_dir, allowed_hosts, cache.get()};
+    return [cache, settings](const JobInput& input, const ProgressFn& progress, const std::atomic<bool>& cancel) {
+      return run_optimize_job(input, settings, progress, cancel);
+    };
+  });
+}
+
+std::string own_binary() {
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? "tapp-server" : self.string();
 }
 
 }  // namespace
@@ -104,8 +70,10 @@ int main(int argc, char** argv) {
   std::string db = "tapp.db", token_file, allow_hosts, web_dir = std::string(TAPP_SOURCE_DIR) + "/web",
               schemas_dir = std::string(TAPP_SOURCE_DIR) + "/schemas";
   JobsOptions jobs;
-  bool fake_jobs = false;
-  FakeJobOptions fake;
+  int64_t job_memory_mib = 0;
+  double stall_timeout_s = 1800;  // profiling a large model reports nothing until it is done
+  std::string job_program;
+  JobChildArgs child;
   cli.add_option("--host", http.host, "address to listen on")->capture_default_str();
   cli.add_option("--port", http.port, "port (0 = any free port, printed)")->capture_default_str();
   cli.add_option("--db", db, "SQLite database file")->capture_default_str();
@@ -118,11 +86,22 @@ int main(int argc, char** argv) {
   cli.add_option("--schemas-dir", schemas_dir, "directory of openapi.json and job.schema.json")->capture_default_str();
   cli.add_option("--io-threads", http.io_threads, "HTTP threads")->capture_default_str()->check(CLI::Range(1, 64));
   cli.add_option("--cores", jobs.total_cores, "cores measuring jobs share (0 = all)")->capture_default_str();
-  // Hidden test flags.
-  cli.add_flag("--fake-jobs", fake_jobs, "")->group("");
-  cli.add_option("--fake-iteration-ms", fake.iteration_ms, "")->group("");
+  cli.add_option("--job-memory-mib", job_memory_mib,
+                 "memory limit of each job's processes when its request sets none (0 = the machine's memory / --jobs)")
+      ->capture_default_str()->check(CLI::Range(int64_t{0}, kMaxJobMemoryLimitMiB));
+  cli.add_option("--job-stall-timeout-s", stall_timeout_s, "a job that reports no progress for this long fails")
+      ->capture_default_str()->check(CLI::Range(0.1, 7 * 24 * 3600.0));
+  // Hidden: the job mode (the server starts itself with these), and test flags.
+  cli.add_option("--run-job", child.job_id, "")->group("");
+  cli.add_option("--report-fd", child.report_fd, "")->group("");
+  cli.add_option("--work-dir", child.work_dir, "")->group("");
+  cli.add_option("--job-program", job_program, "")->group("");  // tests: a test-only job entry point
   cli.add_option("--read-timeout-s", http.read_timeout_s, "")->group("")->check(CLI::Range(1, 3600));
   CLI11_PARSE(cli, argc, argv);
+  if (!child.job_id.empty()) {
+    child.db_path = db;
+    return run_optimize_job_child(child, split_hosts(allow_hosts));
+  }
 
   AppState app;
   if (!token_file.empty()) {
@@ -151,11 +130,14 @@ int main(int argc, char** argv) {
     std::cerr << queued.error_message() << "\n";
     return 1;
   }
-  fs::path upload_dir = fs::path(db).parent_path() / (fs::path(db).filename().string() + ".uploads");
-  SqliteProfileCache profile_cache(**store);  // profiles live in the job database
-  JobFn fn = fake_jobs ? make_fake_job(fake)
-                       : make_optimize_job(upload_dir.string(), app.limits.allowed_remote_hosts, &profile_cache);
-  JobRunner runner(**store, fn, jobs);
+  JobProcessOptions job_process;
+  job_process.program = job_program.empty() ? own_binary() : job_program;
+  if (!allow_hosts.empty()) job_process.program_args = {"--allow-remote-hosts", allow_hosts};
+  job_process.db_path = fs::absolute(db).string();
+  job_process.work_root = job_process.db_path + ".jobs";
+  job_process.default_memory_limit_mib = job_memory_mib > 0 ? job_memory_mib : memory_share_mib(jobs.runners);
+  job_process.stall_timeout_s = stall_timeout_s;
+  JobRunner runner(**store, make_supervised_job(job_process), jobs);
   app.store = store->get();
   app.runner = &runner;
 
@@ -176,8 +158,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::cout << "tapp-server listening on http://" << http.host << ":" << *port << " (db " << db << ", "
-            << jobs.runners << " runner(s), " << queued->size() << " queued job(s) recovered"
-            << (fake_jobs ? ", fake jobs" : "") << ")" << std::endl;
+            << jobs.runners << " runner(s), " << queued->size() << " queued job(s) recovered, jobs limited to "
+            << job_process.default_memory_limit_mib << " MiB each"
+            << (job_program.empty() ? "" : ", job program " + job_program) << ")" << std::endl;
   int sig = 0;
   sigwait(&signals, &sig);
   std::cout << "tapp-server: stopping (signal " << sig << ")" << std::endl;

@@ -2,14 +2,16 @@
 // Browser test of the TAPP page in headless Chromium (playwright-core + Debian's /usr/bin/chromium).
 //
 // Starts tapp-server on 127.0.0.1 (port 0, fresh database; placer's real optimize()
-// in simulate mode, or the fake job function with --fake),
+// in simulate mode, in each job's child process, or with --fake the test-only job
+// program tests/service/test_job_main.cpp, given with --test-job),
 // opens the page, submits a job from the form, waits for it to succeed, and
 // checks that the best-step-time curve, the placement and the pipeline Gantt
 // chart are drawn and the baselines table is filled; that every request the
 // page made stayed on the server's origin; and, with a token-protected server,
 // that the page asks for the token once and then works. Saves a screenshot.
 //
-// usage: node browser_test.js --server build/bin/tapp-server [--screenshot out.png] [--fake]
+// usage: node browser_test.js --server build/bin/tapp-server [--test-job build/bin/tapp-test-job]
+//                              [--screenshot out.png] [--fake]
 'use strict';
 const {spawn} = require('child_process');
 const fs = require('fs');
@@ -31,7 +33,10 @@ function arg(name, fallback) {
 }
 const serverBin = arg('--server', path.resolve(here, '..', '..', 'build', 'bin', 'tapp-server'));
 const screenshot = arg('--screenshot', path.join(os.tmpdir(), 'tapp-page.png'));
+const testJobBin = arg('--test-job', path.join(path.dirname(serverBin), 'tapp-test-job'));
 const real = !process.argv.includes('--fake');  // the real optimize() by default
+// The test-only job program: fake jobs of 40 ms per iteration (tests/service/test_job_main.cpp).
+const fakeJobs = ['--job-program', testJobBin];
 
 function check(cond, what) {
   if (!cond) throw new Error('check failed: ' + what);
@@ -41,7 +46,8 @@ function check(cond, what) {
 function startServer(dir, extra) {
   return new Promise((resolve, reject) => {
     const args = ['--host', '127.0.0.1', '--port', '0', '--db', path.join(dir, 'jobs.db')].concat(extra);
-    const proc = spawn(serverBin, args, {stdio: ['ignore', 'pipe', 'inherit']});
+    const env = Object.assign({}, process.env, {TAPP_FAKE_ITERATION_MS: '40'});
+    const proc = spawn(serverBin, args, {stdio: ['ignore', 'pipe', 'inherit'], env});
     let out = '';
     const timer = setTimeout(() => reject(new Error('tapp-server did not start: ' + out)), 20000);
     proc.stdout.on('data', (d) => {
@@ -145,7 +151,7 @@ async function tokenFlow(context, base) {
   let browser;
   let failed = false;
   try {
-    const s1 = await startServer(dir, real ? ['--jobs', '1'] : ['--fake-jobs', '--fake-iteration-ms', '40']);
+    const s1 = await startServer(dir, real ? ['--jobs', '1'] : fakeJobs);
     procs.push(s1.proc);
     browser = await launch();
     const page = await browser.context.newPage();
@@ -154,7 +160,7 @@ async function tokenFlow(context, base) {
 
     fs.writeFileSync(path.join(dir, 'token'), 'browser-secret\n');
     fs.mkdirSync(path.join(dir, 't'));
-    const s2 = await startServer(path.join(dir, 't'), ['--fake-jobs', '--token-file', path.join(dir, 'token')]);
+    const s2 = await startServer(path.join(dir, 't'), fakeJobs.concat(['--token-file', path.join(dir, 'token')]));
     procs.push(s2.proc);
     await tokenFlow(browser.context, s2.url);
   } catch (e) {

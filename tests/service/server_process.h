@@ -1,8 +1,10 @@
 // tests/service/server_process.h — starts a real tapp-server on 127.0.0.1 for tests.
 //
 // Spawns build/bin/tapp-server with --port 0 (it prints the port it bound),
-// a database in a fresh temp directory and the given extra flags; kill(SIGKILL)
-// or stop(SIGTERM) ends it. Test-only helper.
+// a database in a fresh temp directory, the given extra flags and environment
+// variables; kill(SIGKILL) or stop(SIGTERM) ends it. fake_jobs() are the flags
+// that make it run the test-only job program (test_job_main.cpp) instead of
+// placer's optimize(). Test-only helper.
 #pragma once
 
 #include <signal.h>
@@ -16,6 +18,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace tapp::testing {
@@ -27,24 +30,43 @@ inline std::string temp_dir(const std::string& tag) {
   return dir.string();
 }
 
+// Flags and environment for a server whose jobs are the test-only fake job
+// (tests/service/fake_job.h) run by tapp-test-job, `iteration_ms` per iteration.
+struct FakeJobs {
+  std::vector<std::string> flags;
+  std::vector<std::pair<std::string, std::string>> env;
+};
+inline FakeJobs fake_jobs(int iteration_ms = 40) {
+  return {{"--job-program", std::string(TAPP_BIN_DIR) + "/tapp-test-job"},
+          {{"TAPP_FAKE_ITERATION_MS", std::to_string(iteration_ms)}}};
+}
+
 class ServerProcess {
  public:
   // Returns false if the server did not print its port within 20 s.
-  bool start(const std::string& db, const std::vector<std::string>& extra = {}) {
+  bool start(const std::string& db, const std::vector<std::string>& extra = {},
+             const std::vector<std::pair<std::string, std::string>>& env = {}) {
     int out[2];
     if (pipe(out) != 0) return false;
     std::vector<std::string> args = {std::string(TAPP_BIN_DIR) + "/tapp-server", "--host", "127.0.0.1", "--port", "0",
                                      "--db", db};
     args.insert(args.end(), extra.begin(), extra.end());
+    // The environment is built before fork: the child may only exec.
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
+    for (const auto& [name, value] : env) env_strings.push_back(name + "=" + value);
+    std::vector<char*> envp;
+    for (std::string& e : env_strings) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
     pid_ = fork();
     if (pid_ == 0) {
       dup2(out[1], 1);
       close(out[0]);
       close(out[1]);
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
+      execve(argv[0], argv.data(), envp.data());
       _exit(127);
     }
     close(out[1]);
@@ -65,6 +87,12 @@ class ServerProcess {
   pid_t pid() const { return pid_; }
   void kill_hard() { end(SIGKILL); }
   void stop() { end(SIGTERM); }
+  // Starts a server whose jobs are fake (see fake_jobs()), with more flags.
+  bool start_fake(const std::string& db, int iteration_ms, std::vector<std::string> extra = {}) {
+    FakeJobs fake = fake_jobs(iteration_ms);
+    extra.insert(extra.end(), fake.flags.begin(), fake.flags.end());
+    return start(db, extra, fake.env);
+  }
   bool alive() const { return pid_ > 0 && ::kill(pid_, 0) == 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
   ~ServerProcess() { end(SIGKILL); }
 

@@ -162,8 +162,7 @@ std::vector<std::string> hostile_requests() {
 TEST_CASE("a thousand hostile requests are each answered and the server stays up") {
   auto dir = testing::temp_dir("hostile");
   testing::ServerProcess server;
-  REQUIRE(server.start(dir + "/jobs.db", {"--fake-jobs", "--fake-iteration-ms", "1", "--queue-size", "100000",
-                                          "--read-timeout-s", "2", "--io-threads", "2"}));
+  REQUIRE(server.start_fake(dir + "/jobs.db", 1, {"--queue-size", "100000", "--read-timeout-s", "2", "--io-threads", "2"}));
   std::vector<std::string> requests = hostile_requests();
   REQUIRE(requests.size() >= 1000);
   std::atomic<size_t> next{0};

@@ -5,7 +5,7 @@
 #include <thread>
 
 #include "server_process.h"
-#include "service/fake_job.h"
+#include "fake_job.h"
 #include "service/jobs.h"
 
 using namespace tapp;
@@ -41,7 +41,7 @@ std::string wait_final(JobStore& store, const std::string& id, double limit_s = 
 
 TEST_CASE("a job runs to success with progress events and its result stored") {
   auto store = open_store();
-  JobRunner runner(*store, make_fake_job({5, 10, false}), {});
+  JobRunner runner(*store, testing::make_fake_job({5, 10, false}), {});
   runner.start();
   JobRecord j = request("simulate", 10);
   REQUIRE(runner.submit(j, "", nullptr) == SubmitError::none);
@@ -58,7 +58,7 @@ TEST_CASE("a job runs to success with progress events and its result stored") {
 TEST_CASE("a failing job function fails the job with its message, and a throwing one too") {
   auto store = open_store();
   SUBCASE("error value") {
-    JobRunner runner(*store, make_fake_job({1, 2, true}), {});
+    JobRunner runner(*store, testing::make_fake_job({1, 2, true}), {});
     runner.start();
     JobRecord j = request();
     REQUIRE(runner.submit(j, "", nullptr) == SubmitError::none);
@@ -79,7 +79,7 @@ TEST_CASE("a failing job function fails the job with its message, and a throwing
 
 TEST_CASE("cancelling a running job marks it cancelled and frees its runner") {
   auto store = open_store();
-  JobRunner runner(*store, make_fake_job({50, 1000, false}), {});
+  JobRunner runner(*store, testing::make_fake_job({50, 1000, false}), {});
   runner.start();
   JobRecord j = request("simulate", 1000);
   REQUIRE(runner.submit(j, "", nullptr) == SubmitError::none);
@@ -98,7 +98,7 @@ TEST_CASE("cancelling a running job marks it cancelled and frees its runner") {
 
 TEST_CASE("a cancelled queued job never runs") {
   auto store = open_store();
-  JobRunner runner(*store, make_fake_job({20, 20, false}), {});
+  JobRunner runner(*store, testing::make_fake_job({20, 20, false}), {});
   runner.start();
   JobRecord first = request("simulate", 20), second = request();
   REQUIRE(runner.submit(first, "", nullptr) == SubmitError::none);
@@ -114,7 +114,7 @@ TEST_CASE("a full queue refuses new jobs with a message") {
   auto store = open_store();
   JobsOptions opts;
   opts.queue_size = 2;
-  JobRunner runner(*store, make_fake_job({20, 100, false}), opts);  // not started: nothing leaves the queue
+  JobRunner runner(*store, testing::make_fake_job({20, 100, false}), opts);  // not started: nothing leaves the queue
   JobRecord a = request(), b = request(), c = request();
   CHECK(runner.submit(a, "", nullptr) == SubmitError::none);
   CHECK(runner.submit(b, "", nullptr) == SubmitError::none);
@@ -168,7 +168,7 @@ TEST_CASE("stopping the runner leaves a running job for recovery, which runs it 
   std::string id;
   {
     auto store = std::move(JobStore::open(dir + "/jobs.db").value());
-    JobRunner runner(*store, make_fake_job({50, 1000, false}), {});
+    JobRunner runner(*store, testing::make_fake_job({50, 1000, false}), {});
     runner.start();
     JobRecord j = request("simulate", 1000);
     REQUIRE(runner.submit(j, "", nullptr) == SubmitError::none);
@@ -180,7 +180,7 @@ TEST_CASE("stopping the runner leaves a running job for recovery, which runs it 
   auto store = std::move(JobStore::open(dir + "/jobs.db").value());
   auto queued = *store->recover();
   REQUIRE(queued == std::vector<std::string>{id});
-  JobRunner runner(*store, make_fake_job({1, 3, false}), {});
+  JobRunner runner(*store, testing::make_fake_job({1, 3, false}), {});
   runner.start(queued);
   CHECK(wait_final(*store, id) == "succeeded");
   CHECK((*store->get(id))->restarts == 1);

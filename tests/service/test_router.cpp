@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "server_process.h"
-#include "service/fake_job.h"
+#include "fake_job.h"
 #include "service/http/router.h"
 
 using namespace tapp;
@@ -27,7 +27,7 @@ struct Fixture {
     store = std::move(JobStore::open(dir + "/jobs.db").value());
     JobsOptions opts;
     opts.queue_size = queue_size;
-    runner = std::make_unique<JobRunner>(*store, make_fake_job({2, 5, false}), opts);
+    runner = std::make_unique<JobRunner>(*store, testing::make_fake_job({2, 5, false}), opts);
     if (start) runner->start();
     app.store = store.get();
     app.runner = runner.get();
@@ -362,4 +362,14 @@ TEST_CASE("the job schema is served next to the OpenAPI document") {
   REQUIRE(res.result_int() == 200);
   CHECK(body_of(res)["$defs"].contains("result"));
   check_error(f.call(http::verb::get, "/schemas/other.json"), 404, "path");
+}
+
+TEST_CASE("a job's memory limit is accepted in the options and a bad one is refused naming the field") {
+  Fixture f;
+  auto ok = f.post(std::string(R"({"model": "alexnet", "cluster": )") + kCluster + R"(, "options": {"memory_limit_mib": 2048}})");
+  CHECK(ok.result_int() == 202);
+  check_error(f.post(std::string(R"({"model": "alexnet", "cluster": )") + kCluster + R"(, "options": {"memory_limit_mib": 16}})"),
+              400, "options.memory_limit_mib");
+  check_error(f.post(std::string(R"({"model": "alexnet", "cluster": )") + kCluster + R"(, "options": {"memory_limit_mib": "big"}})"),
+              400, "options.memory_limit_mib");
 }

@@ -67,7 +67,7 @@ void wait_running(const ServerUrl& u, const std::string& id) {
 TEST_CASE("a real server takes a job, reports progress and returns the result") {
   auto dir = testing::temp_dir("server");
   testing::ServerProcess server;
-  REQUIRE(server.start(dir + "/jobs.db", {"--fake-jobs", "--fake-iteration-ms", "10"}));
+  REQUIRE(server.start_fake(dir + "/jobs.db", 10));
   ServerUrl u = url_of(server);
   CHECK(get_json(u, "/healthz")["ok"] == true);
   std::string id = submit(u);
@@ -89,7 +89,7 @@ TEST_CASE("a real server takes a job, reports progress and returns the result") 
 TEST_CASE("cancelling a running job over HTTP stops it and frees the runner") {
   auto dir = testing::temp_dir("server");
   testing::ServerProcess server;
-  REQUIRE(server.start(dir + "/jobs.db", {"--fake-jobs", "--fake-iteration-ms", "50"}));
+  REQUIRE(server.start_fake(dir + "/jobs.db", 50));
   ServerUrl u = url_of(server);
   std::string id = submit(u, R"({"model": "alexnet", "cluster": {"devices": [{"name": "a"}]}, "options": {"iterations": 100000}})");
   wait_running(u, id);
@@ -112,7 +112,7 @@ TEST_CASE("after SIGKILL during running jobs a restart loses nothing and re-runs
   std::string finished;
   {
     testing::ServerProcess server;
-    REQUIRE(server.start(db, {"--fake-jobs", "--fake-iteration-ms", "30", "--jobs", "2"}));
+    REQUIRE(server.start_fake(db, 30, {"--jobs", "2"}));
     ServerUrl u = url_of(server);
     finished = submit(u, R"({"model": "mlp", "cluster": {"devices": [{"name": "a"}]}, "options": {"iterations": 1}})");
     REQUIRE(wait_final(u, finished)["status"] == "succeeded");
@@ -131,7 +131,7 @@ TEST_CASE("after SIGKILL during running jobs a restart loses nothing and re-runs
     CHECK(is_running_status((*store->get(ids[0], false))->status));
   }
   testing::ServerProcess server;
-  REQUIRE(server.start(db, {"--fake-jobs", "--fake-iteration-ms", "5", "--jobs", "2"}));
+  REQUIRE(server.start_fake(db, 5, {"--jobs", "2"}));
   ServerUrl u = url_of(server);
   for (const std::string& id : ids) {
     json j = wait_final(u, id);
@@ -163,7 +163,7 @@ TEST_CASE("with --token-file the API needs the bearer token over the wire") {
   auto dir = testing::temp_dir("server");
   { std::ofstream(dir + "/token") << "tok-123\n"; }
   testing::ServerProcess server;
-  REQUIRE(server.start(dir + "/jobs.db", {"--fake-jobs", "--token-file", dir + "/token"}));
+  REQUIRE(server.start_fake(dir + "/jobs.db", 40, {"--token-file", dir + "/token"}));
   ServerUrl u = url_of(server);
   CHECK(http_call(u, "GET", "/healthz")->status == 200);
   CHECK(http_call(u, "GET", "/placements")->status == 401);
@@ -173,7 +173,7 @@ TEST_CASE("with --token-file the API needs the bearer token over the wire") {
 TEST_CASE("a slow client is cut off while the server keeps answering others") {
   auto dir = testing::temp_dir("server");
   testing::ServerProcess server;
-  REQUIRE(server.start(dir + "/jobs.db", {"--fake-jobs", "--read-timeout-s", "1"}));
+  REQUIRE(server.start_fake(dir + "/jobs.db", 40, {"--read-timeout-s", "1"}));
   ServerUrl u = url_of(server);
   std::string got;
   std::thread slow([&] {
@@ -205,7 +205,7 @@ int run(const std::string& cmd, std::string& out) {
 TEST_CASE("tapp-cli optimize --server follows a job to its result and tapp-cli jobs lists it") {
   auto dir = testing::temp_dir("server");
   testing::ServerProcess server;
-  REQUIRE(server.start(dir + "/jobs.db", {"--fake-jobs", "--fake-iteration-ms", "5"}));
+  REQUIRE(server.start_fake(dir + "/jobs.db", 5));
   std::string cli = std::string(TAPP_BIN_DIR) + "/tapp-cli";
   std::string url = "http://127.0.0.1:" + std::to_string(server.port());
   std::string out;

@@ -1,5 +1,5 @@
-// service/fake_job.cpp — a made-up but well-formed optimize() stand-in (see fake_job.h).
-#include "service/fake_job.h"
+// tests/service/fake_job.cpp — a made-up but well-formed optimize() stand-in (see fake_job.h).
+#include "fake_job.h"
 
 #include <algorithm>
 #include <chrono>
@@ -9,8 +9,9 @@
 
 #include "model/zoo.h"
 
-namespace tapp::service {
+namespace tapp::testing {
 using nlohmann::json;
+using service::JobInput;
 
 namespace {
 
@@ -205,4 +206,4 @@ JobFn make_fake_job(FakeJobOptions options) {
   };
 }
 
-}  // namespace tapp::service
+}  // namespace tapp::testing

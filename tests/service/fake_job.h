@@ -1,5 +1,8 @@
-// service/fake_job.h — a stand-in job function for tests and demos (tapp-server --fake-jobs).
+// tests/service/fake_job.h — a stand-in job function for the service tests (test-only code).
 //
+// Used in process by the runner and router tests, and in a job's child process
+// by the test-only job program (test_job_main.cpp) that tests start tapp-server
+// with (--job-program), so real-server and browser tests run quickly.
 // Emits the same progress phases as placer's optimize() (profiling, baselines,
 // optimizing with a falling best step time, done), polls `cancel` every 10 ms,
 // and returns a result of the same shape as optimize() (best placement with
@@ -11,7 +14,9 @@
 
 #include "service/jobs.h"
 
-namespace tapp::service {
+namespace tapp::testing {
+
+using service::JobFn;
 
 struct FakeJobOptions {
   int iteration_ms = 40;       // sleep per iteration
@@ -21,4 +26,4 @@ struct FakeJobOptions {
 
 JobFn make_fake_job(FakeJobOptions options = {});
 
-}  // namespace tapp::service
+}  // namespace tapp::testing

@@ -1,0 +1,43 @@
+// service/job_limits.cpp — the service's own per-job options (see job_limits.h).
+#include "service/job_limits.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+namespace tapp::service {
+using nlohmann::json;
+
+namespace {
+constexpr const char* kMemoryLimitKey = "memory_limit_mib";
+}
+
+Result<std::optional<int64_t>> requested_memory_limit_mib(const json& request) {
+  auto options = request.find("options");
+  if (options == request.end() || !options->is_object()) return std::optional<int64_t>();
+  auto limit = options->find(kMemoryLimitKey);
+  if (limit == options->end() || limit->is_null()) return std::optional<int64_t>();
+  std::string field = std::string("options.") + kMemoryLimitKey;
+  if (!limit->is_number_integer()) return Status::error(field + ": expected an integer (MiB), got " + limit->dump());
+  bool in_range = limit->is_number_unsigned() ? limit->get<uint64_t>() <= static_cast<uint64_t>(kMaxJobMemoryLimitMiB)
+                                              : limit->get<int64_t>() >= 0;
+  int64_t mib = in_range ? limit->get<int64_t>() : -1;
+  if (mib < kMinJobMemoryLimitMiB || mib > kMaxJobMemoryLimitMiB)
+    return Status::error(field + ": must be in [" + std::to_string(kMinJobMemoryLimitMiB) + ", " +
+                         std::to_string(kMaxJobMemoryLimitMiB) + "], got " + limit->dump());
+  return std::optional<int64_t>(mib);
+}
+
+json without_service_options(json request) {
+  if (auto options = request.find("options"); options != request.end() && options->is_object())
+    options->erase(kMemoryLimitKey);
+  return request;
+}
+
+int64_t memory_share_mib(int job_slots) {
+  long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
+  int64_t total_mib = pages > 0 && page_size > 0 ? static_cast<int64_t>(pages) * page_size / (1024 * 1024) : 0;
+  return std::max<int64_t>(kMinJobMemoryLimitMiB, total_mib / std::max(1, job_slots));
+}
+
+}  // namespace tapp::service

@@ -1,0 +1,56 @@
+// service/optimize_job.cpp — placer's optimize() as a service job (see optimize_job.h).
+#include "service/optimize_job.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "service/job_limits.h"
+
+namespace tapp::service {
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+Status check_remote_hosts(const Cluster& cluster, const std::set<std::string>& allowed) {
+  for (int i = 0; i < cluster.num_devices(); ++i) {
+    const Device& d = cluster.devices[i];
+    if (d.is_local()) continue;
+    std::string host = d.where.substr(0, d.where.rfind(':'));
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    if (!allowed.count(host))
+      return Status::error("cluster.devices[" + std::to_string(i) + "].where: remote host \"" + host +
+                           "\" is not in this server's --allow-remote-hosts");
+  }
+  return Status::ok();
+}
+
+Result<std::string> write_upload(const JobInput& input, const std::string& work_dir) {
+  std::error_code ec;
+  fs::create_directories(work_dir, ec);
+  std::string path = (fs::path(work_dir) / (input.id + ".pt")).string();
+  std::ofstream out(path, std::ios::binary);
+  out.write(input.upload.data(), static_cast<std::streamsize>(input.upload.size()));
+  if (!out) return Status::error("model_file: cannot write " + path);
+  return path;
+}
+
+}  // namespace
+
+Result<json> run_optimize_job(const JobInput& input, const OptimizeJobSettings& settings, const ProgressFn& progress,
+                              const std::atomic<bool>& cancel) {
+  json request = without_service_options(input.request);
+  request.erase("model_file");
+  Result<OptimizeRequest> parsed = optimize_request_from_json(request);
+  if (!parsed) return parsed.status();
+  if (Status s = check_remote_hosts(parsed->cluster, settings.allowed_remote_hosts); !s) return s;
+  parsed->profile_cache = settings.profile_cache;
+  if (!input.upload.empty()) {
+    Result<std::string> path = write_upload(input, settings.work_dir);
+    if (!path) return path.status();
+    parsed->model = *path;
+  }
+  return optimize(*parsed, progress, cancel);
+}
+
+}  // namespace tapp::service

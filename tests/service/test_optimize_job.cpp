@@ -1,0 +1,60 @@
+// Tests of the real job function (service/optimize_job.h) in process: what the
+// service adds around placer's optimize().
+#include <doctest/doctest.h>
+
+#include "model/zoo.h"
+#include "server_process.h"
+#include "service/optimize_job.h"
+#include "service/sqlite_profile_cache.h"
+
+using namespace tapp;
+using namespace tapp::service;
+using nlohmann::json;
+
+TEST_CASE("the real job optimizes the stored request, without the service's options, and lists the layers in order") {
+  auto dir = testing::temp_dir("optimize-job");
+  auto store = std::move(JobStore::open(dir + "/jobs.db").value());
+  SqliteProfileCache cache(*store);
+  OptimizeJobSettings settings{dir + "/work", {}, &cache};
+  JobInput input{"j1",
+                 json{{"model", "mlp"},
+                      {"cluster", {{"devices", {{{"name", "a"}}, {{"name", "b"}, {"speed", 0.5}}}}}},
+                      {"options", {{"iterations", 3}, {"batch_size", 8}, {"memory_limit_mib", 1024}}}},
+                 {}};
+  std::vector<std::string> phases;
+  std::atomic<bool> cancel{false};
+  Result<json> result =
+      run_optimize_job(input, settings, [&](const ProgressEvent& e) { phases.push_back(e.phase); }, cancel);
+  REQUIRE_MESSAGE(result.is_ok(), result.error_message());
+  Result<LayerGraph> mlp = zoo_model("mlp");
+  REQUIRE(mlp.is_ok());
+  json order = json::array();
+  for (const Layer& l : mlp->layers) order.push_back(l.name);
+  CHECK((*result)["layer_order"] == order);
+  CHECK((*result)["placement"]["layers"].size() == order.size());
+  REQUIRE_FALSE(phases.empty());
+  CHECK(phases.front() == "profiling");
+}
+
+TEST_CASE("the real job refuses a remote worker whose host the server does not allow, naming the device") {
+  auto dir = testing::temp_dir("optimize-job");
+  OptimizeJobSettings settings{dir + "/work", {"10.0.0.9"}, nullptr};
+  JobInput input{"j2",
+                 json{{"model", "mlp"}, {"cluster", {{"devices", {{{"name", "a"}}, {{"name", "w"}, {"where", "10.0.0.5:7000"}}}}}}},
+                 {}};
+  std::atomic<bool> cancel{false};
+  Result<json> result = run_optimize_job(input, settings, nullptr, cancel);
+  REQUIRE_FALSE(result.is_ok());
+  CHECK(result.error_message() ==
+        "cluster.devices[1].where: remote host \"10.0.0.5\" is not in this server's --allow-remote-hosts");
+}
+
+TEST_CASE("the real job names a bad stored request's field") {
+  auto dir = testing::temp_dir("optimize-job");
+  OptimizeJobSettings settings{dir + "/work", {}, nullptr};
+  JobInput input{"j3", json{{"model", "mlp"}, {"cluster", {{"devices", {{{"name", "a"}}}}}}, {"options", {{"seed", "x"}}}}, {}};
+  std::atomic<bool> cancel{false};
+  Result<json> result = run_optimize_job(input, settings, nullptr, cancel);
+  REQUIRE_FALSE(result.is_ok());
+  CHECK(result.error_message().rfind("options.seed: ", 0) == 0);
+}
