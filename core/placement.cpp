@@ -4,6 +4,7 @@
 #include <fstream>
 #include <set>
 
+#include "common/checked_math.h"
 #include "common/json_fields.h"
 #include "model/layer_graph.h"
 #include "core/cluster.h"
@@ -104,7 +105,8 @@ std::vector<int64_t> estimate_device_memory_bytes(const Placement& p, const Laye
   if (p.data_parallel) {
     const int64_t share = p.replica_share(batch_size);
     for (int d : p.group_device)
-      for (const Layer& l : g.layers) bytes[d] += 3 * l.param_bytes() + l.activation_bytes() * share;
+      for (const Layer& l : g.layers)
+        bytes[d] = sat_add(bytes[d], sat_add(sat_mul(3, l.param_bytes()), sat_mul(l.activation_bytes(), share)));
     return bytes;
   }
   std::set<int> used;
@@ -116,7 +118,7 @@ std::vector<int64_t> estimate_device_memory_bytes(const Placement& p, const Laye
   for (size_t i = 0; i < g.layers.size(); ++i) {
     const Layer& l = g.layers[i];
     int d = p.device_of_layer(static_cast<int>(i));
-    bytes[d] += 3 * l.param_bytes() + l.activation_bytes() * mb * in_flight;
+    bytes[d] = sat_add(bytes[d], sat_add(sat_mul(3, l.param_bytes()), sat_mul(sat_mul(l.activation_bytes(), mb), in_flight)));
   }
   return bytes;
 }
@@ -124,7 +126,7 @@ std::vector<int64_t> estimate_device_memory_bytes(const Placement& p, const Laye
 Status check_memory(const Placement& p, const LayerGraph& g, const Cluster& c, int64_t batch_size) {
   auto bytes = estimate_device_memory_bytes(p, g, c, batch_size);
   for (int d = 0; d < c.num_devices(); ++d) {
-    int64_t limit = c.devices[d].memory_mb * 1024 * 1024;
+    int64_t limit = sat_mul(c.devices[d].memory_mb, 1024 * 1024);
     if (bytes[d] > limit)
       return Status::error("device '" + c.devices[d].name + "' needs " + std::to_string(bytes[d] / (1024 * 1024)) +
                            " MB for its layers but has memory_mb " + std::to_string(c.devices[d].memory_mb));
@@ -152,38 +154,38 @@ Result<Placement> placement_from_json(const json& j, const LayerGraph& g, const 
   std::string sched = "gpipe";
   if (Status s = jf::read(j, "schedule", sched, "placement"); !s) return s;
   auto schedule = schedule_from_name(sched);
-  if (!schedule) return schedule.status().with_context("placement.schedule");
+  if (!schedule) return jf::field_error("placement.schedule", schedule.error_message());
   p.schedule = *schedule;
   if (Status s = jf::read(j, "source", p.source, "placement"); !s) return s;
   if (Status s = jf::read(j, "data_parallel", p.data_parallel, "placement"); !s) return s;
   auto groups = j.find("groups");
-  if (groups == j.end()) return Status::error("placement.groups: missing required field");
+  if (groups == j.end()) return jf::field_error("placement.groups", "missing required field");
   if (!groups->is_array() || groups->empty())
-    return Status::error("placement.groups: expected a non-empty array of device names");
+    return jf::field_error("placement.groups", "expected a non-empty array of device names");
   for (size_t i = 0; i < groups->size(); ++i) {
     const json& gj = (*groups)[i];
     std::string where = "placement.groups[" + std::to_string(i) + "]";
-    if (!gj.is_string()) return Status::error(where + ": expected a device name, got " + gj.type_name());
+    if (!gj.is_string()) return jf::field_error(where, std::string("expected a device name, got ") + gj.type_name());
     int d = c.index_of(gj.get<std::string>());
-    if (d < 0) return Status::error(where + ": unknown device \"" + gj.get<std::string>() + "\"");
+    if (d < 0) return jf::field_error(where, "unknown device \"" + gj.get<std::string>() + "\"");
     p.group_device.push_back(d);
   }
   auto layers = j.find("layers");
-  if (layers == j.end()) return Status::error("placement.layers: missing required field");
-  if (!layers->is_object()) return Status::error("placement.layers: expected an object of layer name -> group");
+  if (layers == j.end()) return jf::field_error("placement.layers", "missing required field");
+  if (!layers->is_object()) return jf::field_error("placement.layers", "expected an object of layer name -> group");
   p.layer_group.assign(g.layers.size(), -1);
   for (auto it = layers->begin(); it != layers->end(); ++it) {
     std::string where = "placement.layers." + it.key();
     int idx = g.index_of(it.key());
-    if (idx < 0) return Status::error(where + ": the model has no layer with this name");
-    if (!it->is_number_integer()) return Status::error(where + ": expected a group index, got " + it->type_name());
+    if (idx < 0) return jf::field_error(where, "the model has no layer with this name");
+    if (!it->is_number_integer()) return jf::field_error(where, std::string("expected a group index, got ") + it->type_name());
     int64_t grp = it->get<int64_t>();
     if (grp < 0 || grp >= p.num_groups())
-      return Status::error(where + ": group " + std::to_string(grp) + " does not exist");
+      return jf::field_error(where, "group " + std::to_string(grp) + " does not exist");
     p.layer_group[idx] = static_cast<int>(grp);
   }
   for (size_t i = 0; i < g.layers.size(); ++i)
-    if (p.layer_group[i] < 0) return Status::error("placement.layers." + g.layers[i].name + ": missing");
+    if (p.layer_group[i] < 0) return jf::field_error("placement.layers." + g.layers[i].name, "missing");
   return p;
 }
 

@@ -16,6 +16,7 @@
 #include "model/zoo.h"
 #include "profiler/model_loader.h"
 #include "service/fake_job.h"
+#include "service/result_check.h"
 #include "service/sqlite_profile_cache.h"
 #include "service/http/server.h"
 
@@ -68,6 +69,8 @@ JobFn make_optimize_job(const std::string& upload_dir, const std::set<std::strin
       parsed->model = path;
     }
     Result<json> result = optimize(*parsed, progress, cancel);
+    if (result)
+      if (Status s = check_result_figures(*result); !s) return s;
     if (result && result->is_object() && !result->contains("layer_order")) {
       // The page draws the placement in model order; placement.layers is keyed by name.
       ModelOptions mo{parsed->input_size, parsed->num_classes};
@@ -106,6 +109,10 @@ int main(int argc, char** argv) {
   JobsOptions jobs;
   bool fake_jobs = false;
   FakeJobOptions fake;
+  struct {
+    size_t max_body_bytes = AppState{}.max_body_bytes;
+    int64_t max_model_bytes = 0;
+  } app_limits;
   cli.add_option("--host", http.host, "address to listen on")->capture_default_str();
   cli.add_option("--port", http.port, "port (0 = any free port, printed)")->capture_default_str();
   cli.add_option("--db", db, "SQLite database file")->capture_default_str();
@@ -118,13 +125,40 @@ int main(int argc, char** argv) {
   cli.add_option("--schemas-dir", schemas_dir, "directory of openapi.json and job.schema.json")->capture_default_str();
   cli.add_option("--io-threads", http.io_threads, "HTTP threads")->capture_default_str()->check(CLI::Range(1, 64));
   cli.add_option("--cores", jobs.total_cores, "cores measuring jobs share (0 = all)")->capture_default_str();
+  // Limits against hostile clients (README "Security").
+  std::vector<std::string> cors_origins;
+  cli.add_option("--cors-origin", cors_origins, "an origin (http://host:port) whose pages may call the API; repeatable")
+      ->delimiter(',');
+  cli.add_option("--max-body-bytes", app_limits.max_body_bytes, "largest request body (413 above)")
+      ->capture_default_str()->check(CLI::Range(size_t{1024}, size_t{1} << 30));
+  cli.add_option("--max-model-bytes", app_limits.max_model_bytes,
+                 "largest model training state, 12 bytes a parameter (0 = the cluster's capacity)")
+      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 62));
+  cli.add_option("--header-limit-bytes", http.header_limit_bytes, "largest request head (431 above)")
+      ->capture_default_str()->check(CLI::Range(size_t{1024}, size_t{1} << 20));
+  cli.add_option("--max-header-fields", http.max_header_fields, "most header fields in a request (431 above)")
+      ->capture_default_str()->check(CLI::Range(size_t{8}, size_t{10000}));
+  cli.add_option("--max-connections", http.max_connections, "open connections in total")
+      ->capture_default_str()->check(CLI::Range(1, 1000000));
+  cli.add_option("--max-connections-per-client", http.max_connections_per_client,
+                 "open connections per client address")->capture_default_str()->check(CLI::Range(1, 1000000));
+  cli.add_option("--reserve-connections", http.reserve_connections,
+                 "connections beyond the caps that answer only /healthz")->capture_default_str()->check(CLI::Range(0, 10000));
+  cli.add_option("--header-timeout-s", http.header_timeout_s, "seconds to send a request's head")
+      ->capture_default_str()->check(CLI::Range(1, 3600));
+  cli.add_option("--idle-timeout-s", http.idle_timeout_s, "seconds a keep-alive connection may wait idle")
+      ->capture_default_str()->check(CLI::Range(1, 3600));
   // Hidden test flags.
   cli.add_flag("--fake-jobs", fake_jobs, "")->group("");
   cli.add_option("--fake-iteration-ms", fake.iteration_ms, "")->group("");
-  cli.add_option("--read-timeout-s", http.read_timeout_s, "")->group("")->check(CLI::Range(1, 3600));
+  cli.add_option("--read-timeout-s", http.read_timeout_s, "seconds to send a whole request")
+      ->capture_default_str()->check(CLI::Range(1, 3600));
   CLI11_PARSE(cli, argc, argv);
 
   AppState app;
+  app.max_body_bytes = app_limits.max_body_bytes;
+  app.limits.max_model_bytes = app_limits.max_model_bytes;
+  app.cors_origins = cors_origins;
   if (!token_file.empty()) {
     if (!read_text(token_file, app.token)) {
       std::cerr << "--token-file: cannot read " << token_file << "\n";
