@@ -4,6 +4,7 @@
 #include <malloc.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -63,12 +64,15 @@ struct Shared {
   void add_reserve(const std::shared_ptr<Evictable>& s) {
     std::lock_guard<std::mutex> lock(mu);
     reserve_queue.push_back(s);
-    while (reserve_queue.size() > static_cast<size_t>(2 * options.reserve_connections + 8) &&
-           reserve_queue.front().expired())
-      reserve_queue.pop_front();
+    if (reserve_queue.size() > static_cast<size_t>(2 * options.reserve_connections + 8))
+      reserve_queue.erase(std::remove_if(reserve_queue.begin(), reserve_queue.end(),
+                                         [](const std::weak_ptr<Evictable>& w) { return w.expired(); }),
+                          reserve_queue.end());
   }
 
-  Admission admit(const std::string& client) {
+  // `victim`: a reserve connection to ask to leave; the caller does that after
+  // the lock is released (its destructor, if this is its last owner, takes the lock).
+  Admission admit(const std::string& client, std::shared_ptr<Evictable>& victim) {
     std::lock_guard<std::mutex> lock(mu);
     int& mine = per_client[client];
     if (total < options.max_connections && mine < options.max_connections_per_client) {
@@ -85,10 +89,9 @@ struct Shared {
     // overshoot the reserve until it has (never beyond twice the reserve).
     if (reserve_used >= 2 * options.reserve_connections) return Admission::refused;
     while (!reserve_queue.empty()) {
-      std::shared_ptr<Evictable> oldest = reserve_queue.front().lock();
+      victim = reserve_queue.front().lock();
       reserve_queue.pop_front();
-      if (!oldest) continue;
-      oldest->evict_if_idle();
+      if (!victim) continue;
       ++reserve_used;
       return Admission::reserve;
     }
@@ -352,7 +355,10 @@ class Listener : public std::enable_shared_from_this<Listener> {
     try {
       beast::error_code aec;
       std::string client = socket.remote_endpoint(aec).address().to_string();
-      Admission a = aec ? Admission::refused : shared_->admit(client);
+      std::shared_ptr<Evictable> victim;
+      Admission a = aec ? Admission::refused : shared_->admit(client, victim);
+      if (victim) victim->evict_if_idle();
+      victim.reset();
       if (a == Admission::refused) {
         beast::error_code ignore;
         socket.close(ignore);

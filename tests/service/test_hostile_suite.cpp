@@ -417,7 +417,7 @@ TEST_CASE("over the connection caps, /healthz is still answered and other reques
   net::io_context ioc;
   net::ip::tcp::endpoint ep(net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(server.port()));
   std::vector<std::unique_ptr<Conn>> idle;
-  for (int i = 0; i < 60; ++i) {  // hold far more idle connections than the caps allow
+  for (int i = 0; i < 300; ++i) {  // hold far more idle connections than the caps allow
     auto c = std::make_unique<Conn>(ioc);
     boost::system::error_code ec;
     c->socket.connect(ep, ec);
