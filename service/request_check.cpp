@@ -242,7 +242,7 @@ bool check_submission(const json& body, const CheckLimits& limits, Submission& o
       out.label = m;
       Result<LayerGraph> zoo = zoo_model(m, ModelOptions{parsed->input_size, parsed->num_classes});
       if (!zoo) {
-        err = field_error_from(zoo.status(), "model");
+        err = field_error_from(zoo.status().at_field("model"));  // a zoo layer is not a request field
         return false;
       }
       graph = std::move(zoo.value());

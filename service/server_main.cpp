@@ -144,6 +144,9 @@ int main(int argc, char** argv) {
                  "open connections per client address")->capture_default_str()->check(CLI::Range(1, 1000000));
   cli.add_option("--reserve-connections", http.reserve_connections,
                  "connections beyond the caps that answer only /healthz")->capture_default_str()->check(CLI::Range(0, 10000));
+  cli.add_option("--max-inflight-body-bytes", http.max_body_bytes_in_flight,
+                 "request bodies being read at once, all connections together (503 above)")
+      ->capture_default_str()->check(CLI::Range(int64_t{1024}, int64_t{1} << 40));
   cli.add_option("--header-timeout-s", http.header_timeout_s, "seconds to send a request's head")
       ->capture_default_str()->check(CLI::Range(1, 3600));
   cli.add_option("--idle-timeout-s", http.idle_timeout_s, "seconds a keep-alive connection may wait idle")

@@ -58,6 +58,16 @@ struct Shared {
   HttpOptions options;
   std::mutex mu;
   int total = 0, reserve_used = 0;
+  std::atomic<int64_t> body_bytes_in_flight{0};  // announced bodies being read, all sessions
+
+  // Reserves `bytes` of the in-flight body budget; false when it would go over.
+  bool reserve_body(int64_t bytes) {
+    int64_t now = body_bytes_in_flight.fetch_add(bytes) + bytes;
+    if (now <= options.max_body_bytes_in_flight) return true;
+    body_bytes_in_flight.fetch_sub(bytes);
+    return false;
+  }
+  void release_body(int64_t bytes) { body_bytes_in_flight.fetch_sub(bytes); }
   std::unordered_map<std::string, int> per_client;
   std::deque<std::weak_ptr<Evictable>> reserve_queue;  // oldest first
 
@@ -123,7 +133,10 @@ class Session : public std::enable_shared_from_this<Session>, public Evictable {
  public:
   Session(tcp::socket&& socket, std::shared_ptr<Shared> shared, std::string client, bool reserve)
       : stream_(std::move(socket)), shared_(std::move(shared)), client_(std::move(client)), reserve_(reserve) {}
-  ~Session() { shared_->release(client_, reserve_); }
+  ~Session() {
+    release_body_budget();
+    shared_->release(client_, reserve_);
+  }
 
   void run() {
     if (reserve_) shared_->add_reserve(shared_from_this());
@@ -195,6 +208,19 @@ class Session : public std::enable_shared_from_this<Session>, public Evictable {
   void on_header() {
     stream_.expires_at(request_deadline_);
     if (parser_->is_done()) return on_read({}, 0);
+    // All sessions together read at most max_body_bytes_in_flight of bodies at once
+    // (a chunked body counts as the largest allowed): memory stays bounded however
+    // many connections send large bodies together.
+    const int64_t announced = parser_->chunked() ? static_cast<int64_t>(shared_->app.max_body_bytes)
+                                                 : static_cast<int64_t>(parser_->content_length().value_or(0));
+    if (announced > 0) {
+      if (!shared_->reserve_body(announced)) {
+        HttpResponse res = error_response(503, "the server is reading other large bodies; retry", "body", 11, false);
+        res.set(http::field::retry_after, "1");
+        return send(std::move(res), true);
+      }
+      body_reserved_ = announced;
+    }
     auto expect = parser_->get().find(http::field::expect);
     if (expect != parser_->get().end() && beast::iequals(expect->value(), "100-continue")) {
       auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_, 11);
@@ -255,8 +281,14 @@ class Session : public std::enable_shared_from_this<Session>, public Evictable {
     http::async_write(stream_, *sp, beast::bind_front_handler(&Session::on_write, shared_from_this(), close_after));
   }
 
+  void release_body_budget() {
+    if (body_reserved_ > 0) shared_->release_body(body_reserved_);
+    body_reserved_ = 0;
+  }
+
   void on_write(bool close_after, beast::error_code ec, std::size_t) {
     response_.reset();
+    release_body_budget();
     if (body_bytes_ >= kTrimAfterBytes) release_memory();
     body_bytes_ = 0;
     if (ec) return close();
@@ -309,6 +341,7 @@ class Session : public std::enable_shared_from_this<Session>, public Evictable {
   bool head_started_ = false;
   Clock::time_point head_deadline_, request_deadline_;
   size_t body_bytes_ = 0;
+  int64_t body_reserved_ = 0;  // of the in-flight body budget, while this request is read and answered
   size_t drained_ = 0;
   char discard_[4096];
 };
@@ -423,6 +456,8 @@ Result<int> HttpServer::start() {
   }
   if (impl_->options.port < 0 || impl_->options.port > 65535) return Status::error("--port: must be in [0, 65535]");
   fit_connection_caps(impl_->options);
+  impl_->options.max_body_bytes_in_flight =
+      std::max<int64_t>(impl_->options.max_body_bytes_in_flight, static_cast<int64_t>(impl_->app.max_body_bytes));
   auto shared = std::make_shared<Shared>(impl_->app, impl_->options);
   impl_->listener = std::make_shared<Listener>(impl_->ioc, shared);
   if (Status s = impl_->listener->open(tcp::endpoint(address, static_cast<unsigned short>(impl_->options.port))); !s)

@@ -14,11 +14,12 @@
 // byte, the whole request within read_timeout_s. Connections are capped in
 // total and per client address; beyond a cap a small reserve of connections
 // answers only /healthz (others get 503), so health checks still work while
-// the server is full.
+// the server is full. Bodies being read at once are capped in total too.
 // HttpServer owns the io_context and its threads.
 // Thread safety: start/stop from one thread; sessions run on the io threads.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <thread>
@@ -41,6 +42,7 @@ struct HttpOptions {
   int max_connections = 1000;           // in total
   int max_connections_per_client = 64;  // per client IP address
   int reserve_connections = 16;         // beyond the caps: /healthz only
+  int64_t max_body_bytes_in_flight = 128 * 1024 * 1024;  // bodies being read at once, all connections (503 above)
 };
 
 class HttpServer {

@@ -456,3 +456,32 @@ TEST_CASE("over the connection caps, /healthz is still answered and other reques
   REQUIRE(after.is_ok());
   CHECK(after->status == 200);
 }
+
+TEST_CASE("bodies being read at once are capped over all connections: past the budget a request gets 503 before its body") {
+  auto dir = testing::temp_dir("hostile-budget");
+  testing::ServerProcess server;
+  REQUIRE(server.start(dir + "/jobs.db", {"--fake-jobs", "--max-body-bytes", "65536", "--max-inflight-body-bytes",
+                                          "100000", "--read-timeout-s", "5"}));
+  namespace net = boost::asio;
+  net::io_context ioc;
+  net::ip::tcp::endpoint ep(net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(server.port()));
+  Conn holder(ioc);  // announces 60,000 bytes and sends only the first few: its share stays reserved
+  holder.socket.connect(ep);
+  net::write(holder.socket, net::buffer(std::string("POST /placements HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                                                    "application/json\r\nContent-Length: 60000\r\n\r\n{\"model\"")));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::string second = "POST /placements HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 60000\r\n\r\n" +
+                       std::string(100, ' ');
+  Result<std::string> r = raw_exchange("127.0.0.1", server.port(), second, 10);
+  REQUIRE(r.is_ok());
+  Parsed p = parse_one(*r);
+  CHECK(p.status == 503);
+  CHECK(p.rest.empty());
+  holder.socket.close();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ServerUrl u;
+  u.port = std::to_string(server.port());
+  Result<HttpReply> ok = http_call(u, "POST", "/placements", valid_body(), {{"Content-Type", "application/json"}}, 5);
+  REQUIRE(ok.is_ok());
+  CHECK(ok->status == 202);  // the budget came back when the holder left
+}
