@@ -2,11 +2,16 @@
 //
 // Owns the small helpers every parser uses so that a wrong or missing field is
 // reported the same way everywhere: "<path>: missing required field" or
-// "<path>: expected a number, got string". Include only from .cpp files
+// "<path>: expected a number, got string", with the path also set as the
+// Status's field. An explicit `null` is not "absent": a field that is present
+// must have its type ("<path>: expected a number, got null"). Include only from .cpp files
 // (it pulls in nlohmann/json.hpp).
 // Thread safety: stateless functions.
 #pragma once
 
+#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -20,9 +25,15 @@ inline std::string join(const std::string& path, const std::string& key) {
   return path.empty() ? key : path + "." + key;
 }
 
+// An error about the field at `path` ("document" in the message when the path is empty).
+inline Status field_error(const std::string& path, const std::string& what,
+                          ErrorCode code = ErrorCode::invalid_argument) {
+  if (path.empty()) return Status::field_error("", "document: " + what, code);
+  return Status::field_error(path, what, code);
+}
+
 inline Status expect_object(const nlohmann::json& j, const std::string& path) {
-  if (!j.is_object())
-    return Status::error((path.empty() ? "document" : path) + ": expected an object, got " + type_name(j));
+  if (!j.is_object()) return field_error(path, "expected an object, got " + type_name(j));
   return Status::ok();
 }
 
@@ -32,24 +43,33 @@ Status read(const nlohmann::json& j, const std::string& key, T& out, const std::
             bool required = false) {
   const std::string where = join(path, key);
   auto it = j.find(key);
-  if (it == j.end() || it->is_null()) {
-    if (required) return Status::error(where + ": missing required field");
+  if (it == j.end() || (required && it->is_null())) {
+    if (required) return field_error(where, "missing required field");
     return Status::ok();
   }
   if constexpr (std::is_same_v<T, bool>) {
-    if (!it->is_boolean()) return Status::error(where + ": expected a boolean, got " + type_name(*it));
+    if (!it->is_boolean()) return field_error(where, "expected a boolean, got " + type_name(*it));
   } else if constexpr (std::is_integral_v<T>) {
-    if (!it->is_number_integer())
-      return Status::error(where + ": expected an integer, got " + type_name(*it));
+    if (!it->is_number_integer()) return field_error(where, "expected an integer, got " + type_name(*it));
+    // nlohmann's get<T> truncates silently; refuse what T cannot hold.
+    const bool fits = it->is_number_unsigned()
+                          ? it->template get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+                          : it->template get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+                                (std::is_unsigned_v<T> ||
+                                 it->template get<int64_t>() <= static_cast<int64_t>(std::numeric_limits<T>::max()));
+    if (!fits) return field_error(where, "integer out of range, got " + it->dump());
   } else if constexpr (std::is_floating_point_v<T>) {
-    if (!it->is_number()) return Status::error(where + ": expected a number, got " + type_name(*it));
+    if (!it->is_number()) return field_error(where, "expected a number, got " + type_name(*it));
   } else if constexpr (std::is_same_v<T, std::string>) {
-    if (!it->is_string()) return Status::error(where + ": expected a string, got " + type_name(*it));
+    if (!it->is_string()) return field_error(where, "expected a string, got " + type_name(*it));
   }
   try {
     out = it->template get<T>();
   } catch (const std::exception& e) {
-    return Status::error(where + ": " + e.what());
+    return field_error(where, e.what());
+  }
+  if constexpr (std::is_floating_point_v<T>) {
+    if (!std::isfinite(static_cast<double>(out))) return field_error(where, "must be a finite number");
   }
   return Status::ok();
 }

@@ -33,10 +33,10 @@ namespace {
 Status read_link_fields(const json& j, const std::string& path, Link& l) {
   if (Status s = jf::read(j, "bandwidth_mbps", l.bandwidth_mbps, path); !s) return s;
   if (Status s = jf::read(j, "latency_ms", l.latency_ms, path); !s) return s;
-  if (!(l.bandwidth_mbps > 0) || l.bandwidth_mbps > 1e9)
-    return Status::error(jf::join(path, "bandwidth_mbps") + ": must be in (0, 1e9]");
-  if (!(l.latency_ms >= 0) || l.latency_ms > 60000)
-    return Status::error(jf::join(path, "latency_ms") + ": must be in [0, 60000]");
+  if (!(l.bandwidth_mbps >= kMinBandwidthMbps) || l.bandwidth_mbps > kMaxBandwidthMbps)
+    return jf::field_error(jf::join(path, "bandwidth_mbps"), "must be in [0.001, 1e9] (1 kbit/s to 1 Pbit/s)");
+  if (!(l.latency_ms >= 0) || l.latency_ms > kMaxLatencyMs)
+    return jf::field_error(jf::join(path, "latency_ms"), "must be in [0, 60000]");
   return Status::ok();
 }
 
@@ -48,22 +48,25 @@ Status read_device(const json& j, const std::string& path, Device& d) {
   if (Status s = jf::read(j, "memory_mb", d.memory_mb, path); !s) return s;
   if (Status s = jf::read(j, "speed", d.speed, path); !s) return s;
   if (Status s = jf::read(j, "where", d.where, path); !s) return s;
-  if (d.name.empty()) return Status::error(jf::join(path, "name") + ": must not be empty");
+  if (d.name.empty()) return jf::field_error(jf::join(path, "name"), "must not be empty");
   bool cuda = d.kind.rfind("cuda:", 0) == 0 && d.kind.size() > 5 &&
               d.kind.find_first_not_of("0123456789", 5) == std::string::npos;
   if (d.kind != "cpu" && !cuda)
-    return Status::error(jf::join(path, "kind") + ": must be \"cpu\" or \"cuda:N\", got \"" + d.kind + "\"");
-  if (d.threads < 1 || d.threads > 256) return Status::error(jf::join(path, "threads") + ": must be in [1, 256]");
-  if (d.memory_mb < 1 || d.memory_mb > (int64_t{1} << 30))
-    return Status::error(jf::join(path, "memory_mb") + ": must be in [1, 2^30]");
-  if (!(d.speed > 0 && d.speed <= 1)) return Status::error(jf::join(path, "speed") + ": must be in (0, 1]");
+    return jf::field_error(jf::join(path, "kind"), "must be \"cpu\" or \"cuda:N\", got \"" + d.kind + "\"");
+  if (d.threads < 1 || d.threads > kMaxThreads) return jf::field_error(jf::join(path, "threads"), "must be in [1, 256]");
+  if (d.memory_mb < 1 || d.memory_mb > kMaxMemoryMb)
+    return jf::field_error(jf::join(path, "memory_mb"), "must be in [1, 2^30]");
+  if (!(d.speed > 0 && d.speed <= 1)) return jf::field_error(jf::join(path, "speed"), "must be in (0, 1]");
+  // A tinier speed stretches a step past what a double keeps meaningful (5e-324 gave a 0.0 ms step).
+  if (d.speed < kMinSpeed)
+    return jf::field_error(jf::join(path, "speed"), "must be at least 0.001 (1/1000 of this host's speed)");
   if (!d.is_local()) {
     auto colon = d.where.rfind(':');
     bool port_ok = colon != std::string::npos && colon > 0 && colon + 1 < d.where.size() &&
                    d.where.find_first_not_of("0123456789", colon + 1) == std::string::npos &&
                    d.where.size() - colon - 1 <= 5 && std::stoi(d.where.substr(colon + 1)) < 65536;
     if (!port_ok)
-      return Status::error(jf::join(path, "where") + ": must be \"local\" or \"host:port\", got \"" + d.where + "\"");
+      return jf::field_error(jf::join(path, "where"), "must be \"local\" or \"host:port\", got \"" + d.where + "\"");
   }
   return Status::ok();
 }
@@ -75,17 +78,17 @@ Result<Cluster> cluster_from_json(const json& j) {
   if (Status s = jf::expect_object(j, "cluster"); !s) return s;
   if (Status s = jf::read(j, "name", c.name, ""); !s) return s;
   auto devs = j.find("devices");
-  if (devs == j.end()) return Status::error("devices: missing required field");
-  if (!devs->is_array()) return Status::error("devices: expected an array, got " + std::string(devs->type_name()));
-  if (devs->empty()) return Status::error("devices: must name at least one device");
-  if (devs->size() > 64) return Status::error("devices: at most 64 devices");
+  if (devs == j.end()) return jf::field_error("devices", "missing required field");
+  if (!devs->is_array()) return jf::field_error("devices", "expected an array, got " + std::string(devs->type_name()));
+  if (devs->empty()) return jf::field_error("devices", "must name at least one device");
+  if (devs->size() > static_cast<size_t>(kMaxDevices)) return jf::field_error("devices", "at most " + std::to_string(kMaxDevices) + " devices");
   std::set<std::string> names;
   for (size_t i = 0; i < devs->size(); ++i) {
     Device d;
     std::string path = "devices[" + std::to_string(i) + "]";
     if (Status s = read_device((*devs)[i], path, d); !s) return s;
     if (!names.insert(d.name).second)
-      return Status::error(path + ".name: device name \"" + d.name + "\" is used twice");
+      return jf::field_error(path + ".name", "device name \"" + d.name + "\" is used twice");
     c.devices.push_back(d);
   }
   if (auto dl = j.find("default_link"); dl != j.end()) {
@@ -93,7 +96,9 @@ Result<Cluster> cluster_from_json(const json& j) {
     if (Status s = read_link_fields(*dl, "default_link", c.default_link); !s) return s;
   }
   if (auto links = j.find("links"); links != j.end() && !links->is_null()) {
-    if (!links->is_array()) return Status::error("links: expected an array, got " + std::string(links->type_name()));
+    if (!links->is_array()) return jf::field_error("links", "expected an array, got " + std::string(links->type_name()));
+    if (links->size() > static_cast<size_t>(kMaxDevices * kMaxDevices))
+      return jf::field_error("links", "at most " + std::to_string(kMaxDevices * kMaxDevices) + " links");
     for (size_t i = 0; i < links->size(); ++i) {
       std::string path = "links[" + std::to_string(i) + "]";
       const json& lj = (*links)[i];
@@ -101,8 +106,8 @@ Result<Cluster> cluster_from_json(const json& j) {
       Link l = c.default_link;
       if (Status s = jf::read(lj, "from", l.from, path, true); !s) return s;
       if (Status s = jf::read(lj, "to", l.to, path, true); !s) return s;
-      if (!names.count(l.from)) return Status::error(path + ".from: unknown device \"" + l.from + "\"");
-      if (!names.count(l.to)) return Status::error(path + ".to: unknown device \"" + l.to + "\"");
+      if (!names.count(l.from)) return jf::field_error(path + ".from", "unknown device \"" + l.from + "\"");
+      if (!names.count(l.to)) return jf::field_error(path + ".to", "unknown device \"" + l.to + "\"");
       if (Status s = read_link_fields(lj, path, l); !s) return s;
       c.links.push_back(l);
     }

@@ -8,6 +8,7 @@
 // Thread safety: plain values.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
@@ -15,6 +16,19 @@
 #include "common/status.h"
 
 namespace tapp {
+
+// The sane ranges cluster_from_json enforces (schemas/cluster.schema.json says the same):
+//   speed in [0.001, 1] (emulated: compute stretched by 1/speed; a tinier speed made a
+//   0.0 ms step), threads in [1, 256], memory_mb in [1, 2^30] (1 MiB .. 1 PiB),
+//   bandwidth_mbps in [0.001, 1e9], latency_ms in [0, 60000], at most 64 devices
+//   and 64 x 64 links. Every figure derived from them stays finite and positive.
+inline constexpr double kMinSpeed = 1e-3;
+inline constexpr int kMaxThreads = 256;
+inline constexpr int64_t kMaxMemoryMb = int64_t{1} << 30;
+inline constexpr double kMinBandwidthMbps = 1e-3;
+inline constexpr double kMaxBandwidthMbps = 1e9;
+inline constexpr double kMaxLatencyMs = 60000;
+inline constexpr int kMaxDevices = 64;
 
 struct Device {
   std::string name;

@@ -15,7 +15,7 @@ const char* evaluator_kind_name(EvaluatorKind kind) {
 Result<EvaluatorKind> evaluator_kind_from_name(const std::string& name, const std::string& field) {
   for (EvaluatorKind k : {EvaluatorKind::simulate, EvaluatorKind::measure, EvaluatorKind::hybrid})
     if (name == evaluator_kind_name(k)) return k;
-  return Status::error(field + ": must be simulate, measure or hybrid, got \"" + name + "\"");
+  return Status::field_error(field, "must be simulate, measure or hybrid, got \"" + name + "\"");
 }
 
 }  // namespace tapp

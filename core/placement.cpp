@@ -4,6 +4,7 @@
 #include <fstream>
 #include <set>
 
+#include "common/checked_math.h"
 #include "common/json_fields.h"
 #include "model/layer_graph.h"
 #include "core/cluster.h"
@@ -102,11 +103,12 @@ namespace {
 // One layer's share of a device's memory: weights, gradients and optimizer
 // state, plus its activations kept for backward by the micro-batches in flight.
 int64_t layer_memory_bytes(const Layer& l, int64_t samples, int64_t in_flight) {
-  return 3 * l.param_bytes() + l.activation_bytes() * samples * in_flight;
+  // Saturating: a model whose size overflows 64 bits is simply over every device.
+  return sat_add(sat_mul(3, l.param_bytes()), sat_mul(sat_mul(l.activation_bytes(), samples), in_flight));
 }
 }  // namespace
 
-int64_t device_memory_bytes(const Device& d) { return d.memory_mb * 1024 * 1024; }
+int64_t device_memory_bytes(const Device& d) { return sat_mul(d.memory_mb, 1024 * 1024); }
 
 int64_t micro_batches_in_flight(Schedule schedule, int micro_batches, int stages) {
   return schedule == Schedule::gpipe ? micro_batches : std::min(micro_batches, stages);
@@ -116,13 +118,14 @@ StageMemory::StageMemory(const LayerGraph& g) {
   param_prefix_.assign(g.layers.size() + 1, 0);
   activation_prefix_.assign(g.layers.size() + 1, 0);
   for (size_t i = 0; i < g.layers.size(); ++i) {
-    param_prefix_[i + 1] = param_prefix_[i] + g.layers[i].param_bytes();
-    activation_prefix_[i + 1] = activation_prefix_[i] + g.layers[i].activation_bytes();
+    param_prefix_[i + 1] = sat_add(param_prefix_[i], g.layers[i].param_bytes());
+    activation_prefix_[i + 1] = sat_add(activation_prefix_[i], g.layers[i].activation_bytes());
   }
 }
 
 int64_t StageMemory::bytes(int first, int end, int64_t samples, int64_t in_flight) const {
-  return 3 * param_bytes(first, end) + (activation_prefix_[end] - activation_prefix_[first]) * samples * in_flight;
+  return sat_add(sat_mul(3, param_bytes(first, end)),
+                 sat_mul(sat_mul(activation_prefix_[end] - activation_prefix_[first], samples), in_flight));
 }
 
 std::vector<int64_t> estimate_device_memory_bytes(const Placement& p, const LayerGraph& g, const Cluster& c,
@@ -131,15 +134,17 @@ std::vector<int64_t> estimate_device_memory_bytes(const Placement& p, const Laye
   if (p.data_parallel) {
     const int64_t share = p.replica_share(batch_size);
     for (int d : p.group_device)
-      for (const Layer& l : g.layers) bytes[d] += layer_memory_bytes(l, share, 1);
+      for (const Layer& l : g.layers) bytes[d] = sat_add(bytes[d], layer_memory_bytes(l, share, 1));
     return bytes;
   }
   std::set<int> used;
   for (size_t i = 0; i < g.layers.size(); ++i) used.insert(p.device_of_layer(static_cast<int>(i)));
   const int64_t mb = (batch_size + p.micro_batches - 1) / p.micro_batches;
   const int64_t in_flight = micro_batches_in_flight(p.schedule, p.micro_batches, static_cast<int>(used.size()));
-  for (size_t i = 0; i < g.layers.size(); ++i)
-    bytes[p.device_of_layer(static_cast<int>(i))] += layer_memory_bytes(g.layers[i], mb, in_flight);
+  for (size_t i = 0; i < g.layers.size(); ++i) {
+    int64_t& device_bytes = bytes[p.device_of_layer(static_cast<int>(i))];
+    device_bytes = sat_add(device_bytes, layer_memory_bytes(g.layers[i], mb, in_flight));
+  }
   return bytes;
 }
 
@@ -173,38 +178,38 @@ Result<Placement> placement_from_json(const json& j, const LayerGraph& g, const 
   std::string sched = "gpipe";
   if (Status s = jf::read(j, "schedule", sched, "placement"); !s) return s;
   auto schedule = schedule_from_name(sched);
-  if (!schedule) return schedule.status().with_context("placement.schedule");
+  if (!schedule) return jf::field_error("placement.schedule", schedule.error_message());
   p.schedule = *schedule;
   if (Status s = jf::read(j, "source", p.source, "placement"); !s) return s;
   if (Status s = jf::read(j, "data_parallel", p.data_parallel, "placement"); !s) return s;
   auto groups = j.find("groups");
-  if (groups == j.end()) return Status::error("placement.groups: missing required field");
+  if (groups == j.end()) return jf::field_error("placement.groups", "missing required field");
   if (!groups->is_array() || groups->empty())
-    return Status::error("placement.groups: expected a non-empty array of device names");
+    return jf::field_error("placement.groups", "expected a non-empty array of device names");
   for (size_t i = 0; i < groups->size(); ++i) {
     const json& gj = (*groups)[i];
     std::string where = "placement.groups[" + std::to_string(i) + "]";
-    if (!gj.is_string()) return Status::error(where + ": expected a device name, got " + gj.type_name());
+    if (!gj.is_string()) return jf::field_error(where, std::string("expected a device name, got ") + gj.type_name());
     int d = c.index_of(gj.get<std::string>());
-    if (d < 0) return Status::error(where + ": unknown device \"" + gj.get<std::string>() + "\"");
+    if (d < 0) return jf::field_error(where, "unknown device \"" + gj.get<std::string>() + "\"");
     p.group_device.push_back(d);
   }
   auto layers = j.find("layers");
-  if (layers == j.end()) return Status::error("placement.layers: missing required field");
-  if (!layers->is_object()) return Status::error("placement.layers: expected an object of layer name -> group");
+  if (layers == j.end()) return jf::field_error("placement.layers", "missing required field");
+  if (!layers->is_object()) return jf::field_error("placement.layers", "expected an object of layer name -> group");
   p.layer_group.assign(g.layers.size(), -1);
   for (auto it = layers->begin(); it != layers->end(); ++it) {
     std::string where = "placement.layers." + it.key();
     int idx = g.index_of(it.key());
-    if (idx < 0) return Status::error(where + ": the model has no layer with this name");
-    if (!it->is_number_integer()) return Status::error(where + ": expected a group index, got " + it->type_name());
+    if (idx < 0) return jf::field_error(where, "the model has no layer with this name");
+    if (!it->is_number_integer()) return jf::field_error(where, std::string("expected a group index, got ") + it->type_name());
     int64_t grp = it->get<int64_t>();
     if (grp < 0 || grp >= p.num_groups())
-      return Status::error(where + ": group " + std::to_string(grp) + " does not exist");
+      return jf::field_error(where, "group " + std::to_string(grp) + " does not exist");
     p.layer_group[idx] = static_cast<int>(grp);
   }
   for (size_t i = 0; i < g.layers.size(); ++i)
-    if (p.layer_group[i] < 0) return Status::error("placement.layers." + g.layers[i].name + ": missing");
+    if (p.layer_group[i] < 0) return jf::field_error("placement.layers." + g.layers[i].name, "missing");
   return p;
 }
 

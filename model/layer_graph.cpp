@@ -1,11 +1,17 @@
 #include "model/layer_graph.h"
 
+#include "common/checked_math.h"
+
 #include <algorithm>
+#include <initializer_list>
 #include <map>
 #include <sstream>
 
 namespace tapp {
 namespace {
+
+// Kernel, stride and padding beyond this describe no real layer and would overflow the shape formulas.
+constexpr int64_t kMaxSide = int64_t{1} << 31;
 
 const std::map<std::string, std::string>& op_classes() {
   static const std::map<std::string, std::string> classes = {
@@ -38,10 +44,23 @@ int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p, bool ceil_mode) {
   return out;
 }
 
+// The element count, or INT64_MAX when it does not fit.
 int64_t numel(const Shape& s) {
   int64_t n = 1;
-  for (int64_t d : s) n *= d;
+  for (int64_t d : s) n = sat_mul(n, d);
   return n;
+}
+
+// Counts whose float32 bytes (x4), and the memory rule's 3x on top, still fit in int64.
+constexpr int64_t kMaxCount = kInt64Max / 16;
+
+// a * b * ... as a count of at most kMaxCount; false (out untouched) otherwise.
+bool count_of(std::initializer_list<int64_t> factors, int64_t& out) {
+  int64_t n = 1;
+  for (int64_t f : factors)
+    if (!checked_mul(n, f, n) || n > kMaxCount) return false;
+  out = n;
+  return true;
 }
 
 Status err(const Layer& l, const std::string& what) {
@@ -75,27 +94,38 @@ Status infer_layer(Layer& l) {
     for (int i = 0; i < 2; ++i)
       if (a.kernel[i] <= 0 || a.stride[i] <= 0 || a.padding[i] < 0)
         return err(l, "kernel and stride must be positive, padding non-negative");
+    for (int i = 0; i < 2; ++i)
+      if (a.kernel[i] > kMaxSide || a.stride[i] > kMaxSide || a.padding[i] > kMaxSide)
+        return err(l, "kernel, stride and padding must be at most " + std::to_string(kMaxSide));
     int64_t h = (in[1] + 2 * a.padding[0] - a.kernel[0]) / a.stride[0] + 1;
     int64_t w = (in[2] + 2 * a.padding[1] - a.kernel[1]) / a.stride[1] + 1;
     if (h <= 0 || w <= 0 || in[1] + 2 * a.padding[0] < a.kernel[0] ||
         in[2] + 2 * a.padding[1] < a.kernel[1])
       return err(l, "kernel larger than padded input " + shape_to_string(in));
     l.output_shape = {a.out, h, w};
-    int64_t per_out = (in[0] / a.groups) * a.kernel[0] * a.kernel[1];
-    l.params = a.out * per_out + (a.bias ? a.out : 0);
-    l.macs = a.out * h * w * per_out;
+    int64_t per_out = 0, weights = 0;
+    if (!count_of({in[0] / a.groups, a.kernel[0], a.kernel[1]}, per_out) || !count_of({a.out, per_out}, weights) ||
+        !count_of({1, weights + (a.bias ? a.out : 0)}, l.params))
+      return err(l, "parameter count " + std::to_string(a.out) + " x " + std::to_string(in[0] / a.groups) +
+                        " x " + std::to_string(a.kernel[0]) + " x " + std::to_string(a.kernel[1]) + " is over 2^59");
+    if (!count_of({a.out, h, w, per_out}, l.macs)) return err(l, "multiply-add count is over 2^59");
   } else if (l.op == "linear") {
     if (in.size() != 1) return err(l, "expects a flat input, got " + shape_to_string(in));
     if (a.out <= 0) return err(l, "attrs.out must be positive");
     l.output_shape = {a.out};
-    l.params = in[0] * a.out + (a.bias ? a.out : 0);
-    l.macs = in[0] * a.out;
+    int64_t weights = 0;
+    if (!count_of({in[0], a.out}, weights) || !count_of({1, weights + (a.bias ? a.out : 0)}, l.params))
+      return err(l, "parameter count " + std::to_string(in[0]) + " x " + std::to_string(a.out) + " is over 2^59");
+    l.macs = weights;
   } else if (l.op == "maxpool2d" || l.op == "avgpool2d") {
     if (Status s = need_chw(l, in); !s) return s;
     for (int i = 0; i < 2; ++i)
       if (a.kernel[i] <= 0 || a.stride[i] <= 0 || a.padding[i] < 0 ||
           a.padding[i] * 2 > a.kernel[i])
         return err(l, "kernel and stride must be positive, padding at most half the kernel");
+    for (int i = 0; i < 2; ++i)
+      if (a.kernel[i] > kMaxSide || a.stride[i] > kMaxSide)
+        return err(l, "kernel and stride must be at most " + std::to_string(kMaxSide));
     int64_t h = pool_out(in[1], a.kernel[0], a.stride[0], a.padding[0], a.ceil_mode);
     int64_t w = pool_out(in[2], a.kernel[1], a.stride[1], a.padding[1], a.ceil_mode);
     if (h <= 0 || w <= 0) return err(l, "window larger than input " + shape_to_string(in));
@@ -120,7 +150,7 @@ Status infer_layer(Layer& l) {
       for (size_t k = 0; k < in.size(); ++k)
         if (k != d && ins[i][k] != in[k])
           return err(l, "mismatched shapes " + shape_to_string(in) + " and " + shape_to_string(ins[i]));
-      out[d] += ins[i][d];
+      if (!checked_add(out[d], ins[i][d], out[d])) return err(l, "concatenated size overflows");
     }
     l.output_shape = out;
   } else if (l.op == "add") {
@@ -138,6 +168,10 @@ Status infer_layer(Layer& l) {
   } else {  // relu sigmoid tanh identity relu6
     l.output_shape = in;
   }
+  int64_t elements = 0;
+  if (!count_of({numel(l.output_shape)}, elements))
+    return err(l, "output " + shape_to_string(l.output_shape) + " has more than " + std::to_string(kMaxCount) +
+                      " elements per sample");
   return Status::ok();
 }
 
@@ -166,17 +200,17 @@ std::string op_class(const std::string& op) {
   return it == op_classes().end() ? "Unknown" : it->second;
 }
 
-int64_t Layer::activation_bytes() const { return numel(output_shape) * 4; }
+int64_t Layer::activation_bytes() const { return sat_mul(numel(output_shape), 4); }
 
 int64_t LayerGraph::total_params() const {
   int64_t n = 0;
-  for (const auto& l : layers) n += l.params;
+  for (const auto& l : layers) n = sat_add(n, l.params);
   return n;
 }
 
 int64_t LayerGraph::total_macs() const {
   int64_t n = 0;
-  for (const auto& l : layers) n += l.macs;
+  for (const auto& l : layers) n = sat_add(n, l.macs);
   return n;
 }
 
@@ -213,7 +247,7 @@ Status infer_shapes(LayerGraph& graph) {
         return err(l, "input " + std::to_string(p) + " is not an earlier layer");
       l.input_shapes.push_back(graph.layers[p].output_shape);
     }
-    if (Status s = infer_layer(l); !s) return s;
+    if (Status s = infer_layer(l); !s) return s.at_field("layers[" + std::to_string(i) + "]");
   }
   const Shape& out = graph.layers.back().output_shape;
   if (out.size() != 1)

@@ -13,6 +13,8 @@ using nlohmann::json;
 
 namespace {
 
+constexpr int64_t kMaxDimension = int64_t{1} << 31;
+
 // The attributes each op accepts in JSON and which of them are required.
 struct OpAttrs {
   std::set<std::string> allowed, required;
@@ -55,7 +57,7 @@ Status read_pair(const json& attrs, const std::string& key, int64_t out[2], cons
     return Status::ok();
   }
   std::string got = it->is_array() ? "an array of " + std::to_string(it->size()) : jf::type_name(*it);
-  return Status::error(where + ": expected an integer or a pair of integers, got " + got);
+  return jf::field_error(where, "expected an integer or a pair of integers, got " + got);
 }
 
 Status read_attrs(const json& layer, Layer& l, const std::string& path) {
@@ -63,7 +65,7 @@ Status read_attrs(const json& layer, Layer& l, const std::string& path) {
   const std::string where = path + ".attrs";
   json attrs = json::object();
   if (it != layer.end() && !it->is_null()) {
-    if (!it->is_object()) return Status::error(where + ": expected an object, got " + jf::type_name(*it));
+    if (!it->is_object()) return jf::field_error(where, "expected an object, got " + jf::type_name(*it));
     attrs = *it;
   }
   auto spec = op_attrs().find(l.op);
@@ -71,9 +73,9 @@ Status read_attrs(const json& layer, Layer& l, const std::string& path) {
   const OpAttrs& allowed = spec == op_attrs().end() ? none : spec->second;
   for (auto kv = attrs.begin(); kv != attrs.end(); ++kv)
     if (!allowed.allowed.count(kv.key()))
-      return Status::error(where + "." + kv.key() + ": not an attribute of " + l.op);
+      return jf::field_error(where + "." + kv.key(), "not an attribute of " + l.op);
   for (const auto& r : allowed.required)
-    if (!attrs.contains(r)) return Status::error(where + "." + r + ": missing required field");
+    if (!attrs.contains(r)) return jf::field_error(where + "." + r, "missing required field");
 
   LayerAttrs& a = l.attrs;
   Status s;
@@ -92,17 +94,25 @@ Status read_attrs(const json& layer, Layer& l, const std::string& path) {
   if (!(s = jf::read(attrs, "p", a.p, where))) return s;
   if (!(s = jf::read(attrs, "eps", a.eps, where))) return s;
   if (!(s = jf::read(attrs, "dim", a.dim, where))) return s;
-  if (attrs.contains("out") && a.out <= 0) return Status::error(where + ".out: must be positive");
-  if (attrs.contains("eps") && a.eps <= 0) return Status::error(where + ".eps: must be positive");
-  if (attrs.contains("p") && (a.p < 0 || a.p >= 1)) return Status::error(where + ".p: must be in [0, 1)");
+  if (attrs.contains("out") && a.out <= 0) return jf::field_error(where + ".out", "must be positive");
+  if (attrs.contains("eps") && a.eps <= 0) return jf::field_error(where + ".eps", "must be positive");
+  if (attrs.contains("p") && (a.p < 0 || a.p >= 1)) return jf::field_error(where + ".p", "must be in [0, 1)");
   for (const char* k : {"kernel", "stride", "output_size"})
     if (attrs.contains(k)) {
       const int64_t* v = std::string(k) == "stride" ? a.stride : a.kernel;
-      if (v[0] <= 0 || v[1] <= 0) return Status::error(where + "." + k + ": must be positive");
+      if (v[0] <= 0 || v[1] <= 0) return jf::field_error(where + "." + k, "must be positive");
     }
   if (attrs.contains("padding") && (a.padding[0] < 0 || a.padding[1] < 0))
-    return Status::error(where + ".padding: must be non-negative");
-  if (attrs.contains("groups") && a.groups <= 0) return Status::error(where + ".groups: must be positive");
+    return jf::field_error(where + ".padding", "must be non-negative");
+  if (attrs.contains("groups") && a.groups <= 0) return jf::field_error(where + ".groups", "must be positive");
+  // Sizes beyond 2^31 describe no trainable layer; bounding them keeps shape arithmetic exact.
+  const std::pair<const char*, const int64_t*> sizes[] = {
+      {"out", &a.out},         {"kernel", &a.kernel[0]},  {"kernel", &a.kernel[1]}, {"stride", &a.stride[0]},
+      {"stride", &a.stride[1]}, {"padding", &a.padding[0]}, {"padding", &a.padding[1]}, {"groups", &a.groups},
+      {"output_size", &a.kernel[0]}, {"output_size", &a.kernel[1]}, {"dim", &a.dim}};
+  for (const auto& [key, value] : sizes)
+    if (attrs.contains(key) && (*value > kMaxDimension || *value < -kMaxDimension))
+      return jf::field_error(where + "." + key, "must be at most " + std::to_string(kMaxDimension));
   return Status::ok();
 }
 
@@ -112,25 +122,25 @@ Status read_layer(const json& j, size_t index, const std::map<std::string, size_
   if (!(s = jf::expect_object(j, path))) return s;
   for (auto kv = j.begin(); kv != j.end(); ++kv)
     if (kv.key() != "name" && kv.key() != "op" && kv.key() != "inputs" && kv.key() != "attrs")
-      return Status::error(path + "." + kv.key() + ": unknown field (expected name, op, inputs, attrs)");
+      return jf::field_error(path + "." + kv.key(), "unknown field (expected name, op, inputs, attrs)");
   if (!(s = jf::read(j, "name", l.name, path, true))) return s;
-  if (l.name.empty()) return Status::error(path + ".name: must not be empty");
+  if (l.name.empty()) return jf::field_error(path + ".name", "must not be empty");
   if (!(s = jf::read(j, "op", l.op, path, true))) return s;
   if (!is_known_op(l.op))
-    return Status::error(path + ".op: unknown op '" + l.op + "'; known ops are " + known_ops_list());
+    return jf::field_error(path + ".op", "unknown op '" + l.op + "'; known ops are " + known_ops_list());
   auto ins = j.find("inputs");
   if (ins != j.end() && !ins->is_null()) {
     if (!ins->is_array())
-      return Status::error(path + ".inputs: expected an array of layer names, got " + jf::type_name(*ins));
+      return jf::field_error(path + ".inputs", "expected an array of layer names, got " + jf::type_name(*ins));
     for (size_t k = 0; k < ins->size(); ++k) {
       const std::string where = path + ".inputs[" + std::to_string(k) + "]";
       const json& v = (*ins)[k];
-      if (!v.is_string()) return Status::error(where + ": expected a layer name, got " + jf::type_name(v));
+      if (!v.is_string()) return jf::field_error(where, "expected a layer name, got " + jf::type_name(v));
       const std::string name = v.get<std::string>();
       auto found = first_index.find(name);
-      if (found == first_index.end()) return Status::error(where + ": unknown layer '" + name + "'");
+      if (found == first_index.end()) return jf::field_error(where, "unknown layer '" + name + "'");
       if (found->second >= index)
-        return Status::error(where + ": layer '" + name +
+        return jf::field_error(where, "layer '" + name +
                              "' is not an earlier layer (layers are listed in execution order)");
       l.inputs.push_back(static_cast<int>(found->second));
     }
@@ -152,30 +162,31 @@ Result<LayerGraph> model_from_json(const json& j) {
   for (auto kv = j.begin(); kv != j.end(); ++kv)
     if (kv.key() != "name" && kv.key() != "input_shape" && kv.key() != "layers" && kv.key() != "$schema" &&
         kv.key() != "description")
-      return Status::error(kv.key() + ": unknown field (expected name, input_shape, layers)");
+      return jf::field_error(kv.key(), "unknown field (expected name, input_shape, layers)");
   if (!(s = jf::read(j, "name", g.name, "", true))) return s;
   auto shape = j.find("input_shape");
-  if (shape == j.end() || shape->is_null()) return Status::error("input_shape: missing required field");
+  if (shape == j.end() || shape->is_null()) return jf::field_error("input_shape", "missing required field");
   if (!shape->is_array() || shape->empty())
-    return Status::error("input_shape: expected a non-empty array of positive integers");
+    return jf::field_error("input_shape", "expected a non-empty array of positive integers");
   for (size_t i = 0; i < shape->size(); ++i) {
     const json& d = (*shape)[i];
-    if (!d.is_number_integer() || d.get<int64_t>() <= 0)
-      return Status::error("input_shape[" + std::to_string(i) + "]: expected a positive integer, got " +
+    if (!d.is_number_integer() || d.get<int64_t>() <= 0 || d.get<int64_t>() > kMaxDimension)
+      return jf::field_error("input_shape[" + std::to_string(i) + "]",
+                             "expected a positive integer of at most " + std::to_string(kMaxDimension) + ", got " +
                            d.dump());
     g.input_shape.push_back(d.get<int64_t>());
   }
   auto layers = j.find("layers");
-  if (layers == j.end() || layers->is_null()) return Status::error("layers: missing required field");
-  if (!layers->is_array()) return Status::error("layers: expected an array, got " + jf::type_name(*layers));
-  if (layers->empty()) return Status::error("layers: must contain at least one layer");
+  if (layers == j.end() || layers->is_null()) return jf::field_error("layers", "missing required field");
+  if (!layers->is_array()) return jf::field_error("layers", "expected an array, got " + jf::type_name(*layers));
+  if (layers->empty()) return jf::field_error("layers", "must contain at least one layer");
   std::map<std::string, size_t> first_index;
   for (size_t i = 0; i < layers->size(); ++i) {
     const json& lj = (*layers)[i];
     if (lj.is_object() && lj.contains("name") && lj["name"].is_string()) {
       auto inserted = first_index.emplace(lj["name"].get<std::string>(), i);
       if (!inserted.second)
-        return Status::error("layers[" + std::to_string(i) + "].name: '" + lj["name"].get<std::string>() +
+        return jf::field_error("layers[" + std::to_string(i) + "].name", "'" + lj["name"].get<std::string>() +
                              "' is already the name of layers[" + std::to_string(inserted.first->second) +
                              "]");
     }

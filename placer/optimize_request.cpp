@@ -23,8 +23,8 @@ Status read_options(const json& o, OptimizeRequest& r) {
                                               "num_classes", "warm_start", "baselines"};
   for (auto it = o.begin(); it != o.end(); ++it)
     if (!known.count(it.key()))
-      return Status::error("options." + it.key() +
-                           ": unknown option (known: evaluator, iterations, time_budget_s, seed, batch_size, "
+      return jf::field_error("options." + it.key(),
+                             "unknown option (known: evaluator, iterations, time_budget_s, seed, batch_size, "
                            "input_size, num_classes, warm_start, baselines)");
   const std::string p = "options";
   std::string evaluator = evaluator_kind_name(r.evaluator);
@@ -34,25 +34,25 @@ Status read_options(const json& o, OptimizeRequest& r) {
   r.evaluator = *kind;
   if (Status s = jf::read(o, "iterations", r.iterations, p); !s) return s;
   if (r.iterations < 0 || r.iterations > 1000000)
-    return Status::error("options.iterations: must be in [0, 1000000], got " + std::to_string(r.iterations));
+    return jf::field_error("options.iterations", "must be in [0, 1000000], got " + std::to_string(r.iterations));
   if (Status s = jf::read(o, "time_budget_s", r.time_budget_s, p); !s) return s;
   if (!(r.time_budget_s >= 0) || r.time_budget_s > 7 * 24 * 3600.0)
-    return Status::error("options.time_budget_s: must be in [0, 604800], got " + std::to_string(r.time_budget_s));
-  if (auto it = o.find("seed"); it != o.end() && !it->is_null()) {
+    return jf::field_error("options.time_budget_s", "must be in [0, 604800], got " + std::to_string(r.time_budget_s));
+  if (auto it = o.find("seed"); it != o.end()) {
     if (!it->is_number_integer() || (it->is_number_integer() && !it->is_number_unsigned() && it->get<int64_t>() < 0))
-      return Status::error("options.seed: expected a non-negative integer, got " + it->dump());
+      return jf::field_error("options.seed", "expected a non-negative integer, got " + it->dump());
     r.seed = it->get<uint64_t>();
   }
   if (Status s = jf::read(o, "batch_size", r.batch_size, p); !s) return s;
   if (r.batch_size < 1 || r.batch_size > 65536)
-    return Status::error("options.batch_size: must be in [1, 65536], got " + std::to_string(r.batch_size));
+    return jf::field_error("options.batch_size", "must be in [1, 65536], got " + std::to_string(r.batch_size));
   if (Status s = jf::read(o, "input_size", r.input_size, p); !s) return s;
   if (r.input_size < 0 || r.input_size > 4096)
-    return Status::error("options.input_size: must be 0 (model default) or in [1, 4096], got " +
+    return jf::field_error("options.input_size", "must be 0 (model default) or in [1, 4096], got " +
                          std::to_string(r.input_size));
   if (Status s = jf::read(o, "num_classes", r.num_classes, p); !s) return s;
   if (r.num_classes < 0 || r.num_classes > 1000000)
-    return Status::error("options.num_classes: must be 0 (model default) or positive, got " +
+    return jf::field_error("options.num_classes", "must be 0 (model default) or positive, got " +
                          std::to_string(r.num_classes));
   if (Status s = jf::read(o, "warm_start", r.warm_start, p); !s) return s;
   if (Status s = jf::read(o, "baselines", r.baselines, p); !s) return s;
@@ -63,31 +63,32 @@ Status read_options(const json& o, OptimizeRequest& r) {
 
 Result<OptimizeRequest> optimize_request_from_json(const json& j) {
   OptimizeRequest r;
-  if (!j.is_object()) return Status::error("request: expected an object, got " + std::string(j.type_name()));
+  if (!j.is_object())
+    return Status::coded(ErrorCode::invalid_argument, "request: expected an object, got " + std::string(j.type_name()));
   static const std::set<std::string> top = {"model", "cluster", "options"};
   for (auto it = j.begin(); it != j.end(); ++it)
-    if (!top.count(it.key())) return Status::error(it.key() + ": unknown field (known: model, cluster, options)");
+    if (!top.count(it.key())) return jf::field_error(it.key(), "unknown field (known: model, cluster, options)");
 
   auto m = j.find("model");
-  if (m == j.end() || m->is_null()) return Status::error("model: missing required field");
+  if (m == j.end() || m->is_null()) return jf::field_error("model", "missing required field");
   if (m->is_string()) {
     r.model = m->get<std::string>();
-    if (r.model.empty()) return Status::error("model: must name a zoo model or a file, got an empty string");
+    if (r.model.empty()) return jf::field_error("model", "must name a zoo model or a file, got an empty string");
   } else if (m->is_object()) {
     r.model_graph = *m;
     if (auto n = m->find("name"); n != m->end() && n->is_string()) r.model = n->get<std::string>();
     if (r.model.empty()) r.model = "inline";
   } else {
-    return Status::error("model: expected a zoo name (string) or a layer graph (object), got " +
+    return jf::field_error("model", "expected a zoo name (string) or a layer graph (object), got " +
                          std::string(m->type_name()));
   }
 
   auto c = j.find("cluster");
-  if (c == j.end() || c->is_null()) return Status::error("cluster: missing required field");
+  if (c == j.end() || c->is_null()) return jf::field_error("cluster", "missing required field");
   Result<Cluster> cluster = cluster_from_json(*c);
   if (!cluster) {
-    const std::string& msg = cluster.error_message();
-    return Status::error(msg.rfind("cluster", 0) == 0 ? msg : "cluster." + msg);
+    const Status& s = cluster.status();
+    return s.field() == "cluster" ? s : s.nested_in("cluster");
   }
   r.cluster = std::move(cluster.value());
 

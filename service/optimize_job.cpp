@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "service/job_limits.h"
+#include "service/result_check.h"
 
 namespace tapp::service {
 using nlohmann::json;
@@ -50,7 +51,10 @@ Result<json> run_optimize_job(const JobInput& input, const OptimizeJobSettings& 
     if (!path) return path.status();
     parsed->model = *path;
   }
-  return optimize(*parsed, progress, cancel);
+  Result<json> result = optimize(*parsed, progress, cancel);
+  if (result)  // a step of 0, infinity or NaN is a failed job, never a result
+    if (Status s = check_result_figures(*result); !s) return s;
+  return result;
 }
 
 }  // namespace tapp::service

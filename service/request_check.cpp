@@ -3,6 +3,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
+#include <optional>
+#include <vector>
+
+#include "common/checked_math.h"
 
 #include "placer/optimize.h"
 #include "model/model_json.h"
@@ -29,23 +34,68 @@ int json_nesting_depth(const std::string& text) {
   return max_depth;
 }
 
+namespace {
+
+struct DuplicateKey {
+  std::string key;
+};
+
+}  // namespace
+
 bool parse_json_body(const std::string& text, int max_depth, json& out, FieldError& err) {
   if (text.empty()) {
     err = {400, "expected a JSON object, got an empty body", "body"};
     return false;
   }
+  // Raw control bytes are never valid JSON (strings escape them); nlohmann's
+  // lexer takes a NUL for the end of input, so "{...}\0junk" would parse.
+  for (size_t i = 0; i < text.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02x", c);
+      err = {400, std::string("invalid JSON: control byte ") + hex + " at offset " + std::to_string(i), "body"};
+      return false;
+    }
+  }
   if (json_nesting_depth(text) > max_depth) {
     err = {400, "JSON nested deeper than " + std::to_string(max_depth) + " levels", "body"};
     return false;
   }
+  // A key given twice is read differently by different parsers (first or last wins): refuse it.
+  std::vector<std::set<std::string>> keys;
+  auto strict = [&keys](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) keys.emplace_back();
+    else if (event == json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
+    else if (event == json::parse_event_t::key && !keys.empty() && !keys.back().insert(parsed.get<std::string>()).second)
+      throw DuplicateKey{parsed.get<std::string>()};
+    return true;
+  };
   try {
-    out = json::parse(text);
+    out = json::parse(text, strict);  // strict: exactly one value, only whitespace after it
+  } catch (const DuplicateKey& d) {
+    err = {400, "invalid JSON: key \"" + d.key.substr(0, 100) + "\" appears twice in one object", "body"};
+    return false;
   } catch (const json::exception& e) {
     err = {400, std::string("invalid JSON: ") + e.what(), "body"};
     return false;
   }
   return true;
 }
+
+FieldError field_error_from(const Status& status, const std::string& fallback_field) {
+  int http = 400;
+  switch (status.code()) {
+    case ErrorCode::too_large: http = 413; break;
+    case ErrorCode::forbidden: http = 403; break;
+    case ErrorCode::not_found: http = 404; break;
+    case ErrorCode::internal: http = 500; break;
+    default: break;
+  }
+  return {http, status.message(), status.field().empty() ? fallback_field : status.field()};
+}
+
+int64_t training_state_bytes(int64_t params) { return sat_mul(sat_mul(params, 4), 3); }
 
 FieldError field_error_from_status(const std::string& message, int http_status) {
   FieldError e{http_status, message, "body"};
@@ -74,6 +124,37 @@ std::string host_of(const std::string& where) {
   std::string host = colon == std::string::npos ? where : where.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   return host;
+}
+
+std::string with_commas(int64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+// The model's training state against the limit: the configured one, never above
+// what the cluster could hold at all (its largest device's memory x its device count).
+bool check_model_size(const LayerGraph& graph, const Cluster& cluster, const CheckLimits& limits, FieldError& err) {
+  int64_t largest_mb = 0;
+  for (const Device& d : cluster.devices) largest_mb = std::max(largest_mb, d.memory_mb);
+  const int64_t capacity = sat_mul(sat_mul(largest_mb, 1024 * 1024), cluster.num_devices());
+  const int64_t limit = limits.max_model_bytes > 0 ? std::min(limits.max_model_bytes, capacity) : capacity;
+  const int64_t params = graph.total_params();
+  const int64_t bytes = training_state_bytes(params);
+  if (bytes <= limit) return true;
+  std::string why = limit == capacity ? "the cluster holds at most " + with_commas(capacity) + " (largest device " +
+                                            std::to_string(largest_mb) + " MiB x " +
+                                            std::to_string(cluster.num_devices()) + " device(s))"
+                                      : "this server's --max-model-bytes is " + with_commas(limit);
+  err = {400,
+         "model: " + (params == kInt64Max ? std::string("more than 2^63") : with_commas(params)) +
+             " parameters need " + (bytes == kInt64Max ? std::string("more than 2^63") : with_commas(bytes)) +
+             " bytes for training (weights, gradients, optimizer state: 12 bytes a parameter); " + why,
+         "model"};
+  return false;
 }
 
 bool check_model_file(const json& mf, const CheckLimits& limits, Submission& out, FieldError& err) {
@@ -140,9 +221,10 @@ bool check_submission(const json& body, const CheckLimits& limits, Submission& o
   Result<std::optional<int64_t>> memory_limit = requested_memory_limit_mib(request);
   if (parsed && !memory_limit) parsed = memory_limit.status();
   if (!parsed) {
-    err = field_error_from_status(parsed.error_message());
+    err = field_error_from(parsed.status());
     return false;
   }
+  std::optional<LayerGraph> graph;  // the model's layer graph, when it can be built here (not for uploads)
   const json& model = request["model"];
   if (model.is_string()) {
     std::string m = model.get<std::string>();
@@ -162,23 +244,28 @@ bool check_submission(const json& body, const CheckLimits& limits, Submission& o
         return false;
       }
       out.label = m;
+      Result<LayerGraph> zoo = zoo_model(m, ModelOptions{parsed->input_size, parsed->num_classes});
+      if (!zoo) {
+        err = field_error_from(zoo.status().at_field("model"));  // a zoo layer is not a request field
+        return false;
+      }
+      graph = std::move(zoo.value());
     }
   } else {
     if (!model.contains("layers") || !model["layers"].is_array()) {
       err = {400, "a layer graph needs a layers array", "model.layers"};
       return false;
     }
-    if (model["layers"].size() > 10000) {
-      err = {400, "at most 10000 layers", "model.layers"};
+    if (model["layers"].size() > limits.max_layers) {
+      err = {400, "at most " + std::to_string(limits.max_layers) + " layers", "model.layers"};
       return false;
     }
-    Result<LayerGraph> graph = model_from_json(model);
-    if (!graph) {
-      FieldError e = field_error_from_status(graph.error_message());
-      e.field = e.field == "body" ? "model" : "model." + e.field;
-      err = e;
+    Result<LayerGraph> inline_graph = model_from_json(model);
+    if (!inline_graph) {
+      err = field_error_from(inline_graph.status().nested_in("model"));
       return false;
     }
+    graph = std::move(inline_graph.value());
     out.label = parsed->model;
   }
   const Cluster& cluster = parsed->cluster;
@@ -197,6 +284,7 @@ bool check_submission(const json& body, const CheckLimits& limits, Submission& o
       return false;
     }
   }
+  if (graph && !check_model_size(*graph, cluster, limits, err)) return false;
   if (!out.upload.empty()) request["model_file"] = json{{"name", out.label}, {"bytes", out.upload.size()}};
   out.request = std::move(request);
   return true;

@@ -3,8 +3,10 @@
 // Owns the service's own checks on top of placer's optimize_request_from_json:
 // JSON nesting depth, top-level fields, a zoo name that is a name (never a
 // server path), the optional uploaded TorchScript file (base64, size limit),
-// option ranges, and remote workers (`where` = host:port) allowed only for
-// hosts on the server's allow-list. Every error names the field.
+// option ranges, remote workers (`where` = host:port) allowed only for
+// hosts on the server's allow-list, and the model's size against what the
+// cluster can hold. Every error names the field, taken from the Status's field
+// path (never parsed out of the message).
 // Data flow: body text -> parse_json_body -> check_submission -> Submission
 // (request JSON to store + upload bytes) -> JobRunner::submit.
 // Thread safety: stateless functions.
@@ -34,14 +36,28 @@ struct CheckLimits {
   int max_depth = 64;
   size_t max_upload_bytes = 6 * 1024 * 1024;
   int max_devices = 64;
+  size_t max_layers = 10000;  // of an inline layer graph
+  // A model's training state (weights, gradients, optimizer state: 3 x 4 bytes
+  // a parameter) is refused above this; 0 = the cluster's capacity (its
+  // largest device's memory x its device count). Never above that capacity.
+  int64_t max_model_bytes = 0;
   std::set<std::string> allowed_remote_hosts;
 };
 
+// The HTTP status and field of a parser's Status (400 unless its code says otherwise;
+// `fallback_field` when it names none).
+FieldError field_error_from(const Status& status, const std::string& fallback_field = "body");
+
+// The training-state bytes of a model with `params` parameters (3 x 4 bytes each, saturating).
+int64_t training_state_bytes(int64_t params);
+
 // Maximum nesting of arrays/objects in `text`, counted without parsing (strings skipped).
 int json_nesting_depth(const std::string& text);
-// Parses a JSON body; refuses nesting deeper than max_depth. Errors name "body".
+// Parses a JSON body strictly: exactly one JSON value, no control bytes (a NUL)
+// anywhere, no key repeated within an object, nesting at most max_depth. Errors name "body".
 bool parse_json_body(const std::string& text, int max_depth, nlohmann::json& out, FieldError& err);
-// Splits "cluster.devices[1].speed: must be in (0, 1]" into field and message.
+// Splits "cluster.devices[1].speed: must be in (0, 1]" into field and message
+// (for messages from outside the parsers; the parsers' Statuses carry their field).
 FieldError field_error_from_status(const std::string& message, int http_status = 400);
 
 bool check_submission(const nlohmann::json& body, const CheckLimits& limits, Submission& out, FieldError& err);

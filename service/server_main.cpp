@@ -74,6 +74,10 @@ int main(int argc, char** argv) {
   double stall_timeout_s = 1800;  // profiling a large model reports nothing until it is done
   std::string job_program;
   JobChildArgs child;
+  struct {
+    size_t max_body_bytes = AppState{}.max_body_bytes;
+    int64_t max_model_bytes = 0;
+  } app_limits;
   cli.add_option("--host", http.host, "address to listen on")->capture_default_str();
   cli.add_option("--port", http.port, "port (0 = any free port, printed)")->capture_default_str();
   cli.add_option("--db", db, "SQLite database file")->capture_default_str();
@@ -86,6 +90,34 @@ int main(int argc, char** argv) {
   cli.add_option("--schemas-dir", schemas_dir, "directory of openapi.json and job.schema.json")->capture_default_str();
   cli.add_option("--io-threads", http.io_threads, "HTTP threads")->capture_default_str()->check(CLI::Range(1, 64));
   cli.add_option("--cores", jobs.total_cores, "cores measuring jobs share (0 = all)")->capture_default_str();
+  // Limits against hostile clients (README "Security").
+  std::vector<std::string> cors_origins;
+  cli.add_option("--cors-origin", cors_origins, "an origin (http://host:port) whose pages may call the API; repeatable")
+      ->delimiter(',');
+  cli.add_option("--max-body-bytes", app_limits.max_body_bytes, "largest request body (413 above)")
+      ->capture_default_str()->check(CLI::Range(size_t{1024}, size_t{1} << 30));
+  cli.add_option("--max-model-bytes", app_limits.max_model_bytes,
+                 "largest model training state, 12 bytes a parameter (0 = the cluster's capacity)")
+      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 62));
+  cli.add_option("--header-limit-bytes", http.header_limit_bytes, "largest request head (431 above)")
+      ->capture_default_str()->check(CLI::Range(size_t{1024}, size_t{1} << 20));
+  cli.add_option("--max-header-fields", http.max_header_fields, "most header fields in a request (431 above)")
+      ->capture_default_str()->check(CLI::Range(size_t{8}, size_t{10000}));
+  cli.add_option("--max-connections", http.max_connections, "open connections in total")
+      ->capture_default_str()->check(CLI::Range(1, 1000000));
+  cli.add_option("--max-connections-per-client", http.max_connections_per_client,
+                 "open connections per client address")->capture_default_str()->check(CLI::Range(1, 1000000));
+  cli.add_option("--reserve-connections", http.reserve_connections,
+                 "connections beyond the caps that answer only /healthz")->capture_default_str()->check(CLI::Range(0, 10000));
+  cli.add_option("--max-inflight-body-bytes", http.max_body_bytes_in_flight,
+                 "request bodies being read at once, all connections together (503 above)")
+      ->capture_default_str()->check(CLI::Range(int64_t{1024}, int64_t{1} << 40));
+  cli.add_option("--header-timeout-s", http.header_timeout_s, "seconds to send a request's head")
+      ->capture_default_str()->check(CLI::Range(1, 3600));
+  cli.add_option("--idle-timeout-s", http.idle_timeout_s, "seconds a keep-alive connection may wait idle")
+      ->capture_default_str()->check(CLI::Range(1, 3600));
+  cli.add_option("--read-timeout-s", http.read_timeout_s, "seconds to send a whole request")
+      ->capture_default_str()->check(CLI::Range(1, 3600));
   cli.add_option("--job-memory-mib", job_memory_mib,
                  "memory limit of each job's processes when its request sets none (0 = the machine's memory / --jobs)")
       ->capture_default_str()->check(CLI::Range(int64_t{0}, kMaxJobMemoryLimitMiB));
@@ -96,7 +128,6 @@ int main(int argc, char** argv) {
   cli.add_option("--report-fd", child.report_fd, "")->group("");
   cli.add_option("--work-dir", child.work_dir, "")->group("");
   cli.add_option("--job-program", job_program, "")->group("");  // tests: a test-only job entry point
-  cli.add_option("--read-timeout-s", http.read_timeout_s, "")->group("")->check(CLI::Range(1, 3600));
   CLI11_PARSE(cli, argc, argv);
   if (!child.job_id.empty()) {
     child.db_path = db;
@@ -104,6 +135,9 @@ int main(int argc, char** argv) {
   }
 
   AppState app;
+  app.max_body_bytes = app_limits.max_body_bytes;
+  app.limits.max_model_bytes = app_limits.max_model_bytes;
+  app.cors_origins = cors_origins;
   if (!token_file.empty()) {
     if (!read_text(token_file, app.token)) {
       std::cerr << "--token-file: cannot read " << token_file << "\n";

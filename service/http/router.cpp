@@ -3,6 +3,8 @@
 
 #include <cmath>
 #include <ctime>
+#include <optional>
+#include <string_view>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -152,19 +154,75 @@ bool valid_job_id(const std::string& id) {
   return true;
 }
 
+bool iequals_ascii(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
+  return true;
+}
+
+// Equal strings, compared in time that depends on neither's content nor on
+// where they differ: both are hashed to a fixed width first (FNV-1a over every
+// byte, twice with different seeds), so the loop length is the secret-free
+// length of the given value and the comparison is of fixed size.
+bool constant_time_equals(const std::string& given, const std::string& secret) {
+  auto digest = [](const std::string& s, uint64_t seed) {
+    uint64_t h = seed;
+    for (unsigned char c : s) {
+      h ^= c;
+      h *= 1099511628211ULL;
+    }
+    return h;
+  };
+  volatile uint64_t diff = (digest(given, 1469598103934665603ULL) ^ digest(secret, 1469598103934665603ULL)) |
+                           (digest(given, 0x9e3779b97f4a7c15ULL) ^ digest(secret, 0x9e3779b97f4a7c15ULL));
+  // Equal digests and equal lengths; then the exact comparison settles the (2^-128) rest.
+  unsigned exact = given.size() == secret.size() ? 0u : 1u;
+  for (size_t i = 0; i < secret.size(); ++i)
+    exact |= static_cast<unsigned>(static_cast<unsigned char>(secret[i]) ^
+                                   static_cast<unsigned char>(i < given.size() ? given[i] : 0));
+  return diff == 0 && exact == 0;
+}
+
 bool authorized(const AppState& app, const HttpRequest& req) {
   if (app.token.empty()) return true;
   auto it = req.find(http::field::authorization);
   if (it == req.end()) return false;
   std::string given(it->value());
   const std::string prefix = "Bearer ";
-  if (given.size() < prefix.size() || given.compare(0, prefix.size(), prefix) != 0) return false;
-  given = given.substr(prefix.size());
-  // Constant time in the token's length.
-  unsigned diff = given.size() == app.token.size() ? 0u : 1u;
-  for (size_t i = 0; i < app.token.size(); ++i)
-    diff |= static_cast<unsigned>(app.token[i] ^ (i < given.size() ? given[i] : 0));
-  return diff == 0;
+  if (given.size() < prefix.size() || !iequals_ascii(std::string_view(given).substr(0, prefix.size()), prefix))
+    return false;
+  return constant_time_equals(given.substr(prefix.size()), app.token);
+}
+
+// ---- cross-origin requests ----------------------------------------------------
+
+// The request's Origin when it is another origin than the server's own (the
+// page is served from the same host:port, so its requests are same-origin).
+std::optional<std::string> cross_origin(const HttpRequest& req) {
+  auto origin = req.find(http::field::origin);
+  if (origin == req.end()) return std::nullopt;  // not a browser's cross-origin request
+  std::string o(origin->value());
+  auto host = req.find(http::field::host);
+  if (host != req.end() && (iequals_ascii(o, "http://" + std::string(host->value())) ||
+                            iequals_ascii(o, "https://" + std::string(host->value()))))
+    return std::nullopt;
+  return o;
+}
+
+bool origin_allowed(const AppState& app, const std::string& origin) {
+  for (const std::string& allowed : app.cors_origins)
+    if (allowed == "*" || iequals_ascii(allowed, origin)) return true;
+  return false;
+}
+
+void allow_origin(HttpResponse& res, const std::string& origin) {
+  res.set(http::field::access_control_allow_origin, origin);
+  res.set(http::field::vary, "Origin");
+}
+
+bool is_write(http::verb v) {
+  return v != http::verb::get && v != http::verb::head && v != http::verb::options;
 }
 
 HttpResponse method_not_allowed(const HttpRequest& req, const char* allow) {
@@ -233,15 +291,35 @@ HttpResponse serve_static(AppState& app, const HttpRequest& req, const std::stri
 
 // ---- API --------------------------------------------------------------------
 
+// "application/json", optionally with "; charset=utf-8"; nothing else (a form
+// or text/plain body is what a page can send cross-origin without asking).
+bool is_json_media_type(std::string_view type) {
+  auto trim = [](std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+    return s;
+  };
+  auto semi = type.find(';');
+  if (!iequals_ascii(trim(type.substr(0, semi)), "application/json")) return false;
+  while (semi != std::string_view::npos) {
+    std::string_view rest = type.substr(semi + 1);
+    semi = rest.find(';');
+    std::string_view param = trim(rest.substr(0, semi));
+    if (!iequals_ascii(param, "charset=utf-8") && !iequals_ascii(param, "charset=\"utf-8\"")) return false;
+    type = rest;
+  }
+  return true;
+}
+
 HttpResponse post_placement(AppState& app, const HttpRequest& req) {
   if (req.body().size() > app.max_body_bytes)
     return error_for(req, 413, "body larger than " + std::to_string(app.max_body_bytes) + " bytes", "body");
   auto ct = req.find(http::field::content_type);
-  if (ct != req.end()) {
-    std::string type(ct->value());
-    if (type.rfind("application/json", 0) != 0)
-      return error_for(req, 415, "Content-Type must be application/json, got " + type.substr(0, 100), "Content-Type");
-  }
+  if (ct == req.end())
+    return error_for(req, 415, "Content-Type must be application/json, got none", "Content-Type");
+  if (!is_json_media_type(std::string_view(ct->value().data(), ct->value().size())))
+    return error_for(req, 415, "Content-Type must be application/json, got " + std::string(ct->value()).substr(0, 100),
+                     "Content-Type");
   json body;
   FieldError err;
   if (!parse_json_body(req.body(), app.limits.max_depth, body, err)) return error_for(req, err.http_status, err.error, err.field);
@@ -329,7 +407,15 @@ HttpResponse job_routes(AppState& app, const HttpRequest& req, const Target& t, 
   return method_not_allowed(req, "GET, DELETE");
 }
 
+HttpResponse route_same_origin(AppState& app, const HttpRequest& req, const Target& t,
+                               const std::vector<std::string>& parts);
+
 HttpResponse route(AppState& app, const HttpRequest& req) {
+  // Headers that must not be given twice: which copy counts is where parsers disagree.
+  for (http::field f : {http::field::authorization, http::field::content_type, http::field::origin})
+    if (req.count(f) > 1)
+      return error_for(req, 400, std::string(http::to_string(f)) + " given more than once",
+                       std::string(http::to_string(f)));
   Target t;
   std::string target(req.target());
   if (target.size() > 4096 || !parse_target(target, t))
@@ -340,6 +426,33 @@ HttpResponse route(AppState& app, const HttpRequest& req) {
   for (const std::string& p : parts)
     if (p == ".." || p == ".") return error_for(req, 400, "path segments . and .. are not allowed", "path");
 
+  // Cross-origin: only origins named by --cors-origin, and never a write from another.
+  if (std::optional<std::string> origin = cross_origin(req)) {
+    const bool allowed = origin_allowed(app, *origin);
+    if (req.method() == http::verb::options) {
+      if (!allowed) return error_for(req, 403, "cross-origin requests from " + origin->substr(0, 100) +
+                                                   " are not allowed (tapp-server --cors-origin names the allowed ones)",
+                                     "Origin");
+      HttpResponse res = make_response(http::status::no_content, "", "text/plain", req);
+      allow_origin(res, *origin);
+      res.set(http::field::access_control_allow_methods, "GET, HEAD, POST, DELETE");
+      res.set(http::field::access_control_allow_headers, "Authorization, Content-Type");
+      res.set(http::field::access_control_max_age, "600");
+      return res;
+    }
+    if (!allowed && is_write(req.method()))
+      return error_for(req, 403, "cross-origin " + std::string(req.method_string()) + " from " + origin->substr(0, 100) +
+                                     " is not allowed (tapp-server --cors-origin names the allowed origins)",
+                       "Origin");
+    HttpResponse res = route_same_origin(app, req, t, parts);
+    if (allowed) allow_origin(res, *origin);
+    return res;
+  }
+  return route_same_origin(app, req, t, parts);
+}
+
+HttpResponse route_same_origin(AppState& app, const HttpRequest& req, const Target& t,
+                               const std::vector<std::string>& parts) {
   if (t.path == "/healthz") {
     if (req.method() != http::verb::get && req.method() != http::verb::head) return method_not_allowed(req, "GET, HEAD");
     json j{{"ok", true}, {"service", "tapp-server"}};

@@ -146,3 +146,25 @@ TEST_CASE("a JSON model with branches loads through load_layer_graph") {
   CHECK(g->layers[g->index_of("add")].inputs.size() == 2);
   CHECK(g->num_classes == 5);
 }
+
+TEST_CASE("parameter counts that would overflow are refused naming the layer, never wrapped") {
+  auto g = parse_model_json(R"({"name": "m", "input_shape": [1000000000],
+      "layers": [{"name": "x", "op": "linear", "attrs": {"out": 1000000000}}]})");
+  REQUIRE_FALSE(g.is_ok());
+  CHECK(g.status().field() == "layers[0]");
+  CHECK(g.error_message().find("parameter count") != std::string::npos);
+  auto conv = parse_model_json(R"({"name": "m", "input_shape": [2147483648, 8, 8],
+      "layers": [{"name": "c", "op": "conv2d", "attrs": {"out": 2147483648, "kernel": 3}},
+                 {"name": "f", "op": "flatten", "inputs": ["c"]},
+                 {"name": "x", "op": "linear", "inputs": ["f"], "attrs": {"out": 10}}]})");
+  REQUIRE_FALSE(conv.is_ok());
+  CHECK(conv.status().field() == "layers[0]");
+  auto pad = parse_model_json(R"({"name": "m", "input_shape": [3, 8, 8],
+      "layers": [{"name": "c", "op": "conv2d", "attrs": {"out": 4, "kernel": 3, "padding": 9223372036854775807}}]})");
+  REQUIRE_FALSE(pad.is_ok());
+  CHECK(pad.status().field() == "layers[0].attrs.padding");
+  auto fine = parse_model_json(R"({"name": "m", "input_shape": [100000],
+      "layers": [{"name": "x", "op": "linear", "attrs": {"out": 100000}}]})");
+  REQUIRE(fine.is_ok());
+  CHECK(fine->total_params() == int64_t{100000} * 100000 + 100000);
+}

@@ -373,3 +373,61 @@ TEST_CASE("a job's memory limit is accepted in the options and a bad one is refu
   check_error(f.post(std::string(R"({"model": "alexnet", "cluster": )") + kCluster + R"(, "options": {"memory_limit_mib": "big"}})"),
               400, "options.memory_limit_mib");
 }
+
+TEST_CASE("cross-origin writes are refused unless the origin is named; the page's own origin is not cross-origin") {
+  Fixture f;
+  auto with_origin = [&](http::verb verb, const std::string& target, const std::string& origin, const std::string& body) {
+    HttpRequest req{verb, target, 11};
+    req.set(http::field::host, "127.0.0.1:8080");
+    req.set(http::field::origin, origin);
+    if (!body.empty()) {
+      req.body() = body;
+      req.set(http::field::content_type, "application/json");
+      req.prepare_payload();
+    }
+    return handle_request(f.app, req);
+  };
+  check_error(with_origin(http::verb::post, "/placements", "http://evil.example", valid_body()), 403, "Origin");
+  check_error(with_origin(http::verb::options, "/placements", "http://evil.example", ""), 403, "Origin");
+  auto read = with_origin(http::verb::get, "/placements", "http://evil.example", "");
+  CHECK(read.result_int() == 200);
+  CHECK(read.find(http::field::access_control_allow_origin) == read.end());  // the browser will not show it
+  CHECK(with_origin(http::verb::post, "/placements", "http://127.0.0.1:8080", valid_body()).result_int() == 202);
+  f.app.cors_origins = {"http://dash.example:3000"};
+  auto pre = with_origin(http::verb::options, "/placements", "http://dash.example:3000", "");
+  CHECK(pre.result_int() == 204);
+  CHECK(pre[http::field::access_control_allow_origin] == "http://dash.example:3000");
+  auto ok = with_origin(http::verb::post, "/placements", "http://dash.example:3000", valid_body());
+  CHECK(ok.result_int() == 202);
+  CHECK(ok[http::field::access_control_allow_origin] == "http://dash.example:3000");
+}
+
+TEST_CASE("a POST needs application/json, and a repeated Authorization header is refused even when one is right") {
+  Fixture f;
+  check_error(f.call(http::verb::post, "/placements", valid_body(), "", "text/plain"), 415, "Content-Type");
+  CHECK(f.call(http::verb::post, "/placements", valid_body(), "", "application/json; charset=utf-8").result_int() == 202);
+  check_error(f.call(http::verb::post, "/placements", valid_body(), "", "application/json; charset=latin1"), 415,
+              "Content-Type");
+  HttpRequest none{http::verb::post, "/placements", 11};
+  none.body() = valid_body();
+  none.prepare_payload();
+  check_error(handle_request(f.app, none), 415, "Content-Type");
+  f.app.token = "s3cret";
+  HttpRequest twice{http::verb::get, "/placements", 11};
+  twice.insert(http::field::authorization, "Bearer s3cret");
+  twice.insert(http::field::authorization, "Bearer wrong");
+  check_error(handle_request(f.app, twice), 400, "Authorization");
+  HttpRequest lower{http::verb::get, "/placements", 11};
+  lower.set(http::field::authorization, "bearer s3cret");
+  CHECK(handle_request(f.app, lower).result_int() == 200);
+}
+
+TEST_CASE("a model larger than the cluster could hold is refused at submit time with its computed size") {
+  Fixture f;
+  auto res = f.post(R"({"model": "alexnet", "cluster": {"devices": [{"name": "a", "memory_mb": 100}, {"name": "b", "memory_mb": 50}]}})");
+  check_error(res, 400, "model");
+  CHECK(body_of(res)["error"].get<std::string>().find("733,210,080 bytes") != std::string::npos);
+  CHECK(f.post(R"({"model": "alexnet", "cluster": {"devices": [{"name": "a", "memory_mb": 700}]}})").result_int() == 202);
+  f.app.limits.max_model_bytes = 1000;
+  check_error(f.post(valid_body()), 400, "model");
+}
