@@ -38,10 +38,30 @@ int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p, bool ceil_mode) {
   return out;
 }
 
+// Sizes beyond any real model, refused so that shapes, parameter counts and
+// multiply-adds (and later bytes x batch, sums over layers) never overflow int64.
+constexpr int64_t kMaxExtent = int64_t{1} << 31;  // one dimension or attribute
+constexpr int64_t kMaxCount = int64_t{1} << 36;   // elements of one output, parameters of one layer
+constexpr int64_t kMaxMacs = int64_t{1} << 46;    // multiply-adds of one layer per sample
+
+// Saturates at kMaxCount + 1 (dimensions are at most kMaxExtent, so no overflow).
 int64_t numel(const Shape& s) {
   int64_t n = 1;
-  for (int64_t d : s) n *= d;
+  for (int64_t d : s) {
+    if (d > kMaxExtent || n * d > kMaxCount) return kMaxCount + 1;
+    n *= d;
+  }
   return n;
+}
+
+// a * b * c * d without overflow, saturating at `limit` + 1 (factors are non-negative and at most kMaxExtent).
+int64_t bounded_product(std::initializer_list<int64_t> factors, int64_t limit) {
+  __int128 n = 1;
+  for (int64_t f : factors) {
+    n *= f;
+    if (n > limit) return limit + 1;
+  }
+  return static_cast<int64_t>(n);
 }
 
 Status err(const Layer& l, const std::string& what) {
@@ -65,6 +85,9 @@ Status infer_layer(Layer& l) {
   const Shape& in = ins[0];
   for (int64_t d : in)
     if (d <= 0) return err(l, "input has an empty dimension " + shape_to_string(in));
+  if (numel(in) > kMaxCount) return err(l, "input larger than 2^36 elements " + shape_to_string(in));
+  for (int64_t v : {a.out, a.kernel[0], a.kernel[1], a.stride[0], a.stride[1], a.padding[0], a.padding[1], a.groups})
+    if (v > kMaxExtent) return err(l, "attrs above 2^31: " + std::to_string(v));
 
   if (l.op == "conv2d") {
     if (Status s = need_chw(l, in); !s) return s;
@@ -81,15 +104,15 @@ Status infer_layer(Layer& l) {
         in[2] + 2 * a.padding[1] < a.kernel[1])
       return err(l, "kernel larger than padded input " + shape_to_string(in));
     l.output_shape = {a.out, h, w};
-    int64_t per_out = (in[0] / a.groups) * a.kernel[0] * a.kernel[1];
-    l.params = a.out * per_out + (a.bias ? a.out : 0);
-    l.macs = a.out * h * w * per_out;
+    int64_t per_out = bounded_product({in[0] / a.groups, a.kernel[0], a.kernel[1]}, kMaxCount);
+    l.params = bounded_product({a.out, per_out}, kMaxCount) + (a.bias ? a.out : 0);
+    l.macs = bounded_product({a.out, h, w, per_out}, kMaxMacs);
   } else if (l.op == "linear") {
     if (in.size() != 1) return err(l, "expects a flat input, got " + shape_to_string(in));
     if (a.out <= 0) return err(l, "attrs.out must be positive");
     l.output_shape = {a.out};
-    l.params = in[0] * a.out + (a.bias ? a.out : 0);
-    l.macs = in[0] * a.out;
+    l.params = bounded_product({in[0], a.out}, kMaxCount) + (a.bias ? a.out : 0);
+    l.macs = bounded_product({in[0], a.out}, kMaxMacs);
   } else if (l.op == "maxpool2d" || l.op == "avgpool2d") {
     if (Status s = need_chw(l, in); !s) return s;
     for (int i = 0; i < 2; ++i)
@@ -138,6 +161,9 @@ Status infer_layer(Layer& l) {
   } else {  // relu sigmoid tanh identity relu6
     l.output_shape = in;
   }
+  if (numel(l.output_shape) > kMaxCount || l.params > kMaxCount || l.macs > kMaxMacs)
+    return err(l, "larger than any model TAPP places: output " + shape_to_string(l.output_shape) +
+                      ", at most 2^36 elements and parameters and 2^46 multiply-adds per layer");
   return Status::ok();
 }
 
