@@ -33,11 +33,13 @@ run_target() {
   rm -f "$crashes"/*
   [ $# -gt 0 ] && cp "$@" "$corpus"/
   [ "$name" = torchscript ] && cp "$ts_seeds"/*.pt "$corpus"/ 2>/dev/null || true
-  local rss=2048
+  local rss=2048 extra=()
   case $name in torchscript | router) rss=4096 ;; esac  # LibTorch under ASan
+  # LibTorch 1.13 (not ours, not instrumented) leaks ~1.5 KB inside libtorch_cpu on some broken archives.
+  [ "$name" = torchscript ] && extra+=(-detect_leaks=0)
   local rc=0
   timeout $((FUZZ_SECONDS + 120)) "$OUT/bin/fuzz_$name" -max_total_time="$FUZZ_SECONDS" -max_len="$max_len" \
-    -rss_limit_mb=$rss -timeout=10 -print_final_stats=1 -artifact_prefix="$crashes/" "$corpus" >"$log" 2>&1 || rc=$?
+    -rss_limit_mb=$rss -timeout=10 -dict=tests/fuzz/tapp.dict -print_final_stats=1 "${extra[@]}" -artifact_prefix="$crashes/" "$corpus" >"$log" 2>&1 || rc=$?
   local execs found
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   found=$(find "$crashes" -type f | wc -l)
