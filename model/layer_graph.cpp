@@ -84,6 +84,9 @@ Status infer_layer(Layer& l) {
   const Shape& in = ins[0];
   for (int64_t d : in)
     if (d <= 0) return err(l, "input has an empty dimension " + shape_to_string(in));
+  if (numel(in) > kMaxCount) return err(l, "input larger than 2^36 elements " + shape_to_string(in));
+  for (int64_t v : {a.out, a.kernel[0], a.kernel[1], a.stride[0], a.stride[1], a.padding[0], a.padding[1], a.groups})
+    if (v > kMaxExtent) return err(l, "attrs above 2^31: " + std::to_string(v));
 
   if (l.op == "conv2d") {
     if (Status s = need_chw(l, in); !s) return s;

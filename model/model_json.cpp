@@ -204,7 +204,7 @@ Result<LayerGraph> parse_model_json(const std::string& text) {
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
     return Status::error(std::string("malformed JSON: ") + e.what());
   }
   return model_from_json(j);
