@@ -53,6 +53,8 @@ int64_t numel(const Shape& s) {
 
 // Counts whose float32 bytes (x4), and the memory rule's 3x on top, still fit in int64.
 constexpr int64_t kMaxCount = kInt64Max / 16;
+// One dimension or attribute: beyond any real model, refused before it enters a product.
+constexpr int64_t kMaxExtent = int64_t{1} << 31;
 
 // a * b * ... as a count of at most kMaxCount; false (out untouched) otherwise.
 bool count_of(std::initializer_list<int64_t> factors, int64_t& out) {
@@ -84,7 +86,7 @@ Status infer_layer(Layer& l) {
   const Shape& in = ins[0];
   for (int64_t d : in)
     if (d <= 0) return err(l, "input has an empty dimension " + shape_to_string(in));
-  if (numel(in) > kMaxCount) return err(l, "input larger than 2^36 elements " + shape_to_string(in));
+  if (numel(in) > kMaxCount) return err(l, "input larger than 2^59 elements " + shape_to_string(in));
   for (int64_t v : {a.out, a.kernel[0], a.kernel[1], a.stride[0], a.stride[1], a.padding[0], a.padding[1], a.groups})
     if (v > kMaxExtent) return err(l, "attrs above 2^31: " + std::to_string(v));
 
