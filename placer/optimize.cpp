@@ -29,6 +29,8 @@
 #include "placer/search.h"
 #include "profiler/cost_profiles.h"
 #include "profiler/model_loader.h"
+#include "model/profile_cache.h"
+#include "simulator/calibration_store.h"
 #include "simulator/cost_model.h"
 #include "simulator/simulator.h"
 
@@ -93,7 +95,23 @@ Result<LayerGraph> load_phase(const OptimizeRequest& r) {
 struct JobCosts {
   CostProfiles profiles;
   CostModel cost;
+  CalibrationUsed calibration;  // default, or fitted on this cluster (simulator/calibration_store.h)
+  std::string calibration_refused;  // why a stored calibration was not used ("" = none was refused)
 };
+
+// The cluster's stored calibration, if there is one and it is usable; a refused
+// entry (corrupt, another cluster, another timing method) is named, never used.
+std::optional<StoredCalibration> stored_calibration(const OptimizeRequest& r, std::string& refused) {
+  if (!r.use_stored_calibration) return std::nullopt;
+  FileCalibrationStore file_store(default_calibration_dir());
+  CalibrationStore& store = r.calibration_store ? *r.calibration_store : file_store;
+  Result<std::optional<StoredCalibration>> found = find_calibration(store, r.cluster, profile_timing_method());
+  if (!found) {
+    refused = found.error_message();
+    return std::nullopt;
+  }
+  return *found;
+}
 
 Result<JobCosts> costs_phase(const LayerGraph& g, const OptimizeRequest& r, const Reporter& report) {
   CostProfileOptions o;
@@ -103,9 +121,12 @@ Result<JobCosts> costs_phase(const LayerGraph& g, const OptimizeRequest& r, cons
   o.cache = r.profile_cache;
   o.progress = [&report](const ProfileProgress& p) { report.profiling(p); };
   CostProfiles profiles = cost_profiles(g, r.cluster, o);
-  Result<CostModel> cost = CostModel::build(g, r.cluster, profiles.libraries, default_calibration());
+  std::string refused;
+  std::optional<StoredCalibration> stored = stored_calibration(r, refused);
+  Result<CostModel> cost =
+      CostModel::build(g, r.cluster, profiles.libraries, stored ? stored->calibration : default_calibration());
   if (!cost) return cost.status().with_context("cost model");
-  return JobCosts{std::move(profiles), std::move(cost.value())};
+  return JobCosts{std::move(profiles), std::move(cost.value()), calibration_used(stored), refused};
 }
 
 // ---- budgets ----
@@ -384,6 +405,13 @@ json hybrid_json(const HybridEvaluator& hybrid) {
           {"median_abs_rel_error_after", hybrid.accuracy_after().median_abs_rel_error}};
 }
 
+// Which calibration the predictions used, and a stored one refused with its reason.
+json calibration_json(const JobCosts& costs) {
+  json j = calibration_used_to_json(costs.calibration);
+  if (!costs.calibration_refused.empty()) j["refused"] = costs.calibration_refused;
+  return j;
+}
+
 // The one place the result's keys are written (schemas/job.schema.json "result").
 json result_json(const JobOutcome& o) {
   const LayerGraph& g = o.graph;
@@ -404,6 +432,7 @@ json result_json(const JobOutcome& o) {
       {"evaluator", evaluator_kind_name(o.request.evaluator)},
       {"seed", o.request.seed},
       {"profile", profile_json(o.costs.profiles)},
+      {"calibration", calibration_json(o.costs)},
       {"source", o.best.source},
       {"placement", best ? placement_to_json(*best, g, c) : json()},
       {"groups", best ? groups_summary(*best, g, c) : json::array()},

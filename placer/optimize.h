@@ -27,6 +27,7 @@
 namespace tapp {
 
 class ProfileCache;
+class CalibrationStore;
 
 struct OptimizeRequest {
   std::string model;            // zoo name, or a path to a JSON layer graph / TorchScript file
@@ -44,6 +45,11 @@ struct OptimizeRequest {
   // Where measured profiles are kept: the server passes its SQLite cache;
   // null = the per-user file cache (model/profile_cache.h).
   ProfileCache* profile_cache = nullptr;
+  // The calibration fitted on this cluster (`tapp-cli calibrate`) is used when
+  // one is stored: the server passes its SQLite store; null = the per-user file
+  // store (simulator/calibration_store.h). The result says which was used.
+  CalibrationStore* calibration_store = nullptr;
+  bool use_stored_calibration = true;
 };
 
 struct ProgressEvent {

@@ -46,6 +46,7 @@ Result<json> run_optimize_job(const JobInput& input, const OptimizeJobSettings& 
   if (!parsed) return parsed.status();
   if (Status s = check_remote_hosts(parsed->cluster, settings.allowed_remote_hosts); !s) return s;
   parsed->profile_cache = settings.profile_cache;
+  parsed->calibration_store = settings.calibration_store;
   if (!input.upload.empty()) {
     Result<std::string> path = write_upload(input, settings.work_dir);
     if (!path) return path.status();

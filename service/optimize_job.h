@@ -19,6 +19,7 @@
 
 namespace tapp {
 class ProfileCache;
+class CalibrationStore;
 }
 
 namespace tapp::service {
@@ -27,6 +28,7 @@ struct OptimizeJobSettings {
   std::string work_dir;                        // where an uploaded model file is written
   std::set<std::string> allowed_remote_hosts;  // hosts whose tapp-workers a job may use
   ProfileCache* profile_cache = nullptr;       // null = the per-user file cache
+  CalibrationStore* calibration_store = nullptr;  // the cluster's fitted calibration; null = the per-user files
 };
 
 Result<nlohmann::json> run_optimize_job(const JobInput& input, const OptimizeJobSettings& settings,

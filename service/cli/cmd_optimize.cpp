@@ -113,11 +113,22 @@ class ProgressPrinter {
   std::string phase_, last_line_;
 };
 
+// Which calibration the predictions used (schemas/job.schema.json result.calibration).
+void print_calibration(const json& c) {
+  if (c.value("kind", "") == "fitted")
+    std::cout << "calibration: fitted " << c.value("fitted_at", "") << " from " << c.value("measurements", 0)
+              << " measurements on this cluster\n";
+  else
+    std::cout << "calibration: default (none fitted on this cluster: tapp-cli calibrate --devices ...)\n";
+  if (c.contains("refused")) std::cout << "  (a stored calibration was refused: " << c.value("refused", "") << ")\n";
+}
+
 void print_result(const json& r) {
   std::cout << "model " << r.value("model", "") << " (" << r.value("layers", 0) << " layers), cluster "
             << r.value("cluster", "") << " (" << r.value("devices", 0) << " devices), batch "
             << r.value("batch_size", 0) << ", evaluator " << r.value("evaluator", "") << ", profile "
             << r["profile"].value("origin", "") << "\n";
+  print_calibration(r.value("calibration", json::object()));
   for (const json& s : r["profile"].value("skipped", json::array()))
     std::cout << "  (micro-batch size " << s.value("batch_size", 0) << " on " << s.value("device", "cpu x1")
               << " not profiled: " << s.value("error", "") << ")\n";

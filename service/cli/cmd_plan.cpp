@@ -187,6 +187,7 @@ int plan(const PlanArgs& a) {
     j["batch_size"] = a.batch;
     j["evaluator"] = evaluator->name();
     j["costs"] = inputs->costs_note;
+    j["calibration"] = inputs->calibration_note;
     j["costs_skipped"] = inputs->skipped;
     j["evaluations"] = evaluator->evaluations();
     if (rows.size() == 1) {
@@ -199,7 +200,8 @@ int plan(const PlanArgs& a) {
   } else {
     std::cout << "model " << graph.name << "  batch " << a.batch << "  on " << cluster.num_devices()
               << " device(s)" << (cluster.name.empty() ? "" : " (" + cluster.name + ")") << "  evaluator "
-              << evaluator->name() << "\ncosts: " << inputs->costs_note << "\n";
+              << evaluator->name() << "\ncosts: " << inputs->costs_note << "\ncalibration: " << inputs->calibration_note
+              << "\n";
     for (const std::string& skipped : inputs->skipped) std::cout << "  (not profiled: " << skipped << ")\n";
     std::cout << "\n";
     if (rows.size() == 1) {

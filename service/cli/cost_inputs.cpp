@@ -9,7 +9,9 @@
 
 #include "core/cluster.h"
 #include "model/layer_graph.h"
+#include "model/profile_cache.h"
 #include "profiler/cost_profiles.h"
+#include "simulator/calibration_store.h"
 
 namespace tapp::cli {
 
@@ -42,19 +44,48 @@ void show_progress(const ProfileProgress& p) {
   }
 }
 
-Result<Calibration> read_calibration(const std::string& path, const Cluster& c) {
-  if (path.empty()) return default_calibration();
+struct ChosenCalibration {
+  Calibration calibration;
+  std::string note;
+};
+
+std::string fitted_note(const StoredCalibration& s, const std::string& where) {
+  return "fitted " + s.fitted_at + " from " + std::to_string(s.measurements) + " measurements (" + where + ")";
+}
+
+// No --calibration: the one stored for this cluster, if it can be used.
+ChosenCalibration stored_or_default(const Cluster& c) {
+  FileCalibrationStore store(default_calibration_dir());
+  auto found = find_calibration(store, c, profile_timing_method());
+  if (!found) {
+    std::cerr << "note: " << found.error_message() << "; predicting with the default calibration\n";
+    return {default_calibration(), "default (the stored one was refused)"};
+  }
+  if (!found->has_value()) return {default_calibration(), "default (none fitted on this cluster: tapp-cli calibrate)"};
+  const StoredCalibration& s = **found;
+  return {s.calibration, fitted_note(s, "stored for cluster " + s.cluster_fingerprint)};
+}
+
+Result<ChosenCalibration> read_calibration(const std::string& path, const Cluster& c) {
+  if (path.empty()) return stored_or_default(c);
   std::ifstream f(path);
   if (!f) return Status::error("--calibration: cannot open '" + path + "'");
   nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
   if (j.is_discarded()) return Status::error("--calibration: '" + path + "' is not valid JSON");
+  // `tapp-cli calibrate --out` writes the stored form under "stored": it names its cluster and timing method.
+  const nlohmann::json* stored = j.contains("stored") ? &j["stored"] : (j.contains("format") ? &j : nullptr);
+  if (stored) {
+    auto s = stored_calibration_from_json(*stored, c, profile_timing_method());
+    if (!s) return s.status().with_context("--calibration " + path);
+    return ChosenCalibration{s->calibration, fitted_note(*s, path)};
+  }
   const nlohmann::json& cj = j.contains("calibration") ? j["calibration"] : j;
   auto cal = calibration_from_json(cj);
   if (!cal) return cal.status().with_context(path);
   if (!cal->device_factor.empty() && static_cast<int>(cal->device_factor.size()) != c.num_devices())
     return Status::error(path + ": calibration.device_factor has " + std::to_string(cal->device_factor.size()) +
                          " entries, the cluster " + std::to_string(c.num_devices()) + " devices");
-  return cal;
+  return ChosenCalibration{*cal, "from " + path + " (no cluster fingerprint to check)"};
 }
 
 }  // namespace
@@ -75,9 +106,10 @@ Result<CostInputs> load_cost_inputs(const LayerGraph& g, const Cluster& c, int64
     in.skipped.push_back(s.device_kind + " x" + std::to_string(s.threads) + " at micro-batch size " +
                          std::to_string(s.batch_size) + ": " + s.error);
   in.libraries = std::move(profiles.libraries);
-  Result<Calibration> calibration = read_calibration(calibration_path, c);
+  Result<ChosenCalibration> calibration = read_calibration(calibration_path, c);
   if (!calibration) return calibration.status();
-  in.calibration = *calibration;
+  in.calibration = calibration->calibration;
+  in.calibration_note = calibration->note;
   return in;
 }
 

@@ -30,9 +30,13 @@ struct CostInputs {
   std::string costs_note;  // "cached profiles at ...", "measured profiles at ...", "estimated from multiply-adds"
   std::vector<std::string> skipped;  // "cpu x1 at micro-batch size 1: <why>"
   Calibration calibration;
+  std::string calibration_note;  // "default", or "fitted <when> from N measurements (...)"
 };
 
-// mode: "auto" | "profile" | "estimated"; calibration_path may be empty.
+// mode: "auto" | "profile" | "estimated". calibration_path: a file from
+// `tapp-cli calibrate --out` (refused when it is for another cluster or timing
+// method); empty = the calibration stored for this cluster, else the default
+// (a stored one that cannot be used is named on stderr and not used).
 Result<CostInputs> load_cost_inputs(const LayerGraph& g, const Cluster& c, int64_t batch_size,
                                     const std::string& mode, const std::string& calibration_path);
 

@@ -13,6 +13,8 @@
 
 #include "placer/optimize.h"
 #include "model/profile_cache.h"
+#include "core/cluster_fingerprint.h"
+#include "simulator/calibration_store.h"
 
 using nlohmann::json;
 using namespace tapp;
@@ -179,8 +181,9 @@ TEST_CASE("the result JSON written by the phases has the keys the page and the j
   REQUIRE_MESSAGE(r.is_ok(), r.error_message());
   const json& j = r.value();
   // The keys of the result before optimize() was split into phases, plus
-  // layer_order (which the server used to add by loading the model again).
-  CHECK(keys_of(j) == std::set<std::string>{"model", "layers", "layer_order", "cluster", "devices", "batch_size",
+  // layer_order (which the server used to add by loading the model again) and
+  // the calibration the predictions used.
+  CHECK(keys_of(j) == std::set<std::string>{"model", "layers", "layer_order", "calibration", "cluster", "devices", "batch_size",
                                             "evaluator", "seed", "profile", "source", "placement", "groups",
                                             "predicted_step_ms", "measured_step_ms", "step_ms", "comm_fraction",
                                             "speedup_vs_bsp", "speedup_vs_best_baseline", "best_baseline",
@@ -229,4 +232,51 @@ TEST_CASE("a job reports its profiling per micro-batch size and per layer, with 
   CHECK(messages.count("cpu x1, micro-batch size 2 (2/4): layer 1/" + std::to_string(layers) + " conv1") == 1);
   CHECK(fraction_monotonic);
   CHECK(last_fraction > 0.9);
+}
+
+namespace {
+struct MemoryCalibrationStore : CalibrationStore {
+  std::map<std::string, std::string> entries;
+  std::optional<std::string> get(const std::string& key) override {
+    auto it = entries.find(key);
+    return it == entries.end() ? std::nullopt : std::optional<std::string>(it->second);
+  }
+  Status put(const std::string& key, const std::string& text) override {
+    entries[key] = text;
+    return Status::ok();
+  }
+};
+}  // namespace
+
+TEST_CASE("optimize predicts with the calibration stored for its cluster and says which one it used") {
+  std::atomic<bool> cancel{false};
+  OptimizeRequest request = small_request(5);
+  MemoryCalibrationStore store;
+  request.calibration_store = &store;
+  auto plain = optimize(request, nullptr, cancel);
+  REQUIRE_MESSAGE(plain.is_ok(), plain.error_message());
+  CHECK(plain.value()["calibration"] == json{{"kind", "default"}});
+  CHECK(plain.value()["step_ms"].get<double>() < 1000);  // mlp at batch 8 takes milliseconds
+
+  StoredCalibration fitted;
+  fitted.cluster_fingerprint = cluster_fingerprint(request.cluster);
+  fitted.timing_method = profile_timing_method();
+  fitted.fitted_at = "2026-11-23T10:00:00Z";
+  fitted.measurements = 6;
+  fitted.calibration.step_overhead_ms = 1000;  // every predicted step pays it
+  REQUIRE(save_calibration(store, fitted).is_ok());
+  auto calibrated = optimize(request, nullptr, cancel);
+  REQUIRE_MESSAGE(calibrated.is_ok(), calibrated.error_message());
+  CHECK(calibrated.value()["calibration"]["kind"] == "fitted");
+  CHECK(calibrated.value()["calibration"]["measurements"] == 6);
+  CHECK(calibrated.value()["calibration"]["fitted_at"] == "2026-11-23T10:00:00Z");
+  CHECK(calibrated.value()["step_ms"].get<double>() >= 1000);
+
+  fitted.timing_method = profile_timing_method() + 1;  // measured another way: refused, never used
+  REQUIRE(save_calibration(store, fitted).is_ok());
+  auto refused = optimize(request, nullptr, cancel);
+  REQUIRE_MESSAGE(refused.is_ok(), refused.error_message());
+  CHECK(refused.value()["calibration"]["kind"] == "default");
+  CHECK(refused.value()["calibration"]["refused"].get<std::string>().find("timing_method") != std::string::npos);
+  CHECK(refused.value()["step_ms"].get<double>() < 1000);
 }
