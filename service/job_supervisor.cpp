@@ -130,6 +130,13 @@ class ReportReader {
       return !closed_ && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
     }
   }
+  // Reads what is in the pipe now without waiting (a process the job left
+  // behind may still hold the pipe open, so this must not wait for its end).
+  void drain() {
+    char buf[65536];
+    ssize_t n;
+    while ((n = read(fd_, buf, sizeof buf)) > 0) pending_.append(buf, static_cast<size_t>(n));
+  }
   // The next complete line, if any.
   std::optional<std::string> next_line() {
     size_t nl = pending_.find('\n', scanned_);
@@ -212,8 +219,7 @@ class SupervisedRun {
         return end_now(Status::error(
             describe_stall(options_.stall_timeout_s, data_mib_of(pid_), memory_limit_mib_)));
       if (has_exited()) {
-        while (reader.read_available(0)) {
-        }
+        reader.drain();  // all the child wrote before exiting is in the pipe now
         while (std::optional<std::string> line = reader.next_line())
           if (Status s = take_line(*line, progress); !s) return end_now(s);
         int status = reap();

@@ -18,8 +18,9 @@
 //                   allocation fails (the memory limit), at most 2 GiB
 //   fault-hang      one progress line, then sleeps with no more progress
 //   fault-spawn     starts a process in a process group of its own (as the
-//                   runtime starts tapp-workers; it sleeps up to 60 s), then
-//                   runs the fake job
+//                   runtime starts tapp-workers), forked without exec so it
+//                   holds the report pipe open, sleeping up to 20 s; then runs
+//                   the fake job
 //   anything else   the fake GPipe job (fake_job.h), $TAPP_FAKE_ITERATION_MS
 //                   ms per iteration (default 40)
 // Usage (by the server): tapp-test-job --run-job ID --db PATH --report-fd N --work-dir DIR [...]
@@ -72,19 +73,19 @@ Result<json> allocate_until_the_limit() {
 }
 
 // A process of the job's own, in its own process group like a tapp-worker,
-// without PR_SET_PDEATHSIG: only the server's tree kill can end it early.
-void spawn_lingering_process(int report_fd) {
+// without PR_SET_PDEATHSIG: only the server's tree kill can end it early. It
+// keeps the report pipe open, so the job's end cannot be read from the pipe.
+void spawn_lingering_process() {
   pid_t pid = fork();
   if (pid == 0) {
     setpgid(0, 0);
-    close(report_fd);
-    alarm(60);  // never outlive a failed test by long
+    alarm(20);  // never outlive a test by long
     for (;;) pause();
   }
 }
 
-JobFn test_job(const JobChildArgs& args) {
-  return [args](const JobInput& input, const ProgressFn& progress, const std::atomic<bool>& cancel) -> Result<json> {
+JobFn test_job() {
+  return [](const JobInput& input, const ProgressFn& progress, const std::atomic<bool>& cancel) -> Result<json> {
     std::string kind = first_device_name(input.request);
     if (kind == "fault-abort") {
       one_progress_line(progress);
@@ -103,7 +104,7 @@ JobFn test_job(const JobChildArgs& args) {
       one_progress_line(progress);
       for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
     }
-    if (kind == "fault-spawn") spawn_lingering_process(args.report_fd);
+    if (kind == "fault-spawn") spawn_lingering_process();
     return testing::make_fake_job({fake_iteration_ms(), 25, false})(input, progress, cancel);
   };
 }
@@ -119,5 +120,5 @@ int main(int argc, char** argv) {
   cli.add_option("--work-dir", args.work_dir);
   cli.allow_extras();  // the server's own job flags (--allow-remote-hosts ...)
   CLI11_PARSE(cli, argc, argv);
-  return run_job_child(args, [](JobStore&, const JobChildArgs& a) { return test_job(a); });
+  return run_job_child(args, [](JobStore&, const JobChildArgs&) { return test_job(); });
 }

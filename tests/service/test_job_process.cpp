@@ -226,3 +226,14 @@ TEST_CASE("a supervised job whose program cannot start fails with that named") {
   CHECK(wait_final(*store, j.id) == "failed");
   CHECK((*store->get(j.id))->error == "the job process could not be started (exec failed)");
 }
+
+TEST_CASE("a supervised job ends when its process exits, even if a process it left behind holds the pipe open") {
+  auto dir = testing::temp_dir("supervisor");
+  auto store = std::move(JobStore::open(dir + "/jobs.db").value());
+  JobRunner runner(*store, make_supervised_job(test_job_program(dir)), {});
+  runner.start();
+  JobRecord j;
+  j.request = two_device_request("fault-spawn", 3);
+  REQUIRE(runner.submit(j, "", nullptr) == SubmitError::none);
+  CHECK(wait_final(*store, j.id) == "succeeded");
+}
