@@ -5,11 +5,13 @@
 // reads it with the server's limits, as a session does; what it refuses never
 // reaches the router and is skipped. A parsed request goes to handle_request,
 // the pure function the server calls, over a real job store (SQLite in a temp
-// directory, kept for the whole run: accepted jobs stay queued, the runner is
-// never started, the queue holds 8) and the page's files from web/.
+// directory, kept for the whole run; the runner is never started, so jobs stay
+// queued until cancelled) and the page's files from web/.
 // Properties: no crash and no undefined behaviour; every answer has a status in
 // [200, 600) and is never a 500 (handle_request turns an exception escaping a
-// parser into a 500: that is a bug here); every error answer is JSON.
+// parser into a 500: that is a bug here); every error answer is JSON; an
+// accepted job reads back (GET its url) and cancels (DELETE it), so the
+// queue never fills.
 // Seeds: tests/fuzz/seeds/router/*.http (one per route).
 #include <boost/beast/core/flat_buffer.hpp>
 #include <filesystem>
@@ -99,6 +101,20 @@ bool parse_request(const uint8_t* data, size_t size, size_t body_limit, HttpRequ
   return true;
 }
 
+// An accepted job reads back and cancels (which also keeps the queue of 8 from filling up).
+void check_accepted_job_reads_back_and_cancels(App& a, const HttpResponse& accepted) {
+  nlohmann::json body = nlohmann::json::parse(accepted.body(), nullptr, false);
+  FUZZ_CHECK(body.is_object() && body.contains("url") && body["url"].is_string(), "a 202 without a url: " + accepted.body());
+  const std::string url = body["url"];
+  for (http::verb verb : {http::verb::get, http::verb::delete_}) {
+    HttpRequest follow{verb, url, 11};
+    follow.set(http::field::authorization, "Bearer " + a.state.token);
+    HttpResponse res = handle_request(a.state, follow);
+    FUZZ_CHECK(res.result_int() == 200, std::string(http::to_string(verb)) + " " + url + " answered " +
+                                            std::to_string(res.result_int()) + ": " + res.body());
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -113,5 +129,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     nlohmann::json body = nlohmann::json::parse(res.body(), nullptr, false);
     FUZZ_CHECK(body.is_object() && body.contains("error"), "an error answer that is not JSON: " + res.body());
   }
+  if (status == 202) check_accepted_job_reads_back_and_cancels(a, res);
   return 0;
 }
