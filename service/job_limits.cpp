@@ -18,13 +18,13 @@ Result<std::optional<int64_t>> requested_memory_limit_mib(const json& request) {
   auto limit = options->find(kMemoryLimitKey);
   if (limit == options->end() || limit->is_null()) return std::optional<int64_t>();
   std::string field = std::string("options.") + kMemoryLimitKey;
-  if (!limit->is_number_integer()) return Status::error(field + ": expected an integer (MiB), got " + limit->dump());
+  if (!limit->is_number_integer()) return Status::field_error(field, "expected an integer (MiB), got " + limit->dump());
   bool in_range = limit->is_number_unsigned() ? limit->get<uint64_t>() <= static_cast<uint64_t>(kMaxJobMemoryLimitMiB)
                                               : limit->get<int64_t>() >= 0;
   int64_t mib = in_range ? limit->get<int64_t>() : -1;
   if (mib < kMinJobMemoryLimitMiB || mib > kMaxJobMemoryLimitMiB)
-    return Status::error(field + ": must be in [" + std::to_string(kMinJobMemoryLimitMiB) + ", " +
-                         std::to_string(kMaxJobMemoryLimitMiB) + "], got " + limit->dump());
+    return Status::field_error(field, "must be in [" + std::to_string(kMinJobMemoryLimitMiB) + ", " +
+                                          std::to_string(kMaxJobMemoryLimitMiB) + "], got " + limit->dump());
   return std::optional<int64_t>(mib);
 }
 
