@@ -3,6 +3,7 @@
 #include <fstream>
 #include <set>
 
+#include "common/host_port.h"
 #include "common/json_fields.h"
 
 namespace tapp {
@@ -58,12 +59,8 @@ Status read_device(const json& j, const std::string& path, Device& d) {
     return Status::error(jf::join(path, "memory_mb") + ": must be in [1, 2^30]");
   if (!(d.speed > 0 && d.speed <= 1)) return Status::error(jf::join(path, "speed") + ": must be in (0, 1]");
   if (!d.is_local()) {
-    auto colon = d.where.rfind(':');
-    bool port_ok = colon != std::string::npos && colon > 0 && colon + 1 < d.where.size() &&
-                   d.where.find_first_not_of("0123456789", colon + 1) == std::string::npos &&
-                   d.where.size() - colon - 1 <= 5 && std::stoi(d.where.substr(colon + 1)) < 65536;
-    if (!port_ok)
-      return Status::error(jf::join(path, "where") + ": must be \"local\" or \"host:port\", got \"" + d.where + "\"");
+    auto endpoint = parse_host_port(d.where, jf::join(path, "where"));
+    if (!endpoint) return Status::error(endpoint.error_message() + " (\"local\" or the host:port of a tapp-worker)");
   }
   return Status::ok();
 }

@@ -11,6 +11,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "common/host_port.h"
 #include "placer/optimize.h"
 #include "model/model_json.h"
 #include "model/zoo.h"
@@ -51,8 +52,9 @@ JobFn make_optimize_job(const std::string& upload_dir, const std::set<std::strin
     for (int i = 0; i < parsed->cluster.num_devices(); ++i) {
       const Device& d = parsed->cluster.devices[i];
       if (d.is_local()) continue;
-      std::string host = d.where.substr(0, d.where.rfind(':'));
-      if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+      auto endpoint = parse_host_port(d.where, "cluster.devices[" + std::to_string(i) + "].where");
+      if (!endpoint) return endpoint.status();
+      const std::string& host = endpoint->host;
       if (!allowed_hosts.count(host))
         return Status::error("cluster.devices[" + std::to_string(i) + "].where: remote host \"" + host +
                              "\" is not in this server's --allow-remote-hosts");
