@@ -56,12 +56,13 @@ std::string default_cache_dir() {
 constexpr int kProfileMethod = 2;
 
 std::string profile_cache_key(const LayerGraph& graph, const std::string& device_kind, int threads,
-                              int64_t batch_size) {
+                              int64_t batch_size, Allocator allocator) {
   std::string shape;
   for (size_t i = 0; i < graph.input_shape.size(); ++i)
     shape += (i ? "x" : "") + std::to_string(graph.input_shape[i]);
   return graph.name + "-" + shape + "-" + graph_fingerprint(graph) + "-" + device_kind + "-t" +
-         std::to_string(threads) + "-b" + std::to_string(batch_size) + "-m" + std::to_string(kProfileMethod);
+         std::to_string(threads) + "-b" + std::to_string(batch_size) + "-m" + std::to_string(kProfileMethod) +
+         "-" + allocator_name(allocator);
 }
 
 std::optional<LayerLibrary> cached_library(ProfileCache& cache, const LayerGraph& graph,

@@ -1,18 +1,21 @@
 // tapp-worker: hosts one device of a TAPP run.
 //   tapp-worker --store HOST:PORT --rank R --world W   (spawned by the coordinator)
 //   tapp-worker --listen HOST:PORT [--jobs N]          (a remote worker, started by the user)
+//   tapp-worker --version                              (names the allocator it runs with)
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string>
 
+#include "common/allocator.h"
 #include "common/host_port.h"
 #include "runtime/worker.h"
 
 namespace {
 int usage() {
   std::cerr << "usage: tapp-worker --store HOST:PORT --rank R --world W\n"
-               "       tapp-worker --listen HOST:PORT [--jobs N]\n";
+               "       tapp-worker --listen HOST:PORT [--jobs N]\n"
+               "       tapp-worker --version\n";
   return 2;
 }
 int bad_endpoint(const tapp::Status& status) {
@@ -32,6 +35,10 @@ int main(int argc, char** argv) {
     else if (a == "--rank") rank = std::atoi(next().c_str());
     else if (a == "--world") world = std::atoi(next().c_str());
     else if (a == "--jobs") jobs = std::atoi(next().c_str());
+    else if (a == "--version") {
+      std::cout << "tapp-worker, " << tapp::allocator_description() << "\n";
+      return 0;
+    }
     else return usage();
   }
   if (!listen.empty()) {

@@ -11,6 +11,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "common/allocator.h"
 #include "common/host_port.h"
 #include "placer/optimize.h"
 #include "model/model_json.h"
@@ -124,6 +125,7 @@ int main(int argc, char** argv) {
   cli.add_flag("--fake-jobs", fake_jobs, "")->group("");
   cli.add_option("--fake-iteration-ms", fake.iteration_ms, "")->group("");
   cli.add_option("--read-timeout-s", http.read_timeout_s, "")->group("")->check(CLI::Range(1, 3600));
+  cli.set_version_flag("--version", "tapp-server, " + allocator_description());
   CLI11_PARSE(cli, argc, argv);
 
   AppState app;

@@ -612,3 +612,28 @@ TEST_CASE("a HOGWILD run whose shared segment cannot be sized fails with worker_
   CHECK(child_pids() == children_before);
   for (int pid : r.local_worker_pids) CHECK(process_gone(pid));
 }
+
+TEST_CASE("a spawned worker runs with tcmalloc, the caching allocator") {
+  RunOptions o = test_options();
+  o.collect_parameters = false;
+  bool exec_seen = false, tcmalloc_seen = false;
+  o.on_started = [&](const std::vector<int>& pids) {
+    // Right after fork the child may not have exec'd yet, and after exec the
+    // dynamic loader maps the libraries one by one: watch its maps until
+    // tcmalloc shows up, the worker is gone, or 10 s passed.
+    const std::string path = "/proc/" + std::to_string(pids.at(0)) + "/maps";
+    for (int i = 0; i < 1000 && !tcmalloc_seen; ++i) {
+      std::ifstream in(path);
+      if (!in) break;
+      const std::string maps{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+      exec_seen = exec_seen || maps.find("/tapp-worker") != std::string::npos;
+      tcmalloc_seen = exec_seen && maps.find("libtcmalloc") != std::string::npos;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  };
+  RunResult r = run_placement(chain_model(), local_cluster(1), by_device({0, 0, 0, 0, 0, 0, 0}, 1, Schedule::gpipe), o);
+  INFO(r.report.message);
+  CHECK(r.report.ok);
+  REQUIRE(exec_seen);
+  CHECK(tcmalloc_seen);
+}
