@@ -52,8 +52,12 @@ std::string default_cache_dir() {
 }
 
 // Bumped when the way layers are timed changes, so older profiles are not reused
-// (2: OpenBLAS's pool sized to the device's threads, see compute_threads.h).
-constexpr int kProfileMethod = 2;
+// (2: OpenBLAS's pool sized to the device's threads, see compute_threads.h;
+// 3: tcmalloc linked into every binary that trains or profiles, so calibrations
+// measured by glibc-malloc workers are refused).
+constexpr int kProfileMethod = 3;
+
+int profile_timing_method() { return kProfileMethod; }
 
 std::string profile_cache_key(const LayerGraph& graph, const std::string& device_kind, int threads,
                               int64_t batch_size, Allocator allocator) {

@@ -44,10 +44,15 @@ class FileProfileCache : public ProfileCache {
 // $XDG_CACHE_HOME/tapp, else $HOME/.cache/tapp, else ./.tapp-cache.
 std::string default_cache_dir();
 
+// The timing method measured costs are taken with (thread pools, allocator):
+// part of every cache key, and of a stored calibration (simulator/calibration_store.h),
+// so figures measured another way are never reused.
+int profile_timing_method();
+
 // "<model>-<input shape>-<fingerprint>-<device>-t<threads>-b<batch>-m<method>-<allocator>".
-// The allocator is part of the timing method: a step under glibc's malloc ran
-// 2.5x slower than under tcmalloc, so a profile timed under one is not reused
-// under the other (common/allocator.h).
+// The allocator this process runs with is in the key as well: a step under
+// glibc's malloc ran 2.5x slower than under tcmalloc, so a profile timed under
+// one is not reused under the other (common/allocator.h).
 std::string profile_cache_key(const LayerGraph& graph, const std::string& device_kind, int threads,
                               int64_t batch_size, Allocator allocator = running_allocator());
 
