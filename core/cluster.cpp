@@ -3,6 +3,7 @@
 #include <fstream>
 #include <set>
 
+#include "common/host_port.h"
 #include "common/json_fields.h"
 
 namespace tapp {
@@ -61,12 +62,12 @@ Status read_device(const json& j, const std::string& path, Device& d) {
   if (d.speed < kMinSpeed)
     return jf::field_error(jf::join(path, "speed"), "must be at least 0.001 (1/1000 of this host's speed)");
   if (!d.is_local()) {
-    auto colon = d.where.rfind(':');
-    bool port_ok = colon != std::string::npos && colon > 0 && colon + 1 < d.where.size() &&
-                   d.where.find_first_not_of("0123456789", colon + 1) == std::string::npos &&
-                   d.where.size() - colon - 1 <= 5 && std::stoi(d.where.substr(colon + 1)) < 65536;
-    if (!port_ok)
-      return jf::field_error(jf::join(path, "where"), "must be \"local\" or \"host:port\", got \"" + d.where + "\"");
+    const std::string where_field = jf::join(path, "where");
+    auto endpoint = parse_host_port(d.where, where_field);
+    if (!endpoint)
+      return Status::error(endpoint.error_message() + " (\"local\" or the host:port of a tapp-worker)")
+          .at_field(where_field)
+          .with_code(ErrorCode::invalid_argument);
   }
   return Status::ok();
 }

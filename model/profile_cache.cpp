@@ -52,18 +52,21 @@ std::string default_cache_dir() {
 }
 
 // Bumped when the way layers are timed changes, so older profiles are not reused
-// (2: OpenBLAS's pool sized to the device's threads, see compute_threads.h).
-constexpr int kProfileMethod = 2;
+// (2: OpenBLAS's pool sized to the device's threads, see compute_threads.h;
+// 3: tcmalloc linked into every binary that trains or profiles, so calibrations
+// measured by glibc-malloc workers are refused).
+constexpr int kProfileMethod = 3;
 
 int profile_timing_method() { return kProfileMethod; }
 
 std::string profile_cache_key(const LayerGraph& graph, const std::string& device_kind, int threads,
-                              int64_t batch_size) {
+                              int64_t batch_size, Allocator allocator) {
   std::string shape;
   for (size_t i = 0; i < graph.input_shape.size(); ++i)
     shape += (i ? "x" : "") + std::to_string(graph.input_shape[i]);
   return graph.name + "-" + shape + "-" + graph_fingerprint(graph) + "-" + device_kind + "-t" +
-         std::to_string(threads) + "-b" + std::to_string(batch_size) + "-m" + std::to_string(kProfileMethod);
+         std::to_string(threads) + "-b" + std::to_string(batch_size) + "-m" + std::to_string(kProfileMethod) +
+         "-" + allocator_name(allocator);
 }
 
 std::optional<LayerLibrary> cached_library(ProfileCache& cache, const LayerGraph& graph,

@@ -2,7 +2,8 @@
 //
 // Owns the `ProfileCache` interface (get/put of a LayerLibrary's JSON text by
 // key), its file-directory implementation, and the key: model name, graph
-// fingerprint, input size, device kind, threads and batch size. The service
+// fingerprint, input size, device kind, threads, batch size, timing method and
+// the allocator this process runs with. The service
 // plugs its SQLite store in through the same interface.
 // Data flow: profile_cached() -> key -> get (hit: parse) | profile -> put.
 // Thread safety: FileProfileCache writes each entry atomically (temp file +
@@ -13,6 +14,7 @@
 #include <optional>
 #include <string>
 
+#include "common/allocator.h"
 #include "common/status.h"
 #include "model/layer_graph.h"
 #include "model/layer_library.h"
@@ -47,9 +49,12 @@ std::string default_cache_dir();
 // so figures measured another way are never reused.
 int profile_timing_method();
 
-// "<model>-<input shape>-<fingerprint>-<device>-t<threads>-b<batch>-m<method>".
+// "<model>-<input shape>-<fingerprint>-<device>-t<threads>-b<batch>-m<method>-<allocator>".
+// The allocator this process runs with is in the key as well: a step under
+// glibc's malloc ran 2.5x slower than under tcmalloc, so a profile timed under
+// one is not reused under the other (common/allocator.h).
 std::string profile_cache_key(const LayerGraph& graph, const std::string& device_kind, int threads,
-                              int64_t batch_size);
+                              int64_t batch_size, Allocator allocator = running_allocator());
 
 // The cached library of `graph` under that key, if there is a readable entry
 // whose rows match the graph; a missing, corrupt or stale entry is nullopt.

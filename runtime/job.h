@@ -3,8 +3,9 @@
 // Owns `Job` (mode, layer graph, cluster of the devices used, placement,
 // options, Gloo addresses) and its JSON form; the layer graph travels in the
 // profiler's JSON layer-graph format (model/model_json.h), shapes re-inferred
-// by the reader. Also `WorkerReport`, what a worker writes back.
-// Data flow: runtime.cpp -> job_to_json -> store "job" -> worker.cpp.
+// by the reader. What a worker writes back (`WorkerReport`) and how either
+// travels is runtime/control_channel.h.
+// Data flow: runtime.cpp -> ControlChannel::publish_job (job_to_json) -> store "job" -> worker.cpp.
 // Thread safety: plain values. No LibTorch.
 #pragma once
 

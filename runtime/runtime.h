@@ -3,14 +3,17 @@
 // Owns the coordinator API. Data flow:
 //   (LayerGraph, Cluster, Placement, RunOptions) -> check_memory + build_task_graph
 //   -> c10d::TCPStore hosted here (free port) holding the job JSON
-//   -> one tapp-worker process per device used (local: fork/exec'd here with
-//      PR_SET_PDEATHSIG; remote: `tapp-worker --listen HOST:PORT` told its rank
-//      and the store address over a one-line control message)
+//   -> one tapp-worker process per device used, a WorkerGroup
+//      (runtime/worker_group.h; local: fork/exec'd here with PR_SET_PDEATHSIG;
+//      remote: `tapp-worker --listen HOST:PORT` told its rank and the store
+//      address over a one-line control message)
 //   -> workers train (tensors over c10d::ProcessGroupGloo, never through here)
 //   -> per-worker reports in the store -> StepReport (median of the timed steps).
+// Every message between the two ends is runtime/control_channel.h.
 // Failures (bad input, memory, a worker that dies or hangs, an unreachable
 // remote worker) come back as StepReport::failure, never as exceptions; every
-// local worker is killed and reaped before a call returns.
+// local worker is killed and reaped before a call returns (the WorkerGroup's
+// destructor), also when on_started throws.
 // Emulation: a device of speed < 1 sleeps after each compute task until the
 // task has lasted its cost / speed (cost: the thread's CPU time on a
 // one-thread device, the wall time otherwise: emulated_sleep_ms in worker.h);

@@ -31,12 +31,12 @@
 
 #include "profiler/compute_threads.h"
 #include "profiler/torch_model.h"
+#include "runtime/control_channel.h"
 #include "runtime/job.h"
 #include "simulator/task_graph.h"
 
 namespace tapp {
 namespace {
-using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 double ms_between(Clock::time_point a, Clock::time_point b) {
@@ -54,13 +54,6 @@ double thread_cpu_ms() {
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
   return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
 }
-
-std::vector<uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()}; }
-
-struct Entry {
-  std::string task;
-  double start_ms = 0, end_ms = 0;
-};
 
 // Posts sends on its own thread: sleeps the emulated link time, then sends
 // with Gloo and waits for completion, so the compute thread never blocks on a send.
@@ -104,7 +97,7 @@ class Sender {
     done_cv_.wait(lock, [this] { return pending_ == 0; });
     if (!error_.empty()) throw std::runtime_error(error_);
   }
-  std::vector<Entry> entries() {
+  std::vector<TaskSpan> entries() {
     std::lock_guard<std::mutex> lock(mu_);
     return entries_;
   }
@@ -157,7 +150,7 @@ class Sender {
       auto end = Clock::now();
       {
         std::lock_guard<std::mutex> lock(mu_);
-        entries_.push_back(Entry{item.label, ms_between(t0, start), ms_between(t0, end)});
+        entries_.push_back(TaskSpan{item.label, ms_between(t0, start), ms_between(t0, end)});
         if (!err.empty()) error_ = err;
         --pending_;
       }
@@ -173,13 +166,8 @@ class Sender {
   bool stop_ = false;
   std::string error_;
   Clock::time_point t0_ = Clock::now();
-  std::vector<Entry> entries_;
+  std::vector<TaskSpan> entries_;
   std::thread thread_;
-};
-
-struct StepStats {
-  double step_ms = 0, busy_ms = 0, comm_ms = 0;
-  std::vector<Entry> timeline;
 };
 
 int64_t peak_rss_bytes() {
@@ -202,11 +190,12 @@ struct Ctx {
   Job job;
   int rank = 0, world = 1;
   c10::intrusive_ptr<c10d::Store> store;
+  std::unique_ptr<ControlChannel> channel;  // over `store`
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
   std::shared_ptr<GraphModel> model;
   std::unique_ptr<torch::optim::SGD> optimizer;
   const Device& device() const { return job.cluster.devices[rank]; }
-  void progress() { store->add("progress/" + std::to_string(rank), 1); }
+  void progress() { channel->step_finished(rank); }
   // Sleeps so that the task looks like one on a device of this speed
   // (emulated_sleep_ms); returns the sleep (ms).
   double emulate_speed(double wall_ms, double cpu_ms) const {
@@ -251,8 +240,8 @@ class PipelineWorker {
     }
   }
 
-  StepStats step(int step_index, Clock::time_point t0, Sender& sender) {
-    StepStats st;
+  WorkerStep step(int step_index, Clock::time_point t0, Sender& sender) {
+    WorkerStep st;
     parity_ = step_index & 1;
     auto [x, y] = synthetic_batch(g_, c_.job.options.batch_size, c_.job.options.seed + step_index);
     xs_.clear();
@@ -287,7 +276,7 @@ class PipelineWorker {
       st.busy_ms += compute_ms;
       std::string name = std::string(task.kind == TaskKind::forward ? "F" : "B") + " s" +
                          std::to_string(task.segment) + " m" + std::to_string(task.micro_batch);
-      st.timeline.push_back(Entry{name, ms_between(t0, c0), ms_between(t0, c0) + compute_ms});
+      st.timeline.push_back(TaskSpan{name, ms_between(t0, c0), ms_between(t0, c0) + compute_ms});
     }
     auto d0 = Clock::now();
     sender.drain();
@@ -297,7 +286,7 @@ class PipelineWorker {
     c_.optimizer->zero_grad();
     double opt_ms = ms_between(o0, Clock::now());
     st.busy_ms += opt_ms;
-    st.timeline.push_back(Entry{"optimizer", ms_between(t0, o0), ms_between(t0, o0) + opt_ms});
+    st.timeline.push_back(TaskSpan{"optimizer", ms_between(t0, o0), ms_between(t0, o0) + opt_ms});
     recv_.clear();
     outs_.clear();
     leaves_.clear();
@@ -461,8 +450,8 @@ std::pair<int64_t, int64_t> share_of(int64_t batch, int rank, int world) {
   return {off, size};
 }
 
-StepStats data_parallel_step(Ctx& c, int step_index, Clock::time_point t0, bool allreduce) {
-  StepStats st;
+WorkerStep data_parallel_step(Ctx& c, int step_index, Clock::time_point t0, bool allreduce) {
+  WorkerStep st;
   const RunOptions& o = c.job.options;
   auto [x, y] = synthetic_batch(c.job.graph, o.batch_size, o.seed + step_index);
   auto [off, size] = share_of(o.batch_size, c.rank, c.world);
@@ -476,7 +465,7 @@ StepStats data_parallel_step(Ctx& c, int step_index, Clock::time_point t0, bool 
   double compute_ms = ms_between(c0, Clock::now());
   compute_ms += c.emulate_speed(compute_ms, thread_cpu_ms() - cpu0);
   st.busy_ms += compute_ms;
-  st.timeline.push_back(Entry{"F+B r" + std::to_string(c.rank), ms_between(t0, c0), ms_between(t0, c0) + compute_ms});
+  st.timeline.push_back(TaskSpan{"F+B r" + std::to_string(c.rank), ms_between(t0, c0), ms_between(t0, c0) + compute_ms});
   if (allreduce && c.world > 1) {
     auto a0 = Clock::now();
     std::vector<torch::Tensor> grads;
@@ -500,14 +489,14 @@ StepStats data_parallel_step(Ctx& c, int step_index, Clock::time_point t0, bool 
     }
     double comm_ms = ms_between(a0, Clock::now());
     st.comm_ms += comm_ms;
-    st.timeline.push_back(Entry{"allreduce", ms_between(t0, a0), ms_between(t0, a0) + comm_ms});
+    st.timeline.push_back(TaskSpan{"allreduce", ms_between(t0, a0), ms_between(t0, a0) + comm_ms});
   }
   auto o0 = Clock::now();
   c.optimizer->step();
   c.optimizer->zero_grad();
   double opt_ms = ms_between(o0, Clock::now());
   st.busy_ms += opt_ms;
-  st.timeline.push_back(Entry{"optimizer", ms_between(t0, o0), ms_between(t0, o0) + opt_ms});
+  st.timeline.push_back(TaskSpan{"optimizer", ms_between(t0, o0), ms_between(t0, o0) + opt_ms});
   return st;
 }
 
@@ -549,12 +538,6 @@ Status share_parameters(Ctx& c, SharedParams& shm) {
   return Status::ok();
 }
 
-json entries_json(const std::vector<Entry>& es) {
-  json a = json::array();
-  for (const Entry& e : es) a.push_back({e.task, e.start_ms, e.end_ms});
-  return a;
-}
-
 void publish_parameters(Ctx& c, bool all_layers) {
   const LayerGraph& g = c.job.graph;
   for (size_t l = 0; l < g.layers.size(); ++l) {
@@ -565,9 +548,7 @@ void publish_parameters(Ctx& c, bool all_layers) {
       torch::Tensor t = p.detach().contiguous().to(torch::kFloat);
       flat.insert(flat.end(), t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
     }
-    std::vector<uint8_t> bytes(flat.size() * sizeof(float));
-    if (!flat.empty()) std::memcpy(bytes.data(), flat.data(), bytes.size());
-    c.store->set("params/" + std::to_string(l), bytes);
+    c.channel->publish_parameters(static_cast<int>(l), flat);
   }
 }
 
@@ -600,29 +581,24 @@ int run_job(Ctx& c) {
   c.optimizer = std::make_unique<torch::optim::SGD>(
       params, torch::optim::SGDOptions(o.learning_rate).momentum(o.momentum));
   Sender sender(c.pg);
-  json steps = json::array();
+  WorkerReport report;
+  report.rank = c.rank;
   for (int k = 0; k < o.warmup_steps + o.steps; ++k) {
     maybe_fault(c.job, c.rank, k);
     if (mode != "hogwild") c.pg->barrier()->wait();  // aligns the step's clocks
     auto t0 = Clock::now();
     sender.start_step(t0);
-    StepStats st = pipeline ? pipeline->step(k, t0, sender) : data_parallel_step(c, k, t0, mode == "bsp");
+    WorkerStep st = pipeline ? pipeline->step(k, t0, sender) : data_parallel_step(c, k, t0, mode == "bsp");
     st.step_ms = ms_between(t0, Clock::now());
-    for (const Entry& e : sender.entries()) st.timeline.push_back(e);
-    if (k >= o.warmup_steps)
-      steps.push_back({{"step_ms", st.step_ms}, {"busy_ms", st.busy_ms}, {"comm_ms", st.comm_ms},
-                       {"timeline", entries_json(st.timeline)}});
+    for (const TaskSpan& e : sender.entries()) st.timeline.push_back(e);
+    if (k >= o.warmup_steps) report.steps.push_back(std::move(st));
     c.progress();
   }
   c.pg->barrier()->wait();  // hogwild: every worker finished its updates
   if (o.collect_parameters && (mode == "pipeline" || c.rank == 0)) publish_parameters(c, mode != "pipeline");
-  json report = {{"rank", c.rank}, {"steps", steps}, {"peak_rss_bytes", peak_rss_bytes()}};
-  c.store->set("report/" + std::to_string(c.rank), to_bytes(report.dump()));
-  const std::string done_key = "done/" + std::to_string(c.rank);
-  c.store->set(done_key, to_bytes("1"));
-  // TCPStore's set is not acknowledged: read the key back so the coordinator
-  // has it before this process exits (else it sees exit 0 without "done").
-  c.store->get(done_key);
+  report.peak_rss_bytes = peak_rss_bytes();
+  c.channel->publish_report(report);
+  c.channel->mark_done(c.rank);
   return 0;
 }
 
@@ -639,8 +615,8 @@ int run_worker(const WorkerArgs& args) {
     so.timeout = std::chrono::milliseconds(60000);
     auto store = c10::make_intrusive<c10d::TCPStore>(args.store_host, so);
     c.store = store;
-    auto bytes = store->get("job");
-    auto job = job_from_json(json::parse(std::string(bytes.begin(), bytes.end())));
+    c.channel = std::make_unique<ControlChannel>(*store);
+    auto job = c.channel->read_job();
     if (!job) throw std::runtime_error(job.error_message());
     c.job = std::move(*job);
     // Longer than the coordinator's no-progress timeout, so a hang is reported
@@ -659,10 +635,7 @@ int run_worker(const WorkerArgs& args) {
   } catch (const std::exception& e) {
     std::string msg = e.what();
     msg = msg.substr(0, msg.find('\n'));
-    try {
-      if (c.store) c.store->set("error/" + std::to_string(args.rank), to_bytes(msg));
-    } catch (...) {
-    }
+    if (c.channel) c.channel->publish_error(args.rank, msg);
     std::cerr << "tapp-worker rank " << args.rank << ": " << msg << "\n";
     std::cerr.flush();
     _exit(1);
@@ -685,7 +658,8 @@ bool read_line(int fd, std::string& line) {
   }
 }
 
-void write_all(int fd, const std::string& s) {
+void write_line(int fd, const std::string& line) {
+  const std::string s = line + "\n";
   size_t off = 0;
   while (off < s.size()) {
     ssize_t n = send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
@@ -714,7 +688,7 @@ void serve_job(int fd, int listen_fd, const WorkerArgs& args) {
     _exit(run_worker(args));
   }
   if (pid < 0) {
-    write_all(fd, "exit 1\n");
+    write_line(fd, encode_exit(1));
     return;
   }
   int status = 0;
@@ -734,7 +708,7 @@ void serve_job(int fd, int listen_fd, const WorkerArgs& args) {
     }
   }
   int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  write_all(fd, "exit " + std::to_string(code) + "\n");
+  write_line(fd, encode_exit(code));
 }
 
 }  // namespace
@@ -764,19 +738,15 @@ int serve_worker(const std::string& host, int port, int max_jobs) {
     if (fd < 0) continue;
     std::string line;
     if (read_line(fd, line)) {
-      if (line == "ping") {
-        write_all(fd, "pong\n");
+      auto request = decode_listener_request(line);
+      if (!request) {
+        write_line(fd, encode_bad_request());
+      } else if (request->kind == ListenerRequest::Kind::ping) {
+        write_line(fd, encode_pong());
       } else {
-        WorkerArgs args;
-        char word[16] = {0};
-        if (sscanf(line.c_str(), "%15s %d %d %d", word, &args.store_port, &args.rank, &args.world) == 4 &&
-            std::string(word) == "job") {
-          args.store_host = peer_host(fd);
-          serve_job(fd, lfd, args);
-          ++jobs;
-        } else {
-          write_all(fd, "error bad request\n");
-        }
+        WorkerArgs args{peer_host(fd), request->store_port, request->rank, request->world};
+        serve_job(fd, lfd, args);
+        ++jobs;
       }
     }
     close(fd);

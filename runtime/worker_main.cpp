@@ -1,25 +1,26 @@
 // tapp-worker: hosts one device of a TAPP run.
 //   tapp-worker --store HOST:PORT --rank R --world W   (spawned by the coordinator)
 //   tapp-worker --listen HOST:PORT [--jobs N]          (a remote worker, started by the user)
+//   tapp-worker --version                              (names the allocator it runs with)
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string>
 
+#include "common/allocator.h"
+#include "common/host_port.h"
 #include "runtime/worker.h"
 
 namespace {
-bool split_host_port(const std::string& s, std::string& host, int& port) {
-  auto colon = s.rfind(':');
-  if (colon == std::string::npos || colon == 0) return false;
-  host = s.substr(0, colon);
-  port = std::atoi(s.c_str() + colon + 1);
-  return port >= 0 && port < 65536;
-}
 int usage() {
   std::cerr << "usage: tapp-worker --store HOST:PORT --rank R --world W\n"
-               "       tapp-worker --listen HOST:PORT [--jobs N]\n";
+               "       tapp-worker --listen HOST:PORT [--jobs N]\n"
+               "       tapp-worker --version\n";
   return 2;
+}
+int bad_endpoint(const tapp::Status& status) {
+  std::cerr << "tapp-worker: " << status.message() << "\n";
+  return usage();
 }
 }  // namespace
 
@@ -34,14 +35,19 @@ int main(int argc, char** argv) {
     else if (a == "--rank") rank = std::atoi(next().c_str());
     else if (a == "--world") world = std::atoi(next().c_str());
     else if (a == "--jobs") jobs = std::atoi(next().c_str());
+    else if (a == "--version") {
+      std::cout << "tapp-worker, " << tapp::allocator_description() << "\n";
+      return 0;
+    }
     else return usage();
   }
-  std::string host;
-  int port = 0;
   if (!listen.empty()) {
-    if (!split_host_port(listen, host, port)) return usage();
-    return tapp::serve_worker(host, port, jobs);
+    auto endpoint = tapp::parse_host_port(listen, "--listen");
+    if (!endpoint) return bad_endpoint(endpoint.status());
+    return tapp::serve_worker(endpoint->host, endpoint->port, jobs);
   }
-  if (store.empty() || rank < 0 || world < 1 || rank >= world || !split_host_port(store, host, port)) return usage();
-  return tapp::run_worker(tapp::WorkerArgs{host, port, rank, world});
+  if (store.empty() || rank < 0 || world < 1 || rank >= world) return usage();
+  auto endpoint = tapp::parse_host_port(store, "--store");
+  if (!endpoint) return bad_endpoint(endpoint.status());
+  return tapp::run_worker(tapp::WorkerArgs{endpoint->host, endpoint->port, rank, world});
 }

@@ -8,6 +8,8 @@
 #include <cctype>
 #include <chrono>
 
+#include "common/host_port.h"
+
 namespace tapp::service {
 namespace beast = boost::beast;
 namespace http = beast::http;
@@ -25,17 +27,10 @@ Result<ServerUrl> parse_server_url(const std::string& url) {
   if (slash != std::string::npos) out.base_path = rest.substr(slash);
   while (!out.base_path.empty() && out.base_path.back() == '/') out.base_path.pop_back();
   if (hostport.empty()) return Status::error("--server: expected http://host:port, got \"" + url + "\"");
-  auto colon = hostport.rfind(':');
-  if (colon != std::string::npos && hostport.find(']') == std::string::npos) {
-    out.host = hostport.substr(0, colon);
-    out.port = hostport.substr(colon + 1);
-  } else {
-    out.host = hostport;
-    out.port = "80";
-  }
-  if (out.host.size() >= 2 && out.host.front() == '[') out.host = out.host.substr(1, out.host.size() - 2);
-  if (out.port.empty() || out.port.find_first_not_of("0123456789") != std::string::npos || out.port.size() > 5)
-    return Status::error("--server: bad port in \"" + url + "\"");
+  auto endpoint = parse_host_port(hostport, "--server", 80);
+  if (!endpoint) return Status::error(endpoint.error_message() + " (expected http://host:port)");
+  out.host = endpoint->host;
+  out.port = std::to_string(endpoint->port);
   return out;
 }
 

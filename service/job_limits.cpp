@@ -16,8 +16,9 @@ Result<std::optional<int64_t>> requested_memory_limit_mib(const json& request) {
   auto options = request.find("options");
   if (options == request.end() || !options->is_object()) return std::optional<int64_t>();
   auto limit = options->find(kMemoryLimitKey);
-  if (limit == options->end() || limit->is_null()) return std::optional<int64_t>();
+  if (limit == options->end()) return std::optional<int64_t>();
   std::string field = std::string("options.") + kMemoryLimitKey;
+  if (limit->is_null()) return Status::field_error(field, "expected an integer (MiB), got null");
   if (!limit->is_number_integer()) return Status::field_error(field, "expected an integer (MiB), got " + limit->dump());
   bool in_range = limit->is_number_unsigned() ? limit->get<uint64_t>() <= static_cast<uint64_t>(kMaxJobMemoryLimitMiB)
                                               : limit->get<int64_t>() >= 0;

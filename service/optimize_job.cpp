@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/host_port.h"
 #include "service/job_limits.h"
 #include "service/result_check.h"
 
@@ -17,11 +18,13 @@ Status check_remote_hosts(const Cluster& cluster, const std::set<std::string>& a
   for (int i = 0; i < cluster.num_devices(); ++i) {
     const Device& d = cluster.devices[i];
     if (d.is_local()) continue;
-    std::string host = d.where.substr(0, d.where.rfind(':'));
-    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    const std::string field = "cluster.devices[" + std::to_string(i) + "].where";
+    auto endpoint = parse_host_port(d.where, field);
+    if (!endpoint) return endpoint.status().at_field(field);
+    const std::string& host = endpoint->host;
     if (!allowed.count(host))
-      return Status::error("cluster.devices[" + std::to_string(i) + "].where: remote host \"" + host +
-                           "\" is not in this server's --allow-remote-hosts");
+      return Status::field_error(field, "remote host \"" + host + "\" is not in this server's --allow-remote-hosts",
+                                 ErrorCode::forbidden);
   }
   return Status::ok();
 }

@@ -9,6 +9,7 @@
 
 #include "common/checked_math.h"
 
+#include "common/host_port.h"
 #include "placer/optimize.h"
 #include "model/model_json.h"
 #include "model/zoo.h"
@@ -119,11 +120,10 @@ bool is_zoo_like_name(const std::string& s) {
   return true;
 }
 
+// The host of a remote device's `where` (which the cluster parser already accepted).
 std::string host_of(const std::string& where) {
-  auto colon = where.rfind(':');
-  std::string host = colon == std::string::npos ? where : where.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  return host;
+  auto endpoint = parse_host_port(where, "where");
+  return endpoint ? endpoint->host : where;
 }
 
 std::string with_commas(int64_t n) {

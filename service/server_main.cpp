@@ -13,6 +13,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "common/allocator.h"
 #include "service/http/server.h"
 #include "service/job_child.h"
 #include "service/job_limits.h"
@@ -130,6 +131,7 @@ int main(int argc, char** argv) {
   cli.add_option("--report-fd", child.report_fd, "")->group("");
   cli.add_option("--work-dir", child.work_dir, "")->group("");
   cli.add_option("--job-program", job_program, "")->group("");  // tests: a test-only job entry point
+  cli.set_version_flag("--version", "tapp-server, " + allocator_description());
   CLI11_PARSE(cli, argc, argv);
   if (!child.job_id.empty()) {
     child.db_path = db;

@@ -1,10 +1,12 @@
 // tapp-cli: profile models, run and plan placements, and optimize them with TAPP.
 #include <iostream>
 
+#include "common/allocator.h"
 #include "service/cli/commands.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"tapp-cli: pipeline-parallel placements for training DNNs (TAPP)"};
+  app.set_version_flag("--version", "tapp-cli, " + tapp::allocator_description());
   app.require_subcommand(1);
   int exit_code = 0;
   tapp::cli::add_profile_command(app, exit_code);

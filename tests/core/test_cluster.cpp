@@ -30,3 +30,20 @@ TEST_CASE("a malformed cluster gets an error naming the field") {
   CHECK(link.error_message() == "links[0].to: unknown device \"z\"");
   CHECK(cluster_from_json(json::parse("[]")).error_message() == "cluster: expected an object, got array");
 }
+
+TEST_CASE("a remote device's where is host:port or [ipv6]:port, and a bad one names devices[i].where") {
+  auto where = [](const std::string& w) {
+    return cluster_from_json(json{{"devices", {{{"name", "a"}}, {{"name", "b"}, {"where", w}}}}});
+  };
+  CHECK(where("10.0.0.2:7000").is_ok());
+  CHECK(where("[::1]:7000").is_ok());
+  CHECK(where("worker-3:65535").is_ok());
+  for (const std::string bad : {"somehost", "somehost:", ":7000", "host:70000", "host:0", "::1:7000", "[::1]7000",
+                                "host:http"}) {
+    auto c = where(bad);
+    INFO("where: " << bad);
+    REQUIRE_FALSE(c.is_ok());
+    CHECK(c.error_message().rfind("devices[1].where: ", 0) == 0);
+    CHECK(c.error_message().find("\"local\" or the host:port of a tapp-worker") != std::string::npos);
+  }
+}

@@ -159,6 +159,14 @@ TEST_CASE("cache keys separate models, input sizes, threads and batch sizes") {
   CHECK(profile_cache_key(*a, "cpu", 1, 16).rfind("vgg5-3x32x32-", 0) == 0);
 }
 
+TEST_CASE("a profile timed under glibc's malloc is not reused under tcmalloc: the allocator is part of the key") {
+  auto a = zoo_model("vgg5");
+  CHECK(profile_cache_key(*a, "cpu", 1, 16, Allocator::glibc) != profile_cache_key(*a, "cpu", 1, 16, Allocator::tcmalloc));
+  CHECK(profile_cache_key(*a, "cpu", 1, 16) == profile_cache_key(*a, "cpu", 1, 16, running_allocator()));
+  const std::string key = profile_cache_key(*a, "cpu", 1, 16, Allocator::tcmalloc);
+  CHECK(key.substr(key.size() - 9) == "-tcmalloc");
+}
+
 TEST_CASE("a scripted PyTorch model is imported with its layers in execution order, edges and parameters") {
   const fs::path& dir = torchscript_dir();
   auto expected = nlohmann::json::parse(read_text(dir / "expected.json"));

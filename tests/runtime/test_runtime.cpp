@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,6 +12,9 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <sstream>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -159,6 +163,33 @@ void check_trained(const std::vector<std::vector<float>>& got, const LayerGraph&
 }
 
 bool process_gone(int pid) { return kill(pid, 0) == -1 && errno == ESRCH; }
+
+// Every process whose parent is this one, zombies (exited, not reaped) included.
+std::vector<int> child_pids() {
+  std::vector<int> out;
+  const std::string self = std::to_string(getpid());
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    // pid (comm) state ppid ...: comm may hold spaces, so read after its ')'.
+    std::istringstream rest(line.substr(line.rfind(')') + 1));
+    std::string state, ppid;
+    if (rest >> state >> ppid && ppid == self) out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+// This process's HOGWILD segments left in /dev/shm.
+int hogwild_segments() {
+  int n = 0;
+  const std::string prefix = "tapp-hogwild-" + std::to_string(getpid()) + "-";
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm"))
+    if (entry.path().filename().string().rfind(prefix, 0) == 0) ++n;
+  return n;
+}
 
 void check_no_orphans(const RunResult& r) {
   CHECK(!r.local_worker_pids.empty());
@@ -539,4 +570,70 @@ TEST_CASE("an emulated device's task lasts its CPU time over its speed, not its 
   // Several threads: the wall time is the cost (spinning pools inflate CPU time).
   CHECK(emulated_sleep_ms(200, 390, 0.5, 2) == doctest::Approx(200));
   CHECK(emulated_sleep_ms(100, 100, 1.0, 1) == 0);
+}
+
+TEST_CASE("workers are killed and reaped when the caller's on_started callback throws") {
+  RunOptions o = test_options();
+  o.steps = 100000;  // would run for minutes if left alone
+  o.collect_parameters = false;
+  const std::vector<int> children_before = child_pids();
+  std::vector<int> started;
+  o.on_started = [&started](const std::vector<int>& pids) {
+    started = pids;
+    throw std::runtime_error("the caller gives up");
+  };
+  CHECK_THROWS_WITH_AS(run_placement(chain_model(), local_cluster(2), by_device({0, 0, 0, 1, 1, 1, 1}, 2, Schedule::gpipe), o),
+                       "the caller gives up", std::runtime_error);
+  REQUIRE(started.size() == 2);
+  for (int pid : started) {
+    INFO("worker pid " << pid);
+    CHECK(process_gone(pid));  // killed and reaped: not even a zombie
+  }
+  CHECK(child_pids() == children_before);
+}
+
+TEST_CASE("a HOGWILD run whose shared segment cannot be sized fails with worker_failed and leaves no process or segment") {
+  // The kernel refuses to grow a file past RLIMIT_FSIZE (EFBIG, with SIGXFSZ,
+  // ignored here): the segment for the chain's ~3 KB of parameters cannot be sized.
+  const std::vector<int> children_before = child_pids();
+  rlimit saved{};
+  REQUIRE(getrlimit(RLIMIT_FSIZE, &saved) == 0);
+  auto old_handler = signal(SIGXFSZ, SIG_IGN);
+  rlimit small = saved;
+  small.rlim_cur = 1024;
+  REQUIRE(setrlimit(RLIMIT_FSIZE, &small) == 0);
+  RunResult r = run_strategy(chain_model(), local_cluster(2), "hogwild", test_options());
+  setrlimit(RLIMIT_FSIZE, &saved);
+  signal(SIGXFSZ, old_handler);
+  CHECK_FALSE(r.report.ok);
+  CHECK(r.report.failure_kind == "worker_failed");
+  CHECK(r.report.message.find("shared parameters") != std::string::npos);
+  CHECK(hogwild_segments() == 0);
+  CHECK(child_pids() == children_before);
+  for (int pid : r.local_worker_pids) CHECK(process_gone(pid));
+}
+
+TEST_CASE("a spawned worker runs with tcmalloc, the caching allocator") {
+  RunOptions o = test_options();
+  o.collect_parameters = false;
+  bool exec_seen = false, tcmalloc_seen = false;
+  o.on_started = [&](const std::vector<int>& pids) {
+    // Right after fork the child may not have exec'd yet, and after exec the
+    // dynamic loader maps the libraries one by one: watch its maps until
+    // tcmalloc shows up, the worker is gone, or 10 s passed.
+    const std::string path = "/proc/" + std::to_string(pids.at(0)) + "/maps";
+    for (int i = 0; i < 1000 && !tcmalloc_seen; ++i) {
+      std::ifstream in(path);
+      if (!in) break;
+      const std::string maps{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+      exec_seen = exec_seen || maps.find("/tapp-worker") != std::string::npos;
+      tcmalloc_seen = exec_seen && maps.find("libtcmalloc") != std::string::npos;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  };
+  RunResult r = run_placement(chain_model(), local_cluster(1), by_device({0, 0, 0, 0, 0, 0, 0}, 1, Schedule::gpipe), o);
+  INFO(r.report.message);
+  CHECK(r.report.ok);
+  REQUIRE(exec_seen);
+  CHECK(tcmalloc_seen);
 }

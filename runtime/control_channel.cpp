@@ -1,0 +1,161 @@
+#include "runtime/control_channel.h"
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "runtime/job.h"
+
+namespace tapp {
+namespace {
+using nlohmann::json;
+
+// The store's keys: the only place they are spelled.
+const std::string kJobKey = "job";
+std::string progress_key(int rank) { return "progress/" + std::to_string(rank); }
+std::string params_key(int layer) { return "params/" + std::to_string(layer); }
+std::string report_key(int rank) { return "report/" + std::to_string(rank); }
+std::string done_key(int rank) { return "done/" + std::to_string(rank); }
+std::string error_key(int rank) { return "error/" + std::to_string(rank); }
+
+std::vector<uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::string to_string(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+
+}  // namespace
+
+std::string encode_report(const WorkerReport& report) {
+  json steps = json::array();
+  for (const WorkerStep& s : report.steps) {
+    json timeline = json::array();
+    for (const TaskSpan& t : s.timeline) timeline.push_back({t.task, t.start_ms, t.end_ms});
+    steps.push_back({{"step_ms", s.step_ms}, {"busy_ms", s.busy_ms}, {"comm_ms", s.comm_ms}, {"timeline", timeline}});
+  }
+  return json{{"rank", report.rank}, {"steps", steps}, {"peak_rss_bytes", report.peak_rss_bytes}}.dump();
+}
+
+Result<WorkerReport> decode_report(const std::string& text) {
+  WorkerReport r;
+  try {
+    const json j = json::parse(text);
+    r.rank = j.at("rank").get<int>();
+    r.peak_rss_bytes = j.at("peak_rss_bytes").get<int64_t>();
+    for (const json& s : j.at("steps")) {
+      WorkerStep step;
+      step.step_ms = s.at("step_ms").get<double>();
+      step.busy_ms = s.at("busy_ms").get<double>();
+      step.comm_ms = s.at("comm_ms").get<double>();
+      for (const json& t : s.at("timeline"))
+        step.timeline.push_back(TaskSpan{t.at(0).get<std::string>(), t.at(1).get<double>(), t.at(2).get<double>()});
+      r.steps.push_back(std::move(step));
+    }
+  } catch (const std::exception& e) {
+    return Status::error(std::string("worker report: ") + e.what());
+  }
+  return r;
+}
+
+std::string encode_job(const Job& job) { return job_to_json(job).dump(); }
+
+Result<Job> decode_job(const std::string& text) {
+  try {
+    return job_from_json(json::parse(text));
+  } catch (const std::exception& e) {
+    return Status::error(std::string("job: ") + e.what());
+  }
+}
+
+std::string encode_ping() { return "ping"; }
+std::string encode_pong() { return "pong"; }
+std::string encode_bad_request() { return "error bad request"; }
+
+std::string encode_job_request(int store_port, int rank, int world) {
+  return "job " + std::to_string(store_port) + " " + std::to_string(rank) + " " + std::to_string(world);
+}
+
+Result<ListenerRequest> decode_listener_request(const std::string& line) {
+  ListenerRequest r;
+  if (line == encode_ping()) return r;
+  std::istringstream in(line);
+  std::string word, extra;
+  if (!(in >> word >> r.store_port >> r.rank >> r.world) || word != "job" || (in >> extra))
+    return Status::error("expected \"ping\" or \"job <store_port> <rank> <world>\", got \"" + line + "\"");
+  if (r.store_port < 1 || r.store_port > 65535 || r.world < 1 || r.rank < 0 || r.rank >= r.world)
+    return Status::error("job request out of range: \"" + line + "\"");
+  r.kind = ListenerRequest::Kind::job;
+  return r;
+}
+
+std::string encode_exit(int exit_code) { return "exit " + std::to_string(exit_code); }
+
+std::optional<int> decode_exit(const std::string& line) {
+  std::istringstream in(line);
+  std::string word;
+  int code = 0;
+  if (!(in >> word >> code) || word != "exit") return std::nullopt;
+  return code;
+}
+
+void ControlChannel::publish_job(const Job& job) { store_.set(kJobKey, to_bytes(encode_job(job))); }
+
+Result<Job> ControlChannel::read_job() { return decode_job(to_string(store_.get(kJobKey))); }
+
+void ControlChannel::step_finished(int rank) { store_.add(progress_key(rank), 1); }
+
+void ControlChannel::publish_parameters(int layer, const std::vector<float>& flat) {
+  std::vector<uint8_t> bytes(flat.size() * sizeof(float));
+  if (!flat.empty()) std::memcpy(bytes.data(), flat.data(), bytes.size());
+  store_.set(params_key(layer), bytes);
+}
+
+void ControlChannel::publish_report(const WorkerReport& report) {
+  store_.set(report_key(report.rank), to_bytes(encode_report(report)));
+}
+
+void ControlChannel::mark_done(int rank) {
+  store_.set(done_key(rank), to_bytes("1"));
+  // TCPStore's set is not acknowledged: read the key back so the coordinator
+  // has it before this process exits (else it sees exit 0 without "done").
+  store_.get(done_key(rank));
+}
+
+void ControlChannel::publish_error(int rank, const std::string& message) noexcept {
+  try {
+    store_.set(error_key(rank), to_bytes(message));
+    store_.get(error_key(rank));  // acknowledged before the worker exits, as in mark_done
+  } catch (...) {
+  }
+}
+
+int64_t ControlChannel::steps_finished(int rank) { return store_.add(progress_key(rank), 0); }
+
+bool ControlChannel::is_done(int rank) { return store_.check({done_key(rank)}); }
+
+bool ControlChannel::all_done(int world) {
+  std::vector<std::string> keys;
+  for (int r = 0; r < world; ++r) keys.push_back(done_key(r));
+  return store_.check(keys);
+}
+
+std::string ControlChannel::error_of(int rank) {
+  const std::string key = error_key(rank);
+  return store_.check({key}) ? to_string(store_.get(key)) : "";
+}
+
+Result<WorkerReport> ControlChannel::report_of(int rank) {
+  auto report = decode_report(to_string(store_.get(report_key(rank))));
+  if (!report) return report.status().with_context("worker " + std::to_string(rank));
+  return report;
+}
+
+std::optional<std::vector<float>> ControlChannel::parameters_of(int layer) {
+  const std::string key = params_key(layer);
+  if (!store_.check({key})) return std::nullopt;
+  const std::vector<uint8_t> bytes = store_.get(key);
+  std::vector<float> flat(bytes.size() / sizeof(float));
+  if (!flat.empty()) std::memcpy(flat.data(), bytes.data(), flat.size() * sizeof(float));
+  return flat;
+}
+
+}  // namespace tapp
