@@ -18,8 +18,9 @@ CONC=${3:-8}
 DIR=$(mktemp -d)
 trap 'kill $SERVER_PID 2>/dev/null || true; wait $SERVER_PID 2>/dev/null || true; rm -rf "$DIR"' EXIT
 
-"$BUILD/bin/tapp-server" --host 127.0.0.1 --port 0 --db "$DIR/jobs.db" --fake-jobs --fake-iteration-ms 1 \
-  --queue-size 100000 > "$DIR/server.log" 2>&1 &
+# Jobs are the test-only fake job (tests/service/fake_job.h) run by tapp-test-job.
+TAPP_FAKE_ITERATION_MS=1 "$BUILD/bin/tapp-server" --host 127.0.0.1 --port 0 --db "$DIR/jobs.db" \
+  --job-program "$BUILD/bin/tapp-test-job" --queue-size 100000 > "$DIR/server.log" 2>&1 &
 SERVER_PID=$!
 for _ in $(seq 100); do grep -qs 'listening on' "$DIR/server.log" && break; sleep 0.1; done
 PORT=$(grep -o '127.0.0.1:[0-9]*' "$DIR/server.log" | head -1 | cut -d: -f2)
