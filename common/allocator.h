@@ -14,6 +14,7 @@
 #pragma once
 
 #include <dlfcn.h>
+#include <malloc.h>
 
 #include <string>
 
@@ -49,6 +50,19 @@ inline const char* allocator_name(Allocator a) {
 // "allocator: tcmalloc (/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4)", for --version.
 inline std::string allocator_description() {
   return std::string("allocator: ") + allocator_name(running_allocator()) + " (" + malloc_library_path() + ")";
+}
+
+// Hands freed memory back to the kernel, whichever allocator runs: tcmalloc's
+// MallocExtension_ReleaseFreeMemory (looked up at run time, so nothing links
+// against it), else glibc's malloc_trim. glibc's call does nothing for memory
+// tcmalloc holds, which is why the server's "after a large body" trim goes here.
+inline void release_free_memory() {
+  using ReleaseFn = void (*)();
+  if (auto release = reinterpret_cast<ReleaseFn>(dlsym(RTLD_DEFAULT, "MallocExtension_ReleaseFreeMemory"))) {
+    release();
+    return;
+  }
+  malloc_trim(0);
 }
 
 }  // namespace tapp

@@ -1,6 +1,8 @@
 // service/http/server.cpp — listener + sessions over Boost.Beast (see server.h).
 #include "service/http/server.h"
 
+#include "common/allocator.h"
+
 #include <malloc.h>
 #include <sys/resource.h>
 
@@ -296,11 +298,11 @@ class Session : public std::enable_shared_from_this<Session>, public Evictable {
     start_request();
   }
 
-  // A large body's pages go back to the system (glibc keeps freed memory otherwise).
+  // A large body's pages go back to the system (the allocator keeps freed memory otherwise).
   void release_memory() {
     parser_.reset();
     buffer_.shrink_to_fit();
-    malloc_trim(0);
+    release_free_memory();
   }
 
   // Shuts our side, then reads and discards what the client still sends (a
