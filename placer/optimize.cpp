@@ -120,7 +120,7 @@ json baseline_row(const std::string& name, const StepReport& r) {
     row["comm_fraction"] = r.comm_fraction;
   } else {
     row["step_ms"] = nullptr;
-    row["failure_kind"] = r.failure_kind;
+    row["failure_kind"] = failure_kind_name(r.failure_kind);
     row["message"] = r.message;
   }
   return row;
@@ -130,7 +130,7 @@ json baseline_row(const std::string& name, const StepReport& r) {
 // data parallel: one row per replica, each with every layer.
 json groups_summary(const Placement& p, const LayerGraph& g, const Cluster& c) {
   json out = json::array();
-  if (p.data_parallel) {
+  if (p.is_data_parallel()) {
     for (int r = 0; r < p.num_groups(); ++r)
       out.push_back({{"group", r},
                      {"device", c.devices.at(p.group_device[r]).name},

@@ -22,7 +22,8 @@ std::string placement_key(const Placement& p) {
   k += '|';
   for (int d : p.group_device) k += std::to_string(d) + ',';
   k += '|' + std::to_string(p.micro_batches) + schedule_name(p.schedule);
-  if (p.data_parallel) k += "|dp";
+  if (p.is_data_parallel())
+    k += p.data_parallel == DataParallelMode::bsp ? "|dp" : "|" + data_parallel_mode_name(p.data_parallel);
   return k;
 }
 
@@ -47,7 +48,7 @@ std::vector<Placement> replica_neighbours(const Placement& p, int num_devices) {
   std::vector<bool> used(num_devices, false);
   for (int d : p.group_device) used[d] = true;
   auto with = [&](std::vector<int> devices) {
-    Placement q = Placement::replicas(L, devices);
+    Placement q = Placement::replicas(L, devices, p.data_parallel);
     q.source = p.source;
     out.push_back(std::move(q));
   };
@@ -75,7 +76,7 @@ std::vector<Placement> replica_neighbours(const Placement& p, int num_devices) {
 // around a data-parallel placement. A placement whose groups are not runs of
 // consecutive layers is taken as the pipeline of its runs.
 std::vector<Placement> neighbours(const Placement& p, int num_devices, const std::vector<int>& choices) {
-  if (p.data_parallel) return replica_neighbours(p, num_devices);
+  if (p.is_data_parallel()) return replica_neighbours(p, num_devices);
   const int L = static_cast<int>(p.layer_group.size());
   const StageMoves moves(L, num_devices, choices);
   std::vector<Placement> out;
@@ -177,7 +178,7 @@ Placement decision_to_placement(const Decision& d, const std::vector<int>& choic
 }
 
 Decision placement_to_decision(const Placement& p, const std::vector<int>& choices, int num_groups) {
-  if (p.data_parallel) {
+  if (p.is_data_parallel()) {
     // One group per replica (as many as fit), layers spread evenly over them.
     const int R = std::max(1, std::min<int>(num_groups, p.num_groups()));
     const int L = static_cast<int>(p.layer_group.size());
@@ -261,16 +262,16 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, Evaluator& 
     if (hit != seen.end()) return hit->second;
     StepReport r;
     if (Status st = validate_placement(p, graph, cluster, opt.batch_size); !st)
-      r = StepReport::failure("invalid_placement", st.message(), evaluator.name());
+      r = StepReport::failure(FailureKind::invalid_placement, st.message(), evaluator.name());
     else if (Status mem = check_memory(p, graph, cluster, opt.batch_size); !mem)
-      r = StepReport::failure("out_of_memory", mem.message(), evaluator.name());
+      r = StepReport::failure(FailureKind::out_of_memory, mem.message(), evaluator.name());
     else
       r = evaluator.evaluate(p);
     r.timeline.clear();  // the caller re-evaluates the best with its timeline
     hit = seen.emplace(key, std::move(r)).first;
     ++result.evaluations;
     if (!hit->second.ok) ++result.failures;
-    if (hit->second.ok && !p.data_parallel && (!best_pipeline || hit->second.step_ms < best_pipeline->second))
+    if (hit->second.ok && !p.is_data_parallel() && (!best_pipeline || hit->second.step_ms < best_pipeline->second))
       best_pipeline.emplace(p, hit->second.step_ms);
     if (hit->second.ok && (!result.found || hit->second.step_ms < result.best_report.step_ms)) {
       result.found = true;
@@ -387,7 +388,7 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, Evaluator& 
     };
     // A data-parallel best is climbed among replica sets (few moves); the
     // budget then goes to the pipelines, from the best one.
-    if (result.best.data_parallel) climb(result.best, result.best_report.step_ms);
+    if (result.best.is_data_parallel()) climb(result.best, result.best_report.step_ms);
     if (best_pipeline) climb(best_pipeline->first, best_pipeline->second);
     while (!spent()) {
       Placement kick = best_pipeline ? best_pipeline->first : result.best;

@@ -79,15 +79,16 @@ std::vector<PlannerRow> run_planners(const PlannerContext& ctx, Evaluator& evalu
       c.exhaustive_limit = std::min<int64_t>(c.exhaustive_limit, c.budget);
     auto o = run_outcome(name, c, evaluator);
     if (!o) {
-      row.report = StepReport::failure("no_placement", o.error_message(), evaluator.name());
+      row.report = StepReport::failure(FailureKind::no_placement, o.error_message(), evaluator.name());
     } else {
       row.placement = o->placement;
       if (o->report) {
         row.report = *o->report;
       } else if (is_data_parallel(o->placement)) {
-        row.report = options.strategy_evaluator
-                         ? options.strategy_evaluator(o->placement.source)
-                         : simulate_data_parallel(*ctx.graph, *ctx.cluster, *ctx.cost, ctx.batch_size, o->placement);
+        row.report =
+            options.strategy_evaluator
+                ? options.strategy_evaluator(data_parallel_mode_name(o->placement.data_parallel))
+                : simulate_data_parallel(*ctx.graph, *ctx.cluster, *ctx.cost, ctx.batch_size, o->placement);
       } else {
         row.report = evaluator.evaluate(o->placement);
       }

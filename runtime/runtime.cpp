@@ -11,8 +11,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -21,9 +19,11 @@
 #include <cmath>
 #include <cstring>
 #include <iostream>
+#include <numeric>
 #include <set>
 #include <sstream>
 #include <thread>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "runtime/job.h"
 #include "simulator/task_graph.h"
@@ -304,7 +304,7 @@ RunResult execute(Job job, const std::vector<int>& rank_device, const Cluster& o
   const RunOptions& o = job.options;
   const int world = job.cluster.num_devices();
   std::vector<std::string> warnings = emulation_warnings(job.cluster, o, job.mode != "hogwild");
-  auto fail = [&](const std::string& kind, const std::string& msg) {
+  auto fail = [&](FailureKind kind, const std::string& msg) {
     out.report = StepReport::failure(kind, msg, kSource);
     out.report.warnings = warnings;
     return out;
@@ -313,7 +313,8 @@ RunResult execute(Job job, const std::vector<int>& rank_device, const Cluster& o
   for (const Device& d : job.cluster.devices) (d.is_local() ? any_local : any_remote) = true;
   std::string binary = o.worker_binary.empty() ? self_exe_dir() + "/tapp-worker" : o.worker_binary;
   if (any_local && access(binary.c_str(), X_OK) != 0)
-    return fail("worker_failed", "worker binary '" + binary + "' not found or not executable (RunOptions.worker_binary)");
+    return fail(FailureKind::worker_failed,
+                "worker binary '" + binary + "' not found or not executable (RunOptions.worker_binary)");
 
   std::vector<Worker> workers(world);
   for (int r = 0; r < world; ++r) {
@@ -329,7 +330,7 @@ RunResult execute(Job job, const std::vector<int>& rank_device, const Cluster& o
     auto fd = connect_to(w.where, std::min(o.timeout_s, 10.0));
     if (!fd) {
       kill_and_reap(workers);
-      return fail("worker_unreachable", "device '" + w.device + "': " + fd.error_message());
+      return fail(FailureKind::worker_unreachable, "device '" + w.device + "': " + fd.error_message());
     }
     w.fd = *fd;
     coordinator_address = local_address(w.fd);
@@ -344,7 +345,7 @@ RunResult execute(Job job, const std::vector<int>& rank_device, const Cluster& o
     store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
   } catch (const std::exception& e) {
     kill_and_reap(workers);
-    return fail("worker_failed", std::string("cannot start the TCPStore: ") + e.what());
+    return fail(FailureKind::worker_failed, std::string("cannot start the TCPStore: ") + e.what());
   }
   const int port = store->getPort();
   for (int r = 0; r < world; ++r) {
@@ -362,12 +363,12 @@ RunResult execute(Job job, const std::vector<int>& rank_device, const Cluster& o
     static std::atomic<int> counter{0};
     shm_name = "/tapp-hogwild-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
     int fd = shm_open(shm_name.c_str(), O_CREAT | O_RDWR | O_EXCL, 0600);
-    if (fd < 0) return fail("worker_failed", "shm_open: " + std::string(strerror(errno)));
+    if (fd < 0) return fail(FailureKind::worker_failed, "shm_open: " + std::string(strerror(errno)));
     int64_t floats = std::max<int64_t>(job.graph.total_params(), 1);
     if (ftruncate(fd, floats * 4) != 0) {
       close(fd);
       shm_unlink(shm_name.c_str());
-      return fail("worker_failed", "ftruncate of the shared parameters failed");
+      return fail(FailureKind::worker_failed, "ftruncate of the shared parameters failed");
     }
     close(fd);
     job.shm_name = shm_name;
@@ -384,21 +385,22 @@ RunResult execute(Job job, const std::vector<int>& rank_device, const Cluster& o
     store->set("job", std::vector<uint8_t>(text.begin(), text.end()));
   } catch (const std::exception& e) {
     kill_and_reap(workers);
-    return fail("worker_failed", std::string("cannot publish the job: ") + e.what());
+    return fail(FailureKind::worker_failed, std::string("cannot publish the job: ") + e.what());
   }
   for (Worker& w : workers) {
     if (w.local) {
       auto pid = spawn_local(binary, port, w.rank, world);
       if (!pid) {
         kill_and_reap(workers);
-        return fail("worker_failed", pid.error_message());
+        return fail(FailureKind::worker_failed, pid.error_message());
       }
       w.pid = *pid;
       out.local_worker_pids.push_back(w.pid);
     } else if (!send_line(w.fd, "job " + std::to_string(port) + " " + std::to_string(w.rank) + " " +
                                     std::to_string(world))) {
       kill_and_reap(workers);
-      return fail("worker_unreachable", "device '" + w.device + "': lost the connection to " + w.where);
+      return fail(FailureKind::worker_unreachable,
+                  "device '" + w.device + "': lost the connection to " + w.where);
     }
   }
 
@@ -429,15 +431,16 @@ RunResult execute(Job job, const std::vector<int>& rank_device, const Cluster& o
             w.exit_code = n > 0 && std::sscanf(buf, "exit %d", &w.exit_code) == 1 ? w.exit_code : 255;
             if (n <= 0) {
               kill_and_reap(workers);
-              return fail("worker_failed", "lost the connection to remote worker " + std::to_string(w.rank) +
-                                               " (device '" + w.device + "' at " + w.where + ")");
+              return fail(FailureKind::worker_failed, "lost the connection to remote worker " +
+                                                          std::to_string(w.rank) + " (device '" + w.device +
+                                                          "' at " + w.where + ")");
             }
           }
         }
         if (w.finished && (w.exit_code != 0 || !store->check({"done/" + std::to_string(w.rank)}))) {
           std::string msg = describe_failures(workers, *store);
           kill_and_reap(workers);
-          return fail("worker_failed", msg);
+          return fail(FailureKind::worker_failed, msg);
         }
       }
       if (all_done) break;
@@ -455,7 +458,7 @@ RunResult execute(Job job, const std::vector<int>& rank_device, const Cluster& o
                           std::to_string(progress[slow]) + " of " + std::to_string(total_steps) +
                           " steps); all workers were stopped";
         kill_and_reap(workers);
-        return fail("timeout", msg);
+        return fail(FailureKind::timeout, msg);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -476,7 +479,7 @@ RunResult execute(Job job, const std::vector<int>& rank_device, const Cluster& o
     out.report.warnings = warnings;
   } catch (const std::exception& e) {
     kill_and_reap(workers);
-    return fail("worker_failed", std::string("coordinator: ") + e.what());
+    return fail(FailureKind::worker_failed, std::string("coordinator: ") + e.what());
   }
   // Workers exit on their own after "done"; give them a moment, then make sure.
   auto deadline = Clock::now() + std::chrono::seconds(5);
@@ -541,24 +544,24 @@ RunResult run_placement(const LayerGraph& graph, const Cluster& cluster, const P
   RunResult out;
   std::string why;
   if (!options_ok(options, why)) {
-    out.report = StepReport::failure("invalid_options", why, kSource);
+    out.report = StepReport::failure(FailureKind::invalid_options, why, kSource);
     return out;
   }
-  if (placement.data_parallel) {
+  if (placement.is_data_parallel()) {
     if (Status s = validate_placement(placement, graph, cluster, options.batch_size); !s) {
-      out.report = StepReport::failure("invalid_placement", s.message(), kSource);
+      out.report = StepReport::failure(FailureKind::invalid_placement, s.message(), kSource);
       return out;
     }
     return run_strategy(graph, subcluster(cluster, placement.group_device),
-                        placement.source == "hogwild" ? "hogwild" : "bsp", options);
+                        data_parallel_mode_name(placement.data_parallel), options);
   }
   auto tg = build_task_graph(graph, placement, cluster, options.batch_size);
   if (!tg) {
-    out.report = StepReport::failure("invalid_placement", tg.error_message(), kSource);
+    out.report = StepReport::failure(FailureKind::invalid_placement, tg.error_message(), kSource);
     return out;
   }
   if (Status s = check_memory(placement, graph, cluster, options.batch_size); !s) {
-    out.report = StepReport::failure("out_of_memory", s.message(), kSource);
+    out.report = StepReport::failure(FailureKind::out_of_memory, s.message(), kSource);
     return out;
   }
   Job job;
@@ -580,11 +583,12 @@ RunResult run_strategy(const LayerGraph& graph, const Cluster& cluster, const st
   RunResult out;
   std::string why;
   if (!options_ok(options, why)) {
-    out.report = StepReport::failure("invalid_options", why, kSource);
+    out.report = StepReport::failure(FailureKind::invalid_options, why, kSource);
     return out;
   }
   if (cluster.devices.empty()) {
-    out.report = StepReport::failure("invalid_placement", "devices: the cluster has no device", kSource);
+    out.report =
+        StepReport::failure(FailureKind::invalid_placement, "devices: the cluster has no device", kSource);
     return out;
   }
   const int n = static_cast<int>(graph.layers.size());
@@ -593,28 +597,32 @@ RunResult run_strategy(const LayerGraph& graph, const Cluster& cluster, const st
     return r;
   }
   if (strategy != "bsp" && strategy != "hogwild") {
-    out.report = StepReport::failure("invalid_strategy",
-                                     "strategy: unknown \"" + strategy + "\"; expected single, bsp or hogwild", kSource);
+    out.report = StepReport::failure(
+        FailureKind::invalid_strategy,
+        "strategy: unknown \"" + strategy + "\"; expected single, bsp or hogwild", kSource);
     return out;
   }
   if (options.batch_size < cluster.num_devices()) {
-    out.report = StepReport::failure("invalid_options", "batch_size: " + std::to_string(options.batch_size) +
-                                                            " is smaller than the number of devices", kSource);
+    out.report = StepReport::failure(
+        FailureKind::invalid_options,
+        "batch_size: " + std::to_string(options.batch_size) + " is smaller than the number of devices",
+        kSource);
     return out;
   }
-  // Every device holds a full replica: check each against the whole model at its share of the batch.
   for (int d = 0; d < cluster.num_devices(); ++d) {
     if (strategy == "hogwild" && !cluster.devices[d].is_local()) {
-      out.report = StepReport::failure("invalid_strategy", "devices[" + std::to_string(d) +
-                                                               "].where: hogwild needs local devices (shared memory)",
-                                       kSource);
+      out.report = StepReport::failure(
+          FailureKind::invalid_strategy,
+          "devices[" + std::to_string(d) + "].where: hogwild needs local devices (shared memory)", kSource);
       return out;
     }
-    int64_t share = (options.batch_size + cluster.num_devices() - 1) / cluster.num_devices();
-    if (Status s = check_memory(Placement::single_device(n, d), graph, cluster, share); !s) {
-      out.report = StepReport::failure("out_of_memory", s.message(), kSource);
-      return out;
-    }
+  }
+  // Every device holds a full replica at its share of the batch.
+  std::vector<int> replicas(cluster.num_devices());
+  std::iota(replicas.begin(), replicas.end(), 0);
+  if (Status s = check_memory(Placement::replicas(n, replicas), graph, cluster, options.batch_size); !s) {
+    out.report = StepReport::failure(FailureKind::out_of_memory, s.message(), kSource);
+    return out;
   }
   Job job;
   job.mode = strategy;

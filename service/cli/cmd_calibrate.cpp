@@ -129,8 +129,11 @@ int calibrate_cmd(const CalibrateArgs& a) {
     for (size_t i = 0; i < placements.size(); ++i) {
       StepReport r = measure_placement(graph, cluster, placements[i], ro);
       if (!a.json)
-        std::cerr << "measured " << (i + 1) << "/" << placements.size() << "  " << short_placement(placements[i], cluster)
-                  << "  " << (r.ok ? fixed(r.step_ms, 1) + " ms" : r.failure_kind + ": " + r.message) << "\n";
+        std::cerr << "measured " << (i + 1) << "/" << placements.size() << "  "
+                  << short_placement(placements[i], cluster) << "  "
+                  << (r.ok ? fixed(r.step_ms, 1) + " ms"
+                           : failure_kind_name(r.failure_kind) + ": " + r.message)
+                  << "\n";
       if (r.ok) samples.push_back({placements[i], r});
     }
   }
