@@ -55,6 +55,8 @@ std::string default_cache_dir() {
 // (2: OpenBLAS's pool sized to the device's threads, see compute_threads.h).
 constexpr int kProfileMethod = 2;
 
+int profile_timing_method() { return kProfileMethod; }
+
 std::string profile_cache_key(const LayerGraph& graph, const std::string& device_kind, int threads,
                               int64_t batch_size) {
   std::string shape;

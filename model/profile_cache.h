@@ -42,7 +42,12 @@ class FileProfileCache : public ProfileCache {
 // $XDG_CACHE_HOME/tapp, else $HOME/.cache/tapp, else ./.tapp-cache.
 std::string default_cache_dir();
 
-// "<model>-<input shape>-<fingerprint>-<device>-t<threads>-b<batch>".
+// The timing method measured costs are taken with (thread pools, allocator):
+// part of every cache key, and of a stored calibration (simulator/calibration_store.h),
+// so figures measured another way are never reused.
+int profile_timing_method();
+
+// "<model>-<input shape>-<fingerprint>-<device>-t<threads>-b<batch>-m<method>".
 std::string profile_cache_key(const LayerGraph& graph, const std::string& device_kind, int threads,
                               int64_t batch_size);
 

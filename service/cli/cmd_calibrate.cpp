@@ -1,4 +1,4 @@
-// tapp-cli calibrate MODEL --devices cluster.json: how well the simulator predicts the runtime.
+// tapp-cli calibrate [MODEL] --devices cluster.json: fits the simulator to this cluster and keeps the fit.
 //
 // Data flow: random placements that fit (planners/planners.h) -> measured on
 // real workers (runtime measure_placement, median of --steps after warm-up)
@@ -6,9 +6,12 @@
 // median |predicted - measured| / measured and Spearman's rank correlation.
 // Calibrated predictions are leave-one-out: each placement is predicted by a
 // calibration fitted on the others, so the error is out-of-sample. The
-// calibration fitted on all samples is written with --out (for `plan
-// --calibration`). --save / --load keep the measurements, so a fit can be
-// redone without measuring again. Bad input: exit 2.
+// calibration fitted on all samples is stored under the cluster's fingerprint
+// (simulator/calibration_store.h, in the profile cache directory), where every
+// later `plan` and `optimize` on the same cluster finds it; --out also writes
+// it to a file. Measuring stops at --time-budget (with at least 3 samples).
+// --save / --load keep the measurements, so a fit can be redone without
+// measuring again. Bad input: exit 2.
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -16,8 +19,13 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include <chrono>
+
+#include "core/cluster_fingerprint.h"
+#include "model/profile_cache.h"
 #include "planners/planners.h"
 #include "simulator/calibration.h"
+#include "simulator/calibration_store.h"
 #include "core/cluster.h"
 #include "runtime/runtime.h"
 #include "service/cli/commands.h"
@@ -28,12 +36,13 @@ namespace tapp::cli {
 namespace {
 
 struct CalibrateArgs {
-  std::string model, devices, costs = "profile", out, save, load;
+  std::string model = "alexnet_cifar", devices, costs = "profile", out, save, load;
   int64_t batch = 32, input_size = 0, classes = 0;
   int samples = 20, steps = 3, warmup = 1, max_micro_batches = 8;
   uint64_t seed = 1;
   double noncontiguous = 0.25;
-  bool json = false;
+  double time_budget_s = 600;
+  bool json = false, store = true;
   std::string fit_extra;  // "concurrency,backward,first"
 };
 
@@ -41,6 +50,13 @@ std::string fixed(double v, int digits) {
   std::ostringstream os;
   os << std::fixed << std::setprecision(digits) << v;
   return os.str();
+}
+
+std::string progress_bar(size_t done, size_t total) {
+  const int width = 20;
+  int filled = total ? static_cast<int>(width * done / total) : width;
+  return "[" + std::string(filled, '#') + std::string(width - filled, '.') + "] " + std::to_string(done) + "/" +
+         std::to_string(total);
 }
 
 std::string short_placement(const Placement& p, const Cluster& c) {
@@ -126,13 +142,19 @@ int calibrate_cmd(const CalibrateArgs& a) {
     ro.steps = a.steps;
     ro.warmup_steps = a.warmup;
     ro.seed = a.seed;
+    const auto start = std::chrono::steady_clock::now();
+    auto elapsed_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
     for (size_t i = 0; i < placements.size(); ++i) {
+      if (samples.size() >= 3 && elapsed_s() > a.time_budget_s) {
+        std::cerr << "time budget of " << fixed(a.time_budget_s, 0) << " s reached after " << i << " of "
+                  << placements.size() << " placements\n";
+        break;
+      }
       StepReport r = measure_placement(graph, cluster, placements[i], ro);
       if (!a.json)
-        std::cerr << "measured " << (i + 1) << "/" << placements.size() << "  "
+        std::cerr << progress_bar(i + 1, placements.size()) << " " << fixed(elapsed_s(), 0) << " s  "
                   << short_placement(placements[i], cluster) << "  "
-                  << (r.ok ? fixed(r.step_ms, 1) + " ms"
-                           : failure_kind_name(r.failure_kind) + ": " + r.message)
+                  << (r.ok ? fixed(r.step_ms, 1) + " ms" : failure_kind_name(r.failure_kind) + ": " + r.message)
                   << "\n";
       if (r.ok) samples.push_back({placements[i], r});
     }
@@ -188,7 +210,20 @@ int calibrate_cmd(const CalibrateArgs& a) {
   out["calibrated_in_sample"] = stats_json(all->after);
   out["calibrated_leave_one_out"] = stats_json(loo_stats);
   out["calibration"] = calibration_to_json(all->calibration);
+  StoredCalibration stored{cluster_fingerprint(cluster), profile_timing_method(), utc_now_iso8601(),
+                           static_cast<int>(samples.size()), all->calibration};
+  out["stored"] = stored_calibration_to_json(stored);
   if (!a.out.empty()) std::ofstream(a.out) << out.dump(2) << "\n";
+  if (a.store) {
+    FileCalibrationStore store(default_calibration_dir());
+    if (Status s = save_calibration(store, stored); !s) {
+      std::cerr << "tapp-cli calibrate: " << s.message() << "\n";
+      return 1;
+    }
+    std::cerr << "calibration stored for cluster " << stored.cluster_fingerprint << " (" << stored.measurements
+              << " measurements) in " << store.path_of(stored.cluster_fingerprint)
+              << "; later plan and optimize runs on this cluster use it\n";
+  }
   if (a.json) {
     out["placements"] = nlohmann::json::array();
     for (size_t i = 0; i < samples.size(); ++i)
@@ -232,9 +267,12 @@ int calibrate_cmd(const CalibrateArgs& a) {
 
 void add_calibrate_command(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<CalibrateArgs>();
-  auto* sub = app.add_subcommand("calibrate", "measure random placements, fit the simulator, report its error");
-  sub->add_option("model", args->model, "zoo name, JSON layer graph or TorchScript file")->required();
+  auto* sub = app.add_subcommand("calibrate", "measure random placements, fit the simulator to this cluster, store the fit");
+  sub->add_option("model", args->model, "zoo name, JSON layer graph or TorchScript file (default alexnet_cifar)");
   sub->add_option("--devices", args->devices, "cluster.json (local devices)")->required();
+  sub->add_option("--time-budget", args->time_budget_s, "stop measuring after this many seconds (default 600)")
+      ->check(CLI::Range(1.0, 86400.0));
+  sub->add_flag("!--no-store", args->store, "do not store the calibration for later plan/optimize runs");
   sub->add_option("--samples", args->samples, "random placements to measure (default 20)")->check(CLI::Range(3, 10000));
   sub->add_option("--batch", args->batch, "batch size (default 32)")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   sub->add_option("--steps", args->steps, "timed steps per placement (median)")->check(CLI::Range(1, 1000));

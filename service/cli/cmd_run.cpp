@@ -8,11 +8,13 @@
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "core/placement.h"
 #include "core/cluster.h"
 #include "runtime/runtime.h"
+#include "core/pipeline_efficiency.h"
 #include "service/cli/commands.h"
 #include "service/cli/model_inputs.h"
 
@@ -32,6 +34,13 @@ std::string fixed(double v, int digits) {
   std::ostringstream os;
   os << std::fixed << std::setprecision(digits) << v;
   return os.str();
+}
+
+void print_efficiency(const PipelineEfficiency& e, std::ostream& os) {
+  os << "pipeline efficiency: " << fixed(e.efficiency, 3) << "  (ideal " << fixed(e.ideal_step_ms, 1)
+     << " ms = largest stage's compute " << fixed(e.largest_stage_compute_ms, 1) << " ms x (" << e.micro_batches
+     << " + " << e.stages << " - 1) / " << e.micro_batches << ", measured " << fixed(e.measured_step_ms, 1)
+     << " ms)\n";
 }
 
 void print_summary(const StepReport& r, const std::string& what, const RunArgs& a, std::ostream& os) {
@@ -66,6 +75,7 @@ int run(const RunArgs& a) {
   o.learning_rate = a.lr;
   RunResult result;
   std::string what;
+  std::optional<Placement> ran;
   if (!a.strategy.empty()) {
     result = run_strategy(graph, cluster, a.strategy, o);
     what = "model " + graph.name + "  strategy " + a.strategy + "  on " + std::to_string(cluster.num_devices()) +
@@ -77,6 +87,7 @@ int run(const RunArgs& a) {
       return 2;
     }
     result = run_placement(graph, cluster, *placement, o);
+    ran = *placement;
     what = "model " + graph.name + "  placement " + a.placement + "  (" +
            (placement->is_data_parallel()
                 ? "data parallel, " + std::to_string(placement->num_groups()) + " replicas"
@@ -85,10 +96,19 @@ int run(const RunArgs& a) {
            ")";
   }
   const StepReport& r = result.report;
+  std::optional<PipelineEfficiency> efficiency = ran ? pipeline_efficiency(r, *ran) : std::nullopt;
   if (a.json) {
-    std::cout << step_report_to_json(r, a.timeline).dump(2) << "\n";
+    nlohmann::json j = step_report_to_json(r, a.timeline);
+    if (efficiency)
+      j["pipeline_efficiency"] = {{"efficiency", efficiency->efficiency},
+                                  {"ideal_step_ms", efficiency->ideal_step_ms},
+                                  {"largest_stage_compute_ms", efficiency->largest_stage_compute_ms},
+                                  {"stages", efficiency->stages},
+                                  {"micro_batches", efficiency->micro_batches}};
+    std::cout << j.dump(2) << "\n";
   } else if (r.ok) {
     print_summary(r, what, a, std::cout);
+    if (efficiency) print_efficiency(*efficiency, std::cout);
   }
   if (!r.ok) {
     std::cerr << "tapp-cli run: " << failure_kind_name(r.failure_kind) << ": " << r.message << "\n";

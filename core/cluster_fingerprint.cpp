@@ -1,0 +1,48 @@
+#include "core/cluster_fingerprint.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+namespace tapp {
+namespace {
+
+// Exact text of a double (17 significant digits round-trip).
+std::string exact(double x) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", x);
+  return buf;
+}
+
+std::string link_text(const Link& l) {
+  return l.from + "\x1f" + l.to + "\x1f" + exact(l.bandwidth_mbps) + "\x1f" + exact(l.latency_ms);
+}
+
+uint64_t fnv1a(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+}  // namespace
+
+std::string cluster_fingerprint(const Cluster& cluster) {
+  std::string text = "cluster-v1\x1e";
+  for (const Device& d : cluster.devices)
+    text += d.name + "\x1f" + d.kind + "\x1f" + std::to_string(d.threads) + "\x1f" + std::to_string(d.memory_mb) +
+            "\x1f" + exact(d.speed) + "\x1f" + d.where + "\x1e";
+  std::vector<std::string> links;
+  for (const Link& l : cluster.links) links.push_back(link_text(l));
+  std::sort(links.begin(), links.end());
+  for (const std::string& l : links) text += l + "\x1e";
+  text += "default\x1f" + link_text(cluster.default_link);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a(text)));
+  return hex;
+}
+
+}  // namespace tapp

@@ -1,0 +1,113 @@
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "core/cluster_fingerprint.h"
+#include "simulator/calibration_store.h"
+
+using namespace tapp;
+using nlohmann::json;
+
+namespace {
+
+Cluster pair_cluster(double edge_speed = 0.5) {
+  Cluster c;
+  c.devices = {{"edge", "cpu", 1, 2048, edge_speed, "local"}, {"server", "cpu", 1, 4096, 1.0, "local"}};
+  return c;
+}
+
+StoredCalibration fitted_on(const Cluster& c, int method = 3) {
+  StoredCalibration s;
+  s.cluster_fingerprint = cluster_fingerprint(c);
+  s.timing_method = method;
+  s.fitted_at = "2026-11-23T09:00:00Z";
+  s.measurements = 12;
+  s.calibration.device_factor = {1.25, 0.9};
+  s.calibration.task_overhead_ms = 0.4;
+  s.calibration.step_overhead_ms = 3.5;
+  return s;
+}
+
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    path = std::filesystem::temp_directory_path() / ("tapp-calib-" + std::to_string(::getpid()) + "-" +
+                                                     std::to_string(reinterpret_cast<uintptr_t>(this)));
+    std::filesystem::remove_all(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+}  // namespace
+
+TEST_CASE("a calibration stored for a cluster is found again for the same cluster") {
+  TempDir dir;
+  FileCalibrationStore store(dir.path.string());
+  Cluster c = pair_cluster();
+  REQUIRE(save_calibration(store, fitted_on(c)).is_ok());
+  auto found = find_calibration(store, c, 3);
+  REQUIRE(found.is_ok());
+  REQUIRE(found->has_value());
+  CHECK((*found)->measurements == 12);
+  CHECK((*found)->calibration.device_factor == std::vector<double>{1.25, 0.9});
+  CHECK((*found)->calibration.step_overhead_ms == doctest::Approx(3.5));
+  CHECK(calibration_used(*found).fitted);
+  CHECK(calibration_used_to_json(calibration_used(*found))["measurements"] == 12);
+}
+
+TEST_CASE("a cluster with no stored calibration uses the default") {
+  TempDir dir;
+  FileCalibrationStore store(dir.path.string());
+  auto found = find_calibration(store, pair_cluster(), 3);
+  REQUIRE(found.is_ok());
+  CHECK_FALSE(found->has_value());
+  CHECK(calibration_used_to_json(calibration_used(std::nullopt))["kind"] == "default");
+}
+
+TEST_CASE("another cluster's stored calibration is not found under this cluster's key") {
+  TempDir dir;
+  FileCalibrationStore store(dir.path.string());
+  REQUIRE(save_calibration(store, fitted_on(pair_cluster(0.5))).is_ok());
+  auto found = find_calibration(store, pair_cluster(0.25), 3);
+  REQUIRE(found.is_ok());
+  CHECK_FALSE(found->has_value());
+}
+
+TEST_CASE("a calibration file of another cluster, another timing method or corrupt is refused with the reason") {
+  TempDir dir;
+  FileCalibrationStore store(dir.path.string());
+  Cluster c = pair_cluster();
+  const std::string key = cluster_fingerprint(c);
+
+  // An entry copied under this cluster's key from another cluster.
+  REQUIRE(store.put(key, stored_calibration_to_json(fitted_on(pair_cluster(0.25))).dump()).is_ok());
+  auto other_cluster = find_calibration(store, c, 3);
+  REQUIRE_FALSE(other_cluster.is_ok());
+  CHECK(other_cluster.error_message().find("cluster_fingerprint: the calibration was fitted on another cluster") !=
+        std::string::npos);
+
+  REQUIRE(save_calibration(store, fitted_on(c, /*method=*/2)).is_ok());
+  auto other_method = find_calibration(store, c, 3);
+  REQUIRE_FALSE(other_method.is_ok());
+  CHECK(other_method.error_message().find("timing_method: the calibration was measured with timing method 2") !=
+        std::string::npos);
+
+  REQUIRE(store.put(key, "{\"format\": \"tapp-calibration-v1\", \"cluster_fi").is_ok());
+  auto corrupt = find_calibration(store, c, 3);
+  REQUIRE_FALSE(corrupt.is_ok());
+  CHECK(corrupt.error_message().find("not valid JSON (corrupt)") != std::string::npos);
+
+  json wrong = stored_calibration_to_json(fitted_on(c));
+  wrong["calibration"]["device_factor"] = {1.0, 1.0, 1.0};
+  REQUIRE(store.put(key, wrong.dump()).is_ok());
+  auto factors = find_calibration(store, c, 3);
+  REQUIRE_FALSE(factors.is_ok());
+  CHECK(factors.error_message().find("calibration.device_factor: has 3 factors for 2 devices") != std::string::npos);
+
+  json not_ours = {{"format", "something-else"}};
+  REQUIRE(store.put(key, not_ours.dump()).is_ok());
+  CHECK(find_calibration(store, c, 3).error_message().find("is not a TAPP calibration") != std::string::npos);
+}
