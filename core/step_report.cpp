@@ -24,6 +24,8 @@ std::string failure_kind_name(FailureKind kind) {
       return "timeout";
     case FailureKind::no_placement:
       return "no_placement";
+    case FailureKind::skipped:
+      return "skipped";
   }
   return "";
 }

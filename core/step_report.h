@@ -25,6 +25,7 @@ enum class FailureKind {
   worker_unreachable,  // a remote worker could not be reached or was lost
   timeout,             // a step took longer than allowed
   no_placement,        // a planner found nothing to evaluate
+  skipped,             // a planner did not run (e.g. exhaustive over its limit); the message says why
 };
 std::string failure_kind_name(FailureKind kind);  // "invalid_placement", ...; "" for none
 

@@ -118,6 +118,7 @@ TEST_CASE("mode names round-trip, and failure kinds keep the names the JSON has 
   CHECK(failure_kind_name(FailureKind::invalid_options) == "invalid_options");
   CHECK(failure_kind_name(FailureKind::invalid_strategy) == "invalid_strategy");
   CHECK(failure_kind_name(FailureKind::no_placement) == "no_placement");
+  CHECK(failure_kind_name(FailureKind::skipped) == "skipped");
   const nlohmann::json j =
       step_report_to_json(StepReport::failure(FailureKind::out_of_memory, "too big", "simulate"));
   CHECK(j["ok"] == false);
