@@ -13,7 +13,8 @@ bool is_compute_task(const std::string& task) {
 }  // namespace
 
 std::optional<PipelineEfficiency> pipeline_efficiency(const StepReport& report, const Placement& placement) {
-  if (!report.ok || report.timeline.empty() || placement.data_parallel || !(report.step_ms > 0)) return std::nullopt;
+  if (!report.ok || report.timeline.empty() || placement.is_data_parallel() || !(report.step_ms > 0))
+    return std::nullopt;
   std::map<int, double> compute_ms;  // device -> its forward + backward time in the step
   for (const TimelineEntry& e : report.timeline)
     if (is_compute_task(e.task)) compute_ms[e.device] += e.end_ms - e.start_ms;

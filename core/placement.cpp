@@ -21,6 +21,25 @@ Result<Schedule> schedule_from_name(const std::string& name) {
   return Status::error("unknown schedule \"" + name + "\"; expected \"gpipe\" or \"1f1b\"");
 }
 
+std::string data_parallel_mode_name(DataParallelMode m) {
+  switch (m) {
+    case DataParallelMode::none:
+      return "none";
+    case DataParallelMode::bsp:
+      return "bsp";
+    case DataParallelMode::hogwild:
+      return "hogwild";
+  }
+  return "none";
+}
+
+Result<DataParallelMode> data_parallel_mode_from_name(const std::string& name) {
+  for (DataParallelMode m : {DataParallelMode::none, DataParallelMode::bsp, DataParallelMode::hogwild})
+    if (name == data_parallel_mode_name(m)) return m;
+  return Status::error("unknown data-parallel mode \"" + name +
+                       "\"; expected \"none\", \"bsp\" or \"hogwild\"");
+}
+
 std::vector<int> Placement::layer_devices() const {
   std::vector<int> d(layer_group.size());
   for (size_t i = 0; i < d.size(); ++i) d[i] = device_of_layer(static_cast<int>(i));
@@ -36,12 +55,12 @@ Placement Placement::single_device(int num_layers, int device, int micro_batches
   return p;
 }
 
-Placement Placement::replicas(int num_layers, const std::vector<int>& devices) {
+Placement Placement::replicas(int num_layers, const std::vector<int>& devices, DataParallelMode mode) {
   Placement p;
   p.layer_group.assign(num_layers, 0);
   p.group_device = devices;
-  p.data_parallel = true;
-  p.source = "bsp";
+  p.data_parallel = mode;
+  p.source = data_parallel_mode_name(mode);
   return p;
 }
 
@@ -80,15 +99,16 @@ Status validate_placement(const Placement& p, const LayerGraph& g, const Cluster
       return Status::error("placement.groups[" + std::to_string(i) + "]: device index " +
                            std::to_string(p.group_device[i]) + " is not in the cluster");
   if (batch_size < 1) return Status::error("batch_size: must be at least 1");
-  if (p.data_parallel) {
+  if (p.is_data_parallel()) {
     if (Status s = validate_replicas(p, batch_size); !s) return s;
   }
   if (p.micro_batches < 1 || p.micro_batches > batch_size)
     return Status::error("placement.micro_batches: must be in [1, batch size " + std::to_string(batch_size) +
                          "], got " + std::to_string(p.micro_batches));
   // Training-mode BatchNorm needs more than one value per channel in a micro-batch.
-  const int64_t smallest_micro_batch = p.data_parallel ? batch_size / static_cast<int64_t>(p.group_device.size())
-                                                       : batch_size / p.micro_batches;
+  const int64_t smallest_micro_batch = p.is_data_parallel()
+                                           ? batch_size / static_cast<int64_t>(p.group_device.size())
+                                           : batch_size / p.micro_batches;
   for (const Layer& l : g.layers) {
     if (l.op != "batchnorm2d" || l.input_shapes.empty() || l.input_shapes[0].size() != 3) continue;
     if (smallest_micro_batch * l.input_shapes[0][1] * l.input_shapes[0][2] <= 1)
@@ -131,7 +151,7 @@ int64_t StageMemory::bytes(int first, int end, int64_t samples, int64_t in_fligh
 std::vector<int64_t> estimate_device_memory_bytes(const Placement& p, const LayerGraph& g, const Cluster& c,
                                                   int64_t batch_size) {
   std::vector<int64_t> bytes(c.num_devices(), 0);
-  if (p.data_parallel) {
+  if (p.is_data_parallel()) {
     const int64_t share = p.replica_share(batch_size);
     for (int d : p.group_device)
       for (const Layer& l : g.layers) bytes[d] = sat_add(bytes[d], layer_memory_bytes(l, share, 1));
@@ -158,12 +178,36 @@ Status check_memory(const Placement& p, const LayerGraph& g, const Cluster& c, i
   return Status::ok();
 }
 
+namespace {
+// "data_parallel" (bool, true = bsp) and "data_parallel_mode" (a name); when
+// both are given they must agree.
+Status read_data_parallel_mode(const json& j, DataParallelMode& mode) {
+  bool flag = false;
+  if (Status s = jf::read(j, "data_parallel", flag, "placement"); !s) return s;
+  mode = flag ? DataParallelMode::bsp : DataParallelMode::none;
+  auto given = [&](const char* key) { return j.contains(key) && !j.at(key).is_null(); };
+  if (!given("data_parallel_mode")) return Status::ok();
+  std::string name;
+  if (Status s = jf::read(j, "data_parallel_mode", name, "placement"); !s) return s;
+  auto named = data_parallel_mode_from_name(name);
+  if (!named) return named.status().with_context("placement.data_parallel_mode");
+  if (given("data_parallel") && flag != (*named != DataParallelMode::none))
+    return Status::error("placement.data_parallel_mode: \"" + name +
+                         "\" contradicts \"data_parallel\": " + (flag ? "true" : "false"));
+  mode = *named;
+  return Status::ok();
+}
+}  // namespace
+
 json placement_to_json(const Placement& p, const LayerGraph& g, const Cluster& c) {
   json j;
   j["micro_batches"] = p.micro_batches;
   j["schedule"] = schedule_name(p.schedule);
   if (!p.source.empty()) j["source"] = p.source;
-  if (p.data_parallel) j["data_parallel"] = true;
+  // BSP as it has always been written; other modes named.
+  if (p.is_data_parallel()) j["data_parallel"] = true;
+  if (p.data_parallel == DataParallelMode::hogwild)
+    j["data_parallel_mode"] = data_parallel_mode_name(p.data_parallel);
   j["groups"] = json::array();
   for (int d : p.group_device) j["groups"].push_back(c.devices.at(d).name);
   j["layers"] = json::object();
@@ -181,7 +225,7 @@ Result<Placement> placement_from_json(const json& j, const LayerGraph& g, const 
   if (!schedule) return jf::field_error("placement.schedule", schedule.error_message());
   p.schedule = *schedule;
   if (Status s = jf::read(j, "source", p.source, "placement"); !s) return s;
-  if (Status s = jf::read(j, "data_parallel", p.data_parallel, "placement"); !s) return s;
+  if (Status s = read_data_parallel_mode(j, p.data_parallel); !s) return s;
   auto groups = j.find("groups");
   if (groups == j.end()) return jf::field_error("placement.groups", "missing required field");
   if (!groups->is_array() || groups->empty())

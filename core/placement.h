@@ -1,9 +1,11 @@
 // core/placement.h — where each layer runs and how the batch is pipelined.
 //
 // Owns `Placement`: layer -> group (partition), group -> device (allocation),
-// the number of micro-batches and the schedule; or, when `data_parallel`, the
-// devices that each train a full replica (BSP: equal shares of the batch,
-// gradients all-reduced). Its JSON form names layers
+// the number of micro-batches and the schedule; or, when its data-parallel
+// mode is bsp or hogwild, the devices that each train a full replica (BSP:
+// equal shares of the batch, gradients all-reduced; HOGWILD: lock-free
+// updates of shared parameters, no exchange). `source` is only a label.
+// Its JSON form names layers
 // and devices by name (schemas/placement.schema.json). `check_memory` is the
 // one place that decides whether a placement fits the devices' memory.
 // Data flow: planner / TAPP policy -> Placement -> task graph -> simulator | runtime.
@@ -26,23 +28,32 @@ enum class Schedule { gpipe, one_f_one_b };
 std::string schedule_name(Schedule s);  // "gpipe" | "1f1b"
 Result<Schedule> schedule_from_name(const std::string& name);
 
+// Whether the whole model is replicated instead of pipelined, and how the
+// replicas update: none (a pipeline), bsp (synchronous, gradients
+// all-reduced), hogwild (asynchronous, shared parameters, local devices only).
+enum class DataParallelMode { none, bsp, hogwild };
+std::string data_parallel_mode_name(DataParallelMode m);  // "none" | "bsp" | "hogwild"
+Result<DataParallelMode> data_parallel_mode_from_name(const std::string& name);
+
 struct Placement {
   std::vector<int> layer_group;   // per layer
   std::vector<int> group_device;  // per group
   int micro_batches = 1;
   Schedule schedule = Schedule::gpipe;
-  std::string source;  // who proposed it: "policy", "dp", "uniform", "user", ...
-  // Data parallel: every layer in group 0, group_device = the replicas (each
-  // runs the whole model on ceil(batch / replicas) samples), micro_batches 1.
-  bool data_parallel = false;
+  std::string source;  // who proposed it: "policy", "dp", "uniform", "user", ... (a label only)
+  // Data parallel (bsp, hogwild): every layer in group 0, group_device = the
+  // replicas (each runs the whole model on ceil(batch / replicas) samples), micro_batches 1.
+  DataParallelMode data_parallel = DataParallelMode::none;
 
+  bool is_data_parallel() const { return data_parallel != DataParallelMode::none; }
   int num_groups() const { return static_cast<int>(group_device.size()); }
   int device_of_layer(int layer) const { return group_device[layer_group[layer]]; }
   std::vector<int> layer_devices() const;
   // Every layer on `device`, one group, no pipelining.
   static Placement single_device(int num_layers, int device, int micro_batches = 1);
-  // Full replicas on `devices` (data_parallel set; source "bsp").
-  static Placement replicas(int num_layers, const std::vector<int>& devices);
+  // Full replicas on `devices` in `mode` (bsp or hogwild; source the mode's name).
+  static Placement replicas(int num_layers, const std::vector<int>& devices,
+                            DataParallelMode mode = DataParallelMode::bsp);
   int64_t replica_share(int64_t batch_size) const;  // samples per replica
 };
 
@@ -83,6 +94,9 @@ class StageMemory {
   std::vector<int64_t> param_prefix_, activation_prefix_;  // per sample
 };
 
+// JSON: a data-parallel placement writes "data_parallel": true, and
+// "data_parallel_mode" when that is not bsp; the parser takes either
+// ("data_parallel": true alone is bsp) and refuses an unknown mode or a contradiction.
 nlohmann::json placement_to_json(const Placement& p, const LayerGraph& g, const Cluster& c);
 Result<Placement> placement_from_json(const nlohmann::json& j, const LayerGraph& g, const Cluster& c);
 Result<Placement> load_placement(const std::string& path, const LayerGraph& g, const Cluster& c);

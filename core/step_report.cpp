@@ -4,11 +4,37 @@
 
 namespace tapp {
 
+std::string failure_kind_name(FailureKind kind) {
+  switch (kind) {
+    case FailureKind::none:
+      return "";
+    case FailureKind::invalid_options:
+      return "invalid_options";
+    case FailureKind::invalid_placement:
+      return "invalid_placement";
+    case FailureKind::invalid_strategy:
+      return "invalid_strategy";
+    case FailureKind::out_of_memory:
+      return "out_of_memory";
+    case FailureKind::worker_failed:
+      return "worker_failed";
+    case FailureKind::worker_unreachable:
+      return "worker_unreachable";
+    case FailureKind::timeout:
+      return "timeout";
+    case FailureKind::no_placement:
+      return "no_placement";
+    case FailureKind::skipped:
+      return "skipped";
+  }
+  return "";
+}
+
 nlohmann::json step_report_to_json(const StepReport& r, bool with_timeline) {
   nlohmann::json j;
   j["ok"] = r.ok;
   if (!r.ok) {
-    j["failure_kind"] = r.failure_kind;
+    j["failure_kind"] = failure_kind_name(r.failure_kind);
     j["message"] = r.message;
   }
   j["source"] = r.source;

@@ -3,7 +3,8 @@
 // Owns `StepReport`, the common output of the simulator (predicted, µs
 // resolution) and the runtime (measured: median of N steps after warm-up), so
 // the two can be compared field by field and drawn by the same Gantt chart.
-// A failed evaluation is data: ok = false with a kind and a message.
+// A failed evaluation is data: ok = false with a kind (FailureKind, written to
+// JSON by its name) and a message.
 // Thread safety: plain values.
 #pragma once
 
@@ -12,6 +13,21 @@
 #include <vector>
 
 namespace tapp {
+
+// Why an evaluation failed. The names are the strings the JSON has always carried.
+enum class FailureKind {
+  none,                // ok
+  invalid_options,     // run options out of range
+  invalid_placement,   // structurally wrong for the model or cluster, or unschedulable
+  invalid_strategy,    // a data-parallel strategy the devices cannot run
+  out_of_memory,       // over a device's memory_mb
+  worker_failed,       // a worker crashed, exited or could not start
+  worker_unreachable,  // a remote worker could not be reached or was lost
+  timeout,             // a step took longer than allowed
+  no_placement,        // a planner found nothing to evaluate
+  skipped,             // a planner did not run (e.g. exhaustive over its limit); the message says why
+};
+std::string failure_kind_name(FailureKind kind);  // "invalid_placement", ...; "" for none
 
 struct DeviceStats {
   std::string device;
@@ -29,7 +45,7 @@ struct TimelineEntry {
 
 struct StepReport {
   bool ok = false;
-  std::string failure_kind;  // "invalid_placement", "out_of_memory", "worker_failed", "timeout", ...
+  FailureKind failure_kind = FailureKind::none;
   std::string message;
   std::string source;  // "simulate" | "measure"
   double step_ms = 0;  // one training batch (median over steps when measured)
@@ -39,9 +55,9 @@ struct StepReport {
   std::vector<TimelineEntry> timeline;  // of one representative step
   std::vector<std::string> warnings;  // e.g. emulation notes, an over-subscribed machine
 
-  static StepReport failure(std::string kind, std::string message, std::string source) {
+  static StepReport failure(FailureKind kind, std::string message, std::string source) {
     StepReport r;
-    r.failure_kind = std::move(kind);
+    r.failure_kind = kind;
     r.message = std::move(message);
     r.source = std::move(source);
     return r;

@@ -266,7 +266,7 @@ struct JobOutcome {
 // data parallel: one row per replica, each with every layer.
 json groups_summary(const Placement& p, const LayerGraph& g, const Cluster& c) {
   json out = json::array();
-  if (p.data_parallel) {
+  if (p.is_data_parallel()) {
     for (int r = 0; r < p.num_groups(); ++r)
       out.push_back({{"group", r},
                      {"device", c.devices.at(p.group_device[r]).name},

@@ -122,7 +122,7 @@ Placement decision_to_placement(const Decision& d, const std::vector<int>& choic
 }
 
 Decision placement_to_decision(const Placement& p, const std::vector<int>& choices, int num_groups) {
-  if (p.data_parallel) {
+  if (p.is_data_parallel()) {
     // One group per replica (as many as fit), layers spread evenly over them.
     const int R = std::max(1, std::min<int>(num_groups, p.num_groups()));
     const int L = static_cast<int>(p.layer_group.size());

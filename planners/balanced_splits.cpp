@@ -16,7 +16,8 @@ namespace tapp {
 using namespace planner_support;
 namespace {
 
-// Minimizes the largest block cost over contiguous blocks: block k = [begin_k, begin_{k+1}) with cost(k, a, b).
+// Minimizes the largest block cost over contiguous blocks: block k = [begin_k, begin_{k+1}) with cost(k, a,
+// b).
 std::vector<int> partition_min_max(int L, int S, const std::function<double(int, int, int)>& cost) {
   std::vector<std::vector<double>> best(S + 1, std::vector<double>(L + 1, kInf));
   std::vector<std::vector<int>> from(S + 1, std::vector<int>(L + 1, -1));

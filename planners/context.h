@@ -26,11 +26,11 @@ struct PlannerContext {
   const CostModel* cost = nullptr;  // estimates for the analytic planners
   int64_t batch_size = 32;
   Schedule schedule = Schedule::gpipe;
-  int micro_batches = 0;      // 0: each planner picks from micro_batch_choices()
+  int micro_batches = 0;       // 0: each planner picks from micro_batch_choices()
   int max_micro_batches = 64;  // cap on the choices
   uint64_t seed = 1;
-  int budget = 200;  // evaluations for random search and annealing
-  int64_t exhaustive_limit = 200000;  // candidates exhaustive search may enumerate
+  int budget = 200;                         // evaluations for random search and annealing
+  int64_t exhaustive_limit = 200000;        // candidates exhaustive search may enumerate
   bool exhaustive_contiguous_only = false;  // skip the every-assignment space
   const std::atomic<bool>* cancel = nullptr;
   // Powers of two up to the batch size and max_micro_batches (or just `micro_batches` when set).

@@ -22,7 +22,6 @@ namespace tapp {
 using namespace planner_support;
 namespace {
 
-
 std::vector<int> cut_positions(const PlannerContext& ctx, int max_positions) {
   const int L = num_layers(ctx);
   std::vector<int> pos;
@@ -37,7 +36,8 @@ std::vector<int> cut_positions(const PlannerContext& ctx, int max_positions) {
   for (int j = 1; j < L; ++j) {
     double f = stage_ms(ctx, d, 0, j, 1) / std::max(total, 1e-12);
     int bucket = static_cast<int>(f * (max_positions - 1));
-    int prev = static_cast<int>(stage_ms(ctx, d, 0, pos.back(), 1) / std::max(total, 1e-12) * (max_positions - 1));
+    int prev =
+        static_cast<int>(stage_ms(ctx, d, 0, pos.back(), 1) / std::max(total, 1e-12) * (max_positions - 1));
     if (bucket > prev) pos.push_back(j);
   }
   pos.push_back(L);
@@ -288,7 +288,9 @@ Result<Outcome> dynamic_programming(const PlannerContext& ctx, Evaluator& ev, in
     }
   }
   // Near-ties go to fewer micro-batches (0.01% per micro-batch).
-  auto key = [](const std::pair<double, Placement>& c) { return c.first * (1 + 1e-4 * c.second.micro_batches); };
+  auto key = [](const std::pair<double, Placement>& c) {
+    return c.first * (1 + 1e-4 * c.second.micro_batches);
+  };
   std::stable_sort(cands.begin(), cands.end(), [&](const auto& a, const auto& b) { return key(a) < key(b); });
   Best best;
   int evaluated = 0;
@@ -310,7 +312,8 @@ double pipeline_bottleneck_ms(const PlannerContext& ctx, const StagePlan& plan) 
   for (int k = 0; k < S; ++k) {
     int end = k + 1 < S ? plan.stage_begin[k + 1] : L;
     v = std::max(v, bm.stage(plan.stage_device[k], plan.stage_begin[k], end));
-    if (k > 0) v = std::max(v, bm.boundary(plan.stage_device[k - 1], plan.stage_device[k], plan.stage_begin[k]));
+    if (k > 0)
+      v = std::max(v, bm.boundary(plan.stage_device[k - 1], plan.stage_device[k], plan.stage_begin[k]));
   }
   return v;
 }

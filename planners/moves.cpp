@@ -55,7 +55,8 @@ int StageMoves::stage_end(const StagePlan& plan, int k) const {
 std::vector<int> StageMoves::unused_devices(const StagePlan& plan) const {
   std::vector<int> unused;
   for (int d = 0; d < num_devices_; ++d)
-    if (std::find(plan.stage_device.begin(), plan.stage_device.end(), d) == plan.stage_device.end()) unused.push_back(d);
+    if (std::find(plan.stage_device.begin(), plan.stage_device.end(), d) == plan.stage_device.end())
+      unused.push_back(d);
   return unused;
 }
 

@@ -43,10 +43,10 @@ StagePlan stage_plan_of_runs(const Placement& p);
 struct MoveSet {
   std::vector<int> shift_steps = {1};  // shift each boundary by +step then -step, for each step
   bool merge = true;                   // each stage into its predecessor
-  bool split = true;                   // each stage of 2+ layers at its middle, the second half on each unused device
-  bool swap = true;                    // every pair of stages' devices
-  bool relocate = true;                // each stage to each unused device
-  bool micro_batches = true;           // the previous and next micro-batch choice
+  bool split = true;          // each stage of 2+ layers at its middle, the second half on each unused device
+  bool swap = true;           // every pair of stages' devices
+  bool relocate = true;       // each stage to each unused device
+  bool micro_batches = true;  // the previous and next micro-batch choice
   // TAPP's refinement: shifts by 1, 2, 4, ... up to a quarter of the model, every move.
   static MoveSet wide(int num_layers);
   // The DP planner's polish: boundary shifts by one layer and device swaps.

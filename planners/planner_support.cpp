@@ -48,7 +48,8 @@ int num_devices(const PlannerContext& ctx) { return ctx.cluster->num_devices(); 
 bool cancelled(const PlannerContext& ctx) { return ctx.cancel && ctx.cancel->load(); }
 
 Status check_context(const PlannerContext& ctx) {
-  if (!ctx.graph || !ctx.cluster || !ctx.cost) return Status::error("planner: missing model, cluster or cost model");
+  if (!ctx.graph || !ctx.cluster || !ctx.cost)
+    return Status::error("planner: missing model, cluster or cost model");
   if (ctx.graph->layers.empty()) return Status::error("model: has no layers");
   if (ctx.cluster->devices.empty()) return Status::error("cluster.devices: must not be empty");
   if (ctx.batch_size < 1) return Status::error("batch_size: must be at least 1");
@@ -123,7 +124,10 @@ Result<Placement> best_micro_batches(const PlannerContext& ctx, PlanEstimator& e
 }
 
 BottleneckModel::BottleneckModel(const PlannerContext& c, int micro_batches, int stages)
-    : ctx(c), cut(cut_bytes_per_sample(*c.graph)), mem(*c.graph), m(micro_batches),
+    : ctx(c),
+      cut(cut_bytes_per_sample(*c.graph)),
+      mem(*c.graph),
+      m(micro_batches),
       samples(micro_batch_samples(c, micro_batches)),
       in_flight(micro_batches_in_flight(c.schedule, micro_batches, stages > 0 ? stages : num_devices(c))) {}
 

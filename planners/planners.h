@@ -9,10 +9,10 @@
 //   -> planner (cost-model estimates; search planners spend an Evaluator budget)
 //   -> Placement (never over a device's memory: check_memory) or an error saying
 //      why none fits -> Evaluator -> StepReport.
-// Data parallel (BSP) is not a pipeline: its Placement has data_parallel set
-// (every layer in group 0, group_device = the replicas); the SimulatorEvaluator
-// costs it with simulate_data_parallel and the runtime runs it as "bsp" on the
-// replicas. run_planners takes a hook to run the baselines' strategies.
+// Data parallel (BSP, HOGWILD) is not a pipeline: its Placement has a
+// data-parallel mode (every layer in group 0, group_device = the replicas); the
+// SimulatorEvaluator costs it with simulate_data_parallel and the runtime runs
+// it as that mode's strategy on the replicas. run_planners takes a hook to run the baselines' strategies.
 // Files, one per family: single_and_replicas.cpp, balanced_splits.cpp,
 // dynamic_programming.cpp (with exhaustive), stochastic_search.cpp (random,
 // annealing), baseline_table.cpp (by name, the table); moves.h is the one
@@ -54,12 +54,12 @@ Result<StagePlan> dp_min_bottleneck(const PlannerContext& ctx, int micro_batches
 Result<StagePlan> exhaustive_min_bottleneck(const PlannerContext& ctx, int micro_batches, int stages = 0);
 
 // ---- Planners ----
-Result<Placement> plan_single_device(const PlannerContext& ctx);   // the fastest device that fits
-Result<Placement> plan_data_parallel(const PlannerContext& ctx);   // BSP marker over the replicas
-Result<Placement> plan_hogwild(const PlannerContext& ctx);         // HOGWILD marker (local devices)
-Result<Placement> plan_uniform(const PlannerContext& ctx);         // equal layer counts per device
-Result<Placement> plan_param_balanced(const PlannerContext& ctx);  // DeepSpeed "parameters"
-Result<Placement> plan_balance_by_time(const PlannerContext& ctx); // torchgpipe balance_by_time
+Result<Placement> plan_single_device(const PlannerContext& ctx);    // the fastest device that fits
+Result<Placement> plan_data_parallel(const PlannerContext& ctx);    // BSP marker over the replicas
+Result<Placement> plan_hogwild(const PlannerContext& ctx);          // HOGWILD marker (local devices)
+Result<Placement> plan_uniform(const PlannerContext& ctx);          // equal layer counts per device
+Result<Placement> plan_param_balanced(const PlannerContext& ctx);   // DeepSpeed "parameters"
+Result<Placement> plan_balance_by_time(const PlannerContext& ctx);  // torchgpipe balance_by_time
 // PipeDream / Pipe-Torch style: for every micro-batch count and stage count the
 // DP's best plan, polished by a local search on the cost model's simulation
 // (boundary moves, device swaps) and ranked by it; the best `verify` are evaluated.
@@ -81,13 +81,14 @@ Result<Placement> run_planner(const std::string& name, const PlannerContext& ctx
 // contiguous plans (random stage count, cuts, devices, micro-batches from the
 // context's choices) and, for a `noncontiguous_fraction` of them, random
 // layer -> device runs of a few layers each. Fewer when not enough distinct ones fit.
-std::vector<Placement> random_placements(const PlannerContext& ctx, int n, double noncontiguous_fraction = 0.25);
+std::vector<Placement> random_placements(const PlannerContext& ctx, int n,
+                                         double noncontiguous_fraction = 0.25);
 
 // ---- BSP data parallel ----
-// `strategy` "bsp" (synchronous, gradients all-reduced) or "hogwild" (asynchronous,
-// lock-free updates of shared parameters on local devices, no gradient exchange).
-Placement data_parallel_placement(int num_layers, const std::vector<int>& devices, const std::string& strategy = "bsp");
-bool is_data_parallel(const Placement& p);  // p.data_parallel (HOGWILD when source is "hogwild")
+// Replicas are Placement::replicas(num_layers, devices, DataParallelMode::bsp | hogwild)
+// (core/placement.h): bsp synchronous, gradients all-reduced; hogwild asynchronous,
+// lock-free updates of shared parameters on local devices, no gradient exchange.
+bool is_data_parallel(const Placement& p);  // p.is_data_parallel()
 
 // ---- The baseline table ----
 struct PlannerRow {
@@ -101,8 +102,9 @@ struct PlannerRow {
 };
 struct PlannerRunOptions {
   std::vector<std::string> planners;  // empty: all of planner_names()
-  // Evaluates a data-parallel strategy ("bsp", "hogwild") on the evaluator's
-  // backend (the runtime's run_strategy); empty: simulate_data_parallel.
+  // Evaluates a data-parallel strategy (data_parallel_mode_name of the
+  // placement's mode: "bsp", "hogwild") on the evaluator's backend (the
+  // runtime's run_strategy); empty: simulate_data_parallel.
   std::function<StepReport(const std::string& strategy)> strategy_evaluator;
 };
 // Runs each planner and evaluates its placement with `evaluator` (search

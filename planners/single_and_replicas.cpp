@@ -27,21 +27,17 @@ Result<Placement> plan_single_device(const PlannerContext& ctx) {
   return Status::error("single: no device can hold the whole model (" + last.message() + ")");
 }
 
-Placement data_parallel_placement(int L, const std::vector<int>& devices, const std::string& strategy) {
-  Placement p = Placement::replicas(L, devices);
-  p.source = strategy;
-  return p;
-}
-
-bool is_data_parallel(const Placement& p) { return p.data_parallel; }
+bool is_data_parallel(const Placement& p) { return p.is_data_parallel(); }
 
 Result<Placement> plan_hogwild(const PlannerContext& ctx) {
   if (Status s = check_context(ctx); !s) return s;
   for (const Device& d : ctx.cluster->devices)
     if (!d.is_local())
-      return Status::error("hogwild: device '" + d.name + "' is remote; HOGWILD shares parameters in local memory");
+      return Status::error("hogwild: device '" + d.name +
+                           "' is remote; HOGWILD shares parameters in local memory");
   auto p = plan_data_parallel(ctx);
   if (!p) return Status::error("hogwild" + p.error_message().substr(3));
+  p->data_parallel = DataParallelMode::hogwild;
   p->source = "hogwild";
   return p;
 }
@@ -51,7 +47,7 @@ Result<Placement> plan_data_parallel(const PlannerContext& ctx) {
   const int D = num_devices(ctx), L = num_layers(ctx);
   std::vector<int> devices;
   for (int d = 0; d < D; ++d) devices.push_back(d);
-  Placement p = data_parallel_placement(L, devices);
+  Placement p = Placement::replicas(L, devices, DataParallelMode::bsp);
   if (Status s = check_memory(p, *ctx.graph, *ctx.cluster, ctx.batch_size); !s)
     return Status::error("bsp: every device holds a full replica, and " + s.message());
   return p;

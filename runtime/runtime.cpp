@@ -5,8 +5,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -16,9 +14,11 @@
 #include <cstring>
 #include <iostream>
 #include <optional>
+#include <numeric>
 #include <set>
 #include <sstream>
 #include <thread>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "runtime/control_channel.h"
 #include "runtime/job.h"
@@ -366,24 +366,24 @@ RunResult run_placement(const LayerGraph& graph, const Cluster& cluster, const P
   RunResult out;
   std::string why;
   if (!options_ok(options, why)) {
-    out.report = StepReport::failure("invalid_options", why, kSource);
+    out.report = StepReport::failure(FailureKind::invalid_options, why, kSource);
     return out;
   }
-  if (placement.data_parallel) {
+  if (placement.is_data_parallel()) {
     if (Status s = validate_placement(placement, graph, cluster, options.batch_size); !s) {
-      out.report = StepReport::failure("invalid_placement", s.message(), kSource);
+      out.report = StepReport::failure(FailureKind::invalid_placement, s.message(), kSource);
       return out;
     }
     return run_strategy(graph, subcluster(cluster, placement.group_device),
-                        placement.source == "hogwild" ? "hogwild" : "bsp", options);
+                        data_parallel_mode_name(placement.data_parallel), options);
   }
   auto tg = build_task_graph(graph, placement, cluster, options.batch_size);
   if (!tg) {
-    out.report = StepReport::failure("invalid_placement", tg.error_message(), kSource);
+    out.report = StepReport::failure(FailureKind::invalid_placement, tg.error_message(), kSource);
     return out;
   }
   if (Status s = check_memory(placement, graph, cluster, options.batch_size); !s) {
-    out.report = StepReport::failure("out_of_memory", s.message(), kSource);
+    out.report = StepReport::failure(FailureKind::out_of_memory, s.message(), kSource);
     return out;
   }
   Job job;
@@ -405,11 +405,12 @@ RunResult run_strategy(const LayerGraph& graph, const Cluster& cluster, const st
   RunResult out;
   std::string why;
   if (!options_ok(options, why)) {
-    out.report = StepReport::failure("invalid_options", why, kSource);
+    out.report = StepReport::failure(FailureKind::invalid_options, why, kSource);
     return out;
   }
   if (cluster.devices.empty()) {
-    out.report = StepReport::failure("invalid_placement", "devices: the cluster has no device", kSource);
+    out.report =
+        StepReport::failure(FailureKind::invalid_placement, "devices: the cluster has no device", kSource);
     return out;
   }
   const int n = static_cast<int>(graph.layers.size());
@@ -418,28 +419,32 @@ RunResult run_strategy(const LayerGraph& graph, const Cluster& cluster, const st
     return r;
   }
   if (strategy != "bsp" && strategy != "hogwild") {
-    out.report = StepReport::failure("invalid_strategy",
-                                     "strategy: unknown \"" + strategy + "\"; expected single, bsp or hogwild", kSource);
+    out.report = StepReport::failure(
+        FailureKind::invalid_strategy,
+        "strategy: unknown \"" + strategy + "\"; expected single, bsp or hogwild", kSource);
     return out;
   }
   if (options.batch_size < cluster.num_devices()) {
-    out.report = StepReport::failure("invalid_options", "batch_size: " + std::to_string(options.batch_size) +
-                                                            " is smaller than the number of devices", kSource);
+    out.report = StepReport::failure(
+        FailureKind::invalid_options,
+        "batch_size: " + std::to_string(options.batch_size) + " is smaller than the number of devices",
+        kSource);
     return out;
   }
-  // Every device holds a full replica: check each against the whole model at its share of the batch.
   for (int d = 0; d < cluster.num_devices(); ++d) {
     if (strategy == "hogwild" && !cluster.devices[d].is_local()) {
-      out.report = StepReport::failure("invalid_strategy", "devices[" + std::to_string(d) +
-                                                               "].where: hogwild needs local devices (shared memory)",
-                                       kSource);
+      out.report = StepReport::failure(
+          FailureKind::invalid_strategy,
+          "devices[" + std::to_string(d) + "].where: hogwild needs local devices (shared memory)", kSource);
       return out;
     }
-    int64_t share = (options.batch_size + cluster.num_devices() - 1) / cluster.num_devices();
-    if (Status s = check_memory(Placement::single_device(n, d), graph, cluster, share); !s) {
-      out.report = StepReport::failure("out_of_memory", s.message(), kSource);
-      return out;
-    }
+  }
+  // Every device holds a full replica at its share of the batch.
+  std::vector<int> replicas(cluster.num_devices());
+  std::iota(replicas.begin(), replicas.end(), 0);
+  if (Status s = check_memory(Placement::replicas(n, replicas), graph, cluster, options.batch_size); !s) {
+    out.report = StepReport::failure(FailureKind::out_of_memory, s.message(), kSource);
+    return out;
   }
   Job job;
   job.mode = strategy;

@@ -182,17 +182,6 @@ double CostModel::raw_ms(int device, int first, int last, int64_t samples, bool 
   return std::max(0.0, t0 + slope * (b - b0));
 }
 
-double CostModel::layer_forward_ms_per_sample(int device, int layer) const {
-  const DeviceCosts& dc = devices_[device];
-  return raw_ms(device, layer, layer, dc.batch.back(), false) / static_cast<double>(dc.batch.back()) *
-         calibration_.factor(device);
-}
-double CostModel::layer_backward_ms_per_sample(int device, int layer) const {
-  const DeviceCosts& dc = devices_[device];
-  return raw_ms(device, layer, layer, dc.batch.back(), true) / static_cast<double>(dc.batch.back()) *
-         calibration_.factor(device);
-}
-
 CostModel CostModel::with_calibration(const Calibration& calibration) const {
   CostModel m = *this;
   m.calibration_ = calibration;

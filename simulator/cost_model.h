@@ -116,9 +116,6 @@ class CostModel {
   // Output bytes per sample of layers [first, last]: the activations kept for backward.
   int64_t activation_bytes_per_sample(int first, int last) const { return act_prefix_[last + 1] - act_prefix_[first]; }
   const std::string& device_name(int device) const { return device_names_[device]; }
-  // Per-sample forward / backward ms of one layer on one device (speed and factor included).
-  double layer_forward_ms_per_sample(int device, int layer) const;
-  double layer_backward_ms_per_sample(int device, int layer) const;
 
   // A copy with other calibration factors (same libraries and cluster).
   CostModel with_calibration(const Calibration& calibration) const;

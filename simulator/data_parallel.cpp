@@ -8,11 +8,12 @@ StepReport simulate_data_parallel(const LayerGraph& g, const Cluster& c, const C
                                   const std::vector<int>& devices, bool exchange_gradients) {
   const int L = static_cast<int>(g.layers.size());
   const int R = static_cast<int>(devices.size());
-  if (R == 0) return StepReport::failure("invalid_placement", "bsp: no replicas", "simulate");
-  int64_t share = (batch_size + R - 1) / R;
-  for (int d : devices)
-    if (Status s = check_memory(Placement::single_device(L, d), g, c, share); !s)
-      return StepReport::failure("out_of_memory", "bsp: " + s.message(), "simulate");
+  if (R == 0) return StepReport::failure(FailureKind::invalid_placement, "bsp: no replicas", "simulate");
+  const int64_t share = (batch_size + R - 1) / R;
+  const Placement replicas = Placement::replicas(L, devices);
+  if (Status s = check_memory(replicas, g, c, batch_size); !s)
+    return StepReport::failure(FailureKind::out_of_memory, "bsp: " + s.message(), "simulate");
+  const std::vector<int64_t> memory = estimate_device_memory_bytes(replicas, g, c, batch_size);
   int64_t params = 0;
   for (const Layer& l : g.layers) params += l.param_bytes();
   StepReport r;
@@ -45,9 +46,7 @@ StepReport simulate_data_parallel(const LayerGraph& g, const Cluster& c, const C
     st.busy_ms = f[k] + b[k] + update;
     st.comm_ms = allreduce;
     st.idle_ms = std::max(0.0, r.step_ms - st.busy_ms - st.comm_ms);
-    int64_t act = 0;
-    for (const Layer& l : g.layers) act += l.activation_bytes();
-    st.peak_memory_bytes = 3 * params + act * share;
+    st.peak_memory_bytes = memory[devices[k]];
     busy += st.busy_ms;
     comm += st.comm_ms;
     r.timeline.push_back({devices[k], "F s0 m0", 0, f[k]});
@@ -60,7 +59,8 @@ StepReport simulate_data_parallel(const LayerGraph& g, const Cluster& c, const C
 
 StepReport simulate_data_parallel(const LayerGraph& g, const Cluster& c, const CostModel& cost, int64_t batch_size,
                                   const Placement& marker) {
-  return simulate_data_parallel(g, c, cost, batch_size, marker.group_device, marker.source != "hogwild");
+  return simulate_data_parallel(g, c, cost, batch_size, marker.group_device,
+                                marker.data_parallel != DataParallelMode::hogwild);
 }
 
 }  // namespace tapp

@@ -52,7 +52,7 @@ StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOp
   const int T = static_cast<int>(tg.tasks.size());
   const int D = tg.num_devices;
   if (D != cost.num_devices())
-    return StepReport::failure("invalid_placement",
+    return StepReport::failure(FailureKind::invalid_placement,
                                "task graph has " + std::to_string(D) + " devices, the cost model " +
                                    std::to_string(cost.num_devices()),
                                "simulate");
@@ -136,7 +136,8 @@ StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOp
   size_t compute_tasks = 0;
   for (const Task& task : tg.tasks) compute_tasks += !is_transfer(task.kind);
   if (processed != T || ordered != compute_tasks)
-    return StepReport::failure("invalid_placement", "the schedule cannot run this task graph (a cycle)", "simulate");
+    return StepReport::failure(FailureKind::invalid_placement,
+                               "the schedule cannot run this task graph (a cycle)", "simulate");
 
   StepReport r;
   r.ok = true;
@@ -244,9 +245,9 @@ Simulator::Simulator(Simulator&&) noexcept = default;
 
 StepReport Simulator::evaluate(const Placement& p, const SimulateOptions& options) {
   if (Status s = build_task_graph_into(*graph_, p, *cluster_, batch_size_, tg_); !s)
-    return StepReport::failure("invalid_placement", s.message(), "simulate");
+    return StepReport::failure(FailureKind::invalid_placement, s.message(), "simulate");
   if (Status s = check_memory(p, *graph_, *cluster_, batch_size_); !s)
-    return StepReport::failure("out_of_memory", s.message(), "simulate");
+    return StepReport::failure(FailureKind::out_of_memory, s.message(), "simulate");
   return simulate(tg_, cost_, options);
 }
 

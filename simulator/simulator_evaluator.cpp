@@ -11,15 +11,15 @@ SimulatorEvaluator::SimulatorEvaluator(LayerGraph graph, Cluster cluster, CostMo
 
 StepReport SimulatorEvaluator::evaluate(const Placement& placement) {
   ++evaluations_;
-  if (placement.data_parallel) {
+  if (placement.is_data_parallel()) {
     if (placement.group_device.empty())
-      return StepReport::failure("invalid_placement", "placement.groups: a data-parallel plan needs replicas",
-                                 "simulate");
+      return StepReport::failure(FailureKind::invalid_placement,
+                                 "placement.groups: a data-parallel plan needs replicas", "simulate");
     for (int d : placement.group_device)
       if (d < 0 || d >= cluster_->num_devices())
-        return StepReport::failure("invalid_placement",
-                                   "placement.groups: device index " + std::to_string(d) + " is not in the cluster",
-                                   "simulate");
+        return StepReport::failure(
+            FailureKind::invalid_placement,
+            "placement.groups: device index " + std::to_string(d) + " is not in the cluster", "simulate");
     StepReport r = simulate_data_parallel(*graph_, *cluster_, sim_->cost(), sim_->batch_size(), placement);
     if (!timeline) r.timeline.clear();
     return r;

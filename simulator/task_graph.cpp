@@ -305,7 +305,7 @@ std::vector<int> boundary_layers(const LayerGraph& g, const TaskGraph& tg, int f
 
 Status build_task_graph_into(const LayerGraph& g, const Placement& p, const Cluster& c, int64_t batch_size,
                              TaskGraph& tg) {
-  if (p.data_parallel)
+  if (p.is_data_parallel())
     return Status::error("placement.data_parallel: replicas are not a pipeline and have no task graph "
                          "(the simulator costs them as BSP, the runtime runs them as bsp)");
   if (Status s = validate_placement(p, g, c, batch_size); !s) return s;

@@ -154,7 +154,8 @@ int calibrate_cmd(const CalibrateArgs& a) {
       if (!a.json)
         std::cerr << progress_bar(i + 1, placements.size()) << " " << fixed(elapsed_s(), 0) << " s  "
                   << short_placement(placements[i], cluster) << "  "
-                  << (r.ok ? fixed(r.step_ms, 1) + " ms" : r.failure_kind + ": " + r.message) << "\n";
+                  << (r.ok ? fixed(r.step_ms, 1) + " ms" : failure_kind_name(r.failure_kind) + ": " + r.message)
+                  << "\n";
       if (r.ok) samples.push_back({placements[i], r});
     }
   }

@@ -44,7 +44,8 @@ std::string fixed(double v, int digits) {
 // "dev0: conv1..relu3 (7 layers) | dev1: ..." for contiguous runs of groups.
 std::string describe(const Placement& p, const LayerGraph& g, const Cluster& c) {
   if (is_data_parallel(p)) {
-    std::string s = p.source == "hogwild" ? "HOGWILD (asynchronous) over" : "data parallel (BSP) over";
+    std::string s = p.data_parallel == DataParallelMode::hogwild ? "HOGWILD (asynchronous) over"
+                                                                 : "data parallel (BSP) over";
     for (int d : p.group_device) s += " " + c.devices[d].name;
     return s;
   }
@@ -80,7 +81,8 @@ nlohmann::json row_json(const PlannerRow& row, const LayerGraph& g, const Cluste
   nlohmann::json j;
   j["planner"] = row.name;
   j["placement"] = row.placement ? placement_to_json(*row.placement, g, c) : nlohmann::json();
-  if (row.placement && is_data_parallel(*row.placement)) j["strategy"] = row.placement->source;
+  if (row.placement && is_data_parallel(*row.placement))
+    j["strategy"] = data_parallel_mode_name(row.placement->data_parallel);
   j["report"] = step_report_to_json(row.report, timeline);
   j["plan_s"] = row.plan_s;
   if (row.skipped) j["skipped"] = true;

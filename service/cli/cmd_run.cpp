@@ -89,9 +89,10 @@ int run(const RunArgs& a) {
     result = run_placement(graph, cluster, *placement, o);
     ran = *placement;
     what = "model " + graph.name + "  placement " + a.placement + "  (" +
-           (placement->data_parallel ? "data parallel, " + std::to_string(placement->num_groups()) + " replicas"
-                                     : std::to_string(placement->micro_batches) + " micro-batches, " +
-                                           schedule_name(placement->schedule)) +
+           (placement->is_data_parallel()
+                ? "data parallel, " + std::to_string(placement->num_groups()) + " replicas"
+                : std::to_string(placement->micro_batches) + " micro-batches, " +
+                      schedule_name(placement->schedule)) +
            ")";
   }
   const StepReport& r = result.report;
@@ -110,9 +111,10 @@ int run(const RunArgs& a) {
     if (efficiency) print_efficiency(*efficiency, std::cout);
   }
   if (!r.ok) {
-    std::cerr << "tapp-cli run: " << r.failure_kind << ": " << r.message << "\n";
-    bool bad_input = r.failure_kind == "invalid_placement" || r.failure_kind == "out_of_memory" ||
-                     r.failure_kind == "invalid_strategy" || r.failure_kind == "invalid_options";
+    std::cerr << "tapp-cli run: " << failure_kind_name(r.failure_kind) << ": " << r.message << "\n";
+    bool bad_input =
+        r.failure_kind == FailureKind::invalid_placement || r.failure_kind == FailureKind::out_of_memory ||
+        r.failure_kind == FailureKind::invalid_strategy || r.failure_kind == FailureKind::invalid_options;
     return bad_input ? 2 : 1;
   }
   return 0;

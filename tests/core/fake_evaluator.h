@@ -24,12 +24,12 @@ class FakeEvaluator : public Evaluator {
 
   StepReport evaluate(const Placement& p) override {
     ++evaluations_;
-    if (fail_all) return StepReport::failure("worker_failed", "fake failure", "fake");
+    if (fail_all) return StepReport::failure(FailureKind::worker_failed, "fake failure", "fake");
     std::vector<double> load(cluster_.num_devices(), 0.0);
     double cuts = 0;
     for (size_t i = 0; i < cost_.size(); ++i) {
       int d = p.device_of_layer(static_cast<int>(i));
-      if (d == forbidden_device) return StepReport::failure("out_of_memory", "forbidden device", "fake");
+      if (d == forbidden_device) return StepReport::failure(FailureKind::out_of_memory, "forbidden device", "fake");
       load[d] += cost_[i] / cluster_.devices[d].speed;
       if (i > 0 && p.device_of_layer(static_cast<int>(i - 1)) != d) cuts += 1.0;
     }

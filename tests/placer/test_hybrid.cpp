@@ -21,7 +21,7 @@ class SlowWorld : public Evaluator {
       : g_(g), c_(c), batch_(batch), sim_(g, c, std::move(cost), batch) {}
   StepReport evaluate(const Placement& p) override {
     ++evaluations_;
-    StepReport r = p.data_parallel ? simulate_data_parallel(g_, c_, sim_.cost(), batch_, p)
+    StepReport r = p.is_data_parallel() ? simulate_data_parallel(g_, c_, sim_.cost(), batch_, p)
                                    : sim_.evaluate(p, SimulateOptions{false});
     if (!r.ok) return r;
     r.step_ms *= 2;

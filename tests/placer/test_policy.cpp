@@ -192,7 +192,7 @@ TEST_CASE("a penalised placement becomes less likely through the reward") {
   StepReport fast;
   fast.ok = true;
   fast.step_ms = 10.0;
-  StepReport failed = StepReport::failure("out_of_memory", "too big", "fake");
+  StepReport failed = StepReport::failure(FailureKind::out_of_memory, "too big", "fake");
   CHECK(rf.reward(fast) == doctest::Approx(-1.0));
   CHECK(rf.reward(failed) == doctest::Approx(ReinforceConfig{}.failure_reward));
   double before = policy.log_prob(b);
@@ -489,7 +489,7 @@ TEST_CASE("data parallelism is the choice one past the micro-batch counts: a rep
   d.group_device = {1, 3, 0};
   d.micro_batch_index = 3;  // choices {1, 2, 4}: index 3 = data parallel
   Placement p = decision_to_placement(d, {1, 2, 4}, Schedule::gpipe);
-  CHECK(p.data_parallel);
+  CHECK(p.is_data_parallel());
   CHECK(p.group_device == std::vector<int>{1, 0});  // groups 0 and 2, in group order; group 1 is empty
   CHECK(p.layer_group == std::vector<int>(5, 0));
   CHECK(p.micro_batches == 1);
@@ -519,7 +519,7 @@ TEST_CASE("data parallelism is the choice one past the micro-batch counts: a rep
   Decision back = placement_to_decision(Placement::replicas(static_cast<int>(g.layers.size()), {2, 0}),
                                         c.micro_batch_choices, 3);
   Placement again = decision_to_placement(back, c.micro_batch_choices, Schedule::gpipe);
-  CHECK(again.data_parallel);
+  CHECK(again.is_data_parallel());
   CHECK(again.group_device == std::vector<int>{2, 0});
 }
 
@@ -531,7 +531,7 @@ class ReplicasWinEvaluator : public FakeEvaluator {
   ReplicasWinEvaluator(std::vector<double> cost, Cluster c) : FakeEvaluator(cost, c), cost_(std::move(cost)) {}
   int data_parallel_calls = 0;
   StepReport evaluate(const Placement& p) override {
-    if (!p.data_parallel) return FakeEvaluator::evaluate(p);
+    if (!p.is_data_parallel()) return FakeEvaluator::evaluate(p);
     ++evaluations_;
     ++data_parallel_calls;
     StepReport r;
@@ -563,7 +563,7 @@ TEST_CASE("the search finds data parallelism when replicas beat every pipeline, 
   ReplicasWinEvaluator ev(cost, equal_cluster(4));
   SearchResult r = search(g, equal_cluster(4), ev, o, nullptr);
   REQUIRE(r.found);
-  CHECK(r.best.data_parallel);
+  CHECK(r.best.is_data_parallel());
   CHECK(r.best.group_device.size() == 4);
   CHECK(r.best_report.step_ms == doctest::Approx(0.6 * 12 / 4));
 
@@ -572,7 +572,7 @@ TEST_CASE("the search finds data parallelism when replicas beat every pipeline, 
   ReplicasWinEvaluator pipelines_only(cost, equal_cluster(4));
   SearchResult p = search(g, equal_cluster(4), pipelines_only, o, nullptr);
   REQUIRE(p.found);
-  CHECK_FALSE(p.best.data_parallel);
+  CHECK_FALSE(p.best.is_data_parallel());
   CHECK(pipelines_only.data_parallel_calls == 0);
 }
 
@@ -588,7 +588,7 @@ TEST_CASE("refinement adds replicas: from a policy that only saw 2 devices repli
   REQUIRE(r.found);
   REQUIRE(r.policy_found);
   REQUIRE(r.policy_best_report.step_ms > 0.6 * 12 / 4);  // the policy alone did not get there
-  CHECK(r.best.data_parallel);
+  CHECK(r.best.is_data_parallel());
   CHECK(r.best.group_device.size() == 4);
   CHECK(r.best.source == "policy+refine");
 }

@@ -15,7 +15,8 @@ namespace {
 // Stages non-empty and in layer order from layer 0, one device each in the
 // cluster, micro-batches among the choices.
 bool is_valid(const StagePlan& p, const StageMoves& m) {
-  if (p.stage_begin.empty() || p.stage_begin.size() != p.stage_device.size() || p.stage_begin[0] != 0) return false;
+  if (p.stage_begin.empty() || p.stage_begin.size() != p.stage_device.size() || p.stage_begin[0] != 0)
+    return false;
   for (int k = 1; k < p.num_stages(); ++k)
     if (p.stage_begin[k] <= p.stage_begin[k - 1]) return false;
   if (p.stage_begin.back() >= m.num_layers()) return false;
@@ -39,7 +40,8 @@ StagePlan plan(std::vector<int> begin, std::vector<int> device, int micro_batche
 
 bool contains(const std::vector<StagePlan>& v, const StagePlan& p) {
   return std::any_of(v.begin(), v.end(), [&](const StagePlan& q) {
-    return q.stage_begin == p.stage_begin && q.stage_device == p.stage_device && q.micro_batches == p.micro_batches;
+    return q.stage_begin == p.stage_begin && q.stage_device == p.stage_device &&
+           q.micro_batches == p.micro_batches;
   });
 }
 
@@ -68,28 +70,29 @@ TEST_CASE("every neighbour of a random plan is a valid pipeline on distinct devi
     }
 }
 
-TEST_CASE("the neighbours of a pipeline are its shifts, merges, splits, swaps, relocations and micro-batch steps") {
+TEST_CASE(
+    "the neighbours of a pipeline are its shifts, merges, splits, swaps, relocations and micro-batch steps") {
   // 8 layers, stages [0,3) [3,6) [6,8) on devices 2, 0, 1; devices 3 and 4 unused.
   const StageMoves moves(8, 5, {1, 2, 4});
   const StagePlan p = plan({0, 3, 6}, {2, 0, 1}, 2);
-  const auto all = moves.neighbours(p, MoveSet::wide(8));  // shift steps 1 and 2
-  CHECK(contains(all, plan({0, 4, 6}, {2, 0, 1}, 2)));     // boundary 1 by +1
-  CHECK(contains(all, plan({0, 2, 6}, {2, 0, 1}, 2)));     // boundary 1 by -1
-  CHECK(contains(all, plan({0, 1, 6}, {2, 0, 1}, 2)));     // boundary 1 by -2
-  CHECK(contains(all, plan({0, 3, 7}, {2, 0, 1}, 2)));     // boundary 2 by +1
-  CHECK(contains(all, plan({0, 3, 4}, {2, 0, 1}, 2)));     // boundary 2 by -2
-  CHECK(contains(all, plan({0, 5, 6}, {2, 0, 1}, 2)));     // boundary 1 by +2
+  const auto all = moves.neighbours(p, MoveSet::wide(8));     // shift steps 1 and 2
+  CHECK(contains(all, plan({0, 4, 6}, {2, 0, 1}, 2)));        // boundary 1 by +1
+  CHECK(contains(all, plan({0, 2, 6}, {2, 0, 1}, 2)));        // boundary 1 by -1
+  CHECK(contains(all, plan({0, 1, 6}, {2, 0, 1}, 2)));        // boundary 1 by -2
+  CHECK(contains(all, plan({0, 3, 7}, {2, 0, 1}, 2)));        // boundary 2 by +1
+  CHECK(contains(all, plan({0, 3, 4}, {2, 0, 1}, 2)));        // boundary 2 by -2
+  CHECK(contains(all, plan({0, 5, 6}, {2, 0, 1}, 2)));        // boundary 1 by +2
   CHECK_FALSE(contains(all, plan({0, 3, 8}, {2, 0, 1}, 2)));  // boundary 2 by +2 would empty the last stage
-  CHECK(contains(all, plan({0, 6}, {2, 1}, 2)));           // merge stage 1 into stage 0
-  CHECK(contains(all, plan({0, 3}, {2, 0}, 2)));           // merge stage 2 into stage 1
+  CHECK(contains(all, plan({0, 6}, {2, 1}, 2)));              // merge stage 1 into stage 0
+  CHECK(contains(all, plan({0, 3}, {2, 0}, 2)));              // merge stage 2 into stage 1
   CHECK(contains(all, plan({0, 1, 3, 6}, {2, 3, 0, 1}, 2)));  // split stage 0 at its middle onto device 3
   CHECK(contains(all, plan({0, 3, 4, 6}, {2, 0, 4, 1}, 2)));  // split stage 1 onto device 4
   CHECK(contains(all, plan({0, 3, 6, 7}, {2, 0, 1, 3}, 2)));  // split stage 2 onto device 3
-  CHECK(contains(all, plan({0, 3, 6}, {0, 2, 1}, 2)));     // swap stages 0 and 1
-  CHECK(contains(all, plan({0, 3, 6}, {1, 0, 2}, 2)));     // swap stages 0 and 2
-  CHECK(contains(all, plan({0, 3, 6}, {2, 4, 1}, 2)));     // stage 1 to unused device 4
-  CHECK(contains(all, plan({0, 3, 6}, {2, 0, 1}, 1)));     // fewer micro-batches
-  CHECK(contains(all, plan({0, 3, 6}, {2, 0, 1}, 4)));     // more micro-batches
+  CHECK(contains(all, plan({0, 3, 6}, {0, 2, 1}, 2)));        // swap stages 0 and 1
+  CHECK(contains(all, plan({0, 3, 6}, {1, 0, 2}, 2)));        // swap stages 0 and 2
+  CHECK(contains(all, plan({0, 3, 6}, {2, 4, 1}, 2)));        // stage 1 to unused device 4
+  CHECK(contains(all, plan({0, 3, 6}, {2, 0, 1}, 1)));        // fewer micro-batches
+  CHECK(contains(all, plan({0, 3, 6}, {2, 0, 1}, 4)));        // more micro-batches
   // Counts: shifts (+1,-1,+2,-2 at two boundaries, one of which empties a stage: +2 at boundary 2),
   // 2 merges, 3 stages x 2 unused devices of splits, 3 swaps, 3 x 2 relocations, 2 micro-batch steps.
   CHECK(all.size() == 7 + 2 + 6 + 3 + 6 + 2);
@@ -113,7 +116,8 @@ TEST_CASE("random neighbours draw every kind of move") {
     } else if (q.stage_begin != p.stage_begin) {
       shifted = true;
     } else {
-      std::set<int> before(p.stage_device.begin(), p.stage_device.end()), after(q.stage_device.begin(), q.stage_device.end());
+      std::set<int> before(p.stage_device.begin(), p.stage_device.end()),
+          after(q.stage_device.begin(), q.stage_device.end());
       (before == after ? swapped : relocated) = true;
     }
   }
@@ -125,7 +129,8 @@ TEST_CASE("random neighbours draw every kind of move") {
   CHECK(stepped);
 }
 
-TEST_CASE("a plan with no applicable move comes back unchanged, and a count outside the choices gets no step") {
+TEST_CASE(
+    "a plan with no applicable move comes back unchanged, and a count outside the choices gets no step") {
   const StageMoves moves(1, 1, {1, 2});
   const StagePlan one = plan({0}, {0}, 1);
   std::mt19937_64 rng(1);

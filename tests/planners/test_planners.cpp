@@ -356,11 +356,11 @@ TEST_CASE("a data-parallel placement: JSON round trip, memory per replica at its
   CHECK(j["data_parallel"] == true);
   auto back = placement_from_json(j, s.g, s.c);
   REQUIRE(back.is_ok());
-  CHECK(back->data_parallel);
+  CHECK(back->is_data_parallel());
   CHECK(back->group_device == std::vector<int>{2, 0});
   CHECK(back->source == "policy");
   j.erase("data_parallel");
-  CHECK_FALSE(placement_from_json(j, s.g, s.c)->data_parallel);
+  CHECK_FALSE(placement_from_json(j, s.g, s.c)->is_data_parallel());
 
   // Each replica holds the whole model at its share of the batch; the third device nothing.
   auto bytes = estimate_device_memory_bytes(p, s.g, s.c, 8);

@@ -203,7 +203,7 @@ void check_pipeline_equals_single(const LayerGraph& g, int devices, const std::v
                                   int micro_batches, Schedule s) {
   RunOptions o = test_options();
   RunResult r = run_placement(g, local_cluster(devices), by_device(layer_device, micro_batches, s), o);
-  INFO(r.report.failure_kind << ": " << r.report.message);
+  INFO(failure_kind_name(r.report.failure_kind) << ": " << r.report.message);
   REQUIRE(r.report.ok);
   CHECK(r.report.source == "measure");
   CHECK(r.report.step_samples_ms.size() == static_cast<size_t>(o.steps));
@@ -325,7 +325,7 @@ TEST_CASE("a data-parallel placement trains like one device on its replicas only
   check_no_orphans(r);
   Placement twice = Placement::replicas(static_cast<int>(g.layers.size()), {1, 1});
   StepReport bad = measure_placement(g, c, twice, o);
-  CHECK(bad.failure_kind == "invalid_placement");
+  CHECK(bad.failure_kind == FailureKind::invalid_placement);
   CHECK(bad.message.find("placement.groups[1]") != std::string::npos);
 }
 
@@ -339,7 +339,7 @@ TEST_CASE("a non-contiguous placement runs on remote tapp-worker processes over 
   LayerGraph g = branch_model();
   RunOptions o = test_options();
   RunResult r = run_placement(g, c, by_device({0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1}, 3, Schedule::one_f_one_b), o);
-  INFO(r.report.failure_kind << ": " << r.report.message);
+  INFO(failure_kind_name(r.report.failure_kind) << ": " << r.report.message);
   REQUIRE(r.report.ok);
   CHECK(r.local_worker_pids.empty());
   check_same_parameters(r.layer_parameters, reference_parameters(g, o), g);
@@ -354,7 +354,7 @@ TEST_CASE("a worker that exits mid-run gives worker_failed and leaves no orphan 
   o.fault_mode = "exit";
   RunResult r = run_placement(chain_model(), local_cluster(3), by_device({0, 0, 1, 1, 2, 2, 2}, 2, Schedule::gpipe), o);
   CHECK_FALSE(r.report.ok);
-  CHECK(r.report.failure_kind == "worker_failed");
+  CHECK(r.report.failure_kind == FailureKind::worker_failed);
   CHECK(r.report.message.find("device 'd1'") != std::string::npos);
   CHECK(r.report.message.find("exited with code 3") != std::string::npos);
   check_no_orphans(r);
@@ -370,7 +370,7 @@ TEST_CASE("a worker that hangs gives a timeout error within the timeout and leav
   RunResult r = run_placement(chain_model(), local_cluster(2), by_device({0, 0, 0, 1, 1, 1, 1}, 2, Schedule::gpipe), o);
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   CHECK_FALSE(r.report.ok);
-  CHECK(r.report.failure_kind == "timeout");
+  CHECK(r.report.failure_kind == FailureKind::timeout);
   CHECK(r.report.message.find("no progress") != std::string::npos);
   CHECK(s < 60);  // bounded by the timeout, not by the hang
   check_no_orphans(r);
@@ -384,7 +384,7 @@ TEST_CASE("a placement over a device's memory is rejected with the sizes before 
   c.devices[1].memory_mb = 1;
   RunResult r = run_placement(g, c, by_device({0, 0, 1, 1, 1, 1, 1}, 2, Schedule::gpipe), test_options());
   CHECK_FALSE(r.report.ok);
-  CHECK(r.report.failure_kind == "out_of_memory");
+  CHECK(r.report.failure_kind == FailureKind::out_of_memory);
   CHECK(r.report.message.find("device 'd1' needs") != std::string::npos);
   CHECK(r.report.message.find("memory_mb 1") != std::string::npos);
   CHECK(r.local_worker_pids.empty());
@@ -396,7 +396,7 @@ TEST_CASE("a malformed placement or cluster names the field") {
   Placement p = by_device({0, 0, 0, 1, 1, 1, 1}, 2, Schedule::gpipe);
   p.group_device[1] = 5;
   RunResult r = run_placement(g, c, p, test_options());
-  CHECK(r.report.failure_kind == "invalid_placement");
+  CHECK(r.report.failure_kind == FailureKind::invalid_placement);
   CHECK(r.report.message.find("placement.groups[1]") != std::string::npos);
 
   Placement many = by_device({0, 0, 0, 1, 1, 1, 1}, 50, Schedule::gpipe);
@@ -420,7 +420,7 @@ TEST_CASE("an unreachable remote worker gives a clear error naming host:port") {
   c.devices[1].where = "127.0.0.1:" + std::to_string(port);
   RunResult r = run_placement(chain_model(), c, by_device({0, 0, 0, 1, 1, 1, 1}, 2, Schedule::gpipe), test_options());
   CHECK_FALSE(r.report.ok);
-  CHECK(r.report.failure_kind == "worker_unreachable");
+  CHECK(r.report.failure_kind == FailureKind::worker_unreachable);
   CHECK(r.report.message.find("127.0.0.1:" + std::to_string(port)) != std::string::npos);
   CHECK(r.report.message.find("device 'd1'") != std::string::npos);
 }
@@ -454,7 +454,7 @@ TEST_CASE("the measure evaluator scores a placement on the runtime and counts ev
   CHECK(eval.evaluations() == 1);
   StepReport bad = eval.evaluate(by_device({0, 0, 0, 0, 1, 1, 1}, 99, Schedule::gpipe));
   CHECK_FALSE(bad.ok);
-  CHECK(bad.failure_kind == "invalid_placement");
+  CHECK(bad.failure_kind == FailureKind::invalid_placement);
   CHECK(eval.evaluations() == 2);
 }
 
@@ -555,7 +555,7 @@ TEST_CASE("a worker killed with SIGKILL mid-run gives worker_failed naming the s
   RunResult r = run_placement(chain_model(), local_cluster(2), by_device({0, 0, 0, 1, 1, 1, 1}, 2, Schedule::gpipe), o);
   killer.join();
   CHECK_FALSE(r.report.ok);
-  CHECK(r.report.failure_kind == "worker_failed");
+  CHECK(r.report.failure_kind == FailureKind::worker_failed);
   CHECK(r.report.message.find("worker 1 (device 'd1') was killed by signal 9") != std::string::npos);
   check_no_orphans(r);
 }

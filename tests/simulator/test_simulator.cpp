@@ -216,12 +216,12 @@ TEST_CASE("invalid placements come back as failures, never exceptions") {
   Placement wrong_size = by_device({0, 1}, 1);
   StepReport r = sim.evaluate(wrong_size);
   CHECK_FALSE(r.ok);
-  CHECK(r.failure_kind == "invalid_placement");
+  CHECK(r.failure_kind == FailureKind::invalid_placement);
   CHECK(r.message.find("3 layers") != std::string::npos);
   Placement bad_device = by_device({0, 1, 5}, 1);
-  CHECK(sim.evaluate(bad_device).failure_kind == "invalid_placement");
+  CHECK(sim.evaluate(bad_device).failure_kind == FailureKind::invalid_placement);
   Placement too_many_micro_batches = by_device({0, 1, 1}, 9);
-  CHECK(sim.evaluate(too_many_micro_batches).failure_kind == "invalid_placement");
+  CHECK(sim.evaluate(too_many_micro_batches).failure_kind == FailureKind::invalid_placement);
 }
 
 TEST_CASE("a placement over a device's memory is an out_of_memory failure naming the device") {
@@ -240,7 +240,7 @@ TEST_CASE("a placement over a device's memory is an out_of_memory failure naming
   CHECK(fits.ok);
   StepReport over = run(g, c, lib, by_device({0, 0, 1}, 1), 4);
   CHECK_FALSE(over.ok);
-  CHECK(over.failure_kind == "out_of_memory");
+  CHECK(over.failure_kind == FailureKind::out_of_memory);
   CHECK(over.message.find("d1") != std::string::npos);
 }
 
