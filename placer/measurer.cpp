@@ -13,7 +13,8 @@ std::string placement_key(const Placement& p) {
   k += '|';
   for (int d : p.group_device) k += std::to_string(d) + ',';
   k += '|' + std::to_string(p.micro_batches) + schedule_name(p.schedule);
-  if (p.data_parallel) k += "|dp";
+  if (p.is_data_parallel())
+    k += p.data_parallel == DataParallelMode::bsp ? "|dp" : "|" + data_parallel_mode_name(p.data_parallel);
   return k;
 }
 
@@ -38,15 +39,15 @@ const StepReport& Measurer::measure(const Placement& p, int iteration) {
 
 StepReport Measurer::check_and_evaluate(const Placement& p) {
   if (Status st = validate_placement(p, graph_, cluster_, batch_size_); !st)
-    return StepReport::failure("invalid_placement", st.message(), evaluator_.name());
+    return StepReport::failure(FailureKind::invalid_placement, st.message(), evaluator_.name());
   if (Status mem = check_memory(p, graph_, cluster_, batch_size_); !mem)
-    return StepReport::failure("out_of_memory", mem.message(), evaluator_.name());
+    return StepReport::failure(FailureKind::out_of_memory, mem.message(), evaluator_.name());
   return evaluator_.evaluate(p);
 }
 
 void Measurer::keep_if_best(const Placement& p, const StepReport& r, int iteration) {
   if (!r.ok) return;
-  if (!p.data_parallel && (!best_pipeline_ || r.step_ms < best_pipeline_->second)) best_pipeline_.emplace(p, r.step_ms);
+  if (!p.is_data_parallel() && (!best_pipeline_ || r.step_ms < best_pipeline_->second)) best_pipeline_.emplace(p, r.step_ms);
   if (best_ && r.step_ms >= best_->second.step_ms) return;
   best_.emplace(p, r);
   last_improvement_ = iteration;

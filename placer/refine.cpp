@@ -19,7 +19,7 @@ std::vector<Placement> replica_neighbours(const Placement& p, int num_devices) {
   std::vector<bool> used(num_devices, false);
   for (int d : p.group_device) used[d] = true;
   auto with = [&](std::vector<int> devices) {
-    Placement q = Placement::replicas(L, devices);
+    Placement q = Placement::replicas(L, devices, p.data_parallel);
     q.source = p.source;
     out.push_back(std::move(q));
   };
@@ -45,7 +45,7 @@ std::vector<Placement> replica_neighbours(const Placement& p, int num_devices) {
 }  // namespace
 
 std::vector<Placement> neighbours(const Placement& p, int num_devices, const std::vector<int>& choices) {
-  if (p.data_parallel) return replica_neighbours(p, num_devices);
+  if (p.is_data_parallel()) return replica_neighbours(p, num_devices);
   const int L = static_cast<int>(p.layer_group.size());
   const StageMoves moves(L, num_devices, choices);
   std::vector<Placement> out;
@@ -65,7 +65,7 @@ class IteratedLocalSearch {
 
   void run() {
     // A data-parallel best is climbed among replica sets first (few moves).
-    if (m_.best().data_parallel) climb(m_.best(), m_.best_report().step_ms);
+    if (m_.best().is_data_parallel()) climb(m_.best(), m_.best_report().step_ms);
     if (m_.best_pipeline()) climb(m_.best_pipeline()->first, m_.best_pipeline()->second);
     while (!spent()) {
       Placement kicked = kick(m_.best_pipeline() ? m_.best_pipeline()->first : m_.best());

@@ -48,7 +48,7 @@ PlannerRow evaluated_row(const std::string& name, const Result<Outcome>& o, cons
   PlannerRow row;
   row.name = name;
   if (!o) {
-    row.report = StepReport::failure("no_placement", o.error_message(), evaluator.name());
+    row.report = StepReport::failure(FailureKind::no_placement, o.error_message(), evaluator.name());
     return row;
   }
   row.placement = o->placement;
@@ -103,7 +103,7 @@ std::vector<PlannerRow> run_planners(const PlannerContext& ctx, Evaluator& evalu
       c.exhaustive_limit = std::min<int64_t>(c.exhaustive_limit, c.budget);
     if (std::optional<std::string> skip = name == "exhaustive" ? exhaustive_skip_reason(c) : std::nullopt) {
       row.skipped = true;
-      row.report = StepReport::failure("skipped", *skip, evaluator.name());
+      row.report = StepReport::failure(FailureKind::skipped, *skip, evaluator.name());
     } else {
       row = evaluated_row(name, run_outcome(name, c, evaluator), ctx, evaluator, options);
     }

@@ -127,7 +127,7 @@ StepReport measure(const std::vector<WorkerReport>& reports, const Cluster& clus
 
 // A run that did not produce a measurement: StepReport::failure's kind and message.
 struct RunFailure {
-  std::string kind;
+  FailureKind kind;
   std::string message;
 };
 
@@ -216,9 +216,9 @@ std::optional<RunFailure> wait_for_workers(WorkerGroup& workers, ControlChannel&
     for (int r : workers.poll()) {
       const WorkerProcess& w = workers.worker(r);
       if (w.lost_connection)
-        return RunFailure{"worker_failed", "lost the connection to remote worker " + std::to_string(r) +
+        return RunFailure{FailureKind::worker_failed, "lost the connection to remote worker " + std::to_string(r) +
                                                " (device '" + w.device + "' at " + w.where + ")"};
-      if (w.exit_code != 0 || !channel.is_done(r)) return RunFailure{"worker_failed", describe_failures(workers, channel)};
+      if (w.exit_code != 0 || !channel.is_done(r)) return RunFailure{FailureKind::worker_failed, describe_failures(workers, channel)};
     }
     if (all_done) return std::nullopt;
     for (int r = 0; r < world; ++r) {
@@ -230,7 +230,7 @@ std::optional<RunFailure> wait_for_workers(WorkerGroup& workers, ControlChannel&
     }
     if (seconds_since(last_progress) > o.timeout_s) {
       int slow = static_cast<int>(std::min_element(progress.begin(), progress.end()) - progress.begin());
-      return RunFailure{"timeout", "no progress from the workers for " + fmt(o.timeout_s) + " s (worker " +
+      return RunFailure{FailureKind::timeout, "no progress from the workers for " + fmt(o.timeout_s) + " s (worker " +
                                        std::to_string(slow) + ", device '" + workers.worker(slow).device +
                                        "', finished " + std::to_string(progress[slow]) + " of " +
                                        std::to_string(total_steps) + " steps); all workers were stopped"};
@@ -269,47 +269,47 @@ RunResult execute(Job job, const std::vector<int>& rank_device, const Cluster& o
   RunResult out;
   const RunOptions& o = job.options;
   const std::vector<std::string> warnings = emulation_warnings(job.cluster, o, job.mode != "hogwild");
-  auto fail = [&](const std::string& kind, const std::string& msg) {
+  auto fail = [&](FailureKind kind, const std::string& msg) {
     out.report = StepReport::failure(kind, msg, kSource);
     out.report.warnings = warnings;
     return out;
   };
   const std::string binary = worker_binary(o);
   if (any_local(job.cluster) && access(binary.c_str(), X_OK) != 0)
-    return fail("worker_failed", "worker binary '" + binary + "' not found or not executable (RunOptions.worker_binary)");
+    return fail(FailureKind::worker_failed, "worker binary '" + binary + "' not found or not executable (RunOptions.worker_binary)");
   auto store = host_store(o.timeout_s);
-  if (!store) return fail("worker_failed", store.error_message());
+  if (!store) return fail(FailureKind::worker_failed, store.error_message());
   const int store_port = (*store)->getPort();
   ControlChannel channel(**store);
   HogwildSegment shared_parameters;
   if (job.mode == "hogwild") {
-    if (Status s = shared_parameters.create(job.graph.total_params()); !s) return fail("worker_failed", s.message());
+    if (Status s = shared_parameters.create(job.graph.total_params()); !s) return fail(FailureKind::worker_failed, s.message());
     job.shm_name = shared_parameters.name();
   }
 
   WorkerGroup workers(job.cluster);
   // Remote workers first: an unreachable one fails before any worker starts.
-  if (Status s = workers.connect_remotes(std::min(o.timeout_s, 10.0)); !s) return fail("worker_unreachable", s.message());
+  if (Status s = workers.connect_remotes(std::min(o.timeout_s, 10.0)); !s) return fail(FailureKind::worker_unreachable, s.message());
   job.gloo_hosts = workers.gloo_hosts();
   try {
     channel.publish_job(job);
   } catch (const std::exception& e) {
-    return fail("worker_failed", std::string("cannot publish the job: ") + e.what());
+    return fail(FailureKind::worker_failed, std::string("cannot publish the job: ") + e.what());
   }
   const Status spawned = workers.spawn_locals(binary, store_port);
   out.local_worker_pids = workers.local_pids();
-  if (!spawned) return fail("worker_failed", spawned.message());
-  if (Status s = workers.start_remotes(store_port); !s) return fail("worker_unreachable", s.message());
+  if (!spawned) return fail(FailureKind::worker_failed, spawned.message());
+  if (Status s = workers.start_remotes(store_port); !s) return fail(FailureKind::worker_unreachable, s.message());
   if (o.on_started) o.on_started(out.local_worker_pids);
 
   try {
     if (auto failure = wait_for_workers(workers, channel, o)) return fail(failure->kind, failure->message);
     std::vector<WorkerReport> reports;
-    if (Status s = collect(channel, job, reports, out); !s) return fail("worker_failed", "coordinator: " + s.message());
+    if (Status s = collect(channel, job, reports, out); !s) return fail(FailureKind::worker_failed, "coordinator: " + s.message());
     out.report = measure(reports, original, rank_device);
     out.report.warnings = warnings;
   } catch (const std::exception& e) {
-    return fail("worker_failed", std::string("coordinator: ") + e.what());
+    return fail(FailureKind::worker_failed, std::string("coordinator: ") + e.what());
   }
   // Workers exit on their own after "done"; give them a moment (the group kills the rest).
   workers.wait_for_exit(Clock::now() + std::chrono::seconds(5));

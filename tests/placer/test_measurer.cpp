@@ -66,13 +66,13 @@ TEST_CASE("the measurer keeps the best, traces each improvement and counts failu
   Placement bad = two_stages(0, 7);  // no device 7: invalid before any evaluation
   const StepReport& r = m.measure(bad, 4);
   CHECK_FALSE(r.ok);
-  CHECK(r.failure_kind == "invalid_placement");
+  CHECK(r.failure_kind == FailureKind::invalid_placement);
   CHECK(m.failures() == 1);
   CHECK(m.evaluations() == 3);
   CHECK(ev.evaluations() == 2);
   c.devices[0].memory_mb = 0;
   Measurer tight(g, c, ev, 8);
-  CHECK(tight.measure(two_stages(0, 1), 1).failure_kind == "out_of_memory");
+  CHECK(tight.measure(two_stages(0, 1), 1).failure_kind == FailureKind::out_of_memory);
   CHECK(tight.failures() == 1);
   CHECK(ev.evaluations() == 2);
 }

@@ -299,7 +299,7 @@ TEST_CASE("exhaustive search over a space larger than its limit is a skipped row
   REQUIRE(rows.size() == 2);
   CHECK(rows[0].skipped);
   CHECK_FALSE(rows[0].report.ok);
-  CHECK(rows[0].report.failure_kind == "skipped");
+  CHECK(rows[0].report.failure_kind == FailureKind::skipped);
   CHECK(rows[0].report.message == "10 candidates > limit 5");
   CHECK_FALSE(rows[0].placement.has_value());
   CHECK_FALSE(rows[1].skipped);

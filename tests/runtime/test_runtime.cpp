@@ -606,7 +606,7 @@ TEST_CASE("a HOGWILD run whose shared segment cannot be sized fails with worker_
   setrlimit(RLIMIT_FSIZE, &saved);
   signal(SIGXFSZ, old_handler);
   CHECK_FALSE(r.report.ok);
-  CHECK(r.report.failure_kind == "worker_failed");
+  CHECK(r.report.failure_kind == FailureKind::worker_failed);
   CHECK(r.report.message.find("shared parameters") != std::string::npos);
   CHECK(hogwild_segments() == 0);
   CHECK(child_pids() == children_before);
