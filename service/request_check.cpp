@@ -98,19 +98,6 @@ FieldError field_error_from(const Status& status, const std::string& fallback_fi
 
 int64_t training_state_bytes(int64_t params) { return sat_mul(sat_mul(params, 4), 3); }
 
-FieldError field_error_from_status(const std::string& message, int http_status) {
-  FieldError e{http_status, message, "body"};
-  auto colon = message.find(": ");
-  if (colon != std::string::npos && colon > 0) {
-    std::string field = message.substr(0, colon);
-    bool plain = field.find_first_not_of(
-                     "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.[]-") == std::string::npos;
-    if (plain) e.field = field;
-    if (field == "request" || field == "document") e.field = "body";
-  }
-  return e;
-}
-
 namespace {
 
 bool is_zoo_like_name(const std::string& s) {

@@ -56,9 +56,6 @@ int json_nesting_depth(const std::string& text);
 // Parses a JSON body strictly: exactly one JSON value, no control bytes (a NUL)
 // anywhere, no key repeated within an object, nesting at most max_depth. Errors name "body".
 bool parse_json_body(const std::string& text, int max_depth, nlohmann::json& out, FieldError& err);
-// Splits "cluster.devices[1].speed: must be in (0, 1]" into field and message
-// (for messages from outside the parsers; the parsers' Statuses carry their field).
-FieldError field_error_from_status(const std::string& message, int http_status = 400);
 
 bool check_submission(const nlohmann::json& body, const CheckLimits& limits, Submission& out, FieldError& err);
 

@@ -324,10 +324,15 @@ TEST_CASE("percent-decoding refuses malformed escapes and NUL") {
   CHECK_FALSE(percent_decode("/a%00", out));
 }
 
-TEST_CASE("field names are taken from placer's messages") {
-  CHECK(field_error_from_status("cluster.devices[1].speed: must be in (0, 1]").field == "cluster.devices[1].speed");
-  CHECK(field_error_from_status("request: expected an object").field == "body");
-  CHECK(field_error_from_status("something odd happened").field == "body");
+TEST_CASE("an error's field and HTTP status come from its Status, never from its message") {
+  FieldError speed = field_error_from(Status::field_error("cluster.devices[1].speed", "must be in (0, 1]"));
+  CHECK(speed.field == "cluster.devices[1].speed");
+  CHECK(speed.http_status == 400);
+  FieldError looks_like_a_field = field_error_from(Status::error("cluster.devices[1].speed: not a field path"));
+  CHECK(looks_like_a_field.field == "body");  // a message is not parsed for a field
+  CHECK(field_error_from(Status::coded(ErrorCode::too_large, "too big")).http_status == 413);
+  CHECK(field_error_from(Status::field_error("cluster.devices[0].where", "not allowed", ErrorCode::forbidden))
+            .http_status == 403);
 }
 
 TEST_CASE("the server accepts the job schema's valid examples and rejects its invalid ones") {
