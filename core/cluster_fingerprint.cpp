@@ -1,9 +1,10 @@
 #include "core/cluster_fingerprint.h"
 
 #include <algorithm>
-#include <cstdint>
 #include <cstdio>
 #include <vector>
+
+#include "common/fingerprint.h"
 
 namespace tapp {
 namespace {
@@ -19,15 +20,6 @@ std::string link_text(const Link& l) {
   return l.from + "\x1f" + l.to + "\x1f" + exact(l.bandwidth_mbps) + "\x1f" + exact(l.latency_ms);
 }
 
-uint64_t fnv1a(const std::string& text) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
 }  // namespace
 
 std::string cluster_fingerprint(const Cluster& cluster) {
@@ -40,9 +32,7 @@ std::string cluster_fingerprint(const Cluster& cluster) {
   std::sort(links.begin(), links.end());
   for (const std::string& l : links) text += l + "\x1e";
   text += "default\x1f" + link_text(cluster.default_link);
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a(text)));
-  return hex;
+  return hex16(fnv1a64(text));
 }
 
 }  // namespace tapp

@@ -124,11 +124,13 @@ namespace {
 // state, plus its activations kept for backward by the micro-batches in flight.
 int64_t layer_memory_bytes(const Layer& l, int64_t samples, int64_t in_flight) {
   // Saturating: a model whose size overflows 64 bits is simply over every device.
-  return sat_add(sat_mul(3, l.param_bytes()), sat_mul(sat_mul(l.activation_bytes(), samples), in_flight));
+  return sat_add(training_state_bytes(l.param_bytes()), sat_mul(sat_mul(l.activation_bytes(), samples), in_flight));
 }
 }  // namespace
 
 int64_t device_memory_bytes(const Device& d) { return sat_mul(d.memory_mb, 1024 * 1024); }
+
+int64_t training_state_bytes(int64_t param_bytes) { return sat_mul(3, param_bytes); }
 
 int64_t micro_batches_in_flight(Schedule schedule, int micro_batches, int stages) {
   return schedule == Schedule::gpipe ? micro_batches : std::min(micro_batches, stages);
@@ -144,7 +146,7 @@ StageMemory::StageMemory(const LayerGraph& g) {
 }
 
 int64_t StageMemory::bytes(int first, int end, int64_t samples, int64_t in_flight) const {
-  return sat_add(sat_mul(3, param_bytes(first, end)),
+  return sat_add(training_state_bytes(param_bytes(first, end)),
                  sat_mul(sat_mul(activation_prefix_[end] - activation_prefix_[first], samples), in_flight));
 }
 

@@ -75,6 +75,8 @@ Status check_memory(const Placement& p, const LayerGraph& g, const Cluster& c, i
 // a device holds memory_mb MiB; a pipeline of `stages` devices keeps this many
 // micro-batches' activations (GPipe: all of them; 1F1B: at most one per stage).
 int64_t device_memory_bytes(const Device& d);
+// Weights, gradients and optimizer state of `param_bytes` of parameters (3 x, saturating).
+int64_t training_state_bytes(int64_t param_bytes);
 int64_t micro_batches_in_flight(Schedule schedule, int micro_batches, int stages);
 
 // The memory rule for a run of consecutive layers [first, end) on one device,

@@ -5,6 +5,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/fingerprint.h"
 #include "common/json_fields.h"
 
 namespace tapp {
@@ -260,15 +261,7 @@ json model_to_json(const LayerGraph& g) {
 std::string graph_fingerprint(const LayerGraph& graph) {
   json j = model_to_json(graph);
   j.erase("name");
-  const std::string text = j.dump();
-  uint64_t h = 1469598103934665603ULL;  // FNV-1a 64
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
+  return hex16(fnv1a64(j.dump()));
 }
 
 }  // namespace tapp

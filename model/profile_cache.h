@@ -35,9 +35,9 @@ class FileProfileCache : public ProfileCache {
   std::optional<std::string> get(const std::string& key) override;
   Status put(const std::string& key, const std::string& library_json) override;
   const std::string& dir() const { return dir_; }
+  std::string path_of(const std::string& key) const;
 
  private:
-  std::string path_of(const std::string& key) const;
   std::string dir_;
 };
 

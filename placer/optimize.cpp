@@ -99,20 +99,6 @@ struct JobCosts {
   std::string calibration_refused;  // why a stored calibration was not used ("" = none was refused)
 };
 
-// The cluster's stored calibration, if there is one and it is usable; a refused
-// entry (corrupt, another cluster, another timing method) is named, never used.
-std::optional<StoredCalibration> stored_calibration(const OptimizeRequest& r, std::string& refused) {
-  if (!r.use_stored_calibration) return std::nullopt;
-  FileCalibrationStore file_store(default_calibration_dir());
-  CalibrationStore& store = r.calibration_store ? *r.calibration_store : file_store;
-  Result<std::optional<StoredCalibration>> found = find_calibration(store, r.cluster, profile_timing_method());
-  if (!found) {
-    refused = found.error_message();
-    return std::nullopt;
-  }
-  return *found;
-}
-
 Result<JobCosts> costs_phase(const LayerGraph& g, const OptimizeRequest& r, const Reporter& report) {
   CostProfileOptions o;
   o.batch_size = r.batch_size;
@@ -121,12 +107,11 @@ Result<JobCosts> costs_phase(const LayerGraph& g, const OptimizeRequest& r, cons
   o.cache = r.profile_cache;
   o.progress = [&report](const ProfileProgress& p) { report.profiling(p); };
   CostProfiles profiles = cost_profiles(g, r.cluster, o);
-  std::string refused;
-  std::optional<StoredCalibration> stored = stored_calibration(r, refused);
-  Result<CostModel> cost =
-      CostModel::build(g, r.cluster, profiles.libraries, stored ? stored->calibration : default_calibration());
+  FileProfileCache user_cache(default_cache_dir());
+  ChosenCalibration chosen = choose_calibration(r.profile_cache ? *r.profile_cache : user_cache, r.cluster);
+  Result<CostModel> cost = CostModel::build(g, r.cluster, profiles.libraries, chosen.calibration);
   if (!cost) return cost.status().with_context("cost model");
-  return JobCosts{std::move(profiles), std::move(cost.value()), calibration_used(stored), refused};
+  return JobCosts{std::move(profiles), std::move(cost.value()), chosen.used, chosen.refused};
 }
 
 // ---- budgets ----

@@ -27,7 +27,6 @@
 namespace tapp {
 
 class ProfileCache;
-class CalibrationStore;
 
 struct OptimizeRequest {
   std::string model;            // zoo name, or a path to a JSON layer graph / TorchScript file
@@ -42,14 +41,11 @@ struct OptimizeRequest {
   uint64_t seed = 1;
   bool warm_start = false;      // seed the policy with the best classical plan
   bool baselines = true;        // evaluate the classical baselines too
-  // Where measured profiles are kept: the server passes its SQLite cache;
-  // null = the per-user file cache (model/profile_cache.h).
+  // Where measured profiles and the cluster's fitted calibration
+  // (`tapp-cli calibrate`, simulator/calibration_store.h) are kept: the server
+  // passes its SQLite cache; null = the per-user file cache (model/profile_cache.h).
+  // The result says which calibration its predictions used.
   ProfileCache* profile_cache = nullptr;
-  // The calibration fitted on this cluster (`tapp-cli calibrate`) is used when
-  // one is stored: the server passes its SQLite store; null = the per-user file
-  // store (simulator/calibration_store.h). The result says which was used.
-  CalibrationStore* calibration_store = nullptr;
-  bool use_stored_calibration = true;
 };
 
 struct ProgressEvent {

@@ -4,8 +4,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "common/host_port.h"
 #include "service/job_limits.h"
+#include "service/request_check.h"
 #include "service/result_check.h"
 
 namespace tapp::service {
@@ -13,21 +13,6 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
-
-Status check_remote_hosts(const Cluster& cluster, const std::set<std::string>& allowed) {
-  for (int i = 0; i < cluster.num_devices(); ++i) {
-    const Device& d = cluster.devices[i];
-    if (d.is_local()) continue;
-    const std::string field = "cluster.devices[" + std::to_string(i) + "].where";
-    auto endpoint = parse_host_port(d.where, field);
-    if (!endpoint) return endpoint.status().at_field(field);
-    const std::string& host = endpoint->host;
-    if (!allowed.count(host))
-      return Status::field_error(field, "remote host \"" + host + "\" is not in this server's --allow-remote-hosts",
-                                 ErrorCode::forbidden);
-  }
-  return Status::ok();
-}
 
 Result<std::string> write_upload(const JobInput& input, const std::string& work_dir) {
   std::error_code ec;
@@ -49,7 +34,6 @@ Result<json> run_optimize_job(const JobInput& input, const OptimizeJobSettings& 
   if (!parsed) return parsed.status();
   if (Status s = check_remote_hosts(parsed->cluster, settings.allowed_remote_hosts); !s) return s;
   parsed->profile_cache = settings.profile_cache;
-  parsed->calibration_store = settings.calibration_store;
   if (!input.upload.empty()) {
     Result<std::string> path = write_upload(input, settings.work_dir);
     if (!path) return path.status();

@@ -19,7 +19,6 @@
 
 namespace tapp {
 class ProfileCache;
-class CalibrationStore;
 }
 
 namespace tapp::service {
@@ -27,8 +26,7 @@ namespace tapp::service {
 struct OptimizeJobSettings {
   std::string work_dir;                        // where an uploaded model file is written
   std::set<std::string> allowed_remote_hosts;  // hosts whose tapp-workers a job may use
-  ProfileCache* profile_cache = nullptr;       // null = the per-user file cache
-  CalibrationStore* calibration_store = nullptr;  // the cluster's fitted calibration; null = the per-user files
+  ProfileCache* profile_cache = nullptr;       // profiles and fitted calibrations; null = the per-user file cache
 };
 
 Result<nlohmann::json> run_optimize_job(const JobInput& input, const OptimizeJobSettings& settings,

@@ -10,6 +10,7 @@
 #include "common/checked_math.h"
 
 #include "common/host_port.h"
+#include "core/placement.h"
 #include "placer/optimize.h"
 #include "model/model_json.h"
 #include "model/zoo.h"
@@ -96,7 +97,20 @@ FieldError field_error_from(const Status& status, const std::string& fallback_fi
   return {http, status.message(), status.field().empty() ? fallback_field : status.field()};
 }
 
-int64_t training_state_bytes(int64_t params) { return sat_mul(sat_mul(params, 4), 3); }
+Status check_remote_hosts(const Cluster& cluster, const std::set<std::string>& allowed) {
+  for (int i = 0; i < cluster.num_devices(); ++i) {
+    const Device& d = cluster.devices[i];
+    if (d.is_local()) continue;
+    const std::string field = "cluster.devices[" + std::to_string(i) + "].where";
+    auto endpoint = parse_host_port(d.where, field);
+    if (!endpoint) return endpoint.status().at_field(field);
+    if (!allowed.count(endpoint->host))
+      return Status::field_error(
+          field, "remote host \"" + endpoint->host + "\" is not in this server's --allow-remote-hosts",
+          ErrorCode::forbidden);
+  }
+  return Status::ok();
+}
 
 namespace {
 
@@ -105,12 +119,6 @@ bool is_zoo_like_name(const std::string& s) {
   for (char c : s)
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')) return false;
   return true;
-}
-
-// The host of a remote device's `where` (which the cluster parser already accepted).
-std::string host_of(const std::string& where) {
-  auto endpoint = parse_host_port(where, "where");
-  return endpoint ? endpoint->host : where;
 }
 
 std::string with_commas(int64_t n) {
@@ -125,12 +133,15 @@ std::string with_commas(int64_t n) {
 // The model's training state against the limit: the configured one, never above
 // what the cluster could hold at all (its largest device's memory x its device count).
 bool check_model_size(const LayerGraph& graph, const Cluster& cluster, const CheckLimits& limits, FieldError& err) {
-  int64_t largest_mb = 0;
-  for (const Device& d : cluster.devices) largest_mb = std::max(largest_mb, d.memory_mb);
-  const int64_t capacity = sat_mul(sat_mul(largest_mb, 1024 * 1024), cluster.num_devices());
+  int64_t largest_mb = 0, largest_bytes = 0;
+  for (const Device& d : cluster.devices) {
+    largest_mb = std::max(largest_mb, d.memory_mb);
+    largest_bytes = std::max(largest_bytes, device_memory_bytes(d));
+  }
+  const int64_t capacity = sat_mul(largest_bytes, cluster.num_devices());
   const int64_t limit = limits.max_model_bytes > 0 ? std::min(limits.max_model_bytes, capacity) : capacity;
   const int64_t params = graph.total_params();
-  const int64_t bytes = training_state_bytes(params);
+  const int64_t bytes = training_state_bytes(sat_mul(params, 4));  // float32 parameters, core's memory rule
   if (bytes <= limit) return true;
   std::string why = limit == capacity ? "the cluster holds at most " + with_commas(capacity) + " (largest device " +
                                             std::to_string(largest_mb) + " MiB x " +
@@ -260,16 +271,9 @@ bool check_submission(const json& body, const CheckLimits& limits, Submission& o
     err = {400, "at most " + std::to_string(limits.max_devices) + " devices", "cluster.devices"};
     return false;
   }
-  for (int i = 0; i < cluster.num_devices(); ++i) {
-    const Device& d = cluster.devices[i];
-    if (d.is_local()) continue;
-    if (!limits.allowed_remote_hosts.count(host_of(d.where))) {
-      err = {403,
-             "remote worker host \"" + host_of(d.where) +
-                 "\" is not allowed; start tapp-server with --allow-remote-hosts naming it",
-             "cluster.devices[" + std::to_string(i) + "].where"};
-      return false;
-    }
+  if (Status s = check_remote_hosts(cluster, limits.allowed_remote_hosts); !s) {
+    err = field_error_from(s);
+    return false;
   }
   if (graph && !check_model_size(*graph, cluster, limits, err)) return false;
   if (!out.upload.empty()) request["model_file"] = json{{"name", out.label}, {"bytes", out.upload.size()}};

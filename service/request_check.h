@@ -17,6 +17,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "core/cluster.h"
 
 namespace tapp::service {
 
@@ -48,8 +49,10 @@ struct CheckLimits {
 // `fallback_field` when it names none).
 FieldError field_error_from(const Status& status, const std::string& fallback_field = "body");
 
-// The training-state bytes of a model with `params` parameters (3 x 4 bytes each, saturating).
-int64_t training_state_bytes(int64_t params);
+// Every remote device's host (cluster.json's `where`) must be in `allowed`
+// (--allow-remote-hosts): checked when a job is submitted and again when it runs,
+// since a job recovered after a restart obeys the current list. Forbidden names the field.
+Status check_remote_hosts(const Cluster& cluster, const std::set<std::string>& allowed);
 
 // Maximum nesting of arrays/objects in `text`, counted without parsing (strings skipped).
 int json_nesting_depth(const std::string& text);

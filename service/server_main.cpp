@@ -19,7 +19,6 @@
 #include "service/job_limits.h"
 #include "service/job_supervisor.h"
 #include "service/optimize_job.h"
-#include "service/sqlite_calibration_store.h"
 #include "service/sqlite_profile_cache.h"
 
 namespace fs = std::filesystem;
@@ -50,10 +49,10 @@ std::set<std::string> split_hosts(const std::string& s) {
 // The job mode: this process runs one job and reports to the server that started it.
 int run_optimize_job_child(const JobChildArgs& args, const std::set<std::string>& allowed_hosts) {
   return run_job_child(args, [allowed_hosts](JobStore& store, const JobChildArgs& a) -> JobFn {
-    auto cache = std::make_shared<SqliteProfileCache>(store);  // profiles live in the job database
-    auto calibrations = std::make_shared<SqliteCalibrationStore>(store);  // and so do fitted calibrations
-    OptimizeJobSettings settings{a.work_dir, allowed_hosts, cache.get(), calibrations.get()};
-    return [cache, calibrations, settings](const JobInput& input, const ProgressFn& progress, const std::atomic<bool>& cancel) {
+    // Profiles and fitted calibrations live in the job database.
+    auto cache = std::make_shared<SqliteProfileCache>(store);
+    OptimizeJobSettings settings{a.work_dir, allowed_hosts, cache.get()};
+    return [cache, settings](const JobInput& input, const ProgressFn& progress, const std::atomic<bool>& cancel) {
       return run_optimize_job(input, settings, progress, cancel);
     };
   });

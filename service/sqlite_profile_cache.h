@@ -1,8 +1,9 @@
 // service/sqlite_profile_cache.h — the profiler's ProfileCache kept in the job database.
 //
 // Owns nothing but a reference to the JobStore: get/put go to its
-// profile_cache table (key -> layer library JSON), so every job of a server
-// shares measured profiles and they survive restarts with the jobs.
+// profile_cache table (key -> layer library JSON, and each cluster's fitted
+// calibration: simulator/calibration_store.h), so every job of a server shares
+// measured profiles and calibrations and they survive restarts with the jobs.
 // Data flow: profile_cached() -> ProfileCache::get/put -> JobStore::cache_get/put.
 // Thread safety: as JobStore (every call is thread-safe).
 #pragma once

@@ -1,12 +1,7 @@
 #include "simulator/calibration_store.h"
 
-#include <cstdio>
 #include <ctime>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
-#include <unistd.h>
 
 #include "common/json_fields.h"
 #include "core/cluster_fingerprint.h"
@@ -73,40 +68,14 @@ Result<StoredCalibration> stored_calibration_from_json(const json& j, const Clus
   return out;
 }
 
-std::string FileCalibrationStore::path_of(const std::string& fingerprint) const {
-  std::string safe;
-  for (char ch : fingerprint) safe += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
-  return dir_ + "/" + safe + ".json";
+std::string calibration_key(const std::string& cluster_fingerprint) {
+  return "calibration-" + cluster_fingerprint;
 }
 
-std::optional<std::string> FileCalibrationStore::get(const std::string& fingerprint) {
-  std::ifstream in(path_of(fingerprint));
-  if (!in) return std::nullopt;
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-Status FileCalibrationStore::put(const std::string& fingerprint, const std::string& entry_json) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir_, ec);
-  if (ec) return Status::error(dir_ + ": cannot create the calibration directory: " + ec.message());
-  const std::string path = path_of(fingerprint);
-  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << entry_json;
-    if (!out.flush()) return Status::error(tmp + ": cannot write the calibration");
-  }
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return Status::error(path + ": cannot write the calibration: " + ec.message());
-  return Status::ok();
-}
-
-Result<std::optional<StoredCalibration>> find_calibration(CalibrationStore& store, const Cluster& cluster,
+Result<std::optional<StoredCalibration>> find_calibration(ProfileCache& store, const Cluster& cluster,
                                                           int timing_method) {
   const std::string fingerprint = cluster_fingerprint(cluster);
-  std::optional<std::string> text = store.get(fingerprint);
+  std::optional<std::string> text = store.get(calibration_key(fingerprint));
   if (!text) return std::optional<StoredCalibration>{};
   json j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded())
@@ -117,11 +86,21 @@ Result<std::optional<StoredCalibration>> find_calibration(CalibrationStore& stor
   return std::optional<StoredCalibration>(std::move(*s));
 }
 
-Status save_calibration(CalibrationStore& store, const StoredCalibration& s) {
-  return store.put(s.cluster_fingerprint, stored_calibration_to_json(s).dump(2));
+Status save_calibration(ProfileCache& store, const StoredCalibration& s) {
+  return store.put(calibration_key(s.cluster_fingerprint), stored_calibration_to_json(s).dump(2));
 }
 
-std::string default_calibration_dir() { return default_cache_dir() + "/calibrations"; }
+ChosenCalibration choose_calibration(ProfileCache& store, const Cluster& cluster) {
+  ChosenCalibration chosen{default_calibration(), {}, ""};
+  Result<std::optional<StoredCalibration>> found = find_calibration(store, cluster, profile_timing_method());
+  if (!found) {
+    chosen.refused = found.error_message();
+  } else if (found->has_value()) {
+    chosen.calibration = (*found)->calibration;
+    chosen.used = calibration_used(*found);
+  }
+  return chosen;
+}
 
 std::string utc_now_iso8601() {
   std::time_t now = std::time(nullptr);

@@ -2,16 +2,16 @@
 //
 // Owns `StoredCalibration` (a Calibration with where it comes from: the
 // cluster's fingerprint, the timing method of the measurements, when it was
-// fitted and from how many measured steps), its JSON form, the `CalibrationStore`
-// interface (get/put by cluster fingerprint) with a file implementation for the
-// CLI, and `find_calibration`, which returns the stored calibration of a
-// cluster or says why a stored entry is refused. The service plugs its SQLite
-// table in through the same interface.
-// Data flow: tapp-cli calibrate | a verified optimize -> StoredCalibration ->
-// store.put(fingerprint) ... later plan/optimize: find_calibration(store,
-// cluster) -> CostModel::build(..., calibration).
-// Thread safety: FileCalibrationStore writes each entry atomically (temp file +
-// rename); one object is used by one thread.
+// fitted and from how many measured steps), its JSON form, and where it is
+// kept: the same key -> JSON text store as measured profiles
+// (model/profile_cache.h: files per user for the CLI, the job database for the
+// server), under "calibration-<cluster fingerprint>". `choose_calibration`
+// gives the calibration a prediction uses: the cluster's stored one, or the
+// default when there is none or the stored one is refused (corrupt, another
+// cluster, another timing method), with the reason.
+// Data flow: tapp-cli calibrate -> StoredCalibration -> save_calibration(store)
+// ... later plan/optimize: choose_calibration(store, cluster) -> CostModel::build.
+// Thread safety: stateless functions; the store's own contract applies.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
@@ -20,6 +20,7 @@
 
 #include "common/status.h"
 #include "core/cluster.h"
+#include "model/profile_cache.h"
 #include "simulator/cost_model.h"
 
 namespace tapp {
@@ -49,34 +50,22 @@ nlohmann::json stored_calibration_to_json(const StoredCalibration& s);
 Result<StoredCalibration> stored_calibration_from_json(const nlohmann::json& j, const Cluster& cluster,
                                                        int timing_method);
 
-class CalibrationStore {
- public:
-  virtual ~CalibrationStore() = default;
-  virtual std::optional<std::string> get(const std::string& fingerprint) = 0;  // the entry's JSON text
-  virtual Status put(const std::string& fingerprint, const std::string& entry_json) = 0;
-};
-
-// One <fingerprint>.json per cluster in `dir` (created on first put), e.g.
-// default_cache_dir() + "/calibrations".
-class FileCalibrationStore : public CalibrationStore {
- public:
-  explicit FileCalibrationStore(std::string dir) : dir_(std::move(dir)) {}
-  std::optional<std::string> get(const std::string& fingerprint) override;
-  Status put(const std::string& fingerprint, const std::string& entry_json) override;
-  std::string path_of(const std::string& fingerprint) const;
-
- private:
-  std::string dir_;
-};
+// The store key of a cluster's calibration: "calibration-<fingerprint>".
+std::string calibration_key(const std::string& cluster_fingerprint);
 
 // The cluster's stored calibration; nullopt when none is stored; an error when
 // the stored entry is unreadable, of another cluster or another timing method.
-Result<std::optional<StoredCalibration>> find_calibration(CalibrationStore& store, const Cluster& cluster,
+Result<std::optional<StoredCalibration>> find_calibration(ProfileCache& store, const Cluster& cluster,
                                                           int timing_method);
-Status save_calibration(CalibrationStore& store, const StoredCalibration& s);
+Status save_calibration(ProfileCache& store, const StoredCalibration& s);
 
-// default_cache_dir() + "/calibrations": where the CLI keeps them.
-std::string default_calibration_dir();
+// The calibration predictions on `cluster` use, and what to say about it.
+struct ChosenCalibration {
+  Calibration calibration;  // the stored one, else default_calibration()
+  CalibrationUsed used;
+  std::string refused;  // why a stored one was not used ("" = none was refused)
+};
+ChosenCalibration choose_calibration(ProfileCache& store, const Cluster& cluster);
 
 // Now as ISO 8601 UTC ("2026-11-23T08:59:00Z").
 std::string utc_now_iso8601();

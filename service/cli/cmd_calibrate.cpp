@@ -7,7 +7,7 @@
 // Calibrated predictions are leave-one-out: each placement is predicted by a
 // calibration fitted on the others, so the error is out-of-sample. The
 // calibration fitted on all samples is stored under the cluster's fingerprint
-// (simulator/calibration_store.h, in the profile cache directory), where every
+// (simulator/calibration_store.h, in the profile cache), where every
 // later `plan` and `optimize` on the same cluster finds it; --out also writes
 // it to a file. Measuring stops at --time-budget (with at least 3 samples).
 // --save / --load keep the measurements, so a fit can be redone without
@@ -29,6 +29,7 @@
 #include "core/cluster.h"
 #include "runtime/runtime.h"
 #include "service/cli/commands.h"
+#include "service/cli/progress_bar.h"
 #include "service/cli/model_inputs.h"
 #include "service/cli/cost_inputs.h"
 
@@ -50,13 +51,6 @@ std::string fixed(double v, int digits) {
   std::ostringstream os;
   os << std::fixed << std::setprecision(digits) << v;
   return os.str();
-}
-
-std::string progress_bar(size_t done, size_t total) {
-  const int width = 20;
-  int filled = total ? static_cast<int>(width * done / total) : width;
-  return "[" + std::string(filled, '#') + std::string(width - filled, '.') + "] " + std::to_string(done) + "/" +
-         std::to_string(total);
 }
 
 std::string short_placement(const Placement& p, const Cluster& c) {
@@ -152,7 +146,8 @@ int calibrate_cmd(const CalibrateArgs& a) {
       }
       StepReport r = measure_placement(graph, cluster, placements[i], ro);
       if (!a.json)
-        std::cerr << progress_bar(i + 1, placements.size()) << " " << fixed(elapsed_s(), 0) << " s  "
+        std::cerr << progress_bar(static_cast<double>(i + 1) / placements.size(), 20) << " " << (i + 1) << "/"
+                  << placements.size() << " " << fixed(elapsed_s(), 0) << " s  "
                   << short_placement(placements[i], cluster) << "  "
                   << (r.ok ? fixed(r.step_ms, 1) + " ms" : failure_kind_name(r.failure_kind) + ": " + r.message)
                   << "\n";
@@ -215,13 +210,13 @@ int calibrate_cmd(const CalibrateArgs& a) {
   out["stored"] = stored_calibration_to_json(stored);
   if (!a.out.empty()) std::ofstream(a.out) << out.dump(2) << "\n";
   if (a.store) {
-    FileCalibrationStore store(default_calibration_dir());
+    FileProfileCache store(default_cache_dir());
     if (Status s = save_calibration(store, stored); !s) {
       std::cerr << "tapp-cli calibrate: " << s.message() << "\n";
       return 1;
     }
     std::cerr << "calibration stored for cluster " << stored.cluster_fingerprint << " (" << stored.measurements
-              << " measurements) in " << store.path_of(stored.cluster_fingerprint)
+              << " measurements) in " << store.path_of(calibration_key(stored.cluster_fingerprint))
               << "; later plan and optimize runs on this cluster use it\n";
   }
   if (a.json) {

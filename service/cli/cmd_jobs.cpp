@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "service/cli/commands.h"
+#include "service/cli/progress_bar.h"
 #include "service/http_client.h"
 
 namespace tapp::cli {
@@ -75,8 +76,7 @@ std::string progress_line(const json& job, bool bar) {
   if (bar) {
     const int width = 28;
     double frac = status == "succeeded" ? 1.0 : total > 0 ? std::min(1.0, double(it) / total) : 0.0;
-    int fill = static_cast<int>(frac * width);
-    ss << "[" << std::string(fill, '#') << std::string(width - fill, '.') << "] ";
+    ss << progress_bar(frac, width) << " ";
   }
   ss << status;
   if (p.is_object()) {

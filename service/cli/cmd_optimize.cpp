@@ -19,6 +19,7 @@
 
 #include "placer/optimize.h"
 #include "service/cli/commands.h"
+#include "service/cli/progress_bar.h"
 
 namespace tapp::cli {
 
@@ -102,9 +103,9 @@ class ProgressPrinter {
   // fraction < 0: unknown, the bar cycles with `tick`.
   void bar(double fraction, int tick, const std::string& text) {
     const int width = 30;
-    const int filled = fraction >= 0 ? std::clamp(static_cast<int>(width * fraction), 0, width) : (tick / 5) % (width + 1);
-    std::cerr << "\r\033[K[" << std::string(filled, '#') << std::string(width - filled, '.') << "] " << text
-              << std::flush;
+    // Unknown progress: the bar fills one cell every 5 ticks and starts over.
+    const double shown = fraction >= 0 ? fraction : ((tick / 5) % (width + 1) + 0.5) / width;
+    std::cerr << "\r\033[K" << progress_bar(shown, width) << " " << text << std::flush;
     bar_shown_ = true;
   }
 

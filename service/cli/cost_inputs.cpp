@@ -44,29 +44,30 @@ void show_progress(const ProfileProgress& p) {
   }
 }
 
-struct ChosenCalibration {
+// The calibration a plan predicts with, and what to say about it.
+struct CalibrationChoice {
   Calibration calibration;
   std::string note;
 };
 
-std::string fitted_note(const StoredCalibration& s, const std::string& where) {
-  return "fitted " + s.fitted_at + " from " + std::to_string(s.measurements) + " measurements (" + where + ")";
+std::string fitted_note(const std::string& fitted_at, int measurements, const std::string& where) {
+  return "fitted " + fitted_at + " from " + std::to_string(measurements) + " measurements (" + where + ")";
 }
 
 // No --calibration: the one stored for this cluster, if it can be used.
-ChosenCalibration stored_or_default(const Cluster& c) {
-  FileCalibrationStore store(default_calibration_dir());
-  auto found = find_calibration(store, c, profile_timing_method());
-  if (!found) {
-    std::cerr << "note: " << found.error_message() << "; predicting with the default calibration\n";
-    return {default_calibration(), "default (the stored one was refused)"};
+CalibrationChoice stored_or_default(const Cluster& c) {
+  FileProfileCache store(default_cache_dir());
+  ChosenCalibration chosen = choose_calibration(store, c);
+  if (!chosen.refused.empty()) {
+    std::cerr << "note: " << chosen.refused << "; predicting with the default calibration\n";
+    return {chosen.calibration, "default (the stored one was refused)"};
   }
-  if (!found->has_value()) return {default_calibration(), "default (none fitted on this cluster: tapp-cli calibrate)"};
-  const StoredCalibration& s = **found;
-  return {s.calibration, fitted_note(s, "stored for cluster " + s.cluster_fingerprint)};
+  if (!chosen.used.fitted) return {chosen.calibration, "default (none fitted on this cluster: tapp-cli calibrate)"};
+  return {chosen.calibration, fitted_note(chosen.used.fitted_at, chosen.used.measurements,
+                                          "stored for cluster " + chosen.used.cluster_fingerprint)};
 }
 
-Result<ChosenCalibration> read_calibration(const std::string& path, const Cluster& c) {
+Result<CalibrationChoice> read_calibration(const std::string& path, const Cluster& c) {
   if (path.empty()) return stored_or_default(c);
   std::ifstream f(path);
   if (!f) return Status::error("--calibration: cannot open '" + path + "'");
@@ -77,7 +78,7 @@ Result<ChosenCalibration> read_calibration(const std::string& path, const Cluste
   if (stored) {
     auto s = stored_calibration_from_json(*stored, c, profile_timing_method());
     if (!s) return s.status().with_context("--calibration " + path);
-    return ChosenCalibration{s->calibration, fitted_note(*s, path)};
+    return CalibrationChoice{s->calibration, fitted_note(s->fitted_at, s->measurements, path)};
   }
   const nlohmann::json& cj = j.contains("calibration") ? j["calibration"] : j;
   auto cal = calibration_from_json(cj);
@@ -85,7 +86,7 @@ Result<ChosenCalibration> read_calibration(const std::string& path, const Cluste
   if (!cal->device_factor.empty() && static_cast<int>(cal->device_factor.size()) != c.num_devices())
     return Status::error(path + ": calibration.device_factor has " + std::to_string(cal->device_factor.size()) +
                          " entries, the cluster " + std::to_string(c.num_devices()) + " devices");
-  return ChosenCalibration{*cal, "from " + path + " (no cluster fingerprint to check)"};
+  return CalibrationChoice{*cal, "from " + path + " (no cluster fingerprint to check)"};
 }
 
 }  // namespace
@@ -106,7 +107,7 @@ Result<CostInputs> load_cost_inputs(const LayerGraph& g, const Cluster& c, int64
     in.skipped.push_back(s.device_kind + " x" + std::to_string(s.threads) + " at micro-batch size " +
                          std::to_string(s.batch_size) + ": " + s.error);
   in.libraries = std::move(profiles.libraries);
-  Result<ChosenCalibration> calibration = read_calibration(calibration_path, c);
+  Result<CalibrationChoice> calibration = read_calibration(calibration_path, c);
   if (!calibration) return calibration.status();
   in.calibration = calibration->calibration;
   in.calibration_note = calibration->note;

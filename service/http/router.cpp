@@ -1,6 +1,8 @@
 // service/http/router.cpp — routes of the job API and the page (see router.h).
 #include "service/http/router.h"
 
+#include "common/fingerprint.h"
+
 #include <cmath>
 #include <ctime>
 #include <optional>
@@ -166,16 +168,8 @@ bool iequals_ascii(std::string_view a, std::string_view b) {
 // byte, twice with different seeds), so the loop length is the secret-free
 // length of the given value and the comparison is of fixed size.
 bool constant_time_equals(const std::string& given, const std::string& secret) {
-  auto digest = [](const std::string& s, uint64_t seed) {
-    uint64_t h = seed;
-    for (unsigned char c : s) {
-      h ^= c;
-      h *= 1099511628211ULL;
-    }
-    return h;
-  };
-  volatile uint64_t diff = (digest(given, 1469598103934665603ULL) ^ digest(secret, 1469598103934665603ULL)) |
-                           (digest(given, 0x9e3779b97f4a7c15ULL) ^ digest(secret, 0x9e3779b97f4a7c15ULL));
+  volatile uint64_t diff = (fnv1a64(given) ^ fnv1a64(secret)) |
+                           (fnv1a64(given, 0x9e3779b97f4a7c15ULL) ^ fnv1a64(secret, 0x9e3779b97f4a7c15ULL));
   // Equal digests and equal lengths; then the exact comparison settles the (2^-128) rest.
   unsigned exact = given.size() == secret.size() ? 0u : 1u;
   for (size_t i = 0; i < secret.size(); ++i)

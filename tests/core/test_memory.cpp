@@ -8,26 +8,13 @@
 #include "core/cluster.h"
 #include "core/placement.h"
 #include "model/layer_graph.h"
+#include "tests/model/linear_chain.h"
 
 using namespace tapp;
 
 namespace {
 
-LayerGraph chain(const std::vector<int64_t>& widths) {
-  LayerGraph g;
-  g.name = "chain";
-  g.input_shape = {16};
-  for (size_t i = 0; i < widths.size(); ++i) {
-    Layer l;
-    l.name = "fc" + std::to_string(i);
-    l.op = "linear";
-    l.attrs.out = widths[i];
-    if (i > 0) l.inputs = {static_cast<int>(i) - 1};
-    g.layers.push_back(l);
-  }
-  REQUIRE(infer_shapes(g).is_ok());
-  return g;
-}
+using test::linear_chain;
 
 Cluster devices(int n, int64_t memory_mb) {
   Cluster c;
@@ -43,7 +30,7 @@ Cluster devices(int n, int64_t memory_mb) {
 }  // namespace
 
 TEST_CASE("the per-stage memory rule agrees with the per-device estimate for every pipeline of a chain") {
-  const LayerGraph g = chain({512, 64, 2048, 32, 1024, 10});
+  const LayerGraph g = linear_chain({512, 64, 2048, 32, 1024, 10});
   const Cluster c = devices(3, 4096);
   const StageMemory memory(g);
   std::mt19937_64 rng(5);
@@ -66,7 +53,7 @@ TEST_CASE("the per-stage memory rule agrees with the per-device estimate for eve
 }
 
 TEST_CASE("a stage fits a device exactly when check_memory passes its single-device placement") {
-  const LayerGraph g = chain({4096, 4096, 10});
+  const LayerGraph g = linear_chain({4096, 4096, 10});
   const StageMemory memory(g);
   const int64_t needed = memory.bytes(0, 3, 8, 1);
   for (int64_t mb : {int64_t{1}, needed / (1024 * 1024), needed / (1024 * 1024) + 1, int64_t{4096}}) {
@@ -81,7 +68,7 @@ TEST_CASE("a stage fits a device exactly when check_memory passes its single-dev
 }
 
 TEST_CASE("a data-parallel placement needs the whole model on each replica at its share of the batch") {
-  const LayerGraph g = chain({256, 128, 10});
+  const LayerGraph g = linear_chain({256, 128, 10});
   const Cluster c = devices(4, 4096);
   const StageMemory memory(g);
   const auto bytes = estimate_device_memory_bytes(Placement::replicas(3, {0, 2, 3}), g, c, 10);

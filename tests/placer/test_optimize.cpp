@@ -234,25 +234,11 @@ TEST_CASE("a job reports its profiling per micro-batch size and per layer, with 
   CHECK(last_fraction > 0.9);
 }
 
-namespace {
-struct MemoryCalibrationStore : CalibrationStore {
-  std::map<std::string, std::string> entries;
-  std::optional<std::string> get(const std::string& key) override {
-    auto it = entries.find(key);
-    return it == entries.end() ? std::nullopt : std::optional<std::string>(it->second);
-  }
-  Status put(const std::string& key, const std::string& text) override {
-    entries[key] = text;
-    return Status::ok();
-  }
-};
-}  // namespace
-
 TEST_CASE("optimize predicts with the calibration stored for its cluster and says which one it used") {
   std::atomic<bool> cancel{false};
   OptimizeRequest request = small_request(5);
-  MemoryCalibrationStore store;
-  request.calibration_store = &store;
+  RecordingCache store;  // profiles and the calibration
+  request.profile_cache = &store;
   auto plain = optimize(request, nullptr, cancel);
   REQUIRE_MESSAGE(plain.is_ok(), plain.error_message());
   CHECK(plain.value()["calibration"] == json{{"kind", "default"}});

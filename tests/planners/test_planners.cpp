@@ -9,6 +9,7 @@
 #include "planners/planners.h"
 #include "simulator/simulator_evaluator.h"
 #include "model/layer_graph.h"
+#include "tests/model/linear_chain.h"
 #include "model/layer_library.h"
 #include "core/cluster.h"
 #include "simulator/cost_model.h"
@@ -17,22 +18,7 @@ using namespace tapp;
 
 namespace {
 
-// Linear layers of the given widths (input width 16).
-LayerGraph chain(const std::vector<int64_t>& widths) {
-  LayerGraph g;
-  g.name = "chain";
-  g.input_shape = {16};
-  for (size_t i = 0; i < widths.size(); ++i) {
-    Layer l;
-    l.name = "fc" + std::to_string(i);
-    l.op = "linear";
-    l.attrs.out = widths[i];
-    if (i > 0) l.inputs = {static_cast<int>(i) - 1};
-    g.layers.push_back(l);
-  }
-  REQUIRE(infer_shapes(g).is_ok());
-  return g;
-}
+using test::linear_chain;
 
 LayerLibrary library(const LayerGraph& g, int64_t batch, const std::vector<double>& fwd_ms) {
   LayerLibrary lib = library_skeleton(g);
@@ -74,7 +60,7 @@ struct Setup {
 };
 
 Setup small_setup(const std::vector<double>& speeds) {
-  LayerGraph g = chain({64, 64, 256, 32, 10});
+  LayerGraph g = linear_chain({64, 64, 256, 32, 10});
   return Setup(g, cluster(speeds), library(g, 8, {1, 2, 4, 1, 0.5}), 8);
 }
 
@@ -93,7 +79,7 @@ TEST_CASE("the DP's minimum bottleneck equals exhaustive search on small chains"
     }
     std::vector<double> speeds;
     for (int d = 0; d < D; ++d) speeds.push_back(0.25 + (rng() % 4) * 0.25);
-    LayerGraph g = chain(widths);
+    LayerGraph g = linear_chain(widths);
     Cluster c = cluster(speeds, 1.0 + rng() % 50, 0.01 * (rng() % 5));
     // Asymmetric links between some pairs.
     c.links.push_back(Link{"d0", "d1", 0.5 + rng() % 10, 0.1});
@@ -146,7 +132,7 @@ TEST_CASE("exhaustive search enumerates every layer-to-device assignment when th
 
 TEST_CASE("every planner respects the devices' memory limits") {
   // d0 is tiny: it cannot hold the 256-wide layer (and its weights x 3).
-  LayerGraph g = chain({1024, 1024, 1024, 64, 10});
+  LayerGraph g = linear_chain({1024, 1024, 1024, 64, 10});
   Cluster c = cluster({1, 1, 1});
   c.devices[0].memory_mb = 10;  // the whole model needs ~ 3 x 8.5 MB
   c.devices[1].memory_mb = 20;
@@ -171,7 +157,7 @@ TEST_CASE("every planner respects the devices' memory limits") {
 }
 
 TEST_CASE("a planner that finds no placement that fits says so") {
-  LayerGraph g = chain({4096, 4096, 10});
+  LayerGraph g = linear_chain({4096, 4096, 10});
   Cluster c = cluster({1, 1});
   for (Device& d : c.devices) d.memory_mb = 1;
   Setup s(g, c, library(g, 8, {1, 1, 1}), 8);
@@ -185,7 +171,7 @@ TEST_CASE("a planner that finds no placement that fits says so") {
 }
 
 TEST_CASE("uniform, parameter-balanced and time-balanced splits balance what they say") {
-  LayerGraph g = chain({16, 16, 16, 16, 2048, 16});
+  LayerGraph g = linear_chain({16, 16, 16, 16, 2048, 16});
   Setup s(g, cluster({1, 1}), library(g, 8, {1, 1, 1, 1, 1, 7}), 8);
   s.ctx.micro_batches = 2;
   auto uniform = plan_uniform(s.ctx);
@@ -231,7 +217,7 @@ TEST_CASE("random search and annealing spend at most their budget and keep the b
 }
 
 TEST_CASE("BSP data parallel costs compute on its share plus a ring allreduce of the parameters") {
-  LayerGraph g = chain({64, 10});  // 16*64+64 + 64*10+10 = 1738 params = 6952 bytes
+  LayerGraph g = linear_chain({64, 10});  // 16*64+64 + 64*10+10 = 1738 params = 6952 bytes
   Cluster c = cluster({1, 1}, 8.0, 0.5);  // 8 Mbps: 1 ms per 1000 bytes
   Setup s(g, c, library(g, 8, {2, 2}), 8);
   auto p = plan_data_parallel(s.ctx);
@@ -310,7 +296,7 @@ TEST_CASE("exhaustive search over a space larger than its limit is a skipped row
 }
 
 TEST_CASE("bad clusters get clear errors") {
-  LayerGraph g = chain({16, 10});
+  LayerGraph g = linear_chain({16, 10});
   LayerLibrary lib = library(g, 8, {1, 1});
   Cluster slow = cluster({1, 1});
   slow.devices[1].speed = 0;

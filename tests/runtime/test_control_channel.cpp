@@ -3,15 +3,7 @@
 // `tapp-worker --listen` line messages.
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-// c10's logging defines glog-style CHECK macros that collide with doctest's.
-#undef CHECK
-#undef CHECK_EQ
-#undef CHECK_NE
-#undef CHECK_LT
-#undef CHECK_LE
-#undef CHECK_GT
-#undef CHECK_GE
-#include <doctest/doctest.h>
+#include "tests/torch_doctest.h"  // doctest after LibTorch (glog's CHECK macros removed)
 
 #include <chrono>
 

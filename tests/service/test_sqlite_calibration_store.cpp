@@ -1,10 +1,11 @@
-// The server's calibration store: a cluster's calibration kept in the job database.
+// The server's calibrations: a cluster's fitted calibration kept in the job database (its key/value cache).
 #include <doctest/doctest.h>
 
 #include "core/cluster_fingerprint.h"
 #include "server_process.h"
 #include "service/job_store.h"
-#include "service/sqlite_calibration_store.h"
+#include "service/sqlite_profile_cache.h"
+#include "simulator/calibration_store.h"
 
 using namespace tapp;
 using namespace tapp::service;
@@ -37,12 +38,12 @@ TEST_CASE("a calibration saved in the job database is found for its cluster afte
   {
     auto store = JobStore::open(path);
     REQUIRE(store.is_ok());
-    SqliteCalibrationStore calibrations(**store);
+    SqliteProfileCache calibrations(**store);
     REQUIRE(save_calibration(calibrations, fitted(c)).is_ok());
   }
   auto store = JobStore::open(path);
   REQUIRE(store.is_ok());
-  SqliteCalibrationStore calibrations(**store);
+  SqliteProfileCache calibrations(**store);
   auto found = find_calibration(calibrations, c, 7);
   REQUIRE(found.is_ok());
   REQUIRE(found->has_value());

@@ -45,7 +45,7 @@ struct TempDir {
 
 TEST_CASE("a calibration stored for a cluster is found again for the same cluster") {
   TempDir dir;
-  FileCalibrationStore store(dir.path.string());
+  FileProfileCache store(dir.path.string());
   Cluster c = pair_cluster();
   REQUIRE(save_calibration(store, fitted_on(c)).is_ok());
   auto found = find_calibration(store, c, 3);
@@ -60,7 +60,7 @@ TEST_CASE("a calibration stored for a cluster is found again for the same cluste
 
 TEST_CASE("a cluster with no stored calibration uses the default") {
   TempDir dir;
-  FileCalibrationStore store(dir.path.string());
+  FileProfileCache store(dir.path.string());
   auto found = find_calibration(store, pair_cluster(), 3);
   REQUIRE(found.is_ok());
   CHECK_FALSE(found->has_value());
@@ -69,7 +69,7 @@ TEST_CASE("a cluster with no stored calibration uses the default") {
 
 TEST_CASE("another cluster's stored calibration is not found under this cluster's key") {
   TempDir dir;
-  FileCalibrationStore store(dir.path.string());
+  FileProfileCache store(dir.path.string());
   REQUIRE(save_calibration(store, fitted_on(pair_cluster(0.5))).is_ok());
   auto found = find_calibration(store, pair_cluster(0.25), 3);
   REQUIRE(found.is_ok());
@@ -78,9 +78,9 @@ TEST_CASE("another cluster's stored calibration is not found under this cluster'
 
 TEST_CASE("a calibration file of another cluster, another timing method or corrupt is refused with the reason") {
   TempDir dir;
-  FileCalibrationStore store(dir.path.string());
+  FileProfileCache store(dir.path.string());
   Cluster c = pair_cluster();
-  const std::string key = cluster_fingerprint(c);
+  const std::string key = calibration_key(cluster_fingerprint(c));
 
   // An entry copied under this cluster's key from another cluster.
   REQUIRE(store.put(key, stored_calibration_to_json(fitted_on(pair_cluster(0.25))).dump()).is_ok());
