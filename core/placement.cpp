@@ -13,12 +13,22 @@ namespace tapp {
 namespace jf = json_fields;
 using nlohmann::json;
 
-std::string schedule_name(Schedule s) { return s == Schedule::gpipe ? "gpipe" : "1f1b"; }
+std::string schedule_name(Schedule s) {
+  switch (s) {
+    case Schedule::gpipe:
+      return "gpipe";
+    case Schedule::one_f_one_b:
+      return "1f1b";
+    case Schedule::interleaved_1f1b:
+      return "interleaved_1f1b";
+  }
+  return "gpipe";
+}
 
 Result<Schedule> schedule_from_name(const std::string& name) {
-  if (name == "gpipe") return Schedule::gpipe;
-  if (name == "1f1b") return Schedule::one_f_one_b;
-  return Status::error("unknown schedule \"" + name + "\"; expected \"gpipe\" or \"1f1b\"");
+  for (Schedule s : {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved_1f1b})
+    if (name == schedule_name(s)) return s;
+  return Status::error("unknown schedule \"" + name + "\"; expected \"gpipe\", \"1f1b\" or \"interleaved_1f1b\"");
 }
 
 std::string data_parallel_mode_name(DataParallelMode m) {
@@ -44,6 +54,18 @@ std::vector<int> Placement::layer_devices() const {
   std::vector<int> d(layer_group.size());
   for (size_t i = 0; i < d.size(); ++i) d[i] = device_of_layer(static_cast<int>(i));
   return d;
+}
+
+std::vector<int> Placement::devices_of_group(int g) const {
+  std::vector<int> d{group_device[g]};
+  if (!group_replicas.empty()) d.insert(d.end(), group_replicas[g].begin(), group_replicas[g].end());
+  return d;
+}
+
+bool Placement::has_replicated_groups() const {
+  for (const auto& r : group_replicas)
+    if (!r.empty()) return true;
+  return false;
 }
 
 Placement Placement::single_device(int num_layers, int device, int micro_batches) {
@@ -85,6 +107,58 @@ Status validate_replicas(const Placement& p, int64_t batch_size) {
   return Status::ok();
 }
 
+namespace {
+// A replicated group's devices: in the cluster, each named once, at least one
+// micro-batch per replica, not mixed with whole-model data parallelism.
+Status validate_group_replicas(const Placement& p, const Cluster& c) {
+  if (p.group_replicas.empty()) return Status::ok();
+  if (p.group_replicas.size() != p.group_device.size())
+    return Status::error("placement.groups: replica lists for " + std::to_string(p.group_replicas.size()) +
+                         " groups, but there are " + std::to_string(p.group_device.size()) + " groups");
+  for (int g = 0; g < p.num_groups(); ++g) {
+    const std::vector<int> devices = p.devices_of_group(g);
+    std::set<int> seen;
+    for (size_t k = 0; k < devices.size(); ++k) {
+      const std::string where = "placement.groups[" + std::to_string(g) + "][" + std::to_string(k) + "]";
+      if (devices[k] < 0 || devices[k] >= c.num_devices())
+        return Status::error(where + ": device index " + std::to_string(devices[k]) + " is not in the cluster");
+      if (!seen.insert(devices[k]).second)
+        return Status::error(where + ": device '" + c.devices[devices[k]].name + "' is named twice in this group");
+    }
+    if (devices.size() > 1 && p.is_data_parallel())
+      return Status::error("placement.groups[" + std::to_string(g) +
+                           "]: a data-parallel placement lists its replicas as groups, not as a replicated group");
+    if (static_cast<int>(devices.size()) > p.micro_batches)
+      return Status::error("placement.micro_batches: group " + std::to_string(g) + " has " +
+                           std::to_string(devices.size()) + " replicas, each needs at least one micro-batch; got " +
+                           std::to_string(p.micro_batches));
+  }
+  return Status::ok();
+}
+
+// A replicated group is one stage: one all-reduce after its backward pass.
+// It must not be both upstream and downstream of another group (a cycle in
+// the groups' graph through it). Returns the offending pair or {-1, -1}.
+std::pair<int, int> replicated_group_in_cycle(const Placement& p, const LayerGraph& g) {
+  const int G = p.num_groups();
+  std::vector<std::vector<char>> reach(G, std::vector<char>(G, 0));
+  for (size_t l = 0; l < g.layers.size(); ++l)
+    for (int in : g.layers[l].inputs)
+      if (p.layer_group[in] != p.layer_group[l]) reach[p.layer_group[in]][p.layer_group[l]] = 1;
+  for (int k = 0; k < G; ++k)  // transitive closure; G is small
+    for (int i = 0; i < G; ++i)
+      if (reach[i][k])
+        for (int j = 0; j < G; ++j)
+          if (reach[k][j]) reach[i][j] = 1;
+  for (int a = 0; a < G; ++a) {
+    if (p.replica_count(a) == 1) continue;
+    for (int b = 0; b < G; ++b)
+      if (b != a && reach[a][b] && reach[b][a]) return {a, b};
+  }
+  return {-1, -1};
+}
+}  // namespace
+
 Status validate_placement(const Placement& p, const LayerGraph& g, const Cluster& c, int64_t batch_size) {
   if (p.layer_group.size() != g.layers.size())
     return Status::error("placement.layers: has " + std::to_string(p.layer_group.size()) +
@@ -105,6 +179,17 @@ Status validate_placement(const Placement& p, const LayerGraph& g, const Cluster
   if (p.micro_batches < 1 || p.micro_batches > batch_size)
     return Status::error("placement.micro_batches: must be in [1, batch size " + std::to_string(batch_size) +
                          "], got " + std::to_string(p.micro_batches));
+  if (p.aggregation_every < 1)
+    return Status::error("placement.aggregation_every: must be at least 1 (1 = every step, synchronous), got " +
+                         std::to_string(p.aggregation_every));
+  if (Status s = validate_group_replicas(p, c); !s) return s;
+  if (p.aggregation_every > 1 && !p.has_replicated_groups())
+    return Status::error("placement.aggregation_every: " + std::to_string(p.aggregation_every) +
+                         " needs a replicated group (a group with several devices)");
+  if (auto [a, b] = replicated_group_in_cycle(p, g); a >= 0)
+    return Status::error("placement.groups[" + std::to_string(a) + "]: replicated group " + std::to_string(a) +
+                         " is both before and after group " + std::to_string(b) +
+                         " (a cycle in the groups' graph); a replicated group must be one stage — split it");
   // Training-mode BatchNorm needs more than one value per channel in a micro-batch.
   const int64_t smallest_micro_batch = p.is_data_parallel()
                                            ? batch_size / static_cast<int64_t>(p.group_device.size())
@@ -133,7 +218,16 @@ int64_t device_memory_bytes(const Device& d) { return sat_mul(d.memory_mb, 1024 
 int64_t training_state_bytes(int64_t param_bytes) { return sat_mul(3, param_bytes); }
 
 int64_t micro_batches_in_flight(Schedule schedule, int micro_batches, int stages) {
-  return schedule == Schedule::gpipe ? micro_batches : std::min(micro_batches, stages);
+  // Interleaved 1F1B keeps one more round of warm-up micro-batches than 1F1B (Megatron).
+  switch (schedule) {
+    case Schedule::gpipe:
+      return micro_batches;
+    case Schedule::one_f_one_b:
+      return std::min(micro_batches, stages);
+    case Schedule::interleaved_1f1b:
+      return std::min(micro_batches, stages + 1);
+  }
+  return micro_batches;
 }
 
 StageMemory::StageMemory(const LayerGraph& g) {
@@ -161,11 +255,15 @@ std::vector<int64_t> estimate_device_memory_bytes(const Placement& p, const Laye
   }
   std::set<int> used;
   for (size_t i = 0; i < g.layers.size(); ++i) used.insert(p.device_of_layer(static_cast<int>(i)));
+  const int stages = static_cast<int>(used.size());
   const int64_t mb = (batch_size + p.micro_batches - 1) / p.micro_batches;
-  const int64_t in_flight = micro_batches_in_flight(p.schedule, p.micro_batches, static_cast<int>(used.size()));
   for (size_t i = 0; i < g.layers.size(); ++i) {
-    int64_t& device_bytes = bytes[p.device_of_layer(static_cast<int>(i))];
-    device_bytes = sat_add(device_bytes, layer_memory_bytes(g.layers[i], mb, in_flight));
+    const int grp = p.layer_group[i];
+    const int replicas = p.replica_count(grp);
+    // Each replica runs every replicas-th micro-batch of the group.
+    const int own_micro_batches = (p.micro_batches + replicas - 1) / replicas;
+    const int64_t in_flight = micro_batches_in_flight(p.schedule, own_micro_batches, stages);
+    for (int d : p.devices_of_group(grp)) bytes[d] = sat_add(bytes[d], layer_memory_bytes(g.layers[i], mb, in_flight));
   }
   return bytes;
 }
@@ -199,6 +297,33 @@ Status read_data_parallel_mode(const json& j, DataParallelMode& mode) {
   mode = *named;
   return Status::ok();
 }
+
+// A group's devices: one name, or a non-empty array of names (replicas).
+Result<std::vector<int>> read_group_devices(const json& gj, const Cluster& c, const std::string& where) {
+  auto index = [&](const json& name, const std::string& at) -> Result<int> {
+    if (!name.is_string())
+      return jf::field_error(at, std::string("expected a device name, got ") + name.type_name());
+    int d = c.index_of(name.get<std::string>());
+    if (d < 0) return jf::field_error(at, "unknown device \"" + name.get<std::string>() + "\"");
+    return d;
+  };
+  std::vector<int> devices;
+  if (!gj.is_array()) {
+    auto d = index(gj, where);
+    if (!d) return d.status();
+    return std::vector<int>{*d};
+  }
+  if (gj.empty()) return jf::field_error(where, "a replicated group names at least one device");
+  for (size_t k = 0; k < gj.size(); ++k) {
+    auto d = index(gj[k], where + "[" + std::to_string(k) + "]");
+    if (!d) return d.status();
+    if (std::find(devices.begin(), devices.end(), *d) != devices.end())
+      return jf::field_error(where + "[" + std::to_string(k) + "]",
+                             "device \"" + gj[k].get<std::string>() + "\" is named twice in this group");
+    devices.push_back(*d);
+  }
+  return devices;
+}
 }  // namespace
 
 json placement_to_json(const Placement& p, const LayerGraph& g, const Cluster& c) {
@@ -210,8 +335,17 @@ json placement_to_json(const Placement& p, const LayerGraph& g, const Cluster& c
   if (p.is_data_parallel()) j["data_parallel"] = true;
   if (p.data_parallel == DataParallelMode::hogwild)
     j["data_parallel_mode"] = data_parallel_mode_name(p.data_parallel);
+  if (p.aggregation_every != 1) j["aggregation_every"] = p.aggregation_every;
   j["groups"] = json::array();
-  for (int d : p.group_device) j["groups"].push_back(c.devices.at(d).name);
+  for (int grp = 0; grp < p.num_groups(); ++grp) {
+    if (p.replica_count(grp) == 1) {
+      j["groups"].push_back(c.devices.at(p.group_device[grp]).name);
+      continue;
+    }
+    json names = json::array();
+    for (int d : p.devices_of_group(grp)) names.push_back(c.devices.at(d).name);
+    j["groups"].push_back(names);
+  }
   j["layers"] = json::object();
   for (size_t i = 0; i < g.layers.size(); ++i) j["layers"][g.layers[i].name] = p.layer_group[i];
   return j;
@@ -232,14 +366,17 @@ Result<Placement> placement_from_json(const json& j, const LayerGraph& g, const 
   if (groups == j.end()) return jf::field_error("placement.groups", "missing required field");
   if (!groups->is_array() || groups->empty())
     return jf::field_error("placement.groups", "expected a non-empty array of device names");
+  if (Status s = jf::read(j, "aggregation_every", p.aggregation_every, "placement"); !s) return s;
+  std::vector<std::vector<int>> replicas;
   for (size_t i = 0; i < groups->size(); ++i) {
-    const json& gj = (*groups)[i];
     std::string where = "placement.groups[" + std::to_string(i) + "]";
-    if (!gj.is_string()) return jf::field_error(where, std::string("expected a device name, got ") + gj.type_name());
-    int d = c.index_of(gj.get<std::string>());
-    if (d < 0) return jf::field_error(where, "unknown device \"" + gj.get<std::string>() + "\"");
-    p.group_device.push_back(d);
+    auto devices = read_group_devices((*groups)[i], c, where);
+    if (!devices) return devices.status();
+    p.group_device.push_back(devices->front());
+    replicas.emplace_back(devices->begin() + 1, devices->end());
   }
+  for (const auto& r : replicas)
+    if (!r.empty()) p.group_replicas = replicas;
   auto layers = j.find("layers");
   if (layers == j.end()) return jf::field_error("placement.layers", "missing required field");
   if (!layers->is_object()) return jf::field_error("placement.layers", "expected an object of layer name -> group");

@@ -1,0 +1,155 @@
+// Replicated groups in a Placement: the JSON form (a group names an array of
+// devices), round-robin micro-batches, the memory rule per replica, and the
+// refusals that name the field (a device twice, too few micro-batches,
+// aggregation_every < 1, a replicated group in a cycle of groups).
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/cluster.h"
+#include "core/placement.h"
+#include "model/layer_graph.h"
+
+using namespace tapp;
+using nlohmann::json;
+
+namespace {
+
+// fc0 -> fc1 -> fc2 -> fc3, a chain.
+LayerGraph chain(int n = 4) {
+  LayerGraph g;
+  g.name = "chain";
+  g.input_shape = {8};
+  for (int i = 0; i < n; ++i) {
+    Layer l;
+    l.name = "fc" + std::to_string(i);
+    l.op = "linear";
+    l.attrs.out = 8;
+    if (i > 0) l.inputs = {i - 1};
+    g.layers.push_back(l);
+  }
+  REQUIRE(infer_shapes(g).is_ok());
+  return g;
+}
+
+Cluster devices(int n) {
+  Cluster c;
+  for (int i = 0; i < n; ++i) {
+    Device d;
+    d.name = "cpu" + std::to_string(i);
+    c.devices.push_back(d);
+  }
+  return c;
+}
+
+std::string error_of(const json& j, const LayerGraph& g, const Cluster& c, int64_t batch = 16) {
+  auto p = placement_from_json(j, g, c);
+  if (!p) return p.error_message();
+  Status s = validate_placement(*p, g, c, batch);
+  return s ? "" : s.message();
+}
+
+}  // namespace
+
+TEST_CASE("a replicated group round-trips through JSON and runs micro-batches round-robin") {
+  LayerGraph g = chain();
+  Cluster c = devices(4);
+  json j = json::parse(R"({"micro_batches": 6, "aggregation_every": 3, "groups": [["cpu1", "cpu2", "cpu0"], "cpu3"],
+                           "layers": {"fc0": 0, "fc1": 0, "fc2": 1, "fc3": 1}})");
+  auto p = placement_from_json(j, g, c);
+  REQUIRE(p.is_ok());
+  CHECK(p->group_device == std::vector<int>{1, 3});
+  CHECK(p->devices_of_group(0) == std::vector<int>{1, 2, 0});
+  CHECK(p->replica_count(0) == 3);
+  CHECK(p->replica_count(1) == 1);
+  CHECK(p->has_replicated_groups());
+  CHECK(p->aggregation_every == 3);
+  std::vector<int> runs_on;
+  for (int m = 0; m < 6; ++m) runs_on.push_back(p->device_of_micro_batch(0, m));
+  CHECK(runs_on == std::vector<int>{1, 2, 0, 1, 2, 0});
+  CHECK(p->device_of_micro_batch(1, 4) == 3);
+  CHECK(validate_placement(*p, g, c, 12).is_ok());
+  json written = placement_to_json(*p, g, c);
+  CHECK(written["groups"] == json::parse(R"([["cpu1", "cpu2", "cpu0"], "cpu3"])"));
+  CHECK(written["aggregation_every"] == 3);
+  auto again = placement_from_json(written, g, c);
+  REQUIRE(again.is_ok());
+  CHECK(again->group_replicas == p->group_replicas);
+}
+
+TEST_CASE("a placement without replicas keeps its old JSON form") {
+  LayerGraph g = chain();
+  Cluster c = devices(2);
+  auto p = placement_from_json(json::parse(R"({"micro_batches": 2, "groups": ["cpu0", "cpu1"],
+                                               "layers": {"fc0": 0, "fc1": 0, "fc2": 1, "fc3": 1}})"),
+                               g, c);
+  REQUIRE(p.is_ok());
+  CHECK(p->group_replicas.empty());
+  CHECK_FALSE(p->has_replicated_groups());
+  json written = placement_to_json(*p, g, c);
+  CHECK(written["groups"] == json::parse(R"(["cpu0", "cpu1"])"));
+  CHECK_FALSE(written.contains("aggregation_every"));
+}
+
+TEST_CASE("each replica holds its group's state and the activations of its own micro-batches") {
+  LayerGraph g = chain();
+  Cluster c = devices(3);
+  Placement single = Placement::single_device(4, 0, 4);
+  Placement p;
+  p.layer_group = {0, 0, 1, 1};
+  p.group_device = {0, 2};
+  p.group_replicas = {{1}, {}};
+  p.micro_batches = 4;
+  auto bytes = estimate_device_memory_bytes(p, g, c, 16);
+  // Group 0 (fc0, fc1) on devices 0 and 1, each running 2 of the 4 micro-batches of 4 samples (GPipe: both in flight).
+  int64_t expected = 0;
+  for (int l : {0, 1})
+    expected += training_state_bytes(g.layers[l].param_bytes()) + g.layers[l].activation_bytes() * 4 * 2;
+  CHECK(bytes[0] == expected);
+  CHECK(bytes[1] == expected);
+  CHECK(bytes[2] > 0);
+  // The unreplicated device 0 of the single placement keeps all 4 micro-batches in flight: more.
+  CHECK(estimate_device_memory_bytes(single, g, c, 16)[0] > bytes[0]);
+}
+
+TEST_CASE("bad replica sets are refused naming the field") {
+  LayerGraph g = chain();
+  Cluster c = devices(3);
+  const char* layers = R"("layers": {"fc0": 0, "fc1": 0, "fc2": 1, "fc3": 1})";
+  auto doc = [&](const std::string& rest) { return json::parse("{" + rest + ", " + layers + "}"); };
+  CHECK(error_of(doc(R"("micro_batches": 4, "groups": [["cpu0", "cpu0"], "cpu1"])"), g, c) ==
+        "placement.groups[0][1]: device \"cpu0\" is named twice in this group");
+  CHECK(error_of(doc(R"("micro_batches": 4, "groups": [["cpu0", "gpu9"], "cpu1"])"), g, c) ==
+        "placement.groups[0][1]: unknown device \"gpu9\"");
+  CHECK(error_of(doc(R"("micro_batches": 4, "groups": [[], "cpu1"])"), g, c) ==
+        "placement.groups[0]: a replicated group names at least one device");
+  CHECK(error_of(doc(R"("micro_batches": 4, "groups": [["cpu0", 3], "cpu1"])"), g, c) ==
+        "placement.groups[0][1]: expected a device name, got number");
+  CHECK(error_of(doc(R"("micro_batches": 2, "groups": [["cpu0", "cpu1", "cpu2"], "cpu1"])"), g, c).find(
+            "placement.micro_batches: group 0 has 3 replicas") == 0);
+  CHECK(error_of(doc(R"("micro_batches": 4, "aggregation_every": 0, "groups": [["cpu0", "cpu1"], "cpu2"])"), g, c)
+            .find("placement.aggregation_every: must be at least 1") == 0);
+  CHECK(error_of(doc(R"("micro_batches": 4, "aggregation_every": 2, "groups": ["cpu0", "cpu2"])"), g, c)
+            .find("placement.aggregation_every: 2 needs a replicated group") == 0);
+}
+
+TEST_CASE("a replicated group that is both before and after another group is refused; without replicas it runs") {
+  LayerGraph g = chain();
+  Cluster c = devices(3);
+  json cyclic = json::parse(R"({"micro_batches": 4, "groups": [["cpu0", "cpu1"], "cpu2"],
+                                "layers": {"fc0": 0, "fc1": 1, "fc2": 0, "fc3": 1}})");
+  CHECK(error_of(cyclic, g, c).find("placement.groups[0]: replicated group 0 is both before and after group 1") == 0);
+  cyclic["groups"] = json::parse(R"(["cpu0", "cpu2"])");
+  CHECK(error_of(cyclic, g, c) == "");  // a device holding two segments of one group
+}
+
+TEST_CASE("the interleaved schedule has a name and keeps one more warm-up round in flight than 1F1B") {
+  auto s = schedule_from_name("interleaved_1f1b");
+  REQUIRE(s.is_ok());
+  CHECK(*s == Schedule::interleaved_1f1b);
+  CHECK(schedule_name(*s) == "interleaved_1f1b");
+  CHECK(micro_batches_in_flight(Schedule::interleaved_1f1b, 8, 2) == 3);
+  CHECK(micro_batches_in_flight(Schedule::one_f_one_b, 8, 2) == 2);
+  CHECK(schedule_from_name("zigzag").error_message().find("interleaved_1f1b") != std::string::npos);
+}
