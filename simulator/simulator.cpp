@@ -137,10 +137,7 @@ StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOp
     }
     return cached;
   };
-  // Start and end times over deps + resource chains, depth first: a task
-  // finishes once its predecessors have. Tasks come nearly in a topological
-  // order, so most finish on their first visit. A predecessor still open on
-  // the path is a cycle (an order the graph cannot run).
+  // Start and end times over deps + resource chains.
   auto predecessors = [&](int t, auto&& visit) {
     if (ws.resource_prev[t] >= 0) visit(ws.resource_prev[t]);
     for (int d : tg.tasks[t].deps) visit(d);
@@ -148,6 +145,41 @@ StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOp
       for (int k = ws.extra_begin[t - first_allreduce]; k < ws.extra_begin[t - first_allreduce + 1]; ++k)
         visit(ws.extra[k]);
   };
+  auto finish = [&](int t, double start, int crit) {
+    const Task& task = tg.tasks[t];
+    ws.start[t] = start;
+    ws.end[t] = start + duration(task) +
+                (is_compute(task.kind) && ws.resource_prev[t] < 0 ? cost.first_task_ms(task.device) : 0.0);
+    ws.crit[t] = crit;
+    ws.state[t] = 2;
+  };
+  // The start is the latest predecessor's end (the first such one is the critical predecessor).
+  bool replayed = tg.replay_order.size() == static_cast<size_t>(T);
+  if (replayed) {
+    // One pass in the builder's replay order, checking that every predecessor is done.
+    for (int t : tg.replay_order) {
+      double start = 0;
+      int crit = -1;
+      bool ready = ws.state[t] == 0;
+      predecessors(t, [&](int x) {
+        if (ws.state[x] != 2)
+          ready = false;
+        else if (crit < 0 || ws.end[x] > start) {
+          start = ws.end[x];
+          crit = x;
+        }
+      });
+      if (!ready) {
+        replayed = false;
+        break;
+      }
+      finish(t, start, crit);
+    }
+    if (!replayed) ws.state.assign(T, 0);
+  }
+  // Otherwise (an order changed by hand), depth first: a task finishes once its
+  // predecessors have; a predecessor still open on the path is a cycle (an
+  // order the graph cannot run).
   bool cycle = false;
   // Finishes t when its predecessors have (true), else stacks the unfinished ones.
   auto try_finish = [&](int t) {
@@ -168,15 +200,10 @@ StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOp
       ws.state[t] = 1;
       return false;
     }
-    const Task& task = tg.tasks[t];
-    ws.start[t] = start;
-    ws.end[t] = start + duration(task) +
-                (is_compute(task.kind) && ws.resource_prev[t] < 0 ? cost.first_task_ms(task.device) : 0.0);
-    ws.crit[t] = crit;
-    ws.state[t] = 2;
+    finish(t, start, crit);
     return true;
   };
-  for (int root = 0; root < T && !cycle; ++root) {
+  for (int root = 0; !replayed && root < T && !cycle; ++root) {
     if (ws.state[root] == 2) continue;
     ws.stack.clear();
     if (try_finish(root)) continue;

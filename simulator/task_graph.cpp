@@ -282,6 +282,26 @@ void add_tasks(TaskGraph& tg, Scratch& sc) {
   shrink(tg.tasks, sink.used, sc.spare_tasks);
 }
 
+// Records compute task t as the next on its device and, with its sends, in the replay order.
+void run_next(TaskGraph& tg, int t) {
+  tg.device_order[tg.tasks[t].device].push_back(t);
+  tg.replay_order.push_back(t);
+  const int T = static_cast<int>(tg.tasks.size());
+  for (int x = t + 1; x < T && is_transfer(tg.tasks[x].kind); ++x) tg.replay_order.push_back(x);
+}
+
+// The allreduces close the replay order (they come last in `tasks`).
+void append_allreduces(TaskGraph& tg) {
+  for (const ReplicatedGroup& rg : tg.replicated_groups)
+    if (rg.allreduce_task >= 0) tg.replay_order.push_back(rg.allreduce_task);
+}
+
+void clear_orders(TaskGraph& tg) {
+  tg.device_order.resize(tg.num_devices);
+  for (auto& o : tg.device_order) o.clear();
+  tg.replay_order.clear();
+}
+
 // GPipe fill-drain: every forward, then every backward, in wavefront order
 // (forwards by (m + s, s), backwards by (m + S-1-s, S-1-s)), each on the
 // device that runs its micro-batch. The global order is topological, so
@@ -289,16 +309,12 @@ void add_tasks(TaskGraph& tg, Scratch& sc) {
 void order_gpipe(TaskGraph& tg) {
   const int S = static_cast<int>(tg.segments.size());
   const int M = tg.micro_batches();
-  tg.device_order.resize(tg.num_devices);
-  for (auto& o : tg.device_order) o.clear();
+  clear_orders(tg);
   for (int w = 0; w <= M + S - 2; ++w)
-    for (int s = std::max(0, w - M + 1); s <= std::min(S - 1, w); ++s)
-      tg.device_order[tg.segments[s].device_of(w - s)].push_back(tg.forward_task[s][w - s]);
+    for (int s = std::max(0, w - M + 1); s <= std::min(S - 1, w); ++s) run_next(tg, tg.forward_task[s][w - s]);
   for (int w = 0; w <= M + S - 2; ++w)
-    for (int r = std::max(0, w - M + 1); r <= std::min(S - 1, w); ++r) {
-      int s = S - 1 - r;
-      tg.device_order[tg.segments[s].device_of(w - r)].push_back(tg.backward_task[s][w - r]);
-    }
+    for (int r = std::max(0, w - M + 1); r <= std::min(S - 1, w); ++r) run_next(tg, tg.backward_task[S - 1 - r][w - r]);
+  append_allreduces(tg);
 }
 
 // How many micro-batches a device may start before its first backward
@@ -379,8 +395,7 @@ void order_1f1b(TaskGraph& tg, bool interleaved) {
     if (is_transfer(task.kind)) return done_step[task.deps[0]] >= 0 && done_step[task.deps[0]] < step;
     return done_step[t] >= 0 && done_step[t] < step;
   };
-  tg.device_order.resize(D);
-  for (auto& o : tg.device_order) o.clear();
+  clear_orders(tg);
   size_t remaining = 0;
   for (auto& p : pending) remaining += p.size();
   for (int step = 0; remaining > 0; ++step) {
@@ -403,7 +418,7 @@ void order_1f1b(TaskGraph& tg, bool interleaved) {
       if (pick < 0) continue;
       const Task& task = tg.tasks[pick];
       done_step[pick] = step;
-      tg.device_order[d].push_back(pick);
+      run_next(tg, pick);
       pending[d].erase(std::find(pending[d].begin(), pending[d].end(), pick));
       --remaining;
       progressed = true;
@@ -419,6 +434,7 @@ void order_1f1b(TaskGraph& tg, bool interleaved) {
     if (!progressed)
       for (int& l : limit) ++l;
   }
+  append_allreduces(tg);
 }
 
 }  // namespace
