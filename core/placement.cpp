@@ -194,8 +194,9 @@ Status validate_placement(const Placement& p, const LayerGraph& g, const Cluster
   const int64_t smallest_micro_batch = p.is_data_parallel()
                                            ? batch_size / static_cast<int64_t>(p.group_device.size())
                                            : batch_size / p.micro_batches;
+  static const std::string kBatchNorm = "batchnorm2d";  // string == string compares sizes first (search loops)
   for (const Layer& l : g.layers) {
-    if (l.op != "batchnorm2d" || l.input_shapes.empty() || l.input_shapes[0].size() != 3) continue;
+    if (l.op != kBatchNorm || l.input_shapes.empty() || l.input_shapes[0].size() != 3) continue;
     if (smallest_micro_batch * l.input_shapes[0][1] * l.input_shapes[0][2] <= 1)
       return Status::error("placement.micro_batches: " + std::to_string(p.micro_batches) + " micro-batches of " +
                            std::to_string(smallest_micro_batch) + " sample(s) leave BatchNorm layer '" + l.name +
