@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <tuple>
 
 #include "model/layer_graph.h"
 #include "core/cluster.h"
@@ -17,7 +18,31 @@ struct Scratch {
   std::vector<int64_t> edge_bytes;  // per sample
   std::vector<int> pred_begin, pred_edges, fill;  // per segment: incoming edges, ascending `from`
   std::vector<int> xfwd, xbwd;  // per (edge, micro-batch): transfer task id, -1 when same device
+  // Tasks and segments a smaller graph did not need, kept with their vectors'
+  // capacity for the next larger one (so a search loop stops allocating).
+  std::vector<Task> spare_tasks;
+  std::vector<Segment> spare_segments;
 };
+
+// Grows `v` by one, taking an element from `spare` when there is one.
+template <typename T>
+void grow(std::vector<T>& v, std::vector<T>& spare) {
+  if (spare.empty()) {
+    v.emplace_back();
+    return;
+  }
+  v.push_back(std::move(spare.back()));
+  spare.pop_back();
+}
+
+// Shrinks `v` to n elements, keeping the rest in `spare`.
+template <typename T>
+void shrink(std::vector<T>& v, size_t n, std::vector<T>& spare) {
+  while (v.size() > n) {
+    spare.push_back(std::move(v.back()));
+    v.pop_back();
+  }
+}
 
 Scratch& scratch() {
   thread_local Scratch s;
@@ -27,12 +52,14 @@ Scratch& scratch() {
 // Appends a task, reusing a previous build's Task (and its deps capacity) when there is one.
 struct TaskSink {
   TaskGraph& tg;
+  Scratch& sc;
   size_t used = 0;
   Task& next(int& id) {
-    if (used == tg.tasks.size()) tg.tasks.emplace_back();
+    if (used == tg.tasks.size()) grow(tg.tasks, sc.spare_tasks);
     Task& t = tg.tasks[used];
     t.deps.clear();
     t.peer_segment = -1;
+    t.replicated_group = -1;
     t.to_device = -1;
     t.bytes = 0;
     id = static_cast<int>(used++);
@@ -40,31 +67,43 @@ struct TaskSink {
   }
 };
 
+void reset_segment(Segment& seg) {
+  seg.layers.clear();
+  seg.preds.clear();
+  seg.succs.clear();
+  seg.reads_model_input = false;
+  seg.computes_loss = false;
+  seg.param_bytes = 0;
+}
+
+// Segments: a new one starts where the layer's devices change. A replicated
+// group's layers are keyed by the group (its segments hold only its layers,
+// one allreduce each); other layers by their device, so consecutive
+// unreplicated groups on one device share a segment.
 void split_segments(const LayerGraph& g, const Placement& p, TaskGraph& tg, Scratch& sc) {
   const int L = static_cast<int>(g.layers.size());
   sc.seg_of_layer.assign(L, -1);
   size_t S = 0;
-  int prev_device = -1;
+  int prev_key = 0;
   for (int i = 0; i < L; ++i) {
-    int d = p.device_of_layer(i);
-    if (S == 0 || d != prev_device) {
-      if (S == tg.segments.size()) tg.segments.emplace_back();
+    const int grp = p.layer_group[i];
+    const bool replicated = p.replica_count(grp) > 1;
+    const int key = replicated ? -1 - grp : p.group_device[grp];
+    if (S == 0 || key != prev_key) {
+      if (S == tg.segments.size()) grow(tg.segments, sc.spare_segments);
       Segment& seg = tg.segments[S++];
-      seg.device = d;
-      seg.layers.clear();
-      seg.preds.clear();
-      seg.succs.clear();
-      seg.reads_model_input = false;
-      seg.computes_loss = false;
-      seg.param_bytes = 0;
-      prev_device = d;
+      reset_segment(seg);
+      seg.group = grp;
+      seg.devices.assign(1, p.group_device[grp]);
+      if (replicated) seg.devices.insert(seg.devices.end(), p.group_replicas[grp].begin(), p.group_replicas[grp].end());
+      prev_key = key;
     }
     Segment& seg = tg.segments[S - 1];
     seg.layers.push_back(i);
     seg.param_bytes += g.layers[i].param_bytes();
     sc.seg_of_layer[i] = static_cast<int>(S) - 1;
   }
-  tg.segments.resize(S);
+  shrink(tg.segments, S, sc.spare_segments);
   // Segment edges from every cross-segment input, sorted by (from, to, layer);
   // an edge's payload is each boundary layer's output once.
   sc.edge_from.clear();
@@ -113,6 +152,31 @@ void split_segments(const LayerGraph& g, const Placement& p, TaskGraph& tg, Scra
   tg.segments[sc.seg_of_layer[L - 1]].computes_loss = true;
 }
 
+// One entry per replicated group that holds layers, ascending group.
+void collect_replicated_groups(TaskGraph& tg) {
+  size_t R = 0;
+  for (int s = 0; s < static_cast<int>(tg.segments.size()); ++s) {
+    const Segment& seg = tg.segments[s];
+    if (!seg.replicated()) continue;
+    size_t k = 0;
+    while (k < R && tg.replicated_groups[k].group != seg.group) ++k;
+    if (k == R) {
+      if (R == tg.replicated_groups.size()) tg.replicated_groups.emplace_back();
+      ReplicatedGroup& rg = tg.replicated_groups[R++];
+      rg.group = seg.group;
+      rg.devices = seg.devices;
+      rg.param_bytes = 0;
+      rg.segments.clear();
+      rg.allreduce_task = -1;
+    }
+    tg.replicated_groups[k].param_bytes += seg.param_bytes;
+    tg.replicated_groups[k].segments.push_back(s);
+  }
+  tg.replicated_groups.resize(R);
+  std::sort(tg.replicated_groups.begin(), tg.replicated_groups.end(),
+            [](const ReplicatedGroup& a, const ReplicatedGroup& b) { return a.group < b.group; });
+}
+
 void resize_table(std::vector<std::vector<int>>& t, int rows, int cols) {
   t.resize(rows);
   for (auto& r : t) r.assign(cols, -1);
@@ -126,33 +190,37 @@ void add_tasks(TaskGraph& tg, Scratch& sc) {
   resize_table(tg.backward_task, S, M);
   sc.xfwd.assign(static_cast<size_t>(E) * M, -1);
   sc.xbwd.assign(static_cast<size_t>(E) * M, -1);
-  TaskSink sink{tg};
-  auto cross = [&](int e) { return tg.segments[sc.edge_from[e]].device != tg.segments[sc.edge_to[e]].device; };
+  TaskSink sink{tg, sc};
+  auto from_device = [&](int e, int m) { return tg.segments[sc.edge_from[e]].device_of(m); };
+  auto to_device = [&](int e, int m) { return tg.segments[sc.edge_to[e]].device_of(m); };
   // Forward: F(s, m), then its activation transfers to later segments on other devices.
   for (int s = 0; s < S; ++s) {
     const Segment& seg = tg.segments[s];
     for (int m = 0; m < M; ++m) {
+      const int here = seg.device_of(m);
       int fid;
       Task& f = sink.next(fid);
       f.kind = TaskKind::forward;
       f.segment = s;
       f.micro_batch = m;
-      f.device = seg.device;
+      f.device = here;
       for (int k = sc.pred_begin[s]; k < sc.pred_begin[s + 1]; ++k) {
         int e = sc.pred_edges[k];
-        f.deps.push_back(cross(e) ? sc.xfwd[static_cast<size_t>(e) * M + m] : tg.forward_task[sc.edge_from[e]][m]);
+        f.deps.push_back(from_device(e, m) != here ? sc.xfwd[static_cast<size_t>(e) * M + m]
+                                                    : tg.forward_task[sc.edge_from[e]][m]);
       }
       tg.forward_task[s][m] = fid;
       for (int e = sc.succ_begin[s]; e < sc.succ_begin[s + 1]; ++e) {
-        if (!cross(e)) continue;
+        const int there = to_device(e, m);
+        if (there == here) continue;
         int xid;
         Task& x = sink.next(xid);
         x.kind = TaskKind::transfer_activation;
         x.segment = s;
         x.peer_segment = sc.edge_to[e];
         x.micro_batch = m;
-        x.device = seg.device;
-        x.to_device = tg.segments[sc.edge_to[e]].device;
+        x.device = here;
+        x.to_device = there;
         x.bytes = sc.edge_bytes[e] * tg.micro_batch_sizes[m];
         x.deps.push_back(fid);
         sc.xfwd[static_cast<size_t>(e) * M + m] = xid;
@@ -164,19 +232,22 @@ void add_tasks(TaskGraph& tg, Scratch& sc) {
   for (int s = S - 1; s >= 0; --s) {
     const Segment& seg = tg.segments[s];
     for (int m = 0; m < M; ++m) {
+      const int here = seg.device_of(m);
       int bid;
       Task& b = sink.next(bid);
       b.kind = TaskKind::backward;
       b.segment = s;
       b.micro_batch = m;
-      b.device = seg.device;
+      b.device = here;
       for (int e = sc.succ_begin[s + 1] - 1; e >= sc.succ_begin[s]; --e)
-        b.deps.push_back(cross(e) ? sc.xbwd[static_cast<size_t>(e) * M + m] : tg.backward_task[sc.edge_to[e]][m]);
+        b.deps.push_back(to_device(e, m) != here ? sc.xbwd[static_cast<size_t>(e) * M + m]
+                                                  : tg.backward_task[sc.edge_to[e]][m]);
       b.deps.push_back(tg.forward_task[s][m]);
       tg.backward_task[s][m] = bid;
       for (int k = sc.pred_begin[s]; k < sc.pred_begin[s + 1]; ++k) {
         int e = sc.pred_edges[k];
-        if (!cross(e)) continue;
+        const int there = from_device(e, m);
+        if (there == here) continue;
         int p = sc.edge_from[e];
         int xid;
         Task& x = sink.next(xid);
@@ -184,59 +255,135 @@ void add_tasks(TaskGraph& tg, Scratch& sc) {
         x.segment = p;
         x.peer_segment = s;
         x.micro_batch = m;
-        x.device = seg.device;
-        x.to_device = tg.segments[p].device;
+        x.device = here;
+        x.to_device = there;
         x.bytes = sc.edge_bytes[e] * tg.micro_batch_sizes[m];
         x.deps.push_back(bid);
         sc.xbwd[static_cast<size_t>(e) * M + m] = xid;
       }
     }
   }
-  tg.tasks.resize(sink.used);
+  // Synchronous replicas: one allreduce per replicated group after all its backwards.
+  if (tg.aggregation_every == 1)
+    for (size_t k = 0; k < tg.replicated_groups.size(); ++k) {
+      ReplicatedGroup& rg = tg.replicated_groups[k];
+      int aid;
+      Task& a = sink.next(aid);
+      a.kind = TaskKind::allreduce;
+      a.segment = -1;
+      a.micro_batch = -1;
+      a.device = rg.devices[0];
+      a.bytes = rg.param_bytes;
+      a.replicated_group = static_cast<int>(k);
+      for (int s : rg.segments)
+        for (int m = 0; m < M; ++m) a.deps.push_back(tg.backward_task[s][m]);
+      rg.allreduce_task = aid;
+    }
+  shrink(tg.tasks, sink.used, sc.spare_tasks);
+}
+
+// Records compute task t as the next on its device and, with its sends, in the replay order.
+void run_next(TaskGraph& tg, int t) {
+  tg.device_order[tg.tasks[t].device].push_back(t);
+  tg.replay_order.push_back(t);
+  const int T = static_cast<int>(tg.tasks.size());
+  for (int x = t + 1; x < T && is_transfer(tg.tasks[x].kind); ++x) tg.replay_order.push_back(x);
+}
+
+// The allreduces close the replay order (they come last in `tasks`).
+void append_allreduces(TaskGraph& tg) {
+  for (const ReplicatedGroup& rg : tg.replicated_groups)
+    if (rg.allreduce_task >= 0) tg.replay_order.push_back(rg.allreduce_task);
+}
+
+void clear_orders(TaskGraph& tg) {
+  tg.device_order.resize(tg.num_devices);
+  for (auto& o : tg.device_order) o.clear();
+  tg.replay_order.clear();
 }
 
 // GPipe fill-drain: every forward, then every backward, in wavefront order
-// (forwards by (m + s, s), backwards by (m + S-1-s, S-1-s)). The global order
-// is topological, so filtering it per device cannot deadlock.
+// (forwards by (m + s, s), backwards by (m + S-1-s, S-1-s)), each on the
+// device that runs its micro-batch. The global order is topological, so
+// filtering it per device cannot deadlock.
 void order_gpipe(TaskGraph& tg) {
   const int S = static_cast<int>(tg.segments.size());
   const int M = tg.micro_batches();
-  tg.device_order.resize(tg.num_devices);
-  for (auto& o : tg.device_order) o.clear();
+  clear_orders(tg);
   for (int w = 0; w <= M + S - 2; ++w)
-    for (int s = std::max(0, w - M + 1); s <= std::min(S - 1, w); ++s)
-      tg.device_order[tg.segments[s].device].push_back(tg.forward_task[s][w - s]);
+    for (int s = std::max(0, w - M + 1); s <= std::min(S - 1, w); ++s) run_next(tg, tg.forward_task[s][w - s]);
   for (int w = 0; w <= M + S - 2; ++w)
-    for (int r = std::max(0, w - M + 1); r <= std::min(S - 1, w); ++r) {
-      int s = S - 1 - r;
-      tg.device_order[tg.segments[s].device].push_back(tg.backward_task[s][w - r]);
-    }
+    for (int r = std::max(0, w - M + 1); r <= std::min(S - 1, w); ++r) run_next(tg, tg.backward_task[S - 1 - r][w - r]);
+  append_allreduces(tg);
 }
 
-// 1F1B (PipeDream-flush): a unit-time list schedule where each device prefers a
-// ready backward and admits a new micro-batch only while fewer than `limit` are
-// in flight on it (limit = devices from its first segment to the end). The
-// recorded order comes from a feasible execution, so it never deadlocks.
-void order_1f1b(TaskGraph& tg) {
+// How many micro-batches a device may start before its first backward
+// (PipeDream's NOAM): the devices from its first segment to the end, divided
+// by the replicas of that segment (each replica sees 1/r of the micro-batches).
+// Without replicas: the devices downstream of it, itself included.
+std::vector<int> in_flight_limits(const TaskGraph& tg) {
   const int S = static_cast<int>(tg.segments.size());
-  const int M = tg.micro_batches();
   const int D = tg.num_devices;
-  const int T = static_cast<int>(tg.tasks.size());
   std::vector<int> limit(D, 0);
+  std::vector<char> downstream(D);
   for (int d = 0; d < D; ++d) {
     int first = -1;
     for (int s = 0; s < S && first < 0; ++s)
-      if (tg.segments[s].device == d) first = s;
+      if (tg.segments[s].runs_on(d)) first = s;
     if (first < 0) continue;
-    std::vector<char> downstream(D, 0);
-    for (int s = first; s < S; ++s) downstream[tg.segments[s].device] = 1;
-    limit[d] = static_cast<int>(std::count(downstream.begin(), downstream.end(), 1));
+    std::fill(downstream.begin(), downstream.end(), 0);
+    for (int s = first; s < S; ++s)
+      for (int x : tg.segments[s].devices) downstream[x] = 1;
+    const int r = tg.segments[first].replica_count();
+    const int count = static_cast<int>(std::count(downstream.begin(), downstream.end(), 1));
+    limit[d] = (count + r - 1) / r;
   }
+  return limit;
+}
+
+// 1F1B (PipeDream-flush) and interleaved 1F1B (Megatron's virtual stages): a
+// unit-time list schedule where each device prefers a ready backward and
+// admits a new micro-batch only while fewer than its limit are in flight on
+// it. 1F1B: among forwards (backwards) the lowest micro-batch first, then the
+// earliest (latest) segment. Interleaved: micro-batches go in chunks of P (the
+// devices in use); within a chunk a device runs its first segment for the
+// whole chunk before its next segment (backwards: its last segment first), and
+// it may keep one more micro-batch in flight (the memory rule's stages + 1).
+// The recorded order comes from a feasible execution, so it never deadlocks.
+void order_1f1b(TaskGraph& tg, bool interleaved) {
+  const int M = tg.micro_batches();
+  const int D = tg.num_devices;
+  const int T = static_cast<int>(tg.tasks.size());
+  std::vector<int> limit = in_flight_limits(tg);
   // Per device: its compute tasks, and per micro-batch how many of them remain.
   std::vector<std::vector<int>> pending(D);
   for (int t = 0; t < T; ++t)
-    if (tg.tasks[t].kind == TaskKind::forward || tg.tasks[t].kind == TaskKind::backward)
-      pending[tg.tasks[t].device].push_back(t);
+    if (is_compute(tg.tasks[t].kind)) pending[tg.tasks[t].device].push_back(t);
+  // Interleaved: a task's segment's rank among its device's segments (its virtual stage), and the chunk size.
+  std::vector<int> virtual_stage;
+  int chunk = 1;
+  if (interleaved) {
+    virtual_stage.assign(T, 0);
+    int used = 0;
+    for (int d = 0; d < D; ++d) {
+      used += !pending[d].empty();
+      std::vector<int> segs;
+      for (int t : pending[d]) segs.push_back(tg.tasks[t].segment);
+      std::sort(segs.begin(), segs.end());
+      segs.erase(std::unique(segs.begin(), segs.end()), segs.end());
+      for (int t : pending[d])
+        virtual_stage[t] = static_cast<int>(std::lower_bound(segs.begin(), segs.end(), tg.tasks[t].segment) - segs.begin());
+    }
+    chunk = std::max(1, used);
+    for (int& l : limit) l += l > 0;
+  }
+  // Priority among ready tasks of one kind on one device (smaller first).
+  auto key = [&](int id) {
+    const Task& t = tg.tasks[id];
+    const bool bwd = t.kind == TaskKind::backward;
+    if (!interleaved) return std::make_tuple(t.micro_batch, t.segment * (bwd ? -1 : 1), 0);
+    return std::make_tuple(t.micro_batch / chunk, virtual_stage[id] * (bwd ? -1 : 1), t.micro_batch);
+  };
   std::vector<int> left(static_cast<size_t>(D) * M, 0);
   std::vector<char> started(static_cast<size_t>(D) * M, 0);
   std::vector<int> in_flight(D, 0);
@@ -245,12 +392,10 @@ void order_1f1b(TaskGraph& tg) {
   std::vector<int> done_step(T, -1);
   auto done_before = [&](int t, int step) {
     const Task& task = tg.tasks[t];
-    if (task.kind == TaskKind::transfer_activation || task.kind == TaskKind::transfer_gradient)
-      return done_step[task.deps[0]] >= 0 && done_step[task.deps[0]] < step;
+    if (is_transfer(task.kind)) return done_step[task.deps[0]] >= 0 && done_step[task.deps[0]] < step;
     return done_step[t] >= 0 && done_step[t] < step;
   };
-  tg.device_order.resize(D);
-  for (auto& o : tg.device_order) o.clear();
+  clear_orders(tg);
   size_t remaining = 0;
   for (auto& p : pending) remaining += p.size();
   for (int step = 0; remaining > 0; ++step) {
@@ -265,7 +410,6 @@ void order_1f1b(TaskGraph& tg) {
         if (!bwd && !started[static_cast<size_t>(d) * M + task.micro_batch] && in_flight[d] >= limit[d]) continue;
         bool ready = std::all_of(task.deps.begin(), task.deps.end(), [&](int x) { return done_before(x, step); });
         if (!ready) continue;
-        auto key = [&](int id) { return std::make_pair(tg.tasks[id].micro_batch, tg.tasks[id].segment * (bwd ? -1 : 1)); };
         if (pick < 0 || (bwd && !pick_bwd) || (bwd == pick_bwd && key(t) < key(pick))) {
           pick = t;
           pick_bwd = bwd;
@@ -274,7 +418,7 @@ void order_1f1b(TaskGraph& tg) {
       if (pick < 0) continue;
       const Task& task = tg.tasks[pick];
       done_step[pick] = step;
-      tg.device_order[d].push_back(pick);
+      run_next(tg, pick);
       pending[d].erase(std::find(pending[d].begin(), pending[d].end(), pick));
       --remaining;
       progressed = true;
@@ -290,9 +434,14 @@ void order_1f1b(TaskGraph& tg) {
     if (!progressed)
       for (int& l : limit) ++l;
   }
+  append_allreduces(tg);
 }
 
 }  // namespace
+
+bool Segment::runs_on(int device) const {
+  return std::find(devices.begin(), devices.end(), device) != devices.end();
+}
 
 std::vector<int> boundary_layers(const LayerGraph& g, const TaskGraph& tg, int from, int to) {
   std::set<int> in_from(tg.segments[from].layers.begin(), tg.segments[from].layers.end());
@@ -312,7 +461,9 @@ Status build_task_graph_into(const LayerGraph& g, const Placement& p, const Clus
   Scratch& sc = scratch();
   tg.num_devices = c.num_devices();
   tg.schedule = p.schedule;
+  tg.aggregation_every = p.aggregation_every;
   split_segments(g, p, tg, sc);
+  collect_replicated_groups(tg);
   tg.micro_batch_sizes.resize(p.micro_batches);
   for (int m = 0; m < p.micro_batches; ++m)
     tg.micro_batch_sizes[m] = batch_size / p.micro_batches + (m < batch_size % p.micro_batches ? 1 : 0);
@@ -320,7 +471,7 @@ Status build_task_graph_into(const LayerGraph& g, const Placement& p, const Clus
   if (p.schedule == Schedule::gpipe)
     order_gpipe(tg);
   else
-    order_1f1b(tg);
+    order_1f1b(tg, p.schedule == Schedule::interleaved_1f1b);
   return Status::ok();
 }
 
