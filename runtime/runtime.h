@@ -47,7 +47,8 @@ struct RunOptions {
   std::string worker_binary;  // empty: tapp-worker next to the running binary (/proc/self/exe)
   bool collect_parameters = false;  // RunResult::layer_parameters after the last step
   // Fault injection (tests): worker `fault_rank` exits (fault_mode "exit") or
-  // hangs ("hang") at the start of step `fault_step`.
+  // hangs ("hang") at the start of step `fault_step`, or exits where it would
+  // start that step's all-reduce of a replicated group ("exit_at_allreduce").
   int fault_rank = -1;
   int fault_step = -1;
   std::string fault_mode = "exit";
@@ -61,6 +62,10 @@ struct RunResult {
   // Per layer, its parameters flattened and concatenated in LayerGraph order
   // (empty for layers without parameters). Filled when collect_parameters.
   std::vector<std::vector<float>> layer_parameters;
+  // A replicated group's layers: layer_parameters holds its first replica's
+  // (group_device); replica_parameters[layer][k - 1] holds replica k's (its
+  // k-th device in devices_of_group order), empty for unreplicated layers.
+  std::vector<std::vector<std::vector<float>>> replica_parameters;
   std::vector<int> local_worker_pids;  // every local worker started (all reaped on return)
 };
 
