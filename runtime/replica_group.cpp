@@ -28,14 +28,11 @@ std::string first_line(const std::string& s) { return s.substr(0, s.find('\n'));
 double ring_allreduce_s(const Cluster& cluster, const std::vector<int>& devices, int64_t bytes) {
   const int r = static_cast<int>(devices.size());
   if (r < 2) return 0;
-  double latency_ms = 0, bandwidth_mbps = 0;
-  for (int i = 0; i < r; ++i) {
-    const Link& l = cluster.link(devices[i], devices[(i + 1) % r]);
-    latency_ms = std::max(latency_ms, l.latency_ms);
-    bandwidth_mbps = i == 0 ? l.bandwidth_mbps : std::min(bandwidth_mbps, l.bandwidth_mbps);
-  }
-  const double steps = 2.0 * (r - 1);
-  return steps * latency_ms / 1e3 + steps / r * static_cast<double>(bytes) * 8.0 / (bandwidth_mbps * 1e6);
+  const int64_t chunk = (bytes + r - 1) / r;
+  double slowest_s = 0;
+  for (int k = 0; k < r; ++k)
+    slowest_s = std::max(slowest_s, cluster.link(devices[k], devices[(k + 1) % r]).transfer_s(chunk));
+  return 2.0 * (r - 1) * slowest_s;
 }
 
 ReplicaGroup::ReplicaGroup(int group, std::vector<int> devices, int rank, const c10::intrusive_ptr<c10d::Store>& store,
