@@ -35,10 +35,10 @@ double ring_allreduce_s(const Cluster& cluster, const std::vector<int>& devices,
   return 2.0 * (r - 1) * slowest_s;
 }
 
-ReplicaGroup::ReplicaGroup(int group, std::vector<int> devices, int rank, const c10::intrusive_ptr<c10d::Store>& store,
+ReplicaGroup::ReplicaGroup(int index, int group, std::vector<int> devices, int rank, const c10::intrusive_ptr<c10d::Store>& store,
                            const std::string& gloo_host, std::chrono::milliseconds timeout, const Cluster& cluster,
                            std::vector<torch::Tensor> parameters)
-    : group_(group), devices_(std::move(devices)), cluster_(cluster), parameters_(std::move(parameters)) {
+    : index_in_graph_(index), group_(group), devices_(std::move(devices)), cluster_(cluster), parameters_(std::move(parameters)) {
   auto it = std::find(devices_.begin(), devices_.end(), rank);
   if (it == devices_.end())
     throw std::invalid_argument("rank " + std::to_string(rank) + " is not a replica of group " + std::to_string(group));
@@ -98,7 +98,7 @@ void ReplicaGroup::start_gradient_allreduce(Clock::time_point step_start) {
   } catch (const std::exception& e) {
     throw std::runtime_error("gradient all-reduce of " + describe() + " failed: " + first_line(e.what()));
   }
-  const std::string label = "allreduce g" + std::to_string(group_);
+  const std::string label = "AR r" + std::to_string(index_in_graph_);
   auto promise = std::make_shared<std::promise<Done>>();
   pending_ = promise->get_future();
   std::thread([promise, work, step_start, start, emulated_end, label] {
@@ -150,7 +150,7 @@ TaskSpan ReplicaGroup::average_parameters(Clock::time_point step_start) {
     p.detach().copy_(tensors[0].narrow(0, pos, n).view_as(p));
     pos += n;
   }
-  return TaskSpan{"average g" + std::to_string(group_), ms_between(step_start, start),
+  return TaskSpan{"average r" + std::to_string(index_in_graph_), ms_between(step_start, start),
                   ms_between(step_start, Clock::now())};
 }
 

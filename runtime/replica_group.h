@@ -50,15 +50,19 @@ class ReplicaGroup {
   using Clock = std::chrono::steady_clock;
 
   // Joins the group's process group (blocks until every replica joined, or
-  // the timeout). `devices`: the group's devices as ranks of the job (their
-  // order is the replica order); `rank`: this worker's, one of them.
-  ReplicaGroup(int group, std::vector<int> devices, int rank, const c10::intrusive_ptr<c10d::Store>& store,
+  // the timeout). `index`: the group's in TaskGraph::replicated_groups (its
+  // spans are named "AR r<index>" as the simulator names the allreduce task,
+  // and "average r<index>"); `group`: the placement group; `devices`: the
+  // group's devices as ranks of the job (their order is the replica order);
+  // `rank`: this worker's, one of them.
+  ReplicaGroup(int index, int group, std::vector<int> devices, int rank, const c10::intrusive_ptr<c10d::Store>& store,
                const std::string& gloo_host, std::chrono::milliseconds timeout, const Cluster& cluster,
                std::vector<torch::Tensor> parameters);
   ~ReplicaGroup();
   ReplicaGroup(const ReplicaGroup&) = delete;
   ReplicaGroup& operator=(const ReplicaGroup&) = delete;
 
+  int index() const { return index_in_graph_; }
   int group() const { return group_; }
   int replica_index() const { return index_; }
   int replicas() const { return static_cast<int>(devices_.size()); }
@@ -83,7 +87,7 @@ class ReplicaGroup {
   void unflatten_into_gradients(const torch::Tensor& flat);
   double emulated_s(int64_t bytes) const;
 
-  int group_ = 0, index_ = 0;
+  int index_in_graph_ = 0, group_ = 0, index_ = 0;
   std::vector<int> devices_;
   const Cluster& cluster_;
   std::vector<torch::Tensor> parameters_;

@@ -176,12 +176,20 @@ Result<c10::intrusive_ptr<c10d::TCPStore>> host_store(double timeout_s) {
   }
 }
 
-// After a first worker failed: waits briefly for the others to notice, then
-// names the root cause first (a worker that left no error of its own, e.g.
-// crashed or was killed) and the consequences after it.
+// After a first worker failed: waits for the others to notice (until every
+// worker ended, at most 2 s: a peer blocked on the dead one, in a receive or
+// an all-reduce, fails within milliseconds and leaves its reason), then names
+// the root cause first (a worker that left no error of its own, e.g. crashed
+// or was killed) and the consequences after it.
 std::string describe_failures(WorkerGroup& workers, ControlChannel& channel) {
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  workers.poll();
+  const auto give_up = Clock::now() + std::chrono::seconds(2);
+  for (;;) {
+    workers.poll();
+    bool all_ended = true;
+    for (int r = 0; r < workers.size(); ++r) all_ended = all_ended && workers.worker(r).finished;
+    if (all_ended || Clock::now() > give_up) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   std::vector<std::pair<int, std::string>> items;
   for (int r = 0; r < workers.size(); ++r) {
     const WorkerProcess& w = workers.worker(r);

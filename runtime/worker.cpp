@@ -237,7 +237,7 @@ namespace {
 
 class PipelineWorker {
  public:
-  PipelineWorker(Ctx& ctx, TaskGraph tg) : c_(ctx), g_(ctx.job.graph), p_(ctx.job.placement), tg_(std::move(tg)) {
+  PipelineWorker(Ctx& ctx, TaskGraph tg) : c_(ctx), g_(ctx.job.graph), tg_(std::move(tg)) {
     L_ = static_cast<int>(g_.layers.size());
     M_ = tg_.micro_batches();
     seg_of_layer_.assign(L_, -1);
@@ -258,8 +258,9 @@ class PipelineWorker {
         const Task& task = tg_.tasks[tid];
         if (task.kind == TaskKind::backward && group_of_segment(task.segment) == rg->group()) ++r.local_backwards;
       }
+      const Segment& first = tg_.segments[tg_.replicated_groups[rg->index()].segments.front()];
       for (int m = 0; m < M_; ++m)
-        if (p_.device_of_micro_batch(rg->group(), m) == c_.rank) r.local_samples += tg_.micro_batch_sizes[m];
+        if (first.device_of(m) == c_.rank) r.local_samples += tg_.micro_batch_sizes[m];
       replicas_.push_back(r);
     }
   }
@@ -336,10 +337,10 @@ class PipelineWorker {
     int64_t local_samples = 0;
   };
   int tag(int task, int layer) const { return (task * L_ + layer) * 2 + parity_; }
-  bool synchronous() const { return p_.aggregation_every == 1; }
-  int group_of_segment(int s) const { return p_.layer_group[tg_.segments[s].layers.front()]; }
+  bool synchronous() const { return tg_.aggregation_every == 1; }
+  int group_of_segment(int s) const { return tg_.segments[s].group; }
   // The worker that runs segment s for micro-batch m.
-  int device_of(int s, int m) const { return p_.device_of_micro_batch(group_of_segment(s), m); }
+  int device_of(int s, int m) const { return tg_.segments[s].device_of(m); }
 
   // The last local backward of a replicated group starts its gradient
   // all-reduce (synchronous aggregation), overlapping what remains of the step.
@@ -374,7 +375,7 @@ class PipelineWorker {
 
   // aggregation_every = K > 1: after every K-th update the replicas' parameters are averaged.
   void average_replicas_if_due(Clock::time_point t0, WorkerStep& st) {
-    if (synchronous() || (step_ + 1) % p_.aggregation_every != 0) return;
+    if (synchronous() || (step_ + 1) % tg_.aggregation_every != 0) return;
     for (Replica& r : replicas_) {
       maybe_fault(c_.job, c_.rank, step_, FaultPoint::allreduce);
       auto a0 = Clock::now();
@@ -512,7 +513,6 @@ class PipelineWorker {
 
   Ctx& c_;
   const LayerGraph& g_;
-  const Placement& p_;
   TaskGraph tg_;
   int L_ = 0, M_ = 0, parity_ = 0, step_ = 0;
   std::vector<int> seg_of_layer_;
@@ -654,20 +654,19 @@ void publish_parameters(Ctx& c, bool all_layers) {
 }
 
 // Joins the process group of every replicated group this worker is a replica
-// of, in ascending group order (the same order on every member, so no two
-// wait on each other), and hands each its group's parameters.
-void join_replica_groups(Ctx& c) {
+// of, in ascending group order (the task graph's; the same on every member, so
+// no two wait on each other), and hands each its group's parameters.
+void join_replica_groups(Ctx& c, const TaskGraph& tg) {
   const Placement& p = c.job.placement;
-  std::vector<char> has_layers(p.num_groups(), 0);
-  for (int g : p.layer_group) has_layers[g] = 1;
-  for (int g = 0; g < p.num_groups(); ++g) {
-    if (p.replica_count(g) < 2 || !has_layers[g] || replica_index(p, g, c.rank) < 0) continue;
+  for (size_t k = 0; k < tg.replicated_groups.size(); ++k) {
+    const ReplicatedGroup& rg = tg.replicated_groups[k];
+    if (std::find(rg.devices.begin(), rg.devices.end(), c.rank) == rg.devices.end()) continue;
     std::vector<torch::Tensor> params;
     for (size_t l = 0; l < p.layer_group.size(); ++l)
-      if (p.layer_group[l] == g)
+      if (p.layer_group[l] == rg.group)
         for (auto& t : c.model->layer_parameters(static_cast<int>(l))) params.push_back(t);
-    c.replica_groups.push_back(std::make_unique<ReplicaGroup>(g, p.devices_of_group(g), c.rank, c.store,
-                                                              c.job.gloo_hosts.at(c.rank), c.gloo_timeout,
+    c.replica_groups.push_back(std::make_unique<ReplicaGroup>(static_cast<int>(k), rg.group, rg.devices, c.rank,
+                                                              c.store, c.job.gloo_hosts.at(c.rank), c.gloo_timeout,
                                                               c.job.cluster, std::move(params)));
   }
 }
@@ -685,7 +684,7 @@ int run_job(Ctx& c) {
     auto m = GraphModel::build(c.job.graph, o.seed, keep);
     if (!m) throw std::runtime_error(m.error_message());
     c.model = *m;
-    join_replica_groups(c);
+    join_replica_groups(c, *tg);
     pipeline = std::make_unique<PipelineWorker>(c, std::move(*tg));
   } else {
     auto m = GraphModel::build(c.job.graph, o.seed);

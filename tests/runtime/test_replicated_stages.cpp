@@ -77,12 +77,15 @@ void check_hybrid_equals_single(const LayerGraph& g, int devices, const Placemen
     }
   }
   CHECK(replicated_layers > 0);
-  for (int group = 0; group < p.num_groups(); ++group)
-    if (p.replica_count(group) > 1)
+  // The k-th replicated group's all-reduce is "AR r<k>", as the simulator names it.
+  for (int group = 0, k = 0; group < p.num_groups(); ++group)
+    if (p.replica_count(group) > 1) {
       for (int d : p.devices_of_group(group)) {
         INFO("group " << group << " on d" << d);
-        CHECK(has_span(r.report, d, "allreduce g" + std::to_string(group)));
+        CHECK(has_span(r.report, d, "AR r" + std::to_string(k)));
       }
+      ++k;
+    }
   check_no_orphans(r);
 }
 
@@ -123,11 +126,11 @@ TEST_CASE("parallel branches on different devices, one of them replicated, train
 TEST_CASE("with aggregation every 2 steps the replicas differ after one step and hold the same average after two") {
   LayerGraph g = chain_model();
   RunOptions o = test_options();
-  o.warmup_steps = 0;
+  o.steps = 1;  // the timed step (its timeline is the report's) is the last one
   const Placement p = hybrid(kChainTwoStages, {{0, 1}, {2}}, 4, Schedule::one_f_one_b, 2);
   for (int steps : {1, 2}) {
     INFO(steps << " step(s)");
-    o.steps = steps;
+    o.warmup_steps = steps - 1;
     RunResult r = run_placement(g, local_cluster(3), p, o);
     INFO(failure_kind_name(r.report.failure_kind) << ": " << r.report.message);
     REQUIRE(r.report.ok);
@@ -138,13 +141,13 @@ TEST_CASE("with aggregation every 2 steps the replicas differ after one step and
     }
     if (steps == 1) {
       CHECK(replica_gap > 1e-5);  // each replica took a local step on its own share
-      CHECK_FALSE(has_span(r.report, 0, "average g0"));
+      CHECK_FALSE(has_span(r.report, 0, "average r0"));
     } else {
       CHECK(replica_gap < 1e-6);  // averaged after the second update
-      CHECK(has_span(r.report, 0, "average g0"));
-      CHECK(has_span(r.report, 1, "average g0"));
+      CHECK(has_span(r.report, 0, "average r0"));
+      CHECK(has_span(r.report, 1, "average r0"));
     }
-    CHECK_FALSE(has_span(r.report, 0, "allreduce g0"));  // no per-step gradient exchange
+    CHECK_FALSE(has_span(r.report, 0, "AR r0"));  // no per-step gradient exchange
     check_trained(r.layer_parameters, g, o);
     for (int d = 0; d < 3; ++d) CHECK(r.report.devices[d].busy_ms > 0);
   }
@@ -162,7 +165,11 @@ TEST_CASE("a replica that dies where it would start its all-reduce fails the ste
   CHECK_FALSE(r.report.ok);
   CHECK(r.report.failure_kind == FailureKind::worker_failed);
   CHECK(r.report.message.find("device 'd1'") != std::string::npos);
+  INFO(r.report.message);
   CHECK(r.report.message.find("exited with code 3") != std::string::npos);
+  // The surviving replica's reason follows the root cause.
+  CHECK(r.report.message.find("then worker 0 (device 'd0')") != std::string::npos);
+  CHECK(r.report.message.find("gradient all-reduce of group 0 (devices 'd0', 'd1') failed") != std::string::npos);
   CHECK(s < o.timeout_s);  // the failure is noticed, not waited out
   check_no_orphans(r);
 }
@@ -188,9 +195,9 @@ TEST_CASE("replicated placements the runtime cannot run are refused before any w
   // Two replicas need at least two micro-batches.
   refused(hybrid(kChainTwoStages, {{0, 1}, {2}}, 1, Schedule::gpipe), FailureKind::invalid_placement,
           "placement.micro_batches");
-  // A replicated stage over its second replica's memory: fc1 16 -> 4096 (~0.25 M parameters).
+  // A replicated stage over its second replica's memory: fc0 12 -> 8192, fc1 8192 -> 16 (~0.23 M parameters).
   LayerGraph big = g;
-  big.layers[2].attrs.out = 4096;
+  big.layers[0].attrs.out = 8192;
   REQUIRE(infer_shapes(big).is_ok());
   Cluster small = c;
   small.devices[1].memory_mb = 1;
