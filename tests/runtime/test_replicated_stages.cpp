@@ -49,7 +49,7 @@ double max_difference(const std::vector<float>& a, const std::vector<float>& b) 
 // Runs `p` and checks that every replica of every group holds the parameters
 // of single-device training, that every device used reports its own busy and
 // idle time, and that each replica of a replicated group ran its all-reduce.
-void check_hybrid_equals_single(const LayerGraph& g, int devices, const Placement& p) {
+void check_hybrid_equals_single(const LayerGraph& g, int devices, const Placement& p, bool replicated = true) {
   RunOptions o = test_options();
   RunResult r = run_placement(g, local_cluster(devices), p, o);
   INFO(failure_kind_name(r.report.failure_kind) << ": " << r.report.message);
@@ -76,7 +76,7 @@ void check_hybrid_equals_single(const LayerGraph& g, int devices, const Placemen
       ++replicated_layers;
     }
   }
-  CHECK(replicated_layers > 0);
+  CHECK((replicated_layers > 0) == replicated);
   // The k-th replicated group's all-reduce is "AR r<k>", as the simulator names it.
   for (int group = 0, k = 0; group < p.num_groups(); ++group)
     if (p.replica_count(group) > 1) {
@@ -121,6 +121,12 @@ TEST_CASE("parallel branches on different devices, one of them replicated, train
     INFO(schedule_name(s));
     check_hybrid_equals_single(branch_model(), 3, hybrid(kBranchGroups, {{0}, {1}, {2, 1}, {0}}, 4, s));
   }
+}
+
+TEST_CASE("two devices holding two stages each run interleaved 1F1B and train like one device") {
+  // Virtual stages: d0 runs groups 0 and 2, d1 groups 1 and 3.
+  check_hybrid_equals_single(chain_model(), 2, hybrid({0, 0, 1, 1, 2, 2, 3}, {{0}, {1}, {0}, {1}}, 4, Schedule::interleaved_1f1b),
+                             false);
 }
 
 TEST_CASE("with aggregation every 2 steps the replicas differ after one step and hold the same average after two") {

@@ -340,6 +340,17 @@ TEST_CASE("the shipped cluster and placement examples parse against the zoo mode
   REQUIRE(edge.is_ok());
   auto p = load_placement(std::string(TAPP_SOURCE_DIR) + "/examples/placement_mlp_edge_server.json", *mlp, *edge);
   CHECK_MESSAGE(p.is_ok(), p.error_message());
+  // PipeLearn: three clients replicate vgg5's first block, the server holds the rest.
+  auto vgg5 = zoo_model("vgg5");
+  REQUIRE(vgg5.is_ok());
+  auto clients = load_cluster(std::string(TAPP_SOURCE_DIR) + "/examples/cluster_pipelearn.json");
+  REQUIRE_MESSAGE(clients.is_ok(), clients.error_message());
+  auto pipelearn = load_placement(std::string(TAPP_SOURCE_DIR) + "/examples/placement_pipelearn.json", *vgg5, *clients);
+  REQUIRE_MESSAGE(pipelearn.is_ok(), pipelearn.error_message());
+  CHECK(pipelearn->replica_count(0) == 3);
+  CHECK(pipelearn->aggregation_every == 2);
+  CHECK(validate_placement(*pipelearn, *vgg5, *clients, 48).is_ok());
+  CHECK(check_memory(*pipelearn, *vgg5, *clients, 48).is_ok());
   for (const char* f : {"/schemas/examples/cluster/invalid/speed_above_one.json", "/schemas/examples/cluster/invalid/no_devices.json",
                         "/schemas/examples/cluster/invalid/bad_kind.json", "/schemas/examples/cluster/invalid/negative_bandwidth.json"}) {
     INFO(f);
