@@ -207,6 +207,28 @@ TEST_CASE("a non-contiguous placement runs on remote tapp-worker processes over 
   CHECK(answers_ping(w0.port));
 }
 
+TEST_CASE("a stage replicated on two remote tapp-worker processes trains like one device") {
+  RemoteWorker w0, w1;
+  REQUIRE(answers_ping(w0.port));
+  REQUIRE(answers_ping(w1.port));
+  Cluster c = local_cluster(3);
+  c.devices[0].where = w0.where();
+  c.devices[1].where = w1.where();
+  LayerGraph g = chain_model();
+  Placement p = by_device({0, 0, 0, 1, 1, 1, 1}, 4, Schedule::one_f_one_b);
+  p.group_device = {0, 2};
+  p.group_replicas = {{1}, {}};  // the first stage on d0 and d1 (remote), the rest on d2 (local)
+  RunOptions o = test_options();
+  RunResult r = run_placement(g, c, p, o);
+  INFO(failure_kind_name(r.report.failure_kind) << ": " << r.report.message);
+  REQUIRE(r.report.ok);
+  CHECK(r.local_worker_pids.size() == 1);
+  const auto want = reference_parameters(g, o);
+  check_same_parameters(r.layer_parameters, want, g);
+  REQUIRE(r.replica_parameters[0].size() == 1);
+  CHECK(r.replica_parameters[0][0] == r.layer_parameters[0]);
+}
+
 TEST_CASE("a worker that exits mid-run gives worker_failed and leaves no orphan process") {
   RunOptions o = test_options();
   o.fault_rank = 1;
