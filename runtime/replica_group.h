@@ -14,8 +14,9 @@
 //  * aggregation_every == K > 1: no gradient exchange; each replica updates on
 //    its own share (gradients rescaled to the mean over that share), and every
 //    K steps, after the update, the replicas' parameters are averaged
-//    (all-reduce / r, FedAvg-style as PipeLearn's aggregation_frequency).
-//    Momentum buffers stay local.
+//    (all-reduce / r, FedAvg-style as PipeLearn's aggregation_frequency),
+//    counting steps from the first (warm-up included). Momentum buffers and
+//    BatchNorm statistics stay local.
 // Emulated links: an exchange lasts at least a ring all-reduce of its bytes
 // over the group's slowest ring link (ring_allreduce_s); the real exchange is
 // part of that time, not added to it.

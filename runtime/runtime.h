@@ -7,7 +7,10 @@
 //      (runtime/worker_group.h; local: fork/exec'd here with PR_SET_PDEATHSIG;
 //      remote: `tapp-worker --listen HOST:PORT` told its rank and the store
 //      address over a one-line control message)
-//   -> workers train (tensors over c10d::ProcessGroupGloo, never through here)
+//   -> workers train (tensors over c10d::ProcessGroupGloo, never through here;
+//      every replica of a replicated group is a worker of its own, and the
+//      replicas exchange gradients or parameters among themselves:
+//      runtime/replica_group.h)
 //   -> per-worker reports in the store -> StepReport (median of the timed steps).
 // Every message between the two ends is runtime/control_channel.h.
 // Failures (bad input, memory, a worker that dies or hangs, an unreachable
