@@ -15,7 +15,10 @@ using nlohmann::json;
 // The store's keys: the only place they are spelled.
 const std::string kJobKey = "job";
 std::string progress_key(int rank) { return "progress/" + std::to_string(rank); }
-std::string params_key(int layer) { return "params/" + std::to_string(layer); }
+// Replica 0 (a group's first device, or an unreplicated group's only one) keeps the plain key.
+std::string params_key(int layer, int replica) {
+  return "params/" + std::to_string(layer) + (replica == 0 ? "" : "/r" + std::to_string(replica));
+}
 std::string report_key(int rank) { return "report/" + std::to_string(rank); }
 std::string done_key(int rank) { return "done/" + std::to_string(rank); }
 std::string error_key(int rank) { return "error/" + std::to_string(rank); }
@@ -103,10 +106,10 @@ Result<Job> ControlChannel::read_job() { return decode_job(to_string(store_.get(
 
 void ControlChannel::step_finished(int rank) { store_.add(progress_key(rank), 1); }
 
-void ControlChannel::publish_parameters(int layer, const std::vector<float>& flat) {
+void ControlChannel::publish_parameters(int layer, const std::vector<float>& flat, int replica) {
   std::vector<uint8_t> bytes(flat.size() * sizeof(float));
   if (!flat.empty()) std::memcpy(bytes.data(), flat.data(), bytes.size());
-  store_.set(params_key(layer), bytes);
+  store_.set(params_key(layer, replica), bytes);
 }
 
 void ControlChannel::publish_report(const WorkerReport& report) {
@@ -149,8 +152,8 @@ Result<WorkerReport> ControlChannel::report_of(int rank) {
   return report;
 }
 
-std::optional<std::vector<float>> ControlChannel::parameters_of(int layer) {
-  const std::string key = params_key(layer);
+std::optional<std::vector<float>> ControlChannel::parameters_of(int layer, int replica) {
+  const std::string key = params_key(layer, replica);
   if (!store_.check({key})) return std::nullopt;
   const std::vector<uint8_t> bytes = store_.get(key);
   std::vector<float> flat(bytes.size() / sizeof(float));

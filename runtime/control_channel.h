@@ -5,7 +5,8 @@
 //   over the run's c10d::TCPStore (ControlChannel, both ends):
 //     coordinator -> workers   the plan            "job"             (Job as JSON, runtime/job.h)
 //     worker -> coordinator    a step finished     "progress/<rank>" (a counter)
-//                              its parameters      "params/<layer>"  (float32, LayerGraph order)
+//                              its parameters      "params/<layer>"  (float32, LayerGraph order;
+//                                                  "params/<layer>/r<k>" from replica k > 0 of a replicated group)
 //                              its report          "report/<rank>"   (WorkerReport as JSON)
 //                              it is done          "done/<rank>"     (read back: TCPStore's set is not acknowledged)
 //                              why it failed       "error/<rank>"    (one line, read back too)
@@ -90,7 +91,8 @@ class ControlChannel {
 
   // Worker -> coordinator.
   void step_finished(int rank);
-  void publish_parameters(int layer, const std::vector<float>& flat);
+  // `replica`: the worker's index among its group's devices (0 when not replicated).
+  void publish_parameters(int layer, const std::vector<float>& flat, int replica = 0);
   void publish_report(const WorkerReport& report);
   void mark_done(int rank);
   // Best effort (the store may be what failed): never throws.
@@ -102,7 +104,7 @@ class ControlChannel {
   bool all_done(int world);
   std::string error_of(int rank);  // "" when the worker left none
   Result<WorkerReport> report_of(int rank);
-  std::optional<std::vector<float>> parameters_of(int layer);  // nullopt: not published
+  std::optional<std::vector<float>> parameters_of(int layer, int replica = 0);  // nullopt: not published
 
  private:
   c10d::Store& store_;

@@ -13,6 +13,8 @@ json job_to_json(const Job& job) {
   j["cluster"] = cluster_to_json(job.cluster);
   j["placement"] = {{"layer_group", job.placement.layer_group},
                     {"group_device", job.placement.group_device},
+                    {"group_replicas", job.placement.group_replicas},
+                    {"aggregation_every", job.placement.aggregation_every},
                     {"micro_batches", job.placement.micro_batches},
                     {"schedule", schedule_name(job.placement.schedule)}};
   j["options"] = {{"warmup_steps", o.warmup_steps},     {"steps", o.steps},
@@ -39,6 +41,8 @@ Result<Job> job_from_json(const json& j) {
     const json& p = j.at("placement");
     job.placement.layer_group = p.at("layer_group").get<std::vector<int>>();
     job.placement.group_device = p.at("group_device").get<std::vector<int>>();
+    job.placement.group_replicas = p.at("group_replicas").get<std::vector<std::vector<int>>>();
+    job.placement.aggregation_every = p.at("aggregation_every").get<int>();
     job.placement.micro_batches = p.at("micro_batches").get<int>();
     auto sched = schedule_from_name(p.at("schedule").get<std::string>());
     if (!sched) return sched.status();

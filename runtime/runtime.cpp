@@ -176,12 +176,20 @@ Result<c10::intrusive_ptr<c10d::TCPStore>> host_store(double timeout_s) {
   }
 }
 
-// After a first worker failed: waits briefly for the others to notice, then
-// names the root cause first (a worker that left no error of its own, e.g.
-// crashed or was killed) and the consequences after it.
+// After a first worker failed: waits for the others to notice (until every
+// worker ended, at most 2 s: a peer blocked on the dead one, in a receive or
+// an all-reduce, fails within milliseconds and leaves its reason), then names
+// the root cause first (a worker that left no error of its own, e.g. crashed
+// or was killed) and the consequences after it.
 std::string describe_failures(WorkerGroup& workers, ControlChannel& channel) {
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  workers.poll();
+  const auto give_up = Clock::now() + std::chrono::seconds(2);
+  for (;;) {
+    workers.poll();
+    bool all_ended = true;
+    for (int r = 0; r < workers.size(); ++r) all_ended = all_ended && workers.worker(r).finished;
+    if (all_ended || Clock::now() > give_up) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   std::vector<std::pair<int, std::string>> items;
   for (int r = 0; r < workers.size(); ++r) {
     const WorkerProcess& w = workers.worker(r);
@@ -248,9 +256,15 @@ Status collect(ControlChannel& channel, const Job& job, std::vector<WorkerReport
   }
   if (!job.options.collect_parameters) return Status::ok();
   out.layer_parameters.assign(job.graph.layers.size(), {});
+  out.replica_parameters.assign(job.graph.layers.size(), {});
+  const bool pipeline = job.mode == "pipeline";
   for (size_t l = 0; l < job.graph.layers.size(); ++l) {
     if (job.graph.layers[l].params == 0) continue;
-    if (auto flat = channel.parameters_of(static_cast<int>(l))) out.layer_parameters[l] = std::move(*flat);
+    const int layer = static_cast<int>(l);
+    if (auto flat = channel.parameters_of(layer)) out.layer_parameters[l] = std::move(*flat);
+    const int replicas = pipeline ? job.placement.replica_count(job.placement.layer_group[l]) : 1;
+    for (int k = 1; k < replicas; ++k)
+      out.replica_parameters[l].push_back(channel.parameters_of(layer, k).value_or(std::vector<float>{}));
   }
   return Status::ok();
 }
@@ -331,14 +345,20 @@ Cluster subcluster(const Cluster& c, const std::vector<int>& devices) {
 
 // The devices a placement uses, as a smaller cluster, and the placement remapped onto it.
 void compact(const Cluster& c, const Placement& p, Cluster& used, Placement& remapped, std::vector<int>& rank_device) {
-  std::set<int> with_layers;
-  for (size_t l = 0; l < p.layer_group.size(); ++l) with_layers.insert(p.device_of_layer(static_cast<int>(l)));
+  std::set<int> with_layers;  // every replica of a group that holds a layer
+  std::vector<char> used_group(p.num_groups(), 0);
+  for (int g : p.layer_group) used_group[g] = 1;
+  for (int g = 0; g < p.num_groups(); ++g)
+    if (used_group[g])
+      for (int d : p.devices_of_group(g)) with_layers.insert(d);
   rank_device.assign(with_layers.begin(), with_layers.end());
   used = subcluster(c, rank_device);
   std::vector<int> rank_of(c.num_devices(), 0);
   for (size_t r = 0; r < rank_device.size(); ++r) rank_of[rank_device[r]] = static_cast<int>(r);
   remapped = p;
   for (int& d : remapped.group_device) d = rank_of[d];
+  for (auto& replicas : remapped.group_replicas)
+    for (int& d : replicas) d = rank_of[d];
 }
 
 bool options_ok(const RunOptions& o, std::string& why) {
@@ -346,6 +366,8 @@ bool options_ok(const RunOptions& o, std::string& why) {
   else if (o.steps < 1) why = "steps: must be at least 1";
   else if (o.warmup_steps < 0) why = "warmup_steps: must be at least 0";
   else if (!(o.timeout_s > 0)) why = "timeout_s: must be positive";
+  else if (o.fault_mode != "exit" && o.fault_mode != "hang" && o.fault_mode != "exit_at_allreduce")
+    why = "fault_mode: unknown \"" + o.fault_mode + "\"; expected exit, hang or exit_at_allreduce";
   else return true;
   return false;
 }

@@ -7,7 +7,10 @@
 //      (runtime/worker_group.h; local: fork/exec'd here with PR_SET_PDEATHSIG;
 //      remote: `tapp-worker --listen HOST:PORT` told its rank and the store
 //      address over a one-line control message)
-//   -> workers train (tensors over c10d::ProcessGroupGloo, never through here)
+//   -> workers train (tensors over c10d::ProcessGroupGloo, never through here;
+//      every replica of a replicated group is a worker of its own, and the
+//      replicas exchange gradients or parameters among themselves:
+//      runtime/replica_group.h)
 //   -> per-worker reports in the store -> StepReport (median of the timed steps).
 // Every message between the two ends is runtime/control_channel.h.
 // Failures (bad input, memory, a worker that dies or hangs, an unreachable
@@ -47,7 +50,8 @@ struct RunOptions {
   std::string worker_binary;  // empty: tapp-worker next to the running binary (/proc/self/exe)
   bool collect_parameters = false;  // RunResult::layer_parameters after the last step
   // Fault injection (tests): worker `fault_rank` exits (fault_mode "exit") or
-  // hangs ("hang") at the start of step `fault_step`.
+  // hangs ("hang") at the start of step `fault_step`, or exits where it would
+  // start that step's all-reduce of a replicated group ("exit_at_allreduce").
   int fault_rank = -1;
   int fault_step = -1;
   std::string fault_mode = "exit";
@@ -61,6 +65,10 @@ struct RunResult {
   // Per layer, its parameters flattened and concatenated in LayerGraph order
   // (empty for layers without parameters). Filled when collect_parameters.
   std::vector<std::vector<float>> layer_parameters;
+  // A replicated group's layers: layer_parameters holds its first replica's
+  // (group_device); replica_parameters[layer][k - 1] holds replica k's (its
+  // k-th device in devices_of_group order), empty for unreplicated layers.
+  std::vector<std::vector<std::vector<float>>> replica_parameters;
   std::vector<int> local_worker_pids;  // every local worker started (all reaped on return)
 };
 

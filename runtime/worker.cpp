@@ -33,6 +33,7 @@
 #include "profiler/torch_model.h"
 #include "runtime/control_channel.h"
 #include "runtime/job.h"
+#include "runtime/replica_group.h"
 #include "simulator/task_graph.h"
 
 namespace tapp {
@@ -176,8 +177,14 @@ int64_t peak_rss_bytes() {
   return static_cast<int64_t>(u.ru_maxrss) * 1024;
 }
 
-void maybe_fault(const Job& job, int rank, int step) {
+// Fault points: "exit" and "hang" at the start of the step, "exit_at_allreduce"
+// where the worker would start its first all-reduce of a replicated group.
+enum class FaultPoint { step_start, allreduce };
+
+void maybe_fault(const Job& job, int rank, int step, FaultPoint at = FaultPoint::step_start) {
   if (job.options.fault_rank != rank || job.options.fault_step != step) return;
+  const bool at_allreduce = job.options.fault_mode == "exit_at_allreduce";
+  if (at_allreduce != (at == FaultPoint::allreduce)) return;
   std::cerr << "tapp-worker rank " << rank << ": injected fault (" << job.options.fault_mode << ") at step "
             << step << "\n";
   if (job.options.fault_mode == "hang")
@@ -194,6 +201,9 @@ struct Ctx {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
   std::shared_ptr<GraphModel> model;
   std::unique_ptr<torch::optim::SGD> optimizer;
+  // Pipeline: the replicated groups this worker is a replica of, ascending group.
+  std::vector<std::unique_ptr<ReplicaGroup>> replica_groups;
+  std::chrono::milliseconds gloo_timeout{60000};
   const Device& device() const { return job.cluster.devices[rank]; }
   void progress() { channel->step_finished(rank); }
   // Sleeps so that the task looks like one on a device of this speed
@@ -238,10 +248,26 @@ class PipelineWorker {
       if (k.kind == TaskKind::transfer_activation) act_task_[{k.segment, k.peer_segment, k.micro_batch}] = t;
       if (k.kind == TaskKind::transfer_gradient) grad_task_[{k.segment, k.peer_segment, k.micro_batch}] = t;
     }
+    // Per replicated group of this worker: how many of its backward tasks run
+    // here (the all-reduce starts after the last), and how many samples its
+    // micro-batches here hold (a local step's share).
+    for (auto& rg : c_.replica_groups) {
+      Replica r;
+      r.sync = rg.get();
+      for (int tid : tg_.device_order[c_.rank]) {
+        const Task& task = tg_.tasks[tid];
+        if (task.kind == TaskKind::backward && group_of_segment(task.segment) == rg->group()) ++r.local_backwards;
+      }
+      const Segment& first = tg_.segments[tg_.replicated_groups[rg->index()].segments.front()];
+      for (int m = 0; m < M_; ++m)
+        if (first.device_of(m) == c_.rank) r.local_samples += tg_.micro_batch_sizes[m];
+      replicas_.push_back(r);
+    }
   }
 
   WorkerStep step(int step_index, Clock::time_point t0, Sender& sender) {
     WorkerStep st;
+    step_ = step_index;
     parity_ = step_index & 1;
     auto [x, y] = synthetic_batch(g_, c_.job.options.batch_size, c_.job.options.seed + step_index);
     xs_.clear();
@@ -255,9 +281,11 @@ class PipelineWorker {
     outs_.assign(M_, std::vector<torch::Tensor>(L_));
     leaves_.clear();
     loss_.assign(M_, torch::Tensor());
+    for (Replica& r : replicas_) r.backwards_left = r.local_backwards;
     post_receives();
     for (int tid : tg_.device_order[c_.rank]) {
       const Task& task = tg_.tasks[tid];
+      if (task.kind != TaskKind::forward && task.kind != TaskKind::backward) continue;
       auto w0 = Clock::now();
       wait_inputs(task);
       auto c0 = Clock::now();
@@ -277,16 +305,19 @@ class PipelineWorker {
       std::string name = std::string(task.kind == TaskKind::forward ? "F" : "B") + " s" +
                          std::to_string(task.segment) + " m" + std::to_string(task.micro_batch);
       st.timeline.push_back(TaskSpan{name, ms_between(t0, c0), ms_between(t0, c0) + compute_ms});
+      if (task.kind == TaskKind::backward) after_backward(task.segment, t0);
     }
     auto d0 = Clock::now();
     sender.drain();
     st.comm_ms += ms_between(d0, Clock::now());
+    finish_replica_exchanges(st);
     auto o0 = Clock::now();
     c_.optimizer->step();
     c_.optimizer->zero_grad();
     double opt_ms = ms_between(o0, Clock::now());
     st.busy_ms += opt_ms;
     st.timeline.push_back(TaskSpan{"optimizer", ms_between(t0, o0), ms_between(t0, o0) + opt_ms});
+    average_replicas_if_due(t0, st);
     recv_.clear();
     outs_.clear();
     leaves_.clear();
@@ -299,7 +330,59 @@ class PipelineWorker {
     c10::intrusive_ptr<c10d::Work> work;
     bool waited = false;
   };
+  // This worker's view of one replicated group it is a replica of.
+  struct Replica {
+    ReplicaGroup* sync = nullptr;
+    int local_backwards = 0, backwards_left = 0;
+    int64_t local_samples = 0;
+  };
   int tag(int task, int layer) const { return (task * L_ + layer) * 2 + parity_; }
+  bool synchronous() const { return tg_.aggregation_every == 1; }
+  int group_of_segment(int s) const { return tg_.segments[s].group; }
+  // The worker that runs segment s for micro-batch m.
+  int device_of(int s, int m) const { return tg_.segments[s].device_of(m); }
+
+  // The last local backward of a replicated group starts its gradient
+  // all-reduce (synchronous aggregation), overlapping what remains of the step.
+  void after_backward(int s, Clock::time_point t0) {
+    const int group = group_of_segment(s);
+    for (Replica& r : replicas_) {
+      if (r.sync->group() != group || --r.backwards_left > 0 || !synchronous()) continue;
+      maybe_fault(c_.job, c_.rank, step_, FaultPoint::allreduce);
+      r.sync->start_gradient_allreduce(t0);
+    }
+  }
+
+  // Before the update: the summed gradients (synchronous), or this replica's
+  // gradients rescaled to the mean over its own share (a local step).
+  void finish_replica_exchanges(WorkerStep& st) {
+    for (Replica& r : replicas_) {
+      if (!synchronous()) {
+        if (r.local_samples > 0)
+          r.sync->scale_gradients(static_cast<double>(c_.job.options.batch_size) / static_cast<double>(r.local_samples));
+        continue;
+      }
+      if (!r.sync->gradient_allreduce_started()) {  // no backward of the group ran here
+        maybe_fault(c_.job, c_.rank, step_, FaultPoint::allreduce);
+        r.sync->start_gradient_allreduce(Clock::now());
+      }
+      auto a0 = Clock::now();
+      TaskSpan span = r.sync->finish_gradient_allreduce();
+      st.comm_ms += ms_between(a0, Clock::now());  // the part not overlapped with compute
+      st.timeline.push_back(std::move(span));
+    }
+  }
+
+  // aggregation_every = K > 1: after every K-th update the replicas' parameters are averaged.
+  void average_replicas_if_due(Clock::time_point t0, WorkerStep& st) {
+    if (synchronous() || (step_ + 1) % tg_.aggregation_every != 0) return;
+    for (Replica& r : replicas_) {
+      maybe_fault(c_.job, c_.rank, step_, FaultPoint::allreduce);
+      auto a0 = Clock::now();
+      st.timeline.push_back(r.sync->average_parameters(t0));
+      st.comm_ms += ms_between(a0, Clock::now());
+    }
+  }
 
   void post_receives() {
     for (size_t t = 0; t < tg_.tasks.size(); ++t) {
@@ -333,11 +416,11 @@ class PipelineWorker {
     int m = task.micro_batch;
     if (task.kind == TaskKind::forward) {
       for (int p : seg.preds)
-        if (tg_.segments[p].device_of(m) != c_.rank)
+        if (device_of(p, m) != c_.rank)
           for (int l : boundary_layers(g_, tg_, p, task.segment)) received(act_task_.at({p, task.segment, m}), l);
     } else {
       for (int t : seg.succs)
-        if (tg_.segments[t].device_of(m) != c_.rank)
+        if (device_of(t, m) != c_.rank)
           for (int l : boundary_layers(g_, tg_, task.segment, t)) received(grad_task_.at({task.segment, t, m}), l);
     }
   }
@@ -349,8 +432,7 @@ class PipelineWorker {
     auto it = leaves_.find(key);
     if (it != leaves_.end()) return it->second;
     int ps = seg_of_layer_[p];
-    torch::Tensor src = tg_.segments[ps].device_of(m) == c_.rank ? outs_[m][p].detach()
-                                                           : received(act_task_.at({ps, s, m}), p);
+    torch::Tensor src = device_of(ps, m) == c_.rank ? outs_[m][p].detach() : received(act_task_.at({ps, s, m}), p);
     torch::Tensor l = src.requires_grad_(true);
     leaves_[key] = l;
     return l;
@@ -367,7 +449,7 @@ class PipelineWorker {
     }
     if (seg.computes_loss) loss_[m] = loss_of(outs_[m][L_ - 1], ys_[m], c_.job.options.batch_size);
     for (int t : seg.succs) {
-      int dst = tg_.segments[t].device_of(m);
+      int dst = device_of(t, m);
       if (dst == c_.rank) continue;
       int tid = act_task_.at({s, t, m});
       std::vector<std::pair<torch::Tensor, int>> tensors;
@@ -397,7 +479,7 @@ class PipelineWorker {
     };
     for (int t : seg.succs)
       for (int l : boundary_layers(g_, tg_, s, t)) {
-        if (tg_.segments[t].device_of(m) == c_.rank) {
+        if (device_of(t, m) == c_.rank) {
           auto it = leaves_.find(std::make_tuple(t, m, l));
           if (it != leaves_.end()) accumulate(l, it->second.grad());
         } else {
@@ -411,7 +493,7 @@ class PipelineWorker {
       }
     if (!roots.empty()) torch::autograd::backward(roots, grads);
     for (int p : seg.preds) {
-      int dst = tg_.segments[p].device_of(m);
+      int dst = device_of(p, m);
       if (dst == c_.rank) continue;
       int tid = grad_task_.at({p, s, m});
       std::vector<std::pair<torch::Tensor, int>> tensors;
@@ -432,8 +514,9 @@ class PipelineWorker {
   Ctx& c_;
   const LayerGraph& g_;
   TaskGraph tg_;
-  int L_ = 0, M_ = 0, parity_ = 0;
+  int L_ = 0, M_ = 0, parity_ = 0, step_ = 0;
   std::vector<int> seg_of_layer_;
+  std::vector<Replica> replicas_;
   std::map<std::tuple<int, int, int>, int> act_task_, grad_task_;  // (producer, consumer, m) -> task
   std::map<std::pair<int, int>, Recv> recv_;                       // (task, layer)
   std::map<std::tuple<int, int, int>, torch::Tensor> leaves_;      // (consumer segment, m, layer)
@@ -538,17 +621,53 @@ Status share_parameters(Ctx& c, SharedParams& shm) {
   return Status::ok();
 }
 
+// This worker's index among the devices of `group` (-1: not one of them).
+int replica_index(const Placement& p, int group, int rank) {
+  const std::vector<int> devices = p.devices_of_group(group);
+  auto it = std::find(devices.begin(), devices.end(), rank);
+  return it == devices.end() ? -1 : static_cast<int>(it - devices.begin());
+}
+
+// Pipeline: the layers of every group this worker runs (a replica holds its group's layers).
+std::vector<bool> layers_on_rank(const Placement& p, int num_layers, int rank) {
+  std::vector<bool> keep(num_layers, false);
+  for (int l = 0; l < num_layers; ++l) keep[l] = replica_index(p, p.layer_group[l], rank) >= 0;
+  return keep;
+}
+
+// all_layers (data parallel, rank 0): the whole model; pipeline: the layers
+// this worker holds, each under its replica index in its group.
 void publish_parameters(Ctx& c, bool all_layers) {
   const LayerGraph& g = c.job.graph;
   for (size_t l = 0; l < g.layers.size(); ++l) {
-    if (!c.model->has_layer(static_cast<int>(l))) continue;
-    if (!all_layers && c.job.placement.device_of_layer(static_cast<int>(l)) != c.rank) continue;
+    const int layer = static_cast<int>(l);
+    if (!c.model->has_layer(layer)) continue;
+    const int replica = all_layers ? 0 : replica_index(c.job.placement, c.job.placement.layer_group[l], c.rank);
+    if (replica < 0) continue;
     std::vector<float> flat;
-    for (auto& p : c.model->layer_parameters(static_cast<int>(l))) {
+    for (auto& p : c.model->layer_parameters(layer)) {
       torch::Tensor t = p.detach().contiguous().to(torch::kFloat);
       flat.insert(flat.end(), t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
     }
-    c.channel->publish_parameters(static_cast<int>(l), flat);
+    c.channel->publish_parameters(layer, flat, replica);
+  }
+}
+
+// Joins the process group of every replicated group this worker is a replica
+// of, in ascending group order (the task graph's; the same on every member, so
+// no two wait on each other), and hands each its group's parameters.
+void join_replica_groups(Ctx& c, const TaskGraph& tg) {
+  const Placement& p = c.job.placement;
+  for (size_t k = 0; k < tg.replicated_groups.size(); ++k) {
+    const ReplicatedGroup& rg = tg.replicated_groups[k];
+    if (std::find(rg.devices.begin(), rg.devices.end(), c.rank) == rg.devices.end()) continue;
+    std::vector<torch::Tensor> params;
+    for (size_t l = 0; l < p.layer_group.size(); ++l)
+      if (p.layer_group[l] == rg.group)
+        for (auto& t : c.model->layer_parameters(static_cast<int>(l))) params.push_back(t);
+    c.replica_groups.push_back(std::make_unique<ReplicaGroup>(static_cast<int>(k), rg.group, rg.devices, c.rank,
+                                                              c.store, c.job.gloo_hosts.at(c.rank), c.gloo_timeout,
+                                                              c.job.cluster, std::move(params)));
   }
 }
 
@@ -561,11 +680,11 @@ int run_job(Ctx& c) {
   if (mode == "pipeline") {
     auto tg = build_task_graph(c.job.graph, c.job.placement, c.job.cluster, o.batch_size);
     if (!tg) throw std::runtime_error("task graph: " + tg.error_message());
-    keep.assign(c.job.graph.layers.size(), false);
-    for (size_t l = 0; l < keep.size(); ++l) keep[l] = c.job.placement.device_of_layer(static_cast<int>(l)) == c.rank;
+    keep = layers_on_rank(c.job.placement, static_cast<int>(c.job.graph.layers.size()), c.rank);
     auto m = GraphModel::build(c.job.graph, o.seed, keep);
     if (!m) throw std::runtime_error(m.error_message());
     c.model = *m;
+    join_replica_groups(c, *tg);
     pipeline = std::make_unique<PipelineWorker>(c, std::move(*tg));
   } else {
     auto m = GraphModel::build(c.job.graph, o.seed);
@@ -626,6 +745,7 @@ int run_worker(const WorkerArgs& args) {
     auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
     opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(c.job.gloo_hosts.at(c.rank)));
     opts->threads = 2;
+    c.gloo_timeout = timeout;
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>("pg", store);
     c.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, c.rank, c.world, opts);
     int rc = run_job(c);

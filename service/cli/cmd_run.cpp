@@ -3,7 +3,8 @@
 //   tapp-cli run MODEL --devices cluster.json --placement placement.json [--steps N] [--warmup N] [--batch N] [--json]
 //   tapp-cli run MODEL --devices cluster.json --strategy single|bsp|hogwild [...]
 // Prints the median step time, per-device busy/comm/idle and peak memory, the
-// communication fraction and any emulation warnings, or the StepReport JSON.
+// communication fraction, each replica's (client's) idle time per step for
+// replicated groups, and any emulation warnings, or the StepReport JSON.
 // Exit codes: 0 measured, 1 the run failed (worker died, timeout, ...), 2 bad input.
 #include <iomanip>
 #include <iostream>
@@ -61,6 +62,26 @@ void print_summary(const StepReport& r, const std::string& what, const RunArgs& 
   for (const auto& warning : r.warnings) os << "note: " << warning << "\n";
 }
 
+// PipeLearn's view of a replicated stage: each replica (client) is idle for
+// every part of the step it does not compute (waiting for the server's
+// gradients, for its sends, for the all-reduce or the slowest replica).
+void print_replica_idle(const StepReport& r, const Placement& p, const Cluster& c, std::ostream& os) {
+  for (int g = 0; g < p.num_groups(); ++g) {
+    if (p.replica_count(g) < 2) continue;
+    os << "replicated group " << g << " (" << p.replica_count(g) << " replicas, "
+       << (p.aggregation_every == 1 ? std::string("gradients all-reduced every step")
+                                    : "parameters averaged every " + std::to_string(p.aggregation_every) + " steps")
+       << "): idle per step (step - busy, PipeLearn's idle time)\n";
+    for (int d : p.devices_of_group(g))
+      for (const auto& stats : r.devices)
+        if (stats.device == c.devices[d].name) {
+          const double idle = std::max(0.0, r.step_ms - stats.busy_ms);
+          os << "  " << stats.device << ": " << fixed(idle, 1) << " ms  ("
+             << fixed(r.step_ms > 0 ? 100.0 * idle / r.step_ms : 0, 1) << "% of the step)\n";
+        }
+  }
+}
+
 int run(const RunArgs& a) {
   auto loaded = load_model_and_cluster("run", a.model, a.input_size, a.classes, a.devices);
   if (!loaded) return 2;
@@ -92,11 +113,18 @@ int run(const RunArgs& a) {
            (placement->is_data_parallel()
                 ? "data parallel, " + std::to_string(placement->num_groups()) + " replicas"
                 : std::to_string(placement->micro_batches) + " micro-batches, " +
-                      schedule_name(placement->schedule)) +
+                      schedule_name(placement->schedule) +
+                      (placement->has_replicated_groups()
+                           ? ", replicated stages, aggregation every " + std::to_string(placement->aggregation_every) +
+                                 " step(s)"
+                           : std::string())) +
            ")";
   }
   const StepReport& r = result.report;
-  std::optional<PipelineEfficiency> efficiency = ran ? pipeline_efficiency(r, *ran) : std::nullopt;
+  // The efficiency's ideal counts each device as one stage of a chain: it
+  // does not describe replicated stages, so it is left out for them.
+  std::optional<PipelineEfficiency> efficiency =
+      ran && !ran->has_replicated_groups() ? pipeline_efficiency(r, *ran) : std::nullopt;
   if (a.json) {
     nlohmann::json j = step_report_to_json(r, a.timeline);
     if (efficiency)
@@ -108,6 +136,7 @@ int run(const RunArgs& a) {
     std::cout << j.dump(2) << "\n";
   } else if (r.ok) {
     print_summary(r, what, a, std::cout);
+    if (ran) print_replica_idle(r, *ran, cluster, std::cout);
     if (efficiency) print_efficiency(*efficiency, std::cout);
   }
   if (!r.ok) {

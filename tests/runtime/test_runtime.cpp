@@ -25,144 +25,12 @@
 #include "runtime/measure_evaluator.h"
 #include "runtime/runtime.h"
 #include "runtime/worker.h"
+#include "tests/runtime/runtime_test_support.h"
 
 using namespace tapp;
+using namespace tapp::test;
 
 namespace {
-
-Layer make_layer(const std::string& name, const std::string& op, std::vector<int> inputs, int64_t out = 0) {
-  Layer l;
-  l.name = name;
-  l.op = op;
-  l.inputs = std::move(inputs);
-  l.attrs.out = out;
-  return l;
-}
-
-// fc0 relu0 fc1 relu1 fc2 relu2 fc3: a chain of 7 layers.
-LayerGraph chain_model() {
-  LayerGraph g;
-  g.name = "chain";
-  g.input_shape = {12};
-  g.num_classes = 5;
-  g.layers = {make_layer("fc0", "linear", {}, 16), make_layer("relu0", "relu", {0}),
-              make_layer("fc1", "linear", {1}, 16), make_layer("relu1", "relu", {2}),
-              make_layer("fc2", "linear", {3}, 12), make_layer("relu2", "relu", {4}),
-              make_layer("fc3", "linear", {5}, 5)};
-  REQUIRE(infer_shapes(g).is_ok());
-  return g;
-}
-
-// A small conv net with branches: stem -> (a | b) -> concat, then a residual add.
-LayerGraph branch_model() {
-  LayerGraph g;
-  g.name = "branches";
-  g.input_shape = {3, 8, 8};
-  g.num_classes = 4;
-  auto conv = [](const std::string& n, std::vector<int> in, int64_t out) {
-    Layer l = make_layer(n, "conv2d", std::move(in), out);
-    l.attrs.kernel[0] = l.attrs.kernel[1] = 3;
-    l.attrs.padding[0] = l.attrs.padding[1] = 1;
-    return l;
-  };
-  g.layers = {conv("stem", {}, 6),                        // 0
-              make_layer("stem_relu", "relu", {0}),       // 1
-              conv("a", {1}, 4),                          // 2
-              make_layer("a_relu", "relu", {2}),          // 3
-              conv("b", {1}, 4),                          // 4
-              make_layer("b_tanh", "tanh", {4}),          // 5
-              make_layer("cat", "concat", {3, 5}),        // 6  (8 channels)
-              conv("c", {6}, 6),                          // 7
-              make_layer("res", "add", {7, 1}),           // 8  (skip from the stem)
-              make_layer("flat", "flatten", {8}),         // 9
-              make_layer("fc", "linear", {9}, 4)};        // 10
-  REQUIRE(infer_shapes(g).is_ok());
-  return g;
-}
-
-Cluster local_cluster(int n) {
-  Cluster c;
-  c.name = "test";
-  for (int i = 0; i < n; ++i) {
-    Device d;
-    d.name = "d" + std::to_string(i);
-    d.threads = 1;
-    c.devices.push_back(d);
-  }
-  return c;
-}
-
-Placement by_device(const std::vector<int>& layer_device, int micro_batches, Schedule s) {
-  Placement p;
-  p.layer_group = layer_device;
-  int groups = *std::max_element(layer_device.begin(), layer_device.end()) + 1;
-  for (int d = 0; d < groups; ++d) p.group_device.push_back(d);
-  p.micro_batches = micro_batches;
-  p.schedule = s;
-  return p;
-}
-
-RunOptions test_options() {
-  RunOptions o;
-  o.warmup_steps = 1;
-  o.steps = 2;
-  o.batch_size = 12;
-  o.seed = 7;
-  o.learning_rate = 0.05;
-  o.momentum = 0.9;
-  o.timeout_s = 30;
-  o.worker_binary = std::string(TAPP_BIN_DIR) + "/tapp-worker";
-  o.collect_parameters = true;
-  o.physical_cores = 64;  // no over-subscription warning in tests
-  return o;
-}
-
-// Single-device training in this process: full-batch mean cross entropy, SGD with momentum.
-std::vector<std::vector<float>> reference_parameters(const LayerGraph& g, const RunOptions& o) {
-  auto model = GraphModel::build(g, o.seed);
-  REQUIRE(model.is_ok());
-  auto m = *model;
-  m->set_training(true);
-  torch::optim::SGD opt(m->parameters(), torch::optim::SGDOptions(o.learning_rate).momentum(o.momentum));
-  for (int k = 0; k < o.warmup_steps + o.steps; ++k) {
-    auto [x, y] = synthetic_batch(g, o.batch_size, o.seed + k);
-    torch::Tensor loss = torch::nn::functional::cross_entropy(m->forward(x), y);
-    opt.zero_grad();
-    loss.backward();
-    opt.step();
-  }
-  std::vector<std::vector<float>> out(g.layers.size());
-  for (size_t l = 0; l < g.layers.size(); ++l)
-    for (auto& p : m->layer_parameters(static_cast<int>(l))) {
-      torch::Tensor t = p.detach().contiguous();
-      out[l].insert(out[l].end(), t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
-    }
-  return out;
-}
-
-void check_same_parameters(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& want,
-                           const LayerGraph& g) {
-  REQUIRE(got.size() == want.size());
-  for (size_t l = 0; l < want.size(); ++l) {
-    INFO("layer " << g.layers[l].name);
-    REQUIRE(got[l].size() == want[l].size());
-    double max_diff = 0;
-    for (size_t i = 0; i < want[l].size(); ++i) max_diff = std::max<double>(max_diff, std::fabs(got[l][i] - want[l][i]));
-    CHECK(max_diff < 1e-4);
-  }
-}
-
-// Also checks that training moved the weights at all (so equality is not vacuous).
-void check_trained(const std::vector<std::vector<float>>& got, const LayerGraph& g, const RunOptions& o) {
-  auto initial = GraphModel::build(g, o.seed);
-  REQUIRE(initial.is_ok());
-  auto p0 = (*initial)->layer_parameters(0).at(0).contiguous();
-  double diff = 0;
-  for (int64_t i = 0; i < p0.numel(); ++i) diff = std::max<double>(diff, std::fabs(got[0][i] - p0.data_ptr<float>()[i]));
-  CHECK(diff > 1e-5);
-}
-
-bool process_gone(int pid) { return kill(pid, 0) == -1 && errno == ESRCH; }
 
 // Every process whose parent is this one, zombies (exited, not reaped) included.
 std::vector<int> child_pids() {
@@ -189,14 +57,6 @@ int hogwild_segments() {
   for (const auto& entry : std::filesystem::directory_iterator("/dev/shm"))
     if (entry.path().filename().string().rfind(prefix, 0) == 0) ++n;
   return n;
-}
-
-void check_no_orphans(const RunResult& r) {
-  CHECK(!r.local_worker_pids.empty());
-  for (int pid : r.local_worker_pids) {
-    INFO("worker pid " << pid);
-    CHECK(process_gone(pid));
-  }
 }
 
 void check_pipeline_equals_single(const LayerGraph& g, int devices, const std::vector<int>& layer_device,
@@ -347,6 +207,28 @@ TEST_CASE("a non-contiguous placement runs on remote tapp-worker processes over 
   CHECK(answers_ping(w0.port));
 }
 
+TEST_CASE("a stage replicated on two remote tapp-worker processes trains like one device") {
+  RemoteWorker w0, w1;
+  REQUIRE(answers_ping(w0.port));
+  REQUIRE(answers_ping(w1.port));
+  Cluster c = local_cluster(3);
+  c.devices[0].where = w0.where();
+  c.devices[1].where = w1.where();
+  LayerGraph g = chain_model();
+  Placement p = by_device({0, 0, 0, 1, 1, 1, 1}, 4, Schedule::one_f_one_b);
+  p.group_device = {0, 2};
+  p.group_replicas = {{1}, {}};  // the first stage on d0 and d1 (remote), the rest on d2 (local)
+  RunOptions o = test_options();
+  RunResult r = run_placement(g, c, p, o);
+  INFO(failure_kind_name(r.report.failure_kind) << ": " << r.report.message);
+  REQUIRE(r.report.ok);
+  CHECK(r.local_worker_pids.size() == 1);
+  const auto want = reference_parameters(g, o);
+  check_same_parameters(r.layer_parameters, want, g);
+  REQUIRE(r.replica_parameters[0].size() == 1);
+  CHECK(r.replica_parameters[0][0] == r.layer_parameters[0]);
+}
+
 TEST_CASE("a worker that exits mid-run gives worker_failed and leaves no orphan process") {
   RunOptions o = test_options();
   o.fault_rank = 1;
@@ -480,6 +362,17 @@ TEST_CASE("the shipped cluster and placement examples parse against the zoo mode
   REQUIRE(edge.is_ok());
   auto p = load_placement(std::string(TAPP_SOURCE_DIR) + "/examples/placement_mlp_edge_server.json", *mlp, *edge);
   CHECK_MESSAGE(p.is_ok(), p.error_message());
+  // PipeLearn: three clients replicate vgg5's first block, the server holds the rest.
+  auto vgg5 = zoo_model("vgg5");
+  REQUIRE(vgg5.is_ok());
+  auto clients = load_cluster(std::string(TAPP_SOURCE_DIR) + "/examples/cluster_pipelearn.json");
+  REQUIRE_MESSAGE(clients.is_ok(), clients.error_message());
+  auto pipelearn = load_placement(std::string(TAPP_SOURCE_DIR) + "/examples/placement_pipelearn.json", *vgg5, *clients);
+  REQUIRE_MESSAGE(pipelearn.is_ok(), pipelearn.error_message());
+  CHECK(pipelearn->replica_count(0) == 3);
+  CHECK(pipelearn->aggregation_every == 2);
+  CHECK(validate_placement(*pipelearn, *vgg5, *clients, 48).is_ok());
+  CHECK(check_memory(*pipelearn, *vgg5, *clients, 48).is_ok());
   for (const char* f : {"/schemas/examples/cluster/invalid/speed_above_one.json", "/schemas/examples/cluster/invalid/no_devices.json",
                         "/schemas/examples/cluster/invalid/bad_kind.json", "/schemas/examples/cluster/invalid/negative_bandwidth.json"}) {
     INFO(f);

@@ -1,0 +1,219 @@
+// Runtime tests of hybrid placements: replicated stages (PipeDream, PipeLearn's
+// clients), branch-parallel placements of a model with branches, FedAvg-style
+// aggregation every K steps, and their failures. Synchronous hybrid training
+// must equal single-device training. Tiny models, few steps.
+#include "tests/runtime/runtime_test_support.h"  // first: LibTorch + doctest
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "core/cluster.h"
+#include "core/placement.h"
+#include "runtime/runtime.h"
+
+using namespace tapp;
+using namespace tapp::test;
+
+namespace {
+
+// Groups per layer; each group's devices, the first being group_device.
+Placement hybrid(const std::vector<int>& layer_group, const std::vector<std::vector<int>>& group_devices,
+                 int micro_batches, Schedule s, int aggregation_every = 1) {
+  Placement p;
+  p.layer_group = layer_group;
+  for (const auto& devices : group_devices) {
+    p.group_device.push_back(devices.front());
+    p.group_replicas.emplace_back(devices.begin() + 1, devices.end());
+  }
+  p.micro_batches = micro_batches;
+  p.schedule = s;
+  p.aggregation_every = aggregation_every;
+  p.source = "test";
+  return p;
+}
+
+bool has_span(const StepReport& r, int device, const std::string& task) {
+  for (const TimelineEntry& e : r.timeline)
+    if (e.device == device && e.task == task) return true;
+  return false;
+}
+
+double max_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max<double>(d, std::fabs(a[i] - b[i]));
+  return d;
+}
+
+// Runs `p` and checks that every replica of every group holds the parameters
+// of single-device training, that every device used reports its own busy and
+// idle time, and that each replica of a replicated group ran its all-reduce.
+void check_hybrid_equals_single(const LayerGraph& g, int devices, const Placement& p, bool replicated = true) {
+  RunOptions o = test_options();
+  RunResult r = run_placement(g, local_cluster(devices), p, o);
+  INFO(failure_kind_name(r.report.failure_kind) << ": " << r.report.message);
+  REQUIRE(r.report.ok);
+  REQUIRE(r.report.devices.size() == static_cast<size_t>(devices));
+  for (int d = 0; d < devices; ++d) {
+    INFO("device d" << d);
+    CHECK(r.report.devices[d].device == "d" + std::to_string(d));
+    CHECK(r.report.devices[d].busy_ms > 0);
+    CHECK(r.report.devices[d].idle_ms >= 0);
+  }
+  const auto want = reference_parameters(g, o);
+  check_same_parameters(r.layer_parameters, want, g);
+  check_trained(r.layer_parameters, g, o);
+  REQUIRE(r.replica_parameters.size() == g.layers.size());
+  int replicated_layers = 0;
+  for (size_t l = 0; l < g.layers.size(); ++l) {
+    const int group = p.layer_group[l];
+    if (g.layers[l].params == 0) continue;
+    REQUIRE(r.replica_parameters[l].size() == static_cast<size_t>(p.replica_count(group) - 1));
+    for (size_t k = 0; k < r.replica_parameters[l].size(); ++k) {
+      INFO("layer " << g.layers[l].name << ", replica " << k + 1);
+      CHECK(max_difference(r.replica_parameters[l][k], want[l]) < 1e-4);
+      ++replicated_layers;
+    }
+  }
+  CHECK((replicated_layers > 0) == replicated);
+  // The k-th replicated group's all-reduce is "AR r<k>", as the simulator names it.
+  for (int group = 0, k = 0; group < p.num_groups(); ++group)
+    if (p.replica_count(group) > 1) {
+      for (int d : p.devices_of_group(group)) {
+        INFO("group " << group << " on d" << d);
+        CHECK(has_span(r.report, d, "AR r" + std::to_string(k)));
+      }
+      ++k;
+    }
+  check_no_orphans(r);
+}
+
+// chain layers: fc0 relu0 fc1 | relu1 fc2 relu2 fc3
+const std::vector<int> kChainTwoStages = {0, 0, 0, 1, 1, 1, 1};
+// chain layers: fc0 relu0 | fc1 relu1 fc2 | relu2 fc3
+const std::vector<int> kChainThreeStages = {0, 0, 1, 1, 1, 2, 2};
+// branch_model: stem stem_relu | a a_relu | b b_tanh | cat c res flat fc
+const std::vector<int> kBranchGroups = {0, 0, 1, 1, 2, 2, 3, 3, 3, 3, 3};
+
+}  // namespace
+
+TEST_SUITE("replicated stages") {
+
+TEST_CASE("a replicated first stage (two clients, one server) trains like one device, GPipe and 1F1B") {
+  for (Schedule s : {Schedule::gpipe, Schedule::one_f_one_b}) {
+    INFO(schedule_name(s));
+    check_hybrid_equals_single(chain_model(), 3, hybrid(kChainTwoStages, {{0, 1}, {2}}, 4, s));
+  }
+}
+
+TEST_CASE("a replicated middle stage trains like one device, GPipe and 1F1B") {
+  // d0 holds the first and the last stage; the middle one runs on d1 and d2.
+  for (Schedule s : {Schedule::gpipe, Schedule::one_f_one_b}) {
+    INFO(schedule_name(s));
+    check_hybrid_equals_single(chain_model(), 3, hybrid(kChainThreeStages, {{0}, {1, 2}, {0}}, 4, s));
+  }
+}
+
+TEST_CASE("parallel branches on different devices, one of them replicated, train like one device, GPipe and 1F1B") {
+  // Branch a on d1, branch b on d2 and d1 (d1 also holds branch a), stem and tail on d0.
+  for (Schedule s : {Schedule::gpipe, Schedule::one_f_one_b}) {
+    INFO(schedule_name(s));
+    check_hybrid_equals_single(branch_model(), 3, hybrid(kBranchGroups, {{0}, {1}, {2, 1}, {0}}, 4, s));
+  }
+}
+
+TEST_CASE("two devices holding two stages each run interleaved 1F1B and train like one device") {
+  // Virtual stages: d0 runs groups 0 and 2, d1 groups 1 and 3.
+  check_hybrid_equals_single(chain_model(), 2, hybrid({0, 0, 1, 1, 2, 2, 3}, {{0}, {1}, {0}, {1}}, 4, Schedule::interleaved_1f1b),
+                             false);
+}
+
+TEST_CASE("with aggregation every 2 steps the replicas differ after one step and hold the same average after two") {
+  LayerGraph g = chain_model();
+  RunOptions o = test_options();
+  o.steps = 1;  // the timed step (its timeline is the report's) is the last one
+  const Placement p = hybrid(kChainTwoStages, {{0, 1}, {2}}, 4, Schedule::one_f_one_b, 2);
+  for (int steps : {1, 2}) {
+    INFO(steps << " step(s)");
+    o.warmup_steps = steps - 1;
+    RunResult r = run_placement(g, local_cluster(3), p, o);
+    INFO(failure_kind_name(r.report.failure_kind) << ": " << r.report.message);
+    REQUIRE(r.report.ok);
+    double replica_gap = 0;
+    for (int l : {0, 2}) {  // fc0, fc1: the replicated stage's layers
+      REQUIRE(r.replica_parameters[l].size() == 1);
+      replica_gap = std::max(replica_gap, max_difference(r.layer_parameters[l], r.replica_parameters[l][0]));
+    }
+    if (steps == 1) {
+      CHECK(replica_gap > 1e-5);  // each replica took a local step on its own share
+      CHECK_FALSE(has_span(r.report, 0, "average r0"));
+    } else {
+      CHECK(replica_gap < 1e-6);  // averaged after the second update
+      CHECK(has_span(r.report, 0, "average r0"));
+      CHECK(has_span(r.report, 1, "average r0"));
+    }
+    CHECK_FALSE(has_span(r.report, 0, "AR r0"));  // no per-step gradient exchange
+    check_trained(r.layer_parameters, g, o);
+    for (int d = 0; d < 3; ++d) CHECK(r.report.devices[d].busy_ms > 0);
+  }
+}
+
+TEST_CASE("a replica that dies where it would start its all-reduce fails the step with the reason, within the timeout") {
+  RunOptions o = test_options();
+  o.fault_rank = 1;  // d1: the second replica of the first stage
+  o.fault_step = 1;
+  o.fault_mode = "exit_at_allreduce";
+  o.timeout_s = 20;
+  auto t0 = std::chrono::steady_clock::now();
+  RunResult r = run_placement(chain_model(), local_cluster(3), hybrid(kChainTwoStages, {{0, 1}, {2}}, 4, Schedule::gpipe), o);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK_FALSE(r.report.ok);
+  CHECK(r.report.failure_kind == FailureKind::worker_failed);
+  CHECK(r.report.message.find("device 'd1'") != std::string::npos);
+  INFO(r.report.message);
+  CHECK(r.report.message.find("exited with code 3") != std::string::npos);
+  // The surviving replica's reason follows the root cause.
+  CHECK(r.report.message.find("then worker 0 (device 'd0')") != std::string::npos);
+  CHECK(r.report.message.find("gradient all-reduce of group 0 (devices 'd0', 'd1') failed") != std::string::npos);
+  CHECK(s < o.timeout_s);  // the failure is noticed, not waited out
+  check_no_orphans(r);
+}
+
+TEST_CASE("replicated placements the runtime cannot run are refused before any worker starts, naming the field") {
+  LayerGraph g = chain_model();
+  Cluster c = local_cluster(3);
+  RunOptions o = test_options();
+  auto refused = [&](const Placement& p, FailureKind kind, const std::string& field) {
+    RunResult r = run_placement(g, c, p, o);
+    INFO(r.report.message);
+    CHECK_FALSE(r.report.ok);
+    CHECK(r.report.failure_kind == kind);
+    CHECK(r.report.message.find(field) != std::string::npos);
+    CHECK(r.local_worker_pids.empty());
+  };
+  refused(hybrid(kChainTwoStages, {{0, 0}, {2}}, 4, Schedule::gpipe), FailureKind::invalid_placement,
+          "placement.groups[0][1]");
+  refused(hybrid(kChainTwoStages, {{0, 7}, {2}}, 4, Schedule::gpipe), FailureKind::invalid_placement,
+          "placement.groups[0][1]");
+  refused(hybrid(kChainTwoStages, {{0, 1}, {2}}, 4, Schedule::gpipe, 0), FailureKind::invalid_placement,
+          "placement.aggregation_every");
+  // Two replicas need at least two micro-batches.
+  refused(hybrid(kChainTwoStages, {{0, 1}, {2}}, 1, Schedule::gpipe), FailureKind::invalid_placement,
+          "placement.micro_batches");
+  // A replicated stage over its second replica's memory: fc0 12 -> 8192, fc1 8192 -> 16 (~0.23 M parameters).
+  LayerGraph big = g;
+  big.layers[0].attrs.out = 8192;
+  REQUIRE(infer_shapes(big).is_ok());
+  Cluster small = c;
+  small.devices[1].memory_mb = 1;
+  RunResult r = run_placement(big, small, hybrid(kChainTwoStages, {{0, 1}, {2}}, 4, Schedule::gpipe), o);
+  CHECK(r.report.failure_kind == FailureKind::out_of_memory);
+  CHECK(r.report.message.find("device 'd1' needs") != std::string::npos);
+  CHECK(r.local_worker_pids.empty());
+  o.fault_mode = "explode";
+  o.fault_rank = 0;
+  refused(hybrid(kChainTwoStages, {{0, 1}, {2}}, 4, Schedule::gpipe), FailureKind::invalid_options, "fault_mode");
+}
+
+}  // TEST_SUITE
