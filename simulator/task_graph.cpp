@@ -19,6 +19,7 @@ struct Scratch {
   std::vector<int> pred_begin, pred_edges, fill;  // per segment: incoming edges, ascending `from`
   std::vector<int> xfwd, xbwd;  // per (edge, micro-batch): transfer task id, -1 when same device
   std::vector<int> sends;       // per task: how many transfers follow it (its sends)
+  std::vector<int> only_device;  // per segment: its device, -1 when replicated
   size_t replayed = 0;          // tasks in the replay order so far
   // Tasks and segments a smaller graph did not need, kept with their vectors'
   // capacity for the next larger one (so a search loop stops allocating).
@@ -198,13 +199,19 @@ void add_tasks(TaskGraph& tg, Scratch& sc) {
   sc.sends.resize(static_cast<size_t>(2) * S * M + static_cast<size_t>(2) * E * M + tg.replicated_groups.size());
   // The transfers created since compute task `id` are its sends.
   auto count_sends = [&](int id) { sc.sends[id] = static_cast<int>(sink.used) - id - 1; };
-  auto from_device = [&](int e, int m) { return tg.segments[sc.edge_from[e]].device_of(m); };
-  auto to_device = [&](int e, int m) { return tg.segments[sc.edge_to[e]].device_of(m); };
+  // A segment's device when it has one replica (-1: ask device_of(m)), read once.
+  sc.only_device.resize(S);
+  for (int s = 0; s < S; ++s) sc.only_device[s] = tg.segments[s].replicated() ? -1 : tg.segments[s].devices[0];
+  auto device_of = [&](int s, int m) {
+    const int d = sc.only_device[s];
+    return d >= 0 ? d : tg.segments[s].device_of(m);
+  };
+  auto from_device = [&](int e, int m) { return device_of(sc.edge_from[e], m); };
+  auto to_device = [&](int e, int m) { return device_of(sc.edge_to[e], m); };
   // Forward: F(s, m), then its activation transfers to later segments on other devices.
   for (int s = 0; s < S; ++s) {
-    const Segment& seg = tg.segments[s];
     for (int m = 0; m < M; ++m) {
-      const int here = seg.device_of(m);
+      const int here = device_of(s, m);
       int fid;
       Task& f = sink.next(fid);
       f.kind = TaskKind::forward;
@@ -238,9 +245,8 @@ void add_tasks(TaskGraph& tg, Scratch& sc) {
   // Backward, last segment first: B(s, m) waits for its consumers' gradients
   // (latest consumer first) and its own forward, then sends gradients back.
   for (int s = S - 1; s >= 0; --s) {
-    const Segment& seg = tg.segments[s];
     for (int m = 0; m < M; ++m) {
-      const int here = seg.device_of(m);
+      const int here = device_of(s, m);
       int bid;
       Task& b = sink.next(bid);
       b.kind = TaskKind::backward;
