@@ -255,8 +255,16 @@ std::vector<int64_t> estimate_device_memory_bytes(const Placement& p, const Laye
     return bytes;
   }
   // (Search loops call this for every candidate: no allocation per layer.)
+  // The pipeline's depth counts every device a stage runs on, replicas
+  // included: the simulator's 1F1B limit for a stage (devices downstream /
+  // its replicas, PipeDream's NOAM) never exceeds it, so the rule stays an upper bound.
   std::vector<char> used(c.num_devices(), 0);
-  for (size_t i = 0; i < g.layers.size(); ++i) used[p.device_of_layer(static_cast<int>(i))] = 1;
+  for (size_t i = 0; i < g.layers.size(); ++i) {
+    const int grp = p.layer_group[i];
+    used[p.group_device[grp]] = 1;
+    if (p.replica_count(grp) > 1)
+      for (int d : p.group_replicas[grp]) used[d] = 1;
+  }
   const int stages = static_cast<int>(std::count(used.begin(), used.end(), 1));
   const int64_t mb = (batch_size + p.micro_batches - 1) / p.micro_batches;
   for (size_t i = 0; i < g.layers.size(); ++i) {

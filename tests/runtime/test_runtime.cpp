@@ -118,7 +118,8 @@ struct RemoteWorker {
       execl(bin.c_str(), bin.c_str(), "--listen", where.c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }
-    for (int i = 0; i < 200 && !answers_ping(port); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    // Up to 30 s: a loaded 2-core machine took over 5 s to start a worker (LibTorch's load).
+    for (int i = 0; i < 1200 && !answers_ping(port); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
   ~RemoteWorker() {
     kill(pid, SIGKILL);
