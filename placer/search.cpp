@@ -118,6 +118,15 @@ Placement decision_to_placement(const Decision& d, const std::vector<int>& choic
   p.micro_batches = choices.empty() ? 1 : choices[std::clamp(d.micro_batch_index, 0, static_cast<int>(choices.size()) - 1)];
   p.schedule = schedule;
   p.source = "policy";
+  // Replicas of the non-empty groups, under their new numbers (none: left empty).
+  bool replicated = false;
+  for (const auto& [raw, g] : renumber)
+    replicated = replicated || (raw < static_cast<int>(d.group_replicas.size()) && !d.group_replicas[raw].empty());
+  if (replicated) {
+    p.group_replicas.assign(p.group_device.size(), {});
+    for (const auto& [raw, g] : renumber)
+      if (raw < static_cast<int>(d.group_replicas.size())) p.group_replicas[g] = d.group_replicas[raw];
+  }
   return p;
 }
 
@@ -134,16 +143,23 @@ Decision placement_to_decision(const Placement& p, const std::vector<int>& choic
     return d;
   }
   // Stages in layer order: a new stage wherever the device changes (at most
-  // num_groups; the rest stay in the last one), as the contiguous policy sees it.
+  // num_groups; the rest stay in the last one), as the contiguous policy sees
+  // it; a stage keeps the replicas of the group it starts with.
   Decision d;
   d.group_device.assign(num_groups, 0);
+  d.group_replicas.assign(num_groups, {});
   d.layer_group.resize(p.layer_group.size());
   int stage = 0;
   for (size_t i = 0; i < p.layer_group.size(); ++i) {
     int dev = p.device_of_layer(static_cast<int>(i));
     if (i > 0 && dev != p.device_of_layer(static_cast<int>(i - 1)) && stage + 1 < num_groups) ++stage;
     d.layer_group[i] = stage;
-    if (i == 0 || d.layer_group[i - 1] != stage) d.group_device[stage] = dev;
+    if (i == 0 || d.layer_group[i - 1] != stage) {
+      d.group_device[stage] = dev;
+      const int g = p.layer_group[i];
+      d.group_replicas[stage] = p.group_replicas.empty() ? std::vector<int>{} : p.group_replicas[g];
+      std::sort(d.group_replicas[stage].begin(), d.group_replicas[stage].end());
+    }
   }
   d.micro_batch_index = 0;
   for (size_t k = 0; k < choices.size(); ++k)
@@ -170,7 +186,9 @@ PolicyConfig policy_config(const LayerGraph& graph, const Cluster& cluster, cons
   pc.micro_batch_choices = micro_batch_choices(opt.batch_size, static_cast<int>(max_micro));
   pc.device_allowed = devices_that_fit(graph, cluster, opt.batch_size);
   pc.hidden = opt.hidden;
-  pc.contiguous = opt.contiguous;
+  pc.partition = opt.partition;
+  pc.max_replicas = opt.replicate_stages ? std::max(0, cluster.num_devices() - 1) : 0;
+  pc.memory = policy_memory(graph, cluster, opt.batch_size, opt.schedule);
   pc.distinct_devices = opt.distinct_devices;
   pc.offer_data_parallel = opt.data_parallel && cluster.num_devices() > 1;
   pc.learning_rate = opt.learning_rate;
