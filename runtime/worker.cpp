@@ -333,11 +333,11 @@ class PipelineWorker {
     int m = task.micro_batch;
     if (task.kind == TaskKind::forward) {
       for (int p : seg.preds)
-        if (tg_.segments[p].device != c_.rank)
+        if (tg_.segments[p].device_of(m) != c_.rank)
           for (int l : boundary_layers(g_, tg_, p, task.segment)) received(act_task_.at({p, task.segment, m}), l);
     } else {
       for (int t : seg.succs)
-        if (tg_.segments[t].device != c_.rank)
+        if (tg_.segments[t].device_of(m) != c_.rank)
           for (int l : boundary_layers(g_, tg_, task.segment, t)) received(grad_task_.at({task.segment, t, m}), l);
     }
   }
@@ -349,7 +349,7 @@ class PipelineWorker {
     auto it = leaves_.find(key);
     if (it != leaves_.end()) return it->second;
     int ps = seg_of_layer_[p];
-    torch::Tensor src = tg_.segments[ps].device == c_.rank ? outs_[m][p].detach()
+    torch::Tensor src = tg_.segments[ps].device_of(m) == c_.rank ? outs_[m][p].detach()
                                                            : received(act_task_.at({ps, s, m}), p);
     torch::Tensor l = src.requires_grad_(true);
     leaves_[key] = l;
@@ -367,7 +367,7 @@ class PipelineWorker {
     }
     if (seg.computes_loss) loss_[m] = loss_of(outs_[m][L_ - 1], ys_[m], c_.job.options.batch_size);
     for (int t : seg.succs) {
-      int dst = tg_.segments[t].device;
+      int dst = tg_.segments[t].device_of(m);
       if (dst == c_.rank) continue;
       int tid = act_task_.at({s, t, m});
       std::vector<std::pair<torch::Tensor, int>> tensors;
@@ -397,7 +397,7 @@ class PipelineWorker {
     };
     for (int t : seg.succs)
       for (int l : boundary_layers(g_, tg_, s, t)) {
-        if (tg_.segments[t].device == c_.rank) {
+        if (tg_.segments[t].device_of(m) == c_.rank) {
           auto it = leaves_.find(std::make_tuple(t, m, l));
           if (it != leaves_.end()) accumulate(l, it->second.grad());
         } else {
@@ -411,7 +411,7 @@ class PipelineWorker {
       }
     if (!roots.empty()) torch::autograd::backward(roots, grads);
     for (int p : seg.preds) {
-      int dst = tg_.segments[p].device;
+      int dst = tg_.segments[p].device_of(m);
       if (dst == c_.rank) continue;
       int tid = grad_task_.at({p, s, m});
       std::vector<std::pair<torch::Tensor, int>> tensors;

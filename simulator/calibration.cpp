@@ -211,12 +211,24 @@ Result<CalibrationResult> calibrate(const LayerGraph& g, const Cluster& c, const
       TaskTimes times;
       simulate(tg, cost, {false}, &times);
       std::vector<int64_t> params(c.num_devices(), 0);
-      for (const Segment& s : tg.segments) params[s.device] += s.param_bytes;
+      for (const Segment& s : tg.segments)
+        for (int d : s.devices) params[d] += s.param_bytes;
       int local_used = 0;
       for (int d = 0; d < c.num_devices(); ++d) local_used += !tg.device_order[d].empty() && cost.is_local(d);
       // Features of one compute task / transfer.
       auto add_task = [&](std::vector<double>& row, int task_id) {
         const Task& t = tg.tasks[task_id];
+        if (t.kind == TaskKind::allreduce) {  // 2 (r - 1) ring steps over the slowest ring link
+          const std::vector<int>& ring = tg.replicated_groups[t.replicated_group].devices;
+          const int r = static_cast<int>(ring.size());
+          const int64_t chunk = (t.bytes + r - 1) / r;
+          double slowest = 0;
+          for (int k = 0; k < r; ++k) slowest = std::max(slowest, cost.wire_ms(ring[k], ring[(k + 1) % r], chunk));
+          row[D + kWire] += 2.0 * (r - 1) * slowest;
+          row[D + kMessage] += 2.0 * (r - 1);
+          row[D + kMessageMb] += 2.0 * (r - 1) * static_cast<double>(chunk) / 1e6;
+          return;
+        }
         if (t.kind == TaskKind::transfer_activation || t.kind == TaskKind::transfer_gradient) {
           row[D + kWire] += cost.wire_ms(t.device, t.to_device, t.bytes);
           row[D + kMessage] += 1;

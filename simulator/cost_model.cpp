@@ -182,6 +182,15 @@ double CostModel::raw_ms(int device, int first, int last, int64_t samples, bool 
   return std::max(0.0, t0 + slope * (b - b0));
 }
 
+double CostModel::ring_allreduce_ms(const std::vector<int>& devices, int64_t bytes) const {
+  const int r = static_cast<int>(devices.size());
+  if (r < 2) return 0;
+  const int64_t chunk = (bytes + r - 1) / r;
+  double slowest = 0;
+  for (int k = 0; k < r; ++k) slowest = std::max(slowest, transfer_ms(devices[k], devices[(k + 1) % r], chunk));
+  return 2.0 * (r - 1) * slowest;
+}
+
 CostModel CostModel::with_calibration(const Calibration& calibration) const {
   CostModel m = *this;
   m.calibration_ = calibration;

@@ -103,6 +103,12 @@ class CostModel {
     return (latency_ms_[k] + static_cast<double>(bytes) * ms_per_byte_[k]) * calibration_.wire_factor +
            calibration_.message_overhead_ms + calibration_.message_ms_per_mb * static_cast<double>(bytes) / 1e6;
   }
+  // Ring allreduce of `bytes` among `devices` (in ring order): 2 (r - 1) steps,
+  // each moving ceil(bytes / r) on every ring link at once, so each step takes
+  // the slowest ring link's transfer_ms (its latency and message overhead
+  // included). 0 for fewer than two devices. BSP's gradient exchange and a
+  // replicated stage's allreduce both cost this.
+  double ring_allreduce_ms(const std::vector<int>& devices, int64_t bytes) const;
   double wire_ms(int from, int to, int64_t bytes) const {  // uncalibrated latency + bytes / bandwidth
     const size_t k = static_cast<size_t>(from) * num_devices_ + to;
     return latency_ms_[k] + static_cast<double>(bytes) * ms_per_byte_[k];

@@ -29,14 +29,8 @@ StepReport simulate_data_parallel(const LayerGraph& g, const Cluster& c, const C
     b[k] = cost.backward_ms(d, 0, L - 1, share);
     compute = std::max(compute, f[k] + b[k]);
   }
-  // Ring allreduce: 2 (R - 1) steps, each moving params / R bytes on every ring link at once.
-  double allreduce = 0;
-  if (R > 1 && exchange_gradients) {
-    int64_t chunk = (params + R - 1) / R;
-    double slowest = 0;
-    for (int k = 0; k < R; ++k) slowest = std::max(slowest, cost.transfer_ms(devices[k], devices[(k + 1) % R], chunk));
-    allreduce = 2.0 * (R - 1) * slowest;
-  }
+  // Ring allreduce of every parameter (the same cost as a replicated stage's allreduce task).
+  const double allreduce = exchange_gradients ? cost.ring_allreduce_ms(devices, params) : 0.0;
   double update = 0;
   for (int d : devices) update = std::max(update, cost.update_ms(d, params));
   r.step_ms = compute + allreduce + update + cost.step_overhead_ms();

@@ -14,6 +14,7 @@ struct Workspace {
   std::vector<double> start, end;
   std::vector<int> resource_prev, indegree, succ_begin, succ, fill, ready, crit;
   std::vector<int> last_on_link, out_begin, out_tasks;
+  std::vector<int> extra_begin, extra;  // per allreduce: its predecessors on the participants' send queues
 };
 
 Workspace& workspace() {
@@ -21,10 +22,9 @@ Workspace& workspace() {
   return ws;
 }
 
-bool is_transfer(TaskKind k) { return k == TaskKind::transfer_activation || k == TaskKind::transfer_gradient; }
-
 double task_duration(const TaskGraph& tg, const Task& t, const CostModel& cost, int local_used) {
   if (is_transfer(t.kind)) return cost.transfer_ms(t.device, t.to_device, t.bytes);
+  if (t.kind == TaskKind::allreduce) return cost.ring_allreduce_ms(tg.replicated_groups[t.replicated_group].devices, t.bytes);
   const Segment& s = tg.segments[t.segment];
   const int64_t samples = tg.micro_batch_sizes[t.micro_batch];
   const int others = cost.is_local(t.device) ? std::max(0, local_used - 1) : 0;
@@ -44,6 +44,8 @@ std::string task_name(const Task& t) {
       return "X s" + std::to_string(t.segment) + "->s" + std::to_string(t.peer_segment) + m;
     case TaskKind::transfer_gradient:
       return "G s" + std::to_string(t.peer_segment) + "->s" + std::to_string(t.segment) + m;
+    case TaskKind::allreduce:
+      return "AR r" + std::to_string(t.replicated_group);
   }
   return "?";
 }
@@ -88,6 +90,26 @@ StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOp
       }
     }
   }
+  // Allreduces, ascending id: each joins the end of every participant's send
+  // queue (per directed link: the participant's link to its ring successor).
+  ws.extra_begin.assign(T + 1, 0);
+  ws.extra.clear();
+  for (int t = 0; t < T; ++t) {
+    const Task& task = tg.tasks[t];
+    if (task.kind == TaskKind::allreduce) {
+      const std::vector<int>& ring = tg.replicated_groups[task.replicated_group].devices;
+      const size_t first = ws.extra.size();
+      for (size_t k = 0; k < ring.size(); ++k) {
+        const int d = ring[k];
+        const int queue = options.send_queue_per_device ? 0 : ring[(k + 1) % ring.size()];
+        int& last = ws.last_on_link[static_cast<size_t>(d) * D + queue];
+        if (last >= 0 && std::find(ws.extra.begin() + first, ws.extra.end(), last) == ws.extra.end())
+          ws.extra.push_back(last);
+        last = t;
+      }
+    }
+    ws.extra_begin[t + 1] = static_cast<int>(ws.extra.size());
+  }
   // Local devices the placement uses (they share the machine's cores).
   int local_used = 0;
   for (int d = 0; d < D; ++d) local_used += !tg.device_order[d].empty() && cost.is_local(d);
@@ -96,9 +118,11 @@ StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOp
   ws.succ_begin.assign(T + 1, 0);
   for (int t = 0; t < T; ++t) {
     const Task& task = tg.tasks[t];
-    ws.indegree[t] = static_cast<int>(task.deps.size()) + (ws.resource_prev[t] >= 0);
+    ws.indegree[t] = static_cast<int>(task.deps.size()) + (ws.resource_prev[t] >= 0) +
+                     (ws.extra_begin[t + 1] - ws.extra_begin[t]);
     for (int d : task.deps) ++ws.succ_begin[d + 1];
     if (ws.resource_prev[t] >= 0) ++ws.succ_begin[ws.resource_prev[t] + 1];
+    for (int k = ws.extra_begin[t]; k < ws.extra_begin[t + 1]; ++k) ++ws.succ_begin[ws.extra[k] + 1];
   }
   for (int t = 0; t < T; ++t) ws.succ_begin[t + 1] += ws.succ_begin[t];
   ws.succ.assign(ws.succ_begin[T], 0);
@@ -106,6 +130,7 @@ StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOp
   for (int t = 0; t < T; ++t) {
     for (int d : tg.tasks[t].deps) ws.succ[ws.fill[d]++] = t;
     if (ws.resource_prev[t] >= 0) ws.succ[ws.fill[ws.resource_prev[t]]++] = t;
+    for (int k = ws.extra_begin[t]; k < ws.extra_begin[t + 1]; ++k) ws.succ[ws.fill[ws.extra[k]]++] = t;
   }
   ws.ready.clear();
   for (int t = 0; t < T; ++t)
@@ -126,15 +151,16 @@ StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOp
     };
     if (ws.resource_prev[t] >= 0) consider(ws.resource_prev[t]);
     for (int d : task.deps) consider(d);
+    for (int k = ws.extra_begin[t]; k < ws.extra_begin[t + 1]; ++k) consider(ws.extra[k]);
     ws.start[t] = s;
     ws.end[t] = s + task_duration(tg, task, cost, local_used) +
-                (!is_transfer(task.kind) && ws.resource_prev[t] < 0 ? cost.first_task_ms(task.device) : 0.0);
+                (is_compute(task.kind) && ws.resource_prev[t] < 0 ? cost.first_task_ms(task.device) : 0.0);
     ws.crit[t] = crit;
     for (int k = ws.succ_begin[t]; k < ws.succ_begin[t + 1]; ++k)
       if (--ws.indegree[ws.succ[k]] == 0) ws.ready.push_back(ws.succ[k]);
   }
   size_t compute_tasks = 0;
-  for (const Task& task : tg.tasks) compute_tasks += !is_transfer(task.kind);
+  for (const Task& task : tg.tasks) compute_tasks += is_compute(task.kind);
   if (processed != T || ordered != compute_tasks)
     return StepReport::failure(FailureKind::invalid_placement,
                                "the schedule cannot run this task graph (a cycle)", "simulate");
@@ -144,17 +170,30 @@ StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOp
   r.source = "simulate";
   r.devices.resize(D);
   std::vector<int64_t> params(D, 0);
-  for (const Segment& s : tg.segments) params[s.device] += s.param_bytes;
-  // A device ends when its last compute task and its last send are done
-  // (the runtime drains its sender), then runs the optimizer update.
+  for (const Segment& s : tg.segments)
+    for (int d : s.devices) params[d] += s.param_bytes;  // every replica holds the segment's parameters
+  // A device ends when its last compute task, its last send and the
+  // allreduces it takes part in are done (the runtime drains its sender),
+  // then runs the optimizer update.
   std::vector<int> end_task(D, -1);
   for (int d = 0; d < D; ++d)
     if (!tg.device_order[d].empty()) end_task[d] = tg.device_order[d].back();
+  auto ends_later = [&](int t, int d) { return end_task[d] < 0 || ws.end[t] > ws.end[end_task[d]]; };
   for (int t = 0; t < T; ++t) {
     const Task& task = tg.tasks[t];
-    if (is_transfer(task.kind) && (end_task[task.device] < 0 || ws.end[t] > ws.end[end_task[task.device]]))
-      end_task[task.device] = t;
+    if (is_transfer(task.kind) && ends_later(t, task.device)) end_task[task.device] = t;
+    if (task.kind == TaskKind::allreduce)
+      for (int d : tg.replicated_groups[task.replicated_group].devices)
+        if (ends_later(t, d)) end_task[d] = t;
   }
+  // aggregation_every = K > 1: the replicas' parameters are averaged (one ring
+  // allreduce of the group's parameters) once every K steps, charged 1/K per step.
+  std::vector<double> averaging(D, 0);
+  if (tg.aggregation_every > 1)
+    for (const ReplicatedGroup& rg : tg.replicated_groups) {
+      const double share = cost.ring_allreduce_ms(rg.devices, rg.param_bytes) / tg.aggregation_every;
+      for (int d : rg.devices) averaging[d] += share;
+    }
   double step = 0;
   int last_task = -1, last_device = -1;
   double busy_sum = 0, comm_sum = 0;
@@ -174,10 +213,10 @@ StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOp
       prev_end = ws.end[t];
     }
     double drained = ws.end[end_task[d]];
-    st.comm_ms += std::max(0.0, drained - prev_end);
+    st.comm_ms += std::max(0.0, drained - prev_end) + averaging[d];
     double update = cost.update_ms(d, params[d]);
     st.busy_ms += update;
-    device_end[d] = drained + update;
+    device_end[d] = drained + averaging[d] + update;
     if (device_end[d] > step) {
       step = device_end[d];
       last_task = end_task[d];
@@ -223,8 +262,15 @@ StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOp
 
   if (options.timeline) {
     r.timeline.reserve(T);
-    for (int t = 0; t < T; ++t)
-      r.timeline.push_back({tg.tasks[t].device, task_name(tg.tasks[t]), ws.start[t], ws.end[t]});
+    for (int t = 0; t < T; ++t) {
+      const Task& task = tg.tasks[t];
+      if (task.kind != TaskKind::allreduce) {
+        r.timeline.push_back({task.device, task_name(task), ws.start[t], ws.end[t]});
+        continue;
+      }
+      for (int d : tg.replicated_groups[task.replicated_group].devices)  // one line per participant
+        r.timeline.push_back({d, task_name(task), ws.start[t], ws.end[t]});
+    }
     std::stable_sort(r.timeline.begin(), r.timeline.end(),
                      [](const TimelineEntry& a, const TimelineEntry& b) { return a.start_ms < b.start_ms; });
   }

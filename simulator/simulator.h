@@ -8,8 +8,17 @@
 // block its compute. Since device orders are fixed and a queue's FIFO order
 // follows its sender's device order, the replay is one pass over a DAG
 // (dependencies + device chains + queue chains): O(tasks + edges).
-// A device ends when its last task and its last send are done, then runs the
-// optimizer update; the step ends when every device has. Communication time
+// An allreduce task (a replicated group's gradients, aggregation_every = 1)
+// costs CostModel::ring_allreduce_ms over the group's replicas and occupies
+// their links: it joins the end of every participant's send queue (per
+// directed link: the participant's link to its ring successor), so it starts
+// when every backward of the group is done and each participant's earlier
+// sends have left; compute never waits for it, so it overlaps the backward of
+// other groups. With aggregation_every = K > 1 each participant is charged
+// 1/K of that allreduce per step (the parameter averaging every K steps, amortised).
+// A device ends when its last task, its last send and its allreduces are
+// done, then runs the optimizer update (over every segment it holds a replica
+// of); the step ends when every device has. Communication time
 // is counted as the runtime counts it: blocked waiting for remote inputs plus
 // draining the sends. Peak memory is counted along each device's order:
 // 3 x parameter bytes (weights, gradients, optimizer state) plus the
@@ -55,7 +64,8 @@ struct TaskTimes {
 StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOptions& options = {},
                     TaskTimes* times = nullptr);
 
-// Name of a task as it appears in timelines: "F s2 m3", "B s2 m3", "X s1->s2 m3", "G s2->s1 m3".
+// Name of a task as it appears in timelines: "F s2 m3", "B s2 m3", "X s1->s2 m3", "G s2->s1 m3",
+// "AR r0" (the allreduce of replicated_groups[0]; one timeline line per participant).
 std::string task_name(const Task& t);
 
 class Simulator {

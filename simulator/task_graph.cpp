@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <tuple>
 
 #include "model/layer_graph.h"
 #include "core/cluster.h"
@@ -33,6 +34,7 @@ struct TaskSink {
     Task& t = tg.tasks[used];
     t.deps.clear();
     t.peer_segment = -1;
+    t.replicated_group = -1;
     t.to_device = -1;
     t.bytes = 0;
     id = static_cast<int>(used++);
@@ -40,24 +42,36 @@ struct TaskSink {
   }
 };
 
+void reset_segment(Segment& seg) {
+  seg.layers.clear();
+  seg.preds.clear();
+  seg.succs.clear();
+  seg.reads_model_input = false;
+  seg.computes_loss = false;
+  seg.param_bytes = 0;
+}
+
+// Segments: a new one starts where the layer's devices change. A replicated
+// group's layers are keyed by the group (its segments hold only its layers,
+// one allreduce each); other layers by their device, so consecutive
+// unreplicated groups on one device share a segment.
 void split_segments(const LayerGraph& g, const Placement& p, TaskGraph& tg, Scratch& sc) {
   const int L = static_cast<int>(g.layers.size());
   sc.seg_of_layer.assign(L, -1);
   size_t S = 0;
-  int prev_device = -1;
+  int prev_key = 0;
   for (int i = 0; i < L; ++i) {
-    int d = p.device_of_layer(i);
-    if (S == 0 || d != prev_device) {
+    const int grp = p.layer_group[i];
+    const bool replicated = p.replica_count(grp) > 1;
+    const int key = replicated ? -1 - grp : p.group_device[grp];
+    if (S == 0 || key != prev_key) {
       if (S == tg.segments.size()) tg.segments.emplace_back();
       Segment& seg = tg.segments[S++];
-      seg.device = d;
-      seg.layers.clear();
-      seg.preds.clear();
-      seg.succs.clear();
-      seg.reads_model_input = false;
-      seg.computes_loss = false;
-      seg.param_bytes = 0;
-      prev_device = d;
+      reset_segment(seg);
+      seg.group = grp;
+      seg.devices.assign(1, p.group_device[grp]);
+      if (replicated) seg.devices.insert(seg.devices.end(), p.group_replicas[grp].begin(), p.group_replicas[grp].end());
+      prev_key = key;
     }
     Segment& seg = tg.segments[S - 1];
     seg.layers.push_back(i);
@@ -113,6 +127,31 @@ void split_segments(const LayerGraph& g, const Placement& p, TaskGraph& tg, Scra
   tg.segments[sc.seg_of_layer[L - 1]].computes_loss = true;
 }
 
+// One entry per replicated group that holds layers, ascending group.
+void collect_replicated_groups(TaskGraph& tg) {
+  size_t R = 0;
+  for (int s = 0; s < static_cast<int>(tg.segments.size()); ++s) {
+    const Segment& seg = tg.segments[s];
+    if (!seg.replicated()) continue;
+    size_t k = 0;
+    while (k < R && tg.replicated_groups[k].group != seg.group) ++k;
+    if (k == R) {
+      if (R == tg.replicated_groups.size()) tg.replicated_groups.emplace_back();
+      ReplicatedGroup& rg = tg.replicated_groups[R++];
+      rg.group = seg.group;
+      rg.devices = seg.devices;
+      rg.param_bytes = 0;
+      rg.segments.clear();
+      rg.allreduce_task = -1;
+    }
+    tg.replicated_groups[k].param_bytes += seg.param_bytes;
+    tg.replicated_groups[k].segments.push_back(s);
+  }
+  tg.replicated_groups.resize(R);
+  std::sort(tg.replicated_groups.begin(), tg.replicated_groups.end(),
+            [](const ReplicatedGroup& a, const ReplicatedGroup& b) { return a.group < b.group; });
+}
+
 void resize_table(std::vector<std::vector<int>>& t, int rows, int cols) {
   t.resize(rows);
   for (auto& r : t) r.assign(cols, -1);
@@ -127,32 +166,36 @@ void add_tasks(TaskGraph& tg, Scratch& sc) {
   sc.xfwd.assign(static_cast<size_t>(E) * M, -1);
   sc.xbwd.assign(static_cast<size_t>(E) * M, -1);
   TaskSink sink{tg};
-  auto cross = [&](int e) { return tg.segments[sc.edge_from[e]].device != tg.segments[sc.edge_to[e]].device; };
+  auto from_device = [&](int e, int m) { return tg.segments[sc.edge_from[e]].device_of(m); };
+  auto to_device = [&](int e, int m) { return tg.segments[sc.edge_to[e]].device_of(m); };
   // Forward: F(s, m), then its activation transfers to later segments on other devices.
   for (int s = 0; s < S; ++s) {
     const Segment& seg = tg.segments[s];
     for (int m = 0; m < M; ++m) {
+      const int here = seg.device_of(m);
       int fid;
       Task& f = sink.next(fid);
       f.kind = TaskKind::forward;
       f.segment = s;
       f.micro_batch = m;
-      f.device = seg.device;
+      f.device = here;
       for (int k = sc.pred_begin[s]; k < sc.pred_begin[s + 1]; ++k) {
         int e = sc.pred_edges[k];
-        f.deps.push_back(cross(e) ? sc.xfwd[static_cast<size_t>(e) * M + m] : tg.forward_task[sc.edge_from[e]][m]);
+        f.deps.push_back(from_device(e, m) != here ? sc.xfwd[static_cast<size_t>(e) * M + m]
+                                                    : tg.forward_task[sc.edge_from[e]][m]);
       }
       tg.forward_task[s][m] = fid;
       for (int e = sc.succ_begin[s]; e < sc.succ_begin[s + 1]; ++e) {
-        if (!cross(e)) continue;
+        const int there = to_device(e, m);
+        if (there == here) continue;
         int xid;
         Task& x = sink.next(xid);
         x.kind = TaskKind::transfer_activation;
         x.segment = s;
         x.peer_segment = sc.edge_to[e];
         x.micro_batch = m;
-        x.device = seg.device;
-        x.to_device = tg.segments[sc.edge_to[e]].device;
+        x.device = here;
+        x.to_device = there;
         x.bytes = sc.edge_bytes[e] * tg.micro_batch_sizes[m];
         x.deps.push_back(fid);
         sc.xfwd[static_cast<size_t>(e) * M + m] = xid;
@@ -164,19 +207,22 @@ void add_tasks(TaskGraph& tg, Scratch& sc) {
   for (int s = S - 1; s >= 0; --s) {
     const Segment& seg = tg.segments[s];
     for (int m = 0; m < M; ++m) {
+      const int here = seg.device_of(m);
       int bid;
       Task& b = sink.next(bid);
       b.kind = TaskKind::backward;
       b.segment = s;
       b.micro_batch = m;
-      b.device = seg.device;
+      b.device = here;
       for (int e = sc.succ_begin[s + 1] - 1; e >= sc.succ_begin[s]; --e)
-        b.deps.push_back(cross(e) ? sc.xbwd[static_cast<size_t>(e) * M + m] : tg.backward_task[sc.edge_to[e]][m]);
+        b.deps.push_back(to_device(e, m) != here ? sc.xbwd[static_cast<size_t>(e) * M + m]
+                                                  : tg.backward_task[sc.edge_to[e]][m]);
       b.deps.push_back(tg.forward_task[s][m]);
       tg.backward_task[s][m] = bid;
       for (int k = sc.pred_begin[s]; k < sc.pred_begin[s + 1]; ++k) {
         int e = sc.pred_edges[k];
-        if (!cross(e)) continue;
+        const int there = from_device(e, m);
+        if (there == here) continue;
         int p = sc.edge_from[e];
         int xid;
         Task& x = sink.next(xid);
@@ -184,20 +230,37 @@ void add_tasks(TaskGraph& tg, Scratch& sc) {
         x.segment = p;
         x.peer_segment = s;
         x.micro_batch = m;
-        x.device = seg.device;
-        x.to_device = tg.segments[p].device;
+        x.device = here;
+        x.to_device = there;
         x.bytes = sc.edge_bytes[e] * tg.micro_batch_sizes[m];
         x.deps.push_back(bid);
         sc.xbwd[static_cast<size_t>(e) * M + m] = xid;
       }
     }
   }
+  // Synchronous replicas: one allreduce per replicated group after all its backwards.
+  if (tg.aggregation_every == 1)
+    for (size_t k = 0; k < tg.replicated_groups.size(); ++k) {
+      ReplicatedGroup& rg = tg.replicated_groups[k];
+      int aid;
+      Task& a = sink.next(aid);
+      a.kind = TaskKind::allreduce;
+      a.segment = -1;
+      a.micro_batch = -1;
+      a.device = rg.devices[0];
+      a.bytes = rg.param_bytes;
+      a.replicated_group = static_cast<int>(k);
+      for (int s : rg.segments)
+        for (int m = 0; m < M; ++m) a.deps.push_back(tg.backward_task[s][m]);
+      rg.allreduce_task = aid;
+    }
   tg.tasks.resize(sink.used);
 }
 
 // GPipe fill-drain: every forward, then every backward, in wavefront order
-// (forwards by (m + s, s), backwards by (m + S-1-s, S-1-s)). The global order
-// is topological, so filtering it per device cannot deadlock.
+// (forwards by (m + s, s), backwards by (m + S-1-s, S-1-s)), each on the
+// device that runs its micro-batch. The global order is topological, so
+// filtering it per device cannot deadlock.
 void order_gpipe(TaskGraph& tg) {
   const int S = static_cast<int>(tg.segments.size());
   const int M = tg.micro_batches();
@@ -205,38 +268,81 @@ void order_gpipe(TaskGraph& tg) {
   for (auto& o : tg.device_order) o.clear();
   for (int w = 0; w <= M + S - 2; ++w)
     for (int s = std::max(0, w - M + 1); s <= std::min(S - 1, w); ++s)
-      tg.device_order[tg.segments[s].device].push_back(tg.forward_task[s][w - s]);
+      tg.device_order[tg.segments[s].device_of(w - s)].push_back(tg.forward_task[s][w - s]);
   for (int w = 0; w <= M + S - 2; ++w)
     for (int r = std::max(0, w - M + 1); r <= std::min(S - 1, w); ++r) {
       int s = S - 1 - r;
-      tg.device_order[tg.segments[s].device].push_back(tg.backward_task[s][w - r]);
+      tg.device_order[tg.segments[s].device_of(w - r)].push_back(tg.backward_task[s][w - r]);
     }
 }
 
-// 1F1B (PipeDream-flush): a unit-time list schedule where each device prefers a
-// ready backward and admits a new micro-batch only while fewer than `limit` are
-// in flight on it (limit = devices from its first segment to the end). The
-// recorded order comes from a feasible execution, so it never deadlocks.
-void order_1f1b(TaskGraph& tg) {
+// How many micro-batches a device may start before its first backward
+// (PipeDream's NOAM): the devices from its first segment to the end, divided
+// by the replicas of that segment (each replica sees 1/r of the micro-batches).
+// Without replicas: the devices downstream of it, itself included.
+std::vector<int> in_flight_limits(const TaskGraph& tg) {
   const int S = static_cast<int>(tg.segments.size());
-  const int M = tg.micro_batches();
   const int D = tg.num_devices;
-  const int T = static_cast<int>(tg.tasks.size());
   std::vector<int> limit(D, 0);
+  std::vector<char> downstream(D);
   for (int d = 0; d < D; ++d) {
     int first = -1;
     for (int s = 0; s < S && first < 0; ++s)
-      if (tg.segments[s].device == d) first = s;
+      if (tg.segments[s].runs_on(d)) first = s;
     if (first < 0) continue;
-    std::vector<char> downstream(D, 0);
-    for (int s = first; s < S; ++s) downstream[tg.segments[s].device] = 1;
-    limit[d] = static_cast<int>(std::count(downstream.begin(), downstream.end(), 1));
+    std::fill(downstream.begin(), downstream.end(), 0);
+    for (int s = first; s < S; ++s)
+      for (int x : tg.segments[s].devices) downstream[x] = 1;
+    const int r = tg.segments[first].replica_count();
+    const int count = static_cast<int>(std::count(downstream.begin(), downstream.end(), 1));
+    limit[d] = (count + r - 1) / r;
   }
+  return limit;
+}
+
+// 1F1B (PipeDream-flush) and interleaved 1F1B (Megatron's virtual stages): a
+// unit-time list schedule where each device prefers a ready backward and
+// admits a new micro-batch only while fewer than its limit are in flight on
+// it. 1F1B: among forwards (backwards) the lowest micro-batch first, then the
+// earliest (latest) segment. Interleaved: micro-batches go in chunks of P (the
+// devices in use); within a chunk a device runs its first segment for the
+// whole chunk before its next segment (backwards: its last segment first), and
+// it may keep one more micro-batch in flight (the memory rule's stages + 1).
+// The recorded order comes from a feasible execution, so it never deadlocks.
+void order_1f1b(TaskGraph& tg, bool interleaved) {
+  const int M = tg.micro_batches();
+  const int D = tg.num_devices;
+  const int T = static_cast<int>(tg.tasks.size());
+  std::vector<int> limit = in_flight_limits(tg);
   // Per device: its compute tasks, and per micro-batch how many of them remain.
   std::vector<std::vector<int>> pending(D);
   for (int t = 0; t < T; ++t)
-    if (tg.tasks[t].kind == TaskKind::forward || tg.tasks[t].kind == TaskKind::backward)
-      pending[tg.tasks[t].device].push_back(t);
+    if (is_compute(tg.tasks[t].kind)) pending[tg.tasks[t].device].push_back(t);
+  // Interleaved: a task's segment's rank among its device's segments (its virtual stage), and the chunk size.
+  std::vector<int> virtual_stage;
+  int chunk = 1;
+  if (interleaved) {
+    virtual_stage.assign(T, 0);
+    int used = 0;
+    for (int d = 0; d < D; ++d) {
+      used += !pending[d].empty();
+      std::vector<int> segs;
+      for (int t : pending[d]) segs.push_back(tg.tasks[t].segment);
+      std::sort(segs.begin(), segs.end());
+      segs.erase(std::unique(segs.begin(), segs.end()), segs.end());
+      for (int t : pending[d])
+        virtual_stage[t] = static_cast<int>(std::lower_bound(segs.begin(), segs.end(), tg.tasks[t].segment) - segs.begin());
+    }
+    chunk = std::max(1, used);
+    for (int& l : limit) l += l > 0;
+  }
+  // Priority among ready tasks of one kind on one device (smaller first).
+  auto key = [&](int id) {
+    const Task& t = tg.tasks[id];
+    const bool bwd = t.kind == TaskKind::backward;
+    if (!interleaved) return std::make_tuple(t.micro_batch, t.segment * (bwd ? -1 : 1), 0);
+    return std::make_tuple(t.micro_batch / chunk, virtual_stage[id] * (bwd ? -1 : 1), t.micro_batch);
+  };
   std::vector<int> left(static_cast<size_t>(D) * M, 0);
   std::vector<char> started(static_cast<size_t>(D) * M, 0);
   std::vector<int> in_flight(D, 0);
@@ -245,8 +351,7 @@ void order_1f1b(TaskGraph& tg) {
   std::vector<int> done_step(T, -1);
   auto done_before = [&](int t, int step) {
     const Task& task = tg.tasks[t];
-    if (task.kind == TaskKind::transfer_activation || task.kind == TaskKind::transfer_gradient)
-      return done_step[task.deps[0]] >= 0 && done_step[task.deps[0]] < step;
+    if (is_transfer(task.kind)) return done_step[task.deps[0]] >= 0 && done_step[task.deps[0]] < step;
     return done_step[t] >= 0 && done_step[t] < step;
   };
   tg.device_order.resize(D);
@@ -265,7 +370,6 @@ void order_1f1b(TaskGraph& tg) {
         if (!bwd && !started[static_cast<size_t>(d) * M + task.micro_batch] && in_flight[d] >= limit[d]) continue;
         bool ready = std::all_of(task.deps.begin(), task.deps.end(), [&](int x) { return done_before(x, step); });
         if (!ready) continue;
-        auto key = [&](int id) { return std::make_pair(tg.tasks[id].micro_batch, tg.tasks[id].segment * (bwd ? -1 : 1)); };
         if (pick < 0 || (bwd && !pick_bwd) || (bwd == pick_bwd && key(t) < key(pick))) {
           pick = t;
           pick_bwd = bwd;
@@ -294,6 +398,10 @@ void order_1f1b(TaskGraph& tg) {
 
 }  // namespace
 
+bool Segment::runs_on(int device) const {
+  return std::find(devices.begin(), devices.end(), device) != devices.end();
+}
+
 std::vector<int> boundary_layers(const LayerGraph& g, const TaskGraph& tg, int from, int to) {
   std::set<int> in_from(tg.segments[from].layers.begin(), tg.segments[from].layers.end());
   std::set<int> out;
@@ -312,7 +420,9 @@ Status build_task_graph_into(const LayerGraph& g, const Placement& p, const Clus
   Scratch& sc = scratch();
   tg.num_devices = c.num_devices();
   tg.schedule = p.schedule;
+  tg.aggregation_every = p.aggregation_every;
   split_segments(g, p, tg, sc);
+  collect_replicated_groups(tg);
   tg.micro_batch_sizes.resize(p.micro_batches);
   for (int m = 0; m < p.micro_batches; ++m)
     tg.micro_batch_sizes[m] = batch_size / p.micro_batches + (m < batch_size % p.micro_batches ? 1 : 0);
@@ -320,7 +430,7 @@ Status build_task_graph_into(const LayerGraph& g, const Placement& p, const Clus
   if (p.schedule == Schedule::gpipe)
     order_gpipe(tg);
   else
-    order_1f1b(tg);
+    order_1f1b(tg, p.schedule == Schedule::interleaved_1f1b);
   return Status::ok();
 }
 

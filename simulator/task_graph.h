@@ -3,17 +3,37 @@
 //
 // Owns `TaskGraph`, built from (layer graph, placement, cluster, batch size):
 //  * segments: maximal runs of consecutive layers (in the graph's topological
-//    order) on one device. Segment edges always point forward, so any
+//    order) that run on the same devices: one device, or one replicated group's
+//    replica set. A replicated group's segments hold only that group's layers;
+//    consecutive unreplicated groups on one device merge into one segment (as
+//    before replicas existed). Segment edges always point forward, so any
 //    layer-to-device assignment of a DAG runs, including non-contiguous ones
-//    where a device holds several segments.
-//  * tasks: forward and backward of each (segment, micro-batch), and a transfer
-//    for each segment edge that crosses devices (activations forward, gradients
-//    backward), with their dependencies.
-//  * device_order: for every device, the order it runs its compute tasks, fixed
-//    by the schedule (GPipe fill-drain or 1F1B). Orders are derived from a
-//    feasible execution, so in-order execution on every device never deadlocks.
+//    where a device holds several segments and branch-parallel ones.
+//  * replicas: micro-batch m of a segment runs on segment.device_of(m) =
+//    devices[m % devices.size()] (Placement::device_of_micro_batch). There is
+//    no "the device" of a segment: every per-micro-batch use goes through
+//    device_of(m).
+//  * tasks: forward and backward of each (segment, micro-batch) on
+//    device_of(m); a transfer for each segment edge (s -> t) and micro-batch m
+//    whose devices differ (s.device_of(m) != t.device_of(m): activations
+//    forward, gradients backward), with their dependencies; and, when
+//    aggregation_every == 1, one `allreduce` task per replicated group (its
+//    gradients summed over its replicas) after every backward of the group.
+//  * device_order: for every device, the order it runs its compute tasks
+//    (forward, backward; never transfers or allreduces), fixed by the schedule
+//    (GPipe fill-drain, 1F1B, or interleaved 1F1B over a device's several
+//    segments). Orders are derived from a feasible execution, so in-order
+//    execution on every device never deadlocks.
 // Both executors run compute tasks in device_order and transfers as soon as
-// their producer is done, over the link (from_device -> to_device).
+// their producer is done, over the link (device -> to_device). An allreduce
+// task's participants are replicated_groups[task.replicated_group].devices;
+// it starts when all its deps (every backward of the group, on every replica)
+// are done; a participant issues its allreduces in ascending task id (the same
+// order on every participant, as collectives need) and runs its optimizer
+// update only after the allreduces it takes part in. With aggregation_every =
+// K > 1 there is no allreduce task: each replica updates on its own
+// micro-batches and the replicas' parameters are averaged every K steps
+// (replicated_groups lists what to average; the simulator charges 1/K of it per step).
 // Thread safety: immutable after build; share freely.
 #pragma once
 
@@ -28,10 +48,20 @@ namespace tapp {
 struct LayerGraph;
 struct Cluster;
 
-enum class TaskKind { forward, backward, transfer_activation, transfer_gradient };
+enum class TaskKind { forward, backward, transfer_activation, transfer_gradient, allreduce };
+inline bool is_compute(TaskKind k) { return k == TaskKind::forward || k == TaskKind::backward; }
+inline bool is_transfer(TaskKind k) { return k == TaskKind::transfer_activation || k == TaskKind::transfer_gradient; }
 
 struct Segment {
-  int device = 0;
+  int group = 0;             // the placement group of its first layer (all of them when replicated)
+  std::vector<int> devices;  // Placement::devices_of_group(group): the first replica, then the others
+  // The device that runs micro-batch m of this segment (round-robin over its replicas).
+  int device_of(int micro_batch) const {
+    return devices.size() == 1 ? devices[0] : devices[static_cast<size_t>(micro_batch) % devices.size()];
+  }
+  int replica_count() const { return static_cast<int>(devices.size()); }
+  bool replicated() const { return devices.size() > 1; }
+  bool runs_on(int device) const;  // one of its replicas is `device`
   std::vector<int> layers;  // ascending layer indices
   std::vector<int> preds;   // segments it reads from, ascending
   std::vector<int> succs;   // segments reading it, ascending
@@ -42,25 +72,38 @@ struct Segment {
 
 struct Task {
   TaskKind kind = TaskKind::forward;
-  int segment = 0;      // compute: the segment; transfer: the producing segment
+  int segment = 0;      // compute: the segment; transfer: the producing segment; allreduce: -1
   int peer_segment = -1;  // transfer: the consuming segment (forward direction)
-  int micro_batch = 0;
-  int device = 0;       // compute: where it runs; transfer: sender
+  int micro_batch = 0;  // allreduce: -1
+  int device = 0;       // compute: where it runs (segment.device_of(m)); transfer: sender; allreduce: first participant
   int to_device = -1;   // transfer: receiver
-  int64_t bytes = 0;    // transfer payload
+  int64_t bytes = 0;    // transfer: payload; allreduce: the group's parameter bytes
+  int replicated_group = -1;  // allreduce: index into TaskGraph::replicated_groups
   std::vector<int> deps;  // task ids that must finish first
+};
+
+// A group with several replicas: what its replicas combine, and where.
+struct ReplicatedGroup {
+  int group = 0;              // the placement group
+  std::vector<int> devices;   // its replicas (participants), Placement::devices_of_group order
+  int64_t param_bytes = 0;    // the group's parameters: what the allreduce (or the averaging) moves
+  std::vector<int> segments;  // its segments, ascending
+  int allreduce_task = -1;    // aggregation_every == 1: its allreduce task; K > 1: -1 (averaged every K steps)
 };
 
 struct TaskGraph {
   std::vector<Segment> segments;
-  std::vector<Task> tasks;  // a topological order
+  // A topological order: forwards with their activation transfers, backwards
+  // with their gradient transfers, then the allreduces (ascending group).
+  std::vector<Task> tasks;
   std::vector<std::vector<int>> device_order;  // per device: compute task ids in run order
   std::vector<int64_t> micro_batch_sizes;
+  std::vector<ReplicatedGroup> replicated_groups;  // ascending group; empty when nothing is replicated
   int num_devices = 0;
   Schedule schedule = Schedule::gpipe;
+  int aggregation_every = 1;  // Placement::aggregation_every
   // Task ids: forward_task[s][m], backward_task[s][m].
   std::vector<std::vector<int>> forward_task, backward_task;
-  // For each segment, the layers whose outputs a consuming segment reads: (layer, consumer segment).
   int micro_batches() const { return static_cast<int>(micro_batch_sizes.size()); }
 };
 

@@ -20,9 +20,10 @@ std::vector<Segment> split_segments(const LayerGraph& g, const std::vector<int>&
   std::vector<Segment> segs;
   seg_of_layer.assign(g.layers.size(), -1);
   for (size_t i = 0; i < g.layers.size(); ++i) {
-    if (segs.empty() || segs.back().device != layer_device[i]) {
+    if (segs.empty() || segs.back().devices[0] != layer_device[i]) {  // unreplicated placements only
       segs.emplace_back();
-      segs.back().device = layer_device[i];
+      segs.back().group = -1;
+      segs.back().devices = {layer_device[i]};
     }
     segs.back().layers.push_back(static_cast<int>(i));
     segs.back().param_bytes += g.layers[i].param_bytes();
@@ -71,12 +72,12 @@ void add_tasks(const LayerGraph& g, TaskGraph& tg) {
       f.kind = TaskKind::forward;
       f.segment = s;
       f.micro_batch = m;
-      f.device = seg.device;
+      f.device = seg.device_of(m);
       f.deps = fwd_in[s][m];
       int fid = push(f);
       tg.forward_task[s][m] = fid;
       for (int t : seg.succs) {
-        if (tg.segments[t].device == seg.device) {
+        if (tg.segments[t].device_of(m) == seg.device_of(m)) {
           fwd_in[t][m].push_back(fid);
           continue;
         }
@@ -85,8 +86,8 @@ void add_tasks(const LayerGraph& g, TaskGraph& tg) {
         x.segment = s;
         x.peer_segment = t;
         x.micro_batch = m;
-        x.device = seg.device;
-        x.to_device = tg.segments[t].device;
+        x.device = seg.device_of(m);
+        x.to_device = tg.segments[t].device_of(m);
         x.bytes = edge_bytes_per_sample(g, tg, s, t) * tg.micro_batch_sizes[m];
         x.deps = {fid};
         fwd_in[t][m].push_back(push(x));
@@ -100,13 +101,13 @@ void add_tasks(const LayerGraph& g, TaskGraph& tg) {
       b.kind = TaskKind::backward;
       b.segment = s;
       b.micro_batch = m;
-      b.device = seg.device;
+      b.device = seg.device_of(m);
       b.deps = grad_in[s][m];
       b.deps.push_back(tg.forward_task[s][m]);
       int bid = push(b);
       tg.backward_task[s][m] = bid;
       for (int p : seg.preds) {
-        if (tg.segments[p].device == seg.device) {
+        if (tg.segments[p].device_of(m) == seg.device_of(m)) {
           grad_in[p][m].push_back(bid);
           continue;
         }
@@ -115,8 +116,8 @@ void add_tasks(const LayerGraph& g, TaskGraph& tg) {
         x.segment = p;
         x.peer_segment = s;
         x.micro_batch = m;
-        x.device = seg.device;
-        x.to_device = tg.segments[p].device;
+        x.device = seg.device_of(m);
+        x.to_device = tg.segments[p].device_of(m);
         x.bytes = edge_bytes_per_sample(g, tg, p, s) * tg.micro_batch_sizes[m];
         x.deps = {bid};
         grad_in[p][m].push_back(push(x));
@@ -156,10 +157,10 @@ void order_1f1b(TaskGraph& tg) {
   for (int d = 0; d < D; ++d) {
     int first = -1;
     for (int s = 0; s < S && first < 0; ++s)
-      if (tg.segments[s].device == d) first = s;
+      if (tg.segments[s].runs_on(d)) first = s;
     if (first < 0) continue;
     std::set<int> downstream;
-    for (int s = first; s < S; ++s) downstream.insert(tg.segments[s].device);
+    for (int s = first; s < S; ++s) downstream.insert(tg.segments[s].devices.begin(), tg.segments[s].devices.end());
     limit[d] = static_cast<int>(downstream.size());
   }
   // Per device: its compute tasks, and per micro-batch how many of them remain.

@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <string>
 
@@ -334,7 +335,7 @@ LayerGraph branchy() {
 void check_same(const TaskGraph& a, const TaskGraph& b) {
   REQUIRE(a.segments.size() == b.segments.size());
   for (size_t s = 0; s < a.segments.size(); ++s) {
-    CHECK(a.segments[s].device == b.segments[s].device);
+    CHECK(a.segments[s].devices == b.segments[s].devices);
     CHECK(a.segments[s].layers == b.segments[s].layers);
     CHECK(a.segments[s].preds == b.segments[s].preds);
     CHECK(a.segments[s].succs == b.segments[s].succs);
@@ -454,4 +455,158 @@ TEST_CASE("a slow device's sends leave when its stretched task ends, as the runt
   REQUIRE(tg.is_ok());
   // F0 [0, 2]; F1 [2, 3]; B1 [3, 4]; B0 [4, 6].
   CHECK(simulate(*tg, *cost).step_ms == doctest::Approx(6.0));
+}
+
+// ---------------------------------------------------------------- replicated groups, branch parallelism
+
+namespace {
+Placement with_replicas(const std::vector<int>& layer_group, const std::vector<std::vector<int>>& group_devices,
+                        int micro_batches) {
+  Placement p;
+  p.layer_group = layer_group;
+  for (const auto& devs : group_devices) {
+    p.group_device.push_back(devs[0]);
+    p.group_replicas.emplace_back(devs.begin() + 1, devs.end());
+  }
+  p.micro_batches = micro_batches;
+  return p;
+}
+
+// Every link: 1 ms latency, 0.0256 Mbps (one byte = 0.3125 ms): a sample's
+// 32 activation bytes take 1 + 10 = 11 ms; a ring step of half of a
+// linear(8, 8) layer's 288 parameter bytes takes 1 + 45 = 46 ms.
+Cluster slow_links(int n) {
+  Cluster c = devices(n);
+  c.default_link.bandwidth_mbps = 0.0256;
+  c.default_link.latency_ms = 1;
+  return c;
+}
+
+bool has_line(const StepReport& r, int device, const std::string& name, double start, double end) {
+  for (const TimelineEntry& e : r.timeline)
+    if (e.device == device && e.task == name && std::abs(e.start_ms - start) < 1e-9 && std::abs(e.end_ms - end) < 1e-9)
+      return true;
+  return false;
+}
+}  // namespace
+
+TEST_CASE("a replicated first stage: replicas run alternate micro-batches, then all-reduce over their link") {
+  // fc0 on {d0, d1}, fc1 on d2; 2 micro-batches of 1 sample; each layer 1 ms
+  // forward and 2 ms backward per sample. GPipe, one send queue per device:
+  //   d0: F0 m0 [0, 1], X m0 -> d2 [1, 12]     d1: F0 m1 [0, 1], X m1 -> d2 [1, 12]
+  //   d2: F1 m0 [12, 13], F1 m1 [13, 14], B1 m0 [14, 16], B1 m1 [16, 18];
+  //       its sends queue: G m0 -> d0 [16, 27], G m1 -> d1 [27, 38]
+  //   d0: B0 m0 [27, 29]                        d1: B0 m1 [38, 40]
+  //   allreduce of fc0's 288 bytes among {d0, d1}: 2 (r - 1) = 2 ring steps of
+  //   144 bytes, 46 ms each (the slowest ring link): [40, 132]. Step: 132 ms.
+  LayerGraph g = chain(2);
+  Cluster c = slow_links(3);
+  REQUIRE(g.layers[0].param_bytes() == 288);
+  LayerLibrary lib = flat_library(g, 1, 1.0, 2.0);
+  StepReport r = run(g, c, lib, with_replicas({0, 1}, {{0, 1}, {2}}, 2), 2);
+  REQUIRE(r.ok);
+  CHECK(r.step_ms == doctest::Approx(132.0));
+  CHECK(has_line(r, 0, "AR r0", 40, 132));
+  CHECK(has_line(r, 1, "AR r0", 40, 132));
+  CHECK(has_line(r, 1, "B s0 m1", 38, 40));
+  CHECK(r.devices[0].busy_ms == doctest::Approx(3.0));  // one micro-batch each
+  CHECK(r.devices[1].busy_ms == doctest::Approx(3.0));
+}
+
+TEST_CASE("aggregation_every = K charges the replicas' parameter averaging once every K steps, amortised") {
+  // As above without the allreduce task: d0 ends its last backward at 29, d1
+  // at 40; each is charged 92 / 4 = 23 ms per step for the averaging. Step: 63 ms.
+  LayerGraph g = chain(2);
+  Cluster c = slow_links(3);
+  LayerLibrary lib = flat_library(g, 1, 1.0, 2.0);
+  Placement p = with_replicas({0, 1}, {{0, 1}, {2}}, 2);
+  p.aggregation_every = 4;
+  StepReport r = run(g, c, lib, p, 2);
+  REQUIRE(r.ok);
+  CHECK(r.step_ms == doctest::Approx(63.0));
+  CHECK(r.devices[1].comm_ms == doctest::Approx(38.0 - 1.0 + 23.0));  // waited for its gradient, then averaging
+}
+
+TEST_CASE("a replicated middle stage receives from and sends to whichever replica runs the micro-batch") {
+  // fc0 on d0, fc1 on {d1, d2}, fc2 on d3; 2 micro-batches of 1 sample; same costs and links:
+  //   d0: F0 m0 [0, 1], F0 m1 [1, 2]; sends X m0 -> d1 [1, 12], X m1 -> d2 [12, 23]
+  //   d1: F1 m0 [12, 13], X -> d3 [13, 24]      d2: F1 m1 [23, 24], X -> d3 [24, 35]
+  //   d3: F2 m0 [24, 25], F2 m1 [35, 36], B2 m0 [36, 38], B2 m1 [38, 40];
+  //       sends G m0 -> d1 [38, 49], G m1 -> d2 [49, 60]
+  //   d1: B1 m0 [49, 51], G -> d0 [51, 62]      d2: B1 m1 [60, 62], G -> d0 [62, 73]
+  //   d0: B0 m0 [62, 64], B0 m1 [73, 75]
+  //   allreduce among {d1, d2}: after B1 m1 (62) and behind d2's last send (73): [73, 165].
+  LayerGraph g = chain(3);
+  Cluster c = slow_links(4);
+  LayerLibrary lib = flat_library(g, 1, 1.0, 2.0);
+  StepReport r = run(g, c, lib, with_replicas({0, 1, 2}, {{0}, {1, 2}, {3}}, 2), 2);
+  REQUIRE(r.ok);
+  CHECK(r.step_ms == doctest::Approx(165.0));
+  CHECK(has_line(r, 0, "B s0 m1", 73, 75));
+  CHECK(has_line(r, 2, "AR r0", 73, 165));
+}
+
+TEST_CASE("heterogeneous replicas: the slow replica decides the step, the slowest ring link the allreduce") {
+  // fc0 on {d0, d1}, fc1 on d2; 1 ms per layer per sample both ways; free links.
+  //   d0: F0 m0 [0, 1]          d1 (speed 0.5): F0 m1 [0, 2]
+  //   d2: F1 m0 [1, 2], F1 m1 [2, 3], B1 m0 [3, 4], B1 m1 [4, 5]
+  //   d0: B0 m0 [4, 5]          d1: B0 m1 [5, 7]   -> 7 ms (6 ms when d1 is as fast as d0).
+  LayerGraph g = chain(2);
+  Cluster c = devices(3);
+  LayerLibrary lib = flat_library(g, 1, 1.0, 1.0);
+  const Placement p = with_replicas({0, 1}, {{0, 1}, {2}}, 2);
+  StepReport even = run(g, c, lib, p, 2);
+  REQUIRE(even.ok);
+  CHECK(even.step_ms == doctest::Approx(6.0));
+  c.devices[1].speed = 0.5;
+  StepReport slow = run(g, c, lib, p, 2);
+  REQUIRE(slow.ok);
+  CHECK(slow.step_ms == doctest::Approx(7.0));
+  // The ring uses d0 -> d1 and d1 -> d0: a slow d1 -> d0 (144 bytes at
+  // 0.1152 Mbps: 10 ms per ring step) decides both steps: 7 + 2 x 10 = 27 ms.
+  c.links.push_back(Link{"d1", "d0", 0.1152, 0});
+  StepReport slow_link = run(g, c, lib, p, 2);
+  REQUIRE(slow_link.ok);
+  CHECK(slow_link.step_ms == doctest::Approx(27.0));
+}
+
+TEST_CASE("a replicated stage's allreduce costs what BSP's gradient exchange costs for the same bytes and devices") {
+  LayerGraph g = chain(2);
+  Cluster c = slow_links(3);
+  auto cost = CostModel::build(g, c, flat_library(g, 1, 1.0, 1.0));
+  REQUIRE(cost.is_ok());
+  // Two ring steps of ceil(576 / 3) = 192 bytes: 1 + 60 ms each, 4 steps for 3 replicas.
+  CHECK(cost->ring_allreduce_ms({0, 1, 2}, 576) == doctest::Approx(4 * 61.0));
+  CHECK(cost->ring_allreduce_ms({1}, 576) == 0.0);
+}
+
+TEST_CASE("branch-parallel: two parallel branches on different devices overlap") {
+  // fc0 -> {a1 -> a2, b3 -> b4} -> add5 -> fc6, 1 ms per layer per sample both
+  // ways, free links, one micro-batch. fc0, add5, fc6 on d0; branch a on d1, b on d2:
+  //   F fc0 [0, 1]; F a [1, 3] on d1 while F b [1, 3] on d2; F add5 fc6 [3, 5];
+  //   B add5 fc6 [5, 7]; B a [7, 9] and B b [7, 9] at once; B fc0 [9, 10]: 10 ms,
+  // against 14 ms with both branches on d1 (they run one after the other).
+  LayerGraph g;
+  g.name = "two_branches";
+  g.input_shape = {8};
+  add_layer(g, "fc0", "linear", {});
+  add_layer(g, "a1", "linear", {0});
+  add_layer(g, "a2", "linear", {1});
+  add_layer(g, "b3", "linear", {0});
+  add_layer(g, "b4", "linear", {3});
+  add_layer(g, "add5", "add", {2, 4});
+  add_layer(g, "fc6", "linear", {5});
+  REQUIRE(infer_shapes(g).is_ok());
+  Cluster c = devices(3);
+  LayerLibrary lib = flat_library(g, 1, 1.0, 1.0);
+  StepReport apart = run(g, c, lib, by_device({0, 1, 1, 2, 2, 0, 0}, 1), 1);
+  StepReport together = run(g, c, lib, by_device({0, 1, 1, 1, 1, 0, 0}, 1), 1);
+  REQUIRE(apart.ok);
+  REQUIRE(together.ok);
+  CHECK(apart.step_ms == doctest::Approx(10.0));
+  CHECK(together.step_ms == doctest::Approx(14.0));
+  const double branch_a = 4.0, branch_b = 4.0, rest = 6.0;
+  CHECK(apart.step_ms < rest + branch_a + branch_b);
+  CHECK(has_line(apart, 1, "F s1 m0", 1, 3));
+  CHECK(has_line(apart, 2, "F s2 m0", 1, 3));
 }
