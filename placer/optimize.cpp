@@ -26,6 +26,7 @@
 #include "placer/baselines.h"
 #include "placer/evaluator_factory.h"
 #include "placer/hybrid_evaluator.h"
+#include "placer/result_bounds.h"
 #include "placer/search.h"
 #include "profiler/cost_profiles.h"
 #include "profiler/model_loader.h"
@@ -435,6 +436,8 @@ json result_json(const JobOutcome& o) {
       {"elapsed_s", o.elapsed_s},
   };
   if (o.evaluator.hybrid) result["hybrid"] = hybrid_json(*o.evaluator.hybrid);
+  add_bounds(result, g, c, o.costs.cost, o.request.batch_size, o.baselines, o.best.report.step_ms,
+             o.request.evaluator != EvaluatorKind::simulate);
   return result;
 }
 

@@ -18,7 +18,12 @@ Result<Outcome> run_outcome(const std::string& name, const PlannerContext& ctx, 
   if (name == "dp") return dynamic_programming(ctx, ev, 3);
   if (name == "random") return random_search(ctx, ev);
   if (name == "anneal") return annealing(ctx, ev);
+  if (name == "pipelearn")
+    return "the best under the cost model's simulation among its client/server splits (every split layer, or 64 "
+           "quantiles on long models) and micro-batch choices, every client replicating the first stage";
   if (name == "exhaustive") return exhaustive(ctx, ev);
+  if (name == "pipedream") return pipedream(ctx, ev, 3);
+  if (name == "pipelearn") return pipelearn(ctx, ev);
   Result<Placement> p = Status::error("");
   if (name == "single")
     p = plan_single_device(ctx);
@@ -78,8 +83,25 @@ Result<Placement> plan_annealing(const PlannerContext& ctx, Evaluator& evaluator
 
 const std::vector<std::string>& planner_names() {
   static const std::vector<std::string> names = {"single", "bsp",    "uniform", "params",     "time",
-                                                 "dp",     "random", "anneal",  "exhaustive", "hogwild"};
+                                                 "dp",     "random", "anneal",  "exhaustive", "hogwild",
+                                                 "pipedream", "pipelearn"};
   return names;
+}
+
+std::optional<std::string> planner_optimality(const std::string& name) {
+  if (name == "dp")
+    return "its DP is optimal among contiguous stages on distinct devices under the bottleneck model "
+           "(per micro-batch count; then polished and ranked by simulation)";
+  if (name == "pipedream")
+    return "its DP is optimal among contiguous stages on disjoint device sets (replicas) of the 8 fastest devices "
+           "under PipeDream's bottleneck model (per micro-batch count; then ranked by simulation)";
+  if (name == "pipelearn")
+    return "the best under the cost model's simulation among its client/server splits (every split layer, or 64 "
+           "quantiles on long models) and micro-batch choices, every client replicating the first stage";
+  if (name == "exhaustive")
+    return "optimal under the evaluator among every layer-to-device assignment, or every contiguous plan on "
+           "distinct devices when that space is too large, for the micro-batch choices";
+  return std::nullopt;
 }
 
 Result<Placement> run_planner(const std::string& name, const PlannerContext& ctx, Evaluator& evaluator) {

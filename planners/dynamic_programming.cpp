@@ -266,7 +266,7 @@ Result<Outcome> exhaustive(const PlannerContext& ctx, Evaluator& ev) {
     return Status::error("exhaustive: " + count_text(contiguous) + " contiguous placements exceed the limit of " +
                          std::to_string(ctx.exhaustive_limit));
   }
-  if (!best.placement) return nothing_fits("exhaustive");
+  if (!best.placement) return nothing_fits(ctx, "exhaustive");
   return Outcome{*best.placement, best.report};
 }
 
@@ -299,7 +299,7 @@ Result<Outcome> dynamic_programming(const PlannerContext& ctx, Evaluator& ev, in
     best.consider(c.second, ev.evaluate(c.second));
     ++evaluated;
   }
-  if (!best.placement) return nothing_fits("dp");
+  if (!best.placement) return nothing_fits(ctx, "dp");
   return Outcome{*best.placement, best.report};
 }
 
@@ -332,7 +332,7 @@ Result<StagePlan> dp_min_bottleneck(const PlannerContext& ctx, int micro_batches
       best = (*per_s)[S];
     }
   }
-  if (!best) return nothing_fits("dp");
+  if (!best) return nothing_fits(ctx, "dp");
   return *best;
 }
 
@@ -349,7 +349,7 @@ Result<StagePlan> exhaustive_min_bottleneck(const PlannerContext& ctx, int micro
     }
     return true;
   });
-  if (!best) return nothing_fits("exhaustive");
+  if (!best) return nothing_fits(ctx, "exhaustive");
   return *best;
 }
 

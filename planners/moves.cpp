@@ -15,6 +15,10 @@ Placement to_placement(const StagePlan& plan, int num_layers, Schedule schedule,
     for (int i = plan.stage_begin[k]; i < end; ++i) p.layer_group[i] = k;
   }
   p.group_device = plan.stage_device;
+  if (plan.max_replica_count() > 1) {
+    p.group_replicas = plan.stage_replicas;
+    p.group_replicas.resize(S);
+  }
   p.micro_batches = plan.micro_batches;
   p.schedule = schedule;
   p.source = source;
@@ -27,9 +31,32 @@ StagePlan stage_plan_of_runs(const Placement& p) {
     if (i == 0 || p.layer_group[i] != p.layer_group[i - 1]) {
       plan.stage_begin.push_back(static_cast<int>(i));
       plan.stage_device.push_back(p.group_device[p.layer_group[i]]);
+      if (p.has_replicated_groups()) {
+        plan.stage_replicas.resize(plan.stage_begin.size() - 1);
+        plan.stage_replicas.push_back(p.group_replicas[p.layer_group[i]]);
+      }
     }
   plan.micro_batches = p.micro_batches;
   return plan;
+}
+
+int StagePlan::max_replica_count() const {
+  int r = 1;
+  for (int k = 0; k < static_cast<int>(stage_replicas.size()); ++k) r = std::max(r, replica_count(k));
+  return r;
+}
+
+bool StagePlan::uses_device(int d) const {
+  if (std::find(stage_device.begin(), stage_device.end(), d) != stage_device.end()) return true;
+  for (const auto& r : stage_replicas)
+    if (std::find(r.begin(), r.end(), d) != r.end()) return true;
+  return false;
+}
+
+MoveSet MoveSet::wide_with_replicas(int num_layers) {
+  MoveSet set = wide(num_layers);
+  set.replicate = set.drop_replica = true;
+  return set;
 }
 
 MoveSet MoveSet::wide(int num_layers) {
@@ -45,8 +72,27 @@ MoveSet MoveSet::shifts_and_swaps() {
   return set;
 }
 
-StageMoves::StageMoves(int num_layers, int num_devices, std::vector<int> micro_batch_choices)
-    : num_layers_(num_layers), num_devices_(num_devices), choices_(std::move(micro_batch_choices)) {}
+StageMoves::StageMoves(int num_layers, int num_devices, std::vector<int> micro_batch_choices, bool replicas)
+    : num_layers_(num_layers), num_devices_(num_devices), choices_(std::move(micro_batch_choices)), replicas_(replicas) {}
+
+void StageMoves::insert_stage(StagePlan& plan, int k, int begin, int device) {
+  plan.stage_begin.insert(plan.stage_begin.begin() + k, begin);
+  plan.stage_device.insert(plan.stage_device.begin() + k, device);
+  if (!plan.stage_replicas.empty()) plan.stage_replicas.insert(plan.stage_replicas.begin() + k, std::vector<int>{});
+}
+
+void StageMoves::erase_stage(StagePlan& plan, int k) {
+  plan.stage_begin.erase(plan.stage_begin.begin() + k);
+  plan.stage_device.erase(plan.stage_device.begin() + k);
+  if (!plan.stage_replicas.empty()) plan.stage_replicas.erase(plan.stage_replicas.begin() + k);
+}
+
+bool StageMoves::step_micro_batches(const StagePlan& plan, int j, StagePlan& out) const {
+  if (j < 0 || j >= static_cast<int>(choices_.size()) || choices_[j] < plan.max_replica_count()) return false;
+  out = plan;
+  out.micro_batches = choices_[j];
+  return true;
+}
 
 int StageMoves::stage_end(const StagePlan& plan, int k) const {
   return k + 1 < plan.num_stages() ? plan.stage_begin[k + 1] : num_layers_;
@@ -55,8 +101,7 @@ int StageMoves::stage_end(const StagePlan& plan, int k) const {
 std::vector<int> StageMoves::unused_devices(const StagePlan& plan) const {
   std::vector<int> unused;
   for (int d = 0; d < num_devices_; ++d)
-    if (std::find(plan.stage_device.begin(), plan.stage_device.end(), d) == plan.stage_device.end())
-      unused.push_back(d);
+    if (!plan.uses_device(d)) unused.push_back(d);
   return unused;
 }
 
@@ -79,8 +124,7 @@ std::vector<StagePlan> StageMoves::neighbours(const StagePlan& plan, const MoveS
       }
     if (set.merge) {
       StagePlan n = plan;
-      n.stage_begin.erase(n.stage_begin.begin() + k);
-      n.stage_device.erase(n.stage_device.begin() + k);
+      erase_stage(n, k);
       out.push_back(std::move(n));
     }
   }
@@ -91,8 +135,7 @@ std::vector<StagePlan> StageMoves::neighbours(const StagePlan& plan, const MoveS
       if (b - a < 2) continue;
       for (int d : unused) {
         StagePlan n = plan;
-        n.stage_begin.insert(n.stage_begin.begin() + k + 1, (a + b) / 2);
-        n.stage_device.insert(n.stage_device.begin() + k + 1, d);
+        insert_stage(n, k + 1, (a + b) / 2, d);
         out.push_back(std::move(n));
       }
     }
@@ -112,13 +155,26 @@ std::vector<StagePlan> StageMoves::neighbours(const StagePlan& plan, const MoveS
   }
   if (set.micro_batches) {
     const int i = choice_index(plan.micro_batches);
+    StagePlan n;
     for (int j : {i - 1, i + 1})
-      if (i >= 0 && j >= 0 && j < static_cast<int>(choices_.size())) {
-        StagePlan n = plan;
-        n.micro_batches = choices_[j];
-        out.push_back(std::move(n));
-      }
+      if (i >= 0 && step_micro_batches(plan, j, n)) out.push_back(std::move(n));
   }
+  if (set.replicate || set.drop_replica)
+    for (int k = 0; k < S; ++k) {
+      if (set.replicate && plan.micro_batches > plan.replica_count(k))
+        for (int d : unused) {
+          StagePlan n = plan;
+          n.stage_replicas.resize(S);
+          n.stage_replicas[k].push_back(d);
+          out.push_back(std::move(n));
+        }
+      if (set.drop_replica)
+        for (int r = 0; r + 1 < plan.replica_count(k); ++r) {
+          StagePlan n = plan;
+          n.stage_replicas[k].erase(n.stage_replicas[k].begin() + r);
+          out.push_back(std::move(n));
+        }
+    }
   return out;
 }
 
@@ -128,7 +184,7 @@ StagePlan StageMoves::random_neighbour(const StagePlan& plan, std::mt19937_64& r
   const int S = n.num_stages();
   const std::vector<int> unused = unused_devices(n);
   for (int tries = 0; tries < 20; ++tries) {
-    switch (rng() % 6) {
+    switch (rng() % (replicas_ ? 8 : 6)) {
       case 0:  // shift a boundary
         if (S > 1) {
           int k = 1 + static_cast<int>(rng() % (S - 1));
@@ -161,10 +217,7 @@ StagePlan StageMoves::random_neighbour(const StagePlan& plan, std::mt19937_64& r
       case 3: {  // micro-batches up or down
         const int i = choice_index(n.micro_batches);
         const int j = i + ((rng() & 1) ? 1 : -1);
-        if (i >= 0 && j >= 0 && j < static_cast<int>(choices_.size())) {
-          n.micro_batches = choices_[j];
-          return n;
-        }
+        if (i >= 0 && step_micro_batches(plan, j, n)) return n;
         break;
       }
       case 4: {  // split a stage onto an unused device
@@ -173,18 +226,31 @@ StagePlan StageMoves::random_neighbour(const StagePlan& plan, std::mt19937_64& r
         int a = n.stage_begin[k], b = stage_end(n, k);
         if (b - a < 2) break;
         int cut = a + 1 + static_cast<int>(rng() % (b - a - 1));
-        n.stage_begin.insert(n.stage_begin.begin() + k + 1, cut);
-        n.stage_device.insert(n.stage_device.begin() + k + 1, unused[rng() % unused.size()]);
+        insert_stage(n, k + 1, cut, unused[rng() % unused.size()]);
         return n;
       }
       case 5:  // merge a stage into its predecessor
         if (S > 1) {
           int k = 1 + static_cast<int>(rng() % (S - 1));
-          n.stage_begin.erase(n.stage_begin.begin() + k);
-          n.stage_device.erase(n.stage_device.begin() + k);
+          erase_stage(n, k);
           return n;
         }
         break;
+      case 6: {  // replicate a stage onto an unused device
+        if (unused.empty()) break;
+        int k = static_cast<int>(rng() % S);
+        if (n.micro_batches <= n.replica_count(k)) break;
+        n.stage_replicas.resize(S);
+        n.stage_replicas[k].push_back(unused[rng() % unused.size()]);
+        return n;
+      }
+      case 7: {  // drop a replica
+        int k = static_cast<int>(rng() % S);
+        if (n.replica_count(k) < 2) break;
+        auto& r = n.stage_replicas[k];
+        r.erase(r.begin() + static_cast<int>(rng() % r.size()));
+        return n;
+      }
     }
   }
   return n;

@@ -6,13 +6,18 @@
 // DP planner's polish and TAPP's refinement (placer/search.cpp) share —
 //   shift a stage boundary, merge a stage into its predecessor, split a stage
 //   onto an unused device, swap two stages' devices, move a stage to an
-//   unused device, step the micro-batch count to the next choice.
+//   unused device, step the micro-batch count to the next choice; and, when
+//   asked for (MoveSet::replicate / drop_replica, StageMoves' `replicas`),
+//   replicate a stage onto an unused device or drop one of its replicas
+//   (PipeDream's replicated stages: the stage's micro-batches go round-robin
+//   over its devices).
 // Three forms: every neighbour for a set of moves (`neighbours`, in a fixed
 // order), one random neighbour (`random_neighbour`), a random plan (`random_plan`).
 // Data flow: StagePlan -> StageMoves -> StagePlan(s) -> to_placement -> check_memory -> Evaluator.
 // A move never checks memory (callers filter with core's check_memory); every
 // plan it returns is structurally valid: stages non-empty and in layer order,
-// devices in the cluster, micro-batches from the choices.
+// devices in the cluster and each used once (a replica included), micro-batches
+// from the choices and at least every stage's replica count.
 // Thread safety: StageMoves is immutable after construction; the caller owns the random engine.
 #pragma once
 
@@ -26,17 +31,25 @@ namespace tapp {
 
 struct StagePlan {
   std::vector<int> stage_begin;   // first layer of each stage, ascending, [0] = 0
-  std::vector<int> stage_device;  // device of each stage
+  std::vector<int> stage_device;  // device of each stage (its first replica)
+  // Per stage (empty = no stage replicated): the further devices running a
+  // replica of the stage beside stage_device[k] (Placement::group_replicas).
+  std::vector<std::vector<int>> stage_replicas;
   int micro_batches = 1;
   int num_stages() const { return static_cast<int>(stage_begin.size()); }
+  int replica_count(int k) const {
+    return 1 + (stage_replicas.empty() ? 0 : static_cast<int>(stage_replicas[k].size()));
+  }
+  int max_replica_count() const;
+  bool uses_device(int d) const;  // as a stage's device or a replica
 };
 
-// Stage k is group k; `source` labels the placement.
+// Stage k is group k (its replicas the group's); `source` labels the placement.
 Placement to_placement(const StagePlan& plan, int num_layers, Schedule schedule, const std::string& source);
 // The pipeline of a placement's runs: a new stage wherever the group changes
 // from one layer to the next, on that group's device. Exact for a placement
 // whose groups are runs of consecutive layers; a group that comes back later
-// becomes a stage of its own.
+// becomes a stage of its own. A replicated group's replicas come along.
 StagePlan stage_plan_of_runs(const Placement& p);
 
 // Which moves `neighbours` enumerates.
@@ -46,27 +59,35 @@ struct MoveSet {
   bool split = true;          // each stage of 2+ layers at its middle, the second half on each unused device
   bool swap = true;           // every pair of stages' devices
   bool relocate = true;       // each stage to each unused device
-  bool micro_batches = true;  // the previous and next micro-batch choice
+  bool micro_batches = true;  // the previous and next micro-batch choice (never below a stage's replicas)
+  bool replicate = false;     // each stage onto each unused device (while micro-batches > its replicas)
+  bool drop_replica = false;  // each further replica of each replicated stage
   // TAPP's refinement: shifts by 1, 2, 4, ... up to a quarter of the model, every move.
   static MoveSet wide(int num_layers);
   // The DP planner's polish: boundary shifts by one layer and device swaps.
   static MoveSet shifts_and_swaps();
+  // `wide` plus replicating a stage and dropping a replica (the policy's and PipeDream's space).
+  static MoveSet wide_with_replicas(int num_layers);
 };
 
 class StageMoves {
  public:
   // `micro_batch_choices` ascending (a plan whose count is not among them gets no micro-batch move).
-  StageMoves(int num_layers, int num_devices, std::vector<int> micro_batch_choices);
+  // `replicas`: random_neighbour also draws "replicate a stage" and "drop a replica".
+  StageMoves(int num_layers, int num_devices, std::vector<int> micro_batch_choices, bool replicas = false);
 
   // Every neighbour by the moves in `set`, in this order: per boundary (in layer
   // order) its shifts then its merge; the splits; per stage its swaps with later
-  // stages then its relocations; fewer then more micro-batches.
+  // stages then its relocations; fewer then more micro-batches; per stage its
+  // replications (unused devices ascending) then its dropped replicas.
   std::vector<StagePlan> neighbours(const StagePlan& plan, const MoveSet& set) const;
 
   // One random move of any kind: a boundary shift of mostly one or two layers,
   // sometimes up to a tenth of the model; a swap; a relocation; a micro-batch
-  // step; a split at a random layer onto a random unused device; a merge.
-  // Kinds that do not apply are redrawn (20 tries); `plan` itself if none applied.
+  // step; a split at a random layer onto a random unused device; a merge;
+  // with `replicas`, also a stage replicated onto a random unused device or
+  // one replica dropped. Kinds that do not apply are redrawn (20 tries);
+  // `plan` itself if none applied.
   StagePlan random_neighbour(const StagePlan& plan, std::mt19937_64& rng) const;
 
   // A random plan: 1..min(devices, layers) stages at random cuts on distinct
@@ -81,10 +102,16 @@ class StageMoves {
   int stage_end(const StagePlan& plan, int k) const;
   std::vector<int> unused_devices(const StagePlan& plan) const;
   int choice_index(int micro_batches) const;  // -1 when not a choice
+  static void insert_stage(StagePlan& plan, int k, int begin, int device);
+  static void erase_stage(StagePlan& plan, int k);
+  // The plan with micro-batch choice j, or false when it would leave a stage
+  // with more replicas than micro-batches.
+  bool step_micro_batches(const StagePlan& plan, int j, StagePlan& out) const;
 
   int num_layers_;
   int num_devices_;
   std::vector<int> choices_;
+  bool replicas_ = false;
 };
 
 }  // namespace tapp

@@ -84,8 +84,30 @@ bool fits(const PlannerContext& ctx, const Placement& p) {
   return check_memory(p, *ctx.graph, *ctx.cluster, ctx.batch_size).is_ok();
 }
 
-Status nothing_fits(const std::string& planner) {
-  return Status::error(planner + ": found no placement that fits the devices' memory");
+std::string memory_shortfall(const PlannerContext& ctx) {
+  const LayerGraph& g = *ctx.graph;
+  const StageMemory mem(g);
+  const Device* largest = nullptr;
+  int64_t total_mb = 0;
+  for (const Device& d : ctx.cluster->devices) {
+    total_mb += d.memory_mb;
+    if (!largest || d.memory_mb > largest->memory_mb) largest = &d;
+  }
+  if (!largest) return "the cluster has no devices";
+  const int L = num_layers(ctx);
+  for (int l = 0; l < L; ++l)
+    if (!mem.fits(*largest, l, l + 1, 1, 1))
+      return "layer '" + g.layers[l].name + "' alone needs " + std::to_string(mem.bytes(l, l + 1, 1, 1) >> 20) +
+             " MiB for one sample (weights, gradients, optimizer state, activations); the largest device '" +
+             largest->name + "' has memory_mb " + std::to_string(largest->memory_mb);
+  return "the model's weights, gradients and optimizer state alone take " +
+         std::to_string(training_state_bytes(mem.param_bytes(0, L)) >> 20) + " MiB; the devices have " +
+         std::to_string(total_mb) + " MiB together, the largest '" + largest->name + "' memory_mb " +
+         std::to_string(largest->memory_mb);
+}
+
+Status nothing_fits(const PlannerContext& ctx, const std::string& planner) {
+  return Status::error(planner + ": found no placement that fits the devices' memory (" + memory_shortfall(ctx) + ")");
 }
 
 PlanEstimator::PlanEstimator(const PlannerContext& ctx)

@@ -41,7 +41,10 @@ std::vector<int> devices_fastest_first(const PlannerContext& ctx);
 StageMoves stage_moves(const PlannerContext& ctx);
 // check_memory(p) passes.
 bool fits(const PlannerContext& ctx, const Placement& p);
-Status nothing_fits(const std::string& planner);
+// Why nothing fits, naming the device: a layer the largest device cannot hold
+// even for one sample, else the model's training state against the devices' memory.
+std::string memory_shortfall(const PlannerContext& ctx);
+Status nothing_fits(const PlannerContext& ctx, const std::string& planner);
 
 // Predicted steps under the context's cost model, reusing one Simulator (and
 // its task-graph buffers) for every estimate of one planner call.
@@ -92,5 +95,7 @@ Result<Outcome> dynamic_programming(const PlannerContext& ctx, Evaluator& ev, in
 Result<Outcome> exhaustive(const PlannerContext& ctx, Evaluator& ev);
 Result<Outcome> random_search(const PlannerContext& ctx, Evaluator& ev);
 Result<Outcome> annealing(const PlannerContext& ctx, Evaluator& ev);
+Result<Outcome> pipedream(const PlannerContext& ctx, Evaluator& ev, int verify);
+Result<Outcome> pipelearn(const PlannerContext& ctx, Evaluator& ev);
 
 }  // namespace tapp::planner_support

@@ -14,9 +14,11 @@
 // SimulatorEvaluator costs it with simulate_data_parallel and the runtime runs
 // it as that mode's strategy on the replicas. run_planners takes a hook to run the baselines' strategies.
 // Files, one per family: single_and_replicas.cpp, balanced_splits.cpp,
-// dynamic_programming.cpp (with exhaustive), stochastic_search.cpp (random,
+// dynamic_programming.cpp (with exhaustive), pipedream.cpp (replicated
+// stages), pipelearn.cpp (clients and a server), stochastic_search.cpp (random,
 // annealing), baseline_table.cpp (by name, the table); moves.h is the one
-// move generator over contiguous pipelines; context.h the shared inputs.
+// move generator over contiguous pipelines; lower_bound.h what no plan beats;
+// context.h the shared inputs.
 // Thread safety: stateless functions (each call owns its estimator); the
 // context's references must outlive calls.
 #pragma once
@@ -53,6 +55,21 @@ Result<StagePlan> dp_min_bottleneck(const PlannerContext& ctx, int micro_batches
 // The same objective by enumerating every plan (tests, tiny inputs).
 Result<StagePlan> exhaustive_min_bottleneck(const PlannerContext& ctx, int micro_batches, int stages = 0);
 
+// ---- Contiguous pipelines with replicated stages (PipeDream; planners/pipedream.cpp) ----
+// PipeDream's objective for one plan, on heterogeneous devices: the largest of
+// every stage's (max over its replicas of their micro-batches' forward +
+// backward, plus the ring all-reduce of the stage's parameters) / m and every
+// boundary's busiest sender / m; equal to pipeline_bottleneck_ms for a plan
+// without replicas. Infinity when a replica does not fit or a stage has more
+// replicas than micro-batches.
+double replicated_bottleneck_ms(const PlannerContext& ctx, const StagePlan& plan);
+// Minimum of that objective over contiguous plans whose stages take disjoint
+// device sets (each set's replicas fastest first) among the 8 fastest devices,
+// for `micro_batches`: DP over (layer prefix, used devices, last stage's set).
+Result<StagePlan> pipedream_min_bottleneck(const PlannerContext& ctx, int micro_batches);
+// The same by enumerating every such plan (tests, tiny inputs).
+Result<StagePlan> exhaustive_replicated_min_bottleneck(const PlannerContext& ctx, int micro_batches);
+
 // ---- Planners ----
 Result<Placement> plan_single_device(const PlannerContext& ctx);    // the fastest device that fits
 Result<Placement> plan_data_parallel(const PlannerContext& ctx);    // BSP marker over the replicas
@@ -64,6 +81,14 @@ Result<Placement> plan_balance_by_time(const PlannerContext& ctx);  // torchgpip
 // DP's best plan, polished by a local search on the cost model's simulation
 // (boundary moves, device swaps) and ranked by it; the best `verify` are evaluated.
 Result<Placement> plan_dynamic_programming(const PlannerContext& ctx, Evaluator& evaluator, int verify = 3);
+// PipeDream with stage replication: for every micro-batch count the DP's best
+// replicated plan per number of devices used, ranked by the cost model's
+// simulation; the best `verify` are evaluated.
+Result<Placement> plan_pipedream(const PlannerContext& ctx, Evaluator& evaluator, int verify = 3);
+// PipeLearn: clients (every device but the server, the fastest) replicate
+// layers [0, k), the server runs [k, L); k and the micro-batch count chosen
+// by the cost model's simulation (planners/pipelearn.cpp).
+Result<Placement> plan_pipelearn(const PlannerContext& ctx, Evaluator& evaluator);
 Result<Placement> plan_random_search(const PlannerContext& ctx, Evaluator& evaluator);
 Result<Placement> plan_annealing(const PlannerContext& ctx, Evaluator& evaluator);
 // Every layer -> device assignment when devices^layers x micro-batch choices fits
@@ -73,8 +98,12 @@ Result<Placement> plan_exhaustive(const PlannerContext& ctx, Evaluator& evaluato
 // contiguous plans it would fall back to); nullopt when its space fits the limit.
 std::optional<std::string> exhaustive_skip_reason(const PlannerContext& ctx);
 
-// "single", "bsp", "uniform", "params", "time", "dp", "random", "anneal", "exhaustive", "hogwild".
+// "single", "bsp", "uniform", "params", "time", "dp", "random", "anneal", "exhaustive", "hogwild",
+// "pipedream", "pipelearn".
 const std::vector<std::string>& planner_names();
+// For a planner whose plan is the exact optimum of a subspace under a stated
+// objective, that statement ("dp: optimal among ..."); nullopt for heuristics.
+std::optional<std::string> planner_optimality(const std::string& name);
 Result<Placement> run_planner(const std::string& name, const PlannerContext& ctx, Evaluator& evaluator);
 
 // `n` distinct random placements that fit memory (for calibration and accuracy):

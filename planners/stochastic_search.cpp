@@ -34,7 +34,7 @@ Result<Outcome> random_search(const PlannerContext& ctx, Evaluator& ev) {
     if (!ok) break;
     best.consider(p, ev.evaluate(p));
   }
-  if (!best.placement) return nothing_fits("random");
+  if (!best.placement) return nothing_fits(ctx, "random");
   return Outcome{*best.placement, best.report};
 }
 
@@ -54,7 +54,7 @@ Result<Outcome> annealing(const PlannerContext& ctx, Evaluator& ev) {
     cur = moves.random_plan(rng);
     have = fits(ctx, to_placement(cur, L, ctx.schedule, "anneal"));
   }
-  if (!have) return nothing_fits("anneal");
+  if (!have) return nothing_fits(ctx, "anneal");
   Best best;
   Placement cur_p = to_placement(cur, L, ctx.schedule, "anneal");
   StepReport cur_r = ev.evaluate(cur_p);
@@ -82,7 +82,7 @@ Result<Outcome> annealing(const PlannerContext& ctx, Evaluator& ev) {
       cur_ms = r.step_ms;
     }
   }
-  if (!best.placement) return nothing_fits("anneal");
+  if (!best.placement) return nothing_fits(ctx, "anneal");
   return Outcome{*best.placement, best.report};
 }
 

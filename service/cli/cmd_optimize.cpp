@@ -51,6 +51,13 @@ std::string fmt_x(const json& v) {
   o << std::fixed << std::setprecision(2) << v.get<double>() << "x";
   return o.str();
 }
+// "+12.3%": how far a step is above the lower bound; "-" when either is unknown.
+std::string gap_text(const json& ms, const json& bound) {
+  if (!ms.is_number() || !bound.is_number() || bound.get<double>() <= 0) return "-";
+  std::ostringstream o;
+  o << "+" << std::fixed << std::setprecision(1) << 100.0 * (ms.get<double>() / bound.get<double>() - 1) << "%";
+  return o.str();
+}
 std::string fmt_pct(const json& v) {
   if (!v.is_number()) return "-";
   std::ostringstream o;
@@ -144,6 +151,12 @@ void print_result(const json& r) {
   else if (r["placement"].is_object())
     std::cout << "  micro-batches " << r["placement"].value("micro_batches", 1) << ", schedule "
               << r["placement"].value("schedule", "") << "\n";
+  if (r.value("lower_bound_ms", json()).is_number())
+    std::cout << "  lower bound " << fmt_ms(r["lower_bound_ms"]) << " ms for this model on this cluster (gap "
+              << gap_text(r["step_ms"], r["lower_bound_ms"]) << "): "
+              << r["lower_bound"].value("basis", "") << "\n";
+  else if (r.contains("lower_bound"))
+    std::cout << "  no lower bound: " << r["lower_bound"].value("error", "") << "\n";
   for (const auto& g : r["groups"])
     std::cout << (replicas ? "  replica " : "  group ")<< g.value("group", 0) << " -> " << std::left << std::setw(10) << g.value("device", "")
               << std::right << " layers " << g.value("first_layer", "") << " .. " << g.value("last_layer", "") << " ("
@@ -155,10 +168,13 @@ void print_result(const json& r) {
             << fmt_ms(p["refined_step_ms"]) << " ms; " << p.value("evaluations", 0) << " placements evaluated ("
             << p.value("failures", 0) << " failed) in " << p.value("elapsed_s", 0.0) << " s\n\n";
   std::cout << std::left << std::setw(16) << "plan" << std::right << std::setw(12) << "step ms" << std::setw(10)
-            << "vs BSP" << std::setw(14) << "vs best base" << std::setw(10) << "comm" << "\n";
-  auto row = [](const std::string& name, const json& ms, const json& vb, const json& vbest, const json& comm) {
+            << "vs BSP" << std::setw(14) << "vs best base" << std::setw(10) << "comm" << std::setw(11) << "vs bound"
+            << "\n";
+  const json bound = r.value("lower_bound_ms", json());
+  auto row = [&](const std::string& name, const json& ms, const json& vb, const json& vbest, const json& comm) {
     std::cout << std::left << std::setw(16) << name << std::right << std::setw(12) << fmt_ms(ms) << std::setw(10)
-              << fmt_x(vb) << std::setw(14) << fmt_x(vbest) << std::setw(10) << fmt_pct(comm) << "\n";
+              << fmt_x(vb) << std::setw(14) << fmt_x(vbest) << std::setw(10) << fmt_pct(comm) << std::setw(11)
+              << gap_text(ms, bound) << "\n";
   };
   row("TAPP (policy)", p["step_ms"], p["speedup_vs_bsp"], p["speedup_vs_best_baseline"], nullptr);
   if (p["refined_step_ms"].is_number() && p["step_ms"].is_number() &&
@@ -174,6 +190,9 @@ void print_result(const json& r) {
       std::cout << std::left << std::setw(16) << b.value("name", "") << std::right << std::setw(12) << "failed"
                 << "  " << b.value("failure_kind", "") << "\n";
   }
+  for (const auto& o : r.value("subspace_optima", json::array()))
+    std::cout << "  " << o.value("planner", "") << " (" << fmt_ms(o["step_ms"])
+              << " ms): " << o.value("optimal_within", "") << "\n";
 }
 
 void run(const Args& a, int& exit_code) {

@@ -11,9 +11,11 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "planners/lower_bound.h"
 #include "planners/planners.h"
 #include "simulator/simulator_evaluator.h"
 #include "core/cluster.h"
@@ -41,7 +43,8 @@ std::string fixed(double v, int digits) {
   return os.str();
 }
 
-// "dev0: conv1..relu3 (7 layers) | dev1: ..." for contiguous runs of groups.
+// "dev0: conv1..relu3 (7 layers) | dev1+dev2: ..." for contiguous runs of
+// groups (a replicated group names all its devices).
 std::string describe(const Placement& p, const LayerGraph& g, const Cluster& c) {
   if (is_data_parallel(p)) {
     std::string s = p.data_parallel == DataParallelMode::hogwild ? "HOGWILD (asynchronous) over"
@@ -53,10 +56,12 @@ std::string describe(const Placement& p, const LayerGraph& g, const Cluster& c) 
   size_t i = 0;
   while (i < g.layers.size()) {
     size_t j = i;
-    int d = p.device_of_layer(static_cast<int>(i));
-    while (j + 1 < g.layers.size() && p.device_of_layer(static_cast<int>(j + 1)) == d) ++j;
+    const int grp = p.layer_group[i];
+    while (j + 1 < g.layers.size() && p.layer_group[j + 1] == grp) ++j;
     if (!s.empty()) s += " | ";
-    s += c.devices[d].name + ": " + g.layers[i].name + (j > i ? ".." + g.layers[j].name : "") + " (" +
+    std::string devices;
+    for (int d : p.devices_of_group(grp)) devices += (devices.empty() ? "" : "+") + c.devices[d].name;
+    s += devices + ": " + g.layers[i].name + (j > i ? ".." + g.layers[j].name : "") + " (" +
          std::to_string(j - i + 1) + ")";
     i = j + 1;
   }
@@ -77,9 +82,19 @@ void print_report(const StepReport& r, std::ostream& os) {
   for (const auto& warning : r.warnings) os << "note: " << warning << "\n";
 }
 
-nlohmann::json row_json(const PlannerRow& row, const LayerGraph& g, const Cluster& c, bool timeline) {
+// "+12.3%" above the bound, or "-".
+std::string gap_text(const StepReport& r, const std::optional<StepLowerBound>& bound) {
+  if (!r.ok || !bound || bound->ms <= 0) return "-";
+  return "+" + fixed(100 * gap_to_bound(r.step_ms, bound->ms), 1) + "%";
+}
+
+nlohmann::json row_json(const PlannerRow& row, const LayerGraph& g, const Cluster& c, bool timeline,
+                        const std::optional<StepLowerBound>& bound) {
   nlohmann::json j;
   j["planner"] = row.name;
+  j["gap_to_bound"] = row.report.ok && bound && bound->ms > 0 ? nlohmann::json(gap_to_bound(row.report.step_ms, bound->ms))
+                                                              : nlohmann::json();
+  if (auto within = planner_optimality(row.name)) j["optimal_within"] = *within;
   j["placement"] = row.placement ? placement_to_json(*row.placement, g, c) : nlohmann::json();
   if (row.placement && is_data_parallel(*row.placement))
     j["strategy"] = data_parallel_mode_name(row.placement->data_parallel);
@@ -181,6 +196,10 @@ int plan(const PlanArgs& a) {
   }
   int failures = 0;
   for (const auto& r : rows) failures += !r.report.ok;
+  // What no placement's simulated step beats (planners/lower_bound.h).
+  Result<StepLowerBound> bound_r = step_lower_bound(graph, cluster, *cost, a.batch);
+  std::optional<StepLowerBound> bound;
+  if (bound_r) bound = *bound_r;
 
   if (a.json) {
     nlohmann::json j;
@@ -192,11 +211,20 @@ int plan(const PlanArgs& a) {
     j["calibration"] = inputs->calibration_note;
     j["costs_skipped"] = inputs->skipped;
     j["evaluations"] = evaluator->evaluations();
+    j["lower_bound_ms"] = bound ? nlohmann::json(bound->ms) : nlohmann::json();
+    if (bound)
+      j["lower_bound"] = {{"ms", bound->ms},
+                          {"work_ms", bound->work_ms},
+                          {"chain_ms", bound->chain_ms},
+                          {"micro_batches", bound->micro_batches},
+                          {"basis", bound->basis}};
+    else
+      j["lower_bound"] = {{"error", bound_r.error_message()}};
     if (rows.size() == 1) {
-      j.update(row_json(rows[0], graph, cluster, a.timeline));
+      j.update(row_json(rows[0], graph, cluster, a.timeline, bound));
     } else {
       j["rows"] = nlohmann::json::array();
-      for (const auto& r : rows) j["rows"].push_back(row_json(r, graph, cluster, false));
+      for (const auto& r : rows) j["rows"].push_back(row_json(r, graph, cluster, false, bound));
     }
     std::cout << j.dump(2) << "\n";
   } else {
@@ -205,6 +233,10 @@ int plan(const PlanArgs& a) {
               << evaluator->name() << "\ncosts: " << inputs->costs_note << "\ncalibration: " << inputs->calibration_note
               << "\n";
     for (const std::string& skipped : inputs->skipped) std::cout << "  (not profiled: " << skipped << ")\n";
+    if (bound)
+      std::cout << "lower bound: " << fixed(bound->ms, 2) << " ms (" << bound->basis << ")\n";
+    else
+      std::cout << "lower bound: none (" << bound_r.error_message() << ")\n";
     std::cout << "\n";
     if (rows.size() == 1) {
       const PlannerRow& r = rows[0];
@@ -214,6 +246,8 @@ int plan(const PlanArgs& a) {
         std::cout << "placement: " << describe(*r.placement, graph, cluster) << "\n  micro-batches "
                   << r.placement->micro_batches << ", schedule " << schedule_name(r.placement->schedule) << "\n";
       if (r.report.ok) print_report(r.report, std::cout);
+      if (r.report.ok && bound) std::cout << "gap to the lower bound " << gap_text(r.report, bound) << "\n";
+      if (auto within = planner_optimality(r.name)) std::cout << r.name << ": " << *within << "\n";
     } else {
       double single = 0, best = 0;
       for (const auto& r : rows) {
@@ -222,7 +256,7 @@ int plan(const PlanArgs& a) {
       }
       std::cout << std::left << std::setw(11) << "planner" << std::right << std::setw(11) << "step ms" << std::setw(10)
                 << "vs single" << std::setw(7) << "comm" << std::setw(5) << "mb" << std::setw(9) << "plan s"
-                << "  placement\n";
+                << std::setw(10) << "vs bound" << "  placement\n";
       for (const auto& r : rows) {
         std::cout << std::left << std::setw(11) << r.name << std::right;
         if (!r.report.ok) {
@@ -232,9 +266,12 @@ int plan(const PlanArgs& a) {
         std::cout << std::setw(11) << fixed(r.report.step_ms, 2) << std::setw(9)
                   << (single > 0 ? fixed(single / r.report.step_ms, 2) + "x" : "-") << std::setw(7)
                   << fixed(r.report.comm_fraction, 2) << std::setw(5) << r.placement->micro_batches << std::setw(9)
-                  << fixed(r.plan_s, 2) << "  " << (r.report.step_ms == best ? "* " : "")
-                  << describe(*r.placement, graph, cluster) << "\n";
+                  << fixed(r.plan_s, 2) << std::setw(10) << gap_text(r.report, bound) << "  "
+                  << (r.report.step_ms == best ? "* " : "") << describe(*r.placement, graph, cluster) << "\n";
       }
+      for (const auto& r : rows)
+        if (auto within = planner_optimality(r.name); within && r.report.ok)
+          std::cout << "  " << r.name << ": " << *within << "\n";
     }
   }
   for (const auto& r : rows)
@@ -264,7 +301,8 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   sub->add_option("model", args->model, "zoo name, JSON layer graph or TorchScript file")->required();
   sub->add_option("--devices", args->devices, "cluster.json")->required();
   sub->add_option("--planner", args->planner,
-                  "all | single | bsp | uniform | params | time | dp | random | anneal | exhaustive | hogwild (default dp)");
+                  "all | single | bsp | uniform | params | time | dp | random | anneal | exhaustive | hogwild | pipedream | "
+                  "pipelearn (default dp)");
   sub->add_option("--evaluator", args->evaluator, "simulate (default) | measure | hybrid");
   sub->add_option("--batch", args->batch, "batch size (default 32)")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   sub->add_option("--micro-batches", args->micro_batches, "fix the number of micro-batches (default: planner picks)")

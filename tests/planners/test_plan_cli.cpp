@@ -49,7 +49,7 @@ TEST_CASE("tapp-cli plan --planner all prints one JSON row per planner") {
   REQUIRE(r.exit_code == 0);
   nlohmann::json j = nlohmann::json::parse(r.out);
   CHECK(j["evaluator"] == "simulate");
-  REQUIRE(j["rows"].size() == 10u);
+  REQUIRE(j["rows"].size() == 12u);
   for (const auto& row : j["rows"]) {
     CHECK(row.contains("planner"));
     CHECK(row["report"].contains("step_ms"));

@@ -1,0 +1,59 @@
+// planners/lower_bound.h — how good is good: a lower bound on the step time of
+// any placement of a model on a cluster, under the simulator's cost model.
+//
+// Owns `StepLowerBound` and `step_lower_bound`. Data flow: (LayerGraph,
+// Cluster, CostModel, batch) -> bound (ms, and the two terms it is the best
+// of) -> each result's gap to it (`gap_to_bound`).
+// Why it is a bound (the simulator's model: simulate() and
+// simulate_data_parallel(); any pipeline, replicated or branch-parallel
+// placement, any micro-batch count m in [1, B], any schedule):
+//  * Per layer l, device d, s samples, c(l, d, s) = forward + backward compute
+//    without overheads, device factor included, concurrency slowdown (>= 0)
+//    left out; a segment's compute is never below the sum of its layers'
+//    c (the profiled prefix sums are additive; above the largest profiled batch
+//    the segment's slope is at least the sum of its layers' own slopes), and
+//    each (layer, micro-batch) pays 2 x layer_overhead_ms / speed.
+//  * Work: every sample of every layer is computed on some device that can
+//    hold that layer (its training state and one sample's activations fit).
+//    With u_l the cheapest per-sample cost of l over devices and batch sizes,
+//    and rho_d = min_l (device d's per-sample cost of l) / u_l, a device busy
+//    for T does at most T / rho_d of "u work"; with m chunks per layer
+//    (micro-batches, or BSP replicas) paying the overhead o_d on some device:
+//      T >= (B x sum_l u_l + L x m x min_d o_d / rho_d) / sum_d 1 / rho_d.
+//  * Chain: micro-batch 0 (ceil(B / m) samples) runs forward along every path
+//    to the last layer (the loss) and backward along it again, on one device
+//    per layer: T >= the longest such path of min_d (c(l, d, s) + o_d).
+//  * Work grows with m and the chain shrinks, so the bound is
+//    min over m of max(work(m), chain(m)) (+ the per-step overhead), found by
+//    bisection. Transfers, all-reduces, updates and first-task costs only add.
+// It is not a bound on measured steps (the runtime is not the model).
+// Thread safety: a pure function.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace tapp {
+
+struct LayerGraph;
+struct Cluster;
+class CostModel;
+
+struct StepLowerBound {
+  double ms = 0;        // no placement's simulated step is shorter
+  double work_ms = 0;   // the work term at the bounding micro-batch count
+  double chain_ms = 0;  // the chain term at that count
+  int micro_batches = 1;
+  std::string basis;  // one line: what it is a bound under
+};
+
+// Errors: a layer no device can hold (naming the layer, its size and the largest device).
+Result<StepLowerBound> step_lower_bound(const LayerGraph& g, const Cluster& c, const CostModel& cost,
+                                        int64_t batch_size);
+
+// (step - bound) / bound; 0 when the bound is not positive.
+double gap_to_bound(double step_ms, double bound_ms);
+
+}  // namespace tapp

@@ -1,0 +1,366 @@
+// planners/pipedream.cpp — PipeDream's planner with stage replication, on
+// heterogeneous devices and per-direction links; exhaustive enumeration of the
+// same space under the same model (tests, tiny inputs).
+//
+// PipeDream's optimizer (Narayanan et al., SOSP'19) solves, for identical
+// workers, A(j, m) = min over the last stage [i, j) and its replica count m'
+// of max(A(i, m - m'), transfer of the cut, (compute + data-parallel sync) / m').
+// Our devices differ, so a count is not enough: the DP chooses for each stage a
+// *set* of devices. The model (ReplicatedStageModel), per micro-batch of a step
+// with m micro-batches of ceil(B / m) samples, bottleneck objective as the DP
+// planner (pipeline_bottleneck_ms), and for an unreplicated plan equal to it:
+//  * a stage [a, b) on the ordered device set R (fastest device first; the
+//    placement's group_device is R[0]) runs micro-batch t on R[t % |R|]:
+//    replica i does n_i = ceil((m - i) / |R|) micro-batches, so the stage costs
+//    (max_i n_i x (forward + backward of [a, b) on R[i]) + all-reduce) / m,
+//    where the all-reduce of the stage's parameters is a ring over R in that
+//    order (2 (|R| - 1) steps of params / |R| bytes on the slowest ring link),
+//    charged in full (PipeDream adds it too; the simulator may overlap it);
+//    infinity when a replica does not fit its memory or |R| > m;
+//  * the cut before layer j between sets A and B: micro-batch t goes from
+//    A[t % |A|] to B[t % |B|] and its gradient back; each sender's total
+//    transfer time on its links (activations forward, gradients backward),
+//    the largest sender's, / m.
+// The DP runs over (cut position, used devices U, the last stage's set S ⊆ U):
+// 4^D x positions^2 steps, so at most 8 devices (the 8 fastest when more;
+// cut positions thinned as the DP planner does when the model is long).
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/cluster.h"
+#include "model/layer_graph.h"
+#include "planners/planner_support.h"
+#include "planners/planners.h"
+#include "simulator/cost_model.h"
+
+namespace tapp {
+using namespace planner_support;
+namespace {
+
+constexpr int kMaxPipeDreamDevices = 8;
+
+// The replicated-stage bottleneck model of one micro-batch count.
+class ReplicatedStageModel {
+ public:
+  ReplicatedStageModel(const PlannerContext& ctx, int micro_batches)
+      : bm_(ctx, micro_batches, 0), rank_(num_devices(ctx)) {
+    const std::vector<int> order = devices_fastest_first(ctx);
+    for (int i = 0; i < static_cast<int>(order.size()); ++i) rank_[order[i]] = i;
+  }
+
+  // Devices of `mask`, fastest first (ties by index): the replica order.
+  std::vector<int> ordered(unsigned mask) const {
+    std::vector<int> out;
+    for (int d = 0; d < static_cast<int>(rank_.size()); ++d)
+      if (mask & (1u << d)) out.push_back(d);
+    std::sort(out.begin(), out.end(), [&](int a, int b) { return rank_[a] < rank_[b]; });
+    return out;
+  }
+
+  double stage(const std::vector<int>& R, int a, int b) const {
+    const int r = static_cast<int>(R.size()), m = bm_.m;
+    if (r > m) return kInf;
+    const int own = (m + r - 1) / r;
+    const int64_t in_flight = micro_batches_in_flight(bm_.ctx.schedule, own, num_devices(bm_.ctx));
+    double compute = 0;
+    for (int i = 0; i < r; ++i) {
+      if (!bm_.mem.fits(bm_.ctx.cluster->devices[R[i]], a, b, bm_.samples, in_flight)) return kInf;
+      const int n = (m - i + r - 1) / r;
+      compute = std::max(compute, n * stage_ms(bm_.ctx, R[i], a, b, bm_.samples));
+    }
+    return (compute + allreduce_ms(R, bm_.mem.param_bytes(a, b))) / m;
+  }
+
+  double boundary(const std::vector<int>& A, const std::vector<int>& B, int j) const {
+    const int64_t bytes = bm_.cut[j] * bm_.samples;
+    if (bytes == 0) return 0;
+    const int D = static_cast<int>(rank_.size()), m = bm_.m;
+    std::vector<double> sent(D, 0);
+    for (int t = 0; t < m; ++t) {
+      const int a = A[t % A.size()], b = B[t % B.size()];
+      sent[a] += bm_.ctx.cost->transfer_ms(a, b, bytes);
+      sent[b] += bm_.ctx.cost->transfer_ms(b, a, bytes);
+    }
+    return *std::max_element(sent.begin(), sent.end()) / m;
+  }
+
+  int micro_batches() const { return bm_.m; }
+
+ private:
+  double allreduce_ms(const std::vector<int>& R, int64_t param_bytes) const {
+    const int r = static_cast<int>(R.size());
+    if (r < 2 || param_bytes == 0) return 0;
+    const int64_t chunk = (param_bytes + r - 1) / r;
+    double slowest = 0;
+    for (int k = 0; k < r; ++k) slowest = std::max(slowest, bm_.ctx.cost->transfer_ms(R[k], R[(k + 1) % r], chunk));
+    return 2.0 * (r - 1) * slowest;
+  }
+
+  BottleneckModel bm_;
+  std::vector<int> rank_;  // device -> position fastest first
+};
+
+// Cut positions: every layer when few enough, else quantiles of time on the
+// fastest device (as the DP planner thins them).
+std::vector<int> positions(const PlannerContext& ctx, int max_positions) {
+  const int L = num_layers(ctx);
+  std::vector<int> pos;
+  if (L + 1 <= max_positions) {
+    for (int j = 0; j <= L; ++j) pos.push_back(j);
+    return pos;
+  }
+  const int d = devices_fastest_first(ctx).front();
+  const double total = std::max(stage_ms(ctx, d, 0, L, 1), 1e-12);
+  pos.push_back(0);
+  int last_bucket = 0;
+  for (int j = 1; j < L; ++j) {
+    const int bucket = static_cast<int>(stage_ms(ctx, d, 0, j, 1) / total * (max_positions - 1));
+    if (bucket > last_bucket) {
+      pos.push_back(j);
+      last_bucket = bucket;
+    }
+  }
+  pos.push_back(L);
+  return pos;
+}
+
+StagePlan plan_of(const ReplicatedStageModel& model, const std::vector<int>& begins,
+                  const std::vector<unsigned>& sets) {
+  StagePlan plan;
+  plan.micro_batches = model.micro_batches();
+  plan.stage_begin = begins;
+  for (unsigned s : sets) {
+    std::vector<int> R = model.ordered(s);
+    plan.stage_device.push_back(R[0]);
+    plan.stage_replicas.emplace_back(R.begin() + 1, R.end());
+  }
+  if (plan.max_replica_count() == 1) plan.stage_replicas.clear();
+  return plan;
+}
+
+// The 8 fastest devices' indices when the cluster has more (the DP's devices).
+std::vector<int> dp_devices(const PlannerContext& ctx) {
+  std::vector<int> devs = devices_fastest_first(ctx);
+  if (static_cast<int>(devs.size()) > kMaxPipeDreamDevices) devs.resize(kMaxPipeDreamDevices);
+  std::sort(devs.begin(), devs.end());
+  return devs;
+}
+
+// The DP's best plan per number of devices used (index = device count), for
+// `m` micro-batches. Sets are masks over dp_devices(ctx) positions.
+Result<std::vector<std::optional<StagePlan>>> pipedream_by_devices(const PlannerContext& ctx, int m) {
+  if (Status s = check_context(ctx); !s) return s;
+  const ReplicatedStageModel model(ctx, m);
+  const std::vector<int> devs = dp_devices(ctx);
+  const int D = static_cast<int>(devs.size());
+  const unsigned M = 1u << D;
+  // Keep 4^D x C^2 / 2 around 2e7.
+  const int max_positions = std::max(4, static_cast<int>(std::sqrt(4e7 / std::ldexp(1.0, 2 * D))));
+  const std::vector<int> P = positions(ctx, max_positions);
+  const int C = static_cast<int>(P.size()) - 1;
+  auto global = [&](unsigned local) {
+    unsigned g = 0;
+    for (int i = 0; i < D; ++i)
+      if (local & (1u << i)) g |= 1u << devs[i];
+    return g;
+  };
+  std::vector<std::vector<int>> set_devices(M);
+  for (unsigned s = 1; s < M; ++s) set_devices[s] = model.ordered(global(s));
+  // stage cost per (set, i, k), i < k positions
+  auto sidx = [&](unsigned s, int i, int k) { return (static_cast<size_t>(s) * (C + 1) + i) * (C + 1) + k; };
+  std::vector<double> stage(static_cast<size_t>(M) * (C + 1) * (C + 1), kInf);
+  for (unsigned s = 1; s < M; ++s)
+    for (int i = 0; i < C; ++i)
+      for (int k = i + 1; k <= C; ++k) stage[sidx(s, i, k)] = model.stage(set_devices[s], P[i], P[k]);
+  // boundary per (last set, next set, position), computed on first use
+  std::vector<double> boundary(static_cast<size_t>(M) * M * (C + 1), std::nan(""));
+  auto boundary_at = [&](unsigned S, unsigned N, int i) {
+    double& b = boundary[(static_cast<size_t>(S) * M + N) * (C + 1) + i];
+    if (std::isnan(b)) b = model.boundary(set_devices[S], set_devices[N], P[i]);
+    return b;
+  };
+  // best[i][U][S]: the smallest bottleneck of layers [0, P[i]) on the devices U, the last stage on S ⊆ U.
+  auto at = [&](int i, unsigned U, unsigned S) { return (static_cast<size_t>(i) * M + U) * M + S; };
+  std::vector<double> best(static_cast<size_t>(C + 1) * M * M, kInf);
+  std::vector<int> parent_i(best.size(), -1);
+  std::vector<unsigned> parent_s(best.size(), 0);
+  for (unsigned S = 1; S < M; ++S)
+    for (int k = 1; k <= C; ++k) best[at(k, S, S)] = stage[sidx(S, 0, k)];
+  for (int i = 1; i < C; ++i)
+    for (unsigned U = 1; U < M; ++U)
+      for (unsigned S = U; S; S = (S - 1) & U) {
+        const double cur = best[at(i, U, S)];
+        if (cur == kInf) continue;
+        const unsigned free = (M - 1) & ~U;
+        for (unsigned N = free; N; N = (N - 1) & free) {
+          const double link = std::max(cur, boundary_at(S, N, i));
+          if (link == kInf) continue;
+          for (int k = i + 1; k <= C; ++k) {
+            const double v = std::max(link, stage[sidx(N, i, k)]);
+            const size_t idx = at(k, U | N, N);
+            if (v < best[idx]) {
+              best[idx] = v;
+              parent_i[idx] = i;
+              parent_s[idx] = S;
+            }
+          }
+        }
+      }
+  std::vector<std::optional<StagePlan>> out(D + 1);
+  std::vector<double> out_value(D + 1, kInf);
+  for (unsigned U = 1; U < M; ++U)
+    for (unsigned S = U; S; S = (S - 1) & U) {
+      const double v = best[at(C, U, S)];
+      const int used = __builtin_popcount(U);
+      if (v >= out_value[used]) continue;
+      out_value[used] = v;
+      std::vector<int> begins;
+      std::vector<unsigned> sets;
+      int i = C;
+      unsigned u = U, s = S;
+      while (true) {
+        sets.push_back(global(s));
+        const int prev = parent_i[at(i, u, s)];
+        if (prev < 0) {
+          begins.push_back(0);
+          break;
+        }
+        begins.push_back(P[prev]);
+        const unsigned ps = parent_s[at(i, u, s)];
+        u &= ~s;
+        s = ps;
+        i = prev;
+      }
+      std::reverse(begins.begin(), begins.end());
+      std::reverse(sets.begin(), sets.end());
+      out[used] = plan_of(model, begins, sets);
+    }
+  return out;
+}
+
+// Calls f(begins, sets) for every contiguous plan of 1..min(D, L) stages on
+// disjoint non-empty device sets (global masks over the DP's devices).
+template <typename F>
+void for_each_replicated(int L, const std::vector<int>& devs, F&& f) {
+  const int D = static_cast<int>(devs.size());
+  std::vector<int> begins;
+  std::vector<unsigned> sets;
+  // Recursive over stages: the next stage starts at `from`, devices `used` taken.
+  std::function<void(int, unsigned)> rec = [&](int from, unsigned used) {
+    for (int end = from + 1; end <= L; ++end)
+      for (unsigned local = 1; local < (1u << D); ++local) {
+        unsigned g = 0;
+        for (int i = 0; i < D; ++i)
+          if (local & (1u << i)) g |= 1u << devs[i];
+        if (g & used) continue;
+        begins.push_back(from);
+        sets.push_back(g);
+        if (end == L)
+          f(begins, sets);
+        else
+          rec(end, used | g);
+        begins.pop_back();
+        sets.pop_back();
+      }
+  };
+  rec(0, 0);
+}
+
+}  // namespace
+
+double replicated_bottleneck_ms(const PlannerContext& ctx, const StagePlan& plan) {
+  const int L = num_layers(ctx), S = plan.num_stages();
+  const ReplicatedStageModel model(ctx, plan.micro_batches);
+  auto devices_of = [&](int k) {
+    std::vector<int> R = {plan.stage_device[k]};
+    if (!plan.stage_replicas.empty()) R.insert(R.end(), plan.stage_replicas[k].begin(), plan.stage_replicas[k].end());
+    return R;
+  };
+  double v = 0;
+  for (int k = 0; k < S; ++k) {
+    const int end = k + 1 < S ? plan.stage_begin[k + 1] : L;
+    v = std::max(v, model.stage(devices_of(k), plan.stage_begin[k], end));
+    if (k > 0) v = std::max(v, model.boundary(devices_of(k - 1), devices_of(k), plan.stage_begin[k]));
+  }
+  return v;
+}
+
+Result<StagePlan> pipedream_min_bottleneck(const PlannerContext& ctx, int micro_batches) {
+  auto per = pipedream_by_devices(ctx, micro_batches);
+  if (!per) return per.status();
+  std::optional<StagePlan> best;
+  double best_v = kInf;
+  for (const auto& p : *per) {
+    if (!p) continue;
+    const double v = replicated_bottleneck_ms(ctx, *p);
+    if (v < best_v) {
+      best_v = v;
+      best = p;
+    }
+  }
+  if (!best) return nothing_fits(ctx, "pipedream");
+  return *best;
+}
+
+Result<StagePlan> exhaustive_replicated_min_bottleneck(const PlannerContext& ctx, int micro_batches) {
+  if (Status s = check_context(ctx); !s) return s;
+  const ReplicatedStageModel model(ctx, micro_batches);
+  std::optional<StagePlan> best;
+  double best_v = kInf;
+  for_each_replicated(num_layers(ctx), dp_devices(ctx),
+                      [&](const std::vector<int>& begins, const std::vector<unsigned>& sets) {
+                        StagePlan plan = plan_of(model, begins, sets);
+                        const double v = replicated_bottleneck_ms(ctx, plan);
+                        if (v < best_v) {
+                          best_v = v;
+                          best = plan;
+                        }
+                      });
+  if (!best) return nothing_fits(ctx, "exhaustive");
+  return *best;
+}
+
+namespace planner_support {
+
+// For every micro-batch count, the DP's best plan per number of devices used;
+// ranked by the cost model's simulation; the best `verify` evaluated.
+Result<Outcome> pipedream(const PlannerContext& ctx, Evaluator& ev, int verify) {
+  if (Status s = check_context(ctx); !s) return s;
+  PlanEstimator estimator(ctx);
+  const int L = num_layers(ctx);
+  std::vector<std::pair<double, Placement>> cands;
+  for (int m : ctx.micro_batch_choices()) {
+    if (cancelled(ctx)) break;
+    auto per = pipedream_by_devices(ctx, m);
+    if (!per) return per.status();
+    for (const auto& plan : *per) {
+      if (!plan) continue;
+      Placement p = to_placement(*plan, L, ctx.schedule, "pipedream");
+      if (!fits(ctx, p)) continue;
+      const double ms = estimator.step_ms(p);
+      if (ms < kInf) cands.push_back({ms, std::move(p)});
+    }
+  }
+  auto key = [](const std::pair<double, Placement>& c) { return c.first * (1 + 1e-4 * c.second.micro_batches); };
+  std::stable_sort(cands.begin(), cands.end(), [&](const auto& a, const auto& b) { return key(a) < key(b); });
+  Best best;
+  for (int i = 0; i < static_cast<int>(cands.size()) && i < std::max(1, verify); ++i)
+    best.consider(cands[i].second, ev.evaluate(cands[i].second));
+  if (!best.placement) return nothing_fits(ctx, "pipedream");
+  return Outcome{*best.placement, best.report};
+}
+
+}  // namespace planner_support
+
+Result<Placement> plan_pipedream(const PlannerContext& ctx, Evaluator& evaluator, int verify) {
+  auto o = pipedream(ctx, evaluator, verify);
+  if (!o) return o.status();
+  return o->placement;
+}
+
+}  // namespace tapp

@@ -1,0 +1,372 @@
+// Replicated stages: PipeDream's DP against exhaustive enumeration, the
+// replication moves, PipeLearn's clients-and-server planner, and the step-time
+// lower bound against simulated plans (planners/pipedream.cpp, moves.h,
+// pipelearn.cpp, lower_bound.h).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/cluster.h"
+#include "model/layer_graph.h"
+#include "model/layer_library.h"
+#include "model/zoo.h"
+#include "planners/lower_bound.h"
+#include "planners/planners.h"
+#include "simulator/cost_model.h"
+#include "simulator/data_parallel.h"
+#include "simulator/simulator_evaluator.h"
+#include "tests/model/linear_chain.h"
+
+using namespace tapp;
+
+namespace {
+
+using test::linear_chain;
+
+// A cluster of `speeds`, every ordered pair its own random link (asymmetric).
+Cluster random_cluster(std::mt19937& rng, int D) {
+  Cluster c;
+  for (int i = 0; i < D; ++i) {
+    Device d;
+    d.name = "d" + std::to_string(i);
+    d.speed = 0.125 * (1 + rng() % 8);
+    d.memory_mb = 64 + 64 * (rng() % 8);
+    c.devices.push_back(d);
+  }
+  for (int a = 0; a < D; ++a)
+    for (int b = 0; b < D; ++b)
+      if (a != b) c.links.push_back(Link{c.devices[a].name, c.devices[b].name, 1.0 + rng() % 200, 0.01 * (rng() % 20)});
+  return c;
+}
+
+LayerLibrary random_library(std::mt19937& rng, const LayerGraph& g, int64_t batch) {
+  LayerLibrary lib = library_skeleton(g);
+  lib.batch_size = batch;
+  for (auto& row : lib.rows) {
+    row.forward_ms = 0.05 + (rng() % 100) / 10.0;
+    row.backward_ms = row.forward_ms * (1 + (rng() % 20) / 10.0);
+  }
+  return lib;
+}
+
+struct Case {
+  LayerGraph g;
+  Cluster c;
+  CostModel cost;
+  PlannerContext ctx;
+  Case(LayerGraph graph, Cluster cl, const std::vector<LayerLibrary>& libs, int64_t batch, const Calibration& cal = {})
+      : g(std::move(graph)), c(std::move(cl)), cost(*CostModel::build(g, c, libs, cal)) {
+    ctx.graph = &g;
+    ctx.cluster = &c;
+    ctx.cost = &cost;
+    ctx.batch_size = batch;
+    ctx.budget = 30;
+  }
+  SimulatorEvaluator evaluator() const { return SimulatorEvaluator(g, c, cost, ctx.batch_size); }
+};
+
+std::vector<int> devices_of(const StagePlan& p, int k) {
+  std::vector<int> r = {p.stage_device[k]};
+  if (!p.stage_replicas.empty()) r.insert(r.end(), p.stage_replicas[k].begin(), p.stage_replicas[k].end());
+  return r;
+}
+
+// Stages in layer order from 0, every device used once, micro-batches >= every stage's replicas.
+bool is_valid_replicated(const StagePlan& p, int L, int D) {
+  if (p.stage_begin.empty() || p.stage_begin[0] != 0 || p.stage_begin.size() != p.stage_device.size()) return false;
+  if (!p.stage_replicas.empty() && p.stage_replicas.size() != p.stage_device.size()) return false;
+  for (int k = 1; k < p.num_stages(); ++k)
+    if (p.stage_begin[k] <= p.stage_begin[k - 1]) return false;
+  if (p.stage_begin.back() >= L) return false;
+  std::set<int> seen;
+  for (int k = 0; k < p.num_stages(); ++k)
+    for (int d : devices_of(p, k))
+      if (d < 0 || d >= D || !seen.insert(d).second) return false;
+  return p.micro_batches >= p.max_replica_count();
+}
+
+}  // namespace
+
+TEST_CASE("PipeDream's DP over stages and replica sets equals exhaustive enumeration on tiny random inputs") {
+  std::mt19937 rng(20261123);
+  int replicated_optima = 0;
+  for (int trial = 0; trial < 30; ++trial) {
+    const int L = 2 + static_cast<int>(rng() % 4), D = 2 + static_cast<int>(rng() % 2);
+    std::vector<int64_t> widths;
+    for (int i = 0; i < L; ++i) widths.push_back(8 << (rng() % 7));
+    LayerGraph g = linear_chain(widths);
+    Case cs(g, random_cluster(rng, D), {random_library(rng, g, 8)}, 8);
+    cs.ctx.schedule = rng() % 2 ? Schedule::gpipe : Schedule::one_f_one_b;
+    for (int m : {1, 2, 3, 4}) {
+      auto dp = pipedream_min_bottleneck(cs.ctx, m);
+      auto ex = exhaustive_replicated_min_bottleneck(cs.ctx, m);
+      REQUIRE(dp.is_ok() == ex.is_ok());
+      if (!dp) continue;
+      CHECK(is_valid_replicated(*dp, L, D));
+      const double best = replicated_bottleneck_ms(cs.ctx, *ex);
+      CHECK(replicated_bottleneck_ms(cs.ctx, *dp) == doctest::Approx(best));
+      replicated_optima += ex->max_replica_count() > 1;
+      // Never worse than the unreplicated DP's optimum under the same objective.
+      if (auto plain = dp_min_bottleneck(cs.ctx, m); plain)
+        CHECK(best <= pipeline_bottleneck_ms(cs.ctx, *plain) * (1 + 1e-12));
+    }
+  }
+  CHECK(replicated_optima > 0);  // the inputs did exercise replication
+}
+
+TEST_CASE("PipeDream's objective without replicas is the DP planner's bottleneck; a replica halves a stage's compute") {
+  LayerGraph g = linear_chain({16, 16, 16});
+  Cluster c;
+  for (int i = 0; i < 3; ++i) c.devices.push_back(Device{"d" + std::to_string(i)});
+  c.default_link.bandwidth_mbps = 1e6;
+  c.default_link.latency_ms = 0;
+  LayerLibrary lib = library_skeleton(g);
+  lib.batch_size = 4;
+  for (auto& r : lib.rows) r.forward_ms = r.backward_ms = 1;  // 2 ms per layer for a micro-batch of 4
+  Case cs(g, c, {lib}, 8);
+  StagePlan plain;
+  plain.stage_begin = {0, 2};
+  plain.stage_device = {0, 1};
+  plain.micro_batches = 2;
+  CHECK(replicated_bottleneck_ms(cs.ctx, plain) == doctest::Approx(pipeline_bottleneck_ms(cs.ctx, plain)));
+  CHECK(replicated_bottleneck_ms(cs.ctx, plain) == doctest::Approx(4));  // stage 0: 2 layers x 2 ms
+  StagePlan replicated = plain;
+  replicated.stage_replicas = {{2}, {}};  // stage 0 on d0 and d2: one micro-batch each
+  // (1 micro-batch x 4 ms + the all-reduce of a few KB on a fast link) / 2 micro-batches.
+  CHECK(replicated_bottleneck_ms(cs.ctx, replicated) == doctest::Approx(2).epsilon(0.01));
+  replicated.micro_batches = 1;  // two replicas need two micro-batches
+  CHECK(replicated_bottleneck_ms(cs.ctx, replicated) == std::numeric_limits<double>::infinity());
+}
+
+TEST_CASE("the pipedream planner returns a placement that fits and beats or ties dp under its evaluator on a wide stage") {
+  // One heavy layer in the middle: replicating it is the only way to split its work.
+  LayerGraph g = linear_chain({32, 32, 32, 32});
+  Cluster c;
+  for (int i = 0; i < 4; ++i) c.devices.push_back(Device{"d" + std::to_string(i)});
+  c.default_link.bandwidth_mbps = 10000;
+  c.default_link.latency_ms = 0.01;
+  LayerLibrary lib = library_skeleton(g);
+  lib.batch_size = 8;
+  const double ms[] = {0.1, 20, 0.1, 0.1};
+  for (size_t i = 0; i < lib.rows.size(); ++i) lib.rows[i].forward_ms = lib.rows[i].backward_ms = ms[i];
+  Case cs(g, c, {lib}, 8);
+  SimulatorEvaluator ev = cs.evaluator();
+  auto pd = plan_pipedream(cs.ctx, ev);
+  REQUIRE_MESSAGE(pd.is_ok(), pd.error_message());
+  CHECK(check_memory(*pd, cs.g, cs.c, 8).is_ok());
+  CHECK(validate_placement(*pd, cs.g, cs.c, 8).is_ok());
+  CHECK(pd->source == "pipedream");
+  // Under its own objective the replicated optimum splits the heavy layer's micro-batches.
+  auto best = pipedream_min_bottleneck(cs.ctx, 8);
+  REQUIRE(best.is_ok());
+  CHECK(best->max_replica_count() > 1);
+  auto plain = dp_min_bottleneck(cs.ctx, 8);
+  REQUIRE(plain.is_ok());
+  CHECK(replicated_bottleneck_ms(cs.ctx, *best) < 0.5 * pipeline_bottleneck_ms(cs.ctx, *plain));
+}
+
+TEST_CASE("replication moves keep every plan a valid placement: a device used once, enough micro-batches") {
+  std::mt19937_64 rng(99);
+  for (int L : {1, 3, 8})
+    for (int D : {1, 2, 5}) {
+      const StageMoves moves(L, D, {1, 2, 4, 8}, /*replicas=*/true);
+      LayerGraph g = linear_chain(std::vector<int64_t>(L, 16));
+      Cluster c;
+      for (int d = 0; d < D; ++d) c.devices.push_back(Device{"d" + std::to_string(d)});
+      for (int n = 0; n < 20; ++n) {
+        StagePlan p = moves.random_plan(rng);
+        for (int walk = 0; walk < 30; ++walk) {
+          for (const StagePlan& q : moves.neighbours(p, MoveSet::wide_with_replicas(L))) {
+            REQUIRE(is_valid_replicated(q, L, D));
+            CHECK(validate_placement(to_placement(q, L, Schedule::gpipe, "t"), g, c, 8).is_ok());
+          }
+          p = moves.random_neighbour(p, rng);
+          REQUIRE(is_valid_replicated(p, L, D));
+          Placement pl = to_placement(p, L, Schedule::one_f_one_b, "t");
+          REQUIRE_MESSAGE(validate_placement(pl, g, c, 8).is_ok(), validate_placement(pl, g, c, 8).message());
+          // The placement's runs give the plan back, replicas included.
+          StagePlan back = stage_plan_of_runs(pl);
+          CHECK(back.stage_begin == p.stage_begin);
+          CHECK(back.stage_device == p.stage_device);
+          for (int k = 0; k < p.num_stages(); ++k) CHECK(devices_of(back, k) == devices_of(p, k));
+        }
+      }
+    }
+}
+
+TEST_CASE("replication moves: replicate onto each unused device, drop each replica, never fewer micro-batches than replicas") {
+  const StageMoves moves(6, 4, {1, 2, 4});
+  StagePlan p;
+  p.stage_begin = {0, 3};
+  p.stage_device = {2, 0};
+  p.micro_batches = 2;
+  MoveSet only;
+  only.shift_steps.clear();
+  only.merge = only.split = only.swap = only.relocate = only.micro_batches = false;
+  only.replicate = true;
+  const auto reps = moves.neighbours(p, only);
+  REQUIRE(reps.size() == 4);  // 2 stages x unused devices 1 and 3
+  CHECK(devices_of(reps[0], 0) == std::vector<int>{2, 1});
+  CHECK(devices_of(reps[1], 0) == std::vector<int>{2, 3});
+  CHECK(devices_of(reps[3], 1) == std::vector<int>{0, 3});
+  // With 2 micro-batches, a stage of 2 replicas may not grow, nor the count drop to 1.
+  StagePlan two = reps[0];
+  MoveSet grow_or_step = only;
+  grow_or_step.micro_batches = true;
+  for (const StagePlan& q : moves.neighbours(two, grow_or_step)) {
+    CHECK(q.replica_count(0) == 2);
+    CHECK(q.micro_batches >= 2);
+  }
+  MoveSet drop = only;
+  drop.replicate = false;
+  drop.drop_replica = true;
+  const auto dropped = moves.neighbours(two, drop);
+  REQUIRE(dropped.size() == 1);
+  CHECK(dropped[0].max_replica_count() == 1);
+  // Without the replica moves asked for, no neighbour is replicated.
+  for (const StagePlan& q : moves.neighbours(p, MoveSet::wide(6))) CHECK(q.max_replica_count() == 1);
+}
+
+TEST_CASE("pipelearn: clients replicate the first layers, the fastest device serves the rest") {
+  LayerGraph g = linear_chain({256, 64, 256, 256, 10});
+  Cluster c;
+  c.devices = {Device{"server", "cpu", 1, 4096, 1.0}, Device{"c1", "cpu", 1, 1024, 0.25},
+               Device{"c2", "cpu", 1, 1024, 0.25}, Device{"c3", "cpu", 1, 1024, 0.25}};
+  for (const char* client : {"c1", "c2", "c3"}) {
+    c.links.push_back(Link{client, "server", 20, 1});  // slow uplink
+    c.links.push_back(Link{"server", client, 80, 1});
+  }
+  LayerLibrary lib = library_skeleton(g);
+  lib.batch_size = 16;
+  for (auto& r : lib.rows) r.forward_ms = r.backward_ms = 2;
+  Case cs(g, c, {lib}, 16);
+  SimulatorEvaluator ev = cs.evaluator();
+  auto p = plan_pipelearn(cs.ctx, ev);
+  REQUIRE_MESSAGE(p.is_ok(), p.error_message());
+  CHECK(p->source == "pipelearn");
+  REQUIRE(p->num_groups() == 2);
+  CHECK(p->group_device[1] == 0);  // the server
+  CHECK(p->devices_of_group(0).size() == 3);
+  CHECK(p->micro_batches >= 3);
+  CHECK(p->layer_group.front() == 0);
+  CHECK(p->layer_group.back() == 1);
+  CHECK(validate_placement(*p, cs.g, cs.c, 16).is_ok());
+  CHECK(check_memory(*p, cs.g, cs.c, 16).is_ok());
+  // One device: no clients, an error that says so.
+  Cluster one;
+  one.devices = {Device{"only"}};
+  Case single(g, one, {lib}, 16);
+  SimulatorEvaluator ev1 = single.evaluator();
+  auto none = plan_pipelearn(single.ctx, ev1);
+  REQUIRE_FALSE(none.is_ok());
+  CHECK(none.error_message().find("client") != std::string::npos);
+}
+
+TEST_CASE("the lower bound is at most every plan's simulated step on random small cases") {
+  std::mt19937 rng(5150);
+  int checked = 0;
+  for (int trial = 0; trial < 25; ++trial) {
+    const bool branches = trial % 3 == 0;
+    LayerGraph g;
+    if (branches) {
+      g = *zoo_model("tiny_inception");
+    } else {
+      std::vector<int64_t> widths;
+      const int L = 2 + static_cast<int>(rng() % 6);
+      for (int i = 0; i < L; ++i) widths.push_back(8 << (rng() % 6));
+      g = linear_chain(widths);
+    }
+    const int64_t batch = 4 << (rng() % 3);
+    // Profiles at two batch sizes (the larger sometimes below the batch: extrapolated).
+    std::vector<LayerLibrary> libs = {random_library(rng, g, 2), random_library(rng, g, 4 + rng() % 4)};
+    for (size_t i = 0; i < libs[1].rows.size(); ++i) {
+      libs[1].rows[i].forward_ms += libs[0].rows[i].forward_ms;
+      libs[1].rows[i].backward_ms += libs[0].rows[i].backward_ms;
+    }
+    Calibration cal;
+    if (rng() % 2) {
+      cal = default_calibration();
+      cal.backward_extra = 0.1 * (rng() % 3);
+      cal.step_overhead_ms = 0.5 * (rng() % 3);
+      cal.concurrency_slowdown = 0.05 * (rng() % 3);
+      cal.first_task_overhead_ms = 0.3;
+      cal.update_ms_per_param_mb = 0.1;
+    }
+    const int D = 1 + static_cast<int>(rng() % 4);
+    Case cs(g, random_cluster(rng, D), libs, batch, cal);
+    for (Device& d : cs.c.devices) d.memory_mb = 4096;
+    for (int d = 0; d < D; ++d) cal.device_factor.push_back(0.8 + 0.1 * (rng() % 4));
+    cs.cost = cs.cost.with_calibration(cal);
+    auto bound = step_lower_bound(cs.g, cs.c, cs.cost, batch);
+    REQUIRE_MESSAGE(bound.is_ok(), bound.error_message());
+    CHECK(bound->ms > 0);
+    SimulatorEvaluator ev = cs.evaluator();
+    std::vector<Placement> plans = random_placements(cs.ctx, 25);
+    // Replicated pipelines from the replication moves, and whole-model data parallelism.
+    std::mt19937_64 walk(trial);
+    const StageMoves moves(static_cast<int>(g.layers.size()), D, cs.ctx.micro_batch_choices(), true);
+    StagePlan p = moves.random_plan(walk);
+    for (int n = 0; n < 25; ++n) {
+      p = moves.random_neighbour(p, walk);
+      plans.push_back(to_placement(p, static_cast<int>(g.layers.size()), Schedule::one_f_one_b, "walk"));
+    }
+    for (const std::string& name : {"dp", "pipedream", "single"})
+      if (auto planned = run_planner(name, cs.ctx, ev); planned) plans.push_back(*planned);
+    for (const Placement& pl : plans) {
+      StepReport r = ev.evaluate(pl);
+      if (!r.ok) continue;
+      CHECK_MESSAGE(bound->ms <= r.step_ms * (1 + 1e-9), "trial " << trial << ": bound " << bound->ms << " > step "
+                                                               << r.step_ms << " (" << pl.source << ")");
+      ++checked;
+    }
+    std::vector<int> all(D);
+    for (int d = 0; d < D; ++d) all[d] = d;
+    for (int R = 1; R <= D; ++R) {
+      StepReport r = simulate_data_parallel(cs.g, cs.c, cs.cost, batch, std::vector<int>(all.begin(), all.begin() + R));
+      if (!r.ok) continue;
+      CHECK_MESSAGE(bound->ms <= r.step_ms * (1 + 1e-9), "trial " << trial << ": bsp on " << R);
+      ++checked;
+    }
+  }
+  CHECK(checked > 500);
+}
+
+TEST_CASE("the lower bound is tight for one device and one micro-batch without overheads") {
+  LayerGraph g = linear_chain({16, 16, 16});
+  Cluster c;
+  c.devices = {Device{"only"}};
+  LayerLibrary lib = library_skeleton(g);
+  lib.batch_size = 8;
+  for (auto& r : lib.rows) r.forward_ms = r.backward_ms = 1;
+  Case cs(g, c, {lib}, 8);
+  auto bound = step_lower_bound(cs.g, cs.c, cs.cost, 8);
+  REQUIRE(bound.is_ok());
+  SimulatorEvaluator ev = cs.evaluator();
+  CHECK(bound->ms == doctest::Approx(ev.evaluate(Placement::single_device(3, 0, 1)).step_ms));
+  CHECK(bound->ms == doctest::Approx(6));
+  CHECK(gap_to_bound(9, bound->ms) == doctest::Approx(0.5));
+}
+
+TEST_CASE("a layer no device can hold: the bound and every planner say which layer and which device") {
+  LayerGraph g = linear_chain({4096, 4096, 10});
+  Cluster c;
+  c.devices = {Device{"small", "cpu", 1, 2}, Device{"smaller", "cpu", 1, 1}};
+  LayerLibrary lib = library_skeleton(g);
+  lib.batch_size = 8;
+  for (auto& r : lib.rows) r.forward_ms = r.backward_ms = 1;
+  Case cs(g, c, {lib}, 8);
+  auto bound = step_lower_bound(cs.g, cs.c, cs.cost, 8);
+  REQUIRE_FALSE(bound.is_ok());
+  CHECK(bound.error_message().find("layer 'fc1'") != std::string::npos);
+  CHECK(bound.error_message().find("'small'") != std::string::npos);
+  SimulatorEvaluator ev = cs.evaluator();
+  for (const std::string& name : {"dp", "pipedream", "anneal", "random"}) {
+    auto p = run_planner(name, cs.ctx, ev);
+    REQUIRE_FALSE(p.is_ok());
+    CHECK_MESSAGE(p.error_message().find("'small' has memory_mb 2") != std::string::npos, name << ": " << p.error_message());
+  }
+}
