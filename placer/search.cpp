@@ -349,6 +349,7 @@ class SearchLoop {
     ro.seed = opt_.seed;
     ro.num_devices = config_.num_devices;
     ro.micro_batch_choices = config_.micro_batch_choices;
+    ro.replicas = opt_.replicate_stages;
     refine(measurer_, ro, iterations_, cancel_);
     if (measurer_.found() && r.policy_found && measurer_.best_report().step_ms < r.policy_best_report.step_ms)
       measurer_.relabel_best("policy+refine");
