@@ -8,6 +8,8 @@
 //   search_phase    -> SearchResult         (TAPP: policy, restarts, refinement)
 //   pick_best       -> BestPlan             (the fastest synchronous plan of all)
 //   verify_phase    -> Verified             (its simulated timeline; hybrid: measured)
+//   measure_phase   -> Verification         (the best and the best baseline on the workers, placer/verify.h)
+//   calibration_phase -> CalibrationUpdate  (the measured steps join the cluster's calibration)
 //   result_json     -> the result JSON, the only place its keys are written.
 // Every exception from LibTorch, JSON or the runtime is caught in optimize()
 // and returned as a Status.
@@ -24,15 +26,18 @@
 #include "model/model_json.h"
 #include "planners/planners.h"
 #include "placer/baselines.h"
+#include "placer/calibration_update.h"
 #include "placer/evaluator_factory.h"
 #include "placer/hybrid_evaluator.h"
 #include "placer/result_bounds.h"
 #include "placer/search.h"
+#include "placer/verify.h"
 #include "profiler/cost_profiles.h"
 #include "profiler/model_loader.h"
 #include "model/profile_cache.h"
 #include "simulator/calibration_store.h"
 #include "simulator/cost_model.h"
+#include "simulator/data_parallel.h"
 #include "simulator/simulator.h"
 
 namespace tapp {
@@ -53,6 +58,10 @@ constexpr int kUntilTimeBudget = 1000000;        // iterations when a time budge
 // Random search and annealing get TAPP's evaluation budget (policy + refinement), capped:
 constexpr int kSimulatedBaselineEvaluations = 20000;
 constexpr int kMeasuredBaselineEvaluations = 8;  // measure and hybrid: each one may run the workers
+// Verification by measurement: the whole of it gets this long without a time
+// budget, and this share of the budget with one.
+constexpr double kVerifyLimitS = 120;
+constexpr double kVerifyBudgetShare = 0.25;
 
 struct Clock {
   std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
@@ -235,6 +244,81 @@ Verified verify_phase(const LayerGraph& g, const OptimizeRequest& r, const JobCo
   return v;
 }
 
+// ---- verify by measurement ----
+// The costs the job predicted with (hybrid: its recalibrated ones).
+const CostModel& prediction_costs(const JobCosts& costs, const JobEvaluator& ev) {
+  return ev.hybrid ? ev.hybrid->simulator().cost() : costs.cost;
+}
+
+double predicted_ms(const LayerGraph& g, const OptimizeRequest& r, const CostModel& cost, const Placement& p) {
+  StepReport predicted = p.is_data_parallel() ? simulate_data_parallel(g, r.cluster, cost, r.batch_size, p)
+                                              : Simulator(g, r.cluster, cost, r.batch_size).evaluate(p);
+  return predicted.ok ? predicted.step_ms : 0;
+}
+
+// The measurement the job's evaluator already has of `p`, if any.
+std::optional<StepReport> measured_by_evaluator(const JobEvaluator& ev, const Placement& p, const StepReport& report) {
+  if (was_measured(report) && report.ok) return report;
+  if (ev.hybrid)
+    if (const StepReport* m = ev.hybrid->measured(p); m && m->ok) return *m;
+  return std::nullopt;
+}
+
+// The best plan, and the best synchronous baseline (the fastest classical row).
+std::vector<PlanToVerify> plans_to_verify(const LayerGraph& g, const OptimizeRequest& r, const JobCosts& costs,
+                                          const JobEvaluator& ev, const BestPlan& best, const Verified& verified,
+                                          const std::vector<BaselineResult>& baselines) {
+  const CostModel& cost = prediction_costs(costs, ev);
+  std::vector<PlanToVerify> plans;
+  if (best.placement) {
+    PlanToVerify p{"best", best.source, *best.placement, predicted_ms(g, r, cost, *best.placement), std::nullopt};
+    p.measured = verified.measured && verified.measured->ok ? verified.measured
+                                                            : measured_by_evaluator(ev, *best.placement, best.report);
+    plans.push_back(std::move(p));
+  }
+  const BaselineResult* fastest = nullptr;
+  for (const auto& b : baselines)
+    if (b.report.ok && b.placement && !asynchronous(b.name) && (!fastest || b.report.step_ms < fastest->report.step_ms))
+      fastest = &b;
+  if (fastest) {
+    PlanToVerify p{"best_baseline", fastest->name, *fastest->placement,
+                   predicted_ms(g, r, cost, *fastest->placement), std::nullopt};
+    p.measured = measured_by_evaluator(ev, *fastest->placement, fastest->report);
+    plans.push_back(std::move(p));
+  }
+  return plans;
+}
+
+VerifyOptions verify_options(const OptimizeRequest& r) {
+  VerifyOptions o;
+  o.enabled = r.verify;
+  o.limit_s = r.time_budget_s > 0 ? kVerifyBudgetShare * r.time_budget_s : kVerifyLimitS;
+  o.run = r.verify_run;
+  o.run.seed = r.seed;
+  return o;
+}
+
+Verification measure_phase(const LayerGraph& g, const OptimizeRequest& r, const JobCosts& costs,
+                           const JobEvaluator& ev, const BestPlan& best, const Verified& verified,
+                           const std::vector<BaselineResult>& baselines, const std::atomic<bool>& cancel) {
+  if (!r.verify) return verify_plans(g, r.cluster, r.batch_size, {}, verify_options(r), cancel);
+  return verify_plans(g, r.cluster, r.batch_size, plans_to_verify(g, r, costs, ev, best, verified, baselines),
+                      verify_options(r), cancel);
+}
+
+// The verification's measured pipelines (one per distinct plan) join the
+// cluster's calibration; data-parallel plans stay out (the fit models task graphs).
+std::optional<CalibrationUpdate> calibration_phase(const LayerGraph& g, const OptimizeRequest& r,
+                                                   const JobCosts& costs, const Verification& v) {
+  std::vector<CalibrationSample> samples;
+  for (const PlanCheck& p : v.plans)
+    if (p.ok() && p.same_plan_as.empty() && !p.placement.is_data_parallel()) samples.push_back({p.placement, p.measured});
+  if (samples.empty()) return std::nullopt;
+  FileProfileCache user_cache(default_cache_dir());
+  ProfileCache& store = r.profile_cache ? *r.profile_cache : user_cache;
+  return join_calibration(store, g, r.cluster, r.batch_size, costs.cost, samples);
+}
+
 // ---- the result JSON ----
 struct JobOutcome {
   const OptimizeRequest& request;
@@ -245,6 +329,8 @@ struct JobOutcome {
   const SearchResult& search;
   const BestPlan& best;
   const Verified& verified;
+  const Verification& verification;
+  const std::optional<CalibrationUpdate>& calibration_update;
   double elapsed_s = 0;
 };
 
@@ -398,12 +484,68 @@ json calibration_json(const JobCosts& costs) {
   return j;
 }
 
+json accuracy_json(const AccuracyStats& s) {
+  return {{"n", s.n}, {"median_abs_rel_error", s.median_abs_rel_error}, {"spearman", s.spearman}};
+}
+
+json calibration_update_json(const CalibrationUpdate& u) {
+  json j = {{"stored", u.stored}, {"samples_added", u.samples_added}, {"samples_kept", u.samples_kept}};
+  if (u.stored) {
+    j["fitted_from"] = u.fitted_from;
+    j["fitted_at"] = u.fitted_at;
+    j["default_calibration"] = accuracy_json(u.before);
+    j["refitted"] = accuracy_json(u.after);
+  } else {
+    j["error"] = u.error;
+  }
+  if (!u.replaced_refused.empty()) j["replaced_refused"] = u.replaced_refused;
+  return j;
+}
+
+// Predicted and measured side by side, per verified plan.
+json verification_json(const Verification& v, const std::optional<CalibrationUpdate>& update) {
+  json plans = json::array();
+  for (const PlanCheck& p : v.plans) {
+    json row = {{"role", p.role},
+                {"name", p.name},
+                {"predicted_ms", p.predicted_ms > 0 ? json(p.predicted_ms) : json()},
+                {"measured_ms", p.ok() ? json(p.measured.step_ms) : json()},
+                {"relative_difference", p.ok() && p.predicted_ms > 0 ? json(p.relative_difference()) : json()},
+                {"disagrees", p.disagrees()},
+                {"ok", p.ok()},
+                {"by_evaluator", p.by_evaluator}};
+    if (!p.ok()) {
+      row["failure_kind"] = failure_kind_name(p.measured.failure_kind);
+      row["message"] = p.measured.message;
+    }
+    if (!p.same_plan_as.empty()) row["same_plan_as"] = p.same_plan_as;
+    plans.push_back(row);
+  }
+  json j = {{"state", verification_state_name(v.state)},
+            {"threshold", kDisagreement},
+            {"disagrees", v.any_disagrees()},
+            {"plans", plans}};
+  if (!v.reason.empty()) j["reason"] = v.reason;
+  if (v.state == VerificationState::verified) {
+    j["warmup_steps"] = v.warmup_steps;
+    j["steps"] = v.steps;
+  }
+  if (update) j["calibration"] = calibration_update_json(*update);
+  return j;
+}
+
 // The one place the result's keys are written (schemas/job.schema.json "result").
 json result_json(const JobOutcome& o) {
   const LayerGraph& g = o.graph;
   const Cluster& c = o.request.cluster;
   const References ref = references(o.baselines);
-  const StepReport& shown = o.verified.shown(o.best.report);
+  // The best's measurement: the evaluator's, else the verification's.
+  const PlanCheck* verified_best = o.verification.plan("best");
+  const std::optional<StepReport> measured =
+      o.verified.measured && o.verified.measured->ok
+          ? o.verified.measured
+          : (verified_best && verified_best->ok() ? std::optional<StepReport>(verified_best->measured) : std::nullopt);
+  const StepReport& shown = measured ? *measured : o.verified.shown(o.best.report);
   const std::optional<Placement>& best = o.best.placement;
   auto ok_ms = [](const std::optional<StepReport>& r) { return r && r->ok ? json(r->step_ms) : json(); };
   json layer_order = json::array();
@@ -423,7 +565,7 @@ json result_json(const JobOutcome& o) {
       {"placement", best ? placement_to_json(*best, g, c) : json()},
       {"groups", best ? groups_summary(*best, g, c) : json::array()},
       {"predicted_step_ms", ok_ms(o.verified.predicted)},
-      {"measured_step_ms", ok_ms(o.verified.measured)},
+      {"measured_step_ms", ok_ms(measured)},
       {"step_ms", o.best.report.step_ms},
       {"comm_fraction", shown.comm_fraction},
       {"speedup_vs_bsp", speedup(ref.bsp_ms, o.best.report.step_ms)},
@@ -433,6 +575,7 @@ json result_json(const JobOutcome& o) {
       {"policy", policy_json(o, ref)},
       {"report", step_report_to_json(shown, false)},
       {"timeline", step_report_to_json(shown, true)["timeline"]},
+      {"verification", verification_json(o.verification, o.calibration_update)},
       {"elapsed_s", o.elapsed_s},
   };
   if (o.evaluator.hybrid) result["hybrid"] = hybrid_json(*o.evaluator.hybrid);
@@ -482,8 +625,12 @@ Result<json> run_job(const OptimizeRequest& req, const ProgressFn& progress, con
   report("verifying", sr.iterations, shown_total, best.report.step_ms, 0);
   const Verified verified = verify_phase(graph, req, *costs, *evaluator, best, cancel);
   if (cancel) return cancelled_status();
+  const Verification verification = measure_phase(graph, req, *costs, *evaluator, best, verified, baselines, cancel);
+  if (cancel) return cancelled_status();
+  const std::optional<CalibrationUpdate> calibration_update = calibration_phase(graph, req, *costs, verification);
 
-  json result = result_json({req, graph, *costs, *evaluator, baselines, sr, best, verified, clock.s()});
+  json result = result_json({req, graph, *costs, *evaluator, baselines, sr, best, verified, verification,
+                             calibration_update, clock.s()});
   report("done", sr.iterations, shown_total, best.report.step_ms, 0);
   return result;
 }

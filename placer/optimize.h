@@ -4,8 +4,11 @@
 // load the model -> costs (layer libraries by the one profiling rule,
 // profiler/cost_profiles.h, and the cost model) -> the evaluator
 // (placer/evaluator_factory.h) -> baselines through it -> TAPP search through
-// it -> verify the best (its simulated timeline; hybrid: measure it) -> the
-// result JSON, written in one place (schemas/job.schema.json "result").
+// it -> verify the best (its simulated timeline; hybrid: measure it) ->
+// verify by measurement (placer/verify.h: the best and the best baseline run on
+// the workers, predicted vs measured; on by default, off with `verify`) -> the
+// measurements join the cluster's calibration (placer/calibration_update.h) ->
+// the result JSON, written in one place (schemas/job.schema.json "result").
 // Progress is reported through a callback (phase, iteration, best so far, and
 // while profiling a message per micro-batch size and layer); `cancel` is
 // polled between iterations and stops the job within a second.
@@ -23,6 +26,7 @@
 #include "common/status.h"
 #include "core/cluster.h"
 #include "core/evaluator.h"
+#include "runtime/runtime.h"
 
 namespace tapp {
 
@@ -41,6 +45,14 @@ struct OptimizeRequest {
   uint64_t seed = 1;
   bool warm_start = false;      // seed the policy with the best classical plan
   bool baselines = true;        // evaluate the classical baselines too
+  // Measure the best plan and the best baseline on the workers after the
+  // search (placer/verify.h), whatever the evaluator, and add the measured
+  // steps to the cluster's calibration. Skipped, with the reason, when the
+  // devices cannot run here.
+  bool verify = true;
+  // How verification runs the workers: worker binary, seed, timeout bound and
+  // (tests) fault injection; its steps and batch size are set by the job.
+  RunOptions verify_run;
   // Where measured profiles and the cluster's fitted calibration
   // (`tapp-cli calibrate`, simulator/calibration_store.h) are kept: the server
   // passes its SQLite cache; null = the per-user file cache (model/profile_cache.h).

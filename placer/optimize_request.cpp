@@ -2,7 +2,8 @@
 //
 // Body: {"model": "alexnet" | {layer graph}, "cluster": {...},
 //        "options": {"evaluator", "iterations", "time_budget_s", "seed",
-//                    "batch_size", "input_size", "num_classes", "warm_start", "baselines"}}
+//                    "batch_size", "input_size", "num_classes", "warm_start", "baselines",
+//                    "verify"}}
 // Every error names the field ("options.iterations: must be >= 0, got -3").
 // No LibTorch here, so the service can parse requests cheaply.
 #include <set>
@@ -20,12 +21,13 @@ Status read_options(const json& o, OptimizeRequest& r) {
   if (Status s = jf::expect_object(o, "options"); !s) return s;
   static const std::set<std::string> known = {"evaluator",  "iterations", "time_budget_s",
                                               "seed",       "batch_size", "input_size",
-                                              "num_classes", "warm_start", "baselines"};
+                                              "num_classes", "warm_start", "baselines",
+                                              "verify"};
   for (auto it = o.begin(); it != o.end(); ++it)
     if (!known.count(it.key()))
       return jf::field_error("options." + it.key(),
                              "unknown option (known: evaluator, iterations, time_budget_s, seed, batch_size, "
-                           "input_size, num_classes, warm_start, baselines)");
+                           "input_size, num_classes, warm_start, baselines, verify)");
   const std::string p = "options";
   std::string evaluator = evaluator_kind_name(r.evaluator);
   if (Status s = jf::read(o, "evaluator", evaluator, p); !s) return s;
@@ -56,6 +58,7 @@ Status read_options(const json& o, OptimizeRequest& r) {
                          std::to_string(r.num_classes));
   if (Status s = jf::read(o, "warm_start", r.warm_start, p); !s) return s;
   if (Status s = jf::read(o, "baselines", r.baselines, p); !s) return s;
+  if (Status s = jf::read(o, "verify", r.verify, p); !s) return s;
   return Status::ok();
 }
 

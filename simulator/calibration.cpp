@@ -160,6 +160,13 @@ std::vector<double> predict_steps(const LayerGraph& g, const Cluster& c, const C
 
 Result<CalibrationResult> calibrate(const LayerGraph& g, const Cluster& c, const CostModel& base, int64_t batch_size,
                                     const std::vector<CalibrationSample>& samples, const CalibrationOptions& options) {
+  return calibrate(c, {CalibrationWorkload{&g, &base, batch_size, samples}}, options);
+}
+
+Result<CalibrationResult> calibrate(const Cluster& c, const std::vector<CalibrationWorkload>& workloads,
+                                    const CalibrationOptions& options) {
+  if (workloads.empty()) return Status::error("calibration: no workload");
+  const CostModel& base = *workloads.front().base;
   const bool tie_identical_devices = options.tie_identical_devices;
   // One compute factor per distinct hardware (kind, threads, host) when tied.
   std::vector<int> group_of(c.num_devices());
@@ -176,26 +183,39 @@ Result<CalibrationResult> calibrate(const LayerGraph& g, const Cluster& c, const
     if (group_of[d] == D) ++D;
   }
   const int K = D + kCount;
+  // Every ok sample of every workload, with its task graph and the workload it belongs to.
   std::vector<const CalibrationSample*> used;
   std::vector<TaskGraph> graphs;
-  for (const CalibrationSample& s : samples) {
-    if (!s.measured.ok || !(s.measured.step_ms > 0)) continue;
-    auto tg = build_task_graph(g, s.placement, c, batch_size);
-    if (!tg) return tg.status().with_context("calibration sample " + std::to_string(used.size()));
-    used.push_back(&s);
-    graphs.push_back(std::move(*tg));
+  std::vector<size_t> workload_of;
+  for (size_t w = 0; w < workloads.size(); ++w) {
+    const CalibrationWorkload& wl = workloads[w];
+    for (const CalibrationSample& s : wl.samples) {
+      if (!s.measured.ok || !(s.measured.step_ms > 0)) continue;
+      auto tg = build_task_graph(*wl.graph, s.placement, c, wl.batch_size);
+      if (!tg) return tg.status().with_context("calibration sample " + std::to_string(used.size()));
+      used.push_back(&s);
+      graphs.push_back(std::move(*tg));
+      workload_of.push_back(w);
+    }
   }
   if (used.empty()) return Status::error("calibration: no successful measured sample");
   CalibrationResult result;
   for (const auto* s : used) result.measured.push_back(s->measured.step_ms);
   std::vector<double> prior = to_vector(base.calibration(), group_of, D);
   std::vector<double> x = prior;
-  auto predict_all = [&](const CostModel& cost) {
+  // Each workload's costs under one calibration (the parameters are shared, the layer costs are not).
+  auto costs_under = [&](const Calibration& cal) {
+    std::vector<CostModel> costs;
+    for (const CalibrationWorkload& wl : workloads) costs.push_back(wl.base->with_calibration(cal));
+    return costs;
+  };
+  auto predict_all = [&](const Calibration& cal) {
+    const std::vector<CostModel> costs = costs_under(cal);
     std::vector<double> p;
-    for (const TaskGraph& tg : graphs) p.push_back(simulate(tg, cost, {false}).step_ms);
+    for (size_t i = 0; i < graphs.size(); ++i) p.push_back(simulate(graphs[i], costs[workload_of[i]], {false}).step_ms);
     return p;
   };
-  result.predicted_before = predict_all(base);
+  result.predicted_before = predict_all(base.calibration());
   result.before = accuracy(result.predicted_before, result.measured);
 
   // The iterate kept is the one with the lowest median relative error on the
@@ -203,11 +223,12 @@ Result<CalibrationResult> calibrate(const LayerGraph& g, const Cluster& c, const
   double best_err = result.before.median_abs_rel_error;
   Calibration best = base.calibration();
   for (int iter = 0; iter < 8; ++iter) {
-    CostModel cost = base.with_calibration(from_vector(x, group_of, D));
+    const std::vector<CostModel> costs = costs_under(from_vector(x, group_of, D));
     std::vector<std::vector<double>> rows;
     std::vector<double> rhs, weight;
     for (size_t i = 0; i < graphs.size(); ++i) {
       const TaskGraph& tg = graphs[i];
+      const CostModel& cost = costs[workload_of[i]];
       TaskTimes times;
       simulate(tg, cost, {false}, &times);
       std::vector<int64_t> params(c.num_devices(), 0);
@@ -287,9 +308,18 @@ Result<CalibrationResult> calibrate(const LayerGraph& g, const Cluster& c, const
     lower[D + kBackward] = -0.5;  // backward may be cheaper than profiled, within reason
     std::vector<double> robust = weight;
     std::vector<double> nx;
+    // Parameters not fitted stay exactly at their starting values (a ridge
+    // alone lets them drift by rounding, e.g. to -1e-12, which a stored
+    // calibration may not hold).
+    std::vector<bool> not_fitted(K, false);
+    not_fitted[D + kBackward] = !options.fit_backward_extra;
+    not_fitted[D + kConcurrency] = !options.fit_concurrency;
+    not_fitted[D + kFirst] = !options.fit_first_task;
     for (int irls = 0; irls < 5; ++irls) {
-      std::vector<bool> fixed(K, false);
+      std::vector<bool> fixed = not_fitted;
       std::vector<double> fixed_value(K, 0.0);
+      for (int k = 0; k < K; ++k)
+        if (fixed[k]) fixed_value[k] = prior[k];
       for (int round = 0; round <= K; ++round) {
         nx = solve(rows, rhs, robust, prior, ridge, fixed, fixed_value);
         bool changed = false;
@@ -313,8 +343,7 @@ Result<CalibrationResult> calibrate(const LayerGraph& g, const Cluster& c, const
     for (int k = 0; k < K; ++k) same = same && std::abs(nx[k] - x[k]) <= 1e-6 * (1 + std::abs(x[k]));
     x = nx;
     result.iterations = iter + 1;
-    CostModel fitted = base.with_calibration(from_vector(x, group_of, D));
-    AccuracyStats st = accuracy(predict_all(fitted), result.measured);
+    AccuracyStats st = accuracy(predict_all(from_vector(x, group_of, D)), result.measured);
     if (st.median_abs_rel_error < best_err) {
       best_err = st.median_abs_rel_error;
       best = from_vector(x, group_of, D);
@@ -322,7 +351,7 @@ Result<CalibrationResult> calibrate(const LayerGraph& g, const Cluster& c, const
     if (same) break;
   }
   result.calibration = best;
-  result.predicted_after = predict_all(base.with_calibration(best));
+  result.predicted_after = predict_all(best);
   result.after = accuracy(result.predicted_after, result.measured);
   return result;
 }

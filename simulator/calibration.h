@@ -69,6 +69,21 @@ Result<CalibrationResult> calibrate(const LayerGraph& g, const Cluster& c, const
                                     int64_t batch_size, const std::vector<CalibrationSample>& samples,
                                     const CalibrationOptions& options = {});
 
+// Samples of one model at one batch size on the cluster: a sample is a
+// placement of *that* graph, replayed with *that* graph's layer costs.
+struct CalibrationWorkload {
+  const LayerGraph* graph = nullptr;
+  const CostModel* base = nullptr;  // the graph's uncalibrated costs on the cluster
+  int64_t batch_size = 32;
+  std::vector<CalibrationSample> samples;
+};
+// One calibration fitted on the samples of several workloads on the same
+// cluster (the corrections are the cluster's; the layer costs are each
+// model's). The first workload's calibration is the starting point; the result's
+// per-sample vectors run over the workloads' ok samples in order.
+Result<CalibrationResult> calibrate(const Cluster& c, const std::vector<CalibrationWorkload>& workloads,
+                                    const CalibrationOptions& options = {});
+
 // Predicted step_ms of each placement under `cost` (failed simulations give 0).
 std::vector<double> predict_steps(const LayerGraph& g, const Cluster& c, const CostModel& cost, int64_t batch_size,
                                   const std::vector<Placement>& placements);

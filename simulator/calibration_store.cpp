@@ -5,6 +5,7 @@
 
 #include "common/json_fields.h"
 #include "core/cluster_fingerprint.h"
+#include "model/model_json.h"
 #include "model/profile_cache.h"
 
 namespace tapp {
@@ -29,21 +30,128 @@ json calibration_used_to_json(const CalibrationUsed& used) {
           {"cluster_fingerprint", used.cluster_fingerprint}};
 }
 
+namespace {
+
+constexpr const char* kFormat = "tapp-calibration-v2";
+
+json sample_to_json(const StoredSample& s) {
+  json devices = json::array();
+  for (const DeviceStats& d : s.devices)
+    devices.push_back({{"device", d.device}, {"busy_ms", d.busy_ms}, {"comm_ms", d.comm_ms}});
+  return {{"placement", s.placement}, {"measured_ms", s.measured_ms}, {"devices", devices}};
+}
+
+json workload_to_json(const StoredWorkload& w) {
+  json samples = json::array();
+  for (const StoredSample& s : w.samples) samples.push_back(sample_to_json(s));
+  return {{"model", w.model}, {"graph_fingerprint", w.graph_fingerprint}, {"batch_size", w.batch_size},
+          {"samples", samples}};
+}
+
+Result<StoredSample> sample_from_json(const json& j, const std::string& path) {
+  if (Status s = jf::expect_object(j, path); !s) return s;
+  StoredSample out;
+  if (!j.contains("placement") || !j.at("placement").is_object())
+    return jf::field_error(jf::join(path, "placement"), "expected a placement object");
+  out.placement = j.at("placement");
+  if (Status s = jf::read(j, "measured_ms", out.measured_ms, path, true); !s) return s;
+  if (!(out.measured_ms > 0)) return jf::field_error(jf::join(path, "measured_ms"), "must be > 0");
+  auto devices = j.find("devices");
+  if (devices == j.end()) return out;
+  if (!devices->is_array()) return jf::field_error(jf::join(path, "devices"), "expected an array");
+  for (size_t i = 0; i < devices->size(); ++i) {
+    const std::string at = jf::join(path, "devices[" + std::to_string(i) + "]");
+    const json& d = devices->at(i);
+    if (Status s = jf::expect_object(d, at); !s) return s;
+    DeviceStats ds;
+    if (Status s = jf::read(d, "device", ds.device, at, true); !s) return s;
+    if (Status s = jf::read(d, "busy_ms", ds.busy_ms, at); !s) return s;
+    if (Status s = jf::read(d, "comm_ms", ds.comm_ms, at); !s) return s;
+    out.devices.push_back(std::move(ds));
+  }
+  return out;
+}
+
+// A workload's model must be a readable layer graph with the fingerprint it claims.
+Result<StoredWorkload> workload_from_json(const json& j, const std::string& path) {
+  if (Status s = jf::expect_object(j, path); !s) return s;
+  StoredWorkload out;
+  if (Status s = jf::read(j, "graph_fingerprint", out.graph_fingerprint, path, true); !s) return s;
+  if (Status s = jf::read(j, "batch_size", out.batch_size, path, true); !s) return s;
+  if (out.batch_size < 1) return jf::field_error(jf::join(path, "batch_size"), "must be at least 1");
+  if (!j.contains("model")) return jf::field_error(jf::join(path, "model"), "missing required field");
+  out.model = j.at("model");
+  Result<LayerGraph> graph = model_from_json(out.model);
+  if (!graph) return graph.status().nested_in(jf::join(path, "model"));
+  if (graph_fingerprint(*graph) != out.graph_fingerprint)
+    return jf::field_error(jf::join(path, "graph_fingerprint"), "does not match the stored model");
+  auto samples = j.find("samples");
+  if (samples == j.end() || !samples->is_array()) return jf::field_error(jf::join(path, "samples"), "expected an array");
+  for (size_t i = 0; i < samples->size(); ++i) {
+    Result<StoredSample> s = sample_from_json(samples->at(i), jf::join(path, "samples[" + std::to_string(i) + "]"));
+    if (!s) return s.status();
+    out.samples.push_back(std::move(*s));
+  }
+  return out;
+}
+
+}  // namespace
+
+int StoredCalibration::stored_samples() const {
+  int n = 0;
+  for (const StoredWorkload& w : workloads) n += static_cast<int>(w.samples.size());
+  return n;
+}
+
+int add_samples(StoredCalibration& s, const LayerGraph& graph, const Cluster& cluster, int64_t batch_size,
+                const std::vector<CalibrationSample>& samples) {
+  const std::string fingerprint = graph_fingerprint(graph);
+  StoredWorkload* workload = nullptr;
+  for (StoredWorkload& w : s.workloads)
+    if (w.graph_fingerprint == fingerprint && w.batch_size == batch_size) workload = &w;
+  if (!workload) {
+    s.workloads.push_back({model_to_json(graph), fingerprint, batch_size, {}});
+    workload = &s.workloads.back();
+  }
+  int added = 0;
+  for (const CalibrationSample& sample : samples) {
+    if (!sample.measured.ok || !(sample.measured.step_ms > 0)) continue;
+    workload->samples.push_back(
+        {placement_to_json(sample.placement, graph, cluster), sample.measured.step_ms, sample.measured.devices});
+    ++added;
+  }
+  // Oldest first out: the workloads in the order they were first measured, samples in the order added.
+  int excess = s.stored_samples() - kMaxStoredSamples;
+  for (auto w = s.workloads.begin(); excess > 0 && w != s.workloads.end();) {
+    const int drop = std::min<int>(excess, static_cast<int>(w->samples.size()));
+    w->samples.erase(w->samples.begin(), w->samples.begin() + drop);
+    excess -= drop;
+    w = w->samples.empty() ? s.workloads.erase(w) : w + 1;
+  }
+  return added;
+}
+
 json stored_calibration_to_json(const StoredCalibration& s) {
-  return {{"format", "tapp-calibration-v1"},
+  json workloads = json::array();
+  for (const StoredWorkload& w : s.workloads) workloads.push_back(workload_to_json(w));
+  return {{"format", kFormat},
           {"cluster_fingerprint", s.cluster_fingerprint},
           {"timing_method", s.timing_method},
           {"fitted_at", s.fitted_at},
           {"measurements", s.measurements},
-          {"calibration", calibration_to_json(s.calibration)}};
+          {"calibration", calibration_to_json(s.calibration)},
+          {"workloads", workloads}};
 }
 
 Result<StoredCalibration> stored_calibration_from_json(const json& j, const Cluster& cluster, int timing_method) {
   if (Status s = jf::expect_object(j, "calibration file"); !s) return s;
   std::string format;
   if (Status s = jf::read(j, "format", format, "", true); !s) return s;
-  if (format != "tapp-calibration-v1")
-    return Status::error("format: \"" + format + "\" is not a TAPP calibration (expected tapp-calibration-v1)");
+  if (format == "tapp-calibration-v1")
+    return Status::error("format: tapp-calibration-v1 is an older calibration without the measurements it was "
+                         "fitted from, so it cannot be refitted; run `tapp-cli calibrate` again to replace it");
+  if (format != kFormat)
+    return Status::error("format: \"" + format + "\" is not a TAPP calibration (expected " + kFormat + ")");
   StoredCalibration out;
   if (Status s = jf::read(j, "cluster_fingerprint", out.cluster_fingerprint, "", true); !s) return s;
   if (Status s = jf::read(j, "timing_method", out.timing_method, "", true); !s) return s;
@@ -65,6 +173,13 @@ Result<StoredCalibration> stored_calibration_from_json(const json& j, const Clus
     return Status::error("calibration.device_factor: has " + std::to_string(c->device_factor.size()) +
                          " factors for " + std::to_string(cluster.num_devices()) + " devices");
   out.calibration = std::move(*c);
+  auto workloads = j.find("workloads");
+  if (workloads == j.end() || !workloads->is_array()) return jf::field_error("workloads", "expected an array");
+  for (size_t i = 0; i < workloads->size(); ++i) {
+    Result<StoredWorkload> w = workload_from_json(workloads->at(i), "workloads[" + std::to_string(i) + "]");
+    if (!w) return w.status();
+    out.workloads.push_back(std::move(*w));
+  }
   return out;
 }
 

@@ -2,28 +2,56 @@
 //
 // Owns `StoredCalibration` (a Calibration with where it comes from: the
 // cluster's fingerprint, the timing method of the measurements, when it was
-// fitted and from how many measured steps), its JSON form, and where it is
+// fitted and from how many measured steps, and the measured steps themselves,
+// grouped by workload, so a later measurement can join them and the whole set
+// be refitted: placer/calibration_update.h), its JSON form, and where it is
 // kept: the same key -> JSON text store as measured profiles
 // (model/profile_cache.h: files per user for the CLI, the job database for the
 // server), under "calibration-<cluster fingerprint>". `choose_calibration`
 // gives the calibration a prediction uses: the cluster's stored one, or the
 // default when there is none or the stored one is refused (corrupt, another
 // cluster, another timing method), with the reason.
-// Data flow: tapp-cli calibrate -> StoredCalibration -> save_calibration(store)
-// ... later plan/optimize: choose_calibration(store, cluster) -> CostModel::build.
+// Data flow: tapp-cli calibrate | optimize's verification -> StoredCalibration
+// -> save_calibration(store) ... later plan/optimize: choose_calibration(store,
+// cluster) -> CostModel::build.
+// A sample is a placement *of one graph at one batch size* with its measured
+// step (simulator/calibration.h): replaying it needs that graph (kept as its
+// JSON layer graph) and that graph's layer costs (the profile cache). The
+// record keeps at most kMaxStoredSamples, the oldest dropped first.
 // Thread safety: stateless functions; the store's own contract applies.
 #pragma once
 
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "core/cluster.h"
+#include "core/step_report.h"
+#include "model/layer_graph.h"
 #include "model/profile_cache.h"
+#include "simulator/calibration.h"
 #include "simulator/cost_model.h"
 
 namespace tapp {
+
+// One measured step kept for refitting.
+struct StoredSample {
+  nlohmann::json placement;  // placement_to_json of its workload's graph
+  double measured_ms = 0;
+  std::vector<DeviceStats> devices;  // busy_ms per device (the fit's per-device rows)
+};
+
+// The kept samples of one model at one batch size on the cluster.
+struct StoredWorkload {
+  nlohmann::json model;           // model_to_json of the graph (to rebuild its task graphs)
+  std::string graph_fingerprint;  // model/model_json.h; checked against `model` when read
+  int64_t batch_size = 0;
+  std::vector<StoredSample> samples;
+};
+
+inline constexpr int kMaxStoredSamples = 200;
 
 struct StoredCalibration {
   std::string cluster_fingerprint;  // core/cluster_fingerprint.h
@@ -31,7 +59,16 @@ struct StoredCalibration {
   std::string fitted_at;            // ISO 8601, UTC
   int measurements = 0;             // measured steps it was fitted on
   Calibration calibration;
+  std::vector<StoredWorkload> workloads;  // the kept measured steps (may be fewer than `measurements`)
+
+  int stored_samples() const;
 };
+
+// Adds the ok samples of `graph` at `batch_size` to `s` (joining the workload
+// of the same graph and batch size), then drops the oldest beyond
+// kMaxStoredSamples. Returns how many were added.
+int add_samples(StoredCalibration& s, const LayerGraph& graph, const Cluster& cluster, int64_t batch_size,
+                const std::vector<CalibrationSample>& samples);
 
 // What a result says about the calibration its predictions used.
 struct CalibrationUsed {
@@ -45,8 +82,9 @@ nlohmann::json calibration_used_to_json(const CalibrationUsed& used);
 
 nlohmann::json stored_calibration_to_json(const StoredCalibration& s);
 // Parses and checks an entry for `cluster` measured with `timing_method`: a
-// corrupt entry, one of another cluster or one of another timing method is an
-// error saying so (never silently used).
+// corrupt entry, one of another cluster, one of another timing method or one
+// in the older format without its samples (tapp-calibration-v1) is an error
+// saying so (never silently used).
 Result<StoredCalibration> stored_calibration_from_json(const nlohmann::json& j, const Cluster& cluster,
                                                        int timing_method);
 

@@ -156,6 +156,7 @@ async function submitJob(ev) {
     seed: parseInt(document.getElementById('seed-input').value || '1', 10),
     batch_size: parseInt(document.getElementById('batch-input').value || '32', 10),
     baselines: document.getElementById('baselines-input').checked,
+    verify: document.getElementById('verify-input').checked,
   };
   const body = {model: document.getElementById('model-select').value, cluster, options};
   const button = document.getElementById('submit-button');
@@ -213,6 +214,7 @@ async function refreshJob() {
   if (job.status === 'succeeded' && job.result && state.drawnResultFor !== id) {
     state.drawnResultFor = id;
     drawPlacement(job.result);
+    drawVerification(job.result);
     drawGantt(job.result);
     drawBaselines(job.result);
   }
@@ -350,6 +352,40 @@ function drawPlacement(result) {
     root.appendChild(svg('rect', {x, y: 86, width: 12, height: 12, fill: color}));
     root.appendChild(svg('text', {x: x + 16, y: 96}, name));
     x += 26 + 7 * name.length;
+  }
+}
+
+// Predicted and measured side by side for the plan and the best baseline
+// (result.verification), with a flag on each that disagrees by more than the threshold.
+function drawVerification(result) {
+  const box = document.getElementById('verification');
+  clear(box);
+  const v = result.verification;
+  if (!v) return;
+  box.setAttribute('data-state', v.state);
+  if (v.state !== 'verified') {
+    box.appendChild(el('p', {class: 'muted'}, 'not verified by measurement: ' + (v.reason || v.state)));
+    return;
+  }
+  const threshold = 100 * (v.threshold || 0.1);
+  for (const p of v.plans || []) {
+    const line = el('p', {class: 'verified-plan', 'data-role': p.role});
+    const who = (p.role === 'best' ? 'plan' : 'best baseline') + ' (' + p.name + '): ';
+    line.appendChild(el('span', {}, who + 'predicted ' + fmt(p.predicted_ms, 3) + ' ms · '));
+    if (p.ok) {
+      const diff = 100 * p.relative_difference;
+      line.appendChild(el('span', {}, 'measured ' + fmt(p.measured_ms, 3) + ' ms (' + (diff >= 0 ? '+' : '') +
+                                      fmt(diff, 1) + '%)'));
+    } else {
+      line.appendChild(el('span', {class: 'muted'}, 'not measured (' + p.failure_kind + ': ' + p.message +
+                                                    '); the prediction stands'));
+    }
+    if (p.disagrees) {
+      line.appendChild(el('span', {class: 'flag disagrees', 'data-role': p.role,
+                                   title: `|measured - predicted| / measured > ${fmt(threshold, 0)}%`},
+                          `⚠ disagrees: measured ${p.relative_difference > 0 ? 'slower' : 'faster'} than predicted by more than ${fmt(threshold, 0)}%`));
+    }
+    box.appendChild(line);
   }
 }
 

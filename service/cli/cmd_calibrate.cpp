@@ -7,8 +7,9 @@
 // Calibrated predictions are leave-one-out: each placement is predicted by a
 // calibration fitted on the others, so the error is out-of-sample. The
 // calibration fitted on all samples is stored under the cluster's fingerprint
-// (simulator/calibration_store.h, in the profile cache), where every
-// later `plan` and `optimize` on the same cluster finds it; --out also writes
+// (simulator/calibration_store.h, in the profile cache) with the samples it
+// was fitted from, where every later `plan` and `optimize` on the same cluster
+// finds it (and optimize's verification adds its measurements); --out also writes
 // it to a file. Measuring stops at --time-budget (with at least 3 samples).
 // --save / --load keep the measurements, so a fit can be redone without
 // measuring again. Bad input: exit 2.
@@ -206,7 +207,10 @@ int calibrate_cmd(const CalibrateArgs& a) {
   out["calibrated_leave_one_out"] = stats_json(loo_stats);
   out["calibration"] = calibration_to_json(all->calibration);
   StoredCalibration stored{cluster_fingerprint(cluster), profile_timing_method(), utc_now_iso8601(),
-                           static_cast<int>(samples.size()), all->calibration};
+                           static_cast<int>(samples.size()), all->calibration, {}};
+  // The samples are kept with the fit, so later measurements (optimize's
+  // verification) can join them and refit on the whole set.
+  add_samples(stored, graph, cluster, a.batch, samples);
   out["stored"] = stored_calibration_to_json(stored);
   if (!a.out.empty()) std::ofstream(a.out) << out.dump(2) << "\n";
   if (a.store) {

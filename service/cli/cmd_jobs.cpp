@@ -123,6 +123,23 @@ void print_result(const json& job) {
                 << "\n";
     }
   }
+  // Predicted and measured side by side (result.verification), flagged over the threshold.
+  if (r.contains("verification") && r["verification"].is_object()) {
+    const json& v = r["verification"];
+    if (v.value("state", "") != "verified")
+      std::cout << "verification " << v.value("state", "") << ": " << v.value("reason", "") << "\n";
+    for (const json& p : v.value("plans", json::array())) {
+      std::cout << "verified " << p.value("role", "") << " (" << p.value("name", "") << "): predicted "
+                << num(p.value("predicted_ms", json()), 3) << " ms, ";
+      if (p.value("ok", false))
+        std::cout << "measured " << num(p.value("measured_ms", json()), 3) << " ms ("
+                  << num(json(100 * p.value("relative_difference", 0.0)), 1) << "%)"
+                  << (p.value("disagrees", false) ? "  DISAGREES" : "");
+      else
+        std::cout << "not measured (" << p.value("failure_kind", "") << ": " << p.value("message", "") << ")";
+      std::cout << "\n";
+    }
+  }
 }
 
 int list_jobs(const std::string& server_url, const std::string& status, int limit, bool as_json,

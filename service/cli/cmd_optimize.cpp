@@ -36,7 +36,7 @@ struct Args {
   double time_budget_s = 0;
   uint64_t seed = 1;
   int64_t batch = 32, input_size = 0;
-  bool json_output = false, warm_start = false, no_baselines = false;
+  bool json_output = false, warm_start = false, no_baselines = false, no_verify = false;
 };
 
 std::string fmt_ms(const json& v) {
@@ -131,6 +131,48 @@ void print_calibration(const json& c) {
   if (c.contains("refused")) std::cout << "  (a stored calibration was refused: " << c.value("refused", "") << ")\n";
 }
 
+std::string fmt_signed_pct(const json& v) {
+  if (!v.is_number()) return "-";
+  std::ostringstream o;
+  o << std::showpos << std::fixed << std::setprecision(1) << 100.0 * v.get<double>() << "%";
+  return o.str();
+}
+
+// Predicted and measured side by side (schemas/job.schema.json result.verification).
+void print_verification(const json& v) {
+  const std::string state = v.value("state", "off");
+  if (state != "verified") {
+    std::cout << "\nverification " << state << ": " << v.value("reason", "") << "\n";
+    return;
+  }
+  std::cout << "\nverified on the workers (" << v.value("warmup_steps", 0) << " warm-up + median of "
+            << v.value("steps", 0) << " steps; flagged when |measured - predicted| / measured > "
+            << fmt_pct(v["threshold"]) << "):\n";
+  std::cout << std::left << std::setw(15) << "" << std::setw(16) << "plan" << std::right << std::setw(14)
+            << "predicted ms" << std::setw(13) << "measured ms" << std::setw(10) << "diff" << "\n";
+  for (const json& p : v["plans"]) {
+    std::cout << std::left << std::setw(15) << (p.value("role", "") == "best" ? "best" : "best baseline")
+              << std::setw(16) << p.value("name", "") << std::right << std::setw(14) << fmt_ms(p["predicted_ms"])
+              << std::setw(13) << fmt_ms(p["measured_ms"]) << std::setw(10) << fmt_signed_pct(p["relative_difference"]);
+    if (p.value("disagrees", false)) std::cout << "  DISAGREES";
+    if (!p.value("ok", false))
+      std::cout << "  not measured (" << p.value("failure_kind", "") << ": " << p.value("message", "")
+                << "); the prediction stands";
+    if (p.contains("same_plan_as")) std::cout << "  (the same plan as the best)";
+    std::cout << "\n";
+  }
+  if (v.contains("calibration")) {
+    const json& c = v["calibration"];
+    if (c.value("stored", false))
+      std::cout << "calibration: " << c.value("samples_added", 0) << " measurement(s) added; refitted from "
+                << c.value("fitted_from", 0) << " and stored for this cluster (used by the next plan/optimize)\n";
+    else
+      std::cout << "calibration: not updated: " << c.value("error", "") << "\n";
+    if (c.contains("replaced_refused"))
+      std::cout << "  (replaced a stored calibration that was refused: " << c.value("replaced_refused", "") << ")\n";
+  }
+}
+
 void print_result(const json& r) {
   std::cout << "model " << r.value("model", "") << " (" << r.value("layers", 0) << " layers), cluster "
             << r.value("cluster", "") << " (" << r.value("devices", 0) << " devices), batch "
@@ -193,6 +235,7 @@ void print_result(const json& r) {
   for (const auto& o : r.value("subspace_optima", json::array()))
     std::cout << "  " << o.value("planner", "") << " (" << fmt_ms(o["step_ms"])
               << " ms): " << o.value("optimal_within", "") << "\n";
+  if (r.contains("verification")) print_verification(r["verification"]);
 }
 
 void run(const Args& a, int& exit_code) {
@@ -216,7 +259,7 @@ void run(const Args& a, int& exit_code) {
     return;
   }
   json options = {{"evaluator", a.evaluator}, {"seed", a.seed}, {"batch_size", a.batch},
-                  {"warm_start", a.warm_start}, {"baselines", !a.no_baselines}};
+                  {"warm_start", a.warm_start}, {"baselines", !a.no_baselines}, {"verify", !a.no_verify}};
   if (a.iterations > 0) options["iterations"] = a.iterations;
   if (a.time_budget_s > 0) options["time_budget_s"] = a.time_budget_s;
   if (a.input_size > 0) options["input_size"] = a.input_size;
@@ -289,6 +332,8 @@ void add_optimize_command(CLI::App& app, int& exit_code) {
   sub->add_flag("--json", args->json_output, "print the result JSON");
   sub->add_flag("--warm-start", args->warm_start, "start the policy from the best classical plan");
   sub->add_flag("--no-baselines", args->no_baselines, "skip the classical baselines");
+  sub->add_flag("--no-verify", args->no_verify,
+                "do not measure the best plan and the best baseline on the workers after the search");
   sub->add_option("--server", args->server, "submit to a tapp-server at URL instead of running here");
   sub->callback([args, &exit_code] { run(*args, exit_code); });
 }

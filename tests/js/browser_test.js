@@ -119,6 +119,9 @@ async function submitAndFollow(page, base) {
   check(devices >= 2, `layers are coloured by device (${devices} devices)`);
   const tasks = await page.locator('#gantt rect.task').count();
   check(tasks >= 8, `the pipeline Gantt chart is drawn (${tasks} tasks)`);
+  const verification = await page.getAttribute('#verification', 'data-state');
+  check(['verified', 'skipped'].includes(verification),
+        `the page says whether the plan was verified by measurement (${verification})`);
   const rows = await page.locator('#baselines-table tbody tr').count();
   check(rows >= 2, `the baselines table is filled (${rows} rows)`);
   await page.screenshot({path: screenshot, fullPage: true});
@@ -129,6 +132,26 @@ async function submitAndFollow(page, base) {
   check(true, 'the job list shows the job');
   check(foreign.length === 0, 'every request stayed on the server origin ' + (foreign.length ? foreign.join(', ') : ''));
   check(consoleErrors.length === 0, 'no errors in the console ' + consoleErrors.join(' | '));
+}
+
+// A result whose measured step disagrees with its prediction by more than 10%
+// (the fake job's: measured 25% over predicted) shows the flag next to the plan.
+async function disagreementFlag(context, base) {
+  const page = await context.newPage();
+  await page.goto(base + '/', {waitUntil: 'load'});
+  await page.waitForSelector('#model-select option[value="mlp"]', {state: 'attached', timeout: 15000});
+  await page.selectOption('#model-select', 'mlp');
+  await page.fill('#iterations-input', '5');
+  await page.click('#submit-button');
+  await page.waitForURL(/#\/jobs\/j[0-9a-f]+$/, {timeout: 15000});
+  await page.waitForSelector('#job-status[data-status="succeeded"]', {timeout: 30000});
+  await page.waitForSelector('#verification .flag.disagrees', {timeout: 10000});
+  const flags = await page.$$eval('#verification .flag.disagrees', (fs) => fs.map((f) => f.getAttribute('data-role')));
+  check(flags.length === 1 && flags[0] === 'best', 'the disagreement flag is shown next to the plan, and only there: ' + flags);
+  const text = await page.textContent('#verification .verified-plan[data-role="best"]');
+  check(text.includes('predicted') && text.includes('measured') && text.includes('+20.0%'),
+        'predicted and measured are shown side by side with the difference: ' + text);
+  await page.close();
 }
 
 async function tokenFlow(context, base) {
@@ -163,6 +186,11 @@ async function tokenFlow(context, base) {
     const s2 = await startServer(path.join(dir, 't'), fakeJobs.concat(['--token-file', path.join(dir, 'token')]));
     procs.push(s2.proc);
     await tokenFlow(browser.context, s2.url);
+
+    fs.mkdirSync(path.join(dir, 'f'));
+    const s3 = await startServer(path.join(dir, 'f'), fakeJobs);
+    procs.push(s3.proc);
+    await disagreementFlag(browser.context, s3.url);
   } catch (e) {
     console.error('FAIL ' + (e && e.stack || e));
     failed = true;

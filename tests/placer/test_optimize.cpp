@@ -28,7 +28,9 @@ OptimizeRequest small_request(int iterations) {
                {"cluster",
                 {{"devices", json::array({json{{"name", "a"}, {"speed", 0.5}}, json{{"name", "b"}, {"speed", 0.25}},
                                           json{{"name", "c"}, {"speed", 0.25}}})}}},
-               {"options", {{"iterations", iterations}, {"batch_size", 8}, {"seed", 3}}}};
+               // Simulation only: these tests are about the search and the result; verification by
+               // measurement on the workers has its own tests (test_verify.cpp).
+               {"options", {{"iterations", iterations}, {"batch_size", 8}, {"seed", 3}, {"verify", false}}}};
   auto r = optimize_request_from_json(body);
   REQUIRE(r.is_ok());
   return r.value();
@@ -187,7 +189,8 @@ TEST_CASE("the result JSON written by the phases has the keys the page and the j
                                             "evaluator", "seed", "profile", "source", "placement", "groups",
                                             "predicted_step_ms", "measured_step_ms", "step_ms", "comm_fraction",
                                             "speedup_vs_bsp", "speedup_vs_best_baseline", "best_baseline",
-                                            "baselines", "policy", "report", "timeline", "elapsed_s"});
+                                            "baselines", "policy", "report", "timeline", "verification",
+                                            "elapsed_s"});
   CHECK(keys_of(j["profile"]) == std::set<std::string>{"origin", "measured", "batch_size", "batch_sizes", "skipped"});
   CHECK(keys_of(j["policy"]) ==
         std::set<std::string>{"found", "step_ms", "refined_step_ms", "refine_evaluations", "policy_elapsed_s",

@@ -30,6 +30,7 @@ TEST_CASE("a request with a zoo model and a cluster takes the option defaults") 
   CHECK(r->batch_size == 32);
   CHECK(r->seed == 1);
   CHECK_FALSE(r->warm_start);
+  CHECK(r->verify);  // the best plan and the best baseline are measured unless turned off
 }
 
 TEST_CASE("every option in the request is read") {
@@ -44,7 +45,8 @@ TEST_CASE("every option in the request is read") {
                  {"input_size", 64},
                  {"num_classes", 10},
                  {"warm_start", true},
-                 {"baselines", false}}}};
+                 {"baselines", false},
+                 {"verify", false}}}};
   auto r = optimize_request_from_json(body);
   REQUIRE(r.is_ok());
   CHECK(r->evaluator == tapp::EvaluatorKind::hybrid);
@@ -56,6 +58,7 @@ TEST_CASE("every option in the request is read") {
   CHECK(r->num_classes == 10);
   CHECK(r->warm_start);
   CHECK_FALSE(r->baselines);
+  CHECK_FALSE(r->verify);
 }
 
 TEST_CASE("an inline layer graph is kept as the model graph") {
@@ -85,6 +88,7 @@ TEST_CASE("request errors name the field") {
   CHECK(error_of(with(json{{"batch_size", 0}})).rfind("options.batch_size: must be in", 0) == 0);
   CHECK(error_of(with(json{{"input_size", -5}})).rfind("options.input_size:", 0) == 0);
   CHECK(error_of(with(json{{"warm_start", "yes"}})) == "options.warm_start: expected a boolean, got string");
+  CHECK(error_of(with(json{{"verify", "no"}})) == "options.verify: expected a boolean, got string");
   CHECK(error_of(with(json{{"iteration", 5}})).rfind("options.iteration: unknown option", 0) == 0);
   CHECK(error_of(with(json(3))) == "options: expected an object, got number");
   CHECK(error_of(json{{"model", "alexnet"}, {"cluster", two_devices()}, {"extra", 1}}).rfind("extra: unknown field", 0) == 0);

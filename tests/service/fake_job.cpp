@@ -137,6 +137,21 @@ json make_result(const json& request, double best_step_ms, int iterations, doubl
   add("bsp", bsp, 0.31);
   add("uniform", step_ms * 1.12, 0.06);
   add("dp", dp, 0.05);
+  // Verification by measurement, made up like the rest: the best "measured"
+  // 25% slower than predicted (flagged: over 10%), the best baseline 5%.
+  auto checked = [](const char* role, const char* name, double predicted, double measured) {
+    const double diff = (measured - predicted) / measured;
+    return json{{"role", role},         {"name", name},      {"predicted_ms", predicted},
+                {"measured_ms", measured}, {"relative_difference", diff}, {"disagrees", std::abs(diff) > 0.10},
+                {"ok", true},           {"by_evaluator", false}};
+  };
+  json verification = {{"state", "verified"},
+                        {"threshold", 0.10},
+                        {"disagrees", true},
+                        {"warmup_steps", 1},
+                        {"steps", 3},
+                        {"plans", json::array({checked("best", "policy", step_ms, step_ms * 1.25),
+                                               checked("best_baseline", "dp", dp, dp * 1.05)})}};
   // The flat shape of placer's optimize() result (schemas/job.schema.json $defs/result).
   return json{{"fake", true},
               {"model", request.value("model", json()).is_string() ? request["model"] : json("inline")},
@@ -147,7 +162,7 @@ json make_result(const json& request, double best_step_ms, int iterations, doubl
               {"placement", placement},
               {"layer_order", layer_order},
               {"predicted_step_ms", step_ms},
-              {"measured_step_ms", nullptr},
+              {"measured_step_ms", step_ms * 1.25},
               {"step_ms", step_ms},
               {"comm_fraction", 0.05},
               {"speedup_vs_bsp", bsp / step_ms},
@@ -157,6 +172,7 @@ json make_result(const json& request, double best_step_ms, int iterations, doubl
               {"policy", {{"found", true}, {"iterations", iterations}, {"step_ms", step_ms}}},
               {"report", report},
               {"timeline", timeline},
+              {"verification", verification},
               {"elapsed_s", elapsed_s}};
 }
 

@@ -2,8 +2,11 @@
 // service adds around placer's optimize().
 #include <doctest/doctest.h>
 
+#include "core/cluster.h"
+#include "model/profile_cache.h"
 #include "model/zoo.h"
 #include "server_process.h"
+#include "simulator/calibration_store.h"
 #include "service/optimize_job.h"
 #include "service/sqlite_profile_cache.h"
 
@@ -34,6 +37,19 @@ TEST_CASE("the real job optimizes the stored request, without the service's opti
   CHECK((*result)["placement"]["layers"].size() == order.size());
   REQUIRE_FALSE(phases.empty());
   CHECK(phases.front() == "profiling");
+  // Verified on the workers by default; the measured steps are kept with the
+  // cluster's calibration in the job database, for the next job on it.
+  const json& verification = (*result)["verification"];
+  CAPTURE(verification.dump(2));
+  CHECK(verification["state"] == "verified");
+  if (verification.contains("calibration") && verification["calibration"]["stored"] == true) {
+    Result<Cluster> cluster = cluster_from_json(input.request["cluster"]);
+    REQUIRE(cluster.is_ok());
+    auto stored = find_calibration(cache, *cluster, profile_timing_method());
+    REQUIRE_MESSAGE(stored.is_ok(), stored.error_message());
+    REQUIRE(stored->has_value());
+    CHECK((*stored)->stored_samples() == verification["calibration"]["samples_kept"].get<int>());
+  }
 }
 
 TEST_CASE("the real job refuses a remote worker whose host the server does not allow, naming the device") {

@@ -307,6 +307,45 @@ TEST_CASE("calibration recovers known device factors and overheads from measured
   CHECK(tied->calibration.factor(1) == tied->calibration.factor(2));
 }
 
+TEST_CASE("one calibration is fitted on the measured steps of two models on the same cluster") {
+  // The corrections are the cluster's (device factors, per-task and per-step
+  // costs); each model's samples are replayed with its own layer costs.
+  Cluster c = devices(2);
+  LayerGraph small = chain(4), large = chain(8);
+  auto small_base = CostModel::build(small, c, flat_library(small, 4, 1.0, 2.0));
+  auto large_base = CostModel::build(large, c, flat_library(large, 4, 3.0, 6.0));
+  REQUIRE(small_base.is_ok());
+  REQUIRE(large_base.is_ok());
+  Calibration truth;
+  truth.device_factor = {1.4, 1.4};
+  truth.step_overhead_ms = 2.0;
+  std::mt19937 rng(11);
+  auto measured_samples = [&](const LayerGraph& g, const CostModel& base, int n) {
+    Simulator real(g, c, base.with_calibration(truth), 8);
+    std::vector<CalibrationSample> out;
+    for (int i = 0; i < n; ++i) {
+      Placement p;
+      p.layer_group.assign(g.layers.size(), 0);
+      for (size_t l = g.layers.size() / 2; l < g.layers.size(); ++l) p.layer_group[l] = 1;
+      p.group_device = {static_cast<int>(rng() % 2), 0};
+      p.group_device[1] = 1 - p.group_device[0];
+      p.micro_batches = 1 << (rng() % 3);
+      StepReport m = real.evaluate(p, {false});
+      REQUIRE(m.ok);
+      out.push_back({p, m});
+    }
+    return out;
+  };
+  std::vector<CalibrationWorkload> workloads = {{&small, &*small_base, 8, measured_samples(small, *small_base, 4)},
+                                                {&large, &*large_base, 8, measured_samples(large, *large_base, 4)}};
+  auto fit = calibrate(c, workloads);
+  REQUIRE_MESSAGE(fit.is_ok(), fit.error_message());
+  CHECK(fit->measured.size() == 8);
+  CHECK(fit->before.median_abs_rel_error > 0.1);
+  CHECK(fit->after.median_abs_rel_error < 0.02);
+  CHECK(fit->calibration.factor(0) == doctest::Approx(1.4).epsilon(0.05));
+}
+
 TEST_CASE("spearman is 1 for the same order, -1 for the reverse, and handles ties") {
   CHECK(spearman({1, 2, 3, 4}, {10, 20, 30, 40}) == doctest::Approx(1.0));
   CHECK(spearman({1, 2, 3, 4}, {4, 3, 2, 1}) == doctest::Approx(-1.0));
