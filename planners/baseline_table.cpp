@@ -18,9 +18,6 @@ Result<Outcome> run_outcome(const std::string& name, const PlannerContext& ctx, 
   if (name == "dp") return dynamic_programming(ctx, ev, 3);
   if (name == "random") return random_search(ctx, ev);
   if (name == "anneal") return annealing(ctx, ev);
-  if (name == "pipelearn")
-    return "the best under the cost model's simulation among its client/server splits (every split layer, or 64 "
-           "quantiles on long models) and micro-batch choices, every client replicating the first stage";
   if (name == "exhaustive") return exhaustive(ctx, ev);
   if (name == "pipedream") return pipedream(ctx, ev, 3);
   if (name == "pipelearn") return pipelearn(ctx, ev);
