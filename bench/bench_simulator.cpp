@@ -3,10 +3,15 @@
 // One "evaluation" = placement -> StepReport: validate, check memory, build the
 // task graph, replay it (SimulatorEvaluator::evaluate, timeline off as in a
 // search). Costs come from estimated_library (multiply-adds), which does not
-// change the amount of work. Placements: the 4-stage uniform split (contiguous)
-// and random layer -> device assignments (non-contiguous: many segments).
+// change the amount of work. Placements: the 4-stage uniform split (contiguous),
+// random layer -> device assignments (non-contiguous: many segments), hybrid
+// placements (2 or 3 contiguous stages over the 4 devices, one stage
+// replicated on 2 devices: PipeDream's space) and branch-parallel ones (each
+// Inception block's parallel branches on different devices, the trunk on one).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <map>
 #include <random>
 
 #include "planners/planners.h"
@@ -25,8 +30,62 @@ struct Fixture {
   LayerGraph graph;
   Cluster cluster;
   std::unique_ptr<SimulatorEvaluator> ev;
-  std::vector<Placement> contiguous, random, one_f_one_b;
+  std::vector<Placement> contiguous, random, one_f_one_b, replicated, branch_parallel;
 };
+
+// Hybrid: 2 or 3 contiguous stages, random cuts, one stage on 2 devices.
+Placement random_hybrid(int L, std::mt19937& rng) {
+  Placement p;
+  const int S = 2 + static_cast<int>(rng() % 2);
+  std::vector<int> cuts;
+  while (static_cast<int>(cuts.size()) < S - 1) {
+    int cut = 1 + static_cast<int>(rng() % (L - 1));
+    if (std::find(cuts.begin(), cuts.end(), cut) == cuts.end()) cuts.push_back(cut);
+  }
+  std::sort(cuts.begin(), cuts.end());
+  for (int i = 0, s = 0; i < L; ++i) {
+    while (s < S - 1 && i >= cuts[s]) ++s;
+    p.layer_group.push_back(s);
+  }
+  std::vector<int> devs{0, 1, 2, 3};
+  std::shuffle(devs.begin(), devs.end(), rng);
+  const int replicated = static_cast<int>(rng() % S);
+  p.group_replicas.resize(S);
+  for (int s = 0, next = 0; s < S; ++s) {
+    p.group_device.push_back(devs[next++]);
+    if (s == replicated) p.group_replicas[s].push_back(devs[next++]);
+  }
+  p.micro_batches = 8;
+  return p;
+}
+
+// Each block's parallel branches (what feeds its concat, traced back to the
+// block's input) on distinct devices in a random order; the trunk on one device.
+Placement random_branch_parallel(const LayerGraph& g, std::mt19937& rng) {
+  const int L = static_cast<int>(g.layers.size());
+  const int trunk = static_cast<int>(rng() % 4);
+  Placement p;
+  p.layer_group.assign(L, trunk);
+  p.group_device = {0, 1, 2, 3};
+  p.micro_batches = 8;
+  int block_start = 0;
+  for (int c = 0; c < L; ++c) {
+    const Layer& l = g.layers[c];
+    if (l.op != "concat" || l.name.find(".branch") != std::string::npos) continue;  // block-level concats
+    std::vector<int> devs{0, 1, 2, 3};
+    std::shuffle(devs.begin(), devs.end(), rng);
+    std::vector<int> label(L, -1);
+    for (size_t j = 0; j < l.inputs.size(); ++j) label[l.inputs[j]] = static_cast<int>(j);
+    for (int i = c - 1; i >= block_start; --i) {  // inputs come first: walk back from the concat
+      if (label[i] < 0) continue;
+      p.layer_group[i] = devs[label[i] % 4];
+      for (int in : g.layers[i].inputs)
+        if (in >= block_start && label[in] < 0) label[in] = label[i];
+    }
+    block_start = c + 1;
+  }
+  return p;
+}
 
 Fixture& fixture(const std::string& model) {
   static std::map<std::string, Fixture> cache;
@@ -62,13 +121,31 @@ Fixture& fixture(const std::string& model) {
     p.micro_batches = 8;
     for (int i = 0; i < L; ++i) p.layer_group.push_back(static_cast<int>(rng() % 4));
     f.random.push_back(p);
+    f.replicated.push_back(random_hybrid(L, rng));
+    f.branch_parallel.push_back(random_branch_parallel(f.graph, rng));
   }
   return cache.emplace(model, std::move(f)).first->second;
 }
 
-void run(benchmark::State& state, const std::string& model, bool random, bool ofob = false) {
+enum class Kind { contiguous, one_f_one_b, random, replicated, branch_parallel };
+
+void run(benchmark::State& state, const std::string& model, Kind kind) {
   Fixture& f = fixture(model);
-  const auto& ps = ofob ? f.one_f_one_b : random ? f.random : f.contiguous;
+  const auto& ps = kind == Kind::one_f_one_b       ? f.one_f_one_b
+                   : kind == Kind::random          ? f.random
+                   : kind == Kind::replicated      ? f.replicated
+                   : kind == Kind::branch_parallel ? f.branch_parallel
+                                                   : f.contiguous;
+  // The placements' average size (outside the timed loop).
+  double segments = 0, tasks = 0;
+  for (const Placement& p : ps) {
+    auto tg = build_task_graph(f.graph, p, f.cluster, 32);
+    if (!tg) continue;
+    segments += static_cast<double>(tg->segments.size()) / static_cast<double>(ps.size());
+    tasks += static_cast<double>(tg->tasks.size()) / static_cast<double>(ps.size());
+  }
+  state.counters["segments"] = segments;
+  state.counters["tasks"] = tasks;
   size_t i = 0;
   for (auto _ : state) {
     StepReport r = f.ev->evaluate(ps[i++ % ps.size()]);
@@ -78,16 +155,20 @@ void run(benchmark::State& state, const std::string& model, bool random, bool of
   state.SetItemsProcessed(state.iterations());
 }
 
-void BM_alexnet_4dev_8mb_uniform(benchmark::State& s) { run(s, "alexnet", false); }
-void BM_alexnet_4dev_8mb_random(benchmark::State& s) { run(s, "alexnet", true); }
-void BM_inception_v3_4dev_8mb_uniform(benchmark::State& s) { run(s, "inception_v3", false); }
-void BM_inception_v3_4dev_8mb_random(benchmark::State& s) { run(s, "inception_v3", true); }
-void BM_alexnet_4dev_8mb_uniform_1f1b(benchmark::State& s) { run(s, "alexnet", false, true); }
+void BM_alexnet_4dev_8mb_uniform(benchmark::State& s) { run(s, "alexnet", Kind::contiguous); }
+void BM_alexnet_4dev_8mb_random(benchmark::State& s) { run(s, "alexnet", Kind::random); }
+void BM_inception_v3_4dev_8mb_uniform(benchmark::State& s) { run(s, "inception_v3", Kind::contiguous); }
+void BM_inception_v3_4dev_8mb_random(benchmark::State& s) { run(s, "inception_v3", Kind::random); }
+void BM_alexnet_4dev_8mb_uniform_1f1b(benchmark::State& s) { run(s, "alexnet", Kind::one_f_one_b); }
+void BM_inception_v3_4dev_replicated(benchmark::State& s) { run(s, "inception_v3", Kind::replicated); }
+void BM_inception_v3_4dev_branch_parallel(benchmark::State& s) { run(s, "inception_v3", Kind::branch_parallel); }
 BENCHMARK(BM_alexnet_4dev_8mb_uniform);
 BENCHMARK(BM_alexnet_4dev_8mb_uniform_1f1b);
 BENCHMARK(BM_alexnet_4dev_8mb_random);
 BENCHMARK(BM_inception_v3_4dev_8mb_uniform);
 BENCHMARK(BM_inception_v3_4dev_8mb_random);
+BENCHMARK(BM_inception_v3_4dev_replicated);
+BENCHMARK(BM_inception_v3_4dev_branch_parallel);
 
 // The parts of one evaluation, for alexnet's uniform split.
 void BM_alexnet_build_task_graph(benchmark::State& state) {
@@ -109,6 +190,43 @@ void BM_alexnet_simulate_only(benchmark::State& state) {
 }
 BENCHMARK(BM_alexnet_build_task_graph);
 BENCHMARK(BM_alexnet_simulate_only);
+
+// The parts of one branch-parallel inception_v3 evaluation, buffers reused as in a search.
+void BM_inception_v3_branch_parallel_build_only(benchmark::State& state) {
+  Fixture& f = fixture("inception_v3");
+  TaskGraph tg;
+  size_t i = 0;
+  for (auto _ : state) {
+    Status s = build_task_graph_into(f.graph, f.branch_parallel[i++ % f.branch_parallel.size()], f.cluster, 32, tg);
+    benchmark::DoNotOptimize(s.ok());
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+void BM_inception_v3_branch_parallel_simulate_only(benchmark::State& state) {
+  Fixture& f = fixture("inception_v3");
+  std::vector<TaskGraph> graphs;
+  for (const Placement& p : f.branch_parallel) graphs.push_back(*build_task_graph(f.graph, p, f.cluster, 32));
+  size_t i = 0;
+  for (auto _ : state) {
+    StepReport r = simulate(graphs[i++ % graphs.size()], f.ev->cost(), {false});
+    benchmark::DoNotOptimize(r.step_ms);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+void BM_inception_v3_branch_parallel_validate_and_memory(benchmark::State& state) {
+  Fixture& f = fixture("inception_v3");
+  size_t i = 0;
+  for (auto _ : state) {
+    const Placement& p = f.branch_parallel[i++ % f.branch_parallel.size()];
+    Status s = validate_placement(p, f.graph, f.cluster, 32);
+    Status m = check_memory(p, f.graph, f.cluster, 32);
+    benchmark::DoNotOptimize(s.ok() && m.ok());
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_inception_v3_branch_parallel_build_only);
+BENCHMARK(BM_inception_v3_branch_parallel_simulate_only);
+BENCHMARK(BM_inception_v3_branch_parallel_validate_and_memory);
 
 }  // namespace
 

@@ -12,25 +12,21 @@ namespace {
 // Reused buffers of one thread's replays.
 struct Workspace {
   std::vector<double> start, end;
-  std::vector<int> resource_prev, indegree, succ_begin, succ, fill, ready, crit;
-  std::vector<int> last_on_link, out_begin, out_tasks;
-  std::vector<int> extra_begin, extra;  // per allreduce: its predecessors on the participants' send queues
+  std::vector<int> resource_prev, crit;
+  std::vector<int> last_on_link, send_tail;  // [device][queue]: the queue's last task; its last send
+  std::vector<int> extra_begin, extra;       // per allreduce: its predecessors on the participants' send queues
+  std::vector<char> state;
+  std::vector<int> stack;
+  std::vector<int> compute_cost_at;  // per segment: where its cached compute costs start in compute_cost
+  std::vector<double> compute_cost;  // [segment][replica][micro-batch size class][forward, backward]; NaN = not yet
+  std::vector<int64_t> params;
+  std::vector<int> end_task;
+  std::vector<double> averaging;
 };
 
 Workspace& workspace() {
   thread_local Workspace ws;
   return ws;
-}
-
-double task_duration(const TaskGraph& tg, const Task& t, const CostModel& cost, int local_used) {
-  if (is_transfer(t.kind)) return cost.transfer_ms(t.device, t.to_device, t.bytes);
-  if (t.kind == TaskKind::allreduce) return cost.ring_allreduce_ms(tg.replicated_groups[t.replicated_group].devices, t.bytes);
-  const Segment& s = tg.segments[t.segment];
-  const int64_t samples = tg.micro_batch_sizes[t.micro_batch];
-  const int others = cost.is_local(t.device) ? std::max(0, local_used - 1) : 0;
-  return t.kind == TaskKind::forward
-             ? cost.forward_ms(t.device, s.layers.front(), s.layers.back(), samples, others)
-             : cost.backward_ms(t.device, s.layers.front(), s.layers.back(), samples, others);
 }
 
 }  // namespace
@@ -53,115 +49,149 @@ std::string task_name(const Task& t) {
 StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOptions& options, TaskTimes* times) {
   const int T = static_cast<int>(tg.tasks.size());
   const int D = tg.num_devices;
+  const int S = static_cast<int>(tg.segments.size());
+  const int M = tg.micro_batches();
   if (D != cost.num_devices())
     return StepReport::failure(FailureKind::invalid_placement,
                                "task graph has " + std::to_string(D) + " devices, the cost model " +
                                    std::to_string(cost.num_devices()),
                                "simulate");
   Workspace& ws = workspace();
-  ws.start.assign(T, 0);
-  ws.end.assign(T, 0);
+  ws.start.resize(T);
+  ws.end.resize(T);
+  ws.crit.resize(T);
   ws.resource_prev.assign(T, -1);
-  ws.crit.assign(T, -1);
+  ws.state.assign(T, 0);  // 0 unvisited, 1 open (waiting for predecessors), 2 finished
 
-  // Resource chains: device orders, and per link the FIFO order of the sender's order.
-  ws.out_begin.assign(T + 1, 0);
-  for (int t = 0; t < T; ++t)
-    if (is_transfer(tg.tasks[t].kind)) ++ws.out_begin[tg.tasks[t].deps[0] + 1];
-  for (int t = 0; t < T; ++t) ws.out_begin[t + 1] += ws.out_begin[t];
-  ws.out_tasks.assign(ws.out_begin[T], 0);
-  ws.fill.assign(ws.out_begin.begin(), ws.out_begin.end() - 1);
-  for (int t = 0; t < T; ++t)
-    if (is_transfer(tg.tasks[t].kind)) ws.out_tasks[ws.fill[tg.tasks[t].deps[0]]++] = t;
-  ws.last_on_link.assign(static_cast<size_t>(D) * D, -1);
+  // Resource chains: device orders, and per queue the FIFO order of the
+  // sender's order. A compute task's sends directly follow it in `tasks` (the builder's layout).
+  const int Q = options.send_queue_per_device ? 1 : D;
+  ws.last_on_link.assign(static_cast<size_t>(D) * Q, -1);
   size_t ordered = 0;
+  bool malformed = false;
   for (int d = 0; d < D; ++d) {
     int prev = -1;
     for (int t : tg.device_order[d]) {
       ws.resource_prev[t] = prev;
       prev = t;
       ++ordered;
-      for (int k = ws.out_begin[t]; k < ws.out_begin[t + 1]; ++k) {
-        int x = ws.out_tasks[k];
-        int queue = options.send_queue_per_device ? 0 : tg.tasks[x].to_device;
-        int& last = ws.last_on_link[static_cast<size_t>(d) * D + queue];
+      for (int x = t + 1; x < T && is_transfer(tg.tasks[x].kind); ++x) {
+        const Task& send = tg.tasks[x];
+        malformed = malformed || send.deps[0] != t;
+        int& last = ws.last_on_link[static_cast<size_t>(d) * Q + (Q == 1 ? 0 : send.to_device)];
         ws.resource_prev[x] = last;
         last = x;
       }
     }
   }
-  // Allreduces, ascending id: each joins the end of every participant's send
-  // queue (per directed link: the participant's link to its ring successor).
-  ws.extra_begin.assign(T + 1, 0);
+  if (malformed)
+    return StepReport::failure(FailureKind::invalid_placement,
+                               "task graph: a transfer does not follow the task that produces it", "simulate");
+  ws.send_tail = ws.last_on_link;
+  // Allreduces (the last tasks, ascending id): each joins the end of every
+  // participant's send queue (per directed link: its link to its ring successor).
+  const int first_allreduce = T - static_cast<int>(std::count_if(
+                                      tg.replicated_groups.begin(), tg.replicated_groups.end(),
+                                      [](const ReplicatedGroup& rg) { return rg.allreduce_task >= 0; }));
+  ws.extra_begin.assign(T - first_allreduce + 1, 0);
   ws.extra.clear();
-  for (int t = 0; t < T; ++t) {
+  for (int t = first_allreduce; t < T; ++t) {
     const Task& task = tg.tasks[t];
-    if (task.kind == TaskKind::allreduce) {
-      const std::vector<int>& ring = tg.replicated_groups[task.replicated_group].devices;
-      const size_t first = ws.extra.size();
-      for (size_t k = 0; k < ring.size(); ++k) {
-        const int d = ring[k];
-        const int queue = options.send_queue_per_device ? 0 : ring[(k + 1) % ring.size()];
-        int& last = ws.last_on_link[static_cast<size_t>(d) * D + queue];
-        if (last >= 0 && std::find(ws.extra.begin() + first, ws.extra.end(), last) == ws.extra.end())
-          ws.extra.push_back(last);
-        last = t;
-      }
+    if (task.kind != TaskKind::allreduce)
+      return StepReport::failure(FailureKind::invalid_placement, "task graph: allreduces must come last", "simulate");
+    const std::vector<int>& ring = tg.replicated_groups[task.replicated_group].devices;
+    const size_t first = ws.extra.size();
+    for (size_t k = 0; k < ring.size(); ++k) {
+      const int d = ring[k];
+      const int queue = Q == 1 ? 0 : ring[(k + 1) % ring.size()];
+      int& last = ws.last_on_link[static_cast<size_t>(d) * Q + queue];
+      if (last >= 0 && std::find(ws.extra.begin() + first, ws.extra.end(), last) == ws.extra.end())
+        ws.extra.push_back(last);
+      last = t;
     }
-    ws.extra_begin[t + 1] = static_cast<int>(ws.extra.size());
+    ws.extra_begin[t - first_allreduce + 1] = static_cast<int>(ws.extra.size());
   }
   // Local devices the placement uses (they share the machine's cores).
   int local_used = 0;
   for (int d = 0; d < D; ++d) local_used += !tg.device_order[d].empty() && cost.is_local(d);
-  // Kahn's algorithm over deps + resource chains.
-  ws.indegree.assign(T, 0);
-  ws.succ_begin.assign(T + 1, 0);
-  for (int t = 0; t < T; ++t) {
-    const Task& task = tg.tasks[t];
-    ws.indegree[t] = static_cast<int>(task.deps.size()) + (ws.resource_prev[t] >= 0) +
-                     (ws.extra_begin[t + 1] - ws.extra_begin[t]);
-    for (int d : task.deps) ++ws.succ_begin[d + 1];
-    if (ws.resource_prev[t] >= 0) ++ws.succ_begin[ws.resource_prev[t] + 1];
-    for (int k = ws.extra_begin[t]; k < ws.extra_begin[t + 1]; ++k) ++ws.succ_begin[ws.extra[k] + 1];
-  }
-  for (int t = 0; t < T; ++t) ws.succ_begin[t + 1] += ws.succ_begin[t];
-  ws.succ.assign(ws.succ_begin[T], 0);
-  ws.fill.assign(ws.succ_begin.begin(), ws.succ_begin.end() - 1);
-  for (int t = 0; t < T; ++t) {
-    for (int d : tg.tasks[t].deps) ws.succ[ws.fill[d]++] = t;
-    if (ws.resource_prev[t] >= 0) ws.succ[ws.fill[ws.resource_prev[t]]++] = t;
-    for (int k = ws.extra_begin[t]; k < ws.extra_begin[t + 1]; ++k) ws.succ[ws.fill[ws.extra[k]]++] = t;
-  }
-  ws.ready.clear();
-  for (int t = 0; t < T; ++t)
-    if (ws.indegree[t] == 0) ws.ready.push_back(t);
-  int processed = 0;
-  while (!ws.ready.empty()) {
-    int t = ws.ready.back();
-    ws.ready.pop_back();
-    ++processed;
-    const Task& task = tg.tasks[t];
-    double s = 0;
+  // Compute costs depend on (segment, replica, micro-batch size, direction)
+  // only, and micro-batch sizes take at most two values: cached per replay.
+  ws.compute_cost_at.resize(S + 1);
+  ws.compute_cost_at[0] = 0;
+  for (int s = 0; s < S; ++s) ws.compute_cost_at[s + 1] = ws.compute_cost_at[s] + 4 * tg.segments[s].replica_count();
+  ws.compute_cost.assign(ws.compute_cost_at[S], -1.0);
+  const int64_t first_size = M > 0 ? tg.micro_batch_sizes[0] : 0;
+  auto duration = [&](const Task& t) {
+    if (is_transfer(t.kind)) return cost.transfer_ms(t.device, t.to_device, t.bytes);
+    if (t.kind == TaskKind::allreduce)
+      return cost.ring_allreduce_ms(tg.replicated_groups[t.replicated_group].devices, t.bytes);
+    const Segment& seg = tg.segments[t.segment];
+    const int64_t samples = tg.micro_batch_sizes[t.micro_batch];
+    const bool backward = t.kind == TaskKind::backward;
+    double& cached = ws.compute_cost[ws.compute_cost_at[t.segment] +
+                                     ((t.micro_batch % seg.replica_count()) * 2 + (samples != first_size)) * 2 + backward];
+    if (cached < 0) {
+      const int others = cost.is_local(t.device) ? std::max(0, local_used - 1) : 0;
+      cached = backward ? cost.backward_ms(t.device, seg.layers.front(), seg.layers.back(), samples, others)
+                        : cost.forward_ms(t.device, seg.layers.front(), seg.layers.back(), samples, others);
+    }
+    return cached;
+  };
+  // Start and end times over deps + resource chains, depth first: a task
+  // finishes once its predecessors have. Tasks come nearly in a topological
+  // order, so most finish on their first visit. A predecessor still open on
+  // the path is a cycle (an order the graph cannot run).
+  auto predecessors = [&](int t, auto&& visit) {
+    if (ws.resource_prev[t] >= 0) visit(ws.resource_prev[t]);
+    for (int d : tg.tasks[t].deps) visit(d);
+    if (t >= first_allreduce)
+      for (int k = ws.extra_begin[t - first_allreduce]; k < ws.extra_begin[t - first_allreduce + 1]; ++k)
+        visit(ws.extra[k]);
+  };
+  bool cycle = false;
+  // Finishes t when its predecessors have (true), else stacks the unfinished ones.
+  auto try_finish = [&](int t) {
+    double start = 0;
     int crit = -1;
-    auto consider = [&](int x) {
-      if (crit < 0 || ws.end[x] > s) {
-        s = ws.end[x];
+    bool waiting = false;
+    predecessors(t, [&](int x) {
+      if (ws.state[x] != 2) {
+        cycle = cycle || ws.state[x] == 1;
+        waiting = true;
+        ws.stack.push_back(x);
+      } else if (crit < 0 || ws.end[x] > start) {
+        start = ws.end[x];
         crit = x;
       }
-    };
-    if (ws.resource_prev[t] >= 0) consider(ws.resource_prev[t]);
-    for (int d : task.deps) consider(d);
-    for (int k = ws.extra_begin[t]; k < ws.extra_begin[t + 1]; ++k) consider(ws.extra[k]);
-    ws.start[t] = s;
-    ws.end[t] = s + task_duration(tg, task, cost, local_used) +
+    });
+    if (waiting) {
+      ws.state[t] = 1;
+      return false;
+    }
+    const Task& task = tg.tasks[t];
+    ws.start[t] = start;
+    ws.end[t] = start + duration(task) +
                 (is_compute(task.kind) && ws.resource_prev[t] < 0 ? cost.first_task_ms(task.device) : 0.0);
     ws.crit[t] = crit;
-    for (int k = ws.succ_begin[t]; k < ws.succ_begin[t + 1]; ++k)
-      if (--ws.indegree[ws.succ[k]] == 0) ws.ready.push_back(ws.succ[k]);
+    ws.state[t] = 2;
+    return true;
+  };
+  for (int root = 0; root < T && !cycle; ++root) {
+    if (ws.state[root] == 2) continue;
+    ws.stack.clear();
+    if (try_finish(root)) continue;
+    while (!ws.stack.empty() && !cycle) {
+      const int t = ws.stack.back();
+      if (ws.state[t] == 2) {
+        ws.stack.pop_back();
+        continue;
+      }
+      if (try_finish(t)) ws.stack.pop_back();
+    }
+    if (!cycle && !try_finish(root)) cycle = true;
   }
-  size_t compute_tasks = 0;
-  for (const Task& task : tg.tasks) compute_tasks += is_compute(task.kind);
-  if (processed != T || ordered != compute_tasks)
+  const size_t compute_tasks = static_cast<size_t>(2) * S * M;  // a forward and a backward per (segment, micro-batch)
+  if (cycle || ordered != compute_tasks)
     return StepReport::failure(FailureKind::invalid_placement,
                                "the schedule cannot run this task graph (a cycle)", "simulate");
 
@@ -169,26 +199,32 @@ StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOp
   r.ok = true;
   r.source = "simulate";
   r.devices.resize(D);
-  std::vector<int64_t> params(D, 0);
-  for (const Segment& s : tg.segments)
-    for (int d : s.devices) params[d] += s.param_bytes;  // every replica holds the segment's parameters
+  std::vector<int64_t>& params = ws.params;
+  params.assign(D, 0);
+  for (const Segment& seg : tg.segments)
+    for (int d : seg.devices) params[d] += seg.param_bytes;  // every replica holds the segment's parameters
   // A device ends when its last compute task, its last send and the
   // allreduces it takes part in are done (the runtime drains its sender),
-  // then runs the optimizer update.
-  std::vector<int> end_task(D, -1);
-  for (int d = 0; d < D; ++d)
+  // then runs the optimizer update. A queue's last send ends last (FIFO).
+  std::vector<int>& end_task = ws.end_task;
+  end_task.assign(D, -1);
+  for (int d = 0; d < D; ++d) {
     if (!tg.device_order[d].empty()) end_task[d] = tg.device_order[d].back();
-  auto ends_later = [&](int t, int d) { return end_task[d] < 0 || ws.end[t] > ws.end[end_task[d]]; };
-  for (int t = 0; t < T; ++t) {
-    const Task& task = tg.tasks[t];
-    if (is_transfer(task.kind) && ends_later(t, task.device)) end_task[task.device] = t;
-    if (task.kind == TaskKind::allreduce)
-      for (int d : tg.replicated_groups[task.replicated_group].devices)
-        if (ends_later(t, d)) end_task[d] = t;
+    int last_send = -1;
+    for (int q = 0; q < Q; ++q) {
+      const int x = ws.send_tail[static_cast<size_t>(d) * Q + q];
+      if (x >= 0 && (last_send < 0 || ws.end[x] > ws.end[last_send] || (ws.end[x] == ws.end[last_send] && x < last_send)))
+        last_send = x;
+    }
+    if (last_send >= 0 && (end_task[d] < 0 || ws.end[last_send] > ws.end[end_task[d]])) end_task[d] = last_send;
   }
+  for (int t = first_allreduce; t < T; ++t)
+    for (int d : tg.replicated_groups[tg.tasks[t].replicated_group].devices)
+      if (end_task[d] < 0 || ws.end[t] > ws.end[end_task[d]]) end_task[d] = t;
   // aggregation_every = K > 1: the replicas' parameters are averaged (one ring
   // allreduce of the group's parameters) once every K steps, charged 1/K per step.
-  std::vector<double> averaging(D, 0);
+  std::vector<double>& averaging = ws.averaging;
+  averaging.assign(D, 0);
   if (tg.aggregation_every > 1)
     for (const ReplicatedGroup& rg : tg.replicated_groups) {
       const double share = cost.ring_allreduce_ms(rg.devices, rg.param_bytes) / tg.aggregation_every;
@@ -197,28 +233,48 @@ StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOp
   double step = 0;
   int last_task = -1, last_device = -1;
   double busy_sum = 0, comm_sum = 0;
-  std::vector<double> device_end(D, 0);
   for (int d = 0; d < D; ++d) {
     DeviceStats& st = r.devices[d];
     st.device = cost.device_name(d);
     if (tg.device_order[d].empty()) continue;
     // Communication as the runtime counts it: time blocked waiting for a
-    // compute task's remote inputs, plus draining the sends after the last task.
+    // compute task's remote inputs, plus draining the sends after the last
+    // task. Peak memory along the order: a forward keeps its activations and
+    // received inputs until its backward; a backward's received gradient is
+    // live while it runs.
     double prev_end = 0;
+    int64_t live = 0, peak = 0;
     for (int t : tg.device_order[d]) {
+      const Task& task = tg.tasks[t];
       st.busy_ms += ws.end[t] - ws.start[t];
       bool remote = false;
-      for (int dep : tg.tasks[t].deps) remote = remote || is_transfer(tg.tasks[dep].kind);
+      int64_t received = 0;
+      for (int dep : task.deps)
+        if (is_transfer(tg.tasks[dep].kind)) {
+          remote = true;
+          received += tg.tasks[dep].bytes;
+        }
       if (remote) st.comm_ms += std::max(0.0, ws.start[t] - prev_end);
       prev_end = ws.end[t];
+      const Segment& seg = tg.segments[task.segment];
+      const int64_t kept = cost.activation_bytes_per_sample(seg.layers.front(), seg.layers.back()) *
+                           tg.micro_batch_sizes[task.micro_batch];
+      if (task.kind == TaskKind::forward) {
+        live += kept + received;
+        peak = std::max(peak, live);
+      } else {
+        peak = std::max(peak, live + received);
+        live -= kept;
+      }
     }
+    st.peak_memory_bytes = 3 * params[d] + peak;
     double drained = ws.end[end_task[d]];
     st.comm_ms += std::max(0.0, drained - prev_end) + averaging[d];
     double update = cost.update_ms(d, params[d]);
     st.busy_ms += update;
-    device_end[d] = drained + averaging[d] + update;
-    if (device_end[d] > step) {
-      step = device_end[d];
+    const double device_end = drained + averaging[d] + update;
+    if (device_end > step) {
+      step = device_end;
       last_task = end_task[d];
       last_device = d;
     }
@@ -233,32 +289,6 @@ StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOp
     st.idle_ms = std::max(0.0, step - st.busy_ms - st.comm_ms);
   }
   r.comm_fraction = busy_sum + comm_sum > 0 ? comm_sum / (busy_sum + comm_sum) : 0;
-
-  // Peak memory along each device's order.
-  for (int d = 0; d < D; ++d) {
-    int64_t live = 0, peak = 0;
-    for (int t : tg.device_order[d]) {
-      const Task& task = tg.tasks[t];
-      const Segment& s = tg.segments[task.segment];
-      int64_t bytes = cost.activation_bytes_per_sample(s.layers.front(), s.layers.back()) *
-                      tg.micro_batch_sizes[task.micro_batch];
-      if (task.kind == TaskKind::forward)
-        for (int dep : task.deps)
-          if (is_transfer(tg.tasks[dep].kind)) bytes += tg.tasks[dep].bytes;
-      if (task.kind == TaskKind::forward) {
-        live += bytes;
-        peak = std::max(peak, live);
-      } else {
-        // the backward's received gradient is live while it runs
-        int64_t grad = 0;
-        for (int dep : task.deps)
-          if (is_transfer(tg.tasks[dep].kind)) grad += tg.tasks[dep].bytes;
-        peak = std::max(peak, live + grad);
-        live -= bytes;
-      }
-    }
-    r.devices[d].peak_memory_bytes = 3 * params[d] + peak;
-  }
 
   if (options.timeline) {
     r.timeline.reserve(T);

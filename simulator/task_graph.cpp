@@ -18,7 +18,31 @@ struct Scratch {
   std::vector<int64_t> edge_bytes;  // per sample
   std::vector<int> pred_begin, pred_edges, fill;  // per segment: incoming edges, ascending `from`
   std::vector<int> xfwd, xbwd;  // per (edge, micro-batch): transfer task id, -1 when same device
+  // Tasks and segments a smaller graph did not need, kept with their vectors'
+  // capacity for the next larger one (so a search loop stops allocating).
+  std::vector<Task> spare_tasks;
+  std::vector<Segment> spare_segments;
 };
+
+// Grows `v` by one, taking an element from `spare` when there is one.
+template <typename T>
+void grow(std::vector<T>& v, std::vector<T>& spare) {
+  if (spare.empty()) {
+    v.emplace_back();
+    return;
+  }
+  v.push_back(std::move(spare.back()));
+  spare.pop_back();
+}
+
+// Shrinks `v` to n elements, keeping the rest in `spare`.
+template <typename T>
+void shrink(std::vector<T>& v, size_t n, std::vector<T>& spare) {
+  while (v.size() > n) {
+    spare.push_back(std::move(v.back()));
+    v.pop_back();
+  }
+}
 
 Scratch& scratch() {
   thread_local Scratch s;
@@ -28,9 +52,10 @@ Scratch& scratch() {
 // Appends a task, reusing a previous build's Task (and its deps capacity) when there is one.
 struct TaskSink {
   TaskGraph& tg;
+  Scratch& sc;
   size_t used = 0;
   Task& next(int& id) {
-    if (used == tg.tasks.size()) tg.tasks.emplace_back();
+    if (used == tg.tasks.size()) grow(tg.tasks, sc.spare_tasks);
     Task& t = tg.tasks[used];
     t.deps.clear();
     t.peer_segment = -1;
@@ -65,7 +90,7 @@ void split_segments(const LayerGraph& g, const Placement& p, TaskGraph& tg, Scra
     const bool replicated = p.replica_count(grp) > 1;
     const int key = replicated ? -1 - grp : p.group_device[grp];
     if (S == 0 || key != prev_key) {
-      if (S == tg.segments.size()) tg.segments.emplace_back();
+      if (S == tg.segments.size()) grow(tg.segments, sc.spare_segments);
       Segment& seg = tg.segments[S++];
       reset_segment(seg);
       seg.group = grp;
@@ -78,7 +103,7 @@ void split_segments(const LayerGraph& g, const Placement& p, TaskGraph& tg, Scra
     seg.param_bytes += g.layers[i].param_bytes();
     sc.seg_of_layer[i] = static_cast<int>(S) - 1;
   }
-  tg.segments.resize(S);
+  shrink(tg.segments, S, sc.spare_segments);
   // Segment edges from every cross-segment input, sorted by (from, to, layer);
   // an edge's payload is each boundary layer's output once.
   sc.edge_from.clear();
@@ -165,7 +190,7 @@ void add_tasks(TaskGraph& tg, Scratch& sc) {
   resize_table(tg.backward_task, S, M);
   sc.xfwd.assign(static_cast<size_t>(E) * M, -1);
   sc.xbwd.assign(static_cast<size_t>(E) * M, -1);
-  TaskSink sink{tg};
+  TaskSink sink{tg, sc};
   auto from_device = [&](int e, int m) { return tg.segments[sc.edge_from[e]].device_of(m); };
   auto to_device = [&](int e, int m) { return tg.segments[sc.edge_to[e]].device_of(m); };
   // Forward: F(s, m), then its activation transfers to later segments on other devices.
@@ -254,7 +279,7 @@ void add_tasks(TaskGraph& tg, Scratch& sc) {
         for (int m = 0; m < M; ++m) a.deps.push_back(tg.backward_task[s][m]);
       rg.allreduce_task = aid;
     }
-  tg.tasks.resize(sink.used);
+  shrink(tg.tasks, sink.used, sc.spare_tasks);
 }
 
 // GPipe fill-drain: every forward, then every backward, in wavefront order

@@ -649,3 +649,21 @@ TEST_CASE("branch-parallel: two parallel branches on different devices overlap")
   CHECK(has_line(apart, 1, "F s1 m0", 1, 3));
   CHECK(has_line(apart, 2, "F s2 m0", 1, 3));
 }
+
+TEST_CASE("a device order the graph cannot run is reported as a failure, not replayed") {
+  LayerGraph g = chain(2);
+  Cluster c = devices(2);
+  auto cost = CostModel::build(g, c, flat_library(g, 1, 1.0, 1.0));
+  REQUIRE(cost.is_ok());
+  auto tg = build_task_graph(g, by_device({0, 1}, 2), c, 2);
+  REQUIRE(tg.is_ok());
+  REQUIRE(simulate(*tg, *cost).ok);
+  // Device 0 runs its first backward before its first forward: that backward
+  // waits for a gradient that needs the forward behind it.
+  std::vector<int>& order = tg->device_order[0];
+  std::iter_swap(std::find(order.begin(), order.end(), tg->forward_task[0][0]),
+                 std::find(order.begin(), order.end(), tg->backward_task[0][0]));
+  StepReport r = simulate(*tg, *cost);
+  CHECK_FALSE(r.ok);
+  CHECK(r.message.find("cycle") != std::string::npos);
+}
