@@ -355,12 +355,18 @@ json groups_summary(const Placement& p, const LayerGraph& g, const Cluster& c) {
     if (members[gi].empty()) order.push_back(gi);
     members[gi].push_back(static_cast<int>(i));
   }
-  for (int gi : order)
+  for (int gi : order) {
     out.push_back({{"group", gi},
                    {"device", c.devices.at(p.group_device[gi]).name},
                    {"first_layer", g.layers[members[gi].front()].name},
                    {"last_layer", g.layers[members[gi].back()].name},
                    {"layers", members[gi].size()}});
+    if (p.replica_count(gi) > 1) {  // a replicated stage: its further devices
+      json replicas = json::array();
+      for (int d : p.group_replicas[gi]) replicas.push_back(c.devices.at(d).name);
+      out.back()["replicas"] = replicas;
+    }
+  }
   return out;
 }
 

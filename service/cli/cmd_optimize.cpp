@@ -199,10 +199,13 @@ void print_result(const json& r) {
               << r["lower_bound"].value("basis", "") << "\n";
   else if (r.contains("lower_bound"))
     std::cout << "  no lower bound: " << r["lower_bound"].value("error", "") << "\n";
-  for (const auto& g : r["groups"])
-    std::cout << (replicas ? "  replica " : "  group ")<< g.value("group", 0) << " -> " << std::left << std::setw(10) << g.value("device", "")
+  for (const auto& g : r["groups"]) {
+    std::string devices = g.value("device", "");
+    for (const auto& d : g.value("replicas", json::array())) devices += "+" + d.get<std::string>();
+    std::cout << (replicas ? "  replica " : "  group ")<< g.value("group", 0) << " -> " << std::left << std::setw(10) << devices
               << std::right << " layers " << g.value("first_layer", "") << " .. " << g.value("last_layer", "") << " ("
               << g.value("layers", 0) << ")\n";
+  }
   const json& p = r["policy"];
   std::cout << "\nTAPP policy: " << fmt_ms(p["step_ms"]) << " ms after " << p.value("iterations", 0)
             << " iterations (" << p.value("restarts", 0) << " restarts), stopped by " << p.value("stop_reason", "")
