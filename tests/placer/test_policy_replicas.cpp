@@ -281,7 +281,8 @@ TEST_CASE("the search finds a replicated stage when replicas clearly pay") {
   SearchResult r = search(g, c, ev, o, nullptr);
   REQUIRE(r.found);
   CHECK(r.best.has_replicated_groups());
-  CHECK(r.best_report.step_ms < 8.0 / 3.0 + 1.0 + 1e-9);  // better than any pipeline of 3 stages (>= 8/3 + 2 cuts)
+  // Better than every plan without replicas: one device 8, two stages >= 4 + 1 cut, three >= 3 + 2 cuts.
+  CHECK(r.best_report.step_ms < 5.0 - 1e-9);
   CHECK(validate_placement(r.best, g, c, 8).is_ok());
 }
 
