@@ -107,11 +107,11 @@ struct Policy::Impl {
     p3->weight.mul_(0.1);
     a_out->weight.mul_(0.1);
     a_micro->weight.mul_(0.1);
-    // Replicas start rare (p ~ 0.12 each), so the first proposals are mostly
-    // the plain pipelines and replication is learned where it pays.
+    // Replicas start rare by default (bias -2: p ~ 0.12 each), so the first
+    // proposals are mostly the plain pipelines and replication is learned where it pays.
     if (a_replica) {
       a_replica->weight.mul_(0.1);
-      a_replica->bias.fill_(-2.0);
+      a_replica->bias.fill_(cfg.replica_bias);
     }
   }
 

@@ -87,6 +87,10 @@ struct PolicyConfig {
   PartitionMode partition = PartitionMode::contiguous;
   // At most this many further replicas per group (0 = no replica head).
   int max_replicas = 0;
+  // The replica head's initial bias: -2 (p ~ 0.12 an offered replica) leaves
+  // the first proposals mostly plain pipelines; the search's restarts that
+  // explore replication start at 0 (p = 0.5).
+  double replica_bias = -2.0;
   PolicyMemory memory;  // empty = no memory masks
   // Each non-empty group (in order) may not take a device an earlier group
   // took, while an allowed device is still free (pipeline stages on distinct

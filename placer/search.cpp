@@ -51,20 +51,31 @@ std::vector<double> compute_balanced_cuts(const LayerGraph& g, int stages) {
 // explore other basins. In turn (restart 1, 2, 3, 4, then again): stages of
 // equal multiply-adds (G of them, ceil(G/2) the next time round); all G
 // stages ending at depths that move by the golden ratio from restart to
-// restart; one stage (a single-device plan) the first time round, then a
-// random number in [2, G] placed like the golden-ratio ones; the
-// equal-stage prior (only the seed changes).
+// restart; fewer stages than devices with replicas as likely as not (when the
+// policy may replicate: max(1, G/4) stages the first time round, then a
+// random number in [2, G - 1]; without replicas: one stage, then [2, G]);
+// the equal-stage prior (only the seed changes). The ceil(G/2)-stage restarts
+// also start replicas at even odds: replicated stages need devices no stage holds.
 void vary_prior(PolicyConfig& pc, int restart, uint64_t search_seed, std::mt19937_64& rng, const LayerGraph& g) {
   const int G = pc.num_groups;
   if (G < 2 || restart % 4 == 0) return;
   const int cycle = restart / 4;  // 0, 1, 2, ...
+  const bool replicas = pc.max_replicas > 0;
   if (restart % 4 == 1) {
     pc.prior_groups = cycle % 2 == 0 ? G : (G + 1) / 2;
     pc.prior_cuts = compute_balanced_cuts(g, pc.prior_groups);
+    if (replicas && pc.prior_groups < G) pc.replica_bias = 0.0;
     return;
   }
   int stages = G;
-  if (restart % 4 == 3) stages = cycle == 0 ? 1 : std::uniform_int_distribution<int>(2, G)(rng);
+  if (restart % 4 == 3) {
+    if (replicas) {
+      stages = cycle == 0 ? std::max(1, G / 4) : std::uniform_int_distribution<int>(std::min(2, G - 1), G - 1)(rng);
+      pc.replica_bias = 0.0;
+    } else {
+      stages = cycle == 0 ? 1 : std::uniform_int_distribution<int>(2, G)(rng);
+    }
+  }
   // Each stage end moves by the golden ratio from restart to restart (from
   // a random start per search), so successive restarts spread it over the
   // depth instead of drawing it independently.
