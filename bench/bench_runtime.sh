@@ -21,6 +21,8 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
 [ -x "$cli" ] || { echo "build tapp-cli and tapp-worker first ($cli missing)" >&2; exit 1; }
+tcmalloc="$(ls /usr/lib/*/libtcmalloc_minimal.so.4 2>/dev/null | head -1)"
+[ -n "$tcmalloc" ] || { echo "libtcmalloc_minimal.so.4 not found (apt-get install libgoogle-perftools-dev)" >&2; exit 1; }
 
 cat > "$tmp/one_cpu_two_threads.json" <<JSON
 {"devices": [{"name": "cpu", "threads": 2, "memory_mb": 8192}]}
@@ -53,6 +55,11 @@ for round in $(seq 1 "$rounds"); do
   "$cli" run alexnet_cifar --devices "$tmp/one_cpu_one_thread.json" --strategy single "${common[@]}" > "$tmp/single1.$round.json"
   $py "$here/bench/pipe_peer.py" --batch "$batch" --chunks "$chunks" --threads 1 --steps "$steps" --warmup "$warmup" 2>/dev/null > "$tmp/pipe1.$round.json"
   $py "$here/bench/pipe_peer.py" --batch "$batch" --chunks "$chunks" --threads 2 --steps "$steps" --warmup "$warmup" 2>/dev/null > "$tmp/pipe2.$round.json"
+  # The peers again with the allocator TAPP's binaries link (tcmalloc), so that the comparison stays fair.
+  LD_PRELOAD="$tcmalloc" $py "$here/bench/pipe_peer.py" --batch "$batch" --chunks "$chunks" --threads 1 --steps "$steps" --warmup "$warmup" 2>/dev/null > "$tmp/pipe1tc.$round.json"
+  LD_PRELOAD="$tcmalloc" $py "$here/bench/pipe_peer.py" --batch "$batch" --chunks "$chunks" --threads 2 --steps "$steps" --warmup "$warmup" 2>/dev/null > "$tmp/pipe2tc.$round.json"
+  $py "$here/bench/pipe_peer.py" --plain --batch "$batch" --threads 2 --steps "$steps" --warmup "$warmup" 2>/dev/null > "$tmp/plain2.$round.json"
+  LD_PRELOAD="$tcmalloc" $py "$here/bench/pipe_peer.py" --plain --batch "$batch" --threads 2 --steps "$steps" --warmup "$warmup" 2>/dev/null > "$tmp/plain2tc.$round.json"
   echo "round $round done; load average: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 done
 
@@ -67,6 +74,10 @@ names = {
     "single1": "single LibTorch process, 1 thread",
     "pipe1": f"torch Pipe, {chunks} chunks, 1 process, set_num_threads(1) + OpenBLAS 1 thread",
     "pipe2": f"torch Pipe, {chunks} chunks, 1 process, set_num_threads(2) + OpenBLAS 2 threads",
+    "pipe1tc": f"torch Pipe, {chunks} chunks, 1 thread, with tcmalloc (LD_PRELOAD)",
+    "pipe2tc": f"torch Pipe, {chunks} chunks, 2 threads, with tcmalloc (LD_PRELOAD)",
+    "plain2": "PyTorch single process (nn.Sequential, no Pipe), 2 threads, glibc malloc",
+    "plain2tc": "PyTorch single process (nn.Sequential, no Pipe), 2 threads, with tcmalloc (LD_PRELOAD)",
 }
 runs = {k: [load(k, r) for r in range(1, rounds + 1)] for k in names}
 med = {k: statistics.median(x["step_ms"] for x in v) for k, v in runs.items()}

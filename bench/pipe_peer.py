@@ -25,6 +25,8 @@ def parse_args():
                     help="threads of the Pipe process: torch.set_num_threads and OpenBLAS's pool")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--plain", action="store_true",
+                    help="the same model and step in one process without Pipe (the single-process peer)")
     return ap.parse_args()
 
 
@@ -63,7 +65,7 @@ def main():
                      rpc_backend_options=rpc.TensorPipeRpcBackendOptions(init_method="file://" + f.name))
         layers = alexnet_cifar_layers()
         model = nn.Sequential(nn.Sequential(*layers[:args.split]), nn.Sequential(*layers[args.split:]))
-        pipe = Pipe(model, chunks=args.chunks, checkpoint="never")
+        pipe = model if args.plain else Pipe(model, chunks=args.chunks, checkpoint="never")
         opt = torch.optim.SGD(pipe.parameters(), lr=0.01, momentum=0.9)
         loss_fn = nn.CrossEntropyLoss()
         samples = []
@@ -72,7 +74,7 @@ def main():
             x = torch.randn(args.batch, 3, 32, 32, generator=g)
             y = torch.randint(10, (args.batch,), generator=g)
             t0 = time.perf_counter()
-            out = pipe(x).local_value()
+            out = pipe(x) if args.plain else pipe(x).local_value()
             loss = loss_fn(out, y)
             opt.zero_grad()
             loss.backward()
@@ -81,7 +83,7 @@ def main():
             if step >= args.warmup:
                 samples.append(ms)
         rpc.shutdown()
-    print(json.dumps({"runner": "torch.distributed.pipeline.sync.Pipe", "torch": torch.__version__,
+    print(json.dumps({"runner": "torch.nn.Sequential" if args.plain else "torch.distributed.pipeline.sync.Pipe", "torch": torch.__version__,
                       "threads": args.threads, "chunks": args.chunks, "batch": args.batch,
                       "step_ms": statistics.median(samples), "samples_ms": samples}))
 

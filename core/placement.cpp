@@ -194,8 +194,9 @@ Status validate_placement(const Placement& p, const LayerGraph& g, const Cluster
   const int64_t smallest_micro_batch = p.is_data_parallel()
                                            ? batch_size / static_cast<int64_t>(p.group_device.size())
                                            : batch_size / p.micro_batches;
+  static const std::string kBatchNorm = "batchnorm2d";  // string == string compares sizes first (search loops)
   for (const Layer& l : g.layers) {
-    if (l.op != "batchnorm2d" || l.input_shapes.empty() || l.input_shapes[0].size() != 3) continue;
+    if (l.op != kBatchNorm || l.input_shapes.empty() || l.input_shapes[0].size() != 3) continue;
     if (smallest_micro_batch * l.input_shapes[0][1] * l.input_shapes[0][2] <= 1)
       return Status::error("placement.micro_batches: " + std::to_string(p.micro_batches) + " micro-batches of " +
                            std::to_string(smallest_micro_batch) + " sample(s) leave BatchNorm layer '" + l.name +
@@ -253,9 +254,10 @@ std::vector<int64_t> estimate_device_memory_bytes(const Placement& p, const Laye
       for (const Layer& l : g.layers) bytes[d] = sat_add(bytes[d], layer_memory_bytes(l, share, 1));
     return bytes;
   }
-  std::set<int> used;
-  for (size_t i = 0; i < g.layers.size(); ++i) used.insert(p.device_of_layer(static_cast<int>(i)));
-  const int stages = static_cast<int>(used.size());
+  // (Search loops call this for every candidate: no allocation per layer.)
+  std::vector<char> used(c.num_devices(), 0);
+  for (size_t i = 0; i < g.layers.size(); ++i) used[p.device_of_layer(static_cast<int>(i))] = 1;
+  const int stages = static_cast<int>(std::count(used.begin(), used.end(), 1));
   const int64_t mb = (batch_size + p.micro_batches - 1) / p.micro_batches;
   for (size_t i = 0; i < g.layers.size(); ++i) {
     const int grp = p.layer_group[i];
@@ -263,7 +265,10 @@ std::vector<int64_t> estimate_device_memory_bytes(const Placement& p, const Laye
     // Each replica runs every replicas-th micro-batch of the group.
     const int own_micro_batches = (p.micro_batches + replicas - 1) / replicas;
     const int64_t in_flight = micro_batches_in_flight(p.schedule, own_micro_batches, stages);
-    for (int d : p.devices_of_group(grp)) bytes[d] = sat_add(bytes[d], layer_memory_bytes(g.layers[i], mb, in_flight));
+    const int64_t layer_bytes = layer_memory_bytes(g.layers[i], mb, in_flight);
+    bytes[p.group_device[grp]] = sat_add(bytes[p.group_device[grp]], layer_bytes);
+    if (replicas > 1)
+      for (int d : p.group_replicas[grp]) bytes[d] = sat_add(bytes[d], layer_bytes);
   }
   return bytes;
 }

@@ -293,6 +293,7 @@ VerifyOptions verify_options(const OptimizeRequest& r) {
   VerifyOptions o;
   o.enabled = r.verify;
   o.limit_s = r.time_budget_s > 0 ? kVerifyBudgetShare * r.time_budget_s : kVerifyLimitS;
+  o.limit_why = r.time_budget_s > 0 ? "a quarter of the time budget" : "the default without a time budget";
   o.run = r.verify_run;
   o.run.seed = r.seed;
   return o;

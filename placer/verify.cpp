@@ -110,7 +110,7 @@ Verification verify_plans(const LayerGraph& graph, const Cluster& cluster, int64
   const double needed_s = estimated_total_s(plans, runs_here, warmup + steps);
   if (needed_s > options.limit_s) {
     v.reason = "measuring would take about " + seconds(needed_s) + ", over the verification's limit of " +
-               seconds(options.limit_s) + " (a quarter of the time budget)";
+               seconds(options.limit_s) + " (" + options.limit_why + ")";
     return v;
   }
   v.state = VerificationState::verified;

@@ -70,6 +70,7 @@ struct VerifyOptions {
   int warmup_steps = 1;
   int steps = 3;          // timed steps per plan (median); fewer when the time limit needs it
   double limit_s = 120;   // the whole verification
+  std::string limit_why = "the default";  // where limit_s comes from, for the reason a skip gives
   // How the workers run: worker binary, seed, learning rate, and (tests) fault
   // injection; steps, warm-up and batch size are set from the above. Its
   // timeout_s (no worker progress for this long) is an upper bound.

@@ -180,34 +180,6 @@ double count_contiguous(int L, int D, int choices) {
   return total;
 }
 
-// Hill climbing on the cost model's simulation: boundary moves by one layer and
-// device swaps, the best improving neighbour each round.
-std::pair<double, StagePlan> refine(const PlannerContext& ctx, PlanEstimator& estimator, StagePlan plan) {
-  const int L = num_layers(ctx);
-  const StageMoves moves = stage_moves(ctx);
-  const MoveSet polish = MoveSet::shifts_and_swaps();
-  auto score = [&](const StagePlan& p) {
-    Placement pl = to_placement(p, L, ctx.schedule, "dp");
-    return fits(ctx, pl) ? estimator.step_ms(pl) : kInf;
-  };
-  double cur = score(plan);
-  for (int iter = 0; iter < 100; ++iter) {
-    StagePlan best_n = plan;
-    double best_v = cur;
-    for (const StagePlan& n : moves.neighbours(plan, polish)) {
-      double v = score(n);
-      if (v < best_v - 1e-12) {
-        best_v = v;
-        best_n = n;
-      }
-    }
-    if (best_v >= cur) break;
-    cur = best_v;
-    plan = best_n;
-  }
-  return {cur, plan};
-}
-
 }  // namespace
 
 std::optional<std::string> exhaustive_skip_reason(const PlannerContext& ctx) {
@@ -281,7 +253,7 @@ Result<Outcome> dynamic_programming(const PlannerContext& ctx, Evaluator& ev, in
     if (!per_s) return per_s.status();
     for (const auto& plan : *per_s) {
       if (!plan) continue;
-      auto [ms, polished] = refine(ctx, estimator, *plan);
+      auto [ms, polished] = polish_by_simulation(ctx, estimator, *plan, MoveSet::shifts_and_swaps(), "dp");
       if (ms == kInf) continue;
       Placement p = to_placement(polished, L, ctx.schedule, "dp");
       cands.push_back({ms, p});

@@ -327,23 +327,24 @@ Result<StagePlan> exhaustive_replicated_min_bottleneck(const PlannerContext& ctx
 
 namespace planner_support {
 
-// For every micro-batch count, the DP's best plan per number of devices used;
-// ranked by the cost model's simulation; the best `verify` evaluated.
+// For every micro-batch count, the DP's best plan per number of devices used,
+// polished on the cost model's simulation; ranked by it; the best `verify` evaluated.
 Result<Outcome> pipedream(const PlannerContext& ctx, Evaluator& ev, int verify) {
   if (Status s = check_context(ctx); !s) return s;
   PlanEstimator estimator(ctx);
   const int L = num_layers(ctx);
   std::vector<std::pair<double, Placement>> cands;
+  MoveSet polish = MoveSet::shifts_and_swaps();
+  polish.replicate = polish.drop_replica = true;
   for (int m : ctx.micro_batch_choices()) {
     if (cancelled(ctx)) break;
     auto per = pipedream_by_devices(ctx, m);
     if (!per) return per.status();
     for (const auto& plan : *per) {
       if (!plan) continue;
-      Placement p = to_placement(*plan, L, ctx.schedule, "pipedream");
-      if (!fits(ctx, p)) continue;
-      const double ms = estimator.step_ms(p);
-      if (ms < kInf) cands.push_back({ms, std::move(p)});
+      // Polished like the DP planner's plans: boundary shifts, swaps, and a replica added or dropped.
+      auto [ms, polished] = polish_by_simulation(ctx, estimator, *plan, polish, "pipedream");
+      if (ms < kInf) cands.push_back({ms, to_placement(polished, L, ctx.schedule, "pipedream")});
     }
   }
   auto key = [](const std::pair<double, Placement>& c) { return c.first * (1 + 1e-4 * c.second.micro_batches); };

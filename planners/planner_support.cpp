@@ -145,6 +145,32 @@ Result<Placement> best_micro_batches(const PlannerContext& ctx, PlanEstimator& e
   return chosen;
 }
 
+std::pair<double, StagePlan> polish_by_simulation(const PlannerContext& ctx, PlanEstimator& estimator, StagePlan plan,
+                                                 const MoveSet& set, const std::string& source) {
+  const int L = num_layers(ctx);
+  const StageMoves moves = stage_moves(ctx);
+  auto score = [&](const StagePlan& p) {
+    Placement pl = to_placement(p, L, ctx.schedule, source);
+    return fits(ctx, pl) ? estimator.step_ms(pl) : kInf;
+  };
+  double cur = score(plan);
+  for (int iter = 0; iter < 100; ++iter) {
+    StagePlan best_n = plan;
+    double best_v = cur;
+    for (const StagePlan& n : moves.neighbours(plan, set)) {
+      double v = score(n);
+      if (v < best_v - 1e-12) {
+        best_v = v;
+        best_n = n;
+      }
+    }
+    if (best_v >= cur) break;
+    cur = best_v;
+    plan = best_n;
+  }
+  return {cur, plan};
+}
+
 BottleneckModel::BottleneckModel(const PlannerContext& c, int micro_batches, int stages)
     : ctx(c),
       cut(cut_bytes_per_sample(*c.graph)),

@@ -13,6 +13,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -60,6 +61,12 @@ class PlanEstimator {
 // Picks the micro-batch count with the best estimate among placements that fit.
 Result<Placement> best_micro_batches(const PlannerContext& ctx, PlanEstimator& estimator, Placement p,
                                      const std::string& what);
+
+// Hill climbing on the cost model's simulation through the move generator:
+// the best improving neighbour by `set` each round (at most 100 rounds).
+// Returns the final estimate (infinity when nothing fits) and plan.
+std::pair<double, StagePlan> polish_by_simulation(const PlannerContext& ctx, PlanEstimator& estimator, StagePlan plan,
+                                                 const MoveSet& set, const std::string& source);
 
 // Bottleneck of one stage / boundary, shared by the DP and the enumerations:
 // a stage's forward + backward per micro-batch (infinity when it does not fit

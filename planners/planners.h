@@ -82,8 +82,9 @@ Result<Placement> plan_balance_by_time(const PlannerContext& ctx);  // torchgpip
 // (boundary moves, device swaps) and ranked by it; the best `verify` are evaluated.
 Result<Placement> plan_dynamic_programming(const PlannerContext& ctx, Evaluator& evaluator, int verify = 3);
 // PipeDream with stage replication: for every micro-batch count the DP's best
-// replicated plan per number of devices used, ranked by the cost model's
-// simulation; the best `verify` are evaluated.
+// replicated plan per number of devices used, polished by a local search on the
+// cost model's simulation (boundary shifts, swaps, a replica added or dropped)
+// and ranked by it; the best `verify` are evaluated.
 Result<Placement> plan_pipedream(const PlannerContext& ctx, Evaluator& evaluator, int verify = 3);
 // PipeLearn: clients (every device but the server, the fastest) replicate
 // layers [0, k), the server runs [k, L); k and the micro-batch count chosen

@@ -9,6 +9,15 @@
 namespace tapp {
 namespace {
 
+// A device's statistics, accumulated over its compute tasks in device order.
+struct DeviceTally {
+  double busy_ms = 0, comm_ms = 0;
+  double prev_end = 0;        // end of its previous compute task
+  int64_t live = 0, peak = 0;  // activation and received bytes held
+  int last_compute = -1;      // in-order replay: its latest compute task
+  size_t next = 0;            // in-order replay: position in its device_order
+};
+
 // Reused buffers of one thread's replays.
 struct Workspace {
   std::vector<double> start, end;
@@ -18,10 +27,11 @@ struct Workspace {
   std::vector<char> state;
   std::vector<int> stack;
   std::vector<int> compute_cost_at;  // per segment: where its cached compute costs start in compute_cost
-  std::vector<double> compute_cost;  // [segment][replica][micro-batch size class][forward, backward]; NaN = not yet
+  std::vector<double> compute_cost;  // [segment][replica][micro-batch size class][forward, backward]; -1 = not yet
   std::vector<int64_t> params;
   std::vector<int> end_task;
   std::vector<double> averaging;
+  std::vector<DeviceTally> tally;
 };
 
 Workspace& workspace() {
@@ -46,154 +56,306 @@ std::string task_name(const Task& t) {
   return "?";
 }
 
+namespace {
+
+// One replay: start and end of every task, then the step.
+class Replay {
+ public:
+  Replay(const TaskGraph& tg, const CostModel& cost, const SimulateOptions& options, Workspace& ws)
+      : tg_(tg), cost_(cost), ws_(ws), T_(static_cast<int>(tg.tasks.size())), D_(tg.num_devices),
+        Q_(options.send_queue_per_device ? 1 : tg.num_devices) {
+    first_allreduce_ = T_ - static_cast<int>(std::count_if(tg.replicated_groups.begin(), tg.replicated_groups.end(),
+                                                          [](const ReplicatedGroup& rg) { return rg.allreduce_task >= 0; }));
+    for (int d = 0; d < D_; ++d) local_used_ += !tg.device_order[d].empty() && cost.is_local(d);
+    // Compute costs depend on (segment, replica, micro-batch size, direction)
+    // only, and micro-batch sizes take at most two values: cached per replay.
+    const int S = static_cast<int>(tg.segments.size());
+    ws.compute_cost_at.resize(S + 1);
+    ws.compute_cost_at[0] = 0;
+    for (int s = 0; s < S; ++s) ws.compute_cost_at[s + 1] = ws.compute_cost_at[s] + 4 * tg.segments[s].replica_count();
+    ws.compute_cost.assign(ws.compute_cost_at[S], -1.0);
+    first_size_ = tg.micro_batches() > 0 ? tg.micro_batch_sizes[0] : 0;
+    ws.start.resize(T_);
+    ws.end.resize(T_);
+    ws.crit.resize(T_);
+    ws.tally.assign(D_, DeviceTally{});
+  }
+
+  // Times every task. False when the device orders cannot run (a cycle) or the graph is malformed.
+  bool run(std::string& why) {
+    if (replay_in_order()) return true;
+    return replay_depth_first(why);
+  }
+
+  int first_allreduce() const { return first_allreduce_; }
+  int queues() const { return Q_; }
+
+ private:
+  double duration(const Task& t) {
+    if (is_transfer(t.kind)) return cost_.transfer_ms(t.device, t.to_device, t.bytes);
+    if (t.kind == TaskKind::allreduce)
+      return cost_.ring_allreduce_ms(tg_.replicated_groups[t.replicated_group].devices, t.bytes);
+    const Segment& seg = tg_.segments[t.segment];
+    const int64_t samples = tg_.micro_batch_sizes[t.micro_batch];
+    const bool backward = t.kind == TaskKind::backward;
+    const int r = seg.replica_count();
+    const int replica = r == 1 ? 0 : t.micro_batch % r;  // (no division in the common case)
+    double& cached = ws_.compute_cost[ws_.compute_cost_at[t.segment] + (replica * 2 + (samples != first_size_)) * 2 +
+                                      backward];
+    if (cached < 0) {
+      const int others = cost_.is_local(t.device) ? std::max(0, local_used_ - 1) : 0;
+      cached = backward ? cost_.backward_ms(t.device, seg.layers.front(), seg.layers.back(), samples, others)
+                        : cost_.forward_ms(t.device, seg.layers.front(), seg.layers.back(), samples, others);
+    }
+    return cached;
+  }
+
+  // The latest-ending predecessor sets the start (the first such one is the critical predecessor).
+  struct Latest {
+    double start = 0;
+    int crit = -1;
+    void consider(int x, const std::vector<double>& end) {
+      if (crit < 0 || end[x] > start) {
+        start = end[x];
+        crit = x;
+      }
+    }
+  };
+
+  void finish(int t, const Latest& latest, bool first_on_device) {
+    const Task& task = tg_.tasks[t];
+    ws_.start[t] = latest.start;
+    ws_.end[t] = latest.start + duration(task) + (first_on_device ? cost_.first_task_ms(task.device) : 0.0);
+    ws_.crit[t] = latest.crit;
+  }
+
+  // A compute task's share of its device's statistics, counted as the runtime
+  // counts them: waiting for a remote input is communication; a forward keeps
+  // its activations and received inputs until its backward; a backward's
+  // received gradient is live while it runs.
+  void tally(int t) {
+    const Task& task = tg_.tasks[t];
+    bool remote = false;
+    int64_t received = 0;
+    for (int dep : task.deps)
+      if (is_transfer(tg_.tasks[dep].kind)) {
+        remote = true;
+        received += tg_.tasks[dep].bytes;
+      }
+    tally(t, remote, received);
+  }
+  void tally(int t, bool remote, int64_t received) {
+    const Task& task = tg_.tasks[t];
+    DeviceTally& d = ws_.tally[task.device];
+    d.busy_ms += ws_.end[t] - ws_.start[t];
+    if (remote) d.comm_ms += std::max(0.0, ws_.start[t] - d.prev_end);
+    d.prev_end = ws_.end[t];
+    const Segment& seg = tg_.segments[task.segment];
+    const int64_t kept = cost_.activation_bytes_per_sample(seg.layers.front(), seg.layers.back()) *
+                         tg_.micro_batch_sizes[task.micro_batch];
+    if (task.kind == TaskKind::forward) {
+      d.live += kept + received;
+      d.peak = std::max(d.peak, d.live);
+    } else {
+      d.peak = std::max(d.peak, d.live + received);
+      d.live -= kept;
+    }
+  }
+
+  // An allreduce's predecessors on its participants' send queues (per directed
+  // link: each participant's link to its ring successor); it becomes their tail.
+  template <typename Visit>
+  void allreduce_queues(int t, Visit&& visit) {
+    const std::vector<int>& ring = tg_.replicated_groups[tg_.tasks[t].replicated_group].devices;
+    for (size_t k = 0; k < ring.size(); ++k) {
+      const int queue = Q_ == 1 ? 0 : ring[(k + 1) % ring.size()];
+      int& last = ws_.last_on_link[static_cast<size_t>(ring[k]) * Q_ + queue];
+      if (last >= 0) visit(last);
+      last = t;
+    }
+  }
+
+  // The fast path: one pass in the builder's replay order, which puts every
+  // task after its deps, its device's previous task and its queue's previous
+  // send. Checked as it goes; false (nothing kept) when the order does not hold.
+  bool replay_in_order() {
+    if (tg_.replay_order.size() != static_cast<size_t>(T_)) return false;
+    ws_.end.assign(T_, -1.0);  // -1: not yet replayed (every end is >= 0)
+    ws_.last_on_link.assign(static_cast<size_t>(D_) * Q_, -1);
+    bool tails_kept = false;
+    for (int t : tg_.replay_order) {
+      const Task& task = tg_.tasks[t];
+      if (ws_.end[t] >= 0) return false;  // twice in the order
+      bool ready = true;
+      Latest latest;
+      auto consider = [&](int x) {
+        const double end = ws_.end[x];
+        if (end < 0) {
+          ready = false;
+        } else if (latest.crit < 0 || end > latest.start) {
+          latest.start = end;
+          latest.crit = x;
+        }
+      };
+      bool first_on_device = false, remote = false;
+      int64_t received = 0;
+      if (is_compute(task.kind)) {
+        DeviceTally& d = ws_.tally[task.device];
+        const auto& order = tg_.device_order[task.device];
+        if (d.next >= order.size() || order[d.next] != t) return false;
+        ++d.next;
+        first_on_device = d.last_compute < 0;
+        if (!first_on_device) consider(d.last_compute);
+        for (int x : task.deps) {
+          consider(x);
+          const Task& dep = tg_.tasks[x];
+          if (is_transfer(dep.kind)) {
+            remote = true;
+            received += dep.bytes;
+          }
+        }
+        d.last_compute = t;
+      } else if (is_transfer(task.kind)) {
+        if (task.deps[0] != ws_.tally[task.device].last_compute) return false;  // sent in posting order
+        int& last = ws_.last_on_link[static_cast<size_t>(task.device) * Q_ + (Q_ == 1 ? 0 : task.to_device)];
+        if (last >= 0) consider(last);
+        consider(task.deps[0]);
+        last = t;
+      } else {
+        if (t < first_allreduce_) return false;  // allreduces come last
+        if (!tails_kept) keep_send_tails(tails_kept);
+        for (int x : task.deps) consider(x);
+        allreduce_queues(t, consider);
+      }
+      if (!ready) return false;
+      finish(t, latest, first_on_device);
+      if (is_compute(task.kind)) tally(t, remote, received);
+    }
+    if (!tails_kept) keep_send_tails(tails_kept);
+    for (int d = 0; d < D_; ++d)
+      if (ws_.tally[d].next != tg_.device_order[d].size()) return false;
+    return true;
+  }
+
+  void keep_send_tails(bool& kept) {
+    ws_.send_tail = ws_.last_on_link;
+    kept = true;
+  }
+
+  // Any graph: resource chains, then depth first (a task finishes once its
+  // predecessors have; a predecessor still open on the path is a cycle).
+  bool replay_depth_first(std::string& why) {
+    ws_.tally.assign(D_, DeviceTally{});
+    ws_.resource_prev.assign(T_, -1);
+    ws_.last_on_link.assign(static_cast<size_t>(D_) * Q_, -1);
+    size_t ordered = 0;
+    for (int d = 0; d < D_; ++d) {
+      int prev = -1;
+      for (int t : tg_.device_order[d]) {
+        ws_.resource_prev[t] = prev;
+        prev = t;
+        ++ordered;
+        // A compute task's sends directly follow it in `tasks` (the builder's layout).
+        for (int x = t + 1; x < T_ && is_transfer(tg_.tasks[x].kind); ++x) {
+          const Task& send = tg_.tasks[x];
+          if (send.deps[0] != t) {
+            why = "task graph: a transfer does not follow the task that produces it";
+            return false;
+          }
+          int& last = ws_.last_on_link[static_cast<size_t>(d) * Q_ + (Q_ == 1 ? 0 : send.to_device)];
+          ws_.resource_prev[x] = last;
+          last = x;
+        }
+      }
+    }
+    ws_.send_tail = ws_.last_on_link;
+    ws_.extra_begin.assign(T_ - first_allreduce_ + 1, 0);
+    ws_.extra.clear();
+    for (int t = first_allreduce_; t < T_; ++t) {
+      if (tg_.tasks[t].kind != TaskKind::allreduce) {
+        why = "task graph: allreduces must come last";
+        return false;
+      }
+      allreduce_queues(t, [&](int x) { ws_.extra.push_back(x); });
+      ws_.extra_begin[t - first_allreduce_ + 1] = static_cast<int>(ws_.extra.size());
+    }
+    why = "the schedule cannot run this task graph (a cycle)";
+    const size_t compute_tasks = static_cast<size_t>(2) * tg_.segments.size() * tg_.micro_batches();
+    if (ordered != compute_tasks) return false;
+    auto predecessors = [&](int t, auto&& visit) {
+      if (ws_.resource_prev[t] >= 0) visit(ws_.resource_prev[t]);
+      for (int d : tg_.tasks[t].deps) visit(d);
+      if (t >= first_allreduce_)
+        for (int k = ws_.extra_begin[t - first_allreduce_]; k < ws_.extra_begin[t - first_allreduce_ + 1]; ++k)
+          visit(ws_.extra[k]);
+    };
+    ws_.state.assign(T_, 0);  // 0 unvisited, 1 open (waiting for predecessors), 2 finished
+    bool cycle = false;
+    // Finishes t when its predecessors have (true), else stacks the unfinished ones.
+    auto try_finish = [&](int t) {
+      Latest latest;
+      bool waiting = false;
+      predecessors(t, [&](int x) {
+        if (ws_.state[x] != 2) {
+          cycle = cycle || ws_.state[x] == 1;
+          waiting = true;
+          ws_.stack.push_back(x);
+        } else {
+          latest.consider(x, ws_.end);
+        }
+      });
+      if (waiting) {
+        ws_.state[t] = 1;
+        return false;
+      }
+      finish(t, latest, is_compute(tg_.tasks[t].kind) && ws_.resource_prev[t] < 0);
+      ws_.state[t] = 2;
+      return true;
+    };
+    for (int root = 0; root < T_ && !cycle; ++root) {
+      if (ws_.state[root] == 2) continue;
+      ws_.stack.clear();
+      if (try_finish(root)) continue;
+      while (!ws_.stack.empty() && !cycle) {
+        const int t = ws_.stack.back();
+        if (ws_.state[t] == 2)
+          ws_.stack.pop_back();
+        else if (try_finish(t))
+          ws_.stack.pop_back();
+      }
+      if (!cycle && !try_finish(root)) cycle = true;
+    }
+    if (cycle) return false;
+    for (int d = 0; d < D_; ++d)
+      for (int t : tg_.device_order[d]) tally(t);
+    return true;
+  }
+
+  const TaskGraph& tg_;
+  const CostModel& cost_;
+  Workspace& ws_;
+  const int T_, D_, Q_;
+  int first_allreduce_ = 0;
+  int local_used_ = 0;  // local devices the placement uses (they share the machine's cores)
+  int64_t first_size_ = 0;
+};
+
+}  // namespace
+
 StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOptions& options, TaskTimes* times) {
   const int T = static_cast<int>(tg.tasks.size());
   const int D = tg.num_devices;
-  const int S = static_cast<int>(tg.segments.size());
-  const int M = tg.micro_batches();
   if (D != cost.num_devices())
     return StepReport::failure(FailureKind::invalid_placement,
                                "task graph has " + std::to_string(D) + " devices, the cost model " +
                                    std::to_string(cost.num_devices()),
                                "simulate");
   Workspace& ws = workspace();
-  ws.start.resize(T);
-  ws.end.resize(T);
-  ws.crit.resize(T);
-  ws.resource_prev.assign(T, -1);
-  ws.state.assign(T, 0);  // 0 unvisited, 1 open (waiting for predecessors), 2 finished
-
-  // Resource chains: device orders, and per queue the FIFO order of the
-  // sender's order. A compute task's sends directly follow it in `tasks` (the builder's layout).
-  const int Q = options.send_queue_per_device ? 1 : D;
-  ws.last_on_link.assign(static_cast<size_t>(D) * Q, -1);
-  size_t ordered = 0;
-  bool malformed = false;
-  for (int d = 0; d < D; ++d) {
-    int prev = -1;
-    for (int t : tg.device_order[d]) {
-      ws.resource_prev[t] = prev;
-      prev = t;
-      ++ordered;
-      for (int x = t + 1; x < T && is_transfer(tg.tasks[x].kind); ++x) {
-        const Task& send = tg.tasks[x];
-        malformed = malformed || send.deps[0] != t;
-        int& last = ws.last_on_link[static_cast<size_t>(d) * Q + (Q == 1 ? 0 : send.to_device)];
-        ws.resource_prev[x] = last;
-        last = x;
-      }
-    }
-  }
-  if (malformed)
-    return StepReport::failure(FailureKind::invalid_placement,
-                               "task graph: a transfer does not follow the task that produces it", "simulate");
-  ws.send_tail = ws.last_on_link;
-  // Allreduces (the last tasks, ascending id): each joins the end of every
-  // participant's send queue (per directed link: its link to its ring successor).
-  const int first_allreduce = T - static_cast<int>(std::count_if(
-                                      tg.replicated_groups.begin(), tg.replicated_groups.end(),
-                                      [](const ReplicatedGroup& rg) { return rg.allreduce_task >= 0; }));
-  ws.extra_begin.assign(T - first_allreduce + 1, 0);
-  ws.extra.clear();
-  for (int t = first_allreduce; t < T; ++t) {
-    const Task& task = tg.tasks[t];
-    if (task.kind != TaskKind::allreduce)
-      return StepReport::failure(FailureKind::invalid_placement, "task graph: allreduces must come last", "simulate");
-    const std::vector<int>& ring = tg.replicated_groups[task.replicated_group].devices;
-    const size_t first = ws.extra.size();
-    for (size_t k = 0; k < ring.size(); ++k) {
-      const int d = ring[k];
-      const int queue = Q == 1 ? 0 : ring[(k + 1) % ring.size()];
-      int& last = ws.last_on_link[static_cast<size_t>(d) * Q + queue];
-      if (last >= 0 && std::find(ws.extra.begin() + first, ws.extra.end(), last) == ws.extra.end())
-        ws.extra.push_back(last);
-      last = t;
-    }
-    ws.extra_begin[t - first_allreduce + 1] = static_cast<int>(ws.extra.size());
-  }
-  // Local devices the placement uses (they share the machine's cores).
-  int local_used = 0;
-  for (int d = 0; d < D; ++d) local_used += !tg.device_order[d].empty() && cost.is_local(d);
-  // Compute costs depend on (segment, replica, micro-batch size, direction)
-  // only, and micro-batch sizes take at most two values: cached per replay.
-  ws.compute_cost_at.resize(S + 1);
-  ws.compute_cost_at[0] = 0;
-  for (int s = 0; s < S; ++s) ws.compute_cost_at[s + 1] = ws.compute_cost_at[s] + 4 * tg.segments[s].replica_count();
-  ws.compute_cost.assign(ws.compute_cost_at[S], -1.0);
-  const int64_t first_size = M > 0 ? tg.micro_batch_sizes[0] : 0;
-  auto duration = [&](const Task& t) {
-    if (is_transfer(t.kind)) return cost.transfer_ms(t.device, t.to_device, t.bytes);
-    if (t.kind == TaskKind::allreduce)
-      return cost.ring_allreduce_ms(tg.replicated_groups[t.replicated_group].devices, t.bytes);
-    const Segment& seg = tg.segments[t.segment];
-    const int64_t samples = tg.micro_batch_sizes[t.micro_batch];
-    const bool backward = t.kind == TaskKind::backward;
-    double& cached = ws.compute_cost[ws.compute_cost_at[t.segment] +
-                                     ((t.micro_batch % seg.replica_count()) * 2 + (samples != first_size)) * 2 + backward];
-    if (cached < 0) {
-      const int others = cost.is_local(t.device) ? std::max(0, local_used - 1) : 0;
-      cached = backward ? cost.backward_ms(t.device, seg.layers.front(), seg.layers.back(), samples, others)
-                        : cost.forward_ms(t.device, seg.layers.front(), seg.layers.back(), samples, others);
-    }
-    return cached;
-  };
-  // Start and end times over deps + resource chains, depth first: a task
-  // finishes once its predecessors have. Tasks come nearly in a topological
-  // order, so most finish on their first visit. A predecessor still open on
-  // the path is a cycle (an order the graph cannot run).
-  auto predecessors = [&](int t, auto&& visit) {
-    if (ws.resource_prev[t] >= 0) visit(ws.resource_prev[t]);
-    for (int d : tg.tasks[t].deps) visit(d);
-    if (t >= first_allreduce)
-      for (int k = ws.extra_begin[t - first_allreduce]; k < ws.extra_begin[t - first_allreduce + 1]; ++k)
-        visit(ws.extra[k]);
-  };
-  bool cycle = false;
-  // Finishes t when its predecessors have (true), else stacks the unfinished ones.
-  auto try_finish = [&](int t) {
-    double start = 0;
-    int crit = -1;
-    bool waiting = false;
-    predecessors(t, [&](int x) {
-      if (ws.state[x] != 2) {
-        cycle = cycle || ws.state[x] == 1;
-        waiting = true;
-        ws.stack.push_back(x);
-      } else if (crit < 0 || ws.end[x] > start) {
-        start = ws.end[x];
-        crit = x;
-      }
-    });
-    if (waiting) {
-      ws.state[t] = 1;
-      return false;
-    }
-    const Task& task = tg.tasks[t];
-    ws.start[t] = start;
-    ws.end[t] = start + duration(task) +
-                (is_compute(task.kind) && ws.resource_prev[t] < 0 ? cost.first_task_ms(task.device) : 0.0);
-    ws.crit[t] = crit;
-    ws.state[t] = 2;
-    return true;
-  };
-  for (int root = 0; root < T && !cycle; ++root) {
-    if (ws.state[root] == 2) continue;
-    ws.stack.clear();
-    if (try_finish(root)) continue;
-    while (!ws.stack.empty() && !cycle) {
-      const int t = ws.stack.back();
-      if (ws.state[t] == 2) {
-        ws.stack.pop_back();
-        continue;
-      }
-      if (try_finish(t)) ws.stack.pop_back();
-    }
-    if (!cycle && !try_finish(root)) cycle = true;
-  }
-  const size_t compute_tasks = static_cast<size_t>(2) * S * M;  // a forward and a backward per (segment, micro-batch)
-  if (cycle || ordered != compute_tasks)
-    return StepReport::failure(FailureKind::invalid_placement,
-                               "the schedule cannot run this task graph (a cycle)", "simulate");
+  Replay replay(tg, cost, options, ws);
+  std::string why;
+  if (!replay.run(why)) return StepReport::failure(FailureKind::invalid_placement, why, "simulate");
+  const int Q = replay.queues();
+  const int first_allreduce = replay.first_allreduce();
 
   StepReport r;
   r.ok = true;
@@ -237,39 +399,12 @@ StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOp
     DeviceStats& st = r.devices[d];
     st.device = cost.device_name(d);
     if (tg.device_order[d].empty()) continue;
-    // Communication as the runtime counts it: time blocked waiting for a
-    // compute task's remote inputs, plus draining the sends after the last
-    // task. Peak memory along the order: a forward keeps its activations and
-    // received inputs until its backward; a backward's received gradient is
-    // live while it runs.
-    double prev_end = 0;
-    int64_t live = 0, peak = 0;
-    for (int t : tg.device_order[d]) {
-      const Task& task = tg.tasks[t];
-      st.busy_ms += ws.end[t] - ws.start[t];
-      bool remote = false;
-      int64_t received = 0;
-      for (int dep : task.deps)
-        if (is_transfer(tg.tasks[dep].kind)) {
-          remote = true;
-          received += tg.tasks[dep].bytes;
-        }
-      if (remote) st.comm_ms += std::max(0.0, ws.start[t] - prev_end);
-      prev_end = ws.end[t];
-      const Segment& seg = tg.segments[task.segment];
-      const int64_t kept = cost.activation_bytes_per_sample(seg.layers.front(), seg.layers.back()) *
-                           tg.micro_batch_sizes[task.micro_batch];
-      if (task.kind == TaskKind::forward) {
-        live += kept + received;
-        peak = std::max(peak, live);
-      } else {
-        peak = std::max(peak, live + received);
-        live -= kept;
-      }
-    }
-    st.peak_memory_bytes = 3 * params[d] + peak;
-    double drained = ws.end[end_task[d]];
-    st.comm_ms += std::max(0.0, drained - prev_end) + averaging[d];
+    // Communication: waiting for remote inputs (tallied) plus draining the sends after the last task.
+    const DeviceTally& tally = ws.tally[d];
+    st.busy_ms = tally.busy_ms;
+    st.peak_memory_bytes = 3 * params[d] + tally.peak;
+    const double drained = ws.end[end_task[d]];
+    st.comm_ms = tally.comm_ms + std::max(0.0, drained - tally.prev_end) + averaging[d];
     double update = cost.update_ms(d, params[d]);
     st.busy_ms += update;
     const double device_end = drained + averaging[d] + update;

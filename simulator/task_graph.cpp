@@ -18,6 +18,8 @@ struct Scratch {
   std::vector<int64_t> edge_bytes;  // per sample
   std::vector<int> pred_begin, pred_edges, fill;  // per segment: incoming edges, ascending `from`
   std::vector<int> xfwd, xbwd;  // per (edge, micro-batch): transfer task id, -1 when same device
+  std::vector<int> sends;       // per task: how many transfers follow it (its sends)
+  size_t replayed = 0;          // tasks in the replay order so far
   // Tasks and segments a smaller graph did not need, kept with their vectors'
   // capacity for the next larger one (so a search loop stops allocating).
   std::vector<Task> spare_tasks;
@@ -191,6 +193,11 @@ void add_tasks(TaskGraph& tg, Scratch& sc) {
   sc.xfwd.assign(static_cast<size_t>(E) * M, -1);
   sc.xbwd.assign(static_cast<size_t>(E) * M, -1);
   TaskSink sink{tg, sc};
+  // At most: a forward and a backward per (segment, micro-batch), a transfer
+  // each way per (edge, micro-batch), an allreduce per replicated group.
+  sc.sends.resize(static_cast<size_t>(2) * S * M + static_cast<size_t>(2) * E * M + tg.replicated_groups.size());
+  // The transfers created since compute task `id` are its sends.
+  auto count_sends = [&](int id) { sc.sends[id] = static_cast<int>(sink.used) - id - 1; };
   auto from_device = [&](int e, int m) { return tg.segments[sc.edge_from[e]].device_of(m); };
   auto to_device = [&](int e, int m) { return tg.segments[sc.edge_to[e]].device_of(m); };
   // Forward: F(s, m), then its activation transfers to later segments on other devices.
@@ -225,6 +232,7 @@ void add_tasks(TaskGraph& tg, Scratch& sc) {
         x.deps.push_back(fid);
         sc.xfwd[static_cast<size_t>(e) * M + m] = xid;
       }
+      count_sends(fid);
     }
   }
   // Backward, last segment first: B(s, m) waits for its consumers' gradients
@@ -261,6 +269,7 @@ void add_tasks(TaskGraph& tg, Scratch& sc) {
         x.deps.push_back(bid);
         sc.xbwd[static_cast<size_t>(e) * M + m] = xid;
       }
+      count_sends(bid);
     }
   }
   // Synchronous replicas: one allreduce per replicated group after all its backwards.
@@ -282,23 +291,42 @@ void add_tasks(TaskGraph& tg, Scratch& sc) {
   shrink(tg.tasks, sink.used, sc.spare_tasks);
 }
 
+// Records compute task t as the next on its device and, with its sends (the
+// tasks right after it, sc.sends[t] of them), in the replay order.
+void run_next(TaskGraph& tg, Scratch& sc, int t) {
+  tg.device_order[tg.tasks[t].device].push_back(t);
+  int* out = tg.replay_order.data() + sc.replayed;
+  for (int x = t; x <= t + sc.sends[t]; ++x) *out++ = x;
+  sc.replayed += 1 + sc.sends[t];
+}
+
+// The allreduces close the replay order (they come last in `tasks`).
+void append_allreduces(TaskGraph& tg, Scratch& sc) {
+  for (const ReplicatedGroup& rg : tg.replicated_groups)
+    if (rg.allreduce_task >= 0) tg.replay_order[sc.replayed++] = rg.allreduce_task;
+}
+
+// Every task enters the replay order exactly once, so it is sized up front.
+void clear_orders(TaskGraph& tg, Scratch& sc) {
+  tg.device_order.resize(tg.num_devices);
+  for (auto& o : tg.device_order) o.clear();
+  tg.replay_order.resize(tg.tasks.size());
+  sc.replayed = 0;
+}
+
 // GPipe fill-drain: every forward, then every backward, in wavefront order
 // (forwards by (m + s, s), backwards by (m + S-1-s, S-1-s)), each on the
 // device that runs its micro-batch. The global order is topological, so
 // filtering it per device cannot deadlock.
-void order_gpipe(TaskGraph& tg) {
+void order_gpipe(TaskGraph& tg, Scratch& sc) {
   const int S = static_cast<int>(tg.segments.size());
   const int M = tg.micro_batches();
-  tg.device_order.resize(tg.num_devices);
-  for (auto& o : tg.device_order) o.clear();
+  clear_orders(tg, sc);
   for (int w = 0; w <= M + S - 2; ++w)
-    for (int s = std::max(0, w - M + 1); s <= std::min(S - 1, w); ++s)
-      tg.device_order[tg.segments[s].device_of(w - s)].push_back(tg.forward_task[s][w - s]);
+    for (int s = std::max(0, w - M + 1); s <= std::min(S - 1, w); ++s) run_next(tg, sc, tg.forward_task[s][w - s]);
   for (int w = 0; w <= M + S - 2; ++w)
-    for (int r = std::max(0, w - M + 1); r <= std::min(S - 1, w); ++r) {
-      int s = S - 1 - r;
-      tg.device_order[tg.segments[s].device_of(w - r)].push_back(tg.backward_task[s][w - r]);
-    }
+    for (int r = std::max(0, w - M + 1); r <= std::min(S - 1, w); ++r) run_next(tg, sc, tg.backward_task[S - 1 - r][w - r]);
+  append_allreduces(tg, sc);
 }
 
 // How many micro-batches a device may start before its first backward
@@ -334,7 +362,7 @@ std::vector<int> in_flight_limits(const TaskGraph& tg) {
 // whole chunk before its next segment (backwards: its last segment first), and
 // it may keep one more micro-batch in flight (the memory rule's stages + 1).
 // The recorded order comes from a feasible execution, so it never deadlocks.
-void order_1f1b(TaskGraph& tg, bool interleaved) {
+void order_1f1b(TaskGraph& tg, Scratch& sc, bool interleaved) {
   const int M = tg.micro_batches();
   const int D = tg.num_devices;
   const int T = static_cast<int>(tg.tasks.size());
@@ -379,8 +407,7 @@ void order_1f1b(TaskGraph& tg, bool interleaved) {
     if (is_transfer(task.kind)) return done_step[task.deps[0]] >= 0 && done_step[task.deps[0]] < step;
     return done_step[t] >= 0 && done_step[t] < step;
   };
-  tg.device_order.resize(D);
-  for (auto& o : tg.device_order) o.clear();
+  clear_orders(tg, sc);
   size_t remaining = 0;
   for (auto& p : pending) remaining += p.size();
   for (int step = 0; remaining > 0; ++step) {
@@ -403,7 +430,7 @@ void order_1f1b(TaskGraph& tg, bool interleaved) {
       if (pick < 0) continue;
       const Task& task = tg.tasks[pick];
       done_step[pick] = step;
-      tg.device_order[d].push_back(pick);
+      run_next(tg, sc, pick);
       pending[d].erase(std::find(pending[d].begin(), pending[d].end(), pick));
       --remaining;
       progressed = true;
@@ -419,6 +446,7 @@ void order_1f1b(TaskGraph& tg, bool interleaved) {
     if (!progressed)
       for (int& l : limit) ++l;
   }
+  append_allreduces(tg, sc);
 }
 
 }  // namespace
@@ -453,9 +481,9 @@ Status build_task_graph_into(const LayerGraph& g, const Placement& p, const Clus
     tg.micro_batch_sizes[m] = batch_size / p.micro_batches + (m < batch_size % p.micro_batches ? 1 : 0);
   add_tasks(tg, sc);
   if (p.schedule == Schedule::gpipe)
-    order_gpipe(tg);
+    order_gpipe(tg, sc);
   else
-    order_1f1b(tg, p.schedule == Schedule::interleaved_1f1b);
+    order_1f1b(tg, sc, p.schedule == Schedule::interleaved_1f1b);
   return Status::ok();
 }
 

@@ -93,10 +93,16 @@ struct ReplicatedGroup {
 
 struct TaskGraph {
   std::vector<Segment> segments;
-  // A topological order: forwards with their activation transfers, backwards
-  // with their gradient transfers, then the allreduces (ascending group).
+  // A topological order: each forward directly followed by its activation
+  // transfers, each backward by its gradient transfers (the simulator relies
+  // on it), then the allreduces (ascending group).
   std::vector<Task> tasks;
   std::vector<std::vector<int>> device_order;  // per device: compute task ids in run order
+  // Every task once, in the feasible execution the device orders were read
+  // from: compute tasks each followed by its sends, then the allreduces. It
+  // respects deps, device_order and every send queue, so the simulator
+  // replays it in one pass (and checks that it does).
+  std::vector<int> replay_order;
   std::vector<int64_t> micro_batch_sizes;
   std::vector<ReplicatedGroup> replicated_groups;  // ascending group; empty when nothing is replicated
   int num_devices = 0;

@@ -380,6 +380,7 @@ function drawVerification(result) {
       line.appendChild(el('span', {class: 'muted'}, 'not measured (' + p.failure_kind + ': ' + p.message +
                                                     '); the prediction stands'));
     }
+    if (p.same_plan_as) line.appendChild(el('span', {class: 'muted'}, ' (the same plan, measured once)'));
     if (p.disagrees) {
       line.appendChild(el('span', {class: 'flag disagrees', 'data-role': p.role,
                                    title: `|measured - predicted| / measured > ${fmt(threshold, 0)}%`},

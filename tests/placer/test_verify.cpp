@@ -237,3 +237,57 @@ TEST_CASE("a refused stored calibration is replaced by one fitted on the new mea
   const json again = run_optimize(request);
   CHECK(again["calibration"]["kind"] == "fitted");
 }
+
+TEST_CASE("the verification keeps to its time limit: fewer timed steps, or none with the reason") {
+  Cluster one;
+  one.devices = {Device{}};
+  one.devices[0].name = "a";
+  PlanToVerify slow{"best", "single", {}, 1000.0, std::nullopt};  // predicted 1 s a step
+  slow.placement.layer_group = {0};
+  slow.placement.group_device = {0};
+  std::atomic<bool> cancel{false};
+  VerifyOptions o;
+  o.limit_s = 8;  // 1 + 3 steps of a predicted second (with its margin) do not fit; 1 + 1 do
+  Verification fewer = verify_plans(LayerGraph{}, one, 8, {slow}, o, cancel);
+  CHECK(fewer.state == VerificationState::verified);
+  CHECK(fewer.warmup_steps == 1);
+  CHECK(fewer.steps == 1);
+  REQUIRE(fewer.plans.size() == 1);
+  CHECK_FALSE(fewer.plans[0].ok());  // the empty test graph cannot run: a failure, as data
+  CHECK(fewer.plans[0].predicted_ms == doctest::Approx(1000.0));
+
+  o.limit_s = 2;
+  o.limit_why = "a quarter of the time budget";
+  Verification none = verify_plans(LayerGraph{}, one, 8, {slow}, o, cancel);
+  CHECK(none.state == VerificationState::skipped);
+  CHECK(none.reason.find("over the verification's limit of 2") != std::string::npos);
+  CHECK(none.reason.find("a quarter of the time budget") != std::string::npos);
+}
+
+TEST_CASE("a second model's measurements join the same cluster's calibration with the first model's") {
+  MemoryStore store;
+  OptimizeRequest mlp = mlp_request(store);
+  const json first = run_optimize(mlp);
+  REQUIRE(first["verification"]["calibration"]["stored"] == true);
+  const int mlp_samples = first["verification"]["calibration"]["samples_kept"];
+
+  OptimizeRequest other = mlp_request(store);  // the same cluster, another model
+  other.model = "tiny_cnn_test";
+  other.model_graph = json::parse(R"({
+    "name": "tiny_cnn_test", "input_shape": [3, 8, 8],
+    "layers": [
+      {"name": "conv", "op": "conv2d", "inputs": [], "attrs": {"out": 4, "kernel": 3, "padding": 1}},
+      {"name": "relu", "op": "relu", "inputs": ["conv"]},
+      {"name": "flat", "op": "flatten", "inputs": ["relu"]},
+      {"name": "fc", "op": "linear", "inputs": ["flat"], "attrs": {"out": 3}}
+    ]})");
+  const json second = run_optimize(other);
+  CHECK(second["calibration"]["kind"] == "fitted");  // fitted on mlp's steps, used for this model too
+  const json& update = second["verification"]["calibration"];
+  CAPTURE(update.dump(2));
+  REQUIRE(update["stored"] == true);
+  // Both workloads are replayed: mlp's graph from the record, its layer costs from the cached profiles.
+  CHECK(update["fitted_from"] == mlp_samples + update["samples_added"].get<int>());
+  const json record = json::parse(calibration_entry(store, other.cluster));
+  CHECK(record["workloads"].size() == 2);
+}

@@ -667,3 +667,64 @@ TEST_CASE("a device order the graph cannot run is reported as a failure, not rep
   CHECK_FALSE(r.ok);
   CHECK(r.message.find("cycle") != std::string::npos);
 }
+
+TEST_CASE("the one-pass replay in the builder's order and the depth-first replay give the same step") {
+  std::mt19937 rng(11);
+  LayerGraph g;
+  g.name = "branchy";
+  g.input_shape = {8};
+  add_layer(g, "fc0", "linear", {});
+  add_layer(g, "a1", "linear", {0});
+  add_layer(g, "b2", "linear", {0});
+  add_layer(g, "b3", "linear", {2});
+  add_layer(g, "add4", "add", {1, 3});
+  add_layer(g, "fc5", "linear", {4});
+  add_layer(g, "add6", "add", {5, 0});
+  REQUIRE(infer_shapes(g).is_ok());
+  Cluster c = slow_links(4);
+  c.devices[2].speed = 0.5;
+  Calibration cal = default_calibration();
+  cal.first_task_overhead_ms = 0.3;
+  cal.update_ms_per_param_mb = 5;
+  auto cost = CostModel::build(g, c, flat_library(g, 1, 1.0, 2.0), cal);
+  REQUIRE(cost.is_ok());
+  int compared = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    Placement p;
+    const int G = 1 + static_cast<int>(rng() % 4);
+    for (size_t i = 0; i < g.layers.size(); ++i) p.layer_group.push_back(static_cast<int>(rng() % G));
+    for (int grp = 0; grp < G; ++grp) {
+      std::vector<int> devs{0, 1, 2, 3};
+      std::shuffle(devs.begin(), devs.end(), rng);
+      p.group_device.push_back(devs[0]);
+      p.group_replicas.emplace_back(devs.begin() + 1, devs.begin() + (rng() % 3 == 0 ? 2 : 1));
+    }
+    p.micro_batches = 2 + static_cast<int>(rng() % 3);
+    p.aggregation_every = rng() % 5 == 0 ? 2 : 1;
+    p.schedule = static_cast<Schedule>(rng() % 3);
+    auto tg = build_task_graph(g, p, c, 8);
+    if (!tg) continue;
+    for (bool per_device : {true, false}) {
+      SimulateOptions o;
+      o.send_queue_per_device = per_device;
+      TaskTimes fast_times, slow_times;
+      StepReport fast = simulate(*tg, *cost, o, &fast_times);
+      TaskGraph unordered = *tg;
+      unordered.replay_order.clear();  // forces the depth-first replay
+      StepReport slow = simulate(unordered, *cost, o, &slow_times);
+      REQUIRE(fast.ok);
+      REQUIRE(slow.ok);
+      CHECK(fast.step_ms == slow.step_ms);
+      CHECK(fast_times.start_ms == slow_times.start_ms);
+      CHECK(fast_times.critical_pred == slow_times.critical_pred);
+      CHECK(fast_times.last_task == slow_times.last_task);
+      for (int d = 0; d < 4; ++d) {
+        CHECK(fast.devices[d].busy_ms == slow.devices[d].busy_ms);
+        CHECK(fast.devices[d].comm_ms == slow.devices[d].comm_ms);
+        CHECK(fast.devices[d].peak_memory_bytes == slow.devices[d].peak_memory_bytes);
+      }
+      ++compared;
+    }
+  }
+  CHECK(compared > 200);
+}

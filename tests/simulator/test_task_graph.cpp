@@ -149,6 +149,25 @@ bool orders_cover_compute_tasks(const TaskGraph& tg) {
     if (seen[t] != (is_compute(tg.tasks[t].kind) ? 1 : 0)) return false;
   return true;
 }
+
+// The replay order holds every task once, after its deps and after the
+// tasks before it in its device's order.
+bool replay_order_is_feasible(const TaskGraph& tg) {
+  std::vector<int> position(tg.tasks.size(), -1);
+  if (tg.replay_order.size() != tg.tasks.size()) return false;
+  for (size_t k = 0; k < tg.replay_order.size(); ++k) {
+    int t = tg.replay_order[k];
+    if (position[t] >= 0) return false;
+    position[t] = static_cast<int>(k);
+  }
+  for (size_t t = 0; t < tg.tasks.size(); ++t)
+    for (int d : tg.tasks[t].deps)
+      if (position[d] > position[t]) return false;
+  for (const auto& order : tg.device_order)
+    for (size_t k = 1; k < order.size(); ++k)
+      if (position[order[k - 1]] > position[order[k]]) return false;
+  return true;
+}
 }  // namespace
 
 TEST_CASE("a replicated first stage runs micro-batch m on replica m % r, sends from that replica, and all-reduces once") {
@@ -199,6 +218,7 @@ TEST_CASE("a replicated first stage runs micro-batch m on replica m % r, sends f
   CHECK(tg->device_order[2].size() == 8);
   CHECK(orders_cover_compute_tasks(*tg));
   CHECK(runs_without_deadlock(*tg));
+  CHECK(replay_order_is_feasible(*tg));
 }
 
 TEST_CASE("a replica on the device of the next stage skips the transfer for the micro-batches it runs") {
@@ -321,6 +341,7 @@ TEST_CASE("random placements with replicas and several groups per device run wit
         shared_devices += *std::max_element(segments_on.begin(), segments_on.end()) > 1;
         CHECK(runs_without_deadlock(*tg));
         CHECK(orders_cover_compute_tasks(*tg));
+        CHECK(replay_order_is_feasible(*tg));
         for (const Task& t : tg->tasks)
           for (int d : t.deps) CHECK(d < static_cast<int>(&t - tg->tasks.data()));  // tasks are topological
       }
