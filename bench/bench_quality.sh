@@ -13,7 +13,7 @@
 # it is at least 10% ahead, the DP planner, the exhaustive optimum where it was
 # feasible, BSP, the time the policy took to come within 5% of its own final
 # best; then a summary, and the JSON of every policy plan no planner row can
-# express (a replicated stage, or groups that are not runs of consecutive
+# express (a device in two groups, or groups that are not runs of consecutive
 # layers) under $OUT/beyond/.
 # Part B (measured, in kind with the paper's table): the same models at a small
 # input size on examples/cluster_4equal.json (emulated devices): SingleCPU,
@@ -77,7 +77,13 @@ def describe(pl):
             if g != last and g in seen: runs = True
             seen.add(g); last = g
         if runs: text += ", branch-parallel"
-    return text, bool(rep) or runs
+    # Beyond every planner row: a device in two groups (the DP gives each
+    # device one stage, PipeDream each stage a disjoint device set) or groups
+    # that are not runs of consecutive layers (branch parallelism).
+    names = [d for g in groups for d in (g if isinstance(g, list) else [g])]
+    shared = len(names) != len(set(names))
+    if shared: text += ", a device in two groups"
+    return text, shared or runs
 
 plan, beyond = describe(p.get("placement"))
 if beyond:
