@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
 # bench/bench_quality.sh — TAPP search quality (placer engineer). Not a test.
 #
-# Part A (simulate): for alexnet, vgg16, inception_v3 at ImageNet sizes (batch
-# 32) on the example clusters, `tapp-cli optimize --json` with default options;
-# prints the policy's best (no warm start; its choices include data
-# parallelism), after local refinement, the best classical planner (BSP
-# included; HOGWILD is asynchronous and left out; random search and annealing
-# get TAPP's budget, policy + refinement), the DP planner, the exhaustive
-# optimum where it was feasible, BSP, the job's result, whether the policy's
-# plan is a pipeline or data parallel, and the time the policy took to come
-# within 5% of its own final best.
+# Part A (simulate): for alexnet, vgg16, resnet50, inception_v3 at ImageNet
+# sizes (batch 32) on the example clusters and two clusters with heterogeneous
+# devices and asymmetric links (cluster_edge_uplinks, cluster_fast_behind_slow_link), seeds 1-3,
+# `tapp-cli optimize --json` (default options, or OPT_ARGS); prints per run
+# the policy's best alone (no warm start; its choices include data
+# parallelism, replicated stages and branch-parallel groups), after its local
+# refinement, the best classical planner (BSP, the DP planner, PipeDream's
+# replication DP where present; HOGWILD is asynchronous and left out; random
+# search and annealing get TAPP's budget), the policy's gap to it and whether
+# it is at least 10% ahead, the DP planner, the exhaustive optimum where it was
+# feasible, BSP, the time the policy took to come within 5% of its own final
+# best; then a summary, and the JSON of every policy plan no planner row can
+# express (a device in two groups, or groups that are not runs of consecutive
+# layers) under $OUT/beyond/.
 # Part B (measured, in kind with the paper's table): the same models at a small
 # input size on examples/cluster_4equal.json (emulated devices): SingleCPU,
 # Pipe-Torch (= the DP planner), BSP and TAPP measured by `tapp-cli run`, in
 # ROUNDS (default 3) interleaved rounds.
 #
-# Usage: bench/bench_quality.sh [BUILD_DIR] [a|b|ab]   (default: build, ab; env SEED=1 for part A, ROUNDS=3 BATCH=16 BSPECS=... for part B)
+# Usage: bench/bench_quality.sh [BUILD_DIR] [a|b|ab]   (default: build, ab; env for part A:
+#   MODELS, CLUSTERS (names in examples/ or bench/), SEEDS="1 2 3", OPT_ARGS (e.g. "--iterations 300");
+#   for part B: ROUNDS=3 BATCH=16 BSPECS=...; TAPP_BENCH_OUT=dir keeps the results)
 set -euo pipefail
 BUILD=${1:-build}
 PARTS=${2:-ab}
@@ -24,41 +31,99 @@ CLI="$ROOT/$BUILD/bin/tapp-cli"
 [ -x "$CLI" ] || CLI="$BUILD/bin/tapp-cli"
 OUT=${TAPP_BENCH_OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
-MODELS=${MODELS:-"alexnet vgg16 inception_v3"}
-CLUSTERS=${CLUSTERS:-"cluster_4equal cluster_4hetero cluster_device_server cluster_8equal"}
-SEED=${SEED:-1}
+MODELS=${MODELS:-"alexnet vgg16 resnet50 inception_v3"}
+CLUSTERS=${CLUSTERS:-"cluster_4equal cluster_4hetero cluster_device_server cluster_8equal cluster_edge_uplinks cluster_fast_behind_slow_link"}
+SEEDS=${SEEDS:-${SEED:-"1 2 3"}}
+OPT_ARGS=${OPT_ARGS:-}
+cluster_file() { if [ -f "$ROOT/examples/$1.json" ]; then echo "$ROOT/examples/$1.json"; else echo "$ROOT/bench/$1.json"; fi; }
 
 if [[ $PARTS == *a* ]]; then
-  echo "## Part A: simulate, ImageNet sizes, batch 32, seed $SEED (results in $OUT)"
+  echo "## Part A: simulate, ImageNet sizes, batch 32, seeds $SEEDS${OPT_ARGS:+, options $OPT_ARGS} (results in $OUT)"
   echo
-  echo "| model | cluster | TAPP policy ms | policy's plan | +refine ms | best classical planner ms | policy vs it | +refine vs it | DP ms | exhaustive ms | TAPP vs exhaustive | BSP ms | TAPP vs BSP | job result (source) | to 5% of final (s) | search (s) |"
+  echo "| model | cluster | seed | TAPP policy ms | policy's plan | +refine ms | best classical planner ms | policy vs it | +refine vs it | policy >= 10% ahead | DP ms | pipedream ms | exhaustive ms | BSP ms | to 5% of final (s) | search (s) |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+  mkdir -p "$OUT/beyond"
   for m in $MODELS; do
     for c in $CLUSTERS; do
-      f="$OUT/$m-$c.json"
-      "$CLI" optimize "$m" --devices "$ROOT/examples/$c.json" --seed "$SEED" --json >"$f" 2>"$OUT/$m-$c.log" || { echo "| $m | $c | failed: $(tail -1 "$OUT/$m-$c.log") |"; continue; }
-      python3 - "$f" "$m" "$c" <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1])); m, c = sys.argv[2], sys.argv[3]
+      for seed in $SEEDS; do
+        f="$OUT/$m-$c-s$seed.json"
+        nice "$CLI" optimize "$m" --devices "$(cluster_file "$c")" --seed "$seed" --no-verify $OPT_ARGS --json >"$f" 2>"$OUT/$m-$c-s$seed.log" ||
+          { echo "| $m | $c | $seed | failed: $(tail -1 "$OUT/$m-$c-s$seed.log") |"; continue; }
+        python3 - "$f" "$m" "$c" "$seed" "$OUT" <<'PY'
+import json, os, sys
+r = json.load(open(sys.argv[1])); m, c, seed, out = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
+order = r.get("layer_order")
 p = r["policy"]; tapp = p["step_ms"]; refined = p.get("refined_step_ms")
 rows = {b["name"]: b for b in r["baselines"]}
 ok = {n: b["step_ms"] for n, b in rows.items() if b.get("ok")}
 classical = {n: v for n, v in ok.items() if n != "hogwild"}
 best_name = min(classical, key=classical.get) if classical else None
-pl = p.get("placement") or {}
-n = len(pl.get('groups', []))
-plan = f"{n} replica{'s' if n != 1 else ''}" if pl.get("data_parallel") else f"{n} stage{'s' if n != 1 else ''} x {pl.get('micro_batches', '?')}"
+best = ok.get(best_name)
+
+def describe(pl):
+    """'3 stages x 4', '+ 1 replicated (2 devices)', 'branch-parallel' where groups are not runs."""
+    if not pl: return "-", False
+    groups = pl.get("groups", [])
+    n = len(groups)
+    if pl.get("data_parallel"): return f"{n} replica{'s' if n != 1 else ''} (data parallel)", False
+    rep = [g for g in groups if isinstance(g, list) and len(g) > 1]
+    text = f"{n} stage{'s' if n != 1 else ''} x {pl.get('micro_batches', '?')}"
+    if rep: text += ", replicated " + " ".join("[" + "+".join(g) + "]" for g in rep)
+    runs = False
+    if order:
+        seq = [pl["layers"][name] for name in order]
+        seen, last = set(), None
+        for g in seq:
+            if g != last and g in seen: runs = True
+            seen.add(g); last = g
+        if runs: text += ", branch-parallel"
+    # Beyond every planner row: a device in two groups (the DP gives each
+    # device one stage, PipeDream each stage a disjoint device set) or groups
+    # that are not runs of consecutive layers (branch parallelism).
+    names = [d for g in groups for d in (g if isinstance(g, list) else [g])]
+    shared = len(names) != len(set(names))
+    if shared: text += ", a device in two groups"
+    return text, shared or runs
+
+plan, beyond = describe(p.get("placement"))
+if beyond:
+    json.dump({"model": m, "cluster": c, "seed": int(seed), "step_ms": tapp, "best_classical": best_name,
+               "best_classical_ms": best, "placement": p["placement"]},
+              open(os.path.join(out, "beyond", f"{m}-{c}-s{seed}.json"), "w"), indent=1)
 def f(x): return "-" if x is None else f"{x:,.0f}"
 def pct(a, b): return "-" if a is None or b is None else f"{100 * (a / b - 1):+.1f}%"
+ahead = "yes" if best and tapp <= 0.9 * best else "no"
 ex = ok.get("exhaustive")
-print(f"| {m} | {c} | {f(tapp)} | {plan} | {f(refined)} | {best_name} {f(ok.get(best_name))} | {pct(tapp, ok.get(best_name))} | "
-      f"{pct(refined, ok.get(best_name))} | {f(ok.get('dp'))} | "
-      f"{f(ex) if ex else 'infeasible'} | {pct(tapp, ex)} | {f(ok.get('bsp'))} | {pct(tapp, ok.get('bsp'))} | "
-      f"{f(r['step_ms'])} ({r['source']}) | "
-      f"{p['time_to_within_5pct_s']:.1f} | {p['elapsed_s']:.1f} |")
+print(f"| {m} | {c} | {seed} | {f(tapp)} | {plan} | {f(refined)} | {best_name} {f(best)} | {pct(tapp, best)} | "
+      f"{pct(refined, best)} | {ahead} | {f(ok.get('dp'))} | {f(ok.get('pipedream'))} | "
+      f"{f(ex) if ex else 'infeasible'} | {f(ok.get('bsp'))} | "
+      f"{p['time_to_within_5pct_s']:.1f} | {p['elapsed_s']:.1f} |", flush=True)
 PY
+      done
     done
   done
+  echo
+  python3 - "$OUT" <<'PY'
+import glob, json, os, sys
+out = sys.argv[1]
+gaps = []
+for f in sorted(glob.glob(os.path.join(out, "*-s*.json"))):
+    try: r = json.load(open(f))
+    except Exception: continue
+    ok = {b["name"]: b["step_ms"] for b in r.get("baselines", []) if b.get("ok") and b["name"] != "hogwild"}
+    if not ok or "policy" not in r: continue
+    best = min(ok.values())
+    gaps.append((r["policy"]["step_ms"] / best - 1, os.path.basename(f)[:-5]))
+if gaps:
+    within = sum(g <= 0.02 for g, _ in gaps); ahead = sum(g <= -0.10 for g, _ in gaps)
+    worst = max(gaps)
+    print(f"Summary: {len(gaps)} runs; the policy alone within 2% of the best classical planner in {within}, "
+          f"at least 10% ahead in {ahead}; worst {100 * worst[0]:+.1f}% ({worst[1]}); best {100 * min(gaps)[0]:+.1f}% ({min(gaps)[1]}).")
+    behind = [f"{n} {100 * g:+.1f}%" for g, n in sorted(gaps, reverse=True) if g > 0.02]
+    if behind: print("More than 2% behind: " + "; ".join(behind))
+    beyond = sorted(os.listdir(os.path.join(out, "beyond")))
+    print(f"Policy plans no planner row can express: {len(beyond)} ({', '.join(b[:-5] for b in beyond) or 'none'}) in {out}/beyond/")
+PY
   echo
 fi
 
@@ -74,7 +139,7 @@ if [[ $PARTS == *b* ]]; then
   for spec in $BSPECS; do
     m=${spec%%:*}; s=${spec##*:}
     f="$OUT/b-$m.json"
-    "$CLI" optimize "$m" --devices "$CL" --input-size "$s" --batch "$BATCH" --seed 1 --json >"$f" 2>"$OUT/b-$m.log"
+    "$CLI" optimize "$m" --devices "$CL" --input-size "$s" --batch "$BATCH" --seed 1 --no-verify --json >"$f" 2>"$OUT/b-$m.log"
     plan=$(python3 - "$f" "$OUT/b-$m" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1])); base = sys.argv[2]

@@ -13,6 +13,14 @@ std::string placement_key(const Placement& p) {
   k += '|';
   for (int d : p.group_device) k += std::to_string(d) + ',';
   k += '|' + std::to_string(p.micro_batches) + schedule_name(p.schedule);
+  if (p.has_replicated_groups()) {
+    k += "|r";
+    for (const auto& r : p.group_replicas) {
+      for (int d : r) k += std::to_string(d) + ',';
+      k += ';';
+    }
+    if (p.aggregation_every != 1) k += "|a" + std::to_string(p.aggregation_every);
+  }
   if (p.is_data_parallel())
     k += p.data_parallel == DataParallelMode::bsp ? "|dp" : "|" + data_parallel_mode_name(p.data_parallel);
   return k;

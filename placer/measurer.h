@@ -30,7 +30,7 @@ namespace tapp {
 struct LayerGraph;
 struct Cluster;
 
-// A canonical string of a placement (groups, devices, micro-batches, schedule).
+// A canonical string of a placement (groups, devices and replicas, micro-batches, schedule).
 std::string placement_key(const Placement& p);
 
 struct TracePoint {

@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/cluster.h"
+#include "model/layer_graph.h"
+
 namespace tapp {
 
 namespace {
@@ -53,9 +56,22 @@ std::vector<std::vector<float>> to_rows(const torch::Tensor& t) {
 
 }  // namespace
 
+PolicyMemory policy_memory(const LayerGraph& graph, const Cluster& cluster, int64_t batch_size, Schedule schedule) {
+  PolicyMemory m;
+  for (const Layer& l : graph.layers) {
+    m.layer_param_bytes.push_back(l.param_bytes());
+    m.layer_activation_bytes.push_back(l.activation_bytes());
+  }
+  for (const Device& d : cluster.devices) m.device_bytes.push_back(device_memory_bytes(d));
+  m.batch_size = batch_size;
+  m.schedule = schedule;
+  return m;
+}
+
 struct Policy::Impl {
   PolicyConfig cfg;
   std::vector<std::vector<int>> consumers;
+  std::vector<std::vector<int>> producers;  // per layer: its inputs (earlier layers)
   FeatureMatrix layer_rows;
   int L = 0, G = 0, D = 0, M = 0;  // M: micro-batch head outputs (choices + data parallel)
   std::vector<float> prior;  // L x G positional prior logits (contiguous mode)
@@ -67,6 +83,7 @@ struct Policy::Impl {
   torch::nn::Linear p1{nullptr}, p2{nullptr}, p3{nullptr};
   // Allocation network.
   torch::nn::Linear a_embed{nullptr}, a_q{nullptr}, a_k{nullptr}, a_v{nullptr}, a_out{nullptr}, a_micro{nullptr};
+  torch::nn::Linear a_replica{nullptr};  // per group x device: logit of a replica there (max_replicas > 0)
   std::vector<torch::Tensor> params;
   std::unique_ptr<torch::optim::Adam> optimizer;
 
@@ -90,12 +107,22 @@ struct Policy::Impl {
     p3->weight.mul_(0.1);
     a_out->weight.mul_(0.1);
     a_micro->weight.mul_(0.1);
+    // Replicas start rare by default (bias -2: p ~ 0.12 each), so the first
+    // proposals are mostly the plain pipelines and replication is learned where it pays.
+    if (a_replica) {
+      a_replica->weight.mul_(0.1);
+      a_replica->bias.fill_(cfg.replica_bias);
+    }
   }
 
   torch::Tensor partition_logits() { return p3(torch::relu(p2(torch::relu(p1(layer_input))))); }
 
-  // Returns (device logits G x D masked, micro logits M) for a partition.
-  std::pair<torch::Tensor, torch::Tensor> allocation_logits(const std::vector<int>& layer_group) {
+  struct AllocationLogits {
+    torch::Tensor device;   // G x D, devices that fit no layer masked
+    torch::Tensor micro;    // M
+    torch::Tensor replica;  // G x D, undefined without a replica head
+  };
+  AllocationLogits allocation_logits(const std::vector<int>& layer_group) {
     FeatureMatrix rows = encode_groups(layer_rows, layer_group, G, consumers);
     auto x = to_tensor(rows);
     auto e = torch::relu(a_embed(x));
@@ -104,7 +131,7 @@ struct Policy::Impl {
     auto h = e + torch::matmul(att, v);
     auto dev = a_out(h) + device_mask.unsqueeze(0);
     auto micro = a_micro(h.mean(0));
-    return {dev, micro};
+    return {dev, micro, a_replica ? a_replica(h) : torch::Tensor()};
   }
 
   static std::vector<bool> nonempty(const std::vector<int>& layer_group, int groups) {
@@ -113,79 +140,111 @@ struct Policy::Impl {
     return used;
   }
 
-  // Additive mask (L x G) of a contiguous partition: layer i may take any
-  // group >= the group of layer i-1 (groups left empty are dropped), plus the
-  // positional prior.
-  torch::Tensor contiguous_mask(const std::vector<int>& layer_group) const {
+  // The lowest group layer i may take: contiguous, its predecessor's;
+  // follows_dag, the highest of its inputs' (so every edge of the groups'
+  // graph goes up in id: acyclic); free, 0.
+  int lowest_group(int i, const std::vector<int>& layer_group) const {
+    if (cfg.partition == PartitionMode::contiguous) return i == 0 ? 0 : layer_group[i - 1];
+    int lo = 0;
+    if (cfg.partition == PartitionMode::follows_dag)
+      for (int p : producers[i]) lo = std::max(lo, layer_group[p]);
+    return lo;
+  }
+
+  // Additive mask (L x G) of an ordered partition: layer i may take any group
+  // >= lowest_group (groups left empty are dropped), plus the positional prior.
+  torch::Tensor order_mask(const std::vector<int>& layer_group) const {
     std::vector<float> m(static_cast<size_t>(L) * G);
     for (int i = 0; i < L; ++i) {
-      int prev = i == 0 ? 0 : layer_group[i - 1];
-      for (int g = 0; g < G; ++g) m[static_cast<size_t>(i) * G + g] = g < prev ? kMasked : prior[static_cast<size_t>(i) * G + g];
+      int lo = lowest_group(i, layer_group);
+      for (int g = 0; g < G; ++g) m[static_cast<size_t>(i) * G + g] = g < lo ? kMasked : prior[static_cast<size_t>(i) * G + g];
     }
     return torch::from_blob(m.data(), {L, G}, torch::kFloat32).clone();
   }
 
   bool device_allowed(int k) const { return cfg.device_allowed.empty() || cfg.device_allowed[k] || all_masked; }
 
-  // Additive mask (G x D) for distinct devices: each non-empty group masks the
-  // devices of the non-empty groups before it, while an allowed device is free.
-  torch::Tensor distinct_mask(const std::vector<int>& layer_group, const std::vector<int>& group_device) const {
-    std::vector<float> m(static_cast<size_t>(G) * D, 0.f);
-    auto used = nonempty(layer_group, G);
-    std::vector<bool> taken(D, false);
-    for (int g = 0; g < G; ++g) {
-      if (!used[g]) continue;
-      bool free_left = false;
-      for (int k = 0; k < D; ++k) free_left = free_left || (!taken[k] && device_allowed(k));
-      if (free_left)
-        for (int k = 0; k < D; ++k)
-          if (taken[k]) m[static_cast<size_t>(g) * D + k] = kMasked;
-      taken[group_device[g]] = true;
-    }
-    return torch::from_blob(m.data(), {G, D}, torch::kFloat32).clone();
-  }
-
   torch::Tensor partition_log_softmax(const torch::Tensor& logits, const std::vector<int>& layer_group) const {
-    if (!cfg.contiguous) return torch::log_softmax(logits, 1);
-    return torch::log_softmax(logits + contiguous_mask(layer_group), 1);
+    if (cfg.partition == PartitionMode::free) return torch::log_softmax(logits, 1);
+    return torch::log_softmax(logits + order_mask(layer_group), 1);
   }
 
-  // log pi(d) and entropy (with gradient) for one decision, given the partition logits.
+  int micro_batches_of(int micro_index) const {
+    const auto& c = cfg.micro_batch_choices;
+    return c[std::clamp(micro_index, 0, static_cast<int>(c.size()) - 1)];
+  }
+  bool is_data_parallel(int micro_index) const {
+    return cfg.offer_data_parallel && micro_index == static_cast<int>(cfg.micro_batch_choices.size());
+  }
+
+  // log pi(d) and entropy (with gradient) for one decision, given the
+  // partition logits: every choice in the order it is drawn (policy.h),
+  // under the masks it was drawn with (AllocationMasks replays them).
   std::pair<torch::Tensor, torch::Tensor> score(const Decision& d, const torch::Tensor& part_logits) {
     auto part_logp = partition_log_softmax(part_logits, d.layer_group);
     auto idx = torch::tensor(std::vector<int64_t>(d.layer_group.begin(), d.layer_group.end()), torch::kInt64);
     auto lp = part_logp.gather(1, idx.unsqueeze(1)).sum();
     auto ent = -(part_logp.exp() * part_logp).sum();
-    auto [dev, micro] = allocation_logits(d.layer_group);
-    if (cfg.distinct_devices) dev = dev + distinct_mask(d.layer_group, d.group_device);
-    auto dev_logp = torch::log_softmax(dev, 1);
+    auto logits = allocation_logits(d.layer_group);
+    auto micro_logp = torch::log_softmax(logits.micro, 0);
+    lp = lp + micro_logp[d.micro_batch_index];
+    ent = ent - (micro_logp.exp() * micro_logp).sum();
+
+    AllocationMasks masks(*this, d.layer_group, d.micro_batch_index);
+    std::vector<float> rows(static_cast<size_t>(G) * D, 0.f);
+    for (int g = 0; g < G; ++g) {
+      masks.primary_row(g, &rows[static_cast<size_t>(g) * D]);
+      masks.take_primary(g, d.group_device[g]);
+    }
+    auto dev_logp = torch::log_softmax(logits.device + torch::from_blob(rows.data(), {G, D}, torch::kFloat32).clone(), 1);
     auto used = nonempty(d.layer_group, G);
     for (int g = 0; g < G; ++g) {
       if (!used[g]) continue;
       lp = lp + dev_logp[g][d.group_device[g]];
       ent = ent - (dev_logp[g].exp() * dev_logp[g]).sum();
     }
-    auto micro_logp = torch::log_softmax(micro, 0);
-    lp = lp + micro_logp[d.micro_batch_index];
-    ent = ent - (micro_logp.exp() * micro_logp).sum();
+    if (logits.replica.defined()) {
+      // Each replica choice the masks offered: a Bernoulli, taken or not.
+      std::vector<float> offered(static_cast<size_t>(G) * D, 0.f), taken(static_cast<size_t>(G) * D, 0.f);
+      for (int g = 0; g < G; ++g)
+        for (int k = 0; k < D; ++k) {
+          if (!masks.replica_allowed(g, k)) continue;
+          offered[static_cast<size_t>(g) * D + k] = 1.f;
+          if (has_replica(d, g, k)) {
+            taken[static_cast<size_t>(g) * D + k] = 1.f;
+            masks.take_replica(g, k);
+          }
+        }
+      auto off = torch::from_blob(offered.data(), {G, D}, torch::kFloat32).clone();
+      auto yes = torch::from_blob(taken.data(), {G, D}, torch::kFloat32).clone();
+      auto log_yes = torch::log_sigmoid(logits.replica), log_no = torch::log_sigmoid(-logits.replica);
+      lp = lp + (off * (yes * log_yes + (1 - yes) * log_no)).sum();
+      ent = ent - (off * (log_yes.exp() * log_yes + log_no.exp() * log_no)).sum();
+    }
     return {lp, ent};
+  }
+
+  static bool has_replica(const Decision& d, int g, int k) {
+    if (d.group_replicas.size() <= static_cast<size_t>(g)) return false;
+    const auto& r = d.group_replicas[g];
+    return std::find(r.begin(), r.end(), k) != r.end();
   }
 
   Decision choose(std::mt19937_64* rng) {
     torch::NoGradGuard ng;
     Decision d;
     d.layer_group.resize(L);
-    if (cfg.contiguous) {
+    if (cfg.partition != PartitionMode::free) {
       auto lg = partition_logits().contiguous();
       const float* z = lg.data_ptr<float>();
       std::vector<float> p(G);
       for (int i = 0; i < L; ++i) {
-        int prev = i == 0 ? 0 : d.layer_group[i - 1];
+        int lo = lowest_group(i, d.layer_group);
         double mx = -1e30;
-        for (int g = prev; g < G; ++g) mx = std::max(mx, static_cast<double>(z[i * G + g] + prior[i * G + g]));
+        for (int g = lo; g < G; ++g) mx = std::max(mx, static_cast<double>(z[i * G + g] + prior[i * G + g]));
         double sum = 0;
         for (int g = 0; g < G; ++g) {
-          p[g] = g < prev ? 0.f : static_cast<float>(std::exp(z[i * G + g] + prior[i * G + g] - mx));
+          p[g] = g < lo ? 0.f : static_cast<float>(std::exp(z[i * G + g] + prior[i * G + g] - mx));
           sum += p[g];
         }
         for (int g = 0; g < G; ++g) p[g] = static_cast<float>(p[g] / sum);
@@ -196,33 +255,165 @@ struct Policy::Impl {
       const float* p = pp.data_ptr<float>();
       for (int i = 0; i < L; ++i) d.layer_group[i] = rng ? draw(p + i * G, G, *rng) : argmax(p + i * G, G);
     }
-    auto [dev, micro] = allocation_logits(d.layer_group);
-    auto dl = dev.contiguous();
+    auto logits = allocation_logits(d.layer_group);
+    // The micro-batch count first: the memory masks and the replica cap depend on it.
+    auto mp = torch::softmax(logits.micro, 0).contiguous();
+    d.micro_batch_index = rng ? draw(mp.data_ptr<float>(), M, *rng) : argmax(mp.data_ptr<float>(), M);
+
+    auto dl = logits.device.contiguous();
     const float* z = dl.data_ptr<float>();
     d.group_device.assign(G, 0);
-    auto nonempty_groups = nonempty(d.layer_group, G);
-    std::vector<bool> taken(D, false);
-    std::vector<float> p(D);
+    AllocationMasks masks(*this, d.layer_group, d.micro_batch_index);
+    std::vector<float> row(D), p(D);
     for (int g = 0; g < G; ++g) {
-      // Devices of earlier groups are masked (distinct_devices) while a free allowed one remains.
-      bool free_left = false;
-      for (int k = 0; k < D; ++k) free_left = free_left || (!taken[k] && device_allowed(k));
-      const bool mask_taken = cfg.distinct_devices && nonempty_groups[g] && free_left;
+      masks.primary_row(g, row.data());
       double mx = -1e30;
-      for (int k = 0; k < D; ++k) mx = std::max(mx, static_cast<double>(z[g * D + k]) + (mask_taken && taken[k] ? kMasked : 0.f));
+      for (int k = 0; k < D; ++k) mx = std::max(mx, static_cast<double>(z[g * D + k]) + row[k]);
       double sum = 0;
       for (int k = 0; k < D; ++k) {
-        double v = z[g * D + k] + (mask_taken && taken[k] ? kMasked : 0.f);
-        p[k] = static_cast<float>(std::exp(v - mx));
+        p[k] = static_cast<float>(std::exp(z[g * D + k] + row[k] - mx));
         sum += p[k];
       }
       for (int k = 0; k < D; ++k) p[k] = static_cast<float>(p[k] / sum);
       d.group_device[g] = rng ? draw(p.data(), D, *rng) : argmax(p.data(), D);
-      if (nonempty_groups[g]) taken[d.group_device[g]] = true;
+      masks.take_primary(g, d.group_device[g]);
     }
-    auto mp = torch::softmax(micro, 0).contiguous();
-    d.micro_batch_index = rng ? draw(mp.data_ptr<float>(), M, *rng) : argmax(mp.data_ptr<float>(), M);
+    d.group_replicas.assign(G, {});
+    if (logits.replica.defined()) {
+      auto rp = torch::sigmoid(logits.replica).contiguous();
+      const float* q = rp.data_ptr<float>();
+      for (int g = 0; g < G; ++g)
+        for (int k = 0; k < D; ++k) {
+          if (!masks.replica_allowed(g, k)) continue;
+          const double u = rng ? std::uniform_real_distribution<double>(0.0, 1.0)(*rng) : 0.5;
+          if (u < q[g * D + k]) {
+            d.group_replicas[g].push_back(k);
+            masks.take_replica(g, k);
+          }
+        }
+    }
     return d;
+  }
+
+  // The sequential masks of one joint action's allocation (policy.h), the
+  // same when sampling and when scoring: which devices a group's primary may
+  // take given the groups before it, and which free devices may take a replica.
+  class AllocationMasks {
+   public:
+    AllocationMasks(const Impl& m, const std::vector<int>& layer_group, int micro_index)
+        : m_(m),
+          used_(nonempty(layer_group, m.G)),
+          data_parallel_(m.is_data_parallel(micro_index)),
+          micro_batches_(data_parallel_ ? 1 : m.micro_batches_of(micro_index)),
+          taken_(m.D, false),
+          load_(m.D, 0.0),
+          replicas_(m.G, 0),
+          in_cycle_(m.groups_in_cycle(layer_group)) {
+      if (m.cfg.memory.empty() || data_parallel_) return;
+      const PolicyMemory& mem = m.cfg.memory;
+      state_bytes_.assign(m.G, 0.0);
+      activation_bytes_.assign(m.G, 0.0);
+      for (int i = 0; i < m.L; ++i) {
+        state_bytes_[layer_group[i]] += static_cast<double>(training_state_bytes(mem.layer_param_bytes[i]));
+        activation_bytes_[layer_group[i]] += static_cast<double>(mem.layer_activation_bytes[i]);
+      }
+      // core's rule counts the stages as the distinct devices in use; the
+      // non-empty groups are at least as many, and more stages never keep
+      // fewer micro-batches in flight, so the mask is never laxer than check_memory.
+      stages_ = static_cast<int>(std::count(used_.begin(), used_.end(), true));
+      samples_ = static_cast<double>((mem.batch_size + micro_batches_ - 1) / micro_batches_);
+    }
+
+    // Additive row (0 or kMasked per device) for group g's device.
+    void primary_row(int g, float* row) const {
+      std::fill(row, row + m_.D, 0.f);
+      if (!used_[g]) return;
+      bool free_left = false;
+      for (int k = 0; k < m_.D; ++k) free_left = free_left || (!taken_[k] && m_.device_allowed(k));
+      const bool distinct = m_.cfg.distinct_devices && free_left;
+      if (distinct)
+        for (int k = 0; k < m_.D; ++k)
+          if (taken_[k]) row[k] = kMasked;
+      if (state_bytes_.empty()) return;
+      // Memory: the devices still offered that fit the group; if none does,
+      // any allowed device that fits (a repeat); if none, no memory mask
+      // (the measurer then reports the proposal out of memory).
+      const double need = bytes(g, 1);
+      auto fits = [&](int k) { return m_.device_allowed(k) && load_[k] + need <= capacity(k); };
+      bool any = false;
+      for (int k = 0; k < m_.D; ++k) any = any || (row[k] == 0.f && fits(k));
+      if (any) {
+        for (int k = 0; k < m_.D; ++k)
+          if (!fits(k)) row[k] = kMasked;
+        return;
+      }
+      for (int k = 0; k < m_.D; ++k) any = any || fits(k);
+      if (any)
+        for (int k = 0; k < m_.D; ++k) row[k] = fits(k) ? 0.f : kMasked;
+    }
+
+    void take_primary(int g, int k) {
+      if (!used_[g]) return;
+      taken_[k] = true;
+      if (!state_bytes_.empty()) load_[k] += bytes(g, 1);
+    }
+
+    bool replica_allowed(int g, int k) const {
+      if (!m_.a_replica || data_parallel_ || !used_[g] || in_cycle_[g] || taken_[k] || !m_.device_allowed(k) ||
+          m_.all_masked)
+        return false;
+      const int r = 1 + replicas_[g];
+      if (replicas_[g] >= m_.cfg.max_replicas || r + 1 > micro_batches_) return false;
+      return state_bytes_.empty() || load_[k] + bytes(g, r + 1) <= capacity(k);
+    }
+
+    void take_replica(int g, int k) {
+      ++replicas_[g];
+      taken_[k] = true;
+      if (!state_bytes_.empty()) load_[k] += bytes(g, 1 + replicas_[g]);
+    }
+
+   private:
+    // core's rule for group g on one of its r replicas: its training state
+    // plus its activations for its own share of the micro-batches in flight.
+    double bytes(int g, int r) const {
+      const int own = (micro_batches_ + r - 1) / r;
+      const double in_flight = static_cast<double>(micro_batches_in_flight(m_.cfg.memory.schedule, own, stages_));
+      return state_bytes_[g] + activation_bytes_[g] * samples_ * in_flight;
+    }
+    double capacity(int k) const { return static_cast<double>(m_.cfg.memory.device_bytes[k]); }
+
+    const Impl& m_;
+    std::vector<bool> used_;
+    bool data_parallel_;
+    int micro_batches_;
+    std::vector<bool> taken_;
+    std::vector<double> load_;
+    std::vector<int> replicas_;
+    std::vector<bool> in_cycle_;
+    std::vector<double> state_bytes_, activation_bytes_;  // per group; empty = no memory masks
+    int stages_ = 1;
+    double samples_ = 1;
+  };
+
+  // Per group: whether it lies on a cycle of the groups' graph (only the
+  // free mode can make one; a replicated group must be one stage).
+  std::vector<bool> groups_in_cycle(const std::vector<int>& layer_group) const {
+    std::vector<bool> out(G, false);
+    if (cfg.partition != PartitionMode::free) return out;
+    std::vector<std::vector<char>> reach(G, std::vector<char>(G, 0));
+    for (int i = 0; i < L && i < static_cast<int>(consumers.size()); ++i)
+      for (int j : consumers[i])
+        if (layer_group[i] != layer_group[j]) reach[layer_group[i]][layer_group[j]] = 1;
+    for (int k = 0; k < G; ++k)
+      for (int i = 0; i < G; ++i)
+        if (reach[i][k])
+          for (int j = 0; j < G; ++j)
+            if (reach[k][j]) reach[i][j] = 1;
+    for (int a = 0; a < G; ++a)
+      for (int b = 0; b < G; ++b)
+        if (a != b && reach[a][b] && reach[b][a]) out[a] = true;
+    return out;
   }
 };
 
@@ -234,6 +425,10 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
   m.consumers = std::move(consumers);
   m.layer_rows = layer_features;
   m.L = layer_features.rows;
+  m.producers.assign(m.L, {});
+  for (int i = 0; i < static_cast<int>(m.consumers.size()) && i < m.L; ++i)
+    for (int j : m.consumers[i])
+      if (j > i && j < m.L) m.producers[j].push_back(i);
   m.G = std::max(1, m.cfg.num_groups);
   m.D = std::max(1, m.cfg.num_devices);
   m.M = static_cast<int>(m.cfg.micro_batch_choices.size()) + (m.cfg.offer_data_parallel ? 1 : 0);
@@ -294,6 +489,17 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
     m.params.push_back((*lin)->weight);
     m.params.push_back((*lin)->bias);
   }
+  if (m.cfg.max_replicas > 0 && m.D > 1) {
+    // Last, so that the other networks start from the same weights with or without it.
+    m.a_replica = torch::nn::Linear(H, m.D);
+    m.params.push_back(m.a_replica->weight);
+    m.params.push_back(m.a_replica->bias);
+  }
+  const auto& mem = m.cfg.memory;
+  if (!mem.empty() && (static_cast<int>(mem.device_bytes.size()) != m.D ||
+                       static_cast<int>(mem.layer_param_bytes.size()) != m.L ||
+                       static_cast<int>(mem.layer_activation_bytes.size()) != m.L || mem.batch_size < 1))
+    m.cfg.memory = PolicyMemory{};  // sizes that do not match the model and cluster: no memory masks
   m.init_weights();
   m.optimizer = std::make_unique<torch::optim::Adam>(m.params, torch::optim::AdamOptions(m.cfg.learning_rate));
 }
@@ -317,12 +523,18 @@ std::vector<std::vector<float>> Policy::partition_probs() {
 
 std::vector<std::vector<float>> Policy::allocation_probs(const std::vector<int>& layer_group) {
   torch::NoGradGuard ng;
-  return to_rows(torch::softmax(impl_->allocation_logits(layer_group).first, 1));
+  return to_rows(torch::softmax(impl_->allocation_logits(layer_group).device, 1));
+}
+
+std::vector<std::vector<float>> Policy::replica_probs(const std::vector<int>& layer_group) {
+  torch::NoGradGuard ng;
+  auto r = impl_->allocation_logits(layer_group).replica;
+  return r.defined() ? to_rows(torch::sigmoid(r)) : std::vector<std::vector<float>>{};
 }
 
 std::vector<float> Policy::micro_batch_probs(const std::vector<int>& layer_group) {
   torch::NoGradGuard ng;
-  auto p = torch::softmax(impl_->allocation_logits(layer_group).second, 0).contiguous();
+  auto p = torch::softmax(impl_->allocation_logits(layer_group).micro, 0).contiguous();
   return std::vector<float>(p.data_ptr<float>(), p.data_ptr<float>() + p.numel());
 }
 

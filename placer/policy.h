@@ -9,13 +9,31 @@
 //   micro-batches: mean of the attended group embeddings -> softmax over
 //               {1, 2, 4, ...} up to the batch size, and (offer_data_parallel)
 //               one more choice: data parallelism, a full replica of the model
-//               on each device the allocation gave a group.
-// Masking: devices that cannot hold even the smallest layer get probability 0;
-// micro-batch counts above the batch size are not offered; in contiguous mode
-// (default) a layer may only take a group >= its predecessor's, so every
-// partition is a sequence of pipeline stages, and a fixed positional prior
-// spreads the first proposals over the groups; each non-empty group may not
-// reuse an earlier group's device while a free one remains (distinct_devices).
+//               on each device the allocation gave a group;
+//   replicas:   (max_replicas > 0) per group and free device, a Bernoulli
+//               "run a replica of this group there too" from the attended
+//               group embedding (PipeDream's replicated stages).
+// One joint action is sampled in this order: partition; micro-batch count;
+// per non-empty group (in id order) its device; then per non-empty group and
+// device still free (in index order) whether it takes a replica. Its log
+// probability is the sum of every choice's, each under the masks it was drawn with.
+// Masking keeps proposals executable:
+//  - devices that cannot hold even the smallest layer get probability 0;
+//    micro-batch counts above the batch size are not offered;
+//  - partition (PartitionMode): contiguous: a layer may only take a group >=
+//    its predecessor's, so every partition is a sequence of pipeline stages;
+//    follows_dag: a group >= the groups of its inputs in the DAG, so parallel
+//    branches may go to different groups while the groups' graph stays
+//    acyclic (every edge goes to an equal or higher group id); free: any
+//    group (the paper's). A fixed positional prior spreads the first
+//    proposals over the groups in the first two modes;
+//  - allocation: each non-empty group may not reuse an earlier group's device
+//    while a free one remains (distinct_devices); with `memory`, a device
+//    whose load plus the group would pass its memory_mb (core's rule, for the
+//    micro-batch count drawn) is masked unless no device fits;
+//  - replicas: only on a device no group holds yet, that fits a replica, while
+//    the group has fewer replicas than micro-batches, never for data
+//    parallelism, and (free mode) never for a group on a cycle of groups.
 // Sampling uses the caller's std::mt19937_64 and the weights are initialised
 // from the seed with our own RNG, so a search is deterministic for a seed
 // without touching LibTorch's global generator.
@@ -28,9 +46,29 @@
 #include <random>
 #include <vector>
 
+#include "core/placement.h"
 #include "placer/features.h"
 
 namespace tapp {
+
+struct LayerGraph;
+struct Cluster;
+
+// How the partition network may group layers (see the masks above).
+enum class PartitionMode { contiguous, follows_dag, free };
+
+// The inputs of core's memory rule (core/placement.h, estimate_device_memory_bytes),
+// so the allocation can mask in O(groups) a choice: per layer its parameter
+// and per-sample activation bytes, per device its capacity. Empty = no memory masks.
+struct PolicyMemory {
+  std::vector<int64_t> layer_param_bytes;
+  std::vector<int64_t> layer_activation_bytes;  // per sample
+  std::vector<int64_t> device_bytes;
+  int64_t batch_size = 0;
+  Schedule schedule = Schedule::gpipe;
+  bool empty() const { return device_bytes.empty(); }
+};
+PolicyMemory policy_memory(const LayerGraph& graph, const Cluster& cluster, int64_t batch_size, Schedule schedule);
 
 struct PolicyConfig {
   int num_groups = 4;
@@ -42,10 +80,18 @@ struct PolicyConfig {
   // train a full replica (BSP), so the policy can weigh replication against
   // pipelining instead of leaving that to the BSP baseline.
   bool offer_data_parallel = false;
-  // Contiguous partitions (pipeline stages): layer i may only take a group >=
-  // the group of layer i-1 (smaller ones are masked), and a positional prior
-  // centres layer i on group (i + 0.5) G / L. Off: the paper's free choice.
-  bool contiguous = true;
+  // contiguous (pipeline stages): layer i may only take a group >= the group
+  // of layer i-1 (smaller ones are masked); follows_dag: >= the groups of its
+  // inputs; in both a positional prior centres layer i on group (i + 0.5) G / L.
+  // free: the paper's free choice.
+  PartitionMode partition = PartitionMode::contiguous;
+  // At most this many further replicas per group (0 = no replica head).
+  int max_replicas = 0;
+  // The replica head's initial bias: -2 (p ~ 0.12 an offered replica) leaves
+  // the first proposals mostly plain pipelines; the search's restarts that
+  // explore replication start at 0 (p = 0.5).
+  double replica_bias = -2.0;
+  PolicyMemory memory;  // empty = no memory masks
   // Each non-empty group (in order) may not take a device an earlier group
   // took, while an allowed device is still free (pipeline stages on distinct
   // devices, as the DP planner's). Off: devices may repeat.
@@ -65,10 +111,13 @@ struct PolicyConfig {
 // One joint action. layer_group uses the raw group ids 0..G-1 (groups may be
 // empty); group_device has G entries (those of empty groups are not scored).
 // micro_batch_index indexes micro_batch_choices; one past the end = data parallel.
+// group_replicas: per group the further devices running a replica, ascending
+// (empty, or G entries).
 struct Decision {
   std::vector<int> layer_group;
   std::vector<int> group_device;
   int micro_batch_index = 0;
+  std::vector<std::vector<int>> group_replicas;
 };
 
 struct UpdateStats {
@@ -93,6 +142,9 @@ class Policy {
 
   // log pi(decision) under the current weights (empty groups' allocation excluded).
   double log_prob(const Decision& d);
+  // Per group x device: the replica head's probability of a replica there for
+  // this partition, before masks (empty without a replica head).
+  std::vector<std::vector<float>> replica_probs(const std::vector<int>& layer_group);
   std::vector<std::vector<float>> partition_probs();                                  // L x G
   std::vector<std::vector<float>> allocation_probs(const std::vector<int>& layer_group);  // G x D
   std::vector<float> micro_batch_probs(const std::vector<int>& layer_group);  // choices (+ data parallel)

@@ -44,12 +44,14 @@ std::vector<Placement> replica_neighbours(const Placement& p, int num_devices) {
 
 }  // namespace
 
-std::vector<Placement> neighbours(const Placement& p, int num_devices, const std::vector<int>& choices) {
+std::vector<Placement> neighbours(const Placement& p, int num_devices, const std::vector<int>& choices,
+                                  bool replicas) {
   if (p.is_data_parallel()) return replica_neighbours(p, num_devices);
   const int L = static_cast<int>(p.layer_group.size());
-  const StageMoves moves(L, num_devices, choices);
+  const StageMoves moves(L, num_devices, choices, replicas);
   std::vector<Placement> out;
-  for (const StagePlan& n : moves.neighbours(stage_plan_of_runs(p), MoveSet::wide(L)))
+  for (const StagePlan& n : moves.neighbours(stage_plan_of_runs(p), replicas ? MoveSet::wide_with_replicas(L)
+                                                                              : MoveSet::wide(L)))
     out.push_back(to_placement(n, L, p.schedule, "policy"));
   return out;
 }
@@ -79,7 +81,7 @@ class IteratedLocalSearch {
     return m_.evaluations() >= stop_at_ || ++attempts_ > 20LL * o_.budget || (cancel_ && cancel_->load());
   }
   std::vector<Placement> moves(const Placement& p) {
-    auto nb = neighbours(p, o_.num_devices, o_.micro_batch_choices);
+    auto nb = neighbours(p, o_.num_devices, o_.micro_batch_choices, o_.replicas);
     std::shuffle(nb.begin(), nb.end(), rng_);
     return nb;
   }

@@ -28,15 +28,19 @@ struct RefineOptions {
   uint64_t seed = 1;
   int num_devices = 1;
   std::vector<int> micro_batch_choices;
+  bool replicas = false;  // also replicate a stage onto an unused device and drop a replica (planners/moves.h)
 };
 
 // Local moves around a placement: replica moves (drop, add or swap a replica)
 // for a data-parallel one; else every move of the one move generator
 // (planners/moves.h, MoveSet::wide: boundary shifts by 1, 2, 4, ... layers up
 // to a quarter of the model, merges, splits onto an unused device, device
-// swaps and moves, the neighbouring micro-batch counts) on the pipeline of the
-// placement's runs.
-std::vector<Placement> neighbours(const Placement& p, int num_devices, const std::vector<int>& micro_batch_choices);
+// swaps and moves, the neighbouring micro-batch counts; with `replicas`,
+// MoveSet::wide_with_replicas: also replicating a stage onto an unused device
+// and dropping a replica) on the pipeline of the placement's runs (a
+// replicated group's replicas come along).
+std::vector<Placement> neighbours(const Placement& p, int num_devices, const std::vector<int>& micro_batch_choices,
+                                  bool replicas = false);
 
 // Climbs from measurer.best(); evaluations are labelled `iteration` in the trace.
 void refine(Measurer& measurer, const RefineOptions& options, int iteration, const std::atomic<bool>* cancel);

@@ -51,20 +51,31 @@ std::vector<double> compute_balanced_cuts(const LayerGraph& g, int stages) {
 // explore other basins. In turn (restart 1, 2, 3, 4, then again): stages of
 // equal multiply-adds (G of them, ceil(G/2) the next time round); all G
 // stages ending at depths that move by the golden ratio from restart to
-// restart; one stage (a single-device plan) the first time round, then a
-// random number in [2, G] placed like the golden-ratio ones; the
-// equal-stage prior (only the seed changes).
+// restart; fewer stages than devices with replicas as likely as not (when the
+// policy may replicate: max(1, G/4) stages the first time round, then a
+// random number in [2, G - 1]; without replicas: one stage, then [2, G]);
+// the equal-stage prior (only the seed changes). The ceil(G/2)-stage restarts
+// also start replicas at even odds: replicated stages need devices no stage holds.
 void vary_prior(PolicyConfig& pc, int restart, uint64_t search_seed, std::mt19937_64& rng, const LayerGraph& g) {
   const int G = pc.num_groups;
   if (G < 2 || restart % 4 == 0) return;
   const int cycle = restart / 4;  // 0, 1, 2, ...
+  const bool replicas = pc.max_replicas > 0;
   if (restart % 4 == 1) {
     pc.prior_groups = cycle % 2 == 0 ? G : (G + 1) / 2;
     pc.prior_cuts = compute_balanced_cuts(g, pc.prior_groups);
+    if (replicas && pc.prior_groups < G) pc.replica_bias = 0.0;
     return;
   }
   int stages = G;
-  if (restart % 4 == 3) stages = cycle == 0 ? 1 : std::uniform_int_distribution<int>(2, G)(rng);
+  if (restart % 4 == 3) {
+    if (replicas) {
+      stages = cycle == 0 ? std::max(1, G / 4) : std::uniform_int_distribution<int>(std::min(2, G - 1), G - 1)(rng);
+      pc.replica_bias = 0.0;
+    } else {
+      stages = cycle == 0 ? 1 : std::uniform_int_distribution<int>(2, G)(rng);
+    }
+  }
   // Each stage end moves by the golden ratio from restart to restart (from
   // a random start per search), so successive restarts spread it over the
   // depth instead of drawing it independently.
@@ -118,6 +129,15 @@ Placement decision_to_placement(const Decision& d, const std::vector<int>& choic
   p.micro_batches = choices.empty() ? 1 : choices[std::clamp(d.micro_batch_index, 0, static_cast<int>(choices.size()) - 1)];
   p.schedule = schedule;
   p.source = "policy";
+  // Replicas of the non-empty groups, under their new numbers (none: left empty).
+  bool replicated = false;
+  for (const auto& [raw, g] : renumber)
+    replicated = replicated || (raw < static_cast<int>(d.group_replicas.size()) && !d.group_replicas[raw].empty());
+  if (replicated) {
+    p.group_replicas.assign(p.group_device.size(), {});
+    for (const auto& [raw, g] : renumber)
+      if (raw < static_cast<int>(d.group_replicas.size())) p.group_replicas[g] = d.group_replicas[raw];
+  }
   return p;
 }
 
@@ -134,16 +154,23 @@ Decision placement_to_decision(const Placement& p, const std::vector<int>& choic
     return d;
   }
   // Stages in layer order: a new stage wherever the device changes (at most
-  // num_groups; the rest stay in the last one), as the contiguous policy sees it.
+  // num_groups; the rest stay in the last one), as the contiguous policy sees
+  // it; a stage keeps the replicas of the group it starts with.
   Decision d;
   d.group_device.assign(num_groups, 0);
+  d.group_replicas.assign(num_groups, {});
   d.layer_group.resize(p.layer_group.size());
   int stage = 0;
   for (size_t i = 0; i < p.layer_group.size(); ++i) {
     int dev = p.device_of_layer(static_cast<int>(i));
     if (i > 0 && dev != p.device_of_layer(static_cast<int>(i - 1)) && stage + 1 < num_groups) ++stage;
     d.layer_group[i] = stage;
-    if (i == 0 || d.layer_group[i - 1] != stage) d.group_device[stage] = dev;
+    if (i == 0 || d.layer_group[i - 1] != stage) {
+      d.group_device[stage] = dev;
+      const int g = p.layer_group[i];
+      d.group_replicas[stage] = p.group_replicas.empty() ? std::vector<int>{} : p.group_replicas[g];
+      std::sort(d.group_replicas[stage].begin(), d.group_replicas[stage].end());
+    }
   }
   d.micro_batch_index = 0;
   for (size_t k = 0; k < choices.size(); ++k)
@@ -170,7 +197,9 @@ PolicyConfig policy_config(const LayerGraph& graph, const Cluster& cluster, cons
   pc.micro_batch_choices = micro_batch_choices(opt.batch_size, static_cast<int>(max_micro));
   pc.device_allowed = devices_that_fit(graph, cluster, opt.batch_size);
   pc.hidden = opt.hidden;
-  pc.contiguous = opt.contiguous;
+  pc.partition = opt.partition;
+  pc.max_replicas = opt.replicate_stages ? std::max(0, cluster.num_devices() - 1) : 0;
+  pc.memory = policy_memory(graph, cluster, opt.batch_size, opt.schedule);
   pc.distinct_devices = opt.distinct_devices;
   pc.offer_data_parallel = opt.data_parallel && cluster.num_devices() > 1;
   pc.learning_rate = opt.learning_rate;
@@ -331,6 +360,7 @@ class SearchLoop {
     ro.seed = opt_.seed;
     ro.num_devices = config_.num_devices;
     ro.micro_batch_choices = config_.micro_batch_choices;
+    ro.replicas = opt_.replicate_stages;
     refine(measurer_, ro, iterations_, cancel_);
     if (measurer_.found() && r.policy_found && measurer_.best_report().step_ms < r.policy_best_report.step_ms)
       measurer_.relabel_best("policy+refine");

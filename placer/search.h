@@ -52,7 +52,10 @@ struct SearchOptions {
   int max_restarts = 8;
   bool vary_prior_on_restart = true;  // restarts draw another positional prior (stages, depths)
   int refine_budget = 0;         // evaluations for local refinement of the policy's best (0 = off)
-  bool contiguous = true;        // partitions are pipeline stages (PolicyConfig::contiguous)
+  // Partitions follow the DAG by default: pipeline stages in layer order on a
+  // chain, and parallel branches may take different groups (PolicyConfig::partition).
+  PartitionMode partition = PartitionMode::follows_dag;
+  bool replicate_stages = true;  // a group may take replicas on free devices (PolicyConfig::max_replicas)
   bool distinct_devices = true;  // stages on distinct devices (PolicyConfig::distinct_devices)
   bool data_parallel = true;     // data parallelism is one of the policy's choices (PolicyConfig::offer_data_parallel)
   int hidden = 64;
@@ -89,8 +92,8 @@ struct SearchResult {
 };
 
 // The Placement of a decision: empty groups dropped, the rest renumbered by
-// their first layer, micro-batches from `choices`; index choices.size(): data
-// parallel over the distinct devices of the non-empty groups.
+// their first layer (with their replicas), micro-batches from `choices`;
+// index choices.size(): data parallel over the distinct devices of the non-empty groups.
 Placement decision_to_placement(const Decision& d, const std::vector<int>& micro_batch_choices, Schedule schedule);
 // The Decision of a placement (for warm start); group ids kept when < num_groups.
 Decision placement_to_decision(const Placement& p, const std::vector<int>& micro_batch_choices, int num_groups);

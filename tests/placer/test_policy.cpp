@@ -327,7 +327,7 @@ TEST_CASE("the paper's free partition mode lets a layer take any group") {
   OpDictionary dict;
   LayerGraph g = chain_graph(6);
   PolicyConfig c = config(4, 4, 21);
-  c.contiguous = false;
+  c.partition = PartitionMode::free;
   Policy policy(encode_layers(g, dict), g.consumers(), c);
   std::mt19937_64 rng(8);
   bool decreasing = false;

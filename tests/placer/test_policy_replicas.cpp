@@ -1,0 +1,303 @@
+// The policy's replicated stages and branch-parallel partitions: every
+// proposal executable (validate_placement + check_memory) on random DAGs and
+// clusters, finite log-probabilities, REINFORCE towards replication where it
+// clearly pays, and non-contiguous groups that follow the DAG.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "core/cluster.h"
+#include "core/placement.h"
+#include "placer/features.h"
+#include "placer/policy.h"
+#include "placer/reinforce.h"
+#include "placer/search.h"
+#include "tests/core/fake_evaluator.h"
+
+using namespace tapp;
+using tapp::testing::chain_graph;
+using tapp::testing::equal_cluster;
+
+namespace {
+
+// Blocks of 1-3 parallel branches (each 1-3 linear/relu layers) joined by an
+// add, `width` wide: a random small DAG whose every layer feeds the output.
+LayerGraph random_branchy_graph(std::mt19937_64& rng, int blocks, int64_t width) {
+  LayerGraph g;
+  g.name = "random_branchy";
+  g.input_shape = {width};
+  auto add = [&](const std::string& op, std::vector<int> inputs) {
+    Layer l;
+    l.name = op + std::to_string(g.layers.size());
+    l.op = op;
+    l.inputs = std::move(inputs);
+    if (op == "linear") l.attrs.out = width;
+    g.layers.push_back(l);
+    return static_cast<int>(g.layers.size()) - 1;
+  };
+  int x = add("linear", {});
+  std::uniform_int_distribution<int> branches(1, 3), length(1, 3);
+  for (int b = 0; b < blocks; ++b) {
+    std::vector<int> ends;
+    const int n = branches(rng);
+    for (int k = 0; k < n; ++k) {
+      int y = x;
+      const int len = length(rng);
+      for (int s = 0; s < len; ++s) y = add(s % 2 == 0 ? "linear" : "relu", {y});
+      ends.push_back(y);
+    }
+    x = ends.size() == 1 ? ends[0] : add("add", ends);
+  }
+  add("linear", {x});
+  Status s = infer_shapes(g);
+  REQUIRE_MESSAGE(s.is_ok(), s.message());
+  g.num_classes = width;
+  return g;
+}
+
+// One device that holds the whole model at the whole batch (so a fitting
+// device always exists for any group), the others of random size and speed:
+// many of them hold only a few layers.
+Cluster random_cluster(std::mt19937_64& rng, const LayerGraph& g, int64_t batch) {
+  Cluster c;
+  c.name = "random";
+  const int64_t whole_mb = estimate_device_memory_bytes(Placement::single_device(static_cast<int>(g.layers.size()), 0),
+                                                        g, equal_cluster(1), batch)[0] / (1024 * 1024) + 1;
+  const int n = std::uniform_int_distribution<int>(2, 5)(rng);
+  for (int d = 0; d < n; ++d) {
+    Device dev;
+    dev.name = "d" + std::to_string(d);
+    dev.speed = std::uniform_real_distribution<double>(0.1, 1.0)(rng);
+    dev.memory_mb = d == 0 ? whole_mb : std::uniform_int_distribution<int64_t>(1, std::max<int64_t>(2, whole_mb / 2))(rng);
+    c.devices.push_back(dev);
+  }
+  std::shuffle(c.devices.begin(), c.devices.end(), rng);
+  return c;
+}
+
+PolicyConfig replica_config(const LayerGraph& g, const Cluster& c, int64_t batch, PartitionMode mode, uint64_t seed) {
+  PolicyConfig pc;
+  pc.num_groups = c.num_devices();
+  pc.num_devices = c.num_devices();
+  pc.micro_batch_choices = micro_batch_choices(batch, 8);
+  pc.partition = mode;
+  pc.max_replicas = c.num_devices() - 1;
+  pc.memory = policy_memory(g, c, batch, Schedule::gpipe);
+  pc.hidden = 16;
+  pc.seed = seed;
+  return pc;
+}
+
+bool has_replicas(const Decision& d) {
+  return std::any_of(d.group_replicas.begin(), d.group_replicas.end(), [](const auto& r) { return !r.empty(); });
+}
+
+// Every group's replicas run it: step = max over devices of (the cost of the
+// groups it runs, each divided by its replica count) / speed, + 1 ms a cut
+// (replication is clearly better on equal devices).
+class ReplicaAwareEvaluator : public Evaluator {
+ public:
+  ReplicaAwareEvaluator(std::vector<double> cost, Cluster c) : cost_(std::move(cost)), cluster_(std::move(c)) {}
+  StepReport evaluate(const Placement& p) override {
+    ++evaluations_;
+    std::vector<double> load(cluster_.num_devices(), 0.0);
+    double cuts = 0;
+    for (size_t i = 0; i < cost_.size(); ++i) {
+      const int g = p.layer_group[i];
+      for (int d : p.devices_of_group(g)) load[d] += cost_[i] / p.replica_count(g) / cluster_.devices[d].speed;
+      if (i > 0 && p.layer_group[i - 1] != g) cuts += 1.0;
+    }
+    StepReport r;
+    r.ok = true;
+    r.source = "fake";
+    r.step_ms = *std::max_element(load.begin(), load.end()) + cuts;
+    return r;
+  }
+  EvaluatorKind kind() const override { return EvaluatorKind::simulate; }
+
+ private:
+  std::vector<double> cost_;
+  Cluster cluster_;
+};
+
+}  // namespace
+
+TEST_CASE("proposals with replicas are executable: validate_placement and check_memory pass on random DAGs and clusters") {
+  std::mt19937_64 rng(2026);
+  const int64_t batch = 16;
+  int proposals = 0, replicated = 0, noncontiguous = 0;
+  for (int trial = 0; trial < 24; ++trial) {
+    LayerGraph g = random_branchy_graph(rng, 2 + trial % 3, 256);
+    Cluster c = random_cluster(rng, g, batch);
+    const PartitionMode mode = trial % 3 == 0   ? PartitionMode::contiguous
+                               : trial % 3 == 1 ? PartitionMode::follows_dag
+                                                : PartitionMode::free;
+    PolicyConfig pc = replica_config(g, c, batch, mode, 1 + trial);
+    OpDictionary dict;
+    Policy policy(encode_layers(g, dict), g.consumers(), pc);
+    for (int n = 0; n < 40; ++n) {
+      Decision d = policy.sample(rng);
+      Placement p = decision_to_placement(d, pc.micro_batch_choices, Schedule::gpipe);
+      ++proposals;
+      replicated += p.has_replicated_groups();
+      for (size_t i = 1; i < p.layer_group.size(); ++i) noncontiguous += p.layer_group[i] < p.layer_group[i - 1];
+      Status valid = validate_placement(p, g, c, batch);
+      CHECK_MESSAGE(valid.is_ok(), "trial ", trial, ": ", valid.message());
+      Status fits = check_memory(p, g, c, batch);
+      CHECK_MESSAGE(fits.is_ok(), "trial ", trial, ": ", fits.message());
+      if (has_replicas(d)) CHECK(std::isfinite(policy.log_prob(d)));
+    }
+  }
+  CHECK(proposals == 24 * 40);
+  CHECK(replicated > 20);  // the masks leave room for replicas
+  CHECK(noncontiguous > 0);
+}
+
+TEST_CASE("a replica is offered only on a free device, under the micro-batch count, and never with data parallelism") {
+  LayerGraph g = chain_graph(3);
+  Cluster c = equal_cluster(4);
+  PolicyConfig pc = replica_config(g, c, 8, PartitionMode::contiguous, 5);
+  pc.num_groups = 1;  // one stage: three devices are free for replicas
+  pc.micro_batch_choices = {1, 2};
+  pc.offer_data_parallel = true;
+  OpDictionary dict;
+  Policy policy(encode_layers(g, dict), g.consumers(), pc);
+  std::mt19937_64 rng(3);
+  int replicated = 0;
+  for (int n = 0; n < 300; ++n) {
+    Decision d = policy.sample(rng);
+    Placement p = decision_to_placement(d, pc.micro_batch_choices, Schedule::gpipe);
+    if (p.is_data_parallel() || p.micro_batches == 1) CHECK_FALSE(has_replicas(d));
+    CHECK(p.replica_count(0) <= p.micro_batches);
+    replicated += p.has_replicated_groups();
+    CHECK(validate_placement(p, g, c, 8).is_ok());
+  }
+  CHECK(replicated > 0);
+}
+
+TEST_CASE("REINFORCE makes replication likelier where it clearly pays, and its log-probabilities stay finite") {
+  LayerGraph g = chain_graph(3);
+  Cluster c = equal_cluster(3);
+  PolicyConfig pc = replica_config(g, c, 8, PartitionMode::contiguous, 9);
+  pc.num_groups = 1;
+  pc.micro_batch_choices = {4};  // room for two replicas beside the first device
+  OpDictionary dict;
+  Policy policy(encode_layers(g, dict), g.consumers(), pc);
+  ReplicaAwareEvaluator ev(std::vector<double>(g.layers.size(), 1.0), c);
+  Reinforce rf(policy, ReinforceConfig{}, 6.0);
+  std::mt19937_64 rng(4);
+
+  auto replica_rate = [&](int n) {
+    double count = 0;
+    std::mt19937_64 r(77);
+    for (int k = 0; k < n; ++k) {
+      Decision d = policy.sample(r);
+      for (const auto& rep : d.group_replicas) count += static_cast<double>(rep.size());
+    }
+    return count / n;
+  };
+  Decision all = policy.greedy();
+  all.group_replicas.assign(1, {});
+  for (int k = 0; k < 3; ++k)
+    if (k != all.group_device[0]) all.group_replicas[0].push_back(k);
+  Decision none = all;
+  none.group_replicas[0].clear();
+  const double before_rate = replica_rate(200);
+  const double all_before = policy.log_prob(all), none_before = policy.log_prob(none);
+  CHECK(std::isfinite(all_before));
+  CHECK(std::isfinite(none_before));
+  CHECK(all_before < none_before);  // replicas start rare
+
+  for (int it = 0; it < 30; ++it) {
+    std::vector<Decision> ds;
+    std::vector<StepReport> rs;
+    for (int s = 0; s < 16; ++s) {
+      ds.push_back(policy.sample(rng));
+      rs.push_back(ev.evaluate(decision_to_placement(ds.back(), pc.micro_batch_choices, Schedule::gpipe)));
+    }
+    rf.step(ds, rs, it / 30.0);
+  }
+  CHECK(policy.log_prob(all) > all_before);
+  CHECK(policy.log_prob(none) < none_before);
+  CHECK(std::isfinite(policy.log_prob(all)));
+  CHECK(replica_rate(200) > before_rate + 0.5);
+}
+
+TEST_CASE("the DAG-following partition separates parallel branches; the contiguous one never does") {
+  // in -> fc0 -> {a: fc, relu | b: fc, relu} -> add -> fc: branch b may take a
+  // lower group than branch a's last layer, and every edge goes up in group id.
+  LayerGraph g;
+  g.input_shape = {64};
+  auto add = [&](const std::string& op, std::vector<int> inputs) {
+    Layer l;
+    l.name = op + std::to_string(g.layers.size());
+    l.op = op;
+    l.inputs = std::move(inputs);
+    if (op == "linear") l.attrs.out = 64;
+    g.layers.push_back(l);
+  };
+  add("linear", {});
+  add("linear", {0});
+  add("relu", {1});
+  add("linear", {0});
+  add("relu", {3});
+  add("add", {2, 4});
+  add("linear", {5});
+  REQUIRE(infer_shapes(g).is_ok());
+  Cluster c = equal_cluster(4);
+  for (PartitionMode mode : {PartitionMode::follows_dag, PartitionMode::contiguous}) {
+    PolicyConfig pc = replica_config(g, c, 8, mode, 13);
+    OpDictionary dict;
+    Policy policy(encode_layers(g, dict), g.consumers(), pc);
+    std::mt19937_64 rng(6);
+    int split = 0;
+    for (int n = 0; n < 300; ++n) {
+      Decision d = policy.sample(rng);
+      for (size_t i = 0; i < g.layers.size(); ++i)
+        for (int in : g.layers[i].inputs) CHECK(d.layer_group[in] <= d.layer_group[i]);
+      split += d.layer_group[3] < d.layer_group[2];  // branch b opens below branch a's end
+      CHECK(validate_placement(decision_to_placement(d, pc.micro_batch_choices, Schedule::gpipe), g, c, 8).is_ok());
+    }
+    if (mode == PartitionMode::follows_dag)
+      CHECK(split > 0);
+    else
+      CHECK(split == 0);
+  }
+}
+
+TEST_CASE("the search finds a replicated stage when replicas clearly pay") {
+  LayerGraph g = chain_graph(4);
+  Cluster c = equal_cluster(3);
+  ReplicaAwareEvaluator ev(std::vector<double>(g.layers.size(), 1.0), c);
+  SearchOptions o;
+  o.iterations = 60;
+  o.samples_per_iteration = 8;
+  o.batch_size = 8;
+  o.data_parallel = false;
+  o.seed = 3;
+  SearchResult r = search(g, c, ev, o, nullptr);
+  REQUIRE(r.found);
+  CHECK(r.best.has_replicated_groups());
+  // Better than every plan without replicas: one device 8, two stages >= 4 + 1 cut, three >= 3 + 2 cuts.
+  CHECK(r.best_report.step_ms < 5.0 - 1e-9);
+  CHECK(validate_placement(r.best, g, c, 8).is_ok());
+}
+
+TEST_CASE("a replicated placement keeps its replicas through the decision round trip and the memo key") {
+  Placement p;
+  p.layer_group = {0, 0, 1, 1};
+  p.group_device = {2, 0};
+  p.group_replicas = {{1, 3}, {}};
+  p.micro_batches = 4;
+  Decision d = placement_to_decision(p, {1, 2, 4}, 4);
+  Placement back = decision_to_placement(d, {1, 2, 4}, Schedule::gpipe);
+  CHECK(back.layer_group == p.layer_group);
+  CHECK(back.group_device == p.group_device);
+  CHECK(back.group_replicas == p.group_replicas);
+  Placement plain = p;
+  plain.group_replicas.clear();
+  CHECK(placement_key(p) != placement_key(plain));
+}
