@@ -107,6 +107,7 @@ struct JobCosts {
   CostModel cost;
   CalibrationUsed calibration;  // default, or fitted on this cluster (simulator/calibration_store.h)
   std::string calibration_refused;  // why a stored calibration was not used ("" = none was refused)
+  std::string calibration_waiting;  // a stored fit too small to use yet
 };
 
 Result<JobCosts> costs_phase(const LayerGraph& g, const OptimizeRequest& r, const Reporter& report) {
@@ -121,7 +122,7 @@ Result<JobCosts> costs_phase(const LayerGraph& g, const OptimizeRequest& r, cons
   ChosenCalibration chosen = choose_calibration(r.profile_cache ? *r.profile_cache : user_cache, r.cluster);
   Result<CostModel> cost = CostModel::build(g, r.cluster, profiles.libraries, chosen.calibration);
   if (!cost) return cost.status().with_context("cost model");
-  return JobCosts{std::move(profiles), std::move(cost.value()), chosen.used, chosen.refused};
+  return JobCosts{std::move(profiles), std::move(cost.value()), chosen.used, chosen.refused, chosen.waiting};
 }
 
 // ---- budgets ----
@@ -488,6 +489,7 @@ json hybrid_json(const HybridEvaluator& hybrid) {
 json calibration_json(const JobCosts& costs) {
   json j = calibration_used_to_json(costs.calibration);
   if (!costs.calibration_refused.empty()) j["refused"] = costs.calibration_refused;
+  if (!costs.calibration_waiting.empty()) j["waiting"] = costs.calibration_waiting;
   return j;
 }
 

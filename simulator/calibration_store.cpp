@@ -210,6 +210,10 @@ ChosenCalibration choose_calibration(ProfileCache& store, const Cluster& cluster
   Result<std::optional<StoredCalibration>> found = find_calibration(store, cluster, profile_timing_method());
   if (!found) {
     chosen.refused = found.error_message();
+  } else if (found->has_value() && (*found)->measurements < kMinMeasurementsToUse) {
+    chosen.waiting = "a fit from " + std::to_string((*found)->measurements) +
+                     " measurement(s) is stored for this cluster; it is used from " +
+                     std::to_string(kMinMeasurementsToUse) + " on";
   } else if (found->has_value()) {
     chosen.calibration = (*found)->calibration;
     chosen.used = calibration_used(*found);

@@ -129,6 +129,7 @@ void print_calibration(const json& c) {
   else
     std::cout << "calibration: default (none fitted on this cluster: tapp-cli calibrate --devices ...)\n";
   if (c.contains("refused")) std::cout << "  (a stored calibration was refused: " << c.value("refused", "") << ")\n";
+  if (c.contains("waiting")) std::cout << "  (" << c.value("waiting", "") << ")\n";
 }
 
 std::string fmt_signed_pct(const json& v) {

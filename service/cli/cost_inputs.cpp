@@ -62,6 +62,7 @@ CalibrationChoice stored_or_default(const Cluster& c) {
     std::cerr << "note: " << chosen.refused << "; predicting with the default calibration\n";
     return {chosen.calibration, "default (the stored one was refused)"};
   }
+  if (!chosen.waiting.empty()) return {chosen.calibration, "default (" + chosen.waiting + ")"};
   if (!chosen.used.fitted) return {chosen.calibration, "default (none fitted on this cluster: tapp-cli calibrate)"};
   return {chosen.calibration, fitted_note(chosen.used.fitted_at, chosen.used.measurements,
                                           "stored for cluster " + chosen.used.cluster_fingerprint)};

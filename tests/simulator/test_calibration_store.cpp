@@ -201,3 +201,24 @@ TEST_CASE("an old calibration without its samples, or one whose samples are corr
   CHECK(find_calibration(store, c, 3).error_message().find("workloads[0].samples[0].measured_ms: must be > 0") !=
         std::string::npos);
 }
+
+TEST_CASE("a stored fit from fewer than 3 measurements is kept but not used yet, and says so") {
+  TempDir dir;
+  FileProfileCache store(dir.path.string());
+  Cluster c = pair_cluster();
+  StoredCalibration small = fitted_on(c, profile_timing_method());
+  small.measurements = kMinMeasurementsToUse - 1;
+  REQUIRE(save_calibration(store, small).is_ok());
+  ChosenCalibration chosen = choose_calibration(store, c);
+  CHECK_FALSE(chosen.used.fitted);
+  CHECK(chosen.refused.empty());
+  CHECK(chosen.waiting == "a fit from 2 measurement(s) is stored for this cluster; it is used from 3 on");
+  CHECK(chosen.calibration.step_overhead_ms == doctest::Approx(default_calibration().step_overhead_ms));
+
+  small.measurements = kMinMeasurementsToUse;
+  REQUIRE(save_calibration(store, small).is_ok());
+  chosen = choose_calibration(store, c);
+  CHECK(chosen.used.fitted);
+  CHECK(chosen.waiting.empty());
+  CHECK(chosen.calibration.step_overhead_ms == doctest::Approx(3.5));
+}
