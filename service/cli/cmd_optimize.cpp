@@ -20,6 +20,7 @@
 #include "placer/optimize.h"
 #include "service/cli/commands.h"
 #include "service/cli/progress_bar.h"
+#include "simulator/calibration_store.h"  // kMinMeasurementsToUse
 
 namespace tapp::cli {
 
@@ -166,7 +167,11 @@ void print_verification(const json& v) {
     const json& c = v["calibration"];
     if (c.value("stored", false))
       std::cout << "calibration: " << c.value("samples_added", 0) << " measurement(s) added; refitted from "
-                << c.value("fitted_from", 0) << " and stored for this cluster (used by the next plan/optimize)\n";
+                << c.value("fitted_from", 0) << " and stored for this cluster ("
+                << (c.value("fitted_from", 0) >= kMinMeasurementsToUse
+                        ? std::string("used by the next plan/optimize")
+                        : "used from " + std::to_string(kMinMeasurementsToUse) + " measurements on")
+                << ")\n";
     else
       std::cout << "calibration: not updated: " << c.value("error", "") << "\n";
     if (c.contains("replaced_refused"))
