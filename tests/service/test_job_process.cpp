@@ -135,11 +135,14 @@ TEST_CASE("killing a process tree ends a grandchild that leads its own process g
   REQUIRE(child >= 0);
   if (child == 0) {
     setpgid(0, 0);
-    if (fork() == 0) {
+    pid_t grandchild = fork();
+    if (grandchild == 0) {
       setpgid(0, 0);  // as the runtime starts a tapp-worker
       alarm(30);
       for (;;) pause();
     }
+    // Both sides set the group, so it is set before "ready" whichever runs first.
+    setpgid(grandchild, grandchild);
     ssize_t ignored = write(ready[1], "x", 1);
     (void)ignored;
     alarm(30);
