@@ -22,28 +22,6 @@ namespace tapp {
 using namespace planner_support;
 namespace {
 
-std::vector<int> cut_positions(const PlannerContext& ctx, int max_positions) {
-  const int L = num_layers(ctx);
-  std::vector<int> pos;
-  if (L + 1 <= max_positions) {
-    for (int j = 0; j <= L; ++j) pos.push_back(j);
-    return pos;
-  }
-  // Quantiles of cumulative time on the fastest device.
-  int d = devices_fastest_first(ctx).front();
-  double total = stage_ms(ctx, d, 0, L, 1);
-  pos.push_back(0);
-  for (int j = 1; j < L; ++j) {
-    double f = stage_ms(ctx, d, 0, j, 1) / std::max(total, 1e-12);
-    int bucket = static_cast<int>(f * (max_positions - 1));
-    int prev =
-        static_cast<int>(stage_ms(ctx, d, 0, pos.back(), 1) / std::max(total, 1e-12) * (max_positions - 1));
-    if (bucket > prev) pos.push_back(j);
-  }
-  pos.push_back(L);
-  return pos;
-}
-
 // DP over (cut position, used devices, last device); best plan per stage count.
 Result<std::vector<std::optional<StagePlan>>> dp_by_stage_count(const PlannerContext& ctx, int m) {
   if (Status s = check_context(ctx); !s) return s;

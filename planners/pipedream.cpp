@@ -105,30 +105,6 @@ class ReplicatedStageModel {
   std::vector<int> rank_;  // device -> position fastest first
 };
 
-// Cut positions: every layer when few enough, else quantiles of time on the
-// fastest device (as the DP planner thins them).
-std::vector<int> positions(const PlannerContext& ctx, int max_positions) {
-  const int L = num_layers(ctx);
-  std::vector<int> pos;
-  if (L + 1 <= max_positions) {
-    for (int j = 0; j <= L; ++j) pos.push_back(j);
-    return pos;
-  }
-  const int d = devices_fastest_first(ctx).front();
-  const double total = std::max(stage_ms(ctx, d, 0, L, 1), 1e-12);
-  pos.push_back(0);
-  int last_bucket = 0;
-  for (int j = 1; j < L; ++j) {
-    const int bucket = static_cast<int>(stage_ms(ctx, d, 0, j, 1) / total * (max_positions - 1));
-    if (bucket > last_bucket) {
-      pos.push_back(j);
-      last_bucket = bucket;
-    }
-  }
-  pos.push_back(L);
-  return pos;
-}
-
 StagePlan plan_of(const ReplicatedStageModel& model, const std::vector<int>& begins,
                   const std::vector<unsigned>& sets) {
   StagePlan plan;
@@ -161,7 +137,7 @@ Result<std::vector<std::optional<StagePlan>>> pipedream_by_devices(const Planner
   const unsigned M = 1u << D;
   // Keep 4^D x C^2 / 2 around 2e7.
   const int max_positions = std::max(4, static_cast<int>(std::sqrt(4e7 / std::ldexp(1.0, 2 * D))));
-  const std::vector<int> P = positions(ctx, max_positions);
+  const std::vector<int> P = cut_positions(ctx, max_positions);
   const int C = static_cast<int>(P.size()) - 1;
   auto global = [&](unsigned local) {
     unsigned g = 0;

@@ -66,6 +66,28 @@ double stage_ms(const PlannerContext& ctx, int d, int a, int b, int64_t samples)
   return ctx.cost->forward_ms(d, a, b - 1, samples) + ctx.cost->backward_ms(d, a, b - 1, samples);
 }
 
+std::vector<int> cut_positions(const PlannerContext& ctx, int max_positions) {
+  const int L = num_layers(ctx);
+  std::vector<int> pos;
+  if (L + 1 <= max_positions) {
+    for (int j = 0; j <= L; ++j) pos.push_back(j);
+    return pos;
+  }
+  // Quantiles of cumulative time on the fastest device.
+  int d = devices_fastest_first(ctx).front();
+  double total = stage_ms(ctx, d, 0, L, 1);
+  pos.push_back(0);
+  for (int j = 1; j < L; ++j) {
+    double f = stage_ms(ctx, d, 0, j, 1) / std::max(total, 1e-12);
+    int bucket = static_cast<int>(f * (max_positions - 1));
+    int prev =
+        static_cast<int>(stage_ms(ctx, d, 0, pos.back(), 1) / std::max(total, 1e-12) * (max_positions - 1));
+    if (bucket > prev) pos.push_back(j);
+  }
+  pos.push_back(L);
+  return pos;
+}
+
 std::vector<int> devices_fastest_first(const PlannerContext& ctx) {
   const int D = num_devices(ctx), L = num_layers(ctx);
   std::vector<double> t(D);

@@ -38,6 +38,10 @@ int64_t micro_batch_samples(const PlannerContext& ctx, int m);
 double stage_ms(const PlannerContext& ctx, int d, int a, int b, int64_t samples);
 // Devices by estimated speed on this model (fastest first).
 std::vector<int> devices_fastest_first(const PlannerContext& ctx);
+// Stage boundaries a DP over cut positions considers (0 and L included):
+// every layer when there are at most `max_positions`, else the layers where
+// the cumulative time on the fastest device crosses a quantile.
+std::vector<int> cut_positions(const PlannerContext& ctx, int max_positions);
 // The move generator over the context's layers, devices and micro-batch choices.
 StageMoves stage_moves(const PlannerContext& ctx);
 // check_memory(p) passes.

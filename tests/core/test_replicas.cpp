@@ -10,6 +10,7 @@
 #include "core/cluster.h"
 #include "core/placement.h"
 #include "model/layer_graph.h"
+#include "tests/model/linear_chain.h"
 
 using namespace tapp;
 using nlohmann::json;
@@ -17,21 +18,7 @@ using nlohmann::json;
 namespace {
 
 // fc0 -> fc1 -> fc2 -> fc3, a chain.
-LayerGraph chain(int n = 4) {
-  LayerGraph g;
-  g.name = "chain";
-  g.input_shape = {8};
-  for (int i = 0; i < n; ++i) {
-    Layer l;
-    l.name = "fc" + std::to_string(i);
-    l.op = "linear";
-    l.attrs.out = 8;
-    if (i > 0) l.inputs = {i - 1};
-    g.layers.push_back(l);
-  }
-  REQUIRE(infer_shapes(g).is_ok());
-  return g;
-}
+LayerGraph chain() { return test::linear_chain({8, 8, 8, 8}); }
 
 Cluster devices(int n) {
   Cluster c;
