@@ -92,13 +92,9 @@ class ReplicatedStageModel {
   int micro_batches() const { return bm_.m; }
 
  private:
+  // A stage without parameters exchanges nothing (the ring would still pay its latencies).
   double allreduce_ms(const std::vector<int>& R, int64_t param_bytes) const {
-    const int r = static_cast<int>(R.size());
-    if (r < 2 || param_bytes == 0) return 0;
-    const int64_t chunk = (param_bytes + r - 1) / r;
-    double slowest = 0;
-    for (int k = 0; k < r; ++k) slowest = std::max(slowest, bm_.ctx.cost->transfer_ms(R[k], R[(k + 1) % r], chunk));
-    return 2.0 * (r - 1) * slowest;
+    return param_bytes == 0 ? 0 : bm_.ctx.cost->ring_allreduce_ms(R, param_bytes);
   }
 
   BottleneckModel bm_;
