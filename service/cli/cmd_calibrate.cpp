@@ -43,6 +43,7 @@ struct CalibrateArgs {
   int samples = 20, steps = 3, warmup = 1, max_micro_batches = 8;
   uint64_t seed = 1;
   double noncontiguous = 0.25;
+  double replicated = 0;
   double time_budget_s = 600;
   bool json = false, store = true;
   std::string fit_extra;  // "concurrency,backward,first"
@@ -131,7 +132,7 @@ int calibrate_cmd(const CalibrateArgs& a) {
     ctx.batch_size = a.batch;
     ctx.seed = a.seed;
     ctx.max_micro_batches = a.max_micro_batches;
-    std::vector<Placement> placements = random_placements(ctx, a.samples, a.noncontiguous);
+    std::vector<Placement> placements = random_placements(ctx, a.samples, a.noncontiguous, a.replicated);
     RunOptions ro;
     ro.batch_size = a.batch;
     ro.steps = a.steps;
@@ -278,6 +279,9 @@ void add_calibrate_command(CLI::App& app, int& exit_code) {
   sub->add_option("--warmup", args->warmup, "warm-up steps per placement")->check(CLI::Range(0, 1000));
   sub->add_option("--seed", args->seed, "placements, weights and data seed");
   sub->add_option("--noncontiguous", args->noncontiguous, "fraction of non-contiguous placements (default 0.25)")
+      ->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--replicated", args->replicated,
+                  "fraction of the contiguous placements with replicated stages (hybrid; default 0)")
       ->check(CLI::Range(0.0, 1.0));
   sub->add_option("--max-micro-batches", args->max_micro_batches, "largest micro-batch count tried (default 8)")
       ->check(CLI::Range(1, 1 << 20));
