@@ -40,6 +40,14 @@ std::string replication_word(PartitionFormat f) {
 // Formats that hand each stage only the previous stage's output (one activation).
 bool passes_one_activation(PartitionFormat f) { return f != PartitionFormat::pippy; }
 
+// Whether a layer of `st` reads a layer of stage `t`.
+bool reads_stage(const PipelineStage& st, int t, const std::vector<int>& stage_of_layer, const LayerGraph& g) {
+  for (int j = st.first_layer; j < st.end_layer; ++j)
+    for (int i : g.layers[j].inputs)
+      if (stage_of_layer[i] == t) return true;
+  return false;
+}
+
 // Every layer of stage s > 0 reads only layers of its own stage or the last
 // layer of stage s - 1; the first stage alone reads the model input.
 Status check_chain_between_stages(const std::vector<PipelineStage>& stages, const std::vector<int>& stage_of_layer,
@@ -47,31 +55,28 @@ Status check_chain_between_stages(const std::vector<PipelineStage>& stages, cons
   const std::string fmt = partition_format_name(f);
   for (size_t s = 1; s < stages.size(); ++s) {
     const PipelineStage& st = stages[s];
-    bool reads_previous = false;
+    const int prev = static_cast<int>(s) - 1;
+    if (!reads_stage(st, prev, stage_of_layer, g))
+      return Status::error(stage_label(static_cast<int>(s), st, g, c) + " does not read " +
+                           stage_label(prev, stages[prev], g, c) +
+                           ": the placement runs them side by side as parallel branches, which " + fmt +
+                           " cannot (its stages form a chain)");
     for (int j = st.first_layer; j < st.end_layer; ++j) {
       const Layer& layer = g.layers[j];
       if (layer.inputs.empty())
         return Status::error("layer '" + layer.name + "' of " + stage_label(static_cast<int>(s), st, g, c) +
                              " reads the model input: " + fmt + " gives the input to the first stage only");
       for (int i : layer.inputs) {
-        if (stage_of_layer[i] == static_cast<int>(s)) continue;
         const int t = stage_of_layer[i];
-        if (t == static_cast<int>(s) - 1 && i == stages[t].end_layer - 1) {
-          reads_previous = true;
-          continue;
-        }
+        if (t == static_cast<int>(s) || (t == prev && i == stages[t].end_layer - 1)) continue;
         return Status::error("layer '" + layer.name + "' of " + stage_label(static_cast<int>(s), st, g, c) +
                              " reads '" + g.layers[i].name + "' of " + stage_label(t, stages[t], g, c) + ": " + fmt +
-                             " passes only the previous stage's last output to the next stage (a skip connection or "
-                             "parallel branches across the cut); cut where the model is a chain" +
+                             " passes only the previous stage's last output to the next stage (a skip connection "
+                             "across the cut); cut where the model is a chain" +
                              (f == PartitionFormat::pipe ? " or declare the skip with torch.distributed.pipeline.sync.skip"
                                                          : ""));
       }
     }
-    if (!reads_previous)
-      return Status::error(stage_label(static_cast<int>(s), st, g, c) + " does not read stage " +
-                           std::to_string(s - 1) + ": the placement runs them as parallel branches, which " + fmt +
-                           " cannot (its stages form a chain)");
   }
   return Status::ok();
 }
@@ -80,16 +85,12 @@ Status check_chain_between_stages(const std::vector<PipelineStage>& stages, cons
 // stages as a chain: stages the plan runs side by side will not overlap.
 void add_parallel_branch_notes(PartitionExport& e, const std::vector<int>& stage_of_layer, const LayerGraph& g,
                                const Cluster& c) {
-  for (size_t s = 1; s < e.stages.size(); ++s) {
-    bool reads_previous = false;
-    for (int j = e.stages[s].first_layer; j < e.stages[s].end_layer && !reads_previous; ++j)
-      for (int i : g.layers[j].inputs) reads_previous |= stage_of_layer[i] == static_cast<int>(s) - 1;
-    if (!reads_previous)
+  for (size_t s = 1; s < e.stages.size(); ++s)
+    if (!reads_stage(e.stages[s], static_cast<int>(s) - 1, stage_of_layer, g))
       e.notes.push_back(stage_label(static_cast<int>(s), e.stages[s], g, c) + " does not read stage " +
                         std::to_string(s - 1) +
                         ": the plan runs them side by side; torch.distributed.pipelining runs its stages one after "
                         "the other, so they will not overlap as costed");
-  }
 }
 
 // A device that runs two stages: Pipe and pipelining accept it (notes), DeepSpeed and Megatron do not.
