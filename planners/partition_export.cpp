@@ -184,6 +184,9 @@ void add_settings(PartitionExport& e, const LayerGraph& g) {
   switch (e.format) {
     case PartitionFormat::pipe:
       e.settings.push_back("chunks=" + m);
+      e.settings.push_back("torchgpipe: GPipe(model, balance=..., devices=..., chunks=" + m +
+                           "); torch's Pipe: move partition k's layers to its device, Pipe splits where the device "
+                           "changes");
       break;
     case PartitionFormat::deepspeed:
       e.settings.push_back("num_stages=" + std::to_string(S));

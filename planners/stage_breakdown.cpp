@@ -69,11 +69,38 @@ Result<StageBreakdown> stage_breakdown(const LayerGraph& g, const Cluster& c, co
       if (StageDeviceCost* dc = share(sender, task.device)) dc->send_ms += ms;
     }
   }
+  // The StepReport counts all of a device's waiting for remote inputs as
+  // communication; split it along the replay: the part while an input was on
+  // the wire is communication, the rest (waiting for another stage's
+  // compute: the pipeline's fill and drain) is bubble.
+  std::vector<double> blocked(c.num_devices(), 0), on_wire(c.num_devices(), 0);
+  for (int d = 0; d < c.num_devices(); ++d) {
+    double prev_end = 0;
+    for (int t : tg->device_order[d]) {
+      const double start = times.start_ms[t];
+      bool remote = false;
+      double wire = 0;
+      for (int dep : tg->tasks[t].deps) {
+        if (!is_transfer(tg->tasks[dep].kind)) continue;
+        remote = true;
+        const double from = std::max(prev_end, times.start_ms[dep]), to = std::min(start, times.end_ms[dep]);
+        wire = std::max(wire, to - from);
+      }
+      if (remote) {
+        blocked[d] += std::max(0.0, start - prev_end);
+        on_wire[d] += std::max(0.0, wire);
+      }
+      prev_end = times.end_ms[t];
+    }
+  }
   for (StageCost& sc : b.stages)
     for (StageDeviceCost& dc : sc.devices) {
       const DeviceStats& st = b.report.devices[dc.device];
-      dc.comm_ms = st.comm_ms;
-      dc.bubble_ms = st.idle_ms;
+      // What the report adds beyond blocked receives: draining sends, allreduces, averaging.
+      const double after_compute = std::max(0.0, st.comm_ms - blocked[dc.device]);
+      dc.comm_ms = on_wire[dc.device] + after_compute;
+      dc.bubble_ms = std::max(0.0, b.report.step_ms - st.busy_ms - dc.comm_ms);
+      dc.report_comm_ms = st.comm_ms;
       dc.update_ms = std::max(0.0, st.busy_ms - compute_on_device[dc.device]);
       dc.peak_memory_bytes = st.peak_memory_bytes;
       sc.shares_device |= stages_on_device[dc.device] > 1;
@@ -98,6 +125,7 @@ nlohmann::json stage_breakdown_to_json(const StageBreakdown& b, const LayerGraph
                          {"compute_ms", dc.compute_ms()},
                          {"send_ms", dc.send_ms},
                          {"comm_ms", dc.comm_ms},
+                         {"report_comm_ms", dc.report_comm_ms},
                          {"bubble_ms", dc.bubble_ms},
                          {"bubble_fraction", b.report.step_ms > 0 ? dc.bubble_ms / b.report.step_ms : 0.0},
                          {"update_ms", dc.update_ms},

@@ -34,9 +34,10 @@ struct StageDeviceCost {
   double forward_ms = 0, backward_ms = 0;  // this stage's compute tasks on this device, all its micro-batches
   double send_ms = 0;                      // this stage's transfers from this device, on the wire
   int micro_batches = 0;                   // of this stage on this device
-  // The device's own figures (over every stage it runs), from the StepReport:
-  double comm_ms = 0;    // blocked on remote inputs + draining sends (+ its allreduces)
-  double bubble_ms = 0;  // idle: step - busy - comm
+  // The device's own figures (over every stage it runs), from the replay and the StepReport:
+  double comm_ms = 0;         // waiting while an input was on the wire + draining its sends (+ allreduces)
+  double bubble_ms = 0;       // the rest of the step it is not busy: waiting for other stages' compute
+  double report_comm_ms = 0;  // the StepReport's comm_ms: all waiting for remote inputs + draining (= comm + that wait)
   double update_ms = 0;  // optimizer update: busy beyond its compute tasks
   int64_t peak_memory_bytes = 0;
   double compute_ms() const { return forward_ms + backward_ms; }
@@ -63,7 +64,7 @@ Result<StageBreakdown> stage_breakdown(const LayerGraph& g, const Cluster& c, co
 
 // {"step_ms", "comm_fraction", "memory_error", "stages": [{"layers": [..], "param_bytes", "shares_device",
 //   "devices": [{"device", "micro_batches", "forward_ms", "backward_ms", "compute_ms", "send_ms", "comm_ms",
-//   "bubble_ms", "bubble_fraction", "update_ms", "peak_memory_bytes"}]}]}
+//   "report_comm_ms", "bubble_ms", "bubble_fraction", "update_ms", "peak_memory_bytes"}]}]}
 nlohmann::json stage_breakdown_to_json(const StageBreakdown& b, const LayerGraph& g, const Cluster& c);
 
 }  // namespace tapp

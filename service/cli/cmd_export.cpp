@@ -81,7 +81,8 @@ void print_breakdown(const StageBreakdown& b, const Placement& p, const LayerGra
     }
   }
   os << "  fwd/bwd: the stage's compute over its micro-batches (mb); send: its activations and gradients on the "
-        "wire; comm, bubble (idle) and peak memory: the device's over the step\n";
+        "wire;\n  comm: the device waiting while an input was on the wire, and draining its sends; bubble: the rest of "
+        "the step it is not busy (waiting for other stages); peak: the device's memory\n";
   for (const StageCost& sc : b.stages)
     if (sc.shares_device) {
       os << "  *: the device runs another stage too; its comm, bubble and memory are shared\n";
@@ -91,10 +92,13 @@ void print_breakdown(const StageBreakdown& b, const Placement& p, const LayerGra
   for (const std::string& w : b.report.warnings) os << "note: " << w << "\n";
 }
 
-void print_export(const PartitionExport& e, std::ostream& os) {
+void print_export(const PartitionExport& e, const Cluster& c, std::ostream& os) {
+  std::vector<std::string> pipe_devices;
+  for (const PipelineStage& st : e.stages) pipe_devices.push_back(c.devices[st.devices.front()].name);
   switch (e.format) {
     case PartitionFormat::pipe:
-      os << "pipe (torch.distributed.pipeline.sync.Pipe / torchgpipe): balance " << list_text(e.balance);
+      os << "pipe (torch.distributed.pipeline.sync.Pipe / torchgpipe): balance " << list_text(e.balance) << " on "
+         << list_text(pipe_devices);
       break;
     case PartitionFormat::deepspeed:
       os << "deepspeed (PipelineModule): parts " << list_text(e.parts);
@@ -193,7 +197,7 @@ int export_placement(const ExportArgs& a) {
               << "\ncosts: " << inputs->costs_note << "\ncalibration: " << inputs->calibration_note << "\n\n";
     print_breakdown(*breakdown, *placement, graph, cluster, std::cout);
     std::cout << "\n";
-    for (const PartitionExport& e : exported) print_export(e, std::cout);
+    for (const PartitionExport& e : exported) print_export(e, cluster, std::cout);
     for (const auto& [f, why] : refused) std::cout << partition_format_name(f) << ": cannot express it: " << why << "\n";
   }
   for (const auto& [f, why] : refused)
