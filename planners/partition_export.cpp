@@ -22,17 +22,22 @@ std::string layer_range(const PipelineStage& s, const LayerGraph& g) {
 }
 
 std::string stage_label(int index, const PipelineStage& s, const LayerGraph& g, const Cluster& c) {
-  return "stage " + std::to_string(index) + " (" + layer_range(s, g) + " on " + device_names(s.devices, c) + ")";
+  return "stage " + std::to_string(index) + " (" + layer_range(s, g) + " on " + device_names(s.devices, c) +
+         ")";
 }
 
 // What each format does with a stage that runs on several devices.
 std::string replication_word(PartitionFormat f) {
   switch (f) {
-    case PartitionFormat::pipe: return "Pipe has no replicas of a partition";
-    case PartitionFormat::deepspeed: return "DeepSpeed replicates the whole pipeline (its data-parallel dimension)";
-    case PartitionFormat::megatron: return "Megatron replicates the whole pipeline (--data-parallel size)";
+    case PartitionFormat::pipe:
+      return "Pipe has no replicas of a partition";
+    case PartitionFormat::deepspeed:
+      return "DeepSpeed replicates the whole pipeline (its data-parallel dimension)";
+    case PartitionFormat::megatron:
+      return "Megatron replicates the whole pipeline (--data-parallel size)";
     case PartitionFormat::pippy:
-      return "torch.distributed.pipelining replicates the whole pipeline (DDP/FSDP over the other mesh dimension)";
+      return "torch.distributed.pipelining replicates the whole pipeline (DDP/FSDP over the other mesh "
+             "dimension)";
   }
   return "";
 }
@@ -41,7 +46,8 @@ std::string replication_word(PartitionFormat f) {
 bool passes_one_activation(PartitionFormat f) { return f != PartitionFormat::pippy; }
 
 // Whether a layer of `st` reads a layer of stage `t`.
-bool reads_stage(const PipelineStage& st, int t, const std::vector<int>& stage_of_layer, const LayerGraph& g) {
+bool reads_stage(const PipelineStage& st, int t, const std::vector<int>& stage_of_layer,
+                 const LayerGraph& g) {
   for (int j = st.first_layer; j < st.end_layer; ++j)
     for (int i : g.layers[j].inputs)
       if (stage_of_layer[i] == t) return true;
@@ -50,8 +56,9 @@ bool reads_stage(const PipelineStage& st, int t, const std::vector<int>& stage_o
 
 // Every layer of stage s > 0 reads only layers of its own stage or the last
 // layer of stage s - 1; the first stage alone reads the model input.
-Status check_chain_between_stages(const std::vector<PipelineStage>& stages, const std::vector<int>& stage_of_layer,
-                                  const LayerGraph& g, const Cluster& c, PartitionFormat f) {
+Status check_chain_between_stages(const std::vector<PipelineStage>& stages,
+                                  const std::vector<int>& stage_of_layer, const LayerGraph& g,
+                                  const Cluster& c, PartitionFormat f) {
   const std::string fmt = partition_format_name(f);
   for (size_t s = 1; s < stages.size(); ++s) {
     const PipelineStage& st = stages[s];
@@ -69,12 +76,13 @@ Status check_chain_between_stages(const std::vector<PipelineStage>& stages, cons
       for (int i : layer.inputs) {
         const int t = stage_of_layer[i];
         if (t == static_cast<int>(s) || (t == prev && i == stages[t].end_layer - 1)) continue;
-        return Status::error("layer '" + layer.name + "' of " + stage_label(static_cast<int>(s), st, g, c) +
-                             " reads '" + g.layers[i].name + "' of " + stage_label(t, stages[t], g, c) + ": " + fmt +
-                             " passes only the previous stage's last output to the next stage (a skip connection "
-                             "across the cut); cut where the model is a chain" +
-                             (f == PartitionFormat::pipe ? " or declare the skip with torch.distributed.pipeline.sync.skip"
-                                                         : ""));
+        return Status::error(
+            "layer '" + layer.name + "' of " + stage_label(static_cast<int>(s), st, g, c) + " reads '" +
+            g.layers[i].name + "' of " + stage_label(t, stages[t], g, c) + ": " + fmt +
+            " passes only the previous stage's last output to the next stage (a skip connection "
+            "across the cut); cut where the model is a chain" +
+            (f == PartitionFormat::pipe ? " or declare the skip with torch.distributed.pipeline.sync.skip"
+                                        : ""));
       }
     }
   }
@@ -83,41 +91,46 @@ Status check_chain_between_stages(const std::vector<PipelineStage>& stages, cons
 
 // pipelining passes every value that crosses a split point, but runs its
 // stages as a chain: stages the plan runs side by side will not overlap.
-void add_parallel_branch_notes(PartitionExport& e, const std::vector<int>& stage_of_layer, const LayerGraph& g,
-                               const Cluster& c) {
+void add_parallel_branch_notes(PartitionExport& e, const std::vector<int>& stage_of_layer,
+                               const LayerGraph& g, const Cluster& c) {
   for (size_t s = 1; s < e.stages.size(); ++s)
     if (!reads_stage(e.stages[s], static_cast<int>(s) - 1, stage_of_layer, g))
-      e.notes.push_back(stage_label(static_cast<int>(s), e.stages[s], g, c) + " does not read stage " +
-                        std::to_string(s - 1) +
-                        ": the plan runs them side by side; torch.distributed.pipelining runs its stages one after "
-                        "the other, so they will not overlap as costed");
+      e.notes.push_back(
+          stage_label(static_cast<int>(s), e.stages[s], g, c) + " does not read stage " +
+          std::to_string(s - 1) +
+          ": the plan runs them side by side; torch.distributed.pipelining runs its stages one after "
+          "the other, so they will not overlap as costed");
 }
 
 // A device that runs two stages: Pipe and pipelining accept it (notes), DeepSpeed and Megatron do not.
-Status check_one_stage_per_device(const std::vector<PipelineStage>& stages, const LayerGraph& g, const Cluster& c,
-                                  PartitionFormat f, std::vector<std::string>& notes) {
+Status check_one_stage_per_device(const std::vector<PipelineStage>& stages, const LayerGraph& g,
+                                  const Cluster& c, PartitionFormat f, std::vector<std::string>& notes) {
   std::map<int, int> first_stage;
   for (size_t s = 0; s < stages.size(); ++s)
     for (int d : stages[s].devices) {
       auto [it, fresh] = first_stage.emplace(d, static_cast<int>(s));
       if (fresh) continue;
-      const std::string both = "device " + c.devices[d].name + " runs " + stage_label(it->second, stages[it->second], g, c) +
-                               " and " + stage_label(static_cast<int>(s), stages[s], g, c);
+      const std::string both = "device " + c.devices[d].name + " runs " +
+                               stage_label(it->second, stages[it->second], g, c) + " and " +
+                               stage_label(static_cast<int>(s), stages[s], g, c);
       switch (f) {
         case PartitionFormat::deepspeed:
         case PartitionFormat::megatron:
-          return Status::error(both + ": " + partition_format_name(f) +
-                               " gives every pipeline stage its own rank (process and device)" +
-                               (f == PartitionFormat::megatron
-                                    ? std::string("; its virtual pipeline needs the same number of chunks on every rank, "
-                                                  "assigned round-robin")
-                                    : std::string()));
+          return Status::error(
+              both + ": " + partition_format_name(f) +
+              " gives every pipeline stage its own rank (process and device)" +
+              (f == PartitionFormat::megatron
+                   ? std::string("; its virtual pipeline needs the same number of chunks on every rank, "
+                                 "assigned round-robin")
+                   : std::string()));
         case PartitionFormat::pipe:
-          notes.push_back(both + ": give Pipe both partitions on that device (they run one after the other there)");
+          notes.push_back(both +
+                          ": give Pipe both partitions on that device (they run one after the other there)");
           break;
         case PartitionFormat::pippy:
-          notes.push_back(both + ": build both PipelineStages on that rank and use a multi-stage schedule "
-                                 "(ScheduleInterleaved1F1B or ScheduleLoopedBFS)");
+          notes.push_back(both +
+                          ": build both PipelineStages on that rank and use a multi-stage schedule "
+                          "(ScheduleInterleaved1F1B or ScheduleLoopedBFS)");
           break;
       }
     }
@@ -126,27 +139,48 @@ Status check_one_stage_per_device(const std::vector<PipelineStage>& stages, cons
 
 // Replicas: none for Pipe; one count for the whole pipeline elsewhere; no
 // parameter averaging every K steps anywhere.
-Result<int> pipeline_replicas(const Placement& p, const std::vector<PipelineStage>& stages, const LayerGraph& g,
-                              const Cluster& c, PartitionFormat f) {
+Result<int> pipeline_replicas(const Placement& p, const std::vector<PipelineStage>& stages,
+                              const LayerGraph& g, const Cluster& c, PartitionFormat f) {
   const int replicas = static_cast<int>(stages.front().devices.size());
   for (size_t s = 0; s < stages.size(); ++s) {
     const int r = static_cast<int>(stages[s].devices.size());
     const std::string group = "group " + std::to_string(stages[s].groups.front());
     if (r > 1 && f == PartitionFormat::pipe)
-      return Status::error(group + " of " + stage_label(static_cast<int>(s), stages[s], g, c) + " has " +
-                           std::to_string(r) + " replicas: " + replication_word(f) +
-                           " (replicating every stage alike is DistributedDataParallel around whole pipelines)");
+      return Status::error(
+          group + " of " + stage_label(static_cast<int>(s), stages[s], g, c) + " has " + std::to_string(r) +
+          " replicas: " + replication_word(f) +
+          " (replicating every stage alike is DistributedDataParallel around whole pipelines)");
     if (r != replicas)
       return Status::error(group + " of " + stage_label(static_cast<int>(s), stages[s], g, c) + " has " +
-                           std::to_string(r) + " replica(s) but stage 0 has " + std::to_string(replicas) + ": " +
-                           replication_word(f) + ", not single stages (PipeDream-style per-stage replicas)");
+                           std::to_string(r) + " replica(s) but stage 0 has " + std::to_string(replicas) +
+                           ": " + replication_word(f) +
+                           ", not single stages (PipeDream-style per-stage replicas)");
   }
   if (replicas > 1 && p.aggregation_every > 1)
-    return Status::error("placement.aggregation_every: " + std::to_string(p.aggregation_every) + ": " +
-                         partition_format_name(f) +
-                         " all-reduces the replicas' gradients every step; parameter averaging every K steps is not "
-                         "one of its modes");
+    return Status::error(
+        "placement.aggregation_every: " + std::to_string(p.aggregation_every) + ": " +
+        partition_format_name(f) +
+        " all-reduces the replicas' gradients every step; parameter averaging every K steps is not "
+        "one of its modes");
   return replicas;
+}
+
+// Branches inside a stage pass the checks between stages, but an
+// nn.Sequential (or a LayerSpec list) of the graph's layers cannot run them:
+// the user's module for that stage must, and then the counts are not its children's.
+void add_inner_branch_note(PartitionExport& e, const LayerGraph& g) {
+  for (size_t j = 1; j < g.layers.size(); ++j) {
+    const Layer& layer = g.layers[j];
+    if (layer.inputs == std::vector<int>{static_cast<int>(j) - 1}) continue;
+    const std::string reads =
+        layer.inputs.empty() ? "the model input" : "'" + g.layers[layer.inputs.front()].name + "'";
+    e.notes.push_back("the model is not a chain (layer '" + layer.name + "' reads " + reads +
+                      (layer.inputs.size() > 1 ? " and more" : "") +
+                      "): the counts are of the layer graph's layers, so they are the children of your "
+                      "nn.Sequential only if it lists these layers one by one; wrap each branchy block and "
+                      "count blocks instead");
+    return;
+  }
 }
 
 void add_schedule_notes(PartitionExport& e) {
@@ -154,25 +188,31 @@ void add_schedule_notes(PartitionExport& e) {
   switch (e.format) {
     case PartitionFormat::pipe:
       if (e.schedule != Schedule::gpipe)
-        e.notes.push_back("Pipe runs GPipe's fill-drain schedule; the plan was costed with " + plan +
-                          ", so Pipe keeps every micro-batch's activations (more memory than the breakdown's peak)");
+        e.notes.push_back(
+            "Pipe runs GPipe's fill-drain schedule; the plan was costed with " + plan +
+            ", so Pipe keeps every micro-batch's activations (more memory than the breakdown's peak)");
       break;
     case PartitionFormat::deepspeed:
     case PartitionFormat::megatron:
       if (e.schedule == Schedule::gpipe)
-        e.notes.push_back(partition_format_name(e.format) +
-                          " runs 1F1B; the plan was costed with gpipe, so it holds fewer micro-batches' activations "
-                          "(less memory than the breakdown's peak)");
+        e.notes.push_back(
+            partition_format_name(e.format) +
+            " runs 1F1B; the plan was costed with gpipe, so it holds fewer micro-batches' activations "
+            "(less memory than the breakdown's peak)");
       break;
-    case PartitionFormat::pippy: break;
+    case PartitionFormat::pippy:
+      break;
   }
 }
 
 std::string pippy_schedule_class(Schedule s) {
   switch (s) {
-    case Schedule::gpipe: return "ScheduleGPipe";
-    case Schedule::one_f_one_b: return "Schedule1F1B";
-    case Schedule::interleaved_1f1b: return "ScheduleInterleaved1F1B";
+    case Schedule::gpipe:
+      return "ScheduleGPipe";
+    case Schedule::one_f_one_b:
+      return "Schedule1F1B";
+    case Schedule::interleaved_1f1b:
+      return "ScheduleInterleaved1F1B";
   }
   return "ScheduleGPipe";
 }
@@ -184,34 +224,38 @@ void add_settings(PartitionExport& e, const LayerGraph& g) {
   switch (e.format) {
     case PartitionFormat::pipe:
       e.settings.push_back("chunks=" + m);
-      e.settings.push_back("torchgpipe: GPipe(model, balance=..., devices=..., chunks=" + m +
-                           "); torch's Pipe: move partition k's layers to its device, Pipe splits where the device "
-                           "changes");
+      e.settings.push_back(
+          "torchgpipe: GPipe(model, balance=..., devices=..., chunks=" + m +
+          "); torch's Pipe: move partition k's layers to its device, Pipe splits where the device "
+          "changes");
       break;
     case PartitionFormat::deepspeed:
       e.settings.push_back("num_stages=" + std::to_string(S));
       e.settings.push_back("gradient_accumulation_steps=" + m);
       if (!mbs.empty()) e.settings.push_back("train_micro_batch_size_per_gpu=" + mbs);
       e.settings.push_back(
-          "stock PipelineModule computes `parts` itself (partition_method uniform|parameters|type:REGEX); to impose "
+          "stock PipelineModule computes `parts` itself (partition_method uniform|parameters|type:REGEX); to "
+          "impose "
           "these, override PipelineModule._partition_layers to set self.parts");
       break;
     case PartitionFormat::megatron: {
       e.settings.push_back("--pipeline-model-parallel-size " + std::to_string(S));
       if (!mbs.empty()) e.settings.push_back("--micro-batch-size " + mbs);
-      const bool uniform = std::all_of(e.balance.begin(), e.balance.end(), [&](int n) { return n == e.balance[0]; });
+      const bool uniform =
+          std::all_of(e.balance.begin(), e.balance.end(), [&](int n) { return n == e.balance[0]; });
       if (uniform) {
         e.settings.push_back("--num-layers " + std::to_string(g.layers.size()));
       } else if (S >= 3 && std::all_of(e.balance.begin() + 1, e.balance.end() - 1,
-                                        [&](int n) { return n == e.balance[1]; })) {
+                                       [&](int n) { return n == e.balance[1]; })) {
         e.settings.push_back("--decoder-first-pipeline-num-layers " + std::to_string(e.balance.front()));
         e.settings.push_back("--decoder-last-pipeline-num-layers " + std::to_string(e.balance.back()));
       }
       std::string layout;
       for (int n : e.balance) layout += (layout.empty() ? "" : "|") + std::string("t*") + std::to_string(n);
       e.settings.push_back("--pipeline-model-parallel-layout \"" + layout + "\"");
-      e.notes.push_back("Megatron counts transformer layers: these counts are of the layer graph's layers, so they "
-                        "carry over only where one of them is one Megatron layer");
+      e.notes.push_back(
+          "Megatron counts transformer layers: these counts are of the layer graph's layers, so they "
+          "carry over only where one of them is one Megatron layer");
       break;
     }
     case PartitionFormat::pippy:
@@ -220,21 +264,28 @@ void add_settings(PartitionExport& e, const LayerGraph& g) {
       break;
   }
   if (e.data_parallel_degree > 1)
-    e.notes.push_back("each stage has " + std::to_string(e.data_parallel_degree) + " replicas: " +
-                      replication_word(e.format) + "; pipeline replica k is replica k of every stage (data-parallel "
-                      "degree " + std::to_string(e.data_parallel_degree) +
-                      "), which trains as the plan does: TAPP sends micro-batch m through replica m mod r of each "
-                      "stage and all-reduces each stage's gradients every step");
+    e.notes.push_back(
+        "each stage has " + std::to_string(e.data_parallel_degree) +
+        " replicas: " + replication_word(e.format) +
+        "; pipeline replica k is replica k of every stage (data-parallel "
+        "degree " +
+        std::to_string(e.data_parallel_degree) +
+        "), which trains as the plan does: TAPP sends micro-batch m through replica m mod r of each "
+        "stage and all-reduces each stage's gradients every step");
 }
 
 }  // namespace
 
 std::string partition_format_name(PartitionFormat f) {
   switch (f) {
-    case PartitionFormat::pipe: return "pipe";
-    case PartitionFormat::deepspeed: return "deepspeed";
-    case PartitionFormat::megatron: return "megatron";
-    case PartitionFormat::pippy: return "pippy";
+    case PartitionFormat::pipe:
+      return "pipe";
+    case PartitionFormat::deepspeed:
+      return "deepspeed";
+    case PartitionFormat::megatron:
+      return "megatron";
+    case PartitionFormat::pippy:
+      return "pippy";
   }
   return "?";
 }
@@ -242,7 +293,8 @@ std::string partition_format_name(PartitionFormat f) {
 Result<PartitionFormat> partition_format_from_name(const std::string& name) {
   for (PartitionFormat f : all_partition_formats())
     if (partition_format_name(f) == name) return f;
-  return Status::field_error("format", "unknown \"" + name + "\"; expected pipe, deepspeed, megatron or pippy");
+  return Status::field_error("format",
+                             "unknown \"" + name + "\"; expected pipe, deepspeed, megatron or pippy");
 }
 
 const std::vector<PartitionFormat>& all_partition_formats() {
@@ -251,20 +303,24 @@ const std::vector<PartitionFormat>& all_partition_formats() {
   return all;
 }
 
-Result<std::vector<PipelineStage>> pipeline_stages(const Placement& p, const LayerGraph& g, const Cluster& c) {
+Result<std::vector<PipelineStage>> pipeline_stages(const Placement& p, const LayerGraph& g,
+                                                   const Cluster& c) {
   if (p.is_data_parallel())
-    return Status::error("the placement is data parallel (" + data_parallel_mode_name(p.data_parallel) + " over " +
-                         std::to_string(p.num_groups()) +
-                         " devices): every device trains the whole model, so there is no pipeline to partition "
-                         "(train it with DistributedDataParallel)");
+    return Status::error(
+        "the placement is data parallel (" + data_parallel_mode_name(p.data_parallel) + " over " +
+        std::to_string(p.num_groups()) +
+        " devices): every device trains the whole model, so there is no pipeline to partition "
+        "(train it with DistributedDataParallel)");
   if (p.layer_group.size() != g.layers.size() || g.layers.empty())
     return Status::field_error("placement.layers", "has " + std::to_string(p.layer_group.size()) +
-                                                       " layers, the model " + std::to_string(g.layers.size()));
+                                                       " layers, the model " +
+                                                       std::to_string(g.layers.size()));
   std::vector<int> last_of_group(p.num_groups(), -1);
   for (size_t i = 0; i < g.layers.size(); ++i) {
     const int grp = p.layer_group[i];
     if (grp < 0 || grp >= p.num_groups())
-      return Status::field_error("placement.layers." + g.layers[i].name, "group " + std::to_string(grp) + " does not exist");
+      return Status::field_error("placement.layers." + g.layers[i].name,
+                                 "group " + std::to_string(grp) + " does not exist");
     last_of_group[grp] = static_cast<int>(i);
   }
   std::vector<PipelineStage> stages;
@@ -275,9 +331,10 @@ Result<std::vector<PipelineStage>> pipeline_stages(const Placement& p, const Lay
       // Find where the group was left: the layer of another group that came between.
       int gap = i - 1;
       while (gap > 0 && p.layer_group[gap] == grp) --gap;
-      return Status::error("group " + std::to_string(grp) + " (on " + device_names(p.devices_of_group(grp), c) +
-                           ") is not contiguous: it holds '" + g.layers[i].name + "' after '" + g.layers[gap].name +
-                           "' of group " + std::to_string(p.layer_group[gap]) +
+      return Status::error("group " + std::to_string(grp) + " (on " +
+                           device_names(p.devices_of_group(grp), c) + ") is not contiguous: it holds '" +
+                           g.layers[i].name + "' after '" + g.layers[gap].name + "' of group " +
+                           std::to_string(p.layer_group[gap]) +
                            "; pipeline partitions are consecutive layer ranges in the model's order");
     }
     int j = i;
@@ -306,7 +363,8 @@ Result<PartitionExport> export_partition(const Placement& p, const LayerGraph& g
   e.micro_batches = std::max(1, p.micro_batches);
   std::vector<int> stage_of_layer(g.layers.size());
   for (size_t s = 0; s < e.stages.size(); ++s)
-    for (int i = e.stages[s].first_layer; i < e.stages[s].end_layer; ++i) stage_of_layer[i] = static_cast<int>(s);
+    for (int i = e.stages[s].first_layer; i < e.stages[s].end_layer; ++i)
+      stage_of_layer[i] = static_cast<int>(s);
   if (passes_one_activation(format))
     if (Status s = check_chain_between_stages(e.stages, stage_of_layer, g, c, format); !s) return s;
   if (Status s = check_one_stage_per_device(e.stages, g, c, format, e.notes); !s) return s;
@@ -322,14 +380,17 @@ Result<PartitionExport> export_partition(const Placement& p, const LayerGraph& g
     e.parts.push_back(s.first_layer);
   }
   e.parts.push_back(static_cast<int>(g.layers.size()));
-  for (size_t s = 1; s < e.stages.size(); ++s) e.split_points.push_back(g.layers[e.stages[s].first_layer].name);
+  for (size_t s = 1; s < e.stages.size(); ++s)
+    e.split_points.push_back(g.layers[e.stages[s].first_layer].name);
   for (const PipelineStage& s : e.stages)
     if (s.groups.size() > 1) {
       std::string groups;
       for (int grp : s.groups) groups += (groups.empty() ? "" : ", ") + std::to_string(grp);
-      e.notes.push_back("groups " + groups + " run back to back on " + device_names(s.devices, c) + ": one stage");
+      e.notes.push_back("groups " + groups + " run back to back on " + device_names(s.devices, c) +
+                        ": one stage");
     }
   if (format == PartitionFormat::pippy) add_parallel_branch_notes(e, stage_of_layer, g, c);
+  if (passes_one_activation(format)) add_inner_branch_note(e, g);
   add_schedule_notes(e);
   add_settings(e, g);
   return e;
@@ -354,8 +415,12 @@ nlohmann::json partition_export_to_json(const PartitionExport& e, const LayerGra
       j["chunks"] = e.micro_batches;
       break;
     }
-    case PartitionFormat::deepspeed: j["parts"] = e.parts; break;
-    case PartitionFormat::megatron: j["layers_per_stage"] = e.balance; break;
+    case PartitionFormat::deepspeed:
+      j["parts"] = e.parts;
+      break;
+    case PartitionFormat::megatron:
+      j["layers_per_stage"] = e.balance;
+      break;
     case PartitionFormat::pippy: {
       j["split_points"] = e.split_points;
       nlohmann::json spec = nlohmann::json::object();

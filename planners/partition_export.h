@@ -59,15 +59,16 @@ Result<std::vector<PipelineStage>> pipeline_stages(const Placement& p, const Lay
 struct PartitionExport {
   PartitionFormat format = PartitionFormat::pipe;
   std::vector<PipelineStage> stages;
-  std::vector<int> balance;                // pipe, megatron: layers per stage
-  std::vector<int> parts;                  // deepspeed: stage start layers, then the layer count
-  std::vector<std::string> split_points;   // pippy: the first layer of stages 1 .. S-1
+  std::vector<int> balance;               // pipe, megatron: layers per stage
+  std::vector<int> parts;                 // deepspeed: stage start layers, then the layer count
+  std::vector<std::string> split_points;  // pippy: the first layer of stages 1 .. S-1
   int micro_batches = 1;
-  int64_t micro_batch_size = 0;            // ceil(batch / (replicas x micro-batches)); 0 when no batch given
-  int data_parallel_degree = 1;            // replicas of the whole pipeline (1: none)
-  Schedule schedule = Schedule::gpipe;     // the plan's
-  std::vector<std::string> settings;       // how to hand it over: "chunks=4", "--pipeline-model-parallel-size 3", ...
-  std::vector<std::string> notes;          // where the format differs from the plan as costed
+  int64_t micro_batch_size = 0;         // ceil(batch / (replicas x micro-batches)); 0 when no batch given
+  int data_parallel_degree = 1;         // replicas of the whole pipeline (1: none)
+  Schedule schedule = Schedule::gpipe;  // the plan's
+  std::vector<std::string>
+      settings;                    // how to hand it over: "chunks=4", "--pipeline-model-parallel-size 3", ...
+  std::vector<std::string> notes;  // where the format differs from the plan as costed
 };
 
 // batch_size: the training batch the plan was made for (only for the

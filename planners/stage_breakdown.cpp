@@ -12,9 +12,9 @@
 namespace tapp {
 
 const StageDeviceCost& StageCost::busiest() const {
-  return *std::max_element(devices.begin(), devices.end(), [](const StageDeviceCost& a, const StageDeviceCost& b) {
-    return a.compute_ms() < b.compute_ms();
-  });
+  return *std::max_element(
+      devices.begin(), devices.end(),
+      [](const StageDeviceCost& a, const StageDeviceCost& b) { return a.compute_ms() < b.compute_ms(); });
 }
 
 Result<StageBreakdown> stage_breakdown(const LayerGraph& g, const Cluster& c, const CostModel& cost,
@@ -38,7 +38,8 @@ Result<StageBreakdown> stage_breakdown(const LayerGraph& g, const Cluster& c, co
   for (size_t s = 0; s < stages.size(); ++s) {
     StageCost& sc = b.stages[s];
     sc.stage = stages[s];
-    for (int i = sc.stage.first_layer; i < sc.stage.end_layer; ++i) sc.param_bytes += g.layers[i].param_bytes();
+    for (int i = sc.stage.first_layer; i < sc.stage.end_layer; ++i)
+      sc.param_bytes += g.layers[i].param_bytes();
     for (int d : sc.stage.devices) {
       sc.devices.push_back({});
       sc.devices.back().device = d;

@@ -35,9 +35,10 @@ struct StageDeviceCost {
   double send_ms = 0;                      // this stage's transfers from this device, on the wire
   int micro_batches = 0;                   // of this stage on this device
   // The device's own figures (over every stage it runs), from the replay and the StepReport:
-  double comm_ms = 0;         // waiting while an input was on the wire + draining its sends (+ allreduces)
-  double bubble_ms = 0;       // the rest of the step it is not busy: waiting for other stages' compute
-  double report_comm_ms = 0;  // the StepReport's comm_ms: all waiting for remote inputs + draining (= comm + that wait)
+  double comm_ms = 0;    // waiting while an input was on the wire + draining its sends (+ allreduces)
+  double bubble_ms = 0;  // the rest of the step it is not busy: waiting for other stages' compute
+  double report_comm_ms =
+      0;  // the StepReport's comm_ms: all waiting for remote inputs + draining (= comm + that wait)
   double update_ms = 0;  // optimizer update: busy beyond its compute tasks
   int64_t peak_memory_bytes = 0;
   double compute_ms() const { return forward_ms + backward_ms; }
@@ -46,7 +47,7 @@ struct StageDeviceCost {
 struct StageCost {
   PipelineStage stage;
   std::vector<StageDeviceCost> devices;  // stage.devices order
-  bool shares_device = false;            // a device of it runs another stage too: its device figures are shared
+  bool shares_device = false;  // a device of it runs another stage too: its device figures are shared
   int64_t param_bytes = 0;
   // The device of the stage with the most compute (the replica that sets its pace).
   const StageDeviceCost& busiest() const;

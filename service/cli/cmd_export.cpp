@@ -52,7 +52,8 @@ std::string list_text(const std::vector<T>& items) {
 void print_breakdown(const StageBreakdown& b, const Placement& p, const LayerGraph& g, const Cluster& c,
                      std::ostream& os) {
   os << "simulated step " << fixed(b.report.step_ms, 2) << " ms (" << schedule_name(p.schedule) << ", "
-     << p.micro_batches << " micro-batches)  communication fraction " << fixed(b.report.comm_fraction, 3) << "\n";
+     << p.micro_batches << " micro-batches)  communication fraction " << fixed(b.report.comm_fraction, 3)
+     << "\n";
   std::vector<std::string> layer_cells;
   size_t lw = 6, dw = 7;
   for (const StageCost& sc : b.stages) {
@@ -66,22 +67,26 @@ void print_breakdown(const StageBreakdown& b, const Placement& p, const LayerGra
   os << std::left << std::setw(7) << "stage" << std::setw(static_cast<int>(lw) + 2) << "layers"
      << std::setw(static_cast<int>(dw) + 2) << "device" << std::right << std::setw(8) << "mb" << std::setw(10)
      << "fwd ms" << std::setw(10) << "bwd ms" << std::setw(10) << "send ms" << std::setw(10) << "comm ms"
-     << std::setw(11) << "bubble ms" << std::setw(10) << "peak MiB" << "\n";
+     << std::setw(11) << "bubble ms" << std::setw(10) << "peak MiB"
+     << "\n";
   for (size_t s = 0; s < b.stages.size(); ++s) {
     const StageCost& sc = b.stages[s];
     for (size_t k = 0; k < sc.devices.size(); ++k) {
       const StageDeviceCost& dc = sc.devices[k];
-      std::string device = (sc.devices.size() > 1 ? "r" + std::to_string(k) + " " : "") + c.devices[dc.device].name;
+      std::string device =
+          (sc.devices.size() > 1 ? "r" + std::to_string(k) + " " : "") + c.devices[dc.device].name;
       os << std::left << std::setw(7) << (k == 0 ? std::to_string(s) + (sc.shares_device ? "*" : "") : "")
          << std::setw(static_cast<int>(lw) + 2) << (k == 0 ? layer_cells[s] : "")
          << std::setw(static_cast<int>(dw) + 2) << device << std::right << std::setw(8) << dc.micro_batches
-         << std::setw(10) << fixed(dc.forward_ms, 2) << std::setw(10) << fixed(dc.backward_ms, 2) << std::setw(10)
-         << fixed(dc.send_ms, 2) << std::setw(10) << fixed(dc.comm_ms, 2) << std::setw(11) << fixed(dc.bubble_ms, 2)
-         << std::setw(10) << fixed(dc.peak_memory_bytes / 1048576.0, 1) << "\n";
+         << std::setw(10) << fixed(dc.forward_ms, 2) << std::setw(10) << fixed(dc.backward_ms, 2)
+         << std::setw(10) << fixed(dc.send_ms, 2) << std::setw(10) << fixed(dc.comm_ms, 2) << std::setw(11)
+         << fixed(dc.bubble_ms, 2) << std::setw(10) << fixed(dc.peak_memory_bytes / 1048576.0, 1) << "\n";
     }
   }
-  os << "  fwd/bwd: the stage's compute over its micro-batches (mb); send: its activations and gradients on the "
-        "wire;\n  comm: the device waiting while an input was on the wire, and draining its sends; bubble: the rest of "
+  os << "  fwd/bwd: the stage's compute over its micro-batches (mb); send: its activations and gradients on "
+        "the "
+        "wire;\n  comm: the device waiting while an input was on the wire, and draining its sends; bubble: "
+        "the rest of "
         "the step it is not busy (waiting for other stages); peak: the device's memory\n";
   for (const StageCost& sc : b.stages)
     if (sc.shares_device) {
@@ -97,8 +102,8 @@ void print_export(const PartitionExport& e, const Cluster& c, std::ostream& os) 
   for (const PipelineStage& st : e.stages) pipe_devices.push_back(c.devices[st.devices.front()].name);
   switch (e.format) {
     case PartitionFormat::pipe:
-      os << "pipe (torch.distributed.pipeline.sync.Pipe / torchgpipe): balance " << list_text(e.balance) << " on "
-         << list_text(pipe_devices);
+      os << "pipe (torch.distributed.pipeline.sync.Pipe / torchgpipe): balance " << list_text(e.balance)
+         << " on " << list_text(pipe_devices);
       break;
     case PartitionFormat::deepspeed:
       os << "deepspeed (PipelineModule): parts " << list_text(e.parts);
@@ -193,12 +198,14 @@ int export_placement(const ExportArgs& a) {
     std::cout << doc.dump(2) << "\n";
   } else {
     std::cout << "model " << graph.name << "  batch " << a.batch << "  placement " << a.placement << "  on "
-              << cluster.num_devices() << " device(s)" << (cluster.name.empty() ? "" : " (" + cluster.name + ")")
-              << "\ncosts: " << inputs->costs_note << "\ncalibration: " << inputs->calibration_note << "\n\n";
+              << cluster.num_devices() << " device(s)"
+              << (cluster.name.empty() ? "" : " (" + cluster.name + ")") << "\ncosts: " << inputs->costs_note
+              << "\ncalibration: " << inputs->calibration_note << "\n\n";
     print_breakdown(*breakdown, *placement, graph, cluster, std::cout);
     std::cout << "\n";
     for (const PartitionExport& e : exported) print_export(e, cluster, std::cout);
-    for (const auto& [f, why] : refused) std::cout << partition_format_name(f) << ": cannot express it: " << why << "\n";
+    for (const auto& [f, why] : refused)
+      std::cout << partition_format_name(f) << ": cannot express it: " << why << "\n";
   }
   for (const auto& [f, why] : refused)
     std::cerr << "tapp-cli export: --format " << partition_format_name(f) << ": " << why << "\n";
@@ -219,14 +226,16 @@ int export_placement(const ExportArgs& a) {
 void add_export_command(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<ExportArgs>();
   auto* sub = app.add_subcommand(
-      "export", "write a placement as Pipe's balance, DeepSpeed's parts, Megatron's stage sizes or pipelining's split "
-                "points, with a per-stage breakdown");
+      "export",
+      "write a placement as Pipe's balance, DeepSpeed's parts, Megatron's stage sizes or pipelining's split "
+      "points, with a per-stage breakdown");
   sub->add_option("placement", args->placement, "placement.json (from `plan --out`, `optimize` or by hand)")
       ->required();
   sub->add_option("--model", args->model, "zoo name, JSON layer graph or TorchScript file")->required();
   sub->add_option("--devices", args->devices, "cluster.json the placement names devices of")->required();
   sub->add_option("--format", args->format, "all (default) | pipe | deepspeed | megatron | pippy");
-  sub->add_option("--batch", args->batch, "batch size (default 32)")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  sub->add_option("--batch", args->batch, "batch size (default 32)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   sub->add_option("--costs", args->costs, "auto (cached profile, else estimated) | profile | estimated");
   sub->add_option("--calibration", args->calibration, "calibration JSON from `tapp-cli calibrate`");
   sub->add_option("--input-size", args->input_size, "image side (0: the model's default)");

@@ -1,7 +1,6 @@
 // `tapp-cli export`: the command line end to end (estimated costs): the four
 // formats and the per-stage breakdown in JSON, and refusals with exit code 2.
 #include <doctest/doctest.h>
-
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -59,17 +58,20 @@ TEST_CASE("tapp-cli export writes all four formats and the breakdown of every st
 
 TEST_CASE("tapp-cli export: a format that cannot express the placement exits 2 naming the device and why") {
   // Its cpu0 holds two stages (conv1..relu3 and fc7..fc8).
-  Run r = export_cli(example("placement_alexnet_cifar_noncontiguous.json") + " --model alexnet_cifar --format deepspeed",
-                     true);
+  Run r = export_cli(
+      example("placement_alexnet_cifar_noncontiguous.json") + " --model alexnet_cifar --format deepspeed",
+      true);
   CHECK(r.exit_code == 2);
   CHECK(r.out.find("device cpu0 runs stage 0") != std::string::npos);
   CHECK(r.out.find("its own rank") != std::string::npos);
   // Pipe takes it (two partitions on cpu0), so `all` succeeds and says which format refused.
-  Run all = export_cli(example("placement_alexnet_cifar_noncontiguous.json") + " --model alexnet_cifar", true);
+  Run all =
+      export_cli(example("placement_alexnet_cifar_noncontiguous.json") + " --model alexnet_cifar", true);
   CHECK(all.exit_code == 0);
   CHECK(all.out.find("balance [8, 10, 3]") != std::string::npos);
   CHECK(all.out.find("deepspeed: cannot express it") != std::string::npos);
-  Run bad = export_cli(example("placement_alexnet_cifar_2stage.json") + " --model alexnet_cifar --format fsdp", true);
+  Run bad = export_cli(
+      example("placement_alexnet_cifar_2stage.json") + " --model alexnet_cifar --format fsdp", true);
   CHECK(bad.exit_code == 2);
   CHECK(bad.out.find("--format: unknown \"fsdp\"") != std::string::npos);
 }

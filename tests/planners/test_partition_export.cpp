@@ -110,7 +110,8 @@ TEST_CASE("a contiguous placement exports as balance, parts, layers per stage an
   REQUIRE(pp.is_ok());
   CHECK(pp->split_points == std::vector<std::string>{"fc2", "fc5"});
   nlohmann::json ppj = partition_export_to_json(*pp, g, c);
-  CHECK(ppj["split_spec"] == nlohmann::json({{"fc2", "SplitPoint.BEGINNING"}, {"fc5", "SplitPoint.BEGINNING"}}));
+  CHECK(ppj["split_spec"] ==
+        nlohmann::json({{"fc2", "SplitPoint.BEGINNING"}, {"fc5", "SplitPoint.BEGINNING"}}));
   CHECK(ppj["settings"].dump().find("ScheduleGPipe") != std::string::npos);
 }
 
@@ -124,7 +125,8 @@ TEST_CASE("consecutive groups on the same device are one stage, and the export s
   CHECK(any_note(*e, "groups 0, 1 run back to back on d0"));
 }
 
-TEST_CASE("a group that is not contiguous is refused for every format, naming the group and the layer between") {
+TEST_CASE(
+    "a group that is not contiguous is refused for every format, naming the group and the layer between") {
   const LayerGraph g = linear_chain({16, 16, 16, 16, 16, 10});
   const Placement p = placement({0, 0, 1, 1, 0, 0}, {0, 1});
   for (PartitionFormat f : all_partition_formats()) {
@@ -142,7 +144,8 @@ TEST_CASE("a data-parallel placement has no pipeline to export") {
   CHECK(has(e.error_message(), "data parallel (bsp over 2 devices)"));
 }
 
-TEST_CASE("replicas: Pipe refuses them, the others take one count for the whole pipeline and say what it means") {
+TEST_CASE(
+    "replicas: Pipe refuses them, the others take one count for the whole pipeline and say what it means") {
   const LayerGraph g = linear_chain({16, 16, 16, 10});
   const Cluster c = devices(4);
   Placement uniform = placement({0, 0, 1, 1}, {0, 2});
@@ -150,7 +153,8 @@ TEST_CASE("replicas: Pipe refuses them, the others take one count for the whole 
 
   auto pipe = export_partition(uniform, g, c, PartitionFormat::pipe);
   REQUIRE_FALSE(pipe.is_ok());
-  CHECK(has(pipe.error_message(), "group 0 of stage 0 (fc0..fc1 on d0+d1) has 2 replicas: Pipe has no replicas"));
+  CHECK(has(pipe.error_message(),
+            "group 0 of stage 0 (fc0..fc1 on d0+d1) has 2 replicas: Pipe has no replicas"));
 
   auto ds = export_partition(uniform, g, c, PartitionFormat::deepspeed, 32);
   REQUIRE(ds.is_ok());
@@ -174,7 +178,9 @@ TEST_CASE("replicas: Pipe refuses them, the others take one count for the whole 
   CHECK(has(av.error_message(), "placement.aggregation_every: 4"));
 }
 
-TEST_CASE("branch-parallel and skip-connection cuts: refused where stages pass one activation, noted for pipelining") {
+TEST_CASE(
+    "branch-parallel and skip-connection cuts: refused where stages pass one activation, noted for "
+    "pipelining") {
   const LayerGraph g = diamond();
   const Cluster c = devices(4);
   // fc1 and fc2 on different devices run side by side.
@@ -191,14 +197,19 @@ TEST_CASE("branch-parallel and skip-connection cuts: refused where stages pass o
   CHECK(any_note(*pp, "will not overlap"));
 
   // fc0 | fc1 fc2 add3 fc4 is a chain cut; fc0 fc1 | fc2 add3 fc4 cuts the branch fc0 -> fc2.
-  CHECK(export_partition(placement({0, 1, 1, 1, 1}, {0, 1}), g, c, PartitionFormat::pipe).is_ok());
+  auto chain_cut = export_partition(placement({0, 1, 1, 1, 1}, {0, 1}), g, c, PartitionFormat::pipe);
+  REQUIRE(chain_cut.is_ok());
+  CHECK(chain_cut->balance == std::vector<int>{1, 4});
+  CHECK(any_note(*chain_cut, "the model is not a chain (layer 'fc2' reads 'fc0')"));
   auto skip = export_partition(placement({0, 0, 1, 1, 1}, {0, 1}), g, c, PartitionFormat::pipe);
   REQUIRE_FALSE(skip.is_ok());
-  CHECK(has(skip.error_message(), "layer 'fc2' of stage 1 (fc2..fc4 on d1) reads 'fc0' of stage 0 (fc0..fc1 on d0)"));
+  CHECK(has(skip.error_message(),
+            "layer 'fc2' of stage 1 (fc2..fc4 on d1) reads 'fc0' of stage 0 (fc0..fc1 on d0)"));
   CHECK(has(skip.error_message(), "torch.distributed.pipeline.sync.skip"));
 }
 
-TEST_CASE("a device with two stages: Pipe and pipelining take it with a note, DeepSpeed and Megatron refuse") {
+TEST_CASE(
+    "a device with two stages: Pipe and pipelining take it with a note, DeepSpeed and Megatron refuse") {
   const LayerGraph g = linear_chain({16, 16, 16, 10});
   const Placement p = placement({0, 1, 2, 2}, {0, 1, 0});
   auto pipe = export_partition(p, g, devices(2), PartitionFormat::pipe);
@@ -212,7 +223,9 @@ TEST_CASE("a device with two stages: Pipe and pipelining take it with a note, De
   CHECK(has(partition_format_from_name("fsdp").error_message(), "format: unknown \"fsdp\""));
 }
 
-TEST_CASE("the stage breakdown is the simulator's replay: compute from the cost model, device figures from the report") {
+TEST_CASE(
+    "the stage breakdown is the simulator's replay: compute from the cost model, device figures from the "
+    "report") {
   const LayerGraph g = linear_chain({64, 64, 64, 10});
   const Cluster c = devices(2);
   const int64_t batch = 16;
@@ -249,7 +262,8 @@ TEST_CASE("the stage breakdown is the simulator's replay: compute from the cost 
   CHECK(j["stages"][0]["devices"][0]["device"] == "d0");
 }
 
-TEST_CASE("the pipeline's fill and drain are bubble, not communication, though the report counts them as waiting") {
+TEST_CASE(
+    "the pipeline's fill and drain are bubble, not communication, though the report counts them as waiting") {
   const LayerGraph g = linear_chain({1024, 1024, 1024, 1024});
   const Cluster c = devices(2);  // the default link: 10 Gbit/s, 0.05 ms
   const int64_t batch = 16;
