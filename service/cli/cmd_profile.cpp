@@ -72,7 +72,7 @@ void print_table(const LayerLibrary& lib, bool cache_hit, std::ostream& os) {
   os << "\n"
      << lib.rows.size() << " layers, " << with_commas(params) << " parameters ("
      << fixed(params * 4 / 1048576.0, 1) << " MiB), " << fixed(macs / 1e9, 3)
-     << " G multiply-adds per sample (conv2d + linear), " << fixed(act / 1048576.0, 2)
+     << " G multiply-adds per sample (conv2d, linear, attention), " << fixed(act / 1048576.0, 2)
      << " MiB activations per sample\n"
      << "sum of layers: forward " << fixed(lib.total_forward_ms(), 2) << " ms + backward "
      << fixed(lib.total_backward_ms(), 2)
