@@ -33,6 +33,13 @@ const std::map<std::string, OpAttrs>& op_attrs() {
       {"concat", {{"dim"}, {}}},
       {"softmax", {{"dim"}, {}}},
       {"log_softmax", {{"dim"}, {}}},
+      {"token_embedding", {{"entries", "out"}, {"entries", "out"}}},
+      {"position_embedding", {{"entries"}, {"entries"}}},
+      {"token_type_embedding", {{"entries"}, {"entries"}}},
+      {"select_token", {{"index"}, {}}},
+      {"layer_norm", {{"eps"}, {}}},
+      {"self_attention", {{"heads", "causal", "bias"}, {"heads"}}},
+      {"lm_head", {{"tie"}, {"tie"}}},
   };
   return m;
 }
@@ -95,6 +102,15 @@ Status read_attrs(const json& layer, Layer& l, const std::string& path) {
   if (!(s = jf::read(attrs, "p", a.p, where))) return s;
   if (!(s = jf::read(attrs, "eps", a.eps, where))) return s;
   if (!(s = jf::read(attrs, "dim", a.dim, where))) return s;
+  if (!(s = jf::read(attrs, "entries", a.entries, where))) return s;
+  if (!(s = jf::read(attrs, "heads", a.heads, where))) return s;
+  if (!(s = jf::read(attrs, "causal", a.causal, where))) return s;
+  if (!(s = jf::read(attrs, "index", a.index, where))) return s;
+  if (!(s = jf::read(attrs, "tie", a.tie, where))) return s;
+  for (const char* k : {"entries", "heads"})
+    if (attrs.contains(k) && (std::string(k) == "entries" ? a.entries : a.heads) <= 0)
+      return jf::field_error(where + "." + k, "must be positive");
+  if (attrs.contains("index") && a.index < 0) return jf::field_error(where + ".index", "must be non-negative");
   if (attrs.contains("out") && a.out <= 0) return jf::field_error(where + ".out", "must be positive");
   if (attrs.contains("eps") && a.eps <= 0) return jf::field_error(where + ".eps", "must be positive");
   if (attrs.contains("p") && (a.p < 0 || a.p >= 1)) return jf::field_error(where + ".p", "must be in [0, 1)");
@@ -110,7 +126,8 @@ Status read_attrs(const json& layer, Layer& l, const std::string& path) {
   const std::pair<const char*, const int64_t*> sizes[] = {
       {"out", &a.out},         {"kernel", &a.kernel[0]},  {"kernel", &a.kernel[1]}, {"stride", &a.stride[0]},
       {"stride", &a.stride[1]}, {"padding", &a.padding[0]}, {"padding", &a.padding[1]}, {"groups", &a.groups},
-      {"output_size", &a.kernel[0]}, {"output_size", &a.kernel[1]}, {"dim", &a.dim}};
+      {"output_size", &a.kernel[0]}, {"output_size", &a.kernel[1]}, {"dim", &a.dim}, {"entries", &a.entries},
+      {"heads", &a.heads}, {"index", &a.index}};
   for (const auto& [key, value] : sizes)
     if (attrs.contains(key) && (*value > kMaxDimension || *value < -kMaxDimension))
       return jf::field_error(where + "." + key, "must be at most " + std::to_string(kMaxDimension));
@@ -250,6 +267,18 @@ json model_to_json(const LayerGraph& g) {
       attrs = {{"eps", a.eps}};
     } else if (l.op == "concat" || l.op == "softmax" || l.op == "log_softmax") {
       attrs = {{"dim", a.dim}};
+    } else if (l.op == "token_embedding") {
+      attrs = {{"entries", a.entries}, {"out", a.out}};
+    } else if (l.op == "position_embedding" || l.op == "token_type_embedding") {
+      attrs = {{"entries", a.entries}};
+    } else if (l.op == "select_token") {
+      attrs = {{"index", a.index}};
+    } else if (l.op == "layer_norm") {
+      attrs = {{"eps", a.eps}};
+    } else if (l.op == "self_attention") {
+      attrs = {{"heads", a.heads}, {"causal", a.causal}, {"bias", a.bias}};
+    } else if (l.op == "lm_head") {
+      attrs = {{"tie", a.tie}};
     }
     json lj = {{"name", l.name}, {"op", l.op}, {"inputs", inputs}};
     if (!attrs.empty()) lj["attrs"] = attrs;

@@ -73,7 +73,7 @@ double time_whole_step(GraphModel& model, const torch::Tensor& x, const torch::T
   for (int r = 0; r < o.warmup_runs + o.runs; ++r) {
     zero_grads(model);
     double t0 = now_ms();
-    torch::Tensor loss = torch::nn::functional::cross_entropy(model.forward(x), y);
+    torch::Tensor loss = training_loss(model.forward(x), y, x.size(0));
     loss.backward();
     double ms = (now_ms() - t0);
     if (r >= o.warmup_runs) steps.push_back(ms);
@@ -173,7 +173,7 @@ Result<LayerLibrary> profile_model(const LayerGraph& graph, const ProfileOptions
       std::vector<torch::Tensor> ins;
       if (l.inputs.empty()) ins.push_back(x);
       for (int p : l.inputs) ins.push_back(outs[p]);
-      // The model input needs no gradient in training; every other input does.
+      // The model input needs no gradient in training (token ids cannot have one); every other input does.
       auto [f, b] = time_layer(model, i, ins, !l.inputs.empty(), o);
       lib.rows[i].forward_ms = f;
       lib.rows[i].backward_ms = b;

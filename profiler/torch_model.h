@@ -5,6 +5,11 @@
 // Layer i's weights are initialised from (seed, i) alone, so a worker that
 // builds only its own layers holds exactly the weights single-device training
 // would: this is what makes pipelined training comparable to one process.
+// An lm_head reads its tied token_embedding's table: the same tensor when
+// both layers are built here (one parameter, owned by the embedding), or a
+// copy initialised from the embedding's seed when only the head is built here
+// (a pipeline stage without the embedding; the runtime sums the two copies'
+// gradients across workers so they stay equal, as Megatron-LM does).
 // Used by the profiler (per-layer timing), the runtime (segments on workers)
 // and the tests (equivalence with single-device training).
 // Thread safety: a GraphModel is used by one thread at a time.
@@ -32,8 +37,14 @@ class GraphModel {
   // Runs every layer; requires a model built with all layers.
   torch::Tensor forward(const torch::Tensor& input);
 
+  // Layer i's own parameters (none for an lm_head: its table is the embedding's).
   std::vector<torch::Tensor> layer_parameters(int i) const;
-  std::vector<torch::Tensor> parameters() const;  // of built layers, in layer order
+  // What the optimizer updates: the built layers' parameters in layer order,
+  // then the copies of tied tables whose embedding is not built here.
+  std::vector<torch::Tensor> parameters() const;
+  // The table lm_head layer `head` reads, as held here: the embedding's own
+  // parameter, this model's copy, or undefined when neither layer is built here.
+  torch::Tensor tied_table(int head) const;
   void set_training(bool on);
   bool has_layer(int i) const { return built_[i]; }
   const LayerGraph& graph() const { return graph_; }
@@ -44,11 +55,21 @@ class GraphModel {
   std::vector<bool> built_;
   std::vector<torch::nn::AnyModule> modules_;  // empty AnyModule for tensor ops
   std::vector<std::shared_ptr<torch::nn::Module>> holders_;
+  std::vector<torch::Tensor> tied_tables_;  // per layer: the table an lm_head reads
+  std::vector<torch::Tensor> tied_copies_;  // tables whose embedding is not built here
 };
 
 // A batch of synthetic training data, identical in every process for a seed:
-// inputs {batch, input_shape...} and integer labels in [0, num_classes).
+// inputs {batch, input_shape...} (float, or int64 ids in [0, input_vocabulary)
+// for a token model) and integer labels in [0, num_classes): {batch}, or
+// {batch, T} when the model outputs one prediction per token.
 std::pair<torch::Tensor, torch::Tensor> synthetic_batch(const LayerGraph& graph, int64_t batch_size,
                                                         uint64_t seed);
+
+// Cross-entropy of logits {B, C} with labels {B}, or of {B, T, V} with {B, T},
+// summed over the samples (and tokens) and divided by the full batch's
+// samples (times T): the gradients of a batch's micro-batches add up to the
+// gradient of the full batch's mean loss.
+torch::Tensor training_loss(const torch::Tensor& logits, const torch::Tensor& labels, int64_t full_batch);
 
 }  // namespace tapp

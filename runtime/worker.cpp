@@ -27,6 +27,7 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "profiler/compute_threads.h"
@@ -216,11 +217,9 @@ struct Ctx {
 };
 
 torch::Tensor loss_of(const torch::Tensor& logits, const torch::Tensor& labels, int64_t full_batch) {
-  // Summed over the micro-batch and divided by the full batch: the accumulated
-  // gradient equals that of the full-batch mean loss.
-  return torch::nn::functional::cross_entropy(
-             logits, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)) /
-         static_cast<double>(full_batch);
+  // Summed over the micro-batch (and its tokens) and divided by the full
+  // batch's: the accumulated gradient equals that of the full-batch mean loss.
+  return training_loss(logits, labels, full_batch);
 }
 
 }  // namespace
@@ -263,6 +262,7 @@ class PipelineWorker {
         if (first.device_of(m) == c_.rank) r.local_samples += tg_.micro_batch_sizes[m];
       replicas_.push_back(r);
     }
+    find_ties_across_workers();
   }
 
   WorkerStep step(int step_index, Clock::time_point t0, Sender& sender) {
@@ -311,6 +311,7 @@ class PipelineWorker {
     sender.drain();
     st.comm_ms += ms_between(d0, Clock::now());
     finish_replica_exchanges(st);
+    sum_tied_gradients(t0, st);
     auto o0 = Clock::now();
     c_.optimizer->step();
     c_.optimizer->zero_grad();
@@ -370,6 +371,45 @@ class PipelineWorker {
       TaskSpan span = r.sync->finish_gradient_allreduce();
       st.comm_ms += ms_between(a0, Clock::now());  // the part not overlapped with compute
       st.timeline.push_back(std::move(span));
+    }
+  }
+
+  // A tied table (lm_head reading a token_embedding's) whose two layers run on
+  // different workers exists as a copy on each (GraphModel); both must take
+  // the gradient single-device training would, the sum of both uses.
+  void find_ties_across_workers() {
+    const Placement& p = c_.job.placement;
+    for (int h = 0; h < L_; ++h) {
+      const Layer& head = g_.layers[h];
+      if (head.op != "lm_head") continue;
+      const int e = g_.index_of(head.attrs.tie);
+      if (e < 0 || p.layer_group[h] == p.layer_group[e]) continue;  // one group: one tensor per replica
+      const std::vector<int> head_devices = p.devices_of_group(p.layer_group[h]);
+      const std::vector<int> table_devices = p.devices_of_group(p.layer_group[e]);
+      std::set<int> holders(head_devices.begin(), head_devices.end());
+      holders.insert(table_devices.begin(), table_devices.end());
+      if (holders.size() <= 1) continue;
+      if (head_devices.size() > 1 || table_devices.size() > 1)
+        throw std::runtime_error("layer '" + head.name + "' and its tied embedding '" + head.attrs.tie +
+                                 "' run on different devices and one is in a replicated stage: not supported "
+                                 "(place them in one group, or replicate neither)");
+      ties_.push_back(Tie{h, g_.layers[e].attrs.entries, g_.layers[e].attrs.out});
+    }
+  }
+
+  // Every worker joins (zeros where it holds no copy): the process group spans all of them.
+  void sum_tied_gradients(Clock::time_point t0, WorkerStep& st) {
+    for (const Tie& t : ties_) {
+      auto a0 = Clock::now();
+      torch::Tensor table = c_.model->tied_table(t.head);
+      const bool held = table.defined() && table.grad().defined();
+      std::vector<at::Tensor> grad{held ? table.grad().contiguous().clone() : torch::zeros({t.rows, t.width})};
+      c_.pg->allreduce(grad)->wait();
+      if (table.defined()) table.mutable_grad() = grad[0];
+      const double comm_ms = ms_between(a0, Clock::now());
+      st.comm_ms += comm_ms;
+      st.timeline.push_back(TaskSpan{"tied table " + g_.layers[t.head].attrs.tie, ms_between(t0, a0),
+                                     ms_between(t0, a0) + comm_ms});
     }
   }
 
@@ -517,6 +557,11 @@ class PipelineWorker {
   int L_ = 0, M_ = 0, parity_ = 0, step_ = 0;
   std::vector<int> seg_of_layer_;
   std::vector<Replica> replicas_;
+  struct Tie {
+    int head;             // the lm_head layer
+    int64_t rows, width;  // its table's shape
+  };
+  std::vector<Tie> ties_;  // tied tables whose layers run on different workers
   std::map<std::tuple<int, int, int>, int> act_task_, grad_task_;  // (producer, consumer, m) -> task
   std::map<std::pair<int, int>, Recv> recv_;                       // (task, layer)
   std::map<std::tuple<int, int, int>, torch::Tensor> leaves_;      // (consumer segment, m, layer)

@@ -267,6 +267,50 @@ TEST_CASE("tapp-cli answers bad input with a message and exit code 2") {
   }
 }
 
+TEST_CASE("tiny transformers profile layer by layer: token ids get no gradient, attention gets a backward time") {
+  ModelOptions o;
+  o.input_size = 8;
+  o.vocabulary = 30;
+  o.layers = 1;
+  o.width = 16;
+  o.heads = 2;
+  for (const char* name : {"gpt2", "bert_base"}) {
+    auto g = zoo_model(name, o);
+    REQUIRE_MESSAGE(g.is_ok(), g.error_message());
+    auto lib = profile_model(*g, quick());
+    REQUIRE_MESSAGE(lib.is_ok(), lib.error_message());
+    REQUIRE(lib->rows.size() == g->layers.size());
+    for (const auto& r : lib->rows) CHECK_MESSAGE(r.forward_ms > 0, r.name);
+    const std::string attention = std::string(name) == "gpt2" ? "h.0.attn" : "encoder.layer.0.attention.self";
+    CHECK(lib->rows[g->index_of(attention)].backward_ms > 0);
+    CHECK(lib->whole_step_ms > 0);
+  }
+  ModelOptions v = o;
+  v.input_size = 32;
+  v.vocabulary = 0;
+  v.num_classes = 4;
+  auto vit = zoo_model("vit_b_16", v);
+  REQUIRE(vit.is_ok());
+  auto m = GraphModel::build(*vit, 3);
+  REQUIRE(m.is_ok());
+  int64_t n = 0;
+  for (const auto& p : (*m)->parameters()) n += p.numel();
+  CHECK(n == vit->total_params());
+  auto [x, y] = synthetic_batch(*vit, 2, 1);
+  CHECK((*m)->forward(x).sizes().vec() == std::vector<int64_t>{2, 4});
+}
+
+TEST_CASE("tapp-cli profiles a tiny gpt2 from its options") {
+  const std::string cli = kBin + "/tapp-cli";
+  fs::path dir = scratch("gpt2");
+  REQUIRE(exit_code_of(cli + " profile gpt2 --input-size 8 --vocab 50 --layers 1 --width 16 --heads 2 --batch 2 "
+                             "--runs 1 --warmup 0 --no-cache > " + (dir / "table.txt").string()) == 0);
+  const std::string table = read_text(dir / "table.txt");
+  CHECK(table.find("lm_head") != std::string::npos);
+  CHECK(table.find("Attention") != std::string::npos);
+  CHECK(exit_code_of(cli + " profile gpt2 --heads 5 --width 16 --estimate > /dev/null 2>&1") == 2);
+}
+
 TEST_CASE("a model exported by tapp-cli export-model profiles like the zoo model") {
   const std::string cli = kBin + "/tapp-cli";
   fs::path dir = scratch("export");
