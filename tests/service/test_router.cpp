@@ -181,6 +181,14 @@ TEST_CASE("remote workers are refused unless their host is allowed") {
   CHECK(f.post(body).result_int() == 202);
 }
 
+TEST_CASE("a device's layer library is a file on the server: a request may not name it") {
+  Fixture f;
+  std::string body = R"({"model": "alexnet", "cluster": {"devices": [{"name": "a"}, {"name": "b", "costs": {"library": "/etc/passwd"}}]}})";
+  check_error(f.post(body), 403, "cluster.devices[1].costs.library");
+  std::string fast = R"({"model": "alexnet", "cluster": {"devices": [{"name": "a"}, {"name": "b", "speed": 4}]}})";
+  CHECK(f.post(fast).result_int() == 202);  // a device faster than this host, planned by simulation
+}
+
 TEST_CASE("an uploaded TorchScript file is stored with the job, never passed as a path") {
   Fixture f;
   std::string body = std::string(R"({"model_file": {"name": "net.pt", "base64": ")") + base64_encode("PK\x03\x04 torchscript") +
