@@ -628,7 +628,7 @@ TEST_CASE("two loopback workers with different thread counts each profile their 
       CHECK(lib.rows.size() == g.layers.size());
     }
   }
-  CHECK(p.measured == 6);
+  CHECK(p.measured == 9);  // 3 sizes each: this host's device d0, and each worker's
   // Each worker measured on its own host: its own cache holds its profiles (3 sizes), the other's none of them.
   CHECK(files_under(root / "w1") == 3);
   CHECK(files_under(root / "w2") == 3);
@@ -643,6 +643,7 @@ TEST_CASE("two loopback workers with different thread counts each profile their 
   REQUIRE_MESSAGE(cost.is_ok(), cost.error_message());
   for (int d : {1, 2}) {
     REQUIRE(p.device_libraries[d].back().batch_size == 4);
+    std::ostringstream per_layer;
     for (int l = 0; l < static_cast<int>(g.layers.size()); ++l) {
       CAPTURE(d);
       CAPTURE(l);
@@ -650,10 +651,11 @@ TEST_CASE("two loopback workers with different thread counts each profile their 
       // the sizes); the library's threads equal the device's and speed is 1, so no scaling.
       double want = 0;
       for (const LayerLibrary& lib : p.device_libraries[d]) want = std::max(want, lib.rows[l].forward_ms);
-      MESSAGE("d" << d << " (" << c.devices[d].threads << " threads) " << g.layers[l].name << ": " << want
-                  << " ms forward at micro-batch 4");
+      per_layer << " " << g.layers[l].name << "=" << want;
       CHECK(cost->raw_compute_ms(d, l, l, 4, false) == doctest::Approx(want));
     }
+    MESSAGE("d" << d << " (" << c.devices[d].threads << " threads, worker " << c.devices[d].where
+                << ") forward ms at micro-batch 4:" << per_layer.str());
   }
 
   // Again: everything from the cache under the fingerprints, nothing profiled.
