@@ -799,8 +799,11 @@ std::string peer_host(int fd) {
   return host;
 }
 
-// Waits for `pid`; kills it and returns false if the coordinator's connection drops first.
-bool wait_for_child(int fd, pid_t pid, int& status) {
+// Waits for `pid`; if the coordinator's connection drops first, gives the
+// child `grace_ms` to end by itself (a profile child that has just written
+// its reply, which the coordinator read and hung up on), then kills it and
+// returns false.
+bool wait_for_child(int fd, pid_t pid, int& status, int grace_ms = 0) {
   for (;;) {
     pid_t r = waitpid(pid, &status, WNOHANG);
     if (r == pid) return true;
@@ -809,6 +812,10 @@ bool wait_for_child(int fd, pid_t pid, int& status) {
       char buf[64];
       ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
       if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {  // coordinator gone: end the child
+        for (int waited = 0; waited < grace_ms; waited += 50) {
+          if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
         kill(pid, SIGKILL);
         waitpid(pid, &status, 0);
         return false;
@@ -875,7 +882,8 @@ void serve_profile(int fd, int listen_fd, const ListenerRequest& request) {
     return;
   }
   int status = 0;
-  if (!wait_for_child(fd, pid, status)) std::cerr << "tapp-worker: coordinator disconnected; profile killed\n";
+  if (!wait_for_child(fd, pid, status, 2000))
+    std::cerr << "tapp-worker: coordinator disconnected before the profile was sent; profile ended\n";
 }
 
 }  // namespace
