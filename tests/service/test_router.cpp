@@ -132,7 +132,7 @@ TEST_CASE("bad bodies are rejected with 4xx naming the field") {
   check_error(f.post(valid_body("\"alexnet\"", "{\"batch_size\": 0}")), 400, "options.batch_size");
   check_error(f.post(valid_body("\"alexnet\"", "{\"colour\": 1}")), 400, "options.colour");
   check_error(f.post(valid_body("\"alexnet\"", "[]")), 400, "options");
-  check_error(f.post("{\"model\": \"alexnet\", \"cluster\": {\"devices\": [{\"name\": \"a\", \"speed\": 2}]}}"), 400,
+  check_error(f.post("{\"model\": \"alexnet\", \"cluster\": {\"devices\": [{\"name\": \"a\", \"speed\": 2000}]}}"), 400,
               "cluster.devices[0].speed");
   check_error(f.post("{\"model\": \"alexnet\", \"cluster\": {\"devices\": []}}"), 400, "cluster.devices");
   check_error(f.post(valid_body() .substr(0, valid_body().size() - 1) + ", \"priority\": 1}"), 400, "priority");
