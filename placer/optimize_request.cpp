@@ -97,6 +97,9 @@ Result<OptimizeRequest> optimize_request_from_json(const json& j) {
 
   if (auto o = j.find("options"); o != j.end() && !o->is_null())
     if (Status s = read_options(*o, r); !s) return s;
+  // A device faster than this host can be planned for, not measured here.
+  if (r.evaluator != EvaluatorKind::simulate)
+    if (Status s = measurable_here(r.cluster, {}, "cluster."); !s) return s;
   return r;
 }
 

@@ -414,6 +414,10 @@ RunResult run_placement(const LayerGraph& graph, const Cluster& cluster, const P
   job.options = options;
   std::vector<int> rank_device;
   compact(cluster, placement, job.cluster, job.placement, rank_device);
+  if (Status s = measurable_here(cluster, rank_device); !s) {
+    out.report = StepReport::failure(FailureKind::invalid_options, s.message(), kSource);
+    return out;
+  }
   return execute(std::move(job), rank_device, cluster);
 }
 
@@ -444,6 +448,10 @@ RunResult run_strategy(const LayerGraph& graph, const Cluster& cluster, const st
     out.report = StepReport::failure(
         FailureKind::invalid_strategy,
         "strategy: unknown \"" + strategy + "\"; expected single, bsp or hogwild", kSource);
+    return out;
+  }
+  if (Status s = measurable_here(cluster); !s) {
+    out.report = StepReport::failure(FailureKind::invalid_options, s.message(), kSource);
     return out;
   }
   if (options.batch_size < cluster.num_devices()) {

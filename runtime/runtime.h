@@ -17,6 +17,9 @@
 // remote worker) come back as StepReport::failure, never as exceptions; every
 // local worker is killed and reaped before a call returns (the WorkerGroup's
 // destructor), also when on_started throws.
+// A device faster than this host (speed > 1) cannot be emulated: a placement
+// (or strategy) that uses one is refused up front (invalid_options, naming
+// the device: core/cluster.h measurable_here).
 // Emulation: a device of speed < 1 sleeps after each compute task until the
 // task has lasted its cost / speed (cost: the thread's CPU time on a
 // one-thread device, the wall time otherwise: emulated_sleep_ms in worker.h);

@@ -35,6 +35,7 @@
 #include "runtime/control_channel.h"
 #include "runtime/job.h"
 #include "runtime/replica_group.h"
+#include "runtime/worker_profile.h"
 #include "simulator/task_graph.h"
 
 namespace tapp {
@@ -843,6 +844,31 @@ std::string peer_host(int fd) {
   return host;
 }
 
+// Waits for `pid`; if the coordinator's connection drops first, gives the
+// child `grace_ms` to end by itself (a profile child that has just written
+// its reply, which the coordinator read and hung up on), then kills it and
+// returns false.
+bool wait_for_child(int fd, pid_t pid, int& status, int grace_ms = 0) {
+  for (;;) {
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return true;
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 100) > 0) {
+      char buf[64];
+      ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {  // coordinator gone: end the child
+        for (int waited = 0; waited < grace_ms; waited += 50) {
+          if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        return false;
+      }
+    }
+  }
+}
+
 // Runs one job in a child; kills it if the coordinator's connection drops.
 void serve_job(int fd, int listen_fd, const WorkerArgs& args) {
   pid_t pid = fork();
@@ -857,23 +883,52 @@ void serve_job(int fd, int listen_fd, const WorkerArgs& args) {
     return;
   }
   int status = 0;
-  for (;;) {
-    pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid) break;
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 100) > 0) {
-      char buf[64];
-      ssize_t n = recv(fd, buf, sizeof(buf), 0);
-      if (n <= 0) {  // coordinator gone: end the job
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-        std::cerr << "tapp-worker: coordinator disconnected; job of rank " << args.rank << " killed\n";
-        return;
-      }
-    }
+  if (!wait_for_child(fd, pid, status)) {
+    std::cerr << "tapp-worker: coordinator disconnected; job of rank " << args.rank << " killed\n";
+    return;
   }
   int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   write_line(fd, encode_exit(code));
+}
+
+// Answers "device" here and "profile" in a child: profiling sets LibTorch's
+// thread pools, which the listener must not carry into the next job's fork.
+void serve_profile(int fd, int listen_fd, const ListenerRequest& request) {
+  if (request.kind == ListenerRequest::Kind::device) {
+    write_line(fd, answer_device_request(request));
+    return;
+  }
+  timeval receive_timeout{60, 0};  // the payload follows its header line at once
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &receive_timeout, sizeof(receive_timeout));
+  std::string payload(static_cast<size_t>(request.payload_bytes), '\0');
+  for (size_t got = 0; got < payload.size();) {
+    ssize_t n = read(fd, payload.data() + got, payload.size() - got);
+    if (n <= 0) {
+      write_line(fd, encode_error_reply("the profile request ended before its " +
+                                        std::to_string(request.payload_bytes) + " bytes"));
+      return;
+    }
+    got += static_cast<size_t>(n);
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    close(listen_fd);
+    const std::string reply = answer_profile_request(payload);
+    for (size_t off = 0; off < reply.size();) {
+      ssize_t n = send(fd, reply.data() + off, reply.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) _exit(1);
+      off += static_cast<size_t>(n);
+    }
+    _exit(0);
+  }
+  if (pid < 0) {
+    write_line(fd, encode_error_reply("cannot start a process to profile in"));
+    return;
+  }
+  int status = 0;
+  if (!wait_for_child(fd, pid, status, 2000))
+    std::cerr << "tapp-worker: coordinator disconnected before the profile was sent; profile ended\n";
 }
 
 }  // namespace
@@ -908,6 +963,8 @@ int serve_worker(const std::string& host, int port, int max_jobs) {
         write_line(fd, encode_bad_request());
       } else if (request->kind == ListenerRequest::Kind::ping) {
         write_line(fd, encode_pong());
+      } else if (request->kind == ListenerRequest::Kind::device || request->kind == ListenerRequest::Kind::profile) {
+        serve_profile(fd, lfd, *request);
       } else {
         WorkerArgs args{peer_host(fd), request->store_port, request->rank, request->world};
         serve_job(fd, lfd, args);

@@ -92,7 +92,7 @@ int calibrate_cmd(const CalibrateArgs& a) {
     std::cerr << "tapp-cli calibrate: " << inputs.error_message() << "\n";
     return 2;
   }
-  auto cost = CostModel::build(graph, cluster, inputs->libraries);
+  auto cost = CostModel::build(graph, cluster, inputs->libraries, inputs->device_libraries);
   if (!cost) {
     std::cerr << "tapp-cli calibrate: " << cost.error_message() << "\n";
     return 2;

@@ -123,7 +123,7 @@ int plan(const PlanArgs& a) {
     std::cerr << "tapp-cli plan: " << inputs.error_message() << "\n";
     return 2;
   }
-  auto cost = CostModel::build(graph, cluster, inputs->libraries, inputs->calibration);
+  auto cost = CostModel::build(graph, cluster, inputs->libraries, inputs->device_libraries, inputs->calibration);
   if (!cost) {
     std::cerr << "tapp-cli plan: " << cost.error_message() << "\n";
     return 2;
@@ -210,6 +210,7 @@ int plan(const PlanArgs& a) {
     j["costs"] = inputs->costs_note;
     j["calibration"] = inputs->calibration_note;
     j["costs_skipped"] = inputs->skipped;
+    if (!inputs->device_costs.empty()) j["device_costs"] = inputs->device_costs;
     j["evaluations"] = evaluator->evaluations();
     j["lower_bound_ms"] = bound ? nlohmann::json(bound->ms) : nlohmann::json();
     if (bound)
@@ -233,6 +234,7 @@ int plan(const PlanArgs& a) {
               << evaluator->name() << "\ncosts: " << inputs->costs_note << "\ncalibration: " << inputs->calibration_note
               << "\n";
     for (const std::string& skipped : inputs->skipped) std::cout << "  (not profiled: " << skipped << ")\n";
+    for (const std::string& own : inputs->device_costs) std::cout << "  costs of " << own << "\n";
     if (bound)
       std::cout << "lower bound: " << fixed(bound->ms, 2) << " ms (" << bound->basis << ")\n";
     else

@@ -312,7 +312,7 @@ TEST_CASE("bad clusters get clear errors") {
   auto link = CostModel::build(g, dead_link, lib);
   REQUIRE_FALSE(link.is_ok());
   CHECK(link.error_message().find("d0 -> d1") != std::string::npos);
-  auto parsed = cluster_from_json(nlohmann::json::parse(R"({"devices": [{"name": "a", "speed": 2}]})"));
+  auto parsed = cluster_from_json(nlohmann::json::parse(R"({"devices": [{"name": "a", "speed": 2000}]})"));
   REQUIRE_FALSE(parsed.is_ok());
   CHECK(parsed.error_message().find("speed") != std::string::npos);
 }
