@@ -316,7 +316,7 @@ Result<Outcome> pipedream(const PlannerContext& ctx, Evaluator& ev, int verify) 
       if (!plan) continue;
       // Polished like the DP planner's plans: boundary shifts, swaps, and a replica added or dropped.
       auto [ms, polished] = polish_by_simulation(ctx, estimator, *plan, polish, "pipedream");
-      if (ms < kInf) cands.push_back({ms, to_placement(polished, L, ctx.schedule, "pipedream")});
+      if (ms < kInf) cands.push_back({ms, planned(ctx, polished, "pipedream")});
     }
   }
   auto key = [](const std::pair<double, Placement>& c) { return c.first * (1 + 1e-4 * c.second.micro_batches); };
