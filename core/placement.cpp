@@ -266,6 +266,33 @@ MemoryBreakdown state_of(int64_t param_bytes, Optimizer o) {
   return m;
 }
 
+// Backward's and the update's working memory on a device whose largest layer
+// has `largest_param` parameter bytes and `largest_output` output bytes per
+// sample: that layer's weight gradient before it is accumulated into .grad
+// (Adam's update: two such temporaries, sqrt and its quotient) and an
+// activation gradient in and out for one micro-batch.
+int64_t workspace_bytes(int64_t largest_param, int64_t largest_output, int64_t samples, Optimizer o) {
+  return sat_add(sat_mul(o == Optimizer::adam ? 2 : 1, largest_param), sat_mul(sat_mul(2, largest_output), samples));
+}
+
+// The largest of [first, end) from a sparse table (first < end).
+int64_t range_max(const std::vector<std::vector<int64_t>>& table, int first, int end) {
+  int k = 0;
+  while ((2 << k) <= end - first) ++k;
+  return std::max(table[k][first], table[k][end - (1 << k)]);
+}
+
+std::vector<std::vector<int64_t>> sparse_table(const std::vector<int64_t>& values) {
+  std::vector<std::vector<int64_t>> t{values};
+  for (size_t k = 1; (size_t{1} << k) <= values.size(); ++k) {
+    const size_t half = size_t{1} << (k - 1);
+    std::vector<int64_t> row(values.size() - (size_t{1} << k) + 1);
+    for (size_t i = 0; i < row.size(); ++i) row[i] = std::max(t[k - 1][i], t[k - 1][i + half]);
+    t.push_back(std::move(row));
+  }
+  return t;
+}
+
 // Per device: how many micro-batches the schedule lets it hold at once (the
 // task graph's 1F1B limit, PipeDream's NOAM: the devices from its first layer
 // to the end, divided by the replicas of its first group; 0 = unused). Kept
@@ -335,14 +362,26 @@ StageMemory::StageMemory(const LayerGraph& g, Optimizer o) : optimizer_(o) {
   cut_.assign(L + 1, 0);
   int64_t run = 0;
   for (size_t j = 0; j <= L; ++j) cut_[j] = run = sat_add(run, delta[j]);
+  std::vector<int64_t> params(L), outputs(L);
+  for (size_t i = 0; i < L; ++i) {
+    params[i] = g.layers[i].param_bytes();
+    outputs[i] = g.layers[i].activation_bytes();
+  }
+  param_max_ = sparse_table(params);
+  output_max_ = sparse_table(outputs);
 }
 
-MemoryBreakdown StageMemory::breakdown(int first, int end, int64_t samples, int64_t in_flight, bool recompute) const {
+MemoryBreakdown StageMemory::breakdown(int first, int end, int64_t samples, int64_t in_flight, bool recompute,
+                                       int64_t micro_batches) const {
   MemoryBreakdown m = state_of(param_bytes(first, end), optimizer_);
   m.activations = sat_mul(sat_mul(kept_prefix_[end] - kept_prefix_[first], samples), recompute ? 1 : in_flight);
   const int L = static_cast<int>(cut_.size()) - 1;
-  if (first > 0) m.buffers = sat_mul(sat_mul(cut_[first], samples), in_flight);
-  if (end < L) m.buffers = sat_add(m.buffers, sat_mul(cut_[end], samples));
+  const int64_t received = micro_batches > 0 ? micro_batches : in_flight;
+  if (first > 0) m.buffers = sat_mul(sat_mul(cut_[first], samples), received);
+  if (end < L) m.buffers = sat_add(m.buffers, sat_mul(sat_mul(cut_[end], samples), received));
+  if (first < end)
+    m.buffers = sat_add(m.buffers, workspace_bytes(range_max(param_max_, first, end), range_max(output_max_, first, end),
+                                                   samples, optimizer_));
   return m;
 }
 
@@ -352,25 +391,35 @@ std::vector<MemoryBreakdown> estimate_device_memory(const Placement& p, const La
   if (p.is_data_parallel()) {
     const int64_t share = p.replica_share(batch_size);
     MemoryBreakdown whole;
+    int64_t largest_param = 0, largest_output = 0;
     for (const Layer& l : g.layers) {
       whole += state_of(l.param_bytes(), p.optimizer);
       whole.activations = sat_add(whole.activations, sat_mul(kept_bytes_per_sample(l), share));
+      largest_param = std::max(largest_param, l.param_bytes());
+      largest_output = std::max(largest_output, l.activation_bytes());
     }
+    whole.buffers = workspace_bytes(largest_param, largest_output, share, p.optimizer);
     for (int d : p.group_device) out[d] += whole;
     return out;
   }
   // (Search loops call this for every candidate: scratch kept per thread.)
   thread_local std::vector<int> limit, input_counted_by, grad_counted;
+  thread_local std::vector<int64_t> largest_param, largest_output;  // per device
   in_flight_limits(p, g, c.num_devices(), limit);
+  largest_param.assign(c.num_devices(), 0);
+  largest_output.assign(c.num_devices(), 0);
   const int L = static_cast<int>(g.layers.size());
   input_counted_by.assign(L, -1);  // the last group that counted this layer's output as its received input
   grad_counted.assign(L, 0);
   const int64_t mb = (batch_size + p.micro_batches - 1) / p.micro_batches;
-  // A group's micro-batches in flight on its (first) device; each replica runs
-  // every replicas-th micro-batch and has the same limit.
-  auto in_flight = [&](int grp) -> int64_t {
+  // The micro-batches each replica of a group runs (every replicas-th).
+  auto own_micro_batches = [&](int grp) -> int64_t {
     const int replicas = p.replica_count(grp);
-    const int own = (p.micro_batches + replicas - 1) / replicas;
+    return (p.micro_batches + replicas - 1) / replicas;
+  };
+  // A group's micro-batches in flight on its (first) device; each replica has the same limit.
+  auto in_flight = [&](int grp) -> int64_t {
+    const int own = static_cast<int>(own_micro_batches(grp));
     const int lim = limit[p.group_device[grp]];
     switch (p.schedule) {
       case Schedule::gpipe:
@@ -392,19 +441,29 @@ std::vector<MemoryBreakdown> estimate_device_memory(const Placement& p, const La
       const int from = p.layer_group[in];
       if (from == grp || !crosses_devices(p, from, grp)) continue;
       const int64_t payload = sat_mul(g.layers[in].activation_bytes(), mb);
-      if (input_counted_by[in] != grp) {  // received once per micro-batch in flight
+      if (input_counted_by[in] != grp) {  // a receive per micro-batch, all posted at the step's start
         input_counted_by[in] = grp;
-        m.buffers = sat_add(m.buffers, sat_mul(payload, flight));
+        m.buffers = sat_add(m.buffers, sat_mul(payload, own_micro_batches(grp)));
       }
-      if (!grad_counted[in]) {  // the producer receives its gradient, one micro-batch at a time
+      if (!grad_counted[in]) {  // the producer receives its gradient for each of its micro-batches
         grad_counted[in] = 1;
         MemoryBreakdown grad;
-        grad.buffers = payload;
+        grad.buffers = sat_mul(payload, own_micro_batches(from));
         add_to_group(p, from, grad, out);
       }
     }
     add_to_group(p, grp, m, out);
+    auto note_largest = [&](int d) {
+      largest_param[d] = std::max(largest_param[d], l.param_bytes());
+      largest_output[d] = std::max(largest_output[d], l.activation_bytes());
+    };
+    note_largest(p.group_device[grp]);
+    if (p.replica_count(grp) > 1)
+      for (int d : p.group_replicas[grp]) note_largest(d);
   }
+  for (int d = 0; d < c.num_devices(); ++d)
+    if (largest_param[d] > 0 || largest_output[d] > 0)
+      out[d].buffers = sat_add(out[d].buffers, workspace_bytes(largest_param[d], largest_output[d], mb, p.optimizer));
   return out;
 }
 

@@ -116,7 +116,13 @@ struct MemoryBreakdown {
   int64_t grads = 0;            // their gradients
   int64_t optimizer_state = 0;  // momentum (sgd) or Adam's two moments
   int64_t activations = 0;      // kept for backward by the micro-batches in flight
-  int64_t buffers = 0;          // inputs received from other devices (in flight) + gradients received for sends
+  // Inputs received from other devices and gradients received for the
+  // outputs it sends (the runtime posts every receive of a step at its start,
+  // so: for every micro-batch the device runs), plus the working memory of
+  // backward and the update: the largest layer's weight gradient before it
+  // is accumulated (Adam: twice, its update's temporaries) and two of the
+  // largest layer's activation gradients for one micro-batch.
+  int64_t buffers = 0;
   int64_t total() const;
   MemoryBreakdown& operator+=(const MemoryBreakdown& o);
 };
@@ -134,10 +140,12 @@ int64_t kept_bytes_per_sample(const Layer& l);
 // the replicas of its first group (the task graph's in-flight limit);
 // interleaved 1F1B one more) — a group that recomputes keeps one
 // micro-batch's activations instead (its inputs are kept either way: those
-// from other devices are buffers); received buffers: remote inputs of every
-// micro-batch in flight, and one micro-batch's gradients for the outputs it
-// sends. A replica holds the group's state and its own micro-batches only. A
-// data-parallel placement: the whole model on each replica at its share.
+// from other devices are buffers); buffers: received inputs and gradients of
+// every micro-batch it runs, and the backward's and update's working memory
+// (MemoryBreakdown::buffers). A replica holds the group's state and its own
+// micro-batches only. A data-parallel placement: the whole model on each
+// replica at its share. Not counted: the step's input batch (the data
+// loader's; the runtime draws it on every worker).
 std::vector<MemoryBreakdown> estimate_device_memory(const Placement& p, const LayerGraph& g, const Cluster& c,
                                                     int64_t batch_size);
 // Their totals.
@@ -165,25 +173,29 @@ int64_t training_state_bytes(int64_t param_bytes, Optimizer o = Optimizer::sgd);
 int64_t micro_batches_in_flight(Schedule schedule, int micro_batches, int stages);
 
 // The memory rule for a run of consecutive layers [first, end) on one device,
-// in O(1) a query (prefix sums): training state of their parameters, their
-// kept activations for `samples` per micro-batch x `in_flight` micro-batches
-// (recompute: one micro-batch), and the buffers of a pipeline stage whose
-// neighbours are other devices: what crosses the cut before `first` for
-// `in_flight` micro-batches (the received inputs; none when first = 0) and
-// what crosses the cut before `end` for one (the received gradients; none
-// when end = L). For a chain on distinct devices this is exactly what
+// in O(1) a query (prefix sums, sparse tables for the largest layer):
+// training state of their parameters, their kept activations for `samples`
+// per micro-batch x `in_flight` micro-batches (recompute: one micro-batch),
+// and the buffers of a pipeline stage whose neighbours are other devices:
+// what crosses the cut before `first` (the received inputs; none when first
+// = 0) and the cut before `end` (the received gradients; none when end = L),
+// each for `micro_batches` (0: in_flight) micro-batches, plus the working
+// memory of its largest layers. For a chain on distinct devices this is exactly what
 // estimate_device_memory adds up (tests/core checks it); on a DAG it is an
 // upper bound (a cut also counts edges that jump over the stage).
 class StageMemory {
  public:
   explicit StageMemory(const LayerGraph& g, Optimizer o = Optimizer::sgd);
   int64_t param_bytes(int first, int end) const { return param_prefix_[end] - param_prefix_[first]; }
-  MemoryBreakdown breakdown(int first, int end, int64_t samples, int64_t in_flight, bool recompute = false) const;
-  int64_t bytes(int first, int end, int64_t samples, int64_t in_flight, bool recompute = false) const {
-    return breakdown(first, end, samples, in_flight, recompute).total();
+  MemoryBreakdown breakdown(int first, int end, int64_t samples, int64_t in_flight, bool recompute = false,
+                            int64_t micro_batches = 0) const;
+  int64_t bytes(int first, int end, int64_t samples, int64_t in_flight, bool recompute = false,
+                int64_t micro_batches = 0) const {
+    return breakdown(first, end, samples, in_flight, recompute, micro_batches).total();
   }
-  bool fits(const Device& d, int first, int end, int64_t samples, int64_t in_flight, bool recompute = false) const {
-    return bytes(first, end, samples, in_flight, recompute) <= device_memory_bytes(d);
+  bool fits(const Device& d, int first, int end, int64_t samples, int64_t in_flight, bool recompute = false,
+            int64_t micro_batches = 0) const {
+    return bytes(first, end, samples, in_flight, recompute, micro_batches) <= device_memory_bytes(d);
   }
   Optimizer optimizer() const { return optimizer_; }
 
@@ -191,6 +203,8 @@ class StageMemory {
   Optimizer optimizer_;
   std::vector<int64_t> param_prefix_, kept_prefix_;  // per sample
   std::vector<int64_t> cut_;  // per sample: outputs of layers < j read by layers >= j
+  // Sparse tables: [k][i] = the largest of layers [i, i + 2^k) (parameter bytes; output bytes per sample).
+  std::vector<std::vector<int64_t>> param_max_, output_max_;
 };
 
 // JSON: "groups" items are a device name or, for a replicated group, an array

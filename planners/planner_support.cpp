@@ -215,9 +215,9 @@ BottleneckModel::BottleneckModel(const PlannerContext& c, int micro_batches, int
 
 double BottleneckModel::stage(int d, int a, int b) const {
   const Device& device = ctx.cluster->devices[d];
-  if (mem.fits(device, a, b, samples, in_flight)) return stage_ms(ctx, d, a, b, samples);
+  if (mem.fits(device, a, b, samples, in_flight, false, m)) return stage_ms(ctx, d, a, b, samples);
   // Try again recomputing: the stage keeps one micro-batch's activations and runs its forward twice.
-  if (ctx.allow_recompute && mem.fits(device, a, b, samples, in_flight, true))
+  if (ctx.allow_recompute && mem.fits(device, a, b, samples, in_flight, true, m))
     return stage_ms(ctx, d, a, b, samples) + ctx.cost->forward_ms(d, a, b - 1, samples);
   return kInf;
 }

@@ -52,11 +52,12 @@ TEST_CASE("the per-stage memory rule agrees with the per-device estimate for eve
     p.optimizer = rng() % 2 ? Optimizer::adam : Optimizer::sgd;
     const StageMemory by_stage(g, p.optimizer);
     const auto bytes = estimate_device_memory_bytes(p, g, c, batch);
-    CHECK(bytes[2] == by_stage.bytes(0, a, samples, in_flight(0), p.recomputes(0)));
-    CHECK(bytes[0] == by_stage.bytes(a, b, samples, in_flight(1), p.recomputes(1)));
-    CHECK(bytes[1] == by_stage.bytes(b, 6, samples, in_flight(2), p.recomputes(2)));
+    const int M = p.micro_batches;  // every receive of the step is posted at its start
+    CHECK(bytes[2] == by_stage.bytes(0, a, samples, in_flight(0), p.recomputes(0), M));
+    CHECK(bytes[0] == by_stage.bytes(a, b, samples, in_flight(1), p.recomputes(1), M));
+    CHECK(bytes[1] == by_stage.bytes(b, 6, samples, in_flight(2), p.recomputes(2), M));
     if (p.optimizer == Optimizer::sgd && !p.recomputes(0))  // the default StageMemory is SGD's
-      CHECK(bytes[2] == memory.bytes(0, a, samples, in_flight(0)));
+      CHECK(bytes[2] == memory.bytes(0, a, samples, in_flight(0), false, M));
   }
 }
 
@@ -89,6 +90,10 @@ TEST_CASE("a data-parallel placement needs the whole model on each replica at it
 // A 3-layer chain 16 -> 8 -> 4 -> 2 (fc0: 136 parameters, 32 bytes out per
 // sample; fc1: 36 and 16; fc2: 10 and 8), fc0 and fc1 on d0, fc2 on d1;
 // batch 8 in 4 micro-batches of 2 samples. Every number below is worked out by hand.
+// Buffers = received inputs and gradients (each micro-batch the device runs)
+// + working memory: the largest layer's weight gradient (Adam: x 2) and two
+// of its largest activation gradients for one micro-batch — d0: 544 + 2 x 32
+// x 2 = 672 (Adam 1216); d1: 40 + 2 x 8 x 2 = 72 (Adam 112).
 namespace {
 struct SmallChain {
   LayerGraph g = linear_chain({8, 4, 2});
@@ -115,28 +120,28 @@ void check_parts(const MemoryBreakdown& m, int64_t params, int64_t optimizer, in
 TEST_CASE("a 3-layer chain on 2 devices under GPipe with SGD: every micro-batch's activations, momentum once") {
   SmallChain s;
   const auto m = s.estimate();
-  // d0: 688 bytes of parameters; (32 + 16) x 2 samples x 4 micro-batches; fc1's output gradient for one micro-batch.
-  check_parts(m[0], 688, 688, 384, 32);
-  // d1: 40 bytes; 8 x 2 x 4; fc1's output received for each of the 4 micro-batches in flight.
-  check_parts(m[1], 40, 40, 64, 128);
+  // d0: 688 bytes of parameters; (32 + 16) x 2 samples x 4 micro-batches; fc1's output gradient x 4 + 672.
+  check_parts(m[0], 688, 688, 384, 128 + 672);
+  // d1: 40 bytes; 8 x 2 x 4; fc1's output received for each of the 4 micro-batches + 72.
+  check_parts(m[1], 40, 40, 64, 128 + 72);
   check_parts(m[2], 0, 0, 0, 0);
-  CHECK(estimate_device_memory_bytes(s.p, s.g, s.c, 8) == std::vector<int64_t>{2480, 312, 0});
+  CHECK(estimate_device_memory_bytes(s.p, s.g, s.c, 8) == std::vector<int64_t>{3248, 384, 0});
 }
 
 TEST_CASE("1F1B keeps as many micro-batches as there are devices from a stage to the end") {
   SmallChain s;
   s.p.schedule = Schedule::one_f_one_b;
   const auto m = s.estimate();
-  check_parts(m[0], 688, 688, 192, 32);  // 2 in flight on the first stage
-  check_parts(m[1], 40, 40, 16, 32);     // 1 on the last
+  check_parts(m[0], 688, 688, 192, 128 + 672);  // 2 in flight on the first stage; every receive posted
+  check_parts(m[1], 40, 40, 16, 128 + 72);     // 1 on the last
 }
 
 TEST_CASE("Adam keeps two copies of the parameters where SGD with momentum keeps one") {
   SmallChain s;
   s.p.optimizer = Optimizer::adam;
   const auto m = s.estimate();
-  check_parts(m[0], 688, 1376, 384, 32);
-  check_parts(m[1], 40, 80, 64, 128);
+  check_parts(m[0], 688, 1376, 384, 128 + 1216);
+  check_parts(m[1], 40, 80, 64, 128 + 112);
   CHECK(training_state_bytes(100, Optimizer::adam) == 400);
   CHECK(training_state_bytes(100) == 300);
 }
@@ -145,33 +150,34 @@ TEST_CASE("a recomputing stage keeps its inputs and one micro-batch's activation
   SmallChain s;
   s.p.group_recompute = {1, 0};
   auto m = s.estimate();
-  check_parts(m[0], 688, 688, 96, 32);  // (32 + 16) x 2 once; its input is the model's
-  check_parts(m[1], 40, 40, 64, 128);   // unchanged
+  check_parts(m[0], 688, 688, 96, 128 + 672);  // (32 + 16) x 2 once; its input is the model's
+  check_parts(m[1], 40, 40, 64, 128 + 72);     // unchanged
   s.p.group_recompute = {0, 1};
   m = s.estimate();
-  check_parts(m[1], 40, 40, 16, 128);  // 8 x 2 once; the received inputs stay in flight
+  check_parts(m[1], 40, 40, 16, 128 + 72);  // 8 x 2 once; the received inputs stay
 }
 
 TEST_CASE("each replica of a stage keeps only its own micro-batches") {
   SmallChain s;
   s.p.group_replicas = {{2}, {}};  // fc0, fc1 on d0 and d2: two micro-batches each
   const auto m = s.estimate();
-  check_parts(m[0], 688, 688, 192, 32);
-  check_parts(m[2], 688, 688, 192, 32);
-  check_parts(m[1], 40, 40, 64, 128);  // every micro-batch arrives from a replica
+  check_parts(m[0], 688, 688, 192, 64 + 672);  // gradients for its own 2 micro-batches
+  check_parts(m[2], 688, 688, 192, 64 + 672);
+  check_parts(m[1], 40, 40, 64, 128 + 72);  // every micro-batch arrives from a replica
 }
 
 TEST_CASE("a plan that does not fit names the device, its need by part and the overage") {
-  // 16 -> 1024 -> 1024 -> 10 on one device of 8 MiB, batch 32: 4.1 MiB of parameters.
+  // 16 -> 1024 -> 1024 -> 10 on one device of 8 MiB, batch 32: 4.1 MiB of parameters;
+  // working memory: fc1's 4.0 MiB weight gradient + 2 x 1024 x 4 x 32 bytes.
   const LayerGraph g = linear_chain({1024, 1024, 10});
   const Cluster c = devices(1, 8);
   Status s = check_memory(Placement::single_device(3, 0), g, c, 32);
   CHECK(s.message() ==
-        "device 'd0' needs 12.6 MB (params 4.1, grads 4.1, momentum 4.1, activations 0.3, buffers 0.0) but has "
-        "8.0 MB: over by 4.6 MB");
+        "device 'd0' needs 16.8 MB (params 4.1, grads 4.1, momentum 4.1, activations 0.3, buffers 4.3) but has "
+        "8.0 MB: over by 8.8 MB");
   // In GB on devices of a GB or more; Adam named as such.
   const LayerGraph big = linear_chain({16384, 16384, 16384, 10});
-  Cluster gpus = devices(2, 8192);
+  Cluster gpus = devices(2, 10240);
   gpus.devices[1].name = "gpu1";
   Placement p;
   p.layer_group = {1, 1, 1, 0};
@@ -179,10 +185,10 @@ TEST_CASE("a plan that does not fit names the device, its need by part and the o
   p.optimizer = Optimizer::adam;
   s = check_memory(p, big, gpus, 4096);
   CHECK(s.message() ==
-        "device 'gpu1' needs 9.0 GB (params 2.0, grads 2.0, Adam 4.0, activations 0.8, buffers 0.2) but has 8.0 GB: "
-        "over by 1.0 GB");
+        "device 'gpu1' needs 11.5 GB (params 2.0, grads 2.0, Adam 4.0, activations 0.8, buffers 2.8) but has 10.0 GB: "
+        "over by 1.5 GB");  // buffers: 0.25 received gradients + 2 x 1.0 Adam's update + 2 x 0.25 activation gradients
   p.optimizer = Optimizer::sgd;
-  CHECK(check_memory(p, big, gpus, 4096).is_ok());  // 6.0 + 0.75 + 0.25 fits
+  CHECK(check_memory(p, big, gpus, 4096).is_ok());  // 6.0 + 0.75 + 0.25 + 1.0 + 0.5 fits
 }
 
 TEST_CASE("recompute_where_needed recomputes the stages of a device that does not fit and leaves a fitting plan alone") {
@@ -191,10 +197,11 @@ TEST_CASE("recompute_where_needed recomputes the stages of a device that does no
   Placement fits = s.p;
   CHECK(recompute_where_needed(fits, s.g, s.c, 8));
   CHECK(fits.group_recompute.empty());
-  // 16 -> 4096 -> 4096 -> 10, batch 8192 in 8 micro-batches of 1024 on devices of 300 MiB:
-  // d0 needs 202 MB of state + 268 MB of activations (8 in flight) + 17 MB; recomputing, 34 MB of activations.
+  // 16 -> 4096 -> 4096 -> 10, batch 8192 in 8 micro-batches of 1024 on devices of 512 MiB:
+  // d0 needs 202 MB of state + 268 MB of activations (8 in flight) + 134 MB of received gradients
+  // + 96 MB of working memory; recomputing, 34 MB of activations.
   const LayerGraph g = linear_chain({4096, 4096, 10});
-  Cluster c = devices(2, 300);
+  Cluster c = devices(2, 512);
   Placement p;
   p.layer_group = {0, 0, 1};
   p.group_device = {0, 1};
