@@ -271,9 +271,9 @@ class PipelineWorker {
     WorkerStep st;
     step_ = step_index;
     parity_ = step_index & 1;
-    auto [x, y] = synthetic_batch(g_, c_.job.options.batch_size, c_.job.options.seed + step_index);
-    xs_.clear();
+    xs_.clear();  // (before drawing the next batch: the last one's storage goes first)
     ys_.clear();
+    auto [x, y] = synthetic_batch(g_, c_.job.options.batch_size, c_.job.options.seed + step_index);
     int64_t off = 0;
     for (int m = 0; m < M_; ++m) {
       xs_.push_back(x.narrow(0, off, tg_.micro_batch_sizes[m]));
@@ -413,6 +413,25 @@ class PipelineWorker {
     return r.buf;
   }
 
+  // After segment s's backward for micro-batch m: its leaves over remote
+  // inputs (their gradients were sent) and the receive buffers it consumed.
+  void release_received(int s, int m) {
+    const Segment& seg = tg_.segments[s];
+    for (int p : seg.preds) {
+      if (device_of(p, m) == c_.rank) continue;
+      const int tid = act_task_.at({p, s, m});
+      for (int l : boundary_layers(g_, tg_, p, s)) {
+        leaves_.erase(std::make_tuple(s, m, l));
+        recv_.erase({tid, l});
+      }
+    }
+    for (int t : seg.succs) {
+      if (device_of(t, m) == c_.rank) continue;
+      const int tid = grad_task_.at({s, t, m});
+      for (int l : boundary_layers(g_, tg_, s, t)) recv_.erase({tid, l});
+    }
+  }
+
   // Waits for every remote input of a compute task before its compute starts.
   void wait_inputs(const Task& task) {
     const Segment& seg = tg_.segments[task.segment];
@@ -539,7 +558,10 @@ class PipelineWorker {
       for (int l : boundary_layers(g_, tg_, s, t)) {
         if (device_of(t, m) == c_.rank) {
           auto it = leaves_.find(std::make_tuple(t, m, l));
-          if (it != leaves_.end()) accumulate(l, it->second.grad());
+          if (it != leaves_.end()) {
+            accumulate(l, it->second.grad());
+            leaves_.erase(it);  // its consumer's backward is done and its gradient read
+          }
         } else {
           accumulate(l, received(grad_task_.at({s, t, m}), l));
         }
@@ -564,10 +586,12 @@ class PipelineWorker {
       sender.post(std::move(tensors), dst, delay,
                   "G s" + std::to_string(s) + "->s" + std::to_string(p) + " m" + std::to_string(m));
     }
-    // This segment's activations are no longer needed.
-    for (int l : seg.layers)
-      if (outs_[m][l].defined()) outs_[m][l] = outs_[m][l].detach();
+    // This segment's activations, its received inputs and gradients are no
+    // longer needed (a send holds its own reference until it has left): free
+    // them now, so 1F1B keeps only the micro-batches in flight.
+    for (int l : seg.layers) outs_[m][l] = torch::Tensor();
     loss_[m] = torch::Tensor();
+    release_received(s, m);
   }
 
   Ctx& c_;
