@@ -134,6 +134,7 @@ SearchOptions search_options(const OptimizeRequest& r) {
   SearchOptions so;
   so.seed = r.seed;
   so.batch_size = r.batch_size;
+  so.optimizer = r.optimizer;
   so.time_budget_s = r.time_budget_s;
   const bool measure = r.evaluator == EvaluatorKind::measure;
   if (r.iterations > 0)
@@ -173,6 +174,7 @@ std::vector<BaselineResult> baselines_phase(const LayerGraph& g, const OptimizeR
                                             JobEvaluator& ev, int search_budget, const std::atomic<bool>& cancel) {
   BaselineOptions bo;
   bo.batch_size = r.batch_size;
+  bo.optimizer = r.optimizer;
   bo.seed = r.seed;
   bo.cancel = &cancel;
   bo.search_budget = search_budget;
@@ -301,6 +303,7 @@ VerifyOptions verify_options(const OptimizeRequest& r) {
   o.limit_why = r.time_budget_s > 0 ? "a quarter of the time budget" : "the default without a time budget";
   o.run = r.verify_run;
   o.run.seed = r.seed;
+  o.run.optimizer = r.optimizer;
   return o;
 }
 

@@ -28,7 +28,7 @@ Result<Outcome> random_search(const PlannerContext& ctx, Evaluator& ev) {
     Placement p;
     bool ok = false;
     for (int attempt = 0; attempt < 200 && !ok; ++attempt) {
-      p = to_placement(moves.random_plan(rng), L, ctx.schedule, "random");
+      p = planned(ctx, moves.random_plan(rng), "random");
       ok = fits(ctx, p);
     }
     if (!ok) break;
@@ -52,11 +52,11 @@ Result<Outcome> annealing(const PlannerContext& ctx, Evaluator& ev) {
   }
   for (int attempt = 0; attempt < 500 && !have; ++attempt) {
     cur = moves.random_plan(rng);
-    have = fits(ctx, to_placement(cur, L, ctx.schedule, "anneal"));
+    have = fits(ctx, planned(ctx, cur, "anneal"));
   }
   if (!have) return nothing_fits(ctx, "anneal");
   Best best;
-  Placement cur_p = to_placement(cur, L, ctx.schedule, "anneal");
+  Placement cur_p = planned(ctx, cur, "anneal");
   StepReport cur_r = ev.evaluate(cur_p);
   best.consider(cur_p, cur_r);
   double cur_ms = cur_r.ok ? cur_r.step_ms : kInf;
@@ -65,11 +65,11 @@ Result<Outcome> annealing(const PlannerContext& ctx, Evaluator& ev) {
   for (int e = 1; e < budget && !cancelled(ctx); ++e) {
     double temp = t0 * std::pow(t1 / t0, static_cast<double>(e) / budget);
     StagePlan cand = moves.random_neighbour(cur, rng);
-    Placement p = to_placement(cand, L, ctx.schedule, "anneal");
+    Placement p = planned(ctx, cand, "anneal");
     int guard = 0;
     while (!fits(ctx, p) && guard++ < 50) {
       cand = moves.random_neighbour(cur, rng);
-      p = to_placement(cand, L, ctx.schedule, "anneal");
+      p = planned(ctx, cand, "anneal");
     }
     if (!fits(ctx, p)) continue;
     StepReport r = ev.evaluate(p);
@@ -141,11 +141,12 @@ std::vector<Placement> random_placements(const PlannerContext& ctx, int n, doubl
       }
       p.micro_batches = choices[rng() % choices.size()];
       p.schedule = ctx.schedule;
+      p.optimizer = ctx.optimizer;
       p.source = "random";
     } else {
       StagePlan plan = moves.random_plan(rng);
       if (u(rng) < replicated_fraction) plan = with_random_replicas(plan, D, rng);
-      p = to_placement(plan, L, ctx.schedule, "random");
+      p = planned(ctx, plan, "random");
     }
     if (!fits(ctx, p)) continue;
     if (!seen.insert({p.layer_group, p.group_device, p.group_replicas, p.micro_batches}).second) continue;

@@ -36,7 +36,8 @@ std::string encode_report(const WorkerReport& report) {
     for (const TaskSpan& t : s.timeline) timeline.push_back({t.task, t.start_ms, t.end_ms});
     steps.push_back({{"step_ms", s.step_ms}, {"busy_ms", s.busy_ms}, {"comm_ms", s.comm_ms}, {"timeline", timeline}});
   }
-  return json{{"rank", report.rank}, {"steps", steps}, {"peak_rss_bytes", report.peak_rss_bytes}}.dump();
+  return json{{"rank", report.rank}, {"steps", steps}, {"peak_rss_bytes", report.peak_rss_bytes},
+              {"peak_tensor_bytes", report.peak_tensor_bytes}}.dump();
 }
 
 Result<WorkerReport> decode_report(const std::string& text) {
@@ -45,6 +46,7 @@ Result<WorkerReport> decode_report(const std::string& text) {
     const json j = json::parse(text);
     r.rank = j.at("rank").get<int>();
     r.peak_rss_bytes = j.at("peak_rss_bytes").get<int64_t>();
+    r.peak_tensor_bytes = j.value("peak_tensor_bytes", int64_t{0});
     for (const json& s : j.at("steps")) {
       WorkerStep step;
       step.step_ms = s.at("step_ms").get<double>();

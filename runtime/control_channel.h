@@ -65,6 +65,7 @@ struct WorkerReport {
   int rank = 0;
   std::vector<WorkerStep> steps;
   int64_t peak_rss_bytes = 0;
+  int64_t peak_tensor_bytes = 0;  // the counting CPU allocator's high-water mark (runtime/worker.cpp)
 };
 
 std::string encode_report(const WorkerReport& report);

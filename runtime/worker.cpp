@@ -18,6 +18,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -35,6 +36,7 @@
 #include "runtime/control_channel.h"
 #include "runtime/job.h"
 #include "runtime/replica_group.h"
+#include "runtime/tensor_memory.h"
 #include "runtime/worker_profile.h"
 #include "simulator/task_graph.h"
 
@@ -202,7 +204,7 @@ struct Ctx {
   std::unique_ptr<ControlChannel> channel;  // over `store`
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
   std::shared_ptr<GraphModel> model;
-  std::unique_ptr<torch::optim::SGD> optimizer;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
   // Pipeline: the replicated groups this worker is a replica of, ascending group.
   std::vector<std::unique_ptr<ReplicaGroup>> replica_groups;
   std::chrono::milliseconds gloo_timeout{60000};
@@ -270,9 +272,9 @@ class PipelineWorker {
     WorkerStep st;
     step_ = step_index;
     parity_ = step_index & 1;
-    auto [x, y] = synthetic_batch(g_, c_.job.options.batch_size, c_.job.options.seed + step_index);
-    xs_.clear();
+    xs_.clear();  // (before drawing the next batch: the last one's storage goes first)
     ys_.clear();
+    auto [x, y] = synthetic_batch(g_, c_.job.options.batch_size, c_.job.options.seed + step_index);
     int64_t off = 0;
     for (int m = 0; m < M_; ++m) {
       xs_.push_back(x.narrow(0, off, tg_.micro_batch_sizes[m]));
@@ -323,6 +325,7 @@ class PipelineWorker {
     recv_.clear();
     outs_.clear();
     leaves_.clear();
+    rng_state_.clear();
     return st;
   }
 
@@ -451,6 +454,25 @@ class PipelineWorker {
     return r.buf;
   }
 
+  // After segment s's backward for micro-batch m: its leaves over remote
+  // inputs (their gradients were sent) and the receive buffers it consumed.
+  void release_received(int s, int m) {
+    const Segment& seg = tg_.segments[s];
+    for (int p : seg.preds) {
+      if (device_of(p, m) == c_.rank) continue;
+      const int tid = act_task_.at({p, s, m});
+      for (int l : boundary_layers(g_, tg_, p, s)) {
+        leaves_.erase(std::make_tuple(s, m, l));
+        recv_.erase({tid, l});
+      }
+    }
+    for (int t : seg.succs) {
+      if (device_of(t, m) == c_.rank) continue;
+      const int tid = grad_task_.at({s, t, m});
+      for (int l : boundary_layers(g_, tg_, s, t)) recv_.erase({tid, l});
+    }
+  }
+
   // Waits for every remote input of a compute task before its compute starts.
   void wait_inputs(const Task& task) {
     const Segment& seg = tg_.segments[task.segment];
@@ -479,7 +501,9 @@ class PipelineWorker {
     return l;
   }
 
-  void forward(int s, int m, Sender& sender) {
+  // The segment's layers for micro-batch m (its inputs: the model's, or
+  // leaves over other segments' outputs), and its loss when it has the output layer.
+  void run_layers(int s, int m) {
     const Segment& seg = tg_.segments[s];
     for (int l : seg.layers) {
       std::vector<torch::Tensor> ins;
@@ -489,6 +513,57 @@ class PipelineWorker {
       outs_[m][l] = c_.model->forward_layer(l, ins);
     }
     if (seg.computes_loss) loss_[m] = loss_of(outs_[m][L_ - 1], ys_[m], c_.job.options.batch_size);
+  }
+
+  // A recomputing segment's forward keeps no autograd graph: only its inputs
+  // (the leaves) and the outputs other segments on this worker read; its
+  // backward runs the forward again from the same inputs and random state
+  // (dropout draws the same masks), as torch.utils.checkpoint does.
+  void forward_without_graph(int s, int m) {
+    const Segment& seg = tg_.segments[s];
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      rng_state_[{s, m}] = gen.get_state();
+    }
+    {
+      torch::NoGradGuard no_grad;
+      run_layers(s, m);
+    }
+    loss_[m] = torch::Tensor();
+    std::vector<char> read_here(L_, 0);
+    for (int t : seg.succs)
+      if (device_of(t, m) == c_.rank)
+        for (int l : boundary_layers(g_, tg_, s, t)) read_here[l] = 1;
+    // What other devices read leaves with the sends below (they hold their tensors).
+    pending_drop_ = {};
+    for (int l : seg.layers)
+      if (!read_here[l]) pending_drop_.push_back(l);
+  }
+
+  void recompute_forward(int s, int m) {
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    torch::Tensor now;
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      now = gen.get_state();
+      gen.set_state(rng_state_.at({s, m}));
+    }
+    run_layers(s, m);
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(now);
+    }
+    rng_state_.erase({s, m});
+  }
+
+  void forward(int s, int m, Sender& sender) {
+    const Segment& seg = tg_.segments[s];
+    pending_drop_.clear();
+    if (seg.recompute)
+      forward_without_graph(s, m);
+    else
+      run_layers(s, m);
     for (int t : seg.succs) {
       int dst = device_of(t, m);
       if (dst == c_.rank) continue;
@@ -499,10 +574,12 @@ class PipelineWorker {
       sender.post(std::move(tensors), dst, delay,
                   "X s" + std::to_string(s) + "->s" + std::to_string(t) + " m" + std::to_string(m));
     }
+    for (int l : pending_drop_) outs_[m][l] = torch::Tensor();
   }
 
   void backward(int s, int m, Sender& sender) {
     const Segment& seg = tg_.segments[s];
+    if (seg.recompute) recompute_forward(s, m);
     std::vector<torch::Tensor> roots, grads;
     if (seg.computes_loss && loss_[m].defined() && loss_[m].requires_grad()) {
       roots.push_back(loss_[m]);
@@ -522,7 +599,10 @@ class PipelineWorker {
       for (int l : boundary_layers(g_, tg_, s, t)) {
         if (device_of(t, m) == c_.rank) {
           auto it = leaves_.find(std::make_tuple(t, m, l));
-          if (it != leaves_.end()) accumulate(l, it->second.grad());
+          if (it != leaves_.end()) {
+            accumulate(l, it->second.grad());
+            leaves_.erase(it);  // its consumer's backward is done and its gradient read
+          }
         } else {
           accumulate(l, received(grad_task_.at({s, t, m}), l));
         }
@@ -547,9 +627,12 @@ class PipelineWorker {
       sender.post(std::move(tensors), dst, delay,
                   "G s" + std::to_string(s) + "->s" + std::to_string(p) + " m" + std::to_string(m));
     }
-    // This segment's activations are no longer needed.
-    for (int l : seg.layers) outs_[m][l] = outs_[m][l].detach();
+    // This segment's activations, its received inputs and gradients are no
+    // longer needed (a send holds its own reference until it has left): free
+    // them now, so 1F1B keeps only the micro-batches in flight.
+    for (int l : seg.layers) outs_[m][l] = torch::Tensor();
     loss_[m] = torch::Tensor();
+    release_received(s, m);
   }
 
   Ctx& c_;
@@ -568,6 +651,8 @@ class PipelineWorker {
   std::map<std::tuple<int, int, int>, torch::Tensor> leaves_;      // (consumer segment, m, layer)
   std::vector<torch::Tensor> xs_, ys_, loss_;
   std::vector<std::vector<torch::Tensor>> outs_;
+  std::map<std::pair<int, int>, torch::Tensor> rng_state_;  // recomputing segments: (segment, m) -> CPU RNG state
+  std::vector<int> pending_drop_;  // a recomputing forward's outputs to drop once sent
 };
 
 // ---------------------------------------------------------------- data parallel
@@ -717,6 +802,14 @@ void join_replica_groups(Ctx& c, const TaskGraph& tg) {
   }
 }
 
+// The placement's optimizer over this worker's parameters.
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<torch::Tensor>& params, Optimizer which,
+                                                        const RunOptions& o) {
+  if (which == Optimizer::adam)
+    return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(o.learning_rate));
+  return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(o.learning_rate).momentum(o.momentum));
+}
+
 int run_job(Ctx& c) {
   const RunOptions& o = c.job.options;
   const std::string& mode = c.job.mode;
@@ -743,8 +836,7 @@ int run_job(Ctx& c) {
     if (Status s = share_parameters(c, shm); !s) throw std::runtime_error(s.message());
   std::vector<torch::Tensor> params = c.model->parameters();
   if (params.empty()) params.push_back(torch::zeros({1}, torch::requires_grad()));  // SGD needs one
-  c.optimizer = std::make_unique<torch::optim::SGD>(
-      params, torch::optim::SGDOptions(o.learning_rate).momentum(o.momentum));
+  c.optimizer = make_optimizer(params, c.job.placement.optimizer, o);
   Sender sender(c.pg);
   WorkerReport report;
   report.rank = c.rank;
@@ -762,6 +854,7 @@ int run_job(Ctx& c) {
   c.pg->barrier()->wait();  // hogwild: every worker finished its updates
   if (o.collect_parameters && (mode == "pipeline" || c.rank == 0)) publish_parameters(c, mode != "pipeline");
   report.peak_rss_bytes = peak_rss_bytes();
+  report.peak_tensor_bytes = tensor_bytes_peak();
   c.channel->publish_report(report);
   c.channel->mark_done(c.rank);
   return 0;
@@ -770,6 +863,7 @@ int run_job(Ctx& c) {
 }  // namespace
 
 int run_worker(const WorkerArgs& args) {
+  install_tensor_memory_counter();  // before any tensor exists
   Ctx c;
   c.rank = args.rank;
   c.world = args.world;

@@ -9,6 +9,7 @@
 #include "model/layer_graph.h"
 #include "model/layer_library.h"
 #include "core/cluster.h"
+#include "core/placement.h"
 
 namespace tapp {
 
@@ -170,7 +171,7 @@ Result<CostModel> CostModel::build(const LayerGraph& g, const Cluster& c, const 
       m.ms_per_byte_[a * D + b] = 8.0 / (link.bandwidth_mbps * 1e6) * 1e3;
     }
   m.act_prefix_.assign(L + 1, 0);
-  for (size_t l = 0; l < L; ++l) m.act_prefix_[l + 1] = m.act_prefix_[l] + g.layers[l].activation_bytes();
+  for (size_t l = 0; l < L; ++l) m.act_prefix_[l + 1] = m.act_prefix_[l] + kept_bytes_per_sample(g.layers[l]);
   for (const Device& d : c.devices) {
     m.device_names_.push_back(d.name);
     m.inv_speed_.push_back(1.0 / d.speed);

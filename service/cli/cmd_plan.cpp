@@ -30,6 +30,7 @@ namespace {
 struct PlanArgs {
   std::string model, devices, planner = "dp", evaluator = "simulate", costs = "auto", calibration, out, schedule = "gpipe";
   std::string placement;  // evaluate this placement instead of planning
+  std::string optimizer;  // "" = sgd (a given placement keeps its own)
   int64_t batch = 32, input_size = 0, classes = 0;
   int micro_batches = 0, max_micro_batches = 64, budget = 200, steps = 3, warmup = 1;
   int64_t exhaustive_limit = 200000;
@@ -114,6 +115,15 @@ int plan(const PlanArgs& a) {
     std::cerr << "tapp-cli plan: --schedule: " << schedule.error_message() << "\n";
     return 2;
   }
+  Optimizer optimizer = Optimizer::sgd;
+  if (!a.optimizer.empty()) {
+    auto named = optimizer_from_name(a.optimizer);
+    if (!named) {
+      std::cerr << "tapp-cli plan: --optimizer: " << named.error_message() << "\n";
+      return 2;
+    }
+    optimizer = *named;
+  }
   if (a.micro_batches > a.batch) {
     std::cerr << "tapp-cli plan: --micro-batches: must be at most the batch size " << a.batch << "\n";
     return 2;
@@ -153,6 +163,7 @@ int plan(const PlanArgs& a) {
   evaluator_inputs.run.steps = a.steps;
   evaluator_inputs.run.warmup_steps = a.warmup;
   evaluator_inputs.run.seed = a.seed;
+  evaluator_inputs.run.optimizer = optimizer;
   Result<JobEvaluator> job_evaluator = make_evaluator(*kind, evaluator_inputs, "--evaluator");
   if (!job_evaluator) {
     std::cerr << "tapp-cli plan: " << job_evaluator.error_message() << "\n";
@@ -166,6 +177,7 @@ int plan(const PlanArgs& a) {
   ctx.cost = &*cost;
   ctx.batch_size = a.batch;
   ctx.schedule = *schedule;
+  ctx.optimizer = optimizer;
   ctx.micro_batches = a.micro_batches;
   ctx.max_micro_batches = a.max_micro_batches;
   ctx.seed = a.seed;
@@ -181,6 +193,7 @@ int plan(const PlanArgs& a) {
       std::cerr << "tapp-cli plan: --placement: " << given.error_message() << "\n";
       return 2;
     }
+    if (!a.optimizer.empty()) given->optimizer = optimizer;
     PlannerRow row;
     row.name = "given";
     row.placement = *given;
@@ -312,6 +325,9 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   sub->add_option("--max-micro-batches", args->max_micro_batches, "largest micro-batch count planners try (default 64)")
       ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--schedule", args->schedule, "gpipe (default) | 1f1b");
+  sub->add_option("--optimizer", args->optimizer,
+                  "sgd (with momentum, default) | adam: what the plan trains with and its memory counts")
+      ->check(CLI::IsMember({"sgd", "adam"}));
   sub->add_option("--budget", args->budget, "evaluations for random search and annealing (default 200)")
       ->check(CLI::Range(1, 100000000));
   sub->add_option("--exhaustive-limit", args->exhaustive_limit, "most candidates exhaustive search enumerates");

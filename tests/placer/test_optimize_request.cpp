@@ -100,3 +100,15 @@ TEST_CASE("request errors name the field") {
   CHECK(error_of(with(json(3))) == "options: expected an object, got number");
   CHECK(error_of(json{{"model", "alexnet"}, {"cluster", two_devices()}, {"extra", 1}}).rfind("extra: unknown field", 0) == 0);
 }
+
+TEST_CASE("the optimizer is an option of the request: sgd by default, adam when asked, anything else names the field") {
+  auto plain = optimize_request_from_json(json{{"model", "alexnet"}, {"cluster", two_devices()}});
+  REQUIRE(plain.is_ok());
+  CHECK(plain->optimizer == tapp::Optimizer::sgd);
+  auto adam = optimize_request_from_json(
+      json{{"model", "alexnet"}, {"cluster", two_devices()}, {"options", {{"optimizer", "adam"}}}});
+  REQUIRE(adam.is_ok());
+  CHECK(adam->optimizer == tapp::Optimizer::adam);
+  CHECK(error_of(json{{"model", "alexnet"}, {"cluster", two_devices()}, {"options", {{"optimizer", "rmsprop"}}}})
+            .find("options.optimizer: unknown optimizer \"rmsprop\"") == 0);
+}

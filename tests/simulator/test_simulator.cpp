@@ -766,3 +766,40 @@ TEST_CASE("the one-pass replay in the builder's order and the depth-first replay
   }
   CHECK(compared > 200);
 }
+
+TEST_CASE("a recomputing stage's backward is charged one more forward and its device keeps fewer activations") {
+  LayerGraph g = chain(2);
+  Cluster c = devices(2);
+  const int m = 4;
+  // Per micro-batch: forward 1 ms, backward 2 ms on each stage.
+  LayerLibrary lib = flat_library(g, 1, 1.0, 2.0);
+  Placement plain = by_device({0, 1}, m);
+  Placement recompute = plain;
+  recompute.group_recompute = {0, 1};  // the last stage recomputes: its backward takes 2 + 1 ms
+  StepReport a = run(g, c, lib, plain, m);
+  StepReport b = run(g, c, lib, recompute, m);
+  REQUIRE(a.ok);
+  REQUIRE(b.ok);
+  CHECK(b.devices[1].busy_ms == doctest::Approx(a.devices[1].busy_ms + m * 1.0));
+  CHECK(b.devices[0].busy_ms == doctest::Approx(a.devices[0].busy_ms));
+  CHECK(b.step_ms > a.step_ms);
+  CHECK(b.devices[1].peak_memory_bytes < a.devices[1].peak_memory_bytes);
+  // The task graph keeps the flag on the segment.
+  auto tg = build_task_graph(g, recompute, c, m);
+  REQUIRE(tg.is_ok());
+  CHECK_FALSE(tg->segments[0].recompute);
+  CHECK(tg->segments[1].recompute);
+}
+
+TEST_CASE("the simulated peak counts Adam's two moments where SGD keeps one momentum copy") {
+  LayerGraph g = chain(2);
+  Cluster c = devices(2);
+  LayerLibrary lib = flat_library(g, 1, 1.0, 1.0);
+  Placement p = by_device({0, 1}, 2);
+  StepReport sgd = run(g, c, lib, p, 2);
+  p.optimizer = Optimizer::adam;
+  StepReport adam = run(g, c, lib, p, 2);
+  REQUIRE(sgd.ok);
+  REQUIRE(adam.ok);
+  CHECK(adam.devices[0].peak_memory_bytes - sgd.devices[0].peak_memory_bytes == g.layers[0].param_bytes());
+}
