@@ -316,10 +316,14 @@ struct Policy::Impl {
       state_bytes_.assign(m.G, 0.0);
       activation_bytes_.assign(m.G, 0.0);
       boundary_bytes_.assign(m.G, 0.0);
+      pair_bytes_.assign(static_cast<size_t>(m.G) * m.G, 0.0);
+      device_of_.assign(m.G, -1);
       workspace_.assign(m.D, 0.0);
       largest_param_.assign(m.G, 0.0);
       largest_output_.assign(m.G, 0.0);
-      std::set<std::pair<int, int>> counted_input;  // (producer, consumer group): once, as core counts it
+      // core counts a producer's output as a received input again whenever the
+      // consuming group changes from one reader to the next (input_counted_by).
+      std::vector<int> input_counted_by(m.L, -1);
       std::set<int> counted_grad;
       for (int i = 0; i < m.L; ++i) {
         const int g = layer_group[i];
@@ -331,9 +335,16 @@ struct Policy::Impl {
         // counts when the groups land on different devices; a device taking both pays them twice).
         for (int p : m.producers[i]) {
           if (layer_group[p] == g) continue;
-          if (counted_input.insert({p, g}).second) boundary_bytes_[g] += static_cast<double>(mem.layer_activation_bytes[p]);
-          if (counted_grad.insert(p).second)
-            boundary_bytes_[layer_group[p]] += static_cast<double>(mem.layer_activation_bytes[p]);
+          const double out = static_cast<double>(mem.layer_activation_bytes[p]);
+          if (input_counted_by[p] != g) {
+            input_counted_by[p] = g;
+            boundary_bytes_[g] += out;
+            pair_bytes_[static_cast<size_t>(g) * m.G + layer_group[p]] += out;
+          }
+          if (counted_grad.insert(p).second) {
+            boundary_bytes_[layer_group[p]] += out;
+            pair_bytes_[static_cast<size_t>(layer_group[p]) * m.G + g] += out;
+          }
         }
       }
       // core's rule counts the stages as the distinct devices in use; the
@@ -357,7 +368,9 @@ struct Policy::Impl {
       // Memory: the devices still offered that fit the group; if none does,
       // any allowed device that fits (a repeat); if none, no memory mask
       // (the measurer then reports the proposal out of memory).
-      auto fits = [&](int k) { return m_.device_allowed(k) && with(g, 1, k) <= capacity(k); };
+      auto fits = [&](int k) {
+        return m_.device_allowed(k) && with_primary(g, k) <= capacity(k) && later_groups_still_fit(g, k);
+      };
       bool any = false;
       for (int k = 0; k < m_.D; ++k) any = any || (row[k] == 0.f && fits(k));
       if (any) {
@@ -366,14 +379,29 @@ struct Policy::Impl {
         return;
       }
       for (int k = 0; k < m_.D; ++k) any = any || fits(k);
-      if (any)
+      if (any) {
         for (int k = 0; k < m_.D; ++k) row[k] = fits(k) ? 0.f : kMasked;
+        return;
+      }
+      // Nothing fits by the mask's count (it charges every boundary buffer,
+      // which core does not where groups share a device): the device with the
+      // most room left, where core's count is likeliest to fit.
+      int roomiest = -1;
+      for (int k = 0; k < m_.D; ++k)
+        if (m_.device_allowed(k) &&
+            (roomiest < 0 || capacity(k) - with_primary(g, k) > capacity(roomiest) - with_primary(g, roomiest)))
+          roomiest = k;
+      if (roomiest >= 0)
+        for (int k = 0; k < m_.D; ++k) row[k] = k == roomiest ? 0.f : kMasked;
     }
 
     void take_primary(int g, int k) {
       if (!used_[g]) return;
       taken_[k] = true;
-      if (!state_bytes_.empty()) add(g, 1, k);
+      if (state_bytes_.empty()) return;
+      load_[k] = with_primary(g, k) - std::max(workspace_[k], workspace(g));
+      workspace_[k] = std::max(workspace_[k], workspace(g));
+      device_of_[g] = k;
     }
 
     bool replica_allowed(int g, int k) const {
@@ -382,10 +410,15 @@ struct Policy::Impl {
         return false;
       const int r = 1 + replicas_[g];
       if (replicas_[g] >= m_.cfg.max_replicas || r + 1 > micro_batches_) return false;
-      return state_bytes_.empty() || with(g, r + 1, k) <= capacity(k);
+      if (state_bytes_.empty()) return true;
+      if (with(g, r + 1, k) > capacity(k)) return false;
+      // A first replica makes g's exchanges with the groups sharing its device cross devices.
+      const int home = device_of_[g];
+      return replicas_[g] > 0 || home < 0 || load_[home] + shared_bytes(g, home) + workspace_[home] <= capacity(home);
     }
 
     void take_replica(int g, int k) {
+      if (!state_bytes_.empty() && replicas_[g] == 0 && device_of_[g] >= 0) load_[device_of_[g]] += shared_bytes(g, device_of_[g]);
       ++replicas_[g];
       taken_[k] = true;
       if (!state_bytes_.empty()) add(g, 1 + replicas_[g], k);
@@ -405,6 +438,39 @@ struct Policy::Impl {
       return state_bytes_[g] + activation_bytes_[g] * samples_ * in_flight + boundary_bytes_[g] * samples_ * own;
     }
     double workspace(int g) const { return largest_param_[g] + 2 * largest_output_[g] * samples_; }
+    // Whether, with group g on device k, every later group still fits on some
+    // allowed device (one group at a time): a look-ahead of one step, so an
+    // early group does not take the only device a later, larger one fits on
+    // (a dead end where the mask could only give up). O(G D) a query, so it is
+    // skipped above 16 groups x 16 devices.
+    bool later_groups_still_fit(int g, int k) const {
+      if (m_.G * m_.D > 256) return true;
+      for (int h = g + 1; h < m_.G; ++h) {
+        if (!used_[h]) continue;
+        bool somewhere = false;
+        for (int j = 0; j < m_.D && !somewhere; ++j) {
+          if (!m_.device_allowed(j)) continue;
+          const double need = j == k ? with(g, 1, k) + bytes(h, 1) + std::max(0.0, workspace(h) - std::max(workspace_[k], workspace(g)))
+                                     : with(h, 1, j);
+          somewhere = need <= capacity(j);
+        }
+        if (!somewhere) return false;
+      }
+      return true;
+    }
+    // Bytes per step of the buffers between g and the groups already on device
+    // k without replicas, which core does not count while they share it.
+    double shared_bytes(int g, int k) const {
+      double b = 0;
+      for (int h = 0; h < m_.G; ++h)
+        if (h != g && device_of_[h] == k && replicas_[h] == 0)
+          b += (pair_bytes_[static_cast<size_t>(g) * m_.G + h] + pair_bytes_[static_cast<size_t>(h) * m_.G + g]);
+      return b * samples_ * micro_batches_;
+    }
+    // Device k's need with group g's primary added: bytes(g, 1) less the
+    // buffers g and the groups already on k (unreplicated) would exchange,
+    // counted on both sides so far.
+    double with_primary(int g, int k) const { return with(g, 1, k) - shared_bytes(g, k); }
     // Device k's need with group g (on one of its r replicas) added.
     double with(int g, int r, int k) const { return load_[k] + bytes(g, r) + std::max(workspace_[k], workspace(g)); }
     void add(int g, int r, int k) {
@@ -422,7 +488,9 @@ struct Policy::Impl {
     std::vector<int> replicas_;
     std::vector<bool> in_cycle_;
     std::vector<double> state_bytes_, activation_bytes_;  // per group; empty = no memory masks
-    std::vector<double> boundary_bytes_, largest_param_, largest_output_;  // per group (per sample where bytes of outputs)
+    std::vector<double> boundary_bytes_, largest_param_, largest_output_;
+    std::vector<double> pair_bytes_;  // G x G: per sample, what g receives because of h (inputs from h, gradients for h)
+    std::vector<int> device_of_;      // per group: its primary's device once taken (-1 before)  // per group (per sample where bytes of outputs)
     std::vector<double> workspace_;  // per device: the largest working memory of its groups so far
     int stages_ = 1;
     double samples_ = 1;
