@@ -449,7 +449,7 @@ json baselines_json(const JobOutcome& o, const References& ref) {
       row["comm_fraction"] = b.report.comm_fraction;
     } else {
       row["step_ms"] = nullptr;
-      row["failure_kind"] = b.report.failure_kind;
+      row["failure_kind"] = failure_kind_name(b.report.failure_kind);
       row["message"] = b.report.message;
       if (b.skipped) row["skipped"] = true;  // not a failure: the planner did not run, message says why
     }
