@@ -420,17 +420,7 @@ std::vector<MemoryBreakdown> estimate_device_memory(const Placement& p, const La
   };
   // A group's micro-batches in flight on its (first) device; each replica has the same limit.
   auto in_flight = [&](int grp) -> int64_t {
-    const int own = static_cast<int>(own_micro_batches(grp));
-    const int lim = limit[p.group_device[grp]];
-    switch (p.schedule) {
-      case Schedule::gpipe:
-        return own;
-      case Schedule::one_f_one_b:
-        return std::min(own, lim);
-      case Schedule::interleaved_1f1b:
-        return std::min(own, lim + 1);
-    }
-    return own;
+    return micro_batches_in_flight(p.schedule, static_cast<int>(own_micro_batches(grp)), limit[p.group_device[grp]]);
   };
   for (int i = 0; i < L; ++i) {
     const Layer& l = g.layers[i];

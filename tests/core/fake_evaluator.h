@@ -71,12 +71,14 @@ inline LayerGraph chain_graph(int n, int64_t width = 64) {
   return g;
 }
 
-inline Cluster equal_cluster(int devices) {
+// Devices "d0".."d{n-1}" of memory_mb each (Device's defaults otherwise), the default link.
+inline Cluster equal_cluster(int devices, int64_t memory_mb = Device{}.memory_mb) {
   Cluster c;
   c.name = "fake";
   for (int d = 0; d < devices; ++d) {
     Device dev;
     dev.name = "d" + std::to_string(d);
+    dev.memory_mb = memory_mb;
     c.devices.push_back(dev);
   }
   return c;

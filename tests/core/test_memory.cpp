@@ -10,6 +10,7 @@
 #include "core/placement.h"
 #include "model/layer_graph.h"
 #include "tests/model/linear_chain.h"
+#include "tests/core/fake_evaluator.h"
 
 using namespace tapp;
 
@@ -17,16 +18,7 @@ namespace {
 
 using test::linear_chain;
 
-Cluster devices(int n, int64_t memory_mb) {
-  Cluster c;
-  for (int i = 0; i < n; ++i) {
-    Device d;
-    d.name = "d" + std::to_string(i);
-    d.memory_mb = memory_mb;
-    c.devices.push_back(d);
-  }
-  return c;
-}
+Cluster devices(int n, int64_t memory_mb) { return testing::equal_cluster(n, memory_mb); }
 
 }  // namespace
 

@@ -15,6 +15,7 @@
 #include "model/profile_cache.h"
 #include "core/cluster_fingerprint.h"
 #include "simulator/calibration_store.h"
+#include "tests/model/memory_profile_cache.h"
 
 using nlohmann::json;
 using namespace tapp;
@@ -97,20 +98,7 @@ TEST_CASE("a job with an unknown model names the field") {
 
 namespace {
 // An in-memory ProfileCache that records what the job reads and writes.
-class RecordingCache : public ProfileCache {
- public:
-  std::optional<std::string> get(const std::string& key) override {
-    ++gets;
-    auto it = entries.find(key);
-    return it == entries.end() ? std::nullopt : std::optional<std::string>(it->second);
-  }
-  Status put(const std::string& key, const std::string& library_json) override {
-    entries[key] = library_json;
-    return Status::ok();
-  }
-  std::map<std::string, std::string> entries;
-  int gets = 0;
-};
+using RecordingCache = test::MemoryProfileCache;
 }  // namespace
 
 TEST_CASE("a job keeps its measured profiles (micro-batch sizes 1 to 8) in the cache the request names, and reuses them") {

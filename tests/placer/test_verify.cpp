@@ -17,6 +17,7 @@
 #include "model/layer_graph.h"
 #include "placer/verify.h"
 #include "simulator/calibration_store.h"
+#include "tests/model/memory_profile_cache.h"
 
 using nlohmann::json;
 using namespace tapp;
@@ -24,18 +25,7 @@ using namespace tapp;
 namespace {
 
 // An in-memory store for the job's profiles and the cluster's calibration.
-class MemoryStore : public ProfileCache {
- public:
-  std::optional<std::string> get(const std::string& key) override {
-    auto it = entries.find(key);
-    return it == entries.end() ? std::nullopt : std::optional<std::string>(it->second);
-  }
-  Status put(const std::string& key, const std::string& text) override {
-    entries[key] = text;
-    return Status::ok();
-  }
-  std::map<std::string, std::string> entries;
-};
+using MemoryStore = test::MemoryProfileCache;
 
 // mlp at batch 8 on three local devices; verification on (the default).
 OptimizeRequest mlp_request(MemoryStore& store) {

@@ -1,32 +1,21 @@
 // `tapp-cli export`: the command line end to end (estimated costs): the four
 // formats and the per-stage breakdown in JSON, and refusals with exit code 2.
 #include <doctest/doctest.h>
-#include <sys/wait.h>
 
-#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tests/planners/cli_run.h"
+
 namespace {
 
-struct Run {
-  int exit_code = -1;
-  std::string out;
-};
+using Run = tapp::test::CliRun;
 
+// `tapp-cli export ARGS` on the 2-device example cluster, with estimated costs.
 Run export_cli(const std::string& args, bool with_stderr = false) {
   const std::string examples = std::string(TAPP_SOURCE_DIR) + "/examples/";
-  std::string cmd = std::string(TAPP_BIN_DIR) + "/tapp-cli export " + args + " --devices " + examples +
-                    "cluster_2cpu.json --costs estimated" + (with_stderr ? " 2>&1" : " 2>/dev/null");
-  Run r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return tapp::test::run_cli("export " + args + " --devices " + examples + "cluster_2cpu.json --costs estimated",
+                             with_stderr);
 }
 
 std::string example(const std::string& name) { return std::string(TAPP_SOURCE_DIR) + "/examples/" + name; }

@@ -17,22 +17,14 @@
 #include "simulator/cost_model.h"
 #include "simulator/simulator.h"
 #include "tests/model/linear_chain.h"
+#include "tests/core/fake_evaluator.h"
 
 using namespace tapp;
 using test::linear_chain;
 
 namespace {
 
-Cluster devices(int n, int64_t memory_mb = 4096) {
-  Cluster c;
-  for (int i = 0; i < n; ++i) {
-    Device d;
-    d.name = "d" + std::to_string(i);
-    d.memory_mb = memory_mb;
-    c.devices.push_back(d);
-  }
-  return c;
-}
+Cluster devices(int n, int64_t memory_mb = 4096) { return testing::equal_cluster(n, memory_mb); }
 
 Placement placement(std::vector<int> layer_group, std::vector<int> group_device, int micro_batches = 4) {
   Placement p;

@@ -1,33 +1,17 @@
 // `tapp-cli plan`: the command line end to end (simulate evaluator, estimated costs).
 #include <doctest/doctest.h>
 
-#include <sys/wait.h>
-
-#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tests/planners/cli_run.h"
+
 namespace {
 
-struct Run {
-  int exit_code = -1;
-  std::string out;
-};
+using Run = tapp::test::CliRun;
 
-// Runs tapp-cli with `args`; stdout (and stderr when asked) captured.
-Run cli(const std::string& args, bool with_stderr = false) {
-  std::string cmd = std::string(TAPP_BIN_DIR) + "/tapp-cli " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
-  Run r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+Run cli(const std::string& args, bool with_stderr = false) { return tapp::test::run_cli(args, with_stderr); }
 
 std::string write_temp(const std::string& name, const std::string& text) {
   std::string path = std::string(TAPP_BIN_DIR) + "/../test_plan_cli_" + name;

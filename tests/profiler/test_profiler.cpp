@@ -24,6 +24,7 @@
 #include "profiler/model_loader.h"
 
 #include "tests/torch_doctest.h"  // after the LibTorch headers: doctest's CHECK wins
+#include "tests/model/memory_profile_cache.h"
 
 using namespace tapp;
 namespace fs = std::filesystem;
@@ -350,18 +351,7 @@ TEST_CASE("set_compute_threads sizes LibTorch's and OpenBLAS's pools together") 
 }
 
 namespace {
-class MemoryCache : public ProfileCache {
- public:
-  std::optional<std::string> get(const std::string& key) override {
-    auto it = entries.find(key);
-    return it == entries.end() ? std::nullopt : std::optional<std::string>(it->second);
-  }
-  Status put(const std::string& key, const std::string& value) override {
-    entries[key] = value;
-    return Status::ok();
-  }
-  std::map<std::string, std::string> entries;
-};
+using MemoryCache = test::MemoryProfileCache;
 
 Cluster cluster_of(const std::vector<std::pair<std::string, int>>& kinds_and_threads) {
   Cluster c;

@@ -30,6 +30,7 @@
 #include "runtime/worker_profile.h"
 #include "simulator/cost_model.h"
 #include "tests/runtime/runtime_test_support.h"
+#include "tests/model/memory_profile_cache.h"
 
 using namespace tapp;
 using namespace tapp::test;
@@ -589,18 +590,7 @@ TEST_CASE("a spawned worker runs with tcmalloc, the caching allocator") {
 }
 
 namespace {
-class MemoryProfileCache : public ProfileCache {
- public:
-  std::optional<std::string> get(const std::string& key) override {
-    auto it = entries.find(key);
-    return it == entries.end() ? std::nullopt : std::optional<std::string>(it->second);
-  }
-  Status put(const std::string& key, const std::string& value) override {
-    entries[key] = value;
-    return Status::ok();
-  }
-  std::map<std::string, std::string> entries;
-};
+using test::MemoryProfileCache;
 
 size_t files_under(const std::filesystem::path& dir) {
   size_t n = 0;
