@@ -32,6 +32,7 @@ const std::map<std::string, std::string>& op_classes() {
       {"relu6", "Relu"},
       {"softmax", "Activation"},
       {"log_softmax", "Activation"},
+      {"torchscript", "Unknown"},
   };
   return classes;
 }
@@ -74,11 +75,29 @@ Status need_chw(const Layer& l, const Shape& in) {
   return Status::ok();
 }
 
+// A torchscript layer carries what the importer measured; only its sanity is checked.
+Status infer_script_layer(Layer& l) {
+  const ScriptSlice& s = l.attrs.script;
+  if (s.file.empty()) return err(l, "attrs.script.file is empty");
+  if (s.begin < 0 || s.end <= s.begin) return err(l, "attrs.script node range is empty");
+  if (s.output_shape.empty()) return err(l, "attrs.script.output_shape is empty");
+  for (int64_t d : s.output_shape)
+    if (d <= 0 || d > kMaxExtent) return err(l, "output has a dimension out of range " + shape_to_string(s.output_shape));
+  if (numel(s.output_shape) > kMaxCount) return err(l, "output larger than 2^59 elements");
+  if (s.params < 0 || s.params > kMaxCount || s.macs < 0 || s.macs > kMaxCount)
+    return err(l, "attrs.script params and macs must be in [0, 2^59]");
+  l.output_shape = s.output_shape;
+  l.params = s.params;
+  l.macs = s.macs;
+  return Status::ok();
+}
+
 Status infer_layer(Layer& l) {
   const auto& ins = l.input_shapes;
   const LayerAttrs& a = l.attrs;
   l.params = 0;
   l.macs = 0;
+  if (l.op == "torchscript") return infer_script_layer(l);
   bool multi = l.op == "concat" || l.op == "add";
   if (!multi && ins.size() != 1)
     return err(l, "takes exactly one input, got " + std::to_string(ins.size()));
@@ -182,8 +201,13 @@ Status infer_layer(Layer& l) {
 
 }  // namespace
 
+bool ScriptSlice::operator==(const ScriptSlice& o) const {
+  return file == o.file && hash == o.hash && expand == o.expand && begin == o.begin && end == o.end &&
+         output_shape == o.output_shape && params == o.params && macs == o.macs;
+}
+
 bool LayerAttrs::operator==(const LayerAttrs& o) const {
-  return out == o.out && std::equal(kernel, kernel + 2, o.kernel) &&
+  return script == o.script && out == o.out && std::equal(kernel, kernel + 2, o.kernel) &&
          std::equal(stride, stride + 2, o.stride) && std::equal(padding, padding + 2, o.padding) &&
          groups == o.groups && bias == o.bias && ceil_mode == o.ceil_mode && p == o.p &&
          eps == o.eps && dim == o.dim;
@@ -254,11 +278,13 @@ Status infer_shapes(LayerGraph& graph) {
     }
     if (Status s = infer_layer(l); !s) return s.at_field("layers[" + std::to_string(i) + "]");
   }
+  if (graph.input_vocab < 0) return Status::error("input_vocab must be positive (token ids) or 0 (float input)");
   const Shape& out = graph.layers.back().output_shape;
-  if (out.size() != 1)
+  if (out.size() != 1 && out.size() != 2)
     return Status::error("the last layer '" + graph.layers.back().name +
-                         "' must output class scores (a flat vector), got " + shape_to_string(out));
-  graph.num_classes = out[0];
+                         "' must output class scores (a flat vector) or per-token scores (tokens x vocabulary), got " +
+                         shape_to_string(out));
+  graph.num_classes = out.back();
   return Status::ok();
 }
 

@@ -24,6 +24,7 @@ using Shape = std::vector<int64_t>;
 // The ops a layer graph may use. Names are the JSON spelling.
 //   conv2d linear relu sigmoid tanh maxpool2d avgpool2d adaptive_avgpool2d
 //   flatten dropout batchnorm2d concat add identity relu6 softmax log_softmax
+//   torchscript (a slice of a TorchScript module's forward: see ScriptSlice)
 bool is_known_op(const std::string& op);
 const std::vector<std::string>& known_ops();
 
@@ -31,6 +32,22 @@ const std::vector<std::string>& known_ops();
 // "Fully-Connected", "Normalization", "Dropout", "Concat", "Add", "Flatten",
 // "Activation", "Identity", "Unknown").
 std::string op_class(const std::string& op);
+
+// Op "torchscript": the layer runs nodes [begin, end) of a TorchScript
+// module's forward graph, after the submodule calls in `expand` were inlined
+// (profiler/torchscript_layers.h). Its output shape, parameters and
+// multiply-adds were measured by the importer (running the module once), not
+// inferred here: LibTorch is needed to read the file.
+struct ScriptSlice {
+  std::string file;                 // absolute path of the saved module
+  std::string hash;                 // 16 hex digits of the file's bytes (fnv1a64)
+  std::vector<std::string> expand;  // submodule paths inlined before cutting, in order
+  int64_t begin = 0, end = 0;       // node range of the expanded forward graph
+  Shape output_shape;               // per sample
+  int64_t params = 0;               // parameters this layer owns (each counted at its first user)
+  int64_t macs = 0;                 // of its conv/linear/matmul nodes; 0 for other ops
+  bool operator==(const ScriptSlice& o) const;
+};
 
 struct LayerAttrs {
   int64_t out = 0;            // conv2d: out channels; linear: out features
@@ -43,6 +60,7 @@ struct LayerAttrs {
   double p = 0.5;              // dropout
   double eps = 1e-5;           // batchnorm2d
   int64_t dim = 1;             // concat (per-sample dims + 1, i.e. 1 = channels)
+  ScriptSlice script;          // torchscript
   bool operator==(const LayerAttrs& o) const;
 };
 
@@ -56,7 +74,7 @@ struct Layer {
   std::vector<Shape> input_shapes;
   Shape output_shape;
   int64_t params = 0;
-  int64_t macs = 0;  // multiply-adds per sample (conv2d and linear only)
+  int64_t macs = 0;  // multiply-adds per sample (conv2d, linear; torchscript: conv/linear/matmul nodes)
   int64_t activation_bytes() const;  // output, float32, per sample
   int64_t param_bytes() const { return params * 4; }
 };
@@ -64,7 +82,10 @@ struct Layer {
 struct LayerGraph {
   std::string name;
   Shape input_shape;      // per sample, e.g. {3, 224, 224}
-  int64_t num_classes = 0;  // width of the last layer's output
+  int64_t input_vocab = 0;  // > 0: the input is int64 token ids in [0, input_vocab) (language models)
+  // Width of the last layer's output: classes of a flat {C} output, or the
+  // vocabulary of a per-token {S, V} output (labels are then one per token).
+  int64_t num_classes = 0;
   std::vector<Layer> layers;  // topological order; the last layer is the output
 
   int64_t total_params() const;

@@ -16,9 +16,16 @@
 
 namespace tapp {
 
+// How a TorchScript file becomes a layer graph (profiler/torchscript_import.h):
+// ops maps each aten op onto a LayerGraph op (fine layers, weights from the
+// seed, few ops); layers runs the module's own code per layer (any op LibTorch
+// runs, weights from the file); automatic tries ops and falls back to layers.
+enum class ScriptImport { automatic, ops, layers };
+
 struct ModelOptions {
-  int64_t input_size = 0;   // image side; 0 = the model's default (224, 299, 32 for CIFAR models)
+  int64_t input_size = 0;   // image side (token models: sequence length); 0 = the model's default
   int64_t num_classes = 0;  // 0 = the model's default (1000, or 10 for CIFAR models)
+  ScriptImport torchscript = ScriptImport::automatic;
 };
 
 std::vector<std::string> zoo_names();

@@ -1,5 +1,7 @@
 #include "profiler/torch_model.h"
 
+#include "profiler/torchscript_layers.h"
+
 namespace tapp {
 namespace nn = torch::nn;
 
@@ -53,10 +55,21 @@ Result<std::shared_ptr<GraphModel>> GraphModel::build(const LayerGraph& graph, u
   m->built_.assign(n, false);
   m->modules_.resize(n);
   m->holders_.resize(n);
+  bool scripted = std::any_of(graph.layers.begin(), graph.layers.end(),
+                              [](const Layer& l) { return l.op == "torchscript"; });
+  if (scripted) {
+    auto program = ScriptProgram::load(graph, keep);
+    if (!program) return program.status();
+    m->script_ = *program;
+  }
   try {
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < n; ++i) {
       if (!keep.empty() && !keep[i]) continue;
+      if (graph.layers[i].op == "torchscript") {
+        m->built_[i] = true;
+        continue;
+      }
       torch::manual_seed(seed * 1000003ULL + i);  // weights depend on (seed, layer) only
       auto [any, holder] = make_module(graph.layers[i]);
       m->modules_[i] = std::move(any);
@@ -71,6 +84,7 @@ Result<std::shared_ptr<GraphModel>> GraphModel::build(const LayerGraph& graph, u
 
 torch::Tensor GraphModel::forward_layer(int i, const std::vector<torch::Tensor>& inputs) {
   const Layer& l = graph_.layers[i];
+  if (l.op == "torchscript") return script_->forward(i, inputs);
   if (l.op == "flatten") return inputs.at(0).flatten(1);
   if (l.op == "identity") return inputs.at(0);
   if (l.op == "relu6") return torch::hardtanh(inputs.at(0), 0.0, 6.0);
@@ -97,6 +111,7 @@ torch::Tensor GraphModel::forward(const torch::Tensor& input) {
 }
 
 std::vector<torch::Tensor> GraphModel::layer_parameters(int i) const {
+  if (graph_.layers[i].op == "torchscript") return built_[i] ? script_->parameters(i) : std::vector<torch::Tensor>{};
   return holders_[i] ? holders_[i]->parameters() : std::vector<torch::Tensor>{};
 }
 
@@ -108,6 +123,7 @@ std::vector<torch::Tensor> GraphModel::parameters() const {
 }
 
 void GraphModel::set_training(bool on) {
+  if (script_) script_->set_training(on);
   for (auto& h : holders_)
     if (h) h->train(on);
 }
@@ -117,9 +133,21 @@ std::pair<torch::Tensor, torch::Tensor> synthetic_batch(const LayerGraph& graph,
   auto gen = at::detail::createCPUGenerator(seed);
   std::vector<int64_t> shape{batch_size};
   shape.insert(shape.end(), graph.input_shape.begin(), graph.input_shape.end());
-  torch::Tensor x = at::randn(shape, gen);
-  torch::Tensor y = at::randint(graph.num_classes, {batch_size}, gen, torch::kLong);
+  torch::Tensor x = graph.input_vocab > 0 ? at::randint(graph.input_vocab, shape, gen, torch::kLong)
+                                          : at::randn(shape, gen);
+  std::vector<int64_t> label_shape{batch_size};
+  const Shape& out = graph.layers.back().output_shape;
+  if (out.size() == 2) label_shape.push_back(out[0]);  // one label per token
+  torch::Tensor y = at::randint(graph.num_classes, label_shape, gen, torch::kLong);
   return {x, y};
+}
+
+torch::Tensor training_loss(const torch::Tensor& logits, const torch::Tensor& labels, int64_t full_batch) {
+  const int64_t tokens = labels.dim() > 1 ? labels.numel() / std::max<int64_t>(1, labels.size(0)) : 1;
+  return torch::nn::functional::cross_entropy(
+             logits.reshape({-1, logits.size(-1)}), labels.reshape({-1}),
+             torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)) /
+         static_cast<double>(full_batch * tokens);
 }
 
 }  // namespace tapp

@@ -5,6 +5,8 @@
 // Layer i's weights are initialised from (seed, i) alone, so a worker that
 // builds only its own layers holds exactly the weights single-device training
 // would: this is what makes pipelined training comparable to one process.
+// `torchscript` layers instead run slices of a saved module, loaded by each
+// process from its file (profiler/torchscript_layers.h): weights from the file.
 // Used by the profiler (per-layer timing), the runtime (segments on workers)
 // and the tests (equivalence with single-device training).
 // Thread safety: a GraphModel is used by one thread at a time.
@@ -19,6 +21,8 @@
 #include "model/layer_graph.h"
 
 namespace tapp {
+
+class ScriptProgram;
 
 class GraphModel {
  public:
@@ -44,11 +48,19 @@ class GraphModel {
   std::vector<bool> built_;
   std::vector<torch::nn::AnyModule> modules_;  // empty AnyModule for tensor ops
   std::vector<std::shared_ptr<torch::nn::Module>> holders_;
+  std::shared_ptr<ScriptProgram> script_;  // the torchscript layers, when there are any
 };
 
 // A batch of synthetic training data, identical in every process for a seed:
-// inputs {batch, input_shape...} and integer labels in [0, num_classes).
+// inputs {batch, input_shape...} (float, or int64 token ids in [0, input_vocab))
+// and integer labels in [0, num_classes): {batch}, or {batch, tokens} when the
+// last layer outputs per-token scores {tokens, vocabulary}.
 std::pair<torch::Tensor, torch::Tensor> synthetic_batch(const LayerGraph& graph, int64_t batch_size,
                                                         uint64_t seed);
+
+// Cross entropy summed over a micro-batch and divided by the full batch (and
+// by the tokens per sample for per-token outputs): the gradients accumulated
+// over the micro-batches equal those of the full batch's mean loss.
+torch::Tensor training_loss(const torch::Tensor& logits, const torch::Tensor& labels, int64_t full_batch);
 
 }  // namespace tapp

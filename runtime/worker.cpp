@@ -218,9 +218,7 @@ struct Ctx {
 torch::Tensor loss_of(const torch::Tensor& logits, const torch::Tensor& labels, int64_t full_batch) {
   // Summed over the micro-batch and divided by the full batch: the accumulated
   // gradient equals that of the full-batch mean loss.
-  return torch::nn::functional::cross_entropy(
-             logits, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)) /
-         static_cast<double>(full_batch);
+  return training_loss(logits, labels, full_batch);
 }
 
 }  // namespace

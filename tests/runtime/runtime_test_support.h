@@ -119,7 +119,7 @@ inline std::vector<std::vector<float>> reference_parameters(const LayerGraph& g,
   torch::optim::SGD opt(m->parameters(), torch::optim::SGDOptions(o.learning_rate).momentum(o.momentum));
   for (int k = 0; k < o.warmup_steps + o.steps; ++k) {
     auto [x, y] = synthetic_batch(g, o.batch_size, o.seed + k);
-    torch::Tensor loss = torch::nn::functional::cross_entropy(m->forward(x), y);
+    torch::Tensor loss = training_loss(m->forward(x), y, o.batch_size);
     opt.zero_grad();
     loss.backward();
     opt.step();
