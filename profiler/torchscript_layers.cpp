@@ -679,7 +679,8 @@ torch::Tensor ScriptProgram::forward(int layer, const std::vector<torch::Tensor>
   if (s.mutates)
     for (auto& t : ins) t = t.clone();
   jit::Stack out = run(*s.code, impl_->module, ins);
-  return out.back().toTensor();
+  // Contiguous: the runtime sends layer outputs with Gloo, which refuses strided views (a permute's).
+  return out.back().toTensor().contiguous();
 }
 
 std::vector<torch::Tensor> ScriptProgram::parameters(int layer) const { return impl_->slices.at(layer).params; }
