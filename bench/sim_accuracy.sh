@@ -8,9 +8,13 @@
 # simulator's calibration and report the leave-one-out median
 # |predicted - measured| / measured and Spearman's rank correlation, per case
 # and over all cases. Emulated devices: speeds sum below the physical cores.
+# With HYBRID=1 (default), each model also gets a "_3dev_hybrid" case on the
+# 3-device cluster: half of its contiguous placements have replicated stages
+# (gradients all-reduced between replicas) and a quarter are layer runs on
+# random devices (branches on different devices for tiny_inception).
 #
 # Usage: bench/sim_accuracy.sh [BUILD_DIR]
-#   env: SAMPLES=20 BATCH=32 STEPS=5 WARMUP=1 SEED=1 MODELS="..." OUT=BUILD_DIR/sim_accuracy
+#   env: SAMPLES=20 BATCH=32 STEPS=5 WARMUP=1 SEED=1 MODELS="..." HYBRID=1 OUT=BUILD_DIR/sim_accuracy
 #   Measurements are kept in OUT/samples_*.json and reused on the next run
 #   (refits only); REMEASURE=1 measures again.
 set -euo pipefail
@@ -43,13 +47,19 @@ cat > "$OUT/cluster_3.json" <<'JSON'
  "default_link": {"bandwidth_mbps": 1000, "latency_ms": 0.2}}
 JSON
 
+CASES="2 3"
+[[ ${HYBRID:-1} == 1 ]] && CASES="$CASES 3_hybrid"
 for model in $MODELS; do
-  for n in 2 3; do
-    case="${model}_${n}dev"
+  for n in $CASES; do
+    case="${model}_${n/_/dev_}"
+    [[ $n == *_* ]] || case="${case}dev"
     samples="$OUT/samples_$case.json"
     if [[ -s "$samples" && -z "${REMEASURE:-}" ]]; then load=(--load "$samples"); else load=(--save "$samples"); fi
-    "$CLI" calibrate "$model" --devices "$OUT/cluster_$n.json" --samples "$SAMPLES" --batch "$BATCH" \
-      --steps "$STEPS" --warmup "$WARMUP" --seed "$SEED" --costs profile "${load[@]}" --json > "$OUT/accuracy_$case.json"
+    mix=()
+    [[ $n == *_hybrid ]] && mix=(--replicated 0.5)
+    "$CLI" calibrate "$model" --devices "$OUT/cluster_${n%_hybrid}.json" --samples "$SAMPLES" --batch "$BATCH" \
+      --steps "$STEPS" --warmup "$WARMUP" --seed "$SEED" --costs profile --no-store "${mix[@]}" "${load[@]}" --json \
+      > "$OUT/accuracy_$case.json"
     echo "measured $case" >&2
   done
 done

@@ -1,5 +1,7 @@
 #include "core/cluster.h"
 
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -41,6 +43,30 @@ Status read_link_fields(const json& j, const std::string& path, Link& l) {
   return Status::ok();
 }
 
+// `costs`: absent, "host", "worker" (a remote device only) or {"library": "path"}.
+Status read_costs(const json& j, const std::string& path, Device& d) {
+  auto it = j.find("costs");
+  if (it == j.end()) return Status::ok();
+  const std::string field = jf::join(path, "costs");
+  const std::string expected = "expected \"host\", \"worker\" or {\"library\": \"path/to/layer_library.json\"}";
+  if (it->is_string()) {
+    const std::string v = it->get<std::string>();
+    if (v == "host") return Status::ok();
+    if (v != "worker") return jf::field_error(field, expected + ", got \"" + v + "\"");
+    if (d.is_local())
+      return jf::field_error(field, "\"worker\" needs a device hosted by a remote tapp-worker (where: \"host:port\")");
+    d.costs.from = CostsFrom::worker;
+    return Status::ok();
+  }
+  if (!it->is_object()) return jf::field_error(field, expected + ", got " + std::string(it->type_name()));
+  for (auto kv = it->begin(); kv != it->end(); ++kv)
+    if (kv.key() != "library") return jf::field_error(jf::join(field, kv.key()), "unknown field (" + expected + ")");
+  if (Status s = jf::read(*it, "library", d.costs.library_path, field, true); !s) return s;
+  if (d.costs.library_path.empty()) return jf::field_error(jf::join(field, "library"), "must not be empty");
+  d.costs.from = CostsFrom::library;
+  return Status::ok();
+}
+
 Status read_device(const json& j, const std::string& path, Device& d) {
   if (Status s = jf::expect_object(j, path); !s) return s;
   if (Status s = jf::read(j, "name", d.name, path, true); !s) return s;
@@ -57,10 +83,11 @@ Status read_device(const json& j, const std::string& path, Device& d) {
   if (d.threads < 1 || d.threads > kMaxThreads) return jf::field_error(jf::join(path, "threads"), "must be in [1, 256]");
   if (d.memory_mb < 1 || d.memory_mb > kMaxMemoryMb)
     return jf::field_error(jf::join(path, "memory_mb"), "must be in [1, 2^30]");
-  if (!(d.speed > 0 && d.speed <= 1)) return jf::field_error(jf::join(path, "speed"), "must be in (0, 1]");
-  // A tinier speed stretches a step past what a double keeps meaningful (5e-324 gave a 0.0 ms step).
-  if (d.speed < kMinSpeed)
-    return jf::field_error(jf::join(path, "speed"), "must be at least 0.001 (1/1000 of this host's speed)");
+  // A tinier speed stretches a step past what a double keeps meaningful (5e-324 gave a 0.0 ms step);
+  // a larger one makes a step of a real model vanish below the fixed costs per task.
+  if (!(d.speed >= kMinSpeed && d.speed <= kMaxSpeed))
+    return jf::field_error(jf::join(path, "speed"),
+                           "must be in [0.001, 1000] (relative to this host; above 1 can only be simulated)");
   if (!d.is_local()) {
     const std::string where_field = jf::join(path, "where");
     auto endpoint = parse_host_port(d.where, where_field);
@@ -69,7 +96,7 @@ Status read_device(const json& j, const std::string& path, Device& d) {
           .at_field(where_field)
           .with_code(ErrorCode::invalid_argument);
   }
-  return Status::ok();
+  return read_costs(j, path, d);
 }
 
 }  // namespace
@@ -123,6 +150,10 @@ Result<Cluster> load_cluster(const std::string& path) {
   if (j.is_discarded()) return Status::error("cluster file '" + path + "' is not valid JSON");
   auto c = cluster_from_json(j);
   if (!c) return c.status().with_context(path);
+  const std::filesystem::path folder = std::filesystem::path(path).parent_path();
+  for (Device& d : c->devices)
+    if (d.costs.from == CostsFrom::library && std::filesystem::path(d.costs.library_path).is_relative())
+      d.costs.library_path = (folder / d.costs.library_path).lexically_normal().string();
   return c;
 }
 
@@ -130,9 +161,13 @@ json cluster_to_json(const Cluster& c) {
   json j;
   if (!c.name.empty()) j["name"] = c.name;
   j["devices"] = json::array();
-  for (const Device& d : c.devices)
-    j["devices"].push_back({{"name", d.name}, {"kind", d.kind}, {"threads", d.threads},
-                            {"memory_mb", d.memory_mb}, {"speed", d.speed}, {"where", d.where}});
+  for (const Device& d : c.devices) {
+    json dj = {{"name", d.name},           {"kind", d.kind},   {"threads", d.threads},
+               {"memory_mb", d.memory_mb}, {"speed", d.speed}, {"where", d.where}};
+    if (d.costs.from == CostsFrom::worker) dj["costs"] = "worker";
+    if (d.costs.from == CostsFrom::library) dj["costs"] = {{"library", d.costs.library_path}};
+    j["devices"].push_back(std::move(dj));
+  }
   j["default_link"] = {{"bandwidth_mbps", c.default_link.bandwidth_mbps},
                        {"latency_ms", c.default_link.latency_ms}};
   j["links"] = json::array();
@@ -140,6 +175,35 @@ json cluster_to_json(const Cluster& c) {
     j["links"].push_back({{"from", l.from}, {"to", l.to}, {"bandwidth_mbps", l.bandwidth_mbps},
                           {"latency_ms", l.latency_ms}});
   return j;
+}
+
+Status measurable_here(const Cluster& c, const std::vector<int>& devices, const std::string& prefix) {
+  auto check = [&](int i) -> Status {
+    const Device& d = c.devices[i];
+    if (d.speed <= kMaxEmulatedSpeed) return Status::ok();
+    char speed[32];
+    std::snprintf(speed, sizeof speed, "%g", d.speed);
+    const std::string field = prefix + "devices[" + std::to_string(i) + "].speed";
+    return Status::field_error(field, std::string(speed) + " cannot be emulated on this host (device \"" + d.name +
+                                          "\"; measurement needs speed <= 1); use --evaluator simulate");
+  };
+  if (devices.empty()) {
+    for (int i = 0; i < c.num_devices(); ++i)
+      if (Status s = check(i); !s) return s;
+  }
+  for (int i : devices)
+    if (i >= 0 && i < c.num_devices())
+      if (Status s = check(i); !s) return s;
+  return Status::ok();
+}
+
+std::string costs_from_name(CostsFrom from) {
+  switch (from) {
+    case CostsFrom::host: return "host";
+    case CostsFrom::library: return "library";
+    case CostsFrom::worker: return "worker";
+  }
+  return "host";
 }
 
 }  // namespace tapp

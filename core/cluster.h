@@ -4,7 +4,12 @@
 // and its JSON form (schemas/cluster.schema.json). Links may be asymmetric:
 // A->B and B->A are separate entries, as PipeLearn's up and down links.
 // A device's `speed` and a link's bandwidth/latency are *emulated* by the
-// runtime (sleep after compute, paced sends); see DESIGN.md.
+// runtime (sleep after compute, paced sends); see DESIGN.md. A speed above 1
+// (a device faster than this host) is a plan that can only be simulated:
+// `measurable_here` refuses it for every measuring path, naming the device.
+// A device may also say where its costs come from (`DeviceCosts`): this host's
+// profile divided by its speed (the default), a layer library measured
+// elsewhere, or the profile its own remote tapp-worker takes on its hardware.
 // Thread safety: plain values.
 #pragma once
 
@@ -18,11 +23,13 @@
 namespace tapp {
 
 // The sane ranges cluster_from_json enforces (schemas/cluster.schema.json says the same):
-//   speed in [0.001, 1] (emulated: compute stretched by 1/speed; a tinier speed made a
-//   0.0 ms step), threads in [1, 256], memory_mb in [1, 2^30] (1 MiB .. 1 PiB),
+//   speed in [0.001, 1000] (relative to this host; a tinier speed made a 0.0 ms step,
+//   and only speed <= 1 can be emulated by measurement), threads in [1, 256], memory_mb in [1, 2^30] (1 MiB .. 1 PiB),
 //   bandwidth_mbps in [0.001, 1e9], latency_ms in [0, 60000], at most 64 devices
 //   and 64 x 64 links. Every figure derived from them stays finite and positive.
 inline constexpr double kMinSpeed = 1e-3;
+inline constexpr double kMaxSpeed = 1e3;
+inline constexpr double kMaxEmulatedSpeed = 1.0;  // measuring stretches compute; it cannot shrink it
 inline constexpr int kMaxThreads = 256;
 inline constexpr int64_t kMaxMemoryMb = int64_t{1} << 30;
 inline constexpr double kMinBandwidthMbps = 1e-3;
@@ -30,13 +37,27 @@ inline constexpr double kMaxBandwidthMbps = 1e9;
 inline constexpr double kMaxLatencyMs = 60000;
 inline constexpr int kMaxDevices = 64;
 
+// Where a device's per-layer costs come from (cluster JSON `costs`).
+enum class CostsFrom {
+  host,     // absent or "host": this host's profile at the device's kind and threads, / speed
+  library,  // {"library": "path"}: a layer library measured elsewhere (tapp-cli profile --json)
+  worker,   // "worker": its remote tapp-worker profiles the model on its own hardware
+};
+
+struct DeviceCosts {
+  CostsFrom from = CostsFrom::host;
+  std::string library_path;  // CostsFrom::library; load_cluster resolves it against the cluster file
+  bool operator==(const DeviceCosts& o) const { return from == o.from && library_path == o.library_path; }
+};
+
 struct Device {
   std::string name;
   std::string kind = "cpu";  // "cpu" or "cuda:N"
   int threads = 1;
   int64_t memory_mb = 4096;
-  double speed = 1.0;           // 0 < speed <= 1; compute is stretched by 1/speed
+  double speed = 1.0;           // relative to this host; costs are divided by it (measured: stretched, <= 1 only)
   std::string where = "local";  // "local" or "host:port" of a tapp-worker
+  DeviceCosts costs;
   bool is_local() const { return where == "local"; }
 };
 
@@ -64,9 +85,19 @@ struct Cluster {
   double emulated_core_demand() const;
 };
 
-// Parses and validates; errors name the field: "devices[1].speed: must be in (0, 1]".
+// Parses and validates; errors name the field: "devices[1].speed: must be in [0.001, 1000]".
 Result<Cluster> cluster_from_json(const nlohmann::json& j);
+// As cluster_from_json; a relative `costs.library` path is taken from the cluster file's folder.
 Result<Cluster> load_cluster(const std::string& path);
 nlohmann::json cluster_to_json(const Cluster& c);
+
+// ok when measurement can emulate every device in `devices` (all when empty);
+// else the first that it cannot, as "devices[2].speed: 4 cannot be emulated on
+// this host (measurement needs speed <= 1); use --evaluator simulate", with
+// the field set (`prefix` + "devices[2].speed", e.g. prefix "cluster.").
+Status measurable_here(const Cluster& c, const std::vector<int>& devices = {}, const std::string& prefix = "");
+
+// "host" | "library" | "worker".
+std::string costs_from_name(CostsFrom from);
 
 }  // namespace tapp

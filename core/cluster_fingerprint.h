@@ -2,7 +2,7 @@
 //
 // Owns `cluster_fingerprint`: a stable hash of everything that changes how a
 // cluster runs a step — each device (name, kind, threads, memory, speed, where
-// it lives, in order) and each link (endpoints, bandwidth, latency; the order
+// it lives, where its costs come from, in order) and each link (endpoints, bandwidth, latency; the order
 // links are listed in does not matter) plus the default link. The cluster's
 // display name is not part of it. Calibrations fitted on a cluster are stored
 // and found under this key (simulator/calibration_store.h).

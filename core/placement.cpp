@@ -1,6 +1,7 @@
 #include "core/placement.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <set>
 
@@ -183,6 +184,11 @@ Status validate_placement(const Placement& p, const LayerGraph& g, const Cluster
     return Status::error("placement.aggregation_every: must be at least 1 (1 = every step, synchronous), got " +
                          std::to_string(p.aggregation_every));
   if (Status s = validate_group_replicas(p, c); !s) return s;
+  if (!p.group_recompute.empty() && static_cast<int>(p.group_recompute.size()) != p.num_groups())
+    return Status::error("placement.recompute: flags for " + std::to_string(p.group_recompute.size()) +
+                         " groups, but there are " + std::to_string(p.num_groups()) + " groups");
+  if (p.is_data_parallel() && p.recomputes(0))
+    return Status::error("placement.recompute: a data-parallel placement has no stage to recompute");
   if (p.aggregation_every > 1 && !p.has_replicated_groups())
     return Status::error("placement.aggregation_every: " + std::to_string(p.aggregation_every) +
                          " needs a replicated group (a group with several devices)");
@@ -205,18 +211,38 @@ Status validate_placement(const Placement& p, const LayerGraph& g, const Cluster
   return Status::ok();
 }
 
-namespace {
-// One layer's share of a device's memory: weights, gradients and optimizer
-// state, plus its activations kept for backward by the micro-batches in flight.
-int64_t layer_memory_bytes(const Layer& l, int64_t samples, int64_t in_flight) {
-  // Saturating: a model whose size overflows 64 bits is simply over every device.
-  return sat_add(training_state_bytes(l.param_bytes()), sat_mul(sat_mul(l.activation_bytes(), samples), in_flight));
+std::string optimizer_name(Optimizer o) { return o == Optimizer::adam ? "adam" : "sgd"; }
+
+Result<Optimizer> optimizer_from_name(const std::string& name) {
+  for (Optimizer o : {Optimizer::sgd, Optimizer::adam})
+    if (name == optimizer_name(o)) return o;
+  return Status::error("unknown optimizer \"" + name + "\"; expected \"sgd\" (with momentum) or \"adam\"");
 }
-}  // namespace
+
+int optimizer_state_copies(Optimizer o) { return o == Optimizer::adam ? 2 : 1; }
+
+int64_t MemoryBreakdown::total() const {
+  return sat_add(sat_add(sat_add(params, grads), sat_add(optimizer_state, activations)), buffers);
+}
+
+MemoryBreakdown& MemoryBreakdown::operator+=(const MemoryBreakdown& o) {
+  params = sat_add(params, o.params);
+  grads = sat_add(grads, o.grads);
+  optimizer_state = sat_add(optimizer_state, o.optimizer_state);
+  activations = sat_add(activations, o.activations);
+  buffers = sat_add(buffers, o.buffers);
+  return *this;
+}
+
+// The one switch for what backward keeps per layer (see the header): infer_shapes's saved_bytes
+// (attention keeps its scores and probabilities too); the output where shapes were not inferred.
+int64_t kept_bytes_per_sample(const Layer& l) { return l.saved_bytes > 0 ? l.saved_bytes : l.activation_bytes(); }
 
 int64_t device_memory_bytes(const Device& d) { return sat_mul(d.memory_mb, 1024 * 1024); }
 
-int64_t training_state_bytes(int64_t param_bytes) { return sat_mul(3, param_bytes); }
+int64_t training_state_bytes(int64_t param_bytes, Optimizer o) {
+  return sat_mul(2 + optimizer_state_copies(o), param_bytes);
+}
 
 int64_t micro_batches_in_flight(Schedule schedule, int micro_batches, int stages) {
   // Interleaved 1F1B keeps one more round of warm-up micro-batches than 1F1B (Megatron).
@@ -231,64 +257,272 @@ int64_t micro_batches_in_flight(Schedule schedule, int micro_batches, int stages
   return micro_batches;
 }
 
-StageMemory::StageMemory(const LayerGraph& g) {
-  param_prefix_.assign(g.layers.size() + 1, 0);
-  activation_prefix_.assign(g.layers.size() + 1, 0);
-  for (size_t i = 0; i < g.layers.size(); ++i) {
-    param_prefix_[i + 1] = sat_add(param_prefix_[i], g.layers[i].param_bytes());
-    activation_prefix_[i + 1] = sat_add(activation_prefix_[i], g.layers[i].activation_bytes());
+namespace {
+// Weights, gradients and optimizer state of `param_bytes` (saturating).
+MemoryBreakdown state_of(int64_t param_bytes, Optimizer o) {
+  MemoryBreakdown m;
+  m.params = param_bytes;
+  m.grads = param_bytes;
+  m.optimizer_state = sat_mul(optimizer_state_copies(o), param_bytes);
+  return m;
+}
+
+// Backward's and the update's working memory on a device whose largest layer
+// has `largest_param` parameter bytes and `largest_output` output bytes per
+// sample: that layer's weight gradient before it is accumulated into .grad
+// (Adam's update: two such temporaries, sqrt and its quotient) and an
+// activation gradient in and out for one micro-batch.
+int64_t workspace_bytes(int64_t largest_param, int64_t largest_output, int64_t samples, Optimizer o) {
+  return sat_add(sat_mul(o == Optimizer::adam ? 2 : 1, largest_param), sat_mul(sat_mul(2, largest_output), samples));
+}
+
+// The largest of [first, end) from a sparse table (first < end).
+int64_t range_max(const std::vector<std::vector<int64_t>>& table, int first, int end) {
+  int k = 0;
+  while ((2 << k) <= end - first) ++k;
+  return std::max(table[k][first], table[k][end - (1 << k)]);
+}
+
+std::vector<std::vector<int64_t>> sparse_table(const std::vector<int64_t>& values) {
+  std::vector<std::vector<int64_t>> t{values};
+  for (size_t k = 1; (size_t{1} << k) <= values.size(); ++k) {
+    const size_t half = size_t{1} << (k - 1);
+    std::vector<int64_t> row(values.size() - (size_t{1} << k) + 1);
+    for (size_t i = 0; i < row.size(); ++i) row[i] = std::max(t[k - 1][i], t[k - 1][i + half]);
+    t.push_back(std::move(row));
+  }
+  return t;
+}
+
+// Per device: how many micro-batches the schedule lets it hold at once (the
+// task graph's 1F1B limit, PipeDream's NOAM: the devices from its first layer
+// to the end, divided by the replicas of its first group; 0 = unused). Kept
+// by the caller between calls (search loops).
+void in_flight_limits(const Placement& p, const LayerGraph& g, int num_devices, std::vector<int>& limit) {
+  thread_local std::vector<char> seen;
+  seen.assign(num_devices, 0);
+  limit.assign(num_devices, 0);
+  int count = 0;
+  for (int i = static_cast<int>(g.layers.size()) - 1; i >= 0; --i) {
+    const int grp = p.layer_group[i];
+    const int r = p.replica_count(grp);
+    auto visit = [&](int d) { count += !seen[d]; seen[d] = 1; };
+    visit(p.group_device[grp]);
+    if (r > 1)
+      for (int d : p.group_replicas[grp]) visit(d);
+    const int here = (count + r - 1) / r;
+    limit[p.group_device[grp]] = here;  // ends as the device's first layer's
+    if (r > 1)
+      for (int d : p.group_replicas[grp]) limit[d] = here;
   }
 }
 
-int64_t StageMemory::bytes(int first, int end, int64_t samples, int64_t in_flight) const {
-  return sat_add(training_state_bytes(param_bytes(first, end)),
-                 sat_mul(sat_mul(activation_prefix_[end] - activation_prefix_[first], samples), in_flight));
+// Whether micro-batches of groups a and b can run on different devices.
+bool crosses_devices(const Placement& p, int a, int b) {
+  return p.replica_count(a) > 1 || p.replica_count(b) > 1 || p.group_device[a] != p.group_device[b];
+}
+
+void add_to_group(const Placement& p, int grp, const MemoryBreakdown& m, std::vector<MemoryBreakdown>& out) {
+  out[p.group_device[grp]] += m;
+  if (p.replica_count(grp) > 1)
+    for (int d : p.group_replicas[grp]) out[d] += m;
+}
+
+// "1.4" in the unit (2^30 or 2^20 bytes).
+std::string in_unit(int64_t bytes, double unit) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f", static_cast<double>(bytes) / unit);
+  return buf;
+}
+
+std::string breakdown_in(const MemoryBreakdown& m, Optimizer o, double unit) {
+  return "params " + in_unit(m.params, unit) + ", grads " + in_unit(m.grads, unit) + ", " +
+         (o == Optimizer::adam ? "Adam " : "momentum ") + in_unit(m.optimizer_state, unit) + ", activations " +
+         in_unit(m.activations, unit) + ", buffers " + in_unit(m.buffers, unit);
+}
+}  // namespace
+
+StageMemory::StageMemory(const LayerGraph& g, Optimizer o) : optimizer_(o) {
+  const size_t L = g.layers.size();
+  param_prefix_.assign(L + 1, 0);
+  kept_prefix_.assign(L + 1, 0);
+  for (size_t i = 0; i < L; ++i) {
+    param_prefix_[i + 1] = sat_add(param_prefix_[i], g.layers[i].param_bytes());
+    kept_prefix_[i + 1] = sat_add(kept_prefix_[i], kept_bytes_per_sample(g.layers[i]));
+  }
+  // Layer p's output crosses every cut j in (p, its last reader].
+  std::vector<int64_t> delta(L + 2, 0);
+  std::vector<int> last_reader(L, -1);
+  for (size_t i = 0; i < L; ++i)
+    for (int in : g.layers[i].inputs) last_reader[in] = std::max(last_reader[in], static_cast<int>(i));
+  for (size_t q = 0; q < L; ++q)
+    if (last_reader[q] > static_cast<int>(q)) {
+      delta[q + 1] = sat_add(delta[q + 1], g.layers[q].activation_bytes());
+      delta[last_reader[q] + 1] -= g.layers[q].activation_bytes();
+    }
+  cut_.assign(L + 1, 0);
+  int64_t run = 0;
+  for (size_t j = 0; j <= L; ++j) cut_[j] = run = sat_add(run, delta[j]);
+  std::vector<int64_t> params(L), outputs(L);
+  for (size_t i = 0; i < L; ++i) {
+    params[i] = g.layers[i].param_bytes();
+    outputs[i] = g.layers[i].activation_bytes();
+  }
+  param_max_ = sparse_table(params);
+  output_max_ = sparse_table(outputs);
+}
+
+MemoryBreakdown StageMemory::breakdown(int first, int end, int64_t samples, int64_t in_flight, bool recompute,
+                                       int64_t micro_batches) const {
+  MemoryBreakdown m = state_of(param_bytes(first, end), optimizer_);
+  m.activations = sat_mul(sat_mul(kept_prefix_[end] - kept_prefix_[first], samples), recompute ? 1 : in_flight);
+  const int L = static_cast<int>(cut_.size()) - 1;
+  const int64_t received = micro_batches > 0 ? micro_batches : in_flight;
+  if (first > 0) m.buffers = sat_mul(sat_mul(cut_[first], samples), received);
+  if (end < L) m.buffers = sat_add(m.buffers, sat_mul(sat_mul(cut_[end], samples), received));
+  if (first < end)
+    m.buffers = sat_add(m.buffers, workspace_bytes(range_max(param_max_, first, end), range_max(output_max_, first, end),
+                                                   samples, optimizer_));
+  return m;
+}
+
+std::vector<MemoryBreakdown> estimate_device_memory(const Placement& p, const LayerGraph& g, const Cluster& c,
+                                                    int64_t batch_size) {
+  std::vector<MemoryBreakdown> out(c.num_devices());
+  if (p.is_data_parallel()) {
+    const int64_t share = p.replica_share(batch_size);
+    MemoryBreakdown whole;
+    int64_t largest_param = 0, largest_output = 0;
+    for (const Layer& l : g.layers) {
+      whole += state_of(l.param_bytes(), p.optimizer);
+      whole.activations = sat_add(whole.activations, sat_mul(kept_bytes_per_sample(l), share));
+      largest_param = std::max(largest_param, l.param_bytes());
+      largest_output = std::max(largest_output, l.activation_bytes());
+    }
+    whole.buffers = workspace_bytes(largest_param, largest_output, share, p.optimizer);
+    for (int d : p.group_device) out[d] += whole;
+    return out;
+  }
+  // (Search loops call this for every candidate: scratch kept per thread.)
+  thread_local std::vector<int> limit, input_counted_by, grad_counted;
+  thread_local std::vector<int64_t> largest_param, largest_output;  // per device
+  in_flight_limits(p, g, c.num_devices(), limit);
+  largest_param.assign(c.num_devices(), 0);
+  largest_output.assign(c.num_devices(), 0);
+  const int L = static_cast<int>(g.layers.size());
+  input_counted_by.assign(L, -1);  // the last group that counted this layer's output as its received input
+  grad_counted.assign(L, 0);
+  const int64_t mb = (batch_size + p.micro_batches - 1) / p.micro_batches;
+  // The micro-batches each replica of a group runs (every replicas-th).
+  auto own_micro_batches = [&](int grp) -> int64_t {
+    const int replicas = p.replica_count(grp);
+    return (p.micro_batches + replicas - 1) / replicas;
+  };
+  // A group's micro-batches in flight on its (first) device; each replica has the same limit.
+  auto in_flight = [&](int grp) -> int64_t {
+    const int own = static_cast<int>(own_micro_batches(grp));
+    const int lim = limit[p.group_device[grp]];
+    switch (p.schedule) {
+      case Schedule::gpipe:
+        return own;
+      case Schedule::one_f_one_b:
+        return std::min(own, lim);
+      case Schedule::interleaved_1f1b:
+        return std::min(own, lim + 1);
+    }
+    return own;
+  };
+  for (int i = 0; i < L; ++i) {
+    const Layer& l = g.layers[i];
+    const int grp = p.layer_group[i];
+    const int64_t flight = in_flight(grp);
+    MemoryBreakdown m = state_of(l.param_bytes(), p.optimizer);
+    m.activations = sat_mul(sat_mul(kept_bytes_per_sample(l), mb), p.recomputes(grp) ? 1 : flight);
+    for (int in : l.inputs) {
+      const int from = p.layer_group[in];
+      if (from == grp || !crosses_devices(p, from, grp)) continue;
+      const int64_t payload = sat_mul(g.layers[in].activation_bytes(), mb);
+      if (input_counted_by[in] != grp) {  // a receive per micro-batch, all posted at the step's start
+        input_counted_by[in] = grp;
+        m.buffers = sat_add(m.buffers, sat_mul(payload, own_micro_batches(grp)));
+      }
+      if (!grad_counted[in]) {  // the producer receives its gradient for each of its micro-batches
+        grad_counted[in] = 1;
+        MemoryBreakdown grad;
+        grad.buffers = sat_mul(payload, own_micro_batches(from));
+        add_to_group(p, from, grad, out);
+      }
+    }
+    add_to_group(p, grp, m, out);
+    auto note_largest = [&](int d) {
+      largest_param[d] = std::max(largest_param[d], l.param_bytes());
+      largest_output[d] = std::max(largest_output[d], l.activation_bytes());
+    };
+    note_largest(p.group_device[grp]);
+    if (p.replica_count(grp) > 1)
+      for (int d : p.group_replicas[grp]) note_largest(d);
+  }
+  for (int d = 0; d < c.num_devices(); ++d)
+    if (largest_param[d] > 0 || largest_output[d] > 0)
+      out[d].buffers = sat_add(out[d].buffers, workspace_bytes(largest_param[d], largest_output[d], mb, p.optimizer));
+  return out;
 }
 
 std::vector<int64_t> estimate_device_memory_bytes(const Placement& p, const LayerGraph& g, const Cluster& c,
                                                   int64_t batch_size) {
-  std::vector<int64_t> bytes(c.num_devices(), 0);
-  if (p.is_data_parallel()) {
-    const int64_t share = p.replica_share(batch_size);
-    for (int d : p.group_device)
-      for (const Layer& l : g.layers) bytes[d] = sat_add(bytes[d], layer_memory_bytes(l, share, 1));
-    return bytes;
-  }
-  // (Search loops call this for every candidate: no allocation per layer.)
-  // The pipeline's depth counts every device a stage runs on, replicas
-  // included: the simulator's 1F1B limit for a stage (devices downstream /
-  // its replicas, PipeDream's NOAM) never exceeds it, so the rule stays an upper bound.
-  std::vector<char> used(c.num_devices(), 0);
-  for (size_t i = 0; i < g.layers.size(); ++i) {
-    const int grp = p.layer_group[i];
-    used[p.group_device[grp]] = 1;
-    if (p.replica_count(grp) > 1)
-      for (int d : p.group_replicas[grp]) used[d] = 1;
-  }
-  const int stages = static_cast<int>(std::count(used.begin(), used.end(), 1));
-  const int64_t mb = (batch_size + p.micro_batches - 1) / p.micro_batches;
-  for (size_t i = 0; i < g.layers.size(); ++i) {
-    const int grp = p.layer_group[i];
-    const int replicas = p.replica_count(grp);
-    // Each replica runs every replicas-th micro-batch of the group.
-    const int own_micro_batches = (p.micro_batches + replicas - 1) / replicas;
-    const int64_t in_flight = micro_batches_in_flight(p.schedule, own_micro_batches, stages);
-    const int64_t layer_bytes = layer_memory_bytes(g.layers[i], mb, in_flight);
-    bytes[p.group_device[grp]] = sat_add(bytes[p.group_device[grp]], layer_bytes);
-    if (replicas > 1)
-      for (int d : p.group_replicas[grp]) bytes[d] = sat_add(bytes[d], layer_bytes);
-  }
+  const std::vector<MemoryBreakdown> parts = estimate_device_memory(p, g, c, batch_size);
+  std::vector<int64_t> bytes(parts.size());
+  for (size_t d = 0; d < parts.size(); ++d) bytes[d] = parts[d].total();
   return bytes;
 }
 
+std::string memory_breakdown_text(const MemoryBreakdown& m, Optimizer o) {
+  return breakdown_in(m, o, 1024.0 * 1024 * 1024);
+}
+
 Status check_memory(const Placement& p, const LayerGraph& g, const Cluster& c, int64_t batch_size) {
-  auto bytes = estimate_device_memory_bytes(p, g, c, batch_size);
+  const std::vector<MemoryBreakdown> parts = estimate_device_memory(p, g, c, batch_size);
   for (int d = 0; d < c.num_devices(); ++d) {
-    if (bytes[d] > device_memory_bytes(c.devices[d]))
-      return Status::error("device '" + c.devices[d].name + "' needs " + std::to_string(bytes[d] / (1024 * 1024)) +
-                           " MB for its layers but has memory_mb " + std::to_string(c.devices[d].memory_mb));
+    const int64_t need = parts[d].total(), have = device_memory_bytes(c.devices[d]);
+    if (need <= have) continue;
+    // GB (2^30) for devices of a GB or more, else MB (2^20), so small devices read sensibly.
+    const bool big = have >= (int64_t{1} << 30);
+    const double unit = big ? 1024.0 * 1024 * 1024 : 1024.0 * 1024;
+    const char* u = big ? " GB" : " MB";
+    return Status::error("device '" + c.devices[d].name + "' needs " + in_unit(need, unit) + u + " (" +
+                         breakdown_in(parts[d], p.optimizer, unit) +
+                         ") but has " + in_unit(have, unit) + u + ": over by " + in_unit(need - have, unit) + u);
   }
   return Status::ok();
+}
+
+bool recompute_where_needed(Placement& p, const LayerGraph& g, const Cluster& c, int64_t batch_size) {
+  std::vector<int64_t> bytes = estimate_device_memory_bytes(p, g, c, batch_size);
+  auto over = [&](int d) { return bytes[d] > device_memory_bytes(c.devices[d]); };
+  bool any_over = false;
+  for (int d = 0; d < c.num_devices(); ++d) any_over = any_over || over(d);
+  if (!any_over) return true;
+  if (p.is_data_parallel()) return false;
+  // Per group: the activation bytes per sample it keeps (the larger first).
+  const int G = p.num_groups();
+  std::vector<int64_t> kept(G, 0);
+  for (size_t i = 0; i < g.layers.size(); ++i)
+    kept[p.layer_group[i]] = sat_add(kept[p.layer_group[i]], kept_bytes_per_sample(g.layers[i]));
+  std::vector<int> order(G);
+  for (int k = 0; k < G; ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return kept[a] > kept[b]; });
+  if (p.group_recompute.empty()) p.group_recompute.assign(G, 0);
+  for (int grp : order) {
+    if (p.group_recompute[grp]) continue;
+    bool on_over = false;
+    for (int d : p.devices_of_group(grp)) on_over = on_over || over(d);
+    if (!on_over) continue;
+    p.group_recompute[grp] = 1;
+    bytes = estimate_device_memory_bytes(p, g, c, batch_size);
+  }
+  for (int d = 0; d < c.num_devices(); ++d)
+    if (over(d)) return false;
+  return true;
 }
 
 namespace {
@@ -308,6 +542,36 @@ Status read_data_parallel_mode(const json& j, DataParallelMode& mode) {
     return Status::error("placement.data_parallel_mode: \"" + name +
                          "\" contradicts \"data_parallel\": " + (flag ? "true" : "false"));
   mode = *named;
+  return Status::ok();
+}
+
+// "optimizer": "sgd" (default) or "adam".
+Status read_optimizer(const json& j, Optimizer& o) {
+  if (!j.contains("optimizer") || j.at("optimizer").is_null()) return Status::ok();
+  std::string name;
+  if (Status s = jf::read(j, "optimizer", name, "placement"); !s) return s;
+  auto named = optimizer_from_name(name);
+  if (!named) return jf::field_error("placement.optimizer", named.error_message());
+  o = *named;
+  return Status::ok();
+}
+
+// "recompute": the indices of the groups that recompute their forward in backward.
+Status read_recompute(const json& j, Placement& p) {
+  auto it = j.find("recompute");
+  if (it == j.end() || it->is_null()) return Status::ok();
+  if (!it->is_array()) return jf::field_error("placement.recompute", std::string("expected an array of group indices, got ") + it->type_name());
+  if (it->empty()) return Status::ok();
+  p.group_recompute.assign(p.num_groups(), 0);
+  for (size_t k = 0; k < it->size(); ++k) {
+    const json& v = (*it)[k];
+    const std::string where = "placement.recompute[" + std::to_string(k) + "]";
+    if (!v.is_number_integer()) return jf::field_error(where, std::string("expected a group index, got ") + v.type_name());
+    const int64_t grp = v.get<int64_t>();
+    if (grp < 0 || grp >= p.num_groups()) return jf::field_error(where, "group " + std::to_string(grp) + " does not exist");
+    if (p.group_recompute[grp]) return jf::field_error(where, "group " + std::to_string(grp) + " is named twice");
+    p.group_recompute[grp] = 1;
+  }
   return Status::ok();
 }
 
@@ -349,6 +613,11 @@ json placement_to_json(const Placement& p, const LayerGraph& g, const Cluster& c
   if (p.data_parallel == DataParallelMode::hogwild)
     j["data_parallel_mode"] = data_parallel_mode_name(p.data_parallel);
   if (p.aggregation_every != 1) j["aggregation_every"] = p.aggregation_every;
+  if (p.optimizer != Optimizer::sgd) j["optimizer"] = optimizer_name(p.optimizer);
+  json recompute = json::array();
+  for (int grp = 0; grp < p.num_groups(); ++grp)
+    if (p.recomputes(grp)) recompute.push_back(grp);
+  if (!recompute.empty()) j["recompute"] = recompute;
   j["groups"] = json::array();
   for (int grp = 0; grp < p.num_groups(); ++grp) {
     if (p.replica_count(grp) == 1) {
@@ -406,6 +675,8 @@ Result<Placement> placement_from_json(const json& j, const LayerGraph& g, const 
   }
   for (size_t i = 0; i < g.layers.size(); ++i)
     if (p.layer_group[i] < 0) return jf::field_error("placement.layers." + g.layers[i].name, "missing");
+  if (Status s = read_optimizer(j, p.optimizer); !s) return s;
+  if (Status s = read_recompute(j, p); !s) return s;
   return p;
 }
 

@@ -10,7 +10,11 @@
 // updates of shared parameters, no exchange). `source` is only a label.
 // Its JSON form names layers
 // and devices by name (schemas/placement.schema.json). `check_memory` is the
-// one place that decides whether a placement fits the devices' memory.
+// one place that decides whether a placement fits the devices' memory; its
+// rule (`estimate_device_memory`) names its parts: parameters, gradients,
+// optimizer state (the placement's optimizer), activations kept for backward
+// by the micro-batches in flight (or, for a group that recomputes, its inputs
+// and one micro-batch's activations) and received buffers.
 // Data flow: planner / TAPP policy -> Placement -> task graph -> simulator | runtime.
 // Thread safety: plain values.
 #pragma once
@@ -23,6 +27,7 @@
 
 namespace tapp {
 
+struct Layer;
 struct LayerGraph;
 struct Cluster;
 struct Device;
@@ -40,6 +45,15 @@ Result<Schedule> schedule_from_name(const std::string& name);
 enum class DataParallelMode { none, bsp, hogwild };
 std::string data_parallel_mode_name(DataParallelMode m);  // "none" | "bsp" | "hogwild"
 Result<DataParallelMode> data_parallel_mode_from_name(const std::string& name);
+
+// The optimizer a run trains with: what it keeps per parameter beside the
+// weights and gradients. sgd: SGD with momentum (one momentum buffer, the
+// default); adam: Adam (two moments).
+enum class Optimizer { sgd, adam };
+std::string optimizer_name(Optimizer o);  // "sgd" | "adam"
+Result<Optimizer> optimizer_from_name(const std::string& name);
+// Copies of the parameters the optimizer keeps (sgd 1, adam 2).
+int optimizer_state_copies(Optimizer o);
 
 struct Placement {
   std::vector<int> layer_group;   // per layer
@@ -59,7 +73,13 @@ struct Placement {
   // Data parallel (bsp, hogwild): every layer in group 0, group_device = the
   // replicas (each runs the whole model on ceil(batch / replicas) samples), micro_batches 1.
   DataParallelMode data_parallel = DataParallelMode::none;
+  Optimizer optimizer = Optimizer::sgd;  // decides the optimizer state in memory and what the runtime steps
+  // Per group (empty = none): 1 = activation recomputation: its forward keeps
+  // only the group's inputs per micro-batch and its backward runs the forward
+  // again (more compute, fewer activations kept).
+  std::vector<char> group_recompute;
 
+  bool recomputes(int g) const { return !group_recompute.empty() && group_recompute[g] != 0; }
   bool is_data_parallel() const { return data_parallel != DataParallelMode::none; }
   int num_groups() const { return static_cast<int>(group_device.size()); }
   int device_of_layer(int layer) const { return group_device[layer_group[layer]]; }  // first replica
@@ -90,41 +110,101 @@ struct Placement {
 // Errors name the field.
 Status validate_placement(const Placement& p, const LayerGraph& g, const Cluster& c, int64_t batch_size);
 
-// Peak bytes each device needs: weights, gradients and optimizer state
-// (3 x parameter bytes) plus the activations kept for backward by the
-// micro-batches in flight under the schedule, plus received buffers. A
-// replica of a group holds the group's state and the activations of its own
-// micro-batches in flight. A data-parallel placement: the whole model on each
-// replica at its share.
+// The memory a device needs at its peak, by part (bytes).
+struct MemoryBreakdown {
+  int64_t params = 0;           // weights
+  int64_t grads = 0;            // their gradients
+  int64_t optimizer_state = 0;  // momentum (sgd) or Adam's two moments
+  int64_t activations = 0;      // kept for backward by the micro-batches in flight
+  // Inputs received from other devices and gradients received for the
+  // outputs it sends (the runtime posts every receive of a step at its start,
+  // so: for every micro-batch the device runs), plus the working memory of
+  // backward and the update: the largest layer's weight gradient before it
+  // is accumulated (Adam: twice, its update's temporaries) and two of the
+  // largest layer's activation gradients for one micro-batch.
+  int64_t buffers = 0;
+  int64_t total() const;
+  MemoryBreakdown& operator+=(const MemoryBreakdown& o);
+};
+
+// Per-sample bytes the backward pass keeps for one layer. Every use of a
+// layer's kept activations goes through here (the memory rule, StageMemory,
+// the simulator's tally). Today: the layer's output (float32); once
+// Layer::saved_bytes lands, that field.
+int64_t kept_bytes_per_sample(const Layer& l);
+
+// Peak memory of every device, by part: each group it runs holds its weights,
+// gradients and optimizer state; activations of the micro-batches in flight
+// on it (GPipe: all the micro-batches the device runs of that group; 1F1B: at
+// most as many as the devices from its first layer to the end, divided by
+// the replicas of its first group (the task graph's in-flight limit);
+// interleaved 1F1B one more) — a group that recomputes keeps one
+// micro-batch's activations instead (its inputs are kept either way: those
+// from other devices are buffers); buffers: received inputs and gradients of
+// every micro-batch it runs, and the backward's and update's working memory
+// (MemoryBreakdown::buffers). A replica holds the group's state and its own
+// micro-batches only. A data-parallel placement: the whole model on each
+// replica at its share. Not counted: the step's input batch (the data
+// loader's; the runtime draws it on every worker).
+std::vector<MemoryBreakdown> estimate_device_memory(const Placement& p, const LayerGraph& g, const Cluster& c,
+                                                    int64_t batch_size);
+// Their totals.
 std::vector<int64_t> estimate_device_memory_bytes(const Placement& p, const LayerGraph& g,
                                                   const Cluster& c, int64_t batch_size);
 
-// Error naming the device and both sizes when any device is over its memory_mb.
+// Error naming the first device over its memory_mb, by how much, with the breakdown:
+// "device 'gpu1' needs 9.3 GB (params 1.4, grads 1.4, Adam 2.8, activations 3.5, buffers 0.2) but has 8.0 GB: over by 1.3 GB".
 Status check_memory(const Placement& p, const LayerGraph& g, const Cluster& c, int64_t batch_size);
+// The breakdown as that message writes it ("params 1.4, grads 1.4, Adam 2.8, ..."; GB = 2^30 bytes).
+std::string memory_breakdown_text(const MemoryBreakdown& m, Optimizer o);
+
+// Marks groups for recomputation, on the devices that do not fit without it,
+// until they fit: each such device's groups from the most activation bytes
+// kept. Returns whether the placement fits now (check_memory passes); a
+// placement that fits is left unchanged.
+bool recompute_where_needed(Placement& p, const LayerGraph& g, const Cluster& c, int64_t batch_size);
 
 // The pieces of that rule, for loops that cost one stage at a time:
 // a device holds memory_mb MiB; a pipeline of `stages` devices keeps this many
 // micro-batches' activations (GPipe: all of them; 1F1B: at most one per stage).
 int64_t device_memory_bytes(const Device& d);
-// Weights, gradients and optimizer state of `param_bytes` of parameters (3 x, saturating).
-int64_t training_state_bytes(int64_t param_bytes);
+// Weights, gradients and optimizer state of `param_bytes` of parameters (saturating).
+int64_t training_state_bytes(int64_t param_bytes, Optimizer o = Optimizer::sgd);
 int64_t micro_batches_in_flight(Schedule schedule, int micro_batches, int stages);
 
 // The memory rule for a run of consecutive layers [first, end) on one device,
-// in O(1) a query (prefix sums): 3 x their parameter bytes plus their
-// activations for `samples` per micro-batch x `in_flight` micro-batches; the
-// same sum estimate_device_memory_bytes adds per layer (tests/core checks they agree).
+// in O(1) a query (prefix sums, sparse tables for the largest layer):
+// training state of their parameters, their kept activations for `samples`
+// per micro-batch x `in_flight` micro-batches (recompute: one micro-batch),
+// and the buffers of a pipeline stage whose neighbours are other devices:
+// what crosses the cut before `first` (the received inputs; none when first
+// = 0) and the cut before `end` (the received gradients; none when end = L),
+// each for `micro_batches` (0: in_flight) micro-batches, plus the working
+// memory of its largest layers. For a chain on distinct devices this is exactly what
+// estimate_device_memory adds up (tests/core checks it); on a DAG it is an
+// upper bound (a cut also counts edges that jump over the stage).
 class StageMemory {
  public:
-  explicit StageMemory(const LayerGraph& g);
+  explicit StageMemory(const LayerGraph& g, Optimizer o = Optimizer::sgd);
   int64_t param_bytes(int first, int end) const { return param_prefix_[end] - param_prefix_[first]; }
-  int64_t bytes(int first, int end, int64_t samples, int64_t in_flight) const;
-  bool fits(const Device& d, int first, int end, int64_t samples, int64_t in_flight) const {
-    return bytes(first, end, samples, in_flight) <= device_memory_bytes(d);
+  MemoryBreakdown breakdown(int first, int end, int64_t samples, int64_t in_flight, bool recompute = false,
+                            int64_t micro_batches = 0) const;
+  int64_t bytes(int first, int end, int64_t samples, int64_t in_flight, bool recompute = false,
+                int64_t micro_batches = 0) const {
+    return breakdown(first, end, samples, in_flight, recompute, micro_batches).total();
   }
+  bool fits(const Device& d, int first, int end, int64_t samples, int64_t in_flight, bool recompute = false,
+            int64_t micro_batches = 0) const {
+    return bytes(first, end, samples, in_flight, recompute, micro_batches) <= device_memory_bytes(d);
+  }
+  Optimizer optimizer() const { return optimizer_; }
 
  private:
-  std::vector<int64_t> param_prefix_, activation_prefix_;  // per sample
+  Optimizer optimizer_;
+  std::vector<int64_t> param_prefix_, kept_prefix_;  // per sample
+  std::vector<int64_t> cut_;  // per sample: outputs of layers < j read by layers >= j
+  // Sparse tables: [k][i] = the largest of layers [i, i + 2^k) (parameter bytes; output bytes per sample).
+  std::vector<std::vector<int64_t>> param_max_, output_max_;
 };
 
 // JSON: "groups" items are a device name or, for a replicated group, an array
@@ -132,6 +212,8 @@ class StageMemory {
 // when not 1. A data-parallel placement writes "data_parallel": true, and
 // "data_parallel_mode" when that is not bsp; the parser takes either
 // ("data_parallel": true alone is bsp) and refuses an unknown mode or a contradiction.
+// "optimizer" ("sgd" | "adam") is written when not sgd; "recompute" (an
+// array of group indices) when a group recomputes.
 nlohmann::json placement_to_json(const Placement& p, const LayerGraph& g, const Cluster& c);
 Result<Placement> placement_from_json(const nlohmann::json& j, const LayerGraph& g, const Cluster& c);
 Result<Placement> load_placement(const std::string& path, const LayerGraph& g, const Cluster& c);

@@ -43,12 +43,14 @@ nlohmann::json step_report_to_json(const StepReport& r, bool with_timeline) {
   j["comm_fraction"] = r.comm_fraction;
   if (!r.warnings.empty()) j["warnings"] = r.warnings;
   j["devices"] = nlohmann::json::array();
-  for (const DeviceStats& d : r.devices)
+  for (const DeviceStats& d : r.devices) {
     j["devices"].push_back({{"device", d.device},
                             {"busy_ms", d.busy_ms},
                             {"comm_ms", d.comm_ms},
                             {"idle_ms", d.idle_ms},
                             {"peak_memory_bytes", d.peak_memory_bytes}});
+    if (d.peak_tensor_bytes > 0) j["devices"].back()["peak_tensor_bytes"] = d.peak_tensor_bytes;
+  }
   if (with_timeline) {
     j["timeline"] = nlohmann::json::array();
     for (const TimelineEntry& e : r.timeline)

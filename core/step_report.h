@@ -34,7 +34,11 @@ struct DeviceStats {
   double busy_ms = 0;   // computing
   double comm_ms = 0;   // sending or waiting on the wire (not overlapped with own compute)
   double idle_ms = 0;   // step_ms - busy_ms - comm_ms
-  int64_t peak_memory_bytes = 0;
+  int64_t peak_memory_bytes = 0;  // simulated: the memory rule's peak; measured: the worker's peak RSS
+  // Measured only: the peak of the bytes held by tensors (parameters,
+  // gradients, optimizer state, saved activations, buffers, temporaries) as
+  // the worker's counting CPU allocator saw them; 0 when not measured.
+  int64_t peak_tensor_bytes = 0;
 };
 
 struct TimelineEntry {

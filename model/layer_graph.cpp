@@ -33,6 +33,16 @@ const std::map<std::string, std::string>& op_classes() {
       {"softmax", "Activation"},
       {"log_softmax", "Activation"},
       {"torchscript", "Unknown"},
+      {"token_embedding", "Embedding"},
+      {"position_embedding", "Embedding"},
+      {"token_type_embedding", "Embedding"},
+      {"class_token", "Embedding"},
+      {"to_sequence", "Flatten"},
+      {"select_token", "Flatten"},
+      {"layer_norm", "Normalization"},
+      {"self_attention", "Attention"},
+      {"gelu", "Activation"},
+      {"lm_head", "Fully-Connected"},
   };
   return classes;
 }
@@ -92,6 +102,75 @@ Status infer_script_layer(Layer& l) {
   return Status::ok();
 }
 
+Status need_sequence(const Layer& l, const Shape& in) {
+  if (in.size() != 2) return err(l, "expects a sequence T x D, got " + shape_to_string(in));
+  return Status::ok();
+}
+
+// The transformer ops (layer_graph.h); false when `l.op` is not one of them.
+bool infer_sequence_layer(Layer& l, Status& status) {
+  const LayerAttrs& a = l.attrs;
+  const Shape& in = l.input_shapes[0];
+  auto fail = [&](const std::string& what) {
+    status = err(l, what);
+    return true;
+  };
+  status = Status::ok();
+  if (l.op == "token_embedding") {
+    if (in.size() != 1) return fail("expects token ids {T}, got " + shape_to_string(in));
+    if (a.entries <= 0 || a.out <= 0) return fail("attrs.entries (vocabulary) and attrs.out must be positive");
+    l.output_shape = {in[0], a.out};
+    if (!count_of({a.entries, a.out}, l.params)) return fail("table is over 2^59 entries");
+  } else if (l.op == "position_embedding" || l.op == "token_type_embedding") {
+    if (Status s = need_sequence(l, in); !s) return status = s, true;
+    if (a.entries <= 0) return fail("attrs.entries must be positive");
+    if (l.op == "position_embedding" && in[0] > a.entries)
+      return fail("sequence of " + std::to_string(in[0]) + " tokens is longer than its " +
+                  std::to_string(a.entries) + " positions");
+    l.output_shape = in;
+    if (!count_of({a.entries, in[1]}, l.params)) return fail("table is over 2^59 entries");
+  } else if (l.op == "class_token") {
+    if (Status s = need_sequence(l, in); !s) return status = s, true;
+    l.output_shape = {in[0] + 1, in[1]};
+    l.params = in[1];
+  } else if (l.op == "to_sequence") {
+    if (Status s = need_chw(l, in); !s) return status = s, true;
+    l.output_shape = {in[1] * in[2], in[0]};
+  } else if (l.op == "select_token") {
+    if (Status s = need_sequence(l, in); !s) return status = s, true;
+    if (a.index < 0 || a.index >= in[0])
+      return fail("attrs.index " + std::to_string(a.index) + " is not a token of " + shape_to_string(in));
+    l.output_shape = {in[1]};
+  } else if (l.op == "layer_norm") {
+    l.output_shape = in;
+    if (!count_of({2, in.back()}, l.params)) return fail("parameter count is over 2^59");
+  } else if (l.op == "self_attention") {
+    if (Status s = need_sequence(l, in); !s) return status = s, true;
+    const int64_t t = in[0], d = in[1];
+    if (a.heads <= 0 || d % a.heads)
+      return fail("attrs.heads " + std::to_string(a.heads) + " must divide the width " + std::to_string(d));
+    l.output_shape = in;
+    int64_t square = 0, projections = 0, products = 0;
+    if (!count_of({d, d}, square) || !count_of({4, square + (a.bias ? d : 0)}, l.params) ||
+        !count_of({4, t, square}, projections) || !count_of({2, t, t, d}, products) ||
+        !count_of({1, projections + products}, l.macs))
+      return fail("parameter or multiply-add count is over 2^59");
+    // q, k, v, the attention output before its projection and the output: 5 x T x D;
+    // scores and probabilities: 2 x heads x T x T.
+    int64_t per_token = 0, per_head = 0;
+    if (!count_of({5, t, d}, per_token) || !count_of({2, a.heads, t, t}, per_head) ||
+        !count_of({4, per_token + per_head}, l.saved_bytes))
+      return fail("saved activations are over 2^59 bytes");
+  } else if (l.op == "gelu") {
+    l.output_shape = in;
+  } else if (l.op == "lm_head") {
+    return fail("needs the table of its tied embedding (infer_shapes resolves attrs.tie)");
+  } else {
+    return false;
+  }
+  return true;
+}
+
 Status infer_layer(Layer& l) {
   const auto& ins = l.input_shapes;
   const LayerAttrs& a = l.attrs;
@@ -106,10 +185,12 @@ Status infer_layer(Layer& l) {
   for (int64_t d : in)
     if (d <= 0) return err(l, "input has an empty dimension " + shape_to_string(in));
   if (numel(in) > kMaxCount) return err(l, "input larger than 2^59 elements " + shape_to_string(in));
-  for (int64_t v : {a.out, a.kernel[0], a.kernel[1], a.stride[0], a.stride[1], a.padding[0], a.padding[1], a.groups})
+  for (int64_t v : {a.out, a.kernel[0], a.kernel[1], a.stride[0], a.stride[1], a.padding[0], a.padding[1], a.groups,
+                    a.entries, a.heads, a.index})
     if (v > kMaxExtent) return err(l, "attrs above 2^31: " + std::to_string(v));
-
-  if (l.op == "conv2d") {
+  if (Status s; infer_sequence_layer(l, s)) {
+    if (!s) return s;
+  } else if (l.op == "conv2d") {
     if (Status s = need_chw(l, in); !s) return s;
     if (a.out <= 0) return err(l, "attrs.out must be positive");
     if (a.groups <= 0 || in[0] % a.groups || a.out % a.groups)
@@ -133,14 +214,16 @@ Status infer_layer(Layer& l) {
       return err(l, "parameter count " + std::to_string(a.out) + " x " + std::to_string(in[0] / a.groups) +
                         " x " + std::to_string(a.kernel[0]) + " x " + std::to_string(a.kernel[1]) + " is over 2^59");
     if (!count_of({a.out, h, w, per_out}, l.macs)) return err(l, "multiply-add count is over 2^59");
-  } else if (l.op == "linear") {
-    if (in.size() != 1) return err(l, "expects a flat input, got " + shape_to_string(in));
+  } else if (l.op == "linear") {  // {F} or a sequence {T, F}: applied to the last dimension
+    if (in.size() != 1 && in.size() != 2) return err(l, "expects a flat input, got " + shape_to_string(in));
     if (a.out <= 0) return err(l, "attrs.out must be positive");
-    l.output_shape = {a.out};
+    const int64_t features = in.back(), rows = in.size() == 2 ? in[0] : 1;
+    l.output_shape = in;
+    l.output_shape.back() = a.out;
     int64_t weights = 0;
-    if (!count_of({in[0], a.out}, weights) || !count_of({1, weights + (a.bias ? a.out : 0)}, l.params))
-      return err(l, "parameter count " + std::to_string(in[0]) + " x " + std::to_string(a.out) + " is over 2^59");
-    l.macs = weights;
+    if (!count_of({features, a.out}, weights) || !count_of({1, weights + (a.bias ? a.out : 0)}, l.params))
+      return err(l, "parameter count " + std::to_string(features) + " x " + std::to_string(a.out) + " is over 2^59");
+    if (!count_of({rows, weights}, l.macs)) return err(l, "multiply-add count is over 2^59");
   } else if (l.op == "maxpool2d" || l.op == "avgpool2d") {
     if (Status s = need_chw(l, in); !s) return s;
     for (int i = 0; i < 2; ++i)
@@ -196,6 +279,54 @@ Status infer_layer(Layer& l) {
   if (!count_of({numel(l.output_shape)}, elements))
     return err(l, "output " + shape_to_string(l.output_shape) + " has more than " + std::to_string(kMaxCount) +
                       " elements per sample");
+  if (l.saved_bytes == 0) l.saved_bytes = elements * 4;
+  return Status::ok();
+}
+
+// lm_head reads the table of an earlier token_embedding (attrs.tie): {T, D} -> {T, vocabulary}.
+Status infer_lm_head(Layer& l, const LayerGraph& g, int index) {
+  const Shape& in = l.input_shapes.at(0);
+  if (l.input_shapes.size() != 1) return err(l, "takes exactly one input");
+  if (Status s = need_sequence(l, in); !s) return s;
+  const int tied = g.index_of(l.attrs.tie);
+  if (tied < 0 || tied >= index || g.layers[tied].op != "token_embedding")
+    return err(l, "attrs.tie '" + l.attrs.tie + "' must name an earlier token_embedding layer");
+  const Layer& e = g.layers[tied];
+  if (e.attrs.out != in[1])
+    return err(l, "width " + std::to_string(in[1]) + " differs from its tied embedding's " +
+                      std::to_string(e.attrs.out));
+  l.params = 0;  // the table's parameters belong to the embedding
+  l.output_shape = {in[0], e.attrs.entries};
+  if (!count_of({in[0], in[1], e.attrs.entries}, l.macs) || !count_of({4, in[0], e.attrs.entries}, l.saved_bytes))
+    return err(l, "multiply-add count is over 2^59");
+  return Status::ok();
+}
+
+// A token_embedding, or a torchscript slice with attrs.entries (an imported
+// language model's first layers), reads token ids in [0, entries).
+bool reads_token_ids(const Layer& l) {
+  return l.op == "token_embedding" || (l.op == "torchscript" && l.attrs.entries > 0);
+}
+
+// The model reads token ids when a layer that reads token ids reads its input;
+// then every reader of the input must be one, and the ids are below the
+// smallest vocabulary.
+Status infer_input_kind(LayerGraph& g) {
+  g.input_kind = InputKind::dense;
+  g.input_vocabulary = 0;
+  for (const Layer& l : g.layers) {
+    if (reads_token_ids(l) && !l.inputs.empty())
+      return err(l, "reads token ids: the model input, not another layer");
+    if (l.inputs.empty() && reads_token_ids(l)) g.input_kind = InputKind::tokens;
+  }
+  if (g.input_kind == InputKind::dense) return Status::ok();
+  for (const Layer& l : g.layers) {
+    if (!l.inputs.empty()) continue;
+    if (!reads_token_ids(l))
+      return err(l, "reads the model input, which holds token ids (a token_embedding reads it)");
+    if (l.attrs.entries > 0 && (g.input_vocabulary == 0 || l.attrs.entries < g.input_vocabulary))
+      g.input_vocabulary = l.attrs.entries;
+  }
   return Status::ok();
 }
 
@@ -210,7 +341,8 @@ bool LayerAttrs::operator==(const LayerAttrs& o) const {
   return script == o.script && out == o.out && std::equal(kernel, kernel + 2, o.kernel) &&
          std::equal(stride, stride + 2, o.stride) && std::equal(padding, padding + 2, o.padding) &&
          groups == o.groups && bias == o.bias && ceil_mode == o.ceil_mode && p == o.p &&
-         eps == o.eps && dim == o.dim;
+         eps == o.eps && dim == o.dim && entries == o.entries && heads == o.heads && causal == o.causal &&
+         index == o.index && tie == o.tie;
 }
 
 bool is_known_op(const std::string& op) { return op_classes().count(op) > 0; }
@@ -230,6 +362,10 @@ std::string op_class(const std::string& op) {
 }
 
 int64_t Layer::activation_bytes() const { return sat_mul(numel(output_shape), 4); }
+
+bool LayerGraph::per_token_labels() const {
+  return !layers.empty() && layers.back().output_shape.size() == 2;
+}
 
 int64_t LayerGraph::total_params() const {
   int64_t n = 0;
@@ -262,6 +398,7 @@ Status infer_shapes(LayerGraph& graph) {
   if (graph.input_shape.empty()) return Status::error("input_shape is empty");
   for (int64_t d : graph.input_shape)
     if (d <= 0) return Status::error("input_shape has a non-positive dimension");
+  if (Status s = infer_input_kind(graph); !s) return s;
   std::map<std::string, int> seen;
   for (size_t i = 0; i < graph.layers.size(); ++i) {
     Layer& l = graph.layers[i];
@@ -276,13 +413,14 @@ Status infer_shapes(LayerGraph& graph) {
         return err(l, "input " + std::to_string(p) + " is not an earlier layer");
       l.input_shapes.push_back(graph.layers[p].output_shape);
     }
-    if (Status s = infer_layer(l); !s) return s.at_field("layers[" + std::to_string(i) + "]");
+    l.saved_bytes = 0;
+    Status s = l.op == "lm_head" ? infer_lm_head(l, graph, static_cast<int>(i)) : infer_layer(l);
+    if (!s) return s.at_field("layers[" + std::to_string(i) + "]");
   }
-  if (graph.input_vocab < 0) return Status::error("input_vocab must be positive (token ids) or 0 (float input)");
   const Shape& out = graph.layers.back().output_shape;
   if (out.size() != 1 && out.size() != 2)
     return Status::error("the last layer '" + graph.layers.back().name +
-                         "' must output class scores (a flat vector) or per-token scores (tokens x vocabulary), got " +
+                         "' must output class scores (a flat vector, or one per token: T x V), got " +
                          shape_to_string(out));
   graph.num_classes = out.back();
   return Status::ok();

@@ -18,13 +18,34 @@
 
 namespace tapp {
 
-// Per-sample shape, batch dimension excluded: {C, H, W} or {F}.
+// Per-sample shape, batch dimension excluded: {C, H, W}, {F}, or a sequence
+// {T, D} (T tokens of width D; for a model reading token ids the input is {T}).
 using Shape = std::vector<int64_t>;
+
+// What the model input holds: dense float tensors (images, features) or int64
+// token ids in [0, vocabulary) read by a token_embedding layer.
+enum class InputKind { dense, tokens };
 
 // The ops a layer graph may use. Names are the JSON spelling.
 //   conv2d linear relu sigmoid tanh maxpool2d avgpool2d adaptive_avgpool2d
 //   flatten dropout batchnorm2d concat add identity relu6 softmax log_softmax
 //   torchscript (a slice of a TorchScript module's forward: see ScriptSlice)
+// Transformer ops (per-sample shapes {T, D}):
+//   token_embedding      {T} ids -> {T, out}; a table of `entries` (vocabulary) x out
+//   position_embedding   adds learned rows 0..T-1 of an `entries` x D table (T <= entries)
+//   token_type_embedding adds row 0 of an `entries` x D table (every token is of type 0,
+//                        as BertModel's default token_type_ids)
+//   class_token          prepends one learned D-vector: {T, D} -> {T + 1, D} (ViT)
+//   to_sequence          {C, H, W} -> {H * W, C}: a feature map as a sequence of patches
+//   select_token         {T, D} -> {D}: token `index` (BERT's pooler, ViT's head)
+//   layer_norm           over the last dimension, with weight and bias
+//   self_attention       multi-head (`heads`), q/k/v and output projections with biases;
+//                        `causal` masks attention to later tokens (GPT)
+//   gelu                 elementwise
+//   lm_head              {T, D} -> {T, V}: logits against the table of the token_embedding
+//                        named by `tie` (GPT-2's tied output embedding; its parameters
+//                        are counted once, at the embedding)
+// linear applies to the last dimension, so {T, F} -> {T, out}.
 bool is_known_op(const std::string& op);
 const std::vector<std::string>& known_ops();
 
@@ -61,6 +82,11 @@ struct LayerAttrs {
   double eps = 1e-5;           // batchnorm2d
   int64_t dim = 1;             // concat (per-sample dims + 1, i.e. 1 = channels)
   ScriptSlice script;          // torchscript
+  int64_t entries = 0;         // embedding tables: rows (vocabulary, positions, token types)
+  int64_t heads = 1;           // self_attention
+  bool causal = false;         // self_attention
+  int64_t index = 0;           // select_token
+  std::string tie;             // lm_head: the token_embedding layer whose table it reads
   bool operator==(const LayerAttrs& o) const;
 };
 
@@ -74,18 +100,27 @@ struct Layer {
   std::vector<Shape> input_shapes;
   Shape output_shape;
   int64_t params = 0;
-  int64_t macs = 0;  // multiply-adds per sample (conv2d, linear; torchscript: conv/linear/matmul nodes)
+  // Multiply-adds per sample of the matrix products: conv2d, linear, lm_head,
+  // self_attention (its four projections and the QK^T and AV products, the
+  // full T x T even when causal, as the masked kernels compute it).
+  int64_t macs = 0;
+  // Bytes per sample that backward keeps for this layer: its output for most
+  // ops; self_attention also keeps q, k, v, the per-head T x T scores and
+  // probabilities and the attention output before its projection.
+  int64_t saved_bytes = 0;
   int64_t activation_bytes() const;  // output, float32, per sample
   int64_t param_bytes() const { return params * 4; }
 };
 
 struct LayerGraph {
   std::string name;
-  Shape input_shape;      // per sample, e.g. {3, 224, 224}
-  int64_t input_vocab = 0;  // > 0: the input is int64 token ids in [0, input_vocab) (language models)
-  // Width of the last layer's output: classes of a flat {C} output, or the
-  // vocabulary of a per-token {S, V} output (labels are then one per token).
+  Shape input_shape;      // per sample, e.g. {3, 224, 224}, or {T} token ids
+  InputKind input_kind = InputKind::dense;
+  int64_t input_vocabulary = 0;  // tokens: ids are in [0, this); set by infer_shapes
+  // Width of the last layer's output: classes, or the vocabulary of a model
+  // whose output is per token ({T, V}: one label per token).
   int64_t num_classes = 0;
+  bool per_token_labels() const;  // the last layer outputs {T, V}
   std::vector<Layer> layers;  // topological order; the last layer is the output
 
   int64_t total_params() const;
@@ -96,7 +131,7 @@ struct LayerGraph {
 };
 
 // Checks structure (known ops, inputs that point backwards, arity) and fills
-// shapes, params and macs. Errors name the layer: "layer 'conv3' (conv2d): ...".
+// shapes, params, macs and saved bytes. Errors name the layer: "layer 'conv3' (conv2d): ...".
 Status infer_shapes(LayerGraph& graph);
 
 std::string shape_to_string(const Shape& shape);

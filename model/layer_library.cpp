@@ -1,5 +1,7 @@
 #include "model/layer_library.h"
 
+#include <fstream>
+
 #include <nlohmann/json.hpp>
 
 #include "common/json_fields.h"
@@ -180,6 +182,72 @@ std::vector<int64_t> profile_batch_sizes(int64_t batch) {
   for (int64_t b = 1; b < batch; b *= 2) sizes.push_back(b);
   sizes.push_back(batch);
   return sizes;
+}
+
+namespace {
+
+std::string shape_text(const Shape& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// One library of the file against the model; `at` is "" or "[k]" for an array.
+Status check_library_for(const LayerLibrary& lib, const LayerGraph& g, const std::string& at) {
+  auto bad = [&](const std::string& field, const std::string& what) { return Status::field_error(at + field, what); };
+  if (lib.model != g.name)
+    return bad("model", "\"" + lib.model + "\", the plan's model is \"" + g.name + "\"");
+  if (!lib.input_shape.empty() && lib.input_shape != g.input_shape)
+    return bad("input_shape", shape_text(lib.input_shape) + ", the model's input is " + shape_text(g.input_shape));
+  if (lib.rows.size() != g.layers.size())
+    return bad("rows", std::to_string(lib.rows.size()) + " layers, the model \"" + g.name + "\" has " +
+                           std::to_string(g.layers.size()));
+  for (size_t i = 0; i < lib.rows.size(); ++i) {
+    const LayerRow& r = lib.rows[i];
+    const Layer& l = g.layers[i];
+    const std::string row = "rows[" + std::to_string(i) + "]";
+    if (r.name != l.name) return bad(row + ".name", "\"" + r.name + "\", the model's layer " + std::to_string(i) + " is \"" + l.name + "\"");
+    if (r.op != l.op) return bad(row + ".op", "\"" + r.op + "\", the model's layer \"" + l.name + "\" is \"" + l.op + "\"");
+    if (r.params != l.params)
+      return bad(row + ".params", std::to_string(r.params) + ", the model's layer \"" + l.name + "\" has " +
+                                      std::to_string(l.params));
+    if (!(r.forward_ms >= 0) || !(r.backward_ms >= 0))
+      return bad(row + (r.forward_ms >= 0 ? ".backward_ms" : ".forward_ms"), "must be a time >= 0");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<std::vector<LayerLibrary>> load_library_file(const std::string& path, const LayerGraph& graph,
+                                                    int64_t batch_size) {
+  const std::string file = "layer library '" + path + "'";
+  std::ifstream in(path);
+  if (!in) return Status::error(file + ": cannot open the file");
+  const json j = json::parse(in, nullptr, false);
+  if (j.is_discarded()) return Status::error(file + ": not valid JSON");
+  const bool many = j.is_array();
+  if (many && j.empty()) return Status::error(file + ": an empty array (expected one layer library or several)");
+  std::vector<LayerLibrary> out;
+  for (size_t k = 0; k < (many ? j.size() : 1); ++k) {
+    const std::string at = many ? "[" + std::to_string(k) + "]." : "";
+    Result<LayerLibrary> lib = library_from_json(many ? j[k] : j);
+    if (!lib) return Status::error(file + ": " + (many ? "[" + std::to_string(k) + "] " : "") + lib.error_message());
+    if (Status s = check_library_for(*lib, graph, at); !s) return s.with_context(file);
+    out.push_back(std::move(*lib));
+  }
+  bool has_batch = false;
+  std::string sizes;
+  for (const LayerLibrary& lib : out) {
+    has_batch = has_batch || lib.batch_size == batch_size;
+    sizes += (sizes.empty() ? "" : ", ") + std::to_string(lib.batch_size);
+  }
+  if (!has_batch)
+    return Status::field_error("batch_size", sizes + ", the plan's batch is " + std::to_string(batch_size) +
+                                                 " (profile it at that batch: tapp-cli profile --batch " +
+                                                 std::to_string(batch_size) + " --json)")
+        .with_context(file);
+  return out;
 }
 
 }  // namespace tapp

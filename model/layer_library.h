@@ -62,4 +62,14 @@ std::vector<int64_t> profile_batch_sizes(int64_t batch);
 nlohmann::json library_to_json(const LayerLibrary& lib);
 Result<LayerLibrary> library_from_json(const nlohmann::json& j);
 
+// A layer-library file measured elsewhere (a device's `costs.library`): one
+// library (`tapp-cli profile --json`) or an array of them (several batch
+// sizes). Refused, with the file and the field named ("layer library
+// 'a.json': input_shape: [3, 224, 224], the model's input is [3, 32, 32]"),
+// when it is not readable JSON, not a library, or for another model (name,
+// layer count, a layer's name, op or parameters), another input shape, or
+// has no library at the plan's batch size, or a negative or non-finite time.
+Result<std::vector<LayerLibrary>> load_library_file(const std::string& path, const LayerGraph& graph,
+                                                    int64_t batch_size);
+
 }  // namespace tapp

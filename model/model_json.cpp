@@ -33,8 +33,15 @@ const std::map<std::string, OpAttrs>& op_attrs() {
       {"concat", {{"dim"}, {}}},
       {"softmax", {{"dim"}, {}}},
       {"log_softmax", {{"dim"}, {}}},
-      {"torchscript", {{"file", "hash", "expand", "nodes", "output_shape", "params", "macs"},
+      {"torchscript", {{"file", "hash", "expand", "nodes", "output_shape", "params", "macs", "entries"},
                        {"file", "hash", "nodes", "output_shape"}}},
+      {"token_embedding", {{"entries", "out"}, {"entries", "out"}}},
+      {"position_embedding", {{"entries"}, {"entries"}}},
+      {"token_type_embedding", {{"entries"}, {"entries"}}},
+      {"select_token", {{"index"}, {}}},
+      {"layer_norm", {{"eps"}, {}}},
+      {"self_attention", {{"heads", "causal", "bias"}, {"heads"}}},
+      {"lm_head", {{"tie"}, {"tie"}}},
   };
   return m;
 }
@@ -119,7 +126,13 @@ Status read_attrs(const json& layer, Layer& l, const std::string& path) {
   for (const auto& r : allowed.required)
     if (!attrs.contains(r)) return jf::field_error(where + "." + r, "missing required field");
 
-  if (l.op == "torchscript") return read_script_attrs(attrs, l.attrs.script, where);
+  if (l.op == "torchscript") {
+    // entries: the slice reads token ids in [0, entries) (layer_graph.h infer_input_kind)
+    if (Status s = jf::read(attrs, "entries", l.attrs.entries, where); !s) return s;
+    if (attrs.contains("entries") && l.attrs.entries <= 0)
+      return jf::field_error(where + ".entries", "must be positive (the token vocabulary)");
+    return read_script_attrs(attrs, l.attrs.script, where);
+  }
   LayerAttrs& a = l.attrs;
   Status s;
   if (!(s = jf::read(attrs, "out", a.out, where))) return s;
@@ -137,6 +150,15 @@ Status read_attrs(const json& layer, Layer& l, const std::string& path) {
   if (!(s = jf::read(attrs, "p", a.p, where))) return s;
   if (!(s = jf::read(attrs, "eps", a.eps, where))) return s;
   if (!(s = jf::read(attrs, "dim", a.dim, where))) return s;
+  if (!(s = jf::read(attrs, "entries", a.entries, where))) return s;
+  if (!(s = jf::read(attrs, "heads", a.heads, where))) return s;
+  if (!(s = jf::read(attrs, "causal", a.causal, where))) return s;
+  if (!(s = jf::read(attrs, "index", a.index, where))) return s;
+  if (!(s = jf::read(attrs, "tie", a.tie, where))) return s;
+  for (const char* k : {"entries", "heads"})
+    if (attrs.contains(k) && (std::string(k) == "entries" ? a.entries : a.heads) <= 0)
+      return jf::field_error(where + "." + k, "must be positive");
+  if (attrs.contains("index") && a.index < 0) return jf::field_error(where + ".index", "must be non-negative");
   if (attrs.contains("out") && a.out <= 0) return jf::field_error(where + ".out", "must be positive");
   if (attrs.contains("eps") && a.eps <= 0) return jf::field_error(where + ".eps", "must be positive");
   if (attrs.contains("p") && (a.p < 0 || a.p >= 1)) return jf::field_error(where + ".p", "must be in [0, 1)");
@@ -152,7 +174,8 @@ Status read_attrs(const json& layer, Layer& l, const std::string& path) {
   const std::pair<const char*, const int64_t*> sizes[] = {
       {"out", &a.out},         {"kernel", &a.kernel[0]},  {"kernel", &a.kernel[1]}, {"stride", &a.stride[0]},
       {"stride", &a.stride[1]}, {"padding", &a.padding[0]}, {"padding", &a.padding[1]}, {"groups", &a.groups},
-      {"output_size", &a.kernel[0]}, {"output_size", &a.kernel[1]}, {"dim", &a.dim}};
+      {"output_size", &a.kernel[0]}, {"output_size", &a.kernel[1]}, {"dim", &a.dim}, {"entries", &a.entries},
+      {"heads", &a.heads}, {"index", &a.index}};
   for (const auto& [key, value] : sizes)
     if (attrs.contains(key) && (*value > kMaxDimension || *value < -kMaxDimension))
       return jf::field_error(where + "." + key, "must be at most " + std::to_string(kMaxDimension));
@@ -204,11 +227,9 @@ Result<LayerGraph> model_from_json(const json& j) {
   if (!(s = jf::expect_object(j, ""))) return s;
   for (auto kv = j.begin(); kv != j.end(); ++kv)
     if (kv.key() != "name" && kv.key() != "input_shape" && kv.key() != "layers" && kv.key() != "$schema" &&
-        kv.key() != "description" && kv.key() != "input_vocab")
-      return jf::field_error(kv.key(), "unknown field (expected name, input_shape, input_vocab, layers)");
+        kv.key() != "description")
+      return jf::field_error(kv.key(), "unknown field (expected name, input_shape, layers)");
   if (!(s = jf::read(j, "name", g.name, "", true))) return s;
-  if (!(s = jf::read(j, "input_vocab", g.input_vocab, ""))) return s;
-  if (g.input_vocab < 0) return jf::field_error("input_vocab", "must be 0 (float input) or the token vocabulary size");
   auto shape = j.find("input_shape");
   if (shape == j.end() || shape->is_null()) return jf::field_error("input_shape", "missing required field");
   if (!shape->is_array() || shape->empty())
@@ -299,13 +320,25 @@ json model_to_json(const LayerGraph& g) {
       attrs = {{"file", sc.file},     {"hash", sc.hash},
                {"expand", sc.expand}, {"nodes", json::array({sc.begin, sc.end})},
                {"output_shape", sc.output_shape}, {"params", sc.params}, {"macs", sc.macs}};
+      if (a.entries > 0) attrs["entries"] = a.entries;
+    } else if (l.op == "token_embedding") {
+      attrs = {{"entries", a.entries}, {"out", a.out}};
+    } else if (l.op == "position_embedding" || l.op == "token_type_embedding") {
+      attrs = {{"entries", a.entries}};
+    } else if (l.op == "select_token") {
+      attrs = {{"index", a.index}};
+    } else if (l.op == "layer_norm") {
+      attrs = {{"eps", a.eps}};
+    } else if (l.op == "self_attention") {
+      attrs = {{"heads", a.heads}, {"causal", a.causal}, {"bias", a.bias}};
+    } else if (l.op == "lm_head") {
+      attrs = {{"tie", a.tie}};
     }
     json lj = {{"name", l.name}, {"op", l.op}, {"inputs", inputs}};
     if (!attrs.empty()) lj["attrs"] = attrs;
     layers.push_back(lj);
   }
   json doc = {{"name", g.name}, {"input_shape", g.input_shape}, {"layers", layers}};
-  if (g.input_vocab > 0) doc["input_vocab"] = g.input_vocab;
   return doc;
 }
 

@@ -69,9 +69,27 @@ std::string profile_cache_key(const LayerGraph& graph, const std::string& device
          "-" + allocator_name(allocator);
 }
 
+namespace {
+std::string shape_key(const LayerGraph& graph) {
+  std::string shape;
+  for (size_t i = 0; i < graph.input_shape.size(); ++i) shape += (i ? "x" : "") + std::to_string(graph.input_shape[i]);
+  return shape;
+}
+}  // namespace
+
+std::string worker_profile_cache_key(const LayerGraph& graph, const std::string& worker_device_fingerprint,
+                                     int64_t batch_size) {
+  return graph.name + "-" + shape_key(graph) + "-" + graph_fingerprint(graph) + "-w" + worker_device_fingerprint +
+         "-b" + std::to_string(batch_size);
+}
+
 std::optional<LayerLibrary> cached_library(ProfileCache& cache, const LayerGraph& graph,
                                            const std::string& device_kind, int threads, int64_t batch_size) {
-  auto text = cache.get(profile_cache_key(graph, device_kind, threads, batch_size));
+  return cached_library_at(cache, graph, profile_cache_key(graph, device_kind, threads, batch_size));
+}
+
+std::optional<LayerLibrary> cached_library_at(ProfileCache& cache, const LayerGraph& graph, const std::string& key) {
+  auto text = cache.get(key);
   if (!text) return std::nullopt;
   nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
   if (j.is_discarded()) return std::nullopt;

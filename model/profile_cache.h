@@ -56,6 +56,17 @@ int profile_timing_method();
 std::string profile_cache_key(const LayerGraph& graph, const std::string& device_kind, int threads,
                               int64_t batch_size, Allocator allocator = running_allocator());
 
+// A profile a remote tapp-worker measured on its own hardware:
+// "<model>-<input shape>-<fingerprint>-w<worker device fingerprint>-b<batch>".
+// The worker's device fingerprint (runtime/control_channel.h WorkerDevice)
+// covers its CPU model, the device's kind and threads, its LibTorch version,
+// timing method and allocator, so two workers' profiles never share a key.
+std::string worker_profile_cache_key(const LayerGraph& graph, const std::string& worker_device_fingerprint,
+                                     int64_t batch_size);
+
+// The library under `key` if it is readable and its rows match the graph.
+std::optional<LayerLibrary> cached_library_at(ProfileCache& cache, const LayerGraph& graph, const std::string& key);
+
 // The cached library of `graph` under that key, if there is a readable entry
 // whose rows match the graph; a missing, corrupt or stale entry is nullopt.
 std::optional<LayerLibrary> cached_library(ProfileCache& cache, const LayerGraph& graph,

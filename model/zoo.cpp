@@ -1,5 +1,6 @@
 #include "model/zoo.h"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 
@@ -370,6 +371,184 @@ LayerGraph tiny_inception(int64_t side, int64_t classes) {
   return b.take();
 }
 
+// ---------------------------------------------------------------- transformers
+//
+// Granularity: one layer per op (embeddings, then per block layer_norm,
+// self_attention, the residual add, layer_norm, the two MLP linears around a
+// gelu, the second add). Every layer boundary is a real tensor a pipeline can
+// send, so a planner may cut between blocks (one {T, D} tensor crosses) or
+// inside one (the residual crosses as well, which the task graph already
+// carries for any DAG); coarser sub-block layers would hide the attention's
+// cost, which grows with T^2 while the MLP's grows with T, from the profile.
+// Dropout layers are left out: they hold no parameters, and training must
+// stay comparable with single-device training in the runtime's tests.
+
+struct TransformerShape {
+  int64_t tokens, vocabulary, positions, layers, width, heads;
+};
+
+int64_t or_default(int64_t value, int64_t fallback) { return value > 0 ? value : fallback; }
+
+// One block, pre-norm (GPT-2, ViT: x + attn(ln(x)), then x + mlp(ln(x))) or
+// post-norm (BERT: ln(x + attn(x)), then ln(x + mlp(x))).
+struct BlockNames {
+  std::string ln1, attention, add1, ln2, fc1, gelu, fc2, add2;
+};
+
+int pre_norm_block(Builder& b, const BlockNames& n, int x, const TransformerShape& s, bool causal, double eps) {
+  LayerAttrs norm;
+  norm.eps = eps;
+  LayerAttrs attn;
+  attn.heads = s.heads;
+  attn.causal = causal;
+  int h = b.add(n.ln1, "layer_norm", {x}, norm);
+  h = b.add(n.attention, "self_attention", {h}, attn);
+  x = b.sum(n.add1, {h, x});
+  h = b.add(n.ln2, "layer_norm", {x}, norm);
+  h = b.linear(n.fc1, h, 4 * s.width);
+  h = b.add(n.gelu, "gelu", {h});
+  h = b.linear(n.fc2, h, s.width);
+  return b.sum(n.add2, {h, x});
+}
+
+int post_norm_block(Builder& b, const BlockNames& n, int x, const TransformerShape& s, double eps) {
+  LayerAttrs norm;
+  norm.eps = eps;
+  LayerAttrs attn;
+  attn.heads = s.heads;
+  int h = b.add(n.attention, "self_attention", {x}, attn);
+  h = b.sum(n.add1, {h, x});
+  x = b.add(n.ln1, "layer_norm", {h}, norm);
+  h = b.linear(n.fc1, x, 4 * s.width);
+  h = b.add(n.gelu, "gelu", {h});
+  h = b.linear(n.fc2, h, s.width);
+  h = b.sum(n.add2, {h, x});
+  return b.add(n.ln2, "layer_norm", {h}, norm);
+}
+
+int token_embedding(Builder& b, const std::string& name, int64_t vocabulary, int64_t width) {
+  LayerAttrs a;
+  a.entries = vocabulary;
+  a.out = width;
+  return b.add(name, "token_embedding", {kInput}, a);
+}
+
+int table(Builder& b, const std::string& name, const std::string& op, int in, int64_t entries) {
+  LayerAttrs a;
+  a.entries = entries;
+  return b.add(name, op, {in}, a);
+}
+
+// GPT-2 (HuggingFace's GPT2LMHeadModel names): token and position embeddings,
+// causal pre-norm blocks, a final layer norm and logits against the token table.
+LayerGraph gpt2(const std::string& name, const TransformerShape& s) {
+  Builder b(name, {s.tokens});
+  int x = token_embedding(b, "wte", s.vocabulary, s.width);
+  x = table(b, "wpe", "position_embedding", x, s.positions);
+  for (int64_t i = 0; i < s.layers; ++i) {
+    const std::string p = "h." + std::to_string(i) + ".";
+    x = pre_norm_block(b, {p + "ln_1", p + "attn", p + "add_1", p + "ln_2", p + "mlp.c_fc", p + "mlp.gelu",
+                           p + "mlp.c_proj", p + "add_2"},
+                       x, s, /*causal=*/true, 1e-5);
+  }
+  LayerAttrs norm;
+  norm.eps = 1e-5;
+  x = b.add("ln_f", "layer_norm", {x}, norm);
+  LayerAttrs head;
+  head.tie = "wte";
+  b.add("lm_head", "lm_head", {x}, head);
+  return b.take();
+}
+
+// BertModel: word, position and token-type embeddings with a layer norm,
+// post-norm blocks, and the pooler (first token -> linear -> tanh); with
+// `classes`, a classifier on the pooler as BertForSequenceClassification.
+LayerGraph bert(const TransformerShape& s, int64_t classes) {
+  Builder b("bert_base", {s.tokens});
+  int x = token_embedding(b, "embeddings.word_embeddings", s.vocabulary, s.width);
+  x = table(b, "embeddings.position_embeddings", "position_embedding", x, s.positions);
+  x = table(b, "embeddings.token_type_embeddings", "token_type_embedding", x, 2);
+  LayerAttrs norm;
+  norm.eps = 1e-12;
+  x = b.add("embeddings.LayerNorm", "layer_norm", {x}, norm);
+  for (int64_t i = 0; i < s.layers; ++i) {
+    const std::string p = "encoder.layer." + std::to_string(i) + ".";
+    x = post_norm_block(b, {p + "attention.output.LayerNorm", p + "attention.self", p + "attention.output.add",
+                            p + "output.LayerNorm", p + "intermediate.dense", p + "intermediate.gelu",
+                            p + "output.dense", p + "output.add"},
+                        x, s, 1e-12);
+  }
+  x = b.add("pooler.first_token", "select_token", {x});
+  x = b.linear("pooler.dense", x, s.width);
+  x = b.add("pooler.activation", "tanh", {x});
+  if (classes > 0) b.linear("classifier", x, classes);
+  return b.take();
+}
+
+// torchvision's vit_b_16: a 16x16 stride-16 convolution as the patch
+// embedding, the patches as a sequence, the class token, learned positions,
+// pre-norm blocks, and the head on the class token (torchvision normalises
+// every token and then keeps the first; layer norm is per token, so keeping
+// the first and then normalising is the same function at 1/T of the cost).
+LayerGraph vit(const TransformerShape& s, int64_t side, int64_t classes) {
+  constexpr int64_t kPatch = 16;
+  Builder b("vit_b_16", image(side));
+  int x = b.conv("conv_proj", kInput, {s.width, kPatch, kPatch, kPatch, kPatch});
+  x = b.add("patches", "to_sequence", {x});
+  x = b.add("class_token", "class_token", {x});
+  x = table(b, "encoder.pos_embedding", "position_embedding", x, (side / kPatch) * (side / kPatch) + 1);
+  for (int64_t i = 0; i < s.layers; ++i) {
+    const std::string p = "encoder.layers.encoder_layer_" + std::to_string(i) + ".";
+    x = pre_norm_block(b, {p + "ln_1", p + "self_attention", p + "add_1", p + "ln_2", p + "mlp.0", p + "mlp.1",
+                           p + "mlp.3", p + "add_2"},
+                       x, s, /*causal=*/false, 1e-6);
+  }
+  x = b.add("class_token_out", "select_token", {x});
+  LayerAttrs norm;
+  norm.eps = 1e-6;
+  x = b.add("encoder.ln", "layer_norm", {x}, norm);
+  b.linear("heads.head", x, classes);
+  return b.take();
+}
+
+Result<TransformerShape> transformer_shape(const std::string& name, const ModelOptions& o) {
+  for (int64_t v : {o.vocabulary, o.layers, o.width, o.heads})
+    if (v < 0) return Status::error(name + ": vocabulary, layers, width and heads must be positive");
+  const bool medium = name == "gpt2_medium";
+  const bool bert = name == "bert_base";
+  TransformerShape s;
+  s.layers = or_default(o.layers, medium ? 24 : 12);
+  s.width = or_default(o.width, medium ? 1024 : 768);
+  s.heads = or_default(o.heads, medium ? 16 : 12);
+  s.vocabulary = or_default(o.vocabulary, bert ? 30522 : 50257);
+  const int64_t context = bert ? 512 : 1024;
+  s.tokens = or_default(o.input_size, context);
+  s.positions = std::max(context, s.tokens);  // the table's rows; a shorter sequence uses the first ones
+  if (s.width % s.heads)
+    return Status::error(name + ": " + std::to_string(s.heads) + " heads do not divide the width " +
+                         std::to_string(s.width));
+  return s;
+}
+
+Result<LayerGraph> build_transformer(const std::string& name, const ModelOptions& o) {
+  auto shape = transformer_shape(name, o);
+  if (!shape) return shape.status();
+  if (name == "gpt2" || name == "gpt2_medium") {
+    if (o.num_classes > 0)
+      return Status::error(name + " predicts the next token over its vocabulary; set the vocabulary, not classes");
+    return gpt2(name, *shape);
+  }
+  if (name == "bert_base") return bert(*shape, o.num_classes);
+  const int64_t side = or_default(o.input_size, 224);
+  if (side % 16) return Status::error("vit_b_16: the image side " + std::to_string(side) + " is not a multiple of 16");
+  if (o.vocabulary > 0) return Status::error("vit_b_16 reads images; it has no vocabulary");
+  return vit(*shape, side, or_default(o.num_classes, 1000));
+}
+
+bool is_transformer(const std::string& name) {
+  return name == "gpt2" || name == "gpt2_medium" || name == "bert_base" || name == "vit_b_16";
+}
+
 struct ZooEntry {
   std::function<LayerGraph(int64_t, int64_t)> build;
   int64_t default_side, default_classes;
@@ -396,10 +575,19 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }  // namespace
 
 std::vector<std::string> zoo_names() {
-  return {"alexnet", "vgg16", "resnet50", "inception_v3", "alexnet_cifar", "vgg5", "mlp", "tiny_inception"};
+  return {"alexnet", "vgg16",         "resnet50",  "inception_v3", "gpt2", "gpt2_medium", "bert_base", "vit_b_16",
+          "alexnet_cifar", "vgg5", "mlp", "tiny_inception"};
 }
 
 Result<LayerGraph> zoo_model(const std::string& name, const ModelOptions& options) {
+  if (is_transformer(name)) {
+    if (options.input_size < 0 || options.num_classes < 0)
+      return Status::error(name + ": input size and class count must be positive");
+    auto g = build_transformer(name, options);
+    if (!g) return g.status();
+    if (Status s = infer_shapes(*g); !s) return s.with_context(name);
+    return g;
+  }
   auto it = zoo().find(name);
   if (it == zoo().end()) {
     std::string known;
@@ -407,6 +595,8 @@ Result<LayerGraph> zoo_model(const std::string& name, const ModelOptions& option
     return Status::error("unknown model '" + name + "'; known models are " + known +
                          " (or a path to a .json layer graph or a .pt TorchScript file)");
   }
+  if (options.vocabulary || options.layers || options.width || options.heads)
+    return Status::error(name + " has no vocabulary, layer count, width or heads to set (transformers only)");
   if (options.input_size < 0) return Status::error("input size must be positive");
   if (options.num_classes < 0) return Status::error("class count must be positive");
   int64_t side = options.input_size ? options.input_size : it->second.default_side;
@@ -425,6 +615,13 @@ Result<LayerGraph> load_layer_graph(const std::string& name_or_path, const Model
   if (is_torchscript_path(name_or_path))
     return Status::error(name_or_path + ": a TorchScript file is imported by the profiler (profiler/model_loader.h)");
   return zoo_model(name_or_path, options);
+}
+
+Result<ScriptImport> script_import_from_name(const std::string& name) {
+  if (name == "auto") return ScriptImport::automatic;
+  if (name == "ops") return ScriptImport::ops;
+  if (name == "layers") return ScriptImport::layers;
+  return Status::error("unknown TorchScript import \"" + name + "\"; expected \"auto\", \"ops\" or \"layers\"");
 }
 
 }  // namespace tapp

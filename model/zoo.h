@@ -1,7 +1,9 @@
 // model/zoo.h — built-in models as layer graphs (no LibTorch).
 //
 // Owns the model zoo: alexnet, vgg16, resnet50, inception_v3 (torchvision's
-// layer structure and parameter counts; inception without the aux head) and
+// layer structure and parameter counts; inception without the aux head),
+// transformers: gpt2 and gpt2_medium (GPT-2's shapes, tied output embedding),
+// bert_base (BertModel with its pooler), vit_b_16 (torchvision's), and
 // small models that train in seconds: alexnet_cifar, vgg5 (PipeLearn), mlp,
 // and a small model with branches. `load_layer_graph` resolves a zoo name or a JSON
 // layer-graph file to an inferred LayerGraph (TorchScript files: profiler/model_loader.h).
@@ -21,11 +23,24 @@ namespace tapp {
 // seed, few ops); layers runs the module's own code per layer (any op LibTorch
 // runs, weights from the file); automatic tries ops and falls back to layers.
 enum class ScriptImport { automatic, ops, layers };
+// "auto", "ops" or "layers" (tapp-cli --torchscript); other names are an error listing these.
+Result<ScriptImport> script_import_from_name(const std::string& name);
 
+// 0 everywhere means the model's default.
 struct ModelOptions {
-  int64_t input_size = 0;   // image side (token models: sequence length); 0 = the model's default
-  int64_t num_classes = 0;  // 0 = the model's default (1000, or 10 for CIFAR models)
-  ScriptImport torchscript = ScriptImport::automatic;
+  // Image side (224, 299, 32 for CIFAR models), or a token model's sequence
+  // length (gpt2: 1024, bert_base: 512).
+  int64_t input_size = 0;
+  // 1000, or 10 for CIFAR models; bert_base: a classifier on the pooler when
+  // set (BertModel alone ends at the pooler); gpt2 predicts its vocabulary.
+  int64_t num_classes = 0;
+  // Transformers only: vocabulary (gpt2 50257, bert_base 30522), blocks,
+  // width (d_model) and attention heads, e.g. for tiny versions in tests.
+  int64_t vocabulary = 0;
+  int64_t layers = 0;
+  int64_t width = 0;
+  int64_t heads = 0;
+  ScriptImport torchscript = ScriptImport::automatic;  // TorchScript files only
 };
 
 std::vector<std::string> zoo_names();

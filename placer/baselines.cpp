@@ -12,6 +12,7 @@ std::vector<BaselineResult> run_baselines(const LayerGraph& graph, const Cluster
   ctx.cluster = &cluster;
   ctx.cost = &cost;
   ctx.batch_size = o.batch_size;
+  ctx.optimizer = o.optimizer;
   ctx.seed = o.seed;
   ctx.budget = o.search_budget;
   ctx.cancel = o.cancel;

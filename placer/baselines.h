@@ -29,6 +29,7 @@ struct BaselineOptions {
   int64_t batch_size = 32;
   uint64_t seed = 1;
   int search_budget = 2000;  // evaluations for random search / annealing (the policy's budget)
+  Optimizer optimizer = Optimizer::sgd;  // what the plans train with (PlannerContext::optimizer)
   std::vector<std::string> planners;  // empty: every planner (planner_names())
   // Measures "bsp" on the runtime when the evaluator measures; empty: simulated.
   std::function<StepReport(const std::string& strategy)> strategy_evaluator;

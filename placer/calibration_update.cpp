@@ -8,6 +8,7 @@
 #include "model/model_json.h"
 #include "model/profile_cache.h"
 #include "profiler/cost_profiles.h"
+#include "runtime/worker_profile.h"
 #include "simulator/calibration_store.h"
 #include "simulator/cost_model.h"
 
@@ -32,9 +33,11 @@ std::optional<CostModel> cached_costs(ProfileCache& store, const LayerGraph& g, 
   o.batch_size = batch_size;
   o.source = CostSource::cached_only;
   o.cache = &store;
-  CostProfiles profiles = cost_profiles(g, cluster, o);
-  if (profiles.estimated > 0 || profiles.libraries.empty()) return std::nullopt;
-  Result<CostModel> cost = CostModel::build(g, cluster, profiles.libraries, default_calibration());
+  o.worker_costs = worker_costs(&store, kWorkerConnectTimeoutS);  // cached_only: never asks it to profile
+  Result<CostProfiles> profiles = cost_profiles(g, cluster, o);
+  if (!profiles || profiles->estimated > 0 || !profiles->notes.empty()) return std::nullopt;
+  Result<CostModel> cost =
+      CostModel::build(g, cluster, profiles->libraries, profiles->device_libraries, default_calibration());
   if (!cost) return std::nullopt;
   return std::move(*cost);
 }

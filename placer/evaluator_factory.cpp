@@ -15,6 +15,9 @@ Result<JobEvaluator> make_evaluator(EvaluatorKind kind, const EvaluatorInputs& i
   run.batch_size = in.batch_size;
   const bool needs_cost = kind == EvaluatorKind::simulate || kind == EvaluatorKind::hybrid;
   if (needs_cost && !in.cost) return Status::error(field + ": " + evaluator_kind_name(kind) + " needs the cost model");
+  // Measuring stretches compute to emulate a slower device; it cannot make one faster.
+  if (kind != EvaluatorKind::simulate)
+    if (Status s = measurable_here(*in.cluster); !s) return s;
   JobEvaluator out;
   out.kind = kind;
   switch (kind) {

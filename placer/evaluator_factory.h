@@ -52,7 +52,9 @@ struct JobEvaluator {
   bool measures() const { return kind != EvaluatorKind::simulate; }
 };
 
-// The evaluator of `kind`; an out-of-range kind is refused naming `field`.
+// The evaluator of `kind`; an out-of-range kind is refused naming `field`, and
+// measure or hybrid on a cluster with a device faster than this host (speed > 1)
+// naming that device ("devices[2].speed: 4 cannot be emulated on this host ...").
 Result<JobEvaluator> make_evaluator(EvaluatorKind kind, const EvaluatorInputs& inputs,
                                     const std::string& field = "options.evaluator");
 

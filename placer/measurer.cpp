@@ -21,19 +21,25 @@ std::string placement_key(const Placement& p) {
     }
     if (p.aggregation_every != 1) k += "|a" + std::to_string(p.aggregation_every);
   }
+  for (int g = 0; g < p.num_groups(); ++g)
+    if (p.recomputes(g)) k += "|r" + std::to_string(g);
+  if (p.optimizer != Optimizer::sgd) k += "|" + optimizer_name(p.optimizer);
   if (p.is_data_parallel())
     k += p.data_parallel == DataParallelMode::bsp ? "|dp" : "|" + data_parallel_mode_name(p.data_parallel);
   return k;
 }
 
-Measurer::Measurer(const LayerGraph& graph, const Cluster& cluster, Evaluator& evaluator, int64_t batch_size)
-    : graph_(graph), cluster_(cluster), evaluator_(evaluator), batch_size_(batch_size) {}
+Measurer::Measurer(const LayerGraph& graph, const Cluster& cluster, Evaluator& evaluator, int64_t batch_size,
+                   Optimizer optimizer)
+    : graph_(graph), cluster_(cluster), evaluator_(evaluator), batch_size_(batch_size), optimizer_(optimizer) {}
 
 double Measurer::elapsed_s() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
-const StepReport& Measurer::measure(const Placement& p, int iteration) {
+const StepReport& Measurer::measure(const Placement& given, int iteration) {
+  Placement p = given;
+  p.optimizer = optimizer_;
   const std::string key = placement_key(p);
   if (auto hit = memo_.find(key); hit != memo_.end()) return hit->second;
   StepReport r = check_and_evaluate(p);

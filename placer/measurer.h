@@ -43,7 +43,10 @@ struct TracePoint {
 class Measurer {
  public:
   // `graph`, `cluster` and `evaluator` must outlive the measurer; its clock starts now.
-  Measurer(const LayerGraph& graph, const Cluster& cluster, Evaluator& evaluator, int64_t batch_size);
+  // Every placement it measures trains with `optimizer` (set on it before the
+  // memory check; best() carries it).
+  Measurer(const LayerGraph& graph, const Cluster& cluster, Evaluator& evaluator, int64_t batch_size,
+           Optimizer optimizer = Optimizer::sgd);
 
   // The report of `p` (without a timeline): from the memo, or checked and
   // evaluated once. `iteration` labels an improvement in the trace.
@@ -71,6 +74,7 @@ class Measurer {
   const Cluster& cluster_;
   Evaluator& evaluator_;
   int64_t batch_size_;
+  Optimizer optimizer_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::map<std::string, StepReport> memo_;
   std::optional<std::pair<Placement, StepReport>> best_;

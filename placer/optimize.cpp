@@ -33,6 +33,7 @@
 #include "placer/search.h"
 #include "placer/verify.h"
 #include "profiler/cost_profiles.h"
+#include "runtime/worker_profile.h"
 #include "profiler/model_loader.h"
 #include "model/profile_cache.h"
 #include "simulator/calibration_store.h"
@@ -117,12 +118,15 @@ Result<JobCosts> costs_phase(const LayerGraph& g, const OptimizeRequest& r, cons
   o.source = CostSource::profile;
   o.cache = r.profile_cache;
   o.progress = [&report](const ProfileProgress& p) { report.profiling(p); };
-  CostProfiles profiles = cost_profiles(g, r.cluster, o);
+  o.worker_costs = worker_costs(r.profile_cache);
+  Result<CostProfiles> profiles = cost_profiles(g, r.cluster, o);
+  if (!profiles) return profiles.status().with_context("cluster");
   FileProfileCache user_cache(default_cache_dir());
   ChosenCalibration chosen = choose_calibration(r.profile_cache ? *r.profile_cache : user_cache, r.cluster);
-  Result<CostModel> cost = CostModel::build(g, r.cluster, profiles.libraries, chosen.calibration);
+  Result<CostModel> cost =
+      CostModel::build(g, r.cluster, profiles->libraries, profiles->device_libraries, chosen.calibration);
   if (!cost) return cost.status().with_context("cost model");
-  return JobCosts{std::move(profiles), std::move(cost.value()), chosen.used, chosen.refused, chosen.waiting};
+  return JobCosts{std::move(*profiles), std::move(cost.value()), chosen.used, chosen.refused, chosen.waiting};
 }
 
 // ---- budgets ----
@@ -130,6 +134,7 @@ SearchOptions search_options(const OptimizeRequest& r) {
   SearchOptions so;
   so.seed = r.seed;
   so.batch_size = r.batch_size;
+  so.optimizer = r.optimizer;
   so.time_budget_s = r.time_budget_s;
   const bool measure = r.evaluator == EvaluatorKind::measure;
   if (r.iterations > 0)
@@ -169,6 +174,7 @@ std::vector<BaselineResult> baselines_phase(const LayerGraph& g, const OptimizeR
                                             JobEvaluator& ev, int search_budget, const std::atomic<bool>& cancel) {
   BaselineOptions bo;
   bo.batch_size = r.batch_size;
+  bo.optimizer = r.optimizer;
   bo.seed = r.seed;
   bo.cancel = &cancel;
   bo.search_budget = search_budget;
@@ -297,6 +303,7 @@ VerifyOptions verify_options(const OptimizeRequest& r) {
   o.limit_why = r.time_budget_s > 0 ? "a quarter of the time budget" : "the default without a time budget";
   o.run = r.verify_run;
   o.run.seed = r.seed;
+  o.run.optimizer = r.optimizer;
   return o;
 }
 
@@ -406,11 +413,31 @@ json profile_json(const CostProfiles& p) {
     skipped.push_back({{"batch_size", s.batch_size},
                        {"device", s.device_kind + " x" + std::to_string(s.threads)},
                        {"error", s.error}});
-  return {{"origin", p.origin()},
-          {"measured", p.libraries.front().measured},
-          {"batch_size", p.libraries.back().batch_size},
-          {"batch_sizes", p.batch_sizes()},
-          {"skipped", skipped}};
+  // Every device may have its own libraries (then the shared list is empty).
+  const std::vector<LayerLibrary>* libs = &p.libraries;
+  for (const auto& own : p.device_libraries)
+    if (libs->empty() && !own.empty()) libs = &own;
+  const std::vector<int64_t> sizes = p.batch_sizes();
+  json out = {{"origin", p.origin()},
+              {"measured", !libs->empty() && libs->front().measured},
+              {"batch_size", sizes.empty() ? json() : json(sizes.back())},
+              {"batch_sizes", sizes},
+              {"skipped", skipped}};
+  // Where each device's costs came from, when any device names its own.
+  const bool any_own = std::any_of(p.devices.begin(), p.devices.end(),
+                                   [](const DeviceCostsUsed& d) { return d.from != CostsFrom::host; });
+  if (any_own || !p.notes.empty()) {
+    json devices = json::array();
+    for (const DeviceCostsUsed& d : p.devices) {
+      json row = {{"device", d.device}, {"costs", costs_from_name(d.from)}};
+      if (!d.detail.empty()) row["detail"] = d.detail;
+      if (!d.fingerprint.empty()) row["fingerprint"] = d.fingerprint;
+      devices.push_back(std::move(row));
+    }
+    out["devices"] = devices;
+    out["notes"] = p.notes;
+  }
+  return out;
 }
 
 json baselines_json(const JobOutcome& o, const References& ref) {

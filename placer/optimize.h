@@ -38,6 +38,7 @@ struct OptimizeRequest {
   int64_t input_size = 0;       // 0 = model default
   int64_t num_classes = 0;      // 0 = model default
   int64_t batch_size = 32;
+  Optimizer optimizer = Optimizer::sgd;  // what the plans train with: their memory and the verification runs
   Cluster cluster;
   EvaluatorKind evaluator = EvaluatorKind::simulate;
   int iterations = 0;           // 0 = default for the evaluator

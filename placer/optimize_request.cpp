@@ -3,7 +3,7 @@
 // Body: {"model": "alexnet" | {layer graph}, "cluster": {...},
 //        "options": {"evaluator", "iterations", "time_budget_s", "seed",
 //                    "batch_size", "input_size", "num_classes", "warm_start", "baselines",
-//                    "verify"}}
+//                    "verify", "optimizer"}}
 // Every error names the field ("options.iterations: must be >= 0, got -3").
 // No LibTorch here, so the service can parse requests cheaply.
 #include <set>
@@ -22,12 +22,12 @@ Status read_options(const json& o, OptimizeRequest& r) {
   static const std::set<std::string> known = {"evaluator",  "iterations", "time_budget_s",
                                               "seed",       "batch_size", "input_size",
                                               "num_classes", "warm_start", "baselines",
-                                              "verify"};
+                                              "verify",      "optimizer"};
   for (auto it = o.begin(); it != o.end(); ++it)
     if (!known.count(it.key()))
       return jf::field_error("options." + it.key(),
                              "unknown option (known: evaluator, iterations, time_budget_s, seed, batch_size, "
-                           "input_size, num_classes, warm_start, baselines, verify)");
+                           "input_size, num_classes, warm_start, baselines, verify, optimizer)");
   const std::string p = "options";
   std::string evaluator = evaluator_kind_name(r.evaluator);
   if (Status s = jf::read(o, "evaluator", evaluator, p); !s) return s;
@@ -57,6 +57,11 @@ Status read_options(const json& o, OptimizeRequest& r) {
     return jf::field_error("options.num_classes", "must be 0 (model default) or positive, got " +
                          std::to_string(r.num_classes));
   if (Status s = jf::read(o, "warm_start", r.warm_start, p); !s) return s;
+  std::string optimizer = optimizer_name(r.optimizer);
+  if (Status s = jf::read(o, "optimizer", optimizer, p); !s) return s;
+  Result<Optimizer> named = optimizer_from_name(optimizer);
+  if (!named) return jf::field_error("options.optimizer", named.error_message());
+  r.optimizer = *named;
   if (Status s = jf::read(o, "baselines", r.baselines, p); !s) return s;
   if (Status s = jf::read(o, "verify", r.verify, p); !s) return s;
   return Status::ok();
@@ -97,6 +102,9 @@ Result<OptimizeRequest> optimize_request_from_json(const json& j) {
 
   if (auto o = j.find("options"); o != j.end() && !o->is_null())
     if (Status s = read_options(*o, r); !s) return s;
+  // A device faster than this host can be planned for, not measured here.
+  if (r.evaluator != EvaluatorKind::simulate)
+    if (Status s = measurable_here(r.cluster, {}, "cluster."); !s) return s;
   return r;
 }
 

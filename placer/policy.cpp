@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <set>
 #include <cmath>
 
 #include "core/cluster.h"
@@ -313,9 +314,26 @@ struct Policy::Impl {
       const PolicyMemory& mem = m.cfg.memory;
       state_bytes_.assign(m.G, 0.0);
       activation_bytes_.assign(m.G, 0.0);
+      boundary_bytes_.assign(m.G, 0.0);
+      workspace_.assign(m.D, 0.0);
+      largest_param_.assign(m.G, 0.0);
+      largest_output_.assign(m.G, 0.0);
+      std::set<std::pair<int, int>> counted_input;  // (producer, consumer group): once, as core counts it
+      std::set<int> counted_grad;
       for (int i = 0; i < m.L; ++i) {
-        state_bytes_[layer_group[i]] += static_cast<double>(training_state_bytes(mem.layer_param_bytes[i]));
-        activation_bytes_[layer_group[i]] += static_cast<double>(mem.layer_activation_bytes[i]);
+        const int g = layer_group[i];
+        state_bytes_[g] += static_cast<double>(training_state_bytes(mem.layer_param_bytes[i]));
+        activation_bytes_[g] += static_cast<double>(mem.layer_activation_bytes[i]);
+        largest_param_[g] = std::max(largest_param_[g], static_cast<double>(mem.layer_param_bytes[i]));
+        largest_output_[g] = std::max(largest_output_[g], static_cast<double>(mem.layer_activation_bytes[i]));
+        // core's received buffers: an input from another group here, its gradient there (at least what core
+        // counts when the groups land on different devices; a device taking both pays them twice).
+        for (int p : m.producers[i]) {
+          if (layer_group[p] == g) continue;
+          if (counted_input.insert({p, g}).second) boundary_bytes_[g] += static_cast<double>(mem.layer_activation_bytes[p]);
+          if (counted_grad.insert(p).second)
+            boundary_bytes_[layer_group[p]] += static_cast<double>(mem.layer_activation_bytes[p]);
+        }
       }
       // core's rule counts the stages as the distinct devices in use; the
       // non-empty groups are at least as many, and more stages never keep
@@ -338,8 +356,7 @@ struct Policy::Impl {
       // Memory: the devices still offered that fit the group; if none does,
       // any allowed device that fits (a repeat); if none, no memory mask
       // (the measurer then reports the proposal out of memory).
-      const double need = bytes(g, 1);
-      auto fits = [&](int k) { return m_.device_allowed(k) && load_[k] + need <= capacity(k); };
+      auto fits = [&](int k) { return m_.device_allowed(k) && with(g, 1, k) <= capacity(k); };
       bool any = false;
       for (int k = 0; k < m_.D; ++k) any = any || (row[k] == 0.f && fits(k));
       if (any) {
@@ -355,7 +372,7 @@ struct Policy::Impl {
     void take_primary(int g, int k) {
       if (!used_[g]) return;
       taken_[k] = true;
-      if (!state_bytes_.empty()) load_[k] += bytes(g, 1);
+      if (!state_bytes_.empty()) add(g, 1, k);
     }
 
     bool replica_allowed(int g, int k) const {
@@ -364,22 +381,35 @@ struct Policy::Impl {
         return false;
       const int r = 1 + replicas_[g];
       if (replicas_[g] >= m_.cfg.max_replicas || r + 1 > micro_batches_) return false;
-      return state_bytes_.empty() || load_[k] + bytes(g, r + 1) <= capacity(k);
+      return state_bytes_.empty() || with(g, r + 1, k) <= capacity(k);
     }
 
     void take_replica(int g, int k) {
       ++replicas_[g];
       taken_[k] = true;
-      if (!state_bytes_.empty()) load_[k] += bytes(g, 1 + replicas_[g]);
+      if (!state_bytes_.empty()) add(g, 1 + replicas_[g], k);
     }
 
    private:
-    // core's rule for group g on one of its r replicas: its training state
-    // plus its activations for its own share of the micro-batches in flight.
+    // core's rule for group g on one of its r replicas (SGD's state): its
+    // training state, its activations for its own share of the micro-batches
+    // in flight and the buffers it receives for each of its micro-batches;
+    // the device's working memory (its largest layer's) is kept per device.
     double bytes(int g, int r) const {
       const int own = (micro_batches_ + r - 1) / r;
       const double in_flight = static_cast<double>(micro_batches_in_flight(m_.cfg.memory.schedule, own, stages_));
+      // (The received buffers, boundary_bytes_, are left out: the mask cannot tell whether a
+      // producer lands on the same device, where core counts none, and counting them
+      // there made the whole-model device look full. The measurer's check_memory decides.)
+      (void)own;
       return state_bytes_[g] + activation_bytes_[g] * samples_ * in_flight;
+    }
+    double workspace(int g) const { return largest_param_[g] + 2 * largest_output_[g] * samples_; }
+    // Device k's need with group g (on one of its r replicas) added.
+    double with(int g, int r, int k) const { return load_[k] + bytes(g, r) + std::max(workspace_[k], workspace(g)); }
+    void add(int g, int r, int k) {
+      load_[k] += bytes(g, r);
+      workspace_[k] = std::max(workspace_[k], workspace(g));
     }
     double capacity(int k) const { return static_cast<double>(m_.cfg.memory.device_bytes[k]); }
 
@@ -392,6 +422,8 @@ struct Policy::Impl {
     std::vector<int> replicas_;
     std::vector<bool> in_cycle_;
     std::vector<double> state_bytes_, activation_bytes_;  // per group; empty = no memory masks
+    std::vector<double> boundary_bytes_, largest_param_, largest_output_;  // per group (per sample where bytes of outputs)
+    std::vector<double> workspace_;  // per device: the largest working memory of its groups so far
     int stages_ = 1;
     double samples_ = 1;
   };

@@ -216,7 +216,7 @@ class SearchLoop {
         opt_(opt),
         progress_(progress),
         cancel_(cancel),
-        measurer_(graph, cluster, evaluator, opt.batch_size),
+        measurer_(graph, cluster, evaluator, opt.batch_size, opt.optimizer),
         features_(encode_layers(graph, dictionary_)),
         consumers_(graph.consumers()),
         config_(policy_config(graph, cluster, opt)),

@@ -46,6 +46,7 @@ struct SearchOptions {
   int num_groups = 0;            // 0 = number of devices
   int max_micro_batches = 32;
   Schedule schedule = Schedule::gpipe;
+  Optimizer optimizer = Optimizer::sgd;  // what every placement trains with (the measurer sets it)
   double reference_step_ms = 0;  // reward scale; 0 = the first valid step
   std::optional<Placement> warm_start;  // imitate this plan before searching
   int restart_after = 60;        // fresh policy after this many iterations without improvement (0 = never)

@@ -66,15 +66,8 @@ const PlanCheck* Verification::plan(const std::string& role) const {
 }
 
 std::string cannot_run_here(const Cluster& cluster) {
-  // cluster_from_json keeps speed in (0, 1]; a cluster built in code may not.
-  for (const Device& d : cluster.devices)
-    if (!(d.speed > 0) || d.speed > 1) {
-      std::ostringstream o;
-      o << "device " << d.name << " has speed " << d.speed
-        << ": only devices no faster than this host (speed <= 1) can be emulated here";
-      return o.str();
-    }
-  return "";
+  Status s = measurable_here(cluster);
+  return s ? "" : s.message();
 }
 
 Verification verify_plans(const LayerGraph& graph, const Cluster& cluster, int64_t batch_size,

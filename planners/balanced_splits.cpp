@@ -65,7 +65,7 @@ Result<Placement> split_planner(const PlannerContext& ctx, const std::string& so
     StagePlan plan;
     plan.stage_device = devs;
     plan.stage_begin = partition_min_max(L, S, [&](int k, int a, int b) { return cost(devs[k], a, b); });
-    auto p = best_micro_batches(ctx, estimator, to_placement(plan, L, ctx.schedule, source), source);
+    auto p = best_micro_batches(ctx, estimator, planned(ctx, plan, source), source);
     if (p) return p;
     if (i == 0) first = p;
   }
@@ -80,7 +80,7 @@ Result<Placement> plan_uniform(const PlannerContext& ctx) {
 
 Result<Placement> plan_param_balanced(const PlannerContext& ctx) {
   if (Status s = check_context(ctx); !s) return s;
-  StageMemory mem(*ctx.graph);
+  StageMemory mem(*ctx.graph, ctx.optimizer);
   // Ties in parameters (layers without any) are broken by layer count.
   return split_planner(ctx, "params", [&](int, int a, int b) {
     return static_cast<double>(mem.param_bytes(a, b)) + 1e-9 * (b - a);

@@ -26,6 +26,11 @@ struct PlannerContext {
   const CostModel* cost = nullptr;  // estimates for the analytic planners
   int64_t batch_size = 32;
   Schedule schedule = Schedule::gpipe;
+  Optimizer optimizer = Optimizer::sgd;  // every placement a planner returns trains with it (its memory counts it)
+  // A stage that does not fit its device otherwise may recompute its forward
+  // in backward (Placement::group_recompute): the DP's stage costs and the
+  // planners' placements try without, then with.
+  bool allow_recompute = true;
   int micro_batches = 0;       // 0: each planner picks from micro_batch_choices()
   int max_micro_batches = 64;  // cap on the choices
   uint64_t seed = 1;

@@ -196,6 +196,7 @@ Result<Outcome> exhaustive(const PlannerContext& ctx, Evaluator& ev) {
         p.layer_group.push_back(group_of[dev[i]]);
       }
       p.schedule = ctx.schedule;
+      p.optimizer = ctx.optimizer;
       p.source = "exhaustive";
       for (int m : choices) {
         p.micro_batches = m;
@@ -208,7 +209,7 @@ Result<Outcome> exhaustive(const PlannerContext& ctx, Evaluator& ev) {
     }
   } else if (contiguous <= limit) {
     for_each_contiguous(L, D, choices, [&](const StagePlan& plan) {
-      Placement p = to_placement(plan, L, ctx.schedule, "exhaustive");
+      Placement p = planned(ctx, plan, "exhaustive");
       if (fits(ctx, p)) best.consider(p, ev.evaluate(p));
       return !cancelled(ctx);
     });
@@ -233,7 +234,7 @@ Result<Outcome> dynamic_programming(const PlannerContext& ctx, Evaluator& ev, in
       if (!plan) continue;
       auto [ms, polished] = polish_by_simulation(ctx, estimator, *plan, MoveSet::shifts_and_swaps(), "dp");
       if (ms == kInf) continue;
-      Placement p = to_placement(polished, L, ctx.schedule, "dp");
+      Placement p = planned(ctx, polished, "dp");
       cands.push_back({ms, p});
     }
   }

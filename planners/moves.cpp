@@ -55,7 +55,7 @@ bool StagePlan::uses_device(int d) const {
 
 MoveSet MoveSet::wide_with_replicas(int num_layers) {
   MoveSet set = wide(num_layers);
-  set.replicate = set.drop_replica = true;
+  set.replicate = set.drop_replica = set.move_replica = true;
   return set;
 }
 
@@ -91,6 +91,16 @@ bool StageMoves::step_micro_batches(const StagePlan& plan, int j, StagePlan& out
   if (j < 0 || j >= static_cast<int>(choices_.size()) || choices_[j] < plan.max_replica_count()) return false;
   out = plan;
   out.micro_batches = choices_[j];
+  return true;
+}
+
+bool StageMoves::move_replica(const StagePlan& plan, int from, int r, int to, StagePlan& out) {
+  if (plan.micro_batches <= plan.replica_count(to)) return false;
+  out = plan;
+  auto& source = out.stage_replicas[from];
+  const int device = source[r];
+  source.erase(source.begin() + r);
+  out.stage_replicas[to].push_back(device);
   return true;
 }
 
@@ -159,7 +169,7 @@ std::vector<StagePlan> StageMoves::neighbours(const StagePlan& plan, const MoveS
     for (int j : {i - 1, i + 1})
       if (i >= 0 && step_micro_batches(plan, j, n)) out.push_back(std::move(n));
   }
-  if (set.replicate || set.drop_replica)
+  if (set.replicate || set.drop_replica || set.move_replica)
     for (int k = 0; k < S; ++k) {
       if (set.replicate && plan.micro_batches > plan.replica_count(k))
         for (int d : unused) {
@@ -174,6 +184,12 @@ std::vector<StagePlan> StageMoves::neighbours(const StagePlan& plan, const MoveS
           n.stage_replicas[k].erase(n.stage_replicas[k].begin() + r);
           out.push_back(std::move(n));
         }
+      if (set.move_replica)
+        for (int r = 0; r + 1 < plan.replica_count(k); ++r)
+          for (int j = 0; j < S; ++j) {
+            StagePlan n;
+            if (j != k && move_replica(plan, k, r, j, n)) out.push_back(std::move(n));
+          }
     }
   return out;
 }
@@ -184,7 +200,7 @@ StagePlan StageMoves::random_neighbour(const StagePlan& plan, std::mt19937_64& r
   const int S = n.num_stages();
   const std::vector<int> unused = unused_devices(n);
   for (int tries = 0; tries < 20; ++tries) {
-    switch (rng() % (replicas_ ? 8 : 6)) {
+    switch (rng() % (replicas_ ? 9 : 6)) {
       case 0:  // shift a boundary
         if (S > 1) {
           int k = 1 + static_cast<int>(rng() % (S - 1));
@@ -250,6 +266,13 @@ StagePlan StageMoves::random_neighbour(const StagePlan& plan, std::mt19937_64& r
         auto& r = n.stage_replicas[k];
         r.erase(r.begin() + static_cast<int>(rng() % r.size()));
         return n;
+      }
+      case 8: {  // move a replica to another stage
+        int k = static_cast<int>(rng() % S), j = static_cast<int>(rng() % S);
+        if (j == k || n.replica_count(k) < 2) break;
+        StagePlan moved;
+        if (move_replica(n, k, static_cast<int>(rng() % (n.replica_count(k) - 1)), j, moved)) return moved;
+        break;
       }
     }
   }

@@ -8,9 +8,11 @@
 //   onto an unused device, swap two stages' devices, move a stage to an
 //   unused device, step the micro-batch count to the next choice; and, when
 //   asked for (MoveSet::replicate / drop_replica, StageMoves' `replicas`),
-//   replicate a stage onto an unused device or drop one of its replicas
-//   (PipeDream's replicated stages: the stage's micro-batches go round-robin
-//   over its devices).
+//   replicate a stage onto an unused device, drop one of its replicas or
+//   move a replica to another stage (PipeDream's replicated stages: the
+//   stage's micro-batches go round-robin over its devices; moving a replica
+//   shifts compute between stages without giving a device up, the step a
+//   balanced replicated pipeline needs that drop-then-replicate takes in two).
 // Three forms: every neighbour for a set of moves (`neighbours`, in a fixed
 // order), one random neighbour (`random_neighbour`), a random plan (`random_plan`).
 // Data flow: StagePlan -> StageMoves -> StagePlan(s) -> to_placement -> check_memory -> Evaluator.
@@ -62,11 +64,12 @@ struct MoveSet {
   bool micro_batches = true;  // the previous and next micro-batch choice (never below a stage's replicas)
   bool replicate = false;     // each stage onto each unused device (while micro-batches > its replicas)
   bool drop_replica = false;  // each further replica of each replicated stage
+  bool move_replica = false;  // each further replica to each other stage (while micro-batches > its replicas)
   // TAPP's refinement: shifts by 1, 2, 4, ... up to a quarter of the model, every move.
   static MoveSet wide(int num_layers);
   // The DP planner's polish: boundary shifts by one layer and device swaps.
   static MoveSet shifts_and_swaps();
-  // `wide` plus replicating a stage and dropping a replica (the policy's and PipeDream's space).
+  // `wide` plus replicating a stage, dropping a replica and moving one (the policy's and PipeDream's space).
   static MoveSet wide_with_replicas(int num_layers);
 };
 
@@ -79,14 +82,15 @@ class StageMoves {
   // Every neighbour by the moves in `set`, in this order: per boundary (in layer
   // order) its shifts then its merge; the splits; per stage its swaps with later
   // stages then its relocations; fewer then more micro-batches; per stage its
-  // replications (unused devices ascending) then its dropped replicas.
+  // replications (unused devices ascending), its dropped replicas, then its
+  // replicas moved to each other stage (stages ascending).
   std::vector<StagePlan> neighbours(const StagePlan& plan, const MoveSet& set) const;
 
   // One random move of any kind: a boundary shift of mostly one or two layers,
   // sometimes up to a tenth of the model; a swap; a relocation; a micro-batch
   // step; a split at a random layer onto a random unused device; a merge;
-  // with `replicas`, also a stage replicated onto a random unused device or
-  // one replica dropped. Kinds that do not apply are redrawn (20 tries);
+  // with `replicas`, also a stage replicated onto a random unused device,
+  // one replica dropped or one replica moved to another stage. Kinds that do not apply are redrawn (20 tries);
   // `plan` itself if none applied.
   StagePlan random_neighbour(const StagePlan& plan, std::mt19937_64& rng) const;
 
@@ -107,6 +111,9 @@ class StageMoves {
   // The plan with micro-batch choice j, or false when it would leave a stage
   // with more replicas than micro-batches.
   bool step_micro_batches(const StagePlan& plan, int j, StagePlan& out) const;
+  // The plan with stage `from`'s further replica r run by stage `to`, or false
+  // when `to` would have more replicas than micro-batches.
+  static bool move_replica(const StagePlan& plan, int from, int r, int to, StagePlan& out);
 
   int num_layers_;
   int num_devices_;

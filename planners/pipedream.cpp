@@ -69,7 +69,7 @@ class ReplicatedStageModel {
     const int64_t in_flight = micro_batches_in_flight(bm_.ctx.schedule, own, num_devices(bm_.ctx));
     double compute = 0;
     for (int i = 0; i < r; ++i) {
-      if (!bm_.mem.fits(bm_.ctx.cluster->devices[R[i]], a, b, bm_.samples, in_flight)) return kInf;
+      if (!bm_.mem.fits(bm_.ctx.cluster->devices[R[i]], a, b, bm_.samples, in_flight, false, own)) return kInf;
       const int n = (m - i + r - 1) / r;
       compute = std::max(compute, n * stage_ms(bm_.ctx, R[i], a, b, bm_.samples));
     }
@@ -316,7 +316,7 @@ Result<Outcome> pipedream(const PlannerContext& ctx, Evaluator& ev, int verify) 
       if (!plan) continue;
       // Polished like the DP planner's plans: boundary shifts, swaps, and a replica added or dropped.
       auto [ms, polished] = polish_by_simulation(ctx, estimator, *plan, polish, "pipedream");
-      if (ms < kInf) cands.push_back({ms, to_placement(polished, L, ctx.schedule, "pipedream")});
+      if (ms < kInf) cands.push_back({ms, planned(ctx, polished, "pipedream")});
     }
   }
   auto key = [](const std::pair<double, Placement>& c) { return c.first * (1 + 1e-4 * c.second.micro_batches); };

@@ -87,7 +87,7 @@ Result<Outcome> pipelearn(const PlannerContext& ctx, Evaluator& ev) {
           why_not = std::to_string(clients.size()) + " clients need at least as many micro-batches";
           break;
         }
-        Placement p = to_placement(plan, L, ctx.schedule, "pipelearn");
+        Placement p = planned(ctx, plan, "pipelearn");
         if (Status s = check_memory(p, *ctx.graph, *ctx.cluster, ctx.batch_size); !s) {
           why_not = s.message();
           // Drop the client that does not fit (named in the message) and try the rest.

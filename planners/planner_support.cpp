@@ -106,9 +106,21 @@ bool fits(const PlannerContext& ctx, const Placement& p) {
   return check_memory(p, *ctx.graph, *ctx.cluster, ctx.batch_size).is_ok();
 }
 
+Status fit_with_recompute(const PlannerContext& ctx, Placement& p) {
+  if (ctx.allow_recompute) recompute_where_needed(p, *ctx.graph, *ctx.cluster, ctx.batch_size);
+  return check_memory(p, *ctx.graph, *ctx.cluster, ctx.batch_size);
+}
+
+Placement planned(const PlannerContext& ctx, const StagePlan& plan, const std::string& source) {
+  Placement p = to_placement(plan, num_layers(ctx), ctx.schedule, source);
+  p.optimizer = ctx.optimizer;
+  if (ctx.allow_recompute) recompute_where_needed(p, *ctx.graph, *ctx.cluster, ctx.batch_size);
+  return p;
+}
+
 std::string memory_shortfall(const PlannerContext& ctx) {
   const LayerGraph& g = *ctx.graph;
-  const StageMemory mem(g);
+  const StageMemory mem(g, ctx.optimizer);
   const Device* largest = nullptr;
   int64_t total_mb = 0;
   for (const Device& d : ctx.cluster->devices) {
@@ -123,7 +135,7 @@ std::string memory_shortfall(const PlannerContext& ctx) {
              " MiB for one sample (weights, gradients, optimizer state, activations); the largest device '" +
              largest->name + "' has memory_mb " + std::to_string(largest->memory_mb);
   return "the model's weights, gradients and optimizer state alone take " +
-         std::to_string(training_state_bytes(mem.param_bytes(0, L)) >> 20) + " MiB; the devices have " +
+         std::to_string(training_state_bytes(mem.param_bytes(0, L), ctx.optimizer) >> 20) + " MiB; the devices have " +
          std::to_string(total_mb) + " MiB together, the largest '" + largest->name + "' memory_mb " +
          std::to_string(largest->memory_mb);
 }
@@ -149,7 +161,7 @@ Result<Placement> best_micro_batches(const PlannerContext& ctx, PlanEstimator& e
   Status last = Status::ok();
   for (int m : ctx.micro_batch_choices()) {
     p.micro_batches = m;
-    if (Status s = check_memory(p, *ctx.graph, *ctx.cluster, ctx.batch_size); !s) {
+    if (Status s = fit_with_recompute(ctx, p); !s) {
       last = s;
       continue;
     }
@@ -172,7 +184,7 @@ std::pair<double, StagePlan> polish_by_simulation(const PlannerContext& ctx, Pla
   const int L = num_layers(ctx);
   const StageMoves moves = stage_moves(ctx);
   auto score = [&](const StagePlan& p) {
-    Placement pl = to_placement(p, L, ctx.schedule, source);
+    Placement pl = planned(ctx, p, source);
     return fits(ctx, pl) ? estimator.step_ms(pl) : kInf;
   };
   double cur = score(plan);
@@ -196,14 +208,18 @@ std::pair<double, StagePlan> polish_by_simulation(const PlannerContext& ctx, Pla
 BottleneckModel::BottleneckModel(const PlannerContext& c, int micro_batches, int stages)
     : ctx(c),
       cut(cut_bytes_per_sample(*c.graph)),
-      mem(*c.graph),
+      mem(*c.graph, c.optimizer),
       m(micro_batches),
       samples(micro_batch_samples(c, micro_batches)),
       in_flight(micro_batches_in_flight(c.schedule, micro_batches, stages > 0 ? stages : num_devices(c))) {}
 
 double BottleneckModel::stage(int d, int a, int b) const {
-  if (!mem.fits(ctx.cluster->devices[d], a, b, samples, in_flight)) return kInf;
-  return stage_ms(ctx, d, a, b, samples);
+  const Device& device = ctx.cluster->devices[d];
+  if (mem.fits(device, a, b, samples, in_flight, false, m)) return stage_ms(ctx, d, a, b, samples);
+  // Try again recomputing: the stage keeps one micro-batch's activations and runs its forward twice.
+  if (ctx.allow_recompute && mem.fits(device, a, b, samples, in_flight, true, m))
+    return stage_ms(ctx, d, a, b, samples) + ctx.cost->forward_ms(d, a, b - 1, samples);
+  return kInf;
 }
 
 double BottleneckModel::boundary(int from, int to, int j) const {

@@ -46,6 +46,12 @@ std::vector<int> cut_positions(const PlannerContext& ctx, int max_positions);
 StageMoves stage_moves(const PlannerContext& ctx);
 // check_memory(p) passes.
 bool fits(const PlannerContext& ctx, const Placement& p);
+// The context's placement of a plan: its schedule and optimizer, and (when
+// ctx.allow_recompute) recomputation for the stages of a device that would
+// not fit otherwise (core's recompute_where_needed; a plan that fits is left alone).
+Placement planned(const PlannerContext& ctx, const StagePlan& plan, const std::string& source);
+// Like check_memory, but first lets recompute_where_needed mark stages when the context allows it.
+Status fit_with_recompute(const PlannerContext& ctx, Placement& p);
 // Why nothing fits, naming the device: a layer the largest device cannot hold
 // even for one sample, else the model's training state against the devices' memory.
 std::string memory_shortfall(const PlannerContext& ctx);
@@ -74,7 +80,8 @@ std::pair<double, StagePlan> polish_by_simulation(const PlannerContext& ctx, Pla
 
 // Bottleneck of one stage / boundary, shared by the DP and the enumerations:
 // a stage's forward + backward per micro-batch (infinity when it does not fit
-// its device's memory with the micro-batches in flight), a boundary's transfer
+// its device's memory with the micro-batches in flight; when it fits only by
+// recomputing and the context allows that, one more forward), a boundary's transfer
 // per micro-batch on the slower direction of its link.
 struct BottleneckModel {
   BottleneckModel(const PlannerContext& c, int micro_batches, int stages);

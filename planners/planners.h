@@ -110,9 +110,13 @@ Result<Placement> run_planner(const std::string& name, const PlannerContext& ctx
 // `n` distinct random placements that fit memory (for calibration and accuracy):
 // contiguous plans (random stage count, cuts, devices, micro-batches from the
 // context's choices) and, for a `noncontiguous_fraction` of them, random
-// layer -> device runs of a few layers each. Fewer when not enough distinct ones fit.
+// layer -> device runs of a few layers each (on a model with branches, branches
+// on different devices); a `replicated_fraction` of the contiguous ones get
+// 1..3 stages replicated onto unused devices (hybrid placements: replicas
+// all-reduce their gradients). Fewer when not enough distinct ones fit.
 std::vector<Placement> random_placements(const PlannerContext& ctx, int n,
-                                         double noncontiguous_fraction = 0.25);
+                                         double noncontiguous_fraction = 0.25,
+                                         double replicated_fraction = 0);
 
 // ---- BSP data parallel ----
 // Replicas are Placement::replicas(num_layers, devices, DataParallelMode::bsp | hogwild)

@@ -17,8 +17,9 @@ Result<Placement> plan_single_device(const PlannerContext& ctx) {
   for (int d : devices_fastest_first(ctx)) {
     Placement p = Placement::single_device(num_layers(ctx), d, 1);
     p.schedule = ctx.schedule;
+    p.optimizer = ctx.optimizer;
     if (ctx.micro_batches > 0) p.micro_batches = ctx.micro_batches;
-    if (Status s = check_memory(p, *ctx.graph, *ctx.cluster, ctx.batch_size); !s) {
+    if (Status s = fit_with_recompute(ctx, p); !s) {
       last = s;
       continue;
     }
@@ -48,6 +49,7 @@ Result<Placement> plan_data_parallel(const PlannerContext& ctx) {
   std::vector<int> devices;
   for (int d = 0; d < D; ++d) devices.push_back(d);
   Placement p = Placement::replicas(L, devices, DataParallelMode::bsp);
+  p.optimizer = ctx.optimizer;
   if (Status s = check_memory(p, *ctx.graph, *ctx.cluster, ctx.batch_size); !s)
     return Status::error("bsp: every device holds a full replica, and " + s.message());
   return p;

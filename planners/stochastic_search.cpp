@@ -28,7 +28,7 @@ Result<Outcome> random_search(const PlannerContext& ctx, Evaluator& ev) {
     Placement p;
     bool ok = false;
     for (int attempt = 0; attempt < 200 && !ok; ++attempt) {
-      p = to_placement(moves.random_plan(rng), L, ctx.schedule, "random");
+      p = planned(ctx, moves.random_plan(rng), "random");
       ok = fits(ctx, p);
     }
     if (!ok) break;
@@ -52,11 +52,11 @@ Result<Outcome> annealing(const PlannerContext& ctx, Evaluator& ev) {
   }
   for (int attempt = 0; attempt < 500 && !have; ++attempt) {
     cur = moves.random_plan(rng);
-    have = fits(ctx, to_placement(cur, L, ctx.schedule, "anneal"));
+    have = fits(ctx, planned(ctx, cur, "anneal"));
   }
   if (!have) return nothing_fits(ctx, "anneal");
   Best best;
-  Placement cur_p = to_placement(cur, L, ctx.schedule, "anneal");
+  Placement cur_p = planned(ctx, cur, "anneal");
   StepReport cur_r = ev.evaluate(cur_p);
   best.consider(cur_p, cur_r);
   double cur_ms = cur_r.ok ? cur_r.step_ms : kInf;
@@ -65,11 +65,11 @@ Result<Outcome> annealing(const PlannerContext& ctx, Evaluator& ev) {
   for (int e = 1; e < budget && !cancelled(ctx); ++e) {
     double temp = t0 * std::pow(t1 / t0, static_cast<double>(e) / budget);
     StagePlan cand = moves.random_neighbour(cur, rng);
-    Placement p = to_placement(cand, L, ctx.schedule, "anneal");
+    Placement p = planned(ctx, cand, "anneal");
     int guard = 0;
     while (!fits(ctx, p) && guard++ < 50) {
       cand = moves.random_neighbour(cur, rng);
-      p = to_placement(cand, L, ctx.schedule, "anneal");
+      p = planned(ctx, cand, "anneal");
     }
     if (!fits(ctx, p)) continue;
     StepReport r = ev.evaluate(p);
@@ -88,14 +88,38 @@ Result<Outcome> annealing(const PlannerContext& ctx, Evaluator& ev) {
 
 }  // namespace planner_support
 
-std::vector<Placement> random_placements(const PlannerContext& ctx, int n, double noncontiguous_fraction) {
+namespace {
+
+// `plan` with up to 3 random stages replicated onto random unused devices
+// (never more replicas than micro-batches); `plan` itself when none can be.
+StagePlan with_random_replicas(StagePlan plan, int num_devices, std::mt19937_64& rng) {
+  std::vector<int> unused;
+  for (int d = 0; d < num_devices; ++d)
+    if (!plan.uses_device(d)) unused.push_back(d);
+  std::shuffle(unused.begin(), unused.end(), rng);
+  const int S = plan.num_stages();
+  plan.stage_replicas.resize(S);
+  const int wanted = 1 + static_cast<int>(rng() % 3);
+  for (int added = 0; added < wanted && !unused.empty(); ++added) {
+    const int k = static_cast<int>(rng() % S);
+    if (plan.replica_count(k) >= plan.micro_batches) continue;
+    plan.stage_replicas[k].push_back(unused.back());
+    unused.pop_back();
+  }
+  return plan;
+}
+
+}  // namespace
+
+std::vector<Placement> random_placements(const PlannerContext& ctx, int n, double noncontiguous_fraction,
+                                         double replicated_fraction) {
   std::vector<Placement> out;
   if (!check_context(ctx)) return out;
   std::mt19937_64 rng(ctx.seed);
   const StageMoves moves = stage_moves(ctx);
   const int L = num_layers(ctx), D = num_devices(ctx);
   std::vector<int> choices = ctx.micro_batch_choices();
-  std::set<std::tuple<std::vector<int>, std::vector<int>, int>> seen;
+  std::set<std::tuple<std::vector<int>, std::vector<int>, std::vector<std::vector<int>>, int>> seen;
   std::uniform_real_distribution<double> u(0, 1);
   for (int attempt = 0; attempt < 100 * n && static_cast<int>(out.size()) < n; ++attempt) {
     Placement p;
@@ -117,12 +141,15 @@ std::vector<Placement> random_placements(const PlannerContext& ctx, int n, doubl
       }
       p.micro_batches = choices[rng() % choices.size()];
       p.schedule = ctx.schedule;
+      p.optimizer = ctx.optimizer;
       p.source = "random";
     } else {
-      p = to_placement(moves.random_plan(rng), L, ctx.schedule, "random");
+      StagePlan plan = moves.random_plan(rng);
+      if (u(rng) < replicated_fraction) plan = with_random_replicas(plan, D, rng);
+      p = planned(ctx, plan, "random");
     }
     if (!fits(ctx, p)) continue;
-    if (!seen.insert({p.layer_group, p.group_device, p.micro_batches}).second) continue;
+    if (!seen.insert({p.layer_group, p.group_device, p.group_replicas, p.micro_batches}).second) continue;
     out.push_back(p);
   }
   return out;

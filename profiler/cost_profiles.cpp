@@ -15,10 +15,12 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The distinct (kind, threads) of the cluster's devices, in device order.
-std::vector<std::pair<std::string, int>> device_sets(const Cluster& c) {
+// The distinct (kind, threads) of the cluster's devices priced from this host's profile, in device order.
+std::vector<std::pair<std::string, int>> device_sets(const Cluster& c, const CostProfiles& out) {
   std::vector<std::pair<std::string, int>> sets;
-  for (const Device& d : c.devices) {
+  for (size_t i = 0; i < c.devices.size(); ++i) {
+    const Device& d = c.devices[i];
+    if (!out.device_libraries[i].empty()) continue;
     std::pair<std::string, int> s{d.kind, d.threads};
     if (std::find(sets.begin(), sets.end(), s) == sets.end()) sets.push_back(s);
   }
@@ -113,14 +115,68 @@ std::string CostProfiles::origin() const {
 std::vector<int64_t> CostProfiles::batch_sizes() const {
   std::set<int64_t> sizes;
   for (const LayerLibrary& l : libraries) sizes.insert(l.batch_size);
+  for (const auto& own : device_libraries)
+    for (const LayerLibrary& l : own) sizes.insert(l.batch_size);
   return {sizes.begin(), sizes.end()};
 }
 
-CostProfiles cost_profiles(const LayerGraph& graph, const Cluster& cluster, const CostProfileOptions& options) {
+namespace {
+
+// Device `i`'s own libraries (library file or worker) into `out`; a worker
+// profile that is not cached under cached_only, or any under estimated, leaves
+// the device on this host's profile.
+Status own_device_costs(const LayerGraph& graph, const Cluster& cluster, size_t i, const CostProfileOptions& options,
+                        CostProfiles& out) {
+  const Device& d = cluster.devices[i];
+  const std::string field = "devices[" + std::to_string(i) + "].costs";
+  DeviceCostsUsed& used = out.devices[i];
+  if (d.costs.from == CostsFrom::library) {
+    Result<std::vector<LayerLibrary>> libs = load_library_file(d.costs.library_path, graph, options.batch_size);
+    if (!libs) return libs.status().with_context(field + ".library");
+    std::sort(libs->begin(), libs->end(),
+              [](const LayerLibrary& a, const LayerLibrary& b) { return a.batch_size < b.batch_size; });
+    out.device_libraries[i] = std::move(*libs);
+    used.from = CostsFrom::library;
+    used.detail = "layer library '" + d.costs.library_path + "'";
+    return Status::ok();
+  }
+  if (options.source == CostSource::estimated) {
+    out.notes.push_back(field + " (" + d.name + "): estimated here (--costs estimated does not ask its worker)");
+    return Status::ok();
+  }
+  if (!options.worker_costs)
+    return Status::field_error(field, "\"worker\": this caller cannot ask a remote worker to profile");
+  Result<OwnDeviceCosts> own =
+      options.worker_costs(graph, d, profile_batch_sizes(options.batch_size), options.seed,
+                           options.source == CostSource::profile);
+  if (!own) return own.status().with_context(field);
+  if (own->libraries.empty()) {
+    out.notes.push_back(field + " (" + d.name + "): no profile from " + own->detail +
+                        " is cached yet; priced from this host's profile (--costs profile asks the worker)");
+    return Status::ok();
+  }
+  out.measured += own->measured;
+  out.cached += own->cached;
+  out.device_libraries[i] = std::move(own->libraries);
+  used.from = CostsFrom::worker;
+  used.detail = std::move(own->detail);
+  used.fingerprint = std::move(own->fingerprint);
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<CostProfiles> cost_profiles(const LayerGraph& graph, const Cluster& cluster, const CostProfileOptions& options) {
   CostProfiles out;
+  out.device_libraries.resize(cluster.devices.size());
+  for (size_t i = 0; i < cluster.devices.size(); ++i) {
+    out.devices.push_back({cluster.devices[i].name, CostsFrom::host, "", ""});
+    if (cluster.devices[i].costs.from == CostsFrom::host) continue;
+    if (Status s = own_device_costs(graph, cluster, i, options, out); !s) return s;
+  }
   FileProfileCache file_cache(default_cache_dir());
   ProfileCache& cache = options.cache ? *options.cache : file_cache;
-  const auto sets = device_sets(cluster);
+  const auto sets = device_sets(cluster, out);
   for (size_t s = 0; s < sets.size(); ++s) {
     if (options.source == CostSource::estimated) {
       LayerLibrary estimate = estimated_library(graph, options.batch_size, 20.0, sets[s].second);

@@ -18,6 +18,13 @@
 //   - a size that cannot be profiled (one sample through a BatchNorm on a 1x1
 //     map; a CUDA device on a CPU-only LibTorch) is skipped and named; a set
 //     with no library at all gets the multiply-add estimate.
+//   - a device that says where its costs come from (core/cluster.h DeviceCosts)
+//     gets its own libraries instead: a layer-library file (refused, naming
+//     the device, the file and the field, when it is for another model, input
+//     shape or batch), or its remote worker's profile through `worker_costs`
+//     (runtime/worker_profile.h), cached by that worker's device fingerprint.
+//     Under `cached_only` a worker profile not cached yet falls back to this
+//     host's and says so in `notes`; under `estimated` workers are not asked.
 // Modes: `profile` (measure what is not cached: jobs, `--costs profile`),
 // `cached_only` (never measure: `--costs auto`), `estimated` (multiply-adds only).
 // Progress: `progress` is called per micro-batch size and per layer of every
@@ -44,12 +51,27 @@ constexpr double kLargeProfileBudgetS = 30;    // seconds per set for the larger
 constexpr int kProfileWarmupRuns = 1;
 constexpr int kProfileRuns = 3;                // median of these
 
+// A device's own costs (a layer library measured elsewhere, its worker's profile).
+struct OwnDeviceCosts {
+  std::vector<LayerLibrary> libraries;  // ascending batch size
+  std::string detail;       // "layer library 'a.json'", "worker 127.0.0.1:7001 (AMD EPYC, cpu x2 threads, ...)"
+  std::string fingerprint;  // a worker's device fingerprint ("" for a library file)
+  int measured = 0, cached = 0;
+};
+
+// Profiles `device` (costs "worker") on its own worker at `batch_sizes`;
+// may_measure false: only what is cached under the worker's fingerprint.
+using WorkerCostsFn = std::function<Result<OwnDeviceCosts>(const LayerGraph& graph, const Device& device,
+                                                           const std::vector<int64_t>& batch_sizes, uint64_t seed,
+                                                           bool may_measure)>;
+
 struct CostProfileOptions {
   int64_t batch_size = 32;
   uint64_t seed = 1;
   CostSource source = CostSource::profile;
   ProfileCache* cache = nullptr;  // null: the per-user file cache (default_cache_dir)
   std::function<void(const ProfileProgress&)> progress;
+  WorkerCostsFn worker_costs;  // null: a device whose costs are "worker" is refused
 };
 
 struct SkippedProfile {
@@ -59,8 +81,20 @@ struct SkippedProfile {
   std::string error;
 };
 
+// Where one device's costs came from, for the result and the command line.
+struct DeviceCostsUsed {
+  std::string device;
+  CostsFrom from = CostsFrom::host;  // what was used (host after a fallback)
+  std::string detail;                // see OwnDeviceCosts; "" for host
+  std::string fingerprint;           // a worker's device fingerprint
+};
+
 struct CostProfiles {
-  std::vector<LayerLibrary> libraries;  // every set's, sets in device order, sizes ascending
+  std::vector<LayerLibrary> libraries;  // every set's, sets in device order, sizes ascending (host-priced devices)
+  // [device]: its own libraries (CostModel::build's `own`); empty: priced from `libraries`.
+  std::vector<std::vector<LayerLibrary>> device_libraries;
+  std::vector<DeviceCostsUsed> devices;  // [device]
+  std::vector<std::string> notes;        // "devices[2] (remote): ..." fallbacks worth saying
   std::vector<SkippedProfile> skipped;
   int measured = 0, cached = 0, estimated = 0;  // libraries by where they came from
   // "profiled" (something was measured), "cache" (all cached) or "estimated" (nothing measured or cached).
@@ -69,6 +103,7 @@ struct CostProfiles {
   std::vector<int64_t> batch_sizes() const;
 };
 
-CostProfiles cost_profiles(const LayerGraph& graph, const Cluster& cluster, const CostProfileOptions& options);
+// Errors: a device's own costs that cannot be had (its library file, its worker), naming the device.
+Result<CostProfiles> cost_profiles(const LayerGraph& graph, const Cluster& cluster, const CostProfileOptions& options);
 
 }  // namespace tapp

@@ -173,7 +173,7 @@ Result<LayerLibrary> profile_model(const LayerGraph& graph, const ProfileOptions
       std::vector<torch::Tensor> ins;
       if (l.inputs.empty()) ins.push_back(x);
       for (int p : l.inputs) ins.push_back(outs[p]);
-      // The model input needs no gradient in training; every other input does.
+      // The model input needs no gradient in training (token ids cannot have one); every other input does.
       auto [f, b] = time_layer(model, i, ins, !l.inputs.empty(), o);
       lib.rows[i].forward_ms = f;
       lib.rows[i].backward_ms = b;

@@ -1,5 +1,8 @@
 #include "profiler/torch_model.h"
 
+#include <cmath>
+#include <limits>
+
 #include "profiler/torchscript_layers.h"
 
 namespace tapp {
@@ -12,16 +15,76 @@ std::pair<nn::AnyModule, std::shared_ptr<nn::Module>> wrap(M module) {
   return {nn::AnyModule(module), module.ptr()};
 }
 
+// GPT-2's and BERT's initialisation of embeddings and learned tables: N(0, 0.02).
+torch::Tensor small_normal(std::vector<int64_t> shape) { return torch::randn(shape) * 0.02; }
+
+nn::Embedding make_token_embedding(const Layer& l) {
+  nn::Embedding e(nn::EmbeddingOptions(l.attrs.entries, l.attrs.out));
+  e->weight.normal_(0, 0.02);
+  return e;
+}
+
+// Adds learned rows to a sequence {B, T, D}: rows 0..T-1 (positions) or row 0
+// for every token (token type 0).
+struct AddTableImpl : nn::Module {
+  AddTableImpl(int64_t rows, int64_t width, bool per_position)
+      : per_position(per_position), weight(register_parameter("weight", small_normal({rows, width}))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    return x + (per_position ? weight.narrow(0, 0, x.size(1)) : weight[0]);
+  }
+  bool per_position;
+  torch::Tensor weight;
+};
+TORCH_MODULE(AddTable);
+
+// Prepends one learned token: {B, T, D} -> {B, T + 1, D} (torchvision's ViT class_token, zeros at init there).
+struct ClassTokenImpl : nn::Module {
+  explicit ClassTokenImpl(int64_t width) : token(register_parameter("token", small_normal({1, 1, width}))) {}
+  torch::Tensor forward(const torch::Tensor& x) { return torch::cat({token.expand({x.size(0), 1, x.size(2)}), x}, 1); }
+  torch::Tensor token;
+};
+TORCH_MODULE(ClassToken);
+
+// Multi-head self-attention with q, k, v and output projections (as
+// nn.MultiheadAttention's in_proj and out_proj), softmax(QK^T / sqrt(d)) V per
+// head; causal: a token attends to itself and earlier tokens only.
+struct SelfAttentionImpl : nn::Module {
+  SelfAttentionImpl(int64_t width, int64_t heads, bool causal, bool bias)
+      : heads(heads),
+        causal(causal),
+        in_proj(register_module("in_proj", nn::Linear(nn::LinearOptions(width, 3 * width).bias(bias)))),
+        out_proj(register_module("out_proj", nn::Linear(nn::LinearOptions(width, width).bias(bias)))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    const int64_t b = x.size(0), t = x.size(1), d = x.size(2), dh = d / heads;
+    torch::Tensor qkv = in_proj(x).view({b, t, 3, heads, dh}).permute({2, 0, 3, 1, 4});  // 3, B, H, T, dh
+    torch::Tensor scores = torch::matmul(qkv[0], qkv[1].transpose(-2, -1)) / std::sqrt(static_cast<double>(dh));
+    if (causal)
+      scores = scores.masked_fill(torch::ones({t, t}, torch::kBool).triu(1), -std::numeric_limits<float>::infinity());
+    torch::Tensor context = torch::matmul(torch::softmax(scores, -1), qkv[2]);  // B, H, T, dh
+    return out_proj(context.transpose(1, 2).reshape({b, t, d}));
+  }
+  int64_t heads;
+  bool causal;
+  nn::Linear in_proj, out_proj;
+};
+TORCH_MODULE(SelfAttention);
+
 std::pair<nn::AnyModule, std::shared_ptr<nn::Module>> make_module(const Layer& l) {
   const LayerAttrs& a = l.attrs;
   const Shape& in = l.input_shapes.at(0);
+  if (l.op == "token_embedding") return wrap(make_token_embedding(l));
+  if (l.op == "position_embedding" || l.op == "token_type_embedding")
+    return wrap(AddTable(a.entries, in.back(), l.op == "position_embedding"));
+  if (l.op == "class_token") return wrap(ClassToken(in.back()));
+  if (l.op == "layer_norm") return wrap(nn::LayerNorm(nn::LayerNormOptions({in.back()}).eps(a.eps)));
+  if (l.op == "self_attention") return wrap(SelfAttention(in.back(), a.heads, a.causal, a.bias));
   if (l.op == "conv2d")
     return wrap(nn::Conv2d(nn::Conv2dOptions(in[0], a.out, {a.kernel[0], a.kernel[1]})
                                .stride({a.stride[0], a.stride[1]})
                                .padding({a.padding[0], a.padding[1]})
                                .groups(a.groups)
                                .bias(a.bias)));
-  if (l.op == "linear") return wrap(nn::Linear(nn::LinearOptions(in[0], a.out).bias(a.bias)));
+  if (l.op == "linear") return wrap(nn::Linear(nn::LinearOptions(in.back(), a.out).bias(a.bias)));
   if (l.op == "batchnorm2d") return wrap(nn::BatchNorm2d(nn::BatchNorm2dOptions(in[0]).eps(a.eps)));
   if (l.op == "maxpool2d")
     return wrap(nn::MaxPool2d(nn::MaxPool2dOptions({a.kernel[0], a.kernel[1]})
@@ -39,7 +102,8 @@ std::pair<nn::AnyModule, std::shared_ptr<nn::Module>> make_module(const Layer& l
   if (l.op == "sigmoid") return wrap(nn::Sigmoid());
   if (l.op == "tanh") return wrap(nn::Tanh());
   if (l.op == "dropout") return wrap(nn::Dropout(nn::DropoutOptions(a.p)));
-  return {nn::AnyModule(), nullptr};  // flatten, concat, add, identity, relu6, softmax: tensor ops
+  // flatten, concat, add, identity, relu6, softmax, gelu, to_sequence, select_token, lm_head: tensor ops
+  return {nn::AnyModule(), nullptr};
 }
 
 }  // namespace
@@ -62,16 +126,32 @@ Result<std::shared_ptr<GraphModel>> GraphModel::build(const LayerGraph& graph, u
     if (!program) return program.status();
     m->script_ = *program;
   }
+  m->tied_tables_.resize(n);
+  auto layer_seed = [seed](size_t i) { return seed * 1000003ULL + i; };  // weights depend on (seed, layer) only
   try {
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < n; ++i) {
       if (!keep.empty() && !keep[i]) continue;
-      if (graph.layers[i].op == "torchscript") {
+      const Layer& l = graph.layers[i];
+      if (l.op == "torchscript") {  // runs in script_, weights from its file
         m->built_[i] = true;
         continue;
       }
-      torch::manual_seed(seed * 1000003ULL + i);  // weights depend on (seed, layer) only
-      auto [any, holder] = make_module(graph.layers[i]);
+      if (l.op == "lm_head") {
+        const int e = graph.index_of(l.attrs.tie);
+        if (e < 0) return Status::error("GraphModel::build: lm_head '" + l.name + "' has no tied embedding");
+        if (m->built_[e]) {
+          m->tied_tables_[i] = m->holders_[e]->named_parameters()["weight"];
+        } else {  // the embedding lives elsewhere: an equal copy, from its seed
+          torch::manual_seed(layer_seed(e));
+          m->tied_tables_[i] = make_token_embedding(graph.layers[e])->weight.detach().clone().requires_grad_(true);
+          m->tied_copies_.push_back(m->tied_tables_[i]);
+        }
+        m->built_[i] = true;
+        continue;
+      }
+      torch::manual_seed(layer_seed(i));
+      auto [any, holder] = make_module(l);
       m->modules_[i] = std::move(any);
       m->holders_[i] = std::move(holder);
       m->built_[i] = true;
@@ -86,6 +166,11 @@ torch::Tensor GraphModel::forward_layer(int i, const std::vector<torch::Tensor>&
   const Layer& l = graph_.layers[i];
   if (l.op == "torchscript") return script_->forward(i, inputs);
   if (l.op == "flatten") return inputs.at(0).flatten(1);
+  if (l.op == "gelu") return torch::gelu(inputs.at(0));
+  // Contiguous, as a pipeline sends layer outputs whole.
+  if (l.op == "to_sequence") return inputs.at(0).flatten(2).transpose(1, 2).contiguous();
+  if (l.op == "select_token") return inputs.at(0).select(1, l.attrs.index).contiguous();
+  if (l.op == "lm_head") return torch::matmul(inputs.at(0), tied_tables_[i].t());
   if (l.op == "identity") return inputs.at(0);
   if (l.op == "relu6") return torch::hardtanh(inputs.at(0), 0.0, 6.0);
   if (l.op == "softmax") return torch::softmax(inputs.at(0), l.attrs.dim);
@@ -119,7 +204,14 @@ std::vector<torch::Tensor> GraphModel::parameters() const {
   std::vector<torch::Tensor> all;
   for (size_t i = 0; i < holders_.size(); ++i)
     for (auto& p : layer_parameters(static_cast<int>(i))) all.push_back(p);
+  for (const auto& t : tied_copies_) all.push_back(t);
   return all;
+}
+
+torch::Tensor GraphModel::tied_table(int head) const {
+  const int e = graph_.index_of(graph_.layers.at(head).attrs.tie);
+  if (e >= 0 && built_[e]) return holders_[e]->named_parameters()["weight"];
+  return tied_tables_[head];
 }
 
 void GraphModel::set_training(bool on) {
@@ -133,21 +225,20 @@ std::pair<torch::Tensor, torch::Tensor> synthetic_batch(const LayerGraph& graph,
   auto gen = at::detail::createCPUGenerator(seed);
   std::vector<int64_t> shape{batch_size};
   shape.insert(shape.end(), graph.input_shape.begin(), graph.input_shape.end());
-  torch::Tensor x = graph.input_vocab > 0 ? at::randint(graph.input_vocab, shape, gen, torch::kLong)
-                                          : at::randn(shape, gen);
+  torch::Tensor x = graph.input_kind == InputKind::tokens ? at::randint(graph.input_vocabulary, shape, gen, torch::kLong)
+                                                          : at::randn(shape, gen);
   std::vector<int64_t> label_shape{batch_size};
-  const Shape& out = graph.layers.back().output_shape;
-  if (out.size() == 2) label_shape.push_back(out[0]);  // one label per token
+  if (graph.per_token_labels()) label_shape.push_back(graph.layers.back().output_shape[0]);
   torch::Tensor y = at::randint(graph.num_classes, label_shape, gen, torch::kLong);
   return {x, y};
 }
 
 torch::Tensor training_loss(const torch::Tensor& logits, const torch::Tensor& labels, int64_t full_batch) {
-  const int64_t tokens = labels.dim() > 1 ? labels.numel() / std::max<int64_t>(1, labels.size(0)) : 1;
-  return torch::nn::functional::cross_entropy(
-             logits.reshape({-1, logits.size(-1)}), labels.reshape({-1}),
-             torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)) /
-         static_cast<double>(full_batch * tokens);
+  const int64_t per_sample = labels.dim() == 2 ? labels.size(1) : 1;  // tokens with a label each
+  torch::Tensor summed = torch::nn::functional::cross_entropy(
+      logits.reshape({-1, logits.size(-1)}), labels.reshape({-1}),
+      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+  return summed / static_cast<double>(full_batch * per_sample);
 }
 
 }  // namespace tapp

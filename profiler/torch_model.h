@@ -7,6 +7,11 @@
 // would: this is what makes pipelined training comparable to one process.
 // `torchscript` layers instead run slices of a saved module, loaded by each
 // process from its file (profiler/torchscript_layers.h): weights from the file.
+// An lm_head reads its tied token_embedding's table: the same tensor when
+// both layers are built here (one parameter, owned by the embedding), or a
+// copy initialised from the embedding's seed when only the head is built here
+// (a pipeline stage without the embedding; the runtime sums the two copies'
+// gradients across workers so they stay equal, as Megatron-LM does).
 // Used by the profiler (per-layer timing), the runtime (segments on workers)
 // and the tests (equivalence with single-device training).
 // Thread safety: a GraphModel is used by one thread at a time.
@@ -36,8 +41,14 @@ class GraphModel {
   // Runs every layer; requires a model built with all layers.
   torch::Tensor forward(const torch::Tensor& input);
 
+  // Layer i's own parameters (none for an lm_head: its table is the embedding's).
   std::vector<torch::Tensor> layer_parameters(int i) const;
-  std::vector<torch::Tensor> parameters() const;  // of built layers, in layer order
+  // What the optimizer updates: the built layers' parameters in layer order,
+  // then the copies of tied tables whose embedding is not built here.
+  std::vector<torch::Tensor> parameters() const;
+  // The table lm_head layer `head` reads, as held here: the embedding's own
+  // parameter, this model's copy, or undefined when neither layer is built here.
+  torch::Tensor tied_table(int head) const;
   void set_training(bool on);
   bool has_layer(int i) const { return built_[i]; }
   const LayerGraph& graph() const { return graph_; }
@@ -48,19 +59,22 @@ class GraphModel {
   std::vector<bool> built_;
   std::vector<torch::nn::AnyModule> modules_;  // empty AnyModule for tensor ops
   std::vector<std::shared_ptr<torch::nn::Module>> holders_;
-  std::shared_ptr<ScriptProgram> script_;  // the torchscript layers, when there are any
+  std::vector<torch::Tensor> tied_tables_;  // per layer: the table an lm_head reads
+  std::vector<torch::Tensor> tied_copies_;  // tables whose embedding is not built here
+  std::shared_ptr<ScriptProgram> script_;   // the torchscript layers, when there are any
 };
 
 // A batch of synthetic training data, identical in every process for a seed:
-// inputs {batch, input_shape...} (float, or int64 token ids in [0, input_vocab))
-// and integer labels in [0, num_classes): {batch}, or {batch, tokens} when the
-// last layer outputs per-token scores {tokens, vocabulary}.
+// inputs {batch, input_shape...} (float, or int64 ids in [0, input_vocabulary)
+// for a token model) and integer labels in [0, num_classes): {batch}, or
+// {batch, T} when the model outputs one prediction per token.
 std::pair<torch::Tensor, torch::Tensor> synthetic_batch(const LayerGraph& graph, int64_t batch_size,
                                                         uint64_t seed);
 
-// Cross entropy summed over a micro-batch and divided by the full batch (and
-// by the tokens per sample for per-token outputs): the gradients accumulated
-// over the micro-batches equal those of the full batch's mean loss.
+// Cross-entropy of logits {B, C} with labels {B}, or of {B, T, V} with {B, T},
+// summed over the samples (and tokens) and divided by the full batch's
+// samples (times T): the gradients of a batch's micro-batches add up to the
+// gradient of the full batch's mean loss.
 torch::Tensor training_loss(const torch::Tensor& logits, const torch::Tensor& labels, int64_t full_batch);
 
 }  // namespace tapp

@@ -534,7 +534,6 @@ Result<LayerGraph> import_layers(const std::string& path, const ModelOptions& op
   LayerGraph lg;
   lg.name = fs::path(path).stem().string();
   lg.input_shape = example.shape;
-  lg.input_vocab = example.vocab;
   std::vector<at::Tensor> owned_so_far;
   std::map<std::string, int> names;
   std::unordered_map<const jit::Value*, int> layer_of_export;
@@ -549,6 +548,7 @@ Result<LayerGraph> import_layers(const std::string& path, const ModelOptions& op
     for (const jit::Value* v : io.imports) {
       if (v == a.input) {
         example_inputs.push_back(example.batch);
+        if (example.vocab > 0) l.attrs.entries = example.vocab;  // reads token ids: infer_shapes sets input_kind
         continue;
       }
       l.inputs.push_back(layer_of_export.at(v));

@@ -14,6 +14,12 @@
 //     coordinator -> listener  "ping" | "job <store_port> <rank> <world>" (the store's host is the
 //                              coordinator's address as the listener sees it)
 //     listener -> coordinator  "pong" | "exit <code>" when the job's process ended | "error bad request"
+//   the profile exchange, for a device whose costs are "worker" (its own
+//   hardware profiles the model; runtime/worker_profile.h):
+//     coordinator -> listener  "device <kind> <threads>"          -> "device <WorkerDevice JSON>"
+//                              "profile <n>" + n bytes of ProfileRequest JSON
+//                                                                  -> "profile <n>" + n bytes of ProfileReply JSON
+//     either answered "error <message>" when the worker cannot (no CUDA, a model it cannot build).
 // Ordering: a worker's sets reach the store in the order it makes them; "done"
 // and "error" are read back, so everything before them is there when they are.
 // Data flow: runtime.cpp (coordinator) and worker.cpp (worker, listener) call
@@ -30,7 +36,10 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/status.h"
+#include "model/layer_library.h"
 
 namespace c10d {
 class Store;
@@ -56,6 +65,7 @@ struct WorkerReport {
   int rank = 0;
   std::vector<WorkerStep> steps;
   int64_t peak_rss_bytes = 0;
+  int64_t peak_tensor_bytes = 0;  // the counting CPU allocator's high-water mark (runtime/worker.cpp)
 };
 
 std::string encode_report(const WorkerReport& report);
@@ -67,12 +77,62 @@ Result<Job> decode_job(const std::string& text);
 
 // The `tapp-worker --listen` line protocol.
 struct ListenerRequest {
-  enum class Kind { ping, job };
+  enum class Kind { ping, job, device, profile };
   Kind kind = Kind::ping;
   int store_port = 0, rank = 0, world = 1;  // Kind::job
+  std::string device_kind = "cpu";          // Kind::device
+  int threads = 1;                          // Kind::device
+  int64_t payload_bytes = 0;                // Kind::profile: the ProfileRequest that follows the line
 };
+inline constexpr int64_t kMaxProfilePayloadBytes = int64_t{256} << 20;
 std::string encode_ping();
 std::string encode_job_request(int store_port, int rank, int world);
+std::string encode_device_request(const std::string& device_kind, int threads);
+std::string encode_profile_header(int64_t payload_bytes);  // "profile <n>": request and reply
+
+// A worker's hardware as its profiles are keyed: the host's CPU model, the
+// device's kind and threads, the worker's LibTorch version, timing method and
+// allocator. Profiles measured by a worker are cached under fingerprint().
+struct WorkerDevice {
+  std::string device_kind = "cpu";
+  int threads = 1;
+  std::string cpu_model, libtorch_version, allocator;
+  int timing_method = 0;
+  std::string fingerprint() const;  // 16 hex digits
+  std::string describe() const;     // "AMD EPYC, 2 threads, LibTorch 1.13.0, timing method 3, tcmalloc"
+};
+nlohmann::json worker_device_to_json(const WorkerDevice& device);
+Result<WorkerDevice> worker_device_from_json(const nlohmann::json& j);
+std::string encode_device_reply(const WorkerDevice& device);
+
+// What a coordinator asks a worker to profile: the model (JSON layer graph,
+// model/model_json.h), the device's kind and threads, the micro-batch sizes.
+struct ProfileRequest {
+  nlohmann::json model;
+  std::string device_kind = "cpu";
+  int threads = 1;
+  std::vector<int64_t> batch_sizes;
+  uint64_t seed = 1;
+};
+struct ProfileReply {
+  WorkerDevice device;
+  std::vector<LayerLibrary> libraries;                   // ascending batch size
+  std::vector<std::pair<int64_t, std::string>> skipped;  // (batch size, why it could not be profiled)
+};
+std::string encode_profile_request(const ProfileRequest& request);
+Result<ProfileRequest> decode_profile_request(const std::string& text);
+std::string encode_profile_reply(const ProfileReply& reply);
+Result<ProfileReply> decode_profile_reply(const std::string& text);
+std::string encode_error_reply(const std::string& message);  // "error <message>" on one line
+
+// A listener's one-line answer: "device <json>", "profile <n>" or "error <message>".
+struct ListenerReply {
+  enum class Kind { device, profile, error };
+  Kind kind = Kind::error;
+  std::string text;           // device: the JSON; error: the message
+  int64_t payload_bytes = 0;  // profile
+};
+Result<ListenerReply> decode_listener_reply(const std::string& line);
 Result<ListenerRequest> decode_listener_request(const std::string& line);
 std::string encode_pong();
 std::string encode_bad_request();

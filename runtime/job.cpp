@@ -16,7 +16,10 @@ json job_to_json(const Job& job) {
                     {"group_replicas", job.placement.group_replicas},
                     {"aggregation_every", job.placement.aggregation_every},
                     {"micro_batches", job.placement.micro_batches},
-                    {"schedule", schedule_name(job.placement.schedule)}};
+                    {"schedule", schedule_name(job.placement.schedule)},
+                    {"optimizer", optimizer_name(job.placement.optimizer)},
+                    {"group_recompute", std::vector<int>(job.placement.group_recompute.begin(),
+                                                         job.placement.group_recompute.end())}};
   j["options"] = {{"warmup_steps", o.warmup_steps},     {"steps", o.steps},
                   {"batch_size", o.batch_size},         {"seed", o.seed},
                   {"learning_rate", o.learning_rate},   {"momentum", o.momentum},
@@ -47,6 +50,11 @@ Result<Job> job_from_json(const json& j) {
     auto sched = schedule_from_name(p.at("schedule").get<std::string>());
     if (!sched) return sched.status();
     job.placement.schedule = *sched;
+    auto optimizer = optimizer_from_name(p.at("optimizer").get<std::string>());
+    if (!optimizer) return optimizer.status();
+    job.placement.optimizer = *optimizer;
+    for (int flag : p.at("group_recompute").get<std::vector<int>>())
+      job.placement.group_recompute.push_back(static_cast<char>(flag != 0));
     const json& o = j.at("options");
     RunOptions& r = job.options;
     r.warmup_steps = o.at("warmup_steps").get<int>();

@@ -106,6 +106,7 @@ StepReport measure(const std::vector<WorkerReport>& reports, const Cluster& clus
     DeviceStats d;
     d.device = cluster.devices[rank_device[rank]].name;
     d.peak_memory_bytes = rep.peak_rss_bytes;
+    d.peak_tensor_bytes = rep.peak_tensor_bytes;
     if (steps > 0) {
       const WorkerStep& s = rep.steps[rep_step];
       double step_ms = r.step_samples_ms[rep_step];
@@ -414,6 +415,10 @@ RunResult run_placement(const LayerGraph& graph, const Cluster& cluster, const P
   job.options = options;
   std::vector<int> rank_device;
   compact(cluster, placement, job.cluster, job.placement, rank_device);
+  if (Status s = measurable_here(cluster, rank_device); !s) {
+    out.report = StepReport::failure(FailureKind::invalid_options, s.message(), kSource);
+    return out;
+  }
   return execute(std::move(job), rank_device, cluster);
 }
 
@@ -437,13 +442,19 @@ RunResult run_strategy(const LayerGraph& graph, const Cluster& cluster, const st
   }
   const int n = static_cast<int>(graph.layers.size());
   if (strategy == "single") {
-    RunResult r = run_placement(graph, cluster, Placement::single_device(n, 0), options);
+    Placement single = Placement::single_device(n, 0);
+    single.optimizer = options.optimizer;
+    RunResult r = run_placement(graph, cluster, single, options);
     return r;
   }
   if (strategy != "bsp" && strategy != "hogwild") {
     out.report = StepReport::failure(
         FailureKind::invalid_strategy,
         "strategy: unknown \"" + strategy + "\"; expected single, bsp or hogwild", kSource);
+    return out;
+  }
+  if (Status s = measurable_here(cluster); !s) {
+    out.report = StepReport::failure(FailureKind::invalid_options, s.message(), kSource);
     return out;
   }
   if (options.batch_size < cluster.num_devices()) {
@@ -464,7 +475,9 @@ RunResult run_strategy(const LayerGraph& graph, const Cluster& cluster, const st
   // Every device holds a full replica at its share of the batch.
   std::vector<int> replicas(cluster.num_devices());
   std::iota(replicas.begin(), replicas.end(), 0);
-  if (Status s = check_memory(Placement::replicas(n, replicas), graph, cluster, options.batch_size); !s) {
+  Placement whole = Placement::replicas(n, replicas);
+  whole.optimizer = options.optimizer;
+  if (Status s = check_memory(whole, graph, cluster, options.batch_size); !s) {
     out.report = StepReport::failure(FailureKind::out_of_memory, s.message(), kSource);
     return out;
   }
@@ -474,6 +487,7 @@ RunResult run_strategy(const LayerGraph& graph, const Cluster& cluster, const st
   job.cluster = cluster;
   job.options = options;
   job.placement = Placement::single_device(n, 0);
+  job.placement.optimizer = options.optimizer;
   std::vector<int> rank_device;
   for (int d = 0; d < cluster.num_devices(); ++d) rank_device.push_back(d);
   return execute(std::move(job), rank_device, cluster);

@@ -17,6 +17,9 @@
 // remote worker) come back as StepReport::failure, never as exceptions; every
 // local worker is killed and reaped before a call returns (the WorkerGroup's
 // destructor), also when on_started throws.
+// A device faster than this host (speed > 1) cannot be emulated: a placement
+// (or strategy) that uses one is refused up front (invalid_options, naming
+// the device: core/cluster.h measurable_here).
 // Emulation: a device of speed < 1 sleeps after each compute task until the
 // task has lasted its cost / speed (cost: the thread's CPU time on a
 // one-thread device, the wall time otherwise: emulated_sleep_ms in worker.h);
@@ -46,6 +49,11 @@ struct RunOptions {
   uint64_t seed = 1;          // weights from (seed, layer); data of step k from seed + k
   double learning_rate = 0.01;
   double momentum = 0.9;      // SGD with momentum, stepped once per batch
+  // The baselines (run_strategy) train with this optimizer; run_placement
+  // trains with the placement's own (Placement::optimizer: what its memory
+  // was checked for). SGD uses learning_rate and momentum, Adam learning_rate
+  // and LibTorch's defaults (betas 0.9, 0.999; eps 1e-8).
+  Optimizer optimizer = Optimizer::sgd;
   double timeout_s = 60;      // no worker progress for this long -> "timeout" failure
   std::string worker_binary;  // empty: tapp-worker next to the running binary (/proc/self/exe)
   bool collect_parameters = false;  // RunResult::layer_parameters after the last step

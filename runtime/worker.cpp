@@ -18,6 +18,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -27,6 +28,7 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "profiler/compute_threads.h"
@@ -34,6 +36,8 @@
 #include "runtime/control_channel.h"
 #include "runtime/job.h"
 #include "runtime/replica_group.h"
+#include "runtime/tensor_memory.h"
+#include "runtime/worker_profile.h"
 #include "simulator/task_graph.h"
 
 namespace tapp {
@@ -200,7 +204,7 @@ struct Ctx {
   std::unique_ptr<ControlChannel> channel;  // over `store`
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
   std::shared_ptr<GraphModel> model;
-  std::unique_ptr<torch::optim::SGD> optimizer;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
   // Pipeline: the replicated groups this worker is a replica of, ascending group.
   std::vector<std::unique_ptr<ReplicaGroup>> replica_groups;
   std::chrono::milliseconds gloo_timeout{60000};
@@ -216,8 +220,8 @@ struct Ctx {
 };
 
 torch::Tensor loss_of(const torch::Tensor& logits, const torch::Tensor& labels, int64_t full_batch) {
-  // Summed over the micro-batch and divided by the full batch: the accumulated
-  // gradient equals that of the full-batch mean loss.
+  // Summed over the micro-batch (and its tokens) and divided by the full
+  // batch's: the accumulated gradient equals that of the full-batch mean loss.
   return training_loss(logits, labels, full_batch);
 }
 
@@ -261,15 +265,16 @@ class PipelineWorker {
         if (first.device_of(m) == c_.rank) r.local_samples += tg_.micro_batch_sizes[m];
       replicas_.push_back(r);
     }
+    find_ties_across_workers();
   }
 
   WorkerStep step(int step_index, Clock::time_point t0, Sender& sender) {
     WorkerStep st;
     step_ = step_index;
     parity_ = step_index & 1;
-    auto [x, y] = synthetic_batch(g_, c_.job.options.batch_size, c_.job.options.seed + step_index);
-    xs_.clear();
+    xs_.clear();  // (before drawing the next batch: the last one's storage goes first)
     ys_.clear();
+    auto [x, y] = synthetic_batch(g_, c_.job.options.batch_size, c_.job.options.seed + step_index);
     int64_t off = 0;
     for (int m = 0; m < M_; ++m) {
       xs_.push_back(x.narrow(0, off, tg_.micro_batch_sizes[m]));
@@ -309,6 +314,7 @@ class PipelineWorker {
     sender.drain();
     st.comm_ms += ms_between(d0, Clock::now());
     finish_replica_exchanges(st);
+    sum_tied_gradients(t0, st);
     auto o0 = Clock::now();
     c_.optimizer->step();
     c_.optimizer->zero_grad();
@@ -319,6 +325,7 @@ class PipelineWorker {
     recv_.clear();
     outs_.clear();
     leaves_.clear();
+    rng_state_.clear();
     return st;
   }
 
@@ -371,6 +378,45 @@ class PipelineWorker {
     }
   }
 
+  // A tied table (lm_head reading a token_embedding's) whose two layers run on
+  // different workers exists as a copy on each (GraphModel); both must take
+  // the gradient single-device training would, the sum of both uses.
+  void find_ties_across_workers() {
+    const Placement& p = c_.job.placement;
+    for (int h = 0; h < L_; ++h) {
+      const Layer& head = g_.layers[h];
+      if (head.op != "lm_head") continue;
+      const int e = g_.index_of(head.attrs.tie);
+      if (e < 0 || p.layer_group[h] == p.layer_group[e]) continue;  // one group: one tensor per replica
+      const std::vector<int> head_devices = p.devices_of_group(p.layer_group[h]);
+      const std::vector<int> table_devices = p.devices_of_group(p.layer_group[e]);
+      std::set<int> holders(head_devices.begin(), head_devices.end());
+      holders.insert(table_devices.begin(), table_devices.end());
+      if (holders.size() <= 1) continue;
+      if (head_devices.size() > 1 || table_devices.size() > 1)
+        throw std::runtime_error("layer '" + head.name + "' and its tied embedding '" + head.attrs.tie +
+                                 "' run on different devices and one is in a replicated stage: not supported "
+                                 "(place them in one group, or replicate neither)");
+      ties_.push_back(Tie{h, g_.layers[e].attrs.entries, g_.layers[e].attrs.out});
+    }
+  }
+
+  // Every worker joins (zeros where it holds no copy): the process group spans all of them.
+  void sum_tied_gradients(Clock::time_point t0, WorkerStep& st) {
+    for (const Tie& t : ties_) {
+      auto a0 = Clock::now();
+      torch::Tensor table = c_.model->tied_table(t.head);
+      const bool held = table.defined() && table.grad().defined();
+      std::vector<at::Tensor> grad{held ? table.grad().contiguous().clone() : torch::zeros({t.rows, t.width})};
+      c_.pg->allreduce(grad)->wait();
+      if (table.defined()) table.mutable_grad() = grad[0];
+      const double comm_ms = ms_between(a0, Clock::now());
+      st.comm_ms += comm_ms;
+      st.timeline.push_back(TaskSpan{"tied table " + g_.layers[t.head].attrs.tie, ms_between(t0, a0),
+                                     ms_between(t0, a0) + comm_ms});
+    }
+  }
+
   // aggregation_every = K > 1: after every K-th update the replicas' parameters are averaged.
   void average_replicas_if_due(Clock::time_point t0, WorkerStep& st) {
     if (synchronous() || (step_ + 1) % tg_.aggregation_every != 0) return;
@@ -408,6 +454,25 @@ class PipelineWorker {
     return r.buf;
   }
 
+  // After segment s's backward for micro-batch m: its leaves over remote
+  // inputs (their gradients were sent) and the receive buffers it consumed.
+  void release_received(int s, int m) {
+    const Segment& seg = tg_.segments[s];
+    for (int p : seg.preds) {
+      if (device_of(p, m) == c_.rank) continue;
+      const int tid = act_task_.at({p, s, m});
+      for (int l : boundary_layers(g_, tg_, p, s)) {
+        leaves_.erase(std::make_tuple(s, m, l));
+        recv_.erase({tid, l});
+      }
+    }
+    for (int t : seg.succs) {
+      if (device_of(t, m) == c_.rank) continue;
+      const int tid = grad_task_.at({s, t, m});
+      for (int l : boundary_layers(g_, tg_, s, t)) recv_.erase({tid, l});
+    }
+  }
+
   // Waits for every remote input of a compute task before its compute starts.
   void wait_inputs(const Task& task) {
     const Segment& seg = tg_.segments[task.segment];
@@ -436,7 +501,9 @@ class PipelineWorker {
     return l;
   }
 
-  void forward(int s, int m, Sender& sender) {
+  // The segment's layers for micro-batch m (its inputs: the model's, or
+  // leaves over other segments' outputs), and its loss when it has the output layer.
+  void run_layers(int s, int m) {
     const Segment& seg = tg_.segments[s];
     for (int l : seg.layers) {
       std::vector<torch::Tensor> ins;
@@ -446,6 +513,57 @@ class PipelineWorker {
       outs_[m][l] = c_.model->forward_layer(l, ins);
     }
     if (seg.computes_loss) loss_[m] = loss_of(outs_[m][L_ - 1], ys_[m], c_.job.options.batch_size);
+  }
+
+  // A recomputing segment's forward keeps no autograd graph: only its inputs
+  // (the leaves) and the outputs other segments on this worker read; its
+  // backward runs the forward again from the same inputs and random state
+  // (dropout draws the same masks), as torch.utils.checkpoint does.
+  void forward_without_graph(int s, int m) {
+    const Segment& seg = tg_.segments[s];
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      rng_state_[{s, m}] = gen.get_state();
+    }
+    {
+      torch::NoGradGuard no_grad;
+      run_layers(s, m);
+    }
+    loss_[m] = torch::Tensor();
+    std::vector<char> read_here(L_, 0);
+    for (int t : seg.succs)
+      if (device_of(t, m) == c_.rank)
+        for (int l : boundary_layers(g_, tg_, s, t)) read_here[l] = 1;
+    // What other devices read leaves with the sends below (they hold their tensors).
+    pending_drop_ = {};
+    for (int l : seg.layers)
+      if (!read_here[l]) pending_drop_.push_back(l);
+  }
+
+  void recompute_forward(int s, int m) {
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    torch::Tensor now;
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      now = gen.get_state();
+      gen.set_state(rng_state_.at({s, m}));
+    }
+    run_layers(s, m);
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(now);
+    }
+    rng_state_.erase({s, m});
+  }
+
+  void forward(int s, int m, Sender& sender) {
+    const Segment& seg = tg_.segments[s];
+    pending_drop_.clear();
+    if (seg.recompute)
+      forward_without_graph(s, m);
+    else
+      run_layers(s, m);
     for (int t : seg.succs) {
       int dst = device_of(t, m);
       if (dst == c_.rank) continue;
@@ -456,10 +574,12 @@ class PipelineWorker {
       sender.post(std::move(tensors), dst, delay,
                   "X s" + std::to_string(s) + "->s" + std::to_string(t) + " m" + std::to_string(m));
     }
+    for (int l : pending_drop_) outs_[m][l] = torch::Tensor();
   }
 
   void backward(int s, int m, Sender& sender) {
     const Segment& seg = tg_.segments[s];
+    if (seg.recompute) recompute_forward(s, m);
     std::vector<torch::Tensor> roots, grads;
     if (seg.computes_loss && loss_[m].defined() && loss_[m].requires_grad()) {
       roots.push_back(loss_[m]);
@@ -479,7 +599,10 @@ class PipelineWorker {
       for (int l : boundary_layers(g_, tg_, s, t)) {
         if (device_of(t, m) == c_.rank) {
           auto it = leaves_.find(std::make_tuple(t, m, l));
-          if (it != leaves_.end()) accumulate(l, it->second.grad());
+          if (it != leaves_.end()) {
+            accumulate(l, it->second.grad());
+            leaves_.erase(it);  // its consumer's backward is done and its gradient read
+          }
         } else {
           accumulate(l, received(grad_task_.at({s, t, m}), l));
         }
@@ -504,9 +627,12 @@ class PipelineWorker {
       sender.post(std::move(tensors), dst, delay,
                   "G s" + std::to_string(s) + "->s" + std::to_string(p) + " m" + std::to_string(m));
     }
-    // This segment's activations are no longer needed.
-    for (int l : seg.layers) outs_[m][l] = outs_[m][l].detach();
+    // This segment's activations, its received inputs and gradients are no
+    // longer needed (a send holds its own reference until it has left): free
+    // them now, so 1F1B keeps only the micro-batches in flight.
+    for (int l : seg.layers) outs_[m][l] = torch::Tensor();
     loss_[m] = torch::Tensor();
+    release_received(s, m);
   }
 
   Ctx& c_;
@@ -515,11 +641,18 @@ class PipelineWorker {
   int L_ = 0, M_ = 0, parity_ = 0, step_ = 0;
   std::vector<int> seg_of_layer_;
   std::vector<Replica> replicas_;
+  struct Tie {
+    int head;             // the lm_head layer
+    int64_t rows, width;  // its table's shape
+  };
+  std::vector<Tie> ties_;  // tied tables whose layers run on different workers
   std::map<std::tuple<int, int, int>, int> act_task_, grad_task_;  // (producer, consumer, m) -> task
   std::map<std::pair<int, int>, Recv> recv_;                       // (task, layer)
   std::map<std::tuple<int, int, int>, torch::Tensor> leaves_;      // (consumer segment, m, layer)
   std::vector<torch::Tensor> xs_, ys_, loss_;
   std::vector<std::vector<torch::Tensor>> outs_;
+  std::map<std::pair<int, int>, torch::Tensor> rng_state_;  // recomputing segments: (segment, m) -> CPU RNG state
+  std::vector<int> pending_drop_;  // a recomputing forward's outputs to drop once sent
 };
 
 // ---------------------------------------------------------------- data parallel
@@ -669,6 +802,14 @@ void join_replica_groups(Ctx& c, const TaskGraph& tg) {
   }
 }
 
+// The placement's optimizer over this worker's parameters.
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<torch::Tensor>& params, Optimizer which,
+                                                        const RunOptions& o) {
+  if (which == Optimizer::adam)
+    return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(o.learning_rate));
+  return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(o.learning_rate).momentum(o.momentum));
+}
+
 int run_job(Ctx& c) {
   const RunOptions& o = c.job.options;
   const std::string& mode = c.job.mode;
@@ -695,8 +836,7 @@ int run_job(Ctx& c) {
     if (Status s = share_parameters(c, shm); !s) throw std::runtime_error(s.message());
   std::vector<torch::Tensor> params = c.model->parameters();
   if (params.empty()) params.push_back(torch::zeros({1}, torch::requires_grad()));  // SGD needs one
-  c.optimizer = std::make_unique<torch::optim::SGD>(
-      params, torch::optim::SGDOptions(o.learning_rate).momentum(o.momentum));
+  c.optimizer = make_optimizer(params, c.job.placement.optimizer, o);
   Sender sender(c.pg);
   WorkerReport report;
   report.rank = c.rank;
@@ -714,6 +854,7 @@ int run_job(Ctx& c) {
   c.pg->barrier()->wait();  // hogwild: every worker finished its updates
   if (o.collect_parameters && (mode == "pipeline" || c.rank == 0)) publish_parameters(c, mode != "pipeline");
   report.peak_rss_bytes = peak_rss_bytes();
+  report.peak_tensor_bytes = tensor_bytes_peak();
   c.channel->publish_report(report);
   c.channel->mark_done(c.rank);
   return 0;
@@ -722,6 +863,7 @@ int run_job(Ctx& c) {
 }  // namespace
 
 int run_worker(const WorkerArgs& args) {
+  install_tensor_memory_counter();  // before any tensor exists
   Ctx c;
   c.rank = args.rank;
   c.world = args.world;
@@ -796,6 +938,31 @@ std::string peer_host(int fd) {
   return host;
 }
 
+// Waits for `pid`; if the coordinator's connection drops first, gives the
+// child `grace_ms` to end by itself (a profile child that has just written
+// its reply, which the coordinator read and hung up on), then kills it and
+// returns false.
+bool wait_for_child(int fd, pid_t pid, int& status, int grace_ms = 0) {
+  for (;;) {
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return true;
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 100) > 0) {
+      char buf[64];
+      ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {  // coordinator gone: end the child
+        for (int waited = 0; waited < grace_ms; waited += 50) {
+          if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        return false;
+      }
+    }
+  }
+}
+
 // Runs one job in a child; kills it if the coordinator's connection drops.
 void serve_job(int fd, int listen_fd, const WorkerArgs& args) {
   pid_t pid = fork();
@@ -810,23 +977,52 @@ void serve_job(int fd, int listen_fd, const WorkerArgs& args) {
     return;
   }
   int status = 0;
-  for (;;) {
-    pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid) break;
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 100) > 0) {
-      char buf[64];
-      ssize_t n = recv(fd, buf, sizeof(buf), 0);
-      if (n <= 0) {  // coordinator gone: end the job
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-        std::cerr << "tapp-worker: coordinator disconnected; job of rank " << args.rank << " killed\n";
-        return;
-      }
-    }
+  if (!wait_for_child(fd, pid, status)) {
+    std::cerr << "tapp-worker: coordinator disconnected; job of rank " << args.rank << " killed\n";
+    return;
   }
   int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   write_line(fd, encode_exit(code));
+}
+
+// Answers "device" here and "profile" in a child: profiling sets LibTorch's
+// thread pools, which the listener must not carry into the next job's fork.
+void serve_profile(int fd, int listen_fd, const ListenerRequest& request) {
+  if (request.kind == ListenerRequest::Kind::device) {
+    write_line(fd, answer_device_request(request));
+    return;
+  }
+  timeval receive_timeout{60, 0};  // the payload follows its header line at once
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &receive_timeout, sizeof(receive_timeout));
+  std::string payload(static_cast<size_t>(request.payload_bytes), '\0');
+  for (size_t got = 0; got < payload.size();) {
+    ssize_t n = read(fd, payload.data() + got, payload.size() - got);
+    if (n <= 0) {
+      write_line(fd, encode_error_reply("the profile request ended before its " +
+                                        std::to_string(request.payload_bytes) + " bytes"));
+      return;
+    }
+    got += static_cast<size_t>(n);
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    close(listen_fd);
+    const std::string reply = answer_profile_request(payload);
+    for (size_t off = 0; off < reply.size();) {
+      ssize_t n = send(fd, reply.data() + off, reply.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) _exit(1);
+      off += static_cast<size_t>(n);
+    }
+    _exit(0);
+  }
+  if (pid < 0) {
+    write_line(fd, encode_error_reply("cannot start a process to profile in"));
+    return;
+  }
+  int status = 0;
+  if (!wait_for_child(fd, pid, status, 2000))
+    std::cerr << "tapp-worker: coordinator disconnected before the profile was sent; profile ended\n";
 }
 
 }  // namespace
@@ -861,6 +1057,8 @@ int serve_worker(const std::string& host, int port, int max_jobs) {
         write_line(fd, encode_bad_request());
       } else if (request->kind == ListenerRequest::Kind::ping) {
         write_line(fd, encode_pong());
+      } else if (request->kind == ListenerRequest::Kind::device || request->kind == ListenerRequest::Kind::profile) {
+        serve_profile(fd, lfd, *request);
       } else {
         WorkerArgs args{peer_host(fd), request->store_port, request->rank, request->world};
         serve_job(fd, lfd, args);

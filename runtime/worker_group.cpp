@@ -29,8 +29,10 @@ std::string seconds_text(double s) {
   return o.str();
 }
 
+}  // namespace
+
 // Connects with a timeout; the error names host:port.
-Result<int> connect_to(const std::string& where, double timeout_s) {
+Result<int> connect_to_worker(const std::string& where, double timeout_s) {
   auto endpoint = parse_host_port(where, "where");
   if (!endpoint) return endpoint.status();
   addrinfo hints{}, *res = nullptr;
@@ -70,6 +72,8 @@ Result<int> connect_to(const std::string& where, double timeout_s) {
   return Status::error("cannot reach remote worker at " + where + ": " + last +
                        " (is `tapp-worker --listen " + where + "` running?)");
 }
+
+namespace {
 
 // This end's address of a connected socket: the coordinator as a remote worker sees it.
 std::string local_address(int fd) {
@@ -149,7 +153,7 @@ WorkerGroup::~WorkerGroup() { stop(); }
 Status WorkerGroup::connect_remotes(double timeout_s) {
   for (WorkerProcess& w : workers_) {
     if (w.local) continue;
-    auto fd = connect_to(w.where, timeout_s);
+    auto fd = connect_to_worker(w.where, timeout_s);
     if (!fd) return Status::error("device '" + w.device + "': " + fd.error_message());
     w.fd = *fd;
   }

@@ -81,4 +81,9 @@ class WorkerGroup {
   std::vector<WorkerProcess> workers_;
 };
 
+// Connects to a `tapp-worker --listen` at host:port with a timeout; the error
+// names host:port and suggests starting the listener. (Also the profile
+// exchange's connection, runtime/worker_profile.h.)
+Result<int> connect_to_worker(const std::string& where, double timeout_s);
+
 }  // namespace tapp

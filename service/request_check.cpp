@@ -112,6 +112,18 @@ Status check_remote_hosts(const Cluster& cluster, const std::set<std::string>& a
   return Status::ok();
 }
 
+// A request names no file on the server (as models are uploaded, never passed as paths):
+// a layer library a device's costs come from is read by tapp-cli plan/optimize, not by a server.
+Status check_device_costs(const Cluster& cluster) {
+  for (int i = 0; i < cluster.num_devices(); ++i)
+    if (cluster.devices[i].costs.from == CostsFrom::library)
+      return Status::field_error("cluster.devices[" + std::to_string(i) + "].costs.library",
+                                 "a server reads no file a request names; use tapp-cli plan or optimize "
+                                 "without --server for a layer library, or \"worker\" costs",
+                                 ErrorCode::forbidden);
+  return Status::ok();
+}
+
 namespace {
 
 bool is_zoo_like_name(const std::string& s) {
@@ -272,6 +284,10 @@ bool check_submission(const json& body, const CheckLimits& limits, Submission& o
     return false;
   }
   if (Status s = check_remote_hosts(cluster, limits.allowed_remote_hosts); !s) {
+    err = field_error_from(s);
+    return false;
+  }
+  if (Status s = check_device_costs(cluster); !s) {
     err = field_error_from(s);
     return false;
   }

@@ -53,6 +53,9 @@ FieldError field_error_from(const Status& status, const std::string& fallback_fi
 // (--allow-remote-hosts): checked when a job is submitted and again when it runs,
 // since a job recovered after a restart obeys the current list. Forbidden names the field.
 Status check_remote_hosts(const Cluster& cluster, const std::set<std::string>& allowed);
+// A device whose costs come from a layer-library file: refused (403) naming
+// cluster.devices[i].costs.library, since a server reads no file a request names.
+Status check_device_costs(const Cluster& cluster);
 
 // Maximum nesting of arrays/objects in `text`, counted without parsing (strings skipped).
 int json_nesting_depth(const std::string& text);

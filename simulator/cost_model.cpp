@@ -9,6 +9,7 @@
 #include "model/layer_graph.h"
 #include "model/layer_library.h"
 #include "core/cluster.h"
+#include "core/placement.h"
 
 namespace tapp {
 
@@ -98,17 +99,37 @@ Result<CostModel> CostModel::build(const LayerGraph& g, const Cluster& c, const 
 
 Result<CostModel> CostModel::build(const LayerGraph& g, const Cluster& c, const std::vector<LayerLibrary>& libs,
                                    const Calibration& calibration) {
-  if (libs.empty()) return Status::error("cost model: no layer library");
-  if (c.devices.empty()) return Status::error("cluster.devices: must not be empty");
-  if (g.layers.empty()) return Status::error("cost model: the model has no layers");
+  return build(g, c, libs, {}, calibration);
+}
+
+namespace {
+
+Status check_libraries(const LayerGraph& g, const std::vector<LayerLibrary>& libs, const std::string& whose) {
   for (size_t i = 0; i < libs.size(); ++i) {
     if (libs[i].rows.size() != g.layers.size())
-      return Status::error("layer library " + std::to_string(i) + " ('" + libs[i].model + "') has " +
+      return Status::error(whose + "layer library " + std::to_string(i) + " ('" + libs[i].model + "') has " +
                            std::to_string(libs[i].rows.size()) + " rows, the model '" + g.name + "' has " +
                            std::to_string(g.layers.size()) + " layers");
     if (libs[i].batch_size < 1)
-      return Status::error("layer library " + std::to_string(i) + ": batch_size must be at least 1");
+      return Status::error(whose + "layer library " + std::to_string(i) + ": batch_size must be at least 1");
   }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<CostModel> CostModel::build(const LayerGraph& g, const Cluster& c, const std::vector<LayerLibrary>& libs,
+                                   const std::vector<std::vector<LayerLibrary>>& own, const Calibration& calibration) {
+  auto has_own = [&](size_t d) { return d < own.size() && !own[d].empty(); };
+  bool every_device_has_own = !c.devices.empty();
+  for (size_t d = 0; d < c.devices.size(); ++d) every_device_has_own = every_device_has_own && has_own(d);
+  if (libs.empty() && !every_device_has_own) return Status::error("cost model: no layer library");
+  if (c.devices.empty()) return Status::error("cluster.devices: must not be empty");
+  if (g.layers.empty()) return Status::error("cost model: the model has no layers");
+  if (Status s = check_libraries(g, libs, ""); !s) return s;
+  for (size_t d = 0; d < c.devices.size() && d < own.size(); ++d)
+    if (Status s = check_libraries(g, own[d], "devices[" + std::to_string(d) + "] (" + c.devices[d].name + "): "); !s)
+      return s;
   CostModel m;
   m.num_devices_ = c.num_devices();
   m.num_layers_ = static_cast<int>(g.layers.size());
@@ -117,13 +138,13 @@ Result<CostModel> CostModel::build(const LayerGraph& g, const Cluster& c, const 
   m.devices_.resize(D);
   for (size_t d = 0; d < D; ++d) {
     const Device& dev = c.devices[d];
-    if (!(dev.speed > 0 && dev.speed <= 1))
-      return Status::error("devices[" + std::to_string(d) + "].speed: must be in (0, 1]");
+    if (!(dev.speed > 0) || !std::isfinite(dev.speed))
+      return Status::error("devices[" + std::to_string(d) + "].speed: must be a positive number");
     DeviceCosts& dc = m.devices_[d];
     // A layer never gets cheaper with more samples: a noisy profile at a larger
     // batch that measured less than a smaller one is raised to it (running max).
     std::vector<double> last_f(L, 0), last_b(L, 0);
-    for (const LayerLibrary* lib : pick_libraries(dev, libs)) {
+    for (const LayerLibrary* lib : pick_libraries(dev, has_own(d) ? own[d] : libs)) {
       double scale = static_cast<double>(std::max(1, lib->threads)) / std::max(1, dev.threads) / dev.speed;
       std::vector<double> f(L + 1, 0), b(L + 1, 0);
       for (size_t l = 0; l < L; ++l) {
@@ -150,7 +171,7 @@ Result<CostModel> CostModel::build(const LayerGraph& g, const Cluster& c, const 
       m.ms_per_byte_[a * D + b] = 8.0 / (link.bandwidth_mbps * 1e6) * 1e3;
     }
   m.act_prefix_.assign(L + 1, 0);
-  for (size_t l = 0; l < L; ++l) m.act_prefix_[l + 1] = m.act_prefix_[l] + g.layers[l].activation_bytes();
+  for (size_t l = 0; l < L; ++l) m.act_prefix_[l + 1] = m.act_prefix_[l] + kept_bytes_per_sample(g.layers[l]);
   for (const Device& d : c.devices) {
     m.device_names_.push_back(d.name);
     m.inv_speed_.push_back(1.0 / d.speed);

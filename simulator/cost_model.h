@@ -1,9 +1,12 @@
 // simulator/cost_model.h — what each task of a task graph costs on its device and link.
 //
-// Owns `CostModel`: per-layer forward/backward milliseconds on every device of
-// a cluster (from the LayerLibraries of the device's kind — one per profiled
-// batch size — stretched by 1/speed, corrected by the device's calibration
-// factor), transfer times from
+// Owns `CostModel`: a per-device cost table of per-layer forward/backward
+// milliseconds on every device of a cluster — from the device's own
+// libraries where it has them (a layer library measured on its hardware, its
+// worker's profile: core/cluster.h DeviceCosts), else from the shared
+// libraries of its kind (this host's profile); one library per profiled batch
+// size; divided by the device's speed (above 1 for a device faster than this
+// host), corrected by the device's calibration factor — transfer times from
 // link bandwidth and latency, and the calibrated overheads (per compute task,
 // per layer run, per message, per step). Segments are contiguous layer ranges,
 // so a segment's cost is a difference of per-device prefix sums: O(1).
@@ -67,6 +70,12 @@ class CostModel {
                                  const std::vector<LayerLibrary>& libraries,
                                  const Calibration& calibration = {});
   static Result<CostModel> build(const LayerGraph& g, const Cluster& c, const LayerLibrary& library,
+                                 const Calibration& calibration = {});
+  // As above; device d prices its layers from `own[d]` when that is not empty
+  // (its own libraries, all batch sizes, thread ratio and speed applied as to
+  // the shared ones), from the shared libraries otherwise.
+  static Result<CostModel> build(const LayerGraph& g, const Cluster& c, const std::vector<LayerLibrary>& shared,
+                                 const std::vector<std::vector<LayerLibrary>>& own,
                                  const Calibration& calibration = {});
 
   int num_devices() const { return num_devices_; }

@@ -106,6 +106,9 @@ class Replay {
       const int others = cost_.is_local(t.device) ? std::max(0, local_used_ - 1) : 0;
       cached = backward ? cost_.backward_ms(t.device, seg.layers.front(), seg.layers.back(), samples, others)
                         : cost_.forward_ms(t.device, seg.layers.front(), seg.layers.back(), samples, others);
+      // Recomputation: the backward runs the segment's forward again first.
+      if (backward && seg.recompute)
+        cached += cost_.forward_ms(t.device, seg.layers.front(), seg.layers.back(), samples, others);
     }
     return cached;
   }
@@ -153,12 +156,15 @@ class Replay {
     const Segment& seg = tg_.segments[task.segment];
     const int64_t kept = cost_.activation_bytes_per_sample(seg.layers.front(), seg.layers.back()) *
                          tg_.micro_batch_sizes[task.micro_batch];
+    // A recomputing segment keeps only its received inputs until its
+    // backward, which holds one micro-batch's activations while it runs.
+    const int64_t held = seg.recompute ? 0 : kept;
     if (task.kind == TaskKind::forward) {
-      d.live += kept + received;
-      d.peak = std::max(d.peak, d.live);
+      d.live += held + received;
+      d.peak = std::max(d.peak, d.live + (seg.recompute ? kept : 0));
     } else {
-      d.peak = std::max(d.peak, d.live + received);
-      d.live -= kept;
+      d.peak = std::max(d.peak, d.live + received + (seg.recompute ? kept : 0));
+      d.live -= held;
     }
   }
 
@@ -402,7 +408,7 @@ StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOp
     // Communication: waiting for remote inputs (tallied) plus draining the sends after the last task.
     const DeviceTally& tally = ws.tally[d];
     st.busy_ms = tally.busy_ms;
-    st.peak_memory_bytes = 3 * params[d] + tally.peak;
+    st.peak_memory_bytes = training_state_bytes(params[d], tg.optimizer) + tally.peak;
     const double drained = ws.end[end_task[d]];
     st.comm_ms = tally.comm_ms + std::max(0.0, drained - tally.prev_end) + averaging[d];
     double update = cost.update_ms(d, params[d]);

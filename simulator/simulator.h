@@ -21,8 +21,10 @@
 // of); the step ends when every device has. Communication time
 // is counted as the runtime counts it: blocked waiting for remote inputs plus
 // draining the sends. Peak memory is counted along each device's order:
-// 3 x parameter bytes (weights, gradients, optimizer state) plus the
-// activations of the micro-batches in flight plus the inputs they received.
+// weights, gradients and the optimizer's state (core's training_state_bytes)
+// plus the activations of the micro-batches in flight plus the inputs they
+// received. A recomputing segment's backward also runs its forward (charged
+// to the backward task) and keeps only its inputs until then.
 //
 // `Simulator` is the fast path for search loops: it keeps the graph, cluster
 // and costs, and reuses its buffers, so evaluate(placement) = validate +

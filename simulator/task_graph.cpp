@@ -76,6 +76,7 @@ void reset_segment(Segment& seg) {
   seg.succs.clear();
   seg.reads_model_input = false;
   seg.computes_loss = false;
+  seg.recompute = false;
   seg.param_bytes = 0;
 }
 
@@ -91,12 +92,13 @@ void split_segments(const LayerGraph& g, const Placement& p, TaskGraph& tg, Scra
   for (int i = 0; i < L; ++i) {
     const int grp = p.layer_group[i];
     const bool replicated = p.replica_count(grp) > 1;
-    const int key = replicated ? -1 - grp : p.group_device[grp];
+    const int key = replicated ? -1 - grp : p.group_device[grp] * 2 + (p.recomputes(grp) ? 1 : 0);
     if (S == 0 || key != prev_key) {
       if (S == tg.segments.size()) grow(tg.segments, sc.spare_segments);
       Segment& seg = tg.segments[S++];
       reset_segment(seg);
       seg.group = grp;
+      seg.recompute = p.recomputes(grp);
       seg.devices.assign(1, p.group_device[grp]);
       if (replicated) seg.devices.insert(seg.devices.end(), p.group_replicas[grp].begin(), p.group_replicas[grp].end());
       prev_key = key;
@@ -480,6 +482,7 @@ Status build_task_graph_into(const LayerGraph& g, const Placement& p, const Clus
   tg.num_devices = c.num_devices();
   tg.schedule = p.schedule;
   tg.aggregation_every = p.aggregation_every;
+  tg.optimizer = p.optimizer;
   split_segments(g, p, tg, sc);
   collect_replicated_groups(tg);
   tg.micro_batch_sizes.resize(p.micro_batches);

@@ -67,6 +67,10 @@ struct Segment {
   std::vector<int> succs;   // segments reading it, ascending
   bool reads_model_input = false;
   bool computes_loss = false;  // holds the output layer
+  // Its group recomputes (Placement::group_recompute): its backward runs its
+  // forward again first; consecutive groups on one device share a segment
+  // only when they agree on this.
+  bool recompute = false;
   int64_t param_bytes = 0;
 };
 
@@ -108,6 +112,7 @@ struct TaskGraph {
   int num_devices = 0;
   Schedule schedule = Schedule::gpipe;
   int aggregation_every = 1;  // Placement::aggregation_every
+  Optimizer optimizer = Optimizer::sgd;  // Placement::optimizer
   // Task ids: forward_task[s][m], backward_task[s][m].
   std::vector<std::vector<int>> forward_task, backward_task;
   int micro_batches() const { return static_cast<int>(micro_batch_sizes.size()); }

@@ -40,9 +40,11 @@ namespace {
 struct CalibrateArgs {
   std::string model = "alexnet_cifar", devices, costs = "profile", out, save, load;
   int64_t batch = 32, input_size = 0, classes = 0;
+  std::string torchscript = "auto";  // --torchscript
   int samples = 20, steps = 3, warmup = 1, max_micro_batches = 8;
   uint64_t seed = 1;
   double noncontiguous = 0.25;
+  double replicated = 0;
   double time_budget_s = 600;
   bool json = false, store = true;
   std::string fit_extra;  // "concurrency,backward,first"
@@ -82,7 +84,7 @@ nlohmann::json stats_json(const AccuracyStats& s) {
 }
 
 int calibrate_cmd(const CalibrateArgs& a) {
-  auto loaded = load_model_and_cluster("calibrate", a.model, a.input_size, a.classes, a.devices);
+  auto loaded = load_model_and_cluster("calibrate", a.model, a.input_size, a.classes, a.torchscript, a.devices);
   if (!loaded) return 2;
   const LayerGraph& graph = loaded->graph;
   const Cluster& cluster = loaded->cluster;
@@ -91,7 +93,7 @@ int calibrate_cmd(const CalibrateArgs& a) {
     std::cerr << "tapp-cli calibrate: " << inputs.error_message() << "\n";
     return 2;
   }
-  auto cost = CostModel::build(graph, cluster, inputs->libraries);
+  auto cost = CostModel::build(graph, cluster, inputs->libraries, inputs->device_libraries);
   if (!cost) {
     std::cerr << "tapp-cli calibrate: " << cost.error_message() << "\n";
     return 2;
@@ -131,7 +133,7 @@ int calibrate_cmd(const CalibrateArgs& a) {
     ctx.batch_size = a.batch;
     ctx.seed = a.seed;
     ctx.max_micro_batches = a.max_micro_batches;
-    std::vector<Placement> placements = random_placements(ctx, a.samples, a.noncontiguous);
+    std::vector<Placement> placements = random_placements(ctx, a.samples, a.noncontiguous, a.replicated);
     RunOptions ro;
     ro.batch_size = a.batch;
     ro.steps = a.steps;
@@ -279,11 +281,15 @@ void add_calibrate_command(CLI::App& app, int& exit_code) {
   sub->add_option("--seed", args->seed, "placements, weights and data seed");
   sub->add_option("--noncontiguous", args->noncontiguous, "fraction of non-contiguous placements (default 0.25)")
       ->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--replicated", args->replicated,
+                  "fraction of the contiguous placements with replicated stages (hybrid; default 0)")
+      ->check(CLI::Range(0.0, 1.0));
   sub->add_option("--max-micro-batches", args->max_micro_batches, "largest micro-batch count tried (default 8)")
       ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--costs", args->costs, "profile (default: measured layer library, cached) | auto | estimated");
   sub->add_option("--input-size", args->input_size, "image side (0: the model's default)");
   sub->add_option("--classes", args->classes, "number of classes (0: the model's default)");
+  add_torchscript_option(*sub, args->torchscript);
   sub->add_option("--out", args->out, "write the fitted calibration and its accuracy (JSON)");
   sub->add_option("--save", args->save, "write the measurements (JSON) for --load");
   sub->add_option("--load", args->load, "reuse saved measurements instead of measuring");

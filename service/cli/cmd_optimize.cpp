@@ -38,6 +38,7 @@ struct Args {
   uint64_t seed = 1;
   int64_t batch = 32, input_size = 0;
   bool json_output = false, warm_start = false, no_baselines = false, no_verify = false;
+  std::string optimizer = "sgd";
 };
 
 std::string fmt_ms(const json& v) {
@@ -268,7 +269,8 @@ void run(const Args& a, int& exit_code) {
     return;
   }
   json options = {{"evaluator", a.evaluator}, {"seed", a.seed}, {"batch_size", a.batch},
-                  {"warm_start", a.warm_start}, {"baselines", !a.no_baselines}, {"verify", !a.no_verify}};
+                  {"warm_start", a.warm_start}, {"baselines", !a.no_baselines}, {"verify", !a.no_verify},
+                  {"optimizer", a.optimizer}};
   if (a.iterations > 0) options["iterations"] = a.iterations;
   if (a.time_budget_s > 0) options["time_budget_s"] = a.time_budget_s;
   if (a.input_size > 0) options["input_size"] = a.input_size;
@@ -341,6 +343,9 @@ void add_optimize_command(CLI::App& app, int& exit_code) {
   sub->add_flag("--json", args->json_output, "print the result JSON");
   sub->add_flag("--warm-start", args->warm_start, "start the policy from the best classical plan");
   sub->add_flag("--no-baselines", args->no_baselines, "skip the classical baselines");
+  sub->add_option("--optimizer", args->optimizer,
+                  "sgd (with momentum, default) | adam: what the plans train with and their memory counts")
+      ->check(CLI::IsMember({"sgd", "adam"}));
   sub->add_flag("--no-verify", args->no_verify,
                 "do not measure the best plan and the best baseline on the workers after the search");
   sub->add_option("--server", args->server, "submit to a tapp-server at URL instead of running here");

@@ -30,7 +30,9 @@ namespace {
 struct PlanArgs {
   std::string model, devices, planner = "dp", evaluator = "simulate", costs = "auto", calibration, out, schedule = "gpipe";
   std::string placement;  // evaluate this placement instead of planning
+  std::string optimizer;  // "" = sgd (a given placement keeps its own)
   int64_t batch = 32, input_size = 0, classes = 0;
+  std::string torchscript = "auto";  // --torchscript
   int micro_batches = 0, max_micro_batches = 64, budget = 200, steps = 3, warmup = 1;
   int64_t exhaustive_limit = 200000;
   uint64_t seed = 1;
@@ -105,7 +107,7 @@ nlohmann::json row_json(const PlannerRow& row, const LayerGraph& g, const Cluste
 }
 
 int plan(const PlanArgs& a) {
-  auto loaded = load_model_and_cluster("plan", a.model, a.input_size, a.classes, a.devices);
+  auto loaded = load_model_and_cluster("plan", a.model, a.input_size, a.classes, a.torchscript, a.devices);
   if (!loaded) return 2;
   const LayerGraph& graph = loaded->graph;
   const Cluster& cluster = loaded->cluster;
@@ -113,6 +115,15 @@ int plan(const PlanArgs& a) {
   if (!schedule) {
     std::cerr << "tapp-cli plan: --schedule: " << schedule.error_message() << "\n";
     return 2;
+  }
+  Optimizer optimizer = Optimizer::sgd;
+  if (!a.optimizer.empty()) {
+    auto named = optimizer_from_name(a.optimizer);
+    if (!named) {
+      std::cerr << "tapp-cli plan: --optimizer: " << named.error_message() << "\n";
+      return 2;
+    }
+    optimizer = *named;
   }
   if (a.micro_batches > a.batch) {
     std::cerr << "tapp-cli plan: --micro-batches: must be at most the batch size " << a.batch << "\n";
@@ -123,7 +134,7 @@ int plan(const PlanArgs& a) {
     std::cerr << "tapp-cli plan: " << inputs.error_message() << "\n";
     return 2;
   }
-  auto cost = CostModel::build(graph, cluster, inputs->libraries, inputs->calibration);
+  auto cost = CostModel::build(graph, cluster, inputs->libraries, inputs->device_libraries, inputs->calibration);
   if (!cost) {
     std::cerr << "tapp-cli plan: " << cost.error_message() << "\n";
     return 2;
@@ -153,6 +164,7 @@ int plan(const PlanArgs& a) {
   evaluator_inputs.run.steps = a.steps;
   evaluator_inputs.run.warmup_steps = a.warmup;
   evaluator_inputs.run.seed = a.seed;
+  evaluator_inputs.run.optimizer = optimizer;
   Result<JobEvaluator> job_evaluator = make_evaluator(*kind, evaluator_inputs, "--evaluator");
   if (!job_evaluator) {
     std::cerr << "tapp-cli plan: " << job_evaluator.error_message() << "\n";
@@ -166,6 +178,7 @@ int plan(const PlanArgs& a) {
   ctx.cost = &*cost;
   ctx.batch_size = a.batch;
   ctx.schedule = *schedule;
+  ctx.optimizer = optimizer;
   ctx.micro_batches = a.micro_batches;
   ctx.max_micro_batches = a.max_micro_batches;
   ctx.seed = a.seed;
@@ -181,6 +194,7 @@ int plan(const PlanArgs& a) {
       std::cerr << "tapp-cli plan: --placement: " << given.error_message() << "\n";
       return 2;
     }
+    if (!a.optimizer.empty()) given->optimizer = optimizer;
     PlannerRow row;
     row.name = "given";
     row.placement = *given;
@@ -210,6 +224,7 @@ int plan(const PlanArgs& a) {
     j["costs"] = inputs->costs_note;
     j["calibration"] = inputs->calibration_note;
     j["costs_skipped"] = inputs->skipped;
+    if (!inputs->device_costs.empty()) j["device_costs"] = inputs->device_costs;
     j["evaluations"] = evaluator->evaluations();
     j["lower_bound_ms"] = bound ? nlohmann::json(bound->ms) : nlohmann::json();
     if (bound)
@@ -233,6 +248,7 @@ int plan(const PlanArgs& a) {
               << evaluator->name() << "\ncosts: " << inputs->costs_note << "\ncalibration: " << inputs->calibration_note
               << "\n";
     for (const std::string& skipped : inputs->skipped) std::cout << "  (not profiled: " << skipped << ")\n";
+    for (const std::string& own : inputs->device_costs) std::cout << "  costs of " << own << "\n";
     if (bound)
       std::cout << "lower bound: " << fixed(bound->ms, 2) << " ms (" << bound->basis << ")\n";
     else
@@ -310,6 +326,9 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   sub->add_option("--max-micro-batches", args->max_micro_batches, "largest micro-batch count planners try (default 64)")
       ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--schedule", args->schedule, "gpipe (default) | 1f1b");
+  sub->add_option("--optimizer", args->optimizer,
+                  "sgd (with momentum, default) | adam: what the plan trains with and its memory counts")
+      ->check(CLI::IsMember({"sgd", "adam"}));
   sub->add_option("--budget", args->budget, "evaluations for random search and annealing (default 200)")
       ->check(CLI::Range(1, 100000000));
   sub->add_option("--exhaustive-limit", args->exhaustive_limit, "most candidates exhaustive search enumerates");
@@ -320,6 +339,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   sub->add_option("--warmup", args->warmup, "measure: warm-up steps")->check(CLI::Range(0, 1000));
   sub->add_option("--input-size", args->input_size, "image side (0: the model's default)");
   sub->add_option("--classes", args->classes, "number of classes (0: the model's default)");
+  add_torchscript_option(*sub, args->torchscript);
   sub->add_option("--placement", args->placement, "evaluate this placement.json instead of planning");
   sub->add_option("--out", args->out, "write the (best) placement JSON here");
   sub->add_flag("--json", args->json, "print JSON");

@@ -20,6 +20,7 @@
 #include "model/zoo.h"
 #include "profiler/model_loader.h"
 #include "service/cli/commands.h"
+#include "service/cli/model_inputs.h"
 
 namespace tapp::cli {
 namespace {
@@ -72,7 +73,7 @@ void print_table(const LayerLibrary& lib, bool cache_hit, std::ostream& os) {
   os << "\n"
      << lib.rows.size() << " layers, " << with_commas(params) << " parameters ("
      << fixed(params * 4 / 1048576.0, 1) << " MiB), " << fixed(macs / 1e9, 3)
-     << " G multiply-adds per sample (conv2d + linear), " << fixed(act / 1048576.0, 2)
+     << " G multiply-adds per sample (conv2d, linear, attention), " << fixed(act / 1048576.0, 2)
      << " MiB activations per sample\n"
      << "sum of layers: forward " << fixed(lib.total_forward_ms(), 2) << " ms + backward "
      << fixed(lib.total_backward_ms(), 2)
@@ -82,16 +83,27 @@ void print_table(const LayerLibrary& lib, bool cache_hit, std::ostream& os) {
      << " ms; sum-of-layers / whole-step ratio " << fixed(lib.sum_to_step_ratio, 3) << "\n";
 }
 
+// The zoo's transformers' shape (gpt2, gpt2_medium, bert_base, vit_b_16); 0 = the model's.
+void add_transformer_options(CLI::App& sub, int64_t& vocabulary, int64_t& layers, int64_t& width, int64_t& heads) {
+  sub.add_option("--vocab", vocabulary, "vocabulary of a token model (gpt2 50257, bert_base 30522)");
+  sub.add_option("--layers", layers, "transformer blocks (gpt2 12, gpt2_medium 24)");
+  sub.add_option("--width", width, "transformer width d_model (gpt2 768)");
+  sub.add_option("--heads", heads, "attention heads (gpt2 12)");
+}
+
 struct ProfileArgs {
   std::string model;
   int64_t batch = 16, input_size = 0, classes = 0;
+  int64_t vocabulary = 0, layers = 0, width = 0, heads = 0;  // transformers
+  std::string torchscript = "auto";                          // --torchscript
   int threads = 1, runs = 5, warmup = 2;
   bool json = false, no_cache = false, estimate = false, cpu_clock = false;
   std::string cache_dir;
 };
 
 int run_profile(const ProfileArgs& a) {
-  ModelOptions mo{a.input_size, a.classes};
+  ModelOptions mo{a.input_size, a.classes, a.vocabulary, a.layers, a.width, a.heads};
+  if (!set_torchscript_import("profile", a.torchscript, mo)) return 2;
   auto graph = load_model(a.model, mo);
   if (!graph) {
     std::cerr << "tapp-cli profile: " << graph.error_message() << "\n";
@@ -153,8 +165,11 @@ void add_profile_command(CLI::App& app, int& exit_code) {
       ->required();
   sub->add_option("--batch", args->batch, "batch size (default 16)");
   sub->add_option("--input-size", args->input_size,
-                  "image side (default: the model's, e.g. 224; 32 for CIFAR models)");
+                  "image side, or a token model's sequence length (default: the model's, e.g. 224; 32 for CIFAR "
+                  "models; gpt2 1024)");
   sub->add_option("--classes", args->classes, "number of classes (zoo models)");
+  add_transformer_options(*sub, args->vocabulary, args->layers, args->width, args->heads);
+  add_torchscript_option(*sub, args->torchscript);
   sub->add_option("--threads", args->threads, "CPU threads (default 1)");
   sub->add_option("--runs", args->runs, "timed runs per layer; the median is kept (default 5)");
   sub->add_option("--warmup", args->warmup, "warm-up runs before timing (default 2)");
@@ -172,13 +187,20 @@ void add_export_model_command(CLI::App& app, int& exit_code) {
   auto name = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
   auto opts = std::make_shared<ModelOptions>();
+  auto torchscript = std::make_shared<std::string>("auto");
   auto* sub =
       app.add_subcommand("export-model", "write a model (zoo name, .json or .pt) as a JSON layer graph");
   sub->add_option("model", *name, "zoo name, *.json or *.pt")->required();
   sub->add_option("--out", *out, "output file (default: stdout)");
-  sub->add_option("--input-size", opts->input_size, "image side");
+  sub->add_option("--input-size", opts->input_size, "image side, or a token model's sequence length");
   sub->add_option("--classes", opts->num_classes, "number of classes");
-  sub->callback([name, out, opts, &exit_code] {
+  add_transformer_options(*sub, opts->vocabulary, opts->layers, opts->width, opts->heads);
+  add_torchscript_option(*sub, *torchscript);
+  sub->callback([name, out, opts, torchscript, &exit_code] {
+    if (!set_torchscript_import("export-model", *torchscript, *opts)) {
+      exit_code = 2;
+      return;
+    }
     auto g = load_model(*name, *opts);
     if (!g) {
       std::cerr << "tapp-cli export-model: " << g.error_message() << "\n";

@@ -2,7 +2,10 @@
 //
 //   tapp-cli run MODEL --devices cluster.json --placement placement.json [--steps N] [--warmup N] [--batch N] [--json]
 //   tapp-cli run MODEL --devices cluster.json --strategy single|bsp|hogwild [...]
-// Prints the median step time, per-device busy/comm/idle and peak memory, the
+//   [--optimizer sgd|adam]  (default: the placement's; sgd for a strategy)
+// Prints the median step time, per-device busy/comm/idle and peak memory
+// (RSS, the tensors' peak as the worker's counting allocator saw it, and the
+// memory rule's prediction: core's estimate_device_memory), the
 // communication fraction, each replica's (client's) idle time per step for
 // replicated groups, and any emulation warnings, or the StepReport JSON.
 // Exit codes: 0 measured, 1 the run failed (worker died, timeout, ...), 2 bad input.
@@ -23,9 +26,10 @@ namespace tapp::cli {
 namespace {
 
 struct RunArgs {
-  std::string model, devices, placement, strategy;
+  std::string model, devices, placement, strategy, optimizer;
   int steps = 3, warmup = 1;
   int64_t batch = 32, input_size = 0, classes = 0;
+  std::string torchscript = "auto";  // --torchscript
   uint64_t seed = 1;
   double timeout_s = 60, lr = 0.01;
   bool json = false, timeline = false;
@@ -44,7 +48,29 @@ void print_efficiency(const PipelineEfficiency& e, std::ostream& os) {
      << " ms)\n";
 }
 
-void print_summary(const StepReport& r, const std::string& what, const RunArgs& a, std::ostream& os) {
+// Per device of the report: the memory rule's prediction for what ran.
+struct Predicted {
+  std::vector<MemoryBreakdown> by_report_device;  // aligned with StepReport::devices (empty parts when unknown)
+};
+
+Predicted predict_memory(const StepReport& r, const Placement& p, const LayerGraph& g, const Cluster& c,
+                         int64_t batch) {
+  Predicted out;
+  const std::vector<MemoryBreakdown> parts = estimate_device_memory(p, g, c, batch);
+  for (const DeviceStats& d : r.devices) {
+    const int idx = c.index_of(d.device);
+    out.by_report_device.push_back(idx >= 0 ? parts[idx] : MemoryBreakdown{});
+  }
+  return out;
+}
+
+nlohmann::json breakdown_json(const MemoryBreakdown& m) {
+  return {{"params", m.params},   {"grads", m.grads},     {"optimizer_state", m.optimizer_state},
+          {"activations", m.activations}, {"buffers", m.buffers}, {"total", m.total()}};
+}
+
+void print_summary(const StepReport& r, const std::string& what, const RunArgs& a, const Predicted& predicted,
+                   std::ostream& os) {
   os << what << "  batch " << a.batch << "  warm-up " << a.warmup << "  timed steps " << a.steps << "\n";
   os << "step time (median): " << fixed(r.step_ms, 1) << " ms   samples:";
   for (double s : r.step_samples_ms) os << " " << fixed(s, 1);
@@ -52,11 +78,15 @@ void print_summary(const StepReport& r, const std::string& what, const RunArgs& 
   size_t w = 6;
   for (const auto& d : r.devices) w = std::max(w, d.device.size());
   os << std::left << std::setw(static_cast<int>(w)) << "device" << std::right << std::setw(10) << "busy ms"
-     << std::setw(10) << "comm ms" << std::setw(10) << "idle ms" << std::setw(14) << "peak RSS MiB" << "\n";
-  for (const auto& d : r.devices)
+     << std::setw(10) << "comm ms" << std::setw(10) << "idle ms" << std::setw(14) << "peak RSS MiB" << std::setw(17)
+     << "tensor peak MiB" << std::setw(15) << "predicted MiB" << "\n";
+  for (size_t k = 0; k < r.devices.size(); ++k) {
+    const DeviceStats& d = r.devices[k];
     os << std::left << std::setw(static_cast<int>(w)) << d.device << std::right << std::setw(10) << fixed(d.busy_ms, 1)
        << std::setw(10) << fixed(d.comm_ms, 1) << std::setw(10) << fixed(d.idle_ms, 1) << std::setw(14)
-       << fixed(d.peak_memory_bytes / 1048576.0, 1) << "\n";
+       << fixed(d.peak_memory_bytes / 1048576.0, 1) << std::setw(17) << fixed(d.peak_tensor_bytes / 1048576.0, 1)
+       << std::setw(15) << fixed(predicted.by_report_device.at(k).total() / 1048576.0, 1) << "\n";
+  }
   os << "communication fraction: " << fixed(r.comm_fraction, 3)
      << "  (time blocked on receives and unfinished sends / (busy + that))\n";
   for (const auto& warning : r.warnings) os << "note: " << warning << "\n";
@@ -83,7 +113,7 @@ void print_replica_idle(const StepReport& r, const Placement& p, const Cluster& 
 }
 
 int run(const RunArgs& a) {
-  auto loaded = load_model_and_cluster("run", a.model, a.input_size, a.classes, a.devices);
+  auto loaded = load_model_and_cluster("run", a.model, a.input_size, a.classes, a.torchscript, a.devices);
   if (!loaded) return 2;
   const LayerGraph& graph = loaded->graph;
   const Cluster& cluster = loaded->cluster;
@@ -94,11 +124,26 @@ int run(const RunArgs& a) {
   o.seed = a.seed;
   o.timeout_s = a.timeout_s;
   o.learning_rate = a.lr;
+  std::optional<Optimizer> optimizer;
+  if (!a.optimizer.empty()) {
+    auto named = optimizer_from_name(a.optimizer);
+    if (!named) {
+      std::cerr << "tapp-cli run: --optimizer: " << named.error_message() << "\n";
+      return 2;
+    }
+    optimizer = *named;
+    o.optimizer = *named;
+  }
   RunResult result;
   std::string what;
   std::optional<Placement> ran;
   if (!a.strategy.empty()) {
     result = run_strategy(graph, cluster, a.strategy, o);
+    std::vector<int> all(cluster.num_devices());
+    for (int d = 0; d < cluster.num_devices(); ++d) all[d] = d;
+    ran = a.strategy == "single" ? Placement::single_device(static_cast<int>(graph.layers.size()), 0)
+                                 : Placement::replicas(static_cast<int>(graph.layers.size()), all);
+    ran->optimizer = o.optimizer;
     what = "model " + graph.name + "  strategy " + a.strategy + "  on " + std::to_string(cluster.num_devices()) +
            " device(s)";
   } else {
@@ -107,6 +152,7 @@ int run(const RunArgs& a) {
       std::cerr << "tapp-cli run: " << placement.error_message() << "\n";
       return 2;
     }
+    if (optimizer) placement->optimizer = *optimizer;
     result = run_placement(graph, cluster, *placement, o);
     ran = *placement;
     what = "model " + graph.name + "  placement " + a.placement + "  (" +
@@ -123,10 +169,17 @@ int run(const RunArgs& a) {
   const StepReport& r = result.report;
   // The efficiency's ideal counts each device as one stage of a chain: it
   // does not describe replicated stages, so it is left out for them.
+  const bool pipeline = ran && a.strategy.empty();
   std::optional<PipelineEfficiency> efficiency =
-      ran && !ran->has_replicated_groups() ? pipeline_efficiency(r, *ran) : std::nullopt;
+      pipeline && !ran->has_replicated_groups() ? pipeline_efficiency(r, *ran) : std::nullopt;
+  const Predicted predicted = predict_memory(r, *ran, graph, cluster, a.batch);
   if (a.json) {
     nlohmann::json j = step_report_to_json(r, a.timeline);
+    j["optimizer"] = optimizer_name(ran->optimizer);
+    j["predicted_memory"] = nlohmann::json::array();
+    for (size_t k = 0; k < r.devices.size(); ++k)
+      j["predicted_memory"].push_back(
+          {{"device", r.devices[k].device}, {"bytes", breakdown_json(predicted.by_report_device[k])}});
     if (efficiency)
       j["pipeline_efficiency"] = {{"efficiency", efficiency->efficiency},
                                   {"ideal_step_ms", efficiency->ideal_step_ms},
@@ -135,8 +188,8 @@ int run(const RunArgs& a) {
                                   {"micro_batches", efficiency->micro_batches}};
     std::cout << j.dump(2) << "\n";
   } else if (r.ok) {
-    print_summary(r, what, a, std::cout);
-    if (ran) print_replica_idle(r, *ran, cluster, std::cout);
+    print_summary(r, what, a, predicted, std::cout);
+    if (pipeline) print_replica_idle(r, *ran, cluster, std::cout);
     if (efficiency) print_efficiency(*efficiency, std::cout);
   }
   if (!r.ok) {
@@ -164,10 +217,13 @@ void add_run_command(CLI::App& app, int& exit_code) {
   sub->add_option("--warmup", args->warmup, "warm-up steps")->check(CLI::Range(0, 100000));
   sub->add_option("--batch", args->batch, "batch size")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   sub->add_option("--seed", args->seed, "weights and data seed");
-  sub->add_option("--lr", args->lr, "SGD learning rate (momentum 0.9)");
+  sub->add_option("--lr", args->lr, "learning rate (SGD: momentum 0.9)");
+  sub->add_option("--optimizer", args->optimizer, "sgd (with momentum) | adam; default: the placement's (sgd)")
+      ->check(CLI::IsMember({"sgd", "adam"}));
   sub->add_option("--timeout", args->timeout_s, "seconds without worker progress before giving up");
   sub->add_option("--input-size", args->input_size, "image side (0: the model's default)");
   sub->add_option("--classes", args->classes, "number of classes (0: the model's default)");
+  add_torchscript_option(*sub, args->torchscript);
   sub->add_flag("--json", args->json, "print the StepReport as JSON");
   sub->add_flag("--timeline", args->timeline, "with --json: include the per-task timeline of one step");
   sub->callback([args, &exit_code] {

@@ -11,6 +11,7 @@
 #include "model/layer_graph.h"
 #include "model/profile_cache.h"
 #include "profiler/cost_profiles.h"
+#include "runtime/worker_profile.h"
 #include "simulator/calibration_store.h"
 
 namespace tapp::cli {
@@ -100,14 +101,23 @@ Result<CostInputs> load_cost_inputs(const LayerGraph& g, const Cluster& c, int64
   po.batch_size = batch_size;
   po.source = *source;
   po.progress = show_progress;
-  CostProfiles profiles = cost_profiles(g, c, po);
+  po.worker_costs = worker_costs(nullptr);
+  Result<CostProfiles> profiled = cost_profiles(g, c, po);
+  if (!profiled) return profiled.status();
+  CostProfiles& profiles = *profiled;
   if (::isatty(STDERR_FILENO) == 1 && profiles.measured) std::cerr << "\r\033[K" << std::flush;
   CostInputs in;
   in.costs_note = costs_note(profiles);
   for (const SkippedProfile& s : profiles.skipped)
     in.skipped.push_back(s.device_kind + " x" + std::to_string(s.threads) + " at micro-batch size " +
                          std::to_string(s.batch_size) + ": " + s.error);
+  for (const DeviceCostsUsed& d : profiles.devices)
+    if (d.from != CostsFrom::host)
+      in.device_costs.push_back(d.device + ": " + d.detail +
+                                (d.fingerprint.empty() ? "" : ", device fingerprint " + d.fingerprint));
+  in.device_costs.insert(in.device_costs.end(), profiles.notes.begin(), profiles.notes.end());
   in.libraries = std::move(profiles.libraries);
+  in.device_libraries = std::move(profiles.device_libraries);
   Result<CalibrationChoice> calibration = read_calibration(calibration_path, c);
   if (!calibration) return calibration.status();
   in.calibration = calibration->calibration;

@@ -7,7 +7,9 @@
 // where none is cached), cached or measured ("profile", as the server's jobs)
 // or multiply-add estimates ("estimated") — plus a calibration: the file's,
 // else default fixed costs per task (0.2 ms), layer (0.05 ms) and message
-// (0.2 ms). Progress of a measured profile goes to stderr. Errors name the input.
+// (0.2 ms). A device that names its own costs (a layer-library file, its
+// remote worker's profile) gets them (profiler/cost_profiles.h). Progress of a
+// measured profile goes to stderr. Errors name the input.
 // Thread safety: one call at a time (profiling sets LibTorch's thread count).
 #pragma once
 
@@ -27,6 +29,8 @@ namespace tapp::cli {
 
 struct CostInputs {
   std::vector<LayerLibrary> libraries;
+  std::vector<std::vector<LayerLibrary>> device_libraries;  // [device]: its own costs (cluster `costs`); empty: shared
+  std::vector<std::string> device_costs;  // "fast: layer library 'a.json'", "remote: worker ... device fingerprint ..." 
   std::string costs_note;  // "cached profiles at ...", "measured profiles at ...", "estimated from multiply-adds"
   std::vector<std::string> skipped;  // "cpu x1 at micro-batch size 1: <why>"
   Calibration calibration;

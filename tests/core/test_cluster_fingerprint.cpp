@@ -47,4 +47,25 @@ TEST_CASE("any change to a device or a link gives another fingerprint") {
   CHECK(changed([](Cluster& c) { c.links.pop_back(); }));
   CHECK(changed([](Cluster& c) { c.default_link.bandwidth_mbps = 1000; }));
   CHECK(changed([](Cluster& c) { c.default_link.latency_ms = 1; }));
+  CHECK(changed([](Cluster& c) { c.devices[0].speed = 4; }));
+}
+
+TEST_CASE("the fingerprint changes with where a device's costs come from, and with the library file") {
+  std::set<std::string> keys;
+  auto key_with = [&](CostsFrom from, const std::string& path) {
+    Cluster c = two_devices();
+    c.devices[1].where = "127.0.0.1:7000";
+    c.devices[1].costs = {from, path};
+    return cluster_fingerprint(c);
+  };
+  const std::string host = key_with(CostsFrom::host, "");
+  CHECK(keys.insert(host).second);
+  CHECK(keys.insert(key_with(CostsFrom::worker, "")).second);
+  CHECK(keys.insert(key_with(CostsFrom::library, "profiles/a.json")).second);
+  CHECK(keys.insert(key_with(CostsFrom::library, "profiles/b.json")).second);
+  CHECK(key_with(CostsFrom::library, "profiles/a.json") == key_with(CostsFrom::library, "profiles/a.json"));
+  // Costs from this host (the default) keep the fingerprint clusters had before devices could name their costs.
+  Cluster plain = two_devices();
+  plain.devices[1].where = "127.0.0.1:7000";
+  CHECK(cluster_fingerprint(plain) == host);
 }

@@ -2,6 +2,7 @@
 // planners' inner loops use agrees with the per-device estimate check_memory uses.
 #include <doctest/doctest.h>
 
+#include <nlohmann/json.hpp>
 #include <random>
 #include <vector>
 
@@ -44,11 +45,19 @@ TEST_CASE("the per-stage memory rule agrees with the per-device estimate for eve
     p.schedule = rng() % 2 ? Schedule::gpipe : Schedule::one_f_one_b;
     const int64_t batch = 16 + static_cast<int64_t>(rng() % 17);
     const int64_t samples = (batch + p.micro_batches - 1) / p.micro_batches;
-    const int64_t in_flight = micro_batches_in_flight(p.schedule, p.micro_batches, 3);
+    // Stage k keeps what the devices from it to the end allow in flight (1F1B: 3 - k).
+    auto in_flight = [&](int stage) { return micro_batches_in_flight(p.schedule, p.micro_batches, 3 - stage); };
+    // Any subset of the stages recomputes; with both optimizers.
+    p.group_recompute = {static_cast<char>(rng() % 2), static_cast<char>(rng() % 2), static_cast<char>(rng() % 2)};
+    p.optimizer = rng() % 2 ? Optimizer::adam : Optimizer::sgd;
+    const StageMemory by_stage(g, p.optimizer);
     const auto bytes = estimate_device_memory_bytes(p, g, c, batch);
-    CHECK(bytes[2] == memory.bytes(0, a, samples, in_flight));
-    CHECK(bytes[0] == memory.bytes(a, b, samples, in_flight));
-    CHECK(bytes[1] == memory.bytes(b, 6, samples, in_flight));
+    const int M = p.micro_batches;  // every receive of the step is posted at its start
+    CHECK(bytes[2] == by_stage.bytes(0, a, samples, in_flight(0), p.recomputes(0), M));
+    CHECK(bytes[0] == by_stage.bytes(a, b, samples, in_flight(1), p.recomputes(1), M));
+    CHECK(bytes[1] == by_stage.bytes(b, 6, samples, in_flight(2), p.recomputes(2), M));
+    if (p.optimizer == Optimizer::sgd && !p.recomputes(0))  // the default StageMemory is SGD's
+      CHECK(bytes[2] == memory.bytes(0, a, samples, in_flight(0), false, M));
   }
 }
 
@@ -76,4 +85,160 @@ TEST_CASE("a data-parallel placement needs the whole model on each replica at it
   CHECK(bytes[1] == 0);
   CHECK(bytes[2] == bytes[0]);
   CHECK(bytes[3] == bytes[0]);
+}
+
+// A 3-layer chain 16 -> 8 -> 4 -> 2 (fc0: 136 parameters, 32 bytes out per
+// sample; fc1: 36 and 16; fc2: 10 and 8), fc0 and fc1 on d0, fc2 on d1;
+// batch 8 in 4 micro-batches of 2 samples. Every number below is worked out by hand.
+// Buffers = received inputs and gradients (each micro-batch the device runs)
+// + working memory: the largest layer's weight gradient (Adam: x 2) and two
+// of its largest activation gradients for one micro-batch — d0: 544 + 2 x 32
+// x 2 = 672 (Adam 1216); d1: 40 + 2 x 8 x 2 = 72 (Adam 112).
+namespace {
+struct SmallChain {
+  LayerGraph g = linear_chain({8, 4, 2});
+  Cluster c = devices(3, 4096);
+  Placement p;
+  SmallChain() {
+    p.layer_group = {0, 0, 1};
+    p.group_device = {0, 1};
+    p.micro_batches = 4;
+  }
+  std::vector<MemoryBreakdown> estimate() const { return estimate_device_memory(p, g, c, 8); }
+};
+
+void check_parts(const MemoryBreakdown& m, int64_t params, int64_t optimizer, int64_t activations, int64_t buffers) {
+  CHECK(m.params == params);
+  CHECK(m.grads == params);
+  CHECK(m.optimizer_state == optimizer);
+  CHECK(m.activations == activations);
+  CHECK(m.buffers == buffers);
+  CHECK(m.total() == 2 * params + optimizer + activations + buffers);
+}
+}  // namespace
+
+TEST_CASE("a 3-layer chain on 2 devices under GPipe with SGD: every micro-batch's activations, momentum once") {
+  SmallChain s;
+  const auto m = s.estimate();
+  // d0: 688 bytes of parameters; (32 + 16) x 2 samples x 4 micro-batches; fc1's output gradient x 4 + 672.
+  check_parts(m[0], 688, 688, 384, 128 + 672);
+  // d1: 40 bytes; 8 x 2 x 4; fc1's output received for each of the 4 micro-batches + 72.
+  check_parts(m[1], 40, 40, 64, 128 + 72);
+  check_parts(m[2], 0, 0, 0, 0);
+  CHECK(estimate_device_memory_bytes(s.p, s.g, s.c, 8) == std::vector<int64_t>{3248, 384, 0});
+}
+
+TEST_CASE("1F1B keeps as many micro-batches as there are devices from a stage to the end") {
+  SmallChain s;
+  s.p.schedule = Schedule::one_f_one_b;
+  const auto m = s.estimate();
+  check_parts(m[0], 688, 688, 192, 128 + 672);  // 2 in flight on the first stage; every receive posted
+  check_parts(m[1], 40, 40, 16, 128 + 72);     // 1 on the last
+}
+
+TEST_CASE("Adam keeps two copies of the parameters where SGD with momentum keeps one") {
+  SmallChain s;
+  s.p.optimizer = Optimizer::adam;
+  const auto m = s.estimate();
+  check_parts(m[0], 688, 1376, 384, 128 + 1216);
+  check_parts(m[1], 40, 80, 64, 128 + 112);
+  CHECK(training_state_bytes(100, Optimizer::adam) == 400);
+  CHECK(training_state_bytes(100) == 300);
+}
+
+TEST_CASE("a recomputing stage keeps its inputs and one micro-batch's activations") {
+  SmallChain s;
+  s.p.group_recompute = {1, 0};
+  auto m = s.estimate();
+  check_parts(m[0], 688, 688, 96, 128 + 672);  // (32 + 16) x 2 once; its input is the model's
+  check_parts(m[1], 40, 40, 64, 128 + 72);     // unchanged
+  s.p.group_recompute = {0, 1};
+  m = s.estimate();
+  check_parts(m[1], 40, 40, 16, 128 + 72);  // 8 x 2 once; the received inputs stay
+}
+
+TEST_CASE("each replica of a stage keeps only its own micro-batches") {
+  SmallChain s;
+  s.p.group_replicas = {{2}, {}};  // fc0, fc1 on d0 and d2: two micro-batches each
+  const auto m = s.estimate();
+  check_parts(m[0], 688, 688, 192, 64 + 672);  // gradients for its own 2 micro-batches
+  check_parts(m[2], 688, 688, 192, 64 + 672);
+  check_parts(m[1], 40, 40, 64, 128 + 72);  // every micro-batch arrives from a replica
+}
+
+TEST_CASE("a plan that does not fit names the device, its need by part and the overage") {
+  // 16 -> 1024 -> 1024 -> 10 on one device of 8 MiB, batch 32: 4.1 MiB of parameters;
+  // working memory: fc1's 4.0 MiB weight gradient + 2 x 1024 x 4 x 32 bytes.
+  const LayerGraph g = linear_chain({1024, 1024, 10});
+  const Cluster c = devices(1, 8);
+  Status s = check_memory(Placement::single_device(3, 0), g, c, 32);
+  CHECK(s.message() ==
+        "device 'd0' needs 16.8 MB (params 4.1, grads 4.1, momentum 4.1, activations 0.3, buffers 4.3) but has "
+        "8.0 MB: over by 8.8 MB");
+  // In GB on devices of a GB or more; Adam named as such.
+  const LayerGraph big = linear_chain({16384, 16384, 16384, 10});
+  Cluster gpus = devices(2, 10240);
+  gpus.devices[1].name = "gpu1";
+  Placement p;
+  p.layer_group = {1, 1, 1, 0};
+  p.group_device = {0, 1};
+  p.optimizer = Optimizer::adam;
+  s = check_memory(p, big, gpus, 4096);
+  CHECK(s.message() ==
+        "device 'gpu1' needs 11.5 GB (params 2.0, grads 2.0, Adam 4.0, activations 0.8, buffers 2.8) but has 10.0 GB: "
+        "over by 1.5 GB");  // buffers: 0.25 received gradients + 2 x 1.0 Adam's update + 2 x 0.25 activation gradients
+  p.optimizer = Optimizer::sgd;
+  CHECK(check_memory(p, big, gpus, 4096).is_ok());  // 6.0 + 0.75 + 0.25 + 1.0 + 0.5 fits
+}
+
+TEST_CASE("recompute_where_needed recomputes the stages of a device that does not fit and leaves a fitting plan alone") {
+  SmallChain s;
+  s.c.devices[0].memory_mb = 1;
+  Placement fits = s.p;
+  CHECK(recompute_where_needed(fits, s.g, s.c, 8));
+  CHECK(fits.group_recompute.empty());
+  // 16 -> 4096 -> 4096 -> 10, batch 8192 in 8 micro-batches of 1024 on devices of 512 MiB:
+  // d0 needs 202 MB of state + 268 MB of activations (8 in flight) + 134 MB of received gradients
+  // + 96 MB of working memory; recomputing, 34 MB of activations.
+  const LayerGraph g = linear_chain({4096, 4096, 10});
+  Cluster c = devices(2, 512);
+  Placement p;
+  p.layer_group = {0, 0, 1};
+  p.group_device = {0, 1};
+  p.micro_batches = 8;
+  const int64_t batch = 8192;
+  REQUIRE_FALSE(check_memory(p, g, c, batch).is_ok());
+  Placement fixed = p;
+  CHECK(recompute_where_needed(fixed, g, c, batch));
+  CHECK(fixed.recomputes(0));
+  CHECK_FALSE(fixed.recomputes(1));
+  CHECK(check_memory(fixed, g, c, batch).is_ok());
+}
+
+TEST_CASE("optimizer and recompute round-trip through JSON and bad values name the field") {
+  const LayerGraph g = linear_chain({8, 4, 2});
+  const Cluster c = devices(2, 64);
+  auto parsed = placement_from_json(nlohmann::json::parse(R"({"micro_batches": 2, "optimizer": "adam", "recompute": [1],
+      "groups": ["d0", "d1"], "layers": {"fc0": 0, "fc1": 0, "fc2": 1}})"), g, c);
+  REQUIRE(parsed.is_ok());
+  CHECK(parsed->optimizer == Optimizer::adam);
+  CHECK(parsed->group_recompute == std::vector<char>{0, 1});
+  nlohmann::json back = placement_to_json(*parsed, g, c);
+  CHECK(back["optimizer"] == "adam");
+  CHECK(back["recompute"] == nlohmann::json::parse("[1]"));
+  parsed->optimizer = Optimizer::sgd;
+  parsed->group_recompute.clear();
+  back = placement_to_json(*parsed, g, c);
+  CHECK_FALSE(back.contains("optimizer"));
+  CHECK_FALSE(back.contains("recompute"));
+  auto error = [&](const char* text) {
+    auto r = placement_from_json(nlohmann::json::parse(text), g, c);
+    return r.is_ok() ? std::string() : r.error_message();
+  };
+  CHECK(error(R"({"micro_batches": 2, "optimizer": "rmsprop", "groups": ["d0"], "layers": {"fc0": 0, "fc1": 0, "fc2": 0}})")
+            .find("placement.optimizer: unknown optimizer \"rmsprop\"") == 0);
+  CHECK(error(R"({"micro_batches": 2, "recompute": [3], "groups": ["d0"], "layers": {"fc0": 0, "fc1": 0, "fc2": 0}})") ==
+        "placement.recompute[0]: group 3 does not exist");
+  CHECK(error(R"({"micro_batches": 2, "recompute": "all", "groups": ["d0"], "layers": {"fc0": 0, "fc1": 0, "fc2": 0}})") ==
+        "placement.recompute: expected an array of group indices, got string");
 }

@@ -4,6 +4,8 @@
 // aggregation_every < 1, a replicated group in a cycle of groups).
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -93,6 +95,14 @@ TEST_CASE("each replica holds its group's state and the activations of its own m
   int64_t expected = 0;
   for (int l : {0, 1})
     expected += training_state_bytes(g.layers[l].param_bytes()) + g.layers[l].activation_bytes() * 4 * 2;
+  // The gradient of fc1's output, received for the replica's 2 micro-batches, and the working
+  // memory of its largest layer: its weight gradient and two activation gradients of one micro-batch.
+  int64_t largest_param = 0, largest_output = 0;
+  for (int l : {0, 1}) {
+    largest_param = std::max(largest_param, g.layers[l].param_bytes());
+    largest_output = std::max(largest_output, g.layers[l].activation_bytes());
+  }
+  expected += g.layers[1].activation_bytes() * 4 * 2 + largest_param + 2 * largest_output * 4;
   CHECK(bytes[0] == expected);
   CHECK(bytes[1] == expected);
   CHECK(bytes[2] > 0);

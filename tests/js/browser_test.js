@@ -87,7 +87,7 @@ async function submitAndFollow(page, base) {
         'the cluster textarea is prefilled with an example cluster');
 
   // A bad cluster is refused with the field named, before anything is queued.
-  await page.fill('#cluster-input', '{"devices": [{"name": "a", "speed": 3}]}');
+  await page.fill('#cluster-input', '{"devices": [{"name": "a", "speed": 3000}]}');
   await page.click('#submit-button');
   await page.waitForFunction(() => document.getElementById('submit-error').textContent.length > 0);
   const err = await page.textContent('#submit-error');

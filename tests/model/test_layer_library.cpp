@@ -119,3 +119,90 @@ TEST_CASE("the library parser accepts the schema's valid examples and rejects it
   CHECK(valid >= 1);
   CHECK(invalid >= 4);
 }
+
+namespace {
+// A layer-library file in a fresh temp folder, removed with it.
+struct LibraryFile {
+  std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                              ("tapp-library-" + std::to_string(reinterpret_cast<uintptr_t>(this)));
+  std::string path = (dir / "measured.json").string();
+  explicit LibraryFile(const std::string& text) {
+    std::filesystem::create_directories(dir);
+    std::ofstream(path) << text;
+  }
+  ~LibraryFile() { std::filesystem::remove_all(dir); }
+};
+
+std::string library_text(const LayerGraph& g, int64_t batch) {
+  LayerLibrary lib = estimated_library(g, batch);
+  lib.measured = true;
+  return library_to_json(lib).dump();
+}
+}  // namespace
+
+TEST_CASE("a layer library measured elsewhere loads for its model, one or several batch sizes") {
+  LayerGraph g = tiny_graph();
+  LibraryFile one(library_text(g, 8));
+  auto libs = load_library_file(one.path, g, 8);
+  REQUIRE_MESSAGE(libs.is_ok(), libs.error_message());
+  REQUIRE(libs->size() == 1);
+  CHECK((*libs)[0].rows.size() == g.layers.size());
+
+  nlohmann::json several = nlohmann::json::array();
+  for (int64_t b : {1, 2, 4, 8}) several.push_back(nlohmann::json::parse(library_text(g, b)));
+  LibraryFile many(several.dump());
+  auto all = load_library_file(many.path, g, 8);
+  REQUIRE_MESSAGE(all.is_ok(), all.error_message());
+  CHECK(all->size() == 4);
+}
+
+TEST_CASE("a layer library for another model, input shape or batch is refused naming the file and the field") {
+  LayerGraph g = tiny_graph();
+  LibraryFile file(library_text(g, 8));
+  const std::string at = "layer library '" + file.path + "': ";
+
+  auto batch = load_library_file(file.path, g, 32);
+  CHECK(batch.error_message() == at + "batch_size: 8, the plan's batch is 32 (profile it at that batch: tapp-cli "
+                                      "profile --batch 32 --json)");
+
+  LayerGraph renamed = g;
+  renamed.name = "other";
+  CHECK(load_library_file(file.path, renamed, 8).error_message() ==
+        at + "model: \"tiny\", the plan's model is \"other\"");
+
+  LayerGraph bigger = g;
+  bigger.input_shape = {3, 16, 16};
+  REQUIRE(infer_shapes(bigger).is_ok());
+  CHECK(load_library_file(file.path, bigger, 8).error_message() ==
+        at + "input_shape: [3, 8, 8], the model's input is [3, 16, 16]");
+
+  LayerGraph wider = g;
+  wider.layers[3].attrs.out = 12;
+  REQUIRE(infer_shapes(wider).is_ok());
+  CHECK(load_library_file(file.path, wider, 8).error_message() ==
+        at + "rows[3].params: 2570, the model's layer \"fc\" has 3084");
+
+  LayerGraph shorter = g;
+  shorter.layers.pop_back();
+  CHECK(load_library_file(file.path, shorter, 8).error_message() == at + "rows: 4 layers, the model \"tiny\" has 3");
+}
+
+TEST_CASE("a missing, corrupt or wrong-typed layer library file is refused naming the file") {
+  LayerGraph g = tiny_graph();
+  CHECK(load_library_file("/nonexistent/lib.json", g, 8).error_message() ==
+        "layer library '/nonexistent/lib.json': cannot open the file");
+  LibraryFile corrupt(library_text(g, 8).substr(0, 100));
+  CHECK(load_library_file(corrupt.path, g, 8).error_message() ==
+        "layer library '" + corrupt.path + "': not valid JSON");
+  LibraryFile not_a_library(R"({"model": "tiny", "rows": 3})");
+  CHECK(load_library_file(not_a_library.path, g, 8).error_message() ==
+        "layer library '" + not_a_library.path + "': library.rows: expected an array, got number");
+  LibraryFile empty("[]");
+  CHECK(load_library_file(empty.path, g, 8).error_message().find("an empty array") != std::string::npos);
+  nlohmann::json negative = nlohmann::json::parse(library_text(g, 8));
+  negative["rows"][1]["forward_ms"] = -1.0;
+  LibraryFile bad_time(negative.dump());
+  CHECK(load_library_file(bad_time.path, g, 8).error_message() ==
+        "layer library '" + bad_time.path +
+            "': library.rows[1]: params, macs, activation_bytes and times must be non-negative");
+}

@@ -124,3 +124,18 @@ TEST_CASE("the evaluator factory builds each kind with its handles and refuses a
   REQUIRE_FALSE(no_cost.is_ok());
   CHECK(no_cost.error_message().rfind("options.evaluator: ", 0) == 0);
 }
+
+TEST_CASE("the measurer sets its optimizer on every placement it measures, and the memo tells recomputation apart") {
+  LayerGraph g = chain_graph(2);
+  Cluster c = equal_cluster(2);
+  FakeEvaluator ev({1, 1, 1, 1}, c);
+  Measurer m(g, c, ev, 8, Optimizer::adam);
+  REQUIRE(m.measure(two_stages(0, 1), 1).ok);
+  REQUIRE(m.found());
+  CHECK(m.best().optimizer == Optimizer::adam);
+  Placement recomputing = two_stages(0, 1);
+  recomputing.group_recompute = {1, 0};
+  CHECK(placement_key(recomputing) != placement_key(two_stages(0, 1)));
+  m.measure(recomputing, 2);
+  CHECK(ev.evaluations() == 2);
+}

@@ -275,3 +275,18 @@ TEST_CASE("optimize predicts with the calibration stored for its cluster and say
   CHECK(refused.value()["calibration"]["refused"].get<std::string>().find("timing_method") != std::string::npos);
   CHECK(refused.value()["step_ms"].get<double>() < 1000);
 }
+
+TEST_CASE("a plan for a device faster than this host is simulated, and its verification is skipped with the reason") {
+  OptimizeRequest request = small_request(5);
+  request.cluster.devices[2].speed = 4;  // "c": four times this host
+  request.verify = true;
+  std::atomic<bool> cancel{false};
+  auto r = optimize(request, [](const ProgressEvent&) {}, cancel);
+  REQUIRE_MESSAGE(r.is_ok(), r.error_message());
+  const json& j = r.value();
+  CHECK(j["step_ms"].get<double>() > 0);
+  CHECK(j["verification"]["state"] == "skipped");
+  CHECK(j["verification"]["reason"] ==
+        "devices[2].speed: 4 cannot be emulated on this host (device \"c\"; measurement needs speed <= 1); use "
+        "--evaluator simulate");
+}

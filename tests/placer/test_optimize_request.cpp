@@ -77,8 +77,15 @@ TEST_CASE("request errors name the field") {
   CHECK(error_of(json{{"model", "alexnet"}}) == "cluster: missing required field");
   CHECK(error_of(json{{"model", "alexnet"}, {"cluster", 5}}).rfind("cluster: expected an object", 0) == 0);
   json bad_speed = two_devices();
-  bad_speed["devices"][1]["speed"] = 2.0;
+  bad_speed["devices"][1]["speed"] = 2000.0;
   CHECK(error_of(json{{"model", "alexnet"}, {"cluster", bad_speed}}).rfind("cluster.devices[1].speed", 0) == 0);
+  json fast = two_devices();
+  fast["devices"][1]["speed"] = 4.0;
+  CHECK(optimize_request_from_json(json{{"model", "alexnet"}, {"cluster", fast}, {"options", {{"evaluator", "simulate"}}}})
+            .is_ok());
+  CHECK(error_of(json{{"model", "alexnet"}, {"cluster", fast}, {"options", {{"evaluator", "hybrid"}}}}) ==
+        "cluster.devices[1].speed: 4 cannot be emulated on this host (device \"b\"; measurement needs speed <= 1); "
+        "use --evaluator simulate");
   auto with = [](json options) { return json{{"model", "alexnet"}, {"cluster", two_devices()}, {"options", options}}; };
   CHECK(error_of(with(json{{"evaluator", "guess"}})).rfind("options.evaluator: must be", 0) == 0);
   CHECK(error_of(with(json{{"iterations", -3}})).rfind("options.iterations: must be in", 0) == 0);
@@ -92,4 +99,16 @@ TEST_CASE("request errors name the field") {
   CHECK(error_of(with(json{{"iteration", 5}})).rfind("options.iteration: unknown option", 0) == 0);
   CHECK(error_of(with(json(3))) == "options: expected an object, got number");
   CHECK(error_of(json{{"model", "alexnet"}, {"cluster", two_devices()}, {"extra", 1}}).rfind("extra: unknown field", 0) == 0);
+}
+
+TEST_CASE("the optimizer is an option of the request: sgd by default, adam when asked, anything else names the field") {
+  auto plain = optimize_request_from_json(json{{"model", "alexnet"}, {"cluster", two_devices()}});
+  REQUIRE(plain.is_ok());
+  CHECK(plain->optimizer == tapp::Optimizer::sgd);
+  auto adam = optimize_request_from_json(
+      json{{"model", "alexnet"}, {"cluster", two_devices()}, {"options", {{"optimizer", "adam"}}}});
+  REQUIRE(adam.is_ok());
+  CHECK(adam->optimizer == tapp::Optimizer::adam);
+  CHECK(error_of(json{{"model", "alexnet"}, {"cluster", two_devices()}, {"options", {{"optimizer", "rmsprop"}}}})
+            .find("options.optimizer: unknown optimizer \"rmsprop\"") == 0);
 }

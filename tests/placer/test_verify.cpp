@@ -164,10 +164,12 @@ TEST_CASE("a failed measurement keeps the prediction and says why, and the job s
 TEST_CASE("devices that cannot run here skip the verification with the reason") {
   MemoryStore store;
   SUBCASE("a device faster than this host") {
-    // cluster_from_json and the cost model refuse such a cluster; a cluster built in code reaching here is skipped.
+    // A plan that is only simulated may name one; measuring it here cannot, so verification is skipped.
     OptimizeRequest request = mlp_request(store);
     request.cluster.devices[2].speed = 2.0;
-    CHECK(cannot_run_here(request.cluster).find("device c has speed 2") != std::string::npos);
+    CHECK(cannot_run_here(request.cluster) ==
+          "devices[2].speed: 2 cannot be emulated on this host (device \"c\"; measurement needs speed <= 1); use "
+          "--evaluator simulate");
     PlanToVerify plan{"best", "single", {}, 5.0, std::nullopt};
     plan.placement.layer_group.assign(6, 0);
     plan.placement.group_device = {2};

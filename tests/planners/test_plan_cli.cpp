@@ -72,10 +72,18 @@ TEST_CASE("tapp-cli plan writes the placement it found, and `run`'s placement lo
 }
 
 TEST_CASE("tapp-cli plan rejects a bad cluster, planner or evaluator with exit code 2 naming the field") {
-  std::string bad = write_temp("bad_cluster.json", R"({"devices": [{"name": "a", "speed": 2}]})");
+  std::string bad = write_temp("bad_cluster.json", R"({"devices": [{"name": "a", "speed": 2000}]})");
   Run r = cli("plan mlp --devices " + bad + " --costs estimated", true);
   CHECK(r.exit_code == 2);
   CHECK(r.out.find("speed") != std::string::npos);
+  // A device 4x faster than this host: planned by simulation, refused by measurement naming it.
+  std::string fast = write_temp("fast_cluster.json", R"({"devices": [{"name": "a"}, {"name": "fast", "speed": 4}]})");
+  Run simulated = cli("plan mlp --devices " + fast + " --planner dp --costs estimated", true);
+  CHECK(simulated.exit_code == 0);
+  Run measured = cli("plan mlp --devices " + fast + " --planner dp --costs estimated --evaluator measure", true);
+  CHECK(measured.exit_code == 2);
+  CHECK(measured.out.find("devices[1].speed: 4 cannot be emulated on this host (device \"fast\"; measurement needs "
+                          "speed <= 1); use --evaluator simulate") != std::string::npos);
   std::string cluster = write_temp("cluster.json", kCluster);
   Run p = cli("plan mlp --devices " + cluster + " --planner magic --costs estimated", true);
   CHECK(p.exit_code == 2);

@@ -312,7 +312,7 @@ TEST_CASE("bad clusters get clear errors") {
   auto link = CostModel::build(g, dead_link, lib);
   REQUIRE_FALSE(link.is_ok());
   CHECK(link.error_message().find("d0 -> d1") != std::string::npos);
-  auto parsed = cluster_from_json(nlohmann::json::parse(R"({"devices": [{"name": "a", "speed": 2}]})"));
+  auto parsed = cluster_from_json(nlohmann::json::parse(R"({"devices": [{"name": "a", "speed": 2000}]})"));
   REQUIRE_FALSE(parsed.is_ok());
   CHECK(parsed.error_message().find("speed") != std::string::npos);
 }
@@ -373,4 +373,40 @@ TEST_CASE("a data-parallel placement: JSON round trip, memory per replica at its
   REQUIRE(two.ok);
   CHECK(two.step_ms == doctest::Approx(simulate_data_parallel(s.g, s.c, s.cost, 8, {2, 0}).step_ms));
   CHECK(two.devices[1].busy_ms == 0);
+}
+
+TEST_CASE("the DP planner recomputes a stage that fits its device only that way, and says nothing fits when it may not") {
+  // 16 -> 4096 -> 4096 -> 10, batch 8192 in 8 micro-batches under GPipe: on devices of
+  // 512 MiB the first two layers keep 268 MB of activations beside 202 MB of
+  // training state, 134 MB of received gradients and 96 MB of working memory;
+  // recomputing, 34 MB of activations. No other split fits.
+  LayerGraph g = linear_chain({4096, 4096, 10});
+  Cluster c = cluster({1, 1});
+  for (Device& d : c.devices) d.memory_mb = 512;
+  Setup s(g, c, library(g, 8192, {1, 1, 1}), 8192);
+  s.ctx.micro_batches = 8;
+  SimulatorEvaluator ev = s.evaluator();
+  auto p = plan_dynamic_programming(s.ctx, ev);
+  REQUIRE_MESSAGE(p.is_ok(), p.error_message());
+  CHECK(check_memory(*p, s.g, s.c, 8192).is_ok());
+  bool recomputes = false;
+  for (int grp = 0; grp < p->num_groups(); ++grp) recomputes = recomputes || p->recomputes(grp);
+  CHECK(recomputes);
+  CHECK(ev.evaluate(*p).ok);
+  s.ctx.allow_recompute = false;
+  auto none = plan_dynamic_programming(s.ctx, ev);
+  REQUIRE_FALSE(none.is_ok());
+  CHECK(none.error_message().find("no placement that fits") != std::string::npos);
+}
+
+TEST_CASE("a planner's placements train with the context's optimizer, and Adam's state is counted") {
+  LayerGraph g = linear_chain({256, 256, 10});
+  Setup s(g, cluster({1, 1}), library(g, 8, {1, 1, 1}), 8);
+  s.ctx.optimizer = Optimizer::adam;
+  SimulatorEvaluator ev = s.evaluator();
+  for (const std::string& name : {std::string("dp"), std::string("single"), std::string("bsp"), std::string("anneal")}) {
+    auto p = run_planner(name, s.ctx, ev);
+    REQUIRE_MESSAGE(p.is_ok(), name << ": " << p.error_message());
+    CHECK_MESSAGE(p->optimizer == Optimizer::adam, name);
+  }
 }

@@ -231,6 +231,44 @@ TEST_CASE("replication moves: replicate onto each unused device, drop each repli
   for (const StagePlan& q : moves.neighbours(p, MoveSet::wide(6))) CHECK(q.max_replica_count() == 1);
 }
 
+TEST_CASE("replication moves: a replica moves to every other stage that has micro-batches to spare for it") {
+  const StageMoves moves(6, 5, {1, 2, 4});
+  StagePlan p;
+  p.stage_begin = {0, 2, 4};
+  p.stage_device = {2, 0, 4};
+  p.stage_replicas = {{1, 3}, {}, {}};
+  p.micro_batches = 4;
+  MoveSet only;
+  only.shift_steps.clear();
+  only.merge = only.split = only.swap = only.relocate = only.micro_batches = false;
+  only.move_replica = true;
+  const auto moved = moves.neighbours(p, only);
+  REQUIRE(moved.size() == 4);  // replicas 1 and 3 of stage 0, each to stage 1 or 2
+  CHECK(devices_of(moved[0], 0) == std::vector<int>{2, 3});
+  CHECK(devices_of(moved[0], 1) == std::vector<int>{0, 1});
+  CHECK(devices_of(moved[1], 2) == std::vector<int>{4, 1});
+  CHECK(devices_of(moved[3], 0) == std::vector<int>{2, 1});
+  CHECK(devices_of(moved[3], 2) == std::vector<int>{4, 3});
+  for (const StagePlan& q : moved) {
+    CHECK(q.stage_begin == p.stage_begin);
+    CHECK(q.micro_batches == 4);
+    int replicas = 0;
+    for (int k = 0; k < q.num_stages(); ++k) replicas += q.replica_count(k);
+    CHECK(replicas == 5);  // no device given up or added
+  }
+  // With 2 micro-batches, stage 1 may take one replica but not a second.
+  StagePlan tight = moved[0];
+  tight.micro_batches = 2;
+  for (const StagePlan& q : moves.neighbours(tight, only)) CHECK(q.replica_count(1) <= 2);
+  // The random form keeps the same invariants.
+  const StageMoves random_moves(6, 5, {1, 2, 4}, true);
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 200; ++i) {
+    StagePlan q = random_moves.random_neighbour(p, rng);
+    for (int k = 0; k < q.num_stages(); ++k) CHECK(q.replica_count(k) <= q.micro_batches);
+  }
+}
+
 TEST_CASE("pipelearn: clients replicate the first layers, the fastest device serves the rest") {
   LayerGraph g = linear_chain({256, 64, 256, 256, 10});
   Cluster c;

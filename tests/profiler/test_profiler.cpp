@@ -2,6 +2,7 @@
 // TorchScript import of files saved by python3-torch, and the CLI's answers
 // to bad input. Small models and batches only.
 #include <sys/wait.h>
+#include <unistd.h>
 #include <torch/torch.h>
 
 #include <cstdlib>
@@ -270,6 +271,63 @@ TEST_CASE("tapp-cli answers bad input with a message and exit code 2") {
   }
 }
 
+TEST_CASE("tiny transformers profile layer by layer: token ids get no gradient, attention gets a backward time") {
+  ModelOptions o;
+  o.input_size = 8;
+  o.vocabulary = 30;
+  o.layers = 1;
+  o.width = 16;
+  o.heads = 2;
+  for (const char* name : {"gpt2", "bert_base"}) {
+    auto g = zoo_model(name, o);
+    REQUIRE_MESSAGE(g.is_ok(), g.error_message());
+    auto lib = profile_model(*g, quick());
+    REQUIRE_MESSAGE(lib.is_ok(), lib.error_message());
+    REQUIRE(lib->rows.size() == g->layers.size());
+    for (const auto& r : lib->rows) CHECK_MESSAGE(r.forward_ms > 0, r.name);
+    const std::string attention = std::string(name) == "gpt2" ? "h.0.attn" : "encoder.layer.0.attention.self";
+    CHECK(lib->rows[g->index_of(attention)].backward_ms > 0);
+    CHECK(lib->whole_step_ms > 0);
+  }
+  ModelOptions v = o;
+  v.input_size = 32;
+  v.vocabulary = 0;
+  v.num_classes = 4;
+  auto vit = zoo_model("vit_b_16", v);
+  REQUIRE(vit.is_ok());
+  auto m = GraphModel::build(*vit, 3);
+  REQUIRE(m.is_ok());
+  int64_t n = 0;
+  for (const auto& p : (*m)->parameters()) n += p.numel();
+  CHECK(n == vit->total_params());
+  auto [x, y] = synthetic_batch(*vit, 2, 1);
+  CHECK((*m)->forward(x).sizes().vec() == std::vector<int64_t>{2, 4});
+}
+
+TEST_CASE("tapp-cli profiles a tiny gpt2 from its options") {
+  const std::string cli = kBin + "/tapp-cli";
+  fs::path dir = scratch("gpt2");
+  REQUIRE(exit_code_of(cli + " profile gpt2 --input-size 8 --vocab 50 --layers 1 --width 16 --heads 2 --batch 2 "
+                             "--runs 1 --warmup 0 --no-cache > " + (dir / "table.txt").string()) == 0);
+  const std::string table = read_text(dir / "table.txt");
+  CHECK(table.find("lm_head") != std::string::npos);
+  CHECK(table.find("Attention") != std::string::npos);
+  CHECK(exit_code_of(cli + " profile gpt2 --heads 5 --width 16 --estimate > /dev/null 2>&1") == 2);
+}
+
+TEST_CASE("tapp-cli --torchscript picks how a TorchScript model is imported") {
+  const std::string cli = kBin + "/tapp-cli";
+  const std::string file = (torchscript_dir() / "exp_scripted.pt").string();  // aten::exp: no LayerGraph op
+  fs::path dir = scratch("torchscript_flag");
+  CHECK(exit_code_of(cli + " export-model " + file + " --torchscript ops > /dev/null 2>&1") == 2);
+  REQUIRE(exit_code_of(cli + " export-model " + file + " --torchscript layers --out " + (dir / "layers.json").string()) ==
+          0);
+  CHECK(read_text(dir / "layers.json").find("\"torchscript\"") != std::string::npos);
+  CHECK(exit_code_of(cli + " export-model " + file + " --torchscript fast > " + (dir / "err.txt").string() +
+                     " 2>&1") == 2);
+  CHECK(read_text(dir / "err.txt").find("--torchscript") != std::string::npos);
+}
+
 TEST_CASE("a model exported by tapp-cli export-model profiles like the zoo model") {
   const std::string cli = kBin + "/tapp-cli";
   fs::path dir = scratch("export");
@@ -343,7 +401,7 @@ TEST_CASE("the cost rule profiles each distinct device kind and thread count at 
   o.cache = &cache;
   std::vector<ProfileProgress> seen;
   o.progress = [&](const ProfileProgress& p) { seen.push_back(p); };
-  CostProfiles p = cost_profiles(*g, cluster_of({{"cpu", 1}, {"cpu", 2}, {"cpu", 1}}), o);
+  CostProfiles p = cost_profiles(*g, cluster_of({{"cpu", 1}, {"cpu", 2}, {"cpu", 1}}), o).value();
   CHECK(p.origin() == "profiled");
   CHECK(p.measured == 4);  // (cpu x1, cpu x2) x (1, 2)
   REQUIRE(p.libraries.size() == 4);
@@ -369,7 +427,7 @@ TEST_CASE("the cost rule profiles each distinct device kind and thread count at 
 
   // The same job again: every profile from the cache, nothing measured or reported.
   seen.clear();
-  CostProfiles again = cost_profiles(*g, cluster_of({{"cpu", 1}, {"cpu", 2}}), o);
+  CostProfiles again = cost_profiles(*g, cluster_of({{"cpu", 1}, {"cpu", 2}}), o).value();
   CHECK(again.origin() == "cache");
   CHECK(again.cached == 4);
   CHECK(seen.empty());
@@ -383,7 +441,7 @@ TEST_CASE("the cost rule names a size it cannot profile and estimates a device k
   o.batch_size = 2;
   o.cache = &cache;
   if (torch::cuda::is_available()) return;  // a CUDA LibTorch profiles cuda:0
-  CostProfiles p = cost_profiles(*g, cluster_of({{"cuda:0", 1}}), o);  // this LibTorch has no CUDA
+  CostProfiles p = cost_profiles(*g, cluster_of({{"cuda:0", 1}}), o).value();  // this LibTorch has no CUDA
   CHECK(p.origin() == "estimated");
   REQUIRE(p.skipped.size() == 2);
   CHECK(p.skipped[0].device_kind == "cuda:0");
@@ -393,8 +451,54 @@ TEST_CASE("the cost rule names a size it cannot profile and estimates a device k
   CHECK_FALSE(p.libraries[0].measured);
 
   o.source = CostSource::cached_only;  // `tapp-cli plan --costs auto` on an empty cache: never measures
-  CostProfiles cached_only = cost_profiles(*g, cluster_of({{"cpu", 1}}), o);
+  CostProfiles cached_only = cost_profiles(*g, cluster_of({{"cpu", 1}}), o).value();
   CHECK(cached_only.origin() == "estimated");
   CHECK(cached_only.measured == 0);
   CHECK(cache.entries.empty());
+}
+
+TEST_CASE("a device with a layer library measured elsewhere is priced from that file, named relative to the cluster file") {
+  auto g = load_model("mlp");
+  REQUIRE(g.is_ok());
+  const fs::path dir = fs::temp_directory_path() / ("tapp-device-costs-" + std::to_string(::getpid()));
+  fs::create_directories(dir / "profiles");
+  LayerLibrary measured = estimated_library(*g, 2, 1.0);
+  measured.measured = true;
+  std::ofstream(dir / "profiles" / "mlp_b2.json") << library_to_json(measured).dump();
+  std::ofstream(dir / "cluster.json") << R"({"devices": [{"name": "here"},
+      {"name": "there", "threads": 4, "speed": 3, "costs": {"library": "profiles/mlp_b2.json"}},
+      {"name": "remote", "where": "127.0.0.1:9", "costs": "worker"}]})";
+  auto cluster = load_cluster((dir / "cluster.json").string());
+  REQUIRE_MESSAGE(cluster.is_ok(), cluster.error_message());
+  const std::string library_path = (dir / "profiles" / "mlp_b2.json").string();
+  CHECK(cluster->devices[1].costs.library_path == library_path);
+
+  MemoryCache cache;
+  CostProfileOptions o;
+  o.batch_size = 2;
+  o.cache = &cache;
+  o.source = CostSource::estimated;  // this host's devices estimated; the library is read all the same
+  CostProfiles p = cost_profiles(*g, *cluster, o).value();
+  CHECK(p.device_libraries[0].empty());
+  REQUIRE(p.device_libraries[1].size() == 1);
+  CHECK(p.device_libraries[1][0].rows[0].forward_ms == measured.rows[0].forward_ms);
+  CHECK(p.devices[1].from == CostsFrom::library);
+  CHECK(p.devices[1].detail == "layer library '" + library_path + "'");
+  CHECK(p.devices[2].from == CostsFrom::host);  // --costs estimated does not ask the worker
+  REQUIRE(p.notes.size() == 1);
+  CHECK(p.notes[0].rfind("devices[2].costs (remote): estimated here", 0) == 0);
+  CHECK(p.libraries.size() == 1);  // only this host's kind and threads (cpu x1) are estimated
+
+  o.batch_size = 4;
+  auto wrong_batch = cost_profiles(*g, *cluster, o);
+  REQUIRE_FALSE(wrong_batch.is_ok());
+  CHECK(wrong_batch.error_message() == "devices[1].costs.library: layer library '" + library_path +
+                                           "': batch_size: 2, the plan's batch is 4 (profile it at that batch: "
+                                           "tapp-cli profile --batch 4 --json)");
+
+  o.batch_size = 2;
+  o.source = CostSource::profile;  // the worker must be asked, and no one here can ask it
+  auto no_hook = cost_profiles(*g, *cluster, o);
+  CHECK(no_hook.error_message() == "devices[2].costs: \"worker\": this caller cannot ask a remote worker to profile");
+  fs::remove_all(dir);
 }

@@ -99,7 +99,7 @@ TEST_CASE("torchvision models import as layers of their own code with exact para
     CAPTURE(c.model);
     LayerGraph g = imported(c.model, layers_at(32));
     CHECK(g.input_shape == Shape{3, 32, 32});
-    CHECK(g.input_vocab == 0);
+    CHECK(g.input_kind == InputKind::dense);
     CHECK(g.total_params() == expected_params(c.model));
     CHECK(g.layers.size() >= 6);
     CHECK(g.layers.back().output_shape == c.output);
@@ -126,7 +126,8 @@ TEST_CASE("a Transformer language model, traced and scripted, imports with token
     o.input_size = 8;  // tokens per sample
     LayerGraph g = imported(model, o);  // automatic: the op-by-op path refuses aten::embedding
     CHECK(g.input_shape == Shape{8});
-    CHECK(g.input_vocab == 100);
+    CHECK(g.input_kind == InputKind::tokens);
+    CHECK(g.input_vocabulary == 100);
     CHECK(g.num_classes == 100);
     CHECK(g.layers.back().output_shape == Shape{8, 100});
     CHECK(g.total_params() == expected_params(model));
@@ -158,7 +159,8 @@ TEST_CASE("torchscript layers profile, and round-trip through the JSON layer gra
     CHECK(lib->rows.back().forward_ms > 0);
     auto back = model_from_json(model_to_json(g));
     REQUIRE_MESSAGE(back.is_ok(), back.error_message());
-    CHECK(back->input_vocab == g.input_vocab);
+    CHECK(back->input_kind == g.input_kind);
+    CHECK(back->input_vocabulary == g.input_vocabulary);
     CHECK(graph_fingerprint(*back) == graph_fingerprint(g));
     for (size_t i = 0; i < g.layers.size(); ++i) {
       CHECK(back->layers[i].attrs == g.layers[i].attrs);

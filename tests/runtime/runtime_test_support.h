@@ -110,19 +110,26 @@ inline RunOptions test_options() {
   return o;
 }
 
-// Single-device training in this process: full-batch mean cross entropy, SGD with momentum.
+// Single-device training in this process: full-batch mean cross entropy (over every token
+// for a per-token model), with the run's optimizer (o.optimizer: SGD with momentum, or Adam)
+// as the workers build it.
 inline std::vector<std::vector<float>> reference_parameters(const LayerGraph& g, const RunOptions& o) {
   auto model = GraphModel::build(g, o.seed);
   REQUIRE(model.is_ok());
   auto m = *model;
   m->set_training(true);
-  torch::optim::SGD opt(m->parameters(), torch::optim::SGDOptions(o.learning_rate).momentum(o.momentum));
+  std::unique_ptr<torch::optim::Optimizer> opt;
+  if (o.optimizer == Optimizer::adam)
+    opt = std::make_unique<torch::optim::Adam>(m->parameters(), torch::optim::AdamOptions(o.learning_rate));
+  else
+    opt = std::make_unique<torch::optim::SGD>(m->parameters(),
+                                              torch::optim::SGDOptions(o.learning_rate).momentum(o.momentum));
   for (int k = 0; k < o.warmup_steps + o.steps; ++k) {
     auto [x, y] = synthetic_batch(g, o.batch_size, o.seed + k);
-    torch::Tensor loss = training_loss(m->forward(x), y, o.batch_size);
-    opt.zero_grad();
+    torch::Tensor loss = training_loss(m->forward(x), y, o.batch_size);  // the mean over samples (and tokens)
+    opt->zero_grad();
     loss.backward();
-    opt.step();
+    opt->step();
   }
   std::vector<std::vector<float>> out(g.layers.size());
   for (size_t l = 0; l < g.layers.size(); ++l)

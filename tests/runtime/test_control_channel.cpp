@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include "core/cluster.h"
+#include "model/model_json.h"
 #include "model/zoo.h"
 #include "runtime/control_channel.h"
 #include "runtime/job.h"
@@ -171,4 +172,58 @@ TEST_CASE("the listener's line messages round-trip and bad requests are refused"
   CHECK(decode_exit(encode_exit(137)) == 137);
   CHECK_FALSE(decode_exit(encode_pong()).has_value());
   CHECK_FALSE(decode_exit(encode_bad_request()).has_value());
+}
+
+TEST_CASE("the profile exchange's messages round-trip and malformed ones are refused") {
+  auto device = decode_listener_request(encode_device_request("cpu", 2));
+  REQUIRE(device.is_ok());
+  CHECK(device->kind == ListenerRequest::Kind::device);
+  CHECK(device->device_kind == "cpu");
+  CHECK(device->threads == 2);
+  CHECK_FALSE(decode_listener_request("device cpu 0").is_ok());
+  CHECK_FALSE(decode_listener_request("device cpu").is_ok());
+  auto profile = decode_listener_request(encode_profile_header(1234));
+  REQUIRE(profile.is_ok());
+  CHECK(profile->kind == ListenerRequest::Kind::profile);
+  CHECK(profile->payload_bytes == 1234);
+  CHECK_FALSE(decode_listener_request("profile 0").is_ok());
+  CHECK_FALSE(decode_listener_request("profile 999999999999").is_ok());  // over 256 MiB
+
+  WorkerDevice hw{"cpu", 2, "AMD EPYC", "1.13.0", "tcmalloc", 3};
+  WorkerDevice other = hw;
+  other.threads = 1;
+  CHECK(hw.fingerprint() != other.fingerprint());
+  other = hw;
+  other.cpu_model = "Intel Xeon";
+  CHECK(hw.fingerprint() != other.fingerprint());
+  auto line = decode_listener_reply(encode_device_reply(hw));
+  REQUIRE(line.is_ok());
+  CHECK(line->kind == ListenerReply::Kind::device);
+  auto back = worker_device_from_json(nlohmann::json::parse(line->text));
+  REQUIRE(back.is_ok());
+  CHECK(back->fingerprint() == hw.fingerprint());
+
+  LayerGraph g = zoo_model("mlp").value();
+  ProfileRequest request{model_to_json(g), "cpu", 2, {1, 2, 4}, 7};
+  auto request_back = decode_profile_request(encode_profile_request(request));
+  REQUIRE(request_back.is_ok());
+  CHECK(request_back->batch_sizes == std::vector<int64_t>{1, 2, 4});
+  CHECK(request_back->threads == 2);
+  CHECK(request_back->model == request.model);
+  CHECK_FALSE(decode_profile_request(R"({"model": {}, "device_kind": "cpu", "threads": 0, "batch_sizes": [1], "seed": 1})").is_ok());
+  CHECK_FALSE(decode_profile_request("{").is_ok());
+
+  ProfileReply reply{hw, {estimated_library(g, 2)}, {{1, "one sample through a BatchNorm"}}};
+  auto reply_back = decode_profile_reply(encode_profile_reply(reply));
+  REQUIRE(reply_back.is_ok());
+  CHECK(reply_back->device.fingerprint() == hw.fingerprint());
+  REQUIRE(reply_back->libraries.size() == 1);
+  CHECK(reply_back->libraries[0].rows.size() == g.layers.size());
+  CHECK(reply_back->skipped == reply.skipped);
+
+  auto error = decode_listener_reply(encode_error_reply("device 'cuda:0': this LibTorch has no CUDA\nmore"));
+  REQUIRE(error.is_ok());
+  CHECK(error->kind == ListenerReply::Kind::error);
+  CHECK(error->text == "device 'cuda:0': this LibTorch has no CUDA");
+  CHECK_FALSE(decode_listener_reply("garbage").is_ok());
 }

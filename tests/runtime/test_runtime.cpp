@@ -15,6 +15,8 @@
 #include <sstream>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -25,6 +27,8 @@
 #include "runtime/measure_evaluator.h"
 #include "runtime/runtime.h"
 #include "runtime/worker.h"
+#include "runtime/worker_profile.h"
+#include "simulator/cost_model.h"
 #include "tests/runtime/runtime_test_support.h"
 
 using namespace tapp;
@@ -106,15 +110,17 @@ bool answers_ping(int port) {
 }
 
 // `tapp-worker --listen 127.0.0.1:PORT`, as a user would start it on another host.
+// `cache_dir`: the worker's own profile cache ($XDG_CACHE_HOME), as on its own host.
 struct RemoteWorker {
   int port = free_port();
   pid_t pid = -1;
-  RemoteWorker() {
+  explicit RemoteWorker(const std::string& cache_dir = "") {
     std::string bin = std::string(TAPP_BIN_DIR) + "/tapp-worker";
     std::string where = "127.0.0.1:" + std::to_string(port);
     pid = fork();
     if (pid == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (!cache_dir.empty()) setenv("XDG_CACHE_HOME", cache_dir.c_str(), 1);
       execl(bin.c_str(), bin.c_str(), "--listen", where.c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }
@@ -144,6 +150,37 @@ TEST_CASE("a model with concat and add branches over 2 devices, non-contiguous, 
 
 TEST_CASE("a model with branches over 3 devices, contiguous stages, GPipe, trains like one device") {
   check_pipeline_equals_single(branch_model(), 3, {0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2}, 3, Schedule::gpipe);
+}
+
+// Runs `p` with and without recomputing the groups in `recompute`; both must
+// equal single-device training with the same optimizer after every step.
+void check_recompute_equals_plain(const LayerGraph& g, int devices, Placement p, const std::vector<char>& recompute,
+                                  Optimizer optimizer) {
+  RunOptions o = test_options();
+  o.steps = 3;
+  o.optimizer = optimizer;  // the reference's
+  p.optimizer = optimizer;  // the workers'
+  RunResult plain = run_placement(g, local_cluster(devices), p, o);
+  INFO(plain.report.message);
+  REQUIRE(plain.report.ok);
+  p.group_recompute = recompute;
+  RunResult recomputed = run_placement(g, local_cluster(devices), p, o);
+  INFO(recomputed.report.message);
+  REQUIRE(recomputed.report.ok);
+  check_same_parameters(recomputed.layer_parameters, plain.layer_parameters, g);
+  check_same_parameters(recomputed.layer_parameters, reference_parameters(g, o), g);
+  check_trained(recomputed.layer_parameters, g, o);
+  for (const DeviceStats& d : recomputed.report.devices) CHECK(d.peak_tensor_bytes > 0);
+}
+
+TEST_CASE("a stage that recomputes its forward in backward trains to the same parameters as without (SGD)") {
+  check_recompute_equals_plain(chain_model(), 2, by_device({0, 0, 0, 1, 1, 1, 1}, 4, Schedule::one_f_one_b), {1, 0},
+                               Optimizer::sgd);
+}
+
+TEST_CASE("recomputation on a non-contiguous branched placement with Adam trains like one device with Adam") {
+  check_recompute_equals_plain(branch_model(), 2, by_device({0, 0, 1, 1, 0, 0, 1, 0, 1, 1, 0}, 4, Schedule::gpipe),
+                               {1, 1}, Optimizer::adam);
 }
 
 TEST_CASE("the single-device and BSP baselines train like one device; HOGWILD runs on shared parameters") {
@@ -269,8 +306,25 @@ TEST_CASE("a placement over a device's memory is rejected with the sizes before 
   CHECK_FALSE(r.report.ok);
   CHECK(r.report.failure_kind == FailureKind::out_of_memory);
   CHECK(r.report.message.find("device 'd1' needs") != std::string::npos);
-  CHECK(r.report.message.find("memory_mb 1") != std::string::npos);
+  CHECK(r.report.message.find("but has 1.0 MB: over by") != std::string::npos);
   CHECK(r.local_worker_pids.empty());
+}
+
+TEST_CASE("a device faster than this host is refused by measurement, naming the device, before any worker starts") {
+  LayerGraph g = chain_model();
+  Cluster c = local_cluster(3);
+  c.devices[2].speed = 4;
+  RunResult r = run_placement(g, c, by_device({0, 0, 0, 2, 2, 2, 2}, 2, Schedule::gpipe), test_options());
+  CHECK_FALSE(r.report.ok);
+  CHECK(r.report.message ==
+        "devices[2].speed: 4 cannot be emulated on this host (device \"d2\"; measurement needs speed <= 1); use "
+        "--evaluator simulate");
+  CHECK(r.local_worker_pids.empty());
+  RunResult bsp = run_strategy(g, c, "bsp", test_options());
+  CHECK(bsp.report.message.rfind("devices[2].speed: 4 cannot be emulated", 0) == 0);
+  // A placement that leaves the fast device out measures as before.
+  RunResult slow_only = run_placement(g, c, by_device({0, 0, 0, 1, 1, 1, 1}, 2, Schedule::gpipe), test_options());
+  CHECK_MESSAGE(slow_only.report.ok, slow_only.report.message);
 }
 
 TEST_CASE("a malformed placement or cluster names the field") {
@@ -286,7 +340,7 @@ TEST_CASE("a malformed placement or cluster names the field") {
   r = run_placement(g, c, many, test_options());
   CHECK(r.report.message.find("placement.micro_batches") != std::string::npos);
 
-  nlohmann::json bad = {{"devices", {{{"name", "a"}}, {{"name", "b"}, {"speed", 2.0}}}}};
+  nlohmann::json bad = {{"devices", {{{"name", "a"}}, {{"name", "b"}, {"speed", 2000.0}}}}};
   auto parsed = cluster_from_json(bad);
   REQUIRE_FALSE(parsed.is_ok());
   CHECK(parsed.error_message().find("devices[1].speed") != std::string::npos);
@@ -374,8 +428,10 @@ TEST_CASE("the shipped cluster and placement examples parse against the zoo mode
   CHECK(pipelearn->aggregation_every == 2);
   CHECK(validate_placement(*pipelearn, *vgg5, *clients, 48).is_ok());
   CHECK(check_memory(*pipelearn, *vgg5, *clients, 48).is_ok());
-  for (const char* f : {"/schemas/examples/cluster/invalid/speed_above_one.json", "/schemas/examples/cluster/invalid/no_devices.json",
-                        "/schemas/examples/cluster/invalid/bad_kind.json", "/schemas/examples/cluster/invalid/negative_bandwidth.json"}) {
+  for (const char* f : {"/schemas/examples/cluster/invalid/speed_above_limit.json", "/schemas/examples/cluster/invalid/no_devices.json",
+                        "/schemas/examples/cluster/invalid/bad_kind.json", "/schemas/examples/cluster/invalid/negative_bandwidth.json",
+                        "/schemas/examples/cluster/invalid/costs_unknown.json",
+                        "/schemas/examples/cluster/invalid/costs_library_extra_field.json"}) {
     INFO(f);
     CHECK_FALSE(load_cluster(std::string(TAPP_SOURCE_DIR) + f).is_ok());
   }
@@ -530,4 +586,139 @@ TEST_CASE("a spawned worker runs with tcmalloc, the caching allocator") {
   CHECK(r.report.ok);
   REQUIRE(exec_seen);
   CHECK(tcmalloc_seen);
+}
+
+namespace {
+class MemoryProfileCache : public ProfileCache {
+ public:
+  std::optional<std::string> get(const std::string& key) override {
+    auto it = entries.find(key);
+    return it == entries.end() ? std::nullopt : std::optional<std::string>(it->second);
+  }
+  Status put(const std::string& key, const std::string& value) override {
+    entries[key] = value;
+    return Status::ok();
+  }
+  std::map<std::string, std::string> entries;
+};
+
+size_t files_under(const std::filesystem::path& dir) {
+  size_t n = 0;
+  if (std::filesystem::exists(dir))
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) n += e.is_regular_file();
+  return n;
+}
+}  // namespace
+
+TEST_CASE("two loopback workers with different thread counts each profile their own device, cached by their fingerprints") {
+  const std::filesystem::path root =
+      std::filesystem::temp_directory_path() / ("tapp-worker-costs-" + std::to_string(::getpid()));
+  RemoteWorker w1((root / "w1").string()), w2((root / "w2").string());
+  REQUIRE(answers_ping(w1.port));
+  REQUIRE(answers_ping(w2.port));
+  LayerGraph g = chain_model();
+  Cluster c = local_cluster(3);  // d0 priced here; d1, d2 by their workers
+  c.devices[1].where = w1.where();
+  c.devices[1].threads = 1;
+  c.devices[1].costs.from = CostsFrom::worker;
+  c.devices[2].where = w2.where();
+  c.devices[2].threads = 2;
+  c.devices[2].costs.from = CostsFrom::worker;
+
+  MemoryProfileCache cache;
+  CostProfileOptions o;
+  o.batch_size = 4;  // micro-batch sizes 1, 2, 4
+  o.cache = &cache;
+  o.source = CostSource::profile;
+  o.worker_costs = worker_costs(&cache, 120);
+  CostProfiles p = cost_profiles(g, c, o).value();
+
+  // Each worker describes its own device; the fingerprints differ by thread count.
+  Result<WorkerDevice> hw1 = describe_worker_device(w1.where(), "cpu", 1);
+  Result<WorkerDevice> hw2 = describe_worker_device(w2.where(), "cpu", 2);
+  REQUIRE_MESSAGE(hw1.is_ok(), hw1.error_message());
+  REQUIRE_MESSAGE(hw2.is_ok(), hw2.error_message());
+  CHECK(hw1->threads == 1);
+  CHECK(hw2->threads == 2);
+  CHECK(hw1->fingerprint() != hw2->fingerprint());
+  CHECK(p.devices[0].from == CostsFrom::host);
+  CHECK(p.devices[1].from == CostsFrom::worker);
+  CHECK(p.devices[2].from == CostsFrom::worker);
+  CHECK(p.devices[1].fingerprint == hw1->fingerprint());
+  CHECK(p.devices[2].fingerprint == hw2->fingerprint());
+  CHECK(p.devices[1].detail.find("worker " + w1.where()) == 0);
+  CHECK(p.devices[2].detail.find("worker " + w2.where()) == 0);
+
+  // Every size profiled by the device's own worker, at the device's threads.
+  for (int d : {1, 2}) {
+    CAPTURE(d);
+    REQUIRE(p.device_libraries[d].size() == 3);
+    for (const LayerLibrary& lib : p.device_libraries[d]) {
+      CHECK(lib.measured);
+      CHECK(lib.threads == c.devices[d].threads);
+      CHECK(lib.rows.size() == g.layers.size());
+    }
+  }
+  CHECK(p.measured == 9);  // 3 sizes each: this host's device d0, and each worker's
+  // Each worker measured on its own host: its own cache holds its profiles (3 sizes), the other's none of them.
+  CHECK(files_under(root / "w1") == 3);
+  CHECK(files_under(root / "w2") == 3);
+  // Here they are cached under each worker's fingerprint.
+  for (int64_t b : {1, 2, 4}) {
+    CHECK(cache.entries.count(worker_profile_cache_key(g, hw1->fingerprint(), b)) == 1);
+    CHECK(cache.entries.count(worker_profile_cache_key(g, hw2->fingerprint(), b)) == 1);
+  }
+
+  // The cost model prices each device from its own worker's per-layer times.
+  auto cost = CostModel::build(g, c, p.libraries, p.device_libraries);
+  REQUIRE_MESSAGE(cost.is_ok(), cost.error_message());
+  for (int d : {1, 2}) {
+    REQUIRE(p.device_libraries[d].back().batch_size == 4);
+    std::ostringstream per_layer;
+    for (int l = 0; l < static_cast<int>(g.layers.size()); ++l) {
+      CAPTURE(d);
+      CAPTURE(l);
+      // The cost model's rule: a layer never gets cheaper with more samples (running max over
+      // the sizes); the library's threads equal the device's and speed is 1, so no scaling.
+      double want = 0;
+      for (const LayerLibrary& lib : p.device_libraries[d]) want = std::max(want, lib.rows[l].forward_ms);
+      per_layer << " " << g.layers[l].name << "=" << want;
+      CHECK(cost->raw_compute_ms(d, l, l, 4, false) == doctest::Approx(want));
+    }
+    MESSAGE("d" << d << " (" << c.devices[d].threads << " threads, worker " << c.devices[d].where
+                << ") forward ms at micro-batch 4:" << per_layer.str());
+  }
+
+  // Again: everything from the cache under the fingerprints, nothing profiled.
+  CostProfiles again = cost_profiles(g, c, o).value();
+  CHECK(again.measured == 0);
+  CHECK(again.cached >= 6);
+  CHECK(files_under(root / "w1") == 3);
+  std::filesystem::remove_all(root);
+}
+
+TEST_CASE("a worker that cannot profile says why, naming the device and the worker") {
+  RemoteWorker w;
+  REQUIRE(answers_ping(w.port));
+  LayerGraph g = chain_model();
+  Cluster c = local_cluster(2);
+  c.devices[1].where = w.where();
+  c.devices[1].kind = "cuda:0";  // this worker's LibTorch has no CUDA
+  c.devices[1].costs.from = CostsFrom::worker;
+  MemoryProfileCache cache;
+  CostProfileOptions o;
+  o.batch_size = 2;
+  o.cache = &cache;
+  o.worker_costs = worker_costs(&cache, 60);
+  if (torch::cuda::is_available()) return;
+  auto p = cost_profiles(g, c, o);
+  REQUIRE_FALSE(p.is_ok());
+  CHECK(p.error_message().rfind("devices[1].costs: worker " + w.where() + " cannot profile: ", 0) == 0);
+  CHECK(p.error_message().find("no CUDA") != std::string::npos);
+
+  c.devices[1].kind = "cpu";
+  c.devices[1].where = "127.0.0.1:" + std::to_string(free_port());  // nobody listens there
+  auto unreachable = cost_profiles(g, c, o);
+  REQUIRE_FALSE(unreachable.is_ok());
+  CHECK(unreachable.error_message().rfind("devices[1].costs: cannot reach remote worker at " + c.devices[1].where, 0) == 0);
 }

@@ -265,7 +265,7 @@ void add_arithmetic(std::vector<Case>& out) {
   const std::vector<std::pair<std::string, std::string>> devices = {
       {R"({"name": "a", "speed": 5e-324})", "cluster.devices[0].speed"},
       {R"({"name": "a", "speed": 1e-5})", "cluster.devices[0].speed"},
-      {R"({"name": "a", "speed": 1.0000001})", "cluster.devices[0].speed"},
+      {R"({"name": "a", "speed": 1000.0001})", "cluster.devices[0].speed"},
       {R"({"name": "a", "speed": -0.0})", "cluster.devices[0].speed"},
       {R"({"name": "a", "threads": 100000})", "cluster.devices[0].threads"},
       {R"({"name": "a", "threads": 4294967297})", "cluster.devices[0].threads"},

@@ -132,7 +132,7 @@ TEST_CASE("bad bodies are rejected with 4xx naming the field") {
   check_error(f.post(valid_body("\"alexnet\"", "{\"batch_size\": 0}")), 400, "options.batch_size");
   check_error(f.post(valid_body("\"alexnet\"", "{\"colour\": 1}")), 400, "options.colour");
   check_error(f.post(valid_body("\"alexnet\"", "[]")), 400, "options");
-  check_error(f.post("{\"model\": \"alexnet\", \"cluster\": {\"devices\": [{\"name\": \"a\", \"speed\": 2}]}}"), 400,
+  check_error(f.post("{\"model\": \"alexnet\", \"cluster\": {\"devices\": [{\"name\": \"a\", \"speed\": 2000}]}}"), 400,
               "cluster.devices[0].speed");
   check_error(f.post("{\"model\": \"alexnet\", \"cluster\": {\"devices\": []}}"), 400, "cluster.devices");
   check_error(f.post(valid_body() .substr(0, valid_body().size() - 1) + ", \"priority\": 1}"), 400, "priority");
@@ -179,6 +179,14 @@ TEST_CASE("remote workers are refused unless their host is allowed") {
   check_error(f.post(body), 403, "cluster.devices[1].where");
   f.app.limits.allowed_remote_hosts = {"10.0.0.7"};
   CHECK(f.post(body).result_int() == 202);
+}
+
+TEST_CASE("a device's layer library is a file on the server: a request may not name it") {
+  Fixture f;
+  std::string body = R"({"model": "alexnet", "cluster": {"devices": [{"name": "a"}, {"name": "b", "costs": {"library": "/etc/passwd"}}]}})";
+  check_error(f.post(body), 403, "cluster.devices[1].costs.library");
+  std::string fast = R"({"model": "alexnet", "cluster": {"devices": [{"name": "a"}, {"name": "b", "speed": 4}]}})";
+  CHECK(f.post(fast).result_int() == 202);  // a device faster than this host, planned by simulation
 }
 
 TEST_CASE("an uploaded TorchScript file is stored with the job, never passed as a path") {

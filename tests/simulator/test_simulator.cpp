@@ -255,6 +255,44 @@ TEST_CASE("device speed stretches compute by 1/speed") {
   CHECK(r.step_ms == doctest::Approx(8.0));
 }
 
+TEST_CASE("a device faster than this host (speed 4) is simulated with its compute divided by 4") {
+  LayerGraph g = chain(1);
+  Cluster c = devices(1);
+  c.devices[0].speed = 4;
+  LayerLibrary lib = flat_library(g, 4, 1.0, 3.0);
+  StepReport r = run(g, c, lib, by_device({0}, 1), 4);
+  REQUIRE(r.ok);
+  CHECK(r.step_ms == doctest::Approx(1.0));
+}
+
+TEST_CASE("each device is priced from its own cost table when it has one, from the shared libraries otherwise") {
+  LayerGraph g = chain(2);
+  Cluster c = devices(3);
+  c.devices[2].speed = 2;
+  const LayerLibrary shared = flat_library(g, 4, 1.0, 2.0);
+  LayerLibrary measured_elsewhere = flat_library(g, 4, 5.0, 7.0);
+  measured_elsewhere.rows[1].forward_ms = 11.0;
+  std::vector<std::vector<LayerLibrary>> own(3);
+  own[1] = {measured_elsewhere};
+  own[2] = {measured_elsewhere};
+  auto cost = CostModel::build(g, c, {shared}, own);
+  REQUIRE_MESSAGE(cost.is_ok(), cost.error_message());
+  CHECK(cost->raw_compute_ms(0, 0, 1, 4, false) == doctest::Approx(2.0));   // this host's profile
+  CHECK(cost->raw_compute_ms(1, 0, 1, 4, false) == doctest::Approx(16.0));  // its own table, layer by layer
+  CHECK(cost->raw_compute_ms(1, 1, 1, 4, false) == doctest::Approx(11.0));
+  CHECK(cost->raw_compute_ms(1, 0, 1, 4, true) == doctest::Approx(14.0));
+  CHECK(cost->raw_compute_ms(2, 0, 1, 4, false) == doctest::Approx(8.0));   // its own table / speed 2
+  // Every device with its own costs: no shared library needed.
+  std::vector<std::vector<LayerLibrary>> all_own(3, std::vector<LayerLibrary>{measured_elsewhere});
+  CHECK(CostModel::build(g, c, {}, all_own).is_ok());
+  CHECK(CostModel::build(g, c, {}, own).error_message() == "cost model: no layer library");
+  // An own table for another model names the device.
+  own[1] = {flat_library(chain(3), 4, 1.0, 1.0)};
+  auto wrong = CostModel::build(g, c, {shared}, own);
+  REQUIRE_FALSE(wrong.is_ok());
+  CHECK(wrong.error_message().rfind("devices[1] (d1): layer library 0", 0) == 0);
+}
+
 TEST_CASE("a cost model for a library of another model is an error naming both sizes") {
   LayerGraph g = chain(3);
   LayerLibrary lib = flat_library(chain(2), 4, 1.0, 1.0);
@@ -727,4 +765,41 @@ TEST_CASE("the one-pass replay in the builder's order and the depth-first replay
     }
   }
   CHECK(compared > 200);
+}
+
+TEST_CASE("a recomputing stage's backward is charged one more forward and its device keeps fewer activations") {
+  LayerGraph g = chain(2);
+  Cluster c = devices(2);
+  const int m = 4;
+  // Per micro-batch: forward 1 ms, backward 2 ms on each stage.
+  LayerLibrary lib = flat_library(g, 1, 1.0, 2.0);
+  Placement plain = by_device({0, 1}, m);
+  Placement recompute = plain;
+  recompute.group_recompute = {0, 1};  // the last stage recomputes: its backward takes 2 + 1 ms
+  StepReport a = run(g, c, lib, plain, m);
+  StepReport b = run(g, c, lib, recompute, m);
+  REQUIRE(a.ok);
+  REQUIRE(b.ok);
+  CHECK(b.devices[1].busy_ms == doctest::Approx(a.devices[1].busy_ms + m * 1.0));
+  CHECK(b.devices[0].busy_ms == doctest::Approx(a.devices[0].busy_ms));
+  CHECK(b.step_ms > a.step_ms);
+  CHECK(b.devices[1].peak_memory_bytes < a.devices[1].peak_memory_bytes);
+  // The task graph keeps the flag on the segment.
+  auto tg = build_task_graph(g, recompute, c, m);
+  REQUIRE(tg.is_ok());
+  CHECK_FALSE(tg->segments[0].recompute);
+  CHECK(tg->segments[1].recompute);
+}
+
+TEST_CASE("the simulated peak counts Adam's two moments where SGD keeps one momentum copy") {
+  LayerGraph g = chain(2);
+  Cluster c = devices(2);
+  LayerLibrary lib = flat_library(g, 1, 1.0, 1.0);
+  Placement p = by_device({0, 1}, 2);
+  StepReport sgd = run(g, c, lib, p, 2);
+  p.optimizer = Optimizer::adam;
+  StepReport adam = run(g, c, lib, p, 2);
+  REQUIRE(sgd.ok);
+  REQUIRE(adam.ok);
+  CHECK(adam.devices[0].peak_memory_bytes - sgd.devices[0].peak_memory_bytes == g.layers[0].param_bytes());
 }
