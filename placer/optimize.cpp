@@ -115,7 +115,7 @@ Result<JobCosts> costs_phase(const LayerGraph& g, const OptimizeRequest& r, cons
   CostProfileOptions o;
   o.batch_size = r.batch_size;
   o.seed = r.seed;
-  o.source = CostSource::profile;
+  o.source = r.costs;
   o.cache = r.profile_cache;
   o.progress = [&report](const ProfileProgress& p) { report.profiling(p); };
   o.worker_costs = worker_costs(r.profile_cache);

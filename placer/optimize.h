@@ -26,6 +26,7 @@
 #include "common/status.h"
 #include "core/cluster.h"
 #include "core/evaluator.h"
+#include "profiler/cost_profiles.h"
 #include "runtime/runtime.h"
 
 namespace tapp {
@@ -46,6 +47,10 @@ struct OptimizeRequest {
   uint64_t seed = 1;
   bool warm_start = false;      // seed the policy with the best classical plan
   bool baselines = true;        // evaluate the classical baselines too
+  // Where the simulated costs come from (profiler/cost_profiles.h): measured
+  // profiles (default; what is not cached is profiled), cached profiles only
+  // (else the estimate), or multiply-adds only (a model too large to profile here).
+  CostSource costs = CostSource::profile;
   // Measure the best plan and the best baseline on the workers after the
   // search (placer/verify.h), whatever the evaluator, and add the measured
   // steps to the cluster's calibration. Skipped, with the reason, when the

@@ -3,7 +3,7 @@
 // Body: {"model": "alexnet" | {layer graph}, "cluster": {...},
 //        "options": {"evaluator", "iterations", "time_budget_s", "seed",
 //                    "batch_size", "input_size", "num_classes", "warm_start", "baselines",
-//                    "verify", "optimizer"}}
+//                    "verify", "optimizer", "costs"}}
 // Every error names the field ("options.iterations: must be >= 0, got -3").
 // No LibTorch here, so the service can parse requests cheaply.
 #include <set>
@@ -22,12 +22,12 @@ Status read_options(const json& o, OptimizeRequest& r) {
   static const std::set<std::string> known = {"evaluator",  "iterations", "time_budget_s",
                                               "seed",       "batch_size", "input_size",
                                               "num_classes", "warm_start", "baselines",
-                                              "verify",      "optimizer"};
+                                              "verify",      "optimizer",  "costs"};
   for (auto it = o.begin(); it != o.end(); ++it)
     if (!known.count(it.key()))
       return jf::field_error("options." + it.key(),
                              "unknown option (known: evaluator, iterations, time_budget_s, seed, batch_size, "
-                           "input_size, num_classes, warm_start, baselines, verify, optimizer)");
+                           "input_size, num_classes, warm_start, baselines, verify, optimizer, costs)");
   const std::string p = "options";
   std::string evaluator = evaluator_kind_name(r.evaluator);
   if (Status s = jf::read(o, "evaluator", evaluator, p); !s) return s;
@@ -62,6 +62,12 @@ Status read_options(const json& o, OptimizeRequest& r) {
   Result<Optimizer> named = optimizer_from_name(optimizer);
   if (!named) return jf::field_error("options.optimizer", named.error_message());
   r.optimizer = *named;
+  std::string costs = "profile";
+  if (Status s = jf::read(o, "costs", costs, p); !s) return s;
+  if (costs == "profile") r.costs = CostSource::profile;
+  else if (costs == "cached") r.costs = CostSource::cached_only;
+  else if (costs == "estimated") r.costs = CostSource::estimated;
+  else return jf::field_error("options.costs", "expected profile, cached or estimated, got \"" + costs + "\"");
   if (Status s = jf::read(o, "baselines", r.baselines, p); !s) return s;
   if (Status s = jf::read(o, "verify", r.verify, p); !s) return s;
   return Status::ok();

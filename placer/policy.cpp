@@ -62,6 +62,7 @@ PolicyMemory policy_memory(const LayerGraph& graph, const Cluster& cluster, int6
   for (const Layer& l : graph.layers) {
     m.layer_param_bytes.push_back(l.param_bytes());
     m.layer_activation_bytes.push_back(l.activation_bytes());
+    m.layer_kept_bytes.push_back(kept_bytes_per_sample(l));
   }
   for (const Device& d : cluster.devices) m.device_bytes.push_back(device_memory_bytes(d));
   m.batch_size = batch_size;
@@ -323,7 +324,7 @@ struct Policy::Impl {
       for (int i = 0; i < m.L; ++i) {
         const int g = layer_group[i];
         state_bytes_[g] += static_cast<double>(training_state_bytes(mem.layer_param_bytes[i]));
-        activation_bytes_[g] += static_cast<double>(mem.layer_activation_bytes[i]);
+        activation_bytes_[g] += static_cast<double>(mem.kept_bytes(i));
         largest_param_[g] = std::max(largest_param_[g], static_cast<double>(mem.layer_param_bytes[i]));
         largest_output_[g] = std::max(largest_output_[g], static_cast<double>(mem.layer_activation_bytes[i]));
         // core's received buffers: an input from another group here, its gradient there (at least what core
@@ -395,14 +396,13 @@ struct Policy::Impl {
     // training state, its activations for its own share of the micro-batches
     // in flight and the buffers it receives for each of its micro-batches;
     // the device's working memory (its largest layer's) is kept per device.
+    // The buffers are counted as if every producer and consumer of another
+    // group ran on another device: where they share one, core counts none, so
+    // the mask is at most stricter than check_memory, never laxer.
     double bytes(int g, int r) const {
       const int own = (micro_batches_ + r - 1) / r;
       const double in_flight = static_cast<double>(micro_batches_in_flight(m_.cfg.memory.schedule, own, stages_));
-      // (The received buffers, boundary_bytes_, are left out: the mask cannot tell whether a
-      // producer lands on the same device, where core counts none, and counting them
-      // there made the whole-model device look full. The measurer's check_memory decides.)
-      (void)own;
-      return state_bytes_[g] + activation_bytes_[g] * samples_ * in_flight;
+      return state_bytes_[g] + activation_bytes_[g] * samples_ * in_flight + boundary_bytes_[g] * samples_ * own;
     }
     double workspace(int g) const { return largest_param_[g] + 2 * largest_output_[g] * samples_; }
     // Device k's need with group g (on one of its r replicas) added.

@@ -62,7 +62,11 @@ enum class PartitionMode { contiguous, follows_dag, free };
 // and per-sample activation bytes, per device its capacity. Empty = no memory masks.
 struct PolicyMemory {
   std::vector<int64_t> layer_param_bytes;
-  std::vector<int64_t> layer_activation_bytes;  // per sample
+  std::vector<int64_t> layer_activation_bytes;  // per sample: outputs (sent, received, their gradients)
+  std::vector<int64_t> layer_kept_bytes;        // per sample: what backward keeps (core's kept_bytes_per_sample)
+  int64_t kept_bytes(int i) const {
+    return layer_kept_bytes.empty() ? layer_activation_bytes[i] : layer_kept_bytes[i];
+  }
   std::vector<int64_t> device_bytes;
   int64_t batch_size = 0;
   Schedule schedule = Schedule::gpipe;

@@ -39,6 +39,7 @@ struct Args {
   int64_t batch = 32, input_size = 0;
   bool json_output = false, warm_start = false, no_baselines = false, no_verify = false;
   std::string optimizer = "sgd";
+  std::string costs = "profile";
 };
 
 std::string fmt_ms(const json& v) {
@@ -270,7 +271,7 @@ void run(const Args& a, int& exit_code) {
   }
   json options = {{"evaluator", a.evaluator}, {"seed", a.seed}, {"batch_size", a.batch},
                   {"warm_start", a.warm_start}, {"baselines", !a.no_baselines}, {"verify", !a.no_verify},
-                  {"optimizer", a.optimizer}};
+                  {"optimizer", a.optimizer}, {"costs", a.costs}};
   if (a.iterations > 0) options["iterations"] = a.iterations;
   if (a.time_budget_s > 0) options["time_budget_s"] = a.time_budget_s;
   if (a.input_size > 0) options["input_size"] = a.input_size;
@@ -343,6 +344,10 @@ void add_optimize_command(CLI::App& app, int& exit_code) {
   sub->add_flag("--json", args->json_output, "print the result JSON");
   sub->add_flag("--warm-start", args->warm_start, "start the policy from the best classical plan");
   sub->add_flag("--no-baselines", args->no_baselines, "skip the classical baselines");
+  sub->add_option("--costs", args->costs,
+                  "profile (default: measure what is not cached) | cached (cached profiles, else estimated) | "
+                  "estimated (multiply-adds only, for models too large to profile here)")
+      ->check(CLI::IsMember({"profile", "cached", "estimated"}));
   sub->add_option("--optimizer", args->optimizer,
                   "sgd (with momentum, default) | adam: what the plans train with and their memory counts")
       ->check(CLI::IsMember({"sgd", "adam"}));
