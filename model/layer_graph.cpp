@@ -32,6 +32,7 @@ const std::map<std::string, std::string>& op_classes() {
       {"relu6", "Relu"},
       {"softmax", "Activation"},
       {"log_softmax", "Activation"},
+      {"torchscript", "Unknown"},
       {"token_embedding", "Embedding"},
       {"position_embedding", "Embedding"},
       {"token_type_embedding", "Embedding"},
@@ -81,6 +82,23 @@ Status err(const Layer& l, const std::string& what) {
 
 Status need_chw(const Layer& l, const Shape& in) {
   if (in.size() != 3) return err(l, "expects a C x H x W input, got " + shape_to_string(in));
+  return Status::ok();
+}
+
+// A torchscript layer carries what the importer measured; only its sanity is checked.
+Status infer_script_layer(Layer& l) {
+  const ScriptSlice& s = l.attrs.script;
+  if (s.file.empty()) return err(l, "attrs.script.file is empty");
+  if (s.begin < 0 || s.end <= s.begin) return err(l, "attrs.script node range is empty");
+  if (s.output_shape.empty()) return err(l, "attrs.script.output_shape is empty");
+  for (int64_t d : s.output_shape)
+    if (d <= 0 || d > kMaxExtent) return err(l, "output has a dimension out of range " + shape_to_string(s.output_shape));
+  if (numel(s.output_shape) > kMaxCount) return err(l, "output larger than 2^59 elements");
+  if (s.params < 0 || s.params > kMaxCount || s.macs < 0 || s.macs > kMaxCount)
+    return err(l, "attrs.script params and macs must be in [0, 2^59]");
+  l.output_shape = s.output_shape;
+  l.params = s.params;
+  l.macs = s.macs;
   return Status::ok();
 }
 
@@ -158,6 +176,7 @@ Status infer_layer(Layer& l) {
   const LayerAttrs& a = l.attrs;
   l.params = 0;
   l.macs = 0;
+  if (l.op == "torchscript") return infer_script_layer(l);
   bool multi = l.op == "concat" || l.op == "add";
   if (!multi && ins.size() != 1)
     return err(l, "takes exactly one input, got " + std::to_string(ins.size()));
@@ -283,20 +302,27 @@ Status infer_lm_head(Layer& l, const LayerGraph& g, int index) {
   return Status::ok();
 }
 
-// The model reads token ids when a token_embedding reads its input; then every
-// reader of the input must be one, and the ids are below the smallest vocabulary.
+// A token_embedding, or a torchscript slice with attrs.entries (an imported
+// language model's first layers), reads token ids in [0, entries).
+bool reads_token_ids(const Layer& l) {
+  return l.op == "token_embedding" || (l.op == "torchscript" && l.attrs.entries > 0);
+}
+
+// The model reads token ids when a layer that reads token ids reads its input;
+// then every reader of the input must be one, and the ids are below the
+// smallest vocabulary.
 Status infer_input_kind(LayerGraph& g) {
   g.input_kind = InputKind::dense;
   g.input_vocabulary = 0;
   for (const Layer& l : g.layers) {
-    if (l.op == "token_embedding" && !l.inputs.empty())
+    if (reads_token_ids(l) && !l.inputs.empty())
       return err(l, "reads token ids: the model input, not another layer");
-    if (l.inputs.empty() && l.op == "token_embedding") g.input_kind = InputKind::tokens;
+    if (l.inputs.empty() && reads_token_ids(l)) g.input_kind = InputKind::tokens;
   }
   if (g.input_kind == InputKind::dense) return Status::ok();
   for (const Layer& l : g.layers) {
     if (!l.inputs.empty()) continue;
-    if (l.op != "token_embedding")
+    if (!reads_token_ids(l))
       return err(l, "reads the model input, which holds token ids (a token_embedding reads it)");
     if (l.attrs.entries > 0 && (g.input_vocabulary == 0 || l.attrs.entries < g.input_vocabulary))
       g.input_vocabulary = l.attrs.entries;
@@ -306,8 +332,13 @@ Status infer_input_kind(LayerGraph& g) {
 
 }  // namespace
 
+bool ScriptSlice::operator==(const ScriptSlice& o) const {
+  return file == o.file && hash == o.hash && expand == o.expand && begin == o.begin && end == o.end &&
+         output_shape == o.output_shape && params == o.params && macs == o.macs;
+}
+
 bool LayerAttrs::operator==(const LayerAttrs& o) const {
-  return out == o.out && std::equal(kernel, kernel + 2, o.kernel) &&
+  return script == o.script && out == o.out && std::equal(kernel, kernel + 2, o.kernel) &&
          std::equal(stride, stride + 2, o.stride) && std::equal(padding, padding + 2, o.padding) &&
          groups == o.groups && bias == o.bias && ceil_mode == o.ceil_mode && p == o.p &&
          eps == o.eps && dim == o.dim && entries == o.entries && heads == o.heads && causal == o.causal &&

@@ -29,6 +29,7 @@ enum class InputKind { dense, tokens };
 // The ops a layer graph may use. Names are the JSON spelling.
 //   conv2d linear relu sigmoid tanh maxpool2d avgpool2d adaptive_avgpool2d
 //   flatten dropout batchnorm2d concat add identity relu6 softmax log_softmax
+//   torchscript (a slice of a TorchScript module's forward: see ScriptSlice)
 // Transformer ops (per-sample shapes {T, D}):
 //   token_embedding      {T} ids -> {T, out}; a table of `entries` (vocabulary) x out
 //   position_embedding   adds learned rows 0..T-1 of an `entries` x D table (T <= entries)
@@ -53,6 +54,22 @@ const std::vector<std::string>& known_ops();
 // "Activation", "Identity", "Unknown").
 std::string op_class(const std::string& op);
 
+// Op "torchscript": the layer runs nodes [begin, end) of a TorchScript
+// module's forward graph, after the submodule calls in `expand` were inlined
+// (profiler/torchscript_layers.h). Its output shape, parameters and
+// multiply-adds were measured by the importer (running the module once), not
+// inferred here: LibTorch is needed to read the file.
+struct ScriptSlice {
+  std::string file;                 // absolute path of the saved module
+  std::string hash;                 // 16 hex digits of the file's bytes (fnv1a64)
+  std::vector<std::string> expand;  // submodule paths inlined before cutting, in order
+  int64_t begin = 0, end = 0;       // node range of the expanded forward graph
+  Shape output_shape;               // per sample
+  int64_t params = 0;               // parameters this layer owns (each counted at its first user)
+  int64_t macs = 0;                 // of its conv/linear/matmul nodes; 0 for other ops
+  bool operator==(const ScriptSlice& o) const;
+};
+
 struct LayerAttrs {
   int64_t out = 0;            // conv2d: out channels; linear: out features
   int64_t kernel[2] = {1, 1};  // conv2d, pools; adaptive pool: output size
@@ -64,6 +81,7 @@ struct LayerAttrs {
   double p = 0.5;              // dropout
   double eps = 1e-5;           // batchnorm2d
   int64_t dim = 1;             // concat (per-sample dims + 1, i.e. 1 = channels)
+  ScriptSlice script;          // torchscript
   int64_t entries = 0;         // embedding tables: rows (vocabulary, positions, token types)
   int64_t heads = 1;           // self_attention
   bool causal = false;         // self_attention

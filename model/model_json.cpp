@@ -33,6 +33,8 @@ const std::map<std::string, OpAttrs>& op_attrs() {
       {"concat", {{"dim"}, {}}},
       {"softmax", {{"dim"}, {}}},
       {"log_softmax", {{"dim"}, {}}},
+      {"torchscript", {{"file", "hash", "expand", "nodes", "output_shape", "params", "macs", "entries"},
+                       {"file", "hash", "nodes", "output_shape"}}},
       {"token_embedding", {{"entries", "out"}, {"entries", "out"}}},
       {"position_embedding", {{"entries"}, {"entries"}}},
       {"token_type_embedding", {{"entries"}, {"entries"}}},
@@ -68,6 +70,45 @@ Status read_pair(const json& attrs, const std::string& key, int64_t out[2], cons
   return jf::field_error(where, "expected an integer or a pair of integers, got " + got);
 }
 
+// A list of positive integers (a shape) or of two node indices.
+Status read_int_list(const json& attrs, const std::string& key, std::vector<int64_t>& out, const std::string& where) {
+  const json& v = attrs.at(key);
+  if (!v.is_array()) return jf::field_error(where + "." + key, "expected an array of integers, got " + jf::type_name(v));
+  out.clear();
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_number_integer() || v[i].get<int64_t>() < 0 || v[i].get<int64_t>() > kMaxDimension)
+      return jf::field_error(where + "." + key + "[" + std::to_string(i) + "]",
+                             "expected an integer in [0, 2^31], got " + v[i].dump());
+    out.push_back(v[i].get<int64_t>());
+  }
+  return Status::ok();
+}
+
+// The torchscript op's slice of a saved module (layer_graph.h ScriptSlice).
+Status read_script_attrs(const json& attrs, ScriptSlice& s, const std::string& where) {
+  Status st;
+  if (!(st = jf::read(attrs, "file", s.file, where, true))) return st;
+  if (!(st = jf::read(attrs, "hash", s.hash, where, true))) return st;
+  if (!(st = jf::read(attrs, "params", s.params, where))) return st;
+  if (!(st = jf::read(attrs, "macs", s.macs, where))) return st;
+  if (auto e = attrs.find("expand"); e != attrs.end()) {
+    if (!e->is_array()) return jf::field_error(where + ".expand", "expected an array of module paths");
+    for (size_t i = 0; i < e->size(); ++i) {
+      if (!(*e)[i].is_string())
+        return jf::field_error(where + ".expand[" + std::to_string(i) + "]", "expected a module path");
+      s.expand.push_back((*e)[i].get<std::string>());
+    }
+  }
+  std::vector<int64_t> nodes;
+  if (!(st = read_int_list(attrs, "nodes", nodes, where))) return st;
+  if (nodes.size() != 2 || nodes[0] >= nodes[1])
+    return jf::field_error(where + ".nodes", "expected [begin, end) with begin < end");
+  s.begin = nodes[0], s.end = nodes[1];
+  if (!(st = read_int_list(attrs, "output_shape", s.output_shape, where))) return st;
+  if (s.output_shape.empty()) return jf::field_error(where + ".output_shape", "must not be empty");
+  return Status::ok();
+}
+
 Status read_attrs(const json& layer, Layer& l, const std::string& path) {
   auto it = layer.find("attrs");
   const std::string where = path + ".attrs";
@@ -85,6 +126,13 @@ Status read_attrs(const json& layer, Layer& l, const std::string& path) {
   for (const auto& r : allowed.required)
     if (!attrs.contains(r)) return jf::field_error(where + "." + r, "missing required field");
 
+  if (l.op == "torchscript") {
+    // entries: the slice reads token ids in [0, entries) (layer_graph.h infer_input_kind)
+    if (Status s = jf::read(attrs, "entries", l.attrs.entries, where); !s) return s;
+    if (attrs.contains("entries") && l.attrs.entries <= 0)
+      return jf::field_error(where + ".entries", "must be positive (the token vocabulary)");
+    return read_script_attrs(attrs, l.attrs.script, where);
+  }
   LayerAttrs& a = l.attrs;
   Status s;
   if (!(s = jf::read(attrs, "out", a.out, where))) return s;
@@ -267,6 +315,12 @@ json model_to_json(const LayerGraph& g) {
       attrs = {{"eps", a.eps}};
     } else if (l.op == "concat" || l.op == "softmax" || l.op == "log_softmax") {
       attrs = {{"dim", a.dim}};
+    } else if (l.op == "torchscript") {
+      const ScriptSlice& sc = a.script;
+      attrs = {{"file", sc.file},     {"hash", sc.hash},
+               {"expand", sc.expand}, {"nodes", json::array({sc.begin, sc.end})},
+               {"output_shape", sc.output_shape}, {"params", sc.params}, {"macs", sc.macs}};
+      if (a.entries > 0) attrs["entries"] = a.entries;
     } else if (l.op == "token_embedding") {
       attrs = {{"entries", a.entries}, {"out", a.out}};
     } else if (l.op == "position_embedding" || l.op == "token_type_embedding") {
@@ -284,7 +338,8 @@ json model_to_json(const LayerGraph& g) {
     if (!attrs.empty()) lj["attrs"] = attrs;
     layers.push_back(lj);
   }
-  return {{"name", g.name}, {"input_shape", g.input_shape}, {"layers", layers}};
+  json doc = {{"name", g.name}, {"input_shape", g.input_shape}, {"layers", layers}};
+  return doc;
 }
 
 std::string graph_fingerprint(const LayerGraph& graph) {

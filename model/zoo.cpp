@@ -617,4 +617,11 @@ Result<LayerGraph> load_layer_graph(const std::string& name_or_path, const Model
   return zoo_model(name_or_path, options);
 }
 
+Result<ScriptImport> script_import_from_name(const std::string& name) {
+  if (name == "auto") return ScriptImport::automatic;
+  if (name == "ops") return ScriptImport::ops;
+  if (name == "layers") return ScriptImport::layers;
+  return Status::error("unknown TorchScript import \"" + name + "\"; expected \"auto\", \"ops\" or \"layers\"");
+}
+
 }  // namespace tapp

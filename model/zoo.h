@@ -18,6 +18,14 @@
 
 namespace tapp {
 
+// How a TorchScript file becomes a layer graph (profiler/torchscript_import.h):
+// ops maps each aten op onto a LayerGraph op (fine layers, weights from the
+// seed, few ops); layers runs the module's own code per layer (any op LibTorch
+// runs, weights from the file); automatic tries ops and falls back to layers.
+enum class ScriptImport { automatic, ops, layers };
+// "auto", "ops" or "layers" (tapp-cli --torchscript); other names are an error listing these.
+Result<ScriptImport> script_import_from_name(const std::string& name);
+
 // 0 everywhere means the model's default.
 struct ModelOptions {
   // Image side (224, 299, 32 for CIFAR models), or a token model's sequence
@@ -32,6 +40,7 @@ struct ModelOptions {
   int64_t layers = 0;
   int64_t width = 0;
   int64_t heads = 0;
+  ScriptImport torchscript = ScriptImport::automatic;  // TorchScript files only
 };
 
 std::vector<std::string> zoo_names();

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <limits>
 
+#include "profiler/torchscript_layers.h"
+
 namespace tapp {
 namespace nn = torch::nn;
 
@@ -117,6 +119,13 @@ Result<std::shared_ptr<GraphModel>> GraphModel::build(const LayerGraph& graph, u
   m->built_.assign(n, false);
   m->modules_.resize(n);
   m->holders_.resize(n);
+  bool scripted = std::any_of(graph.layers.begin(), graph.layers.end(),
+                              [](const Layer& l) { return l.op == "torchscript"; });
+  if (scripted) {
+    auto program = ScriptProgram::load(graph, keep);
+    if (!program) return program.status();
+    m->script_ = *program;
+  }
   m->tied_tables_.resize(n);
   auto layer_seed = [seed](size_t i) { return seed * 1000003ULL + i; };  // weights depend on (seed, layer) only
   try {
@@ -124,6 +133,10 @@ Result<std::shared_ptr<GraphModel>> GraphModel::build(const LayerGraph& graph, u
     for (size_t i = 0; i < n; ++i) {
       if (!keep.empty() && !keep[i]) continue;
       const Layer& l = graph.layers[i];
+      if (l.op == "torchscript") {  // runs in script_, weights from its file
+        m->built_[i] = true;
+        continue;
+      }
       if (l.op == "lm_head") {
         const int e = graph.index_of(l.attrs.tie);
         if (e < 0) return Status::error("GraphModel::build: lm_head '" + l.name + "' has no tied embedding");
@@ -151,6 +164,7 @@ Result<std::shared_ptr<GraphModel>> GraphModel::build(const LayerGraph& graph, u
 
 torch::Tensor GraphModel::forward_layer(int i, const std::vector<torch::Tensor>& inputs) {
   const Layer& l = graph_.layers[i];
+  if (l.op == "torchscript") return script_->forward(i, inputs);
   if (l.op == "flatten") return inputs.at(0).flatten(1);
   if (l.op == "gelu") return torch::gelu(inputs.at(0));
   // Contiguous, as a pipeline sends layer outputs whole.
@@ -182,6 +196,7 @@ torch::Tensor GraphModel::forward(const torch::Tensor& input) {
 }
 
 std::vector<torch::Tensor> GraphModel::layer_parameters(int i) const {
+  if (graph_.layers[i].op == "torchscript") return built_[i] ? script_->parameters(i) : std::vector<torch::Tensor>{};
   return holders_[i] ? holders_[i]->parameters() : std::vector<torch::Tensor>{};
 }
 
@@ -200,6 +215,7 @@ torch::Tensor GraphModel::tied_table(int head) const {
 }
 
 void GraphModel::set_training(bool on) {
+  if (script_) script_->set_training(on);
   for (auto& h : holders_)
     if (h) h->train(on);
 }

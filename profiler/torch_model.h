@@ -5,6 +5,8 @@
 // Layer i's weights are initialised from (seed, i) alone, so a worker that
 // builds only its own layers holds exactly the weights single-device training
 // would: this is what makes pipelined training comparable to one process.
+// `torchscript` layers instead run slices of a saved module, loaded by each
+// process from its file (profiler/torchscript_layers.h): weights from the file.
 // An lm_head reads its tied token_embedding's table: the same tensor when
 // both layers are built here (one parameter, owned by the embedding), or a
 // copy initialised from the embedding's seed when only the head is built here
@@ -24,6 +26,8 @@
 #include "model/layer_graph.h"
 
 namespace tapp {
+
+class ScriptProgram;
 
 class GraphModel {
  public:
@@ -57,6 +61,7 @@ class GraphModel {
   std::vector<std::shared_ptr<torch::nn::Module>> holders_;
   std::vector<torch::Tensor> tied_tables_;  // per layer: the table an lm_head reads
   std::vector<torch::Tensor> tied_copies_;  // tables whose embedding is not built here
+  std::shared_ptr<ScriptProgram> script_;   // the torchscript layers, when there are any
 };
 
 // A batch of synthetic training data, identical in every process for a seed:

@@ -1,5 +1,7 @@
 #include "profiler/torchscript_import.h"
 
+#include "profiler/torchscript_layers.h"
+
 #include <torch/csrc/jit/passes/freeze_module.h>
 #include <torch/script.h>
 
@@ -438,6 +440,17 @@ Result<LayerGraph> walk_module(const std::string& path, const ModelOptions& opti
 }  // namespace
 
 Result<LayerGraph> import_torchscript(const std::string& path, const ModelOptions& options) {
+  if (options.torchscript == ScriptImport::layers) return import_torchscript_layers(path, options);
+  Result<LayerGraph> ops = import_torchscript_ops(path, options);
+  if (ops || options.torchscript == ScriptImport::ops) return ops;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return ops;
+  Result<LayerGraph> layers = import_torchscript_layers(path, options);
+  if (layers) return layers;
+  return Status::error(ops.error_message() + "; running its own code per layer failed too: " + layers.error_message());
+}
+
+Result<LayerGraph> import_torchscript_ops(const std::string& path, const ModelOptions& options) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) return Status::error(path + ": no such file");
   try {

@@ -23,6 +23,15 @@ namespace tapp {
 
 // The input shape is taken from the first layer (conv2d: {C, S, S} with
 // S = options.input_size or 224; linear: {in_features}).
+// options.torchscript picks the path: ops (below), layers
+// (torchscript_layers.h: every op LibTorch runs, weights from the file), or
+// automatic: ops first, since its layers are zoo ops the placer's features and
+// the JSON format know one by one, and the generic layers when ops refuses the
+// module (an op it does not map, a shape it cannot tell); an error then names
+// both reasons.
 Result<LayerGraph> import_torchscript(const std::string& path, const ModelOptions& options = {});
+
+// The op-by-op mapping alone: unsupported ops give an error naming the op.
+Result<LayerGraph> import_torchscript_ops(const std::string& path, const ModelOptions& options = {});
 
 }  // namespace tapp

@@ -40,6 +40,7 @@ namespace {
 struct CalibrateArgs {
   std::string model = "alexnet_cifar", devices, costs = "profile", out, save, load;
   int64_t batch = 32, input_size = 0, classes = 0;
+  std::string torchscript = "auto";  // --torchscript
   int samples = 20, steps = 3, warmup = 1, max_micro_batches = 8;
   uint64_t seed = 1;
   double noncontiguous = 0.25;
@@ -83,7 +84,7 @@ nlohmann::json stats_json(const AccuracyStats& s) {
 }
 
 int calibrate_cmd(const CalibrateArgs& a) {
-  auto loaded = load_model_and_cluster("calibrate", a.model, a.input_size, a.classes, a.devices);
+  auto loaded = load_model_and_cluster("calibrate", a.model, a.input_size, a.classes, a.torchscript, a.devices);
   if (!loaded) return 2;
   const LayerGraph& graph = loaded->graph;
   const Cluster& cluster = loaded->cluster;
@@ -288,6 +289,7 @@ void add_calibrate_command(CLI::App& app, int& exit_code) {
   sub->add_option("--costs", args->costs, "profile (default: measured layer library, cached) | auto | estimated");
   sub->add_option("--input-size", args->input_size, "image side (0: the model's default)");
   sub->add_option("--classes", args->classes, "number of classes (0: the model's default)");
+  add_torchscript_option(*sub, args->torchscript);
   sub->add_option("--out", args->out, "write the fitted calibration and its accuracy (JSON)");
   sub->add_option("--save", args->save, "write the measurements (JSON) for --load");
   sub->add_option("--load", args->load, "reuse saved measurements instead of measuring");

@@ -31,6 +31,7 @@ namespace {
 struct ExportArgs {
   std::string placement, model, devices, format = "all", costs = "auto", calibration, out;
   int64_t batch = 32, input_size = 0, classes = 0;
+  std::string torchscript = "auto";  // --torchscript
   bool json = false;
 };
 
@@ -138,7 +139,7 @@ int export_placement(const ExportArgs& a) {
     }
     formats = {*f};
   }
-  auto loaded = load_model_and_cluster("export", a.model, a.input_size, a.classes, a.devices);
+  auto loaded = load_model_and_cluster("export", a.model, a.input_size, a.classes, a.torchscript, a.devices);
   if (!loaded) return 2;
   const LayerGraph& graph = loaded->graph;
   const Cluster& cluster = loaded->cluster;
@@ -240,6 +241,7 @@ void add_export_command(CLI::App& app, int& exit_code) {
   sub->add_option("--calibration", args->calibration, "calibration JSON from `tapp-cli calibrate`");
   sub->add_option("--input-size", args->input_size, "image side (0: the model's default)");
   sub->add_option("--classes", args->classes, "number of classes (0: the model's default)");
+  add_torchscript_option(*sub, args->torchscript);
   sub->add_option("--out", args->out, "write the JSON document here");
   sub->add_flag("--json", args->json, "print the JSON document");
   sub->callback([args, &exit_code] { exit_code = export_placement(*args); });

@@ -32,6 +32,7 @@ struct PlanArgs {
   std::string placement;  // evaluate this placement instead of planning
   std::string optimizer;  // "" = sgd (a given placement keeps its own)
   int64_t batch = 32, input_size = 0, classes = 0;
+  std::string torchscript = "auto";  // --torchscript
   int micro_batches = 0, max_micro_batches = 64, budget = 200, steps = 3, warmup = 1;
   int64_t exhaustive_limit = 200000;
   uint64_t seed = 1;
@@ -106,7 +107,7 @@ nlohmann::json row_json(const PlannerRow& row, const LayerGraph& g, const Cluste
 }
 
 int plan(const PlanArgs& a) {
-  auto loaded = load_model_and_cluster("plan", a.model, a.input_size, a.classes, a.devices);
+  auto loaded = load_model_and_cluster("plan", a.model, a.input_size, a.classes, a.torchscript, a.devices);
   if (!loaded) return 2;
   const LayerGraph& graph = loaded->graph;
   const Cluster& cluster = loaded->cluster;
@@ -338,6 +339,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   sub->add_option("--warmup", args->warmup, "measure: warm-up steps")->check(CLI::Range(0, 1000));
   sub->add_option("--input-size", args->input_size, "image side (0: the model's default)");
   sub->add_option("--classes", args->classes, "number of classes (0: the model's default)");
+  add_torchscript_option(*sub, args->torchscript);
   sub->add_option("--placement", args->placement, "evaluate this placement.json instead of planning");
   sub->add_option("--out", args->out, "write the (best) placement JSON here");
   sub->add_flag("--json", args->json, "print JSON");

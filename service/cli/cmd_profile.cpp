@@ -20,6 +20,7 @@
 #include "model/zoo.h"
 #include "profiler/model_loader.h"
 #include "service/cli/commands.h"
+#include "service/cli/model_inputs.h"
 
 namespace tapp::cli {
 namespace {
@@ -94,6 +95,7 @@ struct ProfileArgs {
   std::string model;
   int64_t batch = 16, input_size = 0, classes = 0;
   int64_t vocabulary = 0, layers = 0, width = 0, heads = 0;  // transformers
+  std::string torchscript = "auto";                          // --torchscript
   int threads = 1, runs = 5, warmup = 2;
   bool json = false, no_cache = false, estimate = false, cpu_clock = false;
   std::string cache_dir;
@@ -101,6 +103,7 @@ struct ProfileArgs {
 
 int run_profile(const ProfileArgs& a) {
   ModelOptions mo{a.input_size, a.classes, a.vocabulary, a.layers, a.width, a.heads};
+  if (!set_torchscript_import("profile", a.torchscript, mo)) return 2;
   auto graph = load_model(a.model, mo);
   if (!graph) {
     std::cerr << "tapp-cli profile: " << graph.error_message() << "\n";
@@ -166,6 +169,7 @@ void add_profile_command(CLI::App& app, int& exit_code) {
                   "models; gpt2 1024)");
   sub->add_option("--classes", args->classes, "number of classes (zoo models)");
   add_transformer_options(*sub, args->vocabulary, args->layers, args->width, args->heads);
+  add_torchscript_option(*sub, args->torchscript);
   sub->add_option("--threads", args->threads, "CPU threads (default 1)");
   sub->add_option("--runs", args->runs, "timed runs per layer; the median is kept (default 5)");
   sub->add_option("--warmup", args->warmup, "warm-up runs before timing (default 2)");
@@ -183,6 +187,7 @@ void add_export_model_command(CLI::App& app, int& exit_code) {
   auto name = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
   auto opts = std::make_shared<ModelOptions>();
+  auto torchscript = std::make_shared<std::string>("auto");
   auto* sub =
       app.add_subcommand("export-model", "write a model (zoo name, .json or .pt) as a JSON layer graph");
   sub->add_option("model", *name, "zoo name, *.json or *.pt")->required();
@@ -190,7 +195,12 @@ void add_export_model_command(CLI::App& app, int& exit_code) {
   sub->add_option("--input-size", opts->input_size, "image side, or a token model's sequence length");
   sub->add_option("--classes", opts->num_classes, "number of classes");
   add_transformer_options(*sub, opts->vocabulary, opts->layers, opts->width, opts->heads);
-  sub->callback([name, out, opts, &exit_code] {
+  add_torchscript_option(*sub, *torchscript);
+  sub->callback([name, out, opts, torchscript, &exit_code] {
+    if (!set_torchscript_import("export-model", *torchscript, *opts)) {
+      exit_code = 2;
+      return;
+    }
     auto g = load_model(*name, *opts);
     if (!g) {
       std::cerr << "tapp-cli export-model: " << g.error_message() << "\n";

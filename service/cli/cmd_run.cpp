@@ -29,6 +29,7 @@ struct RunArgs {
   std::string model, devices, placement, strategy, optimizer;
   int steps = 3, warmup = 1;
   int64_t batch = 32, input_size = 0, classes = 0;
+  std::string torchscript = "auto";  // --torchscript
   uint64_t seed = 1;
   double timeout_s = 60, lr = 0.01;
   bool json = false, timeline = false;
@@ -112,7 +113,7 @@ void print_replica_idle(const StepReport& r, const Placement& p, const Cluster& 
 }
 
 int run(const RunArgs& a) {
-  auto loaded = load_model_and_cluster("run", a.model, a.input_size, a.classes, a.devices);
+  auto loaded = load_model_and_cluster("run", a.model, a.input_size, a.classes, a.torchscript, a.devices);
   if (!loaded) return 2;
   const LayerGraph& graph = loaded->graph;
   const Cluster& cluster = loaded->cluster;
@@ -222,6 +223,7 @@ void add_run_command(CLI::App& app, int& exit_code) {
   sub->add_option("--timeout", args->timeout_s, "seconds without worker progress before giving up");
   sub->add_option("--input-size", args->input_size, "image side (0: the model's default)");
   sub->add_option("--classes", args->classes, "number of classes (0: the model's default)");
+  add_torchscript_option(*sub, args->torchscript);
   sub->add_flag("--json", args->json, "print the StepReport as JSON");
   sub->add_flag("--timeline", args->timeline, "with --json: include the per-task timeline of one step");
   sub->callback([args, &exit_code] {

@@ -210,3 +210,30 @@ TEST_CASE("transformer ops name what is wrong: an untied head, heads that do not
   CHECK(parse(J::array({{{"name", "att"}, {"op", "self_attention"}, {"attrs", {{"heads", 0}}}}}), {4, 8}) ==
         "layers[0].attrs.heads: must be positive");
 }
+
+TEST_CASE("a torchscript slice with attrs.entries reads token ids, as a token_embedding does") {
+  using J = nlohmann::json;
+  auto slice = [](const std::string& name, const J& inputs, const J& out, int64_t entries) {
+    J attrs = {{"file", "/m.pt"}, {"hash", "0123456789abcdef"}, {"nodes", {0, 1}}, {"output_shape", out}};
+    if (entries != 0) attrs["entries"] = entries;
+    return J{{"name", name}, {"op", "torchscript"}, {"inputs", inputs}, {"attrs", attrs}};
+  };
+  auto parse = [](const J& layers) {
+    return parse_model_json(J{{"name", "lm"}, {"input_shape", {6}}, {"layers", layers}}.dump());
+  };
+  auto lm = parse(J::array({slice("embed", J::array(), {6, 16}, 40), slice("head", {"embed"}, {6, 40}, 0)}));
+  REQUIRE_MESSAGE(lm.is_ok(), lm.error_message());
+  CHECK(lm->input_kind == InputKind::tokens);
+  CHECK(lm->input_vocabulary == 40);
+  CHECK(lm->per_token_labels());
+  auto back = model_from_json(model_to_json(*lm));
+  REQUIRE_MESSAGE(back.is_ok(), back.error_message());
+  CHECK(back->input_vocabulary == 40);
+  auto dense = parse(J::array({slice("embed", J::array(), {6, 16}, 0), slice("head", {"embed"}, {3}, 0)}));
+  REQUIRE_MESSAGE(dense.is_ok(), dense.error_message());
+  CHECK(dense->input_kind == InputKind::dense);
+  CHECK(parse(J::array({slice("embed", J::array(), {6, 16}, 0), slice("head", {"embed"}, {6, 40}, 40)}))
+            .error_message() == "layer 'head' (torchscript): reads token ids: the model input, not another layer");
+  CHECK(parse(J::array({slice("embed", J::array(), {6, 16}, -3)})).error_message() ==
+        "layers[0].attrs.entries: must be positive (the token vocabulary)");
+}

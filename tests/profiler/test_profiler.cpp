@@ -211,7 +211,10 @@ TEST_CASE("a traced MLP is imported with a flat input shape read from its first 
 }
 
 TEST_CASE("a TorchScript model with an unsupported op is rejected naming the op") {
-  auto g = load_model((torchscript_dir() / "exp_scripted.pt").string());
+  // The op-by-op mapping; the automatic import then runs it as torchscript layers (test_torchscript_layers.cpp).
+  ModelOptions ops;
+  ops.torchscript = ScriptImport::ops;
+  auto g = load_model((torchscript_dir() / "exp_scripted.pt").string(), ops);
   REQUIRE_FALSE(g.is_ok());
   CHECK(g.error_message().find("TorchScript op 'aten::exp': not supported") != std::string::npos);
 }
@@ -311,6 +314,19 @@ TEST_CASE("tapp-cli profiles a tiny gpt2 from its options") {
   CHECK(table.find("lm_head") != std::string::npos);
   CHECK(table.find("Attention") != std::string::npos);
   CHECK(exit_code_of(cli + " profile gpt2 --heads 5 --width 16 --estimate > /dev/null 2>&1") == 2);
+}
+
+TEST_CASE("tapp-cli --torchscript picks how a TorchScript model is imported") {
+  const std::string cli = kBin + "/tapp-cli";
+  const std::string file = (torchscript_dir() / "exp_scripted.pt").string();  // aten::exp: no LayerGraph op
+  fs::path dir = scratch("torchscript_flag");
+  CHECK(exit_code_of(cli + " export-model " + file + " --torchscript ops > /dev/null 2>&1") == 2);
+  REQUIRE(exit_code_of(cli + " export-model " + file + " --torchscript layers --out " + (dir / "layers.json").string()) ==
+          0);
+  CHECK(read_text(dir / "layers.json").find("\"torchscript\"") != std::string::npos);
+  CHECK(exit_code_of(cli + " export-model " + file + " --torchscript fast > " + (dir / "err.txt").string() +
+                     " 2>&1") == 2);
+  CHECK(read_text(dir / "err.txt").find("--torchscript") != std::string::npos);
 }
 
 TEST_CASE("a model exported by tapp-cli export-model profiles like the zoo model") {

@@ -1,0 +1,75 @@
+"""Saves torchvision models and a Transformer language model as TorchScript for the generic import test.
+
+usage: make_generic_torchscript.py OUT_DIR [--vit-b-16]
+Writes, each with its parameter count as PyTorch counts it in OUT_DIR/expected.json:
+  resnet18_traced.pt      torchvision resnet18 (10 classes), torch.jit.trace at 3x32x32
+  mobilenet_v2_scripted.pt torchvision mobilenet_v2 (10 classes, classifier dropout 0), torch.jit.script
+  vit_tiny_traced.pt      torchvision's VisionTransformer code at 32x32 (patch 8, 2 layers, width 32), traced
+  lm_traced.pt / lm_scripted.pt  embedding + 4-layer nn.TransformerEncoder (batch_first) + linear head
+                          over a 100-token vocabulary, sequences of 8 tokens (dropout 0)
+  vit_b_16_traced.pt      (with --vit-b-16) torchvision vit_b_16 at 224x224, traced
+Dropout is 0 where a model trains in a test, so pipelined and single-device training draw no random masks.
+"""
+import json
+import os
+import sys
+
+import torch
+import torch.nn as nn
+import torchvision
+
+
+class TokenLM(nn.Module):
+    def __init__(self, vocab=100, dim=32, heads=2, layers=4):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        layer = nn.TransformerEncoderLayer(dim, heads, dim_feedforward=64, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers)
+        self.head = nn.Linear(dim, vocab)
+
+    def forward(self, tokens):
+        return self.head(self.encoder(self.embed(tokens)))
+
+
+def count(m):
+    return sum(p.numel() for p in m.parameters())
+
+
+def main():
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    torch.manual_seed(0)
+    expected = {}
+
+    resnet = torchvision.models.resnet18(num_classes=10)
+    torch.jit.trace(resnet, torch.randn(2, 3, 32, 32), check_trace=False).save(os.path.join(out, "resnet18_traced.pt"))
+    expected["resnet18_traced"] = count(resnet)
+
+    mobilenet = torchvision.models.mobilenet_v2(num_classes=10)
+    mobilenet.classifier[0].p = 0.0
+    torch.jit.script(mobilenet).save(os.path.join(out, "mobilenet_v2_scripted.pt"))
+    expected["mobilenet_v2_scripted"] = count(mobilenet)
+
+    vit = torchvision.models.VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2,
+                                               hidden_dim=32, mlp_dim=64, dropout=0.0, num_classes=10)
+    torch.jit.trace(vit, torch.randn(2, 3, 32, 32), check_trace=False).save(os.path.join(out, "vit_tiny_traced.pt"))
+    expected["vit_tiny_traced"] = count(vit)
+
+    lm = TokenLM()
+    tokens = torch.randint(0, 100, (2, 8))
+    torch.jit.trace(lm, tokens, check_trace=False).save(os.path.join(out, "lm_traced.pt"))
+    torch.jit.script(lm).save(os.path.join(out, "lm_scripted.pt"))
+    expected["lm_traced"] = expected["lm_scripted"] = count(lm)
+
+    if "--vit-b-16" in sys.argv:
+        vit_b = torchvision.models.vit_b_16()
+        vit_b.eval()
+        torch.jit.trace(vit_b, torch.randn(1, 3, 224, 224), check_trace=False).save(os.path.join(out, "vit_b_16_traced.pt"))
+        expected["vit_b_16_traced"] = count(vit_b)
+
+    with open(os.path.join(out, "expected.json"), "w") as f:
+        json.dump(expected, f)
+
+
+if __name__ == "__main__":
+    main()
