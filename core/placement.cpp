@@ -342,7 +342,17 @@ std::string breakdown_in(const MemoryBreakdown& m, Optimizer o, double unit) {
 }
 }  // namespace
 
-StageMemory::StageMemory(const LayerGraph& g, Optimizer o) : optimizer_(o) {
+std::vector<TiedTable> tied_tables(const LayerGraph& g) {
+  std::vector<TiedTable> out;
+  for (size_t i = 0; i < g.layers.size(); ++i) {
+    if (g.layers[i].op != "lm_head") continue;
+    const int t = g.index_of(g.layers[i].attrs.tie);
+    if (t >= 0) out.push_back({static_cast<int>(i), t, g.layers[t].param_bytes()});
+  }
+  return out;
+}
+
+StageMemory::StageMemory(const LayerGraph& g, Optimizer o) : optimizer_(o), tied_(tied_tables(g)) {
   const size_t L = g.layers.size();
   param_prefix_.assign(L + 1, 0);
   kept_prefix_.assign(L + 1, 0);
@@ -375,6 +385,8 @@ StageMemory::StageMemory(const LayerGraph& g, Optimizer o) : optimizer_(o) {
 MemoryBreakdown StageMemory::breakdown(int first, int end, int64_t samples, int64_t in_flight, bool recompute,
                                        int64_t micro_batches) const {
   MemoryBreakdown m = state_of(param_bytes(first, end), optimizer_);
+  for (const TiedTable& t : tied_)
+    if (t.head >= first && t.head < end && (t.table < first || t.table >= end)) m += state_of(t.bytes, optimizer_);
   m.activations = sat_mul(sat_mul(kept_prefix_[end] - kept_prefix_[first], samples), recompute ? 1 : in_flight);
   const int L = static_cast<int>(cut_.size()) - 1;
   const int64_t received = micro_batches > 0 ? micro_batches : in_flight;
@@ -455,6 +467,12 @@ std::vector<MemoryBreakdown> estimate_device_memory(const Placement& p, const La
   for (int d = 0; d < c.num_devices(); ++d)
     if (largest_param[d] > 0 || largest_output[d] > 0)
       out[d].buffers = sat_add(out[d].buffers, workspace_bytes(largest_param[d], largest_output[d], mb, p.optimizer));
+  for (const TiedTable& t : tied_tables(g)) {
+    const std::vector<int> table_devices = p.devices_of_group(p.layer_group[t.table]);
+    for (int d : p.devices_of_group(p.layer_group[t.head]))
+      if (std::find(table_devices.begin(), table_devices.end(), d) == table_devices.end())
+        out[d] += state_of(t.bytes, p.optimizer);
+  }
   return out;
 }
 

@@ -183,6 +183,15 @@ int64_t micro_batches_in_flight(Schedule schedule, int micro_batches, int stages
 // memory of its largest layers. For a chain on distinct devices this is exactly what
 // estimate_device_memory adds up (tests/core checks it); on a DAG it is an
 // upper bound (a cut also counts edges that jump over the stage).
+// An lm_head and the token_embedding whose table it reads: a device that holds
+// the head without the embedding keeps its own copy of the table (weights,
+// gradients, optimizer state), summed with the embedding's each step.
+struct TiedTable {
+  int head = -1, table = -1;
+  int64_t bytes = 0;  // the table's parameter bytes
+};
+std::vector<TiedTable> tied_tables(const LayerGraph& g);
+
 class StageMemory {
  public:
   explicit StageMemory(const LayerGraph& g, Optimizer o = Optimizer::sgd);
@@ -205,6 +214,7 @@ class StageMemory {
   std::vector<int64_t> cut_;  // per sample: outputs of layers < j read by layers >= j
   // Sparse tables: [k][i] = the largest of layers [i, i + 2^k) (parameter bytes; output bytes per sample).
   std::vector<std::vector<int64_t>> param_max_, output_max_;
+  std::vector<TiedTable> tied_;
 };
 
 // JSON: "groups" items are a device name or, for a replicated group, an array

@@ -95,9 +95,9 @@ Status cancelled_status() { return Status::error("cancelled"); }
 Result<LayerGraph> load_phase(const OptimizeRequest& r) {
   if (r.cluster.devices.empty()) return Status::error("cluster.devices: must name at least one device");
   if (r.batch_size < 1) return Status::error("options.batch_size: must be at least 1");
-  Result<LayerGraph> g = r.model_graph.is_null()
-                             ? load_model(r.model, ModelOptions{r.input_size, r.num_classes})
-                             : model_from_json(r.model_graph);
+  ModelOptions options{r.input_size, r.num_classes};
+  options.torchscript = r.torchscript;
+  Result<LayerGraph> g = r.model_graph.is_null() ? load_model(r.model, options) : model_from_json(r.model_graph);
   if (!g) return g.status().with_context("model");
   return g;
 }

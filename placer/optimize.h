@@ -26,6 +26,7 @@
 #include "common/status.h"
 #include "core/cluster.h"
 #include "core/evaluator.h"
+#include "model/zoo.h"
 #include "profiler/cost_profiles.h"
 #include "runtime/runtime.h"
 
@@ -38,6 +39,7 @@ struct OptimizeRequest {
   nlohmann::json model_graph;   // or an inline JSON layer graph (takes precedence when not null)
   int64_t input_size = 0;       // 0 = model default
   int64_t num_classes = 0;      // 0 = model default
+  ScriptImport torchscript = ScriptImport::automatic;  // how a TorchScript model is imported
   int64_t batch_size = 32;
   Optimizer optimizer = Optimizer::sgd;  // what the plans train with: their memory and the verification runs
   Cluster cluster;

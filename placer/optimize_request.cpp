@@ -3,7 +3,7 @@
 // Body: {"model": "alexnet" | {layer graph}, "cluster": {...},
 //        "options": {"evaluator", "iterations", "time_budget_s", "seed",
 //                    "batch_size", "input_size", "num_classes", "warm_start", "baselines",
-//                    "verify", "optimizer", "costs"}}
+//                    "verify", "optimizer", "costs", "torchscript"}}
 // Every error names the field ("options.iterations: must be >= 0, got -3").
 // No LibTorch here, so the service can parse requests cheaply.
 #include <set>
@@ -22,12 +22,13 @@ Status read_options(const json& o, OptimizeRequest& r) {
   static const std::set<std::string> known = {"evaluator",  "iterations", "time_budget_s",
                                               "seed",       "batch_size", "input_size",
                                               "num_classes", "warm_start", "baselines",
-                                              "verify",      "optimizer",  "costs"};
+                                              "verify",      "optimizer",  "costs",
+                                              "torchscript"};
   for (auto it = o.begin(); it != o.end(); ++it)
     if (!known.count(it.key()))
       return jf::field_error("options." + it.key(),
                              "unknown option (known: evaluator, iterations, time_budget_s, seed, batch_size, "
-                           "input_size, num_classes, warm_start, baselines, verify, optimizer, costs)");
+                           "input_size, num_classes, warm_start, baselines, verify, optimizer, costs, torchscript)");
   const std::string p = "options";
   std::string evaluator = evaluator_kind_name(r.evaluator);
   if (Status s = jf::read(o, "evaluator", evaluator, p); !s) return s;
@@ -68,6 +69,11 @@ Status read_options(const json& o, OptimizeRequest& r) {
   else if (costs == "cached") r.costs = CostSource::cached_only;
   else if (costs == "estimated") r.costs = CostSource::estimated;
   else return jf::field_error("options.costs", "expected profile, cached or estimated, got \"" + costs + "\"");
+  std::string torchscript = "auto";
+  if (Status s = jf::read(o, "torchscript", torchscript, p); !s) return s;
+  Result<ScriptImport> import = script_import_from_name(torchscript);
+  if (!import) return jf::field_error("options.torchscript", import.error_message());
+  r.torchscript = *import;
   if (Status s = jf::read(o, "baselines", r.baselines, p); !s) return s;
   if (Status s = jf::read(o, "verify", r.verify, p); !s) return s;
   return Status::ok();

@@ -57,7 +57,8 @@ std::vector<std::vector<float>> to_rows(const torch::Tensor& t) {
 
 }  // namespace
 
-PolicyMemory policy_memory(const LayerGraph& graph, const Cluster& cluster, int64_t batch_size, Schedule schedule) {
+PolicyMemory policy_memory(const LayerGraph& graph, const Cluster& cluster, int64_t batch_size, Schedule schedule,
+                           Optimizer optimizer) {
   PolicyMemory m;
   for (const Layer& l : graph.layers) {
     m.layer_param_bytes.push_back(l.param_bytes());
@@ -65,8 +66,13 @@ PolicyMemory policy_memory(const LayerGraph& graph, const Cluster& cluster, int6
     m.layer_kept_bytes.push_back(kept_bytes_per_sample(l));
   }
   for (const Device& d : cluster.devices) m.device_bytes.push_back(device_memory_bytes(d));
+  // A tied lm_head is charged its table's copy wherever it goes: the mask
+  // cannot see which device holds the embedding, and it must never be laxer
+  // than check_memory (which charges the copy only on another device).
+  for (const TiedTable& t : tied_tables(graph)) m.layer_param_bytes[t.head] += t.bytes;
   m.batch_size = batch_size;
   m.schedule = schedule;
+  m.optimizer = optimizer;
   return m;
 }
 
@@ -327,7 +333,7 @@ struct Policy::Impl {
       std::set<int> counted_grad;
       for (int i = 0; i < m.L; ++i) {
         const int g = layer_group[i];
-        state_bytes_[g] += static_cast<double>(training_state_bytes(mem.layer_param_bytes[i]));
+        state_bytes_[g] += static_cast<double>(training_state_bytes(mem.layer_param_bytes[i], mem.optimizer));
         activation_bytes_[g] += static_cast<double>(mem.kept_bytes(i));
         largest_param_[g] = std::max(largest_param_[g], static_cast<double>(mem.layer_param_bytes[i]));
         largest_output_[g] = std::max(largest_output_[g], static_cast<double>(mem.layer_activation_bytes[i]));
@@ -437,7 +443,11 @@ struct Policy::Impl {
       const double in_flight = static_cast<double>(micro_batches_in_flight(m_.cfg.memory.schedule, own, stages_));
       return state_bytes_[g] + activation_bytes_[g] * samples_ * in_flight + boundary_bytes_[g] * samples_ * own;
     }
-    double workspace(int g) const { return largest_param_[g] + 2 * largest_output_[g] * samples_; }
+    // core's workspace_bytes: Adam's update holds two temporaries of the largest weight.
+    double workspace(int g) const {
+      const double updates = m_.cfg.memory.optimizer == Optimizer::adam ? 2 : 1;
+      return updates * largest_param_[g] + 2 * largest_output_[g] * samples_;
+    }
     // Whether, with group g on device k, every later group still fits on some
     // allowed device (one group at a time): a look-ahead of one step, so an
     // early group does not take the only device a later, larger one fits on

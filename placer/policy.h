@@ -70,9 +70,11 @@ struct PolicyMemory {
   std::vector<int64_t> device_bytes;
   int64_t batch_size = 0;
   Schedule schedule = Schedule::gpipe;
+  Optimizer optimizer = Optimizer::sgd;
   bool empty() const { return device_bytes.empty(); }
 };
-PolicyMemory policy_memory(const LayerGraph& graph, const Cluster& cluster, int64_t batch_size, Schedule schedule);
+PolicyMemory policy_memory(const LayerGraph& graph, const Cluster& cluster, int64_t batch_size, Schedule schedule,
+                           Optimizer optimizer = Optimizer::sgd);
 
 struct PolicyConfig {
   int num_groups = 4;

@@ -20,8 +20,8 @@ namespace {
 
 // A device that cannot hold the smallest layer (the whole batch as one
 // micro-batch, by core's memory rule) is masked out of the allocation.
-std::vector<bool> devices_that_fit(const LayerGraph& g, const Cluster& c, int64_t batch_size) {
-  const StageMemory memory(g);
+std::vector<bool> devices_that_fit(const LayerGraph& g, const Cluster& c, int64_t batch_size, Optimizer optimizer) {
+  const StageMemory memory(g, optimizer);
   std::vector<bool> ok(c.num_devices(), false);
   for (int d = 0; d < c.num_devices(); ++d)
     for (int l = 0; l < static_cast<int>(g.layers.size()) && !ok[d]; ++l)
@@ -195,11 +195,11 @@ PolicyConfig policy_config(const LayerGraph& graph, const Cluster& cluster, cons
     if (l.op == "batchnorm2d" && l.output_shape.size() == 3 && l.output_shape[1] * l.output_shape[2] == 1)
       max_micro = std::min<int64_t>(max_micro, std::max<int64_t>(1, opt.batch_size / 2));
   pc.micro_batch_choices = micro_batch_choices(opt.batch_size, static_cast<int>(max_micro));
-  pc.device_allowed = devices_that_fit(graph, cluster, opt.batch_size);
+  pc.device_allowed = devices_that_fit(graph, cluster, opt.batch_size, opt.optimizer);
   pc.hidden = opt.hidden;
   pc.partition = opt.partition;
   pc.max_replicas = opt.replicate_stages ? std::max(0, cluster.num_devices() - 1) : 0;
-  pc.memory = policy_memory(graph, cluster, opt.batch_size, opt.schedule);
+  pc.memory = policy_memory(graph, cluster, opt.batch_size, opt.schedule, opt.optimizer);
   pc.distinct_devices = opt.distinct_devices;
   pc.offer_data_parallel = opt.data_parallel && cluster.num_devices() > 1;
   pc.learning_rate = opt.learning_rate;

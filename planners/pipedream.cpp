@@ -67,11 +67,19 @@ class ReplicatedStageModel {
     if (r > m) return kInf;
     const int own = (m + r - 1) / r;
     const int64_t in_flight = micro_batches_in_flight(bm_.ctx.schedule, own, num_devices(bm_.ctx));
+    // A stage that fits no replica's memory as it is may recompute (all its
+    // replicas do, as planned() marks it): one more forward per micro-batch.
+    bool recompute = false;
+    for (int i = 0; i < r && !recompute; ++i)
+      if (!bm_.mem.fits(bm_.ctx.cluster->devices[R[i]], a, b, bm_.samples, in_flight, false, own)) recompute = true;
     double compute = 0;
     for (int i = 0; i < r; ++i) {
-      if (!bm_.mem.fits(bm_.ctx.cluster->devices[R[i]], a, b, bm_.samples, in_flight, false, own)) return kInf;
+      if (recompute && !(bm_.ctx.allow_recompute &&
+                         bm_.mem.fits(bm_.ctx.cluster->devices[R[i]], a, b, bm_.samples, in_flight, true, own)))
+        return kInf;
       const int n = (m - i + r - 1) / r;
-      compute = std::max(compute, n * stage_ms(bm_.ctx, R[i], a, b, bm_.samples));
+      const double forward_again = recompute ? bm_.ctx.cost->forward_ms(R[i], a, b - 1, bm_.samples) : 0;
+      compute = std::max(compute, n * (stage_ms(bm_.ctx, R[i], a, b, bm_.samples) + forward_again));
     }
     return (compute + allreduce_ms(R, bm_.mem.param_bytes(a, b))) / m;
   }

@@ -144,7 +144,8 @@ std::string with_commas(int64_t n) {
 
 // The model's training state against the limit: the configured one, never above
 // what the cluster could hold at all (its largest device's memory x its device count).
-bool check_model_size(const LayerGraph& graph, const Cluster& cluster, const CheckLimits& limits, FieldError& err) {
+bool check_model_size(const LayerGraph& graph, const Cluster& cluster, Optimizer optimizer, const CheckLimits& limits,
+                      FieldError& err) {
   int64_t largest_mb = 0, largest_bytes = 0;
   for (const Device& d : cluster.devices) {
     largest_mb = std::max(largest_mb, d.memory_mb);
@@ -153,7 +154,7 @@ bool check_model_size(const LayerGraph& graph, const Cluster& cluster, const Che
   const int64_t capacity = sat_mul(largest_bytes, cluster.num_devices());
   const int64_t limit = limits.max_model_bytes > 0 ? std::min(limits.max_model_bytes, capacity) : capacity;
   const int64_t params = graph.total_params();
-  const int64_t bytes = training_state_bytes(sat_mul(params, 4));  // float32 parameters, core's memory rule
+  const int64_t bytes = training_state_bytes(sat_mul(params, 4), optimizer);  // float32 parameters, core's memory rule
   if (bytes <= limit) return true;
   std::string why = limit == capacity ? "the cluster holds at most " + with_commas(capacity) + " (largest device " +
                                             std::to_string(largest_mb) + " MiB x " +
@@ -162,7 +163,8 @@ bool check_model_size(const LayerGraph& graph, const Cluster& cluster, const Che
   err = {400,
          "model: " + (params == kInt64Max ? std::string("more than 2^63") : with_commas(params)) +
              " parameters need " + (bytes == kInt64Max ? std::string("more than 2^63") : with_commas(bytes)) +
-             " bytes for training (weights, gradients, optimizer state: 12 bytes a parameter); " + why,
+             " bytes for training (weights, gradients, " + optimizer_name(optimizer) + " state: " +
+             std::to_string(training_state_bytes(4, optimizer)) + " bytes a parameter); " + why,
          "model"};
   return false;
 }
@@ -291,7 +293,7 @@ bool check_submission(const json& body, const CheckLimits& limits, Submission& o
     err = field_error_from(s);
     return false;
   }
-  if (graph && !check_model_size(*graph, cluster, limits, err)) return false;
+  if (graph && !check_model_size(*graph, cluster, parsed->optimizer, limits, err)) return false;
   if (!out.upload.empty()) request["model_file"] = json{{"name", out.label}, {"bytes", out.upload.size()}};
   out.request = std::move(request);
   return true;

@@ -39,7 +39,7 @@ struct CheckLimits {
   int max_devices = 64;
   size_t max_layers = 10000;  // of an inline layer graph
   // A model's training state (weights, gradients, optimizer state: 3 x 4 bytes
-  // a parameter) is refused above this; 0 = the cluster's capacity (its
+  // a parameter with SGD's momentum, 4 x 4 with Adam) is refused above this; 0 = the cluster's capacity (its
   // largest device's memory x its device count). Never above that capacity.
   int64_t max_model_bytes = 0;
   std::set<std::string> allowed_remote_hosts;

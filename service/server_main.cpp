@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
   cli.add_option("--max-body-bytes", app_limits.max_body_bytes, "largest request body (413 above)")
       ->capture_default_str()->check(CLI::Range(size_t{1024}, size_t{1} << 30));
   cli.add_option("--max-model-bytes", app_limits.max_model_bytes,
-                 "largest model training state, 12 bytes a parameter (0 = the cluster's capacity)")
+                 "largest model training state, 12 bytes a parameter with SGD, 16 with Adam (0 = the cluster's capacity)")
       ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 62));
   cli.add_option("--header-limit-bytes", http.header_limit_bytes, "largest request head (431 above)")
       ->capture_default_str()->check(CLI::Range(size_t{1024}, size_t{1} << 20));

@@ -19,6 +19,7 @@
 
 #include "placer/optimize.h"
 #include "service/cli/commands.h"
+#include "service/cli/model_inputs.h"
 #include "service/cli/progress_bar.h"
 #include "simulator/calibration_store.h"  // kMinMeasurementsToUse
 
@@ -40,6 +41,7 @@ struct Args {
   bool json_output = false, warm_start = false, no_baselines = false, no_verify = false;
   std::string optimizer = "sgd";
   std::string costs = "profile";
+  std::string torchscript = "auto";
 };
 
 std::string fmt_ms(const json& v) {
@@ -271,7 +273,7 @@ void run(const Args& a, int& exit_code) {
   }
   json options = {{"evaluator", a.evaluator}, {"seed", a.seed}, {"batch_size", a.batch},
                   {"warm_start", a.warm_start}, {"baselines", !a.no_baselines}, {"verify", !a.no_verify},
-                  {"optimizer", a.optimizer}, {"costs", a.costs}};
+                  {"optimizer", a.optimizer}, {"costs", a.costs}, {"torchscript", a.torchscript}};
   if (a.iterations > 0) options["iterations"] = a.iterations;
   if (a.time_budget_s > 0) options["time_budget_s"] = a.time_budget_s;
   if (a.input_size > 0) options["input_size"] = a.input_size;
@@ -351,6 +353,7 @@ void add_optimize_command(CLI::App& app, int& exit_code) {
   sub->add_option("--optimizer", args->optimizer,
                   "sgd (with momentum, default) | adam: what the plans train with and their memory counts")
       ->check(CLI::IsMember({"sgd", "adam"}));
+  add_torchscript_option(*sub, args->torchscript);
   sub->add_flag("--no-verify", args->no_verify,
                 "do not measure the best plan and the best baseline on the workers after the search");
   sub->add_option("--server", args->server, "submit to a tapp-server at URL instead of running here");

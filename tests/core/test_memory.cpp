@@ -9,6 +9,7 @@
 #include "core/cluster.h"
 #include "core/placement.h"
 #include "model/layer_graph.h"
+#include "model/zoo.h"
 #include "tests/model/linear_chain.h"
 #include "tests/core/fake_evaluator.h"
 
@@ -233,4 +234,51 @@ TEST_CASE("optimizer and recompute round-trip through JSON and bad values name t
         "placement.recompute[0]: group 3 does not exist");
   CHECK(error(R"({"micro_batches": 2, "recompute": "all", "groups": ["d0"], "layers": {"fc0": 0, "fc1": 0, "fc2": 0}})") ==
         "placement.recompute: expected an array of group indices, got string");
+}
+
+TEST_CASE("a device holding a tied lm_head without its embedding keeps its own copy of the table") {
+  ModelOptions o;
+  o.input_size = 8;
+  o.vocabulary = 50;
+  o.layers = 2;
+  o.width = 32;
+  o.heads = 4;
+  Result<LayerGraph> made = zoo_model("gpt2", o);
+  REQUIRE(made.is_ok());
+  const LayerGraph& g = *made;
+  const int head = g.index_of("lm_head"), table = g.index_of("wte");
+  REQUIRE(head == static_cast<int>(g.layers.size()) - 1);
+  REQUIRE(table >= 0);
+  CHECK(g.layers[head].param_bytes() == 0);  // the parameters are the embedding's
+  const int64_t table_bytes = g.layers[table].param_bytes();
+  REQUIRE(table_bytes == 50 * 32 * 4);
+  const int L = static_cast<int>(g.layers.size());
+  const Cluster c = devices(3, 1024);
+  for (Optimizer opt : {Optimizer::sgd, Optimizer::adam}) {
+    INFO(optimizer_name(opt));
+    Placement together = Placement::single_device(L, 0);
+    together.optimizer = opt;
+    Placement apart = together;  // the head alone on d1
+    apart.layer_group.assign(L, 0);
+    apart.layer_group[head] = 1;
+    apart.group_device = {0, 1};
+    REQUIRE(validate_placement(apart, g, c, 4).is_ok());
+    const MemoryBreakdown head_device = estimate_device_memory(apart, g, c, 4)[1];
+    CHECK(head_device.params == table_bytes);
+    CHECK(head_device.grads == table_bytes);
+    CHECK(head_device.optimizer_state == training_state_bytes(table_bytes, opt) - 2 * table_bytes);
+    CHECK(estimate_device_memory(together, g, c, 4)[0].params == g.total_params() * 4);  // one table
+    // The per-stage form agrees: [head, L) holds a copy, [0, L) does not.
+    const StageMemory stages(g, opt);
+    CHECK(stages.breakdown(head, L, 4, 1).params == table_bytes);
+    CHECK(stages.breakdown(0, L, 4, 1).params == g.total_params() * 4);
+    // A replica of the head group beside the embedding keeps none; one on d2 does.
+    apart.group_replicas = {{}, {0}};
+    apart.micro_batches = 2;
+    REQUIRE(validate_placement(apart, g, c, 4).is_ok());
+    CHECK(estimate_device_memory(apart, g, c, 4)[0].params == g.total_params() * 4);
+    apart.group_replicas = {{}, {2}};
+    REQUIRE(validate_placement(apart, g, c, 4).is_ok());
+    CHECK(estimate_device_memory(apart, g, c, 4)[2].params == table_bytes);
+  }
 }

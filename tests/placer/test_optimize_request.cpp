@@ -112,3 +112,20 @@ TEST_CASE("the optimizer is an option of the request: sgd by default, adam when 
   CHECK(error_of(json{{"model", "alexnet"}, {"cluster", two_devices()}, {"options", {{"optimizer", "rmsprop"}}}})
             .find("options.optimizer: unknown optimizer \"rmsprop\"") == 0);
 }
+
+TEST_CASE("how a TorchScript model is imported is an option: auto by default, ops or layers, anything else names the field") {
+  auto plain = optimize_request_from_json(json{{"model", "alexnet"}, {"cluster", two_devices()}});
+  REQUIRE(plain.is_ok());
+  CHECK(plain->torchscript == tapp::ScriptImport::automatic);
+  for (auto [name, want] : {std::pair{"ops", tapp::ScriptImport::ops}, std::pair{"layers", tapp::ScriptImport::layers},
+                            std::pair{"auto", tapp::ScriptImport::automatic}}) {
+    auto r = optimize_request_from_json(
+        json{{"model", "net.pt"}, {"cluster", two_devices()}, {"options", {{"torchscript", name}}}});
+    REQUIRE_MESSAGE(r.is_ok(), name);
+    CHECK(r->torchscript == want);
+  }
+  CHECK(error_of(json{{"model", "alexnet"}, {"cluster", two_devices()}, {"options", {{"torchscript", "fast"}}}})
+            .find("options.torchscript: unknown TorchScript import \"fast\"") == 0);
+  CHECK(error_of(json{{"model", "alexnet"}, {"cluster", two_devices()}, {"options", {{"torchscript", 1}}}})
+            .find("options.torchscript") == 0);
+}

@@ -61,11 +61,12 @@ LayerGraph random_branchy_graph(std::mt19937_64& rng, int blocks, int64_t width)
 // One device that holds the whole model at the whole batch (so a fitting
 // device always exists for any group), the others of random size and speed:
 // many of them hold only a few layers.
-Cluster random_cluster(std::mt19937_64& rng, const LayerGraph& g, int64_t batch) {
+Cluster random_cluster(std::mt19937_64& rng, const LayerGraph& g, int64_t batch, Optimizer optimizer) {
   Cluster c;
   c.name = "random";
-  const int64_t whole_mb = estimate_device_memory_bytes(Placement::single_device(static_cast<int>(g.layers.size()), 0),
-                                                        g, equal_cluster(1), batch)[0] / (1024 * 1024) + 1;
+  Placement whole = Placement::single_device(static_cast<int>(g.layers.size()), 0);
+  whole.optimizer = optimizer;
+  const int64_t whole_mb = estimate_device_memory_bytes(whole, g, equal_cluster(1), batch)[0] / (1024 * 1024) + 1;
   const int n = std::uniform_int_distribution<int>(2, 5)(rng);
   for (int d = 0; d < n; ++d) {
     Device dev;
@@ -78,14 +79,15 @@ Cluster random_cluster(std::mt19937_64& rng, const LayerGraph& g, int64_t batch)
   return c;
 }
 
-PolicyConfig replica_config(const LayerGraph& g, const Cluster& c, int64_t batch, PartitionMode mode, uint64_t seed) {
+PolicyConfig replica_config(const LayerGraph& g, const Cluster& c, int64_t batch, PartitionMode mode, uint64_t seed,
+                            Optimizer optimizer = Optimizer::sgd) {
   PolicyConfig pc;
   pc.num_groups = c.num_devices();
   pc.num_devices = c.num_devices();
   pc.micro_batch_choices = micro_batch_choices(batch, 8);
   pc.partition = mode;
   pc.max_replicas = c.num_devices() - 1;
-  pc.memory = policy_memory(g, c, batch, Schedule::gpipe);
+  pc.memory = policy_memory(g, c, batch, Schedule::gpipe, optimizer);
   pc.hidden = 16;
   pc.seed = seed;
   return pc;
@@ -131,16 +133,18 @@ TEST_CASE("proposals with replicas are executable: validate_placement and check_
   int proposals = 0, replicated = 0, noncontiguous = 0;
   for (int trial = 0; trial < 24; ++trial) {
     LayerGraph g = random_branchy_graph(rng, 2 + trial % 3, 256);
-    Cluster c = random_cluster(rng, g, batch);
+    const Optimizer optimizer = trial % 2 == 0 ? Optimizer::sgd : Optimizer::adam;  // Adam: 4 copies, not 3
+    Cluster c = random_cluster(rng, g, batch, optimizer);
     const PartitionMode mode = trial % 3 == 0   ? PartitionMode::contiguous
                                : trial % 3 == 1 ? PartitionMode::follows_dag
                                                 : PartitionMode::free;
-    PolicyConfig pc = replica_config(g, c, batch, mode, 1 + trial);
+    PolicyConfig pc = replica_config(g, c, batch, mode, 1 + trial, optimizer);
     OpDictionary dict;
     Policy policy(encode_layers(g, dict), g.consumers(), pc);
     for (int n = 0; n < 40; ++n) {
       Decision d = policy.sample(rng);
       Placement p = decision_to_placement(d, pc.micro_batch_choices, Schedule::gpipe);
+      p.optimizer = optimizer;
       ++proposals;
       replicated += p.has_replicated_groups();
       for (size_t i = 1; i < p.layer_group.size(); ++i) noncontiguous += p.layer_group[i] < p.layer_group[i - 1];

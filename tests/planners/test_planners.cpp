@@ -399,6 +399,27 @@ TEST_CASE("the DP planner recomputes a stage that fits its device only that way,
   CHECK(none.error_message().find("no placement that fits") != std::string::npos);
 }
 
+TEST_CASE("PipeDream prices and marks recomputation where a stage fits its devices only that way") {
+  // The DP case above, with a second device too small for a replica of the first
+  // layers (their training state alone is 202 MB): every plan recomputes on d0.
+  LayerGraph g = linear_chain({4096, 4096, 10});
+  Cluster c = cluster({1, 1});
+  c.devices[0].memory_mb = 512;
+  c.devices[1].memory_mb = 180;
+  Setup s(g, c, library(g, 8192, {1, 1, 1}), 8192);
+  s.ctx.micro_batches = 8;
+  SimulatorEvaluator ev = s.evaluator();
+  auto p = run_planner("pipedream", s.ctx, ev);
+  REQUIRE_MESSAGE(p.is_ok(), p.error_message());
+  CHECK(check_memory(*p, s.g, s.c, 8192).is_ok());
+  bool recomputes = false;
+  for (int grp = 0; grp < p->num_groups(); ++grp) recomputes = recomputes || p->recomputes(grp);
+  CHECK(recomputes);
+  CHECK(ev.evaluate(*p).ok);
+  s.ctx.allow_recompute = false;
+  CHECK_FALSE(run_planner("pipedream", s.ctx, ev).is_ok());
+}
+
 TEST_CASE("a planner's placements train with the context's optimizer, and Adam's state is counted") {
   LayerGraph g = linear_chain({256, 256, 10});
   Setup s(g, cluster({1, 1}), library(g, 8, {1, 1, 1}), 8);

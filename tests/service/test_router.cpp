@@ -441,6 +441,12 @@ TEST_CASE("a model larger than the cluster could hold is refused at submit time 
   check_error(res, 400, "model");
   CHECK(body_of(res)["error"].get<std::string>().find("733,210,080 bytes") != std::string::npos);
   CHECK(f.post(R"({"model": "alexnet", "cluster": {"devices": [{"name": "a", "memory_mb": 700}]}})").result_int() == 202);
+  // Adam keeps two more copies where SGD's momentum keeps one: 16 bytes a parameter, over 700 MiB.
+  auto adam = f.post(
+      R"({"model": "alexnet", "options": {"optimizer": "adam"}, "cluster": {"devices": [{"name": "a", "memory_mb": 700}]}})");
+  check_error(adam, 400, "model");
+  CHECK(body_of(adam)["error"].get<std::string>().find("977,613,440 bytes") != std::string::npos);
+  CHECK(body_of(adam)["error"].get<std::string>().find("adam state: 16 bytes a parameter") != std::string::npos);
   f.app.limits.max_model_bytes = 1000;
   check_error(f.post(valid_body()), 400, "model");
 }
