@@ -9,7 +9,11 @@
 # (`tapp-cli run --json` prints both). The goal: within 15% on every device.
 # The rule does not count the step's input batch (the data loader's; each
 # worker draws it), so the model's input is kept narrow (INPUT floats a sample).
-#   bench/bench_memory.sh [BUILD_DIR]   (env: BATCH=512 INPUT=256 WIDTH=1024 STEPS=2 WARMUP=1)
+# A small GPT-2 (the zoo's, TLAYERS blocks of TWIDTH, TTOKENS tokens, a TVOCAB vocabulary; batch
+# TBATCH) adds the transformer's own terms: attention's saved scores and probabilities, the tied
+# lm_head's copy of the token table on a device without the embedding, per-token logits.
+#   bench/bench_memory.sh [BUILD_DIR]   (env: BATCH=512 INPUT=256 WIDTH=1024 STEPS=2 WARMUP=1
+#                                         TBATCH=16 TTOKENS=128 TWIDTH=256 TLAYERS=4 TVOCAB=8192)
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$here/build}"
@@ -43,19 +47,34 @@ cat > "$tmp/cluster.json" <<JSON
 JSON
 two='"layers": {"fc0": 0, "relu0": 0, "fc1": 0, "relu1": 0, "fc2": 1, "relu2": 1, "fc3": 1}'
 one='"layers": {"fc0": 0, "relu0": 0, "fc1": 0, "relu1": 0, "fc2": 0, "relu2": 0, "fc3": 0}'
+"$cli" export-model gpt2 --layers "${TLAYERS:-4}" --width "${TWIDTH:-256}" --heads 4 --vocab "${TVOCAB:-8192}" \
+  --input-size "${TTOKENS:-128}" --out "$tmp/gpt2.json" >/dev/null
+# Its layers split in half: the embedding on cpu0, the blocks' second half and the tied head on cpu1.
+gpt2_two=$($py -c '
+import json, sys
+names = [l["name"] for l in json.load(open(sys.argv[1]))["layers"]]
+print(json.dumps({"layers": {n: int(i >= len(names) // 2) for i, n in enumerate(names)}})[1:-1])' "$tmp/gpt2.json")
+gpt2_one=$($py -c '
+import json, sys
+print(json.dumps({"layers": {l["name"]: 0 for l in json.load(open(sys.argv[1]))["layers"]}})[1:-1])' "$tmp/gpt2.json")
 declare -A placements=(
   [1_single_sgd]="{\"micro_batches\": 1, \"groups\": [\"cpu0\"], $one}"
   [2_gpipe8_sgd]="{\"micro_batches\": 8, \"schedule\": \"gpipe\", \"groups\": [\"cpu0\", \"cpu1\"], $two}"
   [3_1f1b8_adam]="{\"micro_batches\": 8, \"schedule\": \"1f1b\", \"optimizer\": \"adam\", \"groups\": [\"cpu0\", \"cpu1\"], $two}"
   [4_gpipe8_recompute0]="{\"micro_batches\": 8, \"schedule\": \"gpipe\", \"recompute\": [0], \"groups\": [\"cpu0\", \"cpu1\"], $two}"
   [5_gpipe8_replicated]="{\"micro_batches\": 8, \"schedule\": \"gpipe\", \"groups\": [[\"cpu0\", \"cpu2\"], \"cpu1\"], $two}"
+  [6_gpt2_single_sgd]="{\"micro_batches\": 1, \"groups\": [\"cpu0\"], $gpt2_one}"
+  [7_gpt2_gpipe4_sgd]="{\"micro_batches\": 4, \"schedule\": \"gpipe\", \"groups\": [\"cpu0\", \"cpu1\"], $gpt2_two}"
+  [8_gpt2_1f1b4_adam]="{\"micro_batches\": 4, \"schedule\": \"1f1b\", \"optimizer\": \"adam\", \"groups\": [\"cpu0\", \"cpu1\"], $gpt2_two}"
 )
 echo "| placement | device | predicted MiB (params / grads / optimizer / activations / buffers) | measured tensor peak MiB | error | peak RSS MiB |"
 echo "| --- | --- | --- | --- | --- | --- |"
 worst=0
 for name in $(printf '%s\n' "${!placements[@]}" | sort); do
   echo "${placements[$name]}" > "$tmp/$name.json"
-  "$cli" run "$tmp/mlp.json" --devices "$tmp/cluster.json" --placement "$tmp/$name.json" --batch "$batch" \
+  model="$tmp/mlp.json" model_batch="$batch"
+  [[ $name == *gpt2* ]] && model="$tmp/gpt2.json" model_batch="${TBATCH:-16}"
+  "$cli" run "$model" --devices "$tmp/cluster.json" --placement "$tmp/$name.json" --batch "$model_batch" \
     --steps "$steps" --warmup "$warmup" --json > "$tmp/$name.out"
   worst=$($py - "$tmp/$name.out" "$name" "$worst" <<'PY'
 import json, sys

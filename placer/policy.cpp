@@ -431,7 +431,7 @@ struct Policy::Impl {
     }
 
    private:
-    // core's rule for group g on one of its r replicas (SGD's state): its
+    // core's rule for group g on one of its r replicas (the job optimizer's state): its
     // training state, its activations for its own share of the micro-batches
     // in flight and the buffers it receives for each of its micro-batches;
     // the device's working memory (its largest layer's) is kept per device.

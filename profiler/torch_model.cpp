@@ -1,5 +1,6 @@
 #include "profiler/torch_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -205,7 +206,42 @@ std::vector<torch::Tensor> GraphModel::parameters() const {
   for (size_t i = 0; i < holders_.size(); ++i)
     for (auto& p : layer_parameters(static_cast<int>(i))) all.push_back(p);
   for (const auto& t : tied_copies_) all.push_back(t);
+  // A TorchScript reader's borrowed weight, when its owner is not built here: this worker's copy.
+  if (script_)
+    for (size_t i = 0; i < graph_.layers.size(); ++i) {
+      if (!built_[i] || graph_.layers[i].op != "torchscript") continue;
+      for (const auto& [owner, t] : script_->borrowed(static_cast<int>(i)))
+        if (!built_[owner] && std::none_of(all.begin(), all.end(), [&](const torch::Tensor& q) { return q.is_same(t); }))
+          all.push_back(t);
+    }
   return all;
+}
+
+std::vector<SharedParameter> GraphModel::shared_parameters() const {
+  std::vector<SharedParameter> out;
+  for (size_t i = 0; i < graph_.layers.size(); ++i) {
+    const Layer& l = graph_.layers[i];
+    const int reader = static_cast<int>(i);
+    if (l.op == "lm_head") {
+      const int e = graph_.index_of(l.attrs.tie);
+      if (e < 0) continue;
+      const Layer& table = graph_.layers[e];
+      out.push_back({e, {reader}, {table.attrs.entries, table.attrs.out}, tied_table(reader), table.name});
+    } else if (l.op == "torchscript" && script_) {
+      for (const auto& [owner, t] : script_->borrowed(reader)) {
+        auto same = std::find_if(out.begin(), out.end(), [&, o = owner](const SharedParameter& s) {
+          return s.owner == o && s.tensor.defined() && s.tensor.is_same(t);
+        });
+        if (same != out.end()) {
+          same->readers.push_back(reader);
+          continue;
+        }
+        out.push_back({owner, {reader}, t.sizes().vec(), t, graph_.layers[owner].name});
+      }
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const SharedParameter& a, const SharedParameter& b) { return a.owner < b.owner; });
+  return out;
 }
 
 torch::Tensor GraphModel::tied_table(int head) const {

@@ -29,6 +29,19 @@ namespace tapp {
 
 class ScriptProgram;
 
+// A parameter read by more than one layer, which may run on different
+// workers: a tied lm_head's table (the token_embedding owns it), or a weight a
+// TorchScript layer reads that an earlier layer owns. A worker that builds the
+// owner or a reader holds a copy; the runtime sums the copies' gradients, so
+// each takes the gradient single-device training would (the sum of all uses).
+struct SharedParameter {
+  int owner = -1;
+  std::vector<int> readers;   // ascending
+  std::vector<int64_t> shape;
+  torch::Tensor tensor;       // the copy held here; undefined where no owner or reader is built
+  std::string name;           // the owner's name, for the timeline
+};
+
 class GraphModel {
  public:
   // Builds the layers with keep[i] true (all layers when keep is empty).
@@ -44,8 +57,11 @@ class GraphModel {
   // Layer i's own parameters (none for an lm_head: its table is the embedding's).
   std::vector<torch::Tensor> layer_parameters(int i) const;
   // What the optimizer updates: the built layers' parameters in layer order,
-  // then the copies of tied tables whose embedding is not built here.
+  // then the copies of shared parameters whose owner is not built here.
   std::vector<torch::Tensor> parameters() const;
+  // Every shared parameter of the graph, in owner order (the same list on
+  // every worker: the runtime's collectives follow it).
+  std::vector<SharedParameter> shared_parameters() const;
   // The table lm_head layer `head` reads, as held here: the embedding's own
   // parameter, this model's copy, or undefined when neither layer is built here.
   torch::Tensor tied_table(int head) const;

@@ -604,6 +604,7 @@ struct ScriptProgram::Impl {
     std::unique_ptr<jit::Code> code;
     bool mutates = false;  // clones its inputs first: they may be leaves or another layer's output
     std::vector<at::Tensor> params;
+    std::vector<std::pair<int, at::Tensor>> borrowed;  // read here, owned by an earlier layer (tied weights)
   };
   std::vector<Slice> slices;  // per LayerGraph layer; empty for other ops
 };
@@ -637,6 +638,7 @@ Result<std::shared_ptr<ScriptProgram>> ScriptProgram::load(const LayerGraph& gra
     Analysis a = analyse(*impl->graph);
     impl->slices.resize(graph.layers.size());
     std::vector<at::Tensor> owned_so_far;
+    std::vector<int> owner_of;  // per owned_so_far entry: the layer that owns it
     for (size_t i = 0; i < graph.layers.size(); ++i) {
       const Layer& l = graph.layers[i];
       if (l.op != "torchscript") continue;
@@ -654,11 +656,16 @@ Result<std::shared_ptr<ScriptProgram>> ScriptProgram::load(const LayerGraph& gra
       Impl::Slice& slice = impl->slices[i];
       std::vector<at::Tensor> read;
       parameters_read(impl->module, sg->block(), read);
-      for (const auto& p : read)
-        if (std::none_of(owned_so_far.begin(), owned_so_far.end(), [&](const at::Tensor& q) { return q.is_same(p); })) {
+      for (const auto& p : read) {
+        auto owned = std::find_if(owned_so_far.begin(), owned_so_far.end(), [&](const at::Tensor& q) { return q.is_same(p); });
+        if (owned == owned_so_far.end()) {
           owned_so_far.push_back(p);
+          owner_of.push_back(static_cast<int>(i));
           slice.params.push_back(p);
+        } else if (owner_of[owned - owned_so_far.begin()] != static_cast<int>(i)) {
+          slice.borrowed.emplace_back(owner_of[owned - owned_so_far.begin()], p);
         }
+      }
       if (!keep.empty() && !keep[i]) continue;
       slice.mutates = has_mutation(sg->block());
       slice.code = std::make_unique<jit::Code>(sg, l.name);
@@ -684,6 +691,10 @@ torch::Tensor ScriptProgram::forward(int layer, const std::vector<torch::Tensor>
 }
 
 std::vector<torch::Tensor> ScriptProgram::parameters(int layer) const { return impl_->slices.at(layer).params; }
+
+std::vector<std::pair<int, torch::Tensor>> ScriptProgram::borrowed(int layer) const {
+  return impl_->slices.at(layer).borrowed;
+}
 
 void ScriptProgram::set_training(bool on) { impl_->module.train(on); }
 

@@ -26,6 +26,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -50,6 +51,10 @@ class ScriptProgram {
   // Inputs in the order of Layer::inputs (the model input for a layer with none).
   torch::Tensor forward(int layer, const std::vector<torch::Tensor>& inputs);
   std::vector<torch::Tensor> parameters(int layer) const;  // the ones this layer owns
+  // The parameters this layer reads that an earlier layer owns (tied weights,
+  // e.g. a head sharing the embedding's table): (owner layer, tensor). Every
+  // worker loads the whole module, so the tensor exists on each.
+  std::vector<std::pair<int, torch::Tensor>> borrowed(int layer) const;
   void set_training(bool on);
 
  private:

@@ -378,42 +378,50 @@ class PipelineWorker {
     }
   }
 
-  // A tied table (lm_head reading a token_embedding's) whose two layers run on
-  // different workers exists as a copy on each (GraphModel); both must take
-  // the gradient single-device training would, the sum of both uses.
+  // A shared parameter (a tied lm_head's table, a weight a TorchScript layer
+  // borrows from an earlier one) whose owner and readers run on different
+  // workers exists as a copy on each (GraphModel); every copy must take the
+  // gradient single-device training would, the sum of all uses.
   void find_ties_across_workers() {
     const Placement& p = c_.job.placement;
-    for (int h = 0; h < L_; ++h) {
-      const Layer& head = g_.layers[h];
-      if (head.op != "lm_head") continue;
-      const int e = g_.index_of(head.attrs.tie);
-      if (e < 0 || p.layer_group[h] == p.layer_group[e]) continue;  // one group: one tensor per replica
-      const std::vector<int> head_devices = p.devices_of_group(p.layer_group[h]);
-      const std::vector<int> table_devices = p.devices_of_group(p.layer_group[e]);
-      std::set<int> holders(head_devices.begin(), head_devices.end());
-      holders.insert(table_devices.begin(), table_devices.end());
+    std::vector<SharedParameter> shared = c_.model->shared_parameters();
+    for (size_t k = 0; k < shared.size(); ++k) {
+      const SharedParameter& s = shared[k];
+      std::set<int> groups{p.layer_group[s.owner]}, holders;
+      for (int r : s.readers) groups.insert(p.layer_group[r]);
+      if (groups.size() == 1) continue;  // one group: one tensor per replica
+      bool replicated = false;
+      for (int grp : groups) {
+        const std::vector<int> devices = p.devices_of_group(grp);
+        holders.insert(devices.begin(), devices.end());
+        replicated = replicated || devices.size() > 1;
+      }
       if (holders.size() <= 1) continue;
-      if (head_devices.size() > 1 || table_devices.size() > 1)
-        throw std::runtime_error("layer '" + head.name + "' and its tied embedding '" + head.attrs.tie +
-                                 "' run on different devices and one is in a replicated stage: not supported "
+      const std::string& reader = g_.layers[s.readers.front()].name;
+      if (replicated)
+        throw std::runtime_error("layer '" + reader + "' and layer '" + s.name + "', whose weight it shares, " +
+                                 "run on different devices and one is in a replicated stage: not supported "
                                  "(place them in one group, or replicate neither)");
-      ties_.push_back(Tie{h, g_.layers[e].attrs.entries, g_.layers[e].attrs.out});
+      bool held = c_.model->has_layer(s.owner);
+      for (int r : s.readers) held = held || c_.model->has_layer(r);
+      ties_.push_back(Tie{static_cast<int>(k), s.shape, held, s.name});
     }
   }
 
   // Every worker joins (zeros where it holds no copy): the process group spans all of them.
   void sum_tied_gradients(Clock::time_point t0, WorkerStep& st) {
+    if (ties_.empty()) return;
+    const std::vector<SharedParameter> shared = c_.model->shared_parameters();
     for (const Tie& t : ties_) {
       auto a0 = Clock::now();
-      torch::Tensor table = c_.model->tied_table(t.head);
-      const bool held = table.defined() && table.grad().defined();
-      std::vector<at::Tensor> grad{held ? table.grad().contiguous().clone() : torch::zeros({t.rows, t.width})};
+      torch::Tensor copy = t.held ? shared.at(t.index).tensor : torch::Tensor();
+      const bool has_grad = copy.defined() && copy.grad().defined();
+      std::vector<at::Tensor> grad{has_grad ? copy.grad().contiguous().clone() : torch::zeros(t.shape)};
       c_.pg->allreduce(grad)->wait();
-      if (table.defined()) table.mutable_grad() = grad[0];
+      if (copy.defined()) copy.mutable_grad() = grad[0];
       const double comm_ms = ms_between(a0, Clock::now());
       st.comm_ms += comm_ms;
-      st.timeline.push_back(TaskSpan{"tied table " + g_.layers[t.head].attrs.tie, ms_between(t0, a0),
-                                     ms_between(t0, a0) + comm_ms});
+      st.timeline.push_back(TaskSpan{"tied weight " + t.name, ms_between(t0, a0), ms_between(t0, a0) + comm_ms});
     }
   }
 
@@ -642,10 +650,12 @@ class PipelineWorker {
   std::vector<int> seg_of_layer_;
   std::vector<Replica> replicas_;
   struct Tie {
-    int head;             // the lm_head layer
-    int64_t rows, width;  // its table's shape
+    int index;                   // in GraphModel::shared_parameters()
+    std::vector<int64_t> shape;  // the parameter's
+    bool held;                   // this worker builds its owner or a reader
+    std::string name;            // the owner's
   };
-  std::vector<Tie> ties_;  // tied tables whose layers run on different workers
+  std::vector<Tie> ties_;  // shared parameters whose owner and readers run on different workers
   std::map<std::tuple<int, int, int>, int> act_task_, grad_task_;  // (producer, consumer, m) -> task
   std::map<std::pair<int, int>, Recv> recv_;                       // (task, layer)
   std::map<std::tuple<int, int, int>, torch::Tensor> leaves_;      // (consumer segment, m, layer)

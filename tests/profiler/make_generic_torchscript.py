@@ -7,6 +7,7 @@ Writes, each with its parameter count as PyTorch counts it in OUT_DIR/expected.j
   vit_tiny_traced.pt      torchvision's VisionTransformer code at 32x32 (patch 8, 2 layers, width 32), traced
   lm_traced.pt / lm_scripted.pt  embedding + 4-layer nn.TransformerEncoder (batch_first) + linear head
                           over a 100-token vocabulary, sequences of 8 tokens (dropout 0)
+  lm_tied_traced.pt       the same with the head's weight tied to the embedding's table (GPT-2's tying), traced
   vit_b_16_traced.pt      (with --vit-b-16) torchvision vit_b_16 at 224x224, traced
 Dropout is 0 where a model trains in a test, so pipelined and single-device training draw no random masks.
 """
@@ -20,12 +21,14 @@ import torchvision
 
 
 class TokenLM(nn.Module):
-    def __init__(self, vocab=100, dim=32, heads=2, layers=4):
+    def __init__(self, vocab=100, dim=32, heads=2, layers=4, tied=False):
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
         layer = nn.TransformerEncoderLayer(dim, heads, dim_feedforward=64, dropout=0.0, batch_first=True)
         self.encoder = nn.TransformerEncoder(layer, layers)
         self.head = nn.Linear(dim, vocab)
+        if tied:
+            self.head.weight = self.embed.weight
 
     def forward(self, tokens):
         return self.head(self.encoder(self.embed(tokens)))
@@ -60,6 +63,10 @@ def main():
     torch.jit.trace(lm, tokens, check_trace=False).save(os.path.join(out, "lm_traced.pt"))
     torch.jit.script(lm).save(os.path.join(out, "lm_scripted.pt"))
     expected["lm_traced"] = expected["lm_scripted"] = count(lm)
+
+    tied = TokenLM(tied=True)
+    torch.jit.trace(tied, tokens, check_trace=False).save(os.path.join(out, "lm_tied_traced.pt"))
+    expected["lm_tied_traced"] = count(tied)  # the shared table once
 
     if "--vit-b-16" in sys.argv:
         vit_b = torchvision.models.vit_b_16()

@@ -81,3 +81,9 @@ TEST_CASE("a Transformer language model, traced and scripted, split over 2 devic
   check_split_equals_single("lm_traced", 8, 2);
   check_split_equals_single("lm_scripted", 8, 2);
 }
+
+// The head reads the embedding's table on the other device: each worker keeps a
+// copy and their gradients are summed, so the table takes both uses' gradient.
+TEST_CASE("a language model whose head shares the embedding's table trains like one device with the two apart") {
+  check_split_equals_single("lm_tied_traced", 8, 2);
+}
