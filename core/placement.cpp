@@ -235,8 +235,14 @@ MemoryBreakdown& MemoryBreakdown::operator+=(const MemoryBreakdown& o) {
 }
 
 // The one switch for what backward keeps per layer (see the header): infer_shapes's saved_bytes
-// (attention keeps its scores and probabilities too); the output where shapes were not inferred.
+// (attention keeps its probabilities too); the output where shapes were not inferred.
 int64_t kept_bytes_per_sample(const Layer& l) { return l.saved_bytes > 0 ? l.saved_bytes : l.activation_bytes(); }
+
+int64_t kept_bytes_per_sample(const LayerGraph& g, int i) {
+  const Layer& l = g.layers[i];
+  const bool output = i + 1 == static_cast<int>(g.layers.size());
+  return sat_add(kept_bytes_per_sample(l), output ? l.activation_bytes() : 0);
+}
 
 int64_t device_memory_bytes(const Device& d) { return sat_mul(d.memory_mb, 1024 * 1024); }
 
@@ -267,13 +273,31 @@ MemoryBreakdown state_of(int64_t param_bytes, Optimizer o) {
   return m;
 }
 
-// Backward's and the update's working memory on a device whose largest layer
-// has `largest_param` parameter bytes and `largest_output` output bytes per
+// Backward's working memory on a device whose largest layer has
+// `largest_param` parameter bytes and `largest_output` output bytes per
 // sample: that layer's weight gradient before it is accumulated into .grad
-// (Adam's update: two such temporaries, sqrt and its quotient) and an
-// activation gradient in and out for one micro-batch.
-int64_t workspace_bytes(int64_t largest_param, int64_t largest_output, int64_t samples, Optimizer o) {
-  return sat_add(sat_mul(o == Optimizer::adam ? 2 : 1, largest_param), sat_mul(sat_mul(2, largest_output), samples));
+// and an activation gradient in and out for one micro-batch.
+int64_t workspace_bytes(int64_t largest_param, int64_t largest_output, int64_t samples) {
+  return sat_add(largest_param, sat_mul(sat_mul(2, largest_output), samples));
+}
+
+// The weight gradient layer i's backward makes before it is accumulated: its
+// own parameters', or a tied lm_head's table's.
+int64_t weight_gradient_bytes(const LayerGraph& g, int i) {
+  const Layer& l = g.layers[i];
+  if (l.op != "lm_head") return l.param_bytes();
+  const int t = g.index_of(l.attrs.tie);
+  return t >= 0 ? g.layers[t].param_bytes() : 0;
+}
+
+// The update runs after the step's backward, when activations and received
+// buffers are freed: Adam's two temporaries of the largest weight (its sqrt
+// and the quotient) count only where they pass what backward held. SGD's
+// momentum update is in place.
+void add_update_workspace(MemoryBreakdown& m, int64_t largest_param, Optimizer o) {
+  if (o != Optimizer::adam) return;
+  const int64_t update = sat_mul(2, largest_param), backward = sat_add(m.activations, m.buffers);
+  if (update > backward) m.buffers = sat_add(m.buffers, update - backward);
 }
 
 // The largest of [first, end) from a sparse table (first < end).
@@ -358,7 +382,7 @@ StageMemory::StageMemory(const LayerGraph& g, Optimizer o) : optimizer_(o), tied
   kept_prefix_.assign(L + 1, 0);
   for (size_t i = 0; i < L; ++i) {
     param_prefix_[i + 1] = sat_add(param_prefix_[i], g.layers[i].param_bytes());
-    kept_prefix_[i + 1] = sat_add(kept_prefix_[i], kept_bytes_per_sample(g.layers[i]));
+    kept_prefix_[i + 1] = sat_add(kept_prefix_[i], kept_bytes_per_sample(g, static_cast<int>(i)));
   }
   // Layer p's output crosses every cut j in (p, its last reader].
   std::vector<int64_t> delta(L + 2, 0);
@@ -375,7 +399,7 @@ StageMemory::StageMemory(const LayerGraph& g, Optimizer o) : optimizer_(o), tied
   for (size_t j = 0; j <= L; ++j) cut_[j] = run = sat_add(run, delta[j]);
   std::vector<int64_t> params(L), outputs(L);
   for (size_t i = 0; i < L; ++i) {
-    params[i] = g.layers[i].param_bytes();
+    params[i] = weight_gradient_bytes(g, static_cast<int>(i));
     outputs[i] = g.layers[i].activation_bytes();
   }
   param_max_ = sparse_table(params);
@@ -392,9 +416,11 @@ MemoryBreakdown StageMemory::breakdown(int first, int end, int64_t samples, int6
   const int64_t received = micro_batches > 0 ? micro_batches : in_flight;
   if (first > 0) m.buffers = sat_mul(sat_mul(cut_[first], samples), received);
   if (end < L) m.buffers = sat_add(m.buffers, sat_mul(sat_mul(cut_[end], samples), received));
-  if (first < end)
-    m.buffers = sat_add(m.buffers, workspace_bytes(range_max(param_max_, first, end), range_max(output_max_, first, end),
-                                                   samples, optimizer_));
+  if (first < end) {
+    const int64_t largest_param = range_max(param_max_, first, end);
+    m.buffers = sat_add(m.buffers, workspace_bytes(largest_param, range_max(output_max_, first, end), samples));
+    add_update_workspace(m, largest_param, optimizer_);
+  }
   return m;
 }
 
@@ -405,13 +431,15 @@ std::vector<MemoryBreakdown> estimate_device_memory(const Placement& p, const La
     const int64_t share = p.replica_share(batch_size);
     MemoryBreakdown whole;
     int64_t largest_param = 0, largest_output = 0;
-    for (const Layer& l : g.layers) {
+    for (size_t i = 0; i < g.layers.size(); ++i) {
+      const Layer& l = g.layers[i];
       whole += state_of(l.param_bytes(), p.optimizer);
-      whole.activations = sat_add(whole.activations, sat_mul(kept_bytes_per_sample(l), share));
-      largest_param = std::max(largest_param, l.param_bytes());
+      whole.activations = sat_add(whole.activations, sat_mul(kept_bytes_per_sample(g, static_cast<int>(i)), share));
+      largest_param = std::max(largest_param, weight_gradient_bytes(g, static_cast<int>(i)));
       largest_output = std::max(largest_output, l.activation_bytes());
     }
-    whole.buffers = workspace_bytes(largest_param, largest_output, share, p.optimizer);
+    whole.buffers = workspace_bytes(largest_param, largest_output, share);
+    add_update_workspace(whole, largest_param, p.optimizer);
     for (int d : p.group_device) out[d] += whole;
     return out;
   }
@@ -439,7 +467,7 @@ std::vector<MemoryBreakdown> estimate_device_memory(const Placement& p, const La
     const int grp = p.layer_group[i];
     const int64_t flight = in_flight(grp);
     MemoryBreakdown m = state_of(l.param_bytes(), p.optimizer);
-    m.activations = sat_mul(sat_mul(kept_bytes_per_sample(l), mb), p.recomputes(grp) ? 1 : flight);
+    m.activations = sat_mul(sat_mul(kept_bytes_per_sample(g, i), mb), p.recomputes(grp) ? 1 : flight);
     for (int in : l.inputs) {
       const int from = p.layer_group[in];
       if (from == grp || !crosses_devices(p, from, grp)) continue;
@@ -457,22 +485,24 @@ std::vector<MemoryBreakdown> estimate_device_memory(const Placement& p, const La
     }
     add_to_group(p, grp, m, out);
     auto note_largest = [&](int d) {
-      largest_param[d] = std::max(largest_param[d], l.param_bytes());
+      largest_param[d] = std::max(largest_param[d], weight_gradient_bytes(g, i));
       largest_output[d] = std::max(largest_output[d], l.activation_bytes());
     };
     note_largest(p.group_device[grp]);
     if (p.replica_count(grp) > 1)
       for (int d : p.group_replicas[grp]) note_largest(d);
   }
-  for (int d = 0; d < c.num_devices(); ++d)
-    if (largest_param[d] > 0 || largest_output[d] > 0)
-      out[d].buffers = sat_add(out[d].buffers, workspace_bytes(largest_param[d], largest_output[d], mb, p.optimizer));
   for (const TiedTable& t : tied_tables(g)) {
     const std::vector<int> table_devices = p.devices_of_group(p.layer_group[t.table]);
     for (int d : p.devices_of_group(p.layer_group[t.head]))
       if (std::find(table_devices.begin(), table_devices.end(), d) == table_devices.end())
         out[d] += state_of(t.bytes, p.optimizer);
   }
+  for (int d = 0; d < c.num_devices(); ++d)
+    if (largest_param[d] > 0 || largest_output[d] > 0) {
+      out[d].buffers = sat_add(out[d].buffers, workspace_bytes(largest_param[d], largest_output[d], mb));
+      add_update_workspace(out[d], largest_param[d], p.optimizer);
+    }
   return out;
 }
 
@@ -515,7 +545,7 @@ bool recompute_where_needed(Placement& p, const LayerGraph& g, const Cluster& c,
   const int G = p.num_groups();
   std::vector<int64_t> kept(G, 0);
   for (size_t i = 0; i < g.layers.size(); ++i)
-    kept[p.layer_group[i]] = sat_add(kept[p.layer_group[i]], kept_bytes_per_sample(g.layers[i]));
+    kept[p.layer_group[i]] = sat_add(kept[p.layer_group[i]], kept_bytes_per_sample(g, static_cast<int>(i)));
   std::vector<int> order(G);
   for (int k = 0; k < G; ++k) order[k] = k;
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return kept[a] > kept[b]; });

@@ -129,9 +129,13 @@ struct MemoryBreakdown {
 
 // Per-sample bytes the backward pass keeps for one layer. Every use of a
 // layer's kept activations goes through here (the memory rule, StageMemory,
-// the simulator's tally). Today: the layer's output (float32); once
-// Layer::saved_bytes lands, that field.
+// the simulator's tally): Layer::saved_bytes where shape inference set it,
+// else the layer's output (float32).
 int64_t kept_bytes_per_sample(const Layer& l);
+// The same for layer i of g, with the training loss's own: the cross-entropy
+// keeps its log-probabilities (the size of the last layer's output) until
+// backward, per micro-batch in flight (a language model's per-token logits).
+int64_t kept_bytes_per_sample(const LayerGraph& g, int i);
 
 // Peak memory of every device, by part: each group it runs holds its weights,
 // gradients and optimizer state; activations of the micro-batches in flight

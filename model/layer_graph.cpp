@@ -156,9 +156,10 @@ bool infer_sequence_layer(Layer& l, Status& status) {
         !count_of({1, projections + products}, l.macs))
       return fail("parameter or multiply-add count is over 2^59");
     // q, k, v, the attention output before its projection and the output: 5 x T x D;
-    // scores and probabilities: 2 x heads x T x T.
+    // the probabilities, heads x T x T (softmax's backward needs its output; the
+    // scaled, masked scores before it are temporaries no backward reads).
     int64_t per_token = 0, per_head = 0;
-    if (!count_of({5, t, d}, per_token) || !count_of({2, a.heads, t, t}, per_head) ||
+    if (!count_of({5, t, d}, per_token) || !count_of({1, a.heads, t, t}, per_head) ||
         !count_of({4, per_token + per_head}, l.saved_bytes))
       return fail("saved activations are over 2^59 bytes");
   } else if (l.op == "gelu") {

@@ -60,10 +60,11 @@ std::vector<std::vector<float>> to_rows(const torch::Tensor& t) {
 PolicyMemory policy_memory(const LayerGraph& graph, const Cluster& cluster, int64_t batch_size, Schedule schedule,
                            Optimizer optimizer) {
   PolicyMemory m;
-  for (const Layer& l : graph.layers) {
+  for (size_t i = 0; i < graph.layers.size(); ++i) {
+    const Layer& l = graph.layers[i];
     m.layer_param_bytes.push_back(l.param_bytes());
     m.layer_activation_bytes.push_back(l.activation_bytes());
-    m.layer_kept_bytes.push_back(kept_bytes_per_sample(l));
+    m.layer_kept_bytes.push_back(kept_bytes_per_sample(graph, static_cast<int>(i)));  // the loss's on the last
   }
   for (const Device& d : cluster.devices) m.device_bytes.push_back(device_memory_bytes(d));
   // A tied lm_head is charged its table's copy wherever it goes: the mask
@@ -443,7 +444,9 @@ struct Policy::Impl {
       const double in_flight = static_cast<double>(micro_batches_in_flight(m_.cfg.memory.schedule, own, stages_));
       return state_bytes_[g] + activation_bytes_[g] * samples_ * in_flight + boundary_bytes_[g] * samples_ * own;
     }
-    // core's workspace_bytes: Adam's update holds two temporaries of the largest weight.
+    // At least core's working memory: backward's weight and activation gradients, with Adam's two
+    // update temporaries of the largest weight on top (core counts them only where they pass
+    // what backward held), so the mask is never laxer.
     double workspace(int g) const {
       const double updates = m_.cfg.memory.optimizer == Optimizer::adam ? 2 : 1;
       return updates * largest_param_[g] + 2 * largest_output_[g] * samples_;

@@ -84,9 +84,10 @@ TEST_CASE("a data-parallel placement needs the whole model on each replica at it
 // sample; fc1: 36 and 16; fc2: 10 and 8), fc0 and fc1 on d0, fc2 on d1;
 // batch 8 in 4 micro-batches of 2 samples. Every number below is worked out by hand.
 // Buffers = received inputs and gradients (each micro-batch the device runs)
-// + working memory: the largest layer's weight gradient (Adam: x 2) and two
+// + backward's working memory: the largest layer's weight gradient and two
 // of its largest activation gradients for one micro-batch — d0: 544 + 2 x 32
-// x 2 = 672 (Adam 1216); d1: 40 + 2 x 8 x 2 = 72 (Adam 112).
+// x 2 = 672; d1: 40 + 2 x 8 x 2 = 72. fc2, the output, also keeps the loss's
+// log-probabilities: 8 more bytes per sample.
 namespace {
 struct SmallChain {
   LayerGraph g = linear_chain({8, 4, 2});
@@ -115,10 +116,10 @@ TEST_CASE("a 3-layer chain on 2 devices under GPipe with SGD: every micro-batch'
   const auto m = s.estimate();
   // d0: 688 bytes of parameters; (32 + 16) x 2 samples x 4 micro-batches; fc1's output gradient x 4 + 672.
   check_parts(m[0], 688, 688, 384, 128 + 672);
-  // d1: 40 bytes; 8 x 2 x 4; fc1's output received for each of the 4 micro-batches + 72.
-  check_parts(m[1], 40, 40, 64, 128 + 72);
+  // d1: 40 bytes; (8 + 8) x 2 x 4; fc1's output received for each of the 4 micro-batches + 72.
+  check_parts(m[1], 40, 40, 128, 128 + 72);
   check_parts(m[2], 0, 0, 0, 0);
-  CHECK(estimate_device_memory_bytes(s.p, s.g, s.c, 8) == std::vector<int64_t>{3248, 384, 0});
+  CHECK(estimate_device_memory_bytes(s.p, s.g, s.c, 8) == std::vector<int64_t>{3248, 448, 0});
 }
 
 TEST_CASE("1F1B keeps as many micro-batches as there are devices from a stage to the end") {
@@ -126,15 +127,28 @@ TEST_CASE("1F1B keeps as many micro-batches as there are devices from a stage to
   s.p.schedule = Schedule::one_f_one_b;
   const auto m = s.estimate();
   check_parts(m[0], 688, 688, 192, 128 + 672);  // 2 in flight on the first stage; every receive posted
-  check_parts(m[1], 40, 40, 16, 128 + 72);     // 1 on the last
+  check_parts(m[1], 40, 40, 32, 128 + 72);     // 1 on the last
 }
 
 TEST_CASE("Adam keeps two copies of the parameters where SGD with momentum keeps one") {
   SmallChain s;
   s.p.optimizer = Optimizer::adam;
-  const auto m = s.estimate();
-  check_parts(m[0], 688, 1376, 384, 128 + 1216);
-  check_parts(m[1], 40, 80, 64, 128 + 112);
+  auto m = s.estimate();
+  // Its update's two temporaries of fc0's weight (2 x 544) come after backward,
+  // which held more (384 + 800): nothing is added.
+  check_parts(m[0], 688, 1376, 384, 128 + 672);
+  check_parts(m[1], 40, 80, 128, 128 + 72);
+  // One sample through 16 -> 1024 -> 1024 -> 10: backward holds 8,272 bytes of
+  // activations and fc1's 4,198,400-byte weight gradient + 2 x 4,096, under the
+  // update's 2 x 4,198,400: activations and buffers come to exactly that.
+  const LayerGraph g = linear_chain({1024, 1024, 10});
+  Placement one = Placement::single_device(3, 0);
+  one.optimizer = Optimizer::adam;
+  const MemoryBreakdown d0 = estimate_device_memory(one, g, devices(1, 4096), 1)[0];
+  CHECK(d0.activations == 8272);
+  CHECK(d0.activations + d0.buffers == 2 * 4198400);
+  one.optimizer = Optimizer::sgd;
+  CHECK(estimate_device_memory(one, g, devices(1, 4096), 1)[0].buffers == 4198400 + 2 * 4096);
   CHECK(training_state_bytes(100, Optimizer::adam) == 400);
   CHECK(training_state_bytes(100) == 300);
 }
@@ -144,10 +158,10 @@ TEST_CASE("a recomputing stage keeps its inputs and one micro-batch's activation
   s.p.group_recompute = {1, 0};
   auto m = s.estimate();
   check_parts(m[0], 688, 688, 96, 128 + 672);  // (32 + 16) x 2 once; its input is the model's
-  check_parts(m[1], 40, 40, 64, 128 + 72);     // unchanged
+  check_parts(m[1], 40, 40, 128, 128 + 72);    // unchanged
   s.p.group_recompute = {0, 1};
   m = s.estimate();
-  check_parts(m[1], 40, 40, 16, 128 + 72);  // 8 x 2 once; the received inputs stay
+  check_parts(m[1], 40, 40, 32, 128 + 72);  // (8 + 8) x 2 once; the received inputs stay
 }
 
 TEST_CASE("each replica of a stage keeps only its own micro-batches") {
@@ -156,7 +170,7 @@ TEST_CASE("each replica of a stage keeps only its own micro-batches") {
   const auto m = s.estimate();
   check_parts(m[0], 688, 688, 192, 64 + 672);  // gradients for its own 2 micro-batches
   check_parts(m[2], 688, 688, 192, 64 + 672);
-  check_parts(m[1], 40, 40, 64, 128 + 72);  // every micro-batch arrives from a replica
+  check_parts(m[1], 40, 40, 128, 128 + 72);  // every micro-batch arrives from a replica
 }
 
 TEST_CASE("a plan that does not fit names the device, its need by part and the overage") {
@@ -178,8 +192,9 @@ TEST_CASE("a plan that does not fit names the device, its need by part and the o
   p.optimizer = Optimizer::adam;
   s = check_memory(p, big, gpus, 4096);
   CHECK(s.message() ==
-        "device 'gpu1' needs 11.5 GB (params 2.0, grads 2.0, Adam 4.0, activations 0.8, buffers 2.8) but has 10.0 GB: "
-        "over by 1.5 GB");  // buffers: 0.25 received gradients + 2 x 1.0 Adam's update + 2 x 0.25 activation gradients
+        "device 'gpu1' needs 10.5 GB (params 2.0, grads 2.0, Adam 4.0, activations 0.8, buffers 1.8) but has 10.0 GB: "
+        "over by 0.5 GB");  // buffers: 0.25 received gradients + 1.0 weight gradient + 2 x 0.25 activation
+                            // gradients (Adam's 2 x 1.0 update temporaries come after backward, under its 2.5)
   p.optimizer = Optimizer::sgd;
   CHECK(check_memory(p, big, gpus, 4096).is_ok());  // 6.0 + 0.75 + 0.25 + 1.0 + 0.5 fits
 }

@@ -154,8 +154,8 @@ TEST_CASE("multiply-adds per layer follow the formulas: projections, QK^T and AV
 TEST_CASE("saved bytes: the output for most layers, the per-head score matrices for attention") {
   const int64_t T = 16, D = 32, H = 4;
   LayerGraph g = must("gpt2", tiny(T, 50));
-  // q, k, v, context and output (5 T D) plus scores and probabilities (2 H T^2), float32.
-  CHECK(layer(g, "h.0.attn").saved_bytes == 4 * (5 * T * D + 2 * H * T * T));
+  // q, k, v, context and output (5 T D) plus the probabilities (H T^2), float32.
+  CHECK(layer(g, "h.0.attn").saved_bytes == 4 * (5 * T * D + H * T * T));
   CHECK(layer(g, "h.0.mlp.c_fc").saved_bytes == 4 * T * 4 * D);
   CHECK(layer(g, "lm_head").saved_bytes == 4 * T * 50);
   for (const Layer& l : must("resnet50").layers) CHECK(l.saved_bytes == l.activation_bytes());
