@@ -10,6 +10,7 @@
 #include "core/placement.h"
 #include "model/layer_graph.h"
 #include "model/zoo.h"
+#include "tests/model/tiny_transformer.h"
 #include "tests/model/linear_chain.h"
 #include "tests/core/fake_evaluator.h"
 
@@ -252,13 +253,7 @@ TEST_CASE("optimizer and recompute round-trip through JSON and bad values name t
 }
 
 TEST_CASE("a device holding a tied lm_head without its embedding keeps its own copy of the table") {
-  ModelOptions o;
-  o.input_size = 8;
-  o.vocabulary = 50;
-  o.layers = 2;
-  o.width = 32;
-  o.heads = 4;
-  Result<LayerGraph> made = zoo_model("gpt2", o);
+  Result<LayerGraph> made = zoo_model("gpt2", test::tiny_transformer(8, 50, 2, 32, 4));
   REQUIRE(made.is_ok());
   const LayerGraph& g = *made;
   const int head = g.index_of("lm_head"), table = g.index_of("wte");

@@ -11,6 +11,7 @@
 
 #include "model/model_json.h"
 #include "model/zoo.h"
+#include "tests/model/tiny_transformer.h"
 
 using namespace tapp;
 
@@ -29,14 +30,7 @@ const Layer& layer(const LayerGraph& g, const std::string& name) {
 }
 
 ModelOptions tiny(int64_t input_size, int64_t vocabulary = 0, int64_t classes = 0) {
-  ModelOptions o;
-  o.input_size = input_size;
-  o.vocabulary = vocabulary;
-  o.num_classes = classes;
-  o.layers = 2;
-  o.width = 32;
-  o.heads = 4;
-  return o;
+  return test::tiny_transformer(input_size, vocabulary, 2, 32, 4, classes);
 }
 
 // One count per spec "model:vocabulary:positions:layers:width:heads:image:classes".

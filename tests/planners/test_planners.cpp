@@ -375,41 +375,22 @@ TEST_CASE("a data-parallel placement: JSON round trip, memory per replica at its
   CHECK(two.devices[1].busy_ms == 0);
 }
 
-TEST_CASE("the DP planner recomputes a stage that fits its device only that way, and says nothing fits when it may not") {
-  // 16 -> 4096 -> 4096 -> 10, batch 8192 in 8 micro-batches under GPipe: on devices of
-  // 512 MiB the first two layers keep 268 MB of activations beside 202 MB of
-  // training state, 134 MB of received gradients and 96 MB of working memory;
-  // recomputing, 34 MB of activations. No other split fits.
-  LayerGraph g = linear_chain({4096, 4096, 10});
-  Cluster c = cluster({1, 1});
-  for (Device& d : c.devices) d.memory_mb = 512;
-  Setup s(g, c, library(g, 8192, {1, 1, 1}), 8192);
-  s.ctx.micro_batches = 8;
-  SimulatorEvaluator ev = s.evaluator();
-  auto p = plan_dynamic_programming(s.ctx, ev);
-  REQUIRE_MESSAGE(p.is_ok(), p.error_message());
-  CHECK(check_memory(*p, s.g, s.c, 8192).is_ok());
-  bool recomputes = false;
-  for (int grp = 0; grp < p->num_groups(); ++grp) recomputes = recomputes || p->recomputes(grp);
-  CHECK(recomputes);
-  CHECK(ev.evaluate(*p).ok);
-  s.ctx.allow_recompute = false;
-  auto none = plan_dynamic_programming(s.ctx, ev);
-  REQUIRE_FALSE(none.is_ok());
-  CHECK(none.error_message().find("no placement that fits") != std::string::npos);
-}
-
-TEST_CASE("PipeDream prices and marks recomputation where a stage fits its devices only that way") {
-  // The DP case above, with a second device too small for a replica of the first
-  // layers (their training state alone is 202 MB): every plan recomputes on d0.
+namespace {
+// 16 -> 4096 -> 4096 -> 10, batch 8192 in 8 micro-batches under GPipe: on a device of
+// 512 MiB the first two layers keep 268 MB of activations beside 202 MB of
+// training state, 134 MB of received gradients and 96 MB of working memory;
+// recomputing, 34 MB of activations. `planner` must return a plan that
+// recomputes, fits and runs; without recomputation it must fail.
+void check_recomputes_where_only_that_fits(const std::string& planner, int64_t second_device_mb) {
+  CAPTURE(planner);
   LayerGraph g = linear_chain({4096, 4096, 10});
   Cluster c = cluster({1, 1});
   c.devices[0].memory_mb = 512;
-  c.devices[1].memory_mb = 180;
+  c.devices[1].memory_mb = second_device_mb;
   Setup s(g, c, library(g, 8192, {1, 1, 1}), 8192);
   s.ctx.micro_batches = 8;
   SimulatorEvaluator ev = s.evaluator();
-  auto p = run_planner("pipedream", s.ctx, ev);
+  auto p = run_planner(planner, s.ctx, ev);
   REQUIRE_MESSAGE(p.is_ok(), p.error_message());
   CHECK(check_memory(*p, s.g, s.c, 8192).is_ok());
   bool recomputes = false;
@@ -417,7 +398,20 @@ TEST_CASE("PipeDream prices and marks recomputation where a stage fits its devic
   CHECK(recomputes);
   CHECK(ev.evaluate(*p).ok);
   s.ctx.allow_recompute = false;
-  CHECK_FALSE(run_planner("pipedream", s.ctx, ev).is_ok());
+  auto none = run_planner(planner, s.ctx, ev);
+  REQUIRE_FALSE(none.is_ok());
+  CHECK(none.error_message().find("no placement that fits") != std::string::npos);
+}
+}  // namespace
+
+TEST_CASE("the DP planner recomputes a stage that fits its device only that way, and says nothing fits when it may not") {
+  check_recomputes_where_only_that_fits("dp", 512);  // no other split fits two such devices
+}
+
+TEST_CASE("PipeDream prices and marks recomputation where a stage fits its devices only that way") {
+  // A second device too small for a replica of the first layers (their training
+  // state alone is 202 MB): every plan recomputes on d0.
+  check_recomputes_where_only_that_fits("pipedream", 180);
 }
 
 TEST_CASE("a planner's placements train with the context's optimizer, and Adam's state is counted") {

@@ -25,6 +25,7 @@
 
 #include "tests/torch_doctest.h"  // after the LibTorch headers: doctest's CHECK wins
 #include "tests/model/memory_profile_cache.h"
+#include "tests/model/tiny_transformer.h"
 
 using namespace tapp;
 namespace fs = std::filesystem;
@@ -273,12 +274,7 @@ TEST_CASE("tapp-cli answers bad input with a message and exit code 2") {
 }
 
 TEST_CASE("tiny transformers profile layer by layer: token ids get no gradient, attention gets a backward time") {
-  ModelOptions o;
-  o.input_size = 8;
-  o.vocabulary = 30;
-  o.layers = 1;
-  o.width = 16;
-  o.heads = 2;
+  const ModelOptions o = test::tiny_transformer(8, 30, 1, 16, 2);
   for (const char* name : {"gpt2", "bert_base"}) {
     auto g = zoo_model(name, o);
     REQUIRE_MESSAGE(g.is_ok(), g.error_message());
