@@ -105,8 +105,8 @@ struct Layer {
   // full T x T even when causal, as the masked kernels compute it).
   int64_t macs = 0;
   // Bytes per sample that backward keeps for this layer: its output for most
-  // ops; self_attention also keeps q, k, v, the per-head T x T scores and
-  // probabilities and the attention output before its projection.
+  // ops; self_attention also keeps q, k, v, the per-head T x T probabilities
+  // (not the scores before the softmax) and the attention output before its projection.
   int64_t saved_bytes = 0;
   int64_t activation_bytes() const;  // output, float32, per sample
   int64_t param_bytes() const { return params * 4; }
