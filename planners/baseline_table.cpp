@@ -87,8 +87,10 @@ const std::vector<std::string>& planner_names() {
 
 std::optional<std::string> planner_optimality(const std::string& name) {
   if (name == "dp")
-    return "its DP is optimal among contiguous stages on distinct devices under the bottleneck model "
-           "(per micro-batch count; then polished and ranked by simulation)";
+    return "its DP is optimal among contiguous stages on distinct devices under the bottleneck model at its cut "
+           "positions (every layer boundary while the DP over device sets stays small, else quantiles of the "
+           "compute, plus every boundary for the devices in the cluster's order and fastest first; per micro-batch "
+           "count; then polished and ranked by simulation)";
   if (name == "pipedream")
     return "its DP is optimal among contiguous stages on disjoint device sets (replicas) of the 8 fastest devices "
            "under PipeDream's bottleneck model (per micro-batch count; then polished and ranked by simulation)";

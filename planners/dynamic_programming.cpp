@@ -22,6 +22,40 @@ namespace tapp {
 using namespace planner_support;
 namespace {
 
+// Stages on the devices of `order` taken in turn (stage s on order[s]), every
+// layer boundary a candidate cut: O(L^2 D), so exact over the cuts where the
+// DP over device sets must fall back to quantiles. Per stage count, the best
+// plan and its bottleneck (kInf where none fits).
+void dp_in_device_order(const BottleneckModel& bm, int L, const std::vector<int>& order,
+                        std::vector<std::optional<StagePlan>>& out, std::vector<double>& out_value) {
+  const int S_max = std::min(static_cast<int>(order.size()), L);
+  // f[s][j]: the best bottleneck of layers [0, j) on s + 1 stages; from[s][j]: the cut before stage s.
+  std::vector<std::vector<double>> f(S_max, std::vector<double>(L + 1, kInf));
+  std::vector<std::vector<int>> from(S_max, std::vector<int>(L + 1, -1));
+  for (int j = 1; j <= L; ++j) f[0][j] = bm.stage(order[0], 0, j);
+  for (int s = 1; s < S_max; ++s)
+    for (int i = s; i < L; ++i) {
+      if (f[s - 1][i] == kInf) continue;
+      const double link = std::max(f[s - 1][i], bm.boundary(order[s - 1], order[s], i));
+      if (link >= kInf) continue;
+      for (int j = i + 1; j <= L; ++j) {
+        const double v = std::max(link, bm.stage(order[s], i, j));
+        if (v < f[s][j]) f[s][j] = v, from[s][j] = i;
+      }
+    }
+  for (int s = 0; s < S_max; ++s) {
+    const int S = s + 1;
+    if (!(f[s][L] < out_value[S])) continue;
+    out_value[S] = f[s][L];
+    StagePlan plan;
+    plan.micro_batches = bm.m;
+    plan.stage_begin.assign(S, 0);
+    for (int k = s, j = L; k > 0; --k) j = plan.stage_begin[k] = from[k][j];
+    plan.stage_device.assign(order.begin(), order.begin() + S);
+    out[S] = plan;
+  }
+}
+
 // DP over (cut position, used devices, last device); best plan per stage count.
 Result<std::vector<std::optional<StagePlan>>> dp_by_stage_count(const PlannerContext& ctx, int m) {
   if (Status s = check_context(ctx); !s) return s;
@@ -99,6 +133,16 @@ Result<std::vector<std::optional<StagePlan>>> dp_by_stage_count(const PlannerCon
       std::reverse(plan.stage_device.begin(), plan.stage_device.end());
       out[S] = plan;
     }
+  // With many devices the DP above sees only a few cut positions (4 for 16
+  // devices: at most 3 stages); the same model over every boundary, with the
+  // devices in the cluster's order (its nodes) and fastest first, keeps the
+  // pipelines that use them all.
+  if (C < L) {
+    std::vector<int> in_order(D);
+    std::iota(in_order.begin(), in_order.end(), 0);
+    dp_in_device_order(bm, L, in_order, out, out_value);
+    dp_in_device_order(bm, L, devices_fastest_first(ctx), out, out_value);
+  }
   return out;
 }
 

@@ -404,6 +404,24 @@ void check_recomputes_where_only_that_fits(const std::string& planner, int64_t s
 }
 }  // namespace
 
+TEST_CASE("with 16 devices the DP planner still finds pipelines over many devices, as good as a balanced split") {
+  // On 16 devices the DP over device sets affords only 4 cut positions (at most
+  // 3 stages); the DP over every boundary with the devices in order must find
+  // the long pipeline: 40 equal layers, 16 equal devices, cheap links.
+  std::vector<int64_t> widths(40, 64);
+  widths.back() = 10;
+  LayerGraph g = linear_chain(widths);
+  Setup s(g, cluster(std::vector<double>(16, 1.0), 100000), library(g, 64, std::vector<double>(40, 5.0)), 64);
+  s.ctx.micro_batches = 16;
+  SimulatorEvaluator ev = s.evaluator();
+  auto dp = run_planner("dp", s.ctx, ev);
+  REQUIRE_MESSAGE(dp.is_ok(), dp.error_message());
+  CHECK(dp->num_groups() >= 8);
+  auto balanced = run_planner("uniform", s.ctx, ev);
+  REQUIRE(balanced.is_ok());
+  CHECK(ev.evaluate(*dp).step_ms <= ev.evaluate(*balanced).step_ms * 1.0001);
+}
+
 TEST_CASE("the DP planner recomputes a stage that fits its device only that way, and says nothing fits when it may not") {
   check_recomputes_where_only_that_fits("dp", 512);  // no other split fits two such devices
 }
