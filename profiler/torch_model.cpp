@@ -210,9 +210,12 @@ std::vector<torch::Tensor> GraphModel::parameters() const {
   if (script_)
     for (size_t i = 0; i < graph_.layers.size(); ++i) {
       if (!built_[i] || graph_.layers[i].op != "torchscript") continue;
-      for (const auto& [owner, t] : script_->borrowed(static_cast<int>(i)))
-        if (!built_[owner] && std::none_of(all.begin(), all.end(), [&](const torch::Tensor& q) { return q.is_same(t); }))
+      for (const auto& borrowed : script_->borrowed(static_cast<int>(i))) {
+        const torch::Tensor& t = borrowed.second;  // (not a structured binding: lambdas capture it)
+        if (!built_[borrowed.first] &&
+            std::none_of(all.begin(), all.end(), [&](const torch::Tensor& q) { return q.is_same(t); }))
           all.push_back(t);
+      }
     }
   return all;
 }
@@ -228,9 +231,11 @@ std::vector<SharedParameter> GraphModel::shared_parameters() const {
       const Layer& table = graph_.layers[e];
       out.push_back({e, {reader}, {table.attrs.entries, table.attrs.out}, tied_table(reader), table.name});
     } else if (l.op == "torchscript" && script_) {
-      for (const auto& [owner, t] : script_->borrowed(reader)) {
-        auto same = std::find_if(out.begin(), out.end(), [&, o = owner](const SharedParameter& s) {
-          return s.owner == o && s.tensor.defined() && s.tensor.is_same(t);
+      for (const auto& borrowed : script_->borrowed(reader)) {
+        const int owner = borrowed.first;
+        const torch::Tensor& t = borrowed.second;
+        auto same = std::find_if(out.begin(), out.end(), [&](const SharedParameter& s) {
+          return s.owner == owner && s.tensor.defined() && s.tensor.is_same(t);
         });
         if (same != out.end()) {
           same->readers.push_back(reader);
