@@ -424,6 +424,18 @@ MemoryBreakdown StageMemory::breakdown(int first, int end, int64_t samples, int6
   return m;
 }
 
+namespace {
+// A tied lm_head's devices that do not hold its embedding keep a copy of the table.
+void add_tied_copy(const Placement& p, const LayerGraph& g, int head, std::vector<MemoryBreakdown>& out) {
+  const int table = g.index_of(g.layers[head].attrs.tie);
+  if (table < 0) return;
+  const std::vector<int> table_devices = p.devices_of_group(p.layer_group[table]);
+  for (int d : p.devices_of_group(p.layer_group[head]))
+    if (std::find(table_devices.begin(), table_devices.end(), d) == table_devices.end())
+      out[d] += state_of(g.layers[table].param_bytes(), p.optimizer);
+}
+}  // namespace
+
 std::vector<MemoryBreakdown> estimate_device_memory(const Placement& p, const LayerGraph& g, const Cluster& c,
                                                     int64_t batch_size) {
   std::vector<MemoryBreakdown> out(c.num_devices());
@@ -484,6 +496,7 @@ std::vector<MemoryBreakdown> estimate_device_memory(const Placement& p, const La
       }
     }
     add_to_group(p, grp, m, out);
+    if (l.op == "lm_head") add_tied_copy(p, g, i, out);
     auto note_largest = [&](int d) {
       largest_param[d] = std::max(largest_param[d], weight_gradient_bytes(g, i));
       largest_output[d] = std::max(largest_output[d], l.activation_bytes());
@@ -491,12 +504,6 @@ std::vector<MemoryBreakdown> estimate_device_memory(const Placement& p, const La
     note_largest(p.group_device[grp]);
     if (p.replica_count(grp) > 1)
       for (int d : p.group_replicas[grp]) note_largest(d);
-  }
-  for (const TiedTable& t : tied_tables(g)) {
-    const std::vector<int> table_devices = p.devices_of_group(p.layer_group[t.table]);
-    for (int d : p.devices_of_group(p.layer_group[t.head]))
-      if (std::find(table_devices.begin(), table_devices.end(), d) == table_devices.end())
-        out[d] += state_of(t.bytes, p.optimizer);
   }
   for (int d = 0; d < c.num_devices(); ++d)
     if (largest_param[d] > 0 || largest_output[d] > 0) {

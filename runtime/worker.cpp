@@ -384,9 +384,7 @@ class PipelineWorker {
   // gradient single-device training would, the sum of all uses.
   void find_ties_across_workers() {
     const Placement& p = c_.job.placement;
-    std::vector<SharedParameter> shared = c_.model->shared_parameters();
-    for (size_t k = 0; k < shared.size(); ++k) {
-      const SharedParameter& s = shared[k];
+    for (const SharedParameter& s : c_.model->shared_parameters()) {
       std::set<int> groups{p.layer_group[s.owner]}, holders;
       for (int r : s.readers) groups.insert(p.layer_group[r]);
       if (groups.size() == 1) continue;  // one group: one tensor per replica
@@ -404,17 +402,15 @@ class PipelineWorker {
                                  "(place them in one group, or replicate neither)");
       bool held = c_.model->has_layer(s.owner);
       for (int r : s.readers) held = held || c_.model->has_layer(r);
-      ties_.push_back(Tie{static_cast<int>(k), s.shape, held, s.name});
+      ties_.push_back(Tie{held ? s.tensor : torch::Tensor(), s.shape, s.name});
     }
   }
 
   // Every worker joins (zeros where it holds no copy): the process group spans all of them.
   void sum_tied_gradients(Clock::time_point t0, WorkerStep& st) {
-    if (ties_.empty()) return;
-    const std::vector<SharedParameter> shared = c_.model->shared_parameters();
     for (const Tie& t : ties_) {
       auto a0 = Clock::now();
-      torch::Tensor copy = t.held ? shared.at(t.index).tensor : torch::Tensor();
+      torch::Tensor copy = t.copy;
       const bool has_grad = copy.defined() && copy.grad().defined();
       std::vector<at::Tensor> grad{has_grad ? copy.grad().contiguous().clone() : torch::zeros(t.shape)};
       c_.pg->allreduce(grad)->wait();
@@ -650,9 +646,8 @@ class PipelineWorker {
   std::vector<int> seg_of_layer_;
   std::vector<Replica> replicas_;
   struct Tie {
-    int index;                   // in GraphModel::shared_parameters()
+    torch::Tensor copy;          // this worker's copy; undefined where it builds neither owner nor reader
     std::vector<int64_t> shape;  // the parameter's
-    bool held;                   // this worker builds its owner or a reader
     std::string name;            // the owner's
   };
   std::vector<Tie> ties_;  // shared parameters whose owner and readers run on different workers

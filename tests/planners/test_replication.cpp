@@ -89,6 +89,15 @@ bool is_valid_replicated(const StagePlan& p, int L, int D) {
   return p.micro_batches >= p.max_replica_count();
 }
 
+// A move set with the one kind of move `which` and nothing else.
+MoveSet only_move(bool MoveSet::*which) {
+  MoveSet only;
+  only.shift_steps.clear();
+  only.merge = only.split = only.swap = only.relocate = only.micro_batches = false;
+  only.*which = true;
+  return only;
+}
+
 }  // namespace
 
 TEST_CASE("PipeDream's DP over stages and replica sets equals exhaustive enumeration on tiny random inputs") {
@@ -204,10 +213,7 @@ TEST_CASE("replication moves: replicate onto each unused device, drop each repli
   p.stage_begin = {0, 3};
   p.stage_device = {2, 0};
   p.micro_batches = 2;
-  MoveSet only;
-  only.shift_steps.clear();
-  only.merge = only.split = only.swap = only.relocate = only.micro_batches = false;
-  only.replicate = true;
+  const MoveSet only = only_move(&MoveSet::replicate);
   const auto reps = moves.neighbours(p, only);
   REQUIRE(reps.size() == 4);  // 2 stages x unused devices 1 and 3
   CHECK(devices_of(reps[0], 0) == std::vector<int>{2, 1});
@@ -238,10 +244,7 @@ TEST_CASE("replication moves: a replica moves to every other stage that has micr
   p.stage_device = {2, 0, 4};
   p.stage_replicas = {{1, 3}, {}, {}};
   p.micro_batches = 4;
-  MoveSet only;
-  only.shift_steps.clear();
-  only.merge = only.split = only.swap = only.relocate = only.micro_batches = false;
-  only.move_replica = true;
+  const MoveSet only = only_move(&MoveSet::move_replica);
   const auto moved = moves.neighbours(p, only);
   REQUIRE(moved.size() == 4);  // replicas 1 and 3 of stage 0, each to stage 1 or 2
   CHECK(devices_of(moved[0], 0) == std::vector<int>{2, 3});
