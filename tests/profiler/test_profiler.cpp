@@ -350,8 +350,17 @@ TEST_CASE("a model exported by tapp-cli export-model profiles like the zoo model
 }
 
 TEST_CASE("set_compute_threads sizes LibTorch's and OpenBLAS's pools together") {
-  // LibTorch's BLAS here is OpenBLAS (libopenblas0-pthread); without it a Linear layer is ~35x slower.
-  REQUIRE(openblas_threads() > 0);
+  // Debian's LibTorch computes with OpenBLAS (libopenblas0-pthread; without it a
+  // Linear layer is ~35x slower), whose pool we size ourselves. PyTorch's own
+  // builds use MKL, which at::set_num_threads sizes: then only LibTorch's pool is checked.
+  if (openblas_threads() == 0) {
+    REQUIRE_MESSAGE(at::hasMKL(), "LibTorch's BLAS is neither OpenBLAS (loaded) nor MKL");
+    set_compute_threads(2);
+    CHECK(at::get_num_threads() == 2);
+    set_compute_threads(0);  // clamped: never zero threads
+    CHECK(at::get_num_threads() == 1);
+    return;
+  }
   set_compute_threads(2);
   CHECK(at::get_num_threads() == 2);
   CHECK(openblas_threads() == 2);
