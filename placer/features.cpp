@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/cluster.h"
+#include "core/placement.h"
 #include "model/layer_graph.h"
 
 namespace tapp {
@@ -24,7 +26,11 @@ std::vector<float> code_for_index(int k) {
 }  // namespace
 
 OpDictionary::OpDictionary() {
-  for (const char* name : {"Convolution", "Relu", "Pooling", "Fully-Connected", "Padding", "Unknown"}) code(name);
+  // The paper's five and Unknown first, then model/layer_graph.h's other classes: fixed codes.
+  for (const char* name : {"Convolution", "Relu", "Pooling", "Fully-Connected", "Padding", "Unknown", "Activation",
+                           "Add", "Attention", "Concat", "Dropout", "Embedding", "Flatten", "Identity",
+                           "Normalization"})
+    code(name);
 }
 
 const std::vector<float>& OpDictionary::code(const std::string& name) {
@@ -69,27 +75,131 @@ FeatureMatrix encode_layers(const LayerGraph& graph, OpDictionary& dictionary) {
   return m;
 }
 
+double LayerTotals::total_gflops() const {
+  double t = 0;
+  for (double v : gflops) t += v;
+  return t;
+}
+
+double LayerTotals::total_params_mb() const {
+  double t = 0;
+  for (double v : params_mb) t += v;
+  return t;
+}
+
+LayerTotals layer_totals(const LayerGraph& graph) {
+  LayerTotals t;
+  for (const Layer& l : graph.layers) {
+    t.gflops.push_back(2.0 * static_cast<double>(l.macs) / 1e9);
+    t.params_mb.push_back(static_cast<double>(l.param_bytes()) / 1e6);
+    t.output_mb.push_back(static_cast<double>(l.activation_bytes()) / 1e6);
+  }
+  return t;
+}
+
+DeviceTraits device_traits(const Cluster& cluster) {
+  DeviceTraits t;
+  const int D = cluster.num_devices();
+  for (const Device& d : cluster.devices) {
+    t.compute.push_back(d.speed * std::max(1, d.threads));
+    t.memory_mb.push_back(static_cast<double>(device_memory_bytes(d)) / 1e6);
+    t.gpu.push_back(d.kind.rfind("cuda", 0) == 0);
+    t.threads.push_back(d.threads);
+  }
+  t.link_mbps.assign(static_cast<size_t>(D) * D, 0.0);
+  t.link_latency_ms.assign(static_cast<size_t>(D) * D, 0.0);
+  for (int a = 0; a < D; ++a)
+    for (int b = 0; b < D; ++b) {
+      if (a == b) continue;
+      const Link& l = cluster.link(a, b);
+      t.link_mbps[static_cast<size_t>(a) * D + b] = l.bandwidth_mbps;
+      t.link_latency_ms[static_cast<size_t>(a) * D + b] = l.latency_ms;
+    }
+  return t;
+}
+
+DeviceTraits uniform_devices(int num_devices) {
+  Cluster c;
+  for (int k = 0; k < std::max(1, num_devices); ++k) c.devices.push_back(Device{"d" + std::to_string(k)});
+  return device_traits(c);
+}
+
+FeatureMatrix encode_devices(const DeviceTraits& devices, double model_state_mb) {
+  FeatureMatrix m;
+  const int D = devices.size();
+  m.rows = D;
+  m.cols = kDeviceFeatureWidth;
+  m.data.assign(static_cast<size_t>(D) * m.cols, 0.f);
+  double total = 0;
+  for (double c : devices.compute) total += c;
+  for (int k = 0; k < D; ++k) {
+    double bw = 0, lat = 0;
+    for (int j = 0; j < D; ++j)
+      if (j != k) {
+        bw += devices.link_mbps[static_cast<size_t>(k) * D + j];
+        lat += devices.link_latency_ms[static_cast<size_t>(k) * D + j];
+      }
+    const double others = std::max(1, D - 1);
+    float* row = &m.data[static_cast<size_t>(k) * m.cols];
+    row[0] = static_cast<float>(total > 0 ? devices.compute[k] / total * D : 1.0);  // 1 = an average device
+    row[1] = static_cast<float>(std::clamp(std::log10(std::max(1e-3, devices.compute[k])) / 2.0, -2.0, 2.0));
+    row[2] = static_cast<float>(
+        std::clamp(std::log10(std::max(1e-3, devices.memory_mb[k]) / std::max(1.0, model_state_mb)) / 2.0, -2.0, 2.0));
+    row[3] = static_cast<float>(std::min(devices.threads[k], 64) / 16.0);
+    row[4] = devices.gpu[k] ? 1.f : 0.f;
+    row[5] = static_cast<float>(D > 1 ? std::log10(std::max(1.0, bw / others)) / 5.0 : 0.0);
+    row[6] = static_cast<float>(D > 1 ? std::log10(1.0 + lat / others) : 0.0);
+    row[7] = static_cast<float>(D > 1 ? static_cast<double>(k) / (D - 1) : 0.0);
+  }
+  return m;
+}
+
 FeatureMatrix encode_groups(const FeatureMatrix& layer_rows, const std::vector<int>& layer_group, int num_groups,
-                            const std::vector<std::vector<int>>& consumers) {
+                            const std::vector<std::vector<int>>& consumers, const LayerTotals& totals) {
   FeatureMatrix m;
   m.rows = num_groups;
-  m.cols = layer_rows.cols + num_groups;
+  m.cols = kGroupFeatureWidth;
   m.data.assign(static_cast<size_t>(m.rows) * m.cols, 0.f);
+  const int base = layer_rows.cols;
   std::vector<int> count(num_groups, 0);
+  std::vector<std::vector<char>> feeds(num_groups, std::vector<char>(num_groups, 0));
+  std::vector<double> gflops(num_groups, 0), params(num_groups, 0), sent(num_groups, 0);
+  const bool sums = totals.gflops.size() == static_cast<size_t>(layer_rows.rows);
   for (int i = 0; i < layer_rows.rows; ++i) {
-    int g = layer_group[i];
+    const int g = layer_group[i];
     ++count[g];
     float* row = &m.data[static_cast<size_t>(g) * m.cols];
-    for (int c = 0; c < layer_rows.cols; ++c) row[c] += layer_rows.at(i, c);
+    for (int c = 0; c < base; ++c) row[c] += layer_rows.at(i, c);
+    bool leaves = false;
     if (i < static_cast<int>(consumers.size()))
-      for (int j : consumers[i]) {
-        int h = layer_group[j];
-        if (h != g) row[layer_rows.cols + h] = 1.f;
-      }
+      for (int j : consumers[i])
+        if (layer_group[j] != g) feeds[g][layer_group[j]] = 1, leaves = true;
+    if (sums) {
+      gflops[g] += totals.gflops[i];
+      params[g] += totals.params_mb[i];
+      if (leaves) sent[g] += totals.output_mb[i];
+    }
   }
-  for (int g = 0; g < num_groups; ++g)
+  const double all_gflops = sums ? totals.total_gflops() : 0, all_params = sums ? totals.total_params_mb() : 0;
+  for (int g = 0; g < num_groups; ++g) {
+    float* row = &m.data[static_cast<size_t>(g) * m.cols];
     if (count[g] > 0)
-      for (int c = 0; c < layer_rows.cols; ++c) m.data[static_cast<size_t>(g) * m.cols + c] /= count[g];
+      for (int c = 0; c < base; ++c) row[c] /= count[g];
+    int fed = 0;
+    for (int h = 0; h < num_groups; ++h) fed += feeds[g][h];
+    float* s = row + base;
+    s[0] = static_cast<float>(num_groups > 1 ? static_cast<double>(g) / (num_groups - 1) : 0.0);
+    s[1] = static_cast<float>(num_groups > 1 ? static_cast<double>(fed) / (num_groups - 1) : 0.0);
+    s[2] = g + 1 < num_groups && feeds[g][g + 1] ? 1.f : 0.f;
+    s[3] = count[g] > 0 ? 1.f : 0.f;
+    const double metrics[3] = {gflops[g], params[g], sent[g]};
+    for (int k = 0; k < 3; ++k) {
+      auto enc = encode_metric(metrics[k]);
+      std::copy(enc.begin(), enc.end(), s + 4 + k * kMetricWidth);
+    }
+    s[4 + 3 * kMetricWidth] = static_cast<float>(all_gflops > 0 ? gflops[g] / all_gflops : 0.0);
+    s[5 + 3 * kMetricWidth] = static_cast<float>(all_params > 0 ? params[g] / all_params : 0.0);
+  }
   return m;
 }
 

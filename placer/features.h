@@ -1,14 +1,24 @@
-// placer/features.h — the TAPP paper's feature encoding of layers and groups (section 4.1, 4.2).
+// placer/features.h — the TAPP paper's feature encoding of layers and groups (section 4.1, 4.2),
+// and what the networks see of a cluster, so one network serves any model and cluster.
 //
-// Owns `OpDictionary` (op name -> 16-wide code, growing as new names appear)
+// Owns `OpDictionary` (op class -> 16-wide code, the same for every model)
 // and the encoders:
-//   layer row = [op code (16) | params MB (4) | GFLOPs (4) | activation MB (4) | next ids (2)]
-//   group row = [mean of its layers' rows (30) | one-hot of the groups it feeds (G)]
+//   layer row  = [op code (16) | params MB (4) | GFLOPs (4) | activation MB (4) | next ids (2)]
+//   group row  = [mean of its layers' rows (30) | position, share of groups fed, feeds the
+//                 next, non-empty (4) | its GFLOPs, params MB, MB sent out (4 each) |
+//                 share of the model's FLOPs and params (2)]  — 48, whatever G
+//   device row = [compute share, log compute, memory against the model's state,
+//                 threads, GPU, log mean bandwidth, log mean latency, position
+//                 k/(D-1) in the cluster's order (tells identical devices apart)]  — 8
+// (the allocation network's per-(group, device) inputs are built in policy.cpp
+// from these and the devices already chosen: placer/policy.h).
 // Scalars are encoded as a 4-wide log-scale thermometer (see encode_metric).
 // Next-layer ids are 1-based layer numbers divided by the number of layers,
 // -0.1 where a layer has fewer than two consumers.
+// kPolicyFeatureVersion names this encoding; a saved policy of another is refused.
 // Data flow: LayerGraph -> encode_layers -> policy (partition network);
-//            layer rows + sampled partition -> encode_groups -> allocation network.
+//            layer rows + sampled partition -> encode_groups -> allocation network;
+//            Cluster -> device_traits -> encode_devices -> allocation network.
 // No LibTorch here: rows are plain float vectors (row-major).
 // Thread safety: OpDictionary is mutable state owned by one search; the
 // encoders are pure functions.
@@ -21,16 +31,23 @@
 namespace tapp {
 
 struct LayerGraph;
+struct Cluster;
 
 constexpr int kOpCodeWidth = 16;
 constexpr int kMetricWidth = 4;
 constexpr int kNextLayers = 2;
 constexpr int kLayerFeatureWidth = kOpCodeWidth + 3 * kMetricWidth + kNextLayers;  // 30
 constexpr float kNoNextLayer = -0.1f;
+constexpr int kGroupFeatureWidth = kLayerFeatureWidth + 4 + 3 * kMetricWidth + 2;  // 48
+constexpr int kDeviceFeatureWidth = 8;
+// Version of everything a trained policy's weights depend on: these widths and
+// meanings, the op codes and the networks' shapes (placer/policy.cpp).
+constexpr int kPolicyFeatureVersion = 2;
 
 // Op name -> code vector. Starts with the paper's five (Convolution, Relu,
-// Pooling, Fully-Connected, Padding) and Unknown; any other op class gets the
-// next free code the first time it is seen.
+// Pooling, Fully-Connected, Padding) and Unknown, then every other op class of
+// model/layer_graph.h in a fixed order, so a class has the same code in every
+// model (a trained policy depends on it); an unseen name gets the next free code.
 class OpDictionary {
  public:
   OpDictionary();
@@ -57,10 +74,35 @@ struct FeatureMatrix {
 // One row per layer of an inferred graph (per-sample params, FLOPs, activations).
 FeatureMatrix encode_layers(const LayerGraph& graph, OpDictionary& dictionary);
 
-// One row per group 0..num_groups-1: mean of its layers' rows (zeros when the
-// group is empty) then a one-hot (width num_groups) of the other groups its
-// layers feed.
+// Per layer, per sample: what the group and pair features sum.
+struct LayerTotals {
+  std::vector<double> gflops, params_mb, output_mb;
+  double total_gflops() const;
+  double total_params_mb() const;
+};
+LayerTotals layer_totals(const LayerGraph& graph);
+
+// What the allocation network sees of a cluster (index = device index).
+struct DeviceTraits {
+  std::vector<double> compute;    // speed x threads
+  std::vector<double> memory_mb;
+  std::vector<bool> gpu;
+  std::vector<int> threads;
+  std::vector<double> link_mbps, link_latency_ms;  // D x D, [from * D + to]
+  int size() const { return static_cast<int>(compute.size()); }
+};
+DeviceTraits device_traits(const Cluster& cluster);
+// D identical devices (speed 1, one thread, 4 GB, 10 Gbit/s links): a policy built without a cluster.
+DeviceTraits uniform_devices(int num_devices);
+
+// One row per device (kDeviceFeatureWidth); model_state_mb scales the memory column.
+FeatureMatrix encode_devices(const DeviceTraits& devices, double model_state_mb);
+
+// One row per group 0..num_groups-1 (kGroupFeatureWidth): the mean of its
+// layers' rows (zeros when the group is empty), then its summaries; `totals`
+// may be empty (its sums read as zero).
 FeatureMatrix encode_groups(const FeatureMatrix& layer_rows, const std::vector<int>& layer_group,
-                            int num_groups, const std::vector<std::vector<int>>& consumers);
+                            int num_groups, const std::vector<std::vector<int>>& consumers,
+                            const LayerTotals& totals = {});
 
 }  // namespace tapp

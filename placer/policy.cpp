@@ -4,8 +4,9 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <set>
 #include <cmath>
+#include <cstdio>
+#include <set>
 
 #include "core/cluster.h"
 #include "model/layer_graph.h"
@@ -55,7 +56,219 @@ std::vector<std::vector<float>> to_rows(const torch::Tensor& t) {
   return out;
 }
 
+constexpr int kLayerInputWidth = kLayerFeatureWidth + 1 + 2 * kPositionFrequencies;  // 43
+constexpr int kGroupPositionWidth = 8;   // log2 G, g/(G-1) and its sin/cos at 3 frequencies
+constexpr int kPairWidth = 4;            // per (group, device): load, memory, receive time, shared device
+constexpr int kMicroSlots = 8;           // micro-batch counts 1, 2, 4, ..., 128
+constexpr int kMicroHead = kMicroSlots + 1;  // and data parallelism
+constexpr int kMicroInputExtra = kDeviceFeatureWidth + 2;
+
+// Per group of one partition: its FLOPs and parameters, and the MB per sample
+// it receives from each other group (inputs; their gradients go back the same way).
+struct GroupStats {
+  std::vector<double> gflops, params_mb;
+  std::vector<double> received_mb;  // G x G: [from * G + to]
+};
+
+GroupStats group_stats(const LayerTotals& t, const std::vector<int>& layer_group, int G,
+                       const std::vector<std::vector<int>>& consumers) {
+  GroupStats s{std::vector<double>(G, 0.0), std::vector<double>(G, 0.0),
+               std::vector<double>(static_cast<size_t>(G) * G, 0.0)};
+  if (t.gflops.size() != layer_group.size()) return s;
+  for (size_t i = 0; i < layer_group.size(); ++i) {
+    const int g = layer_group[i];
+    s.gflops[g] += t.gflops[i];
+    s.params_mb[g] += t.params_mb[i];
+    std::vector<int> sent_to;
+    if (i < consumers.size())
+      for (int j : consumers[i]) {
+        const int h = layer_group[j];
+        if (h == g || std::find(sent_to.begin(), sent_to.end(), h) != sent_to.end()) continue;
+        sent_to.push_back(h);
+        s.received_mb[static_cast<size_t>(g) * G + h] += t.output_mb[i];
+      }
+  }
+  return s;
+}
+
+// [log2 G / 4, x, sin/cos(2^k pi x) k = 0..2], x = g / (G - 1).
+std::vector<float> group_positions(int G) {
+  std::vector<float> v(static_cast<size_t>(G) * kGroupPositionWidth);
+  for (int g = 0; g < G; ++g) {
+    float* r = &v[static_cast<size_t>(g) * kGroupPositionWidth];
+    const double x = G > 1 ? static_cast<double>(g) / (G - 1) : 0.0;
+    r[0] = static_cast<float>(std::log2(static_cast<double>(G)) / 4.0);
+    r[1] = static_cast<float>(x);
+    for (int k = 0; k < 3; ++k) {
+      const double w = 3.141592653589793 * static_cast<double>(1 << k) * x;
+      r[2 + 2 * k] = static_cast<float>(std::sin(w));
+      r[3 + 2 * k] = static_cast<float>(std::cos(w));
+    }
+  }
+  return v;
+}
+
 }  // namespace
+
+class PolicyNetworks {
+ public:
+  PolicyNetworks(int hidden, double learning_rate) : hidden(hidden) {
+    const int H = hidden;
+    p1 = torch::nn::Linear(kLayerInputWidth, H);
+    p2 = torch::nn::Linear(H, H);
+    p3 = torch::nn::Linear(H, H);
+    p_group = torch::nn::Linear(kGroupPositionWidth, H);
+    a_embed = torch::nn::Linear(kGroupFeatureWidth, H);
+    a_q = torch::nn::Linear(H, H);
+    a_k = torch::nn::Linear(H, H);
+    a_v = torch::nn::Linear(H, H);
+    a_pair1 = torch::nn::Linear(H + kDeviceFeatureWidth + kPairWidth, H);
+    a_pair2 = torch::nn::Linear(H, 2);
+    a_micro = torch::nn::Linear(H + kMicroInputExtra, kMicroHead);
+    a_group_query = torch::nn::Linear(H, H);
+    a_device_key = torch::nn::Linear(kDeviceFeatureWidth + kPairWidth, H);
+    for (auto* lin : layers()) {
+      params.push_back((*lin)->weight);
+      params.push_back((*lin)->bias);
+    }
+    optimizer = std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(learning_rate));
+  }
+
+  std::vector<torch::nn::Linear*> layers() {
+    return {&p1, &p2, &p3, &p_group, &a_embed, &a_q, &a_k, &a_v, &a_pair1, &a_pair2, &a_micro, &a_group_query,
+            &a_device_key};
+  }
+  static std::vector<std::string> names() {
+    return {"p1",  "p2",  "p3",      "p_group", "a_embed", "a_q",           "a_k",
+            "a_v", "a_pair1", "a_pair2", "a_micro", "a_group_query", "a_device_key"};
+  }
+
+  void init(uint64_t seed, double replica_bias) {
+    torch::NoGradGuard ng;
+    std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ULL + 17);
+    for (auto& p : params) {
+      auto flat = torch::empty({p.numel()}, torch::kFloat32);
+      float* d = flat.data_ptr<float>();
+      if (p.dim() == 2) {
+        double bound = 1.0 / std::sqrt(static_cast<double>(p.size(1)));
+        std::uniform_real_distribution<double> u(-bound, bound);
+        for (int64_t i = 0; i < p.numel(); ++i) d[i] = static_cast<float>(u(rng));
+      } else {
+        for (int64_t i = 0; i < p.numel(); ++i) d[i] = 0.f;
+      }
+      p.copy_(flat.view(p.sizes()));
+    }
+    // Output layers start near uniform so the first samples explore; replicas
+    // start rare (bias -2: p ~ 0.12 each), so the first proposals are mostly
+    // plain pipelines and replication is learned where it pays.
+    p3->weight.mul_(0.1);
+    a_pair2->weight.mul_(0.1);
+    a_micro->weight.mul_(0.1);
+    a_group_query->weight.mul_(0.1);
+    p_group->weight.mul_(0.1);
+    a_pair2->bias[1].fill_(replica_bias);
+  }
+
+  int hidden;
+  torch::nn::Linear p1{nullptr}, p2{nullptr}, p3{nullptr}, p_group{nullptr};
+  torch::nn::Linear a_embed{nullptr}, a_q{nullptr}, a_k{nullptr}, a_v{nullptr};
+  torch::nn::Linear a_pair1{nullptr}, a_pair2{nullptr}, a_micro{nullptr};
+  // The device logit's second term: attention of the group's query on the
+  // device's key (its row and the pair features), so a group can prefer a
+  // device by what it is without the scorer's hidden layer learning the product.
+  torch::nn::Linear a_group_query{nullptr}, a_device_key{nullptr};
+  std::vector<torch::Tensor> params;
+  std::unique_ptr<torch::optim::Adam> optimizer;
+};
+
+std::shared_ptr<PolicyNetworks> new_policy_networks(int hidden, double learning_rate, uint64_t seed,
+                                                    double replica_bias) {
+  auto n = std::make_shared<PolicyNetworks>(std::max(1, hidden), learning_rate);
+  n->init(seed, replica_bias);
+  return n;
+}
+
+int policy_hidden_width(const PolicyNetworks& networks) { return networks.hidden; }
+
+std::shared_ptr<PolicyNetworks> clone_policy_networks(const PolicyNetworks& from, double learning_rate) {
+  auto n = std::make_shared<PolicyNetworks>(from.hidden, learning_rate);
+  torch::NoGradGuard ng;
+  for (size_t i = 0; i < n->params.size(); ++i) n->params[i].copy_(from.params[i]);
+  return n;
+}
+
+Status save_policy_networks(const PolicyNetworks& networks, const std::string& path, const nlohmann::json& trained_on) {
+  const std::string tmp = path + ".tmp";
+  try {
+    torch::serialize::OutputArchive a;
+    a.write("format", c10::IValue(std::string("tapp-policy")));
+    a.write("feature_version", c10::IValue(static_cast<int64_t>(kPolicyFeatureVersion)));
+    a.write("hidden", c10::IValue(static_cast<int64_t>(networks.hidden)));
+    a.write("trained_on", c10::IValue(trained_on.dump()));
+    auto& n = const_cast<PolicyNetworks&>(networks);
+    const auto names = PolicyNetworks::names();
+    const auto layers = n.layers();
+    for (size_t i = 0; i < layers.size(); ++i) {
+      a.write(names[i] + ".weight", (*layers[i])->weight.detach());
+      a.write(names[i] + ".bias", (*layers[i])->bias.detach());
+    }
+    a.save_to(tmp);
+  } catch (const std::exception& e) {
+    std::remove(tmp.c_str());
+    return Status::error(path + ": cannot write the policy: " + std::string(e.what()).substr(0, 200));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return Status::error(path + ": cannot write the policy (rename failed)");
+  }
+  return Status::ok();
+}
+
+Result<std::shared_ptr<PolicyNetworks>> load_policy_networks(const std::string& path, double learning_rate,
+                                                             PolicyFileInfo* info) {
+  if (FILE* f = std::fopen(path.c_str(), "rb")) {
+    std::fclose(f);
+  } else {
+    return Status::error(path + ": no such policy file");
+  }
+  PolicyFileInfo read;
+  std::shared_ptr<PolicyNetworks> n;
+  try {
+    torch::serialize::InputArchive a;
+    a.load_from(path);
+    c10::IValue v;
+    if (!a.try_read("format", v) || !v.isString() || v.toStringRef() != "tapp-policy")
+      return Status::error(path + ": not a TAPP policy file");
+    if (!a.try_read("feature_version", v) || !v.isInt())
+      return Status::error(path + ": policy file without a feature version");
+    read.feature_version = static_cast<int>(v.toInt());
+    if (read.feature_version != kPolicyFeatureVersion)
+      return Status::error(path + ": policy of feature version " + std::to_string(read.feature_version) +
+                           "; this TAPP reads version " + std::to_string(kPolicyFeatureVersion) +
+                           " (train a new one with tapp-cli train-policy)");
+    if (!a.try_read("hidden", v) || !v.isInt() || v.toInt() < 1 || v.toInt() > 4096)
+      return Status::error(path + ": policy file without a valid hidden width");
+    read.hidden = static_cast<int>(v.toInt());
+    if (a.try_read("trained_on", v) && v.isString())
+      read.trained_on = nlohmann::json::parse(v.toStringRef(), nullptr, false);
+    n = std::make_shared<PolicyNetworks>(read.hidden, learning_rate);
+    const auto names = PolicyNetworks::names();
+    const auto layers = n->layers();
+    torch::NoGradGuard ng;
+    for (size_t i = 0; i < layers.size(); ++i)
+      for (const char* part : {".weight", ".bias"}) {
+        torch::Tensor t;
+        if (!a.try_read(names[i] + part, t)) return Status::error(path + ": policy file lacks " + names[i] + part);
+        torch::Tensor& dst = std::string(part) == ".weight" ? (*layers[i])->weight : (*layers[i])->bias;
+        if (t.sizes() != dst.sizes()) return Status::error(path + ": " + names[i] + part + " has the wrong shape");
+        dst.copy_(t);
+      }
+  } catch (const std::exception& e) {
+    return Status::error(path + ": not a readable policy file (truncated or corrupt)");
+  }
+  if (info) *info = read;
+  return n;
+}
 
 PolicyMemory policy_memory(const LayerGraph& graph, const Cluster& cluster, int64_t batch_size, Schedule schedule,
                            Optimizer optimizer) {
@@ -82,65 +295,110 @@ struct Policy::Impl {
   std::vector<std::vector<int>> consumers;
   std::vector<std::vector<int>> producers;  // per layer: its inputs (earlier layers)
   FeatureMatrix layer_rows;
-  int L = 0, G = 0, D = 0, M = 0;  // M: micro-batch head outputs (choices + data parallel)
+  int L = 0, G = 0, D = 0, M = 0;  // M: micro-batch choices (+ data parallel)
   std::vector<float> prior;  // L x G positional prior logits (contiguous mode)
   bool all_masked = false;  // no device fits: nothing is masked
-  torch::Tensor layer_input;  // L x (30 + 1): features | position
+  bool replica_head = false;  // max_replicas > 0 and more than one device
+  torch::Tensor layer_input;  // L x 43: features | position
+  torch::Tensor group_position;  // G x 8
+  torch::Tensor device_rows;  // D x 7 (encode_devices)
+  torch::Tensor micro_extra;  // mean device row | log2 batch / 8 | log2 D / 4
+  torch::Tensor micro_slots;  // M: the head's slot of each choice (data parallel last)
   torch::Tensor device_mask;  // D: 0 or kMasked
+  double total_gflops = 0, total_compute = 0;
+  int64_t batch = 32;
+  std::shared_ptr<PolicyNetworks> net;
 
-  // Partition network.
-  torch::nn::Linear p1{nullptr}, p2{nullptr}, p3{nullptr};
-  // Allocation network.
-  torch::nn::Linear a_embed{nullptr}, a_q{nullptr}, a_k{nullptr}, a_v{nullptr}, a_out{nullptr}, a_micro{nullptr};
-  torch::nn::Linear a_replica{nullptr};  // per group x device: logit of a replica there (max_replicas > 0)
-  std::vector<torch::Tensor> params;
-  std::unique_ptr<torch::optim::Adam> optimizer;
+  torch::Tensor partition_logits() {
+    auto h = torch::relu(net->p2(torch::relu(net->p1(layer_input))));
+    return torch::matmul(net->p3(h), net->p_group(group_position).t());
+  }
 
-  void init_weights() {
-    std::mt19937_64 rng(cfg.seed * 0x9E3779B97F4A7C15ULL + 17);
-    for (auto& p : params) {
-      torch::NoGradGuard ng;
-      auto flat = torch::empty({p.numel()}, torch::kFloat32);
-      float* d = flat.data_ptr<float>();
-      if (p.dim() == 2) {
-        double bound = 1.0 / std::sqrt(static_cast<double>(p.size(1)));
-        std::uniform_real_distribution<double> u(-bound, bound);
-        for (int64_t i = 0; i < p.numel(); ++i) d[i] = static_cast<float>(u(rng));
-      } else {
-        for (int64_t i = 0; i < p.numel(); ++i) d[i] = 0.f;
+  // The attended group embeddings of a partition (G x H) and its group stats.
+  struct Groups {
+    torch::Tensor h;
+    GroupStats stats;
+  };
+  Groups groups_of(const std::vector<int>& layer_group) {
+    FeatureMatrix rows = encode_groups(layer_rows, layer_group, G, consumers, cfg.totals);
+    auto e = torch::relu(net->a_embed(to_tensor(rows)));
+    auto q = net->a_q(e), k = net->a_k(e), v = net->a_v(e);
+    auto att = torch::softmax(torch::matmul(q, k.t()) / std::sqrt(static_cast<double>(net->hidden)), 1);
+    return {e + torch::matmul(att, v), group_stats(cfg.totals, layer_group, G, consumers)};
+  }
+
+  // Logits of the micro-batch choices (M) given the groups.
+  torch::Tensor micro_logits(const Groups& gr) {
+    auto all = net->a_micro(torch::cat({gr.h.mean(0), micro_extra}));
+    return all.index_select(0, micro_slots);
+  }
+
+  // Pair features of group g on each device, given the devices of the groups before it
+  // (device[p] for p < g; producers placed later are not seen, so sampling and scoring agree).
+  void pair_features(const GroupStats& st, int g, const std::vector<int>& device, float* out) const {
+    const auto& t = cfg.devices;
+    for (int k = 0; k < D; ++k) {
+      float* f = out + static_cast<size_t>(k) * kPairWidth;
+      const double flops_share = total_gflops > 0 ? st.gflops[g] / total_gflops : 0.0;
+      const double compute_share = total_compute > 0 ? t.compute[k] / total_compute : 1.0 / D;
+      f[0] = flops_share > 0 ? static_cast<float>(std::clamp(std::log2(flops_share / compute_share) / 4.0, -2.0, 2.0))
+                             : -2.f;
+      f[1] = st.params_mb[g] > 0
+                 ? static_cast<float>(std::clamp(std::log2(4.0 * st.params_mb[g] / std::max(1.0, t.memory_mb[k])) / 4.0,
+                                                 -3.0, 1.0))
+                 : -3.f;
+      double receive_ms = 0;
+      bool shared = false;
+      for (int p = 0; p < g; ++p) {
+        const double mb = st.received_mb[static_cast<size_t>(p) * G + g];
+        if (mb <= 0 || device[p] < 0) continue;
+        if (device[p] == k) {
+          shared = true;
+          continue;
+        }
+        const size_t link = static_cast<size_t>(device[p]) * D + k;
+        receive_ms += 2 * (t.link_latency_ms[link] + mb * batch * 8.0 / std::max(1e-3, t.link_mbps[link]) * 1e3);
       }
-      p.copy_(flat.view(p.sizes()));
-    }
-    // Start the output layers near uniform so the first samples explore.
-    torch::NoGradGuard ng;
-    p3->weight.mul_(0.1);
-    a_out->weight.mul_(0.1);
-    a_micro->weight.mul_(0.1);
-    // Replicas start rare by default (bias -2: p ~ 0.12 each), so the first
-    // proposals are mostly the plain pipelines and replication is learned where it pays.
-    if (a_replica) {
-      a_replica->weight.mul_(0.1);
-      a_replica->bias.fill_(cfg.replica_bias);
+      f[2] = static_cast<float>(std::log10(1.0 + receive_ms) / 3.0);
+      f[3] = shared ? 1.f : 0.f;
     }
   }
 
-  torch::Tensor partition_logits() { return p3(torch::relu(p2(torch::relu(p1(layer_input))))); }
+  // The scorer's two outputs (device logit, replica logit) for the groups in
+  // `rows` on every device: rows.size() x D x 2.
+  torch::Tensor pair_scores(const Groups& gr, const std::vector<int>& rows, const std::vector<int>& device) {
+    const int R = static_cast<int>(rows.size());
+    std::vector<float> pf(static_cast<size_t>(R) * D * kPairWidth);
+    for (int r = 0; r < R; ++r) pair_features(gr.stats, rows[r], device, &pf[static_cast<size_t>(r) * D * kPairWidth]);
+    auto pairs = torch::from_blob(pf.data(), {R, D, kPairWidth}, torch::kFloat32).clone();
+    auto idx = torch::tensor(std::vector<int64_t>(rows.begin(), rows.end()), torch::kInt64);
+    auto h = gr.h.index_select(0, idx).unsqueeze(1).expand({R, D, net->hidden});
+    auto dev = device_rows.unsqueeze(0).expand({R, D, kDeviceFeatureWidth});
+    auto x = torch::cat({h, dev, pairs}, 2);
+    auto out = net->a_pair2(torch::relu(net->a_pair1(x)));
+    auto attention = (net->a_group_query(h) * net->a_device_key(torch::cat({dev, pairs}, 2))).sum(2) /
+                     std::sqrt(static_cast<double>(net->hidden));
+    return torch::stack({out.select(2, 0) + attention, out.select(2, 1)}, 2);
+  }
+
+  int greedy_micro(const Groups& gr);
+
+  std::vector<int> all_groups() const {
+    std::vector<int> v(G);
+    for (int g = 0; g < G; ++g) v[g] = g;
+    return v;
+  }
 
   struct AllocationLogits {
     torch::Tensor device;   // G x D, devices that fit no layer masked
     torch::Tensor micro;    // M
     torch::Tensor replica;  // G x D, undefined without a replica head
   };
-  AllocationLogits allocation_logits(const std::vector<int>& layer_group) {
-    FeatureMatrix rows = encode_groups(layer_rows, layer_group, G, consumers);
-    auto x = to_tensor(rows);
-    auto e = torch::relu(a_embed(x));
-    auto q = a_q(e), k = a_k(e), v = a_v(e);
-    auto att = torch::softmax(torch::matmul(q, k.t()) / std::sqrt(static_cast<double>(cfg.hidden)), 1);
-    auto h = e + torch::matmul(att, v);
-    auto dev = a_out(h) + device_mask.unsqueeze(0);
-    auto micro = a_micro(h.mean(0));
-    return {dev, micro, a_replica ? a_replica(h) : torch::Tensor()};
+  // Every logit of an allocation whose primaries are `device` (the decision's).
+  AllocationLogits allocation_logits(const Groups& gr, const std::vector<int>& device) {
+    auto scores = pair_scores(gr, all_groups(), device);
+    auto dev = scores.select(2, 0) + device_mask.unsqueeze(0);
+    return {dev, micro_logits(gr), replica_head ? scores.select(2, 1) : torch::Tensor()};
   }
 
   static std::vector<bool> nonempty(const std::vector<int>& layer_group, int groups) {
@@ -194,7 +452,8 @@ struct Policy::Impl {
     auto idx = torch::tensor(std::vector<int64_t>(d.layer_group.begin(), d.layer_group.end()), torch::kInt64);
     auto lp = part_logp.gather(1, idx.unsqueeze(1)).sum();
     auto ent = -(part_logp.exp() * part_logp).sum();
-    auto logits = allocation_logits(d.layer_group);
+    Groups gr = groups_of(d.layer_group);
+    auto logits = allocation_logits(gr, d.group_device);
     auto micro_logp = torch::log_softmax(logits.micro, 0);
     lp = lp + micro_logp[d.micro_batch_index];
     ent = ent - (micro_logp.exp() * micro_logp).sum();
@@ -264,33 +523,17 @@ struct Policy::Impl {
       const float* p = pp.data_ptr<float>();
       for (int i = 0; i < L; ++i) d.layer_group[i] = rng ? draw(p + i * G, G, *rng) : argmax(p + i * G, G);
     }
-    auto logits = allocation_logits(d.layer_group);
+    Groups gr = groups_of(d.layer_group);
     // The micro-batch count first: the memory masks and the replica cap depend on it.
-    auto mp = torch::softmax(logits.micro, 0).contiguous();
+    auto mp = torch::softmax(micro_logits(gr), 0).contiguous();
     d.micro_batch_index = rng ? draw(mp.data_ptr<float>(), M, *rng) : argmax(mp.data_ptr<float>(), M);
-
-    auto dl = logits.device.contiguous();
-    const float* z = dl.data_ptr<float>();
-    d.group_device.assign(G, 0);
-    AllocationMasks masks(*this, d.layer_group, d.micro_batch_index);
-    std::vector<float> row(D), p(D);
-    for (int g = 0; g < G; ++g) {
-      masks.primary_row(g, row.data());
-      double mx = -1e30;
-      for (int k = 0; k < D; ++k) mx = std::max(mx, static_cast<double>(z[g * D + k]) + row[k]);
-      double sum = 0;
-      for (int k = 0; k < D; ++k) {
-        p[k] = static_cast<float>(std::exp(z[g * D + k] + row[k] - mx));
-        sum += p[k];
-      }
-      for (int k = 0; k < D; ++k) p[k] = static_cast<float>(p[k] / sum);
-      d.group_device[g] = rng ? draw(p.data(), D, *rng) : argmax(p.data(), D);
-      masks.take_primary(g, d.group_device[g]);
-    }
+    d.group_device = allocate(gr, d.layer_group, d.micro_batch_index, rng, nullptr);
     d.group_replicas.assign(G, {});
-    if (logits.replica.defined()) {
-      auto rp = torch::sigmoid(logits.replica).contiguous();
+    if (replica_head) {
+      auto rp = torch::sigmoid(pair_scores(gr, all_groups(), d.group_device).select(2, 1)).contiguous();
       const float* q = rp.data_ptr<float>();
+      AllocationMasks masks(*this, d.layer_group, d.micro_batch_index);
+      for (int g = 0; g < G; ++g) masks.take_primary(g, d.group_device[g]);
       for (int g = 0; g < G; ++g)
         for (int k = 0; k < D; ++k) {
           if (!masks.replica_allowed(g, k)) continue;
@@ -302,6 +545,39 @@ struct Policy::Impl {
         }
     }
     return d;
+  }
+
+  // Each group's device in id order (drawn, or argmax without rng), each
+  // scored knowing the devices of the groups before it; `probs` (optional)
+  // gets each group's distribution under its masks.
+  std::vector<int> allocate(const Groups& gr, const std::vector<int>& layer_group, int micro_index,
+                            std::mt19937_64* rng, std::vector<std::vector<float>>* probs) {
+    std::vector<int> device(G, -1);
+    const auto used = nonempty(layer_group, G);
+    AllocationMasks masks(*this, layer_group, micro_index);
+    std::vector<float> row(D), p(D);
+    for (int g = 0; g < G; ++g) {
+      masks.primary_row(g, row.data());
+      if (!used[g]) {
+        device[g] = 0;  // not scored
+        if (probs) probs->push_back(std::vector<float>(D, 1.f / D));
+        continue;
+      }
+      auto z = (pair_scores(gr, {g}, device).select(2, 0)[0] + device_mask).contiguous();
+      const float* zp = z.data_ptr<float>();
+      double mx = -1e30;
+      for (int k = 0; k < D; ++k) mx = std::max(mx, static_cast<double>(zp[k]) + row[k]);
+      double sum = 0;
+      for (int k = 0; k < D; ++k) {
+        p[k] = static_cast<float>(std::exp(zp[k] + row[k] - mx));
+        sum += p[k];
+      }
+      for (int k = 0; k < D; ++k) p[k] = static_cast<float>(p[k] / sum);
+      device[g] = rng ? draw(p.data(), D, *rng) : argmax(p.data(), D);
+      if (probs) probs->push_back(p);
+      masks.take_primary(g, device[g]);
+    }
+    return device;
   }
 
   // The sequential masks of one joint action's allocation (policy.h), the
@@ -412,7 +688,7 @@ struct Policy::Impl {
     }
 
     bool replica_allowed(int g, int k) const {
-      if (!m_.a_replica || data_parallel_ || !used_[g] || in_cycle_[g] || taken_[k] || !m_.device_allowed(k) ||
+      if (!m_.replica_head || data_parallel_ || !used_[g] || in_cycle_[g] || taken_[k] || !m_.device_allowed(k) ||
           m_.all_masked)
         return false;
       const int r = 1 + replicas_[g];
@@ -530,7 +806,8 @@ struct Policy::Impl {
   }
 };
 
-Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>> consumers, PolicyConfig config)
+Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>> consumers, PolicyConfig config,
+               std::shared_ptr<PolicyNetworks> networks)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.cfg = std::move(config);
@@ -545,7 +822,6 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
   m.G = std::max(1, m.cfg.num_groups);
   m.D = std::max(1, m.cfg.num_devices);
   m.M = static_cast<int>(m.cfg.micro_batch_choices.size()) + (m.cfg.offer_data_parallel ? 1 : 0);
-  const int H = m.cfg.hidden;
   // Positional prior (contiguous mode): layer i leans towards group
   // (i + 0.5) G / L with a width of about one group, so a neutral network
   // proposes stages spread over the model; the network learns where to cut.
@@ -561,7 +837,7 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
     }
   FeatureMatrix in;
   in.rows = m.L;
-  in.cols = layer_features.cols + 1 + 2 * kPositionFrequencies;
+  in.cols = kLayerInputWidth;
   in.data.resize(static_cast<size_t>(in.rows) * in.cols);
   for (int i = 0; i < m.L; ++i) {
     float* row = &in.data[static_cast<size_t>(i) * in.cols];
@@ -589,37 +865,40 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
   m.all_masked = !any;
   m.device_mask = torch::tensor(mask);
 
-  m.p1 = torch::nn::Linear(in.cols, H);
-  m.p2 = torch::nn::Linear(H, H);
-  m.p3 = torch::nn::Linear(H, m.G);
-  m.a_embed = torch::nn::Linear(layer_features.cols + m.G, H);
-  m.a_q = torch::nn::Linear(H, H);
-  m.a_k = torch::nn::Linear(H, H);
-  m.a_v = torch::nn::Linear(H, H);
-  m.a_out = torch::nn::Linear(H, m.D);
-  m.a_micro = torch::nn::Linear(H, m.M);
-  for (auto* lin : {&m.p1, &m.p2, &m.p3, &m.a_embed, &m.a_q, &m.a_k, &m.a_v, &m.a_out, &m.a_micro}) {
-    m.params.push_back((*lin)->weight);
-    m.params.push_back((*lin)->bias);
-  }
-  if (m.cfg.max_replicas > 0 && m.D > 1) {
-    // Last, so that the other networks start from the same weights with or without it.
-    m.a_replica = torch::nn::Linear(H, m.D);
-    m.params.push_back(m.a_replica->weight);
-    m.params.push_back(m.a_replica->bias);
-  }
+  if (m.cfg.devices.size() != m.D) m.cfg.devices = uniform_devices(m.D);
+  if (m.cfg.totals.gflops.size() != static_cast<size_t>(m.L)) m.cfg.totals = LayerTotals{};
+  m.total_gflops = m.cfg.totals.total_gflops();
+  for (double c : m.cfg.devices.compute) m.total_compute += c;
+  m.batch = m.cfg.batch_size > 0 ? m.cfg.batch_size : m.cfg.memory.batch_size > 0 ? m.cfg.memory.batch_size : 32;
+  const double state_mb = 4.0 * m.cfg.totals.total_params_mb();
+  m.device_rows = to_tensor(encode_devices(m.cfg.devices, state_mb));
+  auto pos = group_positions(m.G);
+  m.group_position = torch::from_blob(pos.data(), {m.G, kGroupPositionWidth}, torch::kFloat32).clone();
+  m.micro_extra = torch::cat({m.device_rows.mean(0),
+                              torch::tensor({static_cast<float>(std::log2(static_cast<double>(m.batch)) / 8.0),
+                                             static_cast<float>(std::log2(static_cast<double>(m.D)) / 4.0)})});
+  // Each micro-batch choice's slot in the head: log2 of the count (counts that
+  // are not powers of two take the nearest), data parallelism the last.
+  std::vector<int64_t> slots;
+  for (int c : m.cfg.micro_batch_choices)
+    slots.push_back(std::clamp<int64_t>(std::lround(std::log2(std::max(1, c))), 0, kMicroSlots - 1));
+  if (m.cfg.offer_data_parallel) slots.push_back(kMicroSlots);
+  m.micro_slots = torch::tensor(slots, torch::kInt64);
+  m.replica_head = m.cfg.max_replicas > 0 && m.D > 1;
+  m.net = networks ? std::move(networks) : new_policy_networks(m.cfg.hidden, m.cfg.learning_rate, m.cfg.seed,
+                                                               m.cfg.replica_bias);
+  m.cfg.hidden = m.net->hidden;
   const auto& mem = m.cfg.memory;
   if (!mem.empty() && (static_cast<int>(mem.device_bytes.size()) != m.D ||
                        static_cast<int>(mem.layer_param_bytes.size()) != m.L ||
                        static_cast<int>(mem.layer_activation_bytes.size()) != m.L || mem.batch_size < 1))
     m.cfg.memory = PolicyMemory{};  // sizes that do not match the model and cluster: no memory masks
-  m.init_weights();
-  m.optimizer = std::make_unique<torch::optim::Adam>(m.params, torch::optim::AdamOptions(m.cfg.learning_rate));
 }
 
 Policy::~Policy() = default;
 
 const PolicyConfig& Policy::config() const { return impl_->cfg; }
+const std::shared_ptr<PolicyNetworks>& Policy::networks() const { return impl_->net; }
 
 Decision Policy::sample(std::mt19937_64& rng) { return impl_->choose(&rng); }
 Decision Policy::greedy() { return impl_->choose(nullptr); }
@@ -634,20 +913,33 @@ std::vector<std::vector<float>> Policy::partition_probs() {
   return to_rows(torch::softmax(impl_->partition_logits(), 1));
 }
 
+// The most probable micro-batch choice of a partition (what the allocation below assumes).
+int Policy::Impl::greedy_micro(const Groups& gr) {
+  auto p = torch::softmax(micro_logits(gr), 0).contiguous();
+  return argmax(p.data_ptr<float>(), M);
+}
+
 std::vector<std::vector<float>> Policy::allocation_probs(const std::vector<int>& layer_group) {
   torch::NoGradGuard ng;
-  return to_rows(torch::softmax(impl_->allocation_logits(layer_group).device, 1));
+  Impl& m = *impl_;
+  auto gr = m.groups_of(layer_group);
+  std::vector<std::vector<float>> probs;
+  m.allocate(gr, layer_group, m.greedy_micro(gr), nullptr, &probs);
+  return probs;
 }
 
 std::vector<std::vector<float>> Policy::replica_probs(const std::vector<int>& layer_group) {
   torch::NoGradGuard ng;
-  auto r = impl_->allocation_logits(layer_group).replica;
-  return r.defined() ? to_rows(torch::sigmoid(r)) : std::vector<std::vector<float>>{};
+  Impl& m = *impl_;
+  if (!m.replica_head) return {};
+  auto gr = m.groups_of(layer_group);
+  auto device = m.allocate(gr, layer_group, m.greedy_micro(gr), nullptr, nullptr);
+  return to_rows(torch::sigmoid(m.pair_scores(gr, m.all_groups(), device).select(2, 1)));
 }
 
 std::vector<float> Policy::micro_batch_probs(const std::vector<int>& layer_group) {
   torch::NoGradGuard ng;
-  auto p = torch::softmax(impl_->allocation_logits(layer_group).micro, 0).contiguous();
+  auto p = torch::softmax(impl_->micro_logits(impl_->groups_of(layer_group)), 0).contiguous();
   return std::vector<float>(p.data_ptr<float>(), p.data_ptr<float>() + p.numel());
 }
 
@@ -656,7 +948,7 @@ UpdateStats Policy::update(const std::vector<Decision>& decisions, const std::ve
   Impl& m = *impl_;
   UpdateStats st;
   if (decisions.empty()) return st;
-  m.optimizer->zero_grad();
+  m.net->optimizer->zero_grad();
   auto part_logits = m.partition_logits();
   torch::Tensor pg = torch::zeros({}), ent = torch::zeros({});
   for (size_t i = 0; i < decisions.size(); ++i) {
@@ -667,8 +959,8 @@ UpdateStats Policy::update(const std::vector<Decision>& decisions, const std::ve
   const double n = static_cast<double>(decisions.size());
   auto loss = pg / n - entropy_coef * ent / n;
   loss.backward();
-  st.grad_norm = torch::nn::utils::clip_grad_norm_(m.params, max_grad_norm);
-  m.optimizer->step();
+  st.grad_norm = torch::nn::utils::clip_grad_norm_(m.net->params, max_grad_norm);
+  m.net->optimizer->step();
   st.loss = loss.item<double>();
   st.entropy = ent.item<double>() / n;
   return st;
@@ -677,11 +969,11 @@ UpdateStats Policy::update(const std::vector<Decision>& decisions, const std::ve
 void Policy::imitate(const Decision& target, int steps) {
   Impl& m = *impl_;
   for (int s = 0; s < steps; ++s) {
-    m.optimizer->zero_grad();
+    m.net->optimizer->zero_grad();
     auto loss = -m.score(target, m.partition_logits()).first;
     loss.backward();
-    torch::nn::utils::clip_grad_norm_(m.params, 5.0);
-    m.optimizer->step();
+    torch::nn::utils::clip_grad_norm_(m.net->params, 5.0);
+    m.net->optimizer->step();
   }
 }
 

@@ -2,17 +2,28 @@
 //
 // Owns `Policy`, three LibTorch networks trained jointly:
 //   partition:  per layer, a feedforward net over [layer features | depth
-//               i/(L-1) | its sin/cos at 6 doubling frequencies] -> softmax
-//               over G groups;
+//               i/(L-1) | its sin/cos at 6 doubling frequencies] gives a key;
+//               per group, a linear map of its position g/(G-1) (and sin/cos)
+//               gives a query; logit = key . query -> softmax over G groups;
 //   allocation: group rows (encode_groups of the sampled partition) -> embedding
-//               -> self-attention over groups -> per group a softmax over devices;
-//   micro-batches: mean of the attended group embeddings -> softmax over
-//               {1, 2, 4, ...} up to the batch size, and (offer_data_parallel)
-//               one more choice: data parallelism, a full replica of the model
-//               on each device the allocation gave a group;
+//               -> self-attention over groups; then per group and device a
+//               scorer over [attended group | the device's row (encode_devices)
+//               | the pair: the group's FLOPs share against the device's compute
+//               share, its parameters against the device's memory, the time to
+//               receive its inputs from the devices its producer groups took,
+//               a producer on this device] -> per group a softmax over devices;
+//   micro-batches: [mean of the attended groups | mean device row | batch,
+//               devices] -> softmax over {1, 2, 4, ...} up to the batch size,
+//               and (offer_data_parallel) one more choice: data parallelism, a
+//               full replica of the model on each device the allocation gave a group;
 //   replicas:   (max_replicas > 0) per group and free device, a Bernoulli
-//               "run a replica of this group there too" from the attended
-//               group embedding (PipeDream's replicated stages).
+//               "run a replica of this group there too": the scorer's second
+//               output (PipeDream's replicated stages).
+// No weight's shape depends on the model or the cluster (issue 17): one
+// `PolicyNetworks` places any number of layers on any number of devices, may
+// be shared by the Policy objects of many problems while it trains across
+// them (tapp-cli train-policy), and is saved to and loaded from a file that
+// carries kPolicyFeatureVersion (placer/features.h).
 // One joint action is sampled in this order: partition; micro-batch count;
 // per non-empty group (in id order) its device; then per non-empty group and
 // device still free (in index order) whether it takes a replica. Its log
@@ -46,6 +57,10 @@
 #include <random>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "common/status.h"
 #include "core/placement.h"
 #include "placer/features.h"
 
@@ -98,6 +113,12 @@ struct PolicyConfig {
   // explore replication start at 0 (p = 0.5).
   double replica_bias = -2.0;
   PolicyMemory memory;  // empty = no memory masks
+  // What the networks see of the problem beyond the layer rows: per layer
+  // FLOPs, parameters and outputs (empty = zeros), the devices (empty = D
+  // identical ones) and the batch size (0 = memory.batch_size, else 32).
+  LayerTotals totals;
+  DeviceTraits devices;
+  int64_t batch_size = 0;
   // Each non-empty group (in order) may not take a device an earlier group
   // took, while an allowed device is still free (pipeline stages on distinct
   // devices, as the DP planner's). Off: devices may repeat.
@@ -132,14 +153,46 @@ struct UpdateStats {
   double grad_norm = 0;   // before clipping
 };
 
+// The networks' weights and their Adam state (pimpl): shape-independent of the
+// model and cluster, so any number of Policy objects may share one.
+class PolicyNetworks;
+
+// Fresh networks from `seed` (our own RNG; output layers start near uniform;
+// the replica logit's bias at `replica_bias`).
+std::shared_ptr<PolicyNetworks> new_policy_networks(int hidden, double learning_rate, uint64_t seed,
+                                                    double replica_bias = -2.0);
+
+// What a policy file says of itself besides its weights.
+struct PolicyFileInfo {
+  int feature_version = 0;
+  int hidden = 0;
+  nlohmann::json trained_on;  // free-form: models, clusters, iterations, seed
+};
+
+// Writes the weights (not the Adam state) with kPolicyFeatureVersion and
+// `trained_on` to a temporary file beside `path`, then renames it: a reader
+// never sees half a file. Errors name the path.
+Status save_policy_networks(const PolicyNetworks& networks, const std::string& path, const nlohmann::json& trained_on);
+// Reads a file of save_policy_networks; a missing, truncated or corrupt file,
+// or one of another feature version, is refused naming the file.
+Result<std::shared_ptr<PolicyNetworks>> load_policy_networks(const std::string& path, double learning_rate,
+                                                             PolicyFileInfo* info = nullptr);
+// The networks' hidden width.
+int policy_hidden_width(const PolicyNetworks& networks);
+// A copy with its own weights and a fresh optimizer (a job fine-tunes its own copy).
+std::shared_ptr<PolicyNetworks> clone_policy_networks(const PolicyNetworks& networks, double learning_rate);
+
 class Policy {
  public:
-  Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>> consumers, PolicyConfig config);
+  // `networks` null: fresh ones from config.seed and config.hidden.
+  Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>> consumers, PolicyConfig config,
+         std::shared_ptr<PolicyNetworks> networks = nullptr);
   ~Policy();
   Policy(const Policy&) = delete;
   Policy& operator=(const Policy&) = delete;
 
   const PolicyConfig& config() const;
+  const std::shared_ptr<PolicyNetworks>& networks() const;
 
   // Samples partition, then allocation given the partition, then micro-batches.
   Decision sample(std::mt19937_64& rng);

@@ -180,33 +180,6 @@ Decision placement_to_decision(const Placement& p, const std::vector<int>& choic
 
 namespace {
 
-// The policy's configuration for this model and cluster: as many groups as
-// devices (at most one per layer), the micro-batch counts the batch allows,
-// the devices that can hold a layer at all.
-PolicyConfig policy_config(const LayerGraph& graph, const Cluster& cluster, const SearchOptions& opt) {
-  PolicyConfig pc;
-  pc.num_devices = cluster.num_devices();
-  pc.num_groups = opt.num_groups > 0 ? opt.num_groups : cluster.num_devices();
-  pc.num_groups = std::max(1, std::min<int>(pc.num_groups, static_cast<int>(graph.layers.size())));
-  // BatchNorm in training needs more than one value per channel: a model with
-  // a BatchNorm on a 1x1 feature map cannot run micro-batches of one sample.
-  int64_t max_micro = opt.max_micro_batches;
-  for (const Layer& l : graph.layers)
-    if (l.op == "batchnorm2d" && l.output_shape.size() == 3 && l.output_shape[1] * l.output_shape[2] == 1)
-      max_micro = std::min<int64_t>(max_micro, std::max<int64_t>(1, opt.batch_size / 2));
-  pc.micro_batch_choices = micro_batch_choices(opt.batch_size, static_cast<int>(max_micro));
-  pc.device_allowed = devices_that_fit(graph, cluster, opt.batch_size, opt.optimizer);
-  pc.hidden = opt.hidden;
-  pc.partition = opt.partition;
-  pc.max_replicas = opt.replicate_stages ? std::max(0, cluster.num_devices() - 1) : 0;
-  pc.memory = policy_memory(graph, cluster, opt.batch_size, opt.schedule, opt.optimizer);
-  pc.distinct_devices = opt.distinct_devices;
-  pc.offer_data_parallel = opt.data_parallel && cluster.num_devices() > 1;
-  pc.learning_rate = opt.learning_rate;
-  pc.seed = opt.seed;
-  return pc;
-}
-
 // One search: the policy, its learner and the measurer, stepped by run().
 class SearchLoop {
  public:
@@ -219,8 +192,10 @@ class SearchLoop {
         measurer_(graph, cluster, evaluator, opt.batch_size, opt.optimizer),
         features_(encode_layers(graph, dictionary_)),
         consumers_(graph.consumers()),
-        config_(policy_config(graph, cluster, opt)),
-        policy_(std::make_unique<Policy>(features_, consumers_, config_)),
+        config_(search_policy_config(graph, cluster, opt)),
+        policy_(std::make_unique<Policy>(
+            features_, consumers_, config_,
+            opt.initial_policy ? clone_policy_networks(*opt.initial_policy, opt.learning_rate) : nullptr)),
         rng_(opt.seed),
         total_(std::max(1, opt.iterations)),
         patience_(opt.patience > 0 ? opt.patience : std::max(100, total_ / 2)),
@@ -401,6 +376,36 @@ class SearchLoop {
 };
 
 }  // namespace
+
+// The policy's configuration for this model and cluster: as many groups as
+// devices (at most one per layer), the micro-batch counts the batch allows,
+// the devices that can hold a layer at all.
+PolicyConfig search_policy_config(const LayerGraph& graph, const Cluster& cluster, const SearchOptions& opt) {
+  PolicyConfig pc;
+  pc.num_devices = cluster.num_devices();
+  pc.num_groups = opt.num_groups > 0 ? opt.num_groups : cluster.num_devices();
+  pc.num_groups = std::max(1, std::min<int>(pc.num_groups, static_cast<int>(graph.layers.size())));
+  // BatchNorm in training needs more than one value per channel: a model with
+  // a BatchNorm on a 1x1 feature map cannot run micro-batches of one sample.
+  int64_t max_micro = opt.max_micro_batches;
+  for (const Layer& l : graph.layers)
+    if (l.op == "batchnorm2d" && l.output_shape.size() == 3 && l.output_shape[1] * l.output_shape[2] == 1)
+      max_micro = std::min<int64_t>(max_micro, std::max<int64_t>(1, opt.batch_size / 2));
+  pc.micro_batch_choices = micro_batch_choices(opt.batch_size, static_cast<int>(max_micro));
+  pc.device_allowed = devices_that_fit(graph, cluster, opt.batch_size, opt.optimizer);
+  pc.hidden = opt.hidden;
+  pc.partition = opt.partition;
+  pc.max_replicas = opt.replicate_stages ? std::max(0, cluster.num_devices() - 1) : 0;
+  pc.memory = policy_memory(graph, cluster, opt.batch_size, opt.schedule, opt.optimizer);
+  pc.distinct_devices = opt.distinct_devices;
+  pc.offer_data_parallel = opt.data_parallel && cluster.num_devices() > 1;
+  pc.learning_rate = opt.learning_rate;
+  pc.seed = opt.seed;
+  pc.totals = layer_totals(graph);
+  pc.devices = device_traits(cluster);
+  pc.batch_size = opt.batch_size;
+  return pc;
+}
 
 SearchResult search(const LayerGraph& graph, const Cluster& cluster, Evaluator& evaluator, const SearchOptions& opt,
                     const std::function<void(const SearchProgress&)>& progress, const std::atomic<bool>* cancel) {

@@ -62,6 +62,10 @@ struct SearchOptions {
   int hidden = 64;
   double learning_rate = 0.005;
   ReinforceConfig reinforce;
+  // Start the first policy from these trained networks (a copy: the search
+  // fine-tunes its own) instead of fresh ones (tapp-cli train-policy, issue 17);
+  // restarts still draw fresh networks.
+  std::shared_ptr<const PolicyNetworks> initial_policy;
 };
 
 struct SearchProgress {
@@ -100,6 +104,12 @@ Placement decision_to_placement(const Decision& d, const std::vector<int>& micro
 Decision placement_to_decision(const Placement& p, const std::vector<int>& micro_batch_choices, int num_groups);
 // {1, 2, 4, ...} up to min(batch_size, max).
 std::vector<int> micro_batch_choices(int64_t batch_size, int max_micro_batches);
+
+// The policy's configuration a search uses for this model and cluster: as
+// many groups as devices (at most one per layer), the micro-batch counts the
+// batch allows, the devices that can hold a layer, the memory masks, what the
+// networks see of the model and the cluster.
+PolicyConfig search_policy_config(const LayerGraph& graph, const Cluster& cluster, const SearchOptions& options);
 
 SearchResult search(const LayerGraph& graph, const Cluster& cluster, Evaluator& evaluator,
                     const SearchOptions& options, const std::function<void(const SearchProgress&)>& progress,

@@ -81,21 +81,26 @@ TEST_CASE("layer features are 30 wide: 16 op code, 3 x 4 metrics, 2 next-layer i
   CHECK(f.at(1, 20) == 0.f);
 }
 
-TEST_CASE("the op dictionary starts with the paper's names and grows with new ones") {
+TEST_CASE("the op dictionary gives every op class the same code in every model, and grows with new names") {
   OpDictionary dict;
-  CHECK(dict.size() == 6);
+  CHECK(dict.size() == 15);  // the paper's five, Unknown, and model/layer_graph.h's other classes
   CHECK(dict.contains("Convolution"));
   CHECK(dict.contains("Unknown"));
-  CHECK_FALSE(dict.contains("Concat"));
+  CHECK(dict.contains("Attention"));
   auto conv = dict.code("Convolution");
   CHECK(conv.size() == 16u);
   auto concat = dict.code("Concat");
-  CHECK(dict.size() == 7);
-  CHECK(concat.size() == 16u);
+  CHECK(dict.size() == 15);
   CHECK(concat != conv);
-  CHECK(dict.code("Concat") == concat);  // stable once added
+  // A second dictionary that meets the classes in another order gives the same codes.
+  OpDictionary other;
+  CHECK(other.code("Concat") == concat);
+  CHECK(other.code("Convolution") == conv);
+  // Every class a layer graph can have is known from the start.
+  for (const LayerGraph& g : {branchy_graph()})
+    for (const Layer& l : g.layers) CHECK(dict.contains(op_class(l.op)));
   for (int i = 0; i < 20; ++i) dict.code("op" + std::to_string(i));
-  CHECK(dict.size() == 27);
+  CHECK(dict.size() == 35);
   CHECK(dict.code("op19") != dict.code("op18"));
 }
 
@@ -109,23 +114,36 @@ TEST_CASE("a metric is a 4-wide log-scale thermometer") {
   CHECK(half[3] == doctest::Approx(0.5));
 }
 
-TEST_CASE("group features average their layers and one-hot the groups they feed") {
+TEST_CASE("group features average their layers and summarise the group, whatever the number of groups") {
   OpDictionary dict;
   LayerGraph g = branchy_graph();
   FeatureMatrix f = encode_layers(g, dict);
+  LayerTotals t = layer_totals(g);
   std::vector<int> groups = {0, 0, 1, 1, 1, 2, 2};
-  FeatureMatrix gf = encode_groups(f, groups, 4, g.consumers());
+  FeatureMatrix gf = encode_groups(f, groups, 4, g.consumers(), t);
   CHECK(gf.rows == 4);
-  CHECK(gf.cols == 34);
+  CHECK(gf.cols == kGroupFeatureWidth);
+  CHECK(encode_groups(f, groups, 7, g.consumers(), t).cols == kGroupFeatureWidth);  // no column per group
   for (int c = 0; c < 30; ++c) CHECK(gf.at(0, c) == doctest::Approx((f.at(0, c) + f.at(1, c)) / 2));
   CHECK(gf.at(1, 0) == doctest::Approx((f.at(2, 0) + f.at(3, 0) + f.at(4, 0)) / 3));
-  // group 0 feeds group 1; group 1 feeds group 2; group 2 feeds nothing; group 3 is empty.
-  CHECK(gf.at(0, 30) == 0.f);
-  CHECK(gf.at(0, 31) == 1.f);
-  CHECK(gf.at(0, 32) == 0.f);
-  CHECK(gf.at(1, 32) == 1.f);
-  CHECK(gf.at(2, 30) + gf.at(2, 31) + gf.at(2, 32) + gf.at(2, 33) == 0.f);
-  for (int c = 0; c < 34; ++c) CHECK(gf.at(3, c) == 0.f);
+  const int s = kLayerFeatureWidth;
+  // position g / (G - 1); group 0 feeds group 1 only (1 of 3 others), the next one.
+  CHECK(gf.at(0, s) == doctest::Approx(0.0));
+  CHECK(gf.at(2, s) == doctest::Approx(2.0 / 3));
+  CHECK(gf.at(0, s + 1) == doctest::Approx(1.0 / 3));
+  CHECK(gf.at(0, s + 2) == 1.f);
+  CHECK(gf.at(1, s + 2) == 1.f);
+  CHECK(gf.at(2, s + 1) == 0.f);  // the last group feeds nothing
+  CHECK(gf.at(2, s + 3) == 1.f);
+  // shares of the model's FLOPs and parameters add up to one over the groups.
+  double flops = 0, params = 0;
+  for (int r = 0; r < 4; ++r) flops += gf.at(r, s + 4 + 3 * kMetricWidth), params += gf.at(r, s + 5 + 3 * kMetricWidth);
+  CHECK(flops == doctest::Approx(1.0));
+  CHECK(params == doctest::Approx(1.0));
+  // group 3 is empty: zeros but its position.
+  CHECK(gf.at(3, s + 3) == 0.f);
+  for (int c = 0; c < kGroupFeatureWidth; ++c)
+    if (c != s) CHECK(gf.at(3, c) == 0.f);
 }
 
 TEST_CASE("the partition network gives a distribution over groups per layer") {
