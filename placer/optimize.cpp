@@ -136,6 +136,7 @@ SearchOptions search_options(const OptimizeRequest& r) {
   so.batch_size = r.batch_size;
   so.optimizer = r.optimizer;
   so.time_budget_s = r.time_budget_s;
+  so.initial_policy = r.initial_policy;
   const bool measure = r.evaluator == EvaluatorKind::measure;
   if (r.iterations > 0)
     so.iterations = r.iterations;
@@ -495,7 +496,10 @@ json policy_json(const JobOutcome& o, const References& ref) {
                  {"elapsed_s", sr.elapsed_s},
                  {"time_to_within_5pct_s", sr.policy_found ? time_to_within(sr.trace, policy_ms, 0.05) : 0.0},
                  {"trace", trace},
-                 {"restarts", sr.restarts}};
+                 {"restarts", sr.restarts},
+                 {"started_from", o.request.initial_policy ? o.request.initial_policy_name : "fresh"},
+                 {"zero_shot_step_ms", sr.zero_shot_report && sr.zero_shot_report->ok ? json(sr.zero_shot_report->step_ms)
+                                                                                      : json()}};
   if (sr.policy_found) policy["placement"] = placement_to_json(sr.policy_best, o.graph, o.request.cluster);
   if (sr.found) policy["refined_placement"] = placement_to_json(sr.best, o.graph, o.request.cluster);
   return policy;

@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -33,6 +34,7 @@
 namespace tapp {
 
 class ProfileCache;
+class PolicyNetworks;
 
 struct OptimizeRequest {
   std::string model;            // zoo name, or a path to a JSON layer graph / TorchScript file
@@ -48,6 +50,10 @@ struct OptimizeRequest {
   double time_budget_s = 0;     // 0 = no time limit
   uint64_t seed = 1;
   bool warm_start = false;      // seed the policy with the best classical plan
+  // Start the policy from these trained networks (tapp-cli train-policy;
+  // `optimize --policy FILE`) and fine-tune a copy on the job; null = fresh.
+  std::shared_ptr<const PolicyNetworks> initial_policy;
+  std::string initial_policy_name;  // what the result says it started from (the file)
   bool baselines = true;        // evaluate the classical baselines too
   // Where the simulated costs come from (profiler/cost_profiles.h): measured
   // profiles (default; what is not cached is profiled), cached profiles only

@@ -208,6 +208,7 @@ class SearchLoop {
   // stop early; then the policy's greedy placement and the refinement.
   SearchResult run() {
     std::string stop_reason = "iterations";
+    if (opt_.initial_policy && !cancelled()) zero_shot_ = measurer_.measure(to_placement(policy_->greedy()), 0);
     int it = 1;
     for (; it <= total_; ++it) {
       std::vector<Decision> proposals = propose();
@@ -320,6 +321,7 @@ class SearchLoop {
   void keep_policy_result(SearchResult& r) const {
     r.iterations = iterations_;
     r.restarts = restarts_;
+    r.zero_shot_report = zero_shot_;
     r.policy_found = measurer_.found();
     if (r.policy_found) {
       r.policy_best = measurer_.best();
@@ -368,6 +370,7 @@ class SearchLoop {
   const int total_, patience_;
   double reference_ms_;
   int iterations_ = 0, restarts_ = 0, last_restart_ = 0;
+  std::optional<StepReport> zero_shot_;
   // The current policy's own best since its (re)start: a restarted policy is
   // judged by its own progress, not by whether it already beats the best of
   // the policies before it.

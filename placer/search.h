@@ -93,6 +93,9 @@ struct SearchResult {
   Placement policy_best;
   StepReport policy_best_report;
   int64_t policy_evaluations = 0;
+  // Started from a trained policy (SearchOptions::initial_policy): its greedy
+  // plan before any fine-tuning (zero-shot), the search's first evaluation.
+  std::optional<StepReport> zero_shot_report;
   double policy_elapsed_s = 0;
 };
 

@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "placer/optimize.h"
+#include "placer/policy.h"
 #include "service/cli/commands.h"
 #include "service/cli/model_inputs.h"
 #include "service/cli/progress_bar.h"
@@ -39,6 +40,7 @@ struct Args {
   uint64_t seed = 1;
   int64_t batch = 32, input_size = 0;
   bool json_output = false, warm_start = false, no_baselines = false, no_verify = false;
+  std::string policy;  // --policy FILE: a trained policy (tapp-cli train-policy)
   std::string optimizer = "sgd";
   std::string costs = "profile";
   std::string torchscript = "auto";
@@ -221,7 +223,11 @@ void print_result(const json& r) {
             << " iterations (" << p.value("restarts", 0) << " restarts), stopped by " << p.value("stop_reason", "")
             << ", " << std::fixed << std::setprecision(1) << p.value("policy_elapsed_s", 0.0) << " s; refined "
             << fmt_ms(p["refined_step_ms"]) << " ms; " << p.value("evaluations", 0) << " placements evaluated ("
-            << p.value("failures", 0) << " failed) in " << p.value("elapsed_s", 0.0) << " s\n\n";
+            << p.value("failures", 0) << " failed) in " << p.value("elapsed_s", 0.0) << " s\n";
+  if (p.value("started_from", "fresh") != "fresh")
+    std::cout << "started from the trained policy " << p.value("started_from", "") << " (its plan before fine-tuning: "
+              << fmt_ms(p.value("zero_shot_step_ms", json())) << " ms)\n";
+  std::cout << "\n";
   std::cout << std::left << std::setw(16) << "plan" << std::right << std::setw(12) << "step ms" << std::setw(10)
             << "vs BSP" << std::setw(14) << "vs best base" << std::setw(10) << "comm" << std::setw(11) << "vs bound"
             << "\n";
@@ -290,6 +296,11 @@ void run(const Args& a, int& exit_code) {
     }
   }
   if (!a.server.empty()) {
+    if (!a.policy.empty()) {
+      std::cerr << "tapp-cli optimize: --policy: a policy file is used by a local run only, not with --server\n";
+      exit_code = 2;
+      return;
+    }
     exit_code = optimize_on_server(a.server, body.dump(), a.json_output);
     return;
   }
@@ -298,6 +309,16 @@ void run(const Args& a, int& exit_code) {
     std::cerr << "tapp-cli optimize: " << req.error_message() << "\n";
     exit_code = 2;
     return;
+  }
+  if (!a.policy.empty()) {
+    auto networks = load_policy_networks(a.policy, 0.005);
+    if (!networks) {
+      std::cerr << "tapp-cli optimize: --policy: " << networks.error_message() << "\n";
+      exit_code = 2;
+      return;
+    }
+    req.value().initial_policy = std::move(networks.value());
+    req.value().initial_policy_name = a.policy;
   }
   std::signal(SIGINT, on_sigint);
   ProgressPrinter printer;
@@ -345,6 +366,7 @@ void add_optimize_command(CLI::App& app, int& exit_code) {
   sub->add_option("--out", args->out, "write the best placement JSON here");
   sub->add_flag("--json", args->json_output, "print the result JSON");
   sub->add_flag("--warm-start", args->warm_start, "start the policy from the best classical plan");
+  sub->add_option("--policy", args->policy, "start from a trained policy file (tapp-cli train-policy) and fine-tune it");
   sub->add_flag("--no-baselines", args->no_baselines, "skip the classical baselines");
   sub->add_option("--costs", args->costs,
                   "profile (default: measure what is not cached) | cached (cached profiles, else estimated) | "

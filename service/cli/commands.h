@@ -16,6 +16,7 @@ void add_run_command(CLI::App& app, int& exit_code);           // cmd_run.cpp (r
 void add_plan_command(CLI::App& app, int& exit_code);          // cmd_plan.cpp (planners)
 void add_export_command(CLI::App& app, int& exit_code);        // cmd_export.cpp (planners)
 void add_calibrate_command(CLI::App& app, int& exit_code);     // cmd_calibrate.cpp (simulator)
+void add_train_policy_command(CLI::App& app, int& exit_code);  // cmd_train_policy.cpp (placer)
 void add_optimize_command(CLI::App& app, int& exit_code);      // cmd_optimize.cpp (placer, service)
 void add_jobs_command(CLI::App& app, int& exit_code);          // cmd_jobs.cpp (service)
 

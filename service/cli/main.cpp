@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   tapp::cli::add_plan_command(app, exit_code);
   tapp::cli::add_export_command(app, exit_code);
   tapp::cli::add_calibrate_command(app, exit_code);
+  tapp::cli::add_train_policy_command(app, exit_code);
   tapp::cli::add_optimize_command(app, exit_code);
   tapp::cli::add_jobs_command(app, exit_code);
   try {

@@ -1,0 +1,26 @@
+// placer/training_set.h — random problems for training a policy that transfers (issue 17).
+//
+// Owns the generators `tapp-cli train-policy --random-models/--random-clusters`
+// draws from, so a trained policy sees more than the zoo and the example clusters:
+//   random_cnn:     3-7 stages of 1-3 3x3 convolutions (+ ReLU), some stages a
+//                   two-branch block joined by an add, each stage ending in a
+//                   max-pool; then 1-2 hidden linear layers and the classifier;
+//                   32x32 or 64x64 inputs, 8-512 channels, 10-1000 classes.
+//   random_cluster: 2-8 devices of speed 0.1-1 and 0.5-8 GB (some clusters all
+//                   equal), a default link of 1 or 10 Gbit/s and, on some
+//                   clusters, slow links (50-500 Mbit/s, up to 2 ms) between random pairs.
+// Both are deterministic for a generator state.
+// Thread safety: pure functions of the generator passed in.
+#pragma once
+
+#include <random>
+
+#include "core/cluster.h"
+#include "model/layer_graph.h"
+
+namespace tapp {
+
+LayerGraph random_cnn(std::mt19937_64& rng, const std::string& name);
+Cluster random_cluster(std::mt19937_64& rng, const std::string& name);
+
+}  // namespace tapp
