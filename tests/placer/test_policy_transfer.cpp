@@ -1,0 +1,249 @@
+// A policy that learns once and places many models (issue 17): one network for
+// any cluster size, saved and reloaded, refused when stale, fine-tuned from its
+// own decisions, trained across problems; tapp-cli train-policy's bad input.
+
+#include "tests/torch_doctest.h"  // first: LibTorch's CHECK macros would shadow doctest's
+
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+#include "model/layer_library.h"
+#include "placer/policy.h"
+#include "placer/search.h"
+#include "placer/train_policy.h"
+#include "placer/training_set.h"
+#include "simulator/cost_model.h"
+#include "tests/core/fake_evaluator.h"
+#include "tests/planners/cli_run.h"
+
+using namespace tapp;
+using tapp::testing::FakeEvaluator;
+
+namespace {
+
+std::string scratch(const std::string& name) { return std::string(TAPP_BIN_DIR) + "/../test-scratch-" + name; }
+
+bool exists(const std::string& path) { return std::ifstream(path).good(); }
+
+// The search's policy for `g` on `c`, over the given networks.
+std::unique_ptr<Policy> policy_for(const LayerGraph& g, const Cluster& c, const std::shared_ptr<PolicyNetworks>& net,
+                                   OpDictionary& dict) {
+  SearchOptions so;
+  so.batch_size = 32;
+  return std::make_unique<Policy>(encode_layers(g, dict), g.consumers(), search_policy_config(g, c, so), net);
+}
+
+std::vector<Decision> samples(Policy& p, uint64_t seed, int n) {
+  std::mt19937_64 rng(seed);
+  std::vector<Decision> out;
+  for (int k = 0; k < n; ++k) out.push_back(p.sample(rng));
+  return out;
+}
+
+bool same(const Decision& a, const Decision& b) {
+  return a.layer_group == b.layer_group && a.group_device == b.group_device &&
+         a.micro_batch_index == b.micro_batch_index && a.group_replicas == b.group_replicas;
+}
+
+}  // namespace
+
+TEST_CASE("one network places clusters of 2, 4 and 8 devices, and models of any depth") {
+  auto net = new_policy_networks(32, 0.005, 7);
+  std::mt19937_64 rng(11);
+  for (int devices : {2, 4, 8}) {
+    Cluster c;
+    do c = random_cluster(rng, "c");
+    while (c.num_devices() != devices);
+    for (int m = 0; m < 2; ++m) {
+      LayerGraph g = random_cnn(rng, "g");
+      OpDictionary dict;
+      auto policy = policy_for(g, c, net, dict);
+      for (const Decision& d : samples(*policy, 5, 20)) {
+        Placement p = decision_to_placement(d, policy->config().micro_batch_choices, Schedule::gpipe);
+        CHECK(validate_placement(p, g, c, 32).is_ok());
+        for (int k : p.group_device) CHECK(k < devices);
+      }
+      auto probs = policy->allocation_probs(policy->greedy().layer_group);
+      REQUIRE(probs.size() == static_cast<size_t>(policy->config().num_groups));
+      for (const auto& row : probs) CHECK(row.size() == static_cast<size_t>(devices));
+    }
+  }
+}
+
+TEST_CASE("a saved and reloaded policy makes the same decisions for a seed") {
+  auto net = new_policy_networks(32, 0.005, 3);
+  std::mt19937_64 rng(4);
+  LayerGraph g = random_cnn(rng, "g");
+  Cluster c = random_cluster(rng, "c");
+  // Train a little first, so the file holds more than the initial weights.
+  OpDictionary dict;
+  auto policy = policy_for(g, c, net, dict);
+  std::vector<Decision> batch = samples(*policy, 9, 8);
+  policy->update(batch, {1, -1, 0.5, -0.5, 1, -1, 0.2, -0.2}, 0.01, 1.0);
+
+  const std::string path = scratch("policy.pt");
+  REQUIRE(save_policy_networks(*net, path, {{"models", {"g"}}}).is_ok());
+  CHECK_FALSE(exists(path + ".tmp"));
+  PolicyFileInfo info;
+  auto loaded = load_policy_networks(path, 0.005, &info);
+  REQUIRE_MESSAGE(loaded.is_ok(), loaded.error_message());
+  CHECK(info.feature_version == kPolicyFeatureVersion);
+  CHECK(info.hidden == 32);
+  CHECK(info.trained_on["models"][0] == "g");
+  OpDictionary dict2;
+  auto again = policy_for(g, c, *loaded, dict2);
+  auto a = samples(*policy, 21, 30), b = samples(*again, 21, 30);
+  for (size_t k = 0; k < a.size(); ++k) CHECK(same(a[k], b[k]));
+  CHECK(same(policy->greedy(), again->greedy()));
+  std::remove(path.c_str());
+}
+
+TEST_CASE("a policy file that is missing, truncated, corrupt or of another feature version is refused naming it") {
+  auto net = new_policy_networks(16, 0.005, 1);
+  const std::string good = scratch("good.pt"), bad = scratch("bad.pt");
+  REQUIRE(save_policy_networks(*net, good, {}).is_ok());
+  std::string bytes;
+  {
+    std::ifstream in(good, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto refused = [&](const std::string& content, const std::string& why) {
+    std::ofstream(bad, std::ios::binary) << content;
+    auto r = load_policy_networks(bad, 0.005);
+    REQUIRE_FALSE(r.is_ok());
+    CHECK(r.error_message().find(bad) == 0);
+    CHECK_MESSAGE(r.error_message().find(why) != std::string::npos, r.error_message());
+  };
+  refused(bytes.substr(0, bytes.size() / 2), "truncated or corrupt");
+  refused("not a zip archive at all", "truncated or corrupt");
+  CHECK(load_policy_networks(scratch("absent.pt"), 0.005).error_message().find("no such policy file") !=
+        std::string::npos);
+  // Another feature version: an archive as save_policy_networks writes, but older.
+  {
+    torch::serialize::OutputArchive a;
+    a.write("format", c10::IValue(std::string("tapp-policy")));
+    a.write("feature_version", c10::IValue(static_cast<int64_t>(kPolicyFeatureVersion - 1)));
+    a.write("hidden", c10::IValue(static_cast<int64_t>(16)));
+    a.save_to(bad);
+    auto r = load_policy_networks(bad, 0.005);
+    REQUIRE_FALSE(r.is_ok());
+    CHECK(r.error_message().find("feature version " + std::to_string(kPolicyFeatureVersion - 1)) != std::string::npos);
+    CHECK(r.error_message().find("train-policy") != std::string::npos);
+  }
+  // Not a policy at all: a TorchScript-free archive without the format field.
+  {
+    torch::serialize::OutputArchive a;
+    a.write("weights", torch::zeros({2}));
+    a.save_to(bad);
+    CHECK(load_policy_networks(bad, 0.005).error_message().find("not a TAPP policy file") != std::string::npos);
+  }
+  std::remove(good.c_str());
+  std::remove(bad.c_str());
+}
+
+TEST_CASE("fine-tuning from a trained policy starts from its decisions, and the search reports its zero-shot plan") {
+  std::mt19937_64 rng(8);
+  LayerGraph g = random_cnn(rng, "g");
+  Cluster c = random_cluster(rng, "c");
+  auto trained = new_policy_networks(32, 0.005, 99);
+  OpDictionary dict;
+  auto original = policy_for(g, c, trained, dict);
+  const Decision greedy = original->greedy();
+
+  // The search's first policy is a copy of the trained one: the same greedy decision.
+  SearchOptions so;
+  so.batch_size = 32;
+  so.initial_policy = trained;
+  Policy copy(encode_layers(g, dict), g.consumers(), search_policy_config(g, c, so),
+              clone_policy_networks(*trained, 0.005));
+  CHECK(same(copy.greedy(), greedy));
+
+  FakeEvaluator ev(std::vector<double>(g.layers.size(), 1.0), c);
+  so.iterations = 3;
+  so.samples_per_iteration = 4;
+  SearchResult r = search(g, c, ev, so, nullptr);
+  REQUIRE(r.zero_shot_report.has_value());
+  REQUIRE(r.trace.size() >= 1);
+  CHECK(r.trace.front().evaluations == 1);  // the zero-shot plan is the first one evaluated
+  // The search fine-tunes its own copy: the trained networks are unchanged.
+  CHECK(same(original->greedy(), greedy));
+  // Without a trained policy there is no zero-shot plan.
+  so.initial_policy = nullptr;
+  CHECK_FALSE(search(g, c, ev, so, nullptr).zero_shot_report.has_value());
+}
+
+TEST_CASE("train_policy trains one network over several problems and writes its checkpoint") {
+  std::mt19937_64 rng(5);
+  std::vector<TrainProblem> problems;
+  for (int k = 0; k < 2; ++k) {
+    LayerGraph g = random_cnn(rng, "g" + std::to_string(k));
+    Cluster c = random_cluster(rng, "c" + std::to_string(k));
+    auto cost = CostModel::build(g, c, estimated_library(g, 32));
+    REQUIRE(cost.is_ok());
+    problems.push_back({"p" + std::to_string(k), g, c, std::move(cost.value())});
+  }
+  TrainPolicyOptions o;
+  o.iterations = 12;
+  o.samples_per_iteration = 4;
+  o.hidden = 16;
+  o.out = scratch("trained.pt");
+  o.checkpoint_every = 5;
+  int calls = 0;
+  auto r = train_policy(problems, o, [&](const TrainProgress& p) {
+    ++calls;
+    CHECK(p.total_iterations == 12);
+  });
+  REQUIRE_MESSAGE(r.is_ok(), r.error_message());
+  CHECK(calls == 12);
+  CHECK(r->iterations == 12);
+  REQUIRE(r->problems.size() == 2);
+  for (const TrainedProblem& p : r->problems) {
+    CHECK(p.reference_ms > 0);  // its best classical plan sets its reward scale
+    CHECK(p.best_ms > 0);
+    CHECK(p.evaluations > 0);
+  }
+  PolicyFileInfo info;
+  REQUIRE(load_policy_networks(o.out, 0.005, &info).is_ok());
+  CHECK(info.trained_on["iterations"] == 12);
+  std::remove(o.out.c_str());
+
+  TrainPolicyOptions unbounded;
+  CHECK_FALSE(train_policy(problems, unbounded, nullptr).is_ok());
+  std::vector<TrainProblem> none;
+  CHECK_FALSE(train_policy(none, o, nullptr).is_ok());
+}
+
+TEST_CASE("tapp-cli train-policy: bad input exits 2 naming it and writes nothing") {
+  const std::string out = scratch("cli.pt");
+  std::remove(out.c_str());
+  const std::string cluster = std::string(TAPP_SOURCE_DIR) + "/examples/cluster_2cpu.json";
+  auto r = test::run_cli("train-policy --models nosuchmodel --clusters " + cluster + " --iterations 5 --out " + out, true);
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.find("--models: nosuchmodel") != std::string::npos);
+  const std::string broken = scratch("broken_cluster.json");
+  std::ofstream(broken) << "{\"devices\": [{\"name\": \"a\", \"speed\": -1}]}";
+  r = test::run_cli("train-policy --models mlp --clusters " + broken + " --iterations 5 --out " + out, true);
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.find("--clusters: " + broken) != std::string::npos);
+  CHECK(r.out.find("speed") != std::string::npos);
+  r = test::run_cli("train-policy --models mlp --clusters " + cluster + " --out " + out, true);
+  CHECK(r.exit_code == 2);  // neither --iterations nor --time-budget
+  CHECK_FALSE(exists(out));
+  r = test::run_cli("optimize mlp --devices " + cluster + " --policy " + broken, true);
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.find("--policy: " + broken) != std::string::npos);
+
+  // A good run writes the file, which optimize then starts from.
+  r = test::run_cli("train-policy --models mlp --random-clusters 1 --clusters " + cluster +
+                    " --iterations 6 --costs estimated --out " + out);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("trained 6 iterations") != std::string::npos);
+  REQUIRE(exists(out));
+  r = test::run_cli("optimize mlp --devices " + cluster + " --policy " + out +
+                    " --iterations 3 --no-verify --no-baselines --costs estimated --json");
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("\"started_from\": \"" + out + "\"") != std::string::npos);
+  std::remove(out.c_str());
+  std::remove(broken.c_str());
+}
