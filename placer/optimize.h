@@ -36,6 +36,10 @@ namespace tapp {
 class ProfileCache;
 class PolicyNetworks;
 
+// Where the search's policy starts (request `options.policy`): the server's
+// newest stored trained policy (POST /policies) when there is one, or fresh weights.
+enum class PolicyStart { latest, fresh };
+
 struct OptimizeRequest {
   std::string model;            // zoo name, or a path to a JSON layer graph / TorchScript file
   nlohmann::json model_graph;   // or an inline JSON layer graph (takes precedence when not null)
@@ -50,6 +54,7 @@ struct OptimizeRequest {
   double time_budget_s = 0;     // 0 = no time limit
   uint64_t seed = 1;
   bool warm_start = false;      // seed the policy with the best classical plan
+  PolicyStart policy_start = PolicyStart::latest;  // the service resolves it into initial_policy
   // Start the policy from these trained networks (tapp-cli train-policy;
   // `optimize --policy FILE`) and fine-tune a copy on the job; null = fresh.
   std::shared_ptr<const PolicyNetworks> initial_policy;

@@ -23,12 +23,12 @@ Status read_options(const json& o, OptimizeRequest& r) {
                                               "seed",       "batch_size", "input_size",
                                               "num_classes", "warm_start", "baselines",
                                               "verify",      "optimizer",  "costs",
-                                              "torchscript"};
+                                              "torchscript", "policy"};
   for (auto it = o.begin(); it != o.end(); ++it)
     if (!known.count(it.key()))
       return jf::field_error("options." + it.key(),
                              "unknown option (known: evaluator, iterations, time_budget_s, seed, batch_size, "
-                           "input_size, num_classes, warm_start, baselines, verify, optimizer, costs, torchscript)");
+                           "input_size, num_classes, warm_start, baselines, verify, optimizer, costs, torchscript, policy)");
   const std::string p = "options";
   std::string evaluator = evaluator_kind_name(r.evaluator);
   if (Status s = jf::read(o, "evaluator", evaluator, p); !s) return s;
@@ -74,6 +74,11 @@ Status read_options(const json& o, OptimizeRequest& r) {
   Result<ScriptImport> import = script_import_from_name(torchscript);
   if (!import) return jf::field_error("options.torchscript", import.error_message());
   r.torchscript = *import;
+  std::string policy = "latest";
+  if (Status s = jf::read(o, "policy", policy, p); !s) return s;
+  if (policy == "latest") r.policy_start = PolicyStart::latest;
+  else if (policy == "fresh") r.policy_start = PolicyStart::fresh;
+  else return jf::field_error("options.policy", "expected latest or fresh, got \"" + policy.substr(0, 100) + "\"");
   if (Status s = jf::read(o, "baselines", r.baselines, p); !s) return s;
   if (Status s = jf::read(o, "verify", r.verify, p); !s) return s;
   return Status::ok();

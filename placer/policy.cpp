@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <set>
 
 #include "core/cluster.h"
@@ -226,16 +228,20 @@ Status save_policy_networks(const PolicyNetworks& networks, const std::string& p
 
 Result<std::shared_ptr<PolicyNetworks>> load_policy_networks(const std::string& path, double learning_rate,
                                                              PolicyFileInfo* info) {
-  if (FILE* f = std::fopen(path.c_str(), "rb")) {
-    std::fclose(f);
-  } else {
-    return Status::error(path + ": no such policy file");
-  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::error(path + ": no such policy file");
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return load_policy_bytes(bytes, path, learning_rate, info);
+}
+
+Result<std::shared_ptr<PolicyNetworks>> load_policy_bytes(const std::string& bytes, const std::string& path,
+                                                          double learning_rate, PolicyFileInfo* info) {
   PolicyFileInfo read;
   std::shared_ptr<PolicyNetworks> n;
   try {
     torch::serialize::InputArchive a;
-    a.load_from(path);
+    std::istringstream stream(bytes);
+    a.load_from(stream);
     c10::IValue v;
     if (!a.try_read("format", v) || !v.isString() || v.toStringRef() != "tapp-policy")
       return Status::error(path + ": not a TAPP policy file");
@@ -249,8 +255,10 @@ Result<std::shared_ptr<PolicyNetworks>> load_policy_networks(const std::string& 
     if (!a.try_read("hidden", v) || !v.isInt() || v.toInt() < 1 || v.toInt() > 4096)
       return Status::error(path + ": policy file without a valid hidden width");
     read.hidden = static_cast<int>(v.toInt());
-    if (a.try_read("trained_on", v) && v.isString())
+    if (a.try_read("trained_on", v) && v.isString()) {
       read.trained_on = nlohmann::json::parse(v.toStringRef(), nullptr, false);
+      if (read.trained_on.is_discarded()) read.trained_on = nullptr;
+    }
     n = std::make_shared<PolicyNetworks>(read.hidden, learning_rate);
     const auto names = PolicyNetworks::names();
     const auto layers = n->layers();

@@ -179,6 +179,9 @@ Result<std::shared_ptr<PolicyNetworks>> load_policy_networks(const std::string& 
                                                              PolicyFileInfo* info = nullptr);
 // The networks' hidden width.
 int policy_hidden_width(const PolicyNetworks& networks);
+// As load_policy_networks, from the bytes of such a file (`name` in errors).
+Result<std::shared_ptr<PolicyNetworks>> load_policy_bytes(const std::string& bytes, const std::string& name,
+                                                          double learning_rate, PolicyFileInfo* info = nullptr);
 // A copy with its own weights and a fresh optimizer (a job fine-tunes its own copy).
 std::shared_ptr<PolicyNetworks> clone_policy_networks(const PolicyNetworks& networks, double learning_rate);
 

@@ -59,6 +59,13 @@ CREATE TABLE IF NOT EXISTS profile_cache (
   value BLOB NOT NULL,
   updated_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS policies (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  created_at REAL NOT NULL,
+  feature_version INTEGER NOT NULL,
+  trained_on TEXT NOT NULL,
+  bytes BLOB NOT NULL
+);
 )sql";
 
 std::string new_job_id() {
@@ -408,6 +415,45 @@ Result<std::optional<std::string>> JobStore::cache_get(const std::string& key) {
   if (rc == SQLITE_DONE) return std::optional<std::string>();
   if (rc != SQLITE_ROW) return st.error("db: cache get");
   return std::optional<std::string>(st.blob(0));
+}
+
+Result<StoredPolicy> JobStore::add_policy(const std::string& bytes, int feature_version, const json& trained_on) {
+  std::lock_guard<std::mutex> lock(mu_);
+  StoredPolicy p{0, now_s(), feature_version, trained_on, {}, static_cast<int64_t>(bytes.size())};
+  Stmt st(db_, "INSERT INTO policies (created_at, feature_version, trained_on, bytes) VALUES (?, ?, ?, ?)");
+  st.bind(1, p.created_at_s).bind(2, static_cast<int64_t>(feature_version)).bind(3, trained_on.dump()).bind_blob(4, bytes);
+  if (!st.ok() || st.step() != SQLITE_DONE) return st.error("db: add policy");
+  p.id = sqlite3_last_insert_rowid(db_);
+  return p;
+}
+
+Result<std::vector<StoredPolicy>> JobStore::list_policies(int64_t limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_, "SELECT id, created_at, feature_version, trained_on, length(bytes) FROM policies ORDER BY id DESC LIMIT ?");
+  if (!st.ok()) return st.error("db: list policies");
+  st.bind(1, limit);
+  std::vector<StoredPolicy> out;
+  int rc;
+  while ((rc = st.step()) == SQLITE_ROW)
+    out.push_back({st.i64(0), st.dbl(1), static_cast<int>(st.i64(2)), parse_or_null(st.text(3)), {}, st.i64(4)});
+  if (rc != SQLITE_DONE) return st.error("db: list policies");
+  return out;
+}
+
+Result<std::optional<StoredPolicy>> JobStore::latest_policy(int feature_version) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_,
+          "SELECT id, created_at, feature_version, trained_on, bytes FROM policies WHERE feature_version = ? "
+          "ORDER BY id DESC LIMIT 1");
+  if (!st.ok()) return st.error("db: latest policy");
+  st.bind(1, static_cast<int64_t>(feature_version));
+  const int rc = st.step();
+  if (rc == SQLITE_DONE) return std::optional<StoredPolicy>();
+  if (rc != SQLITE_ROW) return st.error("db: latest policy");
+  std::string bytes = st.blob(4);
+  const auto size = static_cast<int64_t>(bytes.size());
+  return std::optional<StoredPolicy>(
+      StoredPolicy{st.i64(0), st.dbl(1), static_cast<int>(st.i64(2)), parse_or_null(st.text(3)), std::move(bytes), size});
 }
 
 }  // namespace tapp::service

@@ -3,7 +3,8 @@
 // Owns the database file (WAL mode, synchronous=NORMAL: a committed write
 // survives a SIGKILL of the server). Tables: jobs (status, request, latest
 // progress, error, restarts), uploads (TorchScript bytes of a job), events
-// (progress history), results, profile_cache (key -> profiled layer library).
+// (progress history), results, profile_cache (key -> profiled layer library),
+// policies (trained policy files, POST /policies; jobs start from the latest).
 // Data flow: router -> insert -> runner updates status/progress/result ->
 // router reads. On start, `recover` turns jobs interrupted mid-run back into
 // queued jobs exactly once per interruption (same id, restarts + 1).
@@ -62,6 +63,16 @@ struct JobPage {
 
 double now_s();
 
+// A trained policy file kept by the server (tapp-cli train-policy's output).
+struct StoredPolicy {
+  int64_t id = 0;
+  double created_at_s = 0;
+  int feature_version = 0;
+  nlohmann::json trained_on;
+  std::string bytes;  // empty in lists
+  int64_t size = 0;
+};
+
 class JobStore {
  public:
   static Result<std::unique_ptr<JobStore>> open(const std::string& path);
@@ -94,6 +105,11 @@ class JobStore {
   // Profile cache: opaque values by key (a layer library per model+device kind).
   Status cache_put(const std::string& key, const std::string& value);
   Result<std::optional<std::string>> cache_get(const std::string& key);
+
+  // Trained policies: kept whole; the newest of a feature version starts jobs.
+  Result<StoredPolicy> add_policy(const std::string& bytes, int feature_version, const nlohmann::json& trained_on);
+  Result<std::vector<StoredPolicy>> list_policies(int64_t limit);  // newest first, without bytes
+  Result<std::optional<StoredPolicy>> latest_policy(int feature_version);
 
  private:
   explicit JobStore(sqlite3* db) : db_(db) {}

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "placer/policy.h"
 #include "service/job_limits.h"
 #include "service/request_check.h"
 #include "service/result_check.h"
@@ -24,6 +25,20 @@ Result<std::string> write_upload(const JobInput& input, const std::string& work_
   return path;
 }
 
+// options.policy "latest": the newest stored policy of this feature version,
+// if any; one that cannot be read leaves the search fresh and says why.
+void start_from_stored_policy(OptimizeRequest& r, const OptimizeJobSettings& settings) {
+  if (r.policy_start != PolicyStart::latest || !settings.latest_policy) return;
+  Result<std::optional<StoredPolicy>> stored = settings.latest_policy();
+  if (!stored || !stored->has_value()) return;
+  const StoredPolicy& p = **stored;
+  const std::string name = "stored policy " + std::to_string(p.id);
+  auto networks = load_policy_bytes(p.bytes, name, 0.005);
+  if (!networks) return;
+  r.initial_policy = std::move(networks.value());
+  r.initial_policy_name = name;
+}
+
 }  // namespace
 
 Result<json> run_optimize_job(const JobInput& input, const OptimizeJobSettings& settings, const ProgressFn& progress,
@@ -39,6 +54,7 @@ Result<json> run_optimize_job(const JobInput& input, const OptimizeJobSettings& 
     if (!path) return path.status();
     parsed->model = *path;
   }
+  start_from_stored_policy(*parsed, settings);
   Result<json> result = optimize(*parsed, progress, cancel);
   if (result)  // a step of 0, infinity or NaN is a failed job, never a result
     if (Status s = check_result_figures(*result); !s) return s;

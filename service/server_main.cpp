@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "common/allocator.h"
+#include "placer/features.h"
 #include "service/http/server.h"
 #include "service/job_child.h"
 #include "service/job_limits.h"
@@ -51,7 +52,8 @@ int run_optimize_job_child(const JobChildArgs& args, const std::set<std::string>
   return run_job_child(args, [allowed_hosts](JobStore& store, const JobChildArgs& a) -> JobFn {
     // Profiles and fitted calibrations live in the job database.
     auto cache = std::make_shared<SqliteProfileCache>(store);
-    OptimizeJobSettings settings{a.work_dir, allowed_hosts, cache.get()};
+    OptimizeJobSettings settings{a.work_dir, allowed_hosts, cache.get(), {}};
+    settings.latest_policy = [&store] { return store.latest_policy(kPolicyFeatureVersion); };
     return [cache, settings](const JobInput& input, const ProgressFn& progress, const std::atomic<bool>& cancel) {
       return run_optimize_job(input, settings, progress, cancel);
     };

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/zoo.h"
+#include "placer/policy.h"
 
 namespace tapp::service {
 namespace http = boost::beast::http;
@@ -340,6 +341,36 @@ HttpResponse post_placement(AppState& app, const HttpRequest& req) {
   return res;
 }
 
+json stored_policy_json(const StoredPolicy& p) {
+  return {{"id", p.id}, {"created_at", p.created_at_s}, {"feature_version", p.feature_version},
+          {"trained_on", p.trained_on}, {"bytes", p.size}};
+}
+
+// POST /policies: the bytes of a policy file (tapp-cli train-policy --out),
+// checked by loading it (a corrupt file or another feature version is refused
+// naming the body) before it is stored; jobs start from the newest.
+HttpResponse post_policy(AppState& app, const HttpRequest& req) {
+  if (req.body().size() > app.max_body_bytes)
+    return error_for(req, 413, "body larger than " + std::to_string(app.max_body_bytes) + " bytes", "body");
+  if (req.body().empty()) return error_for(req, 400, "empty body: send the policy file's bytes", "body");
+  PolicyFileInfo info;
+  auto loaded = load_policy_bytes(req.body(), "body", 0.005, &info);
+  if (!loaded) return error_for(req, 400, loaded.error_message(), "body");
+  Result<StoredPolicy> stored = app.store->add_policy(req.body(), info.feature_version, info.trained_on);
+  if (!stored) return error_for(req, 500, stored.error_message(), "");
+  HttpResponse res = json_response(http::status::created, stored_policy_json(*stored), req);
+  res.set(http::field::location, "/policies");
+  return res;
+}
+
+HttpResponse list_policies(AppState& app, const HttpRequest& req) {
+  Result<std::vector<StoredPolicy>> list = app.store->list_policies(100);
+  if (!list) return error_for(req, 500, list.error_message(), "");
+  json out = json::array();
+  for (const StoredPolicy& p : *list) out.push_back(stored_policy_json(p));
+  return json_response(http::status::ok, json{{"policies", out}, {"feature_version", kPolicyFeatureVersion}}, req);
+}
+
 HttpResponse list_placements(AppState& app, const HttpRequest& req, const Target& t) {
   std::string status;
   if (const std::string* s = t.get("status"); s && !s->empty()) {
@@ -461,7 +492,7 @@ HttpResponse route_same_origin(AppState& app, const HttpRequest& req, const Targ
   }
 
   bool api = !parts.empty() && (parts[0] == "placements" || parts[0] == "openapi.json" || parts[0] == "schemas" ||
-                                 parts[0] == "models");
+                                 parts[0] == "models" || parts[0] == "policies");
   if (!api) return serve_static(app, req, t.path);
   if (!authorized(app, req)) {
     HttpResponse res = error_for(req, 401, "missing or wrong bearer token (Authorization: Bearer <token>)", "Authorization");
@@ -472,6 +503,12 @@ HttpResponse route_same_origin(AppState& app, const HttpRequest& req, const Targ
     if (parts.size() != 1) return error_for(req, 404, "not found", "path");
     if (req.method() != http::verb::get) return method_not_allowed(req, "GET");
     return json_response(http::status::ok, json{{"models", zoo_names()}}, req);
+  }
+  if (parts[0] == "policies") {
+    if (parts.size() != 1) return error_for(req, 404, "not found", "path");
+    if (req.method() == http::verb::post) return post_policy(app, req);
+    if (req.method() == http::verb::get) return list_policies(app, req);
+    return method_not_allowed(req, "GET, POST");
   }
   if (parts[0] == "openapi.json" || parts[0] == "schemas") {
     const std::string* doc = nullptr;

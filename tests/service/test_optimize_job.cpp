@@ -2,10 +2,14 @@
 // service adds around placer's optimize().
 #include <doctest/doctest.h>
 
+#include <fstream>
+
 #include "core/cluster.h"
 #include "model/profile_cache.h"
 #include "model/zoo.h"
 #include "server_process.h"
+#include "placer/features.h"
+#include "placer/policy.h"
 #include "simulator/calibration_store.h"
 #include "service/optimize_job.h"
 #include "service/sqlite_profile_cache.h"
@@ -73,4 +77,37 @@ TEST_CASE("the real job names a bad stored request's field") {
   Result<json> result = run_optimize_job(input, settings, nullptr, cancel);
   REQUIRE_FALSE(result.is_ok());
   CHECK(result.error_message().rfind("options.seed: ", 0) == 0);
+}
+
+TEST_CASE("the real job starts from the newest stored policy unless options.policy is fresh, and says which") {
+  auto dir = testing::temp_dir("optimize-job-policy");
+  auto store = std::move(JobStore::open(dir + "/jobs.db").value());
+  const std::string path = dir + "/p.pt";
+  REQUIRE(save_policy_networks(*new_policy_networks(16, 0.005, 3), path, json{{"models", {"mlp"}}}).is_ok());
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  auto stored = store->add_policy(bytes, kPolicyFeatureVersion, json{{"models", {"mlp"}}});
+  REQUIRE(stored.is_ok());
+  store->add_policy("stale bytes of an older version", kPolicyFeatureVersion - 1, json());  // never chosen
+
+  OptimizeJobSettings settings{dir + "/work", {}, nullptr, {}};
+  settings.latest_policy = [&] { return store->latest_policy(kPolicyFeatureVersion); };
+  auto run = [&](const std::string& policy) {
+    json options = {{"iterations", 2}, {"batch_size", 8}, {"verify", false}, {"baselines", false},
+                    {"costs", "estimated"}};
+    if (!policy.empty()) options["policy"] = policy;
+    JobInput input{"jp", json{{"model", "mlp"}, {"cluster", {{"devices", {{{"name", "a"}}, {{"name", "b"}}}}}},
+                              {"options", options}},
+                   {}};
+    std::atomic<bool> cancel{false};
+    Result<json> result = run_optimize_job(input, settings, nullptr, cancel);
+    REQUIRE_MESSAGE(result.is_ok(), result.error_message());
+    return (*result)["policy"];
+  };
+  json latest = run("");
+  CHECK(latest["started_from"] == "stored policy " + std::to_string(stored->id));
+  CHECK(latest["zero_shot_step_ms"].is_number());
+  CHECK(run("fresh")["started_from"] == "fresh");
+  settings.latest_policy = nullptr;  // a server with no policy store: fresh
+  CHECK(run("latest")["started_from"] == "fresh");
 }

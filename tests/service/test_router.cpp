@@ -7,6 +7,7 @@
 
 #include "server_process.h"
 #include "fake_job.h"
+#include "placer/policy.h"
 #include "service/http/router.h"
 
 using namespace tapp;
@@ -449,4 +450,49 @@ TEST_CASE("a model larger than the cluster could hold is refused at submit time 
   CHECK(body_of(adam)["error"].get<std::string>().find("adam state: 16 bytes a parameter") != std::string::npos);
   f.app.limits.max_model_bytes = 1000;
   check_error(f.post(valid_body()), 400, "model");
+}
+
+TEST_CASE("POST /policies stores a trained policy file after loading it; GET /policies lists them, newest first") {
+  Fixture f;
+  auto dir = testing::temp_dir("router-policy");
+  const std::string path = dir + "/p.pt";
+  REQUIRE(save_policy_networks(*new_policy_networks(8, 0.005, 1), path, json{{"models", {"mlp"}}}).is_ok());
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+
+  auto res = f.call(http::verb::post, "/policies", bytes, {}, "application/octet-stream");
+  REQUIRE(res.result_int() == 201);
+  json stored = body_of(res);
+  CHECK(stored["feature_version"] == kPolicyFeatureVersion);
+  CHECK(stored["trained_on"]["models"][0] == "mlp");
+  CHECK(stored["bytes"] == bytes.size());
+  REQUIRE(f.call(http::verb::post, "/policies", bytes, {}, "application/octet-stream").result_int() == 201);
+
+  json list = body_of(f.call(http::verb::get, "/policies"));
+  REQUIRE(list["policies"].size() == 2);
+  CHECK(list["policies"][0]["id"].get<int64_t>() > list["policies"][1]["id"].get<int64_t>());
+  CHECK(list["feature_version"] == kPolicyFeatureVersion);
+  auto latest = f.store->latest_policy(kPolicyFeatureVersion);
+  REQUIRE(latest.is_ok());
+  REQUIRE(latest->has_value());
+  CHECK((*latest)->bytes == bytes);
+  CHECK((*latest)->id == list["policies"][0]["id"].get<int64_t>());
+
+  // Not a policy, half a policy, nothing: 400 naming the body; nothing stored.
+  check_error(f.call(http::verb::post, "/policies", "garbage", {}, "application/octet-stream"), 400, "body");
+  check_error(f.call(http::verb::post, "/policies", bytes.substr(0, bytes.size() / 2), {}, "application/octet-stream"),
+              400, "body");
+  check_error(f.call(http::verb::post, "/policies"), 400, "body");
+  CHECK(body_of(f.call(http::verb::get, "/policies"))["policies"].size() == 2);
+  check_error(f.call(http::verb::delete_, "/policies"), 405, "method");
+  check_error(f.call(http::verb::get, "/policies/1"), 404, "path");
+  CHECK(body_of(f.call(http::verb::get, "/openapi.json"))["paths"].contains("/policies"));
+}
+
+TEST_CASE("options.policy is latest or fresh; anything else is refused naming it") {
+  Fixture f;
+  CHECK(f.post(valid_body("\"alexnet\"", "{\"iterations\": 5, \"policy\": \"fresh\"}")).result_int() == 202);
+  CHECK(f.post(valid_body("\"alexnet\"", "{\"iterations\": 5, \"policy\": \"latest\"}")).result_int() == 202);
+  check_error(f.post(valid_body("\"alexnet\"", "{\"policy\": \"/etc/passwd\"}")), 400, "options.policy");
+  check_error(f.post(valid_body("\"alexnet\"", "{\"policy\": 3}")), 400, "options.policy");
 }

@@ -1,0 +1,117 @@
+"""bench/transfer_report.py OUT "MODELS" "CLUSTERS" "SEEDS" — the table and plot of bench_transfer.sh.
+
+Reads OUT/run_<model>_<cluster>_<seed>_<fresh|trained>.json (tapp-cli optimize --json) and prints,
+per case, the best classical planner (HOGWILD left out), the evaluations each start needed to come
+within 2% of it, the zero-shot gap and the final gaps; then the medians and writes OUT/transfer.svg.
+"""
+import json
+import math
+import os
+import statistics
+import sys
+
+out, models, clusters, seeds = sys.argv[1], sys.argv[2].split(), sys.argv[3].split(), sys.argv[4].split()
+
+
+def load(m, c, s, start):
+    path = os.path.join(out, f"run_{m}_{c}_{s}_{start}.json")
+    return json.load(open(path)) if os.path.exists(path) else None
+
+
+def best_classical(r):
+    steps = [b["step_ms"] for b in r["baselines"] if b.get("ok") and b["name"] != "hogwild" and b.get("step_ms")]
+    return min(steps) if steps else None
+
+
+def evals_within(trace, target):
+    for t in trace:
+        if t["best_step_ms"] <= target:
+            return t["evaluations"]
+    return None
+
+
+def curve(trace, ref, grid):
+    """best-so-far / ref at each evaluation count of the grid (None before the first)."""
+    ys, k, best = [], 0, None
+    for g in grid:
+        while k < len(trace) and trace[k]["evaluations"] <= g:
+            best = trace[k]["best_step_ms"]
+            k += 1
+        ys.append(best / ref if best else None)
+    return ys
+
+
+def pct(x):
+    return "-" if x is None else f"{100 * x:+.1f}%"
+
+
+grid = [int(round(10 ** (i / 20))) for i in range(0, 20 * 4 + 1)]  # 1 .. 10,000 evaluations
+curves = {"fresh": [], "trained": []}
+rows, ratios, zero_shots, fresh_evals, trained_evals = [], [], [], [], []
+print(f"{'model':16} {'cluster':30} {'seed':>4} {'classical ms':>13} {'fresh evals':>12} {'trained evals':>14}"
+      f" {'zero-shot':>10} {'fresh final':>12} {'trained final':>14}")
+for m in models:
+    for c in clusters:
+        for s in seeds:
+            fr, tr = load(m, c, s, "fresh"), load(m, c, s, "trained")
+            if not fr or not tr:
+                continue
+            ref = best_classical(fr)
+            if not ref:
+                continue
+            ef = evals_within(fr["policy"]["trace"], 1.02 * ref)
+            et = evals_within(tr["policy"]["trace"], 1.02 * ref)
+            zs = tr["policy"].get("zero_shot_step_ms")
+            zgap = zs / ref - 1 if zs else None
+            fgap = fr["step_ms"] / ref - 1
+            tgap = tr["step_ms"] / ref - 1
+            fresh_evals.append(ef if ef else math.inf)
+            trained_evals.append(et if et else math.inf)
+            if zgap is not None:
+                zero_shots.append(zgap)
+            for start, r in (("fresh", fr), ("trained", tr)):
+                curves[start].append(curve(r["policy"]["trace"], ref, grid))
+            print(f"{m:16} {c:30} {s:>4} {ref:13.1f} {ef if ef else '-':>12} {et if et else '-':>14}"
+                  f" {pct(zgap):>10} {pct(fgap):>12} {pct(tgap):>14}")
+
+n = len(fresh_evals)
+if n == 0:
+    sys.exit("no complete runs")
+med = lambda v: statistics.median(v)
+print(f"\n{n} cases x seeds")
+print(f"evaluations to within 2% of the best classical planner, median: fresh {med(fresh_evals)}, "
+      f"trained {med(trained_evals)}; reached: fresh {sum(math.isfinite(e) for e in fresh_evals)}/{n}, "
+      f"trained {sum(math.isfinite(e) for e in trained_evals)}/{n}")
+both = [(f, t) for f, t in zip(fresh_evals, trained_evals) if math.isfinite(f) and math.isfinite(t)]
+if both:
+    print(f"per case where both reached it: median ratio fresh/trained {med([f / t for f, t in both]):.2f}")
+if zero_shots:
+    print(f"zero-shot plan against the best classical: median {pct(med(zero_shots))}, within 10% in "
+          f"{sum(z <= 0.10 for z in zero_shots)}/{len(zero_shots)}")
+
+# The plot: median over cases of best-so-far / best classical, against evaluations (log scale).
+W, H, L, R, T, B = 640, 360, 60, 20, 20, 50
+lo, hi = 0.95, 2.0
+x = lambda e: L + (W - L - R) * math.log10(e) / 4
+y = lambda v: T + (H - T - B) * (1 - (min(max(v, lo), hi) - lo) / (hi - lo))
+svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">',
+       f'<rect width="{W}" height="{H}" fill="white"/>']
+for v in (1.0, 1.02, 1.25, 1.5, 1.75, 2.0):
+    svg.append(f'<line x1="{L}" x2="{W - R}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#ddd"/>'
+               f'<text x="{L - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:g}</text>')
+for e in (1, 10, 100, 1000, 10000):
+    svg.append(f'<line x1="{x(e):.1f}" x2="{x(e):.1f}" y1="{T}" y2="{H - B}" stroke="#ddd"/>'
+               f'<text x="{x(e):.1f}" y="{H - B + 16}" text-anchor="middle">{e}</text>')
+svg.append(f'<text x="{(W + L) / 2}" y="{H - 12}" text-anchor="middle">evaluations (log)</text>')
+svg.append(f'<text x="14" y="{(H - B) / 2}" transform="rotate(-90 14 {(H - B) / 2})" text-anchor="middle">'
+           'best so far / best classical (median)</text>')
+for start, colour in (("fresh", "#d62728"), ("trained", "#1f77b4")):
+    pts = []
+    for i, g in enumerate(grid):
+        vals = [cv[i] for cv in curves[start] if cv[i] is not None]
+        if len(vals) * 2 > len(curves[start]):  # a median once most runs have a valid plan
+            pts.append(f"{x(g):.1f},{y(med(vals)):.1f}")
+    svg.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{" ".join(pts)}"/>')
+svg.append(f'<text x="{W - R - 150}" y="{T + 16}" fill="#d62728">fresh policy</text>')
+svg.append(f'<text x="{W - R - 150}" y="{T + 32}" fill="#1f77b4">pre-trained policy</text></svg>')
+open(os.path.join(out, "transfer.svg"), "w").write("\n".join(svg))
