@@ -63,7 +63,7 @@ constexpr int kGroupPositionWidth = 8;   // log2 G, g/(G-1) and its sin/cos at 3
 constexpr int kPairWidth = 4;            // per (group, device): load, memory, receive time, shared device
 constexpr int kMicroSlots = 8;           // micro-batch counts 1, 2, 4, ..., 128
 constexpr int kMicroHead = kMicroSlots + 1;  // and data parallelism
-constexpr int kMicroInputExtra = kDeviceFeatureWidth + 2;
+constexpr int kMicroInputExtra = kDeviceFeatureWidth + 4;  // mean device row, spread, batch, devices
 
 // Per group of one partition: its FLOPs and parameters, and the MB per sample
 // it receives from each other group (inputs; their gradients go back the same way).
@@ -882,7 +882,12 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
   m.device_rows = to_tensor(encode_devices(m.cfg.devices, state_mb));
   auto pos = group_positions(m.G);
   m.group_position = torch::from_blob(pos.data(), {m.G, kGroupPositionWidth}, torch::kFloat32).clone();
+  // The cluster as the micro-batch head sees it: its mean device, how unequal
+  // its compute is (the spread and the slowest device's share: data
+  // parallelism waits for the slowest replica), the batch and the device count.
+  const auto share = m.device_rows.select(1, 0);
   m.micro_extra = torch::cat({m.device_rows.mean(0),
+                              torch::stack({share.std(false), share.min()}),
                               torch::tensor({static_cast<float>(std::log2(static_cast<double>(m.batch)) / 8.0),
                                              static_cast<float>(std::log2(static_cast<double>(m.D)) / 4.0)})});
   // Each micro-batch choice's slot in the head: log2 of the count (counts that

@@ -29,6 +29,17 @@ std::vector<bool> devices_that_fit(const LayerGraph& g, const Cluster& c, int64_
   return ok;
 }
 
+// Whether data parallelism can run at all: at least two devices hold a whole
+// replica with half the batch. Otherwise every data-parallel proposal fails
+// its memory check, and offering it only teaches the policy a failure.
+bool replicas_fit(const LayerGraph& g, const Cluster& c, int64_t batch_size, Optimizer optimizer) {
+  const StageMemory memory(g, optimizer);
+  const int L = static_cast<int>(g.layers.size());
+  int fit = 0;
+  for (const Device& d : c.devices) fit += memory.fits(d, 0, L, (batch_size + 1) / 2, 1) ? 1 : 0;
+  return fit >= 2;
+}
+
 // Stage ends (fractions of the depth) that split the model's multiply-adds
 // into `stages` equal parts.
 std::vector<double> compute_balanced_cuts(const LayerGraph& g, int stages) {
@@ -401,7 +412,8 @@ PolicyConfig search_policy_config(const LayerGraph& graph, const Cluster& cluste
   pc.max_replicas = opt.replicate_stages ? std::max(0, cluster.num_devices() - 1) : 0;
   pc.memory = policy_memory(graph, cluster, opt.batch_size, opt.schedule, opt.optimizer);
   pc.distinct_devices = opt.distinct_devices;
-  pc.offer_data_parallel = opt.data_parallel && cluster.num_devices() > 1;
+  pc.offer_data_parallel =
+      opt.data_parallel && cluster.num_devices() > 1 && replicas_fit(graph, cluster, opt.batch_size, opt.optimizer);
   pc.learning_rate = opt.learning_rate;
   pc.seed = opt.seed;
   pc.totals = layer_totals(graph);

@@ -29,6 +29,14 @@ double reference_ms(TrainProblem& p, Evaluator& evaluator, const TrainPolicyOpti
   return std::isfinite(best) ? best : 0.0;
 }
 
+// A trained policy must stay stochastic: a job fine-tunes it by sampling, and
+// one annealed to near-certainty (a search's 0.002) stops exploring where it was wrong.
+ReinforceConfig training_reinforce() {
+  ReinforceConfig c;
+  c.entropy_coef_final = 0.02;
+  return c;
+}
+
 // One problem's view of the shared networks, its measurer and its learner.
 struct ProblemState {
   ProblemState(TrainProblem& p, const TrainPolicyOptions& o, const std::shared_ptr<PolicyNetworks>& networks,
@@ -46,7 +54,7 @@ struct ProblemState {
     config = search_policy_config(p.graph, p.cluster, so);
     policy = std::make_unique<Policy>(features, p.graph.consumers(), config, networks);
     reference = reference_ms(p, evaluator, o);
-    learner.emplace(*policy, ReinforceConfig{}, reference > 0 ? reference : 1.0);
+    learner.emplace(*policy, training_reinforce(), reference > 0 ? reference : 1.0);
   }
 
   TrainProblem& problem;
