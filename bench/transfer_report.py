@@ -96,7 +96,7 @@ x = lambda e: L + (W - L - R) * math.log10(e) / 4
 y = lambda v: T + (H - T - B) * (1 - (min(max(v, lo), hi) - lo) / (hi - lo))
 svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">',
        f'<rect width="{W}" height="{H}" fill="white"/>']
-for v in (1.0, 1.02, 1.25, 1.5, 1.75, 2.0):
+for v in (1.0, 1.25, 1.5, 1.75, 2.0):
     svg.append(f'<line x1="{L}" x2="{W - R}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#ddd"/>'
                f'<text x="{L - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:g}</text>')
 for e in (1, 10, 100, 1000, 10000):
