@@ -7,6 +7,7 @@
 #include "simulator/cost_model.h"
 #include "simulator/simulator_evaluator.h"
 #include "tests/core/fake_evaluator.h"
+#include "tests/model/linear_chain.h"
 
 using namespace tapp;
 using namespace tapp::testing;
@@ -138,4 +139,31 @@ TEST_CASE("the measurer sets its optimizer on every placement it measures, and t
   CHECK(placement_key(recomputing) != placement_key(two_stages(0, 1)));
   m.measure(recomputing, 2);
   CHECK(ev.evaluations() == 2);
+}
+
+TEST_CASE("the measurer recomputes the activations of a device that does not fit without it, as the planners do") {
+  // 16 -> 4096 -> 4096 -> 10, batch 8192 in 8 micro-batches on devices of 512 MiB: device 0
+  // fits only recomputing (tests/core/test_memory.cpp has the arithmetic).
+  const LayerGraph g = test::linear_chain({4096, 4096, 10});
+  Cluster c = equal_cluster(2);
+  for (Device& d : c.devices) d.memory_mb = 512;
+  Placement p;
+  p.layer_group = {0, 0, 1};
+  p.group_device = {0, 1};
+  p.micro_batches = 8;
+  REQUIRE_FALSE(check_memory(p, g, c, 8192).is_ok());
+  FakeEvaluator ev({1, 1, 1}, c);
+  Measurer m(g, c, ev, 8192);
+  const StepReport& r = m.measure(p, 1);
+  CHECK_MESSAGE(r.ok, r.message);
+  REQUIRE(m.found());
+  CHECK(m.best().recomputes(0));  // kept as evaluated
+  CHECK_FALSE(m.best().recomputes(1));
+  m.measure(p, 2);  // the proposal as given is memoised
+  CHECK(ev.evaluations() == 1);
+  // A placement that fits is evaluated as given.
+  const Cluster big = equal_cluster(2);  // the measurer keeps a reference
+  Measurer roomy(g, big, ev, 8);
+  REQUIRE(roomy.measure(p, 1).ok);
+  CHECK(roomy.best().group_recompute.empty());
 }
