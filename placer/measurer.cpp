@@ -42,11 +42,6 @@ const StepReport& Measurer::measure(const Placement& given, int iteration) {
   p.optimizer = optimizer_;
   const std::string key = placement_key(p);
   if (auto hit = memo_.find(key); hit != memo_.end()) return hit->second;
-  // As the planners do (planners/planner_support.h): the stages of a device
-  // that does not fit recompute their activations, where that makes it fit.
-  // Without it no proposal of a model like gpt2 at batch 32 on 4 GB devices
-  // fits, while every classical plan does by recomputing.
-  if (!p.is_data_parallel()) recompute_where_needed(p, graph_, cluster_, batch_size_);
   StepReport r = check_and_evaluate(p);
   r.timeline.clear();  // the caller re-evaluates the best with its timeline
   const StepReport& stored = memo_.emplace(key, std::move(r)).first->second;
@@ -56,9 +51,15 @@ const StepReport& Measurer::measure(const Placement& given, int iteration) {
   return stored;
 }
 
-StepReport Measurer::check_and_evaluate(const Placement& p) {
+StepReport Measurer::check_and_evaluate(Placement& p) {
   if (Status st = validate_placement(p, graph_, cluster_, batch_size_); !st)
     return StepReport::failure(FailureKind::invalid_placement, st.message(), evaluator_.name());
+  // As the planners do (planners/planner_support.h): the stages of a device
+  // that does not fit recompute their activations, where that makes it fit.
+  // Without it no proposal of a model like gpt2 at batch 32 on 4 GB devices
+  // fits, while every classical plan does by recomputing. (Only on a valid
+  // placement: the memory estimate indexes its devices.)
+  if (!p.is_data_parallel()) recompute_where_needed(p, graph_, cluster_, batch_size_);
   if (Status mem = check_memory(p, graph_, cluster_, batch_size_); !mem)
     return StepReport::failure(FailureKind::out_of_memory, mem.message(), evaluator_.name());
   return evaluator_.evaluate(p);

@@ -3,15 +3,15 @@
 // Owns `Measurer` (after TVM auto_scheduler's ProgramMeasurer): every
 // placement the policy, a restart or the refinement wants scored goes through
 // measure(). A placement seen before is answered from the memo (so `measure`
-// never runs a duplicate on the workers); a new one gets activation
-// recomputation on the stages of a device that does not fit without it (the
-// planners' rule, core's recompute_where_needed), is validated and
+// never runs a duplicate on the workers); a new one is validated, gets
+// activation recomputation on the stages of a device that does not fit
+// without it (the planners' rule, core's recompute_where_needed), is
 // memory-checked (a failure is data: "invalid_placement", "out_of_memory")
 // and only then evaluated; the best kept is the placement as evaluated. It keeps the best valid
 // placement, the best valid pipeline (not data parallel: the refinement
 // climbs from it), a trace point each time the best improves, and the counts
 // of distinct placements evaluated and failed.
-// Data flow: Placement -> placement_key -> memo | recompute where needed -> validate -> check_memory ->
+// Data flow: Placement -> placement_key -> memo | validate -> recompute where needed -> check_memory ->
 //            Evaluator -> StepReport -> memo, best, trace.
 // Thread safety: one thread (the search's); the evaluator is used by it only.
 #pragma once
@@ -69,7 +69,7 @@ class Measurer {
   void relabel_best(const std::string& source) { best_->first.source = source; }
 
  private:
-  StepReport check_and_evaluate(const Placement& p);
+  StepReport check_and_evaluate(Placement& p);  // may mark recomputation
   void keep_if_best(const Placement& p, const StepReport& r, int iteration);
 
   const LayerGraph& graph_;
