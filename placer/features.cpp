@@ -154,51 +154,76 @@ FeatureMatrix encode_devices(const DeviceTraits& devices, double model_state_mb)
   return m;
 }
 
+GroupTotals group_totals(const LayerTotals& totals, const std::vector<int>& layer_group, int num_groups,
+                         const std::vector<std::vector<int>>& consumers) {
+  const int G = num_groups;
+  GroupTotals t{G,
+                std::vector<double>(G, 0.0),
+                std::vector<double>(G, 0.0),
+                std::vector<double>(G, 0.0),
+                std::vector<double>(static_cast<size_t>(G) * G, 0.0),
+                std::vector<char>(static_cast<size_t>(G) * G, 0)};
+  const bool sums = totals.gflops.size() == layer_group.size();
+  std::vector<int> read_by;  // the other groups reading layer i's output
+  for (size_t i = 0; i < layer_group.size(); ++i) {
+    const int g = layer_group[i];
+    read_by.clear();
+    if (i < consumers.size())
+      for (int j : consumers[i]) {
+        const int h = layer_group[j];
+        if (h == g || std::find(read_by.begin(), read_by.end(), h) != read_by.end()) continue;
+        read_by.push_back(h);
+        t.feeds[static_cast<size_t>(g) * G + h] = 1;
+        if (sums) t.received_mb[static_cast<size_t>(g) * G + h] += totals.output_mb[i];
+      }
+    if (!sums) continue;
+    t.gflops[g] += totals.gflops[i];
+    t.params_mb[g] += totals.params_mb[i];
+    if (!read_by.empty()) t.sent_mb[g] += totals.output_mb[i];
+  }
+  return t;
+}
+
 FeatureMatrix encode_groups(const FeatureMatrix& layer_rows, const std::vector<int>& layer_group, int num_groups,
                             const std::vector<std::vector<int>>& consumers, const LayerTotals& totals) {
+  return encode_groups(layer_rows, layer_group, group_totals(totals, layer_group, num_groups, consumers));
+}
+
+FeatureMatrix encode_groups(const FeatureMatrix& layer_rows, const std::vector<int>& layer_group,
+                            const GroupTotals& groups) {
+  const int G = groups.groups;
   FeatureMatrix m;
-  m.rows = num_groups;
+  m.rows = G;
   m.cols = kGroupFeatureWidth;
   m.data.assign(static_cast<size_t>(m.rows) * m.cols, 0.f);
   const int base = layer_rows.cols;
-  std::vector<int> count(num_groups, 0);
-  std::vector<std::vector<char>> feeds(num_groups, std::vector<char>(num_groups, 0));
-  std::vector<double> gflops(num_groups, 0), params(num_groups, 0), sent(num_groups, 0);
-  const bool sums = totals.gflops.size() == static_cast<size_t>(layer_rows.rows);
+  std::vector<int> count(G, 0);
   for (int i = 0; i < layer_rows.rows; ++i) {
     const int g = layer_group[i];
     ++count[g];
     float* row = &m.data[static_cast<size_t>(g) * m.cols];
     for (int c = 0; c < base; ++c) row[c] += layer_rows.at(i, c);
-    bool leaves = false;
-    if (i < static_cast<int>(consumers.size()))
-      for (int j : consumers[i])
-        if (layer_group[j] != g) feeds[g][layer_group[j]] = 1, leaves = true;
-    if (sums) {
-      gflops[g] += totals.gflops[i];
-      params[g] += totals.params_mb[i];
-      if (leaves) sent[g] += totals.output_mb[i];
-    }
   }
-  const double all_gflops = sums ? totals.total_gflops() : 0, all_params = sums ? totals.total_params_mb() : 0;
-  for (int g = 0; g < num_groups; ++g) {
+  double all_gflops = 0, all_params = 0;
+  for (int g = 0; g < G; ++g) all_gflops += groups.gflops[g], all_params += groups.params_mb[g];
+  for (int g = 0; g < G; ++g) {
     float* row = &m.data[static_cast<size_t>(g) * m.cols];
     if (count[g] > 0)
       for (int c = 0; c < base; ++c) row[c] /= count[g];
     int fed = 0;
-    for (int h = 0; h < num_groups; ++h) fed += feeds[g][h];
+    for (int h = 0; h < G; ++h) fed += groups.feeds[static_cast<size_t>(g) * G + h];
     float* s = row + base;
-    s[0] = static_cast<float>(num_groups > 1 ? static_cast<double>(g) / (num_groups - 1) : 0.0);
-    s[1] = static_cast<float>(num_groups > 1 ? static_cast<double>(fed) / (num_groups - 1) : 0.0);
-    s[2] = g + 1 < num_groups && feeds[g][g + 1] ? 1.f : 0.f;
+    s[0] = static_cast<float>(G > 1 ? static_cast<double>(g) / (G - 1) : 0.0);
+    s[1] = static_cast<float>(G > 1 ? static_cast<double>(fed) / (G - 1) : 0.0);
+    s[2] = g + 1 < G && groups.feeds[static_cast<size_t>(g) * G + g + 1] ? 1.f : 0.f;
     s[3] = count[g] > 0 ? 1.f : 0.f;
-    const double metrics[3] = {gflops[g], params[g], sent[g]};
+    const double metrics[3] = {groups.gflops[g], groups.params_mb[g], groups.sent_mb[g]};
     for (int k = 0; k < 3; ++k) {
       auto enc = encode_metric(metrics[k]);
       std::copy(enc.begin(), enc.end(), s + 4 + k * kMetricWidth);
     }
-    s[4 + 3 * kMetricWidth] = static_cast<float>(all_gflops > 0 ? gflops[g] / all_gflops : 0.0);
-    s[5 + 3 * kMetricWidth] = static_cast<float>(all_params > 0 ? params[g] / all_params : 0.0);
+    s[4 + 3 * kMetricWidth] = static_cast<float>(all_gflops > 0 ? groups.gflops[g] / all_gflops : 0.0);
+    s[5 + 3 * kMetricWidth] = static_cast<float>(all_params > 0 ? groups.params_mb[g] / all_params : 0.0);
   }
   return m;
 }

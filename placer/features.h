@@ -98,11 +98,26 @@ DeviceTraits uniform_devices(int num_devices);
 // One row per device (kDeviceFeatureWidth); model_state_mb scales the memory column.
 FeatureMatrix encode_devices(const DeviceTraits& devices, double model_state_mb);
 
+// What the layers of each group of one partition add up to; `totals` may be
+// empty (the sums read as zero; `feeds` is always filled).
+struct GroupTotals {
+  int groups = 0;
+  std::vector<double> gflops, params_mb;
+  std::vector<double> sent_mb;      // outputs another group reads, each once
+  std::vector<double> received_mb;  // G x G, [from * G + to]: outputs `to` reads from `from`, each once
+  std::vector<char> feeds;          // G x G: a layer of `from` feeds a layer of `to`
+};
+GroupTotals group_totals(const LayerTotals& totals, const std::vector<int>& layer_group, int num_groups,
+                         const std::vector<std::vector<int>>& consumers);
+
 // One row per group 0..num_groups-1 (kGroupFeatureWidth): the mean of its
 // layers' rows (zeros when the group is empty), then its summaries; `totals`
 // may be empty (its sums read as zero).
 FeatureMatrix encode_groups(const FeatureMatrix& layer_rows, const std::vector<int>& layer_group,
                             int num_groups, const std::vector<std::vector<int>>& consumers,
                             const LayerTotals& totals = {});
+// The same from the partition's group totals (computed once for the policy's other uses).
+FeatureMatrix encode_groups(const FeatureMatrix& layer_rows, const std::vector<int>& layer_group,
+                            const GroupTotals& groups);
 
 }  // namespace tapp

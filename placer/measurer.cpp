@@ -58,10 +58,13 @@ StepReport Measurer::check_and_evaluate(Placement& p) {
   // that does not fit recompute their activations, where that makes it fit.
   // Without it no proposal of a model like gpt2 at batch 32 on 4 GB devices
   // fits, while every classical plan does by recomputing. (Only on a valid
-  // placement: the memory estimate indexes its devices.)
-  if (!p.is_data_parallel()) recompute_where_needed(p, graph_, cluster_, batch_size_);
-  if (Status mem = check_memory(p, graph_, cluster_, batch_size_); !mem)
-    return StepReport::failure(FailureKind::out_of_memory, mem.message(), evaluator_.name());
+  // placement: the memory estimate indexes its devices.) Its answer is
+  // check_memory's, so the rule runs a second time only to word a failure.
+  const bool fits = p.is_data_parallel() ? check_memory(p, graph_, cluster_, batch_size_).is_ok()
+                                         : recompute_where_needed(p, graph_, cluster_, batch_size_);
+  if (!fits)
+    return StepReport::failure(FailureKind::out_of_memory, check_memory(p, graph_, cluster_, batch_size_).message(),
+                               evaluator_.name());
   return evaluator_.evaluate(p);
 }
 

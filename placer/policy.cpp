@@ -65,34 +65,6 @@ constexpr int kMicroSlots = 8;           // micro-batch counts 1, 2, 4, ..., 128
 constexpr int kMicroHead = kMicroSlots + 1;  // and data parallelism
 constexpr int kMicroInputExtra = kDeviceFeatureWidth + 4;  // mean device row, spread, batch, devices
 
-// Per group of one partition: its FLOPs and parameters, and the MB per sample
-// it receives from each other group (inputs; their gradients go back the same way).
-struct GroupStats {
-  std::vector<double> gflops, params_mb;
-  std::vector<double> received_mb;  // G x G: [from * G + to]
-};
-
-GroupStats group_stats(const LayerTotals& t, const std::vector<int>& layer_group, int G,
-                       const std::vector<std::vector<int>>& consumers) {
-  GroupStats s{std::vector<double>(G, 0.0), std::vector<double>(G, 0.0),
-               std::vector<double>(static_cast<size_t>(G) * G, 0.0)};
-  if (t.gflops.size() != layer_group.size()) return s;
-  for (size_t i = 0; i < layer_group.size(); ++i) {
-    const int g = layer_group[i];
-    s.gflops[g] += t.gflops[i];
-    s.params_mb[g] += t.params_mb[i];
-    std::vector<int> sent_to;
-    if (i < consumers.size())
-      for (int j : consumers[i]) {
-        const int h = layer_group[j];
-        if (h == g || std::find(sent_to.begin(), sent_to.end(), h) != sent_to.end()) continue;
-        sent_to.push_back(h);
-        s.received_mb[static_cast<size_t>(g) * G + h] += t.output_mb[i];
-      }
-  }
-  return s;
-}
-
 // [log2 G / 4, x, sin/cos(2^k pi x) k = 0..2], x = g / (G - 1).
 std::vector<float> group_positions(int G) {
   std::vector<float> v(static_cast<size_t>(G) * kGroupPositionWidth);
@@ -226,16 +198,15 @@ Status save_policy_networks(const PolicyNetworks& networks, const std::string& p
   return Status::ok();
 }
 
-Result<std::shared_ptr<PolicyNetworks>> load_policy_networks(const std::string& path, double learning_rate,
-                                                             PolicyFileInfo* info) {
+Result<std::shared_ptr<PolicyNetworks>> load_policy_networks(const std::string& path, PolicyFileInfo* info) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::error(path + ": no such policy file");
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return load_policy_bytes(bytes, path, learning_rate, info);
+  return load_policy_bytes(bytes, path, info);
 }
 
 Result<std::shared_ptr<PolicyNetworks>> load_policy_bytes(const std::string& bytes, const std::string& path,
-                                                          double learning_rate, PolicyFileInfo* info) {
+                                                          PolicyFileInfo* info) {
   PolicyFileInfo read;
   std::shared_ptr<PolicyNetworks> n;
   try {
@@ -259,7 +230,7 @@ Result<std::shared_ptr<PolicyNetworks>> load_policy_bytes(const std::string& byt
       read.trained_on = nlohmann::json::parse(v.toStringRef(), nullptr, false);
       if (read.trained_on.is_discarded()) read.trained_on = nullptr;
     }
-    n = std::make_shared<PolicyNetworks>(read.hidden, learning_rate);
+    n = std::make_shared<PolicyNetworks>(read.hidden, PolicyConfig{}.learning_rate);
     const auto names = PolicyNetworks::names();
     const auto layers = n->layers();
     torch::NoGradGuard ng;
@@ -299,6 +270,7 @@ PolicyMemory policy_memory(const LayerGraph& graph, const Cluster& cluster, int6
 }
 
 struct Policy::Impl {
+  class AllocationMasks;  // below: the sequential masks of one joint action
   PolicyConfig cfg;
   std::vector<std::vector<int>> consumers;
   std::vector<std::vector<int>> producers;  // per layer: its inputs (earlier layers)
@@ -325,14 +297,14 @@ struct Policy::Impl {
   // The attended group embeddings of a partition (G x H) and its group stats.
   struct Groups {
     torch::Tensor h;
-    GroupStats stats;
+    GroupTotals stats;
   };
   Groups groups_of(const std::vector<int>& layer_group) {
-    FeatureMatrix rows = encode_groups(layer_rows, layer_group, G, consumers, cfg.totals);
-    auto e = torch::relu(net->a_embed(to_tensor(rows)));
+    GroupTotals totals = group_totals(cfg.totals, layer_group, G, consumers);
+    auto e = torch::relu(net->a_embed(to_tensor(encode_groups(layer_rows, layer_group, totals))));
     auto q = net->a_q(e), k = net->a_k(e), v = net->a_v(e);
     auto att = torch::softmax(torch::matmul(q, k.t()) / std::sqrt(static_cast<double>(net->hidden)), 1);
-    return {e + torch::matmul(att, v), group_stats(cfg.totals, layer_group, G, consumers)};
+    return {e + torch::matmul(att, v), std::move(totals)};
   }
 
   // Logits of the micro-batch choices (M) given the groups.
@@ -343,7 +315,7 @@ struct Policy::Impl {
 
   // Pair features of group g on each device, given the devices of the groups before it
   // (device[p] for p < g; producers placed later are not seen, so sampling and scoring agree).
-  void pair_features(const GroupStats& st, int g, const std::vector<int>& device, float* out) const {
+  void pair_features(const GroupTotals& st, int g, const std::vector<int>& device, float* out) const {
     const auto& t = cfg.devices;
     for (int k = 0; k < D; ++k) {
       float* f = out + static_cast<size_t>(k) * kPairWidth;
@@ -535,13 +507,12 @@ struct Policy::Impl {
     // The micro-batch count first: the memory masks and the replica cap depend on it.
     auto mp = torch::softmax(micro_logits(gr), 0).contiguous();
     d.micro_batch_index = rng ? draw(mp.data_ptr<float>(), M, *rng) : argmax(mp.data_ptr<float>(), M);
-    d.group_device = allocate(gr, d.layer_group, d.micro_batch_index, rng, nullptr);
+    AllocationMasks masks(*this, d.layer_group, d.micro_batch_index);
+    d.group_device = allocate(gr, d.layer_group, masks, rng, nullptr);
     d.group_replicas.assign(G, {});
     if (replica_head) {
       auto rp = torch::sigmoid(pair_scores(gr, all_groups(), d.group_device).select(2, 1)).contiguous();
       const float* q = rp.data_ptr<float>();
-      AllocationMasks masks(*this, d.layer_group, d.micro_batch_index);
-      for (int g = 0; g < G; ++g) masks.take_primary(g, d.group_device[g]);
       for (int g = 0; g < G; ++g)
         for (int k = 0; k < D; ++k) {
           if (!masks.replica_allowed(g, k)) continue;
@@ -556,13 +527,13 @@ struct Policy::Impl {
   }
 
   // Each group's device in id order (drawn, or argmax without rng), each
-  // scored knowing the devices of the groups before it; `probs` (optional)
-  // gets each group's distribution under its masks.
-  std::vector<int> allocate(const Groups& gr, const std::vector<int>& layer_group, int micro_index,
+  // scored knowing the devices of the groups before it and taken in `masks`
+  // (which the replicas then continue from); `probs` (optional) gets each
+  // group's distribution under its masks.
+  std::vector<int> allocate(const Groups& gr, const std::vector<int>& layer_group, AllocationMasks& masks,
                             std::mt19937_64* rng, std::vector<std::vector<float>>* probs) {
     std::vector<int> device(G, -1);
     const auto used = nonempty(layer_group, G);
-    AllocationMasks masks(*this, layer_group, micro_index);
     std::vector<float> row(D), p(D);
     for (int g = 0; g < G; ++g) {
       masks.primary_row(g, row.data());
@@ -937,7 +908,8 @@ std::vector<std::vector<float>> Policy::allocation_probs(const std::vector<int>&
   Impl& m = *impl_;
   auto gr = m.groups_of(layer_group);
   std::vector<std::vector<float>> probs;
-  m.allocate(gr, layer_group, m.greedy_micro(gr), nullptr, &probs);
+  Impl::AllocationMasks masks(m, layer_group, m.greedy_micro(gr));
+  m.allocate(gr, layer_group, masks, nullptr, &probs);
   return probs;
 }
 
@@ -946,7 +918,8 @@ std::vector<std::vector<float>> Policy::replica_probs(const std::vector<int>& la
   Impl& m = *impl_;
   if (!m.replica_head) return {};
   auto gr = m.groups_of(layer_group);
-  auto device = m.allocate(gr, layer_group, m.greedy_micro(gr), nullptr, nullptr);
+  Impl::AllocationMasks masks(m, layer_group, m.greedy_micro(gr));
+  auto device = m.allocate(gr, layer_group, masks, nullptr, nullptr);
   return to_rows(torch::sigmoid(m.pair_scores(gr, m.all_groups(), device).select(2, 1)));
 }
 

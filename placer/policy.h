@@ -174,14 +174,14 @@ struct PolicyFileInfo {
 // never sees half a file. Errors name the path.
 Status save_policy_networks(const PolicyNetworks& networks, const std::string& path, const nlohmann::json& trained_on);
 // Reads a file of save_policy_networks; a missing, truncated or corrupt file,
-// or one of another feature version, is refused naming the file.
-Result<std::shared_ptr<PolicyNetworks>> load_policy_networks(const std::string& path, double learning_rate,
-                                                             PolicyFileInfo* info = nullptr);
+// or one of another feature version, is refused naming the file. The result
+// is a template: a search fine-tunes a clone_policy_networks copy at its own rate.
+Result<std::shared_ptr<PolicyNetworks>> load_policy_networks(const std::string& path, PolicyFileInfo* info = nullptr);
 // The networks' hidden width.
 int policy_hidden_width(const PolicyNetworks& networks);
 // As load_policy_networks, from the bytes of such a file (`name` in errors).
 Result<std::shared_ptr<PolicyNetworks>> load_policy_bytes(const std::string& bytes, const std::string& name,
-                                                          double learning_rate, PolicyFileInfo* info = nullptr);
+                                                          PolicyFileInfo* info = nullptr);
 // A copy with its own weights and a fresh optimizer (a job fine-tunes its own copy).
 std::shared_ptr<PolicyNetworks> clone_policy_networks(const PolicyNetworks& networks, double learning_rate);
 

@@ -20,8 +20,8 @@ namespace {
 
 // A device that cannot hold the smallest layer (the whole batch as one
 // micro-batch, by core's memory rule) is masked out of the allocation.
-std::vector<bool> devices_that_fit(const LayerGraph& g, const Cluster& c, int64_t batch_size, Optimizer optimizer) {
-  const StageMemory memory(g, optimizer);
+std::vector<bool> devices_that_fit(const StageMemory& memory, const LayerGraph& g, const Cluster& c,
+                                   int64_t batch_size) {
   std::vector<bool> ok(c.num_devices(), false);
   for (int d = 0; d < c.num_devices(); ++d)
     for (int l = 0; l < static_cast<int>(g.layers.size()) && !ok[d]; ++l)
@@ -32,8 +32,7 @@ std::vector<bool> devices_that_fit(const LayerGraph& g, const Cluster& c, int64_
 // Whether data parallelism can run at all: at least two devices hold a whole
 // replica with half the batch. Otherwise every data-parallel proposal fails
 // its memory check, and offering it only teaches the policy a failure.
-bool replicas_fit(const LayerGraph& g, const Cluster& c, int64_t batch_size, Optimizer optimizer) {
-  const StageMemory memory(g, optimizer);
+bool replicas_fit(const StageMemory& memory, const LayerGraph& g, const Cluster& c, int64_t batch_size) {
   const int L = static_cast<int>(g.layers.size());
   int fit = 0;
   for (const Device& d : c.devices) fit += memory.fits(d, 0, L, (batch_size + 1) / 2, 1) ? 1 : 0;
@@ -406,14 +405,15 @@ PolicyConfig search_policy_config(const LayerGraph& graph, const Cluster& cluste
     if (l.op == "batchnorm2d" && l.output_shape.size() == 3 && l.output_shape[1] * l.output_shape[2] == 1)
       max_micro = std::min<int64_t>(max_micro, std::max<int64_t>(1, opt.batch_size / 2));
   pc.micro_batch_choices = micro_batch_choices(opt.batch_size, static_cast<int>(max_micro));
-  pc.device_allowed = devices_that_fit(graph, cluster, opt.batch_size, opt.optimizer);
+  const StageMemory memory(graph, opt.optimizer);
+  pc.device_allowed = devices_that_fit(memory, graph, cluster, opt.batch_size);
   pc.hidden = opt.hidden;
   pc.partition = opt.partition;
   pc.max_replicas = opt.replicate_stages ? std::max(0, cluster.num_devices() - 1) : 0;
   pc.memory = policy_memory(graph, cluster, opt.batch_size, opt.schedule, opt.optimizer);
   pc.distinct_devices = opt.distinct_devices;
   pc.offer_data_parallel =
-      opt.data_parallel && cluster.num_devices() > 1 && replicas_fit(graph, cluster, opt.batch_size, opt.optimizer);
+      opt.data_parallel && cluster.num_devices() > 1 && replicas_fit(memory, graph, cluster, opt.batch_size);
   pc.learning_rate = opt.learning_rate;
   pc.seed = opt.seed;
   pc.totals = layer_totals(graph);

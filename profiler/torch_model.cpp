@@ -146,7 +146,6 @@ Result<std::shared_ptr<GraphModel>> GraphModel::build(const LayerGraph& graph, u
         } else {  // the embedding lives elsewhere: an equal copy, from its seed
           torch::manual_seed(layer_seed(e));
           m->tied_tables_[i] = make_token_embedding(graph.layers[e])->weight.detach().clone().requires_grad_(true);
-          m->tied_copies_.push_back(m->tied_tables_[i]);
         }
         m->built_[i] = true;
         continue;
@@ -205,18 +204,10 @@ std::vector<torch::Tensor> GraphModel::parameters() const {
   std::vector<torch::Tensor> all;
   for (size_t i = 0; i < holders_.size(); ++i)
     for (auto& p : layer_parameters(static_cast<int>(i))) all.push_back(p);
-  for (const auto& t : tied_copies_) all.push_back(t);
-  // A TorchScript reader's borrowed weight, when its owner is not built here: this worker's copy.
-  if (script_)
-    for (size_t i = 0; i < graph_.layers.size(); ++i) {
-      if (!built_[i] || graph_.layers[i].op != "torchscript") continue;
-      for (const auto& borrowed : script_->borrowed(static_cast<int>(i))) {
-        const torch::Tensor& t = borrowed.second;  // (not a structured binding: lambdas capture it)
-        if (!built_[borrowed.first] &&
-            std::none_of(all.begin(), all.end(), [&](const torch::Tensor& q) { return q.is_same(t); }))
-          all.push_back(t);
-      }
-    }
+  // This worker's copy of a shared parameter whose owner is built elsewhere
+  // (a tied table, a weight a TorchScript layer borrows).
+  for (const SharedParameter& s : shared_parameters())
+    if (!built_[s.owner] && s.tensor.defined()) all.push_back(s.tensor);
   return all;
 }
 
@@ -244,6 +235,13 @@ std::vector<SharedParameter> GraphModel::shared_parameters() const {
         out.push_back({owner, {reader}, t.sizes().vec(), t, graph_.layers[owner].name});
       }
     }
+  }
+  // Every worker loads the whole TorchScript module: a copy counts as held
+  // only where its owner or one of its readers is built.
+  for (SharedParameter& s : out) {
+    bool held = built_[s.owner];
+    for (int r : s.readers) held = held || built_[r];
+    if (!held) s.tensor = torch::Tensor();
   }
   std::stable_sort(out.begin(), out.end(), [](const SharedParameter& a, const SharedParameter& b) { return a.owner < b.owner; });
   return out;

@@ -76,7 +76,6 @@ class GraphModel {
   std::vector<torch::nn::AnyModule> modules_;  // empty AnyModule for tensor ops
   std::vector<std::shared_ptr<torch::nn::Module>> holders_;
   std::vector<torch::Tensor> tied_tables_;  // per layer: the table an lm_head reads
-  std::vector<torch::Tensor> tied_copies_;  // tables whose embedding is not built here
   std::shared_ptr<ScriptProgram> script_;   // the torchscript layers, when there are any
 };
 

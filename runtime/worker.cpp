@@ -400,9 +400,7 @@ class PipelineWorker {
         throw std::runtime_error("layer '" + reader + "' and layer '" + s.name + "', whose weight it shares, " +
                                  "run on different devices and one is in a replicated stage: not supported "
                                  "(place them in one group, or replicate neither)");
-      bool held = c_.model->has_layer(s.owner);
-      for (int r : s.readers) held = held || c_.model->has_layer(r);
-      ties_.push_back(Tie{held ? s.tensor : torch::Tensor(), s.shape, s.name});
+      ties_.push_back(Tie{s.tensor, s.shape, s.name});
     }
   }
 

@@ -33,7 +33,7 @@ void start_from_stored_policy(OptimizeRequest& r, const OptimizeJobSettings& set
   if (!stored || !stored->has_value()) return;
   const StoredPolicy& p = **stored;
   const std::string name = "stored policy " + std::to_string(p.id);
-  auto networks = load_policy_bytes(p.bytes, name, 0.005);
+  auto networks = load_policy_bytes(p.bytes, name);
   if (!networks) return;
   r.initial_policy = std::move(networks.value());
   r.initial_policy_name = name;

@@ -311,7 +311,7 @@ void run(const Args& a, int& exit_code) {
     return;
   }
   if (!a.policy.empty()) {
-    auto networks = load_policy_networks(a.policy, 0.005);
+    auto networks = load_policy_networks(a.policy);
     if (!networks) {
       std::cerr << "tapp-cli optimize: --policy: " << networks.error_message() << "\n";
       exit_code = 2;

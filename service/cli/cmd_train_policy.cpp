@@ -10,7 +10,6 @@
 // written to a temporary name and renamed, so it is never half-written.
 // `optimize --policy FILE` starts from it. Bad input (an unknown model, a
 // malformed cluster, no bound on training, no --out): exit 2, nothing written.
-#include <atomic>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -110,7 +109,7 @@ int train_cmd(const TrainArgs& a) {
   o.trained_on = {{"models", graph_names}, {"clusters", cluster_names}, {"batch_size", a.batch},
                   {"seed", a.seed}, {"costs", a.costs}};
   auto shown = std::make_shared<double>(-1);
-  auto progress = [&a, shown](const TrainProgress& p) {
+  auto progress = [shown](const TrainProgress& p) {
     const double f = p.total_iterations > 0 ? static_cast<double>(p.iteration) / p.total_iterations
                                             : p.elapsed_s / std::max(1e-9, p.time_budget_s);
     if (f - *shown < 0.002 && f < 1) return;

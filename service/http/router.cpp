@@ -354,7 +354,7 @@ HttpResponse post_policy(AppState& app, const HttpRequest& req) {
     return error_for(req, 413, "body larger than " + std::to_string(app.max_body_bytes) + " bytes", "body");
   if (req.body().empty()) return error_for(req, 400, "empty body: send the policy file's bytes", "body");
   PolicyFileInfo info;
-  auto loaded = load_policy_bytes(req.body(), "body", 0.005, &info);
+  auto loaded = load_policy_bytes(req.body(), "body", &info);
   if (!loaded) return error_for(req, 400, loaded.error_message(), "body");
   Result<StoredPolicy> stored = app.store->add_policy(req.body(), info.feature_version, info.trained_on);
   if (!stored) return error_for(req, 500, stored.error_message(), "");

@@ -86,7 +86,7 @@ TEST_CASE("a saved and reloaded policy makes the same decisions for a seed") {
   REQUIRE(save_policy_networks(*net, path, {{"models", {"g"}}}).is_ok());
   CHECK_FALSE(exists(path + ".tmp"));
   PolicyFileInfo info;
-  auto loaded = load_policy_networks(path, 0.005, &info);
+  auto loaded = load_policy_networks(path, &info);
   REQUIRE_MESSAGE(loaded.is_ok(), loaded.error_message());
   CHECK(info.feature_version == kPolicyFeatureVersion);
   CHECK(info.hidden == 32);
@@ -110,14 +110,14 @@ TEST_CASE("a policy file that is missing, truncated, corrupt or of another featu
   }
   auto refused = [&](const std::string& content, const std::string& why) {
     std::ofstream(bad, std::ios::binary) << content;
-    auto r = load_policy_networks(bad, 0.005);
+    auto r = load_policy_networks(bad);
     REQUIRE_FALSE(r.is_ok());
     CHECK(r.error_message().find(bad) == 0);
     CHECK_MESSAGE(r.error_message().find(why) != std::string::npos, r.error_message());
   };
   refused(bytes.substr(0, bytes.size() / 2), "truncated or corrupt");
   refused("not a zip archive at all", "truncated or corrupt");
-  CHECK(load_policy_networks(scratch("absent.pt"), 0.005).error_message().find("no such policy file") !=
+  CHECK(load_policy_networks(scratch("absent.pt")).error_message().find("no such policy file") !=
         std::string::npos);
   // Another feature version: an archive as save_policy_networks writes, but older.
   {
@@ -126,7 +126,7 @@ TEST_CASE("a policy file that is missing, truncated, corrupt or of another featu
     a.write("feature_version", c10::IValue(static_cast<int64_t>(kPolicyFeatureVersion - 1)));
     a.write("hidden", c10::IValue(static_cast<int64_t>(16)));
     a.save_to(bad);
-    auto r = load_policy_networks(bad, 0.005);
+    auto r = load_policy_networks(bad);
     REQUIRE_FALSE(r.is_ok());
     CHECK(r.error_message().find("feature version " + std::to_string(kPolicyFeatureVersion - 1)) != std::string::npos);
     CHECK(r.error_message().find("train-policy") != std::string::npos);
@@ -136,7 +136,7 @@ TEST_CASE("a policy file that is missing, truncated, corrupt or of another featu
     torch::serialize::OutputArchive a;
     a.write("weights", torch::zeros({2}));
     a.save_to(bad);
-    CHECK(load_policy_networks(bad, 0.005).error_message().find("not a TAPP policy file") != std::string::npos);
+    CHECK(load_policy_networks(bad).error_message().find("not a TAPP policy file") != std::string::npos);
   }
   std::remove(good.c_str());
   std::remove(bad.c_str());
@@ -204,7 +204,7 @@ TEST_CASE("train_policy trains one network over several problems and writes its 
     CHECK(p.evaluations > 0);
   }
   PolicyFileInfo info;
-  REQUIRE(load_policy_networks(o.out, 0.005, &info).is_ok());
+  REQUIRE(load_policy_networks(o.out, &info).is_ok());
   CHECK(info.trained_on["iterations"] == 12);
   std::remove(o.out.c_str());
 
