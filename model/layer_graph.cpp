@@ -43,6 +43,7 @@ const std::map<std::string, std::string>& op_classes() {
       {"self_attention", "Attention"},
       {"gelu", "Activation"},
       {"lm_head", "Fully-Connected"},
+      {"al_labels", "Identity"},
   };
   return classes;
 }
@@ -244,6 +245,9 @@ Status infer_layer(Layer& l) {
     l.output_shape = {in[0], a.kernel[0], a.kernel[1]};
   } else if (l.op == "flatten") {
     l.output_shape = {numel(in)};
+  } else if (l.op == "al_labels") {
+    if (a.out <= 0) return err(l, "attrs.out (the class count) must be positive");
+    l.output_shape = {a.out};
   } else if (l.op == "batchnorm2d") {
     if (Status s = need_chw(l, in); !s) return s;
     l.output_shape = in;
@@ -424,7 +428,14 @@ Status infer_shapes(LayerGraph& graph) {
                          "' must output class scores (a flat vector, or one per token: T x V), got " +
                          shape_to_string(out));
   graph.num_classes = out.back();
+  // An AL form ends with its last decoder; its classes are the labels' width.
+  if (graph.is_al_form()) graph.num_classes = graph.layers[graph.al_blocks[0].target_input].output_shape[0];
   return Status::ok();
+}
+
+bool AlBlock::operator==(const AlBlock& o) const {
+  return first == o.first && last == o.last && output == o.output && bridge == o.bridge && target == o.target &&
+         decoder == o.decoder && decoder_input == o.decoder_input && target_input == o.target_input;
 }
 
 std::string shape_to_string(const Shape& shape) {

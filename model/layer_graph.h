@@ -45,6 +45,9 @@ enum class InputKind { dense, tokens };
 //   lm_head              {T, D} -> {T, V}: logits against the table of the token_embedding
 //                        named by `tie` (GPT-2's tied output embedding; its parameters
 //                        are counted once, at the embedding)
+//   al_labels            {out}: the one-hot of the sample's label, the target path's input
+//                        in a model's Associated Learning form (model/al_form.h); only
+//                        make_al_form writes it (the model JSON refuses it)
 // linear applies to the last dimension, so {T, F} -> {T, out}.
 bool is_known_op(const std::string& op);
 const std::vector<std::string>& known_ops();
@@ -112,6 +115,20 @@ struct Layer {
   int64_t param_bytes() const { return params * 4; }
 };
 
+// One block of a model in Associated Learning form (model/al_form.h): its
+// layers are the range [first, last] of the graph, its own layers f_l first,
+// then its added bridge, target and decoder maps. Indices are graph layers.
+struct AlBlock {
+  int first = 0, last = 0;
+  int output = -1;        // s_l: the block's last original layer
+  int bridge = -1;        // b_l(s_l): the bridge's sigmoid
+  int target = -1;        // t_l = g_l(t_{l-1}): the target map's sigmoid
+  int decoder = -1;       // h_l(t_l): the decoder's sigmoid
+  int decoder_input = -1; // the decoder's first layer (its linear), which reads `target`
+  int target_input = -1;  // t_{l-1}: the previous block's `target`, or the al_labels layer
+  bool operator==(const AlBlock& o) const;
+};
+
 struct LayerGraph {
   std::string name;
   Shape input_shape;      // per sample, e.g. {3, 224, 224}, or {T} token ids
@@ -122,6 +139,11 @@ struct LayerGraph {
   int64_t num_classes = 0;
   bool per_token_labels() const;  // the last layer outputs {T, V}
   std::vector<Layer> layers;  // topological order; the last layer is the output
+  // Associated Learning form (model/al_form.h): its blocks in order, which
+  // cover every layer; empty for a model trained end to end. The last layer
+  // is then the last block's decoder, and num_classes the label's width.
+  std::vector<AlBlock> al_blocks;
+  bool is_al_form() const { return !al_blocks.empty(); }
 
   int64_t total_params() const;
   int64_t total_macs() const;

@@ -48,7 +48,8 @@ const std::map<std::string, OpAttrs>& op_attrs() {
 
 std::string known_ops_list() {
   std::string s;
-  for (const auto& op : known_ops()) s += (s.empty() ? "" : ", ") + op;
+  for (const auto& op : known_ops())
+    if (op != "al_labels") s += (s.empty() ? "" : ", ") + op;
   return s;
 }
 
@@ -192,7 +193,7 @@ Status read_layer(const json& j, size_t index, const std::map<std::string, size_
   if (!(s = jf::read(j, "name", l.name, path, true))) return s;
   if (l.name.empty()) return jf::field_error(path + ".name", "must not be empty");
   if (!(s = jf::read(j, "op", l.op, path, true))) return s;
-  if (!is_known_op(l.op))
+  if (!is_known_op(l.op) || l.op == "al_labels")  // al_labels: only the AL form writes it (model/al_form.h)
     return jf::field_error(path + ".op", "unknown op '" + l.op + "'; known ops are " + known_ops_list());
   auto ins = j.find("inputs");
   if (ins != j.end() && !ins->is_null()) {

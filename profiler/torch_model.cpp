@@ -103,7 +103,7 @@ std::pair<nn::AnyModule, std::shared_ptr<nn::Module>> make_module(const Layer& l
   if (l.op == "sigmoid") return wrap(nn::Sigmoid());
   if (l.op == "tanh") return wrap(nn::Tanh());
   if (l.op == "dropout") return wrap(nn::Dropout(nn::DropoutOptions(a.p)));
-  // flatten, concat, add, identity, relu6, softmax, gelu, to_sequence, select_token, lm_head: tensor ops
+  // flatten, concat, add, identity, relu6, softmax, gelu, to_sequence, select_token, lm_head, al_labels: tensor ops
   return {nn::AnyModule(), nullptr};
 }
 
@@ -172,6 +172,11 @@ torch::Tensor GraphModel::forward_layer(int i, const std::vector<torch::Tensor>&
   if (l.op == "select_token") return inputs.at(0).select(1, l.attrs.index).contiguous();
   if (l.op == "lm_head") return torch::matmul(inputs.at(0), tied_tables_[i].t());
   if (l.op == "identity") return inputs.at(0);
+  if (l.op == "al_labels") {
+    const int64_t batch = inputs.at(0).size(0);
+    if (!labels_.defined()) return torch::zeros({batch, l.attrs.out});
+    return torch::one_hot(labels_.to(torch::kLong), l.attrs.out).to(torch::kFloat);
+  }
   if (l.op == "relu6") return torch::hardtanh(inputs.at(0), 0.0, 6.0);
   if (l.op == "softmax") return torch::softmax(inputs.at(0), l.attrs.dim);
   if (l.op == "log_softmax") return torch::log_softmax(inputs.at(0), l.attrs.dim);

@@ -66,6 +66,9 @@ class GraphModel {
   // parameter, this model's copy, or undefined when neither layer is built here.
   torch::Tensor tied_table(int head) const;
   void set_training(bool on);
+  // The labels an al_labels layer (a model in AL form) turns into its one-hot
+  // output; without them it outputs zeros of that shape (what the profiler times).
+  void set_labels(const torch::Tensor& labels) { labels_ = labels; }
   bool has_layer(int i) const { return built_[i]; }
   const LayerGraph& graph() const { return graph_; }
 
@@ -77,6 +80,7 @@ class GraphModel {
   std::vector<std::shared_ptr<torch::nn::Module>> holders_;
   std::vector<torch::Tensor> tied_tables_;  // per layer: the table an lm_head reads
   std::shared_ptr<ScriptProgram> script_;   // the torchscript layers, when there are any
+  torch::Tensor labels_;                    // for al_labels
 };
 
 // A batch of synthetic training data, identical in every process for a seed:

@@ -1,0 +1,199 @@
+#include "model/al_form.h"
+
+#include <algorithm>
+#include <set>
+
+namespace tapp {
+namespace {
+
+Status cut_error(size_t k, const std::string& why) {
+  return Status::field_error("al.cuts[" + std::to_string(k) + "]", why);
+}
+
+Layer added_layer(const std::string& name, const std::string& op, int input) {
+  Layer l;
+  l.name = name;
+  l.op = op;
+  if (input >= 0) l.inputs = {input};
+  return l;
+}
+
+// The first original layer of a block: block 1 starts with its al_labels layer.
+int first_original(const LayerGraph& al, size_t block) {
+  return al.al_blocks[block].first + (block == 0 ? 1 : 0);
+}
+
+}  // namespace
+
+std::vector<int> valid_al_cuts(const LayerGraph& source) {
+  const int n = static_cast<int>(source.layers.size());
+  // A cut before layer k is valid when no layer before k - 1 is read at or
+  // after k, and no layer at or after k reads the model input.
+  std::vector<int> last_reader(n, -1);
+  int last_input_reader = -1;
+  for (int i = 0; i < n; ++i) {
+    if (source.layers[i].inputs.empty()) last_input_reader = i;
+    for (int p : source.layers[i].inputs) last_reader[p] = std::max(last_reader[p], i);
+  }
+  std::vector<int> cuts;
+  int furthest = -1;  // the latest reader of layers [0, k - 2]
+  for (int k = 1; k < n; ++k) {
+    if (k >= 2) furthest = std::max(furthest, last_reader[k - 2]);
+    if (furthest < k && last_input_reader < k) cuts.push_back(k);
+  }
+  return cuts;
+}
+
+Result<std::vector<int>> al_cuts_from_names(const LayerGraph& source, const std::vector<std::string>& names) {
+  std::vector<int> out;
+  for (size_t k = 0; k < names.size(); ++k) {
+    const int i = source.index_of(names[k]);
+    if (i < 0) return cut_error(k, "no layer named '" + names[k] + "' in " + source.name);
+    out.push_back(i);
+  }
+  return out;
+}
+
+Result<std::vector<int>> balanced_al_cuts(const LayerGraph& source, int blocks) {
+  if (blocks < 1) return Status::field_error("al.blocks", "must be at least 1");
+  const std::vector<int> valid = valid_al_cuts(source);
+  if (static_cast<int>(valid.size()) < blocks - 1)
+    return Status::field_error("al.blocks", source.name + " has " + std::to_string(valid.size()) + " places where one tensor crosses, so at most " +
+                         std::to_string(valid.size() + 1) + " blocks");
+  // Prefix multiply-adds (+1 a layer, so layers without products still count).
+  std::vector<double> prefix(source.layers.size() + 1, 0);
+  for (size_t i = 0; i < source.layers.size(); ++i)
+    prefix[i + 1] = prefix[i] + static_cast<double>(source.layers[i].macs) + 1;
+  std::vector<int> cuts;
+  size_t next = 0;
+  for (int b = 1; b < blocks; ++b) {
+    const double goal = prefix.back() * b / blocks;
+    // The valid cut nearest the goal that leaves room for the blocks after it.
+    size_t best = next;
+    const size_t last_allowed = valid.size() - static_cast<size_t>(blocks - 1 - b) - 1;
+    for (size_t j = next; j <= last_allowed; ++j)
+      if (std::abs(prefix[valid[j]] - goal) < std::abs(prefix[valid[best]] - goal)) best = j;
+    cuts.push_back(valid[best]);
+    next = best + 1;
+  }
+  return cuts;
+}
+
+Result<LayerGraph> make_al_form(const LayerGraph& source, const std::vector<int>& block_starts, int64_t target_width) {
+  const int n = static_cast<int>(source.layers.size());
+  if (source.is_al_form()) return Status::field_error("model", "is already in AL form");
+  if (source.num_classes <= 0 || n == 0) return Status::field_error("model", "has no classes: AL needs a label to encode");
+  if (source.per_token_labels())
+    return Status::field_error("model", "outputs one label per token; AL needs one label per sample (a classifier)");
+  if (target_width < 1 || target_width > 65536)
+    return Status::field_error("al.target_width", "must be between 1 and 65536, got " + std::to_string(target_width));
+  const std::vector<int> valid = valid_al_cuts(source);
+  for (size_t k = 0; k < block_starts.size(); ++k) {
+    const int c = block_starts[k];
+    const int prev = k ? block_starts[k - 1] : 0;
+    if (c <= prev || c >= n)
+      return cut_error(k, "block " + std::to_string(k + 1) + " would be empty (cuts must be ascending layers after the first)");
+    if (!std::binary_search(valid.begin(), valid.end(), c))
+      return cut_error(k, "more than one tensor crosses the cut before '" + source.layers[c].name +
+                              "' (a block may pass on only its last layer's output)");
+  }
+  std::set<std::string> names;
+  for (const Layer& l : source.layers) names.insert(l.name);
+
+  LayerGraph al;
+  al.name = source.name + ".al";
+  al.input_shape = source.input_shape;
+  al.input_kind = source.input_kind;
+  std::vector<int> to_al(n, -1);
+  const int blocks = static_cast<int>(block_starts.size()) + 1;
+  auto add = [&](Layer l) -> Result<int> {
+    if (!names.insert(l.name).second) return Status::field_error("model", "the added layer name '" + l.name + "' is taken");
+    al.layers.push_back(std::move(l));
+    return static_cast<int>(al.layers.size()) - 1;
+  };
+  int previous_target = -1;
+  int64_t previous_width = source.num_classes;
+  for (int b = 0; b < blocks; ++b) {
+    AlBlock blk;
+    blk.first = static_cast<int>(al.layers.size());
+    const std::string tag = "al" + std::to_string(b + 1) + ".";
+    if (b == 0) {
+      Layer labels = added_layer("al.labels", "al_labels", -1);
+      labels.attrs.out = source.num_classes;
+      auto i = add(labels);
+      if (!i) return i.status();
+      previous_target = *i;
+    }
+    const int begin = b == 0 ? 0 : block_starts[b - 1];
+    const int end = b + 1 < blocks ? block_starts[b] : n;
+    for (int i = begin; i < end; ++i) {
+      Layer l = source.layers[i];
+      for (int& p : l.inputs) p = to_al[p];
+      to_al[i] = static_cast<int>(al.layers.size());
+      al.layers.push_back(std::move(l));
+    }
+    blk.output = to_al[end - 1];
+    const Shape& s = source.layers[end - 1].output_shape;
+    int from = blk.output;
+    if (s.size() == 3) {
+      Layer pool = added_layer(tag + "bridge_pool", "adaptive_avgpool2d", from);
+      pool.attrs.kernel[0] = pool.attrs.kernel[1] = 1;  // an adaptive pool's kernel is its output size
+      auto p = add(pool);
+      if (!p) return p.status();
+      auto f = add(added_layer(tag + "bridge_flatten", "flatten", *p));
+      if (!f) return f.status();
+      from = *f;
+    } else if (s.size() == 2) {
+      auto t = add(added_layer(tag + "bridge_token", "select_token", from));
+      if (!t) return t.status();
+      from = *t;
+    }
+    Layer bridge = added_layer(tag + "bridge", "linear", from);
+    bridge.attrs.out = target_width;
+    auto bl = add(bridge);
+    if (!bl) return bl.status();
+    auto ba = add(added_layer(tag + "bridge_act", "sigmoid", *bl));
+    if (!ba) return ba.status();
+    Layer target = added_layer(tag + "target", "linear", previous_target);
+    target.attrs.out = target_width;
+    auto tl = add(target);
+    if (!tl) return tl.status();
+    auto ta = add(added_layer(tag + "target_act", "sigmoid", *tl));
+    if (!ta) return ta.status();
+    Layer decoder = added_layer(tag + "decoder", "linear", *ta);
+    decoder.attrs.out = previous_width;
+    auto dl = add(decoder);
+    if (!dl) return dl.status();
+    auto da = add(added_layer(tag + "decoder_act", "sigmoid", *dl));
+    if (!da) return da.status();
+    blk.bridge = *ba;
+    blk.target = *ta;
+    blk.decoder_input = *dl;
+    blk.decoder = *da;
+    blk.target_input = previous_target;
+    blk.last = *da;
+    al.al_blocks.push_back(blk);
+    previous_target = *ta;
+    previous_width = target_width;
+  }
+  if (Status st = infer_shapes(al); !st) return st.at_field("model");
+  return al;
+}
+
+std::vector<int> al_cuts_of(const LayerGraph& al) {
+  std::vector<int> cuts;
+  int source_index = 0;
+  for (size_t b = 0; b < al.al_blocks.size(); ++b) {
+    if (b > 0) cuts.push_back(source_index);
+    source_index += al.al_blocks[b].output - first_original(al, b) + 1;
+  }
+  return cuts;
+}
+
+int al_block_of(const LayerGraph& al, int layer) {
+  for (size_t b = 0; b < al.al_blocks.size(); ++b)
+    if (layer <= al.al_blocks[b].last) return static_cast<int>(b);
+  return -1;
+}
+
+}  // namespace tapp
