@@ -22,14 +22,16 @@ std::string schedule_name(Schedule s) {
       return "1f1b";
     case Schedule::interleaved_1f1b:
       return "interleaved_1f1b";
+    case Schedule::al:
+      return "al";
   }
   return "gpipe";
 }
 
 Result<Schedule> schedule_from_name(const std::string& name) {
-  for (Schedule s : {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved_1f1b})
+  for (Schedule s : {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved_1f1b, Schedule::al})
     if (name == schedule_name(s)) return s;
-  return Status::error("unknown schedule \"" + name + "\"; expected \"gpipe\", \"1f1b\" or \"interleaved_1f1b\"");
+  return Status::error("unknown schedule \"" + name + "\"; expected \"gpipe\", \"1f1b\", \"interleaved_1f1b\" or \"al\"");
 }
 
 std::string data_parallel_mode_name(DataParallelMode m) {
@@ -160,6 +162,31 @@ std::pair<int, int> replicated_group_in_cycle(const Placement& p, const LayerGra
 }
 }  // namespace
 
+namespace {
+
+// Schedule al runs a model in AL form, one group per block; nothing else runs one.
+Status validate_al(const Placement& p, const LayerGraph& g) {
+  if (!g.is_al_form())
+    return Status::error("placement.schedule: al trains a model in its Associated Learning form; build it with "
+                         "cut points first (tapp-cli --allow-al, model/al_form.h)");
+  if (p.schedule != Schedule::al || p.is_data_parallel())
+    return Status::error("placement.schedule: the model is in AL form, which trains by local losses: its schedule "
+                         "must be al, not " + (p.is_data_parallel() ? data_parallel_mode_name(p.data_parallel) : schedule_name(p.schedule)));
+  if (p.has_replicated_groups()) return Status::error("placement.groups: al runs each block on one device (no replicas)");
+  if (p.num_groups() != static_cast<int>(g.al_blocks.size()))
+    return Status::error("placement.groups: al needs one group per AL block (" + std::to_string(g.al_blocks.size()) +
+                         "), got " + std::to_string(p.num_groups()));
+  for (size_t b = 0; b < g.al_blocks.size(); ++b)
+    for (int i = g.al_blocks[b].first; i <= g.al_blocks[b].last; ++i)
+      if (p.layer_group[i] != p.layer_group[g.al_blocks[b].first] ||
+          (b > 0 && p.layer_group[i] == p.layer_group[g.al_blocks[b - 1].first]))
+        return Status::error("placement.layers[" + std::to_string(i) + "] ('" + g.layers[i].name + "'): in AL block " +
+                             std::to_string(b + 1) + ", so it must share its block's group, and only it");
+  return Status::ok();
+}
+
+}  // namespace
+
 Status validate_placement(const Placement& p, const LayerGraph& g, const Cluster& c, int64_t batch_size) {
   if (p.layer_group.size() != g.layers.size())
     return Status::error("placement.layers: has " + std::to_string(p.layer_group.size()) +
@@ -192,6 +219,9 @@ Status validate_placement(const Placement& p, const LayerGraph& g, const Cluster
   if (p.aggregation_every > 1 && !p.has_replicated_groups())
     return Status::error("placement.aggregation_every: " + std::to_string(p.aggregation_every) +
                          " needs a replicated group (a group with several devices)");
+  if (p.schedule == Schedule::al || g.is_al_form()) {
+    if (Status s = validate_al(p, g); !s) return s;
+  }
   if (auto [a, b] = replicated_group_in_cycle(p, g); a >= 0)
     return Status::error("placement.groups[" + std::to_string(a) + "]: replicated group " + std::to_string(a) +
                          " is both before and after group " + std::to_string(b) +
@@ -259,6 +289,8 @@ int64_t micro_batches_in_flight(Schedule schedule, int micro_batches, int stages
       return std::min(micro_batches, stages);
     case Schedule::interleaved_1f1b:
       return std::min(micro_batches, stages + 1);
+    case Schedule::al:  // each block's backward follows its own forward
+      return std::min(micro_batches, 1);
   }
   return micro_batches;
 }

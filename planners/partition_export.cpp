@@ -213,6 +213,8 @@ std::string pippy_schedule_class(Schedule s) {
       return "Schedule1F1B";
     case Schedule::interleaved_1f1b:
       return "ScheduleInterleaved1F1B";
+    case Schedule::al:  // refused by pipeline_stages: no format runs AL
+      return "";
   }
   return "ScheduleGPipe";
 }
@@ -311,6 +313,9 @@ Result<std::vector<PipelineStage>> pipeline_stages(const Placement& p, const Lay
         std::to_string(p.num_groups()) +
         " devices): every device trains the whole model, so there is no pipeline to partition "
         "(train it with DistributedDataParallel)");
+  if (p.schedule == Schedule::al || g.is_al_form())
+    return Status::field_error("placement.schedule", "an Associated Learning placement trains by local losses, which "
+                                                     "none of the export formats runs");
   if (p.layer_group.size() != g.layers.size() || g.layers.empty())
     return Status::field_error("placement.layers", "has " + std::to_string(p.layer_group.size()) +
                                                        " layers, the model " +

@@ -109,6 +109,8 @@ class Replay {
       // Recomputation: the backward runs the segment's forward again first.
       if (backward && seg.recompute)
         cached += cost_.forward_ms(t.device, seg.layers.front(), seg.layers.back(), samples, others);
+      // AL: the block's update follows every backward (the step's final update is not charged).
+      if (backward && tg_.schedule == Schedule::al) cached += cost_.update_ms(t.device, seg.param_bytes);
     }
     return cached;
   }
@@ -411,7 +413,7 @@ StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOp
     st.peak_memory_bytes = training_state_bytes(params[d], tg.optimizer) + tally.peak;
     const double drained = ws.end[end_task[d]];
     st.comm_ms = tally.comm_ms + std::max(0.0, drained - tally.prev_end) + averaging[d];
-    double update = cost.update_ms(d, params[d]);
+    double update = tg.schedule == Schedule::al ? 0.0 : cost.update_ms(d, params[d]);
     st.busy_ms += update;
     const double device_end = drained + averaging[d] + update;
     if (device_end > step) {

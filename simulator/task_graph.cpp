@@ -255,12 +255,15 @@ void add_tasks(TaskGraph& tg, Scratch& sc) {
       b.segment = s;
       b.micro_batch = m;
       b.device = here;
-      for (int e = sc.succ_begin[s + 1] - 1; e >= sc.succ_begin[s]; --e)
-        b.deps.push_back(to_device(e, m) != here ? sc.xbwd[static_cast<size_t>(e) * M + m]
-                                                  : tg.backward_task[sc.edge_to[e]][m]);
+      // AL: a block's backward starts from its own local loss; no gradient comes or goes.
+      const bool local = tg.schedule == Schedule::al;
+      if (!local)
+        for (int e = sc.succ_begin[s + 1] - 1; e >= sc.succ_begin[s]; --e)
+          b.deps.push_back(to_device(e, m) != here ? sc.xbwd[static_cast<size_t>(e) * M + m]
+                                                    : tg.backward_task[sc.edge_to[e]][m]);
       b.deps.push_back(tg.forward_task[s][m]);
       tg.backward_task[s][m] = bid;
-      for (int k = sc.pred_begin[s]; k < sc.pred_begin[s + 1]; ++k) {
+      for (int k = sc.pred_begin[s]; k < sc.pred_begin[s + 1] && !local; ++k) {
         int e = sc.pred_edges[k];
         const int there = from_device(e, m);
         if (there == here) continue;
@@ -375,6 +378,9 @@ void order_1f1b(TaskGraph& tg, Scratch& sc, bool interleaved) {
   const int D = tg.num_devices;
   const int T = static_cast<int>(tg.tasks.size());
   std::vector<int> limit = in_flight_limits(tg);
+  // AL: one micro-batch at a time per device, its backward (and update) right after its forward.
+  if (tg.schedule == Schedule::al)
+    for (int& l : limit) l = std::min(l, 1);
   // Per device: its compute tasks, and per micro-batch how many of them remain.
   std::vector<std::vector<int>> pending(D);
   for (int t = 0; t < T; ++t)
@@ -490,7 +496,7 @@ Status build_task_graph_into(const LayerGraph& g, const Placement& p, const Clus
     tg.micro_batch_sizes[m] = batch_size / p.micro_batches + (m < batch_size % p.micro_batches ? 1 : 0);
   add_tasks(tg, sc);
   if (p.schedule == Schedule::gpipe)
-    order_gpipe(tg, sc);
+    order_gpipe(tg, sc);  // al below: the 1F1B list schedule with one micro-batch in flight
   else
     order_1f1b(tg, sc, p.schedule == Schedule::interleaved_1f1b);
   return Status::ok();

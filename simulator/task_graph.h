@@ -22,7 +22,11 @@
 //  * device_order: for every device, the order it runs its compute tasks
 //    (forward, backward; never transfers or allreduces), fixed by the schedule
 //    (GPipe fill-drain, 1F1B, or interleaved 1F1B over a device's several
-//    segments). Orders are derived from a feasible execution, so in-order
+//    segments; al: per device one micro-batch at a time, each backward right
+//    after its forward).
+//  * schedule al (a model in AL form; blocks on one device may share a segment): a backward
+//    depends on its own forward only and there are no gradient transfers; the
+//    block's update follows each of its backwards (executors charge it there). Orders are derived from a feasible execution, so in-order
 //    execution on every device never deadlocks.
 // Both executors run compute tasks in device_order and transfers as soon as
 // their producer is done, over the link (device -> to_device). An allreduce

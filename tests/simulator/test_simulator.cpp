@@ -6,6 +6,7 @@
 #include <random>
 #include <string>
 
+#include "model/al_form.h"
 #include "model/layer_graph.h"
 #include "model/layer_library.h"
 #include "simulator/calibration.h"
@@ -802,4 +803,98 @@ TEST_CASE("the simulated peak counts Adam's two moments where SGD keeps one mome
   REQUIRE(sgd.ok);
   REQUIRE(adam.ok);
   CHECK(adam.devices[0].peak_memory_bytes - sgd.devices[0].peak_memory_bytes == g.layers[0].param_bytes());
+}
+
+// Associated Learning (schedule al) on chain(2) cut in two: block 1 has 8 layers (labels, fc0,
+// bridge + sigmoid, target + sigmoid, decoder + sigmoid), block 2 has 7 (fc1 and its six), each
+// layer 1 ms forward and 2 ms backward.
+namespace {
+LayerGraph al_chain() {
+  auto al = make_al_form(chain(2), {1}, 8);
+  REQUIRE_MESSAGE(al.is_ok(), al.error_message());
+  return *al;
+}
+Placement al_blocks_on(const LayerGraph& al, const std::vector<int>& block_device, int micro_batches) {
+  Placement p;
+  for (int i = 0; i < static_cast<int>(al.layers.size()); ++i) p.layer_group.push_back(al_block_of(al, i));
+  p.group_device = block_device;
+  p.micro_batches = micro_batches;
+  p.schedule = Schedule::al;
+  return p;
+}
+}  // namespace
+
+TEST_CASE("al: no gradient crosses blocks, so the step is block 1's m cycles plus block 2's last forward and backward") {
+  LayerGraph g = al_chain();
+  REQUIRE(g.al_blocks[0].last - g.al_blocks[0].first + 1 == 8);
+  REQUIRE(g.al_blocks[1].last - g.al_blocks[1].first + 1 == 7);
+  Cluster c = devices(2);
+  for (int m : {1, 2, 4}) {
+    const int64_t batch = 8;
+    LayerLibrary lib = flat_library(g, batch / m, 1.0, 2.0);
+    StepReport al = run(g, c, lib, al_blocks_on(g, {0, 1}, m), batch);
+    REQUIRE_MESSAGE(al.ok, al.message);
+    // Block 1 (8 + 16 ms a micro-batch) paces block 2 (7 + 14): 24 m, then block 2's last 7 + 14,
+    // less the 16 ms block 1's last backward overlaps with it.
+    CHECK(al.step_ms == doctest::Approx(24.0 * m + 5.0));
+    CHECK(al.devices[0].busy_ms == doctest::Approx(m * 24.0));
+    CHECK(al.devices[1].busy_ms == doctest::Approx(m * 21.0));
+    // Backpropagation's fill-drain pays at least (m + 1) x the slowest stage (the GPipe cases above).
+    CHECK(al.step_ms < (m + 1) * 24.0);
+  }
+}
+
+TEST_CASE("al: a block's backward waits for its own forward only, never for a later block") {
+  LayerGraph g = al_chain();
+  auto tg = build_task_graph(g, al_blocks_on(g, {0, 1}, 4), devices(2), 8);
+  REQUIRE_MESSAGE(tg.is_ok(), tg.error_message());
+  for (const Task& t : tg->tasks) CHECK(t.kind != TaskKind::transfer_gradient);
+  for (int m = 0; m < 4; ++m)
+    for (int s = 0; s < 2; ++s) CHECK(tg->tasks[tg->backward_task[s][m]].deps == std::vector<int>{tg->forward_task[s][m]});
+  // Everything block 1's backwards depend on, transitively, is block 1's.
+  std::vector<int> stack;
+  std::vector<char> seen(tg->tasks.size(), 0);
+  for (int m = 0; m < 4; ++m) stack.push_back(tg->backward_task[0][m]);
+  while (!stack.empty()) {
+    const int t = stack.back();
+    stack.pop_back();
+    if (seen[t]) continue;
+    seen[t] = 1;
+    CHECK(tg->tasks[t].segment == 0);
+    for (int d : tg->tasks[t].deps) stack.push_back(d);
+  }
+  // Each device runs F0 B0 F1 B1 ...: the backward (and the update) right after its forward.
+  for (int d = 0; d < 2; ++d) {
+    const auto& order = tg->device_order[d];
+    REQUIRE(order.size() == 8);
+    for (int m = 0; m < 4; ++m) {
+      CHECK(order[2 * m] == tg->forward_task[d][m]);
+      CHECK(order[2 * m + 1] == tg->backward_task[d][m]);
+    }
+  }
+}
+
+TEST_CASE("al placements are refused, naming the field, where model and schedule disagree") {
+  LayerGraph g = al_chain();
+  Cluster c = devices(2);
+  Placement gpipe = al_blocks_on(g, {0, 1}, 2);
+  gpipe.schedule = Schedule::gpipe;
+  Status s = validate_placement(gpipe, g, c, 8);
+  REQUIRE_FALSE(s.is_ok());
+  CHECK(s.message().find("placement.schedule") == 0);
+  Placement plain = by_device({0, 1}, 2, Schedule::al);
+  s = validate_placement(plain, chain(2), c, 8);
+  REQUIRE_FALSE(s.is_ok());
+  CHECK(s.message().find("placement.schedule") == 0);
+  Placement one_group = al_blocks_on(g, {0}, 2);
+  std::fill(one_group.layer_group.begin(), one_group.layer_group.end(), 0);
+  s = validate_placement(one_group, g, c, 8);
+  REQUIRE_FALSE(s.is_ok());
+  CHECK(s.message().find("placement.groups") == 0);
+  Placement split = al_blocks_on(g, {0, 1}, 2);
+  split.layer_group[g.al_blocks[0].decoder] = 1;  // a decoder away from its block
+  s = validate_placement(split, g, c, 8);
+  REQUIRE_FALSE(s.is_ok());
+  CHECK(s.message().find("placement.layers[" + std::to_string(g.al_blocks[0].decoder) + "]") == 0);
+  CHECK(validate_placement(al_blocks_on(g, {1, 0}, 2), g, c, 8).is_ok());
 }
