@@ -5,7 +5,9 @@
 // the labels' one-hot for block 1), detached so that no gradient crosses
 // blocks, and returns s_l, t_l and its local loss |b_l(s_l) - t_l|^2 +
 // |h_l(t_l) - t_{l-1}|^2 (sums over features, divided by `full_batch`, so a
-// batch's micro-batches add up to the batch's mean). `train_step` runs every
+// batch's micro-batches add up to the batch's mean). The association term
+// trains f_l and b_l towards t_l (t_l is held fixed there, or the target path
+// collapses onto the bridge); the autoencoder term trains g_l and h_l. `train_step` runs every
 // block of every micro-batch in order with an update per (block,
 // micro-batch), as AL-FM does: the sequential order of what the `al`
 // schedule runs on several devices at once. `predict` is AL's inference

@@ -39,8 +39,8 @@ Tensor sigmoid_grad(const Tensor& y) { return y * (1 - y); }
 
 // Expected gradients of block `blk`'s local loss, by hand: with e_b = 2 (b - t) / N and
 // e_h = 2 (h - t_prev) / N, the bridge's pre-activation gets e_b * b (1 - b), the
-// decoder's e_h * h (1 - h), the target's (-e_b + (decoder delta) W_h) * t (1 - t), and the
-// block's own linear f gets (bridge delta) W_b.
+// decoder's e_h * h (1 - h), the target's (decoder delta) W_h * t (1 - t) (t is fixed in
+// the association term), and the block's own linear f gets (bridge delta) W_b.
 struct Grads {
   Tensor f_w, bridge_w, target_w, decoder_w;
 };
@@ -60,7 +60,7 @@ Grads by_hand(const AlModel& m, int block, const Tensor& s_in, const Tensor& t_i
   Tensor e_h = 2 * (h - t_in) / static_cast<double>(n);
   Tensor d_b = e_b * sigmoid_grad(b);
   Tensor d_h = e_h * sigmoid_grad(h);
-  Tensor d_t = (-e_b + torch::mm(d_h, de.w)) * sigmoid_grad(t);
+  Tensor d_t = torch::mm(d_h, de.w) * sigmoid_grad(t);
   Tensor d_s = torch::mm(d_b, br.w);
   return {torch::mm(d_s.t(), s_in), torch::mm(d_b.t(), s), torch::mm(d_t.t(), t_in), torch::mm(d_h.t(), t)};
 }
