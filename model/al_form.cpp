@@ -106,8 +106,11 @@ Result<LayerGraph> make_al_form(const LayerGraph& source, const std::vector<int>
   al.input_kind = source.input_kind;
   std::vector<int> to_al(n, -1);
   const int blocks = static_cast<int>(block_starts.size()) + 1;
-  auto add = [&](Layer l) -> Result<int> {
-    if (!names.insert(l.name).second) return Status::field_error("model", "the added layer name '" + l.name + "' is taken");
+  std::string taken;  // an added layer's name the source already uses
+  auto add = [&](const std::string& name, const std::string& op, int input, int64_t out = 0) {
+    Layer l = added_layer(name, op, input);
+    l.attrs.out = out;
+    if (!names.insert(name).second && taken.empty()) taken = name;
     al.layers.push_back(std::move(l));
     return static_cast<int>(al.layers.size()) - 1;
   };
@@ -117,13 +120,7 @@ Result<LayerGraph> make_al_form(const LayerGraph& source, const std::vector<int>
     AlBlock blk;
     blk.first = static_cast<int>(al.layers.size());
     const std::string tag = "al" + std::to_string(b + 1) + ".";
-    if (b == 0) {
-      Layer labels = added_layer("al.labels", "al_labels", -1);
-      labels.attrs.out = source.num_classes;
-      auto i = add(labels);
-      if (!i) return i.status();
-      previous_target = *i;
-    }
+    if (b == 0) previous_target = add("al.labels", "al_labels", -1, source.num_classes);
     const int begin = b == 0 ? 0 : block_starts[b - 1];
     const int end = b + 1 < blocks ? block_starts[b] : n;
     for (int i = begin; i < end; ++i) {
@@ -136,46 +133,23 @@ Result<LayerGraph> make_al_form(const LayerGraph& source, const std::vector<int>
     const Shape& s = source.layers[end - 1].output_shape;
     int from = blk.output;
     if (s.size() == 3) {
-      Layer pool = added_layer(tag + "bridge_pool", "adaptive_avgpool2d", from);
-      pool.attrs.kernel[0] = pool.attrs.kernel[1] = 1;  // an adaptive pool's kernel is its output size
-      auto p = add(pool);
-      if (!p) return p.status();
-      auto f = add(added_layer(tag + "bridge_flatten", "flatten", *p));
-      if (!f) return f.status();
-      from = *f;
+      const int pool = add(tag + "bridge_pool", "adaptive_avgpool2d", from);
+      al.layers[pool].attrs.kernel[0] = al.layers[pool].attrs.kernel[1] = 1;  // an adaptive pool's kernel is its output size
+      from = add(tag + "bridge_flatten", "flatten", pool);
     } else if (s.size() == 2) {
-      auto t = add(added_layer(tag + "bridge_token", "select_token", from));
-      if (!t) return t.status();
-      from = *t;
+      from = add(tag + "bridge_token", "select_token", from);
     }
-    Layer bridge = added_layer(tag + "bridge", "linear", from);
-    bridge.attrs.out = target_width;
-    auto bl = add(bridge);
-    if (!bl) return bl.status();
-    auto ba = add(added_layer(tag + "bridge_act", "sigmoid", *bl));
-    if (!ba) return ba.status();
-    Layer target = added_layer(tag + "target", "linear", previous_target);
-    target.attrs.out = target_width;
-    auto tl = add(target);
-    if (!tl) return tl.status();
-    auto ta = add(added_layer(tag + "target_act", "sigmoid", *tl));
-    if (!ta) return ta.status();
-    Layer decoder = added_layer(tag + "decoder", "linear", *ta);
-    decoder.attrs.out = previous_width;
-    auto dl = add(decoder);
-    if (!dl) return dl.status();
-    auto da = add(added_layer(tag + "decoder_act", "sigmoid", *dl));
-    if (!da) return da.status();
-    blk.bridge = *ba;
-    blk.target = *ta;
-    blk.decoder_input = *dl;
-    blk.decoder = *da;
+    blk.bridge = add(tag + "bridge_act", "sigmoid", add(tag + "bridge", "linear", from, target_width));
+    blk.target = add(tag + "target_act", "sigmoid", add(tag + "target", "linear", previous_target, target_width));
+    blk.decoder_input = add(tag + "decoder", "linear", blk.target, previous_width);
+    blk.decoder = add(tag + "decoder_act", "sigmoid", blk.decoder_input);
     blk.target_input = previous_target;
-    blk.last = *da;
+    blk.last = blk.decoder;
     al.al_blocks.push_back(blk);
-    previous_target = *ta;
+    previous_target = blk.target;
     previous_width = target_width;
   }
+  if (!taken.empty()) return Status::field_error("model", "the added layer name '" + taken + "' is taken");
   if (Status st = infer_shapes(al); !st) return st.at_field("model");
   return al;
 }

@@ -110,6 +110,12 @@ TEST_CASE("bad AL forms get an error naming the field") {
   auto lm = make_al_form(zoo("gpt2", 16), {});
   if (lm.is_ok()) FAIL("a per-token language model has no AL form");
   else CHECK(lm.status().field() == "model");
+  LayerGraph clash = src;
+  clash.layers[1].name = "al1.bridge";
+  auto taken = make_al_form(clash, {2});
+  REQUIRE_FALSE(taken.is_ok());
+  CHECK(taken.status().field() == "model");
+  CHECK(taken.error_message().find("'al1.bridge' is taken") != std::string::npos);
   auto blocks = balanced_al_cuts(src, 9);
   REQUIRE_FALSE(blocks.is_ok());
   CHECK(blocks.status().field() == "al.blocks");
