@@ -170,4 +170,26 @@ int al_block_of(const LayerGraph& al, int layer) {
   return -1;
 }
 
+LayerGraph al_source(const LayerGraph& al) {
+  LayerGraph src;
+  src.name = al.name.size() > 3 && al.name.compare(al.name.size() - 3, 3, ".al") == 0 ? al.name.substr(0, al.name.size() - 3)
+                                                                                      : al.name;
+  src.input_shape = al.input_shape;
+  src.input_kind = al.input_kind;
+  std::vector<int> to_source(al.layers.size(), -1);
+  for (size_t b = 0; b < al.al_blocks.size(); ++b)
+    for (int i = first_original(al, b); i <= al.al_blocks[b].output; ++i) {
+      Layer l = al.layers[i];
+      for (int& p : l.inputs) p = to_source[p];
+      to_source[i] = static_cast<int>(src.layers.size());
+      src.layers.push_back(std::move(l));
+    }
+  (void)infer_shapes(src);  // the same layers as a valid AL form's source: cannot fail
+  return src;
+}
+
+int64_t al_target_width(const LayerGraph& al) {
+  return al.is_al_form() ? al.layers[al.al_blocks[0].target].output_shape.at(0) : 0;
+}
+
 }  // namespace tapp

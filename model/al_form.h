@@ -57,4 +57,10 @@ std::vector<int> al_cuts_of(const LayerGraph& al_form);
 // Which block of an AL form layer i belongs to.
 int al_block_of(const LayerGraph& al_form, int layer);
 
+// The graph an AL form was made from (its original layers, in order) and its
+// target width: make_al_form(al_source(g), al_cuts_of(g), al_target_width(g))
+// gives g again (how a job carries an AL form to its workers).
+LayerGraph al_source(const LayerGraph& al_form);
+int64_t al_target_width(const LayerGraph& al_form);
+
 }  // namespace tapp

@@ -8,6 +8,17 @@ torch::Tensor al_one_hot(const torch::Tensor& labels, int64_t classes) {
   return torch::one_hot(labels.to(torch::kLong), classes).to(torch::kFloat);
 }
 
+torch::Tensor al_local_loss(const torch::Tensor& bridge, const torch::Tensor& target, const torch::Tensor& decoder,
+                            const torch::Tensor& target_input, int64_t full_batch) {
+  const double n = static_cast<double>(full_batch);
+  // The association term pulls b_l(s_l) towards t_l, not t_l towards b_l(s_l):
+  // with gradient into g_l the target path collapses onto the bridge's outputs
+  // (digits, 4 blocks: 6% test accuracy, below chance).
+  torch::Tensor association = (bridge - target.detach()).pow(2).sum() / n;
+  torch::Tensor autoencoder = (decoder - target_input.detach()).pow(2).sum() / n;
+  return association + autoencoder;
+}
+
 Result<std::shared_ptr<AlModel>> AlModel::build(const LayerGraph& al_form, uint64_t seed) {
   if (!al_form.is_al_form()) return Status::error("is not in AL form (make_al_form)").at_field("model");
   auto model = GraphModel::build(al_form, seed);
@@ -40,13 +51,8 @@ AlBlockOutput AlModel::forward_block(int b, const torch::Tensor& s_in, const tor
     outs[i - blk.first] = y;
   }
   const torch::Tensor& t_prev = blk.target_input >= blk.first ? out_of(blk.target_input) : t0;
-  const double n = static_cast<double>(full_batch);
-  // The association loss pulls b_l(s_l) towards t_l, not t_l towards b_l(s_l):
-  // with gradient into g_l the target path collapses onto the bridge's outputs
-  // (digits, 4 blocks: 6% test accuracy, below chance).
-  torch::Tensor association = (out_of(blk.bridge) - out_of(blk.target).detach()).pow(2).sum() / n;
-  torch::Tensor autoencoder = (out_of(blk.decoder) - t_prev).pow(2).sum() / n;
-  return {out_of(blk.output), out_of(blk.target), association + autoencoder};
+  return {out_of(blk.output), out_of(blk.target),
+          al_local_loss(out_of(blk.bridge), out_of(blk.target), out_of(blk.decoder), t_prev, full_batch)};
 }
 
 std::vector<torch::Tensor> AlModel::block_parameters(int b) const {
@@ -56,6 +62,8 @@ std::vector<torch::Tensor> AlModel::block_parameters(int b) const {
     for (auto& p : model_->layer_parameters(i)) out.push_back(p);
   return out;
 }
+
+std::vector<torch::Tensor> AlModel::layer_parameters(int layer) const { return model_->layer_parameters(layer); }
 
 torch::Tensor AlModel::predict(const torch::Tensor& x) {
   const LayerGraph& g = graph();

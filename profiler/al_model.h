@@ -36,6 +36,12 @@ struct AlBlockOutput {
 // The labels {B} as the one-hot t_0 {B, classes} (float).
 torch::Tensor al_one_hot(const torch::Tensor& labels, int64_t classes);
 
+// A block's local loss from its outputs: |bridge - target|^2 (target held
+// fixed) + |decoder - target_input|^2 (target_input = t_{l-1}, fixed), sums
+// over the features divided by `full_batch`. The runtime's workers and AlModel both use it.
+torch::Tensor al_local_loss(const torch::Tensor& bridge, const torch::Tensor& target, const torch::Tensor& decoder,
+                            const torch::Tensor& target_input, int64_t full_batch);
+
 class AlModel {
  public:
   // `al_form` must be in AL form (LayerGraph::is_al_form); weights as
@@ -48,6 +54,7 @@ class AlModel {
   AlBlockOutput forward_block(int b, const torch::Tensor& s_in, const torch::Tensor& t_in, int64_t full_batch);
   // The parameters block b's update changes: f_b, b_b, g_b, h_b.
   std::vector<torch::Tensor> block_parameters(int b) const;
+  std::vector<torch::Tensor> layer_parameters(int layer) const;
   // One training step over `micro_batches` slices of (x, labels): per
   // micro-batch, block by block, forward, local backward, `update(b)`.
   // Returns the sum of the local losses (each block's mean over the batch).

@@ -1,5 +1,6 @@
 #include "runtime/job.h"
 
+#include "model/al_form.h"
 #include "model/model_json.h"
 
 namespace tapp {
@@ -9,7 +10,9 @@ json job_to_json(const Job& job) {
   const RunOptions& o = job.options;
   json j;
   j["mode"] = job.mode;
-  j["graph"] = model_to_json(job.graph);
+  // An AL form travels as its source graph and cuts; the worker makes it again.
+  j["graph"] = model_to_json(job.graph.is_al_form() ? al_source(job.graph) : job.graph);
+  if (job.graph.is_al_form()) j["al"] = {{"cuts", al_cuts_of(job.graph)}, {"target_width", al_target_width(job.graph)}};
   j["cluster"] = cluster_to_json(job.cluster);
   j["placement"] = {{"layer_group", job.placement.layer_group},
                     {"group_device", job.placement.group_device},
@@ -38,6 +41,12 @@ Result<Job> job_from_json(const json& j) {
     auto g = model_from_json(j.at("graph"));
     if (!g) return g.status();
     job.graph = std::move(*g);
+    if (j.contains("al")) {
+      auto al = make_al_form(job.graph, j["al"].at("cuts").get<std::vector<int>>(),
+                             j["al"].at("target_width").get<int64_t>());
+      if (!al) return al.status();
+      job.graph = std::move(*al);
+    }
     auto c = cluster_from_json(j.at("cluster"));
     if (!c) return c.status().with_context("job.cluster");
     job.cluster = std::move(*c);

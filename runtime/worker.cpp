@@ -31,6 +31,8 @@
 #include <set>
 #include <thread>
 
+#include "model/al_form.h"
+#include "profiler/al_model.h"
 #include "profiler/compute_threads.h"
 #include "profiler/torch_model.h"
 #include "runtime/control_channel.h"
@@ -235,8 +237,14 @@ double emulated_sleep_ms(double wall_ms, double cpu_ms, double speed, int thread
 
 namespace {
 
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<torch::Tensor>& params, Optimizer which,
+                                                        const RunOptions& o);
+
 // ---------------------------------------------------------------- pipeline
 
+// Schedule al (Associated Learning, a model in AL form): each segment's blocks
+// learn from their local losses, no gradient is sent, and each segment's own
+// optimizer updates it right after each of its backwards.
 class PipelineWorker {
  public:
   PipelineWorker(Ctx& ctx, TaskGraph tg) : c_(ctx), g_(ctx.job.graph), tg_(std::move(tg)) {
@@ -266,6 +274,16 @@ class PipelineWorker {
       replicas_.push_back(r);
     }
     find_ties_across_workers();
+    if (al_) {
+      for (size_t s = 0; s < tg_.segments.size(); ++s) {
+        if (tg_.segments[s].devices[0] != c_.rank) continue;  // al has no replicas
+        std::vector<torch::Tensor> params;
+        for (int l : tg_.segments[s].layers)
+          for (auto& p : c_.model->layer_parameters(l)) params.push_back(p);
+        if (!params.empty()) segment_optimizer_[s] = make_optimizer(params, tg_.optimizer, c_.job.options);
+      }
+      for (int l = 0; l < L_; ++l) block_of_.push_back(al_block_of(g_, l));
+    }
   }
 
   WorkerStep step(int step_index, Clock::time_point t0, Sender& sender) {
@@ -315,12 +333,14 @@ class PipelineWorker {
     st.comm_ms += ms_between(d0, Clock::now());
     finish_replica_exchanges(st);
     sum_tied_gradients(t0, st);
-    auto o0 = Clock::now();
-    c_.optimizer->step();
-    c_.optimizer->zero_grad();
-    double opt_ms = ms_between(o0, Clock::now());
-    st.busy_ms += opt_ms;
-    st.timeline.push_back(TaskSpan{"optimizer", ms_between(t0, o0), ms_between(t0, o0) + opt_ms});
+    if (!al_) {  // al updated each segment after each of its backwards
+      auto o0 = Clock::now();
+      c_.optimizer->step();
+      c_.optimizer->zero_grad();
+      double opt_ms = ms_between(o0, Clock::now());
+      st.busy_ms += opt_ms;
+      st.timeline.push_back(TaskSpan{"optimizer", ms_between(t0, o0), ms_between(t0, o0) + opt_ms});
+    }
     average_replicas_if_due(t0, st);
     recv_.clear();
     outs_.clear();
@@ -469,7 +489,7 @@ class PipelineWorker {
       }
     }
     for (int t : seg.succs) {
-      if (device_of(t, m) == c_.rank) continue;
+      if (device_of(t, m) == c_.rank || al_) continue;  // al: no gradient comes back
       const int tid = grad_task_.at({s, t, m});
       for (int l : boundary_layers(g_, tg_, s, t)) recv_.erase({tid, l});
     }
@@ -483,7 +503,7 @@ class PipelineWorker {
       for (int p : seg.preds)
         if (device_of(p, m) != c_.rank)
           for (int l : boundary_layers(g_, tg_, p, task.segment)) received(act_task_.at({p, task.segment, m}), l);
-    } else {
+    } else if (!al_) {
       for (int t : seg.succs)
         if (device_of(t, m) != c_.rank)
           for (int l : boundary_layers(g_, tg_, task.segment, t)) received(grad_task_.at({task.segment, t, m}), l);
@@ -498,7 +518,7 @@ class PipelineWorker {
     if (it != leaves_.end()) return it->second;
     int ps = seg_of_layer_[p];
     torch::Tensor src = device_of(ps, m) == c_.rank ? outs_[m][p].detach() : received(act_task_.at({ps, s, m}), p);
-    torch::Tensor l = src.requires_grad_(true);
+    torch::Tensor l = al_ ? src : src.requires_grad_(true);  // al sends no gradient back
     leaves_[key] = l;
     return l;
   }
@@ -507,14 +527,36 @@ class PipelineWorker {
   // leaves over other segments' outputs), and its loss when it has the output layer.
   void run_layers(int s, int m) {
     const Segment& seg = tg_.segments[s];
+    if (al_) c_.model->set_labels(ys_[m]);  // the al_labels layer's one-hot
     for (int l : seg.layers) {
       std::vector<torch::Tensor> ins;
       const Layer& layer = g_.layers[l];
       if (layer.inputs.empty()) ins.push_back(xs_[m]);
-      for (int p : layer.inputs) ins.push_back(seg_of_layer_[p] == s ? outs_[m][p] : leaf(s, m, p));
+      for (int p : layer.inputs) {
+        if (seg_of_layer_[p] != s)
+          ins.push_back(leaf(s, m, p));
+        else  // al: no gradient crosses blocks, even inside one segment
+          ins.push_back(al_ && block_of_[p] != block_of_[l] ? outs_[m][p].detach() : outs_[m][p]);
+      }
       outs_[m][l] = c_.model->forward_layer(l, ins);
     }
-    if (seg.computes_loss) loss_[m] = loss_of(outs_[m][L_ - 1], ys_[m], c_.job.options.batch_size);
+    if (al_)
+      loss_[m] = al_losses(s, m);
+    else if (seg.computes_loss)
+      loss_[m] = loss_of(outs_[m][L_ - 1], ys_[m], c_.job.options.batch_size);
+  }
+
+  // The local losses of the AL blocks in segment s (a segment holds whole blocks).
+  torch::Tensor al_losses(int s, int m) {
+    torch::Tensor total;
+    for (const AlBlock& b : g_.al_blocks) {
+      if (seg_of_layer_[b.first] != s) continue;
+      const torch::Tensor t_prev = seg_of_layer_[b.target_input] == s ? outs_[m][b.target_input] : leaf(s, m, b.target_input);
+      torch::Tensor loss = al_local_loss(outs_[m][b.bridge], outs_[m][b.target], outs_[m][b.decoder], t_prev,
+                                         c_.job.options.batch_size);
+      total = total.defined() ? total + loss : loss;
+    }
+    return total;
   }
 
   // A recomputing segment's forward keeps no autograd graph: only its inputs
@@ -583,7 +625,7 @@ class PipelineWorker {
     const Segment& seg = tg_.segments[s];
     if (seg.recompute) recompute_forward(s, m);
     std::vector<torch::Tensor> roots, grads;
-    if (seg.computes_loss && loss_[m].defined() && loss_[m].requires_grad()) {
+    if ((seg.computes_loss || al_) && loss_[m].defined() && loss_[m].requires_grad()) {
       roots.push_back(loss_[m]);
       grads.push_back(torch::ones_like(loss_[m]));
     }
@@ -599,6 +641,7 @@ class PipelineWorker {
     };
     for (int t : seg.succs)
       for (int l : boundary_layers(g_, tg_, s, t)) {
+        if (al_) break;  // no gradient comes back in al
         if (device_of(t, m) == c_.rank) {
           auto it = leaves_.find(std::make_tuple(t, m, l));
           if (it != leaves_.end()) {
@@ -615,7 +658,15 @@ class PipelineWorker {
         grads.push_back(g);
       }
     if (!roots.empty()) torch::autograd::backward(roots, grads);
+    if (al_) {  // the local losses only: nothing to send, and the segment's update follows
+      auto it = segment_optimizer_.find(s);
+      if (it != segment_optimizer_.end()) {
+        it->second->step();
+        it->second->zero_grad();
+      }
+    }
     for (int p : seg.preds) {
+      if (al_) break;
       int dst = device_of(p, m);
       if (dst == c_.rank) continue;
       int tid = grad_task_.at({p, s, m});
@@ -640,6 +691,9 @@ class PipelineWorker {
   Ctx& c_;
   const LayerGraph& g_;
   TaskGraph tg_;
+  const bool al_ = tg_.schedule == Schedule::al;
+  std::vector<int> block_of_;  // al: each layer's AL block
+  std::map<int, std::unique_ptr<torch::optim::Optimizer>> segment_optimizer_;  // al: per segment here
   int L_ = 0, M_ = 0, parity_ = 0, step_ = 0;
   std::vector<int> seg_of_layer_;
   std::vector<Replica> replicas_;
