@@ -7,6 +7,13 @@
 // (the simulator), `measure` (real workers) or `hybrid`. Prints the placement and its
 // StepReport (a table with `all`), JSON with --json, and writes the placement
 // with --out. Bad input: message on stderr, exit 2; no placement fits: exit 1.
+// Associated Learning changes the learning algorithm, so it is planned only
+// when asked for: --allow-al adds a row with the AL form of the best pipeline
+// row (its groups as blocks, the best micro-batch count), and --placement
+// FILE --schedule al scores the AL form of that placement; both are simulated
+// from the AL form's own costs (its added layers profiled or estimated like any).
+#include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -15,7 +22,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/al_placement.h"
 #include "planners/lower_bound.h"
+#include "simulator/simulator.h"
 #include "planners/planners.h"
 #include "simulator/simulator_evaluator.h"
 #include "core/cluster.h"
@@ -36,8 +45,9 @@ struct PlanArgs {
   int micro_batches = 0, max_micro_batches = 64, budget = 200, steps = 3, warmup = 1;
   int64_t exhaustive_limit = 200000;
   uint64_t seed = 1;
-  bool json = false, timeline = false;
+  bool json = false, timeline = false, allow_al = false;
 };
+
 
 std::string fixed(double v, int digits) {
   std::ostringstream os;
@@ -106,6 +116,77 @@ nlohmann::json row_json(const PlannerRow& row, const LayerGraph& g, const Cluste
   return j;
 }
 
+// An Associated Learning row: the AL form of a pipeline placement, simulated from its own costs.
+struct AlRow {
+  PlannerRow row;
+  LayerGraph graph;       // the AL form
+  std::string from;       // the row (or "given") whose groups became the blocks
+  std::string costs_note;
+};
+
+// The AL form of `pipeline` at each micro-batch count in `counts`; the fastest. Errors: the
+// placement has no AL form (groups that are not runs of layers, replicas), costs, nothing fits.
+// `costs_mode`: as --costs, except that "auto" profiles the AL form where the
+// rows it is compared with came from profiles (estimates beside measurements would not compare).
+Result<AlRow> simulate_al(const LayerGraph& g, const Cluster& c, const Placement& pipeline, const std::string& from,
+                          const PlanArgs& a, const std::string& rows_costs_note, const std::vector<int>& counts) {
+  const bool rows_estimated = rows_costs_note.rfind("estimated", 0) == 0;
+  const std::string costs_mode = a.costs == "auto" && !rows_estimated ? "profile" : a.costs;
+  auto plan = al_plan_from_pipeline(g, pipeline);
+  if (!plan) return plan.status();
+  AlRow out;
+  out.graph = std::move(plan->graph);
+  out.from = from;
+  auto inputs = load_cost_inputs(out.graph, c, a.batch, costs_mode, a.calibration);
+  if (!inputs) return inputs.status();
+  out.costs_note = inputs->costs_note;
+  auto cost = CostModel::build(out.graph, c, inputs->libraries, inputs->device_libraries, inputs->calibration);
+  if (!cost) return cost.status();
+  Simulator sim(out.graph, c, *cost, a.batch);
+  const auto t0 = std::chrono::steady_clock::now();
+  out.row.name = "al";
+  for (int m : counts) {
+    Placement p = plan->placement;
+    p.micro_batches = m;
+    StepReport r = sim.evaluate(p);
+    if (!out.row.placement || (r.ok && (!out.row.report.ok || r.step_ms < out.row.report.step_ms))) {
+      out.row.placement = p;
+      out.row.report = r;
+    }
+  }
+  out.row.plan_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+// --allow-al: the AL form of the fastest pipeline row that has one, at 1, 2, 4, ... micro-batches.
+Result<AlRow> al_row(const std::vector<PlannerRow>& rows, const LayerGraph& g, const Cluster& c, const PlanArgs& a,
+                     const std::string& rows_costs_note) {
+  std::vector<const PlannerRow*> order;
+  for (const auto& r : rows)
+    if (r.report.ok && r.placement && !r.placement->is_data_parallel() && !r.placement->has_replicated_groups())
+      order.push_back(&r);
+  std::sort(order.begin(), order.end(), [](auto* x, auto* y) { return x->report.step_ms < y->report.step_ms; });
+  std::vector<int> counts;
+  for (int m = 1; m <= std::min<int64_t>(a.max_micro_batches, a.batch); m *= 2) counts.push_back(m);
+  Status last = Status::error("no pipeline row to take blocks from");
+  for (const PlannerRow* r : order) {
+    auto al = simulate_al(g, c, *r->placement, r->name, a, rows_costs_note, counts);
+    if (al) return al;
+    last = al.status();
+  }
+  return last;
+}
+
+void print_al_row(const AlRow& al, const Cluster& c, std::ostream& os) {
+  os << "al (Associated Learning, the AL form of " << al.from << "'s plan; costs: " << al.costs_note << ")\n";
+  if (!al.row.report.ok) {
+    os << "  - " << al.row.report.message << "\n";
+    return;
+  }
+  os << "  " << describe(*al.row.placement, al.graph, c) << "\n  micro-batches " << al.row.placement->micro_batches
+     << ", schedule al\n";
+}
+
 int plan(const PlanArgs& a) {
   auto loaded = load_model_and_cluster("plan", a.model, a.input_size, a.classes, a.torchscript, a.devices);
   if (!loaded) return 2;
@@ -114,6 +195,11 @@ int plan(const PlanArgs& a) {
   auto schedule = schedule_from_name(a.schedule);
   if (!schedule) {
     std::cerr << "tapp-cli plan: --schedule: " << schedule.error_message() << "\n";
+    return 2;
+  }
+  if (*schedule == Schedule::al && a.placement.empty()) {
+    std::cerr << "tapp-cli plan: --schedule: the planners propose pipelines; add --allow-al for the AL form of the "
+                 "best one, or give --placement FILE --schedule al\n";
     return 2;
   }
   Optimizer optimizer = Optimizer::sgd;
@@ -195,6 +281,24 @@ int plan(const PlanArgs& a) {
       return 2;
     }
     if (!a.optimizer.empty()) given->optimizer = optimizer;
+    if (*schedule == Schedule::al) {
+      auto al = simulate_al(graph, cluster, *given, "given", a, inputs->costs_note, {given->micro_batches});
+      if (!al) {
+        std::cerr << "tapp-cli plan: " << al.error_message() << "\n";
+        return 2;
+      }
+      if (a.json) {
+        std::cout << nlohmann::json{{"model", graph.name},
+                                    {"al", row_json(al->row, al->graph, cluster, false, std::nullopt)},
+                                    {"al_costs", al->costs_note}}
+                         .dump(2)
+                  << "\n";
+      } else {
+        print_al_row(*al, cluster, std::cout);
+        if (al->row.report.ok) print_report(al->row.report, std::cout);
+      }
+      return al->row.report.ok ? 0 : 1;
+    }
     PlannerRow row;
     row.name = "given";
     row.placement = *given;
@@ -210,6 +314,15 @@ int plan(const PlanArgs& a) {
   }
   int failures = 0;
   for (const auto& r : rows) failures += !r.report.ok;
+  std::optional<AlRow> al;
+  std::string al_error;
+  if (a.allow_al) {
+    auto made = al_row(rows, graph, cluster, a, inputs->costs_note);
+    if (made)
+      al = std::move(*made);
+    else
+      al_error = made.error_message();
+  }
   // What no placement's simulated step beats (planners/lower_bound.h).
   Result<StepLowerBound> bound_r = step_lower_bound(graph, cluster, *cost, a.batch);
   std::optional<StepLowerBound> bound;
@@ -240,6 +353,13 @@ int plan(const PlanArgs& a) {
     } else {
       j["rows"] = nlohmann::json::array();
       for (const auto& r : rows) j["rows"].push_back(row_json(r, graph, cluster, false, bound));
+    }
+    if (al) {
+      j["al"] = row_json(al->row, al->graph, cluster, false, bound);
+      j["al"]["from"] = al->from;
+      j["al"]["costs"] = al->costs_note;
+    } else if (a.allow_al) {
+      j["al"] = {{"error", al_error}};
     }
     std::cout << j.dump(2) << "\n";
   } else {
@@ -289,6 +409,15 @@ int plan(const PlanArgs& a) {
         if (auto within = planner_optimality(r.name); within && r.report.ok)
           std::cout << "  " << r.name << ": " << *within << "\n";
     }
+    if (al) {
+      std::cout << "\n";
+      print_al_row(*al, cluster, std::cout);
+      if (al->row.report.ok)
+        std::cout << "  step " << fixed(al->row.report.step_ms, 2) << " ms (simulated, vs bound "
+                  << gap_text(al->row.report, bound) << "); it trains by local losses, not backpropagation\n";
+    } else if (a.allow_al) {
+      std::cout << "\nal: none (" << al_error << ")\n";
+    }
   }
   for (const auto& r : rows)
     if (!r.report.ok && rows.size() == 1) std::cerr << "tapp-cli plan: " << r.report.message << "\n";
@@ -325,7 +454,10 @@ void add_plan_command(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(0, 1 << 20));
   sub->add_option("--max-micro-batches", args->max_micro_batches, "largest micro-batch count planners try (default 64)")
       ->check(CLI::Range(1, 1 << 20));
-  sub->add_option("--schedule", args->schedule, "gpipe (default) | 1f1b");
+  sub->add_option("--schedule", args->schedule, "gpipe (default) | 1f1b | al (with --placement: its AL form)");
+  sub->add_flag("--allow-al", args->allow_al,
+                "also plan Associated Learning (local losses: it changes the learning algorithm): the AL form of "
+                "the best pipeline row, as its own row");
   sub->add_option("--optimizer", args->optimizer,
                   "sgd (with momentum, default) | adam: what the plan trains with and its memory counts")
       ->check(CLI::IsMember({"sgd", "adam"}));

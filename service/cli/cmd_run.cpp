@@ -3,6 +3,9 @@
 //   tapp-cli run MODEL --devices cluster.json --placement placement.json [--steps N] [--warmup N] [--batch N] [--json]
 //   tapp-cli run MODEL --devices cluster.json --strategy single|bsp|hogwild [...]
 //   [--optimizer sgd|adam]  (default: the placement's; sgd for a strategy)
+//   tapp-cli run MODEL --devices cluster.json --placement p.json --schedule al   (AL: a block per group)
+//   tapp-cli run MODEL --devices cluster.json --schedule al --al-blocks N [--micro-batches M]
+//   (Associated Learning changes the learning algorithm: only when asked for, model/al_form.h)
 // Prints the median step time, per-device busy/comm/idle and peak memory
 // (RSS, the tensors' peak as the worker's counting allocator saw it, and the
 // memory rule's prediction: core's estimate_device_memory), the
@@ -15,6 +18,7 @@
 #include <optional>
 #include <sstream>
 
+#include "core/al_placement.h"
 #include "core/placement.h"
 #include "core/cluster.h"
 #include "runtime/runtime.h"
@@ -26,8 +30,10 @@ namespace tapp::cli {
 namespace {
 
 struct RunArgs {
-  std::string model, devices, placement, strategy, optimizer;
+  std::string model, devices, placement, strategy, optimizer, schedule;
   int steps = 3, warmup = 1;
+  int al_blocks = 0, micro_batches = 4;  // --al-blocks without a placement
+  int64_t al_target_width = kDefaultAlTargetWidth;
   int64_t batch = 32, input_size = 0, classes = 0;
   std::string torchscript = "auto";  // --torchscript
   uint64_t seed = 1;
@@ -112,10 +118,41 @@ void print_replica_idle(const StepReport& r, const Placement& p, const Cluster& 
   }
 }
 
+// The placement to run: the file's, with --schedule applied; for al, the
+// model's AL form cut where the placement's groups change (or into
+// --al-blocks blocks) replaces `graph`.
+Result<Placement> placement_to_run(const RunArgs& a, LayerGraph& graph, const Cluster& cluster) {
+  std::optional<Schedule> schedule;
+  if (!a.schedule.empty()) {
+    auto named = schedule_from_name(a.schedule);
+    if (!named) return Status::field_error("--schedule", named.error_message());
+    schedule = *named;
+  }
+  if (a.al_blocks > 0 && schedule != Schedule::al)
+    return Status::field_error("--al-blocks", "needs --schedule al (it cuts the model into AL blocks)");
+  if (schedule == Schedule::al && a.placement.empty()) {
+    if (a.al_blocks < 1) return Status::field_error("--schedule", "al needs --placement FILE or --al-blocks N");
+    auto plan = al_plan_by_blocks(graph, a.al_blocks, cluster.num_devices(), a.micro_batches, a.al_target_width);
+    if (!plan) return plan.status();
+    graph = std::move(plan->graph);
+    return plan->placement;
+  }
+  auto placement = load_placement(a.placement, graph, cluster);
+  if (!placement) return placement.status();
+  if (schedule == Schedule::al) {
+    auto plan = al_plan_from_pipeline(graph, *placement, a.al_target_width);
+    if (!plan) return plan.status();
+    graph = std::move(plan->graph);
+    return plan->placement;
+  }
+  if (schedule) placement->schedule = *schedule;
+  return placement;
+}
+
 int run(const RunArgs& a) {
   auto loaded = load_model_and_cluster("run", a.model, a.input_size, a.classes, a.torchscript, a.devices);
   if (!loaded) return 2;
-  const LayerGraph& graph = loaded->graph;
+  LayerGraph graph = loaded->graph;
   const Cluster& cluster = loaded->cluster;
   RunOptions o;
   o.steps = a.steps;
@@ -147,7 +184,7 @@ int run(const RunArgs& a) {
     what = "model " + graph.name + "  strategy " + a.strategy + "  on " + std::to_string(cluster.num_devices()) +
            " device(s)";
   } else {
-    auto placement = load_placement(a.placement, graph, cluster);
+    auto placement = placement_to_run(a, graph, cluster);
     if (!placement) {
       std::cerr << "tapp-cli run: " << placement.error_message() << "\n";
       return 2;
@@ -155,7 +192,7 @@ int run(const RunArgs& a) {
     if (optimizer) placement->optimizer = *optimizer;
     result = run_placement(graph, cluster, *placement, o);
     ran = *placement;
-    what = "model " + graph.name + "  placement " + a.placement + "  (" +
+    what = "model " + graph.name + "  placement " + (a.placement.empty() ? "by --al-blocks" : a.placement) + "  (" +
            (placement->is_data_parallel()
                 ? "data parallel, " + std::to_string(placement->num_groups()) + " replicas"
                 : std::to_string(placement->micro_batches) + " micro-batches, " +
@@ -167,15 +204,18 @@ int run(const RunArgs& a) {
            ")";
   }
   const StepReport& r = result.report;
-  // The efficiency's ideal counts each device as one stage of a chain: it
-  // does not describe replicated stages, so it is left out for them.
+  // The efficiency's ideal counts each device as one stage of a chain that
+  // waits for gradients: it does not describe replicated stages or al, so it is left out for them.
   const bool pipeline = ran && a.strategy.empty();
   std::optional<PipelineEfficiency> efficiency =
-      pipeline && !ran->has_replicated_groups() ? pipeline_efficiency(r, *ran) : std::nullopt;
+      pipeline && !ran->has_replicated_groups() && ran->schedule != Schedule::al ? pipeline_efficiency(r, *ran)
+                                                                                  : std::nullopt;
   const Predicted predicted = predict_memory(r, *ran, graph, cluster, a.batch);
   if (a.json) {
     nlohmann::json j = step_report_to_json(r, a.timeline);
     j["optimizer"] = optimizer_name(ran->optimizer);
+    j["schedule"] = ran->is_data_parallel() ? nlohmann::json() : nlohmann::json(schedule_name(ran->schedule));
+    if (graph.is_al_form()) j["al"] = {{"cuts", al_cuts_of(graph)}, {"target_width", al_target_width(graph)}};
     j["predicted_memory"] = nlohmann::json::array();
     for (size_t k = 0; k < r.devices.size(); ++k)
       j["predicted_memory"].push_back(
@@ -224,11 +264,23 @@ void add_run_command(CLI::App& app, int& exit_code) {
   sub->add_option("--input-size", args->input_size, "image side (0: the model's default)");
   sub->add_option("--classes", args->classes, "number of classes (0: the model's default)");
   add_torchscript_option(*sub, args->torchscript);
+  auto* sched = sub->add_option("--schedule", args->schedule,
+                  "gpipe | 1f1b | interleaved_1f1b | al (Associated Learning: local losses, a block per group); "
+                  "default: the placement's");
+  auto* blocks = sub->add_option("--al-blocks", args->al_blocks, "with --schedule al and no placement: blocks of about "
+                                                                "equal multiply-adds, block b on device b mod devices")
+                     ->check(CLI::Range(1, 4096));
+  blocks->excludes(pl);
+  sched->excludes(st);
+  sub->add_option("--micro-batches", args->micro_batches, "with --al-blocks: micro-batches (default 4)")
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--al-target-width", args->al_target_width, "AL's target width d (default 128)")
+      ->check(CLI::Range(int64_t{1}, int64_t{65536}));
   sub->add_flag("--json", args->json, "print the StepReport as JSON");
   sub->add_flag("--timeline", args->timeline, "with --json: include the per-task timeline of one step");
   sub->callback([args, &exit_code] {
-    if (args->placement.empty() && args->strategy.empty()) {
-      std::cerr << "tapp-cli run: give --placement FILE or --strategy single|bsp|hogwild\n";
+    if (args->placement.empty() && args->strategy.empty() && args->al_blocks == 0) {
+      std::cerr << "tapp-cli run: give --placement FILE, --strategy single|bsp|hogwild, or --schedule al --al-blocks N\n";
       exit_code = 2;
       return;
     }
