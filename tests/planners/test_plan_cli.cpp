@@ -83,3 +83,42 @@ TEST_CASE("tapp-cli plan says so and exits 1 when no placement fits") {
   CHECK(r.exit_code == 1);
   CHECK(r.out.find("memory") != std::string::npos);
 }
+
+TEST_CASE("tapp-cli plan --allow-al adds the AL form of the best pipeline row as its own row") {
+  std::string cluster = write_temp("cluster.json", kCluster);
+  Run r = cli("plan mlp --devices " + cluster + " --planner all --costs estimated --budget 20 --allow-al --json");
+  REQUIRE(r.exit_code == 0);
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  REQUIRE(j.contains("al"));
+  CHECK(j["al"]["planner"] == "al");
+  CHECK(j["al"]["report"]["ok"] == true);
+  CHECK(j["al"]["placement"]["schedule"] == "al");
+  CHECK(j["al"]["report"]["step_ms"].get<double>() > 0);
+  // Its blocks are a pipeline row's groups: a planner row of that name exists.
+  bool found = false;
+  for (const auto& row : j["rows"]) found = found || row["planner"] == j["al"]["from"];
+  CHECK(found);
+  // Without --allow-al there is no AL row: it changes the learning algorithm, never silently.
+  Run plain = cli("plan mlp --devices " + cluster + " --planner all --costs estimated --budget 20 --json");
+  REQUIRE(plain.exit_code == 0);
+  CHECK_FALSE(nlohmann::json::parse(plain.out).contains("al"));
+}
+
+TEST_CASE("tapp-cli plan and run refuse al where it cannot be, with exit code 2 naming the option or field") {
+  std::string cluster = write_temp("cluster.json", kCluster);
+  Run r = cli("plan mlp --devices " + cluster + " --costs estimated --schedule al", true);
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.find("--schedule") != std::string::npos);
+  // A placement whose group 0 comes back after group 1 has no AL form.
+  std::string placement = write_temp("al_placement.json", R"({"groups": ["a", "b"], "micro_batches": 2,
+    "layers": {"flatten": 0, "fc1": 0, "relu1": 1, "fc2": 0, "relu2": 1, "fc3": 1}})");
+  Run bad = cli("plan mlp --devices " + cluster + " --costs estimated --placement " + placement + " --schedule al", true);
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.out.find("placement.layers[3]") != std::string::npos);
+  Run blocks = cli("run mlp --devices " + cluster + " --al-blocks 2", true);
+  CHECK(blocks.exit_code == 2);
+  CHECK(blocks.out.find("--al-blocks") != std::string::npos);
+  Run too_many = cli("run mlp --devices " + cluster + " --schedule al --al-blocks 500", true);
+  CHECK(too_many.exit_code == 2);
+  CHECK(too_many.out.find("al.blocks") != std::string::npos);
+}
