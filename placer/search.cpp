@@ -29,14 +29,20 @@ std::vector<bool> devices_that_fit(const StageMemory& memory, const LayerGraph& 
   return ok;
 }
 
-// Whether data parallelism can run at all: at least two devices hold a whole
-// replica with half the batch. Otherwise every data-parallel proposal fails
-// its memory check, and offering it only teaches the policy a failure.
+// Whether data parallelism can run at all: for some k >= 2, at least k
+// devices each hold a whole replica with its share of the batch, ceil(batch /
+// k) (BSP over 8 small devices may fit where two halves do not). Otherwise
+// every data-parallel proposal fails its memory check, and offering it only
+// teaches the policy a failure.
 bool replicas_fit(const StageMemory& memory, const LayerGraph& g, const Cluster& c, int64_t batch_size) {
   const int L = static_cast<int>(g.layers.size());
-  int fit = 0;
-  for (const Device& d : c.devices) fit += memory.fits(d, 0, L, (batch_size + 1) / 2, 1) ? 1 : 0;
-  return fit >= 2;
+  for (int k = 2; k <= c.num_devices(); ++k) {
+    const int64_t share = (batch_size + k - 1) / k;
+    int fit = 0;
+    for (const Device& d : c.devices) fit += memory.fits(d, 0, L, share, 1) ? 1 : 0;
+    if (fit >= k) return true;
+  }
+  return false;
 }
 
 // Stage ends (fractions of the depth) that split the model's multiply-adds

@@ -1,5 +1,7 @@
 #include "profiler/profiler.h"
 
+#include "model/al_form.h"
+
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -37,6 +39,19 @@ double median(std::vector<double> v) {
 void zero_grads(GraphModel& model) {
   for (auto& p : model.parameters())
     if (p.grad().defined()) p.mutable_grad().zero_();
+}
+
+// Whether training computes the gradient of layer i's inputs: not for the
+// model input (token ids cannot have one), nor, in an AL form, for inputs that
+// all come from earlier blocks (AL sends no gradient back); every other does.
+bool inputs_need_grad(const LayerGraph& g, int i) {
+  const Layer& l = g.layers[i];
+  if (l.inputs.empty()) return false;
+  if (!g.is_al_form()) return true;
+  const int block = al_block_of(g, i);
+  for (int p : l.inputs)
+    if (al_block_of(g, p) == block) return true;
+  return false;
 }
 
 // Forward and backward medians of one layer on fixed inputs.
@@ -173,8 +188,7 @@ Result<LayerLibrary> profile_model(const LayerGraph& graph, const ProfileOptions
       std::vector<torch::Tensor> ins;
       if (l.inputs.empty()) ins.push_back(x);
       for (int p : l.inputs) ins.push_back(outs[p]);
-      // The model input needs no gradient in training (token ids cannot have one); every other input does.
-      auto [f, b] = time_layer(model, i, ins, !l.inputs.empty(), o);
+      auto [f, b] = time_layer(model, i, ins, inputs_need_grad(graph, i), o);
       lib.rows[i].forward_ms = f;
       lib.rows[i].backward_ms = b;
     }
