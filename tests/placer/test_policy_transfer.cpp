@@ -15,6 +15,7 @@
 #include "placer/training_set.h"
 #include "simulator/cost_model.h"
 #include "tests/core/fake_evaluator.h"
+#include "tests/model/linear_chain.h"
 #include "tests/planners/cli_run.h"
 
 using namespace tapp;
@@ -246,4 +247,25 @@ TEST_CASE("tapp-cli train-policy: bad input exits 2 naming it and writes nothing
   CHECK(r.out.find("\"started_from\": \"" + out + "\"") != std::string::npos);
   std::remove(out.c_str());
   std::remove(broken.c_str());
+}
+
+TEST_CASE("data parallelism is offered where a k-way split fits each replica, though two halves do not") {
+  LayerGraph g = test::linear_chain({4096, 4096, 10});
+  const int64_t batch = 1024;
+  Cluster c;
+  for (int d = 0; d < 4; ++d) c.devices.push_back(Device{"d" + std::to_string(d)});
+  auto need_mb = [&](int replicas) {
+    std::vector<int> devices;
+    for (int d = 0; d < replicas; ++d) devices.push_back(d);
+    return estimate_device_memory(Placement::replicas(static_cast<int>(g.layers.size()), devices), g, c, batch)[0].total() /
+           (1024.0 * 1024.0);
+  };
+  const double two_way = need_mb(2), four_way = need_mb(4);
+  REQUIRE(two_way > four_way + 4);
+  SearchOptions so;
+  so.batch_size = batch;
+  for (Device& d : c.devices) d.memory_mb = static_cast<int64_t>(four_way) + 2;  // a quarter fits, a half does not
+  CHECK(search_policy_config(g, c, so).offer_data_parallel);
+  for (Device& d : c.devices) d.memory_mb = static_cast<int64_t>(four_way * 0.9);  // not even a quarter
+  CHECK_FALSE(search_policy_config(g, c, so).offer_data_parallel);
 }
