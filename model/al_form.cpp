@@ -1,6 +1,7 @@
 #include "model/al_form.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <set>
 
 namespace tapp {
@@ -16,6 +17,14 @@ Layer added_layer(const std::string& name, const std::string& op, int input) {
   l.op = op;
   if (input >= 0) l.inputs = {input};
   return l;
+}
+
+// Appends a copy of `l` (layer `from` of its graph) to `to`, its inputs renumbered by `index`, and records its index.
+void append_renumbered(LayerGraph& to, const Layer& l, int from, std::vector<int>& index) {
+  Layer copy = l;
+  for (int& p : copy.inputs) p = index[p];
+  index[from] = static_cast<int>(to.layers.size());
+  to.layers.push_back(std::move(copy));
 }
 
 // The first original layer of a block: block 1 starts with its al_labels layer.
@@ -42,16 +51,6 @@ std::vector<int> valid_al_cuts(const LayerGraph& source) {
     if (furthest < k && last_input_reader < k) cuts.push_back(k);
   }
   return cuts;
-}
-
-Result<std::vector<int>> al_cuts_from_names(const LayerGraph& source, const std::vector<std::string>& names) {
-  std::vector<int> out;
-  for (size_t k = 0; k < names.size(); ++k) {
-    const int i = source.index_of(names[k]);
-    if (i < 0) return cut_error(k, "no layer named '" + names[k] + "' in " + source.name);
-    out.push_back(i);
-  }
-  return out;
 }
 
 Result<std::vector<int>> balanced_al_cuts(const LayerGraph& source, int blocks) {
@@ -123,12 +122,7 @@ Result<LayerGraph> make_al_form(const LayerGraph& source, const std::vector<int>
     if (b == 0) previous_target = add("al.labels", "al_labels", -1, source.num_classes);
     const int begin = b == 0 ? 0 : block_starts[b - 1];
     const int end = b + 1 < blocks ? block_starts[b] : n;
-    for (int i = begin; i < end; ++i) {
-      Layer l = source.layers[i];
-      for (int& p : l.inputs) p = to_al[p];
-      to_al[i] = static_cast<int>(al.layers.size());
-      al.layers.push_back(std::move(l));
-    }
+    for (int i = begin; i < end; ++i) append_renumbered(al, source.layers[i], i, to_al);
     blk.output = to_al[end - 1];
     const Shape& s = source.layers[end - 1].output_shape;
     int from = blk.output;
@@ -178,18 +172,21 @@ LayerGraph al_source(const LayerGraph& al) {
   src.input_kind = al.input_kind;
   std::vector<int> to_source(al.layers.size(), -1);
   for (size_t b = 0; b < al.al_blocks.size(); ++b)
-    for (int i = first_original(al, b); i <= al.al_blocks[b].output; ++i) {
-      Layer l = al.layers[i];
-      for (int& p : l.inputs) p = to_source[p];
-      to_source[i] = static_cast<int>(src.layers.size());
-      src.layers.push_back(std::move(l));
-    }
+    for (int i = first_original(al, b); i <= al.al_blocks[b].output; ++i) append_renumbered(src, al.layers[i], i, to_source);
   (void)infer_shapes(src);  // the same layers as a valid AL form's source: cannot fail
   return src;
 }
 
 int64_t al_target_width(const LayerGraph& al) {
   return al.is_al_form() ? al.layers[al.al_blocks[0].target].output_shape.at(0) : 0;
+}
+
+nlohmann::json al_form_to_json(const LayerGraph& al) {
+  return {{"cuts", al_cuts_of(al)}, {"target_width", al_target_width(al)}};
+}
+
+Result<LayerGraph> al_form_from_json(const LayerGraph& source, const nlohmann::json& j) {
+  return make_al_form(source, j.at("cuts").get<std::vector<int>>(), j.at("target_width").get<int64_t>());
 }
 
 }  // namespace tapp

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -39,10 +40,6 @@ constexpr int64_t kDefaultAlTargetWidth = 128;
 // classes or with one label per token.
 Result<LayerGraph> make_al_form(const LayerGraph& source, const std::vector<int>& block_starts,
                                 int64_t target_width = kDefaultAlTargetWidth);
-
-// Cuts named by the first layer of each block after the first (`al.cuts[k]`
-// names an unknown layer otherwise).
-Result<std::vector<int>> al_cuts_from_names(const LayerGraph& source, const std::vector<std::string>& names);
 
 // Source layer indices where a cut is valid (see above), ascending.
 std::vector<int> valid_al_cuts(const LayerGraph& source);
@@ -62,5 +59,9 @@ int al_block_of(const LayerGraph& al_form, int layer);
 // gives g again (how a job carries an AL form to its workers).
 LayerGraph al_source(const LayerGraph& al_form);
 int64_t al_target_width(const LayerGraph& al_form);
+// {"cuts": al_cuts_of, "target_width": al_target_width}, and the AL form of
+// `source` that such an object describes (errors as make_al_form's).
+nlohmann::json al_form_to_json(const LayerGraph& al_form);
+Result<LayerGraph> al_form_from_json(const LayerGraph& source, const nlohmann::json& j);
 
 }  // namespace tapp

@@ -20,7 +20,7 @@ torch::Tensor al_local_loss(const torch::Tensor& bridge, const torch::Tensor& ta
 }
 
 Result<std::shared_ptr<AlModel>> AlModel::build(const LayerGraph& al_form, uint64_t seed) {
-  if (!al_form.is_al_form()) return Status::error("is not in AL form (make_al_form)").at_field("model");
+  if (!al_form.is_al_form()) return Status::field_error("model", "is not in AL form (make_al_form)");
   auto model = GraphModel::build(al_form, seed);
   if (!model) return model.status();
   std::shared_ptr<AlModel> m(new AlModel());

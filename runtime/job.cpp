@@ -12,7 +12,7 @@ json job_to_json(const Job& job) {
   j["mode"] = job.mode;
   // An AL form travels as its source graph and cuts; the worker makes it again.
   j["graph"] = model_to_json(job.graph.is_al_form() ? al_source(job.graph) : job.graph);
-  if (job.graph.is_al_form()) j["al"] = {{"cuts", al_cuts_of(job.graph)}, {"target_width", al_target_width(job.graph)}};
+  if (job.graph.is_al_form()) j["al"] = al_form_to_json(job.graph);
   j["cluster"] = cluster_to_json(job.cluster);
   j["placement"] = {{"layer_group", job.placement.layer_group},
                     {"group_device", job.placement.group_device},
@@ -42,8 +42,7 @@ Result<Job> job_from_json(const json& j) {
     if (!g) return g.status();
     job.graph = std::move(*g);
     if (j.contains("al")) {
-      auto al = make_al_form(job.graph, j["al"].at("cuts").get<std::vector<int>>(),
-                             j["al"].at("target_width").get<int64_t>());
+      auto al = al_form_from_json(job.graph, j["al"]);
       if (!al) return al.status();
       job.graph = std::move(*al);
     }

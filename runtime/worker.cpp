@@ -629,7 +629,23 @@ class PipelineWorker {
       roots.push_back(loss_[m]);
       grads.push_back(torch::ones_like(loss_[m]));
     }
-    // Gradient of each of this segment's outputs read elsewhere: summed over its consumers.
+    if (!al_) add_output_gradients(s, m, roots, grads);  // al: no gradient comes back
+    if (!roots.empty()) torch::autograd::backward(roots, grads);
+    if (al_)
+      update_segment(s);  // its local losses only: nothing to send
+    else
+      send_input_gradients(s, m, sender);
+    // This segment's activations, its received inputs and gradients are no
+    // longer needed (a send holds its own reference until it has left): free
+    // them now, so 1F1B keeps only the micro-batches in flight.
+    for (int l : seg.layers) outs_[m][l] = torch::Tensor();
+    loss_[m] = torch::Tensor();
+    release_received(s, m);
+  }
+
+  // The gradient of each of segment s's outputs read elsewhere, summed over
+  // its consumers, as backward roots.
+  void add_output_gradients(int s, int m, std::vector<torch::Tensor>& roots, std::vector<torch::Tensor>& grads) {
     std::map<int, torch::Tensor> out_grad;
     auto accumulate = [&](int l, const torch::Tensor& g) {
       if (!g.defined()) return;
@@ -639,9 +655,8 @@ class PipelineWorker {
       else
         it->second = it->second + g;
     };
-    for (int t : seg.succs)
+    for (int t : tg_.segments[s].succs)
       for (int l : boundary_layers(g_, tg_, s, t)) {
-        if (al_) break;  // no gradient comes back in al
         if (device_of(t, m) == c_.rank) {
           auto it = leaves_.find(std::make_tuple(t, m, l));
           if (it != leaves_.end()) {
@@ -657,16 +672,11 @@ class PipelineWorker {
         roots.push_back(outs_[m][l]);
         grads.push_back(g);
       }
-    if (!roots.empty()) torch::autograd::backward(roots, grads);
-    if (al_) {  // the local losses only: nothing to send, and the segment's update follows
-      auto it = segment_optimizer_.find(s);
-      if (it != segment_optimizer_.end()) {
-        it->second->step();
-        it->second->zero_grad();
-      }
-    }
-    for (int p : seg.preds) {
-      if (al_) break;
+  }
+
+  // The gradients of segment s's remote inputs, back to their producers.
+  void send_input_gradients(int s, int m, Sender& sender) {
+    for (int p : tg_.segments[s].preds) {
       int dst = device_of(p, m);
       if (dst == c_.rank) continue;
       int tid = grad_task_.at({p, s, m});
@@ -680,12 +690,14 @@ class PipelineWorker {
       sender.post(std::move(tensors), dst, delay,
                   "G s" + std::to_string(s) + "->s" + std::to_string(p) + " m" + std::to_string(m));
     }
-    // This segment's activations, its received inputs and gradients are no
-    // longer needed (a send holds its own reference until it has left): free
-    // them now, so 1F1B keeps only the micro-batches in flight.
-    for (int l : seg.layers) outs_[m][l] = torch::Tensor();
-    loss_[m] = torch::Tensor();
-    release_received(s, m);
+  }
+
+  // al: segment s's own optimizer, right after each of its backwards.
+  void update_segment(int s) {
+    auto it = segment_optimizer_.find(s);
+    if (it == segment_optimizer_.end()) return;  // no parameters
+    it->second->step();
+    it->second->zero_grad();
   }
 
   Ctx& c_;

@@ -496,8 +496,8 @@ Status build_task_graph_into(const LayerGraph& g, const Placement& p, const Clus
     tg.micro_batch_sizes[m] = batch_size / p.micro_batches + (m < batch_size % p.micro_batches ? 1 : 0);
   add_tasks(tg, sc);
   if (p.schedule == Schedule::gpipe)
-    order_gpipe(tg, sc);  // al below: the 1F1B list schedule with one micro-batch in flight
-  else
+    order_gpipe(tg, sc);
+  else  // 1f1b, interleaved_1f1b, and al (one micro-batch in flight per device)
     order_1f1b(tg, sc, p.schedule == Schedule::interleaved_1f1b);
   return Status::ok();
 }

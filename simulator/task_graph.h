@@ -23,11 +23,12 @@
 //    (forward, backward; never transfers or allreduces), fixed by the schedule
 //    (GPipe fill-drain, 1F1B, or interleaved 1F1B over a device's several
 //    segments; al: per device one micro-batch at a time, each backward right
-//    after its forward).
-//  * schedule al (a model in AL form; blocks on one device may share a segment): a backward
-//    depends on its own forward only and there are no gradient transfers; the
-//    block's update follows each of its backwards (executors charge it there). Orders are derived from a feasible execution, so in-order
-//    execution on every device never deadlocks.
+//    after its forward). Orders are derived from a feasible execution, so
+//    in-order execution on every device never deadlocks.
+//  * schedule al (a model in AL form; blocks on one device may share a
+//    segment): a backward depends on its own forward only and there are no
+//    gradient transfers; the block's update follows each of its backwards
+//    (executors charge it there).
 // Both executors run compute tasks in device_order and transfers as soon as
 // their producer is done, over the link (device -> to_device). An allreduce
 // task's participants are replicated_groups[task.replicated_group].devices;

@@ -24,8 +24,8 @@
 
 #include "core/al_placement.h"
 #include "planners/lower_bound.h"
-#include "simulator/simulator.h"
 #include "planners/planners.h"
+#include "simulator/simulator.h"
 #include "simulator/simulator_evaluator.h"
 #include "core/cluster.h"
 #include "placer/evaluator_factory.h"
@@ -47,7 +47,6 @@ struct PlanArgs {
   uint64_t seed = 1;
   bool json = false, timeline = false, allow_al = false;
 };
-
 
 std::string fixed(double v, int digits) {
   std::ostringstream os;

@@ -215,7 +215,7 @@ int run(const RunArgs& a) {
     nlohmann::json j = step_report_to_json(r, a.timeline);
     j["optimizer"] = optimizer_name(ran->optimizer);
     j["schedule"] = ran->is_data_parallel() ? nlohmann::json() : nlohmann::json(schedule_name(ran->schedule));
-    if (graph.is_al_form()) j["al"] = {{"cuts", al_cuts_of(graph)}, {"target_width", al_target_width(graph)}};
+    if (graph.is_al_form()) j["al"] = al_form_to_json(graph);
     j["predicted_memory"] = nlohmann::json::array();
     for (size_t k = 0; k < r.devices.size(); ++k)
       j["predicted_memory"].push_back(

@@ -101,9 +101,6 @@ TEST_CASE("bad AL forms get an error naming the field") {
   auto width = make_al_form(src, {1}, 0);
   REQUIRE_FALSE(width.is_ok());
   CHECK(width.status().field() == "al.target_width");
-  auto named = al_cuts_from_names(src, {"fc1", "nope"});
-  REQUIRE_FALSE(named.is_ok());
-  CHECK(named.status().field() == "al.cuts[1]");
   auto twice = make_al_form(*make_al_form(src, {1}), {});
   REQUIRE_FALSE(twice.is_ok());
   CHECK(twice.status().field() == "model");
