@@ -6,9 +6,12 @@
 # ships in Debian's python3-sklearn. Where that package is not installed, its .deb is downloaded
 # with `apt-get download` and unpacked here (nothing is installed). For every block count in
 # BLOCKS, bench_al_accuracy trains the same CNN from the same weights by BP and by AL (Adam, same
-# batches and steps) for each seed, and prints a table of held-out accuracy.
+# batches and steps) for each seed, and prints a table of held-out accuracy. Then the same for
+# the text classifiers (text_lstm, text_transformer) on sentences from bench/text_corpus.h's
+# generator (no text corpus ships in a Debian package): TEXT_BLOCKS, TEXT_EPOCHS, TEXT_SAMPLES.
 #
-# Usage: bench/bench_al.sh [BUILD_DIR]   (env: SEEDS="1 2 3" BLOCKS="2 3 4" EPOCHS=20 LR=0.003 OUT=dir)
+# Usage: bench/bench_al.sh [BUILD_DIR]   (env: SEEDS="1 2 3" BLOCKS="2 3 4" EPOCHS=20 LR=0.003 OUT=dir
+#        TEXT_MODELS="text_lstm text_transformer" TEXT_BLOCKS="2 4" TEXT_EPOCHS=10 TEXT_SAMPLES=5000)
 set -euo pipefail
 BUILD=${1:-build}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,17 +32,33 @@ zcat "$GZ" >"$OUT/digits.csv"
 echo "## AL against BP on scikit-learn's digits ($(wc -l <"$OUT/digits.csv") images; 25% held out; $EPOCHS epochs, batch 32, Adam lr $LR; results in $OUT)"
 echo
 for b in $BLOCKS; do
-  "$BIN" --data "$OUT/digits.csv" --seeds $SEEDS --blocks "$b" --epochs "$EPOCHS" --lr "$LR" >"$OUT/blocks$b.jsonl"
+  "$BIN" --data "$OUT/digits.csv" --seeds $SEEDS --blocks "$b" --epochs "$EPOCHS" --lr "$LR" >"$OUT/digits-blocks$b.jsonl"
 done
-python3 - "$OUT" $BLOCKS <<'PY'
+TEXT_MODELS=${TEXT_MODELS-"text_lstm text_transformer"}
+TEXT_BLOCKS=${TEXT_BLOCKS:-"2 4"}
+TEXT_EPOCHS=${TEXT_EPOCHS:-10}
+TEXT_SAMPLES=${TEXT_SAMPLES:-5000}
+runs="digits:$(echo $BLOCKS | tr ' ' ,)"
+for m in $TEXT_MODELS; do
+  for b in $TEXT_BLOCKS; do
+    "$BIN" --text "$m" --text-samples "$TEXT_SAMPLES" --seeds $SEEDS --blocks "$b" --epochs "$TEXT_EPOCHS" --lr "$LR" \
+      >"$OUT/$m-blocks$b.jsonl"
+  done
+  runs="$runs $m:$(echo $TEXT_BLOCKS | tr ' ' ,)"
+done
+[ -n "$TEXT_MODELS" ] && echo "(text: $TEXT_SAMPLES generated sentences of 32 tokens, 4 classes, $TEXT_EPOCHS epochs)" && echo
+python3 - "$OUT" $runs <<'PY'
 import json, statistics, sys
-out, blocks = sys.argv[1], sys.argv[2:]
-print("| AL blocks | cuts (layer index) | BP test accuracy, per seed | AL test accuracy, per seed | AL - BP (mean) | AL / BP train time |")
-print("|---|---|---|---|---|---|")
-for b in blocks:
-    rows = [json.loads(l) for l in open(f"{out}/blocks{b}.jsonl")]
+out, runs = sys.argv[1], sys.argv[2:]
+print("| data, model | AL blocks | cuts (layer index) | BP test accuracy, per seed | AL test accuracy, per seed | AL - BP (mean) | AL / BP train time |")
+print("|---|---|---|---|---|---|---|")
+for run in runs:
+  name, blocks = run.split(":")
+  for b in blocks.split(","):
+    rows = [json.loads(l) for l in open(f"{out}/{name}-blocks{b}.jsonl")]
     bp = [r["bp_test_accuracy"] for r in rows]; al = [r["al_test_accuracy"] for r in rows]
     fmt = lambda xs: " / ".join(f"{100 * x:.1f}%" for x in xs)
     ratio = sum(r["al_train_s"] for r in rows) / sum(r["bp_train_s"] for r in rows)
-    print(f"| {b} | {rows[0]['cuts']} | {fmt(bp)} | {fmt(al)} | {100 * (statistics.mean(al) - statistics.mean(bp)):+.1f} pts | {ratio:.2f}x |")
+    what = "digits, CNN" if name == "digits" else f"generated text, {name}"
+    print(f"| {what} | {b} | {rows[0]['cuts']} | {fmt(bp)} | {fmt(al)} | {100 * (statistics.mean(al) - statistics.mean(bp)):+.1f} pts | {ratio:.2f}x |")
 PY

@@ -2,7 +2,9 @@
 // backpropagation for the same model, data, optimizer and step budget (issue 20, item 4). Not a test.
 //
 // Reads a CSV of samples (features..., label; scikit-learn's digits: 64 pixels of an 8 x 8
-// image in 0..16, then the digit), shuffles it by the seed, holds out --test-share for testing,
+// image in 0..16, then the digit) for a small CNN, or with --text MODEL (text_lstm,
+// text_transformer) generates sentences (bench/text_corpus.h) for that zoo classifier;
+// shuffles the samples by the seed, holds out --test-share for testing,
 // and trains one model twice from the same initial weights: BP (GraphModel, cross-entropy) and
 // AL (its AL form in --blocks blocks cut by multiply-adds, local losses, an update per block).
 // Both use Adam at --lr, batches of --batch, --epochs passes. Prints one JSON line per seed.
@@ -15,7 +17,9 @@
 #include <sstream>
 
 #include "model/al_form.h"
+#include "bench/text_corpus.h"
 #include "model/model_json.h"
+#include "model/zoo.h"
 #include "profiler/al_model.h"
 #include "profiler/torch_model.h"
 
@@ -86,13 +90,22 @@ double accuracy(const torch::Tensor& scores, const torch::Tensor& y) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"AL against BP: test accuracy on a CSV of 8x8 images (issue 20)"};
+  CLI::App app{"AL against BP: test accuracy on a CSV of 8x8 images or generated sentences (issue 20)"};
   std::string csv;
   std::vector<int> seeds{1, 2, 3};
   int blocks = 4, epochs = 20, batch = 32;
   double lr = 3e-3, test_share = 0.25;
   int64_t target_width = kDefaultAlTargetWidth;
-  app.add_option("--data", csv, "CSV: 64 features then the label per row (scikit-learn's digits)")->required();
+  std::string text_model;
+  int64_t text_samples = 5000, text_tokens = 32;
+  uint64_t text_seed = 20;
+  auto* data_opt = app.add_option("--data", csv, "CSV: 64 features then the label per row (scikit-learn's digits)");
+  auto* text_opt = app.add_option("--text", text_model, "text_lstm | text_transformer on generated sentences instead");
+  data_opt->excludes(text_opt);
+  app.add_option("--text-samples", text_samples, "generated sentences (--text)")->capture_default_str();
+  app.add_option("--text-tokens", text_tokens, "tokens per sentence (--text)")->capture_default_str();
+  app.add_option("--text-seed", text_seed, "the generator's seed (--text; the same set for every --seeds)")
+      ->capture_default_str();
   app.add_option("--seeds", seeds, "seeds (split, weights, batches)")->capture_default_str();
   app.add_option("--blocks", blocks, "AL blocks")->capture_default_str();
   app.add_option("--epochs", epochs, "passes over the training set (both)")->capture_default_str();
@@ -102,13 +115,34 @@ int main(int argc, char** argv) {
   app.add_option("--test-share", test_share, "held-out share")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   torch::set_num_threads(1);
-  auto data = read_csv(csv, 8);
-  if (!data) {
-    std::cerr << data.error_message() << "\n";
+  if (csv.empty() == text_model.empty()) {
+    std::cerr << "give --data CSV or --text MODEL\n";
     return 2;
   }
-  const int64_t classes = data->y.max().item<int64_t>() + 1;
-  LayerGraph bp_graph = digits_cnn(8, classes);
+  Result<Data> data = Status::error("no data");
+  LayerGraph bp_graph;
+  if (!text_model.empty()) {
+    bench::TextSet set = bench::generate_text_set(text_samples, text_tokens, text_seed);
+    const int64_t n = static_cast<int64_t>(set.labels.size());
+    data = Data{torch::tensor(set.ids, torch::kLong).view({n, text_tokens}), torch::tensor(set.labels, torch::kLong)};
+    ModelOptions o;
+    o.input_size = text_tokens;
+    o.vocabulary = set.vocabulary;
+    o.num_classes = set.classes;
+    auto g = zoo_model(text_model, o);
+    if (!g) {
+      std::cerr << "--text: " << g.error_message() << "\n";
+      return 2;
+    }
+    bp_graph = *g;
+  } else {
+    data = read_csv(csv, 8);
+    if (!data) {
+      std::cerr << data.error_message() << "\n";
+      return 2;
+    }
+    bp_graph = digits_cnn(8, data->y.max().item<int64_t>() + 1);
+  }
   auto cuts = balanced_al_cuts(bp_graph, blocks);
   if (!cuts) {
     std::cerr << cuts.error_message() << "\n";
@@ -166,6 +200,7 @@ int main(int argc, char** argv) {
                           {"train_samples", xtr.size(0)},
                           {"test_samples", xte.size(0)},
                           {"steps", steps},
+                          {"model", bp_graph.name},
                           {"blocks", blocks},
                           {"cuts", *cuts},
                           {"bp_test_accuracy", accuracy((*bp)->forward(xte), yte)},

@@ -1,6 +1,7 @@
 #include "model/al_form.h"
 
 #include <algorithm>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -131,7 +132,7 @@ Result<LayerGraph> make_al_form(const LayerGraph& source, const std::vector<int>
       al.layers[pool].attrs.kernel[0] = al.layers[pool].attrs.kernel[1] = 1;  // an adaptive pool's kernel is its output size
       from = add(tag + "bridge_flatten", "flatten", pool);
     } else if (s.size() == 2) {
-      from = add(tag + "bridge_token", "select_token", from);
+      from = add(tag + "bridge_mean", "mean_tokens", from);  // every token (an LSTM's first sees one input)
     }
     blk.bridge = add(tag + "bridge_act", "sigmoid", add(tag + "bridge", "linear", from, target_width));
     blk.target = add(tag + "target_act", "sigmoid", add(tag + "target", "linear", previous_target, target_width));
@@ -187,6 +188,32 @@ nlohmann::json al_form_to_json(const LayerGraph& al) {
 
 Result<LayerGraph> al_form_from_json(const LayerGraph& source, const nlohmann::json& j) {
   return make_al_form(source, j.at("cuts").get<std::vector<int>>(), j.at("target_width").get<int64_t>());
+}
+
+LayerLibrary al_form_library(const LayerLibrary& source, const LayerGraph& al_form) {
+  double macs = 0, forward_ms = 0;
+  std::map<std::string, const LayerRow*> by_name;
+  for (const LayerRow& r : source.rows) {
+    by_name[r.name] = &r;
+    macs += static_cast<double>(r.macs);
+    forward_ms += r.forward_ms;
+  }
+  const double threads = std::max(1, source.threads);
+  const double gmacs_per_thread =
+      macs > 0 && forward_ms > 0 ? macs * static_cast<double>(source.batch_size) / (forward_ms * 1e6 * threads) : 20.0;
+  LayerLibrary lib = estimated_library(al_form, source.batch_size, gmacs_per_thread, source.threads);
+  lib.model = al_form.name;
+  lib.device_kind = source.device_kind;
+  lib.measured = source.measured;
+  for (LayerRow& r : lib.rows) {
+    auto it = by_name.find(r.name);
+    if (it == by_name.end() || it->second->op != r.op) continue;
+    r.forward_ms = it->second->forward_ms;
+    r.backward_ms = it->second->backward_ms;
+  }
+  lib.whole_step_ms = lib.total_forward_ms() + lib.total_backward_ms();
+  lib.sum_to_step_ratio = 1.0;
+  return lib;
 }
 
 }  // namespace tapp

@@ -5,7 +5,7 @@
 // (LayerGraph::al_blocks) in which block l holds its own layers f_l, then its
 // added maps, with sizes fixed here (d = the target width, d_0 = the classes):
 //   b_l bridge   s_l -> [adaptive_avgpool2d to 1x1 + flatten for a C x H x W
-//                map | select_token 0 for a T x D sequence | as is for a
+//                map | mean_tokens for a T x D sequence | as is for a
 //                vector] -> linear(width of s_l -> d) -> sigmoid
 //   g_l target   t_{l-1} -> linear(d_{l-1} -> d) -> sigmoid = t_l
 //   h_l decoder  t_l -> linear(d -> d_{l-1}) -> sigmoid
@@ -28,6 +28,7 @@
 
 #include "common/status.h"
 #include "model/layer_graph.h"
+#include "model/layer_library.h"
 
 namespace tapp {
 
@@ -63,5 +64,14 @@ int64_t al_target_width(const LayerGraph& al_form);
 // `source` that such an object describes (errors as make_al_form's).
 nlohmann::json al_form_to_json(const LayerGraph& al_form);
 Result<LayerGraph> al_form_from_json(const LayerGraph& source, const nlohmann::json& j);
+
+// A layer library of an AL form, made from a library of its source model: the
+// source's times for the original layers (a layer reading only earlier blocks
+// keeps its input-gradient time, which AL skips: slightly over), the added maps
+// (labels, bridges, targets, decoders: small linears) estimated from
+// multiply-adds at the source library's own throughput. Prices the AL form of
+// any cut set from one profile (optimize's AL row); `tapp-cli plan --allow-al`
+// profiles the form itself.
+LayerLibrary al_form_library(const LayerLibrary& source, const LayerGraph& al_form);
 
 }  // namespace tapp

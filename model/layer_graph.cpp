@@ -39,6 +39,8 @@ const std::map<std::string, std::string>& op_classes() {
       {"class_token", "Embedding"},
       {"to_sequence", "Flatten"},
       {"select_token", "Flatten"},
+      {"mean_tokens", "Pooling"},
+      {"lstm", "Recurrent"},
       {"layer_norm", "Normalization"},
       {"self_attention", "Attention"},
       {"gelu", "Activation"},
@@ -142,6 +144,21 @@ bool infer_sequence_layer(Layer& l, Status& status) {
     if (a.index < 0 || a.index >= in[0])
       return fail("attrs.index " + std::to_string(a.index) + " is not a token of " + shape_to_string(in));
     l.output_shape = {in[1]};
+  } else if (l.op == "mean_tokens") {
+    if (Status s = need_sequence(l, in); !s) return status = s, true;
+    l.output_shape = {in[1]};
+  } else if (l.op == "lstm") {
+    if (Status s = need_sequence(l, in); !s) return status = s, true;
+    if (a.out <= 0) return fail("attrs.out (the hidden width) must be positive");
+    const int64_t t = in[0], d = in[1], h = a.out;
+    l.output_shape = {t, h};
+    // PyTorch's LSTM: weight_ih 4H x D, weight_hh 4H x H, bias_ih and bias_hh 4H each.
+    int64_t gates = 0, weights = 0;
+    if (!count_of({4, h}, gates) || !count_of({gates, d + h}, weights) ||
+        !count_of({1, weights + (a.bias ? 2 * gates : 0)}, l.params) || !count_of({t, weights}, l.macs))
+      return fail("parameter or multiply-add count is over 2^59");
+    // Per token, backward reads the four gates, the cell state and the output.
+    if (!count_of({4, t, 6, h}, l.saved_bytes)) return fail("saved activations are over 2^59 bytes");
   } else if (l.op == "layer_norm") {
     l.output_shape = in;
     if (!count_of({2, in.back()}, l.params)) return fail("parameter count is over 2^59");
@@ -326,7 +343,7 @@ Status infer_input_kind(LayerGraph& g) {
   }
   if (g.input_kind == InputKind::dense) return Status::ok();
   for (const Layer& l : g.layers) {
-    if (!l.inputs.empty()) continue;
+    if (!l.inputs.empty() || l.op == "al_labels") continue;  // al_labels reads only the batch size
     if (!reads_token_ids(l))
       return err(l, "reads the model input, which holds token ids (a token_embedding reads it)");
     if (l.attrs.entries > 0 && (g.input_vocabulary == 0 || l.attrs.entries < g.input_vocabulary))

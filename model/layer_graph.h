@@ -38,6 +38,9 @@ enum class InputKind { dense, tokens };
 //   class_token          prepends one learned D-vector: {T, D} -> {T + 1, D} (ViT)
 //   to_sequence          {C, H, W} -> {H * W, C}: a feature map as a sequence of patches
 //   select_token         {T, D} -> {D}: token `index` (BERT's pooler, ViT's head)
+//   mean_tokens          {T, D} -> {D}: the mean over tokens
+//   lstm                 {T, D} -> {T, out}: one unidirectional LSTM layer (PyTorch's gates
+//                        and parameters, `bias` as nn.LSTM's), zero initial state
 //   layer_norm           over the last dimension, with weight and bias
 //   self_attention       multi-head (`heads`), q/k/v and output projections with biases;
 //                        `causal` masks attention to later tokens (GPT)
@@ -54,7 +57,7 @@ const std::vector<std::string>& known_ops();
 
 // The paper's operation class of an op ("Convolution", "Relu", "Pooling",
 // "Fully-Connected", "Normalization", "Dropout", "Concat", "Add", "Flatten",
-// "Activation", "Identity", "Unknown").
+// "Activation", "Identity", "Embedding", "Attention", "Recurrent", "Unknown").
 std::string op_class(const std::string& op);
 
 // Op "torchscript": the layer runs nodes [begin, end) of a TorchScript

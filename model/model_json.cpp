@@ -25,6 +25,7 @@ const std::map<std::string, OpAttrs>& op_attrs() {
   static const std::map<std::string, OpAttrs> m = {
       {"conv2d", {{"out", "kernel", "stride", "padding", "groups", "bias"}, {"out", "kernel"}}},
       {"linear", {{"out", "bias"}, {"out"}}},
+      {"lstm", {{"out", "bias"}, {"out"}}},
       {"maxpool2d", {{"kernel", "stride", "padding", "ceil_mode"}, {"kernel"}}},
       {"avgpool2d", {{"kernel", "stride", "padding", "ceil_mode"}, {"kernel"}}},
       {"adaptive_avgpool2d", {{"output_size"}, {"output_size"}}},
@@ -301,7 +302,7 @@ json model_to_json(const LayerGraph& g) {
                {"padding", pair_json(a.padding)},
                {"groups", a.groups},
                {"bias", a.bias}};
-    } else if (l.op == "linear") {
+    } else if (l.op == "linear" || l.op == "lstm") {
       attrs = {{"out", a.out}, {"bias", a.bias}};
     } else if (l.op == "maxpool2d" || l.op == "avgpool2d") {
       attrs = {{"kernel", pair_json(a.kernel)},

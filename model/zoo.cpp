@@ -511,20 +511,58 @@ LayerGraph vit(const TransformerShape& s, int64_t side, int64_t classes) {
   return b.take();
 }
 
+// Text classifiers over token ids (the Pipeline AL seed's LSTM and Transformer
+// settings, small enough to train here): an embedding, `layers` LSTM layers of
+// `width` or encoder blocks, then the classes from the last token (LSTM) or
+// the first, a class token the data puts there (Transformer).
+LayerGraph text_lstm(const TransformerShape& s, int64_t classes) {
+  Builder b("text_lstm", {s.tokens});
+  int x = token_embedding(b, "embedding", s.vocabulary, s.width);
+  LayerAttrs lstm;
+  lstm.out = s.width;
+  for (int64_t i = 0; i < s.layers; ++i) x = b.add("lstm." + std::to_string(i), "lstm", {x}, lstm);
+  LayerAttrs last;
+  last.index = s.tokens - 1;
+  x = b.add("last_token", "select_token", {x}, last);
+  b.linear("classifier", x, classes);
+  return b.take();
+}
+
+LayerGraph text_transformer(const TransformerShape& s, int64_t classes) {
+  Builder b("text_transformer", {s.tokens});
+  int x = token_embedding(b, "embedding", s.vocabulary, s.width);
+  x = table(b, "position_embedding", "position_embedding", x, s.positions);
+  for (int64_t i = 0; i < s.layers; ++i) {
+    const std::string p = "encoder." + std::to_string(i) + ".";
+    x = pre_norm_block(b, {p + "ln_1", p + "attention", p + "add_1", p + "ln_2", p + "mlp.fc1", p + "mlp.gelu",
+                           p + "mlp.fc2", p + "add_2"},
+                       x, s, /*causal=*/false, 1e-5);
+  }
+  x = b.add("class_token_out", "select_token", {x});
+  LayerAttrs norm;
+  norm.eps = 1e-5;
+  x = b.add("ln_f", "layer_norm", {x}, norm);
+  b.linear("classifier", x, classes);
+  return b.take();
+}
+
+bool is_text_classifier(const std::string& name) { return name == "text_lstm" || name == "text_transformer"; }
+
 Result<TransformerShape> transformer_shape(const std::string& name, const ModelOptions& o) {
   for (int64_t v : {o.vocabulary, o.layers, o.width, o.heads})
     if (v < 0) return Status::error(name + ": vocabulary, layers, width and heads must be positive");
   const bool medium = name == "gpt2_medium";
   const bool bert = name == "bert_base";
+  const bool text = is_text_classifier(name);
   TransformerShape s;
-  s.layers = or_default(o.layers, medium ? 24 : 12);
-  s.width = or_default(o.width, medium ? 1024 : 768);
-  s.heads = or_default(o.heads, medium ? 16 : 12);
-  s.vocabulary = or_default(o.vocabulary, bert ? 30522 : 50257);
-  const int64_t context = bert ? 512 : 1024;
+  s.layers = or_default(o.layers, medium ? 24 : text ? 4 : 12);
+  s.width = or_default(o.width, medium ? 1024 : text ? 64 : 768);
+  s.heads = or_default(o.heads, medium ? 16 : text ? 4 : 12);
+  s.vocabulary = or_default(o.vocabulary, bert ? 30522 : text ? 1000 : 50257);
+  const int64_t context = bert ? 512 : text ? 32 : 1024;
   s.tokens = or_default(o.input_size, context);
   s.positions = std::max(context, s.tokens);  // the table's rows; a shorter sequence uses the first ones
-  if (s.width % s.heads)
+  if (name != "text_lstm" && s.width % s.heads)
     return Status::error(name + ": " + std::to_string(s.heads) + " heads do not divide the width " +
                          std::to_string(s.width));
   return s;
@@ -539,6 +577,11 @@ Result<LayerGraph> build_transformer(const std::string& name, const ModelOptions
     return gpt2(name, *shape);
   }
   if (name == "bert_base") return bert(*shape, o.num_classes);
+  if (name == "text_lstm") {
+    if (o.heads > 0) return Status::error("text_lstm has no attention heads to set");
+    return text_lstm(*shape, or_default(o.num_classes, 4));
+  }
+  if (name == "text_transformer") return text_transformer(*shape, or_default(o.num_classes, 4));
   const int64_t side = or_default(o.input_size, 224);
   if (side % 16) return Status::error("vit_b_16: the image side " + std::to_string(side) + " is not a multiple of 16");
   if (o.vocabulary > 0) return Status::error("vit_b_16 reads images; it has no vocabulary");
@@ -546,7 +589,8 @@ Result<LayerGraph> build_transformer(const std::string& name, const ModelOptions
 }
 
 bool is_transformer(const std::string& name) {
-  return name == "gpt2" || name == "gpt2_medium" || name == "bert_base" || name == "vit_b_16";
+  return name == "gpt2" || name == "gpt2_medium" || name == "bert_base" || name == "vit_b_16" ||
+         is_text_classifier(name);
 }
 
 struct ZooEntry {
@@ -576,7 +620,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 std::vector<std::string> zoo_names() {
   return {"alexnet", "vgg16",         "resnet50",  "inception_v3", "gpt2", "gpt2_medium", "bert_base", "vit_b_16",
-          "alexnet_cifar", "vgg5", "mlp", "tiny_inception"};
+          "alexnet_cifar", "vgg5", "mlp", "tiny_inception", "text_lstm", "text_transformer"};
 }
 
 Result<LayerGraph> zoo_model(const std::string& name, const ModelOptions& options) {

@@ -5,7 +5,9 @@
 // transformers: gpt2 and gpt2_medium (GPT-2's shapes, tied output embedding),
 // bert_base (BertModel with its pooler), vit_b_16 (torchvision's), and
 // small models that train in seconds: alexnet_cifar, vgg5 (PipeLearn), mlp,
-// and a small model with branches. `load_layer_graph` resolves a zoo name or a JSON
+// and a small model with branches; text classifiers over token ids (the
+// Pipeline AL seed's settings): text_lstm (4 LSTM layers) and text_transformer
+// (4 encoder blocks), width 64, 32 tokens, vocabulary 1000, 4 classes. `load_layer_graph` resolves a zoo name or a JSON
 // layer-graph file to an inferred LayerGraph (TorchScript files: profiler/model_loader.h).
 // Thread safety: stateless functions.
 #pragma once
@@ -34,7 +36,7 @@ struct ModelOptions {
   // 1000, or 10 for CIFAR models; bert_base: a classifier on the pooler when
   // set (BertModel alone ends at the pooler); gpt2 predicts its vocabulary.
   int64_t num_classes = 0;
-  // Transformers only: vocabulary (gpt2 50257, bert_base 30522), blocks,
+  // Transformers and text classifiers only: vocabulary (gpt2 50257, bert_base 30522), blocks,
   // width (d_model) and attention heads, e.g. for tiny versions in tests.
   int64_t vocabulary = 0;
   int64_t layers = 0;

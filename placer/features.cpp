@@ -29,7 +29,7 @@ OpDictionary::OpDictionary() {
   // The paper's five and Unknown first, then model/layer_graph.h's other classes: fixed codes.
   for (const char* name : {"Convolution", "Relu", "Pooling", "Fully-Connected", "Padding", "Unknown", "Activation",
                            "Add", "Attention", "Concat", "Dropout", "Embedding", "Flatten", "Identity",
-                           "Normalization"})
+                           "Normalization", "Recurrent"})
     code(name);
 }
 

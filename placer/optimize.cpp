@@ -25,6 +25,7 @@
 #include "model/layer_library.h"
 #include "model/model_json.h"
 #include "planners/planners.h"
+#include "placer/al_phase.h"
 #include "placer/baselines.h"
 #include "placer/calibration_update.h"
 #include "placer/evaluator_factory.h"
@@ -222,6 +223,29 @@ BestPlan pick_best(const SearchResult& sr, const std::vector<BaselineResult>& ba
   return best;
 }
 
+// ---- Associated Learning (request allow_al) ----
+// The AL form of the plans the policy and the planners proposed, fastest
+// first as they were evaluated; the row is shown beside the best, not in its place.
+std::optional<AlRow> al_phase(const LayerGraph& g, const OptimizeRequest& r, const CostProfiles& profiles,
+                              const CostModel& cost, const SearchResult& sr,
+                              const std::vector<BaselineResult>& baselines, const std::atomic<bool>& cancel) {
+  if (!r.allow_al) return std::nullopt;
+  std::vector<std::pair<double, AlCandidate>> ranked;
+  if (sr.found) ranked.push_back({sr.best_report.step_ms, {sr.best.source.empty() ? "policy" : sr.best.source, sr.best}});
+  if (sr.policy_found) ranked.push_back({sr.policy_best_report.step_ms, {"policy", sr.policy_best}});
+  for (const auto& b : baselines)
+    if (b.report.ok && b.placement && !asynchronous(b.name)) ranked.push_back({b.report.step_ms, {b.name, *b.placement}});
+  std::stable_sort(ranked.begin(), ranked.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  std::vector<AlCandidate> candidates;
+  for (auto& [ms, c] : ranked) candidates.push_back(std::move(c));
+  AlPricing pricing;
+  pricing.libraries = &profiles.libraries;
+  pricing.device_libraries = &profiles.device_libraries;
+  pricing.calibration = cost.calibration();
+  pricing.batch_size = r.batch_size;
+  return best_al_row(g, r.cluster, candidates, pricing, cancel);
+}
+
 // ---- verify ----
 // The best's predicted step (simulated, with the timeline) and measured step.
 struct Verified {
@@ -341,6 +365,7 @@ struct JobOutcome {
   const Verified& verified;
   const Verification& verification;
   const std::optional<CalibrationUpdate>& calibration_update;
+  const std::optional<AlRow>& al;
   double elapsed_s = 0;
 };
 
@@ -574,6 +599,35 @@ json verification_json(const Verification& v, const std::optional<CalibrationUpd
   return j;
 }
 
+// The AL row: its plan as the source model's pipeline whose groups are the
+// blocks (what `tapp-cli run --placement P --schedule al` takes), its
+// predicted step, and against the best plan.
+json al_json(const AlRow& al, const JobOutcome& o) {
+  const LayerGraph& g = o.graph;
+  const Cluster& c = o.request.cluster;
+  json refused = al.refused;
+  if (!al.found)
+    return {{"found", false}, {"candidates", al.candidates}, {"refused", refused},
+            {"message", al.candidates ? "no AL plan fits" : "no proposed plan has an AL form"}};
+  json cuts = json::array();
+  for (int i : al_cuts_of(al.plan.graph)) cuts.push_back(g.layers[i].name);
+  const double best_ms = o.best.report.step_ms;
+  return {{"found", true},
+          {"from", al.from},
+          {"step_ms", al.report.step_ms},
+          {"micro_batches", al.pipeline.micro_batches},
+          {"blocks", al.plan.graph.al_blocks.size()},
+          {"cuts", cuts},
+          {"target_width", al_target_width(al.plan.graph)},
+          {"speedup_vs_best", speedup(best_ms, al.report.step_ms)},
+          {"faster_than_best", al.report.step_ms < best_ms},
+          {"placement", placement_to_json(al.pipeline, g, c)},
+          {"groups", groups_summary(al.pipeline, g, c)},
+          {"candidates", al.candidates},
+          {"refused", refused},
+          {"costs", "the job's profiles; the added bridge, target and decoder maps estimated from their throughput"}};
+}
+
 // The one place the result's keys are written (schemas/job.schema.json "result").
 json result_json(const JobOutcome& o) {
   const LayerGraph& g = o.graph;
@@ -619,6 +673,7 @@ json result_json(const JobOutcome& o) {
       {"elapsed_s", o.elapsed_s},
   };
   if (o.evaluator.hybrid) result["hybrid"] = hybrid_json(*o.evaluator.hybrid);
+  if (o.al) result["al"] = al_json(*o.al, o);
   add_bounds(result, g, c, o.costs.cost, o.request.batch_size, o.baselines, o.best.report.step_ms,
              o.request.evaluator != EvaluatorKind::simulate);
   return result;
@@ -662,6 +717,10 @@ Result<json> run_job(const OptimizeRequest& req, const ProgressFn& progress, con
   if (best.source.empty())
     return Status::error("no placement fits: every candidate and baseline failed (e.g. over a device's memory)");
 
+  const std::optional<AlRow> al =
+      al_phase(graph, req, costs->profiles, prediction_costs(*costs, *evaluator), sr, baselines, cancel);
+  if (cancel) return cancelled_status();
+
   report("verifying", sr.iterations, shown_total, best.report.step_ms, 0);
   const Verified verified = verify_phase(graph, req, *costs, *evaluator, best, cancel);
   if (cancel) return cancelled_status();
@@ -670,7 +729,7 @@ Result<json> run_job(const OptimizeRequest& req, const ProgressFn& progress, con
   const std::optional<CalibrationUpdate> calibration_update = calibration_phase(graph, req, *costs, verification);
 
   json result = result_json({req, graph, *costs, *evaluator, baselines, sr, best, verified, verification,
-                             calibration_update, clock.s()});
+                             calibration_update, al, clock.s()});
   report("done", sr.iterations, shown_total, best.report.step_ms, 0);
   return result;
 }

@@ -60,6 +60,10 @@ struct OptimizeRequest {
   std::shared_ptr<const PolicyNetworks> initial_policy;
   std::string initial_policy_name;  // what the result says it started from (the file)
   bool baselines = true;        // evaluate the classical baselines too
+  // Also price Associated Learning (schedule al) over the proposed plans' cut
+  // points and show the fastest as its own row (result "al"); AL changes the
+  // learning algorithm, so it is never the returned best.
+  bool allow_al = false;
   // Where the simulated costs come from (profiler/cost_profiles.h): measured
   // profiles (default; what is not cached is profiled), cached profiles only
   // (else the estimate), or multiply-adds only (a model too large to profile here).

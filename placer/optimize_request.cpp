@@ -3,7 +3,7 @@
 // Body: {"model": "alexnet" | {layer graph}, "cluster": {...},
 //        "options": {"evaluator", "iterations", "time_budget_s", "seed",
 //                    "batch_size", "input_size", "num_classes", "warm_start", "baselines",
-//                    "verify", "optimizer", "costs", "torchscript"}}
+//                    "verify", "optimizer", "costs", "torchscript", "policy", "allow_al"}}
 // Every error names the field ("options.iterations: must be >= 0, got -3").
 // No LibTorch here, so the service can parse requests cheaply.
 #include <set>
@@ -23,12 +23,13 @@ Status read_options(const json& o, OptimizeRequest& r) {
                                               "seed",       "batch_size", "input_size",
                                               "num_classes", "warm_start", "baselines",
                                               "verify",      "optimizer",  "costs",
-                                              "torchscript", "policy"};
+                                              "torchscript", "policy",     "allow_al"};
   for (auto it = o.begin(); it != o.end(); ++it)
     if (!known.count(it.key()))
       return jf::field_error("options." + it.key(),
                              "unknown option (known: evaluator, iterations, time_budget_s, seed, batch_size, "
-                           "input_size, num_classes, warm_start, baselines, verify, optimizer, costs, torchscript, policy)");
+                           "input_size, num_classes, warm_start, baselines, verify, optimizer, costs, torchscript, policy, "
+                           "allow_al)");
   const std::string p = "options";
   std::string evaluator = evaluator_kind_name(r.evaluator);
   if (Status s = jf::read(o, "evaluator", evaluator, p); !s) return s;
@@ -81,6 +82,7 @@ Status read_options(const json& o, OptimizeRequest& r) {
   else return jf::field_error("options.policy", "expected latest or fresh, got \"" + policy.substr(0, 100) + "\"");
   if (Status s = jf::read(o, "baselines", r.baselines, p); !s) return s;
   if (Status s = jf::read(o, "verify", r.verify, p); !s) return s;
+  if (Status s = jf::read(o, "allow_al", r.allow_al, p); !s) return s;
   return Status::ok();
 }
 

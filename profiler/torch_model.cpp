@@ -70,6 +70,16 @@ struct SelfAttentionImpl : nn::Module {
 };
 TORCH_MODULE(SelfAttention);
 
+// One unidirectional LSTM layer over {B, T, D}, zero initial state: the
+// output sequence {B, T, H} (PyTorch's nn.LSTM(batch_first=True) output[0]).
+struct LstmLayerImpl : nn::Module {
+  LstmLayerImpl(int64_t width, int64_t hidden, bool bias)
+      : lstm(register_module("lstm", nn::LSTM(nn::LSTMOptions(width, hidden).batch_first(true).bias(bias)))) {}
+  torch::Tensor forward(const torch::Tensor& x) { return std::get<0>(lstm(x)).contiguous(); }
+  nn::LSTM lstm;
+};
+TORCH_MODULE(LstmLayer);
+
 std::pair<nn::AnyModule, std::shared_ptr<nn::Module>> make_module(const Layer& l) {
   const LayerAttrs& a = l.attrs;
   const Shape& in = l.input_shapes.at(0);
@@ -79,6 +89,7 @@ std::pair<nn::AnyModule, std::shared_ptr<nn::Module>> make_module(const Layer& l
   if (l.op == "class_token") return wrap(ClassToken(in.back()));
   if (l.op == "layer_norm") return wrap(nn::LayerNorm(nn::LayerNormOptions({in.back()}).eps(a.eps)));
   if (l.op == "self_attention") return wrap(SelfAttention(in.back(), a.heads, a.causal, a.bias));
+  if (l.op == "lstm") return wrap(LstmLayer(in.back(), a.out, a.bias));
   if (l.op == "conv2d")
     return wrap(nn::Conv2d(nn::Conv2dOptions(in[0], a.out, {a.kernel[0], a.kernel[1]})
                                .stride({a.stride[0], a.stride[1]})
@@ -103,7 +114,7 @@ std::pair<nn::AnyModule, std::shared_ptr<nn::Module>> make_module(const Layer& l
   if (l.op == "sigmoid") return wrap(nn::Sigmoid());
   if (l.op == "tanh") return wrap(nn::Tanh());
   if (l.op == "dropout") return wrap(nn::Dropout(nn::DropoutOptions(a.p)));
-  // flatten, concat, add, identity, relu6, softmax, gelu, to_sequence, select_token, lm_head, al_labels: tensor ops
+  // flatten, concat, add, identity, relu6, softmax, gelu, to_sequence, select_token, mean_tokens, lm_head, al_labels: tensor ops
   return {nn::AnyModule(), nullptr};
 }
 
@@ -170,6 +181,7 @@ torch::Tensor GraphModel::forward_layer(int i, const std::vector<torch::Tensor>&
   // Contiguous, as a pipeline sends layer outputs whole.
   if (l.op == "to_sequence") return inputs.at(0).flatten(2).transpose(1, 2).contiguous();
   if (l.op == "select_token") return inputs.at(0).select(1, l.attrs.index).contiguous();
+  if (l.op == "mean_tokens") return inputs.at(0).mean(1);
   if (l.op == "lm_head") return torch::matmul(inputs.at(0), tied_tables_[i].t());
   if (l.op == "identity") return inputs.at(0);
   if (l.op == "al_labels") {

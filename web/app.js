@@ -157,6 +157,7 @@ async function submitJob(ev) {
     batch_size: parseInt(document.getElementById('batch-input').value || '32', 10),
     baselines: document.getElementById('baselines-input').checked,
     verify: document.getElementById('verify-input').checked,
+    allow_al: document.getElementById('allow-al-input').checked,
   };
   const body = {model: document.getElementById('model-select').value, cluster, options};
   const button = document.getElementById('submit-button');
@@ -454,6 +455,17 @@ function drawBaselines(result) {
     tr.appendChild(el('td', {}, b.step_ms && bestMs ? fmt(b.step_ms / bestMs) + '×' : '–'));
     tr.appendChild(el('td', {}, fmt(b.speedup_vs_bsp) + '×'));
     tr.appendChild(el('td', {}, typeof b.comm_fraction === 'number' ? fmt(100 * b.comm_fraction, 1) + '%' : '–'));
+    tbody.appendChild(tr);
+  }
+  // Associated Learning (options.allow_al): its own row, never the best (it changes the learning algorithm).
+  const al = result.al;
+  if (al) {
+    const tr = el('tr', {class: 'al', id: 'al-row'});
+    tr.appendChild(el('td', {}, al.found ? 'AL (' + al.blocks + ' blocks from ' + al.from + ')' : 'AL'));
+    tr.appendChild(el('td', al.found ? {} : {class: 'skipped'}, al.found ? fmt(al.step_ms, 3) : (al.message || 'none')));
+    tr.appendChild(el('td', {}, al.found && bestMs ? fmt(al.step_ms / bestMs) + '×' : '–'));
+    tr.appendChild(el('td', {}, '–'));
+    tr.appendChild(el('td', {}, '–'));
     tbody.appendChild(tr);
   }
 }

@@ -39,7 +39,8 @@ struct Args {
   double time_budget_s = 0;
   uint64_t seed = 1;
   int64_t batch = 32, input_size = 0;
-  bool json_output = false, warm_start = false, no_baselines = false, no_verify = false;
+  bool json_output = false, warm_start = false, no_baselines = false, no_verify = false, allow_al = false;
+  std::string al_out;  // --al-out FILE: the AL row's pipeline (blocks = its groups)
   std::string policy;  // --policy FILE: a trained policy (tapp-cli train-policy)
   std::string optimizer = "sgd";
   std::string costs = "profile";
@@ -185,6 +186,23 @@ void print_verification(const json& v) {
   }
 }
 
+// --allow-al: the AL row (schemas/job.schema.json result.al), beside the best, never in its place.
+void print_al(const json& al, const std::string& model) {
+  std::cout << "\nAssociated Learning (--allow-al; changes the learning algorithm, so shown beside the best): ";
+  if (!al.value("found", false)) {
+    std::cout << al.value("message", "") << "\n";
+    for (const auto& why : al.value("refused", json::array())) std::cout << "  " << why.get<std::string>() << "\n";
+    return;
+  }
+  std::string cuts;
+  for (const auto& c : al.value("cuts", json::array())) cuts += (cuts.empty() ? "" : ", ") + c.get<std::string>();
+  std::cout << fmt_ms(al["step_ms"]) << " ms predicted, " << fmt_x(al["speedup_vs_best"]) << " the best plan's speed\n"
+            << "  " << al.value("blocks", 0) << " blocks from " << al.value("from", "") << "'s plan (cut before " << cuts
+            << "), " << al.value("micro_batches", 1) << " micro-batches, one in flight per device; "
+            << al.value("candidates", 0) << " proposed cut sets priced\n"
+            << "  measure it: tapp-cli run " << model << " --placement AL.json --schedule al (AL.json: --al-out)\n";
+}
+
 void print_result(const json& r) {
   std::cout << "model " << r.value("model", "") << " (" << r.value("layers", 0) << " layers), cluster "
             << r.value("cluster", "") << " (" << r.value("devices", 0) << " devices), batch "
@@ -254,6 +272,7 @@ void print_result(const json& r) {
   for (const auto& o : r.value("subspace_optima", json::array()))
     std::cout << "  " << o.value("planner", "") << " (" << fmt_ms(o["step_ms"])
               << " ms): " << o.value("optimal_within", "") << "\n";
+  if (r.contains("al")) print_al(r["al"], r.value("model", ""));
   if (r.contains("verification")) print_verification(r["verification"]);
 }
 
@@ -279,7 +298,13 @@ void run(const Args& a, int& exit_code) {
   }
   json options = {{"evaluator", a.evaluator}, {"seed", a.seed}, {"batch_size", a.batch},
                   {"warm_start", a.warm_start}, {"baselines", !a.no_baselines}, {"verify", !a.no_verify},
-                  {"optimizer", a.optimizer}, {"costs", a.costs}, {"torchscript", a.torchscript}};
+                  {"optimizer", a.optimizer}, {"costs", a.costs}, {"torchscript", a.torchscript},
+                  {"allow_al", a.allow_al}};
+  if (!a.al_out.empty() && !a.allow_al) {
+    std::cerr << "tapp-cli optimize: --al-out: needs --allow-al (AL changes the learning algorithm; ask for it)\n";
+    exit_code = 2;
+    return;
+  }
   if (a.iterations > 0) options["iterations"] = a.iterations;
   if (a.time_budget_s > 0) options["time_budget_s"] = a.time_budget_s;
   if (a.input_size > 0) options["input_size"] = a.input_size;
@@ -340,6 +365,21 @@ void run(const Args& a, int& exit_code) {
       return;
     }
   }
+  if (!a.al_out.empty()) {
+    const json& al = (*result)["al"];
+    if (!al.value("found", false)) {
+      std::cerr << "--al-out: no AL plan to write: " << al.value("message", "") << "\n";
+      exit_code = 1;
+      return;
+    }
+    std::ofstream out(a.al_out);
+    out << al["placement"].dump(2) << "\n";
+    if (!out) {
+      std::cerr << "--al-out: cannot write " << a.al_out << "\n";
+      exit_code = 1;
+      return;
+    }
+  }
   if (a.json_output)
     std::cout << result->dump(2) << "\n";
   else
@@ -368,6 +408,10 @@ void add_optimize_command(CLI::App& app, int& exit_code) {
   sub->add_flag("--warm-start", args->warm_start, "start the policy from the best classical plan");
   sub->add_option("--policy", args->policy, "start from a trained policy file (tapp-cli train-policy) and fine-tune it");
   sub->add_flag("--no-baselines", args->no_baselines, "skip the classical baselines");
+  sub->add_flag("--allow-al", args->allow_al,
+                "also price Associated Learning (schedule al) over the proposed plans' cut points: its own row");
+  sub->add_option("--al-out", args->al_out,
+                  "with --allow-al: write the AL row's pipeline here (tapp-cli run MODEL --placement FILE --schedule al)");
   sub->add_option("--costs", args->costs,
                   "profile (default: measure what is not cached) | cached (cached profiles, else estimated) | "
                   "estimated (multiply-adds only, for models too large to profile here)")

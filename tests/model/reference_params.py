@@ -55,6 +55,14 @@ def build(spec):
         return torchvision.models.VisionTransformer(image_size=image, patch_size=16, num_layers=layers,
                                                     num_heads=heads, hidden_dim=width, mlp_dim=4 * width,
                                                     num_classes=classes)
+    if model == "text_lstm":  # an embedding, `layers` one-layer LSTMs, a classifier on the last token
+        return nn.ModuleList([nn.Embedding(vocabulary, width, device=meta)] +
+                             [nn.LSTM(width, width, batch_first=True, device=meta) for _ in range(layers)] +
+                             [nn.Linear(width, classes, device=meta)])
+    if model == "text_transformer":  # embeddings, pre-norm encoder blocks, a final norm and a classifier
+        return nn.ModuleList([nn.Embedding(vocabulary, width, device=meta), nn.Embedding(positions, width, device=meta),
+                              blocks(layers, width, heads, True, 1e-5, meta), nn.LayerNorm(width, device=meta),
+                              nn.Linear(width, classes, device=meta)])
     raise SystemExit("unknown model " + model)
 
 

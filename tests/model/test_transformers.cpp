@@ -110,6 +110,10 @@ TEST_CASE("parameter counts equal PyTorch modules built by python3-torch, at ful
       {"gpt2", tiny(8, 50), "gpt2:50:1024:2:32:4:0:0"},
       {"bert_base", tiny(8, 50, 5), "bert_base:50:512:2:32:4:0:5"},
       {"vit_b_16", tiny(32, 0, 5), "vit_b_16:0:0:2:32:4:32:5"},
+      {"text_lstm", {}, "text_lstm:1000:32:4:64:0:0:4"},
+      {"text_transformer", {}, "text_transformer:1000:32:4:64:4:0:4"},
+      {"text_lstm", test::tiny_transformer(12, 30, 3, 20, 0, 6), "text_lstm:30:12:3:20:0:0:6"},
+      {"text_transformer", tiny(40, 30, 6), "text_transformer:30:40:2:32:4:0:6"},
   };
   std::vector<std::string> specs;
   for (const auto& c : cases) specs.push_back(c.spec);
@@ -118,6 +122,41 @@ TEST_CASE("parameter counts equal PyTorch modules built by python3-torch, at ful
     INFO(cases[i].spec);
     CHECK(must(cases[i].name, cases[i].options).total_params() == want[i]);
   }
+}
+
+TEST_CASE("text classifiers: an LSTM's shapes, parameters and multiply-adds; the class from the last or first token") {
+  const int64_t T = 32, D = 64, H = 4 * D;
+  LayerGraph g = must("text_lstm");
+  CHECK(g.input_kind == InputKind::tokens);
+  CHECK(g.input_shape == Shape{T});
+  CHECK(g.num_classes == 4);
+  const Layer& lstm = layer(g, "lstm.3");
+  CHECK(op_class(lstm.op) == "Recurrent");
+  CHECK(lstm.output_shape == Shape{T, D});
+  CHECK(lstm.params == H * (D + D) + 2 * H);  // weight_ih, weight_hh, two biases
+  CHECK(lstm.macs == T * H * (D + D));
+  CHECK(lstm.saved_bytes == 4 * T * 6 * D);
+  CHECK(layer(g, "last_token").attrs.index == T - 1);
+  LayerGraph t = must("text_transformer", tiny(40, 30, 6));
+  CHECK(t.input_shape == Shape{40});
+  CHECK(!layer(t, "encoder.1.attention").attrs.causal);
+  CHECK(layer(t, "class_token_out").attrs.index == 0);
+  CHECK(t.layers.back().output_shape == Shape{6});
+  // The LSTM reads a sequence; heads are not its option.
+  CHECK(!zoo_model("text_lstm", test::tiny_transformer(8, 30, 1, 8, 2, 2)));
+  nlohmann::json j = {{"name", "bad"}, {"input_shape", {8, 4}}, {"layers", {{{"name", "r"}, {"op", "lstm"}, {"attrs", {{"out", 0}}}}}}};
+  auto bad = model_from_json(j);
+  REQUIRE(!bad);
+  CHECK(bad.error_message().find("attrs.out") != std::string::npos);
+  j["input_shape"] = {3, 8, 8};
+  j["layers"][0]["attrs"]["out"] = 4;
+  CHECK(!model_from_json(j));  // not a sequence
+  j["input_shape"] = {8, 4};
+  j["layers"].push_back({{"name", "m"}, {"op", "mean_tokens"}, {"inputs", {"r"}}});
+  auto ok = model_from_json(j);
+  REQUIRE_MESSAGE(ok, ok.error_message());
+  CHECK(ok->layers.back().output_shape == Shape{4});
+  CHECK(model_from_json(model_to_json(*ok))->layers[0].attrs.out == 4);
 }
 
 TEST_CASE("multiply-adds per layer follow the formulas: projections, QK^T and AV, MLP, tied head") {

@@ -5,7 +5,9 @@
 #include "tests/torch_doctest.h"
 
 #include "model/al_form.h"
+#include "model/zoo.h"
 #include "tests/model/linear_chain.h"
+#include "tests/model/tiny_transformer.h"
 
 namespace tapp {
 namespace {
@@ -154,6 +156,41 @@ TEST_CASE("AL learns a separable task by local losses alone, with an update per 
     last = loss;
   }
   CHECK(last < 0.5 * first);
+  auto [x, labels] = batch(300);
+  torch::NoGradGuard no_grad;
+  const double accuracy = al.predict(x).argmax(1).eq(labels).to(torch::kFloat).mean().item<double>();
+  CHECK(accuracy > 0.9);
+}
+
+TEST_CASE("an LSTM text classifier in AL form learns which marker token a sequence holds, block by block") {
+  torch::manual_seed(11);
+  auto text = zoo_model("text_lstm", test::tiny_transformer(8, 12, 2, 16, 0, 3));
+  REQUIRE_MESSAGE(text.is_ok(), text.error_message());
+  const int lstm1 = text->index_of("lstm.1");
+  auto form = make_al_form(*text, {lstm1}, 16);
+  REQUIRE_MESSAGE(form.is_ok(), form.error_message());
+  CHECK(form->layers[form->al_blocks[0].bridge - 2].op == "mean_tokens");  // a sequence's bridge pools every token
+  auto m = AlModel::build(*form, 4);
+  REQUIRE(m.is_ok());
+  AlModel& al = **m;
+  std::vector<std::unique_ptr<torch::optim::Adam>> opt;
+  for (int b = 0; b < al.blocks(); ++b)
+    opt.push_back(std::make_unique<torch::optim::Adam>(al.block_parameters(b), torch::optim::AdamOptions(1e-2)));
+  // Filler tokens 3..11; class c puts marker token c at a random position.
+  auto batch = [&](int64_t n) {
+    Tensor labels = torch::randint(3, {n}, torch::kLong);
+    Tensor x = torch::randint(3, 12, {n, 8}, torch::kLong);
+    Tensor where = torch::randint(8, {n, 1}, torch::kLong);
+    x.scatter_(1, where, labels.unsqueeze(1));
+    return std::make_pair(x, labels);
+  };
+  for (int step = 0; step < 250; ++step) {
+    auto [x, labels] = batch(32);
+    al.train_step(x, labels, 1, [&](int b) {
+      opt[b]->step();
+      opt[b]->zero_grad();
+    });
+  }
   auto [x, labels] = batch(300);
   torch::NoGradGuard no_grad;
   const double accuracy = al.predict(x).argmax(1).eq(labels).to(torch::kFloat).mean().item<double>();

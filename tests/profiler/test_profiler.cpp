@@ -301,6 +301,26 @@ TEST_CASE("tiny transformers profile layer by layer: token ids get no gradient, 
   CHECK((*m)->forward(x).sizes().vec() == std::vector<int64_t>{2, 4});
 }
 
+TEST_CASE("the text classifiers build, run and profile: an LSTM layer has the graph's parameters and a backward time") {
+  for (const char* name : {"text_lstm", "text_transformer"}) {
+    const bool lstm = std::string(name) == "text_lstm";
+    auto g = zoo_model(name, test::tiny_transformer(8, 30, 2, 16, lstm ? 0 : 2, 3));
+    REQUIRE_MESSAGE(g.is_ok(), g.error_message());
+    auto m = GraphModel::build(*g, 3);
+    REQUIRE(m.is_ok());
+    int64_t n = 0;
+    for (const auto& p : (*m)->parameters()) n += p.numel();
+    CHECK(n == g->total_params());
+    auto [x, y] = synthetic_batch(*g, 2, 1);
+    CHECK((*m)->forward(x).sizes().vec() == std::vector<int64_t>{2, 3});
+    auto lib = profile_model(*g, quick());
+    REQUIRE_MESSAGE(lib.is_ok(), lib.error_message());
+    const std::string deep = lstm ? "lstm.1" : "encoder.1.attention";
+    CHECK(lib->rows[g->index_of(deep)].forward_ms > 0);
+    CHECK(lib->rows[g->index_of(deep)].backward_ms > 0);
+  }
+}
+
 TEST_CASE("tapp-cli profiles a tiny gpt2 from its options") {
   const std::string cli = kBin + "/tapp-cli";
   fs::path dir = scratch("gpt2");
