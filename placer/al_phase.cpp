@@ -32,7 +32,8 @@ AlRow best_al_row(const LayerGraph& source, const Cluster& cluster, const std::v
   std::set<std::vector<int>> seen;
   for (const AlCandidate& c : candidates) {
     if (cancel) break;
-    if (c.pipeline.is_data_parallel() || c.pipeline.has_replicated_groups()) continue;
+    // One group is one block: nothing to unlock. Replicas and data parallelism have no AL form.
+    if (c.pipeline.num_groups() < 2 || c.pipeline.is_data_parallel() || c.pipeline.has_replicated_groups()) continue;
     if (!seen.insert(assignment_key(c.pipeline)).second) continue;
     auto plan = al_plan_from_pipeline(source, c.pipeline);
     if (!plan) {

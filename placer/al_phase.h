@@ -49,7 +49,7 @@ struct AlPricing {
 };
 
 // The fastest AL plan over the candidates (duplicates by groups and devices
-// priced once; replicated or data-parallel ones skipped). found = false with
+// priced once; one-group, replicated or data-parallel ones skipped). found = false with
 // `refused` saying why when none has an AL form.
 AlRow best_al_row(const LayerGraph& source, const Cluster& cluster, const std::vector<AlCandidate>& candidates,
                   const AlPricing& pricing, const std::atomic<bool>& cancel);

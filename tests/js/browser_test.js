@@ -100,6 +100,7 @@ async function submitAndFollow(page, base) {
                             {name: 'cpu2', speed: 0.5, memory_mb: 96}, {name: 'cpu3', speed: 0.5, memory_mb: 96}]}, null, 2));
   await page.selectOption('#model-select', 'alexnet_cifar');
   await page.fill('#iterations-input', real ? '60' : '40');
+  await page.check('#allow-al-input');
   await page.click('#submit-button');
   await page.waitForURL(/#\/jobs\/j[0-9a-f]+$/, {timeout: 15000});
   const id = page.url().split('/').pop();
@@ -124,6 +125,8 @@ async function submitAndFollow(page, base) {
         `the page says whether the plan was verified by measurement (${verification})`);
   const rows = await page.locator('#baselines-table tbody tr').count();
   check(rows >= 2, `the baselines table is filled (${rows} rows)`);
+  const alRow = await page.textContent('#al-row').catch(() => '');
+  check(alRow.startsWith('AL'), 'with "allow AL" ticked the table has its own Associated Learning row: ' + alRow);
   await page.screenshot({path: screenshot, fullPage: true});
   console.log('screenshot: ' + screenshot);
 
