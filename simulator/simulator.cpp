@@ -109,8 +109,10 @@ class Replay {
       // Recomputation: the backward runs the segment's forward again first.
       if (backward && seg.recompute)
         cached += cost_.forward_ms(t.device, seg.layers.front(), seg.layers.back(), samples, others);
-      // AL: the block's update follows every backward (the step's final update is not charged).
-      if (backward && tg_.schedule == Schedule::al) cached += cost_.update_ms(t.device, seg.param_bytes);
+      // AL: the block's update follows every backward, inside the task, so a slow device is
+      // slow at it too (the runtime's emulation stretches the whole task); no final update.
+      if (backward && tg_.schedule == Schedule::al)
+        cached += cost_.update_ms(t.device, seg.param_bytes) * cost_.inverse_speed(t.device);
     }
     return cached;
   }

@@ -844,6 +844,25 @@ TEST_CASE("al: no gradient crosses blocks, so the step is block 1's m cycles plu
   }
 }
 
+TEST_CASE("al: each backward carries its block's update, stretched like the task on a slow device") {
+  LayerGraph g = al_chain();
+  Cluster c = devices(2);
+  c.devices[0].speed = 0.5;
+  const int m = 4;
+  LayerLibrary lib = flat_library(g, 2, 1.0, 2.0);
+  Calibration cal;
+  cal.update_ms_per_param_mb = 1000;  // 1 ms per kB of parameters
+  double params[2] = {0, 0};
+  for (int i = 0; i < static_cast<int>(g.layers.size()); ++i) params[al_block_of(g, i)] += g.layers[i].param_bytes() / 1e6;
+  StepReport free_update = run(g, c, lib, al_blocks_on(g, {0, 1}, m), 8);
+  StepReport with_update = run(g, c, lib, al_blocks_on(g, {0, 1}, m), 8, cal);
+  REQUIRE(free_update.ok);
+  REQUIRE(with_update.ok);
+  // m updates a step on each device, the speed-0.5 device's twice as long; none at the step's end.
+  CHECK(with_update.devices[0].busy_ms - free_update.devices[0].busy_ms == doctest::Approx(m * 1000 * params[0] * 2));
+  CHECK(with_update.devices[1].busy_ms - free_update.devices[1].busy_ms == doctest::Approx(m * 1000 * params[1]));
+}
+
 TEST_CASE("al: a block's backward waits for its own forward only, never for a later block") {
   LayerGraph g = al_chain();
   auto tg = build_task_graph(g, al_blocks_on(g, {0, 1}, 4), devices(2), 8);
