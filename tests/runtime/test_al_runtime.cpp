@@ -4,6 +4,7 @@
 #include "tests/torch_doctest.h"  // LibTorch + doctest (glog's CHECK macros removed)
 
 #include "core/al_placement.h"
+#include "model/zoo.h"
 #include "profiler/al_model.h"
 #include "profiler/torch_model.h"
 #include "runtime/runtime.h"
@@ -83,6 +84,19 @@ TEST_CASE("al on a conv model with branches inside a block, 3 blocks on 3 worker
   // Valid cuts only where one tensor crosses: after the stem, and before the classifier.
   LayerGraph g = branch_model();
   check_al_run(g, by_device({0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2}, 2, Schedule::gpipe), 3);
+}
+
+TEST_CASE("al on the LSTM text classifier: token ids in, embedding and first LSTM on one worker, the rest on another") {
+  ModelOptions o;
+  o.input_size = 6;
+  o.vocabulary = 20;
+  o.layers = 2;
+  o.width = 8;
+  o.num_classes = 3;
+  auto g = zoo_model("text_lstm", o);
+  REQUIRE_MESSAGE(g.is_ok(), g.error_message());
+  // embedding, lstm.0 | lstm.1, last_token, classifier
+  check_al_run(*g, by_device({0, 0, 1, 1, 1}, 2, Schedule::gpipe), 2);
 }
 
 TEST_CASE("an AL plan from a placement whose groups are not runs of layers, or that replicates, names the field") {

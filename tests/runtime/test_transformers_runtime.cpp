@@ -113,6 +113,22 @@ TEST_CASE("tiny vit_b_16 over 2 devices, split inside a block, trains like one d
   check_two_devices_train_like_one(g, split_at(g, g.index_of("encoder.layers.encoder_layer_0.mlp.0")), Schedule::gpipe);
 }
 
+TEST_CASE("the text classifiers, LSTM and Transformer encoder, over 2 devices train like one device") {
+  ModelOptions o;
+  o.input_size = 6;
+  o.vocabulary = 40;
+  o.num_classes = 3;
+  o.layers = 2;
+  o.width = 16;
+  auto lstm = zoo_model("text_lstm", o);
+  REQUIRE_MESSAGE(lstm.is_ok(), lstm.error_message());
+  check_two_devices_train_like_one(*lstm, split_at(*lstm, lstm->index_of("lstm.1")), Schedule::one_f_one_b);
+  o.heads = 2;
+  auto encoder = zoo_model("text_transformer", o);
+  REQUIRE_MESSAGE(encoder.is_ok(), encoder.error_message());
+  check_two_devices_train_like_one(*encoder, split_at(*encoder, encoder->index_of("encoder.1.ln_1")), Schedule::gpipe);
+}
+
 TEST_CASE("tiny gpt2 trains like one device with BSP data parallelism") {
   LayerGraph g = tiny_gpt2();
   RunOptions o = test_options();
