@@ -485,11 +485,22 @@ LayerGraph bert(const TransformerShape& s, int64_t classes) {
   return b.take();
 }
 
+// The classes from the first token (a class token), layer-normalised: ViT's
+// head (torchvision normalises every token and keeps the first; layer norm is
+// per token, so keeping the first and then normalising is the same function at
+// 1/T of the cost), and the text Transformer's.
+void first_token_head(Builder& b, int x, const std::string& norm_name, double eps, const std::string& head,
+                      int64_t classes) {
+  x = b.add("class_token_out", "select_token", {x});
+  LayerAttrs norm;
+  norm.eps = eps;
+  x = b.add(norm_name, "layer_norm", {x}, norm);
+  b.linear(head, x, classes);
+}
+
 // torchvision's vit_b_16: a 16x16 stride-16 convolution as the patch
 // embedding, the patches as a sequence, the class token, learned positions,
-// pre-norm blocks, and the head on the class token (torchvision normalises
-// every token and then keeps the first; layer norm is per token, so keeping
-// the first and then normalising is the same function at 1/T of the cost).
+// pre-norm blocks, and the head on the class token (first_token_head).
 LayerGraph vit(const TransformerShape& s, int64_t side, int64_t classes) {
   constexpr int64_t kPatch = 16;
   Builder b("vit_b_16", image(side));
@@ -503,11 +514,7 @@ LayerGraph vit(const TransformerShape& s, int64_t side, int64_t classes) {
                            p + "mlp.3", p + "add_2"},
                        x, s, /*causal=*/false, 1e-6);
   }
-  x = b.add("class_token_out", "select_token", {x});
-  LayerAttrs norm;
-  norm.eps = 1e-6;
-  x = b.add("encoder.ln", "layer_norm", {x}, norm);
-  b.linear("heads.head", x, classes);
+  first_token_head(b, x, "encoder.ln", 1e-6, "heads.head", classes);
   return b.take();
 }
 
@@ -538,11 +545,7 @@ LayerGraph text_transformer(const TransformerShape& s, int64_t classes) {
                            p + "mlp.fc2", p + "add_2"},
                        x, s, /*causal=*/false, 1e-5);
   }
-  x = b.add("class_token_out", "select_token", {x});
-  LayerAttrs norm;
-  norm.eps = 1e-5;
-  x = b.add("ln_f", "layer_norm", {x}, norm);
-  b.linear("classifier", x, classes);
+  first_token_head(b, x, "ln_f", 1e-5, "classifier", classes);
   return b.take();
 }
 
