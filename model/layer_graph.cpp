@@ -364,7 +364,7 @@ bool LayerAttrs::operator==(const LayerAttrs& o) const {
          std::equal(stride, stride + 2, o.stride) && std::equal(padding, padding + 2, o.padding) &&
          groups == o.groups && bias == o.bias && ceil_mode == o.ceil_mode && p == o.p &&
          eps == o.eps && dim == o.dim && entries == o.entries && heads == o.heads && causal == o.causal &&
-         index == o.index && tie == o.tie;
+         index == o.index && tie == o.tie && init_std == o.init_std;
 }
 
 bool is_known_op(const std::string& op) { return op_classes().count(op) > 0; }

@@ -93,6 +93,9 @@ struct LayerAttrs {
   bool causal = false;         // self_attention
   int64_t index = 0;           // select_token
   std::string tie;             // lm_head: the token_embedding layer whose table it reads
+  // token_embedding: the table's initial N(0, init_std) (GPT-2's and BERT's 0.02;
+  // PyTorch's nn.Embedding default is 1, what the text classifiers use).
+  double init_std = 0.02;
   bool operator==(const LayerAttrs& o) const;
 };
 

@@ -36,7 +36,7 @@ const std::map<std::string, OpAttrs>& op_attrs() {
       {"log_softmax", {{"dim"}, {}}},
       {"torchscript", {{"file", "hash", "expand", "nodes", "output_shape", "params", "macs", "entries"},
                        {"file", "hash", "nodes", "output_shape"}}},
-      {"token_embedding", {{"entries", "out"}, {"entries", "out"}}},
+      {"token_embedding", {{"entries", "out", "init_std"}, {"entries", "out"}}},
       {"position_embedding", {{"entries"}, {"entries"}}},
       {"token_type_embedding", {{"entries"}, {"entries"}}},
       {"select_token", {{"index"}, {}}},
@@ -157,6 +157,9 @@ Status read_attrs(const json& layer, Layer& l, const std::string& path) {
   if (!(s = jf::read(attrs, "causal", a.causal, where))) return s;
   if (!(s = jf::read(attrs, "index", a.index, where))) return s;
   if (!(s = jf::read(attrs, "tie", a.tie, where))) return s;
+  if (!(s = jf::read(attrs, "init_std", a.init_std, where))) return s;
+  if (attrs.contains("init_std") && !(a.init_std > 0 && a.init_std <= 100))
+    return jf::field_error(where + ".init_std", "must be in (0, 100]");
   for (const char* k : {"entries", "heads"})
     if (attrs.contains(k) && (std::string(k) == "entries" ? a.entries : a.heads) <= 0)
       return jf::field_error(where + "." + k, "must be positive");
@@ -325,6 +328,7 @@ json model_to_json(const LayerGraph& g) {
       if (a.entries > 0) attrs["entries"] = a.entries;
     } else if (l.op == "token_embedding") {
       attrs = {{"entries", a.entries}, {"out", a.out}};
+      if (a.init_std != LayerAttrs{}.init_std) attrs["init_std"] = a.init_std;
     } else if (l.op == "position_embedding" || l.op == "token_type_embedding") {
       attrs = {{"entries", a.entries}};
     } else if (l.op == "select_token") {

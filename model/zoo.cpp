@@ -426,10 +426,12 @@ int post_norm_block(Builder& b, const BlockNames& n, int x, const TransformerSha
   return b.add(n.ln2, "layer_norm", {h}, norm);
 }
 
-int token_embedding(Builder& b, const std::string& name, int64_t vocabulary, int64_t width) {
+int token_embedding(Builder& b, const std::string& name, int64_t vocabulary, int64_t width,
+                    double init_std = LayerAttrs{}.init_std) {
   LayerAttrs a;
   a.entries = vocabulary;
   a.out = width;
+  a.init_std = init_std;
   return b.add(name, "token_embedding", {kInput}, a);
 }
 
@@ -521,10 +523,15 @@ LayerGraph vit(const TransformerShape& s, int64_t side, int64_t classes) {
 // Text classifiers over token ids (the Pipeline AL seed's LSTM and Transformer
 // settings, small enough to train here): an embedding, `layers` LSTM layers of
 // `width` or encoder blocks, then the classes from the last token (LSTM) or
-// the first, a class token the data puts there (Transformer).
+// the first, a class token the data puts there (Transformer). The embedding
+// starts as PyTorch's nn.Embedding does, N(0, 1): with GPT-2's 0.02, BP through
+// the 4 LSTM layers barely trained (python3-torch: 45-49% test accuracy on the
+// generated text set against 68-92% at N(0, 1), 10 epochs, Adam 0.003).
+constexpr double kTextEmbeddingStd = 1.0;
+
 LayerGraph text_lstm(const TransformerShape& s, int64_t classes) {
   Builder b("text_lstm", {s.tokens});
-  int x = token_embedding(b, "embedding", s.vocabulary, s.width);
+  int x = token_embedding(b, "embedding", s.vocabulary, s.width, kTextEmbeddingStd);
   LayerAttrs lstm;
   lstm.out = s.width;
   for (int64_t i = 0; i < s.layers; ++i) x = b.add("lstm." + std::to_string(i), "lstm", {x}, lstm);
@@ -537,7 +544,7 @@ LayerGraph text_lstm(const TransformerShape& s, int64_t classes) {
 
 LayerGraph text_transformer(const TransformerShape& s, int64_t classes) {
   Builder b("text_transformer", {s.tokens});
-  int x = token_embedding(b, "embedding", s.vocabulary, s.width);
+  int x = token_embedding(b, "embedding", s.vocabulary, s.width, kTextEmbeddingStd);
   x = table(b, "position_embedding", "position_embedding", x, s.positions);
   for (int64_t i = 0; i < s.layers; ++i) {
     const std::string p = "encoder." + std::to_string(i) + ".";

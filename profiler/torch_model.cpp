@@ -21,7 +21,7 @@ torch::Tensor small_normal(std::vector<int64_t> shape) { return torch::randn(sha
 
 nn::Embedding make_token_embedding(const Layer& l) {
   nn::Embedding e(nn::EmbeddingOptions(l.attrs.entries, l.attrs.out));
-  e->weight.normal_(0, 0.02);
+  e->weight.normal_(0, l.attrs.init_std);
   return e;
 }
 

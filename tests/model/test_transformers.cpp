@@ -137,6 +137,17 @@ TEST_CASE("text classifiers: an LSTM's shapes, parameters and multiply-adds; the
   CHECK(lstm.macs == T * H * (D + D));
   CHECK(lstm.saved_bytes == 4 * T * 6 * D);
   CHECK(layer(g, "last_token").attrs.index == T - 1);
+  // The embedding starts as nn.Embedding's (N(0, 1)), GPT-2's as its own (0.02); the JSON keeps it.
+  CHECK(layer(g, "embedding").attrs.init_std == 1.0);
+  CHECK(layer(must("gpt2", tiny(8, 50)), "wte").attrs.init_std == 0.02);
+  auto round_trip = model_from_json(model_to_json(g));
+  REQUIRE(round_trip.is_ok());
+  CHECK(round_trip->layers[0].attrs.init_std == 1.0);
+  nlohmann::json bad_std = model_to_json(g);
+  bad_std["layers"][0]["attrs"]["init_std"] = 0;
+  auto refused = model_from_json(bad_std);
+  REQUIRE_FALSE(refused.is_ok());
+  CHECK(refused.error_message().find("layers[0].attrs.init_std") != std::string::npos);
   LayerGraph t = must("text_transformer", tiny(40, 30, 6));
   CHECK(t.input_shape == Shape{40});
   CHECK(!layer(t, "encoder.1.attention").attrs.causal);
