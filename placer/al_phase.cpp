@@ -38,6 +38,7 @@ AlRow best_al_row(const LayerGraph& source, const Cluster& cluster, const std::v
     auto plan = al_plan_from_pipeline(source, c.pipeline);
     if (!plan) {
       best.refused.push_back(c.from + ": " + plan.error_message());
+      if (plan.status().field() == "model") break;  // the model has no AL form at all (no classes, ...)
       continue;
     }
     ++best.candidates;

@@ -123,6 +123,16 @@ TEST_CASE("nothing with an AL form: the row says so with every reason") {
   CHECK(row.candidates == 0);
   REQUIRE(row.refused.size() == 1);
   CHECK(row.refused[0].find("placement.layers[2]") != std::string::npos);
+  // A model with no AL form at all (no classes) is said once, not once per proposal.
+  LayerGraph no_classes = g;
+  no_classes.num_classes = 0;
+  Placement two = back;
+  two.layer_group = {0, 0, 1};
+  AlRow none = best_al_row(no_classes, testing::equal_cluster(2), {{"policy", two}, {"dp", two}, {"uniform", back}},
+                           pricing, cancel);
+  CHECK_FALSE(none.found);
+  REQUIRE(none.refused.size() == 1);
+  CHECK(none.refused[0].rfind("policy: ", 0) == 0);
 }
 
 TEST_CASE("optimize with allow_al shows the AL row beside the best; without it there is none") {
