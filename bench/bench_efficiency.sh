@@ -10,7 +10,7 @@
 # Four one-thread devices on a 2-core machine share cores: the 4-stage figures
 # measure contention too, and the script says how many cores it had.
 #
-# Usage: bench/bench_efficiency.sh [BUILD_DIR]   (env: ROUNDS=3 BATCH=32 M=4 STEPS=3)
+# Usage: bench/bench_efficiency.sh [BUILD_DIR]   (env: ROUNDS=3 BATCH=32 M=4 STEPS=10)
 set -euo pipefail
 BUILD=${1:-build}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,7 +19,7 @@ CLI="$ROOT/$BUILD/bin/tapp-cli"
 ROUNDS=${ROUNDS:-3}
 BATCH=${BATCH:-32}
 M=${M:-4}
-STEPS=${STEPS:-3}
+STEPS=${STEPS:-10}
 OUT=$(mktemp -d)
 for n in 2 4; do
   python3 - "$n" >"$OUT/cluster$n.json" <<'PY'

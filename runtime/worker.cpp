@@ -286,8 +286,10 @@ class PipelineWorker {
     }
   }
 
-  WorkerStep step(int step_index, Clock::time_point t0, Sender& sender) {
-    WorkerStep st;
+  // Before the step's barrier, untimed: draws the batch and posts the step's
+  // receives, as a data loader hands a ready batch to a training step (the
+  // peers in bench/ draw theirs outside the timed step too).
+  void prepare(int step_index) {
     step_ = step_index;
     parity_ = step_index & 1;
     xs_.clear();  // (before drawing the next batch: the last one's storage goes first)
@@ -304,6 +306,10 @@ class PipelineWorker {
     loss_.assign(M_, torch::Tensor());
     for (Replica& r : replicas_) r.backwards_left = r.local_backwards;
     post_receives();
+  }
+
+  WorkerStep step(Clock::time_point t0, Sender& sender) {
+    WorkerStep st;
     for (int tid : tg_.device_order[c_.rank]) {
       const Task& task = tg_.tasks[tid];
       if (task.kind != TaskKind::forward && task.kind != TaskKind::backward) continue;
@@ -342,6 +348,10 @@ class PipelineWorker {
       st.timeline.push_back(TaskSpan{"optimizer", ms_between(t0, o0), ms_between(t0, o0) + opt_ms});
     }
     average_replicas_if_due(t0, st);
+    // The next step's receives reuse these tags and are posted before its
+    // barrier: every message of this step must have landed first.
+    for (auto& [key, r] : recv_)
+      if (!r.waited) r.work->wait();
     recv_.clear();
     outs_.clear();
     leaves_.clear();
@@ -733,10 +743,11 @@ std::pair<int64_t, int64_t> share_of(int64_t batch, int rank, int world) {
   return {off, size};
 }
 
-WorkerStep data_parallel_step(Ctx& c, int step_index, Clock::time_point t0, bool allreduce) {
+WorkerStep data_parallel_step(Ctx& c, const std::pair<torch::Tensor, torch::Tensor>& batch, Clock::time_point t0,
+                              bool allreduce) {
   WorkerStep st;
   const RunOptions& o = c.job.options;
-  auto [x, y] = synthetic_batch(c.job.graph, o.batch_size, o.seed + step_index);
+  const auto& [x, y] = batch;
   auto [off, size] = share_of(o.batch_size, c.rank, c.world);
   auto c0 = Clock::now();
   const double cpu0 = thread_cpu_ms();
@@ -911,10 +922,15 @@ int run_job(Ctx& c) {
   report.rank = c.rank;
   for (int k = 0; k < o.warmup_steps + o.steps; ++k) {
     maybe_fault(c.job, c.rank, k);
+    std::pair<torch::Tensor, torch::Tensor> batch;  // data parallel's; a pipeline prepares its own
+    if (pipeline)
+      pipeline->prepare(k);
+    else
+      batch = synthetic_batch(c.job.graph, o.batch_size, o.seed + k);
     if (mode != "hogwild") c.pg->barrier()->wait();  // aligns the step's clocks
     auto t0 = Clock::now();
     sender.start_step(t0);
-    WorkerStep st = pipeline ? pipeline->step(k, t0, sender) : data_parallel_step(c, k, t0, mode == "bsp");
+    WorkerStep st = pipeline ? pipeline->step(t0, sender) : data_parallel_step(c, batch, t0, mode == "bsp");
     st.step_ms = ms_between(t0, Clock::now());
     for (const TaskSpan& e : sender.entries()) st.timeline.push_back(e);
     if (k >= o.warmup_steps) report.steps.push_back(std::move(st));
