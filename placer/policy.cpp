@@ -298,19 +298,37 @@ struct Policy::Impl {
   struct Groups {
     torch::Tensor h;
     GroupTotals stats;
+    int nonempty = 0;  // groups with a layer: the replicas data parallelism would train
   };
   Groups groups_of(const std::vector<int>& layer_group) {
     GroupTotals totals = group_totals(cfg.totals, layer_group, G, consumers);
     auto e = torch::relu(net->a_embed(to_tensor(encode_groups(layer_rows, layer_group, totals))));
     auto q = net->a_q(e), k = net->a_k(e), v = net->a_v(e);
     auto att = torch::softmax(torch::matmul(q, k.t()) / std::sqrt(static_cast<double>(net->hidden)), 1);
-    return {e + torch::matmul(att, v), std::move(totals)};
+    const auto used = nonempty(layer_group, G);
+    return {e + torch::matmul(att, v), std::move(totals), static_cast<int>(std::count(used.begin(), used.end(), true))};
   }
 
-  // Logits of the micro-batch choices (M) given the groups.
+  // Logits of the micro-batch choices (M) given the groups; data parallelism
+  // is masked where its replicas would not fit (replicas_fit).
   torch::Tensor micro_logits(const Groups& gr) {
     auto all = net->a_micro(torch::cat({gr.h.mean(0), micro_extra}));
-    return all.index_select(0, micro_slots);
+    auto logits = all.index_select(0, micro_slots);
+    if (cfg.offer_data_parallel && !replicas_fit(gr.nonempty)) {
+      auto mask = torch::zeros({M});
+      mask[M - 1] = kMasked;
+      logits = logits + mask;
+    }
+    return logits;
+  }
+
+  // Whether k data-parallel replicas (one per non-empty group) at ceil(batch / k)
+  // samples find k allowed devices that hold one (PolicyConfig::replica_fits).
+  bool replicas_fit(int k) const {
+    if (cfg.replica_fits.empty() || k < 1 || k > static_cast<int>(cfg.replica_fits.size())) return true;
+    int fitting = 0;
+    for (int d = 0; d < D; ++d) fitting += cfg.replica_fits[k - 1][d] && device_allowed(d) ? 1 : 0;
+    return fitting >= k;
   }
 
   // Pair features of group g on each device, given the devices of the groups before it
@@ -573,6 +591,7 @@ struct Policy::Impl {
           load_(m.D, 0.0),
           replicas_(m.G, 0),
           in_cycle_(m.groups_in_cycle(layer_group)) {
+      dp_replicas_ = static_cast<int>(std::count(used_.begin(), used_.end(), true));
       if (m.cfg.memory.empty() || data_parallel_) return;
       const PolicyMemory& mem = m.cfg.memory;
       state_bytes_.assign(m.G, 0.0);
@@ -626,6 +645,7 @@ struct Policy::Impl {
       if (distinct)
         for (int k = 0; k < m_.D; ++k)
           if (taken_[k]) row[k] = kMasked;
+      if (data_parallel_) return mask_replica_devices(row);
       if (state_bytes_.empty()) return;
       // Memory: the devices still offered that fit the group; if none does,
       // any allowed device that fits (a repeat); if none, no memory mask
@@ -655,6 +675,20 @@ struct Policy::Impl {
           roomiest = k;
       if (roomiest >= 0)
         for (int k = 0; k < m_.D; ++k) row[k] = k == roomiest ? 0.f : kMasked;
+    }
+
+    // Data parallelism: the devices still offered that hold a replica at the
+    // share of its `dp_replicas_` replicas (core's rule); none: no mask (the
+    // measurer then reports the proposal out of memory).
+    void mask_replica_devices(float* row) const {
+      const auto& fits = m_.cfg.replica_fits;
+      if (fits.empty() || dp_replicas_ < 1 || dp_replicas_ > static_cast<int>(fits.size())) return;
+      const std::vector<bool>& holds = fits[dp_replicas_ - 1];
+      bool any = false;
+      for (int k = 0; k < m_.D; ++k) any = any || (row[k] == 0.f && holds[k] && m_.device_allowed(k));
+      if (!any) return;
+      for (int k = 0; k < m_.D; ++k)
+        if (!holds[k]) row[k] = kMasked;
     }
 
     void take_primary(int g, int k) {
@@ -761,6 +795,7 @@ struct Policy::Impl {
     std::vector<int> device_of_;      // per group: its primary's device once taken (-1 before)  // per group (per sample where bytes of outputs)
     std::vector<double> workspace_;  // per device: the largest working memory of its groups so far
     int stages_ = 1;
+    int dp_replicas_ = 0;  // data parallelism: one replica per non-empty group
     double samples_ = 1;
   };
 
@@ -952,8 +987,11 @@ UpdateStats Policy::update(const std::vector<Decision>& decisions, const std::ve
   return st;
 }
 
-void Policy::imitate(const Decision& target, int steps) {
+void Policy::imitate(const Decision& target, int steps, double learning_rate) {
   Impl& m = *impl_;
+  auto& options = static_cast<torch::optim::AdamOptions&>(m.net->optimizer->param_groups()[0].options());
+  const double own_rate = options.lr();
+  if (learning_rate > 0) options.lr(learning_rate);
   for (int s = 0; s < steps; ++s) {
     m.net->optimizer->zero_grad();
     auto loss = -m.score(target, m.partition_logits()).first;
@@ -961,6 +999,7 @@ void Policy::imitate(const Decision& target, int steps) {
     torch::nn::utils::clip_grad_norm_(m.net->params, 5.0);
     m.net->optimizer->step();
   }
+  options.lr(own_rate);
 }
 
 }  // namespace tapp

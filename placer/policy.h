@@ -42,6 +42,8 @@
 //    while a free one remains (distinct_devices); with `memory`, a device
 //    whose load plus the group would pass its memory_mb (core's rule, for the
 //    micro-batch count drawn) is masked unless no device fits;
+//  - data parallelism: offered for a partition of k non-empty groups only
+//    where k devices hold a replica at ceil(batch / k), and then only on those;
 //  - replicas: only on a device no group holds yet, that fits a replica, while
 //    the group has fewer replicas than micro-batches, never for data
 //    parallelism, and (free mode) never for a group on a cycle of groups.
@@ -113,6 +115,11 @@ struct PolicyConfig {
   // explore replication start at 0 (p = 0.5).
   double replica_bias = -2.0;
   PolicyMemory memory;  // empty = no memory masks
+  // With offer_data_parallel: [k - 1][device] whether a data-parallel replica
+  // at ceil(batch / k) samples fits that device (core's rule). Masks the
+  // data-parallel choice of a partition with k non-empty groups unless k
+  // allowed devices hold one, and its devices to those that do. Empty = no such masks.
+  std::vector<std::vector<bool>> replica_fits;
   // What the networks see of the problem beyond the layer rows: per layer
   // FLOPs, parameters and outputs (empty = zeros), the devices (empty = D
   // identical ones) and the batch size (0 = memory.batch_size, else 32).
@@ -216,8 +223,10 @@ class Policy {
   UpdateStats update(const std::vector<Decision>& decisions, const std::vector<double>& advantages,
                      double entropy_coef, double max_grad_norm);
 
-  // Supervised steps towards `target` (warm start from a classical plan).
-  void imitate(const Decision& target, int steps);
+  // Supervised steps towards `target` (warm start from a classical plan; a
+  // search's exploiting restart), at `learning_rate` when > 0 (then back to
+  // the policy's own rate), else at the policy's own.
+  void imitate(const Decision& target, int steps, double learning_rate = 0);
 
  private:
   struct Impl;

@@ -160,6 +160,47 @@ TEST_CASE("proposals with replicas are executable: validate_placement and check_
   CHECK(noncontiguous > 0);
 }
 
+TEST_CASE("data parallelism is proposed only where its replicas fit, on random DAGs and clusters") {
+  // Devices sized so that a replica fits some of them at some shares of the
+  // batch only: data parallelism over too few (or too small) devices must
+  // never be drawn (check_memory passes on every such proposal), and where it
+  // fits it is still drawn.
+  std::mt19937_64 rng(23);
+  const int64_t batch = 8192;  // activations, which the share divides, outweigh the parameters
+  int data_parallel = 0;
+  for (int trial = 0; trial < 16; ++trial) {
+    LayerGraph g = random_branchy_graph(rng, 2 + trial % 3, 64);
+    const int n = 3 + trial % 4;
+    Cluster c = equal_cluster(n);
+    auto need_mb = [&](int k) {
+      std::vector<int> devices(k);
+      std::iota(devices.begin(), devices.end(), 0);
+      return estimate_device_memory_bytes(Placement::replicas(static_cast<int>(g.layers.size()), devices), g, c,
+                                          batch)[0] / (1024.0 * 1024.0);
+    };
+    const double low = need_mb(n), high = need_mb(1);
+    for (Device& d : c.devices) d.memory_mb = static_cast<int64_t>(std::uniform_real_distribution<double>(low, high)(rng)) + 1;
+    SearchOptions o;
+    o.batch_size = batch;
+    o.seed = 1 + trial;
+    PolicyConfig pc = search_policy_config(g, c, o);
+    if (!pc.offer_data_parallel) continue;
+    pc.prior_groups = 1 + trial % n;  // partitions of every size
+    OpDictionary dict;
+    Policy policy(encode_layers(g, dict), g.consumers(), pc);
+    for (int k = 0; k < 60; ++k) {
+      Decision d = policy.sample(rng);
+      Placement p = decision_to_placement(d, pc.micro_batch_choices, Schedule::gpipe);
+      if (!p.is_data_parallel()) continue;
+      ++data_parallel;
+      Status fits = check_memory(p, g, c, batch);
+      CHECK_MESSAGE(fits.is_ok(), "trial ", trial, ": ", fits.message());
+      CHECK(std::isfinite(policy.log_prob(d)));
+    }
+  }
+  CHECK(data_parallel > 20);
+}
+
 TEST_CASE("a replica is offered only on a free device, under the micro-batch count, and never with data parallelism") {
   LayerGraph g = chain_graph(3);
   Cluster c = equal_cluster(4);
@@ -288,6 +329,39 @@ TEST_CASE("the search finds a replicated stage when replicas clearly pay") {
   // Better than every plan without replicas: one device 8, two stages >= 4 + 1 cut, three >= 3 + 2 cuts.
   CHECK(r.best_report.step_ms < 5.0 - 1e-9);
   CHECK(validate_placement(r.best, g, c, 8).is_ok());
+}
+
+TEST_CASE("an exploiting restart's few supervised steps make a drawn decision, replicas included, a fresh policy's mode") {
+  // The search's every fourth restart imitates the best decision drawn so far
+  // (kImitationSteps at kImitationRate): that must be enough for the
+  // new policy's greedy decision to be that plan, on problems of any shape.
+  std::mt19937_64 rng(17);
+  for (int trial = 0; trial < 12; ++trial) {
+    LayerGraph g = random_branchy_graph(rng, 2 + trial % 3, 16);
+    // Devices the networks can tell apart (speeds a factor 2 apart; identical
+    // devices are interchangeable to a network that sees only their features).
+    Cluster c = equal_cluster(3 + trial % 3);
+    for (size_t d = 0; d < c.devices.size(); ++d) c.devices[d].speed = 1.0 / (1 << d);
+    OpDictionary dict;
+    PolicyConfig drawn_from = replica_config(g, c, 8, PartitionMode::follows_dag, 100 + trial);
+    drawn_from.replica_bias = 0.0;  // drawn plans with replicas as often as not
+    drawn_from.devices = device_traits(c);  // what the search's networks see of the devices
+    drawn_from.totals = layer_totals(g);
+    Policy source(encode_layers(g, dict), g.consumers(), drawn_from);
+    Decision target = source.sample(rng);
+    PolicyConfig fresh = replica_config(g, c, 8, PartitionMode::follows_dag, 200 + trial);
+    fresh.learning_rate = SearchOptions{}.learning_rate;
+    fresh.devices = drawn_from.devices;
+    fresh.totals = drawn_from.totals;
+    Policy restarted(encode_layers(g, dict), g.consumers(), fresh);
+    const Placement want = decision_to_placement(target, fresh.micro_batch_choices, Schedule::gpipe);
+    const Placement before = decision_to_placement(restarted.greedy(), fresh.micro_batch_choices, Schedule::gpipe);
+    restarted.imitate(target, kImitationSteps, kImitationRate);
+    const Placement after = decision_to_placement(restarted.greedy(), fresh.micro_batch_choices, Schedule::gpipe);
+    CAPTURE(trial);
+    CHECK(placement_key(after) == placement_key(want));
+    if (placement_key(before) == placement_key(want)) MESSAGE("trial ", trial, ": the fresh policy already chose it");
+  }
 }
 
 TEST_CASE("a replicated placement keeps its replicas through the decision round trip and the memo key") {
