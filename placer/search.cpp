@@ -88,8 +88,7 @@ std::vector<double> compute_balanced_cuts(const LayerGraph& g, int stages) {
 // restart; fewer stages than devices with replicas as likely as not (when the
 // policy may replicate: max(1, G/4) stages the first time round, then a
 // random number in [2, G - 1]; without replicas: one stage, then [2, G]);
-// the equal-stage prior (only the seed changes; SearchLoop::exploits then
-// starts it from the best pipeline drawn so far). The ceil(G/2)-stage restarts
+// the equal-stage prior (only the seed changes). The ceil(G/2)-stage restarts
 // also start replicas at even odds: replicated stages need devices no stage holds.
 void vary_prior(PolicyConfig& pc, int restart, uint64_t search_seed, std::mt19937_64& rng, const LayerGraph& g) {
   const int G = pc.num_groups;
@@ -303,11 +302,8 @@ class SearchLoop {
   // One REINFORCE step on the batch (the reward scale fixed by the first
   // valid step unless given), the policy's own best, and a progress report.
   void update(const std::vector<Decision>& decisions, const std::vector<StepReport>& reports, int it) {
-    for (size_t i = 0; i < reports.size(); ++i) {
-      const StepReport& r = reports[i];
+    for (const auto& r : reports)
       if (r.ok && r.step_ms < own_best_ms_) own_best_ms_ = r.step_ms, own_last_improvement_ = it;
-      keep_if_best(decisions[i], r);
-    }
     if (!reinforce_) {
       if (!(reference_ms_ > 0))
         for (const auto& r : reports)
@@ -334,8 +330,7 @@ class SearchLoop {
     const bool own_stalled = it - std::max(own_last_improvement_, last_restart_) >= opt_.restart_after;
     const bool all_stalled = it - std::max(measurer_.last_improvement(), last_restart_) >= 2 * opt_.restart_after;
     if (!own_stalled && !all_stalled) return false;
-    const Decision greedy = policy_->greedy();
-    keep_if_best(greedy, measurer_.measure(to_placement(greedy), it));
+    measurer_.measure(to_placement(policy_->greedy()), it);
     ++restarts_;
     last_restart_ = it;
     own_best_ms_ = std::numeric_limits<double>::infinity();
@@ -348,25 +343,7 @@ class SearchLoop {
     if (opt_.vary_prior_on_restart) vary_prior(next, restarts_, config_.seed, rng_, graph_);
     reinforce_.reset();
     policy_ = std::make_unique<Policy>(features_, consumers_, next);
-    if (exploits(restarts_)) policy_->imitate(*best_decision_, kImitationSteps, kImitationRate);
     return true;
-  }
-
-  // Every fourth restart (the one vary_prior leaves at the default prior)
-  // starts from the best pipeline the policies have drawn so far instead of
-  // from scratch: a few supervised steps make it the new policy's mode, and
-  // its samples then explore the plans around it (self-imitation, Oh et al.
-  // 2018), what the other restarts' fresh priors cannot reach. A
-  // data-parallel best is left alone: restarted policies do not offer it.
-  bool exploits(int restart) const {
-    return restart % 4 == 0 && best_decision_ &&
-           best_decision_->micro_batch_index < static_cast<int>(config_.micro_batch_choices.size());
-  }
-
-  void keep_if_best(const Decision& d, const StepReport& r) {
-    if (!r.ok || r.step_ms >= best_decision_ms_) return;
-    best_decision_ms_ = r.step_ms;
-    best_decision_ = d;
   }
 
   // Nothing improved for `patience` iterations and no restart is left.
@@ -434,9 +411,6 @@ class SearchLoop {
   // the policies before it.
   double own_best_ms_ = std::numeric_limits<double>::infinity();
   int own_last_improvement_ = 0;
-  // The best decision any of the policies drew (what exploiting restarts imitate).
-  std::optional<Decision> best_decision_;
-  double best_decision_ms_ = std::numeric_limits<double>::infinity();
 };
 
 }  // namespace

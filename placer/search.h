@@ -6,8 +6,7 @@
 // groups numbered in layer order), *evaluate* them through the Measurer
 // (placer/measurer.h: memo, memory check, best so far, trace, counts; a
 // failure is data), *update* the policy by REINFORCE, *maybe restart* a
-// policy that stopped improving (a fresh seed and positional prior, or every
-// fourth time the best pipeline drawn so far as its starting mode; the
+// policy that stopped improving (a fresh seed and positional prior; the
 // measurer keeps the best), and *stop early* on the time budget, cancel, or
 // when nothing improved for `patience` iterations. Then the policy's greedy
 // placement, and the refinement of the best by iterated local search
@@ -106,10 +105,8 @@ struct SearchResult {
 Placement decision_to_placement(const Decision& d, const std::vector<int>& micro_batch_choices, Schedule schedule);
 // The Decision of a placement (for warm start); group ids kept when < num_groups.
 Decision placement_to_decision(const Placement& p, const std::vector<int>& micro_batch_choices, int num_groups);
-// Supervised steps (and their Adam rate) that make a plan a policy's mode: a
-// warm start's classical plan, and the best decision drawn so far for an
-// exploiting restart (placer/search.cpp); tests/placer checks that they do
-// on random problems.
+// Supervised steps (and their Adam rate) that make a plan a policy's mode (a
+// warm start's classical plan); tests/placer checks that they do on random problems.
 constexpr int kImitationSteps = 60;
 constexpr double kImitationRate = 0.05;
 
