@@ -284,6 +284,7 @@ struct Policy::Impl {
   torch::Tensor device_rows;  // D x 7 (encode_devices)
   torch::Tensor micro_extra;  // mean device row | log2 batch / 8 | log2 D / 4
   torch::Tensor micro_slots;  // M: the head's slot of each choice (data parallel last)
+  torch::Tensor no_data_parallel;  // M: kMasked on the data-parallel choice, 0 elsewhere
   torch::Tensor device_mask;  // D: 0 or kMasked
   double total_gflops = 0, total_compute = 0;
   int64_t batch = 32;
@@ -314,11 +315,7 @@ struct Policy::Impl {
   torch::Tensor micro_logits(const Groups& gr) {
     auto all = net->a_micro(torch::cat({gr.h.mean(0), micro_extra}));
     auto logits = all.index_select(0, micro_slots);
-    if (cfg.offer_data_parallel && !replicas_fit(gr.nonempty)) {
-      auto mask = torch::zeros({M});
-      mask[M - 1] = kMasked;
-      logits = logits + mask;
-    }
+    if (cfg.offer_data_parallel && !replicas_fit(gr.nonempty)) logits = logits + no_data_parallel;
     return logits;
   }
 
@@ -591,7 +588,11 @@ struct Policy::Impl {
           load_(m.D, 0.0),
           replicas_(m.G, 0),
           in_cycle_(m.groups_in_cycle(layer_group)) {
-      dp_replicas_ = static_cast<int>(std::count(used_.begin(), used_.end(), true));
+      // core's rule counts the stages as the distinct devices in use; the
+      // non-empty groups are at least as many, and more stages never keep
+      // fewer micro-batches in flight, so the mask is never laxer than
+      // check_memory. Data parallelism trains one replica per non-empty group.
+      stages_ = static_cast<int>(std::count(used_.begin(), used_.end(), true));
       if (m.cfg.memory.empty() || data_parallel_) return;
       const PolicyMemory& mem = m.cfg.memory;
       state_bytes_.assign(m.G, 0.0);
@@ -628,10 +629,6 @@ struct Policy::Impl {
           }
         }
       }
-      // core's rule counts the stages as the distinct devices in use; the
-      // non-empty groups are at least as many, and more stages never keep
-      // fewer micro-batches in flight, so the mask is never laxer than check_memory.
-      stages_ = static_cast<int>(std::count(used_.begin(), used_.end(), true));
       samples_ = static_cast<double>((mem.batch_size + micro_batches_ - 1) / micro_batches_);
     }
 
@@ -678,12 +675,12 @@ struct Policy::Impl {
     }
 
     // Data parallelism: the devices still offered that hold a replica at the
-    // share of its `dp_replicas_` replicas (core's rule); none: no mask (the
+    // share of its `stages_` replicas (core's rule); none: no mask (the
     // measurer then reports the proposal out of memory).
     void mask_replica_devices(float* row) const {
       const auto& fits = m_.cfg.replica_fits;
-      if (fits.empty() || dp_replicas_ < 1 || dp_replicas_ > static_cast<int>(fits.size())) return;
-      const std::vector<bool>& holds = fits[dp_replicas_ - 1];
+      if (fits.empty() || stages_ < 1 || stages_ > static_cast<int>(fits.size())) return;
+      const std::vector<bool>& holds = fits[stages_ - 1];
       bool any = false;
       for (int k = 0; k < m_.D; ++k) any = any || (row[k] == 0.f && holds[k] && m_.device_allowed(k));
       if (!any) return;
@@ -795,7 +792,6 @@ struct Policy::Impl {
     std::vector<int> device_of_;      // per group: its primary's device once taken (-1 before)  // per group (per sample where bytes of outputs)
     std::vector<double> workspace_;  // per device: the largest working memory of its groups so far
     int stages_ = 1;
-    int dp_replicas_ = 0;  // data parallelism: one replica per non-empty group
     double samples_ = 1;
   };
 
@@ -903,6 +899,8 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
     slots.push_back(std::clamp<int64_t>(std::lround(std::log2(std::max(1, c))), 0, kMicroSlots - 1));
   if (m.cfg.offer_data_parallel) slots.push_back(kMicroSlots);
   m.micro_slots = torch::tensor(slots, torch::kInt64);
+  m.no_data_parallel = torch::zeros({m.M});
+  if (m.cfg.offer_data_parallel) m.no_data_parallel[m.M - 1] = kMasked;
   m.replica_head = m.cfg.max_replicas > 0 && m.D > 1;
   m.net = networks ? std::move(networks) : new_policy_networks(m.cfg.hidden, m.cfg.learning_rate, m.cfg.seed,
                                                                m.cfg.replica_bias);

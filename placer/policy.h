@@ -223,9 +223,8 @@ class Policy {
   UpdateStats update(const std::vector<Decision>& decisions, const std::vector<double>& advantages,
                      double entropy_coef, double max_grad_norm);
 
-  // Supervised steps towards `target` (warm start from a classical plan; a
-  // search's exploiting restart), at `learning_rate` when > 0 (then back to
-  // the policy's own rate), else at the policy's own.
+  // Supervised steps towards `target` (warm start from a classical plan), at
+  // `learning_rate` when > 0 (then back to the policy's own rate), else at the policy's own.
   void imitate(const Decision& target, int steps, double learning_rate = 0);
 
  private:

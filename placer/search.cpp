@@ -29,22 +29,6 @@ std::vector<bool> devices_that_fit(const StageMemory& memory, const LayerGraph& 
   return ok;
 }
 
-// Whether data parallelism can run at all: for some k >= 2, at least k
-// devices each hold a whole replica with its share of the batch, ceil(batch /
-// k) (BSP over 8 small devices may fit where two halves do not). Otherwise
-// every data-parallel proposal fails its memory check, and offering it only
-// teaches the policy a failure.
-bool replicas_fit(const StageMemory& memory, const LayerGraph& g, const Cluster& c, int64_t batch_size) {
-  const int L = static_cast<int>(g.layers.size());
-  for (int k = 2; k <= c.num_devices(); ++k) {
-    const int64_t share = (batch_size + k - 1) / k;
-    int fit = 0;
-    for (const Device& d : c.devices) fit += memory.fits(d, 0, L, share, 1) ? 1 : 0;
-    if (fit >= k) return true;
-  }
-  return false;
-}
-
 // [k - 1][device]: whether a data-parallel replica at ceil(batch / k) fits
 // there, by core's own count (estimate_device_memory_bytes of k replicas).
 std::vector<std::vector<bool>> data_parallel_fits(const LayerGraph& g, const Cluster& c, int64_t batch_size,
@@ -61,6 +45,17 @@ std::vector<std::vector<bool>> data_parallel_fits(const LayerGraph& g, const Clu
     fits.push_back(std::move(row));
   }
   return fits;
+}
+
+// Whether data parallelism can run at all: for some k >= 2, at least k
+// devices each hold a whole replica with its share of the batch, ceil(batch /
+// k) (BSP over 8 small devices may fit where two halves do not). Otherwise
+// every data-parallel proposal fails its memory check, and offering it only
+// teaches the policy a failure.
+bool some_replica_set_fits(const std::vector<std::vector<bool>>& fits) {
+  for (size_t k = 2; k <= fits.size(); ++k)
+    if (std::count(fits[k - 1].begin(), fits[k - 1].end(), true) >= static_cast<std::ptrdiff_t>(k)) return true;
+  return false;
 }
 
 // Stage ends (fractions of the depth) that split the model's multiply-adds
@@ -437,9 +432,10 @@ PolicyConfig search_policy_config(const LayerGraph& graph, const Cluster& cluste
   pc.max_replicas = opt.replicate_stages ? std::max(0, cluster.num_devices() - 1) : 0;
   pc.memory = policy_memory(graph, cluster, opt.batch_size, opt.schedule, opt.optimizer);
   pc.distinct_devices = opt.distinct_devices;
-  pc.offer_data_parallel =
-      opt.data_parallel && cluster.num_devices() > 1 && replicas_fit(memory, graph, cluster, opt.batch_size);
-  if (pc.offer_data_parallel) pc.replica_fits = data_parallel_fits(graph, cluster, opt.batch_size, opt.optimizer);
+  if (opt.data_parallel && cluster.num_devices() > 1) {
+    pc.replica_fits = data_parallel_fits(graph, cluster, opt.batch_size, opt.optimizer);
+    pc.offer_data_parallel = some_replica_set_fits(pc.replica_fits);
+  }
   pc.learning_rate = opt.learning_rate;
   pc.seed = opt.seed;
   pc.totals = layer_totals(graph);
