@@ -137,7 +137,7 @@ nlohmann::json library_to_json(const LayerLibrary& lib) {
                     {"forward_ms", r.forward_ms},
                     {"backward_ms", r.backward_ms}});
   }
-  return {{"model", lib.model},
+  nlohmann::json out = {{"model", lib.model},
           {"device_kind", lib.device_kind},
           {"threads", lib.threads},
           {"batch_size", lib.batch_size},
@@ -149,6 +149,11 @@ nlohmann::json library_to_json(const LayerLibrary& lib) {
           {"total_forward_ms", lib.total_forward_ms()},
           {"total_backward_ms", lib.total_backward_ms()},
           {"rows", rows}};
+  if (!lib.device_name.empty()) {
+    out["device_name"] = lib.device_name;
+    out["device_memory_mb"] = lib.device_memory_mb;
+  }
+  return out;
 }
 
 Result<LayerLibrary> library_from_json(const nlohmann::json& j) {
@@ -158,6 +163,9 @@ Result<LayerLibrary> library_from_json(const nlohmann::json& j) {
   const std::string p = "library";
   if (!(s = jf::read(j, "model", lib.model, p, true))) return s;
   if (!(s = jf::read(j, "device_kind", lib.device_kind, p))) return s;
+  if (!(s = jf::read(j, "device_name", lib.device_name, p))) return s;
+  if (!(s = jf::read(j, "device_memory_mb", lib.device_memory_mb, p))) return s;
+  if (lib.device_memory_mb < 0) return Status::error("library.device_memory_mb: must not be negative");
   if (!(s = jf::read(j, "threads", lib.threads, p))) return s;
   if (!(s = jf::read(j, "batch_size", lib.batch_size, p))) return s;
   if (!(s = read_shape(j, "input_shape", lib.input_shape, p, false))) return s;

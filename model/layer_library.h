@@ -32,6 +32,8 @@ struct LayerRow {
 struct LayerLibrary {
   std::string model;
   std::string device_kind = "cpu";
+  std::string device_name;     // the GPU's name for cuda:N ("NVIDIA H100 80GB HBM3"); empty on a CPU
+  int64_t device_memory_mb = 0;  // the GPU's memory; 0 on a CPU
   int threads = 1;
   int64_t batch_size = 1;
   Shape input_shape;

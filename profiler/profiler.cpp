@@ -10,6 +10,7 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include "profiler/accelerator.h"
 #include "profiler/compute_threads.h"
 #include "profiler/torch_model.h"
 
@@ -27,6 +28,15 @@ double now_ms() {
   }
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+// The GPU a profile runs on (-1: the CPU). Its work is asynchronous, so each
+// timed region starts and ends with a synchronize: the host clock then reads
+// the device's time plus the launches, which eager training pays too.
+int g_gpu = -1;
+
+void wait_for_device() {
+  if (g_gpu >= 0) torch::cuda::synchronize(g_gpu);
 }
 
 double median(std::vector<double> v) {
@@ -64,14 +74,18 @@ std::pair<double, double> time_layer(GraphModel& model, int i, const std::vector
   for (int r = 0; r < o.warmup_runs + o.runs; ++r) {
     for (auto& t : ins)
       if (t.grad().defined()) t.mutable_grad() = torch::Tensor();
+    wait_for_device();
     double t0 = now_ms();
     torch::Tensor out = model.forward_layer(i, ins);
+    wait_for_device();
     double f = (now_ms() - t0);
     double b = 0;
     if (out.requires_grad()) {
       if (!grad.defined()) grad = torch::randn_like(out);
+      wait_for_device();
       double t1 = now_ms();
       out.backward(grad);
+      wait_for_device();
       b = (now_ms() - t1);
     }
     if (r >= o.warmup_runs) {
@@ -87,9 +101,11 @@ double time_whole_step(GraphModel& model, const torch::Tensor& x, const torch::T
   std::vector<double> steps;
   for (int r = 0; r < o.warmup_runs + o.runs; ++r) {
     zero_grads(model);
+    wait_for_device();
     double t0 = now_ms();
     torch::Tensor loss = training_loss(model.forward(x), y, x.size(0));
     loss.backward();
+    wait_for_device();
     double ms = (now_ms() - t0);
     if (r >= o.warmup_runs) steps.push_back(ms);
   }
@@ -98,9 +114,8 @@ double time_whole_step(GraphModel& model, const torch::Tensor& x, const torch::T
 
 Status check_options(const ProfileOptions& o) {
   if (o.device != "cpu") {
-    if (o.device.rfind("cuda", 0) == 0)
-      return Status::error("device '" + o.device + "': this LibTorch has no CUDA; use cpu");
-    return Status::error("device '" + o.device + "': expected cpu or cuda:N");
+    if (Result<GpuInfo> gpu = gpu_for_device(o.device); !gpu) return gpu.status();
+    if (o.cpu_clock) return Status::error("device '" + o.device + "': the CPU-time clock cannot time a GPU");
   }
   if (o.threads <= 0) return Status::error("threads must be positive");
   if (o.batch_size <= 0) return Status::error("batch size must be positive");
@@ -113,9 +128,21 @@ Status check_options(const ProfileOptions& o) {
 // Refuses profiles whose tensors cannot fit in RAM rather than letting the
 // allocator fail or the kernel kill the process: activations, their gradients
 // and the autograd copies (about 3x), plus weights, gradients and a copy.
-Status check_memory(const LayerGraph& graph, int64_t batch_size) {
+// On a GPU, the same count against its free memory.
+Status check_memory(const LayerGraph& graph, int64_t batch_size, const std::string& device) {
   double need = 0;
   for (const auto& l : graph.layers) need += 3.0 * l.activation_bytes() * batch_size + 3.0 * l.param_bytes();
+  auto mib = [](double bytes) { return std::to_string(static_cast<int64_t>(bytes / (1 << 20))); };
+  if (device != "cpu") {
+    Result<GpuInfo> gpu = gpu_for_device(device);
+    if (!gpu) return gpu.status();
+    if (need > 0.9 * gpu->free_bytes)
+      return Status::error("profiling " + graph.name + " at batch " + std::to_string(batch_size) + " on device '" +
+                           device + "' needs about " + mib(need) + " MiB but " + gpu->name + " has " +
+                           mib(gpu->free_bytes) + " MiB free (of " + mib(gpu->total_bytes) +
+                           "); use a smaller batch or input size");
+    return Status::ok();
+  }
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   if (pages <= 0 || page <= 0) return Status::ok();
   double ram = static_cast<double>(pages) * page;
@@ -148,9 +175,17 @@ std::string ProfileProgress::message() const {
 
 Result<LayerLibrary> profile_model(const LayerGraph& graph, const ProfileOptions& o) {
   if (Status s = check_options(o); !s) return s;
-  if (Status s = check_memory(graph, o.batch_size); !s) return s;
+  if (Status s = check_memory(graph, o.batch_size, o.device); !s) return s;
   LayerLibrary lib = library_skeleton(graph);
   lib.device_kind = o.device;
+  g_gpu = -1;
+  if (std::optional<int> index = cuda_index(o.device)) {
+    Result<GpuInfo> gpu = gpu_for_device(o.device);
+    if (!gpu) return gpu.status();
+    g_gpu = *index;
+    lib.device_name = gpu->name;
+    lib.device_memory_mb = gpu->total_bytes >> 20;
+  }
   lib.threads = o.threads;
   lib.batch_size = o.batch_size;
   lib.measured = true;
@@ -162,6 +197,12 @@ Result<LayerLibrary> profile_model(const LayerGraph& graph, const ProfileOptions
     GraphModel& model = **built;
     model.set_training(true);
     auto [x, y] = synthetic_batch(graph, o.batch_size, o.seed);
+    if (g_gpu >= 0) {
+      const torch::Device gpu(torch::kCUDA, static_cast<c10::DeviceIndex>(g_gpu));
+      model.to(gpu);
+      x = x.to(gpu);
+      y = y.to(gpu);
+    }
 
     // Every layer's output once, to feed the layers one at a time.
     std::vector<torch::Tensor> outs(graph.layers.size());
@@ -198,7 +239,7 @@ Result<LayerLibrary> profile_model(const LayerGraph& graph, const ProfileOptions
     if (o.progress) o.progress(at);
     lib.whole_step_ms = time_whole_step(model, x, y, o);
   } catch (const c10::Error& e) {
-    return Status::error(std::string("LibTorch error while profiling: ") + e.what_without_backtrace());
+    return Status::error("LibTorch error while profiling on device '" + o.device + "': " + e.what_without_backtrace());
   } catch (const std::exception& e) {
     return Status::error(std::string("error while profiling: ") + e.what());
   }
@@ -210,7 +251,10 @@ Result<LayerLibrary> profile_model(const LayerGraph& graph, const ProfileOptions
 Result<LayerLibrary> profile_cached(const LayerGraph& graph, const ProfileOptions& o, ProfileCache* cache,
                                     bool* cache_hit) {
   if (cache_hit) *cache_hit = false;
-  const std::string device = o.device + (o.cpu_clock ? "-cpuclock" : "");
+  std::string device = o.device + (o.cpu_clock ? "-cpuclock" : "");
+  // A GPU's profile is kept for that GPU model: cuda:0 names another card on another machine.
+  if (cuda_index(o.device))
+    if (Result<GpuInfo> gpu = gpu_for_device(o.device)) device += "@" + gpu->name;
   if (cache) {
     // A corrupt or stale entry is re-measured and overwritten.
     if (auto hit = cached_library(*cache, graph, device, o.threads, o.batch_size)) {

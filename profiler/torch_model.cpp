@@ -186,8 +186,8 @@ torch::Tensor GraphModel::forward_layer(int i, const std::vector<torch::Tensor>&
   if (l.op == "identity") return inputs.at(0);
   if (l.op == "al_labels") {
     const int64_t batch = inputs.at(0).size(0);
-    if (!labels_.defined()) return torch::zeros({batch, l.attrs.out});
-    return torch::one_hot(labels_.to(torch::kLong), l.attrs.out).to(torch::kFloat);
+    if (!labels_.defined()) return torch::zeros({batch, l.attrs.out}, inputs.at(0).options().dtype(torch::kFloat));
+    return torch::one_hot(labels_.to(inputs.at(0).device(), torch::kLong), l.attrs.out).to(torch::kFloat);
   }
   if (l.op == "relu6") return torch::hardtanh(inputs.at(0), 0.0, 6.0);
   if (l.op == "softmax") return torch::softmax(inputs.at(0), l.attrs.dim);
@@ -268,6 +268,16 @@ torch::Tensor GraphModel::tied_table(int head) const {
   const int e = graph_.index_of(graph_.layers.at(head).attrs.tie);
   if (e >= 0 && built_[e]) return holders_[e]->named_parameters()["weight"];
   return tied_tables_[head];
+}
+
+void GraphModel::to(const torch::Device& device) {
+  torch::NoGradGuard no_grad;
+  for (auto& h : holders_)
+    if (h) h->to(device);  // in place: tied tables aliasing an embedding's weight follow
+  for (auto& t : tied_tables_)
+    if (t.defined() && t.device() != device) t.set_data(t.to(device));
+  if (script_) script_->to(device);
+  if (labels_.defined()) labels_ = labels_.to(device);
 }
 
 void GraphModel::set_training(bool on) {

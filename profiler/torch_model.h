@@ -66,6 +66,9 @@ class GraphModel {
   // parameter, this model's copy, or undefined when neither layer is built here.
   torch::Tensor tied_table(int head) const;
   void set_training(bool on);
+  // Moves every parameter, tied copy and buffer built here to `device` in
+  // place (the tensors returned by parameters() stay the same objects).
+  void to(const torch::Device& device);
   // The labels an al_labels layer (a model in AL form) turns into its one-hot
   // output; without them it outputs zeros of that shape (what the profiler times).
   void set_labels(const torch::Tensor& labels) { labels_ = labels; }

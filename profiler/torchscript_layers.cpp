@@ -698,4 +698,6 @@ std::vector<std::pair<int, torch::Tensor>> ScriptProgram::borrowed(int layer) co
 
 void ScriptProgram::set_training(bool on) { impl_->module.train(on); }
 
+void ScriptProgram::to(const torch::Device& device) { impl_->module.to(device); }
+
 }  // namespace tapp

@@ -56,6 +56,8 @@ class ScriptProgram {
   // worker loads the whole module, so the tensor exists on each.
   std::vector<std::pair<int, torch::Tensor>> borrowed(int layer) const;
   void set_training(bool on);
+  // Moves the module's parameters and buffers in place (parameters() keeps its tensors).
+  void to(const torch::Device& device);
 
  private:
   struct Impl;

@@ -114,20 +114,24 @@ Result<ListenerRequest> decode_listener_request(const std::string& line) {
 
 std::string WorkerDevice::fingerprint() const {
   const std::string text = "worker-device-v1\x1e" + device_kind + "\x1f" + std::to_string(threads) + "\x1f" + cpu_model +
-                           "\x1f" + libtorch_version + "\x1f" + std::to_string(timing_method) + "\x1f" + allocator;
+                           "\x1f" + libtorch_version + "\x1f" + std::to_string(timing_method) + "\x1f" + allocator +
+                           (gpu.empty() ? "" : "\x1f" + gpu);  // CPU devices keep their earlier fingerprints
   return hex16(fnv1a64(text));
 }
 
 std::string WorkerDevice::describe() const {
-  return (cpu_model.empty() ? "unknown CPU" : cpu_model) + ", " + device_kind + " x" + std::to_string(threads) +
+  return (gpu.empty() ? "" : gpu + " on ") + (cpu_model.empty() ? "unknown CPU" : cpu_model) + ", " + device_kind +
+         " x" + std::to_string(threads) +
          " threads, LibTorch " + libtorch_version + ", timing method " + std::to_string(timing_method) + ", " + allocator;
 }
 
 json worker_device_to_json(const WorkerDevice& d) {
-  return {{"device_kind", d.device_kind}, {"threads", d.threads},
-          {"cpu_model", d.cpu_model},     {"libtorch_version", d.libtorch_version},
-          {"allocator", d.allocator},     {"timing_method", d.timing_method},
-          {"fingerprint", d.fingerprint()}};
+  json j = {{"device_kind", d.device_kind}, {"threads", d.threads},
+            {"cpu_model", d.cpu_model},     {"libtorch_version", d.libtorch_version},
+            {"allocator", d.allocator},     {"timing_method", d.timing_method},
+            {"fingerprint", d.fingerprint()}};
+  if (!d.gpu.empty()) j["gpu"] = d.gpu;
+  return j;
 }
 
 Result<WorkerDevice> worker_device_from_json(const json& j) {
@@ -139,6 +143,7 @@ Result<WorkerDevice> worker_device_from_json(const json& j) {
     d.libtorch_version = j.at("libtorch_version").get<std::string>();
     d.allocator = j.at("allocator").get<std::string>();
     d.timing_method = j.at("timing_method").get<int>();
+    d.gpu = j.value("gpu", std::string());
   } catch (const std::exception& e) {
     return Status::error(std::string("worker device: ") + e.what());
   }

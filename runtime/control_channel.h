@@ -98,6 +98,7 @@ struct WorkerDevice {
   int threads = 1;
   std::string cpu_model, libtorch_version, allocator;
   int timing_method = 0;
+  std::string gpu;  // for cuda:N: the GPU's name and memory ("NVIDIA H100 80GB HBM3, 81559 MiB"); else empty
   std::string fingerprint() const;  // 16 hex digits
   std::string describe() const;     // "AMD EPYC, 2 threads, LibTorch 1.13.0, timing method 3, tcmalloc"
 };

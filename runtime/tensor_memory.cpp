@@ -3,6 +3,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
+#include <torch/version.h>
 
 #include <atomic>
 #include <cstring>
@@ -23,9 +24,17 @@ void counted_free(void* data) {
   c10::free_cpu(base);
 }
 
+// LibTorch 2.3 made allocate non-const and copy_data pure (the CUDA build's 2.11).
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#define TAPP_ALLOCATE_CONST
+#define TAPP_ALLOCATOR_COPY_DATA
+#else
+#define TAPP_ALLOCATE_CONST const
+#endif
+
 class CountingCpuAllocator final : public c10::Allocator {
  public:
-  c10::DataPtr allocate(size_t nbytes) const override {
+  c10::DataPtr allocate(size_t nbytes) TAPP_ALLOCATE_CONST override {
     char* base = static_cast<char*>(c10::alloc_cpu(nbytes + kHeader));
     const int64_t n = static_cast<int64_t>(nbytes);
     std::memcpy(base, &n, sizeof(n));
@@ -37,6 +46,11 @@ class CountingCpuAllocator final : public c10::Allocator {
     return {data, data, &counted_free, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &counted_free; }
+#ifdef TAPP_ALLOCATOR_COPY_DATA
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+#endif
 };
 
 }  // namespace

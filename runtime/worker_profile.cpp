@@ -14,6 +14,7 @@
 
 #include "common/allocator.h"
 #include "model/model_json.h"
+#include "profiler/accelerator.h"
 #include "profiler/profiler.h"
 #include "runtime/worker_group.h"
 
@@ -201,6 +202,9 @@ WorkerDevice this_worker_device(const std::string& device_kind, int threads) {
                        std::to_string(TORCH_VERSION_PATCH);
   d.timing_method = profile_timing_method();
   d.allocator = allocator_name(running_allocator());
+  if (cuda_index(device_kind))  // a GPU this worker does not have stays unnamed: profiling it says why
+    if (Result<GpuInfo> gpu = gpu_for_device(device_kind))
+      d.gpu = gpu->name + ", " + std::to_string(gpu->total_bytes >> 20) + " MiB";
   return d;
 }
 

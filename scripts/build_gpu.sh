@@ -24,7 +24,8 @@ cd "$(dirname "$0")/.."
 # CMake configs and the few shared libraries linked), plus what the tests run.
 DEB_PACKAGES=(libgloo-dev libboost1.74-dev nlohmann-json3-dev libsqlite3-dev libsqlite3-0
               libcli11-dev doctest-dev libbenchmark-dev libbenchmark1debian
-              libgoogle-perftools-dev libtcmalloc-minimal4 libgoogle-perftools4 libunwind8)
+              libgoogle-perftools-dev libtcmalloc-minimal4 libgoogle-perftools4 libunwind8
+              pkgconf pkgconf-bin libpkgconf3)
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 die() { echo "build_gpu.sh: $*" >&2; exit 2; }
@@ -64,6 +65,11 @@ if [ -n "$debs_dir" ]; then
   # so the prefix is its sysroot; the binaries find the unpacked libraries by RPATH.
   cmake_args+=(-DCMAKE_PREFIX_PATH="$prefix/usr" -DCMAKE_BUILD_RPATH="$libdir")
   export PKG_CONFIG_PATH="$libdir/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$prefix"
+  # A machine without pkg-config uses the unpacked pkgconf (its library beside it).
+  if ! command -v pkg-config >/dev/null; then
+    cmake_args+=(-DPKG_CONFIG_EXECUTABLE="$prefix/usr/bin/pkgconf")
+    export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
 elif command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
   missing=()
   for p in "${DEB_PACKAGES[@]}" cmake pkg-config g++; do

@@ -45,7 +45,8 @@ std::string join(const std::vector<std::string>& v) {
 
 void print_table(const LayerLibrary& lib, bool cache_hit, std::ostream& os) {
   os << "model " << lib.model << "  input " << shape_to_string(lib.input_shape) << "  batch "
-     << lib.batch_size << "  device " << lib.device_kind << "  threads " << lib.threads
+     << lib.batch_size << "  device " << lib.device_kind
+     << (lib.device_name.empty() ? "" : " (" + lib.device_name + ")") << "  threads " << lib.threads
      << (lib.measured ? "" : "  (estimated)") << (cache_hit ? "  (cached profile)" : "") << "\n";
   size_t wname = 4, wclass = 8, wshape = 6;
   for (const auto& r : lib.rows) {
@@ -96,6 +97,7 @@ struct ProfileArgs {
   int64_t batch = 16, input_size = 0, classes = 0;
   int64_t vocabulary = 0, layers = 0, width = 0, heads = 0;  // transformers
   std::string torchscript = "auto";                          // --torchscript
+  std::string device = "cpu";
   int threads = 1, runs = 5, warmup = 2;
   bool json = false, no_cache = false, estimate = false, cpu_clock = false;
   std::string cache_dir;
@@ -119,6 +121,7 @@ int run_profile(const ProfileArgs& a) {
     lib = estimated_library(*graph, a.batch, 20.0, a.threads);
   } else {
     ProfileOptions po;
+    po.device = a.device;
     po.batch_size = a.batch;
     po.threads = a.threads;
     po.runs = a.runs;
@@ -136,7 +139,8 @@ int run_profile(const ProfileArgs& a) {
     if (tty) std::cerr << "\r\033[K" << std::flush;
     if (!measured) {
       std::cerr << "tapp-cli profile: " << measured.error_message() << "\n";
-      return measured.error_message().find("needs about") != std::string::npos ? 2 : 1;
+      const std::string why = measured.error_message();
+      return why.find("needs about") != std::string::npos || why.rfind("device '", 0) == 0 ? 2 : 1;
     }
     lib = std::move(*measured);
   }
@@ -170,6 +174,8 @@ void add_profile_command(CLI::App& app, int& exit_code) {
   sub->add_option("--classes", args->classes, "number of classes (zoo models)");
   add_transformer_options(*sub, args->vocabulary, args->layers, args->width, args->heads);
   add_torchscript_option(*sub, args->torchscript);
+  sub->add_option("--device", args->device,
+                  "cpu, or cuda:N where this build's LibTorch has CUDA (scripts/build_gpu.sh); default cpu");
   sub->add_option("--threads", args->threads, "CPU threads (default 1)");
   sub->add_option("--runs", args->runs, "timed runs per layer; the median is kept (default 5)");
   sub->add_option("--warmup", args->warmup, "warm-up runs before timing (default 2)");

@@ -14,6 +14,7 @@
 #include <optional>
 #include <sstream>
 
+#include "profiler/accelerator.h"
 #include "profiler/compute_threads.h"
 #include "model/model_json.h"
 #include "profiler/cost_profiles.h"
@@ -455,14 +456,15 @@ TEST_CASE("the cost rule names a size it cannot profile and estimates a device k
   CostProfileOptions o;
   o.batch_size = 2;
   o.cache = &cache;
-  if (torch::cuda::is_available()) return;  // a CUDA LibTorch profiles cuda:0
-  CostProfiles p = cost_profiles(*g, cluster_of({{"cuda:0", 1}}), o).value();  // this LibTorch has no CUDA
+  // A GPU this machine does not have: cuda:0 without CUDA, one past its last GPU with it.
+  const std::string absent = "cuda:" + std::to_string(gpu_count());
+  CostProfiles p = cost_profiles(*g, cluster_of({{absent, 1}}), o).value();
   CHECK(p.origin() == "estimated");
   REQUIRE(p.skipped.size() == 2);
-  CHECK(p.skipped[0].device_kind == "cuda:0");
-  CHECK(p.skipped[0].error.find("no CUDA") != std::string::npos);
+  CHECK(p.skipped[0].device_kind == absent);
+  CHECK(p.skipped[0].error.find("device '" + absent + "': this ") != std::string::npos);
   REQUIRE(p.libraries.size() == 1);
-  CHECK(p.libraries[0].device_kind == "cuda:0");
+  CHECK(p.libraries[0].device_kind == absent);
   CHECK_FALSE(p.libraries[0].measured);
 
   o.source = CostSource::cached_only;  // `tapp-cli plan --costs auto` on an empty cache: never measures
@@ -516,4 +518,82 @@ TEST_CASE("a device with a layer library measured elsewhere is priced from that 
   auto no_hook = cost_profiles(*g, *cluster, o);
   CHECK(no_hook.error_message() == "devices[2].costs: \"worker\": this caller cannot ask a remote worker to profile");
   fs::remove_all(dir);
+}
+
+namespace {
+
+// One training step's loss and parameter gradients of `graph` on `device` (weights from seed 1).
+std::pair<double, std::vector<torch::Tensor>> step_on(const LayerGraph& graph, const torch::Device& device) {
+  auto model = GraphModel::build(graph, 1).value();
+  model->set_training(false);  // dropout off: the same function on both devices
+  auto [x, y] = synthetic_batch(graph, 4, 7);
+  model->to(device);
+  torch::Tensor loss = training_loss(model->forward(x.to(device)), y.to(device), 4);
+  loss.backward();
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : model->parameters()) grads.push_back(p.grad().to(torch::kCPU));
+  return {loss.item<double>(), grads};
+}
+
+}  // namespace
+
+TEST_CASE("a model on the GPU computes the loss and gradients it computes on the CPU (GPU only)") {
+  if (gpu_count() == 0) {
+    MESSAGE("skipped: no GPU that CUDA can use here");
+    return;
+  }
+  for (const LayerGraph& g : {zoo_model("alexnet_cifar").value(), zoo_model("tiny_inception").value(),
+                              zoo_model("gpt2", test::tiny_transformer(16, 64, 2, 32, 4)).value()}) {
+    CAPTURE(g.name);
+    auto [cpu_loss, cpu_grads] = step_on(g, torch::kCPU);
+    auto [gpu_loss, gpu_grads] = step_on(g, torch::Device(torch::kCUDA, 0));
+    CHECK(gpu_loss == doctest::Approx(cpu_loss).epsilon(1e-3));
+    REQUIRE(gpu_grads.size() == cpu_grads.size());
+    for (size_t k = 0; k < cpu_grads.size(); ++k) {
+      CAPTURE(k);
+      // Convolutions may run in TF32 on the GPU (cuDNN's default): about 1e-3 relative.
+      const double err = (gpu_grads[k] - cpu_grads[k]).norm().item<double>() / (cpu_grads[k].norm().item<double>() + 1e-12);
+      CHECK(err < 1e-2);
+    }
+  }
+}
+
+TEST_CASE("the profiler times a model on cuda:0 and names the GPU; an absent GPU is refused naming it (GPU only)") {
+  if (gpu_count() == 0) {
+    MESSAGE("skipped: no GPU that CUDA can use here");
+    return;
+  }
+  auto g = zoo_model("vgg5").value();
+  ProfileOptions o;
+  o.device = "cuda:0";
+  o.batch_size = 8;
+  o.runs = 3;
+  auto lib = profile_model(g, o);
+  REQUIRE_MESSAGE(lib.is_ok(), lib.error_message());
+  const GpuInfo gpu = gpu_for_device("cuda:0").value();
+  CHECK(lib->measured);
+  CHECK(lib->device_kind == "cuda:0");
+  CHECK(lib->device_name == gpu.name);
+  CHECK(lib->device_memory_mb == gpu.total_bytes >> 20);
+  CHECK(lib->whole_step_ms > 0);
+  for (const LayerRow& r : lib->rows)
+    if (r.macs > 0) CHECK(r.forward_ms > 0);
+  // The name and memory survive the library's JSON.
+  LayerLibrary back = library_from_json(library_to_json(*lib)).value();
+  CHECK(back.device_name == gpu.name);
+  CHECK(back.device_memory_mb == lib->device_memory_mb);
+  MESSAGE(gpu.name << ": vgg5 at batch 8, step " << lib->whole_step_ms << " ms, per-layer sum / step "
+                   << lib->sum_to_step_ratio);
+
+  o.device = "cuda:" + std::to_string(gpu_count());
+  auto absent = profile_model(g, o);
+  REQUIRE_FALSE(absent.is_ok());
+  CHECK(absent.error_message().find("device '" + o.device + "': this machine has " + std::to_string(gpu_count()) +
+                                    " GPU") == 0);
+  // More than the GPU holds: refused before anything is allocated, naming the sizes.
+  o.device = "cuda:0";
+  o.batch_size = (gpu.free_bytes / std::max<int64_t>(1, g.layers.front().activation_bytes())) + 1;
+  auto too_big = profile_model(g, o);
+  REQUIRE_FALSE(too_big.is_ok());
+  CHECK(too_big.error_message().find("MiB free") != std::string::npos);
 }

@@ -202,6 +202,19 @@ TEST_CASE("the profile exchange's messages round-trip and malformed ones are ref
   auto back = worker_device_from_json(nlohmann::json::parse(line->text));
   REQUIRE(back.is_ok());
   CHECK(back->fingerprint() == hw.fingerprint());
+  // A GPU device: its card is part of the fingerprint and survives the reply; a CPU's has none.
+  WorkerDevice gpu = hw;
+  gpu.device_kind = "cuda:0";
+  gpu.gpu = "NVIDIA H100 80GB HBM3, 81559 MiB";
+  WorkerDevice other_card = gpu;
+  other_card.gpu = "NVIDIA A100-SXM4-40GB, 40536 MiB";
+  CHECK(gpu.fingerprint() != other_card.fingerprint());
+  CHECK(gpu.describe().rfind("NVIDIA H100 80GB HBM3, 81559 MiB on AMD EPYC", 0) == 0);
+  auto gpu_back = worker_device_from_json(nlohmann::json::parse(decode_listener_reply(encode_device_reply(gpu))->text));
+  REQUIRE(gpu_back.is_ok());
+  CHECK(gpu_back->gpu == gpu.gpu);
+  CHECK(gpu_back->fingerprint() == gpu.fingerprint());
+  CHECK(worker_device_to_json(hw).count("gpu") == 0);
 
   LayerGraph g = zoo_model("mlp").value();
   ProfileRequest request{model_to_json(g), "cpu", 2, {1, 2, 4}, 7};

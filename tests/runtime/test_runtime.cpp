@@ -24,6 +24,7 @@
 #include "profiler/torch_model.h"
 #include "model/zoo.h"
 #include "core/cluster.h"
+#include "profiler/accelerator.h"
 #include "runtime/measure_evaluator.h"
 #include "runtime/runtime.h"
 #include "runtime/worker.h"
@@ -693,22 +694,73 @@ TEST_CASE("a worker that cannot profile says why, naming the device and the work
   LayerGraph g = chain_model();
   Cluster c = local_cluster(2);
   c.devices[1].where = w.where();
-  c.devices[1].kind = "cuda:0";  // this worker's LibTorch has no CUDA
+  // A GPU this worker does not have: cuda:0 without CUDA, one past its last GPU with it.
+  const std::string absent = "cuda:" + std::to_string(gpu_count());
+  c.devices[1].kind = absent;
   c.devices[1].costs.from = CostsFrom::worker;
   MemoryProfileCache cache;
   CostProfileOptions o;
   o.batch_size = 2;
   o.cache = &cache;
   o.worker_costs = worker_costs(&cache, 60);
-  if (torch::cuda::is_available()) return;
   auto p = cost_profiles(g, c, o);
   REQUIRE_FALSE(p.is_ok());
   CHECK(p.error_message().rfind("devices[1].costs: worker " + w.where() + " cannot profile: ", 0) == 0);
-  CHECK(p.error_message().find("no CUDA") != std::string::npos);
+  CHECK(p.error_message().find("device '" + absent + "': this ") != std::string::npos);
+  CHECK(p.error_message().find(built_with_cuda() ? "GPU" : "no CUDA") != std::string::npos);
 
   c.devices[1].kind = "cpu";
   c.devices[1].where = "127.0.0.1:" + std::to_string(free_port());  // nobody listens there
   auto unreachable = cost_profiles(g, c, o);
   REQUIRE_FALSE(unreachable.is_ok());
   CHECK(unreachable.error_message().rfind("devices[1].costs: cannot reach remote worker at " + c.devices[1].where, 0) == 0);
+}
+
+TEST_CASE("a worker with a GPU profiles cuda:0 there: the GPU's times, name and fingerprint (GPU only)") {
+  if (gpu_count() == 0) {
+    MESSAGE("skipped: no GPU that CUDA can use here");
+    return;
+  }
+  const auto root = std::filesystem::temp_directory_path() / ("tapp_gpu_worker_" + std::to_string(getpid()));
+  std::filesystem::remove_all(root);
+  RemoteWorker w((root / "w").string());
+  REQUIRE(answers_ping(w.port));
+  LayerGraph g = chain_model();
+  Cluster c = local_cluster(3);
+  c.devices[1].where = w.where();
+  c.devices[1].kind = "cuda:0";
+  c.devices[1].costs.from = CostsFrom::worker;
+  c.devices[2].where = w.where();  // the same worker's CPU
+  c.devices[2].costs.from = CostsFrom::worker;
+  MemoryProfileCache cache;
+  CostProfileOptions o;
+  o.batch_size = 4;
+  o.cache = &cache;
+  o.source = CostSource::profile;
+  o.worker_costs = worker_costs(&cache, 300);
+  auto p = cost_profiles(g, c, o);
+  REQUIRE_MESSAGE(p.is_ok(), p.error_message());
+
+  Result<WorkerDevice> gpu = describe_worker_device(w.where(), "cuda:0", 1);
+  Result<WorkerDevice> cpu = describe_worker_device(w.where(), "cpu", 1);
+  REQUIRE_MESSAGE(gpu.is_ok(), gpu.error_message());
+  REQUIRE_MESSAGE(cpu.is_ok(), cpu.error_message());
+  CHECK_FALSE(gpu->gpu.empty());
+  CHECK(cpu->gpu.empty());
+  CHECK(gpu->fingerprint() != cpu->fingerprint());
+  CHECK(p->devices[1].fingerprint == gpu->fingerprint());
+  CHECK(p->devices[2].fingerprint == cpu->fingerprint());
+  REQUIRE(p->device_libraries[1].size() == 3);
+  for (const LayerLibrary& lib : p->device_libraries[1]) {
+    CHECK(lib.measured);
+    CHECK(lib.device_kind == "cuda:0");
+    CHECK(gpu->gpu.rfind(lib.device_name, 0) == 0);
+    CHECK(lib.device_memory_mb > 0);
+    CHECK(lib.whole_step_ms > 0);
+  }
+  for (const LayerLibrary& lib : p->device_libraries[2]) CHECK(lib.device_name.empty());
+  MESSAGE("worker GPU: " << gpu->describe() << "; step at micro-batch 4: GPU "
+                         << p->device_libraries[1].back().whole_step_ms << " ms, CPU x1 "
+                         << p->device_libraries[2].back().whole_step_ms << " ms");
+  std::filesystem::remove_all(root);
 }
