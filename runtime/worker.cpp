@@ -21,6 +21,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <chrono>
+#include <functional>
 #include <condition_variable>
 #include <cstring>
 #include <ctime>
@@ -1070,11 +1071,35 @@ void serve_job(int fd, int listen_fd, const WorkerArgs& args) {
   write_line(fd, encode_exit(code));
 }
 
-// Answers "device" here and "profile" in a child: profiling sets LibTorch's
-// thread pools, which the listener must not carry into the next job's fork.
+// Sends `make_reply()`'s answer from a child process.
+void reply_from_child(int fd, int listen_fd, const std::function<std::string()>& make_reply) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    close(listen_fd);
+    const std::string reply = make_reply();
+    for (size_t off = 0; off < reply.size();) {
+      ssize_t n = send(fd, reply.data() + off, reply.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) _exit(1);
+      off += static_cast<size_t>(n);
+    }
+    _exit(0);
+  }
+  if (pid < 0) {
+    write_line(fd, encode_error_reply("cannot start a process to profile in"));
+    return;
+  }
+  int status = 0;
+  if (!wait_for_child(fd, pid, status, 2000))
+    std::cerr << "tapp-worker: coordinator disconnected before the reply was sent\n";
+}
+
+// Answers "device" and "profile" in a child: profiling sets LibTorch's thread
+// pools, and describing a GPU starts CUDA, neither of which the listener may
+// carry into the next job's fork (CUDA does not survive a fork).
 void serve_profile(int fd, int listen_fd, const ListenerRequest& request) {
   if (request.kind == ListenerRequest::Kind::device) {
-    write_line(fd, answer_device_request(request));
+    reply_from_child(fd, listen_fd, [&request] { return answer_device_request(request) + "\n"; });
     return;
   }
   timeval receive_timeout{60, 0};  // the payload follows its header line at once
@@ -1089,25 +1114,7 @@ void serve_profile(int fd, int listen_fd, const ListenerRequest& request) {
     }
     got += static_cast<size_t>(n);
   }
-  pid_t pid = fork();
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    close(listen_fd);
-    const std::string reply = answer_profile_request(payload);
-    for (size_t off = 0; off < reply.size();) {
-      ssize_t n = send(fd, reply.data() + off, reply.size() - off, MSG_NOSIGNAL);
-      if (n <= 0) _exit(1);
-      off += static_cast<size_t>(n);
-    }
-    _exit(0);
-  }
-  if (pid < 0) {
-    write_line(fd, encode_error_reply("cannot start a process to profile in"));
-    return;
-  }
-  int status = 0;
-  if (!wait_for_child(fd, pid, status, 2000))
-    std::cerr << "tapp-worker: coordinator disconnected before the profile was sent; profile ended\n";
+  reply_from_child(fd, listen_fd, [&payload] { return answer_profile_request(payload); });
 }
 
 }  // namespace

@@ -542,6 +542,10 @@ TEST_CASE("a model on the GPU computes the loss and gradients it computes on the
     MESSAGE("skipped: no GPU that CUDA can use here");
     return;
   }
+  // Full float32 on the GPU: cuDNN's convolutions default to TF32 (10-bit mantissa), whose
+  // gradients differ from the CPU's by 2-4% here (H100, alexnet_cifar).
+  at::globalContext().setAllowTF32CuDNN(false);
+  at::globalContext().setAllowTF32CuBLAS(false);
   for (const LayerGraph& g : {zoo_model("alexnet_cifar").value(), zoo_model("tiny_inception").value(),
                               zoo_model("gpt2", test::tiny_transformer(16, 64, 2, 32, 4)).value()}) {
     CAPTURE(g.name);
@@ -551,9 +555,8 @@ TEST_CASE("a model on the GPU computes the loss and gradients it computes on the
     REQUIRE(gpu_grads.size() == cpu_grads.size());
     for (size_t k = 0; k < cpu_grads.size(); ++k) {
       CAPTURE(k);
-      // Convolutions may run in TF32 on the GPU (cuDNN's default): about 1e-3 relative.
       const double err = (gpu_grads[k] - cpu_grads[k]).norm().item<double>() / (cpu_grads[k].norm().item<double>() + 1e-12);
-      CHECK(err < 1e-2);
+      CHECK(err < 1e-3);
     }
   }
 }
