@@ -60,7 +60,7 @@ struct SelfAttentionImpl : nn::Module {
     torch::Tensor qkv = in_proj(x).view({b, t, 3, heads, dh}).permute({2, 0, 3, 1, 4});  // 3, B, H, T, dh
     torch::Tensor scores = torch::matmul(qkv[0], qkv[1].transpose(-2, -1)) / std::sqrt(static_cast<double>(dh));
     if (causal)
-      scores = scores.masked_fill(torch::ones({t, t}, torch::kBool).triu(1), -std::numeric_limits<float>::infinity());
+      scores = scores.masked_fill(torch::ones({t, t}, scores.options().dtype(torch::kBool)).triu(1), -std::numeric_limits<float>::infinity());
     torch::Tensor context = torch::matmul(torch::softmax(scores, -1), qkv[2]);  // B, H, T, dh
     return out_proj(context.transpose(1, 2).reshape({b, t, d}));
   }
