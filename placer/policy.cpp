@@ -472,7 +472,8 @@ struct Policy::Impl {
       for (int g = 0; g < G; ++g)
         for (int k = 0; k < D; ++k) {
           if (!masks.replica_allowed(g, k)) continue;
-          offered[static_cast<size_t>(g) * D + k] = 1.f;
+          // A forced replica (the only way left for g to fit) is no choice: probability 1.
+          offered[static_cast<size_t>(g) * D + k] = masks.replica_refusable(g, k) ? 1.f : 0.f;
           if (has_replica(d, g, k)) {
             taken[static_cast<size_t>(g) * D + k] = 1.f;
             masks.take_replica(g, k);
@@ -532,7 +533,7 @@ struct Policy::Impl {
         for (int k = 0; k < D; ++k) {
           if (!masks.replica_allowed(g, k)) continue;
           const double u = rng ? std::uniform_real_distribution<double>(0.0, 1.0)(*rng) : 0.5;
-          if (u < q[g * D + k]) {
+          if (u < q[g * D + k] || !masks.replica_refusable(g, k)) {
             d.group_replicas[g].push_back(k);
             masks.take_replica(g, k);
           }
@@ -587,6 +588,7 @@ struct Policy::Impl {
           taken_(m.D, false),
           load_(m.D, 0.0),
           replicas_(m.G, 0),
+          replica_devices_(m.G),
           in_cycle_(m.groups_in_cycle(layer_group)) {
       // core's rule counts the stages as the distinct devices in use; the
       // non-empty groups are at least as many, and more stages never keep
@@ -648,7 +650,8 @@ struct Policy::Impl {
       // any allowed device that fits (a repeat); if none, no memory mask
       // (the measurer then reports the proposal out of memory).
       auto fits = [&](int k) {
-        return m_.device_allowed(k) && with_primary(g, k) <= capacity(k) && later_groups_still_fit(g, k);
+        return m_.device_allowed(k) && (with_primary(g, k) <= capacity(k) || fits_replicated(g, k)) &&
+               later_groups_still_fit(g, k);
       };
       bool any = false;
       for (int k = 0; k < m_.D; ++k) any = any || (row[k] == 0.f && fits(k));
@@ -697,6 +700,11 @@ struct Policy::Impl {
       device_of_[g] = k;
     }
 
+    // Whether device k may take a replica of group g (group by group, devices
+    // in index order). With memory masks, only where some completion of g's
+    // replicas still fits: a group whose share of the micro-batches fits
+    // only once it has several replicas (PipeDream's replicated stages on
+    // small devices) must be able to get there one replica at a time.
     bool replica_allowed(int g, int k) const {
       if (!m_.replica_head || data_parallel_ || !used_[g] || in_cycle_[g] || taken_[k] || !m_.device_allowed(k) ||
           m_.all_masked)
@@ -704,16 +712,30 @@ struct Policy::Impl {
       const int r = 1 + replicas_[g];
       if (replicas_[g] >= m_.cfg.max_replicas || r + 1 > micro_batches_) return false;
       if (state_bytes_.empty()) return true;
-      if (with(g, r + 1, k) > capacity(k)) return false;
-      // A first replica makes g's exchanges with the groups sharing its device cross devices.
-      const int home = device_of_[g];
-      return replicas_[g] > 0 || home < 0 || load_[home] + shared_bytes(g, home) + workspace_[home] <= capacity(home);
+      if (completion_fits(g, k, true)) return true;
+      // No fitting count reachable through k: a replica only where it fits as the last one.
+      return !completion_fits(g, k, false) && with(g, r + 1, k) <= capacity(k) && fits_at(g, r + 1);
+    }
+
+    // Whether g may go without a replica on k (false: the replica is forced,
+    // as the only way left for g to fit).
+    bool replica_refusable(int g, int k) const {
+      if (state_bytes_.empty() || fits_at(g, 1 + replicas_[g])) return true;
+      return completion_fits(g, k, false) || !completion_fits(g, k, true);
     }
 
     void take_replica(int g, int k) {
-      if (!state_bytes_.empty() && replicas_[g] == 0 && device_of_[g] >= 0) load_[device_of_[g]] += shared_bytes(g, device_of_[g]);
+      const int r = 1 + replicas_[g];
+      if (!state_bytes_.empty()) {
+        // g's bytes stay counted at its current number of copies on each of its devices.
+        const double shrink = bytes(g, r + 1) - bytes(g, r);
+        const int home = device_of_[g];
+        if (home >= 0) load_[home] += shrink + (replicas_[g] == 0 ? shared_bytes(g, home) : 0.0);
+        for (int d : replica_devices_[g]) load_[d] += shrink;
+      }
       ++replicas_[g];
       taken_[k] = true;
+      replica_devices_[g].push_back(k);
       if (!state_bytes_.empty()) add(g, 1 + replicas_[g], k);
     }
 
@@ -766,6 +788,53 @@ struct Policy::Impl {
           b += (pair_bytes_[static_cast<size_t>(g) * m_.G + h] + pair_bytes_[static_cast<size_t>(h) * m_.G + g]);
       return b * samples_ * micro_batches_;
     }
+    // Whether g with its primary on k could fit once replicated: at some
+    // number of copies k holds its share and enough free devices besides k,
+    // after one for each later group's primary, hold theirs.
+    bool fits_replicated(int g, int k) const {
+      if (!m_.replica_head || data_parallel_ || in_cycle_[g] || m_.cfg.max_replicas < 1) return false;
+      int later_groups = 0;
+      for (int h = g + 1; h < m_.G; ++h) later_groups += used_[h];
+      const int most = std::min(1 + m_.cfg.max_replicas, micro_batches_);
+      for (int copies = 2; copies <= most; ++copies) {
+        if (with(g, copies, k) > capacity(k)) continue;
+        int free = 0;
+        for (int j = 0; j < m_.D; ++j)
+          if (j != k && !taken_[j] && m_.device_allowed(j) && with(g, copies, j) <= capacity(j)) ++free;
+        if (free - later_groups >= copies - 1) return true;
+      }
+      return false;
+    }
+    // Whether g's devices so far (its primary's and its replicas') hold it
+    // when it runs on `copies` devices (each with that share of the micro-batches).
+    bool fits_at(int g, int copies) const {
+      const double change = bytes(g, copies) - bytes(g, 1 + replicas_[g]);
+      const int home = device_of_[g];
+      const double crossing = replicas_[g] == 0 && copies > 1 && home >= 0 ? shared_bytes(g, home) : 0.0;
+      if (home >= 0 && load_[home] + change + crossing + workspace_[home] > capacity(home)) return false;
+      for (int d : replica_devices_[g])
+        if (load_[d] + change + workspace_[d] > capacity(d)) return false;
+      return true;
+    }
+    // Devices after k (in index order) that could still take a replica of g
+    // and hold it at `copies` copies.
+    int later_candidates(int g, int k, int copies) const {
+      int n = 0;
+      for (int j = k + 1; j < m_.D; ++j)
+        if (!taken_[j] && m_.device_allowed(j) && with(g, copies, j) <= capacity(j)) ++n;
+      return n;
+    }
+    // Whether, after deciding device k (a replica there or not), some number
+    // of copies reachable with the devices after k fits g on all of them.
+    bool completion_fits(int g, int k, bool take_k) const {
+      const int now = 1 + replicas_[g] + (take_k ? 1 : 0);
+      const int most = std::min(1 + m_.cfg.max_replicas, micro_batches_);
+      for (int copies = now; copies <= most; ++copies) {
+        if (take_k && with(g, copies, k) > capacity(k)) continue;
+        if (fits_at(g, copies) && later_candidates(g, k, copies) >= copies - now) return true;
+      }
+      return false;
+    }
     // Device k's need with group g's primary added: bytes(g, 1) less the
     // buffers g and the groups already on k (unreplicated) would exchange,
     // counted on both sides so far.
@@ -785,6 +854,7 @@ struct Policy::Impl {
     std::vector<bool> taken_;
     std::vector<double> load_;
     std::vector<int> replicas_;
+    std::vector<std::vector<int>> replica_devices_;  // per group: the devices of its replicas so far
     std::vector<bool> in_cycle_;
     std::vector<double> state_bytes_, activation_bytes_;  // per group; empty = no memory masks
     std::vector<double> boundary_bytes_, largest_param_, largest_output_;

@@ -380,3 +380,58 @@ TEST_CASE("a replicated placement keeps its replicas through the decision round 
   plain.group_replicas.clear();
   CHECK(placement_key(p) != placement_key(plain));
 }
+
+TEST_CASE("a stage that fits only on several replicas is reachable: the masks offer, then force, its replicas") {
+  // A chain whose activations dominate its memory: on one device, or on two
+  // replicas (each half the micro-batches), it does not fit a device; on four
+  // it does (PipeDream's replicated stages on small devices, e.g. vgg16 on
+  // 8 x 2 GB). Replicas are decided one device at a time, so the masks must
+  // let the first ones through on the way to a count that fits.
+  LayerGraph g = chain_graph(4, 256);
+  const int64_t batch = 2048;
+  Cluster c = equal_cluster(4);
+  for (size_t d = 0; d < c.devices.size(); ++d) c.devices[d].speed = 1.0 / (1 << d);  // devices told apart
+  auto replicated_on = [&](std::vector<int> devices) {
+    Placement p = Placement::single_device(static_cast<int>(g.layers.size()), devices[0]);
+    p.micro_batches = 8;
+    p.group_replicas = {std::vector<int>(devices.begin() + 1, devices.end())};
+    return p;
+  };
+  auto peak_mb = [&](const Placement& p) {
+    const auto bytes = estimate_device_memory_bytes(p, g, c, batch);
+    return *std::max_element(bytes.begin(), bytes.end()) / (1024.0 * 1024.0);
+  };
+  const Placement four = replicated_on({0, 1, 2, 3}), two = replicated_on({0, 1});
+  REQUIRE(peak_mb(two) > peak_mb(four) + 2);
+  for (auto& d : c.devices) d.memory_mb = static_cast<int64_t>((peak_mb(two) + peak_mb(four)) / 2);
+  REQUIRE(check_memory(four, g, c, batch).is_ok());
+  REQUIRE_FALSE(check_memory(two, g, c, batch).is_ok());
+  REQUIRE_FALSE(check_memory(replicated_on({0}), g, c, batch).is_ok());
+
+  OpDictionary dict;
+  PolicyConfig pc = replica_config(g, c, batch, PartitionMode::contiguous, 5);
+  pc.devices = device_traits(c);
+  pc.totals = layer_totals(g);
+  Policy policy(encode_layers(g, dict), g.consumers(), pc);
+  const Decision target = placement_to_decision(four, pc.micro_batch_choices, pc.num_groups);
+  policy.imitate(target, kImitationSteps, kImitationRate);
+  const Placement greedy = decision_to_placement(policy.greedy(), pc.micro_batch_choices, Schedule::gpipe);
+  CHECK(placement_key(greedy) == placement_key(decision_to_placement(target, pc.micro_batch_choices, Schedule::gpipe)));
+  CHECK(check_memory(greedy, g, c, batch).is_ok());
+  CHECK(std::isfinite(policy.log_prob(target)));
+
+  // Drawn from the imitated policy: where the whole chain is one group on its
+  // device with 8 micro-batches, its replicas complete a count that fits.
+  std::mt19937_64 rng(9);
+  int whole = 0;
+  for (int n = 0; n < 200; ++n) {
+    Decision d = policy.sample(rng);
+    Placement p = decision_to_placement(d, pc.micro_batch_choices, Schedule::gpipe);
+    if (p.num_groups() != 1 || p.micro_batches != 8) continue;
+    ++whole;
+    CAPTURE(n);
+    CHECK(p.replica_count(0) >= 3);
+    CHECK(check_memory(p, g, c, batch).is_ok());
+  }
+  CHECK(whole > 20);
+}
