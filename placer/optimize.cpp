@@ -200,7 +200,10 @@ std::optional<Placement> best_classical_pipeline(const std::vector<BaselineResul
 SearchResult search_phase(const LayerGraph& g, const OptimizeRequest& r, SearchOptions so,
                           const std::vector<BaselineResult>& baselines, Evaluator& evaluator, int shown_total,
                           const Reporter& report, const std::atomic<bool>& cancel) {
-  if (r.warm_start) so.warm_start = best_classical_pipeline(baselines);
+  if (r.warm_start)
+    so.warm_start = best_classical_pipeline(baselines);
+  else
+    so.restart_from = best_classical_pipeline(baselines);
   return search(
       g, r.cluster, evaluator, so,
       [&](const SearchProgress& p) { report("optimizing", p.iteration, shown_total, p.best_step_ms, p.mean_reward); },

@@ -44,9 +44,13 @@
 //    micro-batch count drawn) is masked unless no device fits;
 //  - data parallelism: offered for a partition of k non-empty groups only
 //    where k devices hold a replica at ceil(batch / k), and then only on those;
-//  - replicas: only on a device no group holds yet, that fits a replica, while
-//    the group has fewer replicas than micro-batches, never for data
-//    parallelism, and (free mode) never for a group on a cycle of groups.
+//  - replicas: only on a device no group holds yet, while the group has fewer
+//    replicas than micro-batches, never for data parallelism, and (free mode)
+//    never for a group on a cycle of groups; with `memory`, only where some
+//    number of copies the devices left can reach fits the group (each copy
+//    runs its share of the micro-batches), and forced where it is the only
+//    way left for the group to fit; a group's device may be one it fits only
+//    once replicated.
 // Sampling uses the caller's std::mt19937_64 and the weights are initialised
 // from the seed with our own RNG, so a search is deterministic for a seed
 // without touching LibTorch's global generator.

@@ -338,6 +338,11 @@ class SearchLoop {
     if (opt_.vary_prior_on_restart) vary_prior(next, restarts_, config_.seed, rng_, graph_);
     reinforce_.reset();
     policy_ = std::make_unique<Policy>(features_, consumers_, next);
+    if (restarts_ == 1 && opt_.restart_from) {
+      policy_->imitate(placement_to_decision(*opt_.restart_from, config_.micro_batch_choices, config_.num_groups),
+                       kImitationSteps, kImitationRate);
+      measurer_.measure(to_placement(policy_->greedy()), it);
+    }
     return true;
   }
 

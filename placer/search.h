@@ -49,6 +49,10 @@ struct SearchOptions {
   Optimizer optimizer = Optimizer::sgd;  // what every placement trains with (the measurer sets it)
   double reference_step_ms = 0;  // reward scale; 0 = the first valid step
   std::optional<Placement> warm_start;  // imitate this plan before searching
+  // The first restart's fresh policy imitates this plan (the best classical
+  // one; `optimize` passes it) and searches on from it: the search explores
+  // on its own first, then also around the best plan known.
+  std::optional<Placement> restart_from;
   int restart_after = 60;        // fresh policy after this many iterations without improvement (0 = never)
   int max_restarts = 8;
   bool vary_prior_on_restart = true;  // restarts draw another positional prior (stages, depths)
