@@ -66,6 +66,7 @@ class IteratedLocalSearch {
         rng_(o.seed * 0x9E3779B97F4A7C15ULL + 101) {}
 
   void run() {
+    for (const auto& [start, ms] : o_.also_from) climb(start, ms);
     // A data-parallel best is climbed among replica sets first (few moves).
     if (m_.best().is_data_parallel()) climb(m_.best(), m_.best_report().step_ms);
     if (m_.best_pipeline()) climb(m_.best_pipeline()->first, m_.best_pipeline()->second);

@@ -29,6 +29,9 @@ struct RefineOptions {
   int num_devices = 1;
   std::vector<int> micro_batch_choices;
   bool replicas = false;  // also replicate a stage onto an unused device and drop a replica (planners/moves.h)
+  // Further starts (placement, step ms), climbed first: the search's own best
+  // before it imitated a given plan, whose basin may hold a better plan.
+  std::vector<std::pair<Placement, double>> also_from;
 };
 
 // Local moves around a placement: replica moves (drop, add or swap a replica)
@@ -42,7 +45,8 @@ struct RefineOptions {
 std::vector<Placement> neighbours(const Placement& p, int num_devices, const std::vector<int>& micro_batch_choices,
                                   bool replicas = false);
 
-// Climbs from measurer.best(); evaluations are labelled `iteration` in the trace.
+// Climbs from options.also_from, then from measurer.best(); evaluations are
+// labelled `iteration` in the trace.
 void refine(Measurer& measurer, const RefineOptions& options, int iteration, const std::atomic<bool>* cancel);
 
 }  // namespace tapp

@@ -339,6 +339,7 @@ class SearchLoop {
     reinforce_.reset();
     policy_ = std::make_unique<Policy>(features_, consumers_, next);
     if (restarts_ == 1 && opt_.restart_from) {
+      if (measurer_.found()) explored_best_ = {measurer_.best(), measurer_.best_report().step_ms};
       policy_->imitate(placement_to_decision(*opt_.restart_from, config_.micro_batch_choices, config_.num_groups),
                        kImitationSteps, kImitationRate);
       measurer_.measure(to_placement(policy_->greedy()), it);
@@ -373,6 +374,8 @@ class SearchLoop {
     ro.num_devices = config_.num_devices;
     ro.micro_batch_choices = config_.micro_batch_choices;
     ro.replicas = opt_.replicate_stages;
+    if (explored_best_ && placement_key(explored_best_->first) != placement_key(measurer_.best()))
+      ro.also_from.push_back(*explored_best_);
     refine(measurer_, ro, iterations_, cancel_);
     if (measurer_.found() && r.policy_found && measurer_.best_report().step_ms < r.policy_best_report.step_ms)
       measurer_.relabel_best("policy+refine");
@@ -405,6 +408,8 @@ class SearchLoop {
   const int total_, patience_;
   double reference_ms_;
   int iterations_ = 0, restarts_ = 0, last_restart_ = 0;
+  // The best plan found before the first restart imitated `restart_from`: a second start for the refinement.
+  std::optional<std::pair<Placement, double>> explored_best_;
   std::optional<StepReport> zero_shot_;
   // The current policy's own best since its (re)start: a restarted policy is
   // judged by its own progress, not by whether it already beats the best of
