@@ -1,6 +1,8 @@
 #include "core/cluster.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -76,9 +78,7 @@ Status read_device(const json& j, const std::string& path, Device& d) {
   if (Status s = jf::read(j, "speed", d.speed, path); !s) return s;
   if (Status s = jf::read(j, "where", d.where, path); !s) return s;
   if (d.name.empty()) return jf::field_error(jf::join(path, "name"), "must not be empty");
-  bool cuda = d.kind.rfind("cuda:", 0) == 0 && d.kind.size() > 5 &&
-              d.kind.find_first_not_of("0123456789", 5) == std::string::npos;
-  if (d.kind != "cpu" && !cuda)
+  if (d.kind != "cpu" && !cuda_index(d.kind))
     return jf::field_error(jf::join(path, "kind"), "must be \"cpu\" or \"cuda:N\", got \"" + d.kind + "\"");
   if (d.threads < 1 || d.threads > kMaxThreads) return jf::field_error(jf::join(path, "threads"), "must be in [1, 256]");
   if (d.memory_mb < 1 || d.memory_mb > kMaxMemoryMb)
@@ -100,6 +100,17 @@ Status read_device(const json& j, const std::string& path, Device& d) {
 }
 
 }  // namespace
+
+std::optional<int> cuda_index(const std::string& kind) {
+  const std::string prefix = "cuda:";
+  if (kind.rfind(prefix, 0) != 0 || kind.size() == prefix.size() ||
+      kind.find_first_not_of("0123456789", prefix.size()) != std::string::npos)
+    return std::nullopt;
+  int64_t n = 0;
+  for (size_t i = prefix.size(); i < kind.size(); ++i)
+    n = std::min<int64_t>(std::numeric_limits<int>::max(), n * 10 + (kind[i] - '0'));
+  return static_cast<int>(n);
+}
 
 Result<Cluster> cluster_from_json(const json& j) {
   Cluster c;

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,9 +51,13 @@ struct DeviceCosts {
   bool operator==(const DeviceCosts& o) const { return from == o.from && library_path == o.library_path; }
 };
 
+// N of a device kind "cuda:N" (decimal digits; saturates at INT_MAX); nullopt
+// for "cpu" or anything else.
+std::optional<int> cuda_index(const std::string& kind);
+
 struct Device {
   std::string name;
-  std::string kind = "cpu";  // "cpu" or "cuda:N"
+  std::string kind = "cpu";  // "cpu" or "cuda:N" (cuda_index)
   int threads = 1;
   int64_t memory_mb = 4096;
   double speed = 1.0;           // relative to this host; costs are divided by it (measured: stretched, <= 1 only)

@@ -103,7 +103,7 @@ DeviceTraits device_traits(const Cluster& cluster) {
   for (const Device& d : cluster.devices) {
     t.compute.push_back(d.speed * std::max(1, d.threads));
     t.memory_mb.push_back(static_cast<double>(device_memory_bytes(d)) / 1e6);
-    t.gpu.push_back(d.kind.rfind("cuda", 0) == 0);
+    t.gpu.push_back(cuda_index(d.kind).has_value());
     t.threads.push_back(d.threads);
   }
   t.link_mbps.assign(static_cast<size_t>(D) * D, 0.0);

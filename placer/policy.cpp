@@ -587,7 +587,6 @@ struct Policy::Impl {
           micro_batches_(data_parallel_ ? 1 : m.micro_batches_of(micro_index)),
           taken_(m.D, false),
           load_(m.D, 0.0),
-          replicas_(m.G, 0),
           replica_devices_(m.G),
           in_cycle_(m.groups_in_cycle(layer_group)) {
       // core's rule counts the stages as the distinct devices in use; the
@@ -709,34 +708,26 @@ struct Policy::Impl {
       if (!m_.replica_head || data_parallel_ || !used_[g] || in_cycle_[g] || taken_[k] || !m_.device_allowed(k) ||
           m_.all_masked)
         return false;
-      const int r = 1 + replicas_[g];
-      if (replicas_[g] >= m_.cfg.max_replicas || r + 1 > micro_batches_) return false;
-      if (state_bytes_.empty()) return true;
-      if (completion_fits(g, k, true)) return true;
-      // No fitting count reachable through k: a replica only where it fits as the last one.
-      return !completion_fits(g, k, false) && with(g, r + 1, k) <= capacity(k) && fits_at(g, r + 1);
+      if (replicas(g) >= m_.cfg.max_replicas || replicas(g) + 2 > micro_batches_) return false;
+      return state_bytes_.empty() || completion_fits(g, k, true);
     }
 
-    // Whether g may go without a replica on k (false: the replica is forced,
-    // as the only way left for g to fit).
-    bool replica_refusable(int g, int k) const {
-      if (state_bytes_.empty() || fits_at(g, 1 + replicas_[g])) return true;
-      return completion_fits(g, k, false) || !completion_fits(g, k, true);
-    }
+    // Where replica_allowed(g, k): whether g may go without a replica on k
+    // (false: the replica is forced, as the only way left for g to fit).
+    bool replica_refusable(int g, int k) const { return state_bytes_.empty() || completion_fits(g, k, false); }
 
     void take_replica(int g, int k) {
-      const int r = 1 + replicas_[g];
+      const int r = 1 + replicas(g);
       if (!state_bytes_.empty()) {
         // g's bytes stay counted at its current number of copies on each of its devices.
         const double shrink = bytes(g, r + 1) - bytes(g, r);
         const int home = device_of_[g];
-        if (home >= 0) load_[home] += shrink + (replicas_[g] == 0 ? shared_bytes(g, home) : 0.0);
+        if (home >= 0) load_[home] += shrink + (replicas(g) == 0 ? shared_bytes(g, home) : 0.0);
         for (int d : replica_devices_[g]) load_[d] += shrink;
       }
-      ++replicas_[g];
       taken_[k] = true;
       replica_devices_[g].push_back(k);
-      if (!state_bytes_.empty()) add(g, 1 + replicas_[g], k);
+      if (!state_bytes_.empty()) add(g, 1 + replicas(g), k);
     }
 
    private:
@@ -784,7 +775,7 @@ struct Policy::Impl {
     double shared_bytes(int g, int k) const {
       double b = 0;
       for (int h = 0; h < m_.G; ++h)
-        if (h != g && device_of_[h] == k && replicas_[h] == 0)
+        if (h != g && device_of_[h] == k && replicas(h) == 0)
           b += (pair_bytes_[static_cast<size_t>(g) * m_.G + h] + pair_bytes_[static_cast<size_t>(h) * m_.G + g]);
       return b * samples_ * micro_batches_;
     }
@@ -795,43 +786,39 @@ struct Policy::Impl {
       if (!m_.replica_head || data_parallel_ || in_cycle_[g] || m_.cfg.max_replicas < 1) return false;
       int later_groups = 0;
       for (int h = g + 1; h < m_.G; ++h) later_groups += used_[h];
-      const int most = std::min(1 + m_.cfg.max_replicas, micro_batches_);
-      for (int copies = 2; copies <= most; ++copies) {
-        if (with(g, copies, k) > capacity(k)) continue;
-        int free = 0;
-        for (int j = 0; j < m_.D; ++j)
-          if (j != k && !taken_[j] && m_.device_allowed(j) && with(g, copies, j) <= capacity(j)) ++free;
-        if (free - later_groups >= copies - 1) return true;
-      }
+      for (int copies = 2; copies <= most_copies(); ++copies)
+        if (with(g, copies, k) <= capacity(k) && candidates(g, copies, 0, k) - later_groups >= copies - 1) return true;
       return false;
     }
     // Whether g's devices so far (its primary's and its replicas') hold it
     // when it runs on `copies` devices (each with that share of the micro-batches).
     bool fits_at(int g, int copies) const {
-      const double change = bytes(g, copies) - bytes(g, 1 + replicas_[g]);
+      const double change = bytes(g, copies) - bytes(g, 1 + replicas(g));
       const int home = device_of_[g];
-      const double crossing = replicas_[g] == 0 && copies > 1 && home >= 0 ? shared_bytes(g, home) : 0.0;
+      const double crossing = replicas(g) == 0 && copies > 1 && home >= 0 ? shared_bytes(g, home) : 0.0;
       if (home >= 0 && load_[home] + change + crossing + workspace_[home] > capacity(home)) return false;
       for (int d : replica_devices_[g])
         if (load_[d] + change + workspace_[d] > capacity(d)) return false;
       return true;
     }
-    // Devices after k (in index order) that could still take a replica of g
-    // and hold it at `copies` copies.
-    int later_candidates(int g, int k, int copies) const {
+    int replicas(int g) const { return static_cast<int>(replica_devices_[g].size()); }
+    // The most copies a group may run on: its replicas, each with at least one micro-batch.
+    int most_copies() const { return std::min(1 + m_.cfg.max_replicas, micro_batches_); }
+    // Free allowed devices from index `from` on, other than `except`, that
+    // would hold a replica of g at `copies` copies.
+    int candidates(int g, int copies, int from, int except) const {
       int n = 0;
-      for (int j = k + 1; j < m_.D; ++j)
-        if (!taken_[j] && m_.device_allowed(j) && with(g, copies, j) <= capacity(j)) ++n;
+      for (int j = from; j < m_.D; ++j)
+        if (j != except && !taken_[j] && m_.device_allowed(j) && with(g, copies, j) <= capacity(j)) ++n;
       return n;
     }
     // Whether, after deciding device k (a replica there or not), some number
     // of copies reachable with the devices after k fits g on all of them.
     bool completion_fits(int g, int k, bool take_k) const {
-      const int now = 1 + replicas_[g] + (take_k ? 1 : 0);
-      const int most = std::min(1 + m_.cfg.max_replicas, micro_batches_);
-      for (int copies = now; copies <= most; ++copies) {
+      const int now = 1 + replicas(g) + (take_k ? 1 : 0);
+      for (int copies = now; copies <= most_copies(); ++copies) {
         if (take_k && with(g, copies, k) > capacity(k)) continue;
-        if (fits_at(g, copies) && later_candidates(g, k, copies) >= copies - now) return true;
+        if (fits_at(g, copies) && candidates(g, copies, k + 1, k) >= copies - now) return true;
       }
       return false;
     }
@@ -853,7 +840,6 @@ struct Policy::Impl {
     int micro_batches_;
     std::vector<bool> taken_;
     std::vector<double> load_;
-    std::vector<int> replicas_;
     std::vector<std::vector<int>> replica_devices_;  // per group: the devices of its replicas so far
     std::vector<bool> in_cycle_;
     std::vector<double> state_bytes_, activation_bytes_;  // per group; empty = no memory masks

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "core/cluster.h"  // cuda_index
 
 namespace tapp {
 
@@ -21,9 +22,6 @@ struct GpuInfo {
   std::string name;  // "NVIDIA H100 80GB HBM3"
   int64_t total_bytes = 0, free_bytes = 0;
 };
-
-// N of "cuda:N" (N a decimal number); nullopt for any other kind ("cpu").
-std::optional<int> cuda_index(const std::string& device_kind);
 
 // Whether this binary's LibTorch was built with CUDA (whether or not a GPU is present).
 bool built_with_cuda();

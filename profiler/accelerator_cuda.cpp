@@ -18,18 +18,21 @@ int gpu_count() {
 
 Result<GpuInfo> gpu_for_device(const std::string& kind) {
   const std::optional<int> index = cuda_index(kind);
-  if (!index) return Status::error("device '" + kind + "': expected cpu or cuda:N");
+  auto bad = [&](const std::string& what) {
+    return Status::coded(ErrorCode::invalid_argument, "device '" + kind + "': " + what);
+  };
+  if (!index) return bad("expected cpu or cuda:N");
   const int n = gpu_count();
-  if (n == 0) return Status::error("device '" + kind + "': this machine has no GPU that CUDA can use; use cpu");
+  if (n == 0) return bad("this machine has no GPU that CUDA can use; use cpu");
   if (*index >= n)
-    return Status::error("device '" + kind + "': this machine has " + std::to_string(n) + " GPU" + (n == 1 ? "" : "s") +
-                         " (cuda:0" + (n == 1 ? "" : " to cuda:" + std::to_string(n - 1)) + ")");
+    return bad("this machine has " + std::to_string(n) + " GPU" + (n == 1 ? "" : "s") +
+               " (cuda:0" + (n == 1 ? "" : " to cuda:" + std::to_string(n - 1)) + ")");
   GpuInfo info;
   info.index = *index;
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, *index) != cudaSuccess) {
     cudaGetLastError();
-    return Status::error("device '" + kind + "': CUDA cannot read its properties");
+    return Status::coded(ErrorCode::internal, "device '" + kind + "': CUDA cannot read its properties");
   }
   info.name = prop.name;
   int previous = 0;
@@ -39,7 +42,7 @@ Result<GpuInfo> gpu_for_device(const std::string& kind) {
   cudaSetDevice(previous);
   if (!ok) {
     cudaGetLastError();
-    return Status::error("device '" + kind + "': CUDA cannot read its memory");
+    return Status::coded(ErrorCode::internal, "device '" + kind + "': CUDA cannot read its memory");
   }
   info.total_bytes = static_cast<int64_t>(total_bytes);
   info.free_bytes = static_cast<int64_t>(free_bytes);

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <ctime>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "profiler/accelerator.h"
 #include "profiler/compute_threads.h"
@@ -112,11 +113,17 @@ double time_whole_step(GraphModel& model, const torch::Tensor& x, const torch::T
   return median(steps);
 }
 
+// The GPU a profile runs on, checked once: none for "cpu".
+Result<std::optional<GpuInfo>> profile_gpu(const std::string& device) {
+  if (device == "cpu") return std::optional<GpuInfo>();
+  Result<GpuInfo> gpu = gpu_for_device(device);
+  if (!gpu) return gpu.status();
+  return std::optional<GpuInfo>(std::move(*gpu));
+}
+
 Status check_options(const ProfileOptions& o) {
-  if (o.device != "cpu") {
-    if (Result<GpuInfo> gpu = gpu_for_device(o.device); !gpu) return gpu.status();
-    if (o.cpu_clock) return Status::error("device '" + o.device + "': the CPU-time clock cannot time a GPU");
-  }
+  if (o.device != "cpu" && o.cpu_clock)
+    return Status::error("device '" + o.device + "': the CPU-time clock cannot time a GPU");
   if (o.threads <= 0) return Status::error("threads must be positive");
   if (o.batch_size <= 0) return Status::error("batch size must be positive");
   if (o.runs <= 0 || o.warmup_runs < 0) return Status::error("runs must be positive");
@@ -128,29 +135,28 @@ Status check_options(const ProfileOptions& o) {
 // Refuses profiles whose tensors cannot fit in RAM rather than letting the
 // allocator fail or the kernel kill the process: activations, their gradients
 // and the autograd copies (about 3x), plus weights, gradients and a copy.
-// On a GPU, the same count against its free memory.
-Status check_memory(const LayerGraph& graph, int64_t batch_size, const std::string& device) {
+// On a GPU, the same count against its free memory. Too large is bad input (a smaller batch).
+Status check_memory(const LayerGraph& graph, int64_t batch_size, const ProfileOptions& o,
+                    const std::optional<GpuInfo>& gpu) {
   double need = 0;
   for (const auto& l : graph.layers) need += 3.0 * l.activation_bytes() * batch_size + 3.0 * l.param_bytes();
   auto mib = [](double bytes) { return std::to_string(static_cast<int64_t>(bytes / (1 << 20))); };
-  if (device != "cpu") {
-    Result<GpuInfo> gpu = gpu_for_device(device);
-    if (!gpu) return gpu.status();
+  auto too_large = [&](const std::string& where, const std::string& has) {
+    return Status::coded(ErrorCode::invalid_argument, "profiling " + graph.name + " at batch " +
+                                                          std::to_string(batch_size) + where + " needs about " +
+                                                          mib(need) + " MiB but " + has +
+                                                          "; use a smaller batch or input size");
+  };
+  if (gpu) {
     if (need > 0.9 * gpu->free_bytes)
-      return Status::error("profiling " + graph.name + " at batch " + std::to_string(batch_size) + " on device '" +
-                           device + "' needs about " + mib(need) + " MiB but " + gpu->name + " has " +
-                           mib(gpu->free_bytes) + " MiB free (of " + mib(gpu->total_bytes) +
-                           "); use a smaller batch or input size");
+      return too_large(" on device '" + o.device + "'", gpu->name + " has " + mib(gpu->free_bytes) + " MiB free (of " +
+                                                           mib(gpu->total_bytes) + ")");
     return Status::ok();
   }
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   if (pages <= 0 || page <= 0) return Status::ok();
   double ram = static_cast<double>(pages) * page;
-  if (need > 0.8 * ram)
-    return Status::error("profiling " + graph.name + " at batch " + std::to_string(batch_size) +
-                         " needs about " + std::to_string(static_cast<int64_t>(need / (1 << 20))) +
-                         " MiB but the machine has " + std::to_string(static_cast<int64_t>(ram / (1 << 20))) +
-                         " MiB; use a smaller batch or input size");
+  if (need > 0.8 * ram) return too_large("", "the machine has " + mib(ram) + " MiB");
   return Status::ok();
 }
 
@@ -174,17 +180,16 @@ std::string ProfileProgress::message() const {
 }
 
 Result<LayerLibrary> profile_model(const LayerGraph& graph, const ProfileOptions& o) {
+  Result<std::optional<GpuInfo>> gpu = profile_gpu(o.device);
+  if (!gpu) return gpu.status();
   if (Status s = check_options(o); !s) return s;
-  if (Status s = check_memory(graph, o.batch_size, o.device); !s) return s;
+  if (Status s = check_memory(graph, o.batch_size, o, *gpu); !s) return s;
   LayerLibrary lib = library_skeleton(graph);
   lib.device_kind = o.device;
-  g_gpu = -1;
-  if (std::optional<int> index = cuda_index(o.device)) {
-    Result<GpuInfo> gpu = gpu_for_device(o.device);
-    if (!gpu) return gpu.status();
-    g_gpu = *index;
-    lib.device_name = gpu->name;
-    lib.device_memory_mb = gpu->total_bytes >> 20;
+  g_gpu = *gpu ? (*gpu)->index : -1;
+  if (*gpu) {
+    lib.device_name = (*gpu)->name;
+    lib.device_memory_mb = (*gpu)->total_bytes >> 20;
   }
   lib.threads = o.threads;
   lib.batch_size = o.batch_size;

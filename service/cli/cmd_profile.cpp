@@ -139,8 +139,7 @@ int run_profile(const ProfileArgs& a) {
     if (tty) std::cerr << "\r\033[K" << std::flush;
     if (!measured) {
       std::cerr << "tapp-cli profile: " << measured.error_message() << "\n";
-      const std::string why = measured.error_message();
-      return why.find("needs about") != std::string::npos || why.rfind("device '", 0) == 0 ? 2 : 1;
+      return measured.status().code() == ErrorCode::invalid_argument ? 2 : 1;  // bad input: a device, a size
     }
     lib = std::move(*measured);
   }
