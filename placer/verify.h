@@ -67,7 +67,7 @@ struct PlanCheck {
 
 struct VerifyOptions {
   bool enabled = true;
-  int warmup_steps = 1;
+  int warmup_steps = kWarmupSteps;
   int steps = 3;          // timed steps per plan (median); fewer when the time limit needs it
   double limit_s = 120;   // the whole verification
   std::string limit_why = "the default";  // where limit_s comes from, for the reason a skip gives

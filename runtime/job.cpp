@@ -31,6 +31,7 @@ json job_to_json(const Job& job) {
                   {"fault_mode", o.fault_mode}};
   j["gloo_hosts"] = job.gloo_hosts;
   j["shm_name"] = job.shm_name;
+  j["compute_gate"] = {{"dir", job.compute_gate_dir}, {"slot", job.compute_gate_slot}};
   return j;
 }
 
@@ -78,6 +79,11 @@ Result<Job> job_from_json(const json& j) {
     r.fault_mode = o.at("fault_mode").get<std::string>();
     job.gloo_hosts = j.at("gloo_hosts").get<std::vector<std::string>>();
     job.shm_name = j.at("shm_name").get<std::string>();
+    const json& gate = j.at("compute_gate");
+    job.compute_gate_dir = gate.at("dir").get<std::string>();
+    job.compute_gate_slot = gate.at("slot").get<std::vector<int>>();
+    if (!job.compute_gate_slot.empty() && job.compute_gate_slot.size() != job.cluster.devices.size())
+      return Status::error("job.compute_gate.slot: one per device expected");
   } catch (const std::exception& e) {
     return Status::error(std::string("job: ") + e.what());
   }

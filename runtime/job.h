@@ -29,6 +29,10 @@ struct Job {
   RunOptions options;
   std::vector<std::string> gloo_hosts;  // per rank: address its Gloo device binds
   std::string shm_name;  // hogwild: the shared parameter segment
+  // Per rank: its slot of the compute gate in compute_gate_dir, -1 = not gated
+  // (runtime/compute_gate.h). Empty: no rank is gated.
+  std::string compute_gate_dir;
+  std::vector<int> compute_gate_slot;
 };
 
 nlohmann::json job_to_json(const Job& job);

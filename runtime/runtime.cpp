@@ -11,6 +11,7 @@
 #include <chrono>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <optional>
@@ -20,6 +21,7 @@
 #include <thread>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "runtime/compute_gate.h"
 #include "runtime/control_channel.h"
 #include "runtime/job.h"
 #include "runtime/worker_group.h"
@@ -64,6 +66,9 @@ std::vector<std::string> emulation_warnings(const Cluster& c, const RunOptions& 
   }
   double demand = c.emulated_core_demand();
   int cores = physical_cores(o);
+  if (const int slots = compute_gate_slot_count(compute_gate_slots(c, cores)); slots > 0 && o.gate_emulated_compute)
+    w.push_back("emulated devices take turns computing on " + std::to_string(slots) + " of " + std::to_string(cores) +
+                " cores, so they do not slow each other");
   if (demand > cores + 1e-9) {
     std::string msg = "emulated cluster needs " + fmt(demand, 2) + " cores (sum of speed x threads of local devices) "
                       "but this machine has " + std::to_string(cores) + ": measured times are not faithful";
@@ -157,6 +162,37 @@ class HogwildSegment {
 
  private:
   std::string name_;
+};
+
+// The job's compute-gate directory (runtime/compute_gate.h): one file per
+// slot, created here so every local worker opens the same ones; removed with it.
+class GateDirectory {
+ public:
+  GateDirectory() = default;
+  GateDirectory(const GateDirectory&) = delete;
+  GateDirectory& operator=(const GateDirectory&) = delete;
+  ~GateDirectory() {
+    for (int s = 0; s < slots_; ++s) unlink(compute_gate_file(dir_, s).c_str());
+    if (!dir_.empty()) rmdir(dir_.c_str());
+  }
+  Status create(int slots) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/tapp-gate-XXXXXX";
+    if (!mkdtemp(pattern.data())) return Status::error("compute gate: mkdtemp: " + std::string(strerror(errno)));
+    dir_ = pattern;
+    for (int s = 0; s < slots; ++s) {
+      int fd = open(compute_gate_file(dir_, s).c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+      if (fd < 0) return Status::error("compute gate: cannot create a slot in " + dir_ + ": " + strerror(errno));
+      close(fd);
+      slots_ = s + 1;
+    }
+    return Status::ok();
+  }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+  int slots_ = 0;
 };
 
 std::string worker_binary(const RunOptions& o) {
@@ -300,6 +336,15 @@ RunResult execute(Job job, const std::vector<int>& rank_device, const Cluster& o
   if (job.mode == "hogwild") {
     if (Status s = shared_parameters.create(job.graph.total_params()); !s) return fail(FailureKind::worker_failed, s.message());
     job.shm_name = shared_parameters.name();
+  }
+  GateDirectory gate;
+  if (o.gate_emulated_compute) {
+    std::vector<int> slots = compute_gate_slots(job.cluster, physical_cores(o));
+    if (const int n = compute_gate_slot_count(slots); n > 0) {
+      if (Status s = gate.create(n); !s) return fail(FailureKind::worker_failed, s.message());
+      job.compute_gate_dir = gate.dir();
+      job.compute_gate_slot = std::move(slots);
+    }
   }
 
   WorkerGroup workers(job.cluster);

@@ -36,6 +36,7 @@
 #include "profiler/al_model.h"
 #include "profiler/compute_threads.h"
 #include "profiler/torch_model.h"
+#include "runtime/compute_gate.h"
 #include "runtime/control_channel.h"
 #include "runtime/job.h"
 #include "runtime/replica_group.h"
@@ -211,12 +212,13 @@ struct Ctx {
   // Pipeline: the replicated groups this worker is a replica of, ascending group.
   std::vector<std::unique_ptr<ReplicaGroup>> replica_groups;
   std::chrono::milliseconds gloo_timeout{60000};
+  ComputeGate gate;  // this rank's turn on the host's cores (emulated devices)
   const Device& device() const { return job.cluster.devices[rank]; }
   void progress() { channel->step_finished(rank); }
   // Sleeps so that the task looks like one on a device of this speed
   // (emulated_sleep_ms); returns the sleep (ms).
-  double emulate_speed(double wall_ms, double cpu_ms) const {
-    const double extra_ms = emulated_sleep_ms(wall_ms, cpu_ms, device().speed, device().threads);
+  double emulate_speed(double wall_ms, double cpu_ms, double waited_ms) const {
+    const double extra_ms = emulated_sleep_ms(wall_ms, cpu_ms, device().speed, device().threads, waited_ms);
     sleep_s(extra_ms / 1e3);
     return extra_ms;
   }
@@ -230,9 +232,9 @@ torch::Tensor loss_of(const torch::Tensor& logits, const torch::Tensor& labels, 
 
 }  // namespace
 
-double emulated_sleep_ms(double wall_ms, double cpu_ms, double speed, int threads) {
+double emulated_sleep_ms(double wall_ms, double cpu_ms, double speed, int threads, double waited_ms) {
   if (speed >= 1.0 || !(speed > 0)) return 0;
-  const double cost_ms = threads == 1 ? cpu_ms : wall_ms;
+  const double cost_ms = threads == 1 ? cpu_ms : std::max(0.0, wall_ms - waited_ms);
   return std::max(0.0, cost_ms / speed - wall_ms);
 }
 
@@ -322,12 +324,17 @@ class PipelineWorker {
       double compute_ms = 0;
       {
         Sender::Hold held(sender);
-        if (task.kind == TaskKind::forward)
-          forward(task.segment, task.micro_batch, sender);
-        else
-          backward(task.segment, task.micro_batch, sender);
+        double waited_ms = 0;
+        {
+          ComputeGate::Turn turn(c_.gate);
+          waited_ms = turn.waited_ms();
+          if (task.kind == TaskKind::forward)
+            forward(task.segment, task.micro_batch, sender);
+          else
+            backward(task.segment, task.micro_batch, sender);
+        }
         compute_ms = ms_between(c0, Clock::now());
-        compute_ms += c_.emulate_speed(compute_ms, thread_cpu_ms() - cpu0);
+        compute_ms += c_.emulate_speed(compute_ms, thread_cpu_ms() - cpu0, waited_ms);
       }
       st.busy_ms += compute_ms;
       std::string name = std::string(task.kind == TaskKind::forward ? "F" : "B") + " s" +
@@ -342,8 +349,11 @@ class PipelineWorker {
     sum_tied_gradients(t0, st);
     if (!al_) {  // al updated each segment after each of its backwards
       auto o0 = Clock::now();
-      c_.optimizer->step();
-      c_.optimizer->zero_grad();
+      {
+        ComputeGate::Turn turn(c_.gate);
+        c_.optimizer->step();
+        c_.optimizer->zero_grad();
+      }
       double opt_ms = ms_between(o0, Clock::now());
       st.busy_ms += opt_ms;
       st.timeline.push_back(TaskSpan{"optimizer", ms_between(t0, o0), ms_between(t0, o0) + opt_ms});
@@ -707,6 +717,7 @@ class PipelineWorker {
   void update_segment(int s) {
     auto it = segment_optimizer_.find(s);
     if (it == segment_optimizer_.end()) return;  // no parameters
+    ComputeGate::Turn turn(c_.gate);
     it->second->step();
     it->second->zero_grad();
   }
@@ -752,13 +763,18 @@ WorkerStep data_parallel_step(Ctx& c, const std::pair<torch::Tensor, torch::Tens
   auto [off, size] = share_of(o.batch_size, c.rank, c.world);
   auto c0 = Clock::now();
   const double cpu0 = thread_cpu_ms();
-  torch::Tensor out = c.model->forward(x.narrow(0, off, size));
-  // BSP: sum / full batch, so the all-reduced gradient is the full-batch mean.
-  // HOGWILD: each worker is an independent SGD on its own share (mean over it).
-  torch::Tensor loss = loss_of(out, y.narrow(0, off, size), allreduce ? o.batch_size : size);
-  loss.backward();
+  double waited_ms = 0;
+  {
+    ComputeGate::Turn turn(c.gate);
+    waited_ms = turn.waited_ms();
+    torch::Tensor out = c.model->forward(x.narrow(0, off, size));
+    // BSP: sum / full batch, so the all-reduced gradient is the full-batch mean.
+    // HOGWILD: each worker is an independent SGD on its own share (mean over it).
+    torch::Tensor loss = loss_of(out, y.narrow(0, off, size), allreduce ? o.batch_size : size);
+    loss.backward();
+  }
   double compute_ms = ms_between(c0, Clock::now());
-  compute_ms += c.emulate_speed(compute_ms, thread_cpu_ms() - cpu0);
+  compute_ms += c.emulate_speed(compute_ms, thread_cpu_ms() - cpu0, waited_ms);
   st.busy_ms += compute_ms;
   st.timeline.push_back(TaskSpan{"F+B r" + std::to_string(c.rank), ms_between(t0, c0), ms_between(t0, c0) + compute_ms});
   if (allreduce && c.world > 1) {
@@ -787,8 +803,11 @@ WorkerStep data_parallel_step(Ctx& c, const std::pair<torch::Tensor, torch::Tens
     st.timeline.push_back(TaskSpan{"allreduce", ms_between(t0, a0), ms_between(t0, a0) + comm_ms});
   }
   auto o0 = Clock::now();
-  c.optimizer->step();
-  c.optimizer->zero_grad();
+  {
+    ComputeGate::Turn turn(c.gate);
+    c.optimizer->step();
+    c.optimizer->zero_grad();
+  }
   double opt_ms = ms_between(o0, Clock::now());
   st.busy_ms += opt_ms;
   st.timeline.push_back(TaskSpan{"optimizer", ms_between(t0, o0), ms_between(t0, o0) + opt_ms});
@@ -964,6 +983,10 @@ int run_worker(const WorkerArgs& args) {
     auto job = c.channel->read_job();
     if (!job) throw std::runtime_error(job.error_message());
     c.job = std::move(*job);
+    const int slot = c.job.compute_gate_slot.empty() ? -1 : c.job.compute_gate_slot.at(c.rank);
+    auto gate = ComputeGate::open(c.job.compute_gate_dir, slot);
+    if (!gate) throw std::runtime_error(gate.error_message());
+    c.gate = std::move(*gate);
     // Longer than the coordinator's no-progress timeout, so a hang is reported
     // by the coordinator (which names the stuck worker) before Gloo gives up.
     auto timeout = std::chrono::milliseconds(static_cast<int64_t>((c.job.options.timeout_s * 2 + 5) * 1000));

@@ -32,8 +32,9 @@ int run_worker(const WorkerArgs& args);
 // (`cpu_ms` of its thread's CPU) so that it ends cost / speed after it began,
 // where cost is the CPU time on a one-thread device (so emulated devices that
 // share the host's cores are not stretched by each other's contention) and
-// the wall time on a multi-thread one (its pools spin between calls).
-double emulated_sleep_ms(double wall_ms, double cpu_ms, double speed, int threads);
+// the wall time on a multi-thread one (its pools spin between calls), less
+// `waited_ms` spent waiting for the compute gate (runtime/compute_gate.h).
+double emulated_sleep_ms(double wall_ms, double cpu_ms, double speed, int threads, double waited_ms = 0);
 
 // Listens on host:port for coordinators (forever, or `max_jobs` jobs if >= 0).
 // Control protocol, one line each way: "ping" -> "pong";

@@ -41,7 +41,7 @@ struct CalibrateArgs {
   std::string model = "alexnet_cifar", devices, costs = "profile", out, save, load;
   int64_t batch = 32, input_size = 0, classes = 0;
   std::string torchscript = "auto";  // --torchscript
-  int samples = 20, steps = 3, warmup = 1, max_micro_batches = 8;
+  int samples = 20, steps = 3, warmup = kWarmupSteps, max_micro_batches = 8;
   uint64_t seed = 1;
   double noncontiguous = 0.25;
   double replicated = 0;
@@ -277,7 +277,7 @@ void add_calibrate_command(CLI::App& app, int& exit_code) {
   sub->add_option("--samples", args->samples, "random placements to measure (default 20)")->check(CLI::Range(3, 10000));
   sub->add_option("--batch", args->batch, "batch size (default 32)")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   sub->add_option("--steps", args->steps, "timed steps per placement (median)")->check(CLI::Range(1, 1000));
-  sub->add_option("--warmup", args->warmup, "warm-up steps per placement")->check(CLI::Range(0, 1000));
+  sub->add_option("--warmup", args->warmup, "warm-up steps per placement (default " + std::to_string(kWarmupSteps) + ")")->check(CLI::Range(0, 1000));
   sub->add_option("--seed", args->seed, "placements, weights and data seed");
   sub->add_option("--noncontiguous", args->noncontiguous, "fraction of non-contiguous placements (default 0.25)")
       ->check(CLI::Range(0.0, 1.0));

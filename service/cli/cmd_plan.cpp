@@ -42,7 +42,7 @@ struct PlanArgs {
   std::string optimizer;  // "" = sgd (a given placement keeps its own)
   int64_t batch = 32, input_size = 0, classes = 0;
   std::string torchscript = "auto";  // --torchscript
-  int micro_batches = 0, max_micro_batches = 64, budget = 200, steps = 3, warmup = 1;
+  int micro_batches = 0, max_micro_batches = 64, budget = 200, steps = 3, warmup = kWarmupSteps;
   int64_t exhaustive_limit = 200000;
   uint64_t seed = 1;
   bool json = false, timeline = false, allow_al = false;
@@ -467,7 +467,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   sub->add_option("--costs", args->costs, "auto (cached profile, else estimated) | profile | estimated");
   sub->add_option("--calibration", args->calibration, "calibration JSON from `tapp-cli calibrate`");
   sub->add_option("--steps", args->steps, "measure: timed steps per placement")->check(CLI::Range(1, 1000));
-  sub->add_option("--warmup", args->warmup, "measure: warm-up steps")->check(CLI::Range(0, 1000));
+  sub->add_option("--warmup", args->warmup, "measure: warm-up steps (default " + std::to_string(kWarmupSteps) + ")")->check(CLI::Range(0, 1000));
   sub->add_option("--input-size", args->input_size, "image side (0: the model's default)");
   sub->add_option("--classes", args->classes, "number of classes (0: the model's default)");
   add_torchscript_option(*sub, args->torchscript);

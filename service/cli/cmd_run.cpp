@@ -31,14 +31,14 @@ namespace {
 
 struct RunArgs {
   std::string model, devices, placement, strategy, optimizer, schedule;
-  int steps = 3, warmup = 1;
+  int steps = 3, warmup = kWarmupSteps;
   int al_blocks = 0, micro_batches = 4;  // --al-blocks without a placement
   int64_t al_target_width = kDefaultAlTargetWidth;
   int64_t batch = 32, input_size = 0, classes = 0;
   std::string torchscript = "auto";  // --torchscript
   uint64_t seed = 1;
   double timeout_s = 60, lr = 0.01;
-  bool json = false, timeline = false;
+  bool json = false, timeline = false, no_compute_gate = false;
 };
 
 std::string fixed(double v, int digits) {
@@ -161,6 +161,7 @@ int run(const RunArgs& a) {
   o.seed = a.seed;
   o.timeout_s = a.timeout_s;
   o.learning_rate = a.lr;
+  o.gate_emulated_compute = !a.no_compute_gate;
   std::optional<Optimizer> optimizer;
   if (!a.optimizer.empty()) {
     auto named = optimizer_from_name(a.optimizer);
@@ -254,7 +255,7 @@ void add_run_command(CLI::App& app, int& exit_code) {
                  ->check(CLI::IsMember({"single", "bsp", "hogwild"}));
   pl->excludes(st);
   sub->add_option("--steps", args->steps, "timed steps (median reported)")->check(CLI::Range(1, 100000));
-  sub->add_option("--warmup", args->warmup, "warm-up steps")->check(CLI::Range(0, 100000));
+  sub->add_option("--warmup", args->warmup, "warm-up steps (default " + std::to_string(kWarmupSteps) + ")")->check(CLI::Range(0, 100000));
   sub->add_option("--batch", args->batch, "batch size")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   sub->add_option("--seed", args->seed, "weights and data seed");
   sub->add_option("--lr", args->lr, "learning rate (SGD: momentum 0.9)");
@@ -278,6 +279,9 @@ void add_run_command(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(int64_t{1}, int64_t{65536}));
   sub->add_flag("--json", args->json, "print the StepReport as JSON");
   sub->add_flag("--timeline", args->timeline, "with --json: include the per-task timeline of one step");
+  sub->add_flag("--no-compute-gate", args->no_compute_gate,
+                "let emulated devices (speed < 1) compute at the same time on this host's cores instead of taking "
+                "turns; they then slow each other, which devices of a real cluster do not");
   sub->callback([args, &exit_code] {
     if (args->placement.empty() && args->strategy.empty() && args->al_blocks == 0) {
       std::cerr << "tapp-cli run: give --placement FILE, --strategy single|bsp|hogwild, or --schedule al --al-blocks N\n";

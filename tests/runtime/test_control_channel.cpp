@@ -57,6 +57,8 @@ Job small_job() {
   job.options.fault_rank = 1;
   job.options.fault_mode = "hang";
   job.gloo_hosts = {"127.0.0.1", "10.0.0.2"};
+  job.compute_gate_dir = "/tmp/tapp-gate-test";
+  job.compute_gate_slot = {0, -1};
   return job;
 }
 
@@ -104,6 +106,8 @@ TEST_CASE("the plan the coordinator publishes is the plan a worker reads") {
   CHECK(read->placement.schedule == Schedule::one_f_one_b);
   CHECK(read->options.fault_mode == "hang");
   CHECK(read->cluster.devices[1].speed == 0.5);
+  CHECK(read->compute_gate_dir == "/tmp/tapp-gate-test");
+  CHECK(read->compute_gate_slot == std::vector<int>{0, -1});
 }
 
 TEST_CASE("a worker's progress, report, parameters, done and error reach the coordinator") {
