@@ -136,7 +136,7 @@ if [[ $PARTS == *b* ]]; then
   if [[ ${CALIBRATE:-0} == 1 ]]; then
     "$CLI" calibrate --devices "$CL" --samples "${CAL_SAMPLES:-20}" --seed 1 --json >"$OUT/b-calibration.json" 2>"$OUT/b-calibration.log"
   fi
-  echo "## Part B: measured on the emulated 4-device cluster (batch $BATCH, small inputs): each run the median of 3 steps, then the median of $ROUNDS interleaved rounds"
+  echo "## Part B: measured on the emulated 4-device cluster (batch $BATCH, small inputs): each run 2 warm-up steps and the median of 3 timed ones, then the median of $ROUNDS interleaved rounds"
   echo
   echo "| model (input) | SingleCPU ms | Pipe-Torch (DP) ms | BSP ms | TAPP ms | TAPP vs BSP | TAPP vs DP | TAPP's plan | DP predicted / measured | TAPP predicted / measured | calibration | per round: single / DP / BSP / TAPP |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
@@ -159,7 +159,7 @@ cal = f"fitted {c.get('fitted_at', '?')} ({c.get('measurements', '?')} steps)" i
 print(f"{kind}|{dp[0]['step_ms']}|{r['policy']['step_ms']}|{cal}")
 PY
 )
-    run() { { "$CLI" run "$m" --devices "$CL" --input-size "$s" --batch "$BATCH" --steps 3 --warmup 1 --json "$@" 2>>"$OUT/b-$m.log" || true; } |
+    run() { { "$CLI" run "$m" --devices "$CL" --input-size "$s" --batch "$BATCH" --steps 3 --json "$@" 2>>"$OUT/b-$m.log" || true; } |
             python3 -c "
 import json, sys
 try:

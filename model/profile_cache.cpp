@@ -54,8 +54,10 @@ std::string default_cache_dir() {
 // Bumped when the way layers are timed changes, so older profiles are not reused
 // (2: OpenBLAS's pool sized to the device's threads, see compute_threads.h;
 // 3: tcmalloc linked into every binary that trains or profiles, so calibrations
-// measured by glibc-malloc workers are refused).
-constexpr int kProfileMethod = 3;
+// measured by glibc-malloc workers are refused; 4: emulated devices take turns
+// on the host's cores and two warm-up steps precede the timed ones, so
+// calibrations fitted on steps where they competed are refused).
+constexpr int kProfileMethod = 4;
 
 int profile_timing_method() { return kProfileMethod; }
 

@@ -100,7 +100,7 @@ struct WorkerDevice {
   int timing_method = 0;
   std::string gpu;  // for cuda:N: the GPU's name and memory ("NVIDIA H100 80GB HBM3, 81559 MiB"); else empty
   std::string fingerprint() const;  // 16 hex digits
-  std::string describe() const;     // "AMD EPYC, 2 threads, LibTorch 1.13.0, timing method 3, tcmalloc"
+  std::string describe() const;     // "AMD EPYC, 2 threads, LibTorch 1.13.0, timing method 4, tcmalloc"
 };
 nlohmann::json worker_device_to_json(const WorkerDevice& device);
 Result<WorkerDevice> worker_device_from_json(const nlohmann::json& j);

@@ -256,6 +256,7 @@ TEST_CASE("the verification keeps to its time limit: fewer timed steps, or none 
   slow.placement.group_device = {0};
   std::atomic<bool> cancel{false};
   VerifyOptions o;
+  o.warmup_steps = 1;
   o.limit_s = 8;  // 1 + 3 steps of a predicted second (with its margin) do not fit; 1 + 1 do
   Verification fewer = verify_plans(LayerGraph{}, one, 8, {slow}, o, cancel);
   CHECK(fewer.state == VerificationState::verified);

@@ -23,10 +23,29 @@
 
 namespace tapp::testing {
 
+// The scratch directories of this test process, removed when it exits (by
+// the process that made them only: a forked child that exits must not take
+// its parent's files), so test runs leave nothing behind in /tmp.
+class ScratchDirs {
+ public:
+  ~ScratchDirs() {
+    if (getpid() != owner_) return;
+    std::error_code ec;
+    for (const auto& d : dirs_) std::filesystem::remove_all(d, ec);
+  }
+  void add(const std::filesystem::path& d) { dirs_.push_back(d); }
+
+ private:
+  pid_t owner_ = getpid();
+  std::vector<std::filesystem::path> dirs_;
+};
+
 inline std::string temp_dir(const std::string& tag) {
+  static ScratchDirs made;
   std::random_device rd;
   auto dir = std::filesystem::temp_directory_path() / ("tapp-" + tag + "-" + std::to_string(getpid()) + "-" + std::to_string(rd()));
   std::filesystem::create_directories(dir);
+  made.add(dir);
   return dir.string();
 }
 
