@@ -14,7 +14,7 @@
 # random devices (branches on different devices for tiny_inception).
 #
 # Usage: bench/sim_accuracy.sh [BUILD_DIR]
-#   env: SAMPLES=20 BATCH=32 STEPS=5 WARMUP=1 SEED=1 MODELS="..." HYBRID=1 OUT=BUILD_DIR/sim_accuracy
+#   env: SAMPLES=20 BATCH=32 STEPS=5 WARMUP=2 SEED=1 MODELS="..." HYBRID=1 OUT=BUILD_DIR/sim_accuracy
 #   Measurements are kept in OUT/samples_*.json and reused on the next run
 #   (refits only); REMEASURE=1 measures again.
 set -euo pipefail
@@ -24,7 +24,7 @@ CLI="$BUILD/bin/tapp-cli"
 SAMPLES=${SAMPLES:-20}
 BATCH=${BATCH:-32}
 STEPS=${STEPS:-5}
-WARMUP=${WARMUP:-1}
+WARMUP=${WARMUP:-2}
 SEED=${SEED:-1}  # which random placements
 MODELS=${MODELS:-"alexnet_cifar vgg5 tiny_inception"}
 OUT=${OUT:-$BUILD/sim_accuracy}
