@@ -1,5 +1,12 @@
-// tapp-cli calibrate [MODEL] --devices cluster.json: fits the simulator to this cluster and keeps the fit.
+// tapp-cli calibrate [MODEL...] --devices cluster.json: fits the simulator to this cluster and keeps the fit.
 //
+// Several models (default: alexnet_cifar and resnet50, both at 32x32) share
+// one fit: the corrections are the cluster's, the layer costs each model's. A
+// short chain alone cannot tell a per-layer cost from a per-task one or from
+// compute (alexnet_cifar alone fitted 0.22 ms a layer, which over-predicted
+// inception_v3's 300-layer stages by 14-17%); a deep branchy model beside it can.
+// Placements are measured alternating between the models, so a time budget
+// that ends the measuring early leaves every model represented.
 // Data flow: random placements that fit (planners/planners.h) -> measured on
 // real workers (runtime measure_placement, median of --steps after warm-up)
 // -> predicted by the simulator, uncalibrated and calibrated -> accuracy:
@@ -13,7 +20,9 @@
 // it to a file. Measuring stops at --time-budget (with at least 3 samples).
 // --save / --load keep the measurements, so a fit can be redone without
 // measuring again. Bad input: exit 2.
+#include <algorithm>
 #include <fstream>
+#include <optional>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -37,8 +46,13 @@
 namespace tapp::cli {
 namespace {
 
+// Used when no model is given: a short chain and a deep branchy model.
+const std::vector<std::string> kDefaultModels = {"alexnet_cifar", "resnet50"};
+constexpr int64_t kDefaultModelsInputSize = 32;
+
 struct CalibrateArgs {
-  std::string model = "alexnet_cifar", devices, costs = "profile", out, save, load;
+  std::vector<std::string> models;
+  std::string devices, costs = "profile", out, save, load;
   int64_t batch = 32, input_size = 0, classes = 0;
   std::string torchscript = "auto";  // --torchscript
   int samples = 20, steps = 3, warmup = kWarmupSteps, max_micro_batches = 8;
@@ -48,6 +62,18 @@ struct CalibrateArgs {
   double time_budget_s = 600;
   bool json = false, store = true;
   std::string fit_extra;  // "concurrency,backward,first"
+};
+
+// One model's part of the fit: its graph, its uncalibrated costs on the
+// cluster and its measured placements.
+struct ModelPart {
+  std::string spec;  // as given (zoo name or file)
+  int64_t input_size = 0;
+  LayerGraph graph;
+  std::optional<CostModel> cost;
+  std::string costs_note;
+  std::vector<Placement> to_measure;
+  std::vector<CalibrationSample> samples;
 };
 
 std::string fixed(double v, int digits) {
@@ -83,136 +109,239 @@ nlohmann::json stats_json(const AccuracyStats& s) {
           {"spearman", s.spearman}};
 }
 
-int calibrate_cmd(const CalibrateArgs& a) {
-  auto loaded = load_model_and_cluster("calibrate", a.model, a.input_size, a.classes, a.torchscript, a.devices);
-  if (!loaded) return 2;
-  const LayerGraph& graph = loaded->graph;
-  const Cluster& cluster = loaded->cluster;
-  auto inputs = load_cost_inputs(graph, cluster, a.batch, a.costs, "");
+// Loads one model with its costs on the cluster (profiles measured or cached); false after printing why.
+bool load_part(const CalibrateArgs& a, ModelPart& part, Cluster& cluster) {
+  auto loaded = load_model_and_cluster("calibrate", part.spec, part.input_size, a.classes, a.torchscript, a.devices);
+  if (!loaded) return false;
+  part.graph = std::move(loaded->graph);
+  cluster = std::move(loaded->cluster);
+  auto inputs = load_cost_inputs(part.graph, cluster, a.batch, a.costs, "");
   if (!inputs) {
-    std::cerr << "tapp-cli calibrate: " << inputs.error_message() << "\n";
-    return 2;
+    std::cerr << "tapp-cli calibrate: " << part.spec << ": " << inputs.error_message() << "\n";
+    return false;
   }
-  auto cost = CostModel::build(graph, cluster, inputs->libraries, inputs->device_libraries);
+  auto cost = CostModel::build(part.graph, cluster, inputs->libraries, inputs->device_libraries);
   if (!cost) {
-    std::cerr << "tapp-cli calibrate: " << cost.error_message() << "\n";
-    return 2;
+    std::cerr << "tapp-cli calibrate: " << part.spec << ": " << cost.error_message() << "\n";
+    return false;
   }
-  std::vector<CalibrationSample> samples;
-  if (!a.load.empty()) {
-    std::ifstream f(a.load);
-    nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
-    if (!f || j.is_discarded() || !j.contains("samples")) {
-      std::cerr << "tapp-cli calibrate: --load: '" << a.load << "' is not a samples file\n";
-      return 2;
-    }
-    for (const auto& s : j["samples"]) {
-      auto p = placement_from_json(s["placement"], graph, cluster);
-      if (!p) {
-        std::cerr << "tapp-cli calibrate: --load: " << p.error_message() << "\n";
-        return 2;
+  part.cost = std::move(*cost);
+  part.costs_note = inputs->costs_note;
+  return true;
+}
+
+// One saved sample (from --save) as a CalibrationSample of `part`.
+Result<CalibrationSample> sample_from_json(const nlohmann::json& s, const ModelPart& part, const Cluster& cluster) {
+  auto p = placement_from_json(s.at("placement"), part.graph, cluster);
+  if (!p) return p.status();
+  StepReport r;
+  r.ok = true;
+  r.source = "measure";
+  r.step_ms = s.value("measured_ms", 0.0);
+  for (const auto& d : s.value("devices", nlohmann::json::array())) {
+    DeviceStats ds;
+    ds.device = d.value("device", "");
+    ds.busy_ms = d.value("busy_ms", 0.0);
+    ds.comm_ms = d.value("comm_ms", 0.0);
+    r.devices.push_back(ds);
+  }
+  return CalibrationSample{*p, r};
+}
+
+nlohmann::json samples_to_json(const ModelPart& part, const Cluster& cluster) {
+  nlohmann::json samples = nlohmann::json::array();
+  for (const auto& s : part.samples) {
+    nlohmann::json devs = nlohmann::json::array();
+    for (const auto& d : s.measured.devices)
+      devs.push_back({{"device", d.device}, {"busy_ms", d.busy_ms}, {"comm_ms", d.comm_ms}});
+    samples.push_back({{"placement", placement_to_json(s.placement, part.graph, cluster)},
+                       {"measured_ms", s.measured.step_ms},
+                       {"step_samples_ms", s.measured.step_samples_ms},
+                       {"devices", devs}});
+  }
+  return samples;
+}
+
+// --load: a file from --save. Its "models" (each with its input size) replace
+// the command line's; a file of the earlier one-model form is the first model's.
+bool load_saved(const CalibrateArgs& a, std::vector<ModelPart>& parts, Cluster& cluster) {
+  std::ifstream f(a.load);
+  nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+  const bool several = !j.is_discarded() && j.is_object() && j.contains("models") && j["models"].is_array();
+  if (!f || j.is_discarded() || !j.is_object() || (!several && !j.contains("samples"))) {
+    std::cerr << "tapp-cli calibrate: --load: '" << a.load << "' is not a samples file\n";
+    return false;
+  }
+  nlohmann::json models = several ? j["models"] : nlohmann::json::array({j});
+  if (!several) {
+    models[0]["spec"] = parts.front().spec;
+    models[0]["input_size"] = parts.front().input_size;
+  }
+  parts.clear();
+  try {
+    for (const auto& m : models) {
+      ModelPart part;
+      part.spec = m.at("spec").get<std::string>();
+      part.input_size = m.value("input_size", int64_t{0});
+      if (!load_part(a, part, cluster)) return false;
+      for (const auto& s : m.at("samples")) {
+        auto sample = sample_from_json(s, part, cluster);
+        if (!sample) {
+          std::cerr << "tapp-cli calibrate: --load: " << part.spec << ": " << sample.error_message() << "\n";
+          return false;
+        }
+        if (sample->measured.step_ms > 0) part.samples.push_back(std::move(*sample));
       }
-      StepReport r;
-      r.ok = true;
-      r.source = "measure";
-      r.step_ms = s.value("measured_ms", 0.0);
-      for (const auto& d : s.value("devices", nlohmann::json::array())) {
-        DeviceStats ds;
-        ds.device = d.value("device", "");
-        ds.busy_ms = d.value("busy_ms", 0.0);
-        ds.comm_ms = d.value("comm_ms", 0.0);
-        r.devices.push_back(ds);
-      }
-      samples.push_back({*p, r});
+      parts.push_back(std::move(part));
     }
-  } else {
+  } catch (const std::exception& e) {
+    std::cerr << "tapp-cli calibrate: --load: '" << a.load << "': " << e.what() << "\n";
+    return false;
+  }
+  return true;
+}
+
+// Draws each model's share of the random placements and measures them,
+// alternating between the models, until done or out of time.
+void measure_parts(const CalibrateArgs& a, std::vector<ModelPart>& parts, const Cluster& cluster) {
+  const int n = static_cast<int>(parts.size());
+  size_t total = 0;
+  for (int k = 0; k < n; ++k) {
     PlannerContext ctx;
-    ctx.graph = &graph;
+    ctx.graph = &parts[k].graph;
     ctx.cluster = &cluster;
-    ctx.cost = &*cost;
+    ctx.cost = &*parts[k].cost;
     ctx.batch_size = a.batch;
     ctx.seed = a.seed;
     ctx.max_micro_batches = a.max_micro_batches;
-    std::vector<Placement> placements = random_placements(ctx, a.samples, a.noncontiguous, a.replicated);
-    RunOptions ro;
-    ro.batch_size = a.batch;
-    ro.steps = a.steps;
-    ro.warmup_steps = a.warmup;
-    ro.seed = a.seed;
-    const auto start = std::chrono::steady_clock::now();
-    auto elapsed_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-    for (size_t i = 0; i < placements.size(); ++i) {
-      if (samples.size() >= 3 && elapsed_s() > a.time_budget_s) {
-        std::cerr << "time budget of " << fixed(a.time_budget_s, 0) << " s reached after " << i << " of "
-                  << placements.size() << " placements\n";
-        break;
+    const int share = a.samples / n + (k < a.samples % n ? 1 : 0);
+    parts[k].to_measure = random_placements(ctx, share, a.noncontiguous, a.replicated);
+    total += parts[k].to_measure.size();
+  }
+  RunOptions ro;
+  ro.batch_size = a.batch;
+  ro.steps = a.steps;
+  ro.warmup_steps = a.warmup;
+  ro.seed = a.seed;
+  const auto start = std::chrono::steady_clock::now();
+  auto elapsed_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  size_t done = 0, ok = 0;
+  for (size_t i = 0; done < total; ++i) {
+    for (ModelPart& part : parts) {
+      if (i >= part.to_measure.size()) continue;
+      if (ok >= 3 && elapsed_s() > a.time_budget_s) {
+        std::cerr << "time budget of " << fixed(a.time_budget_s, 0) << " s reached after " << done << " of " << total
+                  << " placements\n";
+        return;
       }
-      StepReport r = measure_placement(graph, cluster, placements[i], ro);
+      const Placement& p = part.to_measure[i];
+      StepReport r = measure_placement(part.graph, cluster, p, ro);
+      ++done;
       if (!a.json)
-        std::cerr << progress_bar(static_cast<double>(i + 1) / placements.size(), 20) << " " << (i + 1) << "/"
-                  << placements.size() << " " << fixed(elapsed_s(), 0) << " s  "
-                  << short_placement(placements[i], cluster) << "  "
+        std::cerr << progress_bar(static_cast<double>(done) / total, 20) << " " << done << "/" << total << " "
+                  << fixed(elapsed_s(), 0) << " s  " << part.graph.name << "  " << short_placement(p, cluster) << "  "
                   << (r.ok ? fixed(r.step_ms, 1) + " ms" : failure_kind_name(r.failure_kind) + ": " + r.message)
                   << "\n";
-      if (r.ok) samples.push_back({placements[i], r});
+      if (r.ok) {
+        part.samples.push_back({p, r});
+        ++ok;
+      }
     }
   }
-  if (samples.size() < 3) {
-    std::cerr << "tapp-cli calibrate: only " << samples.size() << " successful measurements; need at least 3\n";
+}
+
+std::vector<CalibrationWorkload> workloads_of(const std::vector<ModelPart>& parts, int64_t batch) {
+  std::vector<CalibrationWorkload> w;
+  for (const ModelPart& part : parts) w.push_back({&part.graph, &*part.cost, batch, part.samples});
+  return w;
+}
+
+// Each sample predicted by a calibration fitted on all the others (every
+// model's), so the error is out of sample; 0 where that fit failed.
+std::vector<double> leave_one_out(const std::vector<ModelPart>& parts, const Cluster& cluster, int64_t batch,
+                                  const CalibrationOptions& options) {
+  std::vector<double> predicted;
+  for (size_t k = 0; k < parts.size(); ++k)
+    for (size_t i = 0; i < parts[k].samples.size(); ++i) {
+      std::vector<CalibrationWorkload> rest = workloads_of(parts, batch);
+      rest[k].samples.erase(rest[k].samples.begin() + static_cast<std::ptrdiff_t>(i));
+      if (rest[k].samples.empty()) rest.erase(rest.begin() + static_cast<std::ptrdiff_t>(k));
+      auto fit = rest.empty() ? Result<CalibrationResult>(Status::error("no other sample"))
+                              : calibrate(cluster, rest, options);
+      predicted.push_back(fit ? predict_steps(parts[k].graph, cluster, parts[k].cost->with_calibration(fit->calibration),
+                                              batch, {parts[k].samples[i].placement})[0]
+                              : 0.0);
+    }
+  return predicted;
+}
+
+std::string model_names(const std::vector<ModelPart>& parts) {
+  std::string names;
+  for (const ModelPart& part : parts) names += (names.empty() ? "" : ", ") + part.graph.name;
+  return names;
+}
+
+int calibrate_cmd(const CalibrateArgs& a) {
+  std::vector<ModelPart> parts;
+  const bool defaults = a.models.empty();
+  for (const std::string& spec : defaults ? kDefaultModels : a.models)
+    parts.push_back(ModelPart{spec, defaults && a.input_size == 0 ? kDefaultModelsInputSize : a.input_size});
+  Cluster cluster;
+  if (!a.load.empty()) {
+    if (!load_saved(a, parts, cluster)) return 2;
+  } else {
+    for (ModelPart& part : parts)
+      if (!load_part(a, part, cluster)) return 2;
+    measure_parts(a, parts, cluster);
+  }
+  size_t measured = 0;
+  for (const ModelPart& part : parts) measured += part.samples.size();
+  if (measured < 3) {
+    std::cerr << "tapp-cli calibrate: only " << measured << " successful measurements; need at least 3\n";
     return 1;
   }
   if (!a.save.empty()) {
     nlohmann::json j;
-    j["model"] = graph.name;
     j["batch_size"] = a.batch;
-    j["samples"] = nlohmann::json::array();
-    for (const auto& s : samples) {
-      nlohmann::json devs = nlohmann::json::array();
-      for (const auto& d : s.measured.devices)
-        devs.push_back({{"device", d.device}, {"busy_ms", d.busy_ms}, {"comm_ms", d.comm_ms}});
-      j["samples"].push_back({{"placement", placement_to_json(s.placement, graph, cluster)},
-                              {"measured_ms", s.measured.step_ms},
-                              {"step_samples_ms", s.measured.step_samples_ms},
-                              {"devices", devs}});
-    }
+    j["models"] = nlohmann::json::array();
+    for (const ModelPart& part : parts)
+      j["models"].push_back({{"spec", part.spec}, {"model", part.graph.name}, {"input_size", part.input_size},
+                             {"samples", samples_to_json(part, cluster)}});
     std::ofstream(a.save) << j.dump(2) << "\n";
   }
   CalibrationOptions fit_options;
   fit_options.fit_concurrency = a.fit_extra.find("concurrency") != std::string::npos;
   fit_options.fit_backward_extra = a.fit_extra.find("backward") != std::string::npos;
   fit_options.fit_first_task = a.fit_extra.find("first") != std::string::npos;
-  // Fit on all (the calibration to keep), and leave-one-out for the out-of-sample error.
-  auto all = calibrate(graph, cluster, *cost, a.batch, samples, fit_options);
+  // Models without a successful sample take no part in the fit.
+  parts.erase(std::remove_if(parts.begin(), parts.end(), [](const ModelPart& p) { return p.samples.empty(); }),
+              parts.end());
+  auto all = calibrate(cluster, workloads_of(parts, a.batch), fit_options);
   if (!all) {
     std::cerr << "tapp-cli calibrate: " << all.error_message() << "\n";
     return 1;
   }
-  std::vector<double> loo(samples.size(), 0);
-  for (size_t i = 0; i < samples.size(); ++i) {
-    std::vector<CalibrationSample> rest;
-    for (size_t k = 0; k < samples.size(); ++k)
-      if (k != i) rest.push_back(samples[k]);
-    auto fit = calibrate(graph, cluster, *cost, a.batch, rest, fit_options);
-    if (!fit) continue;
-    loo[i] = predict_steps(graph, cluster, cost->with_calibration(fit->calibration), a.batch,
-                           {samples[i].placement})[0];
-  }
+  const std::vector<double> loo = leave_one_out(parts, cluster, a.batch, fit_options);
   AccuracyStats loo_stats = accuracy(loo, all->measured);
 
   nlohmann::json out;
-  out["model"] = graph.name;
+  out["model"] = model_names(parts);
+  out["models"] = nlohmann::json::array();
+  for (const ModelPart& part : parts)
+    out["models"].push_back({{"model", part.graph.name}, {"input_size", part.input_size},
+                             {"samples", part.samples.size()}, {"costs", part.costs_note}});
   out["cluster"] = cluster.name;
   out["batch_size"] = a.batch;
-  out["costs"] = inputs->costs_note;
+  out["costs"] = parts.front().costs_note;
   out["uncalibrated"] = stats_json(all->before);
   out["calibrated_in_sample"] = stats_json(all->after);
   out["calibrated_leave_one_out"] = stats_json(loo_stats);
   out["calibration"] = calibration_to_json(all->calibration);
   StoredCalibration stored{cluster_fingerprint(cluster), profile_timing_method(), utc_now_iso8601(),
-                           static_cast<int>(samples.size()), all->calibration, {}};
+                           static_cast<int>(measured), all->calibration, {}};
   // The samples are kept with the fit, so later measurements (optimize's
   // verification) can join them and refit on the whole set.
-  add_samples(stored, graph, cluster, a.batch, samples);
+  for (const ModelPart& part : parts) add_samples(stored, part.graph, cluster, a.batch, part.samples);
   out["stored"] = stored_calibration_to_json(stored);
   if (!a.out.empty()) std::ofstream(a.out) << out.dump(2) << "\n";
   if (a.store) {
@@ -225,24 +354,34 @@ int calibrate_cmd(const CalibrateArgs& a) {
               << " measurements) in " << store.path_of(calibration_key(stored.cluster_fingerprint))
               << "; later plan and optimize runs on this cluster use it\n";
   }
+  // Rows in the order of all->measured: the models in turn, each's samples in order.
+  struct Row {
+    const ModelPart* part;
+    const CalibrationSample* sample;
+  };
+  std::vector<Row> rows;
+  for (const ModelPart& part : parts)
+    for (const CalibrationSample& s : part.samples) rows.push_back({&part, &s});
   if (a.json) {
     out["placements"] = nlohmann::json::array();
-    for (size_t i = 0; i < samples.size(); ++i)
-      out["placements"].push_back({{"placement", short_placement(samples[i].placement, cluster)},
+    for (size_t i = 0; i < rows.size(); ++i)
+      out["placements"].push_back({{"model", rows[i].part->graph.name},
+                                   {"placement", short_placement(rows[i].sample->placement, cluster)},
                                    {"measured_ms", all->measured[i]},
                                    {"predicted_uncalibrated_ms", all->predicted_before[i]},
                                    {"predicted_leave_one_out_ms", loo[i]}});
     std::cout << out.dump(2) << "\n";
     return 0;
   }
-  std::cout << "model " << graph.name << "  batch " << a.batch << "  on " << cluster.num_devices() << " device(s)"
-            << "  costs: " << inputs->costs_note << "\n";
-  std::cout << std::left << std::setw(40) << "placement" << std::right << std::setw(12) << "measured" << std::setw(14)
-            << "uncalibrated" << std::setw(14) << "calibrated*" << "\n";
-  for (size_t i = 0; i < samples.size(); ++i)
-    std::cout << std::left << std::setw(40) << short_placement(samples[i].placement, cluster) << std::right
-              << std::setw(12) << fixed(all->measured[i], 1) << std::setw(14) << fixed(all->predicted_before[i], 1)
-              << std::setw(14) << fixed(loo[i], 1) << "\n";
+  std::cout << "models " << model_names(parts) << "  batch " << a.batch << "  on " << cluster.num_devices()
+            << " device(s)  costs: " << parts.front().costs_note << "\n";
+  std::cout << std::left << std::setw(16) << "model" << std::setw(40) << "placement" << std::right << std::setw(12)
+            << "measured" << std::setw(14) << "uncalibrated" << std::setw(14) << "calibrated*" << "\n";
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::cout << std::left << std::setw(16) << rows[i].part->graph.name << std::setw(40)
+              << short_placement(rows[i].sample->placement, cluster) << std::right << std::setw(12)
+              << fixed(all->measured[i], 1) << std::setw(14) << fixed(all->predicted_before[i], 1) << std::setw(14)
+              << fixed(loo[i], 1) << "\n";
   auto line = [](const char* what, const AccuracyStats& s) {
     std::cout << std::left << std::setw(30) << what << std::right << "median error " << std::setw(6)
               << fixed(100 * s.median_abs_rel_error, 1) << "%  mean " << std::setw(6)
@@ -269,12 +408,15 @@ int calibrate_cmd(const CalibrateArgs& a) {
 void add_calibrate_command(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<CalibrateArgs>();
   auto* sub = app.add_subcommand("calibrate", "measure random placements, fit the simulator to this cluster, store the fit");
-  sub->add_option("model", args->model, "zoo name, JSON layer graph or TorchScript file (default alexnet_cifar)");
+  sub->add_option("models", args->models,
+                  "zoo names, JSON layer graphs or TorchScript files, fitted together (default: alexnet_cifar and "
+                  "resnet50 at 32x32, a short chain and a deep branchy model, so per-layer and per-task costs are "
+                  "told apart)");
   sub->add_option("--devices", args->devices, "cluster.json (local devices)")->required();
   sub->add_option("--time-budget", args->time_budget_s, "stop measuring after this many seconds (default 600)")
       ->check(CLI::Range(1.0, 86400.0));
   sub->add_flag("!--no-store", args->store, "do not store the calibration for later plan/optimize runs");
-  sub->add_option("--samples", args->samples, "random placements to measure (default 20)")->check(CLI::Range(3, 10000));
+  sub->add_option("--samples", args->samples, "random placements to measure, shared among the models (default 20)")->check(CLI::Range(3, 10000));
   sub->add_option("--batch", args->batch, "batch size (default 32)")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   sub->add_option("--steps", args->steps, "timed steps per placement (median)")->check(CLI::Range(1, 1000));
   sub->add_option("--warmup", args->warmup, "warm-up steps per placement (default " + std::to_string(kWarmupSteps) + ")")->check(CLI::Range(0, 1000));
@@ -287,7 +429,7 @@ void add_calibrate_command(CLI::App& app, int& exit_code) {
   sub->add_option("--max-micro-batches", args->max_micro_batches, "largest micro-batch count tried (default 8)")
       ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--costs", args->costs, "profile (default: measured layer library, cached) | auto | estimated");
-  sub->add_option("--input-size", args->input_size, "image side (0: the model's default)");
+  sub->add_option("--input-size", args->input_size, "image side for every model (0: each model's default; 32 for the default models)");
   sub->add_option("--classes", args->classes, "number of classes (0: the model's default)");
   add_torchscript_option(*sub, args->torchscript);
   sub->add_option("--out", args->out, "write the fitted calibration and its accuracy (JSON)");
