@@ -48,7 +48,8 @@ int physical_cores(const RunOptions& o) {
   return n > 0 ? static_cast<int>(n) : 1;
 }
 
-std::vector<std::string> emulation_warnings(const Cluster& c, const RunOptions& o, bool sends) {
+// gate_slots: how many slots the job's compute gate has (0: none).
+std::vector<std::string> emulation_warnings(const Cluster& c, const RunOptions& o, bool sends, int gate_slots) {
   std::vector<std::string> w;
   std::string slow;
   for (const Device& d : c.devices)
@@ -66,8 +67,8 @@ std::vector<std::string> emulation_warnings(const Cluster& c, const RunOptions& 
   }
   double demand = c.emulated_core_demand();
   int cores = physical_cores(o);
-  if (const int slots = compute_gate_slot_count(compute_gate_slots(c, cores)); slots > 0 && o.gate_emulated_compute)
-    w.push_back("emulated devices take turns computing on " + std::to_string(slots) + " of " + std::to_string(cores) +
+  if (gate_slots > 0)
+    w.push_back("emulated devices take turns computing on " + std::to_string(gate_slots) + " of " + std::to_string(cores) +
                 " cores, so they do not slow each other");
   if (demand > cores + 1e-9) {
     std::string msg = "emulated cluster needs " + fmt(demand, 2) + " cores (sum of speed x threads of local devices) "
@@ -164,8 +165,8 @@ class HogwildSegment {
   std::string name_;
 };
 
-// The job's compute-gate directory (runtime/compute_gate.h): one file per
-// slot, created here so every local worker opens the same ones; removed with it.
+// The job's compute-gate directory (runtime/compute_gate.h): the workers
+// create its slot files when they open them; removed with it.
 class GateDirectory {
  public:
   GateDirectory() = default;
@@ -180,12 +181,7 @@ class GateDirectory {
     std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/tapp-gate-XXXXXX";
     if (!mkdtemp(pattern.data())) return Status::error("compute gate: mkdtemp: " + std::string(strerror(errno)));
     dir_ = pattern;
-    for (int s = 0; s < slots; ++s) {
-      int fd = open(compute_gate_file(dir_, s).c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
-      if (fd < 0) return Status::error("compute gate: cannot create a slot in " + dir_ + ": " + strerror(errno));
-      close(fd);
-      slots_ = s + 1;
-    }
+    slots_ = slots;
     return Status::ok();
   }
   const std::string& dir() const { return dir_; }
@@ -319,7 +315,11 @@ bool any_local(const Cluster& cluster) {
 RunResult execute(Job job, const std::vector<int>& rank_device, const Cluster& original) {
   RunResult out;
   const RunOptions& o = job.options;
-  const std::vector<std::string> warnings = emulation_warnings(job.cluster, o, job.mode != "hogwild");
+  std::vector<int> gate_slots;
+  if (o.gate_emulated_compute) gate_slots = compute_gate_slots(job.cluster, physical_cores(o));
+  const int gate_slot_count = compute_gate_slot_count(gate_slots);
+  const std::vector<std::string> warnings =
+      emulation_warnings(job.cluster, o, job.mode != "hogwild", gate_slot_count);
   auto fail = [&](FailureKind kind, const std::string& msg) {
     out.report = StepReport::failure(kind, msg, kSource);
     out.report.warnings = warnings;
@@ -338,13 +338,10 @@ RunResult execute(Job job, const std::vector<int>& rank_device, const Cluster& o
     job.shm_name = shared_parameters.name();
   }
   GateDirectory gate;
-  if (o.gate_emulated_compute) {
-    std::vector<int> slots = compute_gate_slots(job.cluster, physical_cores(o));
-    if (const int n = compute_gate_slot_count(slots); n > 0) {
-      if (Status s = gate.create(n); !s) return fail(FailureKind::worker_failed, s.message());
-      job.compute_gate_dir = gate.dir();
-      job.compute_gate_slot = std::move(slots);
-    }
+  if (gate_slot_count > 0) {
+    if (Status s = gate.create(gate_slot_count); !s) return fail(FailureKind::worker_failed, s.message());
+    job.compute_gate_dir = gate.dir();
+    job.compute_gate_slot = std::move(gate_slots);
   }
 
   WorkerGroup workers(job.cluster);

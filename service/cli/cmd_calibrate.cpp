@@ -72,7 +72,6 @@ struct ModelPart {
   LayerGraph graph;
   std::optional<CostModel> cost;
   std::string costs_note;
-  std::vector<Placement> to_measure;
   std::vector<CalibrationSample> samples;
 };
 
@@ -205,6 +204,7 @@ bool load_saved(const CalibrateArgs& a, std::vector<ModelPart>& parts, Cluster& 
 // alternating between the models, until done or out of time.
 void measure_parts(const CalibrateArgs& a, std::vector<ModelPart>& parts, const Cluster& cluster) {
   const int n = static_cast<int>(parts.size());
+  std::vector<std::vector<Placement>> to_measure(n);  // [model]
   size_t total = 0;
   for (int k = 0; k < n; ++k) {
     PlannerContext ctx;
@@ -215,8 +215,8 @@ void measure_parts(const CalibrateArgs& a, std::vector<ModelPart>& parts, const 
     ctx.seed = a.seed;
     ctx.max_micro_batches = a.max_micro_batches;
     const int share = a.samples / n + (k < a.samples % n ? 1 : 0);
-    parts[k].to_measure = random_placements(ctx, share, a.noncontiguous, a.replicated);
-    total += parts[k].to_measure.size();
+    to_measure[k] = random_placements(ctx, share, a.noncontiguous, a.replicated);
+    total += to_measure[k].size();
   }
   RunOptions ro;
   ro.batch_size = a.batch;
@@ -227,14 +227,15 @@ void measure_parts(const CalibrateArgs& a, std::vector<ModelPart>& parts, const 
   auto elapsed_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   size_t done = 0, ok = 0;
   for (size_t i = 0; done < total; ++i) {
-    for (ModelPart& part : parts) {
-      if (i >= part.to_measure.size()) continue;
+    for (int k = 0; k < n; ++k) {
+      ModelPart& part = parts[k];
+      if (i >= to_measure[k].size()) continue;
       if (ok >= 3 && elapsed_s() > a.time_budget_s) {
         std::cerr << "time budget of " << fixed(a.time_budget_s, 0) << " s reached after " << done << " of " << total
                   << " placements\n";
         return;
       }
-      const Placement& p = part.to_measure[i];
+      const Placement& p = to_measure[k][i];
       StepReport r = measure_placement(part.graph, cluster, p, ro);
       ++done;
       if (!a.json)
