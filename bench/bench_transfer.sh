@@ -29,6 +29,9 @@ CLI="$ROOT/$BUILD/bin/tapp-cli"
 OUT=${TAPP_BENCH_OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 TRAIN_ITERATIONS=${TRAIN_ITERATIONS:-3000}
+TRAIN_MODELS=${TRAIN_MODELS:-alexnet,vgg16,alexnet_cifar,vgg5,mlp,bert_base,vit_b_16,text_transformer}
+CLONING_EPOCHS=${CLONING_EPOCHS:-200}
+HIDDEN=${HIDDEN:-64}
 RANDOM_MODELS=${RANDOM_MODELS:-12}
 RANDOM_CLUSTERS=${RANDOM_CLUSTERS:-12}
 ITERATIONS=${ITERATIONS:-200}
@@ -40,9 +43,10 @@ PYTHON=${TAPP_PYTHON:-/usr/bin/python3}
 POLICY=${POLICY:-$OUT/policy.pt}
 if [ ! -f "$POLICY" ]; then
   echo "== training on the training split ($TRAIN_ITERATIONS iterations) =="
-  "$CLI" train-policy --models alexnet,vgg16,alexnet_cifar,vgg5,mlp --random-models "$RANDOM_MODELS" \
+  "$CLI" train-policy --models "$TRAIN_MODELS" --random-models "$RANDOM_MODELS" \
     --clusters "$ROOT/examples/cluster_4hetero.json,$ROOT/examples/cluster_8equal.json,$ROOT/examples/cluster_2cpu.json" \
-    --random-clusters "$RANDOM_CLUSTERS" --iterations "$TRAIN_ITERATIONS" --seed 1 --out "$POLICY" | tee "$OUT/train.txt"
+    --random-clusters "$RANDOM_CLUSTERS" --iterations "$TRAIN_ITERATIONS" --cloning-epochs "$CLONING_EPOCHS" \
+    --hidden "$HIDDEN" --seed 1 --out "$POLICY" | tee "$OUT/train.txt"
 fi
 
 SCRIPT="$OUT/resnet18_script.pt"

@@ -64,6 +64,21 @@ constexpr int kPairWidth = 4;            // per (group, device): load, memory, r
 constexpr int kMicroSlots = 8;           // micro-batch counts 1, 2, 4, ..., 128
 constexpr int kMicroHead = kMicroSlots + 1;  // and data parallelism
 constexpr int kMicroInputExtra = kDeviceFeatureWidth + 4;  // mean device row, spread, batch, devices
+// What the group queries see of the problem: the micro-batch head's view of
+// the cluster, the fastest device's share, and the model's size (FLOPs,
+// parameters, largest activation of a batch), so one network can cut a model
+// into one stage for a cluster with a dominant device and into many for equals.
+constexpr int kPartitionContextWidth = kMicroInputExtra + 4;
+
+// The model's size for a batch, log-scaled to about [-1, 1]: GFLOPs, parameter
+// MB, the largest layer output in MB (what a cut may have to send).
+torch::Tensor model_size_row(const LayerTotals& t, int64_t batch) {
+  double largest_output = 0;
+  for (double mb : t.output_mb) largest_output = std::max(largest_output, mb);
+  auto scaled = [](double v) { return static_cast<float>(std::clamp(std::log10(std::max(1e-3, v)) / 3.0, -1.0, 1.5)); };
+  const double b = static_cast<double>(batch);
+  return torch::tensor({scaled(t.total_gflops() * b), scaled(t.total_params_mb()), scaled(largest_output * b)});
+}
 
 // [log2 G / 4, x, sin/cos(2^k pi x) k = 0..2], x = g / (G - 1).
 std::vector<float> group_positions(int G) {
@@ -91,7 +106,8 @@ class PolicyNetworks {
     p1 = torch::nn::Linear(kLayerInputWidth, H);
     p2 = torch::nn::Linear(H, H);
     p3 = torch::nn::Linear(H, H);
-    p_group = torch::nn::Linear(kGroupPositionWidth, H);
+    p_group1 = torch::nn::Linear(kGroupPositionWidth + kPartitionContextWidth, H);
+    p_group2 = torch::nn::Linear(H, H);
     a_embed = torch::nn::Linear(kGroupFeatureWidth, H);
     a_q = torch::nn::Linear(H, H);
     a_k = torch::nn::Linear(H, H);
@@ -109,11 +125,11 @@ class PolicyNetworks {
   }
 
   std::vector<torch::nn::Linear*> layers() {
-    return {&p1, &p2, &p3, &p_group, &a_embed, &a_q, &a_k, &a_v, &a_pair1, &a_pair2, &a_micro, &a_group_query,
+    return {&p1, &p2, &p3, &p_group1, &p_group2, &a_embed, &a_q, &a_k, &a_v, &a_pair1, &a_pair2, &a_micro, &a_group_query,
             &a_device_key};
   }
   static std::vector<std::string> names() {
-    return {"p1",  "p2",  "p3",      "p_group", "a_embed", "a_q",           "a_k",
+    return {"p1",  "p2",  "p3",      "p_group1", "p_group2", "a_embed", "a_q",           "a_k",
             "a_v", "a_pair1", "a_pair2", "a_micro", "a_group_query", "a_device_key"};
   }
 
@@ -139,12 +155,14 @@ class PolicyNetworks {
     a_pair2->weight.mul_(0.1);
     a_micro->weight.mul_(0.1);
     a_group_query->weight.mul_(0.1);
-    p_group->weight.mul_(0.1);
+    p_group2->weight.mul_(0.1);
     a_pair2->bias[1].fill_(replica_bias);
   }
 
   int hidden;
-  torch::nn::Linear p1{nullptr}, p2{nullptr}, p3{nullptr}, p_group{nullptr};
+  // The group queries: a hidden layer over [position | problem context], not a
+  // linear map, since a context added to every query alike would cancel in the softmax.
+  torch::nn::Linear p1{nullptr}, p2{nullptr}, p3{nullptr}, p_group1{nullptr}, p_group2{nullptr};
   torch::nn::Linear a_embed{nullptr}, a_q{nullptr}, a_k{nullptr}, a_v{nullptr};
   torch::nn::Linear a_pair1{nullptr}, a_pair2{nullptr}, a_micro{nullptr};
   // The device logit's second term: attention of the group's query on the
@@ -280,7 +298,7 @@ struct Policy::Impl {
   bool all_masked = false;  // no device fits: nothing is masked
   bool replica_head = false;  // max_replicas > 0 and more than one device
   torch::Tensor layer_input;  // L x 43: features | position
-  torch::Tensor group_position;  // G x 8
+  torch::Tensor group_query_input;  // G x (8 + kPartitionContextWidth): position | problem context
   torch::Tensor device_rows;  // D x 7 (encode_devices)
   torch::Tensor micro_extra;  // mean device row | log2 batch / 8 | log2 D / 4
   torch::Tensor micro_slots;  // M: the head's slot of each choice (data parallel last)
@@ -292,7 +310,8 @@ struct Policy::Impl {
 
   torch::Tensor partition_logits() {
     auto h = torch::relu(net->p2(torch::relu(net->p1(layer_input))));
-    return torch::matmul(net->p3(h), net->p_group(group_position).t());
+    auto q = net->p_group2(torch::relu(net->p_group1(group_query_input)));
+    return torch::matmul(net->p3(h), q.t());
   }
 
   // The attended group embeddings of a partition (G x H) and its group stats.
@@ -601,7 +620,8 @@ struct Policy::Impl {
       boundary_bytes_.assign(m.G, 0.0);
       pair_bytes_.assign(static_cast<size_t>(m.G) * m.G, 0.0);
       device_of_.assign(m.G, -1);
-      workspace_.assign(m.D, 0.0);
+      device_param_.assign(m.D, 0.0);
+      device_output_.assign(m.D, 0.0);
       largest_param_.assign(m.G, 0.0);
       largest_output_.assign(m.G, 0.0);
       // core counts a producer's output as a received input again whenever the
@@ -626,11 +646,22 @@ struct Policy::Impl {
           }
           if (counted_grad.insert(p).second) {
             boundary_bytes_[layer_group[p]] += out;
-            pair_bytes_[static_cast<size_t>(layer_group[p]) * m.G + g] += out;
+            // core counts it at p's first reader on another device: it is saved
+            // by sharing g's device only when g is p's one reading group.
+            if (reading_groups(p, layer_group) == 1) pair_bytes_[static_cast<size_t>(layer_group[p]) * m.G + g] += out;
           }
         }
       }
       samples_ = static_cast<double>((mem.batch_size + micro_batches_ - 1) / micro_batches_);
+    }
+
+    // How many groups other than its own read layer p's output.
+    int reading_groups(int p, const std::vector<int>& layer_group) const {
+      std::vector<int> groups;
+      for (int j : m_.consumers[p])
+        if (layer_group[j] != layer_group[p] && std::find(groups.begin(), groups.end(), layer_group[j]) == groups.end())
+          groups.push_back(layer_group[j]);
+      return static_cast<int>(groups.size());
     }
 
     // Additive row (0 or kMasked per device) for group g's device.
@@ -694,8 +725,8 @@ struct Policy::Impl {
       if (!used_[g]) return;
       taken_[k] = true;
       if (state_bytes_.empty()) return;
-      load_[k] = with_primary(g, k) - std::max(workspace_[k], workspace(g));
-      workspace_[k] = std::max(workspace_[k], workspace(g));
+      load_[k] = with_primary(g, k) - workspace_with(g, k);
+      note_workspace(g, k);
       device_of_[g] = k;
     }
 
@@ -746,9 +777,22 @@ struct Policy::Impl {
     // At least core's working memory: backward's weight and activation gradients, with Adam's two
     // update temporaries of the largest weight on top (core counts them only where they pass
     // what backward held), so the mask is never laxer.
-    double workspace(int g) const {
+    // Core takes a device's largest weight and largest output over all its
+    // groups, each on its own (workspace_bytes), so two groups on one device
+    // need more than the larger of their own workspaces.
+    double workspace_of(double largest_param, double largest_output) const {
       const double updates = m_.cfg.memory.optimizer == Optimizer::adam ? 2 : 1;
-      return updates * largest_param_[g] + 2 * largest_output_[g] * samples_;
+      return updates * largest_param + 2 * largest_output * samples_;
+    }
+    double workspace(int g) const { return workspace_of(largest_param_[g], largest_output_[g]); }
+    double device_workspace(int k) const { return workspace_of(device_param_[k], device_output_[k]); }
+    // Device k's workspace with group g on it too.
+    double workspace_with(int g, int k) const {
+      return workspace_of(std::max(device_param_[k], largest_param_[g]), std::max(device_output_[k], largest_output_[g]));
+    }
+    void note_workspace(int g, int k) {
+      device_param_[k] = std::max(device_param_[k], largest_param_[g]);
+      device_output_[k] = std::max(device_output_[k], largest_output_[g]);
     }
     // Whether, with group g on device k, every later group still fits on some
     // allowed device (one group at a time): a look-ahead of one step, so an
@@ -762,7 +806,9 @@ struct Policy::Impl {
         bool somewhere = false;
         for (int j = 0; j < m_.D && !somewhere; ++j) {
           if (!m_.device_allowed(j)) continue;
-          const double need = j == k ? with(g, 1, k) + bytes(h, 1) + std::max(0.0, workspace(h) - std::max(workspace_[k], workspace(g)))
+          const double both = workspace_of(std::max({device_param_[k], largest_param_[g], largest_param_[h]}),
+                                           std::max({device_output_[k], largest_output_[g], largest_output_[h]}));
+          const double need = j == k ? with(g, 1, k) + bytes(h, 1) + std::max(0.0, both - workspace_with(g, k))
                                      : with(h, 1, j);
           somewhere = need <= capacity(j);
         }
@@ -796,9 +842,9 @@ struct Policy::Impl {
       const double change = bytes(g, copies) - bytes(g, 1 + replicas(g));
       const int home = device_of_[g];
       const double crossing = replicas(g) == 0 && copies > 1 && home >= 0 ? shared_bytes(g, home) : 0.0;
-      if (home >= 0 && load_[home] + change + crossing + workspace_[home] > capacity(home)) return false;
+      if (home >= 0 && load_[home] + change + crossing + device_workspace(home) > capacity(home)) return false;
       for (int d : replica_devices_[g])
-        if (load_[d] + change + workspace_[d] > capacity(d)) return false;
+        if (load_[d] + change + device_workspace(d) > capacity(d)) return false;
       return true;
     }
     int replicas(int g) const { return static_cast<int>(replica_devices_[g].size()); }
@@ -827,10 +873,10 @@ struct Policy::Impl {
     // counted on both sides so far.
     double with_primary(int g, int k) const { return with(g, 1, k) - shared_bytes(g, k); }
     // Device k's need with group g (on one of its r replicas) added.
-    double with(int g, int r, int k) const { return load_[k] + bytes(g, r) + std::max(workspace_[k], workspace(g)); }
+    double with(int g, int r, int k) const { return load_[k] + bytes(g, r) + workspace_with(g, k); }
     void add(int g, int r, int k) {
       load_[k] += bytes(g, r);
-      workspace_[k] = std::max(workspace_[k], workspace(g));
+      note_workspace(g, k);
     }
     double capacity(int k) const { return static_cast<double>(m_.cfg.memory.device_bytes[k]); }
 
@@ -846,7 +892,7 @@ struct Policy::Impl {
     std::vector<double> boundary_bytes_, largest_param_, largest_output_;
     std::vector<double> pair_bytes_;  // G x G: per sample, what g receives because of h (inputs from h, gradients for h)
     std::vector<int> device_of_;      // per group: its primary's device once taken (-1 before)  // per group (per sample where bytes of outputs)
-    std::vector<double> workspace_;  // per device: the largest working memory of its groups so far
+    std::vector<double> device_param_, device_output_;  // per device: the largest weight and output of its groups so far
     int stages_ = 1;
     double samples_ = 1;
   };
@@ -938,8 +984,6 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
   m.batch = m.cfg.batch_size > 0 ? m.cfg.batch_size : m.cfg.memory.batch_size > 0 ? m.cfg.memory.batch_size : 32;
   const double state_mb = 4.0 * m.cfg.totals.total_params_mb();
   m.device_rows = to_tensor(encode_devices(m.cfg.devices, state_mb));
-  auto pos = group_positions(m.G);
-  m.group_position = torch::from_blob(pos.data(), {m.G, kGroupPositionWidth}, torch::kFloat32).clone();
   // The cluster as the micro-batch head sees it: its mean device, how unequal
   // its compute is (the spread and the slowest device's share: data
   // parallelism waits for the slowest replica), the batch and the device count.
@@ -948,6 +992,11 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
                               torch::stack({share.std(false), share.min()}),
                               torch::tensor({static_cast<float>(std::log2(static_cast<double>(m.batch)) / 8.0),
                                              static_cast<float>(std::log2(static_cast<double>(m.D)) / 4.0)})});
+  auto pos = group_positions(m.G);
+  auto context = torch::cat({m.micro_extra, share.max().reshape({1}), model_size_row(m.cfg.totals, m.batch)});
+  m.group_query_input = torch::cat(
+      {torch::from_blob(pos.data(), {m.G, kGroupPositionWidth}, torch::kFloat32).clone(),
+       context.unsqueeze(0).expand({m.G, kPartitionContextWidth})}, 1);
   // Each micro-batch choice's slot in the head: log2 of the count (counts that
   // are not powers of two take the nearest), data parallelism the last.
   std::vector<int64_t> slots;

@@ -17,16 +17,15 @@
 namespace tapp {
 namespace {
 
-// The best of the single-device plan and the DP planner's: the problem's reward scale.
-double reference_ms(TrainProblem& p, Evaluator& evaluator, const TrainPolicyOptions& o) {
-  BaselineOptions bo;
-  bo.batch_size = o.batch_size;
-  bo.seed = o.seed;
-  bo.planners = {"single", "dp"};
-  double best = std::numeric_limits<double>::infinity();
-  for (const BaselineResult& b : run_baselines(p.graph, p.cluster, p.cost, evaluator, bo))
-    if (b.placement && b.report.ok) best = std::min(best, b.report.step_ms);
-  return std::isfinite(best) ? best : 0.0;
+// log pi of a decision with a masked choice (the masks add -1e9 to a logit).
+constexpr double kOutsideMasks = -1e6;
+
+// The classical plans a problem starts from: its reward scale and its first
+// expert. Search planners (random, annealing) are left out: they cost the
+// policy's budget again and find nothing these do not on the training problems.
+const std::vector<std::string>& expert_planners() {
+  static const std::vector<std::string> names = {"single", "bsp", "time", "dp", "pipedream", "pipelearn"};
+  return names;
 }
 
 // A trained policy must stay stochastic: a job fine-tunes it by sampling, and
@@ -53,8 +52,38 @@ struct ProblemState {
     so.learning_rate = o.learning_rate;
     config = search_policy_config(p.graph, p.cluster, so);
     policy = std::make_unique<Policy>(features, p.graph.consumers(), config, networks);
-    reference = reference_ms(p, evaluator, o);
+    seed_expert(o);
     learner.emplace(*policy, training_reinforce(), reference > 0 ? reference : 1.0);
+  }
+
+  // Runs the classical planners: the fastest plan is the reward scale (-1 is
+  // as fast as it) and, as the Decision the policy would draw for it, scored
+  // as the policy's proposal would be, the first expert.
+  void seed_expert(const TrainPolicyOptions& o) {
+    BaselineOptions bo;
+    bo.batch_size = o.batch_size;
+    bo.seed = o.seed;
+    bo.planners = expert_planners();
+    double best = std::numeric_limits<double>::infinity();
+    for (const BaselineResult& b : run_baselines(problem.graph, problem.cluster, problem.cost, evaluator, bo)) {
+      if (!b.placement || !b.report.ok) continue;
+      best = std::min(best, b.report.step_ms);
+      Decision d = placement_to_decision(*b.placement, config.micro_batch_choices, config.num_groups);
+      if (!(policy->log_prob(d) > kOutsideMasks)) continue;  // a choice the policy's masks forbid
+      offer_expert(d, measurer.measure(to_placement(d), 0));
+    }
+    reference = std::isfinite(best) ? best : 0.0;
+  }
+
+  // Self-imitation: the fastest valid plan known (classical or sampled) is the expert.
+  void offer_expert(const Decision& d, const StepReport& r) {
+    if (!r.ok || !(r.step_ms > 0) || (expert && r.step_ms >= expert_ms)) return;
+    expert = d;
+    expert_ms = r.step_ms;
+  }
+
+  Placement to_placement(const Decision& d) const {
+    return decision_to_placement(d, config.micro_batch_choices, Schedule::gpipe);
   }
 
   TrainProblem& problem;
@@ -67,6 +96,8 @@ struct ProblemState {
   std::optional<Reinforce> learner;
   std::mt19937_64 rng;
   double reference = 0;
+  std::optional<Decision> expert;
+  double expert_ms = 0;
 };
 
 double gap_of(const ProblemState& s) {
@@ -88,8 +119,13 @@ Result<TrainPolicyResult> train_policy(std::vector<TrainProblem>& problems, cons
   TrainPolicyResult result;
   result.networks = new_policy_networks(o.hidden, o.learning_rate, o.seed);
   std::vector<std::unique_ptr<ProblemState>> states;
-  for (size_t i = 0; i < problems.size(); ++i)
+  for (size_t i = 0; i < problems.size(); ++i) {
     states.push_back(std::make_unique<ProblemState>(problems[i], o, result.networks, o.seed + 1000003ULL * (i + 1)));
+    if (progress)
+      progress({0, o.iterations, elapsed(), o.time_budget_s, problems[i].name, gap_of(*states.back()), 0, 0,
+                static_cast<int>(i + 1), static_cast<int>(problems.size())});
+    if (cancel && cancel->load()) return Status::error("cancelled while running the classical planners");
+  }
 
   auto checkpoint = [&](int it) -> Status {
     if (o.out.empty()) return Status::ok();
@@ -101,9 +137,17 @@ Result<TrainPolicyResult> train_policy(std::vector<TrainProblem>& problems, cons
   std::mt19937_64 order_rng(o.seed);
   std::vector<size_t> order(states.size());
   std::iota(order.begin(), order.end(), 0);
+  // Behaviour cloning first: supervised epochs over the classical experts.
+  for (int e = 1; e <= o.cloning_epochs; ++e) {
+    std::shuffle(order.begin(), order.end(), order_rng);
+    for (size_t i : order)
+      if (states[i]->expert) states[i]->policy->imitate(*states[i]->expert, 1);
+    if (progress) progress({0, o.iterations, elapsed(), o.time_budget_s, "", 0, e, o.cloning_epochs});
+    if (cancel && cancel->load()) break;
+  }
   const int total = o.iterations > 0 ? o.iterations : std::numeric_limits<int>::max();
   int it = 0;
-  while (it < total) {
+  while (it < total && !(cancel && cancel->load())) {
     if (it % static_cast<int>(order.size()) == 0) std::shuffle(order.begin(), order.end(), order_rng);
     ProblemState& s = *states[order[it % order.size()]];
     ++it;
@@ -111,11 +155,12 @@ Result<TrainPolicyResult> train_policy(std::vector<TrainProblem>& problems, cons
     std::vector<StepReport> reports;
     for (int k = 0; k < std::max(1, o.samples_per_iteration); ++k) {
       decisions.push_back(s.policy->sample(s.rng));
-      reports.push_back(
-          s.measurer.measure(decision_to_placement(decisions.back(), s.config.micro_batch_choices, Schedule::gpipe), it));
+      reports.push_back(s.measurer.measure(s.to_placement(decisions.back()), it));
+      s.offer_expert(decisions.back(), reports.back());
     }
     const double frac = o.iterations > 0 ? static_cast<double>(it) / o.iterations : elapsed() / o.time_budget_s;
     s.learner->step(decisions, reports, std::min(1.0, frac));
+    if (s.expert && o.imitation_steps > 0) s.policy->imitate(*s.expert, o.imitation_steps);
     if (progress) progress({it, o.iterations, elapsed(), o.time_budget_s, s.problem.name, gap_of(s)});
     if (o.checkpoint_every > 0 && it % o.checkpoint_every == 0)
       if (Status st = checkpoint(it); !st.ok()) return st;
@@ -127,10 +172,14 @@ Result<TrainPolicyResult> train_policy(std::vector<TrainProblem>& problems, cons
   }
   result.iterations = it;
   result.elapsed_s = elapsed();
-  for (const auto& s : states)
+  result.cancelled = cancel && cancel->load();
+  for (const auto& s : states) {
+    const Decision gd = s->policy->greedy();
+    const StepReport greedy = s->measurer.measure(s->to_placement(gd), it);
     result.problems.push_back({s->problem.name, s->reference,
                                s->measurer.found() ? s->measurer.best_report().step_ms : 0.0,
-                               s->measurer.evaluations()});
+                               greedy.ok ? greedy.step_ms : 0.0, s->measurer.evaluations()});
+  }
   if (Status st = checkpoint(it); !st.ok()) return st;
   return result;
 }

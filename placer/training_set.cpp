@@ -79,18 +79,22 @@ Cluster random_cluster(std::mt19937_64& rng, const std::string& name) {
   Cluster c;
   c.name = name;
   const int n = std::vector<int>{2, 3, 4, 4, 6, 8}[pick(rng, 0, 5)];
-  const bool equal = pick(rng, 0, 3) == 0;
-  const double speed = uniform(rng, 0.2, 1.0);
-  const int64_t memory = int64_t{512} << pick(rng, 0, 4);
+  const bool equal = pick(rng, 0, 2) == 0;
+  // From a slow CPU core to an accelerator: the fastest device's speed is
+  // log-uniform in [0.1, 100], and the links scale with it (a cluster of fast
+  // devices on a slow network is drawn too, by the slow links below).
+  const double top = std::pow(10.0, uniform(rng, -1.0, 2.0));
+  const int64_t memory = int64_t{512} << pick(rng, 0, 5);
   for (int d = 0; d < n; ++d) {
     Device dev;
     dev.name = "d" + std::to_string(d);
-    dev.speed = equal ? speed : std::round(uniform(rng, 0.1, 1.0) * 100) / 100;
-    dev.memory_mb = equal ? memory : int64_t{512} << pick(rng, 0, 4);
+    dev.speed = equal ? top : std::max(0.01, std::round(top * uniform(rng, 0.1, 1.0) * 100) / 100);
+    dev.memory_mb = equal ? memory : int64_t{512} << pick(rng, 0, 5);
     c.devices.push_back(dev);
   }
-  c.default_link.bandwidth_mbps = pick(rng, 0, 1) ? 10000 : 1000;
-  c.default_link.latency_ms = 0.05;
+  const double gbps = std::vector<double>{1, 10, 25, 100, 200}[pick(rng, top < 1 ? 0 : 1, top < 10 ? 2 : 4)];
+  c.default_link.bandwidth_mbps = gbps * 1000;
+  c.default_link.latency_ms = gbps >= 100 ? 0.005 : gbps >= 10 ? 0.05 : 0.2;
   if (!equal && pick(rng, 0, 1)) {
     const int slow = pick(rng, 1, n);
     for (int k = 0; k < slow; ++k) {

@@ -6,9 +6,12 @@
 //                   two-branch block joined by an add, each stage ending in a
 //                   max-pool; then 1-2 hidden linear layers and the classifier;
 //                   32x32 or 64x64 inputs, 8-512 channels, 10-1000 classes.
-//   random_cluster: 2-8 devices of speed 0.1-1 and 0.5-8 GB (some clusters all
-//                   equal), a default link of 1 or 10 Gbit/s and, on some
-//                   clusters, slow links (50-500 Mbit/s, up to 2 ms) between random pairs.
+//   random_cluster: 2-8 devices of 0.5-16 GB, the fastest of speed 0.1-100
+//                   (log-uniform: a slow core to an accelerator; a third of
+//                   the clusters all equal, the others 0.1-1x of it), a
+//                   default link of 1-200 Gbit/s that grows with the speed
+//                   and, on half the unequal clusters, slow links (50-500
+//                   Mbit/s, up to 2 ms) between random pairs.
 // Both are deterministic for a generator state.
 // Thread safety: pure functions of the generator passed in.
 #pragma once

@@ -460,12 +460,12 @@ class NeedleEvaluator : public Evaluator {
 }  // namespace
 
 TEST_CASE("the first restart starts from the plan it is given (optimize: the best classical one) and searches on") {
-  LayerGraph g = chain_graph(4);
+  LayerGraph g = chain_graph(6);
   Cluster c = equal_cluster(4);
   for (size_t d = 0; d < c.devices.size(); ++d) c.devices[d].speed = 1.0 / (1 << d);
-  // Three stages, the middle one replicated, 4 micro-batches: far from a fresh policy's first draws.
+  // Three uneven stages, the middle one replicated, 4 micro-batches: far from a fresh policy's first draws.
   Placement needle;
-  needle.layer_group = {0, 0, 0, 1, 1, 1, 2, 2};
+  needle.layer_group = {0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2};
   needle.group_device = {3, 0, 2};
   needle.group_replicas = {{}, {1}, {}};
   needle.micro_batches = 4;

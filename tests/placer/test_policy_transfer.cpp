@@ -215,6 +215,31 @@ TEST_CASE("train_policy trains one network over several problems and writes its 
   CHECK_FALSE(train_policy(none, o, nullptr).is_ok());
 }
 
+TEST_CASE("training imitates each problem's fastest known plan: the trained greedy plan is as fast as the classical best") {
+  std::mt19937_64 rng(17);
+  std::vector<TrainProblem> problems;
+  for (int k = 0; k < 3; ++k) {
+    LayerGraph g = random_cnn(rng, "g" + std::to_string(k));
+    Cluster c = random_cluster(rng, "c" + std::to_string(k));
+    auto cost = CostModel::build(g, c, estimated_library(g, 32));
+    REQUIRE(cost.is_ok());
+    problems.push_back({"p" + std::to_string(k), g, c, std::move(cost.value())});
+  }
+  TrainPolicyOptions o;
+  o.iterations = 60;
+  o.samples_per_iteration = 4;
+  o.hidden = 32;
+  o.cloning_epochs = 200;
+  o.imitation_steps = 2;
+  auto r = train_policy(problems, o, nullptr);
+  REQUIRE_MESSAGE(r.is_ok(), r.error_message());
+  for (const TrainedProblem& p : r->problems) {
+    INFO(p.name << ": classical " << p.reference_ms << " ms, greedy " << p.greedy_ms << " ms");
+    REQUIRE(p.greedy_ms > 0);
+    CHECK(p.greedy_ms <= 1.02 * p.reference_ms);
+  }
+}
+
 TEST_CASE("tapp-cli train-policy: bad input exits 2 naming it and writes nothing") {
   const std::string out = scratch("cli.pt");
   std::remove(out.c_str());
