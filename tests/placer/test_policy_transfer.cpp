@@ -190,10 +190,19 @@ TEST_CASE("train_policy trains one network over several problems and writes its 
   o.hidden = 16;
   o.out = scratch("trained.pt");
   o.checkpoint_every = 5;
-  int calls = 0;
+  o.cloning_epochs = 3;
+  int calls = 0, planned = 0, epochs = 0;
   auto r = train_policy(problems, o, [&](const TrainProgress& p) {
-    ++calls;
     CHECK(p.total_iterations == 12);
+    if (p.problems > 0) {
+      CHECK(p.planned == ++planned);  // the classical planners, problem by problem
+    } else if (p.cloning_epochs > 0) {
+      CHECK(planned == 2);
+      CHECK(p.cloning_epoch == ++epochs);  // then the cloning epochs
+    } else {
+      CHECK(epochs == 3);
+      CHECK(p.iteration == ++calls);  // then the iterations
+    }
   });
   REQUIRE_MESSAGE(r.is_ok(), r.error_message());
   CHECK(calls == 12);
