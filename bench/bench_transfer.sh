@@ -2,9 +2,11 @@
 # bench/bench_transfer.sh — a policy trained once, placing models and clusters it never saw (issue 17). Not a test.
 #
 # 1. Trains one policy (tapp-cli train-policy, simulated, batch 32) on the
-#    training split: alexnet, vgg16, alexnet_cifar, vgg5, mlp and RANDOM_MODELS
-#    random CNNs, on cluster_4hetero, cluster_8equal, cluster_2cpu and
-#    RANDOM_CLUSTERS random clusters, for TRAIN_ITERATIONS iterations (seed 1).
+#    training split: TRAIN_MODELS (alexnet, vgg16, alexnet_cifar, vgg5, mlp,
+#    bert_base, vit_b_16, text_transformer) and RANDOM_MODELS random CNNs, on
+#    cluster_4hetero, cluster_8equal, cluster_2cpu and RANDOM_CLUSTERS random
+#    clusters: CLONING_EPOCHS of behaviour cloning, then TRAIN_ITERATIONS
+#    iterations (seed 1, HIDDEN units).
 # 2. On the held-out split — resnet50, inception_v3, tiny_inception, a
 #    TorchScript resnet18 saved by PyTorch (100 classes, 64x64) and gpt2 (a
 #    transformer: op classes no training model has), on cluster_4equal,
@@ -19,7 +21,8 @@
 # transfer.svg (median best-so-far against evaluations, both starts) to OUT.
 # Compare by evaluations, not seconds: the counts do not depend on the machine's load.
 #
-# Usage: bench/bench_transfer.sh [BUILD_DIR]   env: TRAIN_ITERATIONS=3000 RANDOM_MODELS=12 RANDOM_CLUSTERS=12
+# Usage: bench/bench_transfer.sh [BUILD_DIR]   env: TRAIN_ITERATIONS=3000 RANDOM_MODELS=12 RANDOM_CLUSTERS=20
+#   TRAIN_MODELS=... CLONING_EPOCHS=200 HIDDEN=64
 #   ITERATIONS=200 SEEDS="1 2 3" MODELS=... CLUSTERS=... POLICY=file (skip training) TAPP_BENCH_OUT=dir
 set -euo pipefail
 BUILD=${1:-build}
@@ -33,7 +36,7 @@ TRAIN_MODELS=${TRAIN_MODELS:-alexnet,vgg16,alexnet_cifar,vgg5,mlp,bert_base,vit_
 CLONING_EPOCHS=${CLONING_EPOCHS:-200}
 HIDDEN=${HIDDEN:-64}
 RANDOM_MODELS=${RANDOM_MODELS:-12}
-RANDOM_CLUSTERS=${RANDOM_CLUSTERS:-12}
+RANDOM_CLUSTERS=${RANDOM_CLUSTERS:-20}
 ITERATIONS=${ITERATIONS:-200}
 SEEDS=${SEEDS:-"1 2 3"}
 MODELS=${MODELS:-"resnet50 inception_v3 tiny_inception resnet18_script gpt2"}
