@@ -47,6 +47,20 @@ bool same(const Decision& a, const Decision& b) {
          a.micro_batch_index == b.micro_batch_index && a.group_replicas == b.group_replicas;
 }
 
+// `n` random CNNs, each on its own random cluster, with estimated costs.
+std::vector<TrainProblem> random_problems(uint64_t seed, int n) {
+  std::mt19937_64 rng(seed);
+  std::vector<TrainProblem> problems;
+  for (int k = 0; k < n; ++k) {
+    LayerGraph g = random_cnn(rng, "g" + std::to_string(k));
+    Cluster c = random_cluster(rng, "c" + std::to_string(k));
+    auto cost = CostModel::build(g, c, estimated_library(g, 32));
+    REQUIRE(cost.is_ok());
+    problems.push_back({"p" + std::to_string(k), g, c, std::move(cost.value())});
+  }
+  return problems;
+}
+
 }  // namespace
 
 TEST_CASE("one network places clusters of 2, 4 and 8 devices, and models of any depth") {
@@ -175,15 +189,7 @@ TEST_CASE("fine-tuning from a trained policy starts from its decisions, and the 
 }
 
 TEST_CASE("train_policy trains one network over several problems and writes its checkpoint") {
-  std::mt19937_64 rng(5);
-  std::vector<TrainProblem> problems;
-  for (int k = 0; k < 2; ++k) {
-    LayerGraph g = random_cnn(rng, "g" + std::to_string(k));
-    Cluster c = random_cluster(rng, "c" + std::to_string(k));
-    auto cost = CostModel::build(g, c, estimated_library(g, 32));
-    REQUIRE(cost.is_ok());
-    problems.push_back({"p" + std::to_string(k), g, c, std::move(cost.value())});
-  }
+  std::vector<TrainProblem> problems = random_problems(5, 2);
   TrainPolicyOptions o;
   o.iterations = 12;
   o.samples_per_iteration = 4;
@@ -225,15 +231,7 @@ TEST_CASE("train_policy trains one network over several problems and writes its 
 }
 
 TEST_CASE("training imitates each problem's fastest known plan: the trained greedy plan is as fast as the classical best") {
-  std::mt19937_64 rng(17);
-  std::vector<TrainProblem> problems;
-  for (int k = 0; k < 3; ++k) {
-    LayerGraph g = random_cnn(rng, "g" + std::to_string(k));
-    Cluster c = random_cluster(rng, "c" + std::to_string(k));
-    auto cost = CostModel::build(g, c, estimated_library(g, 32));
-    REQUIRE(cost.is_ok());
-    problems.push_back({"p" + std::to_string(k), g, c, std::move(cost.value())});
-  }
+  std::vector<TrainProblem> problems = random_problems(17, 3);
   TrainPolicyOptions o;
   o.iterations = 60;
   o.samples_per_iteration = 4;
