@@ -784,7 +784,6 @@ struct Policy::Impl {
       const double updates = m_.cfg.memory.optimizer == Optimizer::adam ? 2 : 1;
       return updates * largest_param + 2 * largest_output * samples_;
     }
-    double workspace(int g) const { return workspace_of(largest_param_[g], largest_output_[g]); }
     double device_workspace(int k) const { return workspace_of(device_param_[k], device_output_[k]); }
     // Device k's workspace with group g on it too.
     double workspace_with(int g, int k) const {
@@ -803,13 +802,15 @@ struct Policy::Impl {
       if (m_.G * m_.D > 256) return true;
       for (int h = g + 1; h < m_.G; ++h) {
         if (!used_[h]) continue;
+        // h beside g on k: the workspace of all three maxima, over what g alone on k already counts.
+        const double extra_workspace =
+            workspace_of(std::max({device_param_[k], largest_param_[g], largest_param_[h]}),
+                         std::max({device_output_[k], largest_output_[g], largest_output_[h]})) -
+            workspace_with(g, k);
         bool somewhere = false;
         for (int j = 0; j < m_.D && !somewhere; ++j) {
           if (!m_.device_allowed(j)) continue;
-          const double both = workspace_of(std::max({device_param_[k], largest_param_[g], largest_param_[h]}),
-                                           std::max({device_output_[k], largest_output_[g], largest_output_[h]}));
-          const double need = j == k ? with(g, 1, k) + bytes(h, 1) + std::max(0.0, both - workspace_with(g, k))
-                                     : with(h, 1, j);
+          const double need = j == k ? with(g, 1, k) + bytes(h, 1) + std::max(0.0, extra_workspace) : with(h, 1, j);
           somewhere = need <= capacity(j);
         }
         if (!somewhere) return false;
@@ -1029,6 +1030,10 @@ double Policy::log_prob(const Decision& d) {
   torch::NoGradGuard ng;
   return impl_->score(d, impl_->partition_logits()).first.item<double>();
 }
+
+// A masked choice adds kMasked to its logit, so its log probability is about
+// kMasked; any real one is far above a thousandth of it.
+bool Policy::allows(const Decision& d) { return log_prob(d) > kMasked / 1000; }
 
 std::vector<std::vector<float>> Policy::partition_probs() {
   torch::NoGradGuard ng;

@@ -215,6 +215,8 @@ class Policy {
 
   // log pi(decision) under the current weights (empty groups' allocation excluded).
   double log_prob(const Decision& d);
+  // Whether the masks allow every choice of `d` (a plan from elsewhere may not fit them).
+  bool allows(const Decision& d);
   // Per group x device: the replica head's probability of a replica there for
   // this partition, before masks (empty without a replica head).
   std::vector<std::vector<float>> replica_probs(const std::vector<int>& layer_group);

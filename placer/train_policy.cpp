@@ -17,9 +17,6 @@
 namespace tapp {
 namespace {
 
-// log pi of a decision with a masked choice (the masks add -1e9 to a logit).
-constexpr double kOutsideMasks = -1e6;
-
 // The classical plans a problem starts from: its reward scale and its first
 // expert. Search planners (random, annealing) are left out: they cost the
 // policy's budget again and find nothing these do not on the training problems.
@@ -69,7 +66,7 @@ struct ProblemState {
       if (!b.placement || !b.report.ok) continue;
       best = std::min(best, b.report.step_ms);
       Decision d = placement_to_decision(*b.placement, config.micro_batch_choices, config.num_groups);
-      if (!(policy->log_prob(d) > kOutsideMasks)) continue;  // a choice the policy's masks forbid
+      if (!policy->allows(d)) continue;
       offer_expert(d, measurer.measure(to_placement(d), 0));
     }
     reference = std::isfinite(best) ? best : 0.0;
@@ -116,14 +113,26 @@ Result<TrainPolicyResult> train_policy(std::vector<TrainProblem>& problems, cons
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
 
+  // Reports a phase before the iterations (the planners, the cloning epochs): iteration 0.
+  auto report_setup = [&](TrainProgress p) {
+    if (!progress) return;
+    p.total_iterations = o.iterations;
+    p.elapsed_s = elapsed();
+    p.time_budget_s = o.time_budget_s;
+    progress(p);
+  };
+
   TrainPolicyResult result;
   result.networks = new_policy_networks(o.hidden, o.learning_rate, o.seed);
   std::vector<std::unique_ptr<ProblemState>> states;
   for (size_t i = 0; i < problems.size(); ++i) {
     states.push_back(std::make_unique<ProblemState>(problems[i], o, result.networks, o.seed + 1000003ULL * (i + 1)));
-    if (progress)
-      progress({0, o.iterations, elapsed(), o.time_budget_s, problems[i].name, gap_of(*states.back()), 0, 0,
-                static_cast<int>(i + 1), static_cast<int>(problems.size())});
+    TrainProgress planned;
+    planned.problem = problems[i].name;
+    planned.gap = gap_of(*states.back());
+    planned.planned = static_cast<int>(i + 1);
+    planned.problems = static_cast<int>(problems.size());
+    report_setup(planned);
     if (cancel && cancel->load()) return Status::error("cancelled while running the classical planners");
   }
 
@@ -142,7 +151,10 @@ Result<TrainPolicyResult> train_policy(std::vector<TrainProblem>& problems, cons
     std::shuffle(order.begin(), order.end(), order_rng);
     for (size_t i : order)
       if (states[i]->expert) states[i]->policy->imitate(*states[i]->expert, 1);
-    if (progress) progress({0, o.iterations, elapsed(), o.time_budget_s, "", 0, e, o.cloning_epochs});
+    TrainProgress cloned;
+    cloned.cloning_epoch = e;
+    cloned.cloning_epochs = o.cloning_epochs;
+    report_setup(cloned);
     if (cancel && cancel->load()) break;
   }
   const int total = o.iterations > 0 ? o.iterations : std::numeric_limits<int>::max();
@@ -164,10 +176,6 @@ Result<TrainPolicyResult> train_policy(std::vector<TrainProblem>& problems, cons
     if (progress) progress({it, o.iterations, elapsed(), o.time_budget_s, s.problem.name, gap_of(s)});
     if (o.checkpoint_every > 0 && it % o.checkpoint_every == 0)
       if (Status st = checkpoint(it); !st.ok()) return st;
-    if (cancel && cancel->load()) {
-      result.cancelled = true;
-      break;
-    }
     if (o.time_budget_s > 0 && elapsed() >= o.time_budget_s) break;
   }
   result.iterations = it;

@@ -109,7 +109,8 @@ int train_cmd(const TrainArgs& a) {
   o.out = a.out;
   o.checkpoint_every = a.checkpoint_every;
   o.trained_on = {{"models", graph_names}, {"clusters", cluster_names}, {"batch_size", a.batch},
-                  {"seed", a.seed}, {"costs", a.costs}, {"imitation_steps", a.imitation_steps}};
+                  {"seed", a.seed}, {"costs", a.costs}, {"imitation_steps", a.imitation_steps},
+                  {"cloning_epochs", a.cloning_epochs}};
   auto shown = std::make_shared<double>(-1);
   auto progress = [shown](const TrainProgress& p) {
     if (p.problems > 0) {
