@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <set>
 
 #include "common/checked_math.h"
@@ -63,6 +64,59 @@ std::vector<int> Placement::devices_of_group(int g) const {
   std::vector<int> d{group_device[g]};
   if (!group_replicas.empty()) d.insert(d.end(), group_replicas[g].begin(), group_replicas[g].end());
   return d;
+}
+
+std::vector<int> replica_micro_batch_counts(int micro_batches, const std::vector<int>& weights) {
+  const int r = static_cast<int>(weights.size());
+  std::vector<int> counts(r, 1);
+  int64_t total = 0;
+  for (int w : weights) total += w;
+  // Each further micro-batch to the replica furthest below its exact share
+  // micro_batches * w / total (compared as integers: no rounding ties).
+  for (int k = r; k < micro_batches; ++k) {
+    int best = 0;
+    int64_t best_deficit = std::numeric_limits<int64_t>::min();
+    for (int i = 0; i < r; ++i) {
+      const int64_t deficit = int64_t{micro_batches} * weights[i] - int64_t{counts[i]} * total;
+      if (deficit > best_deficit) best = i, best_deficit = deficit;
+    }
+    ++counts[best];
+  }
+  return counts;
+}
+
+std::vector<int> weighted_replica_order(int micro_batches, const std::vector<int>& weights) {
+  const int r = static_cast<int>(weights.size());
+  std::vector<int> order(std::max(0, micro_batches));
+  const bool equal = std::all_of(weights.begin(), weights.end(), [&](int w) { return w == weights.front(); });
+  if (r <= 1 || equal) {
+    for (int m = 0; m < micro_batches; ++m) order[m] = r <= 1 ? 0 : m % r;
+    return order;
+  }
+  const std::vector<int> counts = replica_micro_batch_counts(micro_batches, weights);
+  std::vector<int> given(r, 0);
+  // Next: the replica with the least of its share given, (given + 1/2) / count.
+  for (int m = 0; m < micro_batches; ++m) {
+    int best = -1;
+    for (int i = 0; i < r; ++i) {
+      if (given[i] >= counts[i]) continue;
+      if (best < 0 || int64_t{2 * given[i] + 1} * counts[best] < int64_t{2 * given[best] + 1} * counts[i]) best = i;
+    }
+    order[m] = best;
+    ++given[best];
+  }
+  return order;
+}
+
+std::vector<int> Placement::replica_order(int g) const {
+  const int r = replica_count(g);
+  return weighted_replica_order(micro_batches, has_replica_weights(g) ? group_replica_weights[g] : std::vector<int>(r, 1));
+}
+
+int Placement::device_of_micro_batch(int g, int m) const {
+  if (replica_count(g) == 1) return group_device[g];
+  const int k = replica_order(g)[m];
+  return k == 0 ? group_device[g] : group_replicas[g][k - 1];
 }
 
 bool Placement::has_replicated_groups() const {
@@ -139,6 +193,27 @@ Status validate_group_replicas(const Placement& p, const Cluster& c) {
   return Status::ok();
 }
 
+// Replica weights: per group, none or one positive integer per replica.
+Status validate_replica_weights(const Placement& p) {
+  if (p.group_replica_weights.empty()) return Status::ok();
+  if (p.group_replica_weights.size() != p.group_device.size())
+    return Status::error("placement.replica_weights: weights for " + std::to_string(p.group_replica_weights.size()) +
+                         " groups, but there are " + std::to_string(p.group_device.size()) + " groups");
+  for (int g = 0; g < p.num_groups(); ++g) {
+    const std::vector<int>& w = p.group_replica_weights[g];
+    if (w.empty()) continue;
+    const std::string where = "placement.replica_weights." + std::to_string(g);
+    if (static_cast<int>(w.size()) != p.replica_count(g))
+      return Status::error(where + ": " + std::to_string(w.size()) + " weights for a group of " +
+                           std::to_string(p.replica_count(g)) + " device(s); give one per device");
+    for (size_t k = 0; k < w.size(); ++k)
+      if (w[k] < 1 || w[k] > kMaxReplicaWeight)
+        return Status::error(where + "[" + std::to_string(k) + "]: a weight is an integer in [1, " +
+                             std::to_string(kMaxReplicaWeight) + "], got " + std::to_string(w[k]));
+  }
+  return Status::ok();
+}
+
 // A replicated group is one stage: one all-reduce after its backward pass.
 // It must not be both upstream and downstream of another group (a cycle in
 // the groups' graph through it). Returns the offending pair or {-1, -1}.
@@ -211,6 +286,7 @@ Status validate_placement(const Placement& p, const LayerGraph& g, const Cluster
     return Status::error("placement.aggregation_every: must be at least 1 (1 = every step, synchronous), got " +
                          std::to_string(p.aggregation_every));
   if (Status s = validate_group_replicas(p, c); !s) return s;
+  if (Status s = validate_replica_weights(p); !s) return s;
   if (!p.group_recompute.empty() && static_cast<int>(p.group_recompute.size()) != p.num_groups())
     return Status::error("placement.recompute: flags for " + std::to_string(p.group_recompute.size()) +
                          " groups, but there are " + std::to_string(p.num_groups()) + " groups");
@@ -497,9 +573,14 @@ std::vector<MemoryBreakdown> estimate_device_memory(const Placement& p, const La
   input_counted_by.assign(L, -1);  // the last group that counted this layer's output as its received input
   grad_counted.assign(L, 0);
   const int64_t mb = (batch_size + p.micro_batches - 1) / p.micro_batches;
-  // The micro-batches each replica of a group runs (every replicas-th).
+  // The micro-batches each replica of a group runs (every replicas-th; by
+  // weights: the busiest replica's count, charged to every replica).
   auto own_micro_batches = [&](int grp) -> int64_t {
     const int replicas = p.replica_count(grp);
+    if (replicas > 1 && p.has_replica_weights(grp)) {
+      const auto counts = replica_micro_batch_counts(p.micro_batches, p.group_replica_weights[grp]);
+      return *std::max_element(counts.begin(), counts.end());
+    }
     return (p.micro_batches + replicas - 1) / replicas;
   };
   // A group's micro-batches in flight on its (first) device; each replica has the same limit.
@@ -652,6 +733,38 @@ Status read_recompute(const json& j, Placement& p) {
   return Status::ok();
 }
 
+// "replica_weights": {"<group index>": [one positive integer per device of the group], ...}.
+Status read_replica_weights(const json& j, Placement& p) {
+  auto it = j.find("replica_weights");
+  if (it == j.end() || it->is_null()) return Status::ok();
+  if (!it->is_object())
+    return jf::field_error("placement.replica_weights",
+                           std::string("expected an object of group index -> weights, got ") + it->type_name());
+  if (it->empty()) return Status::ok();
+  p.group_replica_weights.assign(p.num_groups(), {});
+  for (auto w = it->begin(); w != it->end(); ++w) {
+    const std::string where = "placement.replica_weights." + w.key();
+    const std::string& key = w.key();
+    if (key.empty() || key.size() > 6 || !std::all_of(key.begin(), key.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+      return jf::field_error(where, "expected a group index as the key");
+    const int grp = std::stoi(key);
+    if (grp >= p.num_groups()) return jf::field_error(where, "group " + key + " does not exist");
+    if (!w->is_array() || w->empty())
+      return jf::field_error(where, std::string("expected a non-empty array of weights, got ") + w->type_name());
+    for (size_t k = 0; k < w->size(); ++k) {
+      const json& v = (*w)[k];
+      if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > kMaxReplicaWeight)
+        return jf::field_error(where + "[" + std::to_string(k) + "]",
+                               "expected an integer in [1, " + std::to_string(kMaxReplicaWeight) + "]");
+      p.group_replica_weights[grp].push_back(static_cast<int>(v.get<int64_t>()));
+    }
+    if (static_cast<int>(w->size()) != p.replica_count(grp))
+      return jf::field_error(where, std::to_string(w->size()) + " weights for a group of " +
+                                        std::to_string(p.replica_count(grp)) + " device(s); give one per device");
+  }
+  return Status::ok();
+}
+
 // A group's devices: one name, or a non-empty array of names (replicas).
 Result<std::vector<int>> read_group_devices(const json& gj, const Cluster& c, const std::string& where) {
   auto index = [&](const json& name, const std::string& at) -> Result<int> {
@@ -695,6 +808,10 @@ json placement_to_json(const Placement& p, const LayerGraph& g, const Cluster& c
   for (int grp = 0; grp < p.num_groups(); ++grp)
     if (p.recomputes(grp)) recompute.push_back(grp);
   if (!recompute.empty()) j["recompute"] = recompute;
+  json weights = json::object();
+  for (int grp = 0; grp < p.num_groups(); ++grp)
+    if (p.replica_count(grp) > 1 && p.has_replica_weights(grp)) weights[std::to_string(grp)] = p.group_replica_weights[grp];
+  if (!weights.empty()) j["replica_weights"] = weights;
   j["groups"] = json::array();
   for (int grp = 0; grp < p.num_groups(); ++grp) {
     if (p.replica_count(grp) == 1) {
@@ -754,6 +871,7 @@ Result<Placement> placement_from_json(const json& j, const LayerGraph& g, const 
     if (p.layer_group[i] < 0) return jf::field_error("placement.layers." + g.layers[i].name, "missing");
   if (Status s = read_optimizer(j, p.optimizer); !s) return s;
   if (Status s = read_recompute(j, p); !s) return s;
+  if (Status s = read_replica_weights(j, p); !s) return s;
   return p;
 }
 

@@ -59,13 +59,24 @@ Result<Optimizer> optimizer_from_name(const std::string& name);
 // Copies of the parameters the optimizer keeps (sgd 1, adam 2).
 int optimizer_state_copies(Optimizer o);
 
+// The largest replica weight a placement may give (a share of 1 : 64 is as
+// uneven as any cluster needs; it bounds the integers a file may bring).
+constexpr int kMaxReplicaWeight = 64;
+
 struct Placement {
   std::vector<int> layer_group;   // per layer
   std::vector<int> group_device;  // per group: its device (its first replica when replicated)
   // Per group (empty = no group replicated): the further devices that run a
   // replica of the group beside group_device[g]. Micro-batch m of the group
-  // runs on replica m % replica_count(g); each replica sees whole micro-batches.
+  // runs on replica m % replica_count(g) (or by its weights, below); each
+  // replica sees whole micro-batches.
   std::vector<std::vector<int>> group_replicas;
+  // Per group (empty = every replica set shares equally): the replicas'
+  // relative shares of the micro-batches, one positive integer per device of
+  // devices_of_group(g) (empty for a group = equal). Heterogeneous replicas:
+  // a device twice as fast takes twice the micro-batches, so its replicas
+  // finish together (weighted_replica_order says which runs which).
+  std::vector<std::vector<int>> group_replica_weights;
   // Replicated groups: 1 = their gradients are all-reduced every step
   // (synchronous, equal to single-device training); K > 1 = each replica
   // updates on its own share and the replicas' parameters are averaged every
@@ -93,11 +104,12 @@ struct Placement {
     return 1 + (group_replicas.empty() ? 0 : static_cast<int>(group_replicas[g].size()));
   }
   bool has_replicated_groups() const;
-  // The device that runs micro-batch m of group g (round-robin over its replicas).
-  int device_of_micro_batch(int g, int m) const {
-    const int r = replica_count(g);
-    return r == 1 ? group_device[g] : (m % r == 0 ? group_device[g] : group_replicas[g][m % r - 1]);
-  }
+  bool has_replica_weights(int g) const { return !group_replica_weights.empty() && !group_replica_weights[g].empty(); }
+  // Per micro-batch of group g: the index (in devices_of_group(g)) of the
+  // replica that runs it: round-robin, or by the group's weights.
+  std::vector<int> replica_order(int g) const;
+  // The device that runs micro-batch m of group g.
+  int device_of_micro_batch(int g, int m) const;
   std::vector<int> layer_devices() const;
   // Every layer on `device`, one group, no pipelining.
   static Placement single_device(int num_layers, int device, int micro_batches = 1);
@@ -107,10 +119,20 @@ struct Placement {
   int64_t replica_share(int64_t batch_size) const;  // samples per replica
 };
 
+// Which replica runs each of `micro_batches` micro-batches when the replicas
+// have these relative weights: each replica's count is its share of the
+// micro-batches by largest remainder, at least one each (needs micro_batches
+// >= weights.size()); the order interleaves them evenly (the replica furthest
+// behind its share goes next), so equal weights give round-robin exactly.
+std::vector<int> weighted_replica_order(int micro_batches, const std::vector<int>& weights);
+// How many micro-batches each replica runs in that order.
+std::vector<int> replica_micro_batch_counts(int micro_batches, const std::vector<int>& weights);
+
 // Structural checks against a model and a cluster (sizes, indices, micro-batches
 // between 1 and the batch size; replicas: distinct devices in a group, at
 // least as many micro-batches as replicas, a replicated group that is one
-// stage — never both before and after another group; aggregation_every >= 1).
+// stage — never both before and after another group; aggregation_every >= 1;
+// replica weights: one positive integer per replica of a replicated group).
 // Errors name the field.
 Status validate_placement(const Placement& p, const LayerGraph& g, const Cluster& c, int64_t batch_size);
 

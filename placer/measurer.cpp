@@ -1,6 +1,9 @@
 // placer/measurer.cpp — see measurer.h.
 #include "placer/measurer.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/cluster.h"
 #include "model/layer_graph.h"
 
@@ -20,6 +23,11 @@ std::string placement_key(const Placement& p) {
       k += ';';
     }
     if (p.aggregation_every != 1) k += "|a" + std::to_string(p.aggregation_every);
+    for (int g = 0; g < p.num_groups(); ++g) {
+      if (!p.has_replica_weights(g)) continue;
+      k += "|w" + std::to_string(g) + ':';
+      for (int w : p.group_replica_weights[g]) k += std::to_string(w) + ',';
+    }
   }
   for (int g = 0; g < p.num_groups(); ++g)
     if (p.recomputes(g)) k += "|r" + std::to_string(g);
@@ -51,9 +59,49 @@ const StepReport& Measurer::measure(const Placement& given, int iteration) {
   return stored;
 }
 
+bool weigh_replicas(Placement& p, const std::vector<double>& device_sample_ms) {
+  if (!p.has_replicated_groups() || p.is_data_parallel()) return false;
+  bool weighed = false;
+  for (int g = 0; g < p.num_groups(); ++g) {
+    const int r = p.replica_count(g);
+    if (r < 2 || p.has_replica_weights(g) || p.micro_batches < r) continue;
+    std::vector<double> ms;
+    for (int d : p.devices_of_group(g)) {
+      if (d < 0 || d >= static_cast<int>(device_sample_ms.size()) || !(device_sample_ms[d] > 0)) return weighed;
+      ms.push_back(device_sample_ms[d]);
+    }
+    std::vector<int> counts(r, 1);
+    for (int m = r; m < p.micro_batches; ++m) {
+      int next = 0;
+      for (int k = 1; k < r; ++k)
+        if ((counts[k] + 1) * ms[k] < (counts[next] + 1) * ms[next]) next = k;
+      ++counts[next];
+    }
+    if (std::all_of(counts.begin(), counts.end(), [&](int c) { return c == counts[0]; })) continue;
+    // Counts above the largest weight a placement takes: scaled down, at least 1 each.
+    const int most = *std::max_element(counts.begin(), counts.end());
+    if (most > kMaxReplicaWeight)
+      for (int& c : counts)
+        c = std::max(1, static_cast<int>(std::lround(static_cast<double>(c) * kMaxReplicaWeight / most)));
+    if (p.group_replica_weights.empty()) p.group_replica_weights.assign(p.num_groups(), {});
+    p.group_replica_weights[g] = counts;
+    weighed = true;
+  }
+  return weighed;
+}
+
 StepReport Measurer::check_and_evaluate(Placement& p) {
   if (Status st = validate_placement(p, graph_, cluster_, batch_size_); !st)
     return StepReport::failure(FailureKind::invalid_placement, st.message(), evaluator_.name());
+  // Replicas of different speeds take micro-batches in proportion, where that
+  // still fits (the fastest replica then holds the most micro-batches).
+  if (!device_sample_ms_.empty()) {
+    Placement weighed = p;
+    if (weigh_replicas(weighed, device_sample_ms_) && recompute_where_needed(weighed, graph_, cluster_, batch_size_)) {
+      p = std::move(weighed);
+      return evaluator_.evaluate(p);
+    }
+  }
   // As the planners do (planners/planner_support.h): the stages of a device
   // that does not fit recompute their activations, where that makes it fit.
   // Without it no proposal of a model like gpt2 at batch 32 on 4 GB devices

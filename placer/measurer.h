@@ -5,13 +5,16 @@
 // measure(). A placement seen before is answered from the memo (so `measure`
 // never runs a duplicate on the workers); a new one is validated, gets
 // activation recomputation on the stages of a device that does not fit
-// without it (the planners' rule, core's recompute_where_needed), is
+// without it (the planners' rule, core's recompute_where_needed), gets
+// replica weights by its devices' speeds where replicated groups have none
+// and the search gave those speeds (replicas that differ in speed take
+// micro-batches in proportion, when that still fits memory), is
 // memory-checked (a failure is data: "invalid_placement", "out_of_memory")
 // and only then evaluated; the best kept is the placement as evaluated. It keeps the best valid
 // placement, the best valid pipeline (not data parallel: the refinement
 // climbs from it), a trace point each time the best improves, and the counts
 // of distinct placements evaluated and failed.
-// Data flow: Placement -> placement_key -> memo | validate -> recompute where needed -> check_memory ->
+// Data flow: Placement -> placement_key -> memo | validate -> weigh replicas -> recompute where needed -> check_memory ->
 //            Evaluator -> StepReport -> memo, best, trace.
 // Thread safety: one thread (the search's); the evaluator is used by it only.
 #pragma once
@@ -50,6 +53,10 @@ class Measurer {
   Measurer(const LayerGraph& graph, const Cluster& cluster, Evaluator& evaluator, int64_t batch_size,
            Optimizer optimizer = Optimizer::sgd);
 
+  // Per device: its time per sample (any unit; only ratios count). From now
+  // on, replicated groups without weights are weighed by it (weigh_replicas).
+  void weigh_replicas_by(std::vector<double> device_sample_ms) { device_sample_ms_ = std::move(device_sample_ms); }
+
   // The report of `p` (without a timeline): from the memo, or checked and
   // evaluated once. `iteration` labels an improvement in the trace.
   const StepReport& measure(const Placement& p, int iteration);
@@ -84,6 +91,15 @@ class Measurer {
   int last_improvement_ = 0;
   int64_t evaluations_ = 0, failures_ = 0;
   std::vector<TracePoint> trace_;
+  std::vector<double> device_sample_ms_;
 };
+
+// Gives each replicated group of `p` whose replicas differ in speed the
+// weights that let them finish together: its micro-batches counted out one
+// at a time to the replica that would finish it first (time per sample from
+// `device_sample_ms`, one entry per device), those counts as the weights.
+// Groups that already have weights, and equally fast replica sets, are left
+// as they are. Returns whether any group was given weights.
+bool weigh_replicas(Placement& p, const std::vector<double>& device_sample_ms);
 
 }  // namespace tapp

@@ -229,6 +229,7 @@ class SearchLoop {
         total_(std::max(1, opt.iterations)),
         patience_(opt.patience > 0 ? opt.patience : std::max(100, total_ / 2)),
         reference_ms_(opt.reference_step_ms) {
+    if (!opt.device_sample_ms.empty()) measurer_.weigh_replicas_by(opt.device_sample_ms);
     if (opt.warm_start)
       policy_->imitate(placement_to_decision(*opt.warm_start, config_.micro_batch_choices, config_.num_groups),
                        kImitationSteps, kImitationRate);

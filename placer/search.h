@@ -63,6 +63,10 @@ struct SearchOptions {
   bool replicate_stages = true;  // a group may take replicas on free devices (PolicyConfig::max_replicas)
   bool distinct_devices = true;  // stages on distinct devices (PolicyConfig::distinct_devices)
   bool data_parallel = true;     // data parallelism is one of the policy's choices (PolicyConfig::offer_data_parallel)
+  // Per device: its time per sample (the cost model's whole-model forward +
+  // backward); replicated groups then take micro-batches in proportion to
+  // their devices' speeds (Measurer::weigh_replicas_by). Empty = equal shares.
+  std::vector<double> device_sample_ms;
   int hidden = 64;
   double learning_rate = 0.005;
   ReinforceConfig reinforce;

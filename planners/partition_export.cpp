@@ -316,6 +316,13 @@ Result<std::vector<PipelineStage>> pipeline_stages(const Placement& p, const Lay
   if (p.schedule == Schedule::al || g.is_al_form())
     return Status::field_error("placement.schedule", "an Associated Learning placement trains by local losses, which "
                                                      "none of the export formats runs");
+  for (int grp = 0; grp < p.num_groups() && grp < static_cast<int>(p.group_replica_weights.size()); ++grp) {
+    const auto& w = p.group_replica_weights[grp];
+    if (p.replica_count(grp) > 1 && !w.empty() && std::any_of(w.begin(), w.end(), [&](int x) { return x != w[0]; }))
+      return Status::field_error("placement.replica_weights." + std::to_string(grp),
+                                 "its replicas take unequal shares of the micro-batches, which none of the export "
+                                 "formats divides (each gives a stage's replicas equal shares)");
+  }
   if (p.layer_group.size() != g.layers.size() || g.layers.empty())
     return Status::field_error("placement.layers", "has " + std::to_string(p.layer_group.size()) +
                                                        " layers, the model " +

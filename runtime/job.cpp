@@ -17,6 +17,7 @@ json job_to_json(const Job& job) {
   j["placement"] = {{"layer_group", job.placement.layer_group},
                     {"group_device", job.placement.group_device},
                     {"group_replicas", job.placement.group_replicas},
+                    {"group_replica_weights", job.placement.group_replica_weights},
                     {"aggregation_every", job.placement.aggregation_every},
                     {"micro_batches", job.placement.micro_batches},
                     {"schedule", schedule_name(job.placement.schedule)},
@@ -54,6 +55,7 @@ Result<Job> job_from_json(const json& j) {
     job.placement.layer_group = p.at("layer_group").get<std::vector<int>>();
     job.placement.group_device = p.at("group_device").get<std::vector<int>>();
     job.placement.group_replicas = p.at("group_replicas").get<std::vector<std::vector<int>>>();
+    job.placement.group_replica_weights = p.at("group_replica_weights").get<std::vector<std::vector<int>>>();
     job.placement.aggregation_every = p.at("aggregation_every").get<int>();
     job.placement.micro_batches = p.at("micro_batches").get<int>();
     auto sched = schedule_from_name(p.at("schedule").get<std::string>());

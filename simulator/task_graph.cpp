@@ -78,6 +78,7 @@ void reset_segment(Segment& seg) {
   seg.computes_loss = false;
   seg.recompute = false;
   seg.param_bytes = 0;
+  seg.replica_of_micro_batch.clear();
 }
 
 // Segments: a new one starts where the layer's devices change. A replicated
@@ -101,6 +102,7 @@ void split_segments(const LayerGraph& g, const Placement& p, TaskGraph& tg, Scra
       seg.recompute = p.recomputes(grp);
       seg.devices.assign(1, p.group_device[grp]);
       if (replicated) seg.devices.insert(seg.devices.end(), p.group_replicas[grp].begin(), p.group_replicas[grp].end());
+      if (replicated && p.has_replica_weights(grp)) seg.replica_of_micro_batch = p.replica_order(grp);
       prev_key = key;
     }
     Segment& seg = tg.segments[S - 1];

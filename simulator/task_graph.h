@@ -10,7 +10,8 @@
 //    layer-to-device assignment of a DAG runs, including non-contiguous ones
 //    where a device holds several segments and branch-parallel ones.
 //  * replicas: micro-batch m of a segment runs on segment.device_of(m) =
-//    devices[m % devices.size()] (Placement::device_of_micro_batch). There is
+//    devices[m % devices.size()], or by the group's replica weights
+//    (Placement::replica_order, device_of_micro_batch). There is
 //    no "the device" of a segment: every per-micro-batch use goes through
 //    device_of(m).
 //  * tasks: forward and backward of each (segment, micro-batch) on
@@ -60,10 +61,17 @@ inline bool is_transfer(TaskKind k) { return k == TaskKind::transfer_activation 
 struct Segment {
   int group = 0;             // the placement group of its first layer (all of them when replicated)
   std::vector<int> devices;  // Placement::devices_of_group(group): the first replica, then the others
-  // The device that runs micro-batch m of this segment (round-robin over its replicas).
-  int device_of(int micro_batch) const {
-    return devices.size() == 1 ? devices[0] : devices[static_cast<size_t>(micro_batch) % devices.size()];
+  // Replicas with weights (Placement::replica_order): per micro-batch, the
+  // index in `devices` of the replica that runs it; empty = round-robin.
+  std::vector<int> replica_of_micro_batch;
+  // The index in `devices` of the replica that runs micro-batch m.
+  int replica_of(int micro_batch) const {
+    if (devices.size() == 1) return 0;
+    return replica_of_micro_batch.empty() ? static_cast<int>(static_cast<size_t>(micro_batch) % devices.size())
+                                          : replica_of_micro_batch[static_cast<size_t>(micro_batch)];
   }
+  // The device that runs micro-batch m of this segment.
+  int device_of(int micro_batch) const { return devices[static_cast<size_t>(replica_of(micro_batch))]; }
   int replica_count() const { return static_cast<int>(devices.size()); }
   bool replicated() const { return devices.size() > 1; }
   bool runs_on(int device) const;  // one of its replicas is `device`

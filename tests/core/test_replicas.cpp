@@ -12,6 +12,7 @@
 #include "core/cluster.h"
 #include "core/placement.h"
 #include "model/layer_graph.h"
+#include "model/model_json.h"
 #include "tests/model/linear_chain.h"
 
 using namespace tapp;
@@ -149,4 +150,102 @@ TEST_CASE("the interleaved schedule has a name and keeps one more warm-up round 
   CHECK(micro_batches_in_flight(Schedule::interleaved_1f1b, 8, 2) == 3);
   CHECK(micro_batches_in_flight(Schedule::one_f_one_b, 8, 2) == 2);
   CHECK(schedule_from_name("zigzag").error_message().find("interleaved_1f1b") != std::string::npos);
+}
+
+TEST_CASE("replica weights divide the micro-batches in proportion, interleaved; equal weights are round-robin") {
+  CHECK(weighted_replica_order(6, {1, 1, 1}) == std::vector<int>{0, 1, 2, 0, 1, 2});
+  CHECK(weighted_replica_order(5, {2, 2}) == std::vector<int>{0, 1, 0, 1, 0});
+  CHECK(weighted_replica_order(4, {3, 1}) == std::vector<int>{0, 0, 1, 0});
+  CHECK(replica_micro_batch_counts(8, {2, 1, 1}) == std::vector<int>{4, 2, 2});
+  // Each replica runs at least one micro-batch, however small its weight.
+  CHECK(replica_micro_batch_counts(3, {64, 1, 1}) == std::vector<int>{1, 1, 1});
+  // On random weights and counts: every replica at least once, the counts
+  // sum to the micro-batches and are within one of their exact share.
+  uint64_t state = 12345;
+  auto next = [&](int n) { state = state * 6364136223846793005ULL + 1442695040888963407ULL; return int((state >> 33) % n); };
+  for (int trial = 0; trial < 500; ++trial) {
+    const int r = 2 + next(5);
+    std::vector<int> w(r);
+    for (int& x : w) x = 1 + next(kMaxReplicaWeight);
+    const int m = r + next(40);
+    const auto order = weighted_replica_order(m, w);
+    const auto counts = replica_micro_batch_counts(m, w);
+    REQUIRE(order.size() == static_cast<size_t>(m));
+    std::vector<int> seen(r, 0);
+    for (int k : order) ++seen[k];
+    CHECK(seen == counts);
+    int total_w = 0;
+    for (int x : w) total_w += x;
+    for (int k = 0; k < r; ++k) {
+      CHECK(counts[k] >= 1);
+      const double share = double(m) * w[k] / total_w;
+      CHECK((counts[k] <= std::max(1.0, share) + 1.0 && counts[k] >= share - 1.0 - (r - 1)));
+    }
+  }
+}
+
+TEST_CASE("replica weights round-trip through JSON, decide which device runs a micro-batch and its memory") {
+  LayerGraph g = chain();
+  Cluster c = devices(3);
+  json j = json::parse(R"({"micro_batches": 4, "groups": [["cpu0", "cpu1"], "cpu2"], "replica_weights": {"0": [3, 1]},
+                           "layers": {"fc0": 0, "fc1": 0, "fc2": 1, "fc3": 1}})");
+  auto p = placement_from_json(j, g, c);
+  REQUIRE(p.is_ok());
+  REQUIRE(validate_placement(*p, g, c, 16).is_ok());
+  CHECK(p->group_replica_weights == std::vector<std::vector<int>>{{3, 1}, {}});
+  std::vector<int> runs_on;
+  for (int m = 0; m < 4; ++m) runs_on.push_back(p->device_of_micro_batch(0, m));
+  CHECK(runs_on == std::vector<int>{0, 0, 1, 0});
+  json written = placement_to_json(*p, g, c);
+  CHECK(written["replica_weights"] == json::parse(R"({"0": [3, 1]})"));
+  auto again = placement_from_json(written, g, c);
+  REQUIRE(again.is_ok());
+  CHECK(again->group_replica_weights == p->group_replica_weights);
+  // The busier replica keeps three micro-batches in flight, not two: each replica is charged for it.
+  Placement even = *p;
+  even.group_replica_weights.clear();
+  CHECK(estimate_device_memory_bytes(*p, g, c, 16)[1] > estimate_device_memory_bytes(even, g, c, 16)[1]);
+}
+
+TEST_CASE("bad replica weights are refused naming the field") {
+  LayerGraph g = chain();
+  Cluster c = devices(3);
+  auto doc = [&](const std::string& weights) {
+    return json::parse(R"({"micro_batches": 4, "groups": [["cpu0", "cpu1"], "cpu2"], "replica_weights": )" + weights +
+                       R"(, "layers": {"fc0": 0, "fc1": 0, "fc2": 1, "fc3": 1}})");
+  };
+  CHECK(error_of(doc(R"({"0": [3]})"), g, c) ==
+        "placement.replica_weights.0: 1 weights for a group of 2 device(s); give one per device");
+  CHECK(error_of(doc(R"({"0": [3, 0]})"), g, c) == "placement.replica_weights.0[1]: expected an integer in [1, 64]");
+  CHECK(error_of(doc(R"({"0": [3, 65]})"), g, c) == "placement.replica_weights.0[1]: expected an integer in [1, 64]");
+  CHECK(error_of(doc(R"({"0": [3, 1.5]})"), g, c) == "placement.replica_weights.0[1]: expected an integer in [1, 64]");
+  CHECK(error_of(doc(R"({"7": [1, 1]})"), g, c) == "placement.replica_weights.7: group 7 does not exist");
+  CHECK(error_of(doc(R"({"x": [1, 1]})"), g, c) == "placement.replica_weights.x: expected a group index as the key");
+  CHECK(error_of(doc(R"({"0": []})"), g, c) == "placement.replica_weights.0: expected a non-empty array of weights, got array");
+  CHECK(error_of(doc(R"([3, 1])"), g, c) ==
+        "placement.replica_weights: expected an object of group index -> weights, got array");
+  CHECK(error_of(doc(R"({"1": [2]})"), g, c) == "");  // one device, one weight: nothing to divide
+  // Built in code: the same rules from validate_placement.
+  auto p = placement_from_json(doc("{}"), g, c);
+  REQUIRE(p.is_ok());
+  p->group_replica_weights = {{2, 1, 1}, {}};
+  CHECK(validate_placement(*p, g, c, 16).message() ==
+        "placement.replica_weights.0: 3 weights for a group of 2 device(s); give one per device");
+}
+
+TEST_CASE("the schema's replica-weight examples: the valid one parses and validates, the invalid one is refused") {
+  auto g = parse_model_json(R"({"name": "mlp", "input_shape": [64], "layers": [
+      {"name": "fc0", "op": "linear", "attrs": {"out": 32}}, {"name": "relu0", "op": "relu", "inputs": ["fc0"]},
+      {"name": "fc1", "op": "linear", "inputs": ["relu0"], "attrs": {"out": 16}},
+      {"name": "relu1", "op": "relu", "inputs": ["fc1"]}, {"name": "fc2", "op": "linear", "inputs": ["relu1"], "attrs": {"out": 4}}]})");
+  REQUIRE(g.is_ok());
+  const Cluster c = devices(3);
+  const std::string dir = std::string(TAPP_SOURCE_DIR) + "/schemas/examples/placement/";
+  auto valid = load_placement(dir + "valid/replica_weights.json", *g, c);
+  REQUIRE(valid.is_ok());
+  CHECK(validate_placement(*valid, *g, c, 16).is_ok());
+  CHECK(valid->group_replica_weights[0] == std::vector<int>{3, 1});
+  auto invalid = load_placement(dir + "invalid/replica_weight_zero.json", *g, c);
+  REQUIRE_FALSE(invalid.is_ok());
+  CHECK(invalid.error_message().find("placement.replica_weights.0[1]") != std::string::npos);
 }

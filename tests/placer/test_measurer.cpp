@@ -167,3 +167,38 @@ TEST_CASE("the measurer recomputes the activations of a device that does not fit
   REQUIRE(roomy.measure(p, 1).ok);
   CHECK(roomy.best().group_recompute.empty());
 }
+
+TEST_CASE("replicas of different speeds are weighed so they finish together; equal ones are left round-robin") {
+  Placement p = two_stages(0, 2, 8);
+  p.group_replicas = {{1}, {}};
+  // Device 1 takes twice as long per sample: 8 micro-batches go 6 : 2 (d0
+  // busy 6 units, d1 4; round-robin's 4 : 4 keeps d1 busy 8).
+  Placement weighed = p;
+  CHECK(weigh_replicas(weighed, {1.0, 2.0, 1.0}));
+  CHECK(weighed.group_replica_weights == std::vector<std::vector<int>>{{6, 2}, {}});
+  Placement equal = p;
+  CHECK_FALSE(weigh_replicas(equal, {1.0, 1.0, 3.0}));
+  CHECK(equal.group_replica_weights.empty());
+  // Weights a placement already has are kept.
+  Placement given = p;
+  given.group_replica_weights = {{1, 1}, {}};
+  CHECK_FALSE(weigh_replicas(given, {1.0, 4.0, 1.0}));
+  CHECK(given.group_replica_weights == std::vector<std::vector<int>>{{1, 1}, {}});
+
+  // Through the measurer: the best it keeps is the placement as weighed.
+  LayerGraph g = chain_graph(2);
+  Cluster c = equal_cluster(3);
+  c.devices[1].speed = 0.5;
+  Result<CostModel> cost = CostModel::build(g, c, estimated_library(g, 8), default_calibration());
+  REQUIRE(cost.is_ok());
+  SimulatorEvaluator sim(g, c, *cost, 8);
+  Measurer plain(g, c, sim, 8);
+  Measurer by_speed(g, c, sim, 8);
+  by_speed.weigh_replicas_by({1.0, 2.0, 1.0});
+  const StepReport even = plain.measure(p, 1);
+  const StepReport fast = by_speed.measure(p, 1);
+  REQUIRE(even.ok);
+  REQUIRE(fast.ok);
+  CHECK(fast.step_ms < even.step_ms);
+  CHECK(by_speed.best().group_replica_weights == std::vector<std::vector<int>>{{6, 2}, {}});
+}

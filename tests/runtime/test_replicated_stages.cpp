@@ -49,7 +49,7 @@ double max_difference(const std::vector<float>& a, const std::vector<float>& b) 
 // Runs `p` and checks that every replica of every group holds the parameters
 // of single-device training, that every device used reports its own busy and
 // idle time, and that each replica of a replicated group ran its all-reduce.
-void check_hybrid_equals_single(const LayerGraph& g, int devices, const Placement& p, bool replicated = true) {
+StepReport check_hybrid_equals_single(const LayerGraph& g, int devices, const Placement& p, bool replicated = true) {
   RunOptions o = test_options();
   RunResult r = run_placement(g, local_cluster(devices), p, o);
   INFO(failure_kind_name(r.report.failure_kind) << ": " << r.report.message);
@@ -87,6 +87,7 @@ void check_hybrid_equals_single(const LayerGraph& g, int devices, const Placemen
       ++k;
     }
   check_no_orphans(r);
+  return r.report;
 }
 
 // chain layers: fc0 relu0 fc1 | relu1 fc2 relu2 fc3
@@ -120,6 +121,21 @@ TEST_CASE("parallel branches on different devices, one of them replicated, train
   for (Schedule s : {Schedule::gpipe, Schedule::one_f_one_b}) {
     INFO(schedule_name(s));
     check_hybrid_equals_single(branch_model(), 3, hybrid(kBranchGroups, {{0}, {1}, {2, 1}, {0}}, 4, s));
+  }
+}
+
+TEST_CASE("replicas with unequal weights (3 : 1 of the micro-batches) train like one device, GPipe and 1F1B") {
+  for (Schedule s : {Schedule::gpipe, Schedule::one_f_one_b}) {
+    INFO(schedule_name(s));
+    Placement p = hybrid(kChainThreeStages, {{0}, {1, 2}, {0}}, 4, s);
+    p.group_replica_weights = {{}, {3, 1}, {}};
+    const StepReport r = check_hybrid_equals_single(chain_model(), 3, p);
+    // The weights' order 0, 0, 1, 0: d2 runs micro-batch 2 of the middle stage, d1 the others.
+    CHECK(has_span(r, 2, "F s1 m2"));
+    for (int m : {0, 1, 3}) {
+      CHECK(has_span(r, 1, "F s1 m" + std::to_string(m)));
+      CHECK_FALSE(has_span(r, 2, "F s1 m" + std::to_string(m)));
+    }
   }
 }
 

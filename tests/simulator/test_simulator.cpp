@@ -648,6 +648,41 @@ TEST_CASE("heterogeneous replicas: the slow replica decides the step, the slowes
   CHECK(slow_link.step_ms == doctest::Approx(27.0));
 }
 
+TEST_CASE("replica weights: a replica twice as fast takes twice the micro-batches and the step shortens") {
+  // fc0 on {d0, d1 (speed 0.5)}, fc1 on d2; 1 ms per layer per sample both ways; free links; 3 micro-batches.
+  // Round-robin: d0 runs m0, m2 and d1 runs m1:
+  //   d0: F0 m0 [0, 1], F0 m2 [1, 2]          d1: F0 m1 [0, 2]
+  //   d2: F1 m0 [1, 2], F1 m1 [2, 3], F1 m2 [3, 4], B1 m0 [4, 5], B1 m1 [5, 6], B1 m2 [6, 7]
+  //   d0: B0 m0 [5, 6], B0 m2 [7, 8]          d1: B0 m1 [6, 8]     -> 8 ms
+  // Four micro-batches, round-robin: d1 runs m1 and m3 (2 ms each way):
+  //   d1: F0 m1 [0, 2], F0 m3 [2, 4]; d2: F1 m0..m3 [1, 2] [2, 3] [3, 4] [4, 5], B1 [5, 9];
+  //   d1: B0 m1 [7, 9], B0 m3 [9, 11]   -> 11 ms
+  // Weights [3, 1] give d0 m0, m1, m3 and d1 m2:
+  //   d0: F0 m0 [0, 1], F0 m1 [1, 2], F0 m3 [2, 3]        d1: F0 m2 [0, 2]
+  //   d2: F1 m0..m3 [1, 2] [2, 3] [3, 4] [4, 5], B1 m0..m3 [5, 6] [6, 7] [7, 8] [8, 9]
+  //   d0: B0 m0 [6, 7], B0 m1 [7, 8], B0 m3 [9, 10]        d1: B0 m2 [8, 10]   -> 10 ms
+  LayerGraph g = chain(2);
+  Cluster c = devices(3);
+  c.devices[1].speed = 0.5;
+  LayerLibrary lib = flat_library(g, 1, 1.0, 1.0);
+  StepReport three = run(g, c, lib, with_replicas({0, 1}, {{0, 1}, {2}}, 3), 3);
+  REQUIRE(three.ok);
+  CHECK(three.step_ms == doctest::Approx(8.0));
+  Placement even = with_replicas({0, 1}, {{0, 1}, {2}}, 4);
+  StepReport round_robin = run(g, c, lib, even, 4);
+  REQUIRE(round_robin.ok);
+  CHECK(round_robin.step_ms == doctest::Approx(11.0));
+  Placement weighed = even;
+  weighed.group_replica_weights = {{3, 1}, {}};
+  REQUIRE(weighed.replica_order(0) == std::vector<int>{0, 0, 1, 0});
+  StepReport r = run(g, c, lib, weighed, 4);
+  REQUIRE(r.ok);
+  CHECK(r.step_ms == doctest::Approx(10.0));
+  CHECK(has_line(r, 1, "B s0 m2", 8, 10));
+  CHECK(r.devices[0].busy_ms == doctest::Approx(6.0));  // three micro-batches, 1 ms each way
+  CHECK(r.devices[1].busy_ms == doctest::Approx(4.0));  // one, 2 ms each way
+}
+
 TEST_CASE("a replicated stage's allreduce costs what BSP's gradient exchange costs for the same bytes and devices") {
   LayerGraph g = chain(2);
   Cluster c = slow_links(3);
