@@ -70,6 +70,8 @@ bool weigh_replicas(Placement& p, const std::vector<double>& device_sample_ms) {
       if (d < 0 || d >= static_cast<int>(device_sample_ms.size()) || !(device_sample_ms[d] > 0)) return weighed;
       ms.push_back(device_sample_ms[d]);
     }
+    // Equally fast replicas keep round-robin (their counts differ by one at most anyway).
+    if (std::all_of(ms.begin(), ms.end(), [&](double x) { return std::abs(x - ms[0]) <= 1e-9 * ms[0]; })) continue;
     std::vector<int> counts(r, 1);
     for (int m = r; m < p.micro_batches; ++m) {
       int next = 0;

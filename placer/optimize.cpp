@@ -414,6 +414,9 @@ json groups_summary(const Placement& p, const LayerGraph& g, const Cluster& c) {
       json replicas = json::array();
       for (int d : p.group_replicas[gi]) replicas.push_back(c.devices.at(d).name);
       out.back()["replicas"] = replicas;
+      // How many of the step's micro-batches each device of the group runs.
+      const auto w = p.has_replica_weights(gi) ? p.group_replica_weights[gi] : std::vector<int>(p.replica_count(gi), 1);
+      out.back()["micro_batches_per_device"] = replica_micro_batch_counts(p.micro_batches, w);
     }
   }
   return out;

@@ -234,7 +234,13 @@ void print_result(const json& r) {
     for (const auto& d : g.value("replicas", json::array())) devices += "+" + d.get<std::string>();
     std::cout << (replicas ? "  replica " : "  group ")<< g.value("group", 0) << " -> " << std::left << std::setw(10) << devices
               << std::right << " layers " << g.value("first_layer", "") << " .. " << g.value("last_layer", "") << " ("
-              << g.value("layers", 0) << ")\n";
+              << g.value("layers", 0) << ")";
+    if (g.contains("micro_batches_per_device")) {  // a replicated stage: its devices' shares
+      std::string shares;
+      for (const auto& n : g["micro_batches_per_device"]) shares += (shares.empty() ? "" : " : ") + n.dump();
+      std::cout << ", micro-batches " << shares;
+    }
+    std::cout << "\n";
   }
   const json& p = r["policy"];
   std::cout << "\nTAPP policy: " << fmt_ms(p["step_ms"]) << " ms after " << p.value("iterations", 0)

@@ -179,6 +179,11 @@ TEST_CASE("replicas of different speeds are weighed so they finish together; equ
   Placement equal = p;
   CHECK_FALSE(weigh_replicas(equal, {1.0, 1.0, 3.0}));
   CHECK(equal.group_replica_weights.empty());
+  // Equally fast replicas stay round-robin even where the count does not divide (8 over 3).
+  Placement three = p;
+  three.group_replicas = {{1, 2}, {}};
+  three.group_device = {0, 3};
+  CHECK_FALSE(weigh_replicas(three, {1.0, 1.0, 1.0, 5.0}));
   // Weights a placement already has are kept.
   Placement given = p;
   given.group_replica_weights = {{1, 1}, {}};
