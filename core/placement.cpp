@@ -573,42 +573,55 @@ std::vector<MemoryBreakdown> estimate_device_memory(const Placement& p, const La
   input_counted_by.assign(L, -1);  // the last group that counted this layer's output as its received input
   grad_counted.assign(L, 0);
   const int64_t mb = (batch_size + p.micro_batches - 1) / p.micro_batches;
-  // The micro-batches each replica of a group runs (every replicas-th; by
-  // weights: the busiest replica's count, charged to every replica).
-  auto own_micro_batches = [&](int grp) -> int64_t {
+  // The micro-batches each device of a group runs: round-robin's share, or
+  // by the group's weights (each replica is charged its own count).
+  thread_local std::vector<std::vector<int>> own_counts;  // per group, per replica
+  own_counts.assign(p.num_groups(), {});
+  for (int grp = 0; grp < p.num_groups(); ++grp) {
     const int replicas = p.replica_count(grp);
-    if (replicas > 1 && p.has_replica_weights(grp)) {
-      const auto counts = replica_micro_batch_counts(p.micro_batches, p.group_replica_weights[grp]);
-      return *std::max_element(counts.begin(), counts.end());
-    }
-    return (p.micro_batches + replicas - 1) / replicas;
-  };
-  // A group's micro-batches in flight on its (first) device; each replica has the same limit.
-  auto in_flight = [&](int grp) -> int64_t {
-    return micro_batches_in_flight(p.schedule, static_cast<int>(own_micro_batches(grp)), limit[p.group_device[grp]]);
+    if (replicas > 1 && p.has_replica_weights(grp))
+      own_counts[grp] = replica_micro_batch_counts(p.micro_batches, p.group_replica_weights[grp]);
+    else
+      own_counts[grp].assign(replicas, (p.micro_batches + replicas - 1) / replicas);
+  }
+  // Adds `charge(own micro-batches)` to each device of the group.
+  auto add_per_replica = [&](int grp, const auto& charge) {
+    const std::vector<int> devices = p.devices_of_group(grp);
+    for (size_t k = 0; k < devices.size(); ++k) out[devices[k]] += charge(static_cast<int64_t>(own_counts[grp][k]));
   };
   for (int i = 0; i < L; ++i) {
     const Layer& l = g.layers[i];
     const int grp = p.layer_group[i];
-    const int64_t flight = in_flight(grp);
-    MemoryBreakdown m = state_of(l.param_bytes(), p.optimizer);
-    m.activations = sat_mul(sat_mul(kept_bytes_per_sample(g, i), mb), p.recomputes(grp) ? 1 : flight);
+    // Micro-batches in flight on a replica: its own, up to the schedule's limit at its (first) device.
+    auto layer_memory = [&](int64_t own) {
+      const int64_t flight = micro_batches_in_flight(p.schedule, static_cast<int>(own), limit[p.group_device[grp]]);
+      MemoryBreakdown m = state_of(l.param_bytes(), p.optimizer);
+      m.activations = sat_mul(sat_mul(kept_bytes_per_sample(g, i), mb), p.recomputes(grp) ? 1 : flight);
+      for (size_t k = 0; k < l.inputs.size(); ++k) {  // a receive per micro-batch, all posted at the step's start
+        const int in = l.inputs[k];
+        const int from = p.layer_group[in];
+        if (from == grp || !crosses_devices(p, from, grp) || input_counted_by[in] == grp) continue;
+        if (std::find(l.inputs.begin(), l.inputs.begin() + static_cast<long>(k), in) != l.inputs.begin() + static_cast<long>(k))
+          continue;  // the same input twice: one receive
+        m.buffers = sat_add(m.buffers, sat_mul(sat_mul(g.layers[in].activation_bytes(), mb), own));
+      }
+      return m;
+    };
+    add_per_replica(grp, layer_memory);
     for (int in : l.inputs) {
       const int from = p.layer_group[in];
       if (from == grp || !crosses_devices(p, from, grp)) continue;
-      const int64_t payload = sat_mul(g.layers[in].activation_bytes(), mb);
-      if (input_counted_by[in] != grp) {  // a receive per micro-batch, all posted at the step's start
-        input_counted_by[in] = grp;
-        m.buffers = sat_add(m.buffers, sat_mul(payload, own_micro_batches(grp)));
-      }
+      input_counted_by[in] = grp;
       if (!grad_counted[in]) {  // the producer receives its gradient for each of its micro-batches
         grad_counted[in] = 1;
-        MemoryBreakdown grad;
-        grad.buffers = sat_mul(payload, own_micro_batches(from));
-        add_to_group(p, from, grad, out);
+        const int64_t payload = sat_mul(g.layers[in].activation_bytes(), mb);
+        add_per_replica(from, [&](int64_t own) {
+          MemoryBreakdown grad;
+          grad.buffers = sat_mul(payload, own);
+          return grad;
+        });
       }
     }
-    add_to_group(p, grp, m, out);
     if (l.op == "lm_head") add_tied_copy(p, g, i, out);
     auto note_largest = [&](int d) {
       largest_param[d] = std::max(largest_param[d], weight_gradient_bytes(g, i));

@@ -201,10 +201,15 @@ TEST_CASE("replica weights round-trip through JSON, decide which device runs a m
   auto again = placement_from_json(written, g, c);
   REQUIRE(again.is_ok());
   CHECK(again->group_replica_weights == p->group_replica_weights);
-  // The busier replica keeps three micro-batches in flight, not two: each replica is charged for it.
+  // Each replica is charged its own micro-batches: cpu0 keeps three in flight, cpu1 one (round-robin: two each).
   Placement even = *p;
   even.group_replica_weights.clear();
-  CHECK(estimate_device_memory_bytes(*p, g, c, 16)[1] > estimate_device_memory_bytes(even, g, c, 16)[1]);
+  const auto weighed = estimate_device_memory_bytes(*p, g, c, 16), equal = estimate_device_memory_bytes(even, g, c, 16);
+  CHECK(weighed[0] > equal[0]);
+  CHECK(weighed[1] < equal[1]);
+  CHECK(weighed[2] == equal[2]);
+  // The difference is the activations and received gradients of one micro-batch (4 samples) each way.
+  CHECK(weighed[0] - equal[0] == equal[1] - weighed[1]);
 }
 
 TEST_CASE("bad replica weights are refused naming the field") {
