@@ -336,7 +336,10 @@ function drawPlacement(result) {
   const placement = placementOf(result);
   document.getElementById('placement-summary').textContent = placement.data_parallel
       ? `${layers.length} layers · data parallel: a full replica on each of ${(placement.groups || []).join(', ')}`
-      : `${layers.length} layers · ${(placement.groups || []).length} groups · ${placement.micro_batches || '?'} micro-batches · ${placement.schedule || ''}`;
+      : `${layers.length} layers · ${(placement.groups || []).length} groups · ${placement.micro_batches || '?'} micro-batches · ${placement.schedule || ''}` +
+        // Replicas of different speeds share the micro-batches by weight (placement.replica_weights).
+        Object.entries(placement.replica_weights || {}).map(([g, w]) =>
+          ` · group ${g}: ${(placement.groups[g] || []).join('+')} weighted ${w.join(' : ')}`).join('');
   const W = 1000, top = 8, h = 46;
   const n = Math.max(1, layers.length);
   const w = (W - 20) / n;
