@@ -7,6 +7,8 @@
 #include "planners/planners.h"
 #include "placer/search.h"
 #include "model/layer_library.h"
+#include "model/model_json.h"
+#include "simulator/simulator_evaluator.h"
 #include "simulator/cost_model.h"
 #include "tests/core/fake_evaluator.h"
 
@@ -95,4 +97,44 @@ TEST_CASE("the hybrid evaluator predicts a data-parallel plan as BSP and keeps i
   REQUIRE(hybrid.measurements().size() == 1u);
   CHECK(hybrid.measurements()[0].predicted_ms == doctest::Approx(bsp));
   CHECK(hybrid.evaluate(one).step_ms == doctest::Approx(one_before));  // no refit from it
+}
+
+TEST_CASE("the search finds a device around another device's middle stage, which no planner row can express") {
+  // fc0 -> relu0 -> fc1: the two linear layers (4 MB of weights each) fit only
+  // d0; relu0 (no weights) fits d1, a device at half speed. Each layer costs
+  // 1 ms per sample each way on d0. d0 alone: 3 x 2 x 32 = 192 ms. d0, d1, d0
+  // (fc0 | relu0 | fc1) gives d0 128 ms and d1 128 ms of work per step, so a
+  // pipeline of many micro-batches approaches 128 ms. The DP and PipeDream
+  // give each device one stage, so their only plan is d0 alone.
+  auto g = parse_model_json(R"({"name": "sandwich", "input_shape": [1024], "layers": [
+      {"name": "fc0", "op": "linear", "attrs": {"out": 1024}},
+      {"name": "relu0", "op": "relu", "inputs": ["fc0"]},
+      {"name": "fc1", "op": "linear", "inputs": ["relu0"], "attrs": {"out": 1024}}]})");
+  REQUIRE(g.is_ok());
+  Cluster c = testing::equal_cluster(2);
+  c.devices[1].speed = 0.5;
+  c.devices[1].memory_mb = 8;
+  LayerLibrary lib = library_skeleton(*g);
+  lib.batch_size = 32;
+  for (auto& row : lib.rows) row.forward_ms = row.backward_ms = 32.0;
+  auto cost = CostModel::build(*g, c, lib);
+  REQUIRE(cost.is_ok());
+  SimulatorEvaluator ev(*g, c, *cost, 32);
+  const StepReport single = ev.evaluate(Placement::single_device(3, 0, 1));
+  REQUIRE(single.ok);
+  CHECK(single.step_ms == doctest::Approx(192.0).epsilon(0.02));
+  SearchOptions o;
+  o.batch_size = 32;
+  o.iterations = 400;
+  o.seed = 3;
+  SearchResult r = search(*g, c, ev, o, nullptr);
+  REQUIRE(r.policy_found);
+  const Placement& p = r.policy_best;
+  INFO("best " << r.policy_best_report.step_ms << " ms, groups " << p.num_groups());
+  CHECK(r.policy_best_report.step_ms < 0.8 * single.step_ms);
+  // fc0 and fc1 on d0 in two groups, relu0 on d1 between them.
+  CHECK(p.device_of_layer(0) == 0);
+  CHECK(p.device_of_layer(1) == 1);
+  CHECK(p.device_of_layer(2) == 0);
+  CHECK(p.layer_group[0] != p.layer_group[2]);
 }
