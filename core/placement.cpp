@@ -574,20 +574,30 @@ std::vector<MemoryBreakdown> estimate_device_memory(const Placement& p, const La
   grad_counted.assign(L, 0);
   const int64_t mb = (batch_size + p.micro_batches - 1) / p.micro_batches;
   // The micro-batches each device of a group runs: round-robin's share, or
-  // by the group's weights (each replica is charged its own count).
-  thread_local std::vector<std::vector<int>> own_counts;  // per group, per replica
-  own_counts.assign(p.num_groups(), {});
+  // by the group's weights (each replica is charged its own count). Flat, per
+  // group from own_at[grp] (search loops call this for every candidate).
+  thread_local std::vector<int> own_at, own_count;
+  own_at.assign(p.num_groups() + 1, 0);
+  own_count.clear();
   for (int grp = 0; grp < p.num_groups(); ++grp) {
     const int replicas = p.replica_count(grp);
-    if (replicas > 1 && p.has_replica_weights(grp))
-      own_counts[grp] = replica_micro_batch_counts(p.micro_batches, p.group_replica_weights[grp]);
-    else
-      own_counts[grp].assign(replicas, (p.micro_batches + replicas - 1) / replicas);
+    if (replicas > 1 && p.has_replica_weights(grp)) {
+      for (int n : replica_micro_batch_counts(p.micro_batches, p.group_replica_weights[grp])) own_count.push_back(n);
+    } else {
+      own_count.insert(own_count.end(), replicas, (p.micro_batches + replicas - 1) / replicas);
+    }
+    own_at[grp + 1] = static_cast<int>(own_count.size());
   }
   // Adds `charge(own micro-batches)` to each device of the group.
   auto add_per_replica = [&](int grp, const auto& charge) {
-    const std::vector<int> devices = p.devices_of_group(grp);
-    for (size_t k = 0; k < devices.size(); ++k) out[devices[k]] += charge(static_cast<int64_t>(own_counts[grp][k]));
+    const int* own = own_count.data() + own_at[grp];
+    if (!p.has_replica_weights(grp)) {  // every replica alike: one charge
+      add_to_group(p, grp, charge(static_cast<int64_t>(own[0])), out);
+      return;
+    }
+    out[p.group_device[grp]] += charge(static_cast<int64_t>(own[0]));
+    for (size_t k = 0; k < p.group_replicas[grp].size(); ++k)
+      out[p.group_replicas[grp][k]] += charge(static_cast<int64_t>(own[k + 1]));
   };
   for (int i = 0; i < L; ++i) {
     const Layer& l = g.layers[i];
