@@ -395,8 +395,19 @@ Status infer_and_check(LayerGraph& g, const Walk& w) {
   return Status::ok();
 }
 
+// Thrown by walk_module when LibTorch cannot load the file at all (then the
+// per-layer import, which loads it the same way, is not tried).
+struct NotLoadable {
+  std::string what;
+};
+
 Result<LayerGraph> walk_module(const std::string& path, const ModelOptions& options) {
-  jit::Module module = jit::load(path);
+  jit::Module module;
+  try {
+    module = jit::load(path);
+  } catch (const c10::Error& e) {
+    throw NotLoadable{e.what_without_backtrace()};
+  }
   module.eval();
   jit::Module frozen = jit::freeze_module(module);
   auto graph = frozen.get_method("forward").graph();
@@ -439,10 +450,40 @@ Result<LayerGraph> walk_module(const std::string& path, const ModelOptions& opti
 
 }  // namespace
 
+namespace {
+// The ops import; `loadable` says whether LibTorch loaded the file at all.
+Result<LayerGraph> import_ops(const std::string& path, const ModelOptions& options, bool& loadable) {
+  loadable = true;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return Status::error(path + ": no such file");
+  auto refusal = [&](std::string what) {
+    if (what.size() > 300) what = what.substr(0, 300) + "...";
+    return Status::error(path + ": not a loadable TorchScript module (" + what +
+                         "); save models with torch.jit.script(model).save(path) or torch.jit.trace, "
+                         "not torch.save");
+  };
+  try {
+    auto g = walk_module(path, options);
+    if (!g) return g.status().with_context(path);
+    return g;
+  } catch (const NotLoadable& e) {
+    loadable = false;
+    return refusal(e.what);
+  } catch (const c10::Error& e) {
+    return refusal(e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return Status::error(path + ": " + e.what());
+  }
+}
+}  // namespace
+
 Result<LayerGraph> import_torchscript(const std::string& path, const ModelOptions& options) {
   if (options.torchscript == ScriptImport::layers) return import_torchscript_layers(path, options);
-  Result<LayerGraph> ops = import_torchscript_ops(path, options);
-  if (ops || options.torchscript == ScriptImport::ops) return ops;
+  bool loadable = true;
+  Result<LayerGraph> ops = import_ops(path, options, loadable);
+  // A file LibTorch cannot load fails the per-layer import the same way (a
+  // corrupt upload can take LibTorch seconds and gigabytes to refuse: once is enough).
+  if (ops || options.torchscript == ScriptImport::ops || !loadable) return ops;
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) return ops;
   Result<LayerGraph> layers = import_torchscript_layers(path, options);
@@ -451,21 +492,8 @@ Result<LayerGraph> import_torchscript(const std::string& path, const ModelOption
 }
 
 Result<LayerGraph> import_torchscript_ops(const std::string& path, const ModelOptions& options) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) return Status::error(path + ": no such file");
-  try {
-    auto g = walk_module(path, options);
-    if (!g) return g.status().with_context(path);
-    return g;
-  } catch (const c10::Error& e) {
-    std::string what = e.what_without_backtrace();
-    if (what.size() > 300) what = what.substr(0, 300) + "...";
-    return Status::error(path + ": not a loadable TorchScript module (" + what +
-                         "); save models with torch.jit.script(model).save(path) or torch.jit.trace, "
-                         "not torch.save");
-  } catch (const std::exception& e) {
-    return Status::error(path + ": " + e.what());
-  }
+  bool loadable = true;
+  return import_ops(path, options, loadable);
 }
 
 }  // namespace tapp
