@@ -114,8 +114,9 @@ std::vector<int> Placement::replica_order(int g) const {
 }
 
 int Placement::device_of_micro_batch(int g, int m) const {
-  if (replica_count(g) == 1) return group_device[g];
-  const int k = replica_order(g)[m];
+  const int r = replica_count(g);
+  if (r == 1) return group_device[g];
+  const int k = has_replica_weights(g) ? replica_order(g)[m] : m % r;
   return k == 0 ? group_device[g] : group_replicas[g][k - 1];
 }
 
@@ -781,10 +782,7 @@ Status read_replica_weights(const json& j, Placement& p) {
                                "expected an integer in [1, " + std::to_string(kMaxReplicaWeight) + "]");
       p.group_replica_weights[grp].push_back(static_cast<int>(v.get<int64_t>()));
     }
-    if (static_cast<int>(w->size()) != p.replica_count(grp))
-      return jf::field_error(where, std::to_string(w->size()) + " weights for a group of " +
-                                        std::to_string(p.replica_count(grp)) + " device(s); give one per device");
-  }
+  }  // one weight per device of the group: validate_placement
   return Status::ok();
 }
 

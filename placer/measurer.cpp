@@ -97,7 +97,7 @@ StepReport Measurer::check_and_evaluate(Placement& p) {
     return StepReport::failure(FailureKind::invalid_placement, st.message(), evaluator_.name());
   // Replicas of different speeds take micro-batches in proportion, where that
   // still fits (the fastest replica then holds the most micro-batches).
-  if (!device_sample_ms_.empty()) {
+  if (!device_sample_ms_.empty() && p.has_replicated_groups() && !p.is_data_parallel()) {
     Placement weighed = p;
     if (weigh_replicas(weighed, device_sample_ms_) && recompute_where_needed(weighed, graph_, cluster_, batch_size_)) {
       p = std::move(weighed);

@@ -98,8 +98,7 @@ class Replay {
     const Segment& seg = tg_.segments[t.segment];
     const int64_t samples = tg_.micro_batch_sizes[t.micro_batch];
     const bool backward = t.kind == TaskKind::backward;
-    const int r = seg.replica_count();
-    const int replica = r == 1 ? 0 : seg.replica_of(t.micro_batch);
+    const int replica = seg.replica_of(t.micro_batch);
     double& cached = ws_.compute_cost[ws_.compute_cost_at[t.segment] + (replica * 2 + (samples != first_size_)) * 2 +
                                       backward];
     if (cached < 0) {
