@@ -307,7 +307,7 @@ Status validate_placement(const Placement& p, const LayerGraph& g, const Cluster
   const int64_t smallest_micro_batch = p.is_data_parallel()
                                            ? batch_size / static_cast<int64_t>(p.group_device.size())
                                            : batch_size / p.micro_batches;
-  static const std::string kBatchNorm = "batchnorm2d";  // string == string compares sizes first (search loops)
+  static const std::string kBatchNorm = "batchnorm2d";  // (see lm_head_op)
   for (const Layer& l : g.layers) {
     if (l.op != kBatchNorm || l.input_shapes.empty() || l.input_shapes[0].size() != 3) continue;
     if (smallest_micro_batch * l.input_shapes[0][1] * l.input_shapes[0][2] <= 1)
@@ -392,9 +392,15 @@ int64_t workspace_bytes(int64_t largest_param, int64_t largest_output, int64_t s
 
 // The weight gradient layer i's backward makes before it is accumulated: its
 // own parameters', or a tied lm_head's table's.
+// string == string compares sizes first; == "literal" runs strlen and memcmp (search loops call these per layer).
+const std::string& lm_head_op() {
+  static const std::string op = "lm_head";
+  return op;
+}
+
 int64_t weight_gradient_bytes(const LayerGraph& g, int i) {
   const Layer& l = g.layers[i];
-  if (l.op != "lm_head") return l.param_bytes();
+  if (l.op != lm_head_op()) return l.param_bytes();
   const int t = g.index_of(l.attrs.tie);
   return t >= 0 ? g.layers[t].param_bytes() : 0;
 }
@@ -478,7 +484,7 @@ std::string breakdown_in(const MemoryBreakdown& m, Optimizer o, double unit) {
 std::vector<TiedTable> tied_tables(const LayerGraph& g) {
   std::vector<TiedTable> out;
   for (size_t i = 0; i < g.layers.size(); ++i) {
-    if (g.layers[i].op != "lm_head") continue;
+    if (g.layers[i].op != lm_head_op()) continue;
     const int t = g.index_of(g.layers[i].attrs.tie);
     if (t >= 0) out.push_back({static_cast<int>(i), t, g.layers[t].param_bytes()});
   }
@@ -633,7 +639,7 @@ std::vector<MemoryBreakdown> estimate_device_memory(const Placement& p, const La
         });
       }
     }
-    if (l.op == "lm_head") add_tied_copy(p, g, i, out);
+    if (l.op == lm_head_op()) add_tied_copy(p, g, i, out);
     auto note_largest = [&](int d) {
       largest_param[d] = std::max(largest_param[d], weight_gradient_bytes(g, i));
       largest_output[d] = std::max(largest_output[d], l.activation_bytes());
