@@ -42,7 +42,76 @@ std::vector<Placement> replica_neighbours(const Placement& p, int num_devices) {
   return out;
 }
 
+// Renumbers groups in order of first use, dropping those no layer uses.
+void drop_unused_groups(Placement& p) {
+  const int G = p.num_groups();
+  std::vector<int> renamed(G, -1);
+  int next = 0;
+  for (int& g : p.layer_group) {
+    if (renamed[g] < 0) renamed[g] = next++;
+    g = renamed[g];
+  }
+  if (next == G && std::is_sorted(renamed.begin(), renamed.end())) return;
+  auto keep = [&](auto& per_group) {
+    if (per_group.empty()) return;
+    auto old = per_group;
+    per_group.assign(next, {});
+    for (int g = 0; g < G; ++g)
+      if (renamed[g] >= 0) per_group[renamed[g]] = old[g];
+  };
+  keep(p.group_device);
+  keep(p.group_replicas);
+  keep(p.group_replica_weights);
+  keep(p.group_recompute);
+}
+
+// `p` with `layers` in a new group on `device` (replicated groups' layers stay).
+Placement with_layers_on(const Placement& p, const std::vector<int>& layers, int device) {
+  Placement q = p;
+  const int grp = q.num_groups();
+  q.group_device.push_back(device);
+  if (!q.group_replicas.empty()) q.group_replicas.emplace_back();
+  if (!q.group_replica_weights.empty()) q.group_replica_weights.emplace_back();
+  if (!q.group_recompute.empty()) q.group_recompute.push_back(0);
+  for (int l : layers)
+    if (p.replica_count(p.layer_group[l]) == 1) q.layer_group[l] = grp;
+  return q;
+}
+
+bool all_on(const Placement& p, const std::vector<int>& layers, int device) {
+  return std::all_of(layers.begin(), layers.end(), [&](int l) {
+    return p.replica_count(p.layer_group[l]) > 1 || p.device_of_layer(l) == device;
+  });
+}
+
 }  // namespace
+
+std::vector<Placement> branch_neighbours(const Placement& p, const std::vector<ParallelBranches>& branches,
+                                         int num_devices) {
+  std::vector<Placement> out;
+  if (p.is_data_parallel()) return out;
+  for (const ParallelBranches& fork : branches) {
+    for (const std::vector<int>& branch : fork.branches)
+      for (int d = 0; d < num_devices; ++d)
+        if (!all_on(p, branch, d)) out.push_back(with_layers_on(p, branch, d));
+    for (int r = 0; r < num_devices && num_devices > 1; ++r) {
+      Placement q = p;
+      int moved = 0;  // a spread moving one branch only is a move above
+      for (size_t k = 0; k < fork.branches.size(); ++k) {
+        const int d = static_cast<int>((k + static_cast<size_t>(r)) % num_devices);
+        if (all_on(q, fork.branches[k], d)) continue;
+        q = with_layers_on(q, fork.branches[k], d);
+        ++moved;
+      }
+      if (moved >= 2) out.push_back(std::move(q));
+    }
+  }
+  for (Placement& q : out) {
+    drop_unused_groups(q);
+    q.source = p.source;
+  }
+  return out;
+}
 
 std::vector<Placement> neighbours(const Placement& p, int num_devices, const std::vector<int>& choices,
                                   bool replicas) {
@@ -57,6 +126,8 @@ std::vector<Placement> neighbours(const Placement& p, int num_devices, const std
 }
 
 namespace {
+
+constexpr size_t kBranchMovesPerStep = 32;
 
 // First-improvement hill climbing and kicks, within a budget of evaluations.
 class IteratedLocalSearch {
@@ -83,6 +154,12 @@ class IteratedLocalSearch {
   }
   std::vector<Placement> moves(const Placement& p) {
     auto nb = neighbours(p, o_.num_devices, o_.micro_batch_choices, o_.replicas);
+    // A random few of the branch moves per step: a transformer has a q / k / v
+    // fork per layer, and all its branch moves would crowd out the pipeline's.
+    auto branch = branch_neighbours(p, o_.branches, o_.num_devices);
+    std::shuffle(branch.begin(), branch.end(), rng_);
+    const size_t keep = std::min(branch.size(), std::max<size_t>(kBranchMovesPerStep, nb.size() / 4));
+    for (size_t k = 0; k < keep; ++k) nb.push_back(std::move(branch[k]));
     std::shuffle(nb.begin(), nb.end(), rng_);
     return nb;
   }

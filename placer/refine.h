@@ -7,8 +7,9 @@
 // two random moves and climb again, until the budget is spent or cancel.
 // A data-parallel best is first climbed among replica sets (few moves: drop,
 // add or swap a replica); the budget then goes to the pipelines, from the best
-// one. Memoised repeats cost no evaluation, so the loop is also bounded by
-// attempts (20 x budget).
+// one. With the model's parallel branches given, each step also tries a
+// random few branch moves (branch_neighbours). Memoised repeats cost no
+// evaluation, so the loop is also bounded by attempts (20 x budget).
 // Data flow: Measurer.best / best_pipeline -> neighbours (planners/moves.h) -> Measurer.measure.
 // Thread safety: one thread (the search's).
 #pragma once
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "core/placement.h"
+#include "model/branches.h"
 
 namespace tapp {
 
@@ -32,6 +34,10 @@ struct RefineOptions {
   // Further starts (placement, step ms), climbed first: the search's own best
   // before it imitated a given plan, whose basin may hold a better plan.
   std::vector<std::pair<Placement, double>> also_from;
+  // The model's parallel branches (model/branches.h): when given, a
+  // pipeline's neighbours also move one branch to another device, or spread a
+  // fork's branches over the devices (branch_neighbours).
+  std::vector<ParallelBranches> branches;
 };
 
 // Local moves around a placement: replica moves (drop, add or swap a replica)
@@ -44,6 +50,14 @@ struct RefineOptions {
 // replicated group's replicas come along).
 std::vector<Placement> neighbours(const Placement& p, int num_devices, const std::vector<int>& micro_batch_choices,
                                   bool replicas = false);
+
+// Branch-parallel moves around a pipeline (not data parallel): one branch of a
+// fork onto another device (a new group there), and a fork's branches spread
+// over the devices (branch k on device (k + r) mod D, each rotation r that
+// moves two or more). Layers
+// of replicated groups stay where they are. Unused groups are dropped.
+std::vector<Placement> branch_neighbours(const Placement& p, const std::vector<ParallelBranches>& branches,
+                                         int num_devices);
 
 // Climbs from options.also_from, then from measurer.best(); evaluations are
 // labelled `iteration` in the trace.

@@ -383,6 +383,7 @@ class SearchLoop {
     ro.num_devices = config_.num_devices;
     ro.micro_batch_choices = config_.micro_batch_choices;
     ro.replicas = opt_.replicate_stages;
+    ro.branches = parallel_branches(graph_);
     if (explored_best_ && placement_key(explored_best_->first) != placement_key(measurer_.best()))
       ro.also_from.push_back(*explored_best_);
     refine(measurer_, ro, iterations_, cancel_);

@@ -13,6 +13,8 @@ namespace {
 // Scratch of one build, reused across builds on the same thread.
 struct Scratch {
   std::vector<int> seg_of_layer;
+  std::vector<int> key;      // per layer: the segment key (device and recompute, or the replicated group)
+  std::vector<char> leaves;  // per layer: a layer of another key reads it
   // Segment edges (from -> to), grouped by `from` with ascending `to`.
   std::vector<int> edge_from, edge_to, succ_begin;
   std::vector<int64_t> edge_bytes;  // per sample
@@ -20,6 +22,7 @@ struct Scratch {
   std::vector<int> xfwd, xbwd;  // per (edge, micro-batch): transfer task id, -1 when same device
   std::vector<int> sends;       // per task: how many transfers follow it (its sends)
   std::vector<int> only_device;  // per segment: its device, -1 when replicated
+  std::vector<int> stage_begin;  // per stage: its first segment (then the segment count)
   size_t replayed = 0;          // tasks in the replay order so far
   // Tasks and segments a smaller graph did not need, kept with their vectors'
   // capacity for the next larger one (so a search loop stops allocating).
@@ -81,23 +84,42 @@ void reset_segment(Segment& seg) {
   seg.replica_of_micro_batch.clear();
 }
 
-// Segments: a new one starts where the layer's devices change. A replicated
-// group's layers are keyed by the group (its segments hold only its layers,
-// one allreduce each); other layers by their device, so consecutive
-// unreplicated groups on one device share a segment.
+// Segments: a new one starts where the layer's devices change, and after a
+// layer read on other devices (outside AL form). A replicated group's layers
+// are keyed by the group (its segments hold only its layers, one allreduce
+// each); other layers by their device, so consecutive unreplicated groups on
+// one device share a segment.
 void split_segments(const LayerGraph& g, const Placement& p, TaskGraph& tg, Scratch& sc) {
   const int L = static_cast<int>(g.layers.size());
   sc.seg_of_layer.assign(L, -1);
+  // Per layer: its key (what a segment shares), and whether a later layer of
+  // another key reads it (its output leaves the segment).
+  auto key_of = [&](int i) {
+    const int grp = p.layer_group[i];
+    return p.replica_count(grp) > 1 ? -1 - grp : p.group_device[grp] * 2 + (p.recomputes(grp) ? 1 : 0);
+  };
+  sc.key.resize(L);
+  sc.leaves.assign(L, 0);
+  const bool al = g.is_al_form();  // AL blocks on one device share a segment (their local losses)
+  for (int i = 0; i < L; ++i) {
+    sc.key[i] = key_of(i);
+    for (int q : g.layers[i].inputs)
+      if (sc.key[q] != sc.key[i] && !al) sc.leaves[q] = 1;
+  }
   size_t S = 0;
-  int prev_key = 0;
+  int prev_key = 0, stage = -1;
   for (int i = 0; i < L; ++i) {
     const int grp = p.layer_group[i];
     const bool replicated = p.replica_count(grp) > 1;
-    const int key = replicated ? -1 - grp : p.group_device[grp] * 2 + (p.recomputes(grp) ? 1 : 0);
-    if (S == 0 || key != prev_key) {
+    const int key = sc.key[i];
+    // A layer whose output leaves ends its segment: what reads it elsewhere
+    // (a parallel branch, a skip connection) need not wait for the layers after it.
+    if (S == 0 || key != prev_key || sc.leaves[i - 1]) {
       if (S == tg.segments.size()) grow(tg.segments, sc.spare_segments);
       Segment& seg = tg.segments[S++];
       reset_segment(seg);
+      if (S == 1 || key != prev_key) ++stage;
+      seg.stage = stage;
       seg.group = grp;
       seg.recompute = p.recomputes(grp);
       seg.devices.assign(1, p.group_device[grp]);
@@ -328,17 +350,27 @@ void clear_orders(TaskGraph& tg, Scratch& sc) {
 }
 
 // GPipe fill-drain: every forward, then every backward, in wavefront order
-// (forwards by (m + s, s), backwards by (m + S-1-s, S-1-s)), each on the
-// device that runs its micro-batch. The global order is topological, so
-// filtering it per device cannot deadlock.
+// over stages (forwards by (m + r, r), backwards by (m + R-1-r, R-1-r); a
+// stage's segments in layer order, backwards reversed), each on the device
+// that runs its micro-batch. The global order is topological, so filtering it
+// per device cannot deadlock.
 void order_gpipe(TaskGraph& tg, Scratch& sc) {
   const int S = static_cast<int>(tg.segments.size());
   const int M = tg.micro_batches();
   clear_orders(tg, sc);
-  for (int w = 0; w <= M + S - 2; ++w)
-    for (int s = std::max(0, w - M + 1); s <= std::min(S - 1, w); ++s) run_next(tg, sc, tg.forward_task[s][w - s]);
-  for (int w = 0; w <= M + S - 2; ++w)
-    for (int r = std::max(0, w - M + 1); r <= std::min(S - 1, w); ++r) run_next(tg, sc, tg.backward_task[S - 1 - r][w - r]);
+  // Stage r's segments: [stage_begin[r], stage_begin[r + 1]).
+  sc.stage_begin.clear();
+  for (int s = 0; s < S; ++s)
+    if (s == 0 || tg.segments[s].stage != tg.segments[s - 1].stage) sc.stage_begin.push_back(s);
+  const int R = static_cast<int>(sc.stage_begin.size());
+  sc.stage_begin.push_back(S);
+  for (int w = 0; w <= M + R - 2; ++w)
+    for (int r = std::max(0, w - M + 1); r <= std::min(R - 1, w); ++r)
+      for (int s = sc.stage_begin[r]; s < sc.stage_begin[r + 1]; ++s) run_next(tg, sc, tg.forward_task[s][w - r]);
+  for (int w = 0; w <= M + R - 2; ++w)
+    for (int q = std::max(0, w - M + 1); q <= std::min(R - 1, w); ++q)
+      for (int s = sc.stage_begin[R - q] - 1; s >= sc.stage_begin[R - 1 - q]; --s)
+        run_next(tg, sc, tg.backward_task[s][w - q]);
   append_allreduces(tg, sc);
 }
 
@@ -395,12 +427,13 @@ void order_1f1b(TaskGraph& tg, Scratch& sc, bool interleaved) {
     int used = 0;
     for (int d = 0; d < D; ++d) {
       used += !pending[d].empty();
-      std::vector<int> segs;
-      for (int t : pending[d]) segs.push_back(tg.tasks[t].segment);
-      std::sort(segs.begin(), segs.end());
-      segs.erase(std::unique(segs.begin(), segs.end()), segs.end());
+      std::vector<int> stages;  // the device's stages (a split stage's segments share one virtual stage)
+      for (int t : pending[d]) stages.push_back(tg.segments[tg.tasks[t].segment].stage);
+      std::sort(stages.begin(), stages.end());
+      stages.erase(std::unique(stages.begin(), stages.end()), stages.end());
       for (int t : pending[d])
-        virtual_stage[t] = static_cast<int>(std::lower_bound(segs.begin(), segs.end(), tg.tasks[t].segment) - segs.begin());
+        virtual_stage[t] = static_cast<int>(
+            std::lower_bound(stages.begin(), stages.end(), tg.segments[tg.tasks[t].segment].stage) - stages.begin());
     }
     chunk = std::max(1, used);
     for (int& l : limit) l += l > 0;
@@ -409,8 +442,9 @@ void order_1f1b(TaskGraph& tg, Scratch& sc, bool interleaved) {
   auto key = [&](int id) {
     const Task& t = tg.tasks[id];
     const bool bwd = t.kind == TaskKind::backward;
-    if (!interleaved) return std::make_tuple(t.micro_batch, t.segment * (bwd ? -1 : 1), 0);
-    return std::make_tuple(t.micro_batch / chunk, virtual_stage[id] * (bwd ? -1 : 1), t.micro_batch);
+    const int in_order = t.segment * (bwd ? -1 : 1);
+    if (!interleaved) return std::make_tuple(t.micro_batch, in_order, 0, 0);
+    return std::make_tuple(t.micro_batch / chunk, virtual_stage[id] * (bwd ? -1 : 1), t.micro_batch, in_order);
   };
   std::vector<int> left(static_cast<size_t>(D) * M, 0);
   std::vector<char> started(static_cast<size_t>(D) * M, 0);

@@ -6,7 +6,10 @@
 //    order) that run on the same devices: one device, or one replicated group's
 //    replica set. A replicated group's segments hold only that group's layers;
 //    consecutive unreplicated groups on one device merge into one segment (as
-//    before replicas existed). Segment edges always point forward, so any
+//    before replicas existed). A layer whose output is read on other devices
+//    ends its segment (outside AL form), so a parallel branch or a skip
+//    connection elsewhere starts as soon as that layer is done, not after the
+//    layers that follow it here. Segment edges always point forward, so any
 //    layer-to-device assignment of a DAG runs, including non-contiguous ones
 //    where a device holds several segments and branch-parallel ones.
 //  * replicas: micro-batch m of a segment runs on segment.device_of(m) =
@@ -60,6 +63,10 @@ inline bool is_transfer(TaskKind k) { return k == TaskKind::transfer_activation 
 
 struct Segment {
   int group = 0;             // the placement group of its first layer (all of them when replicated)
+  // Its stage: the maximal run of consecutive layers on its devices that it
+  // is part of (a run split after a layer read elsewhere keeps one stage).
+  // Schedules order by stage, so a split never changes a device's order.
+  int stage = 0;
   std::vector<int> devices;  // Placement::devices_of_group(group): the first replica, then the others
   // Replicas with weights (Placement::replica_order): per micro-batch, the
   // index in `devices` of the replica that runs it; empty = round-robin.

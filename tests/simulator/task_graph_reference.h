@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <set>
+#include <tuple>
 
 #include "model/layer_graph.h"
 #include "core/cluster.h"
@@ -19,9 +20,16 @@ std::vector<Segment> split_segments(const LayerGraph& g, const std::vector<int>&
                                     std::vector<int>& seg_of_layer) {
   std::vector<Segment> segs;
   seg_of_layer.assign(g.layers.size(), -1);
+  // A layer read on another device ends its segment (not in AL form).
+  std::vector<bool> leaves(g.layers.size(), false);
+  for (size_t i = 0; i < g.layers.size(); ++i)
+    for (int q : g.layers[i].inputs) leaves[q] = leaves[q] || (layer_device[q] != layer_device[i] && !g.is_al_form());
   for (size_t i = 0; i < g.layers.size(); ++i) {
-    if (segs.empty() || segs.back().devices[0] != layer_device[i]) {  // unreplicated placements only
+    if (segs.empty() || segs.back().devices[0] != layer_device[i] || leaves[i - 1]) {  // unreplicated placements only
+      const bool same_stage = !segs.empty() && segs.back().devices[0] == layer_device[i];
+      const int stage = segs.empty() ? 0 : segs.back().stage + (same_stage ? 0 : 1);
       segs.emplace_back();
+      segs.back().stage = stage;
       segs.back().group = -1;
       segs.back().devices = {layer_device[i]};
     }
@@ -126,16 +134,19 @@ void add_tasks(const LayerGraph& g, TaskGraph& tg) {
   }
 }
 
-// GPipe fill-drain: every forward, then every backward, in wavefront order.
+// GPipe fill-drain: every forward, then every backward, in wavefront order
+// over stages (a stage's segments in layer order, backwards reversed).
 // The global order is topological, so filtering it per device cannot deadlock.
 void order_gpipe(TaskGraph& tg) {
   const int S = static_cast<int>(tg.segments.size());
   const int M = tg.micro_batches();
-  std::vector<std::pair<std::pair<int, int>, int>> fwd, bwd;
+  const int R = S == 0 ? 0 : tg.segments.back().stage + 1;
+  std::vector<std::pair<std::tuple<int, int, int>, int>> fwd, bwd;
   for (int s = 0; s < S; ++s)
     for (int m = 0; m < M; ++m) {
-      fwd.push_back({{m + s, s}, tg.forward_task[s][m]});
-      bwd.push_back({{m + (S - 1 - s), S - 1 - s}, tg.backward_task[s][m]});
+      const int r = tg.segments[s].stage;
+      fwd.push_back({{m + r, r, s}, tg.forward_task[s][m]});
+      bwd.push_back({{m + (R - 1 - r), R - 1 - r, S - 1 - s}, tg.backward_task[s][m]});
     }
   std::sort(fwd.begin(), fwd.end());
   std::sort(bwd.begin(), bwd.end());

@@ -67,6 +67,35 @@ TEST_CASE("two equal stages with free links take (m + 1) x stage time under GPip
   }
 }
 
+TEST_CASE("a branch on another device starts when the fork is done, not after the fork's next layers") {
+  // fc0 (the fork) -> fc1 | fc2 -> add3 = fc1 + fc2; fc2 on d1, the rest on d0;
+  // every layer 1 ms each way, one micro-batch, free links. The fork ends its
+  // segment, so fc2 runs beside fc1: forward fc0 [0, 1], fc1 and fc2 [1, 2],
+  // add3 [2, 3]; backward add3 [3, 4], fc1 and fc2 [4, 5], fc0 [5, 6].
+  // With fc0 and fc1 in one segment fc2 would wait for fc1: 8 ms, as on d0 alone.
+  LayerGraph g;
+  g.input_shape = {8};
+  add_layer(g, "fc0", "linear", {});
+  add_layer(g, "fc1", "linear", {0});
+  add_layer(g, "fc2", "linear", {0});
+  add_layer(g, "add3", "add", {1, 2});
+  REQUIRE(infer_shapes(g).is_ok());
+  Cluster c = devices(2);
+  LayerLibrary lib = flat_library(g, 4, 1.0, 1.0);
+  StepReport alone = run(g, c, lib, by_device({0, 0, 0, 0}, 1), 4);
+  StepReport branches = run(g, c, lib, by_device({0, 0, 1, 0}, 1), 4);
+  REQUIRE(alone.ok);
+  REQUIRE(branches.ok);
+  CHECK(alone.step_ms == doctest::Approx(8.0));
+  CHECK(branches.step_ms == doctest::Approx(6.0));
+  CHECK(branches.devices[1].busy_ms == doctest::Approx(2.0));
+  auto tg = build_task_graph(g, by_device({0, 0, 1, 0}, 1), c, 4);
+  REQUIRE(tg.is_ok());
+  REQUIRE(tg->segments.size() == 4);  // fc0 | fc1 | fc2 | add3
+  CHECK(tg->segments[0].stage == tg->segments[1].stage);  // one run on d0: one stage
+  CHECK(tg->segments[2].stage == tg->segments[1].stage + 1);
+}
+
 TEST_CASE("S equal stages take (m + S - 1) x stage time; a single device takes m x its work") {
   for (int S : {1, 3, 4})
     for (int m : {1, 3, 6}) {
@@ -420,6 +449,7 @@ void check_same(const TaskGraph& a, const TaskGraph& b) {
     CHECK(a.segments[s].reads_model_input == b.segments[s].reads_model_input);
     CHECK(a.segments[s].computes_loss == b.segments[s].computes_loss);
     CHECK(a.segments[s].param_bytes == b.segments[s].param_bytes);
+    CHECK(a.segments[s].stage == b.segments[s].stage);
   }
   REQUIRE(a.tasks.size() == b.tasks.size());
   for (size_t t = 0; t < a.tasks.size(); ++t) {

@@ -1,0 +1,125 @@
+// The refinement's branch moves (placer/refine.h): which placements they
+// propose, and that climbing with them finds a branch-parallel plan.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "model/branches.h"
+#include "model/layer_library.h"
+#include "placer/measurer.h"
+#include "placer/refine.h"
+#include "simulator/cost_model.h"
+#include "simulator/simulator_evaluator.h"
+#include "tests/core/fake_evaluator.h"
+
+using namespace tapp;
+using namespace tapp::testing;
+
+namespace {
+
+// An Inception-like block of linear layers: 0 input, 1 fork; towers [2, 3],
+// [4], [5 -> (6, 7) -> 8 = add]; 9 = add of the towers; 10 output.
+LayerGraph towers() {
+  LayerGraph g;
+  g.input_shape = {8};
+  auto add = [&](const std::string& op, std::vector<int> inputs) {
+    Layer l;
+    l.name = "l" + std::to_string(g.layers.size());
+    l.op = op;
+    l.attrs.out = 8;
+    l.inputs = std::move(inputs);
+    g.layers.push_back(l);
+  };
+  add("linear", {});
+  add("linear", {0});
+  add("linear", {1});
+  add("linear", {2});
+  add("linear", {1});
+  add("linear", {1});
+  add("linear", {5});
+  add("linear", {5});
+  add("add", {6, 7});
+  add("add", {3, 4, 8});
+  add("linear", {9});
+  REQUIRE(infer_shapes(g).is_ok());
+  return g;
+}
+
+bool every_group_used(const Placement& p) {
+  std::set<int> used(p.layer_group.begin(), p.layer_group.end());
+  return static_cast<int>(used.size()) == p.num_groups() && p.group_replicas.size() <= static_cast<size_t>(p.num_groups());
+}
+
+}  // namespace
+
+TEST_CASE("branch moves put one tower on another device, or spread a fork's towers over the devices") {
+  LayerGraph g = towers();
+  const auto branches = parallel_branches(g);
+  REQUIRE(branches.size() == 2);  // the block's fork (3 towers) and the third tower's inner fork (2)
+  const Placement one = Placement::single_device(static_cast<int>(g.layers.size()), 0, 2);
+  const auto moves = branch_neighbours(one, branches, 3);
+  // Each tower on each of the 2 other devices (3 x 2 + 2 x 2), and the
+  // rotations that move two or more towers (3 of the block's, 1 of the inner fork's).
+  CHECK(moves.size() == 10 + 4);
+  int single_tower_moves = 0;
+  for (const Placement& q : moves) {
+    CHECK(every_group_used(q));
+    CHECK(q.micro_batches == 2);
+    std::vector<int> moved;
+    for (int l = 0; l < static_cast<int>(g.layers.size()); ++l)
+      if (q.device_of_layer(l) != 0) moved.push_back(l);
+    CHECK(!moved.empty());
+    for (const ParallelBranches& fork : branches)
+      for (const auto& tower : fork.branches)
+        single_tower_moves += moved == tower;
+    // The fork, the join and the layers outside the block stay.
+    for (int l : {0, 1, 9, 10}) CHECK(q.device_of_layer(l) == 0);
+  }
+  CHECK(single_tower_moves == 10);
+}
+
+TEST_CASE("branch moves leave a replicated group's layers and a data-parallel plan alone") {
+  LayerGraph g = towers();
+  const auto branches = parallel_branches(g);
+  Placement p = Placement::single_device(static_cast<int>(g.layers.size()), 0, 2);
+  p.group_replicas = {{1}};  // the whole model replicated on d0 and d1
+  for (const Placement& q : branch_neighbours(p, branches, 3))
+    for (int l = 0; l < static_cast<int>(g.layers.size()); ++l) CHECK(q.devices_of_group(q.layer_group[l]).size() == 2);
+  CHECK(branch_neighbours(Placement::replicas(static_cast<int>(g.layers.size()), {0, 1}), branches, 3).empty());
+}
+
+TEST_CASE("the refinement climbs from one device to towers side by side on two") {
+  // Every layer 1 ms each way per micro-batch, free links, one micro-batch: no
+  // pipeline over the layer order overlaps anything, so only towers on
+  // different devices at once beat one device (11 layers: 22 ms).
+  LayerGraph g = towers();
+  Cluster c = equal_cluster(2);
+  for (Device& d : c.devices) d.memory_mb = 1024;
+  c.default_link.bandwidth_mbps = 1e12;
+  c.default_link.latency_ms = 0;
+  LayerLibrary lib = library_skeleton(g);
+  lib.batch_size = 8;
+  for (auto& row : lib.rows) row.forward_ms = row.backward_ms = 1.0;
+  auto cost = CostModel::build(g, c, lib);
+  REQUIRE(cost.is_ok());
+  SimulatorEvaluator ev(g, c, *cost, 8);
+  const int L = static_cast<int>(g.layers.size());
+  for (bool with_branches : {false, true}) {
+    Measurer m(g, c, ev, 8);
+    const StepReport& start = m.measure(Placement::single_device(L, 0, 1), 0);
+    REQUIRE(start.ok);
+    CHECK(start.step_ms == doctest::Approx(22.0));
+    RefineOptions o;
+    o.budget = 200;
+    o.num_devices = 2;
+    o.micro_batch_choices = {1};
+    if (with_branches) o.branches = parallel_branches(g);
+    refine(m, o, 1, nullptr);
+    INFO("with branch moves: " << with_branches << ", best " << m.best_report().step_ms << " ms");
+    if (with_branches)
+      CHECK(m.best_report().step_ms < 0.85 * start.step_ms);
+    else
+      CHECK(m.best_report().step_ms >= start.step_ms - 1e-9);
+  }
+}
