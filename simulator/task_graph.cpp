@@ -13,8 +13,10 @@ namespace {
 // Scratch of one build, reused across builds on the same thread.
 struct Scratch {
   std::vector<int> seg_of_layer;
-  std::vector<int> key;      // per layer: the segment key (device and recompute, or the replicated group)
-  std::vector<char> leaves;  // per layer: a layer of another key reads it
+  std::vector<int> key;  // per layer: the segment key (device and recompute, or the replicated group)
+  std::vector<int> run;  // per layer: its run of one key
+  std::vector<char> split_after;           // per layer: it ends its segment
+  std::vector<int> last_read, runs_read;  // per run: the last of its layers the current run reads
   // Segment edges (from -> to), grouped by `from` with ascending `to`.
   std::vector<int> edge_from, edge_to, succ_begin;
   std::vector<int64_t> edge_bytes;  // per sample
@@ -85,36 +87,56 @@ void reset_segment(Segment& seg) {
 }
 
 // Segments: a new one starts where the layer's devices change, and after a
-// layer read on other devices (outside AL form). A replicated group's layers
+// layer that is the last one another run reads of its own run (outside AL
+// form): that run can start there, not after the rest of this one. A replicated group's layers
 // are keyed by the group (its segments hold only its layers, one allreduce
 // each); other layers by their device, so consecutive unreplicated groups on
 // one device share a segment.
 void split_segments(const LayerGraph& g, const Placement& p, TaskGraph& tg, Scratch& sc) {
   const int L = static_cast<int>(g.layers.size());
   sc.seg_of_layer.assign(L, -1);
-  // Per layer: its key (what a segment shares), and whether a later layer of
-  // another key reads it (its output leaves the segment).
+  // Per layer: its key (what a segment shares) and its run (maximal stretch of one key).
   auto key_of = [&](int i) {
     const int grp = p.layer_group[i];
     return p.replica_count(grp) > 1 ? -1 - grp : p.group_device[grp] * 2 + (p.recomputes(grp) ? 1 : 0);
   };
   sc.key.resize(L);
-  sc.leaves.assign(L, 0);
-  const bool al = g.is_al_form();  // AL blocks on one device share a segment (their local losses)
+  sc.run.resize(L);
   for (int i = 0; i < L; ++i) {
     sc.key[i] = key_of(i);
-    for (int q : g.layers[i].inputs)
-      if (sc.key[q] != sc.key[i] && !al) sc.leaves[q] = 1;
+    sc.run[i] = i == 0 ? 0 : sc.run[i - 1] + (sc.key[i] != sc.key[i - 1]);
   }
+  // A run that reads another run only up to layer q (not its later layers)
+  // can start once q is done: q ends its segment (outside AL form, whose
+  // blocks on one device share a segment for their local losses).
+  sc.split_after.assign(L, 0);
+  sc.last_read.assign(L > 0 ? sc.run[L - 1] + 1 : 0, -1);
+  sc.runs_read.clear();
+  auto flush = [&]() {  // the run just read: mark the last layer it needs of each other run
+    for (int r : sc.runs_read) {
+      sc.split_after[sc.last_read[r]] = 1;
+      sc.last_read[r] = -1;
+    }
+    sc.runs_read.clear();
+  };
+  if (!g.is_al_form())
+    for (int i = 0; i < L; ++i) {
+      if (i > 0 && sc.run[i] != sc.run[i - 1]) flush();
+      for (int q : g.layers[i].inputs) {
+        const int r = sc.run[q];
+        if (r == sc.run[i]) continue;
+        if (sc.last_read[r] < 0) sc.runs_read.push_back(r);
+        sc.last_read[r] = std::max(sc.last_read[r], q);
+      }
+    }
+  flush();
   size_t S = 0;
   int prev_key = 0, stage = -1;
   for (int i = 0; i < L; ++i) {
     const int grp = p.layer_group[i];
     const bool replicated = p.replica_count(grp) > 1;
     const int key = sc.key[i];
-    // A layer whose output leaves ends its segment: what reads it elsewhere
-    // (a parallel branch, a skip connection) need not wait for the layers after it.
-    if (S == 0 || key != prev_key || sc.leaves[i - 1]) {
+    if (S == 0 || key != prev_key || sc.split_after[i - 1]) {
       if (S == tg.segments.size()) grow(tg.segments, sc.spare_segments);
       Segment& seg = tg.segments[S++];
       reset_segment(seg);

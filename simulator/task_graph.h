@@ -6,10 +6,11 @@
 //    order) that run on the same devices: one device, or one replicated group's
 //    replica set. A replicated group's segments hold only that group's layers;
 //    consecutive unreplicated groups on one device merge into one segment (as
-//    before replicas existed). A layer whose output is read on other devices
-//    ends its segment (outside AL form), so a parallel branch or a skip
-//    connection elsewhere starts as soon as that layer is done, not after the
-//    layers that follow it here. Segment edges always point forward, so any
+//    before replicas existed). Within a run of one device, the last layer that
+//    another run reads of it ends a segment (outside AL form), so a parallel
+//    branch elsewhere starts as soon as that layer is done, not after the
+//    layers that follow it here; pieces of one run share a `stage`, by which
+//    the schedules order. Segment edges always point forward, so any
 //    layer-to-device assignment of a DAG runs, including non-contiguous ones
 //    where a device holds several segments and branch-parallel ones.
 //  * replicas: micro-batch m of a segment runs on segment.device_of(m) =

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -20,10 +21,19 @@ std::vector<Segment> split_segments(const LayerGraph& g, const std::vector<int>&
                                     std::vector<int>& seg_of_layer) {
   std::vector<Segment> segs;
   seg_of_layer.assign(g.layers.size(), -1);
-  // A layer read on another device ends its segment (not in AL form).
-  std::vector<bool> leaves(g.layers.size(), false);
+  // Runs of one device; the last layer of run r that run c reads ends its segment (not in AL form).
+  std::vector<int> run(g.layers.size(), 0);
+  for (size_t i = 1; i < g.layers.size(); ++i) run[i] = run[i - 1] + (layer_device[i] != layer_device[i - 1]);
+  std::map<std::pair<int, int>, int> last_read;  // (reading run, read run) -> last layer read
   for (size_t i = 0; i < g.layers.size(); ++i)
-    for (int q : g.layers[i].inputs) leaves[q] = leaves[q] || (layer_device[q] != layer_device[i] && !g.is_al_form());
+    for (int q : g.layers[i].inputs)
+      if (run[q] != run[i]) {
+        int& last = last_read.emplace(std::make_pair(run[i], run[q]), q).first->second;
+        last = std::max(last, q);
+      }
+  std::vector<bool> leaves(g.layers.size(), false);
+  if (!g.is_al_form())
+    for (const auto& entry : last_read) leaves[entry.second] = true;
   for (size_t i = 0; i < g.layers.size(); ++i) {
     if (segs.empty() || segs.back().devices[0] != layer_device[i] || leaves[i - 1]) {  // unreplicated placements only
       const bool same_stage = !segs.empty() && segs.back().devices[0] == layer_device[i];
