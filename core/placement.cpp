@@ -219,20 +219,23 @@ Status validate_replica_weights(const Placement& p) {
 // It must not be both upstream and downstream of another group (a cycle in
 // the groups' graph through it). Returns the offending pair or {-1, -1}.
 std::pair<int, int> replicated_group_in_cycle(const Placement& p, const LayerGraph& g) {
-  const int G = p.num_groups();
-  std::vector<std::vector<char>> reach(G, std::vector<char>(G, 0));
+  if (!p.has_replicated_groups()) return {-1, -1};  // (search loops validate every candidate)
+  const size_t G = static_cast<size_t>(p.num_groups());
+  thread_local std::vector<char> reach;  // reach[i * G + j]: group j reads (transitively) from group i
+  reach.assign(G * G, 0);
   for (size_t l = 0; l < g.layers.size(); ++l)
     for (int in : g.layers[l].inputs)
-      if (p.layer_group[in] != p.layer_group[l]) reach[p.layer_group[in]][p.layer_group[l]] = 1;
-  for (int k = 0; k < G; ++k)  // transitive closure; G is small
-    for (int i = 0; i < G; ++i)
-      if (reach[i][k])
-        for (int j = 0; j < G; ++j)
-          if (reach[k][j]) reach[i][j] = 1;
-  for (int a = 0; a < G; ++a) {
-    if (p.replica_count(a) == 1) continue;
-    for (int b = 0; b < G; ++b)
-      if (b != a && reach[a][b] && reach[b][a]) return {a, b};
+      if (p.layer_group[in] != p.layer_group[l])
+        reach[static_cast<size_t>(p.layer_group[in]) * G + static_cast<size_t>(p.layer_group[l])] = 1;
+  for (size_t k = 0; k < G; ++k)  // transitive closure; G is small
+    for (size_t i = 0; i < G; ++i)
+      if (reach[i * G + k])
+        for (size_t j = 0; j < G; ++j)
+          if (reach[k * G + j]) reach[i * G + j] = 1;
+  for (size_t a = 0; a < G; ++a) {
+    if (p.replica_count(static_cast<int>(a)) == 1) continue;
+    for (size_t b = 0; b < G; ++b)
+      if (b != a && reach[a * G + b] && reach[b * G + a]) return {static_cast<int>(a), static_cast<int>(b)};
   }
   return {-1, -1};
 }
@@ -449,7 +452,7 @@ void in_flight_limits(const Placement& p, const LayerGraph& g, int num_devices, 
     visit(p.group_device[grp]);
     if (r > 1)
       for (int d : p.group_replicas[grp]) visit(d);
-    const int here = (count + r - 1) / r;
+    const int here = r == 1 ? count : (count + r - 1) / r;  // (no division per layer: search loops)
     limit[p.group_device[grp]] = here;  // ends as the device's first layer's
     if (r > 1)
       for (int d : p.group_replicas[grp]) limit[d] = here;
@@ -609,11 +612,13 @@ std::vector<MemoryBreakdown> estimate_device_memory(const Placement& p, const La
   for (int i = 0; i < L; ++i) {
     const Layer& l = g.layers[i];
     const int grp = p.layer_group[i];
+    // Read once per layer (the lambdas below run once per replica).
+    const int64_t kept = kept_bytes_per_sample(g, i), output = l.activation_bytes(), wgrad = weight_gradient_bytes(g, i);
     // Micro-batches in flight on a replica: its own, up to the schedule's limit at its (first) device.
     auto layer_memory = [&](int64_t own) {
       const int64_t flight = micro_batches_in_flight(p.schedule, static_cast<int>(own), limit[p.group_device[grp]]);
       MemoryBreakdown m = state_of(l.param_bytes(), p.optimizer);
-      m.activations = sat_mul(sat_mul(kept_bytes_per_sample(g, i), mb), p.recomputes(grp) ? 1 : flight);
+      m.activations = sat_mul(sat_mul(kept, mb), p.recomputes(grp) ? 1 : flight);
       for (size_t k = 0; k < l.inputs.size(); ++k) {  // a receive per micro-batch, all posted at the step's start
         const int in = l.inputs[k];
         const int from = p.layer_group[in];
@@ -641,8 +646,8 @@ std::vector<MemoryBreakdown> estimate_device_memory(const Placement& p, const La
     }
     if (l.op == lm_head_op()) add_tied_copy(p, g, i, out);
     auto note_largest = [&](int d) {
-      largest_param[d] = std::max(largest_param[d], weight_gradient_bytes(g, i));
-      largest_output[d] = std::max(largest_output[d], l.activation_bytes());
+      largest_param[d] = std::max(largest_param[d], wgrad);
+      largest_output[d] = std::max(largest_output[d], output);
     };
     note_largest(p.group_device[grp]);
     if (p.replica_count(grp) > 1)

@@ -383,7 +383,7 @@ std::string op_class(const std::string& op) {
   return it == op_classes().end() ? "Unknown" : it->second;
 }
 
-int64_t Layer::activation_bytes() const { return sat_mul(numel(output_shape), 4); }
+int64_t Layer::activation_bytes() const { return output_bytes >= 0 ? output_bytes : sat_mul(numel(output_shape), 4); }
 
 bool LayerGraph::per_token_labels() const {
   return !layers.empty() && layers.back().output_shape.size() == 2;
@@ -436,8 +436,10 @@ Status infer_shapes(LayerGraph& graph) {
       l.input_shapes.push_back(graph.layers[p].output_shape);
     }
     l.saved_bytes = 0;
+    l.output_bytes = -1;
     Status s = l.op == "lm_head" ? infer_lm_head(l, graph, static_cast<int>(i)) : infer_layer(l);
     if (!s) return s.at_field("layers[" + std::to_string(i) + "]");
+    l.output_bytes = sat_mul(numel(l.output_shape), 4);
   }
   const Shape& out = graph.layers.back().output_shape;
   if (out.size() != 1 && out.size() != 2)

@@ -117,6 +117,10 @@ struct Layer {
   // ops; self_attention also keeps q, k, v, the per-head T x T probabilities
   // (not the scores before the softmax) and the attention output before its projection.
   int64_t saved_bytes = 0;
+  // activation_bytes() as infer_shapes last computed it (-1: not yet; search
+  // loops ask it for every layer of every candidate). Only infer_shapes writes
+  // output_shape, and it writes this too.
+  int64_t output_bytes = -1;
   int64_t activation_bytes() const;  // output, float32, per sample
   int64_t param_bytes() const { return params * 4; }
 };

@@ -96,21 +96,13 @@ void split_segments(const LayerGraph& g, const Placement& p, TaskGraph& tg, Scra
   const int L = static_cast<int>(g.layers.size());
   sc.seg_of_layer.assign(L, -1);
   // Per layer: its key (what a segment shares) and its run (maximal stretch of one key).
-  auto key_of = [&](int i) {
-    const int grp = p.layer_group[i];
-    return p.replica_count(grp) > 1 ? -1 - grp : p.group_device[grp] * 2 + (p.recomputes(grp) ? 1 : 0);
-  };
-  sc.key.resize(L);
-  sc.run.resize(L);
-  for (int i = 0; i < L; ++i) {
-    sc.key[i] = key_of(i);
-    sc.run[i] = i == 0 ? 0 : sc.run[i - 1] + (sc.key[i] != sc.key[i - 1]);
-  }
   // A run that reads another run only up to layer q (not its later layers)
   // can start once q is done: q ends its segment (outside AL form, whose
-  // blocks on one device share a segment for their local losses).
+  // blocks on one device share a segment for their local losses). One pass.
+  sc.key.resize(L);
+  sc.run.resize(L);
   sc.split_after.assign(L, 0);
-  sc.last_read.assign(L > 0 ? sc.run[L - 1] + 1 : 0, -1);
+  sc.last_read.assign(L, -1);  // per run (at most L)
   sc.runs_read.clear();
   auto flush = [&]() {  // the run just read: mark the last layer it needs of each other run
     for (int r : sc.runs_read) {
@@ -119,17 +111,28 @@ void split_segments(const LayerGraph& g, const Placement& p, TaskGraph& tg, Scra
     }
     sc.runs_read.clear();
   };
-  if (!g.is_al_form())
-    for (int i = 0; i < L; ++i) {
-      if (i > 0 && sc.run[i] != sc.run[i - 1]) flush();
-      for (int q : g.layers[i].inputs) {
-        const int r = sc.run[q];
-        if (r == sc.run[i]) continue;
-        if (sc.last_read[r] < 0) sc.runs_read.push_back(r);
-        sc.last_read[r] = std::max(sc.last_read[r], q);
-      }
+  const bool al = g.is_al_form();
+  for (int i = 0; i < L; ++i) {
+    const int grp = p.layer_group[i];
+    sc.key[i] = p.replica_count(grp) > 1 ? -1 - grp : p.group_device[grp] * 2 + (p.recomputes(grp) ? 1 : 0);
+    const bool new_run = i > 0 && sc.key[i] != sc.key[i - 1];
+    sc.run[i] = i == 0 ? 0 : sc.run[i - 1] + new_run;
+    if (al) continue;
+    if (new_run) flush();
+    for (int q : g.layers[i].inputs) {
+      const int r = sc.run[q];
+      if (r == sc.run[i]) continue;
+      if (sc.last_read[r] < 0) sc.runs_read.push_back(r);
+      sc.last_read[r] = std::max(sc.last_read[r], q);
     }
+  }
   flush();
+  // Segments, and (from, to, producer layer) for every cross-segment input.
+  struct Cross {
+    int from, to, layer;
+  };
+  thread_local std::vector<Cross> cross;
+  cross.clear();
   size_t S = 0;
   int prev_key = 0, stage = -1;
   for (int i = 0; i < L; ++i) {
@@ -149,29 +152,20 @@ void split_segments(const LayerGraph& g, const Placement& p, TaskGraph& tg, Scra
       if (replicated && p.has_replica_weights(grp)) seg.replica_of_micro_batch = p.replica_order(grp);
       prev_key = key;
     }
-    Segment& seg = tg.segments[S - 1];
+    const int s = static_cast<int>(S) - 1;
+    Segment& seg = tg.segments[s];
     seg.layers.push_back(i);
     seg.param_bytes += g.layers[i].param_bytes();
-    sc.seg_of_layer[i] = static_cast<int>(S) - 1;
-  }
-  shrink(tg.segments, S, sc.spare_segments);
-  // Segment edges from every cross-segment input, sorted by (from, to, layer);
-  // an edge's payload is each boundary layer's output once.
-  sc.edge_from.clear();
-  sc.edge_to.clear();
-  sc.edge_bytes.clear();
-  // Gather (from, to, producer layer) from each layer's inputs.
-  struct Cross {
-    int from, to, layer;
-  };
-  thread_local std::vector<Cross> cross;
-  cross.clear();
-  for (int i = 0; i < L; ++i) {
-    int s = sc.seg_of_layer[i];
-    if (g.layers[i].inputs.empty()) tg.segments[s].reads_model_input = true;
+    sc.seg_of_layer[i] = s;
+    if (g.layers[i].inputs.empty()) seg.reads_model_input = true;
     for (int q : g.layers[i].inputs)
       if (sc.seg_of_layer[q] != s) cross.push_back({sc.seg_of_layer[q], s, q});
   }
+  shrink(tg.segments, S, sc.spare_segments);
+  // Segment edges sorted by (from, to, layer); an edge's payload is each boundary layer's output once.
+  sc.edge_from.clear();
+  sc.edge_to.clear();
+  sc.edge_bytes.clear();
   std::sort(cross.begin(), cross.end(), [](const Cross& a, const Cross& b) {
     return a.from != b.from ? a.from < b.from : a.to != b.to ? a.to < b.to : a.layer < b.layer;
   });
