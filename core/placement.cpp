@@ -598,60 +598,54 @@ std::vector<MemoryBreakdown> estimate_device_memory(const Placement& p, const La
     }
     own_at[grp + 1] = static_cast<int>(own_count.size());
   }
-  // Adds `charge(own micro-batches)` to each device of the group.
-  auto add_per_replica = [&](int grp, const auto& charge) {
-    const int* own = own_count.data() + own_at[grp];
-    if (!p.has_replica_weights(grp)) {  // every replica alike: one charge
-      add_to_group(p, grp, charge(static_cast<int64_t>(own[0])), out);
-      return;
-    }
-    out[p.group_device[grp]] += charge(static_cast<int64_t>(own[0]));
-    for (size_t k = 0; k < p.group_replicas[grp].size(); ++k)
-      out[p.group_replicas[grp][k]] += charge(static_cast<int64_t>(own[k + 1]));
-  };
+  // Per group, summed over its layers (a layer's charge is linear in its
+  // sizes, so each replica is charged once per group, not once per layer):
+  // parameter bytes, kept bytes per sample, bytes per sample received (each
+  // crossing input once per group that reads it) and gradient bytes per
+  // sample received for the outputs it sends; the largest layer's sizes.
+  const int G = p.num_groups();
+  thread_local std::vector<int64_t> param_sum, kept_sum, recv_sum, grad_sum, group_param, group_output, layers_in;
+  for (auto* v : {&param_sum, &kept_sum, &recv_sum, &grad_sum, &group_param, &group_output, &layers_in}) v->assign(G, 0);
   for (int i = 0; i < L; ++i) {
     const Layer& l = g.layers[i];
     const int grp = p.layer_group[i];
-    // Read once per layer (the lambdas below run once per replica).
-    const int64_t kept = kept_bytes_per_sample(g, i), output = l.activation_bytes(), wgrad = weight_gradient_bytes(g, i);
-    // Micro-batches in flight on a replica: its own, up to the schedule's limit at its (first) device.
-    auto layer_memory = [&](int64_t own) {
-      const int64_t flight = micro_batches_in_flight(p.schedule, static_cast<int>(own), limit[p.group_device[grp]]);
-      MemoryBreakdown m = state_of(l.param_bytes(), p.optimizer);
-      m.activations = sat_mul(sat_mul(kept, mb), p.recomputes(grp) ? 1 : flight);
-      for (size_t k = 0; k < l.inputs.size(); ++k) {  // a receive per micro-batch, all posted at the step's start
-        const int in = l.inputs[k];
-        const int from = p.layer_group[in];
-        if (from == grp || !crosses_devices(p, from, grp) || input_counted_by[in] == grp) continue;
-        if (std::find(l.inputs.begin(), l.inputs.begin() + static_cast<long>(k), in) != l.inputs.begin() + static_cast<long>(k))
-          continue;  // the same input twice: one receive
-        m.buffers = sat_add(m.buffers, sat_mul(sat_mul(g.layers[in].activation_bytes(), mb), own));
-      }
-      return m;
-    };
-    add_per_replica(grp, layer_memory);
-    for (int in : l.inputs) {
+    ++layers_in[grp];
+    param_sum[grp] = sat_add(param_sum[grp], l.param_bytes());
+    kept_sum[grp] = sat_add(kept_sum[grp], kept_bytes_per_sample(g, i));
+    group_param[grp] = std::max(group_param[grp], weight_gradient_bytes(g, i));
+    group_output[grp] = std::max(group_output[grp], l.activation_bytes());
+    for (size_t k = 0; k < l.inputs.size(); ++k) {  // a receive per micro-batch, all posted at the step's start
+      const int in = l.inputs[k];
       const int from = p.layer_group[in];
       if (from == grp || !crosses_devices(p, from, grp)) continue;
+      const bool repeated = std::find(l.inputs.begin(), l.inputs.begin() + static_cast<long>(k), in) !=
+                            l.inputs.begin() + static_cast<long>(k);  // the same input twice: one receive
+      if (input_counted_by[in] != grp && !repeated) recv_sum[grp] = sat_add(recv_sum[grp], g.layers[in].activation_bytes());
       input_counted_by[in] = grp;
       if (!grad_counted[in]) {  // the producer receives its gradient for each of its micro-batches
         grad_counted[in] = 1;
-        const int64_t payload = sat_mul(g.layers[in].activation_bytes(), mb);
-        add_per_replica(from, [&](int64_t own) {
-          MemoryBreakdown grad;
-          grad.buffers = sat_mul(payload, own);
-          return grad;
-        });
+        grad_sum[from] = sat_add(grad_sum[from], g.layers[in].activation_bytes());
       }
     }
     if (l.op == lm_head_op()) add_tied_copy(p, g, i, out);
-    auto note_largest = [&](int d) {
-      largest_param[d] = std::max(largest_param[d], wgrad);
-      largest_output[d] = std::max(largest_output[d], output);
-    };
-    note_largest(p.group_device[grp]);
-    if (p.replica_count(grp) > 1)
-      for (int d : p.group_replicas[grp]) note_largest(d);
+  }
+  for (int grp = 0; grp < G; ++grp) {
+    const std::vector<int> none;
+    const std::vector<int>& others = p.replica_count(grp) > 1 ? p.group_replicas[grp] : none;
+    for (size_t k = 0; k <= others.size(); ++k) {
+      const int d = k == 0 ? p.group_device[grp] : others[k - 1];
+      const int64_t own = own_count[static_cast<size_t>(own_at[grp]) + k];
+      // Micro-batches in flight on a replica: its own, up to the schedule's limit at its (first) device.
+      const int64_t flight = micro_batches_in_flight(p.schedule, static_cast<int>(own), limit[p.group_device[grp]]);
+      MemoryBreakdown m = state_of(param_sum[grp], p.optimizer);
+      m.activations = sat_mul(sat_mul(kept_sum[grp], mb), p.recomputes(grp) ? 1 : flight);
+      m.buffers = sat_mul(sat_mul(sat_add(recv_sum[grp], grad_sum[grp]), mb), own);
+      out[d] += m;
+      if (layers_in[grp] > 0) {
+        largest_param[d] = std::max(largest_param[d], group_param[grp]);
+        largest_output[d] = std::max(largest_output[d], group_output[grp]);
+      }
+    }
   }
   for (int d = 0; d < c.num_devices(); ++d)
     if (largest_param[d] > 0 || largest_output[d] > 0) {
