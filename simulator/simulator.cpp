@@ -26,6 +26,14 @@ struct Workspace {
   std::vector<int> extra_begin, extra;       // per allreduce: its predecessors on the participants' send queues
   std::vector<char> state;
   std::vector<int> stack;
+  // Per segment, read once per replay: what every compute task asks of it (a
+  // Segment's layers and replicas are a pointer further away).
+  struct SegmentFacts {
+    int64_t kept_per_sample = 0;  // activation bytes per sample its forward keeps
+    bool recompute = false;
+    bool one_replica = true;
+  };
+  std::vector<SegmentFacts> segment;
   std::vector<int> compute_cost_at;  // per segment: where its cached compute costs start in compute_cost
   std::vector<double> compute_cost;  // [segment][replica][micro-batch size class][forward, backward]; -1 = not yet
   std::vector<int64_t> params;
@@ -72,7 +80,13 @@ class Replay {
     const int S = static_cast<int>(tg.segments.size());
     ws.compute_cost_at.resize(S + 1);
     ws.compute_cost_at[0] = 0;
-    for (int s = 0; s < S; ++s) ws.compute_cost_at[s + 1] = ws.compute_cost_at[s] + 4 * tg.segments[s].replica_count();
+    ws.segment.resize(S);
+    for (int s = 0; s < S; ++s) {
+      const Segment& seg = tg.segments[s];
+      ws.compute_cost_at[s + 1] = ws.compute_cost_at[s] + 4 * seg.replica_count();
+      ws.segment[s] = {cost.activation_bytes_per_sample(seg.layers.front(), seg.layers.back()), seg.recompute,
+                       seg.replica_count() == 1};
+    }
     ws.compute_cost.assign(ws.compute_cost_at[S], -1.0);
     first_size_ = tg.micro_batches() > 0 ? tg.micro_batch_sizes[0] : 0;
     ws.start.resize(T_);
@@ -96,13 +110,13 @@ class Replay {
     if (is_transfer(t.kind)) return cost_.transfer_ms(t.device, t.to_device, t.bytes);
     if (t.kind == TaskKind::allreduce)
       return cost_.ring_allreduce_ms(tg_.replicated_groups[t.replicated_group].devices, t.bytes);
-    const Segment& seg = tg_.segments[t.segment];
     const int64_t samples = tg_.micro_batch_sizes[t.micro_batch];
     const bool backward = t.kind == TaskKind::backward;
-    const int replica = seg.replica_of(t.micro_batch);
+    const int replica = ws_.segment[t.segment].one_replica ? 0 : tg_.segments[t.segment].replica_of(t.micro_batch);
     double& cached = ws_.compute_cost[ws_.compute_cost_at[t.segment] + (replica * 2 + (samples != first_size_)) * 2 +
                                       backward];
     if (cached < 0) {
+      const Segment& seg = tg_.segments[t.segment];
       const int others = cost_.is_local(t.device) ? std::max(0, local_used_ - 1) : 0;
       cached = backward ? cost_.backward_ms(t.device, seg.layers.front(), seg.layers.back(), samples, others)
                         : cost_.forward_ms(t.device, seg.layers.front(), seg.layers.back(), samples, others);
@@ -157,9 +171,8 @@ class Replay {
     d.busy_ms += ws_.end[t] - ws_.start[t];
     if (remote) d.comm_ms += std::max(0.0, ws_.start[t] - d.prev_end);
     d.prev_end = ws_.end[t];
-    const Segment& seg = tg_.segments[task.segment];
-    const int64_t kept = cost_.activation_bytes_per_sample(seg.layers.front(), seg.layers.back()) *
-                         tg_.micro_batch_sizes[task.micro_batch];
+    const Workspace::SegmentFacts& seg = ws_.segment[task.segment];
+    const int64_t kept = seg.kept_per_sample * tg_.micro_batch_sizes[task.micro_batch];
     // A recomputing segment keeps only its received inputs until its
     // backward, which holds one micro-batch's activations while it runs.
     const int64_t held = seg.recompute ? 0 : kept;
