@@ -629,9 +629,9 @@ std::vector<MemoryBreakdown> estimate_device_memory(const Placement& p, const La
     }
     if (l.op == lm_head_op()) add_tied_copy(p, g, i, out);
   }
+  static const std::vector<int> no_replicas;
   for (int grp = 0; grp < G; ++grp) {
-    const std::vector<int> none;
-    const std::vector<int>& others = p.replica_count(grp) > 1 ? p.group_replicas[grp] : none;
+    const std::vector<int>& others = p.replica_count(grp) > 1 ? p.group_replicas[grp] : no_replicas;
     for (size_t k = 0; k <= others.size(); ++k) {
       const int d = k == 0 ? p.group_device[grp] : others[k - 1];
       const int64_t own = own_count[static_cast<size_t>(own_at[grp]) + k];

@@ -1,6 +1,7 @@
 #include "model/branches.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "model/layer_graph.h"
 
@@ -43,15 +44,10 @@ ParallelBranches branches_of(const LayerGraph& g, int f, std::vector<int>& label
 std::vector<ParallelBranches> parallel_branches(const LayerGraph& g) {
   const int L = static_cast<int>(g.layers.size());
   std::vector<int> label(L, kOutside);
-  std::vector<int> readers(L, 0);
-  for (const Layer& l : g.layers)
-    for (size_t k = 0; k < l.inputs.size(); ++k)
-      if (std::find(l.inputs.begin(), l.inputs.begin() + static_cast<long>(k), l.inputs[k]) ==
-          l.inputs.begin() + static_cast<long>(k))
-        ++readers[l.inputs[k]];  // a layer reading the same input twice counts once
+  const std::vector<std::vector<int>> readers = g.consumers();  // a layer reading an input twice is one reader
   std::vector<ParallelBranches> out;
   for (int f = 0; f < L; ++f) {
-    if (readers[f] < 2) continue;
+    if (readers[f].size() < 2) continue;
     ParallelBranches b = branches_of(g, f, label);
     if (b.branches.size() >= 2) out.push_back(std::move(b));
   }

@@ -54,8 +54,8 @@ std::vector<Placement> neighbours(const Placement& p, int num_devices, const std
 // Branch-parallel moves around a pipeline (not data parallel): one branch of a
 // fork onto another device (a new group there), and a fork's branches spread
 // over the devices (branch k on device (k + r) mod D, each rotation r that
-// moves two or more). Layers
-// of replicated groups stay where they are. Unused groups are dropped.
+// moves two or more). Layers of replicated groups stay where they are.
+// Unused groups are dropped.
 std::vector<Placement> branch_neighbours(const Placement& p, const std::vector<ParallelBranches>& branches,
                                          int num_devices);
 

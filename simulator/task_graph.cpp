@@ -88,10 +88,10 @@ void reset_segment(Segment& seg) {
 
 // Segments: a new one starts where the layer's devices change, and after a
 // layer that is the last one another run reads of its own run (outside AL
-// form): that run can start there, not after the rest of this one. A replicated group's layers
-// are keyed by the group (its segments hold only its layers, one allreduce
-// each); other layers by their device, so consecutive unreplicated groups on
-// one device share a segment.
+// form): that run can start there, not after the rest of this one. A
+// replicated group's layers are keyed by the group (its segments hold only its
+// layers, one allreduce each); other layers by their device, so consecutive
+// unreplicated groups on one device share a segment.
 void split_segments(const LayerGraph& g, const Placement& p, TaskGraph& tg, Scratch& sc) {
   const int L = static_cast<int>(g.layers.size());
   sc.seg_of_layer.assign(L, -1);

@@ -12,6 +12,7 @@
 #include "simulator/cost_model.h"
 #include "simulator/simulator_evaluator.h"
 #include "tests/core/fake_evaluator.h"
+#include "tests/simulator/fixtures.h"
 
 using namespace tapp;
 using namespace tapp::testing;
@@ -23,25 +24,10 @@ namespace {
 LayerGraph towers() {
   LayerGraph g;
   g.input_shape = {8};
-  auto add = [&](const std::string& op, std::vector<int> inputs) {
-    Layer l;
-    l.name = "l" + std::to_string(g.layers.size());
-    l.op = op;
-    l.attrs.out = 8;
-    l.inputs = std::move(inputs);
-    g.layers.push_back(l);
-  };
-  add("linear", {});
-  add("linear", {0});
-  add("linear", {1});
-  add("linear", {2});
-  add("linear", {1});
-  add("linear", {1});
-  add("linear", {5});
-  add("linear", {5});
-  add("add", {6, 7});
-  add("add", {3, 4, 8});
-  add("linear", {9});
+  const std::vector<std::pair<std::string, std::vector<int>>> layers = {
+      {"linear", {}},  {"linear", {0}}, {"linear", {1}}, {"linear", {2}},    {"linear", {1}}, {"linear", {1}},
+      {"linear", {5}}, {"linear", {5}}, {"add", {6, 7}}, {"add", {3, 4, 8}}, {"linear", {9}}};
+  for (const auto& [op, inputs] : layers) test::add_layer(g, "l" + std::to_string(g.layers.size()), op, inputs);
   REQUIRE(infer_shapes(g).is_ok());
   return g;
 }
