@@ -81,7 +81,7 @@ Result<StageBreakdown> stage_breakdown(const LayerGraph& g, const Cluster& c, co
       const double start = times.start_ms[t];
       bool remote = false;
       double wire = 0;
-      for (int dep : tg->tasks[t].deps) {
+      for (int dep : tg->deps(t)) {
         if (!is_transfer(tg->tasks[dep].kind)) continue;
         remote = true;
         const double from = std::max(prev_end, times.start_ms[dep]), to = std::min(start, times.end_ms[dep]);

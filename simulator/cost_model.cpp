@@ -173,6 +173,7 @@ Result<CostModel> CostModel::build(const LayerGraph& g, const Cluster& c, const 
       m.latency_ms_[a * D + b] = link.latency_ms;
       m.ms_per_byte_[a * D + b] = 8.0 / (link.bandwidth_mbps * 1e6) * 1e3;
     }
+  m.price_links();
   m.act_prefix_.assign(L + 1, 0);
   for (size_t l = 0; l < L; ++l) m.act_prefix_[l + 1] = m.act_prefix_[l] + kept_bytes_per_sample(g.layers[l]);
   for (const Device& d : c.devices) {
@@ -215,9 +216,23 @@ double CostModel::ring_allreduce_ms(const std::vector<int>& devices, int64_t byt
   return 2.0 * (r - 1) * slowest;
 }
 
+// (latency + bytes / bandwidth) x wire_factor + message overhead + bytes x its
+// per-MB price, as one affine function of the bytes per link: the simulator
+// prices every transfer task with it.
+void CostModel::price_links() {
+  const Calibration& c = calibration_;
+  transfer_fixed_ms_.resize(latency_ms_.size());
+  transfer_ms_per_byte_.resize(ms_per_byte_.size());
+  for (size_t k = 0; k < latency_ms_.size(); ++k) {
+    transfer_fixed_ms_[k] = latency_ms_[k] * c.wire_factor + c.message_overhead_ms;
+    transfer_ms_per_byte_[k] = ms_per_byte_[k] * c.wire_factor + c.message_ms_per_mb / 1e6;
+  }
+}
+
 CostModel CostModel::with_calibration(const Calibration& calibration) const {
   CostModel m = *this;
   m.calibration_ = calibration;
+  m.price_links();
   return m;
 }
 

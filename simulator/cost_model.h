@@ -111,8 +111,7 @@ class CostModel {
   // Link time from -> to for `bytes`, including the message overhead.
   double transfer_ms(int from, int to, int64_t bytes) const {
     const size_t k = static_cast<size_t>(from) * num_devices_ + to;
-    return (latency_ms_[k] + static_cast<double>(bytes) * ms_per_byte_[k]) * calibration_.wire_factor +
-           calibration_.message_overhead_ms + calibration_.message_ms_per_mb * static_cast<double>(bytes) / 1e6;
+    return transfer_fixed_ms_[k] + static_cast<double>(bytes) * transfer_ms_per_byte_[k];
   }
   // Ring allreduce of `bytes` among `devices` (in ring order): 2 (r - 1) steps,
   // each moving ceil(bytes / r) on every ring link at once, so each step takes
@@ -157,6 +156,9 @@ class CostModel {
   Calibration calibration_;
   std::vector<DeviceCosts> devices_;
   std::vector<double> latency_ms_, ms_per_byte_;         // [from][to]
+  // transfer_ms = fixed + bytes x per_byte, the calibration folded in (price_links).
+  std::vector<double> transfer_fixed_ms_, transfer_ms_per_byte_;  // [from][to]
+  void price_links();
   std::vector<double> inv_speed_;                        // [device]: 1 / speed
   std::vector<char> is_local_;                           // [device]
   std::vector<int64_t> act_prefix_;                      // [layer + 1]

@@ -143,34 +143,27 @@ class Replay {
     }
   };
 
-  __attribute__((always_inline)) void finish(int t, const Latest& latest, bool first_on_device) {
+  // Its start, end and critical predecessor; returns the end.
+  __attribute__((always_inline)) double finish(int t, const Latest& latest, bool first_on_device) {
     const Task& task = tg_.tasks[t];
+    const double end = latest.start + duration(task) + (first_on_device ? cost_.first_task_ms(task.device) : 0.0);
     ws_.start[t] = latest.start;
-    ws_.end[t] = latest.start + duration(task) + (first_on_device ? cost_.first_task_ms(task.device) : 0.0);
+    ws_.end[t] = end;
     ws_.crit[t] = latest.crit;
+    return end;
   }
 
   // A compute task's share of its device's statistics, counted as the runtime
   // counts them: waiting for a remote input is communication; a forward keeps
   // its activations and received inputs until its backward; a backward's
   // received gradient is live while it runs.
-  void tally(int t) {
-    const Task& task = tg_.tasks[t];
-    bool remote = false;
-    int64_t received = 0;
-    for (int dep : task.deps)
-      if (is_transfer(tg_.tasks[dep].kind)) {
-        remote = true;
-        received += tg_.tasks[dep].bytes;
-      }
-    tally(t, remote, received);
-  }
-  void tally(int t, bool remote, int64_t received) {
-    const Task& task = tg_.tasks[t];
+  void tally(int t) { tally(tg_.tasks[t], ws_.start[t], ws_.end[t]); }
+  __attribute__((always_inline)) void tally(const Task& task, double start, double end) {
+    const int64_t received = task.bytes;
     DeviceTally& d = ws_.tally[task.device];
-    d.busy_ms += ws_.end[t] - ws_.start[t];
-    if (remote) d.comm_ms += std::max(0.0, ws_.start[t] - d.prev_end);
-    d.prev_end = ws_.end[t];
+    d.busy_ms += end - start;
+    d.comm_ms += task.remote_input ? std::max(0.0, start - d.prev_end) : 0.0;
+    d.prev_end = end;
     const Workspace::SegmentFacts& seg = ws_.segment[task.segment];
     const int64_t kept = seg.kept_per_sample * tg_.micro_batch_sizes[task.micro_batch];
     // A recomputing segment keeps only its received inputs until its
@@ -209,19 +202,20 @@ class Replay {
     for (int t : tg_.replay_order) {
       const Task& task = tg_.tasks[t];
       if (ws_.end[t] >= 0) return false;  // twice in the order
-      bool ready = true;
+      // Branch-free (the predecessors' order of ends is data, and mispredicted
+      // branches were most of the replay): every end is >= 0, so the first
+      // predecessor always beats -1 and a later one must end strictly later.
       Latest latest;
+      latest.start = -1;
+      double earliest = 0;  // < 0: a predecessor has not run yet
       auto consider = [&](int x) {
         const double end = ws_.end[x];
-        if (end < 0) {
-          ready = false;
-        } else if (latest.crit < 0 || end > latest.start) {
-          latest.start = end;
-          latest.crit = x;
-        }
+        earliest = std::min(earliest, end);
+        const bool later = end > latest.start;
+        latest.start = later ? end : latest.start;
+        latest.crit = later ? x : latest.crit;
       };
-      bool first_on_device = false, remote = false;
-      int64_t received = 0;
+      bool first_on_device = false;
       if (is_compute(task.kind)) {
         DeviceTally& d = ws_.tally[task.device];
         const auto& order = tg_.device_order[task.device];
@@ -229,30 +223,25 @@ class Replay {
         ++d.next;
         first_on_device = d.last_compute < 0;
         if (!first_on_device) consider(d.last_compute);
-        for (int x : task.deps) {
-          consider(x);
-          const Task& dep = tg_.tasks[x];
-          if (is_transfer(dep.kind)) {
-            remote = true;
-            received += dep.bytes;
-          }
-        }
+        for (int x : tg_.deps(task)) consider(x);
         d.last_compute = t;
       } else if (is_transfer(task.kind)) {
-        if (task.deps[0] != ws_.tally[task.device].last_compute) return false;  // sent in posting order
+        const int producer = tg_.dep_ids[task.first_dep];
+        if (producer != ws_.tally[task.device].last_compute) return false;  // sent in posting order
         int& last = ws_.last_on_link[static_cast<size_t>(task.device) * Q_ + (Q_ == 1 ? 0 : task.to_device)];
         if (last >= 0) consider(last);
-        consider(task.deps[0]);
+        consider(producer);
         last = t;
       } else {
         if (t < first_allreduce_) return false;  // allreduces come last
         if (!tails_kept) keep_send_tails(tails_kept);
-        for (int x : task.deps) consider(x);
+        for (int x : tg_.deps(task)) consider(x);
         allreduce_queues(t, consider);
       }
-      if (!ready) return false;
-      finish(t, latest, first_on_device);
-      if (is_compute(task.kind)) tally(t, remote, received);
+      if (earliest < 0) return false;
+      if (latest.crit < 0) latest.start = 0;
+      const double end = finish(t, latest, first_on_device);
+      if (is_compute(task.kind)) tally(task, latest.start, end);
     }
     if (!tails_kept) keep_send_tails(tails_kept);
     for (int d = 0; d < D_; ++d)
@@ -281,7 +270,7 @@ class Replay {
         // A compute task's sends directly follow it in `tasks` (the builder's layout).
         for (int x = t + 1; x < T_ && is_transfer(tg_.tasks[x].kind); ++x) {
           const Task& send = tg_.tasks[x];
-          if (send.deps[0] != t) {
+          if (tg_.deps(send)[0] != t) {
             why = "task graph: a transfer does not follow the task that produces it";
             return false;
           }
@@ -307,7 +296,7 @@ class Replay {
     if (ordered != compute_tasks) return false;
     auto predecessors = [&](int t, auto&& visit) {
       if (ws_.resource_prev[t] >= 0) visit(ws_.resource_prev[t]);
-      for (int d : tg_.tasks[t].deps) visit(d);
+      for (int d : tg_.deps(t)) visit(d);
       if (t >= first_allreduce_)
         for (int k = ws_.extra_begin[t - first_allreduce_]; k < ws_.extra_begin[t - first_allreduce_ + 1]; ++k)
           visit(ws_.extra[k]);

@@ -23,12 +23,12 @@ struct Scratch {
   std::vector<int> pred_begin, pred_edges, fill;  // per segment: incoming edges, ascending `from`
   std::vector<int> xfwd, xbwd;  // per (edge, micro-batch): transfer task id, -1 when same device
   std::vector<int> sends;       // per task: how many transfers follow it (its sends)
-  std::vector<int> only_device;  // per segment: its device, -1 when replicated
+  std::vector<int> device_at;    // per (segment, micro-batch): the device that runs it
+  std::vector<int> forward_id, backward_id;  // per (segment, micro-batch): its task
   std::vector<int> stage_begin;  // per stage: its first segment (then the segment count)
   size_t replayed = 0;          // tasks in the replay order so far
-  // Tasks and segments a smaller graph did not need, kept with their vectors'
-  // capacity for the next larger one (so a search loop stops allocating).
-  std::vector<Task> spare_tasks;
+  // Segments a smaller graph did not need, kept with their vectors' capacity
+  // for the next larger one (so a search loop stops allocating).
   std::vector<Segment> spare_segments;
 };
 
@@ -57,21 +57,37 @@ Scratch& scratch() {
   return s;
 }
 
-// Appends a task, reusing a previous build's Task (and its deps capacity) when there is one.
+// Appends tasks and their deps (a task's deps go in before the next task
+// starts, so each task's deps are one run of TaskGraph::dep_ids). Overwrites
+// the previous build's entries in place: a search loop builds thousands of
+// graphs a second, and growing the vectors anew cost 10% of an evaluation.
 struct TaskSink {
   TaskGraph& tg;
-  Scratch& sc;
-  size_t used = 0;
+  size_t used = 0, deps_used = 0;
   Task& next(int& id) {
-    if (used == tg.tasks.size()) grow(tg.tasks, sc.spare_tasks);
+    if (used == tg.tasks.size()) tg.tasks.emplace_back();
     Task& t = tg.tasks[used];
-    t.deps.clear();
     t.peer_segment = -1;
     t.replicated_group = -1;
     t.to_device = -1;
     t.bytes = 0;
+    t.remote_input = false;
+    t.first_dep = static_cast<int>(deps_used);
+    t.dep_count = 0;
     id = static_cast<int>(used++);
     return t;
+  }
+  void add_dep(Task& t, int dep) {
+    if (deps_used == tg.dep_ids.size())
+      tg.dep_ids.push_back(dep);
+    else
+      tg.dep_ids[deps_used] = dep;
+    ++deps_used;
+    ++t.dep_count;
+  }
+  void close() {
+    tg.tasks.resize(used);
+    tg.dep_ids.resize(deps_used);
   }
 };
 
@@ -222,103 +238,118 @@ void collect_replicated_groups(TaskGraph& tg) {
             [](const ReplicatedGroup& a, const ReplicatedGroup& b) { return a.group < b.group; });
 }
 
-void resize_table(std::vector<std::vector<int>>& t, int rows, int cols) {
-  t.resize(rows);
-  for (auto& r : t) r.assign(cols, -1);
-}
-
 void add_tasks(TaskGraph& tg, Scratch& sc) {
   const int S = static_cast<int>(tg.segments.size());
   const int M = tg.micro_batches();
   const int E = static_cast<int>(sc.edge_from.size());
-  resize_table(tg.forward_task, S, M);
-  resize_table(tg.backward_task, S, M);
+  const size_t SM = static_cast<size_t>(S) * M;
+  // Flat [segment x micro-batch] tables, read through local pointers: the
+  // compiler cannot keep a vector's data in a register across the task writes.
+  sc.device_at.resize(SM);
+  for (int s = 0; s < S; ++s)
+    for (int m = 0; m < M; ++m) sc.device_at[static_cast<size_t>(s) * M + m] = tg.segments[s].device_of(m);
+  sc.forward_id.assign(SM, -1);
+  sc.backward_id.assign(SM, -1);
   sc.xfwd.assign(static_cast<size_t>(E) * M, -1);
   sc.xbwd.assign(static_cast<size_t>(E) * M, -1);
-  TaskSink sink{tg, sc};
+  const int* device_at = sc.device_at.data();
+  int* forward_id = sc.forward_id.data();
+  int* backward_id = sc.backward_id.data();
+  int* xfwd = sc.xfwd.data();
+  int* xbwd = sc.xbwd.data();
+  const int* edge_from = sc.edge_from.data();
+  const int* edge_to = sc.edge_to.data();
+  const int64_t* edge_bytes = sc.edge_bytes.data();
+  const int* pred_begin = sc.pred_begin.data();
+  const int* pred_edges = sc.pred_edges.data();
+  const int* succ_begin = sc.succ_begin.data();
+  const int64_t* sizes = tg.micro_batch_sizes.data();
+  auto at = [M](int s, int m) { return static_cast<size_t>(s) * M + m; };
+  TaskSink sink{tg};
   // At most: a forward and a backward per (segment, micro-batch), a transfer
   // each way per (edge, micro-batch), an allreduce per replicated group.
-  sc.sends.resize(static_cast<size_t>(2) * S * M + static_cast<size_t>(2) * E * M + tg.replicated_groups.size());
+  sc.sends.resize(2 * SM + static_cast<size_t>(2) * E * M + tg.replicated_groups.size());
+  int* sends = sc.sends.data();
   // The transfers created since compute task `id` are its sends.
-  auto count_sends = [&](int id) { sc.sends[id] = static_cast<int>(sink.used) - id - 1; };
-  // A segment's device when it has one replica (-1: ask device_of(m)), read once.
-  sc.only_device.resize(S);
-  for (int s = 0; s < S; ++s) sc.only_device[s] = tg.segments[s].replicated() ? -1 : tg.segments[s].devices[0];
-  auto device_of = [&](int s, int m) {
-    const int d = sc.only_device[s];
-    return d >= 0 ? d : tg.segments[s].device_of(m);
-  };
-  auto from_device = [&](int e, int m) { return device_of(sc.edge_from[e], m); };
-  auto to_device = [&](int e, int m) { return device_of(sc.edge_to[e], m); };
+  auto count_sends = [&](int id) { sends[id] = static_cast<int>(sink.used) - id - 1; };
   // Forward: F(s, m), then its activation transfers to later segments on other devices.
   for (int s = 0; s < S; ++s) {
     for (int m = 0; m < M; ++m) {
-      const int here = device_of(s, m);
+      const int here = device_at[at(s, m)];
       int fid;
       Task& f = sink.next(fid);
       f.kind = TaskKind::forward;
       f.segment = s;
       f.micro_batch = m;
       f.device = here;
-      for (int k = sc.pred_begin[s]; k < sc.pred_begin[s + 1]; ++k) {
-        int e = sc.pred_edges[k];
-        f.deps.push_back(from_device(e, m) != here ? sc.xfwd[static_cast<size_t>(e) * M + m]
-                                                    : tg.forward_task[sc.edge_from[e]][m]);
+      for (int k = pred_begin[s]; k < pred_begin[s + 1]; ++k) {
+        const int e = pred_edges[k];
+        if (device_at[at(edge_from[e], m)] == here) {
+          sink.add_dep(f, forward_id[at(edge_from[e], m)]);
+          continue;
+        }
+        sink.add_dep(f, xfwd[at(e, m)]);
+        f.remote_input = true;
+        f.bytes += edge_bytes[e] * sizes[m];
       }
-      tg.forward_task[s][m] = fid;
-      for (int e = sc.succ_begin[s]; e < sc.succ_begin[s + 1]; ++e) {
-        const int there = to_device(e, m);
+      forward_id[at(s, m)] = fid;
+      for (int e = succ_begin[s]; e < succ_begin[s + 1]; ++e) {
+        const int there = device_at[at(edge_to[e], m)];
         if (there == here) continue;
         int xid;
         Task& x = sink.next(xid);
         x.kind = TaskKind::transfer_activation;
         x.segment = s;
-        x.peer_segment = sc.edge_to[e];
+        x.peer_segment = edge_to[e];
         x.micro_batch = m;
         x.device = here;
         x.to_device = there;
-        x.bytes = sc.edge_bytes[e] * tg.micro_batch_sizes[m];
-        x.deps.push_back(fid);
-        sc.xfwd[static_cast<size_t>(e) * M + m] = xid;
+        x.bytes = edge_bytes[e] * sizes[m];
+        sink.add_dep(x, fid);
+        xfwd[at(e, m)] = xid;
       }
       count_sends(fid);
     }
   }
   // Backward, last segment first: B(s, m) waits for its consumers' gradients
   // (latest consumer first) and its own forward, then sends gradients back.
+  // AL: a block's backward starts from its own local loss; no gradient comes or goes.
+  const bool local = tg.schedule == Schedule::al;
   for (int s = S - 1; s >= 0; --s) {
     for (int m = 0; m < M; ++m) {
-      const int here = device_of(s, m);
+      const int here = device_at[at(s, m)];
       int bid;
       Task& b = sink.next(bid);
       b.kind = TaskKind::backward;
       b.segment = s;
       b.micro_batch = m;
       b.device = here;
-      // AL: a block's backward starts from its own local loss; no gradient comes or goes.
-      const bool local = tg.schedule == Schedule::al;
-      if (!local)
-        for (int e = sc.succ_begin[s + 1] - 1; e >= sc.succ_begin[s]; --e)
-          b.deps.push_back(to_device(e, m) != here ? sc.xbwd[static_cast<size_t>(e) * M + m]
-                                                    : tg.backward_task[sc.edge_to[e]][m]);
-      b.deps.push_back(tg.forward_task[s][m]);
-      tg.backward_task[s][m] = bid;
-      for (int k = sc.pred_begin[s]; k < sc.pred_begin[s + 1] && !local; ++k) {
-        int e = sc.pred_edges[k];
-        const int there = from_device(e, m);
+      for (int e = succ_begin[s + 1] - 1; e >= succ_begin[s] && !local; --e) {
+        if (device_at[at(edge_to[e], m)] == here) {
+          sink.add_dep(b, backward_id[at(edge_to[e], m)]);
+          continue;
+        }
+        sink.add_dep(b, xbwd[at(e, m)]);
+        b.remote_input = true;
+        b.bytes += edge_bytes[e] * sizes[m];
+      }
+      sink.add_dep(b, forward_id[at(s, m)]);
+      backward_id[at(s, m)] = bid;
+      for (int k = pred_begin[s]; k < pred_begin[s + 1] && !local; ++k) {
+        const int e = pred_edges[k];
+        const int there = device_at[at(edge_from[e], m)];
         if (there == here) continue;
-        int p = sc.edge_from[e];
         int xid;
         Task& x = sink.next(xid);
         x.kind = TaskKind::transfer_gradient;
-        x.segment = p;
+        x.segment = edge_from[e];
         x.peer_segment = s;
         x.micro_batch = m;
         x.device = here;
         x.to_device = there;
-        x.bytes = sc.edge_bytes[e] * tg.micro_batch_sizes[m];
-        x.deps.push_back(bid);
-        sc.xbwd[static_cast<size_t>(e) * M + m] = xid;
+        x.bytes = edge_bytes[e] * sizes[m];
+        sink.add_dep(x, bid);
+        xbwd[at(e, m)] = xid;
       }
       count_sends(bid);
     }
@@ -336,10 +367,17 @@ void add_tasks(TaskGraph& tg, Scratch& sc) {
       a.bytes = rg.param_bytes;
       a.replicated_group = static_cast<int>(k);
       for (int s : rg.segments)
-        for (int m = 0; m < M; ++m) a.deps.push_back(tg.backward_task[s][m]);
+        for (int m = 0; m < M; ++m) sink.add_dep(a, backward_id[at(s, m)]);
       rg.allreduce_task = aid;
     }
-  shrink(tg.tasks, sink.used, sc.spare_tasks);
+  sink.close();
+  // The public tables: forward_task[s][m], backward_task[s][m].
+  tg.forward_task.resize(S);
+  tg.backward_task.resize(S);
+  for (int s = 0; s < S; ++s) {
+    tg.forward_task[s].assign(forward_id + at(s, 0), forward_id + at(s + 1, 0));
+    tg.backward_task[s].assign(backward_id + at(s, 0), backward_id + at(s + 1, 0));
+  }
 }
 
 // Records compute task t as the next on its device and, with its sends (the
@@ -470,7 +508,10 @@ void order_1f1b(TaskGraph& tg, Scratch& sc, bool interleaved) {
   std::vector<int> done_step(T, -1);
   auto done_before = [&](int t, int step) {
     const Task& task = tg.tasks[t];
-    if (is_transfer(task.kind)) return done_step[task.deps[0]] >= 0 && done_step[task.deps[0]] < step;
+    if (is_transfer(task.kind)) {
+      const int producer = tg.dep_ids[task.first_dep];
+      return done_step[producer] >= 0 && done_step[producer] < step;
+    }
     return done_step[t] >= 0 && done_step[t] < step;
   };
   clear_orders(tg, sc);
@@ -486,7 +527,8 @@ void order_1f1b(TaskGraph& tg, Scratch& sc, bool interleaved) {
         bool bwd = task.kind == TaskKind::backward;
         if (pick >= 0 && pick_bwd && !bwd) continue;  // a backward is already chosen
         if (!bwd && !started[static_cast<size_t>(d) * M + task.micro_batch] && in_flight[d] >= limit[d]) continue;
-        bool ready = std::all_of(task.deps.begin(), task.deps.end(), [&](int x) { return done_before(x, step); });
+        const DepSpan deps = tg.deps(task);
+        bool ready = std::all_of(deps.begin(), deps.end(), [&](int x) { return done_before(x, step); });
         if (!ready) continue;
         if (pick < 0 || (bwd && !pick_bwd) || (bwd == pick_bwd && key(t) < key(pick))) {
           pick = t;

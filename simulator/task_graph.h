@@ -102,9 +102,27 @@ struct Task {
   int micro_batch = 0;  // allreduce: -1
   int device = 0;       // compute: where it runs (segment.device_of(m)); transfer: sender; allreduce: first participant
   int to_device = -1;   // transfer: receiver
-  int64_t bytes = 0;    // transfer: payload; allreduce: the group's parameter bytes
+  // Transfer: payload; allreduce: the group's parameter bytes; compute: what
+  // its transfer deps bring (the simulator's tally reads it without visiting them).
+  int64_t bytes = 0;
   int replicated_group = -1;  // allreduce: index into TaskGraph::replicated_groups
-  std::vector<int> deps;  // task ids that must finish first
+  bool remote_input = false;  // compute: a dep is a transfer
+  // Its deps (the task ids that must finish first) are
+  // TaskGraph::dep_ids[first_dep, first_dep + dep_count): one flat array, so a
+  // search loop's thousands of builds a second allocate nothing per task.
+  int first_dep = 0;
+  int dep_count = 0;
+};
+
+// A task's deps, read-only, as TaskGraph::deps gives them.
+struct DepSpan {
+  const int* first = nullptr;
+  const int* last = nullptr;
+  const int* begin() const { return first; }
+  const int* end() const { return last; }
+  size_t size() const { return static_cast<size_t>(last - first); }
+  int operator[](size_t k) const { return first[k]; }
+  std::vector<int> to_vector() const { return {first, last}; }
 };
 
 // A group with several replicas: what its replicas combine, and where.
@@ -122,6 +140,12 @@ struct TaskGraph {
   // transfers, each backward by its gradient transfers (the simulator relies
   // on it), then the allreduces (ascending group).
   std::vector<Task> tasks;
+  std::vector<int> dep_ids;  // every task's deps, back to back (Task::first_dep)
+  DepSpan deps(const Task& t) const {
+    const int* first = dep_ids.data() + t.first_dep;
+    return {first, first + t.dep_count};
+  }
+  DepSpan deps(int task) const { return deps(tasks[static_cast<size_t>(task)]); }
   std::vector<std::vector<int>> device_order;  // per device: compute task ids in run order
   // Every task once, in the feasible execution the device orders were read
   // from: compute tasks each followed by its sends, then the allreduces. It

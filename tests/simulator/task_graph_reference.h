@@ -79,8 +79,11 @@ void add_tasks(const LayerGraph& g, TaskGraph& tg) {
   // fwd_input[s][m][k]: task that delivers pred k's activations to s.
   std::vector<std::vector<std::vector<int>>> fwd_in(S, std::vector<std::vector<int>>(M));
   std::vector<std::vector<std::vector<int>>> grad_in(S, std::vector<std::vector<int>>(M));
-  auto push = [&](Task t) {
-    tg.tasks.push_back(std::move(t));
+  auto push = [&](Task t, const std::vector<int>& deps) {
+    t.first_dep = static_cast<int>(tg.dep_ids.size());
+    t.dep_count = static_cast<int>(deps.size());
+    tg.dep_ids.insert(tg.dep_ids.end(), deps.begin(), deps.end());
+    tg.tasks.push_back(t);
     return static_cast<int>(tg.tasks.size()) - 1;
   };
   for (int s = 0; s < S; ++s) {
@@ -91,8 +94,7 @@ void add_tasks(const LayerGraph& g, TaskGraph& tg) {
       f.segment = s;
       f.micro_batch = m;
       f.device = seg.device_of(m);
-      f.deps = fwd_in[s][m];
-      int fid = push(f);
+      int fid = push(f, fwd_in[s][m]);
       tg.forward_task[s][m] = fid;
       for (int t : seg.succs) {
         if (tg.segments[t].device_of(m) == seg.device_of(m)) {
@@ -107,8 +109,7 @@ void add_tasks(const LayerGraph& g, TaskGraph& tg) {
         x.device = seg.device_of(m);
         x.to_device = tg.segments[t].device_of(m);
         x.bytes = edge_bytes_per_sample(g, tg, s, t) * tg.micro_batch_sizes[m];
-        x.deps = {fid};
-        fwd_in[t][m].push_back(push(x));
+        fwd_in[t][m].push_back(push(x, {fid}));
       }
     }
   }
@@ -120,9 +121,9 @@ void add_tasks(const LayerGraph& g, TaskGraph& tg) {
       b.segment = s;
       b.micro_batch = m;
       b.device = seg.device_of(m);
-      b.deps = grad_in[s][m];
-      b.deps.push_back(tg.forward_task[s][m]);
-      int bid = push(b);
+      std::vector<int> deps = grad_in[s][m];
+      deps.push_back(tg.forward_task[s][m]);
+      int bid = push(b, deps);
       tg.backward_task[s][m] = bid;
       for (int p : seg.preds) {
         if (tg.segments[p].device_of(m) == seg.device_of(m)) {
@@ -137,10 +138,18 @@ void add_tasks(const LayerGraph& g, TaskGraph& tg) {
         x.device = seg.device_of(m);
         x.to_device = tg.segments[p].device_of(m);
         x.bytes = edge_bytes_per_sample(g, tg, p, s) * tg.micro_batch_sizes[m];
-        x.deps = {bid};
-        grad_in[p][m].push_back(push(x));
+        grad_in[p][m].push_back(push(x, {bid}));
       }
     }
+  }
+  // What a compute task receives: its transfer deps' payloads.
+  for (Task& t : tg.tasks) {
+    if (!is_compute(t.kind)) continue;
+    for (int d : tg.deps(t))
+      if (is_transfer(tg.tasks[d].kind)) {
+        t.remote_input = true;
+        t.bytes += tg.tasks[d].bytes;
+      }
   }
 }
 
@@ -198,7 +207,7 @@ void order_1f1b(TaskGraph& tg) {
   auto done_before = [&](int t, int step) {
     const Task& task = tg.tasks[t];
     if (task.kind == TaskKind::transfer_activation || task.kind == TaskKind::transfer_gradient)
-      return done_step[task.deps[0]] >= 0 && done_step[task.deps[0]] < step;
+      return done_step[tg.deps(task)[0]] >= 0 && done_step[tg.deps(task)[0]] < step;
     return done_step[t] >= 0 && done_step[t] < step;
   };
   tg.device_order.assign(D, {});
@@ -211,7 +220,8 @@ void order_1f1b(TaskGraph& tg) {
       bool pick_bwd = false;
       for (int t : pending[d]) {
         const Task& task = tg.tasks[t];
-        bool ready = std::all_of(task.deps.begin(), task.deps.end(), [&](int x) { return done_before(x, step); });
+        const DepSpan deps = tg.deps(task);
+        bool ready = std::all_of(deps.begin(), deps.end(), [&](int x) { return done_before(x, step); });
         if (!ready) continue;
         bool bwd = task.kind == TaskKind::backward;
         if (!bwd && !started[d][task.micro_batch] && in_flight[d] >= limit[d]) continue;

@@ -18,10 +18,10 @@ bool runs_without_deadlock(const TaskGraph& tg) {
   std::vector<bool> done(tg.tasks.size(), false);
   std::vector<size_t> next(tg.num_devices, 0);
   auto ready = [&](int t) {
-    for (int d : tg.tasks[t].deps) {
+    for (int d : tg.deps(t)) {
       const Task& dep = tg.tasks[d];
       bool transfer = dep.kind == TaskKind::transfer_activation || dep.kind == TaskKind::transfer_gradient;
-      if (!(transfer ? done[dep.deps[0]] : done[d])) return false;
+      if (!(transfer ? done[tg.deps(dep)[0]] : done[d])) return false;
     }
     return true;
   };
@@ -161,7 +161,7 @@ bool replay_order_is_feasible(const TaskGraph& tg) {
     position[t] = static_cast<int>(k);
   }
   for (size_t t = 0; t < tg.tasks.size(); ++t)
-    for (int d : tg.tasks[t].deps)
+    for (int d : tg.deps(static_cast<int>(t)))
       if (position[d] > position[t]) return false;
   for (const auto& order : tg.device_order)
     for (size_t k = 1; k < order.size(); ++k)
@@ -210,7 +210,7 @@ TEST_CASE("a replicated first stage runs micro-batch m on replica m % r, sends f
   CHECK(ar.kind == TaskKind::allreduce);
   CHECK(ar.replicated_group == 0);
   CHECK(ar.bytes == rg.param_bytes);
-  CHECK(ar.deps == std::vector<int>(tg->backward_task[0].begin(), tg->backward_task[0].end()));
+  CHECK(tg->deps(ar).to_vector() == std::vector<int>(tg->backward_task[0].begin(), tg->backward_task[0].end()));
   CHECK(rg.allreduce_task == static_cast<int>(tg->tasks.size()) - 1);  // allreduces come last
   // Each replica's order holds exactly its own micro-batches.
   CHECK(tg->device_order[0].size() == 4);
@@ -230,7 +230,7 @@ TEST_CASE("a replica on the device of the next stage skips the transfer for the 
     if (t.kind == TaskKind::transfer_activation) sent.push_back(t.micro_batch);
   CHECK(sent == std::vector<int>{0, 2});  // odd micro-batches run both segments on device 1
   const Task& f1 = tg->tasks[tg->forward_task[1][1]];
-  CHECK(f1.deps == std::vector<int>{tg->forward_task[0][1]});
+  CHECK(tg->deps(f1).to_vector() == std::vector<int>{tg->forward_task[0][1]});
   CHECK(runs_without_deadlock(*tg));
 }
 
@@ -245,7 +245,7 @@ TEST_CASE("a replicated middle stage sends to and receives from whichever replic
   }
   REQUIRE(tg->replicated_groups.size() == 1);
   CHECK(tg->replicated_groups[0].devices == std::vector<int>{1, 2, 3});
-  CHECK(tg->tasks[tg->replicated_groups[0].allreduce_task].deps.size() == 6);
+  CHECK(tg->deps(tg->replicated_groups[0].allreduce_task).size() == 6);
 }
 
 TEST_CASE("with aggregation_every > 1 there is no allreduce task; the replicated groups are still listed") {
@@ -343,7 +343,7 @@ TEST_CASE("random placements with replicas and several groups per device run wit
         CHECK(orders_cover_compute_tasks(*tg));
         CHECK(replay_order_is_feasible(*tg));
         for (const Task& t : tg->tasks)
-          for (int d : t.deps) CHECK(d < static_cast<int>(&t - tg->tasks.data()));  // tasks are topological
+          for (int d : tg->deps(t)) CHECK(d < static_cast<int>(&t - tg->tasks.data()));  // tasks are topological
       }
     }
   }
