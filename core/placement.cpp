@@ -459,10 +459,6 @@ void in_flight_limits(const Placement& p, const LayerGraph& g, int num_devices, 
   }
 }
 
-// Whether micro-batches of groups a and b can run on different devices.
-bool crosses_devices(const Placement& p, int a, int b) {
-  return p.replica_count(a) > 1 || p.replica_count(b) > 1 || p.group_device[a] != p.group_device[b];
-}
 
 void add_to_group(const Placement& p, int grp, const MemoryBreakdown& m, std::vector<MemoryBreakdown>& out) {
   out[p.group_device[grp]] += m;
@@ -606,6 +602,11 @@ std::vector<MemoryBreakdown> estimate_device_memory(const Placement& p, const La
   const int G = p.num_groups();
   thread_local std::vector<int64_t> param_sum, kept_sum, recv_sum, grad_sum, group_param, group_output, layers_in;
   for (auto* v : {&param_sum, &kept_sum, &recv_sum, &grad_sum, &group_param, &group_output, &layers_in}) v->assign(G, 0);
+  // Per group: its device, or -1 when replicated. Micro-batches of two groups
+  // can run on different devices unless both are this one device.
+  thread_local std::vector<int> solo_device;
+  solo_device.resize(G);
+  for (int grp = 0; grp < G; ++grp) solo_device[grp] = p.replica_count(grp) > 1 ? -1 : p.group_device[grp];
   for (int i = 0; i < L; ++i) {
     const Layer& l = g.layers[i];
     const int grp = p.layer_group[i];
@@ -617,7 +618,7 @@ std::vector<MemoryBreakdown> estimate_device_memory(const Placement& p, const La
     for (size_t k = 0; k < l.inputs.size(); ++k) {  // a receive per micro-batch, all posted at the step's start
       const int in = l.inputs[k];
       const int from = p.layer_group[in];
-      if (from == grp || !crosses_devices(p, from, grp)) continue;
+      if (from == grp || (solo_device[from] == solo_device[grp] && solo_device[grp] >= 0)) continue;
       const bool repeated = std::find(l.inputs.begin(), l.inputs.begin() + static_cast<long>(k), in) !=
                             l.inputs.begin() + static_cast<long>(k);  // the same input twice: one receive
       if (input_counted_by[in] != grp && !repeated) recv_sum[grp] = sat_add(recv_sum[grp], g.layers[in].activation_bytes());

@@ -248,10 +248,13 @@ void add_tasks(TaskGraph& tg, Scratch& sc) {
   sc.device_at.resize(SM);
   for (int s = 0; s < S; ++s)
     for (int m = 0; m < M; ++m) sc.device_at[static_cast<size_t>(s) * M + m] = tg.segments[s].device_of(m);
-  sc.forward_id.assign(SM, -1);
-  sc.backward_id.assign(SM, -1);
-  sc.xfwd.assign(static_cast<size_t>(E) * M, -1);
-  sc.xbwd.assign(static_cast<size_t>(E) * M, -1);
+  // Not cleared: each entry is written before it is read (a forward reads
+  // earlier segments' ids, a backward later ones', a dep on a transfer the
+  // transfer made for that edge and micro-batch).
+  sc.forward_id.resize(SM);
+  sc.backward_id.resize(SM);
+  sc.xfwd.resize(static_cast<size_t>(E) * M);
+  sc.xbwd.resize(static_cast<size_t>(E) * M);
   const int* device_at = sc.device_at.data();
   int* forward_id = sc.forward_id.data();
   int* backward_id = sc.backward_id.data();
