@@ -69,9 +69,11 @@ namespace {
 // One replay: start and end of every task, then the step.
 class Replay {
  public:
-  Replay(const TaskGraph& tg, const CostModel& cost, const SimulateOptions& options, Workspace& ws)
+  // keep_times: record every task's start and critical predecessor (a
+  // timeline or TaskTimes asks for them; a search's evaluations do not).
+  Replay(const TaskGraph& tg, const CostModel& cost, const SimulateOptions& options, Workspace& ws, bool keep_times)
       : tg_(tg), cost_(cost), ws_(ws), T_(static_cast<int>(tg.tasks.size())), D_(tg.num_devices),
-        Q_(options.send_queue_per_device ? 1 : tg.num_devices) {
+        Q_(options.send_queue_per_device ? 1 : tg.num_devices), keep_times_(keep_times) {
     first_allreduce_ = T_ - static_cast<int>(std::count_if(tg.replicated_groups.begin(), tg.replicated_groups.end(),
                                                           [](const ReplicatedGroup& rg) { return rg.allreduce_task >= 0; }));
     for (int d = 0; d < D_; ++d) local_used_ += !tg.device_order[d].empty() && cost.is_local(d);
@@ -143,13 +145,15 @@ class Replay {
     }
   };
 
-  // Its start, end and critical predecessor; returns the end.
+  // Its end (and, when kept, start and critical predecessor); returns the end.
   __attribute__((always_inline)) double finish(int t, const Latest& latest, bool first_on_device) {
     const Task& task = tg_.tasks[t];
     const double end = latest.start + duration(task) + (first_on_device ? cost_.first_task_ms(task.device) : 0.0);
-    ws_.start[t] = latest.start;
     ws_.end[t] = end;
-    ws_.crit[t] = latest.crit;
+    if (keep_times_) {
+      ws_.start[t] = latest.start;
+      ws_.crit[t] = latest.crit;
+    }
     return end;
   }
 
@@ -257,6 +261,7 @@ class Replay {
   // Any graph: resource chains, then depth first (a task finishes once its
   // predecessors have; a predecessor still open on the path is a cycle).
   bool replay_depth_first(std::string& why) {
+    keep_times_ = true;  // its tally reads the starts back
     ws_.tally.assign(D_, DeviceTally{});
     ws_.resource_prev.assign(T_, -1);
     ws_.last_on_link.assign(static_cast<size_t>(D_) * Q_, -1);
@@ -347,6 +352,7 @@ class Replay {
   const CostModel& cost_;
   Workspace& ws_;
   const int T_, D_, Q_;
+  bool keep_times_ = true;
   int first_allreduce_ = 0;
   int local_used_ = 0;  // local devices the placement uses (they share the machine's cores)
   int64_t first_size_ = 0;
@@ -363,7 +369,7 @@ StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOp
                                    std::to_string(cost.num_devices()),
                                "simulate");
   Workspace& ws = workspace();
-  Replay replay(tg, cost, options, ws);
+  Replay replay(tg, cost, options, ws, options.timeline || times != nullptr);
   std::string why;
   if (!replay.run(why)) return StepReport::failure(FailureKind::invalid_placement, why, "simulate");
   const int Q = replay.queues();
