@@ -543,6 +543,7 @@ json policy_json(const JobOutcome& o, const References& ref) {
                  {"zero_shot_step_ms", sr.zero_shot_report && sr.zero_shot_report->ok ? json(sr.zero_shot_report->step_ms)
                                                                                       : json()}};
   if (sr.policy_found) policy["placement"] = placement_to_json(sr.policy_best, o.graph, o.request.cluster);
+  if (sr.zero_shot_report) policy["zero_shot_placement"] = placement_to_json(sr.zero_shot, o.graph, o.request.cluster);
   if (sr.found) policy["refined_placement"] = placement_to_json(sr.best, o.graph, o.request.cluster);
   return policy;
 }

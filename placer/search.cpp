@@ -247,7 +247,10 @@ class SearchLoop {
   // stop early; then the policy's greedy placement and the refinement.
   SearchResult run() {
     std::string stop_reason = "iterations";
-    if (opt_.initial_policy && !cancelled()) zero_shot_ = measurer_.measure(to_placement(policy_->greedy()), 0);
+    if (opt_.initial_policy && !cancelled()) {
+      zero_shot_placement_ = to_placement(policy_->greedy());
+      zero_shot_ = measurer_.measure(zero_shot_placement_, 0);
+    }
     int it = 1;
     for (; it <= total_; ++it) {
       std::vector<Decision> proposals = propose();
@@ -367,6 +370,7 @@ class SearchLoop {
     r.iterations = iterations_;
     r.restarts = restarts_;
     r.zero_shot_report = zero_shot_;
+    r.zero_shot = zero_shot_placement_;
     r.policy_found = measurer_.found();
     if (r.policy_found) {
       r.policy_best = measurer_.best();
@@ -421,6 +425,7 @@ class SearchLoop {
   // The best plan found before the first restart imitated `restart_from`: a second start for the refinement.
   std::optional<std::pair<Placement, double>> explored_best_;
   std::optional<StepReport> zero_shot_;
+  Placement zero_shot_placement_;
   // The current policy's own best since its (re)start: a restarted policy is
   // judged by its own progress, not by whether it already beats the best of
   // the policies before it.

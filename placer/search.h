@@ -104,6 +104,7 @@ struct SearchResult {
   // Started from a trained policy (SearchOptions::initial_policy): its greedy
   // plan before any fine-tuning (zero-shot), the search's first evaluation.
   std::optional<StepReport> zero_shot_report;
+  Placement zero_shot;  // its placement (set with zero_shot_report)
   double policy_elapsed_s = 0;
 };
 

@@ -179,6 +179,10 @@ TEST_CASE("fine-tuning from a trained policy starts from its decisions, and the 
   so.samples_per_iteration = 4;
   SearchResult r = search(g, c, ev, so, nullptr);
   REQUIRE(r.zero_shot_report.has_value());
+  const Placement own = decision_to_placement(greedy, search_policy_config(g, c, so).micro_batch_choices, so.schedule);
+  CHECK(r.zero_shot.layer_group == own.layer_group);  // the trained networks' own plan
+  CHECK(r.zero_shot.group_device == own.group_device);
+  CHECK(r.zero_shot.micro_batches == own.micro_batches);
   REQUIRE(r.trace.size() >= 1);
   CHECK(r.trace.front().evaluations == 1);  // the zero-shot plan is the first one evaluated
   // The search fine-tunes its own copy: the trained networks are unchanged.

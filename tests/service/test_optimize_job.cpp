@@ -107,6 +107,7 @@ TEST_CASE("the real job starts from the newest stored policy unless options.poli
   json latest = run("");
   CHECK(latest["started_from"] == "stored policy " + std::to_string(stored->id));
   CHECK(latest["zero_shot_step_ms"].is_number());
+  CHECK(latest["zero_shot_placement"]["groups"].is_array());  // the trained policy's plan before fine-tuning
   CHECK(run("fresh")["started_from"] == "fresh");
   settings.latest_policy = nullptr;  // a server with no policy store: fresh
   CHECK(run("latest")["started_from"] == "fresh");
