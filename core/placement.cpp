@@ -459,7 +459,6 @@ void in_flight_limits(const Placement& p, const LayerGraph& g, int num_devices, 
   }
 }
 
-
 void add_to_group(const Placement& p, int grp, const MemoryBreakdown& m, std::vector<MemoryBreakdown>& out) {
   out[p.group_device[grp]] += m;
   if (p.replica_count(grp) > 1)

@@ -230,7 +230,7 @@ class Replay {
         for (int x : tg_.deps(task)) consider(x);
         d.last_compute = t;
       } else if (is_transfer(task.kind)) {
-        const int producer = tg_.dep_ids[task.first_dep];
+        const int producer = tg_.deps(task)[0];
         if (producer != ws_.tally[task.device].last_compute) return false;  // sent in posting order
         int& last = ws_.last_on_link[static_cast<size_t>(task.device) * Q_ + (Q_ == 1 ? 0 : task.to_device)];
         if (last >= 0) consider(last);

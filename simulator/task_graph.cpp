@@ -85,6 +85,17 @@ struct TaskSink {
     ++deps_used;
     ++t.dep_count;
   }
+  // An input of compute task t: its producer when that ran on t's device, else
+  // the transfer that brings `bytes` from it (t then has a remote input).
+  void add_input(Task& t, bool remote, int producer, int transfer, int64_t bytes) {
+    if (!remote) {
+      add_dep(t, producer);
+      return;
+    }
+    add_dep(t, transfer);
+    t.remote_input = true;
+    t.bytes += bytes;
+  }
   void close() {
     tg.tasks.resize(used);
     tg.dep_ids.resize(deps_used);
@@ -287,13 +298,8 @@ void add_tasks(TaskGraph& tg, Scratch& sc) {
       f.device = here;
       for (int k = pred_begin[s]; k < pred_begin[s + 1]; ++k) {
         const int e = pred_edges[k];
-        if (device_at[at(edge_from[e], m)] == here) {
-          sink.add_dep(f, forward_id[at(edge_from[e], m)]);
-          continue;
-        }
-        sink.add_dep(f, xfwd[at(e, m)]);
-        f.remote_input = true;
-        f.bytes += edge_bytes[e] * sizes[m];
+        sink.add_input(f, device_at[at(edge_from[e], m)] != here, forward_id[at(edge_from[e], m)], xfwd[at(e, m)],
+                       edge_bytes[e] * sizes[m]);
       }
       forward_id[at(s, m)] = fid;
       for (int e = succ_begin[s]; e < succ_begin[s + 1]; ++e) {
@@ -327,15 +333,9 @@ void add_tasks(TaskGraph& tg, Scratch& sc) {
       b.segment = s;
       b.micro_batch = m;
       b.device = here;
-      for (int e = succ_begin[s + 1] - 1; e >= succ_begin[s] && !local; --e) {
-        if (device_at[at(edge_to[e], m)] == here) {
-          sink.add_dep(b, backward_id[at(edge_to[e], m)]);
-          continue;
-        }
-        sink.add_dep(b, xbwd[at(e, m)]);
-        b.remote_input = true;
-        b.bytes += edge_bytes[e] * sizes[m];
-      }
+      for (int e = succ_begin[s + 1] - 1; e >= succ_begin[s] && !local; --e)
+        sink.add_input(b, device_at[at(edge_to[e], m)] != here, backward_id[at(edge_to[e], m)], xbwd[at(e, m)],
+                       edge_bytes[e] * sizes[m]);
       sink.add_dep(b, forward_id[at(s, m)]);
       backward_id[at(s, m)] = bid;
       for (int k = pred_begin[s]; k < pred_begin[s + 1] && !local; ++k) {
@@ -512,7 +512,7 @@ void order_1f1b(TaskGraph& tg, Scratch& sc, bool interleaved) {
   auto done_before = [&](int t, int step) {
     const Task& task = tg.tasks[t];
     if (is_transfer(task.kind)) {
-      const int producer = tg.dep_ids[task.first_dep];
+      const int producer = tg.deps(task)[0];
       return done_step[producer] >= 0 && done_step[producer] < step;
     }
     return done_step[t] >= 0 && done_step[t] < step;
