@@ -116,7 +116,7 @@ Placement decision_to_placement(const Decision& d, const std::vector<int>& micro
 Decision placement_to_decision(const Placement& p, const std::vector<int>& micro_batch_choices, int num_groups);
 // Supervised steps (and their Adam rate) that make a plan a policy's mode (a
 // warm start's classical plan); tests/placer checks that they do on random problems.
-constexpr int kImitationSteps = 60;
+constexpr int kImitationSteps = 80;
 constexpr double kImitationRate = 0.05;
 
 // {1, 2, 4, ...} up to min(batch_size, max).

@@ -30,7 +30,95 @@ struct Builder {
     int c = add("conv2d", in < 0 ? std::vector<int>{} : std::vector<int>{in}, a);
     return add("relu", {c});
   }
+  // A k x k convolution without bias (same size at stride 1) and its batchnorm; `in` -1 = the model input.
+  int conv_bn(int in, int64_t channels, int64_t k, int64_t stride = 1) {
+    LayerAttrs a;
+    a.out = channels;
+    a.kernel[0] = a.kernel[1] = k;
+    a.stride[0] = a.stride[1] = stride;
+    a.padding[0] = a.padding[1] = k / 2;
+    a.bias = false;
+    int c = add("conv2d", in < 0 ? std::vector<int>{} : std::vector<int>{in}, a);
+    return add("batchnorm2d", {c});
+  }
+  int conv_bn_relu(int in, int64_t channels, int64_t k, int64_t stride = 1) {
+    return add("relu", {conv_bn(in, channels, k, stride)});
+  }
+  int pool(const std::string& op, int in, int64_t k, int64_t stride, int64_t padding) {
+    LayerAttrs a;
+    a.kernel[0] = a.kernel[1] = k;
+    a.stride[0] = a.stride[1] = stride;
+    a.padding[0] = a.padding[1] = padding;
+    return add(op, {in}, a);
+  }
+  // Global average pool, flatten and the classifier.
+  void head(int x, int64_t classes) {
+    LayerAttrs one;  // adaptive pool to 1 x 1
+    x = add("adaptive_avgpool2d", {x}, one);
+    x = add("flatten", {x});
+    LayerAttrs out;
+    out.out = classes;
+    add("linear", {x}, out);
+    g.num_classes = classes;
+  }
 };
+
+// ResNet-like: 3-4 stages of 1-6 basic (two 3x3) or bottleneck (1x1, 3x3,
+// 1x1 x4) blocks with batchnorm, a projection shortcut where the shape changes.
+void residual_body(Builder& b, std::mt19937_64& rng, int x, int64_t width) {
+  const bool bottleneck = pick(rng, 0, 1) == 1;
+  const int stages = pick(rng, 3, 4);
+  int64_t in_channels = width;
+  for (int s = 0; s < stages; ++s) {
+    const int blocks = pick(rng, 1, 6);
+    const int64_t w = width << s, out = bottleneck ? 4 * w : w;
+    for (int k = 0; k < blocks; ++k) {
+      const int64_t stride = k == 0 && s > 0 ? 2 : 1;
+      int y = x;
+      if (bottleneck) {
+        y = b.conv_bn_relu(y, w, 1);
+        y = b.conv_bn_relu(y, w, 3, stride);
+        y = b.conv_bn(y, out, 1);
+      } else {
+        y = b.conv_bn_relu(y, w, 3, stride);
+        y = b.conv_bn(y, out, 3);
+      }
+      const int shortcut = stride != 1 || in_channels != out ? b.conv_bn(x, out, 1, stride) : x;
+      x = b.add("relu", {b.add("add", {y, shortcut})});
+      in_channels = out;
+    }
+  }
+  b.head(x, std::vector<int64_t>{10, 100, 1000}[pick(rng, 0, 2)]);
+}
+
+// Inception-like: 3-9 blocks of 2-4 parallel towers (1-3 convolutions of
+// 1x1, 3x3 or 5x5 each, or a 3x3 average pool and a 1x1), joined by a
+// concat; a max-pool halves the side after some blocks.
+void branchy_body(Builder& b, std::mt19937_64& rng, int x, int64_t width, int64_t side) {
+  const int blocks = pick(rng, 3, 9);
+  for (int k = 0; k < blocks; ++k) {
+    const int towers = pick(rng, 2, 4);
+    std::vector<int> ends;
+    for (int t = 0; t < towers; ++t) {
+      const int64_t c = width << pick(rng, 0, 1);
+      if (t > 0 && pick(rng, 0, 3) == 0) {
+        ends.push_back(b.conv_bn_relu(b.pool("avgpool2d", x, 3, 1, 1), c, 1));
+        continue;
+      }
+      int y = b.conv_bn_relu(x, c, 1);
+      const int depth = pick(rng, 0, 2);
+      for (int d = 0; d < depth; ++d) y = b.conv_bn_relu(y, c, pick(rng, 0, 1) ? 3 : 5);
+      ends.push_back(y);
+    }
+    x = b.add("concat", ends);
+    if (side > 4 && pick(rng, 0, 2) == 0) {
+      x = b.pool("maxpool2d", x, 2, 2, 0);
+      side /= 2;
+      width = std::min<int64_t>(256, width * 2);
+    }
+  }
+  b.head(x, std::vector<int64_t>{10, 100, 1000}[pick(rng, 0, 2)]);
+}
 
 }  // namespace
 
@@ -72,6 +160,23 @@ LayerGraph random_cnn(std::mt19937_64& rng, const std::string& name) {
   b.add("linear", {x}, out);
   b.g.num_classes = classes;
   infer_shapes(b.g);  // every shape is valid by construction (pools never pass below 1x1)
+  return b.g;
+}
+
+LayerGraph random_deep_cnn(std::mt19937_64& rng, const std::string& name) {
+  Builder b;
+  const int64_t side = std::vector<int64_t>{64, 128, 224}[pick(rng, 0, 2)];
+  b.g.name = name;
+  b.g.input_shape = {3, side, side};
+  const int64_t width = int64_t{16} << pick(rng, 0, 2);
+  // Stem: a strided 7x7 (5x5 on small inputs) and a max-pool: side / 4.
+  int x = b.conv_bn_relu(-1, width, side >= 128 ? 7 : 5, 2);
+  x = b.pool("maxpool2d", x, 3, 2, 1);
+  if (pick(rng, 0, 1) == 0)
+    residual_body(b, rng, x, width);
+  else
+    branchy_body(b, rng, x, width, side / 4);
+  infer_shapes(b.g);  // valid by construction: strides stop at a side of 1
   return b.g;
 }
 

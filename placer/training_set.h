@@ -6,6 +6,11 @@
 //                   two-branch block joined by an add, each stage ending in a
 //                   max-pool; then 1-2 hidden linear layers and the classifier;
 //                   32x32 or 64x64 inputs, 8-512 channels, 10-1000 classes.
+//   random_deep_cnn: what deep ImageNet models are made of, 30-250 layers:
+//                   a strided stem, then either ResNet-like stages of basic
+//                   or bottleneck blocks (batchnorm, projection shortcuts) or
+//                   Inception-like blocks of 2-4 towers joined by a concat;
+//                   global average pool and the classifier; 64-224 inputs.
 //   random_cluster: 2-8 devices of 0.5-16 GB, the fastest of speed 0.1-100
 //                   (log-uniform: a slow core to an accelerator; a third of
 //                   the clusters all equal, the others 0.1-1x of it), a
@@ -24,6 +29,7 @@
 namespace tapp {
 
 LayerGraph random_cnn(std::mt19937_64& rng, const std::string& name);
+LayerGraph random_deep_cnn(std::mt19937_64& rng, const std::string& name);
 Cluster random_cluster(std::mt19937_64& rng, const std::string& name);
 
 }  // namespace tapp

@@ -1,7 +1,7 @@
 // tapp-cli train-policy: one TAPP policy trained across many models and clusters (issue 17).
 //
 // Problems: every model (--models: zoo names or files; --random-models N:
-// placer/training_set.h's random CNNs) on every cluster (--clusters: files;
+// placer/training_set.h's random CNNs, every other one deep) on every cluster (--clusters: files;
 // --random-clusters N), each with the simulator's costs by `tapp-cli plan`'s
 // rule (cost_inputs.h; --costs auto by default: cached profiles, else the
 // multiply-add estimate). placer/train_policy.h trains one network on them in
@@ -66,9 +66,12 @@ int train_cmd(const TrainArgs& a) {
     graph_names.push_back(short_name(m));
   }
   std::mt19937_64 rng(a.seed);
+  // Every other random model is a deep one (residual or Inception-like
+  // blocks): a policy trained on shallow chains only cut deep models badly.
   for (int k = 0; k < a.random_models; ++k) {
-    graph_names.push_back("random_cnn" + std::to_string(k + 1));
-    graphs.push_back(random_cnn(rng, graph_names.back()));
+    const bool deep = k % 2 == 1;
+    graph_names.push_back((deep ? "random_deep_cnn" : "random_cnn") + std::to_string(k + 1));
+    graphs.push_back(deep ? random_deep_cnn(rng, graph_names.back()) : random_cnn(rng, graph_names.back()));
   }
   std::vector<Cluster> clusters;
   std::vector<std::string> cluster_names;
@@ -169,7 +172,7 @@ void add_train_policy_command(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<TrainArgs>();
   auto* sub = app.add_subcommand("train-policy", "train one TAPP policy across many models and clusters (simulated)");
   sub->add_option("--models", args->models, "zoo names or model files, comma-separated")->delimiter(',');
-  sub->add_option("--random-models", args->random_models, "also this many random CNNs (default 0)")
+  sub->add_option("--random-models", args->random_models, "also this many random CNNs, every other one deep (residual or Inception-like; default 0)")
       ->check(CLI::Range(0, 1000));
   sub->add_option("--clusters", args->clusters, "cluster files, comma-separated")->delimiter(',');
   sub->add_option("--random-clusters", args->random_clusters, "also this many random clusters (default 0)")

@@ -63,6 +63,32 @@ std::vector<TrainProblem> random_problems(uint64_t seed, int n) {
 
 }  // namespace
 
+TEST_CASE("random deep CNNs: valid residual and Inception-like graphs of 30-250 layers") {
+  std::mt19937_64 rng(5);
+  int residual = 0, branchy = 0;
+  for (int k = 0; k < 24; ++k) {
+    LayerGraph g = random_deep_cnn(rng, "d" + std::to_string(k));
+    LayerGraph again = g;
+    REQUIRE(infer_shapes(again).is_ok());
+    CHECK(g.layers.size() >= 20);
+    CHECK(g.layers.size() <= 260);
+    CHECK(g.layers.back().op == "linear");
+    bool add = false, concat = false, bn = false;
+    for (const Layer& l : g.layers) {
+      add = add || l.op == "add";
+      concat = concat || l.op == "concat";
+      bn = bn || l.op == "batchnorm2d";
+      for (int in : l.inputs) CHECK(in < static_cast<int>(&l - g.layers.data()));
+    }
+    CHECK(bn);
+    CHECK(add != concat);  // one family each
+    residual += add;
+    branchy += concat;
+  }
+  CHECK(residual >= 6);
+  CHECK(branchy >= 6);
+}
+
 TEST_CASE("one network places clusters of 2, 4 and 8 devices, and models of any depth") {
   auto net = new_policy_networks(32, 0.005, 7);
   std::mt19937_64 rng(11);
@@ -70,8 +96,8 @@ TEST_CASE("one network places clusters of 2, 4 and 8 devices, and models of any 
     Cluster c;
     do c = random_cluster(rng, "c");
     while (c.num_devices() != devices);
-    for (int m = 0; m < 2; ++m) {
-      LayerGraph g = random_cnn(rng, "g");
+    for (int m = 0; m < 3; ++m) {
+      LayerGraph g = m < 2 ? random_cnn(rng, "g") : random_deep_cnn(rng, "g");
       OpDictionary dict;
       auto policy = policy_for(g, c, net, dict);
       for (const Decision& d : samples(*policy, 5, 20)) {
