@@ -165,10 +165,13 @@ LayerGraph random_cnn(std::mt19937_64& rng, const std::string& name) {
 
 LayerGraph random_deep_cnn(std::mt19937_64& rng, const std::string& name) {
   Builder b;
-  const int64_t side = std::vector<int64_t>{64, 128, 224}[pick(rng, 0, 2)];
+  // Sizes as varied as the shallow models': a family's ops must not tell a
+  // policy the model is large (trained on large deep ones only, it spread
+  // tiny_inception over a slow link).
+  const int64_t side = std::vector<int64_t>{32, 64, 128, 224}[pick(rng, 0, 3)];
   b.g.name = name;
   b.g.input_shape = {3, side, side};
-  const int64_t width = int64_t{16} << pick(rng, 0, 2);
+  const int64_t width = int64_t{8} << pick(rng, 0, 3);
   // Stem: a strided 7x7 (5x5 on small inputs) and a max-pool: side / 4.
   int x = b.conv_bn_relu(-1, width, side >= 128 ? 7 : 5, 2);
   x = b.pool("maxpool2d", x, 3, 2, 1);

@@ -10,7 +10,8 @@
 //                   a strided stem, then either ResNet-like stages of basic
 //                   or bottleneck blocks (batchnorm, projection shortcuts) or
 //                   Inception-like blocks of 2-4 towers joined by a concat;
-//                   global average pool and the classifier; 64-224 inputs.
+//                   global average pool and the classifier; 32-224 inputs,
+//                   8-64 channels after the stem.
 //   random_cluster: 2-8 devices of 0.5-16 GB, the fastest of speed 0.1-100
 //                   (log-uniform: a slow core to an accelerator; a third of
 //                   the clusters all equal, the others 0.1-1x of it), a
