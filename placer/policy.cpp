@@ -961,16 +961,17 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
   // proposes stages spread over the model; the network learns where to cut.
   // Sharpness ln(L/G): on track, a layer opens the next group with odds
   // about G/L, so a neutral network makes ~G-1 cuts whatever the depth.
+  if (m.cfg.totals.gflops.size() != static_cast<size_t>(m.L)) m.cfg.totals = LayerTotals{};
+  const std::vector<double> compute_at = compute_positions(m.cfg.totals, m.L);
   m.prior.assign(static_cast<size_t>(m.L) * m.G, 0.f);
   const int PG = m.cfg.prior_groups > 0 ? std::min(m.cfg.prior_groups, m.G) : m.G;
   const double kappa = std::max(0.5, std::log(static_cast<double>(std::max(1, m.L)) / PG));
   for (int i = 0; i < m.L; ++i)
     for (int g = 0; g < m.G; ++g) {
-      double c = prior_centre(m.cfg.prior_cuts, PG, (i + 0.5) / std::max(1, m.L));
+      const double x = m.cfg.prior_axis == PriorAxis::compute ? compute_at[i] : (i + 0.5) / std::max(1, m.L);
+      double c = prior_centre(m.cfg.prior_cuts, PG, x);
       m.prior[static_cast<size_t>(i) * m.G + g] = static_cast<float>(-kappa * (g - c) * (g - c));
     }
-  if (m.cfg.totals.gflops.size() != static_cast<size_t>(m.L)) m.cfg.totals = LayerTotals{};
-  const std::vector<double> compute_at = compute_positions(m.cfg.totals, m.L);
   FeatureMatrix in;
   in.rows = m.L;
   in.cols = kLayerInputWidth;

@@ -97,6 +97,8 @@ struct PolicyMemory {
 PolicyMemory policy_memory(const LayerGraph& graph, const Cluster& cluster, int64_t batch_size, Schedule schedule,
                            Optimizer optimizer = Optimizer::sgd);
 
+enum class PriorAxis { depth, compute };
+
 struct PolicyConfig {
   int num_groups = 4;
   int num_devices = 1;
@@ -141,6 +143,11 @@ struct PolicyConfig {
   // otherwise equal stages). The search's restarts vary both.
   int prior_groups = 0;
   std::vector<double> prior_cuts;
+  // What the prior's positions measure: the depth (a fresh search's
+  // restarts are tuned to it), or the share of the model's FLOPs before a
+  // layer (trained policies: a stage boundary of balanced compute sits at
+  // the same position in any model; needs `totals`, else the depth).
+  PriorAxis prior_axis = PriorAxis::depth;
   int hidden = 64;
   double learning_rate = 0.005;
   uint64_t seed = 1;

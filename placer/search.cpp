@@ -343,6 +343,7 @@ class SearchLoop {
     own_best_ms_ = std::numeric_limits<double>::infinity();
     PolicyConfig next = config_;
     next.seed = config_.seed + 7919ULL * restarts_;
+    next.prior_axis = PriorAxis::depth;  // fresh networks: the restarts' priors are depths
     // Data-parallel plans are few (a set of devices) and the first policy
     // has weighed them; restarted policies search the pipelines, so a
     // replicated plan found early cannot hold every restart in its basin.
@@ -464,6 +465,8 @@ PolicyConfig search_policy_config(const LayerGraph& graph, const Cluster& cluste
   pc.learning_rate = opt.learning_rate;
   pc.seed = opt.seed;
   pc.totals = layer_totals(graph);
+  // Trained networks learned against the compute prior (train_policy.h).
+  pc.prior_axis = opt.initial_policy ? PriorAxis::compute : PriorAxis::depth;
   pc.devices = device_traits(cluster);
   pc.batch_size = opt.batch_size;
   return pc;

@@ -47,6 +47,7 @@ struct ProblemState {
     so.seed = seed;
     so.hidden = policy_hidden_width(*networks);
     so.learning_rate = o.learning_rate;
+    so.initial_policy = networks;  // the config `optimize --policy` starts trained networks with
     config = search_policy_config(p.graph, p.cluster, so);
     policy = std::make_unique<Policy>(features, p.graph.consumers(), config, networks);
     seed_expert(o);

@@ -14,7 +14,9 @@
 // good, the experts do, and REINFORCE keeps exploring beyond them.
 // Iterations visit the problems in a shuffled round robin. Checkpoints are
 // written every `checkpoint_every` iterations through save_policy_networks
-// (temporary file, then rename), and once more at the end.
+// (temporary file, then rename), and once more at the end. The networks learn
+// against the compute prior (PriorAxis::compute), as `optimize --policy`
+// starts them: stages of equal FLOPs by default, whatever the model's depth.
 // Data flow: problems -> (Policy per problem, shared networks) -> Measurer ->
 //            SimulatorEvaluator -> Reinforce -> shared networks -> policy file.
 // Thread safety: one call per thread; `progress` is called on it.

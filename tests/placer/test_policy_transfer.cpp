@@ -4,6 +4,7 @@
 
 #include "tests/torch_doctest.h"  // first: LibTorch's CHECK macros would shadow doctest's
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -32,6 +33,7 @@ std::unique_ptr<Policy> policy_for(const LayerGraph& g, const Cluster& c, const 
                                    OpDictionary& dict) {
   SearchOptions so;
   so.batch_size = 32;
+  so.initial_policy = net;  // as train_policy and `optimize --policy` configure trained networks
   return std::make_unique<Policy>(encode_layers(g, dict), g.consumers(), search_policy_config(g, c, so), net);
 }
 
@@ -183,6 +185,38 @@ TEST_CASE("a policy file that is missing, truncated, corrupt or of another featu
   std::remove(bad.c_str());
 }
 
+TEST_CASE("the compute prior centres a neutral policy's stages on equal FLOPs, the depth prior on equal layer counts") {
+  // Nearly all FLOPs in the first three layers, then thirteen narrow ones.
+  std::vector<int64_t> widths = {1024, 1024, 1024};
+  widths.resize(16, 4);
+  LayerGraph g = test::linear_chain(widths);
+  Cluster c;
+  for (int d = 0; d < 2; ++d) {
+    Device dev;
+    dev.name = "d" + std::to_string(d);
+    dev.memory_mb = 1 << 16;
+    c.devices.push_back(dev);
+  }
+  SearchOptions so;
+  so.batch_size = 32;
+  PolicyConfig depth = search_policy_config(g, c, so);
+  depth.prior_axis = PriorAxis::depth;
+  PolicyConfig compute = depth;
+  compute.prior_axis = PriorAxis::compute;
+  auto net = new_policy_networks(32, 0.005, 5);
+  OpDictionary dict;
+  auto first_stage = [&](const PolicyConfig& cfg) {
+    Policy p(encode_layers(g, dict), g.consumers(), cfg, net);
+    const Decision d = p.greedy();
+    return static_cast<int>(std::count(d.layer_group.begin(), d.layer_group.end(), d.layer_group.front()));
+  };
+  const int by_depth = first_stage(depth), by_compute = first_stage(compute);
+  CAPTURE(by_depth);
+  CAPTURE(by_compute);
+  CHECK(by_depth >= 6);    // about half the layers
+  CHECK(by_compute <= 3);  // about half the FLOPs: within the wide layers
+}
+
 TEST_CASE("fine-tuning from a trained policy starts from its decisions, and the search reports its zero-shot plan") {
   std::mt19937_64 rng(8);
   LayerGraph g = random_cnn(rng, "g");
@@ -191,6 +225,11 @@ TEST_CASE("fine-tuning from a trained policy starts from its decisions, and the 
   OpDictionary dict;
   auto original = policy_for(g, c, trained, dict);
   const Decision greedy = original->greedy();
+
+  // Trained networks start from the compute prior, fresh ones from the depth prior.
+  SearchOptions fresh;
+  fresh.batch_size = 32;
+  CHECK(search_policy_config(g, c, fresh).prior_axis == PriorAxis::depth);
 
   // The search's first policy is a copy of the trained one: the same greedy decision.
   SearchOptions so;
