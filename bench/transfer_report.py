@@ -2,7 +2,9 @@
 
 Reads OUT/run_<model>_<cluster>_<seed>_<fresh|trained>.json (tapp-cli optimize --json) and prints,
 per case, the best classical planner (HOGWILD left out), the evaluations each start needed to come
-within 2% of it, the zero-shot gap and the final gaps; then the medians and writes OUT/transfer.svg.
+within 2% of it, the zero-shot gap ("failed" where its plan did not run) and the final gaps; then
+the medians, per case (median over seeds) how many need at least 5x fewer / fewer / as many / more
+evaluations when pre-trained, the zero-shot plans within 10% of all runs, and writes OUT/transfer.svg.
 """
 import json
 import math
@@ -48,10 +50,13 @@ def pct(x):
 grid = [int(round(10 ** (i / 20))) for i in range(0, 20 * 4 + 1)]  # 1 .. 10,000 evaluations
 curves = {"fresh": [], "trained": []}
 rows, ratios, zero_shots, fresh_evals, trained_evals = [], [], [], [], []
+zero_shot_failed = 0
+per_case = []  # (model, cluster, median fresh evaluations, median trained), inf = never
 print(f"{'model':16} {'cluster':30} {'seed':>4} {'classical ms':>13} {'fresh evals':>12} {'trained evals':>14}"
       f" {'zero-shot':>10} {'fresh final':>12} {'trained final':>14}")
 for m in models:
     for c in clusters:
+        case_fresh, case_trained = [], []
         for s in seeds:
             fr, tr = load(m, c, s, "fresh"), load(m, c, s, "trained")
             if not fr or not tr:
@@ -67,12 +72,18 @@ for m in models:
             tgap = tr["step_ms"] / ref - 1
             fresh_evals.append(ef if ef else math.inf)
             trained_evals.append(et if et else math.inf)
+            case_fresh.append(fresh_evals[-1])
+            case_trained.append(trained_evals[-1])
             if zgap is not None:
                 zero_shots.append(zgap)
+            else:
+                zero_shot_failed += 1  # its plan failed (out of memory): not within 10%
             for start, r in (("fresh", fr), ("trained", tr)):
                 curves[start].append(curve(r["policy"]["trace"], ref, grid))
             print(f"{m:16} {c:30} {s:>4} {ref:13.1f} {ef if ef else '-':>12} {et if et else '-':>14}"
-                  f" {pct(zgap):>10} {pct(fgap):>12} {pct(tgap):>14}")
+                  f" {pct(zgap) if zgap is not None else 'failed':>10} {pct(fgap):>12} {pct(tgap):>14}")
+        if case_fresh:
+            per_case.append((m, c, statistics.median(case_fresh), statistics.median(case_trained)))
 
 n = len(fresh_evals)
 if n == 0:
@@ -85,9 +96,18 @@ print(f"evaluations to within 2% of the best classical planner, median: fresh {m
 both = [(f, t) for f, t in zip(fresh_evals, trained_evals) if math.isfinite(f) and math.isfinite(t)]
 if both:
     print(f"per case where both reached it: median ratio fresh/trained {med([f / t for f, t in both]):.2f}")
-if zero_shots:
-    print(f"zero-shot plan against the best classical: median {pct(med(zero_shots))}, within 10% in "
-          f"{sum(z <= 0.10 for z in zero_shots)}/{len(zero_shots)}")
+if per_case:
+    # Per case, the medians over seeds ("never" = inf): at least 5x fewer counts a case the
+    # fresh policy never reached and the trained one did.
+    five = sum(math.isfinite(t) and f >= 5 * t for _, _, f, t in per_case)
+    fewer = sum(t < f for _, _, f, t in per_case)
+    more = sum(t > f for _, _, f, t in per_case)
+    print(f"per case (median over seeds): trained at least 5x fewer evaluations in {five}/{len(per_case)}, "
+          f"fewer in {fewer}, as many in {len(per_case) - fewer - more}, more in {more}")
+if zero_shots or zero_shot_failed:
+    print(f"zero-shot plan against the best classical: within 10% in {sum(z <= 0.10 for z in zero_shots)}/{n}"
+          f" (failed: {zero_shot_failed}); median {pct(med(zero_shots)) if zero_shots else '-'} over the "
+          f"{len(zero_shots)} that ran")
 
 # The plot: median over cases of best-so-far / best classical, against evaluations (log scale).
 W, H, L, R, T, B = 640, 360, 60, 20, 20, 50
