@@ -6,7 +6,7 @@
 #    bert_base, vit_b_16, text_transformer) and RANDOM_MODELS random CNNs, on
 #    cluster_4hetero, cluster_8equal, cluster_2cpu and RANDOM_CLUSTERS random
 #    clusters: CLONING_EPOCHS of behaviour cloning, then TRAIN_ITERATIONS
-#    iterations (seed 1, HIDDEN units).
+#    iterations (seed TRAIN_SEED, default 1; HIDDEN units).
 # 2. On the held-out split — resnet50, inception_v3, tiny_inception, a
 #    TorchScript resnet18 saved by PyTorch (100 classes, 64x64) and gpt2 (a
 #    transformer: op classes no training model has), on cluster_4equal,
@@ -22,7 +22,7 @@
 # Compare by evaluations, not seconds: the counts do not depend on the machine's load.
 #
 # Usage: bench/bench_transfer.sh [BUILD_DIR]   env: TRAIN_ITERATIONS=3000 RANDOM_MODELS=12 RANDOM_CLUSTERS=20
-#   TRAIN_MODELS=... CLONING_EPOCHS=200 HIDDEN=64
+#   TRAIN_MODELS=... CLONING_EPOCHS=200 HIDDEN=64 TRAIN_SEED=1
 #   ITERATIONS=200 SEEDS="1 2 3" MODELS=... CLUSTERS=... POLICY=file (skip training) TAPP_BENCH_OUT=dir
 set -euo pipefail
 BUILD=${1:-build}
@@ -35,6 +35,7 @@ TRAIN_ITERATIONS=${TRAIN_ITERATIONS:-3000}
 TRAIN_MODELS=${TRAIN_MODELS:-alexnet,vgg16,alexnet_cifar,vgg5,mlp,bert_base,vit_b_16,text_transformer}
 CLONING_EPOCHS=${CLONING_EPOCHS:-200}
 HIDDEN=${HIDDEN:-64}
+TRAIN_SEED=${TRAIN_SEED:-1}  # the networks' and the random models' and clusters' seed
 RANDOM_MODELS=${RANDOM_MODELS:-12}
 RANDOM_CLUSTERS=${RANDOM_CLUSTERS:-20}
 ITERATIONS=${ITERATIONS:-200}
@@ -49,7 +50,7 @@ if [ ! -f "$POLICY" ]; then
   "$CLI" train-policy --models "$TRAIN_MODELS" --random-models "$RANDOM_MODELS" \
     --clusters "$ROOT/examples/cluster_4hetero.json,$ROOT/examples/cluster_8equal.json,$ROOT/examples/cluster_2cpu.json" \
     --random-clusters "$RANDOM_CLUSTERS" --iterations "$TRAIN_ITERATIONS" --cloning-epochs "$CLONING_EPOCHS" \
-    --hidden "$HIDDEN" --seed 1 --out "$POLICY" | tee "$OUT/train.txt"
+    --hidden "$HIDDEN" --seed "$TRAIN_SEED" --out "$POLICY" | tee "$OUT/train.txt"
 fi
 
 SCRIPT="$OUT/resnet18_script.pt"
