@@ -956,8 +956,9 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
   m.G = std::max(1, m.cfg.num_groups);
   m.D = std::max(1, m.cfg.num_devices);
   m.M = static_cast<int>(m.cfg.micro_batch_choices.size()) + (m.cfg.offer_data_parallel ? 1 : 0);
-  // Positional prior (contiguous mode): layer i leans towards group
-  // (i + 0.5) G / L with a width of about one group, so a neutral network
+  // Positional prior (contiguous mode): layer i leans towards group x G - 1/2,
+  // x its position ((i + 0.5) / L by depth, its FLOPs position by compute:
+  // PriorAxis), with a width of about one group, so a neutral network
   // proposes stages spread over the model; the network learns where to cut.
   // Sharpness ln(L/G): on track, a layer opens the next group with odds
   // about G/L, so a neutral network makes ~G-1 cuts whatever the depth.
