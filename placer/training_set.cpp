@@ -21,25 +21,21 @@ struct Builder {
     g.layers.push_back(l);
     return static_cast<int>(g.layers.size()) - 1;
   }
-  // A 3x3 convolution (same size) and its ReLU; `in` -1 = the model input.
-  int conv_relu(int in, int64_t channels) {
-    LayerAttrs a;
-    a.out = channels;
-    a.kernel[0] = a.kernel[1] = 3;
-    a.padding[0] = a.padding[1] = 1;
-    int c = add("conv2d", in < 0 ? std::vector<int>{} : std::vector<int>{in}, a);
-    return add("relu", {c});
-  }
-  // A k x k convolution without bias (same size at stride 1) and its batchnorm; `in` -1 = the model input.
-  int conv_bn(int in, int64_t channels, int64_t k, int64_t stride = 1) {
+  // A k x k convolution (same size at stride 1); `in` -1 = the model input.
+  int conv(int in, int64_t channels, int64_t k, int64_t stride, bool bias) {
     LayerAttrs a;
     a.out = channels;
     a.kernel[0] = a.kernel[1] = k;
     a.stride[0] = a.stride[1] = stride;
     a.padding[0] = a.padding[1] = k / 2;
-    a.bias = false;
-    int c = add("conv2d", in < 0 ? std::vector<int>{} : std::vector<int>{in}, a);
-    return add("batchnorm2d", {c});
+    a.bias = bias;
+    return add("conv2d", in < 0 ? std::vector<int>{} : std::vector<int>{in}, a);
+  }
+  // A 3x3 convolution and its ReLU.
+  int conv_relu(int in, int64_t channels) { return add("relu", {conv(in, channels, 3, 1, true)}); }
+  // A convolution without bias and its batchnorm.
+  int conv_bn(int in, int64_t channels, int64_t k, int64_t stride = 1) {
+    return add("batchnorm2d", {conv(in, channels, k, stride, false)});
   }
   int conv_bn_relu(int in, int64_t channels, int64_t k, int64_t stride = 1) {
     return add("relu", {conv_bn(in, channels, k, stride)});
@@ -51,15 +47,22 @@ struct Builder {
     a.padding[0] = a.padding[1] = padding;
     return add(op, {in}, a);
   }
+  int linear(int in, int64_t out) {
+    LayerAttrs a;
+    a.out = out;
+    return add("linear", {in}, a);
+  }
+  // The classifier of 10, 100 or 1000 classes (drawn).
+  void classifier(int x, std::mt19937_64& rng) {
+    const int64_t classes = std::vector<int64_t>{10, 100, 1000}[pick(rng, 0, 2)];
+    linear(x, classes);
+    g.num_classes = classes;
+  }
   // Global average pool, flatten and the classifier.
-  void head(int x, int64_t classes) {
+  void head(int x, std::mt19937_64& rng) {
     LayerAttrs one;  // adaptive pool to 1 x 1
     x = add("adaptive_avgpool2d", {x}, one);
-    x = add("flatten", {x});
-    LayerAttrs out;
-    out.out = classes;
-    add("linear", {x}, out);
-    g.num_classes = classes;
+    classifier(add("flatten", {x}), rng);
   }
 };
 
@@ -88,7 +91,7 @@ void residual_body(Builder& b, std::mt19937_64& rng, int x, int64_t width) {
       in_channels = out;
     }
   }
-  b.head(x, std::vector<int64_t>{10, 100, 1000}[pick(rng, 0, 2)]);
+  b.head(x, rng);
 }
 
 // Inception-like: 3-9 blocks of 2-4 parallel towers (1-3 convolutions of
@@ -117,7 +120,7 @@ void branchy_body(Builder& b, std::mt19937_64& rng, int x, int64_t width, int64_
       width = std::min<int64_t>(256, width * 2);
     }
   }
-  b.head(x, std::vector<int64_t>{10, 100, 1000}[pick(rng, 0, 2)]);
+  b.head(x, rng);
 }
 
 }  // namespace
@@ -141,24 +144,13 @@ LayerGraph random_cnn(std::mt19937_64& rng, const std::string& name) {
     } else {
       for (int k = 0; k < convs; ++k) x = b.conv_relu(x, channels);
     }
-    LayerAttrs pool;
-    pool.kernel[0] = pool.kernel[1] = 2;
-    pool.stride[0] = pool.stride[1] = 2;
-    x = b.add("maxpool2d", {x}, pool);
+    x = b.pool("maxpool2d", x, 2, 2, 0);
     channels = std::min<int64_t>(512, channels * 2);
   }
   x = b.add("flatten", {x});
   const int hidden = pick(rng, 1, 2);
-  for (int k = 0; k < hidden; ++k) {
-    LayerAttrs fc;
-    fc.out = int64_t{128} << pick(rng, 0, 4);
-    x = b.add("relu", {b.add("linear", {x}, fc)});
-  }
-  const int64_t classes = std::vector<int64_t>{10, 100, 1000}[pick(rng, 0, 2)];
-  LayerAttrs out;
-  out.out = classes;
-  b.add("linear", {x}, out);
-  b.g.num_classes = classes;
+  for (int k = 0; k < hidden; ++k) x = b.add("relu", {b.linear(x, int64_t{128} << pick(rng, 0, 4))});
+  b.classifier(x, rng);
   infer_shapes(b.g);  // every shape is valid by construction (pools never pass below 1x1)
   return b.g;
 }
