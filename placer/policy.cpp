@@ -301,7 +301,11 @@ PolicyMemory policy_memory(const LayerGraph& graph, const Cluster& cluster, int6
   // A tied lm_head is charged its table's copy wherever it goes: the mask
   // cannot see which device holds the embedding, and it must never be laxer
   // than check_memory (which charges the copy only on another device).
-  for (const TiedTable& t : tied_tables(graph)) m.layer_param_bytes[t.head] += t.bytes;
+  m.layer_tied_copy_bytes.assign(graph.layers.size(), 0);
+  for (const TiedTable& t : tied_tables(graph)) {
+    m.layer_param_bytes[t.head] += t.bytes;
+    m.layer_tied_copy_bytes[t.head] += t.bytes;
+  }
   m.batch_size = batch_size;
   m.schedule = schedule;
   m.optimizer = optimizer;
@@ -317,6 +321,15 @@ struct Policy::Impl {
   int L = 0, G = 0, D = 0, M = 0;  // M: micro-batch choices (+ data parallel)
   std::vector<float> prior;  // L x G positional prior logits (contiguous mode)
   bool all_masked = false;  // no device fits: nothing is masked
+  // The partition's memory mask (policy.h): per layer its share of the least
+  // any group holding it needs (training state + kept activations of the
+  // smallest micro-batch) and its weight gradient; the largest allowed
+  // device (0: no such mask).
+  std::vector<double> layer_floor_bytes, layer_grad_bytes;
+  // Per layer its training state and its kept bytes per sample (the
+  // micro-batch memory mask's terms).
+  std::vector<double> layer_state_bytes, layer_kept_bytes;
+  double largest_device_bytes = 0;
   bool replica_head = false;  // max_replicas > 0 and more than one device
   torch::Tensor layer_input;  // L x 50: features | depth | FLOPs position
   torch::Tensor group_query_input;  // G x (8 + kPartitionContextWidth): position | problem context
@@ -340,6 +353,7 @@ struct Policy::Impl {
     torch::Tensor h;
     GroupTotals stats;
     int nonempty = 0;  // groups with a layer: the replicas data parallelism would train
+    std::vector<float> micro_mask;  // M: micro_memory_row of the partition
   };
   Groups groups_of(const std::vector<int>& layer_group) {
     GroupTotals totals = group_totals(cfg.totals, layer_group, G, consumers);
@@ -347,15 +361,19 @@ struct Policy::Impl {
     auto q = net->a_q(e), k = net->a_k(e), v = net->a_v(e);
     auto att = torch::softmax(torch::matmul(q, k.t()) / std::sqrt(static_cast<double>(net->hidden)), 1);
     const auto used = nonempty(layer_group, G);
-    return {e + torch::matmul(att, v), std::move(totals), static_cast<int>(std::count(used.begin(), used.end(), true))};
+    return {e + torch::matmul(att, v), std::move(totals), static_cast<int>(std::count(used.begin(), used.end(), true)),
+            micro_memory_row(layer_group)};
   }
 
   // Logits of the micro-batch choices (M) given the groups; data parallelism
-  // is masked where its replicas would not fit (replicas_fit).
+  // is masked where its replicas would not fit (replicas_fit), counts where
+  // a group would not (micro_memory_row).
   torch::Tensor micro_logits(const Groups& gr) {
     auto all = net->a_micro(torch::cat({gr.h.mean(0), micro_extra}));
     auto logits = all.index_select(0, micro_slots);
     if (cfg.offer_data_parallel && !replicas_fit(gr.nonempty)) logits = logits + no_data_parallel;
+    if (std::any_of(gr.micro_mask.begin(), gr.micro_mask.end(), [](float v) { return v != 0.f; }))
+      logits = logits + torch::tensor(gr.micro_mask);
     return logits;
   }
 
@@ -442,6 +460,101 @@ struct Policy::Impl {
     return used;
   }
 
+  // What the groups of a partition drawn so far need at least (layer by
+  // layer, in order), for the partition's memory mask.
+  class GroupFloors {
+   public:
+    explicit GroupFloors(const Impl& m) : m_(m), sum_(m.G, 0.0), largest_grad_(m.G, 0.0) {}
+    bool active() const { return m_.largest_device_bytes > 0; }
+    double with(int i, int g) const {
+      return sum_[g] + m_.layer_floor_bytes[i] + std::max(largest_grad_[g], m_.layer_grad_bytes[i]);
+    }
+    void add(int i, int g) {
+      if (!active()) return;
+      sum_[g] += m_.layer_floor_bytes[i];
+      largest_grad_[g] = std::max(largest_grad_[g], m_.layer_grad_bytes[i]);
+    }
+
+   private:
+    const Impl& m_;
+    std::vector<double> sum_, largest_grad_;
+  };
+
+  // The partition memory mask's per-layer floors (policy.h). Every choice
+  // after the partition runs at least ceil(batch / max(micro-batches,
+  // devices)) samples on a copy of a group (a replica or a data-parallel
+  // copy takes at least one micro-batch, or its share of the batch), and
+  // recomputation keeps at least one micro-batch's activations.
+  void set_partition_floors() {
+    const PolicyMemory& mem = cfg.memory;
+    largest_device_bytes = 0;
+    if (mem.empty()) return;
+    for (int k = 0; k < D; ++k)
+      if (device_allowed(k)) largest_device_bytes = std::max(largest_device_bytes, static_cast<double>(mem.device_bytes[k]));
+    const int64_t copies = std::max<int64_t>(std::max(cfg.micro_batch_choices.back(), D), 1);
+    const double samples = static_cast<double>((mem.batch_size + copies - 1) / copies);
+    layer_floor_bytes.assign(L, 0.0);
+    layer_grad_bytes.assign(L, 0.0);
+    layer_state_bytes.assign(L, 0.0);
+    layer_kept_bytes.assign(L, 0.0);
+    for (int i = 0; i < L; ++i) {
+      const int64_t copy = mem.layer_tied_copy_bytes.size() == static_cast<size_t>(L) ? mem.layer_tied_copy_bytes[i] : 0;
+      const int64_t own = std::max<int64_t>(0, mem.layer_param_bytes[i] - copy);
+      layer_state_bytes[i] = static_cast<double>(training_state_bytes(own, mem.optimizer));
+      layer_kept_bytes[i] = static_cast<double>(mem.kept_bytes(i));
+      layer_floor_bytes[i] = layer_state_bytes[i] + layer_kept_bytes[i] * samples;
+      layer_grad_bytes[i] = static_cast<double>(own);
+    }
+  }
+
+  // The micro-batch memory mask of a partition (M: 0 or kMasked): a count
+  // is masked where some group, even recomputing (one micro-batch of
+  // ceil(batch / count) samples kept) and on the largest allowed device,
+  // would not fit: replicas share micro-batches but never shrink one. Not
+  // where every count would be masked; data parallelism keeps replicas_fit.
+  std::vector<float> micro_memory_row(const std::vector<int>& layer_group) const {
+    std::vector<float> row(M, 0.f);
+    if (largest_device_bytes <= 0) return row;
+    std::vector<double> state(G, 0.0), kept(G, 0.0), grad(G, 0.0);
+    for (int i = 0; i < L; ++i) {
+      const int g = layer_group[i];
+      state[g] += layer_state_bytes[i];
+      kept[g] += layer_kept_bytes[i];
+      grad[g] = std::max(grad[g], layer_grad_bytes[i]);
+    }
+    const int counts = static_cast<int>(cfg.micro_batch_choices.size());
+    const int64_t batch_size = cfg.memory.batch_size;
+    int masked = 0;
+    for (int j = 0; j < counts; ++j) {
+      const int64_t m = std::max(1, cfg.micro_batch_choices[j]);
+      const double samples = static_cast<double>((batch_size + m - 1) / m);
+      for (int g = 0; g < G; ++g)
+        if (state[g] + kept[g] * samples + grad[g] > largest_device_bytes) {
+          row[j] = kMasked;
+          ++masked;
+          break;
+        }
+    }
+    if (masked == counts) std::fill(row.begin(), row.begin() + counts, 0.f);
+    return row;
+  }
+
+  // Layer i's additive partition row (G): kMasked below `lo` and on the groups
+  // it would make too big for every device (unless every group from lo on
+  // would be, or the layer alone is), else the positional prior.
+  void partition_row(int i, int lo, const GroupFloors& floors, float* row) const {
+    const float* pr = &prior[static_cast<size_t>(i) * G];
+    for (int g = 0; g < G; ++g) row[g] = g < lo ? kMasked : pr[g];
+    if (!floors.active() || cfg.partition == PartitionMode::free) return;
+    const double cap = largest_device_bytes;
+    if (layer_floor_bytes[i] + layer_grad_bytes[i] > cap) return;
+    bool any_fits = false;
+    for (int g = lo; g < G; ++g) any_fits = any_fits || floors.with(i, g) <= cap;
+    if (!any_fits) return;
+    for (int g = lo; g < G; ++g)
+      if (floors.with(i, g) > cap) row[g] = kMasked;
+  }
+
   // The lowest group layer i may take: contiguous, its predecessor's;
   // follows_dag, the highest of its inputs' (so every edge of the groups'
   // graph goes up in id: acyclic); free, 0.
@@ -453,14 +566,19 @@ struct Policy::Impl {
     return lo;
   }
 
-  // Additive mask (L x G) of an ordered partition: layer i may take any group
-  // >= lowest_group (groups left empty are dropped), plus the positional prior.
-  torch::Tensor order_mask(const std::vector<int>& layer_group) const {
+  // Additive mask (L x G) of an ordered partition: each layer's partition_row,
+  // replayed in the order the layers were drawn.
+  std::vector<float> order_rows(const std::vector<int>& layer_group) const {
     std::vector<float> m(static_cast<size_t>(L) * G);
+    GroupFloors floors(*this);
     for (int i = 0; i < L; ++i) {
-      int lo = lowest_group(i, layer_group);
-      for (int g = 0; g < G; ++g) m[static_cast<size_t>(i) * G + g] = g < lo ? kMasked : prior[static_cast<size_t>(i) * G + g];
+      partition_row(i, lowest_group(i, layer_group), floors, &m[static_cast<size_t>(i) * G]);
+      floors.add(i, layer_group[i]);
     }
+    return m;
+  }
+  torch::Tensor order_mask(const std::vector<int>& layer_group) const {
+    std::vector<float> m = order_rows(layer_group);
     return torch::from_blob(m.data(), {L, G}, torch::kFloat32).clone();
   }
 
@@ -541,18 +659,21 @@ struct Policy::Impl {
     if (cfg.partition != PartitionMode::free) {
       auto lg = partition_logits().contiguous();
       const float* z = lg.data_ptr<float>();
-      std::vector<float> p(G);
+      std::vector<float> p(G), row(G);
+      GroupFloors floors(*this);
       for (int i = 0; i < L; ++i) {
-        int lo = lowest_group(i, d.layer_group);
+        partition_row(i, lowest_group(i, d.layer_group), floors, row.data());
         double mx = -1e30;
-        for (int g = lo; g < G; ++g) mx = std::max(mx, static_cast<double>(z[i * G + g] + prior[i * G + g]));
+        for (int g = 0; g < G; ++g)
+          if (row[g] != kMasked) mx = std::max(mx, static_cast<double>(z[i * G + g] + row[g]));
         double sum = 0;
         for (int g = 0; g < G; ++g) {
-          p[g] = g < lo ? 0.f : static_cast<float>(std::exp(z[i * G + g] + prior[i * G + g] - mx));
+          p[g] = row[g] == kMasked ? 0.f : static_cast<float>(std::exp(z[i * G + g] + row[g] - mx));
           sum += p[g];
         }
         for (int g = 0; g < G; ++g) p[g] = static_cast<float>(p[g] / sum);
         d.layer_group[i] = rng ? draw(p.data(), G, *rng) : argmax(p.data(), G);
+        floors.add(i, d.layer_group[i]);
       }
     } else {
       auto pp = torch::softmax(partition_logits(), 1).contiguous();
@@ -1050,6 +1171,7 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
                        static_cast<int>(mem.layer_param_bytes.size()) != m.L ||
                        static_cast<int>(mem.layer_activation_bytes.size()) != m.L || mem.batch_size < 1))
     m.cfg.memory = PolicyMemory{};  // sizes that do not match the model and cluster: no memory masks
+  m.set_partition_floors();
 }
 
 Policy::~Policy() = default;
@@ -1068,6 +1190,18 @@ double Policy::log_prob(const Decision& d) {
 // A masked choice adds kMasked to its logit, so its log probability is about
 // kMasked; any real one is far above a thousandth of it.
 bool Policy::allows(const Decision& d) { return log_prob(d) > kMasked / 1000; }
+
+bool Policy::partition_allowed(const std::vector<int>& layer_group) const {
+  const Impl& m = *impl_;
+  if (static_cast<int>(layer_group.size()) != m.L) return false;
+  for (int g : layer_group)
+    if (g < 0 || g >= m.G) return false;
+  if (m.cfg.partition == PartitionMode::free) return true;
+  const std::vector<float> rows = m.order_rows(layer_group);
+  for (int i = 0; i < m.L; ++i)
+    if (rows[static_cast<size_t>(i) * m.G + layer_group[i]] == kMasked) return false;
+  return true;
+}
 
 std::vector<std::vector<float>> Policy::partition_probs() {
   torch::NoGradGuard ng;

@@ -30,14 +30,22 @@
 // probability is the sum of every choice's, each under the masks it was drawn with.
 // Masking keeps proposals executable:
 //  - devices that cannot hold even the smallest layer get probability 0;
-//    micro-batch counts above the batch size are not offered;
+//    micro-batch counts above the batch size are not offered, and (with
+//    `memory`) nor are counts at which some group of the partition fits no
+//    device even recomputing (one micro-batch of ceil(batch / count) kept),
+//    unless every count is such;
 //  - partition (PartitionMode): contiguous: a layer may only take a group >=
 //    its predecessor's, so every partition is a sequence of pipeline stages;
 //    follows_dag: a group >= the groups of its inputs in the DAG, so parallel
 //    branches may go to different groups while the groups' graph stays
 //    acyclic (every edge goes to an equal or higher group id); free: any
 //    group (the paper's). A fixed positional prior spreads the first
-//    proposals over the groups in the first two modes;
+//    proposals over the groups in the first two modes; in those two, with
+//    `memory`, a layer may not join a group that with it would need more
+//    than the largest allowed device holds under any micro-batch count,
+//    replicas or recomputation (a lower bound of core's rule: the group's
+//    training state, one smallest micro-batch's kept activations and its
+//    largest weight's gradient), unless every group it may take would;
 //  - allocation: each non-empty group may not reuse an earlier group's device
 //    while a free one remains (distinct_devices); with `memory`, a device
 //    whose load plus the group would pass its memory_mb (core's rule, for the
@@ -88,6 +96,10 @@ struct PolicyMemory {
   int64_t kept_bytes(int i) const {
     return layer_kept_bytes.empty() ? layer_activation_bytes[i] : layer_kept_bytes[i];
   }
+  // Per layer the share of layer_param_bytes that is a tied table's charged
+  // copy (a tied lm_head's; empty = none): core charges it only on a device
+  // without the table, so the partition's lower bound leaves it out.
+  std::vector<int64_t> layer_tied_copy_bytes;
   std::vector<int64_t> device_bytes;
   int64_t batch_size = 0;
   Schedule schedule = Schedule::gpipe;
@@ -224,6 +236,8 @@ class Policy {
   double log_prob(const Decision& d);
   // Whether the masks allow every choice of `d` (a plan from elsewhere may not fit them).
   bool allows(const Decision& d);
+  // Whether the partition's masks (order and memory) allow this grouping.
+  bool partition_allowed(const std::vector<int>& layer_group) const;
   // Per group x device: the replica head's probability of a replica there for
   // this partition, before masks (empty without a replica head).
   std::vector<std::vector<float>> replica_probs(const std::vector<int>& layer_group);

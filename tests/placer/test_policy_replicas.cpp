@@ -11,6 +11,7 @@
 
 #include "core/cluster.h"
 #include "core/placement.h"
+#include "model/zoo.h"
 #include "placer/features.h"
 #include "placer/policy.h"
 #include "placer/reinforce.h"
@@ -489,4 +490,139 @@ TEST_CASE("the first restart starts from the plan it is given (optimize: the bes
   CHECK(from.restarts >= 1);
   CHECK(from.policy_best_report.step_ms == 1.0);
   CHECK(placement_key(from.policy_best) == placement_key(needle));
+}
+
+TEST_CASE("the partition's memory mask never refuses a grouping that fits: random DAGs and clusters, both ordered modes") {
+  // Groupings drawn without memory masks (any size); every one that fits its
+  // devices by core's rule (as drawn, or once recompute_where_needed marks
+  // groups) must be one the memory-masked partition allows: its floor is a
+  // lower bound under every micro-batch count, replica count and recomputation.
+  std::mt19937_64 rng(77);
+  int fitting = 0, refused = 0;
+  for (int trial = 0; trial < 30; ++trial) {
+    LayerGraph g = random_branchy_graph(rng, 2 + trial % 4, 64 << (trial % 3));
+    const int64_t batch = int64_t{4} << (trial % 11);  // up to 4096: activations as well as weights count
+    const Optimizer optimizer = trial % 2 == 0 ? Optimizer::sgd : Optimizer::adam;
+    Cluster c = random_cluster(rng, g, batch, optimizer);
+    // Every third cluster has no device that holds the whole model: there the mask cuts.
+    if (trial % 3 == 1)
+      for (Device& d : c.devices) d.memory_mb = std::max<int64_t>(1, d.memory_mb * 3 / 5);
+    const PartitionMode mode = trial % 2 == 0 ? PartitionMode::contiguous : PartitionMode::follows_dag;
+    PolicyConfig masked = replica_config(g, c, batch, mode, 1 + trial, optimizer);
+    PolicyConfig unmasked = masked;
+    unmasked.memory = PolicyMemory{};
+    unmasked.prior_groups = 1 + trial % c.num_devices();  // large groups as well as small ones
+    OpDictionary dict;
+    const FeatureMatrix rows = encode_layers(g, dict);
+    Policy with_mask(rows, g.consumers(), masked), without(rows, g.consumers(), unmasked);
+    for (int k = 0; k < 40; ++k) {
+      Decision d = without.sample(rng);
+      Placement p = decision_to_placement(d, masked.micro_batch_choices, Schedule::gpipe);
+      p.optimizer = optimizer;
+      if (!validate_placement(p, g, c, batch).is_ok()) continue;
+      if (!recompute_where_needed(p, g, c, batch)) {
+        refused += with_mask.partition_allowed(d.layer_group) ? 0 : 1;
+        continue;
+      }
+      ++fitting;
+      CHECK_MESSAGE(with_mask.partition_allowed(d.layer_group), "trial ", trial, " draw ", k);
+      CHECK_MESSAGE(with_mask.micro_batch_probs(d.layer_group)[d.micro_batch_index] > 0.f, "trial ", trial, " draw ", k);
+    }
+  }
+  CHECK(fitting > 200);
+  CHECK(refused > 0);  // the mask does refuse groupings (of those that fit no device)
+}
+
+TEST_CASE("a policy that would put a model too big for any device in one group cuts it where the memory runs out") {
+  // 12 linear layers of 4 MiB weights (12 MiB with SGD's gradient and
+  // momentum): 144 MiB in all, on devices of 64 MiB. A policy whose prior
+  // puts every layer in group 0 keeps them there without the memory mask;
+  // with it, every group it draws or picks holds at most what one device does.
+  LayerGraph g = chain_graph(12, 1024);
+  const int64_t batch = 8;
+  Cluster c = equal_cluster(4, 64);
+  PolicyConfig pc = replica_config(g, c, batch, PartitionMode::contiguous, 5);
+  pc.max_replicas = 0;
+  pc.prior_groups = 1;
+  PolicyConfig no_memory = pc;
+  no_memory.memory = PolicyMemory{};
+  OpDictionary dict;
+  const FeatureMatrix rows = encode_layers(g, dict);
+  Policy plain(rows, g.consumers(), no_memory), masked(rows, g.consumers(), pc);
+  auto groups_used = [](const Decision& d) {
+    std::vector<int> u = d.layer_group;
+    std::sort(u.begin(), u.end());
+    return static_cast<int>(std::unique(u.begin(), u.end()) - u.begin());
+  };
+  REQUIRE(groups_used(plain.greedy()) == 1);
+  CHECK_FALSE(masked.partition_allowed(plain.greedy().layer_group));
+  std::mt19937_64 rng(3);
+  for (int k = 0; k < 40; ++k) {
+    const Decision d = k == 0 ? masked.greedy() : masked.sample(rng);
+    CHECK(groups_used(d) >= 3);
+    CHECK(masked.partition_allowed(d.layer_group));
+    CHECK(std::isfinite(masked.log_prob(d)));
+    Placement p = decision_to_placement(d, pc.micro_batch_choices, Schedule::gpipe);
+    Status fits = check_memory(p, g, c, batch);
+    CHECK_MESSAGE(fits.is_ok(), "draw ", k, ": ", fits.message());
+  }
+}
+
+TEST_CASE("micro-batch counts at which a group fits no device even recomputing are not offered") {
+  // 8 layers keeping 8 KiB a sample in all: at a batch of 16384 one group
+  // keeps 128 MiB a micro-batch at 1 micro-batch, 64 at 2, 32 at 4; devices
+  // hold 64 MiB. With one group holding every layer, 1 and 2 are masked; no
+  // draw takes a count at which one of its groups' kept activations for one
+  // micro-batch alone pass a device.
+  LayerGraph g = chain_graph(4, 256);
+  const int64_t batch = 16384;
+  Cluster c = equal_cluster(2, 64);
+  PolicyConfig pc = replica_config(g, c, batch, PartitionMode::contiguous, 9);
+  pc.prior_groups = 1;
+  OpDictionary dict;
+  Policy policy(encode_layers(g, dict), g.consumers(), pc);
+  REQUIRE(pc.micro_batch_choices.size() >= 3);
+  REQUIRE(pc.micro_batch_choices[0] == 1);
+  REQUIRE(pc.micro_batch_choices[1] == 2);
+  const std::vector<float> one_group = policy.micro_batch_probs(std::vector<int>(g.layers.size(), 0));
+  CHECK(one_group[0] == 0.f);
+  CHECK(one_group[1] == 0.f);
+  CHECK(one_group[2] > 0.f);
+  std::mt19937_64 rng(4);
+  for (int k = 0; k < 40; ++k) {
+    const Decision d = k == 0 ? policy.greedy() : policy.sample(rng);
+    const int64_t count = pc.micro_batch_choices[d.micro_batch_index];
+    std::vector<int64_t> kept(pc.num_groups, 0);
+    for (size_t i = 0; i < g.layers.size(); ++i) kept[d.layer_group[i]] += kept_bytes_per_sample(g, static_cast<int>(i));
+    for (int64_t bytes : kept) CHECK(bytes * ((batch + count - 1) / count) <= int64_t{64} << 20);
+    CHECK(std::isfinite(policy.log_prob(d)));
+  }
+}
+
+TEST_CASE("the partition's memory floor leaves out a tied head's copy: gpt2 in one group on a device that holds it") {
+  // The least gpt2 needs on one device: Adam, one sample a micro-batch,
+  // recomputation. On a device of exactly that, the whole model in one group
+  // is allowed (counting the head's copy of the embedding table, 4 x 147 MiB
+  // of training state, would refuse it); on one of half its training state, it is not.
+  auto g = zoo_model("gpt2");
+  REQUIRE(g.is_ok());
+  const int64_t batch = 4;
+  const int L = static_cast<int>(g->layers.size());
+  Placement one = Placement::single_device(L, 0);
+  one.optimizer = Optimizer::adam;
+  one.micro_batches = static_cast<int>(batch);
+  one.group_recompute = {1};
+  const int64_t least = estimate_device_memory_bytes(one, *g, equal_cluster(1), batch)[0];
+  Cluster c = equal_cluster(2, (least + (1 << 20) - 1) >> 20);
+  REQUIRE(check_memory(one, *g, c, batch).is_ok());
+  PolicyConfig pc = replica_config(*g, c, batch, PartitionMode::contiguous, 1, Optimizer::adam);
+  OpDictionary dict;
+  const FeatureMatrix rows = encode_layers(*g, dict);
+  Policy policy(rows, g->consumers(), pc);
+  CHECK(policy.partition_allowed(std::vector<int>(L, 0)));
+  int64_t params = 0;
+  for (const Layer& l : g->layers) params += l.param_bytes();
+  Cluster small = equal_cluster(2, training_state_bytes(params, Optimizer::adam) / (2 << 20));
+  Policy tight(rows, g->consumers(), replica_config(*g, small, batch, PartitionMode::contiguous, 1, Optimizer::adam));
+  CHECK_FALSE(tight.partition_allowed(std::vector<int>(L, 0)));
 }
