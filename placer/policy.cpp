@@ -81,7 +81,7 @@ std::vector<std::vector<float>> to_rows(const torch::Tensor& t) {
 constexpr int kLayerInputWidth =
     kLayerFeatureWidth + 1 + 2 * kPositionFrequencies + 1 + 2 * kComputeFrequencies;  // 50
 constexpr int kGroupPositionWidth = 8;   // log2 G, g/(G-1) and its sin/cos at 3 frequencies
-constexpr int kPairWidth = 4;            // per (group, device): load, memory, receive time, shared device
+constexpr int kPairWidth = 5;            // per (group, device): load, memory, receive time, shared device, replica sync
 constexpr int kMicroSlots = 8;           // micro-batch counts 1, 2, 4, ..., 128
 constexpr int kMicroHead = kMicroSlots + 1;  // and data parallelism
 constexpr int kMicroInputExtra = kDeviceFeatureWidth + 4;  // mean device row, spread, batch, devices
@@ -388,7 +388,9 @@ struct Policy::Impl {
 
   // Pair features of group g on each device, given the devices of the groups before it
   // (device[p] for p < g; producers placed later are not seen, so sampling and scoring agree).
-  void pair_features(const GroupTotals& st, int g, const std::vector<int>& device, float* out) const {
+  // for_replicas: the replica head's rows, where g's primary device[g] is
+  // known (the device head scores g before it has one; feature 4 is 0 there).
+  void pair_features(const GroupTotals& st, int g, const std::vector<int>& device, bool for_replicas, float* out) const {
     const auto& t = cfg.devices;
     for (int k = 0; k < D; ++k) {
       float* f = out + static_cast<size_t>(k) * kPairWidth;
@@ -414,15 +416,29 @@ struct Policy::Impl {
       }
       f[2] = static_cast<float>(std::log10(1.0 + receive_ms) / 3.0);
       f[3] = shared ? 1.f : 0.f;
+      // What a replica on k costs each step: the group's gradients both ways
+      // over the link from its primary (a two-device ring all-reduce), so the
+      // replica head can tell a replica across a slow link from one on the
+      // LAN (feature version 5: a policy trained without it replicated
+      // resnet50 from the LAN onto a device behind a slow link, twice the best step).
+      double sync_ms = 0;
+      const int home = for_replicas && g < static_cast<int>(device.size()) ? device[g] : -1;
+      if (home >= 0 && home != k && st.params_mb[g] > 0) {
+        const size_t link = static_cast<size_t>(home) * D + k;
+        sync_ms = 2 * (t.link_latency_ms[link] + st.params_mb[g] * 8.0 / std::max(1e-3, t.link_mbps[link]) * 1e3);
+      }
+      f[4] = static_cast<float>(std::log10(1.0 + sync_ms) / 3.0);
     }
   }
 
   // The scorer's two outputs (device logit, replica logit) for the groups in
   // `rows` on every device: rows.size() x D x 2.
-  torch::Tensor pair_scores(const Groups& gr, const std::vector<int>& rows, const std::vector<int>& device) {
+  torch::Tensor pair_scores(const Groups& gr, const std::vector<int>& rows, const std::vector<int>& device,
+                            bool for_replicas = false) {
     const int R = static_cast<int>(rows.size());
     std::vector<float> pf(static_cast<size_t>(R) * D * kPairWidth);
-    for (int r = 0; r < R; ++r) pair_features(gr.stats, rows[r], device, &pf[static_cast<size_t>(r) * D * kPairWidth]);
+    for (int r = 0; r < R; ++r)
+      pair_features(gr.stats, rows[r], device, for_replicas, &pf[static_cast<size_t>(r) * D * kPairWidth]);
     auto pairs = torch::from_blob(pf.data(), {R, D, kPairWidth}, torch::kFloat32).clone();
     auto idx = torch::tensor(std::vector<int64_t>(rows.begin(), rows.end()), torch::kInt64);
     auto h = gr.h.index_select(0, idx).unsqueeze(1).expand({R, D, net->hidden});
@@ -449,9 +465,9 @@ struct Policy::Impl {
   };
   // Every logit of an allocation whose primaries are `device` (the decision's).
   AllocationLogits allocation_logits(const Groups& gr, const std::vector<int>& device) {
-    auto scores = pair_scores(gr, all_groups(), device);
-    auto dev = scores.select(2, 0) + device_mask.unsqueeze(0);
-    return {dev, micro_logits(gr), replica_head ? scores.select(2, 1) : torch::Tensor()};
+    auto dev = pair_scores(gr, all_groups(), device).select(2, 0) + device_mask.unsqueeze(0);
+    return {dev, micro_logits(gr),
+            replica_head ? pair_scores(gr, all_groups(), device, true).select(2, 1) : torch::Tensor()};
   }
 
   static std::vector<bool> nonempty(const std::vector<int>& layer_group, int groups) {
@@ -688,7 +704,7 @@ struct Policy::Impl {
     d.group_device = allocate(gr, d.layer_group, masks, rng, nullptr);
     d.group_replicas.assign(G, {});
     if (replica_head) {
-      auto rp = torch::sigmoid(pair_scores(gr, all_groups(), d.group_device).select(2, 1)).contiguous();
+      auto rp = torch::sigmoid(pair_scores(gr, all_groups(), d.group_device, true).select(2, 1)).contiguous();
       const float* q = rp.data_ptr<float>();
       for (int g = 0; g < G; ++g)
         for (int k = 0; k < D; ++k) {
@@ -1231,7 +1247,7 @@ std::vector<std::vector<float>> Policy::replica_probs(const std::vector<int>& la
   auto gr = m.groups_of(layer_group);
   Impl::AllocationMasks masks(m, layer_group, m.greedy_micro(gr));
   auto device = m.allocate(gr, layer_group, masks, nullptr, nullptr);
-  return to_rows(torch::sigmoid(m.pair_scores(gr, m.all_groups(), device).select(2, 1)));
+  return to_rows(torch::sigmoid(m.pair_scores(gr, m.all_groups(), device, true).select(2, 1)));
 }
 
 std::vector<float> Policy::micro_batch_probs(const std::vector<int>& layer_group) {

@@ -11,7 +11,9 @@
 //               | the pair: the group's FLOPs share against the device's compute
 //               share, its parameters against the device's memory, the time to
 //               receive its inputs from the devices its producer groups took,
-//               a producer on this device] -> per group a softmax over devices;
+//               a producer on this device, and for the replica head the time
+//               to all-reduce its gradients with its primary over their link]
+//               -> per group a softmax over devices;
 //   micro-batches: [mean of the attended groups | mean device row | batch,
 //               devices] -> softmax over {1, 2, 4, ...} up to the batch size,
 //               and (offer_data_parallel) one more choice: data parallelism, a
