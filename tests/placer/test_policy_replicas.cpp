@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <numeric>
 #include <random>
 
@@ -625,4 +626,78 @@ TEST_CASE("the partition's memory floor leaves out a tied head's copy: gpt2 in o
   Cluster small = equal_cluster(2, training_state_bytes(params, Optimizer::adam) / (2 << 20));
   Policy tight(rows, g->consumers(), replica_config(*g, small, batch, PartitionMode::contiguous, 1, Optimizer::adam));
   CHECK_FALSE(tight.partition_allowed(std::vector<int>(L, 0)));
+}
+
+TEST_CASE("the replica head sees the link to the group's primary: it learns to keep replicas off slow links, and that carries to a cluster it never saw") {
+  // 4 equal devices; trained on random clusters where each link is slow
+  // (10 Mbit/s) or fast by a coin, so no device index is a safe rule, with a
+  // reward that charges a replica behind a slow link from its primary
+  // heavily; then placed on a pattern it never drew (d0-d1 and d2-d3 slow).
+  LayerGraph g = chain_graph(3, 256);
+  const int64_t batch = 8;
+  auto cluster_with_slow = [](const std::vector<std::pair<int, int>>& slow) {
+    Cluster c = equal_cluster(4);
+    for (auto [x, y] : slow)
+      for (int dir = 0; dir < 2; ++dir) {
+        Link l;
+        l.from = c.devices[dir ? y : x].name;
+        l.to = c.devices[dir ? x : y].name;
+        l.bandwidth_mbps = 10;
+        l.latency_ms = 5;
+        c.links.push_back(l);
+      }
+    return c;
+  };
+  const std::vector<std::pair<int, int>> unseen_pairs = {{0, 1}, {2, 3}};
+  auto config = [&](const Cluster& c) {
+    PolicyConfig pc = replica_config(g, c, batch, PartitionMode::contiguous, 11);
+    pc.num_groups = 1;
+    pc.max_replicas = 1;
+    pc.micro_batch_choices = {4};
+    pc.memory = PolicyMemory{};
+    pc.totals = layer_totals(g);
+    pc.devices = device_traits(c);
+    pc.replica_bias = 0;
+    return pc;
+  };
+  auto slow = [](const Cluster& c, int x, int y) { return c.link(x, y).bandwidth_mbps < 100; };
+  OpDictionary dict;
+  const FeatureMatrix rows = encode_layers(g, dict);
+  std::shared_ptr<PolicyNetworks> networks;
+  std::mt19937_64 rng(5);
+  for (int it = 0; it < 400; ++it) {
+    std::vector<std::pair<int, int>> pairs;
+    do {
+      pairs.clear();
+      for (int x = 0; x < 4; ++x)
+        for (int y = x + 1; y < 4; ++y)
+          if (rng() % 2) pairs.emplace_back(x, y);
+    } while (pairs == unseen_pairs);
+    const Cluster c = cluster_with_slow(pairs);
+    Policy policy(rows, g.consumers(), config(c), networks);
+    networks = policy.networks();
+    Reinforce rf(policy, ReinforceConfig{}, 10.0);
+    std::vector<Decision> ds;
+    std::vector<StepReport> rs;
+    for (int s = 0; s < 16; ++s) {
+      ds.push_back(policy.sample(rng));
+      StepReport r;
+      r.ok = true;
+      r.step_ms = 10;
+      for (int k : ds.back().group_replicas[0]) r.step_ms = slow(c, ds.back().group_device[0], k) ? 40 : 6;
+      rs.push_back(r);
+    }
+    rf.step(ds, rs, it / 400.0);
+  }
+  const Cluster unseen = cluster_with_slow(unseen_pairs);
+  Policy on_unseen(rows, g.consumers(), config(unseen), networks);
+  int slow_replicas = 0, fast_replicas = 0;
+  std::mt19937_64 r(9);
+  for (int k = 0; k < 300; ++k) {
+    const Decision d = on_unseen.sample(r);
+    for (int x : d.group_replicas[0]) (slow(unseen, d.group_device[0], x) ? slow_replicas : fast_replicas)++;
+  }
+  // 2 of a primary's 3 links are fast: by chance about 2 fast replicas to 1 slow.
+  CHECK(fast_replicas > 100);
+  CHECK(fast_replicas > 6 * slow_replicas);
 }
