@@ -329,6 +329,10 @@ struct Policy::Impl {
   // Per layer its training state and its kept bytes per sample (the
   // micro-batch memory mask's terms).
   std::vector<double> layer_state_bytes, layer_kept_bytes;
+  // Per layer its output per sample (backward's working memory holds two of
+  // the largest for a micro-batch); the samples of the smallest micro-batch.
+  std::vector<double> layer_output_bytes;
+  double floor_samples = 0;
   double largest_device_bytes = 0;
   bool replica_head = false;  // max_replicas > 0 and more than one device
   torch::Tensor layer_input;  // L x 50: features | depth | FLOPs position
@@ -480,20 +484,22 @@ struct Policy::Impl {
   // layer, in order), for the partition's memory mask.
   class GroupFloors {
    public:
-    explicit GroupFloors(const Impl& m) : m_(m), sum_(m.G, 0.0), largest_grad_(m.G, 0.0) {}
+    explicit GroupFloors(const Impl& m) : m_(m), sum_(m.G, 0.0), largest_grad_(m.G, 0.0), largest_output_(m.G, 0.0) {}
     bool active() const { return m_.largest_device_bytes > 0; }
     double with(int i, int g) const {
-      return sum_[g] + m_.layer_floor_bytes[i] + std::max(largest_grad_[g], m_.layer_grad_bytes[i]);
+      return sum_[g] + m_.layer_floor_bytes[i] + std::max(largest_grad_[g], m_.layer_grad_bytes[i]) +
+             2 * std::max(largest_output_[g], m_.layer_output_bytes[i]) * m_.floor_samples;
     }
     void add(int i, int g) {
       if (!active()) return;
       sum_[g] += m_.layer_floor_bytes[i];
       largest_grad_[g] = std::max(largest_grad_[g], m_.layer_grad_bytes[i]);
+      largest_output_[g] = std::max(largest_output_[g], m_.layer_output_bytes[i]);
     }
 
    private:
     const Impl& m_;
-    std::vector<double> sum_, largest_grad_;
+    std::vector<double> sum_, largest_grad_, largest_output_;
   };
 
   // The partition memory mask's per-layer floors (policy.h). Every choice
@@ -509,6 +515,8 @@ struct Policy::Impl {
       if (device_allowed(k)) largest_device_bytes = std::max(largest_device_bytes, static_cast<double>(mem.device_bytes[k]));
     const int64_t copies = std::max<int64_t>(std::max(cfg.micro_batch_choices.back(), D), 1);
     const double samples = static_cast<double>((mem.batch_size + copies - 1) / copies);
+    floor_samples = samples;
+    layer_output_bytes.assign(L, 0.0);
     layer_floor_bytes.assign(L, 0.0);
     layer_grad_bytes.assign(L, 0.0);
     layer_state_bytes.assign(L, 0.0);
@@ -520,23 +528,26 @@ struct Policy::Impl {
       layer_kept_bytes[i] = static_cast<double>(mem.kept_bytes(i));
       layer_floor_bytes[i] = layer_state_bytes[i] + layer_kept_bytes[i] * samples;
       layer_grad_bytes[i] = static_cast<double>(own);
+      layer_output_bytes[i] = static_cast<double>(mem.layer_activation_bytes[i]);
     }
   }
 
   // The micro-batch memory mask of a partition (M: 0 or kMasked): a count
   // is masked where some group, even recomputing (one micro-batch of
-  // ceil(batch / count) samples kept) and on the largest allowed device,
-  // would not fit: replicas share micro-batches but never shrink one. Not
+  // ceil(batch / count) samples kept, and backward's working memory for it)
+  // and on the largest allowed device, would not fit: replicas share
+  // micro-batches but never shrink one. Not
   // where every count would be masked; data parallelism keeps replicas_fit.
   std::vector<float> micro_memory_row(const std::vector<int>& layer_group) const {
     std::vector<float> row(M, 0.f);
     if (largest_device_bytes <= 0) return row;
-    std::vector<double> state(G, 0.0), kept(G, 0.0), grad(G, 0.0);
+    std::vector<double> state(G, 0.0), kept(G, 0.0), grad(G, 0.0), output(G, 0.0);
     for (int i = 0; i < L; ++i) {
       const int g = layer_group[i];
       state[g] += layer_state_bytes[i];
       kept[g] += layer_kept_bytes[i];
       grad[g] = std::max(grad[g], layer_grad_bytes[i]);
+      output[g] = std::max(output[g], layer_output_bytes[i]);
     }
     const int counts = static_cast<int>(cfg.micro_batch_choices.size());
     const int64_t batch_size = cfg.memory.batch_size;
@@ -545,7 +556,7 @@ struct Policy::Impl {
       const int64_t m = std::max(1, cfg.micro_batch_choices[j]);
       const double samples = static_cast<double>((batch_size + m - 1) / m);
       for (int g = 0; g < G; ++g)
-        if (state[g] + kept[g] * samples + grad[g] > largest_device_bytes) {
+        if (state[g] + (kept[g] + 2 * output[g]) * samples + grad[g] > largest_device_bytes) {
           row[j] = kMasked;
           ++masked;
           break;

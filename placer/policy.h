@@ -34,7 +34,7 @@
 //  - devices that cannot hold even the smallest layer get probability 0;
 //    micro-batch counts above the batch size are not offered, and (with
 //    `memory`) nor are counts at which some group of the partition fits no
-//    device even recomputing (one micro-batch of ceil(batch / count) kept),
+//    device even recomputing (the same floor at ceil(batch / count) samples),
 //    unless every count is such;
 //  - partition (PartitionMode): contiguous: a layer may only take a group >=
 //    its predecessor's, so every partition is a sequence of pipeline stages;
@@ -46,8 +46,9 @@
 //    `memory`, a layer may not join a group that with it would need more
 //    than the largest allowed device holds under any micro-batch count,
 //    replicas or recomputation (a lower bound of core's rule: the group's
-//    training state, one smallest micro-batch's kept activations and its
-//    largest weight's gradient), unless every group it may take would;
+//    training state, one smallest micro-batch's kept activations, and
+//    backward's working memory: its largest weight's gradient and two of its
+//    largest outputs for that micro-batch), unless every group it may take would;
 //  - allocation: each non-empty group may not reuse an earlier group's device
 //    while a free one remains (distinct_devices); with `memory`, a device
 //    whose load plus the group would pass its memory_mb (core's rule, for the
