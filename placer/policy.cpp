@@ -321,18 +321,23 @@ struct Policy::Impl {
   int L = 0, G = 0, D = 0, M = 0;  // M: micro-batch choices (+ data parallel)
   std::vector<float> prior;  // L x G positional prior logits (contiguous mode)
   bool all_masked = false;  // no device fits: nothing is masked
-  // The partition's memory mask (policy.h): per layer its share of the least
-  // any group holding it needs (training state + kept activations of the
-  // smallest micro-batch) and its weight gradient; the largest allowed
-  // device (0: no such mask).
-  std::vector<double> layer_floor_bytes, layer_grad_bytes;
-  // Per layer its training state and its kept bytes per sample (the
-  // micro-batch memory mask's terms).
-  std::vector<double> layer_state_bytes, layer_kept_bytes;
-  // Per layer its output per sample (backward's working memory holds two of
-  // the largest for a micro-batch); the samples of the smallest micro-batch.
-  std::vector<double> layer_output_bytes;
-  double floor_samples = 0;
+  // The least a group of layers needs on any device it runs on (policy.h's
+  // memory masks, a lower bound of core's rule): the training state of its
+  // weights and, for a micro-batch of `samples`, its kept activations and
+  // backward's working memory (the largest weight's gradient, two of the
+  // largest outputs). One per layer, summed into one per group.
+  struct MemoryFloor {
+    double state = 0, kept_per_sample = 0, largest_grad = 0, largest_output = 0;
+    void add(const MemoryFloor& layer) {
+      state += layer.state;
+      kept_per_sample += layer.kept_per_sample;
+      largest_grad = std::max(largest_grad, layer.largest_grad);
+      largest_output = std::max(largest_output, layer.largest_output);
+    }
+    double bytes(double samples) const { return state + (kept_per_sample + 2 * largest_output) * samples + largest_grad; }
+  };
+  std::vector<MemoryFloor> layer_floor;  // empty: no memory masks
+  double floor_samples = 0;  // the smallest micro-batch any choice runs a group copy at
   double largest_device_bytes = 0;
   bool replica_head = false;  // max_replicas > 0 and more than one device
   torch::Tensor layer_input;  // L x 50: features | depth | FLOPs position
@@ -426,7 +431,7 @@ struct Policy::Impl {
       // LAN (feature version 5: a policy trained without it replicated
       // resnet50 from the LAN onto a device behind a slow link, twice the best step).
       double sync_ms = 0;
-      const int home = for_replicas && g < static_cast<int>(device.size()) ? device[g] : -1;
+      const int home = for_replicas ? device[g] : -1;
       if (home >= 0 && home != k && st.params_mb[g] > 0) {
         const size_t link = static_cast<size_t>(home) * D + k;
         sync_ms = 2 * (t.link_latency_ms[link] + st.params_mb[g] * 8.0 / std::max(1e-3, t.link_mbps[link]) * 1e3);
@@ -484,22 +489,21 @@ struct Policy::Impl {
   // layer, in order), for the partition's memory mask.
   class GroupFloors {
    public:
-    explicit GroupFloors(const Impl& m) : m_(m), sum_(m.G, 0.0), largest_grad_(m.G, 0.0), largest_output_(m.G, 0.0) {}
-    bool active() const { return m_.largest_device_bytes > 0; }
+    explicit GroupFloors(const Impl& m) : m_(m), group_(m.layer_floor.empty() ? 0 : m.G) {}
+    bool active() const { return !group_.empty(); }
+    // Group g's floor at the smallest micro-batch were layer i to join it.
     double with(int i, int g) const {
-      return sum_[g] + m_.layer_floor_bytes[i] + std::max(largest_grad_[g], m_.layer_grad_bytes[i]) +
-             2 * std::max(largest_output_[g], m_.layer_output_bytes[i]) * m_.floor_samples;
+      MemoryFloor f = group_[g];
+      f.add(m_.layer_floor[i]);
+      return f.bytes(m_.floor_samples);
     }
     void add(int i, int g) {
-      if (!active()) return;
-      sum_[g] += m_.layer_floor_bytes[i];
-      largest_grad_[g] = std::max(largest_grad_[g], m_.layer_grad_bytes[i]);
-      largest_output_[g] = std::max(largest_output_[g], m_.layer_output_bytes[i]);
+      if (active()) group_[g].add(m_.layer_floor[i]);
     }
 
    private:
     const Impl& m_;
-    std::vector<double> sum_, largest_grad_, largest_output_;
+    std::vector<MemoryFloor> group_;
   };
 
   // The partition memory mask's per-layer floors (policy.h). Every choice
@@ -509,26 +513,21 @@ struct Policy::Impl {
   // recomputation keeps at least one micro-batch's activations.
   void set_partition_floors() {
     const PolicyMemory& mem = cfg.memory;
+    layer_floor.clear();
     largest_device_bytes = 0;
     if (mem.empty()) return;
     for (int k = 0; k < D; ++k)
       if (device_allowed(k)) largest_device_bytes = std::max(largest_device_bytes, static_cast<double>(mem.device_bytes[k]));
+    if (largest_device_bytes <= 0) return;
     const int64_t copies = std::max<int64_t>(std::max(cfg.micro_batch_choices.back(), D), 1);
-    const double samples = static_cast<double>((mem.batch_size + copies - 1) / copies);
-    floor_samples = samples;
-    layer_output_bytes.assign(L, 0.0);
-    layer_floor_bytes.assign(L, 0.0);
-    layer_grad_bytes.assign(L, 0.0);
-    layer_state_bytes.assign(L, 0.0);
-    layer_kept_bytes.assign(L, 0.0);
+    floor_samples = static_cast<double>((mem.batch_size + copies - 1) / copies);
+    layer_floor.resize(L);
     for (int i = 0; i < L; ++i) {
       const int64_t copy = mem.layer_tied_copy_bytes.size() == static_cast<size_t>(L) ? mem.layer_tied_copy_bytes[i] : 0;
       const int64_t own = std::max<int64_t>(0, mem.layer_param_bytes[i] - copy);
-      layer_state_bytes[i] = static_cast<double>(training_state_bytes(own, mem.optimizer));
-      layer_kept_bytes[i] = static_cast<double>(mem.kept_bytes(i));
-      layer_floor_bytes[i] = layer_state_bytes[i] + layer_kept_bytes[i] * samples;
-      layer_grad_bytes[i] = static_cast<double>(own);
-      layer_output_bytes[i] = static_cast<double>(mem.layer_activation_bytes[i]);
+      layer_floor[i] = {static_cast<double>(training_state_bytes(own, mem.optimizer)),
+                        static_cast<double>(mem.kept_bytes(i)), static_cast<double>(own),
+                        static_cast<double>(mem.layer_activation_bytes[i])};
     }
   }
 
@@ -540,15 +539,9 @@ struct Policy::Impl {
   // where every count would be masked; data parallelism keeps replicas_fit.
   std::vector<float> micro_memory_row(const std::vector<int>& layer_group) const {
     std::vector<float> row(M, 0.f);
-    if (largest_device_bytes <= 0) return row;
-    std::vector<double> state(G, 0.0), kept(G, 0.0), grad(G, 0.0), output(G, 0.0);
-    for (int i = 0; i < L; ++i) {
-      const int g = layer_group[i];
-      state[g] += layer_state_bytes[i];
-      kept[g] += layer_kept_bytes[i];
-      grad[g] = std::max(grad[g], layer_grad_bytes[i]);
-      output[g] = std::max(output[g], layer_output_bytes[i]);
-    }
+    if (layer_floor.empty()) return row;
+    std::vector<MemoryFloor> group(G);
+    for (int i = 0; i < L; ++i) group[layer_group[i]].add(layer_floor[i]);
     const int counts = static_cast<int>(cfg.micro_batch_choices.size());
     const int64_t batch_size = cfg.memory.batch_size;
     int masked = 0;
@@ -556,7 +549,7 @@ struct Policy::Impl {
       const int64_t m = std::max(1, cfg.micro_batch_choices[j]);
       const double samples = static_cast<double>((batch_size + m - 1) / m);
       for (int g = 0; g < G; ++g)
-        if (state[g] + (kept[g] + 2 * output[g]) * samples + grad[g] > largest_device_bytes) {
+        if (group[g].bytes(samples) > largest_device_bytes) {
           row[j] = kMasked;
           ++masked;
           break;
@@ -568,13 +561,12 @@ struct Policy::Impl {
 
   // Layer i's additive partition row (G): kMasked below `lo` and on the groups
   // it would make too big for every device (unless every group from lo on
-  // would be, or the layer alone is), else the positional prior.
+  // would be, as when the layer alone is), else the positional prior.
   void partition_row(int i, int lo, const GroupFloors& floors, float* row) const {
     const float* pr = &prior[static_cast<size_t>(i) * G];
     for (int g = 0; g < G; ++g) row[g] = g < lo ? kMasked : pr[g];
     if (!floors.active() || cfg.partition == PartitionMode::free) return;
     const double cap = largest_device_bytes;
-    if (layer_floor_bytes[i] + layer_grad_bytes[i] > cap) return;
     bool any_fits = false;
     for (int g = lo; g < G; ++g) any_fits = any_fits || floors.with(i, g) <= cap;
     if (!any_fits) return;
