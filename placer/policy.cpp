@@ -20,6 +20,8 @@ namespace {
 constexpr float kMasked = -1e9f;
 constexpr int kPositionFrequencies = 6;  // sin/cos pairs of the layer's relative depth
 constexpr int kComputeFrequencies = 3;   // sin/cos pairs of the FLOPs done before the layer
+constexpr int kMedianDraws = 64;         // partitions drawn for the greedy (median) partition
+constexpr uint64_t kMedianSeed = 0x6d656469616eULL;
 
 // Draws an index from probabilities with our own generator.
 int draw(const float* p, int n, std::mt19937_64& rng) {
@@ -671,34 +673,96 @@ struct Policy::Impl {
     return std::find(r.begin(), r.end(), k) != r.end();
   }
 
-  Decision choose(std::mt19937_64* rng) {
-    torch::NoGradGuard ng;
-    Decision d;
-    d.layer_group.resize(L);
-    if (cfg.partition != PartitionMode::free) {
-      auto lg = partition_logits().contiguous();
-      const float* z = lg.data_ptr<float>();
-      std::vector<float> p(G), row(G);
-      GroupFloors floors(*this);
-      for (int i = 0; i < L; ++i) {
-        partition_row(i, lowest_group(i, d.layer_group), floors, row.data());
-        double mx = -1e30;
-        for (int g = 0; g < G; ++g)
-          if (row[g] != kMasked) mx = std::max(mx, static_cast<double>(z[i * G + g] + row[g]));
-        double sum = 0;
-        for (int g = 0; g < G; ++g) {
-          p[g] = row[g] == kMasked ? 0.f : static_cast<float>(std::exp(z[i * G + g] + row[g] - mx));
-          sum += p[g];
-        }
-        for (int g = 0; g < G; ++g) p[g] = static_cast<float>(p[g] / sum);
-        d.layer_group[i] = rng ? draw(p.data(), G, *rng) : argmax(p.data(), G);
-        floors.add(i, d.layer_group[i]);
-      }
-    } else {
+  // One partition drawn (rng) or by argmax at every layer (null), each layer
+  // under the masks of the layers before it.
+  std::vector<int> choose_partition(std::mt19937_64* rng) {
+    if (cfg.partition == PartitionMode::free) {
+      std::vector<int> layer_group(L);
       auto pp = torch::softmax(partition_logits(), 1).contiguous();
       const float* p = pp.data_ptr<float>();
-      for (int i = 0; i < L; ++i) d.layer_group[i] = rng ? draw(p + i * G, G, *rng) : argmax(p + i * G, G);
+      for (int i = 0; i < L; ++i) layer_group[i] = rng ? draw(p + i * G, G, *rng) : argmax(p + i * G, G);
+      return layer_group;
     }
+    auto lg = partition_logits().contiguous();
+    return choose_ordered_partition(lg.data_ptr<float>(), rng);
+  }
+
+  // choose_partition of the ordered modes, from the partition logits z (L x G).
+  std::vector<int> choose_ordered_partition(const float* z, std::mt19937_64* rng) const {
+    std::vector<int> layer_group(L);
+    std::vector<float> p(G), row(G);
+    GroupFloors floors(*this);
+    for (int i = 0; i < L; ++i) {
+      partition_row(i, lowest_group(i, layer_group), floors, row.data());
+      masked_softmax(z + static_cast<size_t>(i) * G, row.data(), p.data());
+      layer_group[i] = rng ? draw(p.data(), G, *rng) : argmax(p.data(), G);
+      floors.add(i, layer_group[i]);
+    }
+    return layer_group;
+  }
+
+  // p = softmax(z + row) over the entries row does not mask.
+  void masked_softmax(const float* z, const float* row, float* p) const {
+    double mx = -1e30;
+    for (int g = 0; g < G; ++g)
+      if (row[g] != kMasked) mx = std::max(mx, static_cast<double>(z[g] + row[g]));
+    double sum = 0;
+    for (int g = 0; g < G; ++g) {
+      p[g] = row[g] == kMasked ? 0.f : static_cast<float>(std::exp(z[g] + row[g] - mx));
+      sum += p[g];
+    }
+    for (int g = 0; g < G; ++g) p[g] = static_cast<float>(p[g] / sum);
+  }
+
+  // The typical partition of the ordered modes: each layer's median group over
+  // kMedianDraws partitions drawn with a fixed seed, kept to the masks in
+  // order (the allowed group nearest the median). Not the argmax at every
+  // layer: the network gives each layer the odds of opening a group given
+  // that it was not opened before, and where it is unsure at which of n
+  // layers to cut, each has odds about 1/n, so the argmax cuts late or never
+  // (a neutral network's argmax is its positional prior's stages exactly,
+  // which the search's restarts rely on; its draws cut earlier).
+  // Every draw puts a layer at or above its inputs' groups, so the medians do
+  // too: the median partition keeps the draws' order.
+  std::vector<int> median_partition() {
+    auto logits = partition_logits().contiguous();
+    std::mt19937_64 rng(kMedianSeed);
+    std::vector<int> count(static_cast<size_t>(L) * G, 0);
+    for (int s = 0; s < kMedianDraws; ++s) {
+      const std::vector<int> lg = choose_ordered_partition(logits.data_ptr<float>(), &rng);
+      for (int i = 0; i < L; ++i) ++count[static_cast<size_t>(i) * G + lg[i]];
+    }
+    std::vector<int> layer_group(L);
+    std::vector<float> row(G);
+    GroupFloors floors(*this);
+    for (int i = 0; i < L; ++i) {
+      int median = 0;
+      for (int seen = 0; median < G; ++median) {
+        seen += count[static_cast<size_t>(i) * G + median];
+        if (2 * seen >= kMedianDraws) break;
+      }
+      partition_row(i, lowest_group(i, layer_group), floors, row.data());
+      layer_group[i] = nearest_allowed(row.data(), std::min(median, G - 1));
+      floors.add(i, layer_group[i]);
+    }
+    return layer_group;
+  }
+
+  // The unmasked entry of `row` nearest `g` (the higher on a tie).
+  int nearest_allowed(const float* row, int g) const {
+    for (int step = 0; step < G; ++step) {
+      if (g + step < G && row[g + step] != kMasked) return g + step;
+      if (g - step >= 0 && row[g - step] != kMasked) return g - step;
+    }
+    return g;
+  }
+
+  // A joint action: drawn (rng), the argmax at every step (null), or with
+  // `typical` the median partition and then the argmax at every step.
+  Decision choose(std::mt19937_64* rng, bool typical = false) {
+    torch::NoGradGuard ng;
+    Decision d;
+    d.layer_group = typical && !rng && cfg.partition != PartitionMode::free ? median_partition() : choose_partition(rng);
     Groups gr = groups_of(d.layer_group);
     // The micro-batch count first: the memory masks and the replica cap depend on it.
     auto mp = torch::softmax(micro_logits(gr), 0).contiguous();
@@ -1200,6 +1264,7 @@ const std::shared_ptr<PolicyNetworks>& Policy::networks() const { return impl_->
 
 Decision Policy::sample(std::mt19937_64& rng) { return impl_->choose(&rng); }
 Decision Policy::greedy() { return impl_->choose(nullptr); }
+Decision Policy::typical() { return impl_->choose(nullptr, true); }
 
 double Policy::log_prob(const Decision& d) {
   torch::NoGradGuard ng;

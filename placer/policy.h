@@ -232,8 +232,15 @@ class Policy {
 
   // Samples partition, then allocation given the partition, then micro-batches.
   Decision sample(std::mt19937_64& rng);
-  // The most probable action (argmax at every step).
+  // The most probable action (argmax at every step): for a neutral network,
+  // its positional prior's stages.
   Decision greedy();
+  // The typical action: each layer's median group over draws of the
+  // partition (a fixed seed; contiguous and follows_dag modes, else the
+  // argmax), then the argmax at every later step. Where the network is
+  // unsure at which layer to cut, the argmax cuts late or never; this cuts
+  // where most draws have. A trained policy's zero-shot plan.
+  Decision typical();
 
   // log pi(decision) under the current weights (empty groups' allocation excluded).
   double log_prob(const Decision& d);

@@ -244,11 +244,11 @@ class SearchLoop {
   }
 
   // Propose, evaluate, update, keep the best (the measurer), maybe restart,
-  // stop early; then the policy's greedy placement and the refinement.
+  // stop early; then the policy's greedy and typical placements and the refinement.
   SearchResult run() {
     std::string stop_reason = "iterations";
     if (opt_.initial_policy && !cancelled()) {
-      zero_shot_placement_ = to_placement(policy_->greedy());
+      zero_shot_placement_ = to_placement(policy_->typical());
       zero_shot_ = measurer_.measure(zero_shot_placement_, 0);
     }
     int it = 1;
@@ -274,7 +274,10 @@ class SearchLoop {
     SearchResult result;
     result.stop_reason = stop_reason;
     result.cancelled = stop_reason == "cancelled";
-    if (!result.cancelled && !cancelled()) measurer_.measure(to_placement(policy_->greedy()), iterations_);
+    if (!result.cancelled && !cancelled()) {
+      measurer_.measure(to_placement(policy_->greedy()), iterations_);
+      measurer_.measure(to_placement(policy_->typical()), iterations_);  // memoised where the same
+    }
     keep_policy_result(result);
     if (!result.cancelled && !cancelled()) refine_best(result);
     keep_final_result(result);

@@ -101,8 +101,8 @@ struct SearchResult {
   Placement policy_best;
   StepReport policy_best_report;
   int64_t policy_evaluations = 0;
-  // Started from a trained policy (SearchOptions::initial_policy): its greedy
-  // plan before any fine-tuning (zero-shot), the search's first evaluation.
+  // Started from a trained policy (SearchOptions::initial_policy): its typical
+  // plan (Policy::typical) before any fine-tuning (zero-shot), the search's first evaluation.
   std::optional<StepReport> zero_shot_report;
   Placement zero_shot;  // its placement (set with zero_shot_report)
   double policy_elapsed_s = 0;

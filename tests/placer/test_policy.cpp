@@ -376,6 +376,49 @@ TEST_CASE("a warm start makes the classical plan the policy's most probable plac
   CHECK(greedy.micro_batches == 2);
 }
 
+TEST_CASE("the typical partition cuts where the policy is unsure at which layer to cut") {
+  // Imitating a mix of plans (cut after 6, 8, ..., 18 of 24 layers, or not
+  // at all, three times) teaches each layer the odds of cutting there if not
+  // cut before: 1/10, 1/9, ..., 1/4, so the argmax at every layer (greedy)
+  // never cuts, while more than half of the draws cut by layer 16. The
+  // typical partition is each layer's median group: one cut, in the range
+  // the plans cut in.
+  OpDictionary dict;
+  LayerGraph g = chain_graph(12);
+  const int L = static_cast<int>(g.layers.size());
+  REQUIRE(L == 24);
+  PolicyConfig pc = config(2, 2, 7);
+  pc.learning_rate = 0.02;
+  Policy policy(encode_layers(g, dict), g.consumers(), pc);
+  std::vector<Decision> targets;
+  for (int cut : {6, 8, 10, 12, 14, 16, 18, L, L, L}) {
+    Placement plan;
+    plan.layer_group.assign(L, 0);
+    for (int i = cut; i < L; ++i) plan.layer_group[i] = 1;
+    plan.group_device = cut < L ? std::vector<int>{0, 1} : std::vector<int>{0};
+    plan.micro_batches = 2;
+    targets.push_back(placement_to_decision(plan, pc.micro_batch_choices, 2));
+  }
+  for (int round = 0; round < 150; ++round)
+    for (const Decision& t : targets) policy.imitate(t, 1);
+  auto cut_of = [&](const std::vector<int>& layer_group) {
+    const auto it = std::find(layer_group.begin(), layer_group.end(), 1);
+    return static_cast<int>(it - layer_group.begin());
+  };
+  std::mt19937_64 rng(11);
+  int cut_by_16 = 0;
+  for (int k = 0; k < 400; ++k) cut_by_16 += cut_of(policy.sample(rng).layer_group) <= 16;
+  REQUIRE(cut_by_16 > 200);  // the mix was learnt: most draws cut by layer 16
+  CHECK(cut_of(policy.greedy().layer_group) == L);
+  const Decision typical = policy.typical();
+  CHECK(cut_of(typical.layer_group) >= 10);
+  CHECK(cut_of(typical.layer_group) <= 18);
+  CHECK(policy.allows(typical));
+  const Decision again = policy.typical();  // a fixed seed: the same plan every call
+  CHECK(again.layer_group == typical.layer_group);
+  CHECK(again.group_device == typical.group_device);
+}
+
 // A short search that restarts every 5 idle iterations, `max_restarts` times.
 static SearchOptions restarting_search(int max_restarts) {
   SearchOptions o;

@@ -238,14 +238,16 @@ TEST_CASE("fine-tuning from a trained policy starts from its decisions, and the 
   Policy copy(encode_layers(g, dict), g.consumers(), search_policy_config(g, c, so),
               clone_policy_networks(*trained, 0.005));
   CHECK(same(copy.greedy(), greedy));
+  const Decision typical = original->typical();
+  CHECK(same(copy.typical(), typical));
 
   FakeEvaluator ev(std::vector<double>(g.layers.size(), 1.0), c);
   so.iterations = 3;
   so.samples_per_iteration = 4;
   SearchResult r = search(g, c, ev, so, nullptr);
   REQUIRE(r.zero_shot_report.has_value());
-  const Placement own = decision_to_placement(greedy, search_policy_config(g, c, so).micro_batch_choices, so.schedule);
-  CHECK(r.zero_shot.layer_group == own.layer_group);  // the trained networks' own plan
+  const Placement own = decision_to_placement(typical, search_policy_config(g, c, so).micro_batch_choices, so.schedule);
+  CHECK(r.zero_shot.layer_group == own.layer_group);  // the trained networks' own (typical) plan
   CHECK(r.zero_shot.group_device == own.group_device);
   CHECK(r.zero_shot.micro_batches == own.micro_batches);
   REQUIRE(r.trace.size() >= 1);
