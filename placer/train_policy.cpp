@@ -183,11 +183,10 @@ Result<TrainPolicyResult> train_policy(std::vector<TrainProblem>& problems, cons
   result.elapsed_s = elapsed();
   result.cancelled = cancel && cancel->load();
   for (const auto& s : states) {
-    const Decision gd = s->policy->greedy();
-    const StepReport greedy = s->measurer.measure(s->to_placement(gd), it);
+    const StepReport zero_shot = s->measurer.measure(s->to_placement(s->policy->typical()), it);
     result.problems.push_back({s->problem.name, s->reference,
                                s->measurer.found() ? s->measurer.best_report().step_ms : 0.0,
-                               greedy.ok ? greedy.step_ms : 0.0, s->measurer.evaluations()});
+                               zero_shot.ok ? zero_shot.step_ms : 0.0, s->measurer.evaluations()});
   }
   if (Status st = checkpoint(it); !st.ok()) return st;
   return result;
