@@ -200,7 +200,6 @@ Cluster random_cluster(std::mt19937_64& rng, const std::string& name) {
     for (int k = 0; k < slow; ++k) {
       const int a = pick(rng, 0, n - 1), b = pick(rng, 0, n - 1);
       if (a == b) continue;
-      // Each direction its own bandwidth: an uplink is often the slower (edge devices, PipeLearn's clients).
       Link l;
       l.from = c.devices[a].name;
       l.to = c.devices[b].name;
@@ -208,7 +207,6 @@ Cluster random_cluster(std::mt19937_64& rng, const std::string& name) {
       l.latency_ms = std::round(uniform(rng, 0.1, 2.0) * 100) / 100;
       c.links.push_back(l);
       std::swap(l.from, l.to);
-      l.bandwidth_mbps = std::round(uniform(rng, 50, 500));
       c.links.push_back(l);
     }
   }

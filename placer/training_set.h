@@ -17,8 +17,7 @@
 //                   the clusters all equal, the others 0.1-1x of it), a
 //                   default link of 1-200 Gbit/s that grows with the speed
 //                   and, on half the unequal clusters, slow links (50-500
-//                   Mbit/s each way, drawn apart: often asymmetric; up to
-//                   2 ms) between random pairs.
+//                   Mbit/s, up to 2 ms) between random pairs.
 // Both are deterministic for a generator state.
 // Thread safety: pure functions of the generator passed in.
 #pragma once
