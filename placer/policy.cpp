@@ -20,7 +20,7 @@ namespace {
 constexpr float kMasked = -1e9f;
 constexpr int kPositionFrequencies = 6;  // sin/cos pairs of the layer's relative depth
 constexpr int kComputeFrequencies = 3;   // sin/cos pairs of the FLOPs done before the layer
-constexpr int kMedianDraws = 64;         // partitions drawn for the greedy (median) partition
+constexpr int kMedianDraws = 64;         // partitions drawn for the typical (median) partition
 constexpr uint64_t kMedianSeed = 0x6d656469616eULL;
 
 // Draws an index from probabilities with our own generator.
