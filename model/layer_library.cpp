@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/checked_math.h"
 #include "common/json_fields.h"
 
 namespace tapp {
@@ -55,14 +56,19 @@ Result<LayerRow> row_from_json(const json& j, const std::string& path) {
   }
   if (!(s = read_shape(j, "output_shape", r.output_shape, path, true))) return s;
   if (!(s = jf::read(j, "params", r.params, path))) return s;
-  r.param_bytes = r.params * 4;
+  // Without param_bytes, float32 weights: 4 bytes a parameter, where that count fits in int64.
+  const bool bytes_fit = checked_mul(r.params, 4, r.param_bytes);
+  if (!bytes_fit && !j.contains("param_bytes"))
+    return Status::error(path + ".params: " + std::to_string(r.params) +
+                         " parameters are more bytes than a 64-bit count holds");
   if (!(s = jf::read(j, "param_bytes", r.param_bytes, path))) return s;
   if (!(s = jf::read(j, "macs", r.macs, path))) return s;
   if (!(s = jf::read(j, "activation_bytes", r.activation_bytes, path))) return s;
   if (!(s = jf::read(j, "next_layers", r.next_layers, path))) return s;
   if (!(s = jf::read(j, "forward_ms", r.forward_ms, path))) return s;
   if (!(s = jf::read(j, "backward_ms", r.backward_ms, path))) return s;
-  if (r.params < 0 || r.macs < 0 || r.activation_bytes < 0 || r.forward_ms < 0 || r.backward_ms < 0)
+  if (r.params < 0 || r.param_bytes < 0 || r.macs < 0 || r.activation_bytes < 0 || r.forward_ms < 0 ||
+      r.backward_ms < 0)
     return Status::error(path + ": params, macs, activation_bytes and times must be non-negative");
   return r;
 }

@@ -97,6 +97,17 @@ TEST_CASE("a library with a wrong field is rejected naming the field") {
   j = library_to_json(estimated_library(tiny_graph(), 1));
   j["batch_size"] = 0;
   CHECK(library_from_json(j).error_message() == "library.batch_size: must be positive");
+  // A parameter count whose float32 bytes pass int64 (a fuzzer's find: it overflowed) is refused
+  // where the row gives no param_bytes, and stands where it does.
+  j = library_to_json(estimated_library(tiny_graph(), 1));
+  j["rows"][1]["params"] = int64_t{2577777777777777771};
+  j["rows"][1].erase("param_bytes");
+  CHECK(library_from_json(j).error_message() ==
+        "library.rows[1].params: 2577777777777777771 parameters are more bytes than a 64-bit count holds");
+  j["rows"][1]["param_bytes"] = 64;
+  CHECK(library_from_json(j).is_ok());
+  j["rows"][1]["param_bytes"] = -4;
+  CHECK_FALSE(library_from_json(j).is_ok());
 }
 
 TEST_CASE("the library parser accepts the schema's valid examples and rejects its invalid ones") {
