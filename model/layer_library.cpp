@@ -57,8 +57,7 @@ Result<LayerRow> row_from_json(const json& j, const std::string& path) {
   if (!(s = read_shape(j, "output_shape", r.output_shape, path, true))) return s;
   if (!(s = jf::read(j, "params", r.params, path))) return s;
   // Without param_bytes, float32 weights: 4 bytes a parameter, where that count fits in int64.
-  const bool bytes_fit = checked_mul(r.params, 4, r.param_bytes);
-  if (!bytes_fit && !j.contains("param_bytes"))
+  if (!checked_mul(r.params, 4, r.param_bytes) && !j.contains("param_bytes"))
     return Status::error(path + ".params: " + std::to_string(r.params) +
                          " parameters are more bytes than a 64-bit count holds");
   if (!(s = jf::read(j, "param_bytes", r.param_bytes, path))) return s;

@@ -714,7 +714,7 @@ struct Policy::Impl {
     for (int g = 0; g < G; ++g) p[g] = static_cast<float>(p[g] / sum);
   }
 
-  // The typical partition of the ordered modes: each layer's median group over
+  // The typical partition (free mode: the argmax): each layer's median group over
   // kMedianDraws partitions drawn with a fixed seed, kept to the masks in
   // order (the allowed group nearest the median). Not the argmax at every
   // layer: the network gives each layer the odds of opening a group given
@@ -725,6 +725,7 @@ struct Policy::Impl {
   // Every draw puts a layer at or above its inputs' groups, so the medians do
   // too: the median partition keeps the draws' order.
   std::vector<int> median_partition() {
+    if (cfg.partition == PartitionMode::free) return choose_partition(nullptr);  // group ids have no order
     auto logits = partition_logits().contiguous();
     std::mt19937_64 rng(kMedianSeed);
     std::vector<int> count(static_cast<size_t>(L) * G, 0);
@@ -758,11 +759,11 @@ struct Policy::Impl {
   }
 
   // A joint action: drawn (rng), the argmax at every step (null), or with
-  // `typical` the median partition and then the argmax at every step.
+  // `typical` (rng null) the median partition and then the argmax at every step.
   Decision choose(std::mt19937_64* rng, bool typical = false) {
     torch::NoGradGuard ng;
     Decision d;
-    d.layer_group = typical && !rng && cfg.partition != PartitionMode::free ? median_partition() : choose_partition(rng);
+    d.layer_group = typical ? median_partition() : choose_partition(rng);
     Groups gr = groups_of(d.layer_group);
     // The micro-batch count first: the memory masks and the replica cap depend on it.
     auto mp = torch::softmax(micro_logits(gr), 0).contiguous();
