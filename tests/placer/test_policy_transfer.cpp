@@ -114,6 +114,73 @@ TEST_CASE("one network places clusters of 2, 4 and 8 devices, and models of any 
   }
 }
 
+TEST_CASE("the cut cost weighs a typical cut's transfer against the compute spread over the cluster") {
+  // Three devices; links 0 -> 1 at 100 Mbit/s, every other at 1,000, no latency but 1 -> 2's 5 ms.
+  DeviceTraits d = uniform_devices(3);
+  for (double& mbps : d.link_mbps) mbps = 1000;
+  for (double& ms : d.link_latency_ms) ms = 0;
+  d.link_mbps[0 * 3 + 1] = 100;
+  d.link_latency_ms[1 * 3 + 2] = 5;
+  LayerTotals t;
+  t.output_mb = {4, 1, 2, 0.5, 3};  // median 2 MB a sample
+  const std::vector<double> sample_ms = {10, 20, 20};  // 0.2 samples per ms together
+  const CutCost c = cut_cost(t, d, sample_ms, 4);
+  REQUIRE(c.known);
+  const double spread_ms = 4 / 0.2;
+  // 8 MB = 64 Mbit each way: 64 ms at 1,000 Mbit/s, 640 at 100; of the six
+  // links' 128, 128, 128, 128, 138 and 1,280 ms the upper median is 128.
+  CHECK(c.median_link_ratio == doctest::Approx(128 / spread_ms));
+  CHECK(c.slowest_link_ratio == doctest::Approx(1280 / spread_ms));
+  // Twice the batch: twice the transfer and twice the compute.
+  CHECK(cut_cost(t, d, sample_ms, 8).slowest_link_ratio == doctest::Approx(1280 / spread_ms));
+  // Faster devices make the same cut dearer.
+  CHECK(cut_cost(t, d, {5, 10, 10}, 4).median_link_ratio == doctest::Approx(2 * 128 / spread_ms));
+  // Unknown: one device, times not one per device or not positive.
+  CHECK_FALSE(cut_cost(t, uniform_devices(1), {10}, 4).known);
+  CHECK_FALSE(cut_cost(t, d, {10, 20}, 4).known);
+  CHECK_FALSE(cut_cost(t, d, {10, 0, 20}, 4).known);
+}
+
+TEST_CASE("the networks see the devices' times: the search passes them, and they change the policy's odds") {
+  std::mt19937_64 rng(8);
+  LayerGraph g = random_cnn(rng, "g");
+  Cluster c;
+  do c = random_cluster(rng, "c");
+  while (c.num_devices() < 3);
+  auto cost = CostModel::build(g, c, estimated_library(g, 32));
+  REQUIRE(cost.is_ok());
+  SearchOptions so;
+  so.batch_size = 32;
+  so.device_sample_ms = device_sample_ms(g, c, cost.value(), 32);
+  REQUIRE(so.device_sample_ms.size() == static_cast<size_t>(c.num_devices()));
+  for (double ms : so.device_sample_ms) CHECK(ms > 0);
+  const PolicyConfig known = search_policy_config(g, c, so);
+  CHECK(known.device_sample_ms == so.device_sample_ms);
+
+  auto net = new_policy_networks(32, 0.005, 5);
+  OpDictionary dict;
+  Policy with_times(encode_layers(g, dict), g.consumers(), known, net);
+  PolicyConfig unknown = known;
+  unknown.device_sample_ms.clear();
+  Policy without(encode_layers(g, dict), g.consumers(), unknown, net);
+  PolicyConfig slower = known;
+  for (double& ms : slower.device_sample_ms) ms *= 100;
+  Policy hundred_times_slower(encode_layers(g, dict), g.consumers(), slower, net);
+  // The same decisions are drawn with other odds: the times reach the
+  // partition (the cut cost) and the allocation (each group's compute time).
+  std::mt19937_64 draw(3);
+  int differ_unknown = 0, differ_slower = 0;
+  for (int k = 0; k < 10; ++k) {
+    const Decision d = with_times.sample(draw);
+    const double lp = with_times.log_prob(d);
+    differ_unknown += std::abs(lp - without.log_prob(d)) > 1e-4 ? 1 : 0;
+    differ_slower += std::abs(lp - hundred_times_slower.log_prob(d)) > 1e-4 ? 1 : 0;
+  }
+  // (a ratio at its clamp, or a choice the masks force, may not move: most do)
+  CHECK(differ_unknown >= 8);
+  CHECK(differ_slower >= 8);
+}
+
 TEST_CASE("a saved and reloaded policy makes the same decisions for a seed") {
   auto net = new_policy_networks(32, 0.005, 3);
   std::mt19937_64 rng(4);
