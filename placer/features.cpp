@@ -124,34 +124,6 @@ DeviceTraits uniform_devices(int num_devices) {
   return device_traits(c);
 }
 
-CutCost cut_cost(const LayerTotals& totals, const DeviceTraits& devices, const std::vector<double>& sample_ms,
-                 int64_t batch) {
-  const int D = devices.size();
-  if (D < 2 || static_cast<int>(sample_ms.size()) != D || totals.output_mb.empty() || batch < 1) return {};
-  double samples_per_ms = 0;
-  for (double ms : sample_ms) {
-    if (!(ms > 0)) return {};
-    samples_per_ms += 1.0 / ms;
-  }
-  const double spread_ms = static_cast<double>(batch) / samples_per_ms;
-  std::vector<double> outputs = totals.output_mb;
-  std::nth_element(outputs.begin(), outputs.begin() + outputs.size() / 2, outputs.end());
-  const double cut_mb = outputs[outputs.size() / 2] * static_cast<double>(batch);
-  std::vector<double> link_ms;
-  for (int from = 0; from < D; ++from)
-    for (int to = 0; to < D; ++to) {
-      if (from == to) continue;
-      const size_t l = static_cast<size_t>(from) * D + to;
-      link_ms.push_back(2 * (devices.link_latency_ms[l] + cut_mb * 8.0 / std::max(1e-3, devices.link_mbps[l]) * 1e3));
-    }
-  std::nth_element(link_ms.begin(), link_ms.begin() + link_ms.size() / 2, link_ms.end());
-  CutCost c;
-  c.known = true;
-  c.median_link_ratio = link_ms[link_ms.size() / 2] / spread_ms;
-  c.slowest_link_ratio = *std::max_element(link_ms.begin(), link_ms.end()) / spread_ms;
-  return c;
-}
-
 FeatureMatrix encode_devices(const DeviceTraits& devices, double model_state_mb) {
   FeatureMatrix m;
   const int D = devices.size();

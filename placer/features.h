@@ -10,7 +10,6 @@
 //   device row = [compute share, log compute, memory against the model's state,
 //                 threads, GPU, log mean bandwidth, log mean latency, position
 //                 k/(D-1) in the cluster's order (tells identical devices apart)]  — 8
-//   cut cost   = a typical cut's transfer against the spread compute (cut_cost)
 // (the allocation network's per-(group, device) inputs are built in policy.cpp
 // from these and the devices already chosen: placer/policy.h).
 // Scalars are encoded as a 4-wide log-scale thermometer (see encode_metric).
@@ -43,7 +42,7 @@ constexpr int kGroupFeatureWidth = kLayerFeatureWidth + 4 + 3 * kMetricWidth + 2
 constexpr int kDeviceFeatureWidth = 8;
 // Version of everything a trained policy's weights depend on: these widths and
 // meanings, the op codes and the networks' shapes (placer/policy.cpp).
-constexpr int kPolicyFeatureVersion = 6;
+constexpr int kPolicyFeatureVersion = 5;
 
 // Op name -> code vector. Starts with the paper's five (Convolution, Relu,
 // Pooling, Fully-Connected, Padding) and Unknown, then every other op class of
@@ -95,24 +94,6 @@ struct DeviceTraits {
 DeviceTraits device_traits(const Cluster& cluster);
 // D identical devices (speed 1, one thread, 4 GB, 10 Gbit/s links): a policy built without a cluster.
 DeviceTraits uniform_devices(int num_devices);
-
-// What a cut costs against the compute it spreads (the partition's context,
-// feature version 6): a typical layer output of a batch (the median over the
-// layers, the upper one of two) sent forward and its gradient back, latency
-// included, over the cluster's median directed link and over its slowest one,
-// each divided by the whole batch's forward + backward spread over every
-// device in proportion to its speed (batch / sum of 1 / sample_ms). Why: a
-// trained policy without it never cut a model across a slow link, though
-// the devices on it were so slow that the link cost little.
-// sample_ms: per device the whole model's forward + backward per sample
-// (search's device_sample_ms). Not known (known = false) with fewer than two
-// devices, times not one per device or not positive, or no layer outputs.
-struct CutCost {
-  bool known = false;
-  double median_link_ratio = 0, slowest_link_ratio = 0;
-};
-CutCost cut_cost(const LayerTotals& totals, const DeviceTraits& devices, const std::vector<double>& sample_ms,
-                 int64_t batch);
 
 // One row per device (kDeviceFeatureWidth); model_state_mb scales the memory column.
 FeatureMatrix encode_devices(const DeviceTraits& devices, double model_state_mb);

@@ -83,17 +83,15 @@ std::vector<std::vector<float>> to_rows(const torch::Tensor& t) {
 constexpr int kLayerInputWidth =
     kLayerFeatureWidth + 1 + 2 * kPositionFrequencies + 1 + 2 * kComputeFrequencies;  // 50
 constexpr int kGroupPositionWidth = 8;   // log2 G, g/(G-1) and its sin/cos at 3 frequencies
-constexpr int kPairWidth = 6;  // per (group, device): load, memory, receive time, shared device, replica sync, compute time
+constexpr int kPairWidth = 5;            // per (group, device): load, memory, receive time, shared device, replica sync
 constexpr int kMicroSlots = 8;           // micro-batch counts 1, 2, 4, ..., 128
 constexpr int kMicroHead = kMicroSlots + 1;  // and data parallelism
 constexpr int kMicroInputExtra = kDeviceFeatureWidth + 4;  // mean device row, spread, batch, devices
 // What the group queries see of the problem: the micro-batch head's view of
 // the cluster, the fastest device's share, and the model's size (FLOPs,
 // parameters, largest activation of a batch), so one network can cut a model
-// into one stage for a cluster with a dominant device and into many for equals;
-// and what a cut costs against the compute it spreads (cut_cost_row).
-constexpr int kCutCostWidth = 2;
-constexpr int kPartitionContextWidth = kMicroInputExtra + 4 + kCutCostWidth;
+// into one stage for a cluster with a dominant device and into many for equals.
+constexpr int kPartitionContextWidth = kMicroInputExtra + 4;
 
 // The model's size for a batch, log-scaled to about [-1, 1]: GFLOPs, parameter
 // MB, the largest layer output in MB (what a cut may have to send).
@@ -103,17 +101,6 @@ torch::Tensor model_size_row(const LayerTotals& t, int64_t batch) {
   auto scaled = [](double v) { return static_cast<float>(std::clamp(std::log10(std::max(1e-3, v)) / 3.0, -1.0, 1.5)); };
   const double b = static_cast<double>(batch);
   return torch::tensor({scaled(t.total_gflops() * b), scaled(t.total_params_mb()), scaled(largest_output * b)});
-}
-
-// cut_cost's two ratios, log10 / 2 clamped to [-2, 2]; zeros where unknown.
-torch::Tensor cut_cost_row(const LayerTotals& t, const DeviceTraits& devices, const std::vector<double>& sample_ms,
-                           int64_t batch) {
-  const CutCost c = cut_cost(t, devices, sample_ms, batch);
-  if (!c.known) return torch::zeros({kCutCostWidth});
-  auto scaled = [](double ratio) {
-    return static_cast<float>(std::clamp(std::log10(std::max(1e-6, ratio)) / 2.0, -2.0, 2.0));
-  };
-  return torch::tensor({scaled(c.median_link_ratio), scaled(c.slowest_link_ratio)});
 }
 
 // [log2 G / 4, x, sin/cos(2^k pi x) k = 0..2], x = g / (G - 1).
@@ -452,11 +439,6 @@ struct Policy::Impl {
         sync_ms = 2 * (t.link_latency_ms[link] + st.params_mb[g] * 8.0 / std::max(1e-3, t.link_mbps[link]) * 1e3);
       }
       f[4] = static_cast<float>(std::log10(1.0 + sync_ms) / 3.0);
-      // The group's forward + backward of a batch on k, on f[2]'s scale, so
-      // the scorer weighs a transfer against the compute it buys (feature version 6).
-      const double compute_ms =
-          cfg.device_sample_ms.size() == static_cast<size_t>(D) ? flops_share * cfg.device_sample_ms[k] * batch : 0.0;
-      f[5] = static_cast<float>(std::log10(1.0 + std::max(0.0, compute_ms)) / 3.0);
     }
   }
 
@@ -1251,9 +1233,7 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
                               torch::tensor({static_cast<float>(std::log2(static_cast<double>(m.batch)) / 8.0),
                                              static_cast<float>(std::log2(static_cast<double>(m.D)) / 4.0)})});
   auto pos = group_positions(m.G);
-  if (m.cfg.device_sample_ms.size() != static_cast<size_t>(m.D)) m.cfg.device_sample_ms.clear();
-  auto context = torch::cat({m.micro_extra, share.max().reshape({1}), model_size_row(m.cfg.totals, m.batch),
-                             cut_cost_row(m.cfg.totals, m.cfg.devices, m.cfg.device_sample_ms, m.batch)});
+  auto context = torch::cat({m.micro_extra, share.max().reshape({1}), model_size_row(m.cfg.totals, m.batch)});
   m.group_query_input = torch::cat(
       {torch::from_blob(pos.data(), {m.G, kGroupPositionWidth}, torch::kFloat32).clone(),
        context.unsqueeze(0).expand({m.G, kPartitionContextWidth})}, 1);

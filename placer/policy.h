@@ -3,9 +3,7 @@
 // Owns `Policy`, three LibTorch networks trained jointly:
 //   partition:  per layer, a feedforward net over [layer features | depth
 //               i/(L-1) | its sin/cos at 6 doubling frequencies] gives a key;
-//               per group, an MLP over its position g/(G-1) (and sin/cos)
-//               and the problem's context (the cluster, the model's size,
-//               a cut's transfer against the spread compute: cut_cost)
+//               per group, a linear map of its position g/(G-1) (and sin/cos)
 //               gives a query; logit = key . query -> softmax over G groups;
 //   allocation: group rows (encode_groups of the sampled partition) -> embedding
 //               -> self-attention over groups; then per group and device a
@@ -13,9 +11,8 @@
 //               | the pair: the group's FLOPs share against the device's compute
 //               share, its parameters against the device's memory, the time to
 //               receive its inputs from the devices its producer groups took,
-//               a producer on this device, for the replica head the time
-//               to all-reduce its gradients with its primary over their link,
-//               and the group's own compute time there (device_sample_ms)]
+//               a producer on this device, and for the replica head the time
+//               to all-reduce its gradients with its primary over their link]
 //               -> per group a softmax over devices;
 //   micro-batches: [mean of the attended groups | mean device row | batch,
 //               devices] -> softmax over {1, 2, 4, ...} up to the batch size,
@@ -150,11 +147,6 @@ struct PolicyConfig {
   LayerTotals totals;
   DeviceTraits devices;
   int64_t batch_size = 0;
-  // Per device: the whole model's forward + backward for one sample in ms
-  // (search's device_sample_ms), so the networks can weigh what a cut sends
-  // against the compute it spreads. Empty (or not one per device) = unknown:
-  // those inputs read as zero.
-  std::vector<double> device_sample_ms;
   // Each non-empty group (in order) may not take a device an earlier group
   // took, while an allowed device is still free (pipeline stages on distinct
   // devices, as the DP planner's). Off: devices may repeat.

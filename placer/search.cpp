@@ -13,7 +13,6 @@
 #include "placer/refine.h"
 #include "model/layer_graph.h"
 #include "core/cluster.h"
-#include "simulator/cost_model.h"
 
 namespace tapp {
 
@@ -440,17 +439,6 @@ class SearchLoop {
 
 }  // namespace
 
-// Per device: the whole model's forward + backward for one sample (from a
-// micro-batch of batch / devices), the speeds by which replicas share work.
-std::vector<double> device_sample_ms(const LayerGraph& g, const Cluster& c, const CostModel& cost, int64_t batch_size) {
-  const int last = static_cast<int>(g.layers.size()) - 1;
-  const int64_t samples = std::max<int64_t>(1, batch_size / std::max(1, c.num_devices()));
-  std::vector<double> ms;
-  for (int d = 0; d < c.num_devices(); ++d)
-    ms.push_back((cost.forward_ms(d, 0, last, samples) + cost.backward_ms(d, 0, last, samples)) / samples);
-  return ms;
-}
-
 // The policy's configuration for this model and cluster: as many groups as
 // devices (at most one per layer), the micro-batch counts the batch allows,
 // the devices that can hold a layer at all.
@@ -484,7 +472,6 @@ PolicyConfig search_policy_config(const LayerGraph& graph, const Cluster& cluste
   pc.prior_axis = opt.initial_policy ? PriorAxis::compute : PriorAxis::depth;
   pc.devices = device_traits(cluster);
   pc.batch_size = opt.batch_size;
-  pc.device_sample_ms = opt.device_sample_ms;
   return pc;
 }
 

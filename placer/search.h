@@ -35,7 +35,6 @@ namespace tapp {
 
 struct LayerGraph;
 struct Cluster;
-class CostModel;
 
 struct SearchOptions {
   int iterations = 600;
@@ -122,11 +121,6 @@ constexpr double kImitationRate = 0.05;
 
 // {1, 2, 4, ...} up to min(batch_size, max).
 std::vector<int> micro_batch_choices(int64_t batch_size, int max_micro_batches);
-
-// Per device: the whole model's forward + backward for one sample, in ms
-// (from a micro-batch of batch / devices): SearchOptions::device_sample_ms.
-std::vector<double> device_sample_ms(const LayerGraph& graph, const Cluster& cluster, const CostModel& cost,
-                                     int64_t batch_size);
 
 // The policy's configuration a search uses for this model and cluster: as
 // many groups as devices (at most one per layer), the micro-batch counts the
