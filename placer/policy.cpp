@@ -879,6 +879,26 @@ struct Policy::Impl {
         }
       }
       samples_ = static_cast<double>((mem.batch_size + micro_batches_ - 1) / micro_batches_);
+      mark_groups_that_must_recompute();
+    }
+
+    // A group that fits no allowed device without recomputing, at the most
+    // copies it may run on and with the device to itself, recomputes in every
+    // plan that runs (the measurer's recompute_where_needed marks it, as the
+    // planners do): its masks count it recomputing, one micro-batch's
+    // activations kept. Without this, the whole of gpt2 at batch 32 on 4 GB
+    // devices fitted nowhere, its mask was lifted onto one device, and its
+    // replicas (which PipeDream's plan takes, recomputing, at a quarter of the
+    // step) were never offered. Every other group is counted as before.
+    void mark_groups_that_must_recompute() {
+      must_recompute_.assign(m_.G, false);
+      double largest = 0;
+      for (int k = 0; k < m_.D; ++k)
+        if (m_.device_allowed(k)) largest = std::max(largest, capacity(k));
+      const int copies = m_.replica_head ? most_copies() : 1;
+      for (int g = 0; g < m_.G; ++g)
+        must_recompute_[g] =
+            used_[g] && bytes(g, copies) + workspace_of(largest_param_[g], largest_output_[g]) > largest;
     }
 
     // How many groups other than its own read layer p's output.
@@ -997,7 +1017,8 @@ struct Policy::Impl {
     // the mask is at most stricter than check_memory, never laxer.
     double bytes(int g, int r) const {
       const int own = (micro_batches_ + r - 1) / r;
-      const double in_flight = static_cast<double>(micro_batches_in_flight(m_.cfg.memory.schedule, own, stages_));
+      const double in_flight =
+          !must_recompute_.empty() && must_recompute_[g] ? 1.0 : static_cast<double>(micro_batches_in_flight(m_.cfg.memory.schedule, own, stages_));
       return state_bytes_[g] + activation_bytes_[g] * samples_ * in_flight + boundary_bytes_[g] * samples_ * own;
     }
     // At least core's working memory: backward's weight and activation gradients, with Adam's two
@@ -1115,6 +1136,7 @@ struct Policy::Impl {
     std::vector<double> load_;
     std::vector<std::vector<int>> replica_devices_;  // per group: the devices of its replicas so far
     std::vector<bool> in_cycle_;
+    std::vector<bool> must_recompute_;  // per group (mark_groups_that_must_recompute); empty = none
     std::vector<double> state_bytes_, activation_bytes_;  // per group; empty = no memory masks
     std::vector<double> boundary_bytes_, largest_param_, largest_output_;
     std::vector<double> pair_bytes_;  // G x G: per sample, what g receives because of h (inputs from h, gradients for h)

@@ -569,6 +569,56 @@ TEST_CASE("a policy that would put a model too big for any device in one group c
   }
 }
 
+TEST_CASE("a group that fits no device without recomputing is masked as recomputing: its replicas are offered") {
+  // gpt2 at batch 32 on 4 GB devices in miniature: 8 layers keeping 8 KiB a
+  // sample, batch 16384, 8 micro-batches. The whole chain in one group fits
+  // no device without recomputing, even replicated 4 times (2 micro-batches
+  // in flight each); recomputing (one kept), it fits replicated 4 times.
+  // PipeDream's plan is that one. Imitated, the policy's greedy plan must be
+  // it, and the measurer's recompute_where_needed must make every draw fit.
+  // (Before, the mask counted the group without recomputing: it was lifted
+  // onto one device and no replica was ever offered.)
+  LayerGraph g = chain_graph(4, 256);
+  const int64_t batch = 16384;
+  Cluster c = equal_cluster(4);
+  Placement four = Placement::single_device(static_cast<int>(g.layers.size()), 0);
+  four.micro_batches = 8;
+  four.group_replicas = {{1, 2, 3}};
+  Placement recomputing = four;
+  recomputing.group_recompute = {1};
+  const int64_t plain_need = estimate_device_memory_bytes(four, g, c, batch)[0];
+  const int64_t recompute_need = estimate_device_memory_bytes(recomputing, g, c, batch)[0];
+  REQUIRE(plain_need > recompute_need + (4 << 20));
+  for (Device& d : c.devices) d.memory_mb = (plain_need + recompute_need) / 2 >> 20;
+  REQUIRE_FALSE(check_memory(four, g, c, batch).is_ok());
+  REQUIRE(check_memory(recomputing, g, c, batch).is_ok());
+
+  PolicyConfig pc = replica_config(g, c, batch, PartitionMode::contiguous, 5);
+  REQUIRE(std::find(pc.micro_batch_choices.begin(), pc.micro_batch_choices.end(), 8) != pc.micro_batch_choices.end());
+  pc.devices = device_traits(c);
+  pc.totals = layer_totals(g);
+  OpDictionary dict;
+  Policy policy(encode_layers(g, dict), g.consumers(), pc);
+  const Decision target = placement_to_decision(four, pc.micro_batch_choices, pc.num_groups);
+  REQUIRE(policy.allows(target));
+  policy.imitate(target, kImitationSteps, kImitationRate);
+  Placement greedy = decision_to_placement(policy.greedy(), pc.micro_batch_choices, Schedule::gpipe);
+  REQUIRE(recompute_where_needed(greedy, g, c, batch));
+  CHECK(placement_key(greedy) == placement_key(recomputing));
+
+  std::mt19937_64 rng(6);
+  int replicated = 0;
+  for (int n = 0; n < 100; ++n) {
+    const Decision d = policy.sample(rng);
+    Placement p = decision_to_placement(d, pc.micro_batch_choices, Schedule::gpipe);
+    replicated += p.has_replicated_groups();
+    CHECK(std::isfinite(policy.log_prob(d)));
+    Placement fitted = p;
+    CHECK_MESSAGE(recompute_where_needed(fitted, g, c, batch), "draw ", n, ": ", check_memory(fitted, g, c, batch).message());
+  }
+  CHECK(replicated > 20);
+}
+
 TEST_CASE("micro-batch counts at which a group fits no device even recomputing are not offered") {
   // 8 layers keeping 8 KiB a sample in all: at a batch of 16384 one group
   // keeps 128 MiB a micro-batch at 1 micro-batch, 64 at 2, 32 at 4; devices
