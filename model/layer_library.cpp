@@ -66,9 +66,12 @@ Result<LayerRow> row_from_json(const json& j, const std::string& path) {
   if (!(s = jf::read(j, "next_layers", r.next_layers, path))) return s;
   if (!(s = jf::read(j, "forward_ms", r.forward_ms, path))) return s;
   if (!(s = jf::read(j, "backward_ms", r.backward_ms, path))) return s;
-  if (r.params < 0 || r.param_bytes < 0 || r.macs < 0 || r.activation_bytes < 0 || r.forward_ms < 0 ||
-      r.backward_ms < 0)
-    return Status::error(path + ": params, macs, activation_bytes and times must be non-negative");
+  // The first negative count or time, named.
+  const std::pair<const char*, nlohmann::json> counts[] = {
+      {"params", r.params}, {"param_bytes", r.param_bytes}, {"macs", r.macs},
+      {"activation_bytes", r.activation_bytes}, {"forward_ms", r.forward_ms}, {"backward_ms", r.backward_ms}};
+  for (const auto& [field, value] : counts)
+    if (value.get<double>() < 0) return Status::error(path + "." + field + ": must be non-negative, got " + value.dump());
   return r;
 }
 

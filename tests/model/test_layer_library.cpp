@@ -215,5 +215,10 @@ TEST_CASE("a missing, corrupt or wrong-typed layer library file is refused namin
   LibraryFile bad_time(negative.dump());
   CHECK(load_library_file(bad_time.path, g, 8).error_message() ==
         "layer library '" + bad_time.path +
-            "': library.rows[1]: params, macs, activation_bytes and times must be non-negative");
+            "': library.rows[1].forward_ms: must be non-negative, got -1.0");
+  negative["rows"][1]["forward_ms"] = 1.0;
+  negative["rows"][1]["param_bytes"] = -4;
+  LibraryFile bad_bytes(negative.dump());
+  CHECK(load_library_file(bad_bytes.path, g, 8).error_message() ==
+        "layer library '" + bad_bytes.path + "': library.rows[1].param_bytes: must be non-negative, got -4");
 }
