@@ -1014,11 +1014,13 @@ struct Policy::Impl {
     // the device's working memory (its largest layer's) is kept per device.
     // The buffers are counted as if every producer and consumer of another
     // group ran on another device: where they share one, core counts none, so
-    // the mask is at most stricter than check_memory, never laxer.
+    // the mask is at most stricter than check_memory, never laxer (a group
+    // that must recompute: than check_memory once recompute_where_needed ran).
     double bytes(int g, int r) const {
       const int own = (micro_batches_ + r - 1) / r;
+      const bool recomputes = !must_recompute_.empty() && must_recompute_[g];
       const double in_flight =
-          !must_recompute_.empty() && must_recompute_[g] ? 1.0 : static_cast<double>(micro_batches_in_flight(m_.cfg.memory.schedule, own, stages_));
+          recomputes ? 1.0 : static_cast<double>(micro_batches_in_flight(m_.cfg.memory.schedule, own, stages_));
       return state_bytes_[g] + activation_bytes_[g] * samples_ * in_flight + boundary_bytes_[g] * samples_ * own;
     }
     // At least core's working memory: backward's weight and activation gradients, with Adam's two
