@@ -892,13 +892,12 @@ struct Policy::Impl {
     // step) were never offered. Every other group is counted as before.
     void mark_groups_that_must_recompute() {
       must_recompute_.assign(m_.G, false);
-      double largest = 0;
-      for (int k = 0; k < m_.D; ++k)
-        if (m_.device_allowed(k)) largest = std::max(largest, capacity(k));
       const int copies = m_.replica_head ? most_copies() : 1;
-      for (int g = 0; g < m_.G; ++g)
-        must_recompute_[g] =
-            used_[g] && bytes(g, copies) + workspace_of(largest_param_[g], largest_output_[g]) > largest;
+      for (int g = 0; g < m_.G; ++g) {
+        if (!used_[g]) continue;
+        const double least = bytes(g, copies) + workspace_of(largest_param_[g], largest_output_[g]);
+        must_recompute_[g] = least > m_.largest_device_bytes;
+      }
     }
 
     // How many groups other than its own read layer p's output.
@@ -1018,10 +1017,9 @@ struct Policy::Impl {
     // that must recompute: than check_memory once recompute_where_needed ran).
     double bytes(int g, int r) const {
       const int own = (micro_batches_ + r - 1) / r;
-      const bool recomputes = !must_recompute_.empty() && must_recompute_[g];
-      const double in_flight =
-          recomputes ? 1.0 : static_cast<double>(micro_batches_in_flight(m_.cfg.memory.schedule, own, stages_));
-      return state_bytes_[g] + activation_bytes_[g] * samples_ * in_flight + boundary_bytes_[g] * samples_ * own;
+      const int64_t kept = must_recompute_[g] ? 1 : micro_batches_in_flight(m_.cfg.memory.schedule, own, stages_);
+      return state_bytes_[g] + activation_bytes_[g] * samples_ * static_cast<double>(kept) +
+             boundary_bytes_[g] * samples_ * own;
     }
     // At least core's working memory: backward's weight and activation gradients, with Adam's two
     // update temporaries of the largest weight on top (core counts them only where they pass
@@ -1138,7 +1136,7 @@ struct Policy::Impl {
     std::vector<double> load_;
     std::vector<std::vector<int>> replica_devices_;  // per group: the devices of its replicas so far
     std::vector<bool> in_cycle_;
-    std::vector<bool> must_recompute_;  // per group (mark_groups_that_must_recompute); empty = none
+    std::vector<bool> must_recompute_;  // per group, with the memory masks (mark_groups_that_must_recompute)
     std::vector<double> state_bytes_, activation_bytes_;  // per group; empty = no memory masks
     std::vector<double> boundary_bytes_, largest_param_, largest_output_;
     std::vector<double> pair_bytes_;  // G x G: per sample, what g receives because of h (inputs from h, gradients for h)
