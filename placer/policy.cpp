@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <numeric>
 #include <sstream>
 #include <set>
 
@@ -646,18 +647,15 @@ struct Policy::Impl {
       ent = ent - (dev_logp[g].exp() * dev_logp[g]).sum();
     }
     if (logits.replica.defined()) {
-      // Each replica choice the masks offered: a Bernoulli, taken or not.
+      // Each replica choice the masks offered: a Bernoulli, taken or not; a
+      // forced one (the only way left for its group to fit) is no choice.
       std::vector<float> offered(static_cast<size_t>(G) * D, 0.f), taken(static_cast<size_t>(G) * D, 0.f);
-      for (int g = 0; g < G; ++g)
-        for (int k = 0; k < D; ++k) {
-          if (!masks.replica_allowed(g, k)) continue;
-          // A forced replica (the only way left for g to fit) is no choice: probability 1.
-          offered[static_cast<size_t>(g) * D + k] = masks.replica_refusable(g, k) ? 1.f : 0.f;
-          if (has_replica(d, g, k)) {
-            taken[static_cast<size_t>(g) * D + k] = 1.f;
-            masks.take_replica(g, k);
-          }
-        }
+      offer_replicas(masks, [&](int g, int k, bool refusable) {
+        const size_t at = static_cast<size_t>(g) * D + k;
+        offered[at] = refusable ? 1.f : 0.f;
+        taken[at] = has_replica(d, g, k) ? 1.f : 0.f;
+        return taken[at] > 0.f;
+      });
       auto off = torch::from_blob(offered.data(), {G, D}, torch::kFloat32).clone();
       auto yes = torch::from_blob(taken.data(), {G, D}, torch::kFloat32).clone();
       auto log_yes = torch::log_sigmoid(logits.replica), log_no = torch::log_sigmoid(-logits.replica);
@@ -665,6 +663,35 @@ struct Policy::Impl {
       ent = ent - (off * (log_yes.exp() * log_yes + log_no.exp() * log_no)).sum();
     }
     return {lp, ent};
+  }
+
+  // Replicas are offered device by device (policy.h): each device, in index
+  // order, to the groups that may take it, fewest copies first (then by id);
+  // the first that takes it holds it. A group for which it is the only way
+  // left to fit is offered it first, as a forced choice. Drawn group by group,
+  // the first group that wanted replicas took every free device (gpt2 on 8
+  // devices: 6 copies of one stage beside two single ones). `offer(g, k,
+  // refusable)` says whether g takes k; sampling and scoring share this order.
+  template <class Offer>
+  void offer_replicas(AllocationMasks& masks, Offer offer) const {
+    std::vector<int> order(G);
+    for (int k = 0; k < D; ++k) {
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return masks.copies(a) < masks.copies(b); });
+      bool held = false;
+      for (int g : order)
+        if (masks.replica_allowed(g, k) && !masks.replica_refusable(g, k)) {
+          held = offer(g, k, false);
+          if (held) masks.take_replica(g, k);
+          break;
+        }
+      for (int g : order) {
+        if (held) break;
+        if (!masks.replica_allowed(g, k)) continue;
+        held = offer(g, k, masks.replica_refusable(g, k));
+        if (held) masks.take_replica(g, k);
+      }
+    }
   }
 
   static bool has_replica(const Decision& d, int g, int k) {
@@ -774,15 +801,12 @@ struct Policy::Impl {
     if (replica_head) {
       auto rp = torch::sigmoid(pair_scores(gr, all_groups(), d.group_device, true).select(2, 1)).contiguous();
       const float* q = rp.data_ptr<float>();
-      for (int g = 0; g < G; ++g)
-        for (int k = 0; k < D; ++k) {
-          if (!masks.replica_allowed(g, k)) continue;
-          const double u = rng ? std::uniform_real_distribution<double>(0.0, 1.0)(*rng) : 0.5;
-          if (u < q[g * D + k] || !masks.replica_refusable(g, k)) {
-            d.group_replicas[g].push_back(k);
-            masks.take_replica(g, k);
-          }
-        }
+      offer_replicas(masks, [&](int g, int k, bool refusable) {
+        const double u = rng ? std::uniform_real_distribution<double>(0.0, 1.0)(*rng) : 0.5;
+        const bool take = !refusable || u < q[g * D + k];
+        if (take) d.group_replicas[g].push_back(k);
+        return take;
+      });
     }
     return d;
   }
@@ -975,8 +999,11 @@ struct Policy::Impl {
       device_of_[g] = k;
     }
 
-    // Whether device k may take a replica of group g (group by group, devices
-    // in index order). With memory masks, only where some completion of g's
+    // How many devices run group g so far (its primary and its replicas).
+    int copies(int g) const { return 1 + replicas(g); }
+
+    // Whether device k may take a replica of group g (devices in index order,
+    // offer_replicas). With memory masks, only where some completion of g's
     // replicas still fits: a group whose share of the micro-batches fits
     // only once it has several replicas (PipeDream's replicated stages on
     // small devices) must be able to get there one replica at a time.

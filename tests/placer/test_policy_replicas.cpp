@@ -158,7 +158,9 @@ TEST_CASE("proposals with replicas are executable: validate_placement and check_
     }
   }
   CHECK(proposals == 24 * 40);
-  CHECK(replicated > 20);  // the masks leave room for replicas
+  // The masks leave room for replicas: at the replica head's initial odds
+  // (0.12 an offer) 16-57 of 960 proposals had one over test seeds 1-6 and 2026.
+  CHECK(replicated >= proposals / 100);
   CHECK(noncontiguous > 0);
 }
 
@@ -223,6 +225,35 @@ TEST_CASE("a replica is offered only on a free device, under the micro-batch cou
     CHECK(validate_placement(p, g, c, 8).is_ok());
   }
   CHECK(replicated > 0);
+}
+
+TEST_CASE("free devices are offered device by device to the group with the fewest copies") {
+  // Two stages on eight equal devices, a replica head that wants every
+  // replica (p ~ 1): drawn group by group, the first stage took all six free
+  // devices; offered device by device, the copies differ by at most one.
+  LayerGraph g = chain_graph(6);
+  Cluster c = equal_cluster(8);
+  PolicyConfig pc = replica_config(g, c, 8, PartitionMode::contiguous, 7);
+  pc.num_groups = 2;
+  pc.micro_batch_choices = {8};
+  pc.memory = PolicyMemory{};
+  pc.replica_bias = 8.0;
+  OpDictionary dict;
+  Policy policy(encode_layers(g, dict), g.consumers(), pc);
+  std::mt19937_64 rng(11);
+  int two_stages = 0;
+  for (int n = 0; n < 60; ++n) {
+    Decision d = policy.sample(rng);
+    Placement p = decision_to_placement(d, pc.micro_batch_choices, Schedule::gpipe);
+    REQUIRE(validate_placement(p, g, c, 8).is_ok());
+    CHECK(std::isfinite(policy.log_prob(d)));
+    const int first = p.replica_count(0), last = p.replica_count(p.layer_group.back());
+    if (p.layer_group.back() == 0) continue;  // one stage: it takes every device
+    ++two_stages;
+    CHECK_MESSAGE(first + last == 8, "copies ", first, " + ", last);
+    CHECK_MESSAGE(std::abs(first - last) <= 1, "copies ", first, " and ", last);
+  }
+  CHECK(two_stages > 10);
 }
 
 TEST_CASE("REINFORCE makes replication likelier where it clearly pays, and its log-probabilities stay finite") {
