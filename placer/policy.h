@@ -27,8 +27,9 @@
 // them (tapp-cli train-policy), and is saved to and loaded from a file that
 // carries kPolicyFeatureVersion (placer/features.h).
 // One joint action is sampled in this order: partition; micro-batch count;
-// per non-empty group (in id order) its device; then per non-empty group and
-// device still free (in index order) whether it takes a replica. Its log
+// per non-empty group (in id order) its device; then per device still free
+// (in index order), offered to the groups by fewest copies so far, whether
+// the group takes a replica there (the first that does holds it). Its log
 // probability is the sum of every choice's, each under the masks it was drawn with.
 // Masking keeps proposals executable:
 //  - devices that cannot hold even the smallest layer get probability 0;

@@ -139,13 +139,19 @@ std::vector<int> micro_batch_choices(int64_t batch_size, int max_micro_batches) 
 
 Placement decision_to_placement(const Decision& d, const std::vector<int>& choices, Schedule schedule) {
   if (!choices.empty() && d.micro_batch_index == static_cast<int>(choices.size())) {
-    // Data parallel: a replica on each device the non-empty groups got (each once, in group order).
+    // Data parallel: a replica on each device the non-empty groups got (each
+    // once, in group order), then on each of their replicas' devices.
     std::vector<bool> nonempty(d.group_device.size(), false);
     for (int g : d.layer_group) nonempty[g] = true;
     std::vector<int> devices;
+    auto add = [&](int device) {
+      if (std::find(devices.begin(), devices.end(), device) == devices.end()) devices.push_back(device);
+    };
     for (size_t g = 0; g < d.group_device.size(); ++g)
-      if (nonempty[g] && std::find(devices.begin(), devices.end(), d.group_device[g]) == devices.end())
-        devices.push_back(d.group_device[g]);
+      if (nonempty[g]) add(d.group_device[g]);
+    for (size_t g = 0; g < d.group_replicas.size(); ++g)
+      if (nonempty[g])
+        for (int device : d.group_replicas[g]) add(device);
     Placement p = Placement::replicas(static_cast<int>(d.layer_group.size()), devices);
     p.schedule = schedule;
     p.source = "policy";

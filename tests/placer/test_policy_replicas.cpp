@@ -171,7 +171,7 @@ TEST_CASE("data parallelism is proposed only where its replicas fit, on random D
   // fits it is still drawn.
   std::mt19937_64 rng(23);
   const int64_t batch = 8192;  // activations, which the share divides, outweigh the parameters
-  int data_parallel = 0;
+  int data_parallel = 0, on_more_devices = 0;
   for (int trial = 0; trial < 16; ++trial) {
     LayerGraph g = random_branchy_graph(rng, 2 + trial % 3, 64);
     const int n = 3 + trial % 4;
@@ -197,15 +197,60 @@ TEST_CASE("data parallelism is proposed only where its replicas fit, on random D
       Placement p = decision_to_placement(d, pc.micro_batch_choices, Schedule::gpipe);
       if (!p.is_data_parallel()) continue;
       ++data_parallel;
+      on_more_devices += has_replicas(d);  // more whole replicas than non-empty groups
       Status fits = check_memory(p, g, c, batch);
       CHECK_MESSAGE(fits.is_ok(), "trial ", trial, ": ", fits.message());
       CHECK(std::isfinite(policy.log_prob(d)));
     }
   }
   CHECK(data_parallel > 20);
+  CHECK(on_more_devices > 0);
 }
 
-TEST_CASE("a replica is offered only on a free device, under the micro-batch count, and never with data parallelism") {
+TEST_CASE("data parallelism's extra replicas go only where a replica fits at its share") {
+  // Four equal devices: 0 and 1 hold a whole replica at half the batch, 3 at a
+  // third, 2 only at a quarter. A replica head at even odds must never put
+  // one on device 2 while fewer than four run (check_memory), yet still add
+  // replicas to the groups' devices.
+  std::mt19937_64 graph_rng(5);
+  LayerGraph g = random_branchy_graph(graph_rng, 8, 64);
+  const int64_t batch = 8192;
+  Cluster c = equal_cluster(4);
+  SearchOptions o;
+  o.batch_size = batch;
+  auto need_mb = [&](int k) {
+    std::vector<int> devices(k);
+    std::iota(devices.begin(), devices.end(), 0);
+    Placement p = Placement::replicas(static_cast<int>(g.layers.size()), devices);
+    p.optimizer = o.optimizer;
+    return estimate_device_memory_bytes(p, g, c, batch)[0] / (1024 * 1024) + 1;
+  };
+  REQUIRE(need_mb(4) < need_mb(3));
+  c.devices[0].memory_mb = c.devices[1].memory_mb = need_mb(2);
+  c.devices[2].memory_mb = need_mb(4);
+  c.devices[3].memory_mb = need_mb(3);
+  PolicyConfig pc = search_policy_config(g, c, o);
+  REQUIRE(pc.offer_data_parallel);
+  pc.replica_bias = 0.0;  // even odds: some draws stop at three replicas
+  OpDictionary dict;
+  std::mt19937_64 rng(9);
+  int with_extra_replicas = 0;
+  for (int groups = 2; groups <= 4; ++groups) {
+    pc.prior_groups = groups;
+    Policy policy(encode_layers(g, dict), g.consumers(), pc);
+    for (int n = 0; n < 300; ++n) {
+      Decision d = policy.sample(rng);
+      Placement p = decision_to_placement(d, pc.micro_batch_choices, Schedule::gpipe);
+      if (!p.is_data_parallel()) continue;
+      with_extra_replicas += has_replicas(d);
+      Status fits = check_memory(p, g, c, batch);
+      CHECK_MESSAGE(fits.is_ok(), p.num_groups(), " replicas: ", fits.message());
+    }
+  }
+  CHECK(with_extra_replicas > 0);
+}
+
+TEST_CASE("a replica is offered only on a free device, under the micro-batch count; with data parallelism, as one more whole-model replica") {
   LayerGraph g = chain_graph(3);
   Cluster c = equal_cluster(4);
   PolicyConfig pc = replica_config(g, c, 8, PartitionMode::contiguous, 5);
@@ -215,16 +260,26 @@ TEST_CASE("a replica is offered only on a free device, under the micro-batch cou
   OpDictionary dict;
   Policy policy(encode_layers(g, dict), g.consumers(), pc);
   std::mt19937_64 rng(3);
-  int replicated = 0;
+  int replicated = 0, data_parallel_on_more = 0;
   for (int n = 0; n < 300; ++n) {
     Decision d = policy.sample(rng);
     Placement p = decision_to_placement(d, pc.micro_batch_choices, Schedule::gpipe);
-    if (p.is_data_parallel() || p.micro_batches == 1) CHECK_FALSE(has_replicas(d));
-    CHECK(p.replica_count(0) <= p.micro_batches);
-    replicated += p.has_replicated_groups();
+    for (int k : d.group_replicas[0]) CHECK(k != d.group_device[0]);
+    if (p.is_data_parallel()) {
+      // The group's device and each of its replicas' train a whole replica.
+      CHECK(p.num_groups() == 1 + static_cast<int>(d.group_replicas[0].size()));
+      data_parallel_on_more += p.num_groups() > 1;
+    } else {
+      if (p.micro_batches == 1) CHECK_FALSE(has_replicas(d));
+      CHECK(p.replica_count(0) <= p.micro_batches);
+      replicated += p.has_replicated_groups();
+    }
     CHECK(validate_placement(p, g, c, 8).is_ok());
+    CHECK(std::isfinite(policy.log_prob(d)));
   }
   CHECK(replicated > 0);
+  // One group: before extra replicas, data parallelism here ran on one device.
+  CHECK(data_parallel_on_more > 0);
 }
 
 TEST_CASE("free devices are offered device by device to the group with the fewest copies") {
