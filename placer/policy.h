@@ -17,7 +17,8 @@
 //   micro-batches: [mean of the attended groups | mean device row | batch,
 //               devices] -> softmax over {1, 2, 4, ...} up to the batch size,
 //               and (offer_data_parallel) one more choice: data parallelism, a
-//               full replica of the model on each device the allocation gave a group;
+//               full replica of the model on each device the allocation gave a group
+//               and on each replica the first group took;
 //   replicas:   (max_replicas > 0) per group and free device, a Bernoulli
 //               "run a replica of this group there too": the scorer's second
 //               output (PipeDream's replicated stages).
@@ -57,12 +58,14 @@
 //  - data parallelism: offered for a partition of k non-empty groups only
 //    where k devices hold a replica at ceil(batch / k), and then only on those;
 //  - replicas: only on a device no group holds yet, while the group has fewer
-//    replicas than micro-batches, never for data parallelism, and (free mode)
+//    replicas than micro-batches, and (free mode)
 //    never for a group on a cycle of groups; with `memory`, only where some
 //    number of copies the devices left can reach fits the group (each copy
 //    runs its share of the micro-batches), and forced where it is the only
 //    way left for the group to fit; a group's device may be one it fits only
-//    once replicated.
+//    once replicated. With data parallelism the first non-empty group's
+//    replicas are more whole-model replicas beside the groups' devices, each
+//    only on a device that holds one at the share of the devices taken so far.
 // Sampling uses the caller's std::mt19937_64 and the weights are initialised
 // from the seed with our own RNG, so a search is deterministic for a seed
 // without touching LibTorch's global generator.
