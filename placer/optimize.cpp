@@ -510,6 +510,27 @@ json baselines_json(const JobOutcome& o, const References& ref) {
 
 // "step_ms": what the policy found by itself; "refined_step_ms": after the
 // local refinement of its best (equal when refinement found nothing better).
+// ZeroShotOdds keyed by what they are odds of: micro-batch counts (and
+// "data_parallel"), device names per group of the zero-shot placement.
+json zero_shot_odds_json(const ZeroShotOdds& odds, const Cluster& c) {
+  json micro = json::object();
+  for (size_t i = 0; i < odds.micro_batches.size(); ++i)
+    micro[i < odds.micro_batch_choices.size() ? std::to_string(odds.micro_batch_choices[i]) : "data_parallel"] =
+        odds.micro_batches[i];
+  auto per_device = [&](const std::vector<float>& row) {
+    json j = json::object();
+    for (size_t d = 0; d < row.size() && d < c.devices.size(); ++d) j[c.devices[d].name] = row[d];
+    return j;
+  };
+  json groups = json::array();
+  for (size_t g = 0; g < odds.devices.size(); ++g) {
+    json group = {{"device", per_device(odds.devices[g])}};
+    if (g < odds.replicas.size()) group["replica"] = per_device(odds.replicas[g]);
+    groups.push_back(group);
+  }
+  return {{"micro_batches", micro}, {"groups", groups}};
+}
+
 json policy_json(const JobOutcome& o, const References& ref) {
   const SearchResult& sr = o.search;
   const double policy_ms = sr.policy_found ? sr.policy_best_report.step_ms : 0;
@@ -543,7 +564,10 @@ json policy_json(const JobOutcome& o, const References& ref) {
                  {"zero_shot_step_ms", sr.zero_shot_report && sr.zero_shot_report->ok ? json(sr.zero_shot_report->step_ms)
                                                                                       : json()}};
   if (sr.policy_found) policy["placement"] = placement_to_json(sr.policy_best, o.graph, o.request.cluster);
-  if (sr.zero_shot_report) policy["zero_shot_placement"] = placement_to_json(sr.zero_shot, o.graph, o.request.cluster);
+  if (sr.zero_shot_report) {
+    policy["zero_shot_placement"] = placement_to_json(sr.zero_shot, o.graph, o.request.cluster);
+    policy["zero_shot_odds"] = zero_shot_odds_json(sr.zero_shot_odds, o.request.cluster);
+  }
   if (sr.found) policy["refined_placement"] = placement_to_json(sr.best, o.graph, o.request.cluster);
   return policy;
 }

@@ -254,8 +254,10 @@ class SearchLoop {
   SearchResult run() {
     std::string stop_reason = "iterations";
     if (opt_.initial_policy && !cancelled()) {
-      zero_shot_placement_ = to_placement(policy_->typical());
+      const Decision typical = policy_->typical();
+      zero_shot_placement_ = to_placement(typical);
       zero_shot_ = measurer_.measure(zero_shot_placement_, 0);
+      note_zero_shot_odds(typical);
     }
     int it = 1;
     for (; it <= total_; ++it) {
@@ -375,12 +377,30 @@ class SearchLoop {
            (opt_.restart_after <= 0 || restarts_ >= opt_.max_restarts);
   }
 
+  // The policy's odds behind its zero-shot decision, per group of its placement
+  // (decision_to_placement numbers the non-empty groups by their first layer).
+  void note_zero_shot_odds(const Decision& typical) {
+    ZeroShotOdds& odds = zero_shot_odds_;
+    odds.micro_batch_choices = config_.micro_batch_choices;
+    odds.micro_batches = policy_->micro_batch_probs(typical.layer_group);
+    const auto devices = policy_->allocation_probs(typical.layer_group);
+    const auto replicas = policy_->replica_probs(typical.layer_group);
+    std::vector<bool> seen(devices.size(), false);
+    for (int g : typical.layer_group) {
+      if (seen[g]) continue;
+      seen[g] = true;
+      odds.devices.push_back(devices[g]);
+      if (!replicas.empty()) odds.replicas.push_back(replicas[g]);
+    }
+  }
+
   // What the policy found by itself, before any refinement.
   void keep_policy_result(SearchResult& r) const {
     r.iterations = iterations_;
     r.restarts = restarts_;
     r.zero_shot_report = zero_shot_;
     r.zero_shot = zero_shot_placement_;
+    r.zero_shot_odds = zero_shot_odds_;
     r.policy_found = measurer_.found();
     if (r.policy_found) {
       r.policy_best = measurer_.best();
@@ -436,6 +456,7 @@ class SearchLoop {
   std::optional<std::pair<Placement, double>> explored_best_;
   std::optional<StepReport> zero_shot_;
   Placement zero_shot_placement_;
+  ZeroShotOdds zero_shot_odds_;
   // The current policy's own best since its (re)start: a restarted policy is
   // judged by its own progress, not by whether it already beats the best of
   // the policies before it.

@@ -84,6 +84,17 @@ struct SearchProgress {
 };
 
 
+// The trained networks' odds behind a zero-shot plan, for a user to see how
+// sure they were: the micro-batch head's per choice (micro_batch_choices,
+// then data parallelism where offered); per group of the plan and device, the
+// allocation's (under the masks it drew with) and the replica head's (before
+// masks; empty without one).
+struct ZeroShotOdds {
+  std::vector<int> micro_batch_choices;
+  std::vector<float> micro_batches;
+  std::vector<std::vector<float>> devices, replicas;
+};
+
 struct SearchResult {
   bool found = false;
   Placement best;
@@ -105,6 +116,7 @@ struct SearchResult {
   // plan (Policy::typical) before any fine-tuning (zero-shot), the search's first evaluation.
   std::optional<StepReport> zero_shot_report;
   Placement zero_shot;  // its placement (set with zero_shot_report)
+  ZeroShotOdds zero_shot_odds;  // the odds behind it (set with zero_shot_report)
   double policy_elapsed_s = 0;
 };
 

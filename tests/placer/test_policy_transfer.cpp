@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <numeric>
 #include <random>
 
 #include "model/layer_library.h"
@@ -250,6 +251,19 @@ TEST_CASE("fine-tuning from a trained policy starts from its decisions, and the 
   CHECK(r.zero_shot.layer_group == own.layer_group);  // the trained networks' own (typical) plan
   CHECK(r.zero_shot.group_device == own.group_device);
   CHECK(r.zero_shot.micro_batches == own.micro_batches);
+  // The odds behind it: the plan's own choices are the networks' most likely ones.
+  const ZeroShotOdds& odds = r.zero_shot_odds;
+  REQUIRE(odds.micro_batches.size() >= odds.micro_batch_choices.size());
+  const auto likeliest = [](const std::vector<float>& p) {
+    return static_cast<int>(std::max_element(p.begin(), p.end()) - p.begin());
+  };
+  CHECK(std::accumulate(odds.micro_batches.begin(), odds.micro_batches.end(), 0.0) == doctest::Approx(1.0).epsilon(1e-4));
+  CHECK(odds.micro_batch_choices[likeliest(odds.micro_batches)] == own.micro_batches);
+  REQUIRE(static_cast<int>(odds.devices.size()) == own.num_groups());
+  for (int j = 0; j < own.num_groups(); ++j) {
+    CHECK(odds.devices[j].size() == static_cast<size_t>(c.num_devices()));
+    CHECK(likeliest(odds.devices[j]) == own.group_device[j]);
+  }
   REQUIRE(r.trace.size() >= 1);
   CHECK(r.trace.front().evaluations == 1);  // the zero-shot plan is the first one evaluated
   // The search fine-tunes its own copy: the trained networks are unchanged.

@@ -108,6 +108,10 @@ TEST_CASE("the real job starts from the newest stored policy unless options.poli
   CHECK(latest["started_from"] == "stored policy " + std::to_string(stored->id));
   CHECK(latest["zero_shot_step_ms"].is_number());
   CHECK(latest["zero_shot_placement"]["groups"].is_array());  // the trained policy's plan before fine-tuning
+  // and its odds, keyed by what they are odds of
+  CHECK(latest["zero_shot_odds"]["micro_batches"].contains("1"));
+  REQUIRE(latest["zero_shot_odds"]["groups"].size() >= 1);
+  CHECK(latest["zero_shot_odds"]["groups"][0]["device"].contains("a"));
   CHECK(run("fresh")["started_from"] == "fresh");
   settings.latest_policy = nullptr;  // a server with no policy store: fresh
   CHECK(run("latest")["started_from"] == "fresh");
