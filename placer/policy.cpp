@@ -863,7 +863,6 @@ struct Policy::Impl {
       // fewer micro-batches in flight, so the mask is never laxer than
       // check_memory. Data parallelism trains one replica per non-empty group.
       stages_ = static_cast<int>(std::count(used_.begin(), used_.end(), true));
-      first_used_ = static_cast<int>(std::find(used_.begin(), used_.end(), true) - used_.begin());
       if (m.cfg.memory.empty() || data_parallel_) return;
       const PolicyMemory& mem = m.cfg.memory;
       state_bytes_.assign(m.G, 0.0);
@@ -1012,15 +1011,15 @@ struct Policy::Impl {
       if (!m_.replica_head || !used_[g] || in_cycle_[g] || taken_[k] || !m_.device_allowed(k) || m_.all_masked)
         return false;
       if (replicas(g) >= m_.cfg.max_replicas) return false;
-      if (data_parallel_) return g == first_used_ && data_parallel_replica_fits(k);
+      if (data_parallel_) return data_parallel_replica_fits(k);
       if (replicas(g) + 2 > micro_batches_) return false;
       return state_bytes_.empty() || completion_fits(g, k, true);
     }
 
-    // Data parallelism: one more whole-model replica on device k, offered to
-    // the first non-empty group only (its replicas join the groups' devices),
-    // where k holds it at the share of one more than the devices taken so far
-    // and every replica keeps a sample. Without these, a data-parallel decision
+    // Data parallelism: one more whole-model replica on device k (offered like
+    // any replica; whichever group takes it, it trains a whole replica), where
+    // k holds it at the share of one more than the devices taken so far and
+    // every replica keeps a sample. Without these, a data-parallel decision
     // had one replica per non-empty group: tiny_inception's zero-shot plan on
     // four equal devices was BSP over the two of its two groups (+63.9%).
     // The devices taken before hold theirs at that smaller share too.
@@ -1175,7 +1174,6 @@ struct Policy::Impl {
     std::vector<bool> used_;
     bool data_parallel_;
     int micro_batches_;
-    int first_used_ = 0;  // the first non-empty group: data parallelism's extra replicas are its
     std::vector<bool> taken_;
     std::vector<double> load_;
     std::vector<std::vector<int>> replica_devices_;  // per group: the devices of its replicas so far

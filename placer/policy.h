@@ -18,7 +18,7 @@
 //               devices] -> softmax over {1, 2, 4, ...} up to the batch size,
 //               and (offer_data_parallel) one more choice: data parallelism, a
 //               full replica of the model on each device the allocation gave a group
-//               and on each replica the first group took;
+//               and on each device a group took as its replica;
 //   replicas:   (max_replicas > 0) per group and free device, a Bernoulli
 //               "run a replica of this group there too": the scorer's second
 //               output (PipeDream's replicated stages).
@@ -63,9 +63,9 @@
 //    number of copies the devices left can reach fits the group (each copy
 //    runs its share of the micro-batches), and forced where it is the only
 //    way left for the group to fit; a group's device may be one it fits only
-//    once replicated. With data parallelism the first non-empty group's
-//    replicas are more whole-model replicas beside the groups' devices, each
-//    only on a device that holds one at the share of the devices taken so far.
+//    once replicated. With data parallelism a group's replicas are more
+//    whole-model replicas beside the groups' devices, each only on a device
+//    that holds one at the share of the devices taken so far.
 // Sampling uses the caller's std::mt19937_64 and the weights are initialised
 // from the seed with our own RNG, so a search is deterministic for a seed
 // without touching LibTorch's global generator.
