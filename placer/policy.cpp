@@ -916,7 +916,12 @@ struct Policy::Impl {
     // step) were never offered. Every other group is counted as before.
     void mark_groups_that_must_recompute() {
       must_recompute_.assign(m_.G, false);
-      const int copies = m_.replica_head ? most_copies() : 1;
+      // At most the allowed devices the other non-empty groups' primaries leave (gpt2 on 8
+      // devices: a last stage that fits at 8 copies, in 3 stages, never gets more than 6).
+      int allowed = 0;
+      for (int k = 0; k < m_.D; ++k) allowed += m_.device_allowed(k) ? 1 : 0;
+      const int reachable = std::max(1, allowed - (stages_ - 1));
+      const int copies = m_.replica_head ? std::min(most_copies(), reachable) : 1;
       for (int g = 0; g < m_.G; ++g) {
         if (!used_[g]) continue;
         const double least = bytes(g, copies) + workspace_of(largest_param_[g], largest_output_[g]);

@@ -705,6 +705,40 @@ TEST_CASE("a group that fits no device without recomputing is masked as recomput
   CHECK(replicated > 20);
 }
 
+TEST_CASE("a group that fits without recomputing only on more copies than the devices left is masked as recomputing") {
+  // gpt2 at batch 32 on cluster_8x8gb's eight 8 GB devices in three stages
+  // (17, 9 and 74 layers; a trained policy's zero-shot plan) at 8 micro-batches:
+  // the last stage fits without recomputing on 8 copies, but the two other
+  // stages leave it 6 devices, where it fits only recomputing and replicated.
+  // Counted at 8 copies it was not marked: no device fitted it, its mask was
+  // lifted, no replica was forced, and the plan stayed out of memory recomputed.
+  auto g = zoo_model("gpt2");
+  REQUIRE(g.is_ok());
+  const int64_t batch = 32;
+  const int L = static_cast<int>(g->layers.size());
+  Cluster c = equal_cluster(8, 8192);
+  Placement three;
+  three.layer_group.assign(L, 2);
+  for (int i = 0; i < 26; ++i) three.layer_group[i] = i < 17 ? 0 : 1;
+  three.group_device = {0, 1, 2};
+  three.micro_batches = 8;
+  Placement recomputing = three;
+  REQUIRE_FALSE(recompute_where_needed(recomputing, *g, c, batch));  // one copy each: out of memory
+
+  SearchOptions so;
+  so.batch_size = batch;
+  PolicyConfig pc = search_policy_config(*g, c, so);
+  OpDictionary dict;
+  Policy policy(encode_layers(*g, dict), g->consumers(), pc);
+  policy.imitate(placement_to_decision(three, pc.micro_batch_choices, pc.num_groups), kImitationSteps, kImitationRate);
+  const Decision greedy = policy.greedy();
+  REQUIRE(greedy.layer_group == placement_to_decision(three, pc.micro_batch_choices, pc.num_groups).layer_group);
+  Placement fitted = decision_to_placement(greedy, pc.micro_batch_choices, Schedule::gpipe);
+  REQUIRE(fitted.micro_batches == 8);
+  CHECK(fitted.replica_count(2) > 1);  // the masks force the last stage's replicas
+  CHECK_MESSAGE(recompute_where_needed(fitted, *g, c, batch), check_memory(fitted, *g, c, batch).message());
+}
+
 TEST_CASE("micro-batch counts at which a group fits no device even recomputing are not offered") {
   // 8 layers keeping 8 KiB a sample in all: at a batch of 16384 one group
   // keeps 128 MiB a micro-batch at 1 micro-batch, 64 at 2, 32 at 4; devices
