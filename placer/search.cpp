@@ -377,8 +377,8 @@ class SearchLoop {
            (opt_.restart_after <= 0 || restarts_ >= opt_.max_restarts);
   }
 
-  // The policy's odds behind its zero-shot decision, per group of its placement
-  // (decision_to_placement numbers the non-empty groups by their first layer).
+  // The policy's odds behind its zero-shot decision, per non-empty group by
+  // first layer (as decision_to_placement numbers a pipeline's groups).
   void note_zero_shot_odds(const Decision& typical) {
     ZeroShotOdds& odds = zero_shot_odds_;
     odds.micro_batch_choices = config_.micro_batch_choices;

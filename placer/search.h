@@ -86,7 +86,8 @@ struct SearchProgress {
 
 // The trained networks' odds behind a zero-shot plan, for a user to see how
 // sure they were: the micro-batch head's per choice (micro_batch_choices,
-// then data parallelism where offered); per group of the plan and device, the
+// then data parallelism where offered); per non-empty group of the decision
+// (by first layer: for a pipeline, the plan's groups) and device, the
 // allocation's (under the masks it drew with) and the replica head's (before
 // masks; empty without one).
 struct ZeroShotOdds {
@@ -122,7 +123,8 @@ struct SearchResult {
 
 // The Placement of a decision: empty groups dropped, the rest renumbered by
 // their first layer (with their replicas), micro-batches from `choices`;
-// index choices.size(): data parallel over the distinct devices of the non-empty groups.
+// index choices.size(): data parallel over the distinct devices of the non-empty
+// groups and their replicas.
 Placement decision_to_placement(const Decision& d, const std::vector<int>& micro_batch_choices, Schedule schedule);
 // The Decision of a placement (for warm start); group ids kept when < num_groups.
 Decision placement_to_decision(const Placement& p, const std::vector<int>& micro_batch_choices, int num_groups);
