@@ -685,8 +685,8 @@ struct Policy::Impl {
           if (held) masks.take_replica(g, k);
           break;
         }
-      for (int g : order) {
-        if (held) break;
+      for (size_t i = 0; i < order.size() && !held; ++i) {
+        const int g = order[i];
         if (!masks.replica_allowed(g, k)) continue;
         held = offer(g, k, masks.replica_refusable(g, k));
         if (held) masks.take_replica(g, k);
