@@ -42,7 +42,7 @@ constexpr int kGroupFeatureWidth = kLayerFeatureWidth + 4 + 3 * kMetricWidth + 2
 constexpr int kDeviceFeatureWidth = 8;
 // Version of everything a trained policy's weights depend on: these widths and
 // meanings, the op codes and the networks' shapes (placer/policy.cpp).
-constexpr int kPolicyFeatureVersion = 5;
+constexpr int kPolicyFeatureVersion = 6;
 
 // Op name -> code vector. Starts with the paper's five (Convolution, Relu,
 // Pooling, Fully-Connected, Padding) and Unknown, then every other op class of
@@ -77,6 +77,10 @@ FeatureMatrix encode_layers(const LayerGraph& graph, OpDictionary& dictionary);
 // Per layer, per sample: what the group and pair features sum.
 struct LayerTotals {
   std::vector<double> gflops, params_mb, output_mb;
+  // Per layer its forward + backward time on the cluster's devices (the cost
+  // model's, summed over them; empty = unknown): where the compute positions
+  // of placer/policy.h are measured, since FLOPs misjudge memory-bound layers.
+  std::vector<double> time_ms;
   double total_gflops() const;
   double total_params_mb() const;
 };

@@ -744,6 +744,7 @@ Result<json> run_job(const OptimizeRequest& req, const ProgressFn& progress, con
 
   SearchOptions so = search_options(req);
   so.device_sample_ms = device_sample_ms(graph, req.cluster, costs->cost, req.batch_size);
+  so.layer_ms = layer_compute_ms(graph, req.cluster, costs->cost, req.batch_size);
   std::vector<BaselineResult> baselines;
   if (req.baselines || req.warm_start) {
     report("baselines", 0, 0, 0, 0);

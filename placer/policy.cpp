@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <sstream>
 #include <set>
@@ -48,20 +49,25 @@ double prior_centre(const std::vector<double>& cuts, int stages, double x) {
   return k + (hi > lo ? (x - lo) / (hi - lo) : 0.5) - 0.5;
 }
 
-// Per layer: the share of the model's FLOPs done before its middle, in
-// [0, 1] (layer order); the relative depth where FLOPs are unknown or zero.
+// Per layer: the share of the model's compute done before its middle, in
+// [0, 1] (layer order): by the cost model's time where known, else by FLOPs;
+// the relative depth where both are unknown or zero.
 std::vector<double> compute_positions(const LayerTotals& totals, int L) {
+  const bool timed = totals.time_ms.size() == static_cast<size_t>(L);
+  const std::vector<double>& work = timed ? totals.time_ms : totals.gflops;
+  double total = 0;
+  if (work.size() == static_cast<size_t>(L))
+    for (double w : work) total += std::max(0.0, w);
   std::vector<double> at(static_cast<size_t>(L));
-  const double total = totals.gflops.size() == static_cast<size_t>(L) ? totals.total_gflops() : 0.0;
   double before = 0;
   for (int i = 0; i < L; ++i) {
-    const double depth = L > 1 ? static_cast<double>(i) / (L - 1) : 0.0;
-    if (total <= 0) {
-      at[i] = depth;
+    if (!(total > 0)) {
+      at[i] = L > 1 ? static_cast<double>(i) / (L - 1) : 0.0;
       continue;
     }
-    at[i] = std::clamp((before + 0.5 * totals.gflops[i]) / total, 0.0, 1.0);
-    before += totals.gflops[i];
+    const double w = std::max(0.0, work[i]);
+    at[i] = std::clamp((before + 0.5 * w) / total, 0.0, 1.0);
+    before += w;
   }
   return at;
 }
@@ -80,19 +86,49 @@ std::vector<std::vector<float>> to_rows(const torch::Tensor& t) {
   return out;
 }
 
-// features | depth and its sin/cos | FLOPs position and its sin/cos
+// features | depth and its sin/cos | compute position (time, else FLOPs) and its sin/cos
 constexpr int kLayerInputWidth =
     kLayerFeatureWidth + 1 + 2 * kPositionFrequencies + 1 + 2 * kComputeFrequencies;  // 50
 constexpr int kGroupPositionWidth = 8;   // log2 G, g/(G-1) and its sin/cos at 3 frequencies
 constexpr int kPairWidth = 5;            // per (group, device): load, memory, receive time, shared device, replica sync
 constexpr int kMicroSlots = 8;           // micro-batch counts 1, 2, 4, ..., 128
 constexpr int kMicroHead = kMicroSlots + 1;  // and data parallelism
-constexpr int kMicroInputExtra = kDeviceFeatureWidth + 4;  // mean device row, spread, batch, devices
+// mean device row, spread, batch, devices, and a cut's time over the slowest and fastest link against the compute
+constexpr int kMicroInputExtra = kDeviceFeatureWidth + 6;
 // What the group queries see of the problem: the micro-batch head's view of
 // the cluster, the fastest device's share, and the model's size (FLOPs,
 // parameters, largest activation of a batch), so one network can cut a model
 // into one stage for a cluster with a dominant device and into many for equals.
 constexpr int kPartitionContextWidth = kMicroInputExtra + 4;
+
+// Whether cutting the model pays on this cluster, without units to learn:
+// log10 of the time to send a typical cut (the median layer output, forward
+// and back, for the batch) over the cluster's slowest and over its fastest
+// link, against the batch's compute spread over every device (the cost
+// model's layer times summed over the devices, / D); / 3, clamped to [-2, 2].
+// Zeros where the layer times are unknown (a fresh search without a cost model).
+torch::Tensor cut_cost_row(const LayerTotals& t, const DeviceTraits& devices, int64_t batch) {
+  double compute_ms = 0;
+  for (double ms : t.time_ms) compute_ms += ms;
+  const int D = devices.size();
+  compute_ms *= static_cast<double>(batch) / std::max<int64_t>(1, batch / std::max(1, D)) / std::max(1, D) / std::max(1, D);
+  double slowest = std::numeric_limits<double>::infinity(), fastest = 0;
+  for (int a = 0; a < D; ++a)
+    for (int b = 0; b < D; ++b)
+      if (a != b) {
+        slowest = std::min(slowest, devices.link_mbps[static_cast<size_t>(a) * D + b]);
+        fastest = std::max(fastest, devices.link_mbps[static_cast<size_t>(a) * D + b]);
+      }
+  if (!(compute_ms > 0) || t.output_mb.empty() || D < 2 || !(slowest > 0)) return torch::zeros({2});
+  std::vector<double> outputs = t.output_mb;
+  std::nth_element(outputs.begin(), outputs.begin() + outputs.size() / 2, outputs.end());
+  const double cut_mbit = 2.0 * outputs[outputs.size() / 2] * static_cast<double>(batch) * 8.0;
+  auto ratio = [&](double mbps) {
+    const double comm_ms = std::max(1e-9, cut_mbit / mbps * 1e3);
+    return static_cast<float>(std::clamp(std::log10(comm_ms / compute_ms) / 3.0, -2.0, 2.0));
+  };
+  return torch::tensor({ratio(slowest), ratio(fastest)});
+}
 
 // The model's size for a batch, log-scaled to about [-1, 1]: GFLOPs, parameter
 // MB, the largest layer output in MB (what a cut may have to send).
@@ -343,10 +379,10 @@ struct Policy::Impl {
   double floor_samples = 0;  // the smallest micro-batch any choice runs a group copy at
   double largest_device_bytes = 0;
   bool replica_head = false;  // max_replicas > 0 and more than one device
-  torch::Tensor layer_input;  // L x 50: features | depth | FLOPs position
+  torch::Tensor layer_input;  // L x 50: features | depth | compute position
   torch::Tensor group_query_input;  // G x (8 + kPartitionContextWidth): position | problem context
   torch::Tensor device_rows;  // D x 7 (encode_devices)
-  torch::Tensor micro_extra;  // mean device row | log2 batch / 8 | log2 D / 4
+  torch::Tensor micro_extra;  // mean device row | spread | log2 batch / 8 | log2 D / 4 | cut costs
   torch::Tensor micro_slots;  // M: the head's slot of each choice (data parallel last)
   torch::Tensor no_data_parallel;  // M: kMasked on the data-parallel choice, 0 elsewhere
   torch::Tensor device_mask;  // D: 0 or kMasked
@@ -1231,7 +1267,7 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
   m.D = std::max(1, m.cfg.num_devices);
   m.M = static_cast<int>(m.cfg.micro_batch_choices.size()) + (m.cfg.offer_data_parallel ? 1 : 0);
   // Positional prior (contiguous mode): layer i leans towards group x G - 1/2,
-  // x its position ((i + 0.5) / L by depth, its FLOPs position by compute:
+  // x its position ((i + 0.5) / L by depth, its compute position by compute:
   // PriorAxis), with a width of about one group, so a neutral network
   // proposes stages spread over the model; the network learns where to cut.
   // Sharpness ln(L/G): on track, a layer opens the next group with odds
@@ -1263,7 +1299,7 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
       row[layer_features.cols + 1 + 2 * k] = static_cast<float>(std::sin(w));
       row[layer_features.cols + 2 + 2 * k] = static_cast<float>(std::cos(w));
     }
-    // Where the layer sits in the model's compute: a cut that balances FLOPs
+    // Where the layer sits in the model's compute: a cut that balances compute
     // sits at the same value in a deep model as in a shallow one, where the
     // depth above does not (a policy trained on 20-layer models cut resnet50 at 44 / 87 of 175 layers).
     float* at = row + layer_features.cols + 1 + 2 * kPositionFrequencies;
@@ -1300,7 +1336,8 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
   m.micro_extra = torch::cat({m.device_rows.mean(0),
                               torch::stack({share.std(false), share.min()}),
                               torch::tensor({static_cast<float>(std::log2(static_cast<double>(m.batch)) / 8.0),
-                                             static_cast<float>(std::log2(static_cast<double>(m.D)) / 4.0)})});
+                                             static_cast<float>(std::log2(static_cast<double>(m.D)) / 4.0)}),
+                              cut_cost_row(m.cfg.totals, m.cfg.devices, m.batch)});
   auto pos = group_positions(m.G);
   auto context = torch::cat({m.micro_extra, share.max().reshape({1}), model_size_row(m.cfg.totals, m.batch)});
   m.group_query_input = torch::cat(

@@ -15,7 +15,9 @@
 //               to all-reduce its gradients with its primary over their link]
 //               -> per group a softmax over devices;
 //   micro-batches: [mean of the attended groups | mean device row | batch,
-//               devices] -> softmax over {1, 2, 4, ...} up to the batch size,
+//               devices | a typical cut's time over the slowest and the
+//               fastest link against the compute (with totals.time_ms; the
+//               partition's queries see these too)] -> softmax over {1, 2, 4, ...} up to the batch size,
 //               and (offer_data_parallel) one more choice: data parallelism, a
 //               full replica of the model on each device the allocation gave a group
 //               and on each device a group took as its replica;
@@ -163,9 +165,10 @@ struct PolicyConfig {
   int prior_groups = 0;
   std::vector<double> prior_cuts;
   // What the prior's positions measure: the depth (a fresh search's
-  // restarts are tuned to it), or the share of the model's FLOPs before a
-  // layer (trained policies: a stage boundary of balanced compute sits at
-  // the same position in any model; needs `totals`, else the depth).
+  // restarts are tuned to it), or the share of the model's compute before a
+  // layer, by totals.time_ms where given, else by FLOPs (trained policies: a
+  // stage boundary of balanced compute sits at the same position in any
+  // model; needs `totals`, else the depth).
   PriorAxis prior_axis = PriorAxis::depth;
   int hidden = 64;
   double learning_rate = 0.005;

@@ -13,6 +13,7 @@
 #include "placer/refine.h"
 #include "model/layer_graph.h"
 #include "core/cluster.h"
+#include "simulator/cost_model.h"
 
 namespace tapp {
 
@@ -495,11 +496,22 @@ PolicyConfig search_policy_config(const LayerGraph& graph, const Cluster& cluste
   pc.learning_rate = opt.learning_rate;
   pc.seed = opt.seed;
   pc.totals = layer_totals(graph);
+  if (opt.layer_ms.size() == graph.layers.size()) pc.totals.time_ms = opt.layer_ms;
   // Trained networks learned against the compute prior (train_policy.h).
   pc.prior_axis = opt.initial_policy ? PriorAxis::compute : PriorAxis::depth;
   pc.devices = device_traits(cluster);
   pc.batch_size = opt.batch_size;
   return pc;
+}
+
+std::vector<double> layer_compute_ms(const LayerGraph& graph, const Cluster& cluster, const CostModel& cost,
+                                     int64_t batch_size) {
+  const int64_t samples = std::max<int64_t>(1, batch_size / std::max(1, cluster.num_devices()));
+  std::vector<double> ms(graph.layers.size(), 0.0);
+  for (int i = 0; i < static_cast<int>(ms.size()); ++i)
+    for (int d = 0; d < cluster.num_devices(); ++d)
+      ms[i] += cost.forward_ms(d, i, i, samples) + cost.backward_ms(d, i, i, samples);
+  return ms;
 }
 
 SearchResult search(const LayerGraph& graph, const Cluster& cluster, Evaluator& evaluator, const SearchOptions& opt,

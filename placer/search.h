@@ -35,6 +35,7 @@ namespace tapp {
 
 struct LayerGraph;
 struct Cluster;
+class CostModel;
 
 struct SearchOptions {
   int iterations = 600;
@@ -67,6 +68,9 @@ struct SearchOptions {
   // backward); replicated groups then take micro-batches in proportion to
   // their devices' speeds (Measurer::weigh_replicas_by). Empty = equal shares.
   std::vector<double> device_sample_ms;
+  // Per layer its forward + backward time on the cluster (layer_compute_ms):
+  // where a trained policy's compute positions are measured. Empty = by FLOPs.
+  std::vector<double> layer_ms;
   int hidden = 64;
   double learning_rate = 0.005;
   ReinforceConfig reinforce;
@@ -141,6 +145,11 @@ std::vector<int> micro_batch_choices(int64_t batch_size, int max_micro_batches);
 // batch allows, the devices that can hold a layer, the memory masks, what the
 // networks see of the model and the cluster.
 PolicyConfig search_policy_config(const LayerGraph& graph, const Cluster& cluster, const SearchOptions& options);
+
+// Per layer: its forward + backward time for a micro-batch of batch / devices
+// samples, summed over the cluster's devices (the cost model's).
+std::vector<double> layer_compute_ms(const LayerGraph& graph, const Cluster& cluster, const CostModel& cost,
+                                     int64_t batch_size);
 
 SearchResult search(const LayerGraph& graph, const Cluster& cluster, Evaluator& evaluator,
                     const SearchOptions& options, const std::function<void(const SearchProgress&)>& progress,

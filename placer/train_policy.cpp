@@ -48,6 +48,7 @@ struct ProblemState {
     so.hidden = policy_hidden_width(*networks);
     so.learning_rate = o.learning_rate;
     so.initial_policy = networks;  // the config `optimize --policy` starts trained networks with
+    so.layer_ms = layer_compute_ms(p.graph, p.cluster, p.cost, o.batch_size);
     config = search_policy_config(p.graph, p.cluster, so);
     policy = std::make_unique<Policy>(features, p.graph.consumers(), config, networks);
     seed_expert(o);

@@ -195,7 +195,12 @@ Cluster random_cluster(std::mt19937_64& rng, const std::string& name) {
   const double gbps = std::vector<double>{1, 10, 25, 100, 200}[pick(rng, top < 1 ? 0 : 1, top < 10 ? 2 : 4)];
   c.default_link.bandwidth_mbps = gbps * 1000;
   c.default_link.latency_ms = gbps >= 100 ? 0.005 : gbps >= 10 ? 0.05 : 0.2;
-  if (!equal && pick(rng, 0, 1)) {
+  // The network: one fabric; slow links between random pairs (unequal
+  // devices only); or two islands (nodes, sites) with slow, possibly
+  // asymmetric links between them, as multi-node clusters and a device
+  // behind a WAN link are built.
+  const int network = pick(rng, 0, 2);
+  if (network == 1 && !equal) {
     const int slow = pick(rng, 1, n);
     for (int k = 0; k < slow; ++k) {
       const int a = pick(rng, 0, n - 1), b = pick(rng, 0, n - 1);
@@ -209,6 +214,19 @@ Cluster random_cluster(std::mt19937_64& rng, const std::string& name) {
       std::swap(l.from, l.to);
       c.links.push_back(l);
     }
+  } else if (network == 2) {
+    // Devices [0, split) on one island, the rest on the other; each
+    // direction across its own bandwidth (up to 4x apart), 1/1000 to 1/2 of the fabric's.
+    const int split = pick(rng, 1, n - 1);
+    const double across = c.default_link.bandwidth_mbps * std::pow(10.0, uniform(rng, -3.0, std::log10(0.5)));
+    const double there = std::max(10.0, std::round(across)),
+                 back = std::max(10.0, std::round(across / uniform(rng, 1.0, 4.0)));
+    const double latency = std::round(uniform(rng, 0.5, 5.0) * 100) / 100;
+    for (int a = 0; a < split; ++a)
+      for (int b = split; b < n; ++b) {
+        c.links.push_back(Link{c.devices[a].name, c.devices[b].name, there, latency});
+        c.links.push_back(Link{c.devices[b].name, c.devices[a].name, back, latency});
+      }
   }
   return c;
 }

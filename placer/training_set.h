@@ -16,8 +16,11 @@
 //                   (log-uniform: a slow core to an accelerator; a third of
 //                   the clusters all equal, the others 0.1-1x of it), a
 //                   default link of 1-200 Gbit/s that grows with the speed
-//                   and, on half the unequal clusters, slow links (50-500
-//                   Mbit/s, up to 2 ms) between random pairs.
+//                   and, on a third of the clusters each, slow links (50-500
+//                   Mbit/s, up to 2 ms) between random pairs (unequal ones
+//                   only) or two islands of devices joined by slow links
+//                   (1/1000 to 1/2 of the fabric's bandwidth, each direction
+//                   its own, 0.5-5 ms), e.g. one device behind a WAN link.
 // Both are deterministic for a generator state.
 // Thread safety: pure functions of the generator passed in.
 #pragma once

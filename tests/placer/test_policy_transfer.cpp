@@ -92,6 +92,47 @@ TEST_CASE("random deep CNNs: valid residual and Inception-like graphs of 30-250 
   CHECK(branchy >= 6);
 }
 
+TEST_CASE("random clusters: valid, and each network form is drawn: one fabric, slow pairs, two islands") {
+  std::mt19937_64 rng(11);
+  int fabric = 0, islands = 0, pairs = 0;
+  for (int k = 0; k < 60; ++k) {
+    const Cluster c = random_cluster(rng, "c" + std::to_string(k));
+    REQUIRE(cluster_from_json(cluster_to_json(c)).is_ok());
+    const int n = c.num_devices();
+    CHECK(n >= 2);
+    CHECK(n <= 8);
+    if (c.links.empty()) {
+      ++fabric;
+      continue;
+    }
+    // Two islands: every device pair has a slow link exactly when it crosses
+    // one split, the same one way across, and nothing slower within.
+    for (int split = 1; split < n; ++split) {
+      bool is_split = true;
+      for (int a = 0; a < n && is_split; ++a)
+        for (int b = 0; b < n && is_split; ++b) {
+          if (a == b) continue;
+          const bool across = (a < split) != (b < split);
+          const double bw = c.link(a, b).bandwidth_mbps;
+          is_split = across ? bw < c.default_link.bandwidth_mbps && bw == c.link(a < split ? 0 : split, a < split ? split : 0).bandwidth_mbps
+                            : bw == c.default_link.bandwidth_mbps;
+        }
+      if (is_split) {
+        ++islands;
+        break;
+      }
+    }
+    pairs += 1;
+  }
+  pairs -= islands;
+  CAPTURE(fabric);
+  CAPTURE(islands);
+  CAPTURE(pairs);
+  CHECK(fabric >= 10);
+  CHECK(islands >= 10);
+  CHECK(pairs >= 5);
+}
+
 TEST_CASE("one network places clusters of 2, 4 and 8 devices, and models of any depth") {
   auto net = new_policy_networks(32, 0.005, 7);
   std::mt19937_64 rng(11);
@@ -216,6 +257,94 @@ TEST_CASE("the compute prior centres a neutral policy's stages on equal FLOPs, t
   CAPTURE(by_compute);
   CHECK(by_depth >= 6);    // about half the layers
   CHECK(by_compute <= 3);  // about half the FLOPs: within the wide layers
+}
+
+TEST_CASE("the compute prior measures by the cost model's time where it is given, not by FLOPs") {
+  // FLOPs in the first three layers, but (as a memory-bound tail can) the time in the last four.
+  std::vector<int64_t> widths = {1024, 1024, 1024};
+  widths.resize(16, 4);
+  LayerGraph g = test::linear_chain(widths);
+  Cluster c;
+  for (int d = 0; d < 2; ++d) {
+    Device dev;
+    dev.name = "d" + std::to_string(d);
+    dev.memory_mb = 1 << 16;
+    c.devices.push_back(dev);
+  }
+  SearchOptions so;
+  so.batch_size = 32;
+  so.layer_ms.assign(g.layers.size(), 0.1);
+  for (size_t i = g.layers.size() - 4; i < g.layers.size(); ++i) so.layer_ms[i] = 10.0;
+  PolicyConfig timed = search_policy_config(g, c, so);
+  CHECK(timed.totals.time_ms == so.layer_ms);
+  timed.prior_axis = PriorAxis::compute;
+  PolicyConfig by_flops = timed;
+  by_flops.totals.time_ms.clear();
+  auto net = new_policy_networks(32, 0.005, 5);
+  OpDictionary dict;
+  auto first_stage = [&](const PolicyConfig& cfg) {
+    Policy p(encode_layers(g, dict), g.consumers(), cfg, net);
+    const Decision d = p.greedy();
+    return static_cast<int>(std::count(d.layer_group.begin(), d.layer_group.end(), d.layer_group.front()));
+  };
+  const int flops_stage = first_stage(by_flops), time_stage = first_stage(timed);
+  CAPTURE(flops_stage);
+  CAPTURE(time_stage);
+  CHECK(flops_stage <= 3);   // half the FLOPs: within the wide layers
+  CHECK(time_stage >= 12);   // half the time: within the last four layers
+
+  // layer_compute_ms: one entry per layer, each the layer's share of the whole model's time.
+  auto cost = CostModel::build(g, c, estimated_library(g, 32));
+  REQUIRE(cost.is_ok());
+  const std::vector<double> ms = layer_compute_ms(g, c, cost.value(), 32);
+  REQUIRE(ms.size() == g.layers.size());
+  const int last = static_cast<int>(g.layers.size()) - 1;
+  double whole = 0;
+  for (int d = 0; d < 2; ++d) whole += cost.value().forward_ms(d, 0, last, 16) + cost.value().backward_ms(d, 0, last, 16);
+  CHECK(std::accumulate(ms.begin(), ms.end(), 0.0) == doctest::Approx(whole).epsilon(0.01));
+  CHECK(ms[1] > ms[last - 1]);  // a 1024-wide layer costs more than a 4-wide one
+}
+
+TEST_CASE("the partition sees how slow the slowest link is against the compute, where each device's mean link is the same") {
+  LayerGraph g = test::linear_chain({256, 256, 256, 256, 256, 256});
+  // Three devices whose links average 1,000 Mbit/s from each: all alike, or
+  // one link from each at 10 and the other at 1,990 (the device rows agree).
+  auto cluster = [](bool uneven) {
+    Cluster c;
+    for (int d = 0; d < 3; ++d) {
+      Device dev;
+      dev.name = "d" + std::to_string(d);
+      dev.memory_mb = 1 << 14;
+      c.devices.push_back(dev);
+    }
+    c.default_link.bandwidth_mbps = 1000;
+    if (uneven)
+      for (int d = 0; d < 3; ++d) {
+        c.links.push_back(Link{c.devices[d].name, c.devices[(d + 1) % 3].name, 10, 0.05});
+        c.links.push_back(Link{c.devices[d].name, c.devices[(d + 2) % 3].name, 1990, 0.05});
+      }
+    return c;
+  };
+  const Cluster even = cluster(false), uneven = cluster(true);
+  REQUIRE(encode_devices(device_traits(even), 1).data == encode_devices(device_traits(uneven), 1).data);
+  auto net = new_policy_networks(32, 0.005, 3);
+  OpDictionary dict;
+  auto probs = [&](const Cluster& c, bool timed) {
+    SearchOptions so;
+    so.batch_size = 32;
+    so.initial_policy = net;
+    if (timed) so.layer_ms.assign(g.layers.size(), 5.0);
+    Policy p(encode_layers(g, dict), g.consumers(), search_policy_config(g, c, so), net);
+    return p.partition_probs();
+  };
+  auto largest_difference = [](const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+    float most = 0;
+    for (size_t i = 0; i < a.size(); ++i)
+      for (size_t k = 0; k < a[i].size(); ++k) most = std::max(most, std::abs(a[i][k] - b[i][k]));
+    return most;
+  };
+  CHECK(largest_difference(probs(even, false), probs(uneven, false)) == 0.f);  // no layer times: no cut cost
+  CHECK(largest_difference(probs(even, true), probs(uneven, true)) > 0.f);  // a fresh network barely weighs it
 }
 
 TEST_CASE("fine-tuning from a trained policy starts from its decisions, and the search reports its zero-shot plan") {
