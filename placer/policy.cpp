@@ -9,6 +9,7 @@
 #include <fstream>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <set>
 
@@ -730,6 +731,93 @@ struct Policy::Impl {
     }
   }
 
+  // Per device the lowest index of a device interchangeable with it: the same
+  // traits and permission, the same links both ways between them and to and
+  // from every other device. Swapping two such devices leaves the cluster as
+  // it was, so any permutation within a class does.
+  std::vector<int> device_classes() const {
+    const DeviceTraits& t = cfg.devices;
+    auto link_equal = [&](int a, int b, int x, int y) {  // link a->b equals link x->y
+      return t.link_mbps[static_cast<size_t>(a) * D + b] == t.link_mbps[static_cast<size_t>(x) * D + y] &&
+             t.link_latency_ms[static_cast<size_t>(a) * D + b] == t.link_latency_ms[static_cast<size_t>(x) * D + y];
+    };
+    auto swappable = [&](int a, int b) {
+      if (t.compute[a] != t.compute[b] || t.memory_mb[a] != t.memory_mb[b] || t.gpu[a] != t.gpu[b] ||
+          t.threads[a] != t.threads[b] || device_allowed(a) != device_allowed(b) || !link_equal(a, b, b, a))
+        return false;
+      if (!cfg.memory.empty() && cfg.memory.device_bytes[a] != cfg.memory.device_bytes[b]) return false;
+      for (const auto& fits : cfg.replica_fits)
+        if (fits.size() == static_cast<size_t>(D) && fits[a] != fits[b]) return false;
+      for (int x = 0; x < D; ++x)
+        if (x != a && x != b && !(link_equal(a, x, b, x) && link_equal(x, a, x, b))) return false;
+      return true;
+    };
+    std::vector<int> cls(D);
+    for (int k = 0; k < D; ++k) {
+      cls[k] = k;
+      for (int r = 0; r < k; ++r)
+        if (cls[r] == r && swappable(r, k)) {
+          cls[k] = r;
+          break;
+        }
+    }
+    return cls;
+  }
+
+  // `d` with its devices renamed within classes of interchangeable devices,
+  // in the order the policy draws them: each non-empty group, in id order,
+  // renames its device to the lowest of its class not yet given; then each
+  // device, in the order replicas are offered, goes to the first group offered
+  // it that still runs a replica on that class. The same placement, up to
+  // symmetry, in the one form the policy can learn from any expert (one
+  // planner's stages on dev4, dev3, ..., another's on a random order).
+  // Nullopt where the masks do not replay it (the caller keeps `d`).
+  std::optional<Decision> canonical(const Decision& d) {
+    if (static_cast<int>(d.group_device.size()) != G || static_cast<int>(d.layer_group.size()) != L)
+      return std::nullopt;
+    const std::vector<int> cls = device_classes();
+    const auto used = nonempty(d.layer_group, G);
+    Decision c = d;
+    std::vector<int> renamed(D, -1);
+    std::vector<bool> given(D, false);
+    for (int g = 0; g < G; ++g) {
+      if (!used[g]) continue;
+      const int k = d.group_device[g];
+      if (k < 0 || k >= D) return std::nullopt;
+      if (renamed[k] < 0) {
+        int to = cls[k];
+        while (given[to] || cls[to] != cls[k]) ++to;  // k's class has a free member: k itself is not given
+        renamed[k] = to;
+        given[to] = true;
+      }
+      c.group_device[g] = renamed[k];
+    }
+    c.group_replicas.assign(G, {});
+    const bool replicated = std::any_of(d.group_replicas.begin(), d.group_replicas.end(),
+                                        [](const std::vector<int>& r) { return !r.empty(); });
+    if (replicated) {
+      if (!replica_head) return std::nullopt;
+      std::vector<int> wanted(static_cast<size_t>(G) * D, 0);  // [group][class]: replicas still to place
+      for (int g = 0; g < static_cast<int>(d.group_replicas.size()) && g < G; ++g)
+        for (int k : d.group_replicas[g]) {
+          if (k < 0 || k >= D) return std::nullopt;
+          ++wanted[static_cast<size_t>(g) * D + cls[k]];
+        }
+      AllocationMasks masks(*this, c.layer_group, c.micro_batch_index);
+      for (int g = 0; g < G; ++g) masks.take_primary(g, c.group_device[g]);
+      offer_replicas(masks, [&](int g, int k, bool) {
+        int& left = wanted[static_cast<size_t>(g) * D + cls[k]];
+        if (left == 0) return false;
+        --left;
+        c.group_replicas[g].push_back(k);
+        return true;
+      });
+      if (std::any_of(wanted.begin(), wanted.end(), [](int w) { return w > 0; })) return std::nullopt;
+    }
+    if (score(c, partition_logits()).first.item<double>() <= kMasked / 1000) return std::nullopt;
+    return c;
+  }
+
   static bool has_replica(const Decision& d, int g, int k) {
     if (d.group_replicas.size() <= static_cast<size_t>(g)) return false;
     const auto& r = d.group_replicas[g];
@@ -1372,6 +1460,10 @@ const std::shared_ptr<PolicyNetworks>& Policy::networks() const { return impl_->
 Decision Policy::sample(std::mt19937_64& rng) { return impl_->choose(&rng); }
 Decision Policy::greedy() { return impl_->choose(nullptr); }
 Decision Policy::typical() { return impl_->choose(nullptr, true); }
+Decision Policy::canonical(const Decision& d) {
+  torch::NoGradGuard ng;
+  return impl_->canonical(d).value_or(d);
+}
 
 double Policy::log_prob(const Decision& d) {
   torch::NoGradGuard ng;

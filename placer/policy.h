@@ -249,6 +249,13 @@ class Policy {
   // where most draws have. A trained policy's zero-shot plan.
   Decision typical();
 
+  // `d` with its devices renamed within classes of interchangeable devices
+  // (equal traits and links), in the order the policy draws them: the same
+  // placement up to symmetry, in one form however a planner numbered its
+  // devices (an imitation target the networks can learn). `d` itself where
+  // the masks would not replay the renamed one.
+  Decision canonical(const Decision& d);
+
   // log pi(decision) under the current weights (empty groups' allocation excluded).
   double log_prob(const Decision& d);
   // Whether the masks allow every choice of `d` (a plan from elsewhere may not fit them).

@@ -74,10 +74,12 @@ struct ProblemState {
     reference = std::isfinite(best) ? best : 0.0;
   }
 
-  // Self-imitation: the fastest valid plan known (classical or sampled) is the expert.
+  // Self-imitation: the fastest valid plan known (classical or sampled) is
+  // the expert, in the policy's canonical form (Policy::canonical: the same
+  // placement up to interchangeable devices, however its devices were numbered).
   void offer_expert(const Decision& d, const StepReport& r) {
     if (!r.ok || !(r.step_ms > 0) || (expert && r.step_ms >= expert_ms)) return;
-    expert = d;
+    expert = policy->canonical(d);
     expert_ms = r.step_ms;
   }
 

@@ -871,3 +871,54 @@ TEST_CASE("the replica head sees the link to the group's primary: it learns to k
   CHECK(fast_replicas > 100);
   CHECK(fast_replicas > 6 * slow_replicas);
 }
+
+TEST_CASE("an expert's devices are renamed within classes of interchangeable devices, in the order the policy draws them") {
+  // Three stages on eight equal devices, as a planner might number them:
+  // stages on dev5, dev2, dev7; replicas {0, 6}, {1, 3} and {4}.
+  LayerGraph g = chain_graph(6);
+  Cluster c = equal_cluster(8, 1 << 14);
+  PolicyConfig pc = replica_config(g, c, 32, PartitionMode::contiguous, 4);
+  OpDictionary dict;
+  Decision d;
+  const int L = static_cast<int>(g.layers.size());
+  for (int i = 0; i < L; ++i) d.layer_group.push_back(3 * i / L);
+  d.group_device.assign(pc.num_groups, 0);
+  d.group_device[0] = 5, d.group_device[1] = 2, d.group_device[2] = 7;
+  d.micro_batch_index = static_cast<int>(pc.micro_batch_choices.size()) - 1;
+  d.group_replicas.assign(pc.num_groups, {});
+  d.group_replicas[0] = {0, 6}, d.group_replicas[1] = {1, 3}, d.group_replicas[2] = {4};
+  {
+    Policy policy(encode_layers(g, dict), g.consumers(), pc);
+    REQUIRE(policy.allows(d));
+    const Decision k = policy.canonical(d);
+    CHECK(k.layer_group == d.layer_group);
+    CHECK(k.micro_batch_index == d.micro_batch_index);
+    // Stages on the lowest devices in stage order; each free device, in index
+    // order, to the stage with the fewest copies that still runs one more.
+    CHECK(std::vector<int>(k.group_device.begin(), k.group_device.begin() + 3) == std::vector<int>{0, 1, 2});
+    CHECK(k.group_replicas[0] == std::vector<int>{3, 6});
+    CHECK(k.group_replicas[1] == std::vector<int>{4, 7});
+    CHECK(k.group_replicas[2] == std::vector<int>{5});
+    CHECK(policy.allows(k));
+    CHECK(policy.canonical(k).group_replicas == k.group_replicas);  // already canonical
+    CHECK(policy.canonical(k).group_device == k.group_device);
+  }
+  // dev5 twice as fast and dev2 with a slow link to dev7: neither is renamed
+  // (nothing else is like it), and dev7 only among the devices like it.
+  c.devices[5].speed = 2.0;
+  c.links.push_back(Link{c.devices[2].name, c.devices[7].name, 100, 1.0});
+  c.links.push_back(Link{c.devices[7].name, c.devices[2].name, 100, 1.0});
+  pc.devices = device_traits(c);
+  Policy policy(encode_layers(g, dict), g.consumers(), pc);
+  REQUIRE(policy.allows(d));
+  const Decision k = policy.canonical(d);
+  CHECK(k.group_device[0] == 5);
+  CHECK(k.group_device[1] == 2);
+  CHECK(k.group_device[2] == 7);
+  CHECK(policy.allows(k));
+  // Replicas keep their classes: the equal devices {0, 1, 3, 4, 6} hold five replicas as before.
+  int on_equal = 0;
+  for (const auto& r : k.group_replicas)
+    for (int dev : r) on_equal += dev != 2 && dev != 5 && dev != 7;
+  CHECK(on_equal == 5);
+}
