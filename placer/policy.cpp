@@ -1078,8 +1078,7 @@ struct Policy::Impl {
       // any allowed device that fits (a repeat); if none, no memory mask
       // (the measurer then reports the proposal out of memory).
       auto fits = [&](int k) {
-        return m_.device_allowed(k) && (with_primary(g, k) <= capacity(k) || fits_replicated(g, k)) &&
-               later_groups_still_fit(g, k);
+        return m_.device_allowed(k) && (fits_plainly(g, k) || fits_recomputing(g, k)) && later_groups_still_fit(g, k);
       };
       bool any = false;
       for (int k = 0; k < m_.D; ++k) any = any || (row[k] == 0.f && fits(k));
@@ -1123,6 +1122,12 @@ struct Policy::Impl {
       if (!used_[g]) return;
       taken_[k] = true;
       if (state_bytes_.empty()) return;
+      // A group that fits its device only recomputing recomputes (the
+      // measurer's recompute_where_needed marks it, as the planners do): its
+      // load, and its replicas', are counted so. Before, the device was masked,
+      // and every classical plan that recomputes a stage was one the policy
+      // could not draw (33 of the 460 training problems lost their expert).
+      if (!fits_plainly(g, k) && fits_recomputing(g, k)) must_recompute_[g] = true;
       load_[k] = with_primary(g, k) - workspace_with(g, k);
       note_workspace(g, k);
       device_of_[g] = k;
@@ -1186,9 +1191,11 @@ struct Policy::Impl {
     // group ran on another device: where they share one, core counts none, so
     // the mask is at most stricter than check_memory, never laxer (a group
     // that must recompute: than check_memory once recompute_where_needed ran).
-    double bytes(int g, int r) const {
+    // `recompute`: as if g recomputed (one micro-batch's activations kept).
+    double bytes(int g, int r, bool recompute = false) const {
       const int own = (micro_batches_ + r - 1) / r;
-      const int64_t kept = must_recompute_[g] ? 1 : micro_batches_in_flight(m_.cfg.memory.schedule, own, stages_);
+      const int64_t kept =
+          must_recompute_[g] || recompute ? 1 : micro_batches_in_flight(m_.cfg.memory.schedule, own, stages_);
       return state_bytes_[g] + activation_bytes_[g] * samples_ * static_cast<double>(kept) +
              boundary_bytes_[g] * samples_ * own;
     }
@@ -1228,7 +1235,9 @@ struct Policy::Impl {
         bool somewhere = false;
         for (int j = 0; j < m_.D && !somewhere; ++j) {
           if (!m_.device_allowed(j)) continue;
-          const double need = j == k ? with(g, 1, k) + bytes(h, 1) + std::max(0.0, extra_workspace) : with(h, 1, j);
+          // h fits j plainly or recomputing (bytes(h, 1, true) is the smaller).
+          const double need =
+              j == k ? with(g, 1, k) + bytes(h, 1, true) + std::max(0.0, extra_workspace) : with(h, 1, j, true);
           somewhere = need <= capacity(j);
         }
         if (!somewhere) return false;
@@ -1291,8 +1300,20 @@ struct Policy::Impl {
     // buffers g and the groups already on k (unreplicated) would exchange,
     // counted on both sides so far.
     double with_primary(int g, int k) const { return with(g, 1, k) - shared_bytes(g, k); }
+    // Whether device k holds g as it is counted: alone, or once replicated.
+    bool fits_plainly(int g, int k) const { return with_primary(g, k) <= capacity(k) || fits_replicated(g, k); }
+    // The same with g recomputing (false where it is counted so already).
+    bool fits_recomputing(int g, int k) const {
+      if (must_recompute_[g]) return false;
+      must_recompute_[g] = true;
+      const bool fits = fits_plainly(g, k);
+      must_recompute_[g] = false;
+      return fits;
+    }
     // Device k's need with group g (on one of its r replicas) added.
-    double with(int g, int r, int k) const { return load_[k] + bytes(g, r) + workspace_with(g, k); }
+    double with(int g, int r, int k, bool recompute = false) const {
+      return load_[k] + bytes(g, r, recompute) + workspace_with(g, k);
+    }
     void add(int g, int r, int k) {
       load_[k] += bytes(g, r);
       note_workspace(g, k);
@@ -1307,7 +1328,9 @@ struct Policy::Impl {
     std::vector<double> load_;
     std::vector<std::vector<int>> replica_devices_;  // per group: the devices of its replicas so far
     std::vector<bool> in_cycle_;
-    std::vector<bool> must_recompute_;  // per group, with the memory masks (mark_groups_that_must_recompute)
+    // Per group, with the memory masks: it recomputes (mark_groups_that_must_recompute,
+    // or its device holds it only so: take_primary).
+    mutable std::vector<bool> must_recompute_;  // fits_recomputing sets it for one query
     std::vector<double> state_bytes_, activation_bytes_;  // per group; empty = no memory masks
     std::vector<double> boundary_bytes_, largest_param_, largest_output_;
     std::vector<double> pair_bytes_;  // G x G: per sample, what g receives because of h (inputs from h, gradients for h)

@@ -56,7 +56,9 @@
 //  - allocation: each non-empty group may not reuse an earlier group's device
 //    while a free one remains (distinct_devices); with `memory`, a device
 //    whose load plus the group would pass its memory_mb (core's rule, for the
-//    micro-batch count drawn) is masked unless no device fits;
+//    micro-batch count drawn) even recomputing is masked unless no device
+//    fits; a group its device holds only recomputing is counted so (the
+//    measurer recomputes it, as the planners' plans do);
 //  - data parallelism: offered for a partition of k non-empty groups only
 //    where k devices hold a replica at ceil(batch / k), and then only on those;
 //  - replicas: only on a device no group holds yet, while the group has fewer

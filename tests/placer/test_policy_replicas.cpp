@@ -129,10 +129,10 @@ class ReplicaAwareEvaluator : public Evaluator {
 
 }  // namespace
 
-TEST_CASE("proposals with replicas are executable: validate_placement and check_memory pass on random DAGs and clusters") {
+TEST_CASE("proposals with replicas are executable: validate_placement and, recomputing where needed, check_memory pass on random DAGs and clusters") {
   std::mt19937_64 rng(2026);
   const int64_t batch = 16;
-  int proposals = 0, replicated = 0, noncontiguous = 0;
+  int proposals = 0, replicated = 0, noncontiguous = 0, recomputing = 0;
   for (int trial = 0; trial < 24; ++trial) {
     LayerGraph g = random_branchy_graph(rng, 2 + trial % 3, 256);
     const Optimizer optimizer = trial % 2 == 0 ? Optimizer::sgd : Optimizer::adam;  // Adam: 4 copies, not 3
@@ -152,12 +152,17 @@ TEST_CASE("proposals with replicas are executable: validate_placement and check_
       for (size_t i = 1; i < p.layer_group.size(); ++i) noncontiguous += p.layer_group[i] < p.layer_group[i - 1];
       Status valid = validate_placement(p, g, c, batch);
       CHECK_MESSAGE(valid.is_ok(), "trial ", trial, ": ", valid.message());
+      // As the measurer runs them: the groups that fit their device only
+      // recomputing recompute (recompute_where_needed), then core's rule holds.
+      CHECK(recompute_where_needed(p, g, c, batch));
+      recomputing += std::count(p.group_recompute.begin(), p.group_recompute.end(), 1) > 0;
       Status fits = check_memory(p, g, c, batch);
       CHECK_MESSAGE(fits.is_ok(), "trial ", trial, ": ", fits.message());
       if (has_replicas(d)) CHECK(std::isfinite(policy.log_prob(d)));
     }
   }
   CHECK(proposals == 24 * 40);
+  CHECK(recomputing > 0);  // a device that holds a group only recomputing is offered
   // The masks leave room for replicas: at the replica head's initial odds
   // (0.12 an offer) 16-57 of 960 proposals had one over test seeds 1-6 and 2026.
   CHECK(replicated >= proposals / 100);
