@@ -230,32 +230,47 @@ TEST_CASE("a policy file that is missing, truncated, corrupt or of another featu
   std::remove(bad.c_str());
 }
 
-TEST_CASE("the compute prior centres a neutral policy's stages on equal FLOPs, the depth prior on equal layer counts") {
-  // Nearly all FLOPs in the first three layers, then thirteen narrow ones.
+namespace {
+
+// Sixteen layers: nearly all FLOPs in the first three wide ones.
+LayerGraph wide_then_narrow_chain() {
   std::vector<int64_t> widths = {1024, 1024, 1024};
   widths.resize(16, 4);
-  LayerGraph g = test::linear_chain(widths);
+  return test::linear_chain(widths);
+}
+
+// `n` devices d0, d1, ... of `memory_mb` each.
+Cluster large_devices(int n, int64_t memory_mb = 1 << 16) {
   Cluster c;
-  for (int d = 0; d < 2; ++d) {
+  for (int d = 0; d < n; ++d) {
     Device dev;
     dev.name = "d" + std::to_string(d);
-    dev.memory_mb = 1 << 16;
+    dev.memory_mb = memory_mb;
     c.devices.push_back(dev);
   }
+  return c;
+}
+
+// The layers of a greedy decision's first group, for a neutral network under `cfg`'s prior.
+int greedy_first_stage(const LayerGraph& g, const PolicyConfig& cfg) {
+  static const auto net = new_policy_networks(32, 0.005, 5);
+  OpDictionary dict;
+  Policy p(encode_layers(g, dict), g.consumers(), cfg, net);
+  const Decision d = p.greedy();
+  return static_cast<int>(std::count(d.layer_group.begin(), d.layer_group.end(), d.layer_group.front()));
+}
+
+}  // namespace
+
+TEST_CASE("the compute prior centres a neutral policy's stages on equal FLOPs, the depth prior on equal layer counts") {
+  const LayerGraph g = wide_then_narrow_chain();
   SearchOptions so;
   so.batch_size = 32;
-  PolicyConfig depth = search_policy_config(g, c, so);
+  PolicyConfig depth = search_policy_config(g, large_devices(2), so);
   depth.prior_axis = PriorAxis::depth;
   PolicyConfig compute = depth;
   compute.prior_axis = PriorAxis::compute;
-  auto net = new_policy_networks(32, 0.005, 5);
-  OpDictionary dict;
-  auto first_stage = [&](const PolicyConfig& cfg) {
-    Policy p(encode_layers(g, dict), g.consumers(), cfg, net);
-    const Decision d = p.greedy();
-    return static_cast<int>(std::count(d.layer_group.begin(), d.layer_group.end(), d.layer_group.front()));
-  };
-  const int by_depth = first_stage(depth), by_compute = first_stage(compute);
+  const int by_depth = greedy_first_stage(g, depth), by_compute = greedy_first_stage(g, compute);
   CAPTURE(by_depth);
   CAPTURE(by_compute);
   CHECK(by_depth >= 6);    // about half the layers
@@ -264,16 +279,8 @@ TEST_CASE("the compute prior centres a neutral policy's stages on equal FLOPs, t
 
 TEST_CASE("the compute prior measures by the cost model's time where it is given, not by FLOPs") {
   // FLOPs in the first three layers, but (as a memory-bound tail can) the time in the last four.
-  std::vector<int64_t> widths = {1024, 1024, 1024};
-  widths.resize(16, 4);
-  LayerGraph g = test::linear_chain(widths);
-  Cluster c;
-  for (int d = 0; d < 2; ++d) {
-    Device dev;
-    dev.name = "d" + std::to_string(d);
-    dev.memory_mb = 1 << 16;
-    c.devices.push_back(dev);
-  }
+  const LayerGraph g = wide_then_narrow_chain();
+  const Cluster c = large_devices(2);
   SearchOptions so;
   so.batch_size = 32;
   so.layer_ms.assign(g.layers.size(), 0.1);
@@ -283,14 +290,7 @@ TEST_CASE("the compute prior measures by the cost model's time where it is given
   timed.prior_axis = PriorAxis::compute;
   PolicyConfig by_flops = timed;
   by_flops.totals.time_ms.clear();
-  auto net = new_policy_networks(32, 0.005, 5);
-  OpDictionary dict;
-  auto first_stage = [&](const PolicyConfig& cfg) {
-    Policy p(encode_layers(g, dict), g.consumers(), cfg, net);
-    const Decision d = p.greedy();
-    return static_cast<int>(std::count(d.layer_group.begin(), d.layer_group.end(), d.layer_group.front()));
-  };
-  const int flops_stage = first_stage(by_flops), time_stage = first_stage(timed);
+  const int flops_stage = greedy_first_stage(g, by_flops), time_stage = greedy_first_stage(g, timed);
   CAPTURE(flops_stage);
   CAPTURE(time_stage);
   CHECK(flops_stage <= 3);   // half the FLOPs: within the wide layers
@@ -313,13 +313,7 @@ TEST_CASE("the partition sees how slow the slowest link is against the compute, 
   // Three devices whose links average 1,000 Mbit/s from each: all alike, or
   // one link from each at 10 and the other at 1,990 (the device rows agree).
   auto cluster = [](bool uneven) {
-    Cluster c;
-    for (int d = 0; d < 3; ++d) {
-      Device dev;
-      dev.name = "d" + std::to_string(d);
-      dev.memory_mb = 1 << 14;
-      c.devices.push_back(dev);
-    }
+    Cluster c = large_devices(3, 1 << 14);
     c.default_link.bandwidth_mbps = 1000;
     if (uneven)
       for (int d = 0; d < 3; ++d) {
