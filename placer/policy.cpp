@@ -764,6 +764,17 @@ struct Policy::Impl {
     return cls;
   }
 
+  // The lowest unmasked device of the class with the most probability (a
+  // trained network may give that member almost none: the class is the choice).
+  static int class_argmax(const std::vector<float>& p, const std::vector<bool>& open, const std::vector<int>& cls) {
+    std::vector<double> mass(p.size(), 0.0);
+    for (size_t k = 0; k < p.size(); ++k) mass[cls[k]] += p[k];
+    const int best = static_cast<int>(std::max_element(mass.begin(), mass.end()) - mass.begin());
+    for (size_t k = 0; k < p.size(); ++k)
+      if (cls[k] == best && open[k]) return static_cast<int>(k);
+    return argmax(p.data(), static_cast<int>(p.size()));
+  }
+
   // `d` with its devices renamed within classes of interchangeable devices,
   // in the order the policy draws them: each non-empty group, in id order,
   // renames its device to the lowest of its class not yet given; then each
@@ -920,7 +931,7 @@ struct Policy::Impl {
     auto mp = torch::softmax(micro_logits(gr), 0).contiguous();
     d.micro_batch_index = rng ? draw(mp.data_ptr<float>(), M, *rng) : argmax(mp.data_ptr<float>(), M);
     AllocationMasks masks(*this, d.layer_group, d.micro_batch_index);
-    d.group_device = allocate(gr, d.layer_group, masks, rng, nullptr);
+    d.group_device = allocate(gr, d.layer_group, masks, rng, nullptr, typical);
     d.group_replicas.assign(G, {});
     if (replica_head) {
       auto rp = torch::sigmoid(pair_scores(gr, all_groups(), d.group_device, true).select(2, 1)).contiguous();
@@ -939,11 +950,18 @@ struct Policy::Impl {
   // scored knowing the devices of the groups before it and taken in `masks`
   // (which the replicas then continue from); `probs` (optional) gets each
   // group's distribution under its masks.
+  // `by_class` (no rng): each group takes the class of interchangeable
+  // devices (device_classes) with the most probability, at its lowest free
+  // member: the form train-policy imitates (canonical), where the argmax of
+  // single devices splits between members (0.46 / 0.54 for dev2 / dev3 of
+  // four equal devices left the stage on dev3 and dev2 idle).
   std::vector<int> allocate(const Groups& gr, const std::vector<int>& layer_group, AllocationMasks& masks,
-                            std::mt19937_64* rng, std::vector<std::vector<float>>* probs) {
+                            std::mt19937_64* rng, std::vector<std::vector<float>>* probs, bool by_class = false) {
+    const std::vector<int> cls = by_class && !rng ? device_classes() : std::vector<int>{};
     std::vector<int> device(G, -1);
     const auto used = nonempty(layer_group, G);
     std::vector<float> row(D), p(D);
+    std::vector<bool> open(D);
     for (int g = 0; g < G; ++g) {
       masks.primary_row(g, row.data());
       if (!used[g]) {
@@ -961,7 +979,9 @@ struct Policy::Impl {
         sum += p[k];
       }
       for (int k = 0; k < D; ++k) p[k] = static_cast<float>(p[k] / sum);
-      device[g] = rng ? draw(p.data(), D, *rng) : argmax(p.data(), D);
+      if (!cls.empty())
+        for (int k = 0; k < D; ++k) open[k] = zp[k] + row[k] > kMasked / 2;
+      device[g] = rng ? draw(p.data(), D, *rng) : cls.empty() ? argmax(p.data(), D) : class_argmax(p, open, cls);
       if (probs) probs->push_back(p);
       masks.take_primary(g, device[g]);
     }

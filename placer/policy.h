@@ -248,7 +248,9 @@ class Policy {
   // partition (a fixed seed; contiguous and follows_dag modes, else the
   // argmax), then the argmax at every later step. Where the network is
   // unsure at which layer to cut, the argmax cuts late or never; this cuts
-  // where most draws have. A trained policy's zero-shot plan.
+  // where most draws have. Each group's device is the likeliest class of
+  // interchangeable devices, at its lowest free member (the form
+  // train-policy imitates: canonical). A trained policy's zero-shot plan.
   Decision typical();
 
   // `d` with its devices renamed within classes of interchangeable devices

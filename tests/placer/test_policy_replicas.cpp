@@ -927,3 +927,32 @@ TEST_CASE("an expert's devices are renamed within classes of interchangeable dev
     for (int dev : r) on_equal += dev != 2 && dev != 5 && dev != 7;
   CHECK(on_equal == 5);
 }
+
+TEST_CASE("the typical decision takes the likeliest class of interchangeable devices at its lowest free member") {
+  // A policy taught to put its second stage on dev3 of four equal devices:
+  // its argmax does; its typical decision puts it on dev1, the same plan in
+  // the form train-policy imitates (Policy::canonical).
+  LayerGraph g = chain_graph(6);
+  Cluster c = equal_cluster(4, 1 << 14);
+  PolicyConfig pc = replica_config(g, c, 32, PartitionMode::contiguous, 6);
+  pc.max_replicas = 0;
+  OpDictionary dict;
+  Policy policy(encode_layers(g, dict), g.consumers(), pc);
+  Decision target;
+  const int L = static_cast<int>(g.layers.size());
+  for (int i = 0; i < L; ++i) target.layer_group.push_back(2 * i / L);
+  target.group_device.assign(pc.num_groups, 0);
+  target.group_device[1] = 3;
+  target.micro_batch_index = 2;
+  target.group_replicas.assign(pc.num_groups, {});
+  REQUIRE(policy.allows(target));
+  policy.imitate(target, 60, 0.05);
+  const Decision greedy = policy.greedy(), typical = policy.typical();
+  REQUIRE(greedy.layer_group == target.layer_group);
+  CHECK(greedy.group_device[0] == 0);
+  CHECK(greedy.group_device[1] == 3);
+  REQUIRE(typical.layer_group == target.layer_group);
+  CHECK(typical.group_device[0] == 0);
+  CHECK(typical.group_device[1] == 1);
+  CHECK(policy.canonical(greedy).group_device == typical.group_device);
+}
