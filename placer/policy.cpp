@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <limits>
 #include <numeric>
 #include <optional>
 #include <sstream>
@@ -94,42 +93,12 @@ constexpr int kGroupPositionWidth = 8;   // log2 G, g/(G-1) and its sin/cos at 3
 constexpr int kPairWidth = 5;            // per (group, device): load, memory, receive time, shared device, replica sync
 constexpr int kMicroSlots = 8;           // micro-batch counts 1, 2, 4, ..., 128
 constexpr int kMicroHead = kMicroSlots + 1;  // and data parallelism
-// mean device row, spread, batch, devices, and a cut's time over the slowest and fastest link against the compute
-constexpr int kMicroInputExtra = kDeviceFeatureWidth + 6;
+constexpr int kMicroInputExtra = kDeviceFeatureWidth + 4;  // mean device row, spread, batch, devices
 // What the group queries see of the problem: the micro-batch head's view of
 // the cluster, the fastest device's share, and the model's size (FLOPs,
 // parameters, largest activation of a batch), so one network can cut a model
 // into one stage for a cluster with a dominant device and into many for equals.
 constexpr int kPartitionContextWidth = kMicroInputExtra + 4;
-
-// Whether cutting the model pays on this cluster, without units to learn:
-// log10 of the time to send a typical cut (the median layer output, forward
-// and back, for the batch) over the cluster's slowest and over its fastest
-// link, against the batch's compute spread over every device (the cost
-// model's layer times summed over the devices, / D); / 3, clamped to [-2, 2].
-// Zeros where the layer times are unknown (a fresh search without a cost model).
-torch::Tensor cut_cost_row(const LayerTotals& t, const DeviceTraits& devices, int64_t batch) {
-  double compute_ms = 0;
-  for (double ms : t.time_ms) compute_ms += ms;
-  const int D = devices.size();
-  compute_ms *= static_cast<double>(batch) / std::max<int64_t>(1, batch / std::max(1, D)) / std::max(1, D) / std::max(1, D);
-  double slowest = std::numeric_limits<double>::infinity(), fastest = 0;
-  for (int a = 0; a < D; ++a)
-    for (int b = 0; b < D; ++b)
-      if (a != b) {
-        slowest = std::min(slowest, devices.link_mbps[static_cast<size_t>(a) * D + b]);
-        fastest = std::max(fastest, devices.link_mbps[static_cast<size_t>(a) * D + b]);
-      }
-  if (!(compute_ms > 0) || t.output_mb.empty() || D < 2 || !(slowest > 0)) return torch::zeros({2});
-  std::vector<double> outputs = t.output_mb;
-  std::nth_element(outputs.begin(), outputs.begin() + outputs.size() / 2, outputs.end());
-  const double cut_mbit = 2.0 * outputs[outputs.size() / 2] * static_cast<double>(batch) * 8.0;
-  auto ratio = [&](double mbps) {
-    const double comm_ms = std::max(1e-9, cut_mbit / mbps * 1e3);
-    return static_cast<float>(std::clamp(std::log10(comm_ms / compute_ms) / 3.0, -2.0, 2.0));
-  };
-  return torch::tensor({ratio(slowest), ratio(fastest)});
-}
 
 // The model's size for a batch, log-scaled to about [-1, 1]: GFLOPs, parameter
 // MB, the largest layer output in MB (what a cut may have to send).
@@ -383,7 +352,7 @@ struct Policy::Impl {
   torch::Tensor layer_input;  // L x 50: features | depth | compute position
   torch::Tensor group_query_input;  // G x (8 + kPartitionContextWidth): position | problem context
   torch::Tensor device_rows;  // D x 7 (encode_devices)
-  torch::Tensor micro_extra;  // mean device row | spread | log2 batch / 8 | log2 D / 4 | cut costs
+  torch::Tensor micro_extra;  // mean device row | spread | log2 batch / 8 | log2 D / 4
   torch::Tensor micro_slots;  // M: the head's slot of each choice (data parallel last)
   torch::Tensor no_data_parallel;  // M: kMasked on the data-parallel choice, 0 elsewhere
   torch::Tensor device_mask;  // D: 0 or kMasked
@@ -1467,8 +1436,7 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
   m.micro_extra = torch::cat({m.device_rows.mean(0),
                               torch::stack({share.std(false), share.min()}),
                               torch::tensor({static_cast<float>(std::log2(static_cast<double>(m.batch)) / 8.0),
-                                             static_cast<float>(std::log2(static_cast<double>(m.D)) / 4.0)}),
-                              cut_cost_row(m.cfg.totals, m.cfg.devices, m.batch)});
+                                             static_cast<float>(std::log2(static_cast<double>(m.D)) / 4.0)})});
   auto pos = group_positions(m.G);
   auto context = torch::cat({m.micro_extra, share.max().reshape({1}), model_size_row(m.cfg.totals, m.batch)});
   m.group_query_input = torch::cat(

@@ -15,9 +15,7 @@
 //               to all-reduce its gradients with its primary over their link]
 //               -> per group a softmax over devices;
 //   micro-batches: [mean of the attended groups | mean device row | batch,
-//               devices | a typical cut's time over the slowest and the
-//               fastest link against the compute (with totals.time_ms; the
-//               partition's queries see these too)] -> softmax over {1, 2, 4, ...} up to the batch size,
+//               devices] -> softmax over {1, 2, 4, ...} up to the batch size,
 //               and (offer_data_parallel) one more choice: data parallelism, a
 //               full replica of the model on each device the allocation gave a group
 //               and on each device a group took as its replica;

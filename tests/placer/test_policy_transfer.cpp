@@ -308,42 +308,6 @@ TEST_CASE("the compute prior measures by the cost model's time where it is given
   CHECK(ms[1] > ms[last - 1]);  // a 1024-wide layer costs more than a 4-wide one
 }
 
-TEST_CASE("the partition sees how slow the slowest link is against the compute, where each device's mean link is the same") {
-  LayerGraph g = test::linear_chain({256, 256, 256, 256, 256, 256});
-  // Three devices whose links average 1,000 Mbit/s from each: all alike, or
-  // one link from each at 10 and the other at 1,990 (the device rows agree).
-  auto cluster = [](bool uneven) {
-    Cluster c = large_devices(3, 1 << 14);
-    c.default_link.bandwidth_mbps = 1000;
-    if (uneven)
-      for (int d = 0; d < 3; ++d) {
-        c.links.push_back(Link{c.devices[d].name, c.devices[(d + 1) % 3].name, 10, 0.05});
-        c.links.push_back(Link{c.devices[d].name, c.devices[(d + 2) % 3].name, 1990, 0.05});
-      }
-    return c;
-  };
-  const Cluster even = cluster(false), uneven = cluster(true);
-  REQUIRE(encode_devices(device_traits(even), 1).data == encode_devices(device_traits(uneven), 1).data);
-  auto net = new_policy_networks(32, 0.005, 3);
-  OpDictionary dict;
-  auto probs = [&](const Cluster& c, bool timed) {
-    SearchOptions so;
-    so.batch_size = 32;
-    so.initial_policy = net;
-    if (timed) so.layer_ms.assign(g.layers.size(), 5.0);
-    Policy p(encode_layers(g, dict), g.consumers(), search_policy_config(g, c, so), net);
-    return p.partition_probs();
-  };
-  auto largest_difference = [](const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-    float most = 0;
-    for (size_t i = 0; i < a.size(); ++i)
-      for (size_t k = 0; k < a[i].size(); ++k) most = std::max(most, std::abs(a[i][k] - b[i][k]));
-    return most;
-  };
-  CHECK(largest_difference(probs(even, false), probs(uneven, false)) == 0.f);  // no layer times: no cut cost
-  CHECK(largest_difference(probs(even, true), probs(uneven, true)) > 0.f);  // a fresh network barely weighs it
-}
-
 TEST_CASE("fine-tuning from a trained policy starts from its decisions, and the search reports its zero-shot plan") {
   std::mt19937_64 rng(8);
   LayerGraph g = random_cnn(rng, "g");
