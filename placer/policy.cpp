@@ -349,6 +349,7 @@ struct Policy::Impl {
   double floor_samples = 0;  // the smallest micro-batch any choice runs a group copy at
   double largest_device_bytes = 0;
   bool replica_head = false;  // max_replicas > 0 and more than one device
+  std::vector<int> device_class;  // per device: device_classes(), fixed by the config
   torch::Tensor layer_input;  // L x 50: features | depth | compute position
   torch::Tensor group_query_input;  // G x (8 + kPartitionContextWidth): position | problem context
   torch::Tensor device_rows;  // D x 7 (encode_devices)
@@ -704,7 +705,7 @@ struct Policy::Impl {
   // traits and permission, the same links both ways between them and to and
   // from every other device. Swapping two such devices leaves the cluster as
   // it was, so any permutation within a class does.
-  std::vector<int> device_classes() const {
+  std::vector<int> device_classes() const {  // once, in the constructor: device_class
     const DeviceTraits& t = cfg.devices;
     auto link_equal = [&](int a, int b, int x, int y) {  // link a->b equals link x->y
       return t.link_mbps[static_cast<size_t>(a) * D + b] == t.link_mbps[static_cast<size_t>(x) * D + y] &&
@@ -755,7 +756,7 @@ struct Policy::Impl {
   std::optional<Decision> canonical(const Decision& d) {
     if (static_cast<int>(d.group_device.size()) != G || static_cast<int>(d.layer_group.size()) != L)
       return std::nullopt;
-    const std::vector<int> cls = device_classes();
+    const std::vector<int>& cls = device_class;
     const auto used = nonempty(d.layer_group, G);
     Decision c = d;
     std::vector<int> renamed(D, -1);
@@ -794,9 +795,14 @@ struct Policy::Impl {
       });
       if (std::any_of(wanted.begin(), wanted.end(), [](int w) { return w > 0; })) return std::nullopt;
     }
-    if (score(c, partition_logits()).first.item<double>() <= kMasked / 1000) return std::nullopt;
+    if (!allows(c)) return std::nullopt;
     return c;
   }
+
+  // Whether the masks allow every choice of `d`: a masked choice adds kMasked
+  // to its logit, so its log probability is about kMasked; any real one is far
+  // above a thousandth of it.
+  bool allows(const Decision& d) { return score(d, partition_logits()).first.item<double>() > kMasked / 1000; }
 
   static bool has_replica(const Decision& d, int g, int k) {
     if (d.group_replicas.size() <= static_cast<size_t>(g)) return false;
@@ -926,7 +932,7 @@ struct Policy::Impl {
   // four equal devices left the stage on dev3 and dev2 idle).
   std::vector<int> allocate(const Groups& gr, const std::vector<int>& layer_group, AllocationMasks& masks,
                             std::mt19937_64* rng, std::vector<std::vector<float>>* probs, bool by_class = false) {
-    const std::vector<int> cls = by_class && !rng ? device_classes() : std::vector<int>{};
+    const bool classes = by_class && !rng;
     std::vector<int> device(G, -1);
     const auto used = nonempty(layer_group, G);
     std::vector<float> row(D), p(D);
@@ -948,9 +954,9 @@ struct Policy::Impl {
         sum += p[k];
       }
       for (int k = 0; k < D; ++k) p[k] = static_cast<float>(p[k] / sum);
-      if (!cls.empty())
+      if (classes)
         for (int k = 0; k < D; ++k) open[k] = zp[k] + row[k] > kMasked / 2;
-      device[g] = rng ? draw(p.data(), D, *rng) : cls.empty() ? argmax(p.data(), D) : class_argmax(p, open, cls);
+      device[g] = rng ? draw(p.data(), D, *rng) : classes ? class_argmax(p, open, device_class) : argmax(p.data(), D);
       if (probs) probs->push_back(p);
       masks.take_primary(g, device[g]);
     }
@@ -1067,7 +1073,7 @@ struct Policy::Impl {
       // any allowed device that fits (a repeat); if none, no memory mask
       // (the measurer then reports the proposal out of memory).
       auto fits = [&](int k) {
-        return m_.device_allowed(k) && (fits_plainly(g, k) || fits_recomputing(g, k)) && later_groups_still_fit(g, k);
+        return m_.device_allowed(k) && fits_on(g, k, true) && later_groups_still_fit(g, k);
       };
       bool any = false;
       for (int k = 0; k < m_.D; ++k) any = any || (row[k] == 0.f && fits(k));
@@ -1116,7 +1122,7 @@ struct Policy::Impl {
       // load, and its replicas', are counted so. Before, the device was masked,
       // and every classical plan that recomputes a stage was one the policy
       // could not draw (33 of the 460 training problems lost their expert).
-      if (!fits_plainly(g, k) && fits_recomputing(g, k)) must_recompute_[g] = true;
+      if (!fits_on(g, k) && fits_on(g, k, true)) must_recompute_[g] = true;
       load_[k] = with_primary(g, k) - workspace_with(g, k);
       note_workspace(g, k);
       device_of_[g] = k;
@@ -1245,12 +1251,14 @@ struct Policy::Impl {
     // Whether g with its primary on k could fit once replicated: at some
     // number of copies k holds its share and enough free devices besides k,
     // after one for each later group's primary, hold theirs.
-    bool fits_replicated(int g, int k) const {
+    bool fits_replicated(int g, int k, bool recompute = false) const {
       if (!m_.replica_head || data_parallel_ || in_cycle_[g] || m_.cfg.max_replicas < 1) return false;
       int later_groups = 0;
       for (int h = g + 1; h < m_.G; ++h) later_groups += used_[h];
       for (int copies = 2; copies <= most_copies(); ++copies)
-        if (with(g, copies, k) <= capacity(k) && candidates(g, copies, 0, k) - later_groups >= copies - 1) return true;
+        if (with(g, copies, k, recompute) <= capacity(k) &&
+            candidates(g, copies, 0, k, recompute) - later_groups >= copies - 1)
+          return true;
       return false;
     }
     // Whether g's devices so far (its primary's and its replicas') hold it
@@ -1269,10 +1277,10 @@ struct Policy::Impl {
     int most_copies() const { return std::min(1 + m_.cfg.max_replicas, micro_batches_); }
     // Free allowed devices from index `from` on, other than `except`, that
     // would hold a replica of g at `copies` copies.
-    int candidates(int g, int copies, int from, int except) const {
+    int candidates(int g, int copies, int from, int except, bool recompute = false) const {
       int n = 0;
       for (int j = from; j < m_.D; ++j)
-        if (j != except && !taken_[j] && m_.device_allowed(j) && with(g, copies, j) <= capacity(j)) ++n;
+        if (j != except && !taken_[j] && m_.device_allowed(j) && with(g, copies, j, recompute) <= capacity(j)) ++n;
       return n;
     }
     // Whether, after deciding device k (a replica there or not), some number
@@ -1288,16 +1296,12 @@ struct Policy::Impl {
     // Device k's need with group g's primary added: bytes(g, 1) less the
     // buffers g and the groups already on k (unreplicated) would exchange,
     // counted on both sides so far.
-    double with_primary(int g, int k) const { return with(g, 1, k) - shared_bytes(g, k); }
-    // Whether device k holds g as it is counted: alone, or once replicated.
-    bool fits_plainly(int g, int k) const { return with_primary(g, k) <= capacity(k) || fits_replicated(g, k); }
-    // The same with g recomputing (false where it is counted so already).
-    bool fits_recomputing(int g, int k) const {
-      if (must_recompute_[g]) return false;
-      must_recompute_[g] = true;
-      const bool fits = fits_plainly(g, k);
-      must_recompute_[g] = false;
-      return fits;
+    double with_primary(int g, int k, bool recompute = false) const {
+      return with(g, 1, k, recompute) - shared_bytes(g, k);
+    }
+    // Whether device k holds g (`recompute`: as if g recomputed), alone or once replicated.
+    bool fits_on(int g, int k, bool recompute = false) const {
+      return with_primary(g, k, recompute) <= capacity(k) || fits_replicated(g, k, recompute);
     }
     // Device k's need with group g (on one of its r replicas) added.
     double with(int g, int r, int k, bool recompute = false) const {
@@ -1319,7 +1323,7 @@ struct Policy::Impl {
     std::vector<bool> in_cycle_;
     // Per group, with the memory masks: it recomputes (mark_groups_that_must_recompute,
     // or its device holds it only so: take_primary).
-    mutable std::vector<bool> must_recompute_;  // fits_recomputing sets it for one query
+    std::vector<bool> must_recompute_;
     std::vector<double> state_bytes_, activation_bytes_;  // per group; empty = no memory masks
     std::vector<double> boundary_bytes_, largest_param_, largest_output_;
     std::vector<double> pair_bytes_;  // G x G: per sample, what g receives because of h (inputs from h, gradients for h)
@@ -1461,6 +1465,7 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
                        static_cast<int>(mem.layer_activation_bytes.size()) != m.L || mem.batch_size < 1))
     m.cfg.memory = PolicyMemory{};  // sizes that do not match the model and cluster: no memory masks
   m.set_partition_floors();
+  m.device_class = m.device_classes();
 }
 
 Policy::~Policy() = default;
@@ -1481,9 +1486,10 @@ double Policy::log_prob(const Decision& d) {
   return impl_->score(d, impl_->partition_logits()).first.item<double>();
 }
 
-// A masked choice adds kMasked to its logit, so its log probability is about
-// kMasked; any real one is far above a thousandth of it.
-bool Policy::allows(const Decision& d) { return log_prob(d) > kMasked / 1000; }
+bool Policy::allows(const Decision& d) {
+  torch::NoGradGuard ng;
+  return impl_->allows(d);
+}
 
 bool Policy::partition_allowed(const std::vector<int>& layer_group) const {
   const Impl& m = *impl_;

@@ -493,10 +493,10 @@ TEST_CASE("every plan of the planners train-policy imitates is one the policy ca
     SimulatorEvaluator evaluator(g, c, cost.value(), 32);
     SearchOptions so;
     so.batch_size = 32;
-    so.initial_policy = new_policy_networks(16, 0.005, 1);
+    so.initial_policy = new_policy_networks(16, 0.005, 1);  // a trained policy's config
     const PolicyConfig pc = search_policy_config(g, c, so);
     OpDictionary dict;
-    Policy policy(encode_layers(g, dict), g.consumers(), pc, new_policy_networks(16, 0.005, 1));
+    Policy policy(encode_layers(g, dict), g.consumers(), pc, clone_policy_networks(*so.initial_policy, 0.005));
     BaselineOptions bo;
     bo.batch_size = 32;
     bo.planners = {"time", "dp", "pipedream", "pipelearn"};
