@@ -795,6 +795,9 @@ struct Policy::Impl {
       });
       if (std::any_of(wanted.begin(), wanted.end(), [](int w) { return w > 0; })) return std::nullopt;
     }
+    // Nothing renamed (every class a single device, or already canonical): `d`
+    // either way, so the caller's own check stands and no scoring is needed.
+    if (c.group_device == d.group_device && c.group_replicas == d.group_replicas) return c;
     if (!allows(c)) return std::nullopt;
     return c;
   }
