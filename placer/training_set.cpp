@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/zoo.h"
+
 namespace tapp {
 namespace {
 
@@ -173,6 +175,25 @@ LayerGraph random_deep_cnn(std::mt19937_64& rng, const std::string& name) {
     branchy_body(b, rng, x, width, side / 4);
   infer_shapes(b.g);  // valid by construction: strides stop at a side of 1
   return b.g;
+}
+
+LayerGraph random_transformer(std::mt19937_64& rng, const std::string& name) {
+  // The forms the zoo builds (gpt2: causal, tied lm_head; text_transformer:
+  // pre-norm, class-token head; bert_base: post-norm, pooler and classifier)
+  // at shapes of their own, so a held-out transformer's family is seen in
+  // training and its size is not.
+  static const char* const kForms[] = {"gpt2", "text_transformer", "bert_base"};
+  const std::string form = kForms[pick(rng, 0, 2)];
+  ModelOptions o;
+  o.layers = pick(rng, 2, 16);
+  o.width = std::vector<int64_t>{128, 256, 384, 512, 768, 1024}[pick(rng, 0, 5)];
+  o.heads = o.width / 64;
+  o.input_size = int64_t{64} << pick(rng, 0, 4);
+  o.vocabulary = static_cast<int64_t>(std::round(std::pow(10.0, uniform(rng, 3.0, std::log10(60000.0)))));
+  if (form != "gpt2") o.num_classes = std::vector<int64_t>{2, 4, 10, 100}[pick(rng, 0, 3)];
+  auto g = zoo_model(form, o);  // valid by construction: 64 divides every width
+  g->name = name;
+  return std::move(*g);
 }
 
 Cluster random_cluster(std::mt19937_64& rng, const std::string& name) {

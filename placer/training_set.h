@@ -12,6 +12,12 @@
 //                   Inception-like blocks of 2-4 towers joined by a concat;
 //                   global average pool and the classifier; 32-224 inputs,
 //                   8-64 channels after the stem.
+//   random_transformer: the zoo's transformer builders (model/zoo.h) at
+//                   random shapes: a causal language model with a tied
+//                   output table (GPT-2's form), a pre-norm encoder or a
+//                   post-norm one (BERT's) with a classifier; 2-16 blocks of
+//                   width 128-1024 (64 per head), 64-1024 tokens, a vocabulary
+//                   of 1,000-60,000 (log-uniform).
 //   random_cluster: 2-8 devices of 0.5-16 GB, the fastest of speed 0.1-100
 //                   (log-uniform: a slow core to an accelerator; a third of
 //                   the clusters all equal, the others 0.1-1x of it), a
@@ -34,6 +40,7 @@ namespace tapp {
 
 LayerGraph random_cnn(std::mt19937_64& rng, const std::string& name);
 LayerGraph random_deep_cnn(std::mt19937_64& rng, const std::string& name);
+LayerGraph random_transformer(std::mt19937_64& rng, const std::string& name);
 Cluster random_cluster(std::mt19937_64& rng, const std::string& name);
 
 }  // namespace tapp

@@ -1,8 +1,8 @@
 // tapp-cli train-policy: one TAPP policy trained across many models and clusters (issue 17).
 //
 // Problems: every model (--models: zoo names or files; --random-models N:
-// placer/training_set.h's random CNNs, every other one deep) on every cluster (--clusters: files;
-// --random-clusters N), each with the simulator's costs by `tapp-cli plan`'s
+// placer/training_set.h's random CNNs, every other one deep; --random-transformers N) on every
+// cluster (--clusters: files; --random-clusters N), each with the simulator's costs by `tapp-cli plan`'s
 // rule (cost_inputs.h; --costs auto by default: cached profiles, else the
 // multiply-add estimate). placer/train_policy.h trains one network on them in
 // turn for --iterations or --time-budget, with a progress bar on stderr and a
@@ -28,7 +28,7 @@ namespace {
 
 struct TrainArgs {
   std::vector<std::string> models, clusters;
-  int random_models = 0, random_clusters = 0;
+  int random_models = 0, random_transformers = 0, random_clusters = 0;
   int iterations = 0, checkpoint_every = 200, hidden = 64, imitation_steps = 1, cloning_epochs = 200;
   double time_budget_s = 0;
   int64_t batch = 32;
@@ -53,7 +53,8 @@ int train_cmd(const TrainArgs& a) {
   if (a.iterations <= 0 && !(a.time_budget_s > 0)) return bad_input("give --iterations N or --time-budget S");
   if (a.costs != "auto" && a.costs != "estimated" && a.costs != "profile")
     return bad_input("--costs: unknown source \"" + a.costs + "\"; expected auto, estimated or profile");
-  if (a.models.empty() && a.random_models == 0) return bad_input("--models: name at least one model (or --random-models N)");
+  if (a.models.empty() && a.random_models == 0 && a.random_transformers == 0)
+    return bad_input("--models: name at least one model (or --random-models N, --random-transformers N)");
   if (a.clusters.empty() && a.random_clusters == 0)
     return bad_input("--clusters: name at least one cluster file (or --random-clusters N)");
 
@@ -84,6 +85,11 @@ int train_cmd(const TrainArgs& a) {
   for (int k = 0; k < a.random_clusters; ++k) {
     cluster_names.push_back("random_cluster" + std::to_string(k + 1));
     clusters.push_back(random_cluster(rng, cluster_names.back()));
+  }
+  // Drawn after the clusters, so adding them keeps a seed's other problems.
+  for (int k = 0; k < a.random_transformers; ++k) {
+    graph_names.push_back("random_transformer" + std::to_string(k + 1));
+    graphs.push_back(random_transformer(rng, graph_names.back()));
   }
 
   std::vector<TrainProblem> problems;
@@ -173,6 +179,9 @@ void add_train_policy_command(CLI::App& app, int& exit_code) {
   auto* sub = app.add_subcommand("train-policy", "train one TAPP policy across many models and clusters (simulated)");
   sub->add_option("--models", args->models, "zoo names or model files, comma-separated")->delimiter(',');
   sub->add_option("--random-models", args->random_models, "also this many random CNNs, every other one deep (residual or Inception-like; default 0)")
+      ->check(CLI::Range(0, 1000));
+  sub->add_option("--random-transformers", args->random_transformers,
+                  "also this many random transformers: GPT-2-, encoder- or BERT-like at random sizes (default 0)")
       ->check(CLI::Range(0, 1000));
   sub->add_option("--clusters", args->clusters, "cluster files, comma-separated")->delimiter(',');
   sub->add_option("--random-clusters", args->random_clusters, "also this many random clusters (default 0)")

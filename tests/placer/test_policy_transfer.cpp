@@ -95,6 +95,37 @@ TEST_CASE("random deep CNNs: valid residual and Inception-like graphs of 30-250 
   CHECK(branchy >= 6);
 }
 
+TEST_CASE("random transformers: valid graphs of each zoo form at shapes of their own, deterministic for a seed") {
+  std::mt19937_64 rng(7), again_rng(7);
+  int causal = 0, post_norm = 0, classifier = 0;
+  for (int k = 0; k < 24; ++k) {
+    const LayerGraph g = random_transformer(rng, "t" + std::to_string(k));
+    CHECK(g.name == "t" + std::to_string(k));
+    LayerGraph again = g;
+    REQUIRE(infer_shapes(again).is_ok());
+    CHECK(random_transformer(again_rng, g.name).layers.size() == g.layers.size());
+    int attention = 0;
+    bool is_causal = false, lm_head = false;
+    for (const Layer& l : g.layers) {
+      attention += l.op == "self_attention";
+      is_causal = is_causal || (l.op == "self_attention" && l.attrs.causal);
+      lm_head = lm_head || l.op == "lm_head";
+    }
+    CHECK(attention >= 2);
+    CHECK(attention <= 16);
+    CHECK(is_causal == lm_head);  // the language model is the causal form
+    causal += is_causal;
+    post_norm += g.index_of("embeddings.LayerNorm") >= 0;  // BERT's form
+    classifier += !lm_head && g.layers.back().op == "linear";
+    const Layer& embedding = g.layers.front();
+    CHECK(embedding.attrs.entries >= 1000);
+    CHECK(embedding.attrs.entries <= 60000);
+  }
+  CHECK(causal >= 4);
+  CHECK(post_norm >= 4);
+  CHECK(classifier >= 8);
+}
+
 TEST_CASE("random clusters: valid, and each network form is drawn: one fabric, slow pairs, two islands") {
   std::mt19937_64 rng(11);
   int fabric = 0, islands = 0, pairs = 0;
