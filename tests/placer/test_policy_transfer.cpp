@@ -167,15 +167,15 @@ TEST_CASE("random clusters: valid, and each network form is drawn: one fabric, s
   CHECK(pairs >= 5);
 }
 
-TEST_CASE("one network places clusters of 2, 4 and 8 devices, and models of any depth") {
+TEST_CASE("one network places clusters of 2, 4 and 8 devices, and models of any depth and family") {
   auto net = new_policy_networks(32, 0.005, 7);
   std::mt19937_64 rng(11);
   for (int devices : {2, 4, 8}) {
     Cluster c;
     do c = random_cluster(rng, "c");
     while (c.num_devices() != devices);
-    for (int m = 0; m < 3; ++m) {
-      LayerGraph g = m < 2 ? random_cnn(rng, "g") : random_deep_cnn(rng, "g");
+    for (int m = 0; m < 4; ++m) {
+      LayerGraph g = m < 2 ? random_cnn(rng, "g") : m == 2 ? random_deep_cnn(rng, "g") : random_transformer(rng, "g");
       OpDictionary dict;
       auto policy = policy_for(g, c, net, dict);
       for (const Decision& d : samples(*policy, 5, 20)) {
