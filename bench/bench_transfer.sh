@@ -3,7 +3,8 @@
 #
 # 1. Trains one policy (tapp-cli train-policy, simulated, batch 32) on the
 #    training split: TRAIN_MODELS (alexnet, vgg16, alexnet_cifar, vgg5, mlp,
-#    bert_base, vit_b_16, text_transformer) and RANDOM_MODELS random CNNs, on
+#    bert_base, vit_b_16, text_transformer), RANDOM_MODELS random CNNs and
+#    RANDOM_TRANSFORMERS random transformers (default 0: docs/transfer.md), on
 #    cluster_4hetero, cluster_8equal, cluster_2cpu and RANDOM_CLUSTERS random
 #    clusters: CLONING_EPOCHS of behaviour cloning, then TRAIN_ITERATIONS
 #    iterations (seed TRAIN_SEED, default 1; HIDDEN units).
@@ -22,7 +23,7 @@
 # Compare by evaluations, not seconds: the counts do not depend on the machine's load.
 #
 # Usage: bench/bench_transfer.sh [BUILD_DIR]   env: TRAIN_ITERATIONS=3000 RANDOM_MODELS=24 RANDOM_CLUSTERS=20
-#   TRAIN_MODELS=... CLONING_EPOCHS=200 HIDDEN=64 TRAIN_SEED=1
+#   RANDOM_TRANSFORMERS=0 TRAIN_MODELS=... CLONING_EPOCHS=200 HIDDEN=64 TRAIN_SEED=1
 #   ITERATIONS=200 SEEDS="1 2 3" MODELS=... CLUSTERS=... POLICY=file (skip training) TAPP_BENCH_OUT=dir
 set -euo pipefail
 BUILD=${1:-build}
@@ -38,6 +39,7 @@ HIDDEN=${HIDDEN:-64}
 TRAIN_SEED=${TRAIN_SEED:-1}  # the networks' and the random models' and clusters' seed
 RANDOM_MODELS=${RANDOM_MODELS:-24}
 RANDOM_CLUSTERS=${RANDOM_CLUSTERS:-20}
+RANDOM_TRANSFORMERS=${RANDOM_TRANSFORMERS:-0}
 ITERATIONS=${ITERATIONS:-200}
 SEEDS=${SEEDS:-"1 2 3"}
 MODELS=${MODELS:-"resnet50 inception_v3 tiny_inception resnet18_script gpt2"}
@@ -47,7 +49,7 @@ PYTHON=${TAPP_PYTHON:-/usr/bin/python3}
 POLICY=${POLICY:-$OUT/policy.pt}
 if [ ! -f "$POLICY" ]; then
   echo "== training on the training split ($TRAIN_ITERATIONS iterations) =="
-  "$CLI" train-policy --models "$TRAIN_MODELS" --random-models "$RANDOM_MODELS" \
+  "$CLI" train-policy --models "$TRAIN_MODELS" --random-models "$RANDOM_MODELS" --random-transformers "$RANDOM_TRANSFORMERS" \
     --clusters "$ROOT/examples/cluster_4hetero.json,$ROOT/examples/cluster_8equal.json,$ROOT/examples/cluster_2cpu.json" \
     --random-clusters "$RANDOM_CLUSTERS" --iterations "$TRAIN_ITERATIONS" --cloning-epochs "$CLONING_EPOCHS" \
     --hidden "$HIDDEN" --seed "$TRAIN_SEED" --out "$POLICY" | tee "$OUT/train.txt"
