@@ -37,7 +37,8 @@ struct ModelOptions {
   // set (BertModel alone ends at the pooler); gpt2 predicts its vocabulary.
   int64_t num_classes = 0;
   // Transformers and text classifiers only: vocabulary (gpt2 50257, bert_base 30522), blocks,
-  // width (d_model) and attention heads, e.g. for tiny versions in tests.
+  // width (d_model) and attention heads, e.g. for tiny versions in tests and the random
+  // transformers a policy trains on (placer/training_set.h).
   int64_t vocabulary = 0;
   int64_t layers = 0;
   int64_t width = 0;

@@ -103,7 +103,9 @@ TEST_CASE("random transformers: valid graphs of each zoo form at shapes of their
     CHECK(g.name == "t" + std::to_string(k));
     LayerGraph again = g;
     REQUIRE(infer_shapes(again).is_ok());
-    CHECK(random_transformer(again_rng, g.name).layers.size() == g.layers.size());
+    const LayerGraph same_seed = random_transformer(again_rng, g.name);
+    CHECK(same_seed.layers.size() == g.layers.size());
+    CHECK(same_seed.layers.front().attrs.entries == g.layers.front().attrs.entries);
     int attention = 0;
     bool is_causal = false, lm_head = false;
     for (const Layer& l : g.layers) {
@@ -468,6 +470,9 @@ TEST_CASE("tapp-cli train-policy: bad input exits 2 naming it and writes nothing
   CHECK(r.out.find("speed") != std::string::npos);
   r = test::run_cli("train-policy --models mlp --clusters " + cluster + " --out " + out, true);
   CHECK(r.exit_code == 2);  // neither --iterations nor --time-budget
+  r = test::run_cli("train-policy --random-transformers -1 --clusters " + cluster + " --iterations 5 --out " + out, true);
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.find("--random-transformers") != std::string::npos);
   CHECK_FALSE(exists(out));
   r = test::run_cli("optimize mlp --devices " + cluster + " --policy " + broken, true);
   CHECK(r.exit_code == 2);
