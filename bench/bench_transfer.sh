@@ -22,7 +22,7 @@
 # transfer.svg (median best-so-far against evaluations, both starts) to OUT.
 # Compare by evaluations, not seconds: the counts do not depend on the machine's load.
 #
-# Usage: bench/bench_transfer.sh [BUILD_DIR]   env: TRAIN_ITERATIONS=3000 RANDOM_MODELS=24 RANDOM_CLUSTERS=20
+# Usage: bench/bench_transfer.sh [BUILD_DIR]   env: TRAIN_ITERATIONS=3000 RANDOM_MODELS=24 RANDOM_CLUSTERS=40
 #   RANDOM_TRANSFORMERS=0 TRAIN_MODELS=... CLONING_EPOCHS=200 HIDDEN=64 TRAIN_SEED=1
 #   ITERATIONS=200 SEEDS="1 2 3" MODELS=... CLUSTERS=... POLICY=file (skip training) TAPP_BENCH_OUT=dir
 set -euo pipefail
@@ -38,7 +38,7 @@ CLONING_EPOCHS=${CLONING_EPOCHS:-200}
 HIDDEN=${HIDDEN:-64}
 TRAIN_SEED=${TRAIN_SEED:-1}  # the networks' and the random models' and clusters' seed
 RANDOM_MODELS=${RANDOM_MODELS:-24}
-RANDOM_CLUSTERS=${RANDOM_CLUSTERS:-20}
+RANDOM_CLUSTERS=${RANDOM_CLUSTERS:-40}  # 40 against 20: docs/transfer.md, 2026-11-28
 RANDOM_TRANSFORMERS=${RANDOM_TRANSFORMERS:-0}
 ITERATIONS=${ITERATIONS:-200}
 SEEDS=${SEEDS:-"1 2 3"}
