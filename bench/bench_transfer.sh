@@ -12,7 +12,7 @@
 #    TorchScript resnet18 saved by PyTorch (100 classes, 64x64) and gpt2 (a
 #    transformer: op classes no training model has), on cluster_4equal,
 #    cluster_fast_behind_slow_link and cluster_8x8gb — runs `tapp-cli optimize
-#    --json --no-verify --costs cached` with a fresh policy and with --policy,
+#    --json --no-verify --costs estimated` with a fresh policy and with --policy,
 #    seeds SEEDS, ITERATIONS policy iterations each.
 # Prints per case the best classical planner (HOGWILD left out), the
 # evaluations each start needed to come within 2% of it (its search trace:
@@ -21,6 +21,8 @@
 # gaps; then medians over seeds and the ratio of evaluations; writes
 # transfer.svg (median best-so-far against evaluations, both starts) to OUT.
 # Compare by evaluations, not seconds: the counts do not depend on the machine's load.
+# Every cost is the multiply-add estimate (--costs estimated, training too), so
+# the figures do not depend on which profiles this host happens to have cached.
 #
 # Usage: bench/bench_transfer.sh [BUILD_DIR]   env: TRAIN_ITERATIONS=3000 RANDOM_MODELS=24 RANDOM_CLUSTERS=40
 #   RANDOM_TRANSFORMERS=0 TRAIN_MODELS=... CLONING_EPOCHS=200 HIDDEN=64 TRAIN_SEED=1
@@ -52,7 +54,7 @@ if [ ! -f "$POLICY" ]; then
   "$CLI" train-policy --models "$TRAIN_MODELS" --random-models "$RANDOM_MODELS" --random-transformers "$RANDOM_TRANSFORMERS" \
     --clusters "$ROOT/examples/cluster_4hetero.json,$ROOT/examples/cluster_8equal.json,$ROOT/examples/cluster_2cpu.json" \
     --random-clusters "$RANDOM_CLUSTERS" --iterations "$TRAIN_ITERATIONS" --cloning-epochs "$CLONING_EPOCHS" \
-    --hidden "$HIDDEN" --seed "$TRAIN_SEED" --out "$POLICY" | tee "$OUT/train.txt"
+    --hidden "$HIDDEN" --seed "$TRAIN_SEED" --costs estimated --out "$POLICY" | tee "$OUT/train.txt"
 fi
 
 SCRIPT="$OUT/resnet18_script.pt"
@@ -75,7 +77,7 @@ for m in $MODELS; do
         [ -s "$f" ] && continue
         extra=()
         [ "$start" = trained ] && extra=(--policy "$POLICY")
-        "$CLI" optimize "$model" --devices "$ROOT/examples/$c.json" --json --no-verify --costs cached \
+        "$CLI" optimize "$model" --devices "$ROOT/examples/$c.json" --json --no-verify --costs estimated \
           --seed "$s" --iterations "$ITERATIONS" "${extra[@]}" >"$f.tmp" 2>"$OUT/err.txt" || { echo "failed: $m $c $s $start"; cat "$OUT/err.txt"; continue; }
         mv "$f.tmp" "$f"
       done
