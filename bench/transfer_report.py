@@ -5,6 +5,7 @@ per case, the best classical planner (HOGWILD left out), the evaluations each st
 within 2% of it, the zero-shot gap ("failed" where its plan did not run) and the final gaps; then
 the medians, per case (median over seeds) how many need at least 5x fewer / fewer / as many / more
 evaluations when pre-trained, the zero-shot plans within 10% of all runs, and writes OUT/transfer.svg.
+A case whose two starts saw other costs (their best classical plans differ) is left out, named.
 """
 import json
 import math
@@ -23,6 +24,13 @@ def load(m, c, s, start):
 def best_classical(r):
     steps = [b["step_ms"] for b in r["baselines"] if b.get("ok") and b["name"] != "hogwild" and b.get("step_ms")]
     return min(steps) if steps else None
+
+
+def same_problem(fr, tr):
+    """Both starts were given the same costs: their baselines (deterministic for a seed) agree.
+    A host's profile cache filled between the two runs would break this."""
+    a, b = best_classical(fr), best_classical(tr)
+    return bool(a and b) and abs(a / b - 1) < 1e-9
 
 
 def evals_within(trace, target):
@@ -51,6 +59,7 @@ grid = [int(round(10 ** (i / 20))) for i in range(0, 20 * 4 + 1)]  # 1 .. 10,000
 curves = {"fresh": [], "trained": []}
 rows, ratios, zero_shots, fresh_evals, trained_evals = [], [], [], [], []
 zero_shot_failed = 0
+mismatched = 0  # cases whose two starts saw other costs: left out
 per_case = []  # (model, cluster, median fresh evaluations, median trained), inf = never
 print(f"{'model':16} {'cluster':30} {'seed':>4} {'classical ms':>13} {'fresh evals':>12} {'trained evals':>14}"
       f" {'zero-shot':>10} {'fresh final':>12} {'trained final':>14}")
@@ -63,6 +72,12 @@ for m in models:
                 continue
             ref = best_classical(fr)
             if not ref:
+                continue
+            if not same_problem(fr, tr):
+                mismatched += 1
+                print(f"skipped {m} {c} seed {s}: the fresh and trained runs saw other costs (best classical "
+                      f"{ref:.1f} against {best_classical(tr) or 0:.1f} ms; costs "
+                      f"{fr.get('profile', {}).get('origin')} / {tr.get('profile', {}).get('origin')})")
                 continue
             ef = evals_within(fr["policy"]["trace"], 1.02 * ref)
             et = evals_within(tr["policy"]["trace"], 1.02 * ref)
@@ -89,7 +104,7 @@ n = len(fresh_evals)
 if n == 0:
     sys.exit("no complete runs")
 med = lambda v: statistics.median(v)
-print(f"\n{n} cases x seeds")
+print(f"\n{n} cases x seeds" + (f" ({mismatched} left out: other costs)" if mismatched else ""))
 print(f"evaluations to within 2% of the best classical planner, median: fresh {med(fresh_evals)}, "
       f"trained {med(trained_evals)}; reached: fresh {sum(math.isfinite(e) for e in fresh_evals)}/{n}, "
       f"trained {sum(math.isfinite(e) for e in trained_evals)}/{n}")
