@@ -26,13 +26,6 @@ def best_classical(r):
     return min(steps) if steps else None
 
 
-def same_problem(fr, tr):
-    """Both starts were given the same costs: their baselines (deterministic for a seed) agree.
-    A host's profile cache filled between the two runs would break this."""
-    a, b = best_classical(fr), best_classical(tr)
-    return bool(a and b) and abs(a / b - 1) < 1e-9
-
-
 def evals_within(trace, target):
     for t in trace:
         if t["best_step_ms"] <= target:
@@ -57,7 +50,7 @@ def pct(x):
 
 grid = [int(round(10 ** (i / 20))) for i in range(0, 20 * 4 + 1)]  # 1 .. 10,000 evaluations
 curves = {"fresh": [], "trained": []}
-rows, ratios, zero_shots, fresh_evals, trained_evals = [], [], [], [], []
+zero_shots, fresh_evals, trained_evals = [], [], []
 zero_shot_failed = 0
 mismatched = 0  # cases whose two starts saw other costs: left out
 per_case = []  # (model, cluster, median fresh evaluations, median trained), inf = never
@@ -73,10 +66,13 @@ for m in models:
             ref = best_classical(fr)
             if not ref:
                 continue
-            if not same_problem(fr, tr):
+            # Both starts must have had the same costs: their baselines (deterministic for a
+            # seed) agree unless, say, a host's profile cache was filled between the two runs.
+            ref_trained = best_classical(tr)
+            if not ref_trained or abs(ref / ref_trained - 1) >= 1e-9:
                 mismatched += 1
                 print(f"skipped {m} {c} seed {s}: the fresh and trained runs saw other costs (best classical "
-                      f"{ref:.1f} against {best_classical(tr) or 0:.1f} ms; costs "
+                      f"{ref:.1f} against {ref_trained or 0:.1f} ms; costs "
                       f"{fr.get('profile', {}).get('origin')} / {tr.get('profile', {}).get('origin')})")
                 continue
             ef = evals_within(fr["policy"]["trace"], 1.02 * ref)
