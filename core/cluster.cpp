@@ -9,6 +9,7 @@
 
 #include "common/host_port.h"
 #include "common/json_fields.h"
+#include "common/read_file.h"
 
 namespace tapp {
 namespace jf = json_fields;
@@ -155,9 +156,9 @@ Result<Cluster> cluster_from_json(const json& j) {
 }
 
 Result<Cluster> load_cluster(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Status::error("cannot open cluster file '" + path + "'");
-  json j = json::parse(in, nullptr, false);
+  Result<std::string> text = read_file(path);
+  if (!text) return text.status().with_context("cluster file '" + path + "'");
+  json j = json::parse(*text, nullptr, false);
   if (j.is_discarded()) return Status::error("cluster file '" + path + "' is not valid JSON");
   auto c = cluster_from_json(j);
   if (!c) return c.status().with_context(path);

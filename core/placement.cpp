@@ -8,6 +8,7 @@
 
 #include "common/checked_math.h"
 #include "common/json_fields.h"
+#include "common/read_file.h"
 #include "model/layer_graph.h"
 #include "core/cluster.h"
 
@@ -902,9 +903,9 @@ Result<Placement> placement_from_json(const json& j, const LayerGraph& g, const 
 }
 
 Result<Placement> load_placement(const std::string& path, const LayerGraph& g, const Cluster& c) {
-  std::ifstream in(path);
-  if (!in) return Status::error("cannot open placement file '" + path + "'");
-  json j = json::parse(in, nullptr, false);
+  Result<std::string> text = read_file(path);
+  if (!text) return text.status().with_context("placement file '" + path + "'");
+  json j = json::parse(*text, nullptr, false);
   if (j.is_discarded()) return Status::error("placement file '" + path + "' is not valid JSON");
   auto p = placement_from_json(j, g, c);
   if (!p) return p.status().with_context(path);

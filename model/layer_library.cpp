@@ -6,6 +6,7 @@
 
 #include "common/checked_math.h"
 #include "common/json_fields.h"
+#include "common/read_file.h"
 
 namespace tapp {
 namespace jf = json_fields;
@@ -238,9 +239,9 @@ Status check_library_for(const LayerLibrary& lib, const LayerGraph& g, const std
 Result<std::vector<LayerLibrary>> load_library_file(const std::string& path, const LayerGraph& graph,
                                                     int64_t batch_size) {
   const std::string file = "layer library '" + path + "'";
-  std::ifstream in(path);
-  if (!in) return Status::error(file + ": cannot open the file");
-  const json j = json::parse(in, nullptr, false);
+  Result<std::string> text = read_file(path);
+  if (!text) return text.status().with_context(file);
+  const json j = json::parse(*text, nullptr, false);
   if (j.is_discarded()) return Status::error(file + ": not valid JSON");
   const bool many = j.is_array();
   if (many && j.empty()) return Status::error(file + ": an empty array (expected one layer library or several)");

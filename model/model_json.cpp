@@ -7,6 +7,7 @@
 
 #include "common/fingerprint.h"
 #include "common/json_fields.h"
+#include "common/read_file.h"
 
 namespace tapp {
 namespace jf = json_fields;
@@ -282,11 +283,9 @@ Result<LayerGraph> parse_model_json(const std::string& text) {
 }
 
 Result<LayerGraph> read_model_json_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Status::error(path + ": cannot open the file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto g = parse_model_json(ss.str());
+  Result<std::string> text = read_file(path);
+  if (!text) return text.status().with_context(path);
+  auto g = parse_model_json(*text);
   if (!g) return g.status().with_context(path);
   return g;
 }

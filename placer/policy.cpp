@@ -12,6 +12,7 @@
 #include <sstream>
 #include <set>
 
+#include "common/read_file.h"
 #include "core/cluster.h"
 #include "model/layer_graph.h"
 
@@ -247,10 +248,9 @@ Status save_policy_networks(const PolicyNetworks& networks, const std::string& p
 }
 
 Result<std::shared_ptr<PolicyNetworks>> load_policy_networks(const std::string& path, PolicyFileInfo* info) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::error(path + ": no such policy file");
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return load_policy_bytes(bytes, path, info);
+  Result<std::string> bytes = read_file(path);
+  if (!bytes) return Status::error(path + ": " + (bytes.status().code() == ErrorCode::not_found ? "no such policy file" : bytes.error_message()));
+  return load_policy_bytes(*bytes, path, info);
 }
 
 Result<std::shared_ptr<PolicyNetworks>> load_policy_bytes(const std::string& bytes, const std::string& path,

@@ -16,6 +16,7 @@
 #include <unordered_set>
 
 #include "common/fingerprint.h"
+#include "common/read_file.h"
 
 namespace tapp {
 namespace jit = torch::jit;
@@ -29,8 +30,8 @@ constexpr int64_t kFinestShare = 16;
 constexpr int64_t kExampleBatch = 3;
 
 Result<std::string> file_hash(const std::string& path) {
+  if (Status s = regular_file(path); !s) return s.with_context(path);
   std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::error(path + ": cannot open the file");
   std::vector<char> buf(1 << 20);
   uint64_t h = kFnv1aOffset;
   while (in) {

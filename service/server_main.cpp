@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "common/allocator.h"
+#include "common/read_file.h"
 #include "placer/features.h"
 #include "service/http/server.h"
 #include "service/job_child.h"
@@ -28,15 +29,6 @@ using namespace tapp::service;
 using nlohmann::json;
 
 namespace {
-
-bool read_text(const std::string& path, std::string& out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  out = ss.str();
-  return true;
-}
 
 std::set<std::string> split_hosts(const std::string& s) {
   std::set<std::string> out;
@@ -144,10 +136,12 @@ int main(int argc, char** argv) {
   app.limits.max_model_bytes = app_limits.max_model_bytes;
   app.cors_origins = cors_origins;
   if (!token_file.empty()) {
-    if (!read_text(token_file, app.token)) {
-      std::cerr << "--token-file: cannot read " << token_file << "\n";
+    Result<std::string> token = read_file(token_file);
+    if (!token) {
+      std::cerr << "--token-file: " << token_file << ": " << token.error_message() << "\n";
       return 2;
     }
+    app.token = *token;
     while (!app.token.empty() && std::isspace(static_cast<unsigned char>(app.token.back()))) app.token.pop_back();
     if (app.token.empty()) {
       std::cerr << "--token-file: " << token_file << " is empty\n";
@@ -156,8 +150,9 @@ int main(int argc, char** argv) {
   }
   app.limits.allowed_remote_hosts = split_hosts(allow_hosts);
   app.web_dir = web_dir;
-  read_text(schemas_dir + "/openapi.json", app.openapi_json);
-  read_text(schemas_dir + "/job.schema.json", app.job_schema_json);
+  // Optional: without them the server answers those two routes with 404.
+  if (Result<std::string> s = read_file(schemas_dir + "/openapi.json")) app.openapi_json = *s;
+  if (Result<std::string> s = read_file(schemas_dir + "/job.schema.json")) app.job_schema_json = *s;
 
   Result<std::unique_ptr<JobStore>> store = JobStore::open(db);
   if (!store) {

@@ -31,6 +31,7 @@
 
 #include <chrono>
 
+#include "common/read_file.h"
 #include "core/cluster_fingerprint.h"
 #include "model/profile_cache.h"
 #include "planners/planners.h"
@@ -164,10 +165,10 @@ nlohmann::json samples_to_json(const ModelPart& part, const Cluster& cluster) {
 // --load: a file from --save. Its "models" (each with its input size) replace
 // the command line's; a file of the earlier one-model form is the first model's.
 bool load_saved(const CalibrateArgs& a, std::vector<ModelPart>& parts, Cluster& cluster) {
-  std::ifstream f(a.load);
-  nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+  Result<std::string> text = read_file(a.load);
+  nlohmann::json j = text ? nlohmann::json::parse(*text, nullptr, false) : nlohmann::json();
   const bool several = !j.is_discarded() && j.is_object() && j.contains("models") && j["models"].is_array();
-  if (!f || j.is_discarded() || !j.is_object() || (!several && !j.contains("samples"))) {
+  if (!text || j.is_discarded() || !j.is_object() || (!several && !j.contains("samples"))) {
     std::cerr << "tapp-cli calibrate: --load: '" << a.load << "' is not a samples file\n";
     return false;
   }

@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/read_file.h"
 #include "service/cli/commands.h"
 #include "service/cli/progress_bar.h"
 #include "service/http_client.h"
@@ -35,8 +36,8 @@ void on_sigint(int) { g_interrupted = 1; }
 std::map<std::string, std::string> auth_headers(const std::string& token_file) {
   std::string token;
   if (!token_file.empty()) {
-    std::ifstream in(token_file);
-    std::getline(in, token);
+    Result<std::string> text = read_file(token_file);
+    if (text) token = text->substr(0, text->find('\n'));
   } else if (const char* env = std::getenv("TAPP_TOKEN")) {
     token = env;
   }

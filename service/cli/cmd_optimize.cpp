@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/read_file.h"
 #include "placer/optimize.h"
 #include "placer/policy.h"
 #include "service/cli/commands.h"
@@ -288,15 +289,15 @@ void run(const Args& a, int& exit_code) {
     exit_code = 2;
     return;
   }
-  std::ifstream f(a.devices);
-  if (!f) {
-    std::cerr << "--devices: cannot read " << a.devices << "\n";
+  Result<std::string> cluster_text = read_file(a.devices);
+  if (!cluster_text) {
+    std::cerr << "--devices: " << a.devices << ": " << cluster_text.error_message() << "\n";
     exit_code = 2;
     return;
   }
   json cluster;
   try {
-    cluster = json::parse(f);
+    cluster = json::parse(*cluster_text);
   } catch (const std::exception& e) {
     std::cerr << "--devices: " << a.devices << " is not JSON: " << e.what() << "\n";
     exit_code = 2;
@@ -317,9 +318,9 @@ void run(const Args& a, int& exit_code) {
   json body = {{"model", a.model}, {"cluster", cluster}, {"options", options}};
   // A JSON layer-graph file is sent inline (the server may not see our files).
   if (a.model.size() > 5 && a.model.substr(a.model.size() - 5) == ".json") {
-    std::ifstream mf(a.model);
+    Result<std::string> model_text = read_file(a.model);
     try {
-      if (mf) body["model"] = json::parse(mf);
+      if (model_text) body["model"] = json::parse(*model_text);
     } catch (const std::exception& e) {
       std::cerr << "MODEL: " << a.model << " is not JSON: " << e.what() << "\n";
       exit_code = 2;

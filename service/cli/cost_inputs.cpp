@@ -7,6 +7,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "common/read_file.h"
 #include "core/cluster.h"
 #include "model/layer_graph.h"
 #include "model/profile_cache.h"
@@ -71,9 +72,9 @@ CalibrationChoice stored_or_default(const Cluster& c) {
 
 Result<CalibrationChoice> read_calibration(const std::string& path, const Cluster& c) {
   if (path.empty()) return stored_or_default(c);
-  std::ifstream f(path);
-  if (!f) return Status::error("--calibration: cannot open '" + path + "'");
-  nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+  Result<std::string> text = read_file(path);
+  if (!text) return text.status().with_context("--calibration '" + path + "'");
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
   if (j.is_discarded()) return Status::error("--calibration: '" + path + "' is not valid JSON");
   // `tapp-cli calibrate --out` writes the stored form under "stored": it names its cluster and timing method.
   const nlohmann::json* stored = j.contains("stored") ? &j["stored"] : (j.contains("format") ? &j : nullptr);

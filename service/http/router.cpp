@@ -2,6 +2,7 @@
 #include "service/http/router.h"
 
 #include "common/fingerprint.h"
+#include "common/read_file.h"
 
 #include <cmath>
 #include <ctime>
@@ -257,23 +258,14 @@ bool safe_asset_path(const std::string& path) {
   return path.back() != '/';
 }
 
-bool read_file(const std::string& path, std::string& out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (!in.good() && !in.eof()) return false;
-  out = ss.str();
-  return true;
-}
-
 HttpResponse serve_static(AppState& app, const HttpRequest& req, const std::string& path) {
   if (req.method() != http::verb::get && req.method() != http::verb::head) return method_not_allowed(req, "GET, HEAD");
   std::string rel = path == "/" ? "/index.html" : path;
   if (!safe_asset_path(rel)) return error_for(req, 404, "not found", "path");
-  std::string body;
-  if (app.web_dir.empty() || !read_file(app.web_dir + rel, body)) return error_for(req, 404, "not found", "path");
-  HttpResponse res = make_response(http::status::ok, std::move(body), mime_type(rel), req);
+  if (app.web_dir.empty()) return error_for(req, 404, "not found", "path");
+  Result<std::string> body = read_file(app.web_dir + rel);
+  if (!body) return error_for(req, 404, "not found", "path");
+  HttpResponse res = make_response(http::status::ok, std::move(*body), mime_type(rel), req);
   res.set(http::field::cache_control, "no-cache");
   if (rel == "/index.html")
     res.set("Content-Security-Policy",

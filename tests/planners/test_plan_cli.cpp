@@ -1,6 +1,7 @@
 // `tapp-cli plan`: the command line end to end (simulate evaluator, estimated costs).
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -75,6 +76,23 @@ TEST_CASE("tapp-cli plan rejects a bad cluster, planner or evaluator with exit c
   Run e = cli("plan mlp --devices " + cluster + " --evaluator guess --costs estimated", true);
   CHECK(e.exit_code == 2);
   CHECK(e.out.find("--evaluator") != std::string::npos);
+}
+
+TEST_CASE("a folder where a file is expected is refused with exit code 2 naming it, never a crash") {
+  // std::ifstream opens a folder and throws on the first read: each of these ended in std::terminate.
+  const std::string folder = std::string(TAPP_BIN_DIR) + "/../test_plan_cli_folder.json";
+  std::filesystem::create_directories(folder);
+  const std::string cluster = write_temp("cluster.json", kCluster);
+  for (const std::string& args :
+       {"plan mlp --devices " + folder, "plan mlp --devices " + cluster + " --placement " + folder,
+        "plan mlp --devices " + cluster + " --calibration " + folder, "export " + folder + " --model mlp --devices " + cluster,
+        "optimize mlp --devices " + folder, "optimize mlp --devices " + cluster + " --policy " + folder + " --no-verify"}) {
+    INFO(args);
+    Run r = cli(args + " --costs estimated", true);
+    CHECK(r.exit_code == 2);
+    CHECK(r.out.find(folder) != std::string::npos);
+    CHECK(r.out.find("is a folder, not a file") != std::string::npos);
+  }
 }
 
 TEST_CASE("tapp-cli plan says so and exits 1 when no placement fits") {
