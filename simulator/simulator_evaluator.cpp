@@ -12,14 +12,9 @@ SimulatorEvaluator::SimulatorEvaluator(LayerGraph graph, Cluster cluster, CostMo
 StepReport SimulatorEvaluator::evaluate(const Placement& placement) {
   ++evaluations_;
   if (placement.is_data_parallel()) {
-    if (placement.group_device.empty())
-      return StepReport::failure(FailureKind::invalid_placement,
-                                 "placement.groups: a data-parallel plan needs replicas", "simulate");
-    for (int d : placement.group_device)
-      if (d < 0 || d >= cluster_->num_devices())
-        return StepReport::failure(
-            FailureKind::invalid_placement,
-            "placement.groups: device index " + std::to_string(d) + " is not in the cluster", "simulate");
+    // The same rules as a pipeline's (core's validate_placement: replicas named once, one micro-batch, ...).
+    if (Status s = validate_placement(placement, *graph_, *cluster_, sim_->batch_size()); !s)
+      return StepReport::failure(FailureKind::invalid_placement, s.message(), "simulate");
     StepReport r = simulate_data_parallel(*graph_, *cluster_, sim_->cost(), sim_->batch_size(), placement);
     if (!timeline) r.timeline.clear();
     return r;

@@ -298,6 +298,12 @@ int plan(const PlanArgs& a) {
       }
       return al->row.report.ok ? 0 : 1;
     }
+    // What the file cannot say by itself (its batch, data parallelism's rules) is checked here as
+    // `export` does, so a bad placement is bad input (exit 2), not a failed evaluation.
+    if (Status s = validate_placement(*given, graph, cluster, a.batch); !s) {
+      std::cerr << "tapp-cli plan: --placement: " << a.placement << ": " << s.message() << "\n";
+      return 2;
+    }
     PlannerRow row;
     row.name = "given";
     row.placement = *given;

@@ -95,6 +95,25 @@ TEST_CASE("a folder where a file is expected is refused with exit code 2 naming 
   }
 }
 
+TEST_CASE("tapp-cli plan --placement refuses what the file cannot say by itself with exit code 2 naming the field") {
+  const std::string cluster = write_temp("cluster.json", kCluster);
+  Run planned = cli("plan mlp --devices " + cluster + " --planner bsp --costs estimated --json");
+  REQUIRE(planned.exit_code == 0);
+  nlohmann::json bsp = nlohmann::json::parse(planned.out)["placement"];
+  REQUIRE(bsp["data_parallel"] == true);
+  bsp["groups"] = {"a", "a"};  // a replica twice
+  Run twice = cli("plan mlp --devices " + cluster + " --costs estimated --placement " +
+                      write_temp("dp_twice.json", bsp.dump()), true);
+  CHECK(twice.exit_code == 2);
+  CHECK(twice.out.find("placement.groups[1]: a data-parallel placement names each device once") != std::string::npos);
+  bsp["groups"] = {"a", "b"};
+  bsp["micro_batches"] = 64;  // more than the batch
+  Run micro = cli("plan mlp --devices " + cluster + " --costs estimated --placement " +
+                      write_temp("dp_micro.json", bsp.dump()), true);
+  CHECK(micro.exit_code == 2);
+  CHECK(micro.out.find("placement.micro_batches") != std::string::npos);
+}
+
 TEST_CASE("tapp-cli plan says so and exits 1 when no placement fits") {
   std::string tiny = write_temp("tiny_cluster.json", R"({"devices": [{"name": "a", "memory_mb": 1}, {"name": "b", "memory_mb": 1}]})");
   Run r = cli("plan vgg5 --devices " + tiny + " --planner time --costs estimated", true);

@@ -373,6 +373,17 @@ TEST_CASE("a data-parallel placement: JSON round trip, memory per replica at its
   REQUIRE(two.ok);
   CHECK(two.step_ms == doctest::Approx(simulate_data_parallel(s.g, s.c, s.cost, 8, {2, 0}).step_ms));
   CHECK(two.devices[1].busy_ms == 0);
+  // ... and refuses, as for a pipeline, replicas that break the rules (a device twice, micro-batches).
+  for (const Placement& bad : {twice, [&] {
+         Placement q = p;
+         q.micro_batches = 4;
+         return q;
+       }()}) {
+    StepReport r = ev.evaluate(bad);
+    CHECK_FALSE(r.ok);
+    CHECK(r.failure_kind == FailureKind::invalid_placement);
+    CHECK(r.message.find("placement.") == 0);
+  }
 }
 
 namespace {
