@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -34,6 +35,22 @@ inline Status field_error(const std::string& path, const std::string& what,
 
 inline Status expect_object(const nlohmann::json& j, const std::string& path) {
   if (!j.is_object()) return field_error(path, "expected an object, got " + type_name(j));
+  return Status::ok();
+}
+
+// The object j (at `path`) has no key outside `known`, as its schema's
+// additionalProperties: false says: a misspelt "memry_mb" is an error, not a default.
+inline Status known_fields(const nlohmann::json& j, const std::string& path, std::initializer_list<const char*> known) {
+  if (!j.is_object()) return Status::ok();
+  for (auto kv = j.begin(); kv != j.end(); ++kv) {
+    bool ok = false;
+    for (const char* k : known) ok = ok || kv.key() == k;
+    if (ok) continue;
+    std::string expected;
+    for (const char* k : known)
+      if (k[0] != '$') expected += (expected.empty() ? "" : ", ") + std::string(k);
+    return field_error(join(path, kv.key()), "unknown field (expected " + expected + ")");
+  }
   return Status::ok();
 }
 

@@ -62,8 +62,7 @@ Status read_costs(const json& j, const std::string& path, Device& d) {
     return Status::ok();
   }
   if (!it->is_object()) return jf::field_error(field, expected + ", got " + std::string(it->type_name()));
-  for (auto kv = it->begin(); kv != it->end(); ++kv)
-    if (kv.key() != "library") return jf::field_error(jf::join(field, kv.key()), "unknown field (" + expected + ")");
+  if (Status s = jf::known_fields(*it, field, {"library"}); !s) return s;
   if (Status s = jf::read(*it, "library", d.costs.library_path, field, true); !s) return s;
   if (d.costs.library_path.empty()) return jf::field_error(jf::join(field, "library"), "must not be empty");
   d.costs.from = CostsFrom::library;
@@ -72,6 +71,8 @@ Status read_costs(const json& j, const std::string& path, Device& d) {
 
 Status read_device(const json& j, const std::string& path, Device& d) {
   if (Status s = jf::expect_object(j, path); !s) return s;
+  if (Status s = jf::known_fields(j, path, {"name", "kind", "threads", "memory_mb", "speed", "costs", "where"}); !s)
+    return s;
   if (Status s = jf::read(j, "name", d.name, path, true); !s) return s;
   if (Status s = jf::read(j, "kind", d.kind, path); !s) return s;
   if (Status s = jf::read(j, "threads", d.threads, path); !s) return s;
@@ -116,6 +117,8 @@ std::optional<int> cuda_index(const std::string& kind) {
 Result<Cluster> cluster_from_json(const json& j) {
   Cluster c;
   if (Status s = jf::expect_object(j, "cluster"); !s) return s;
+  if (Status s = jf::known_fields(j, "", {"$schema", "name", "description", "devices", "default_link", "links"}); !s)
+    return s;
   if (Status s = jf::read(j, "name", c.name, ""); !s) return s;
   auto devs = j.find("devices");
   if (devs == j.end()) return jf::field_error("devices", "missing required field");
@@ -133,6 +136,7 @@ Result<Cluster> cluster_from_json(const json& j) {
   }
   if (auto dl = j.find("default_link"); dl != j.end()) {
     if (Status s = jf::expect_object(*dl, "default_link"); !s) return s;
+    if (Status s = jf::known_fields(*dl, "default_link", {"bandwidth_mbps", "latency_ms"}); !s) return s;
     if (Status s = read_link_fields(*dl, "default_link", c.default_link); !s) return s;
   }
   if (auto links = j.find("links"); links != j.end() && !links->is_null()) {
@@ -143,6 +147,7 @@ Result<Cluster> cluster_from_json(const json& j) {
       std::string path = "links[" + std::to_string(i) + "]";
       const json& lj = (*links)[i];
       if (Status s = jf::expect_object(lj, path); !s) return s;
+      if (Status s = jf::known_fields(lj, path, {"from", "to", "bandwidth_mbps", "latency_ms"}); !s) return s;
       Link l = c.default_link;
       if (Status s = jf::read(lj, "from", l.from, path, true); !s) return s;
       if (Status s = jf::read(lj, "to", l.to, path, true); !s) return s;

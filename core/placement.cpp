@@ -857,6 +857,12 @@ json placement_to_json(const Placement& p, const LayerGraph& g, const Cluster& c
 Result<Placement> placement_from_json(const json& j, const LayerGraph& g, const Cluster& c) {
   Placement p;
   if (Status s = jf::expect_object(j, "placement"); !s) return s;
+  if (Status s = jf::known_fields(j, "placement",
+                                  {"$schema", "description", "source", "micro_batches", "data_parallel",
+                                   "data_parallel_mode", "schedule", "aggregation_every", "optimizer",
+                                   "replica_weights", "recompute", "groups", "layers"});
+      !s)
+    return s;
   if (Status s = jf::read(j, "micro_batches", p.micro_batches, "placement", true); !s) return s;
   std::string sched = "gpipe";
   if (Status s = jf::read(j, "schedule", sched, "placement"); !s) return s;

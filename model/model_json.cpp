@@ -192,9 +192,7 @@ Status read_layer(const json& j, size_t index, const std::map<std::string, size_
   const std::string path = "layers[" + std::to_string(index) + "]";
   Status s;
   if (!(s = jf::expect_object(j, path))) return s;
-  for (auto kv = j.begin(); kv != j.end(); ++kv)
-    if (kv.key() != "name" && kv.key() != "op" && kv.key() != "inputs" && kv.key() != "attrs")
-      return jf::field_error(path + "." + kv.key(), "unknown field (expected name, op, inputs, attrs)");
+  if (!(s = jf::known_fields(j, path, {"name", "op", "inputs", "attrs"}))) return s;
   if (!(s = jf::read(j, "name", l.name, path, true))) return s;
   if (l.name.empty()) return jf::field_error(path + ".name", "must not be empty");
   if (!(s = jf::read(j, "op", l.op, path, true))) return s;
@@ -231,10 +229,7 @@ Result<LayerGraph> model_from_json(const json& j) {
   LayerGraph g;
   Status s;
   if (!(s = jf::expect_object(j, ""))) return s;
-  for (auto kv = j.begin(); kv != j.end(); ++kv)
-    if (kv.key() != "name" && kv.key() != "input_shape" && kv.key() != "layers" && kv.key() != "$schema" &&
-        kv.key() != "description")
-      return jf::field_error(kv.key(), "unknown field (expected name, input_shape, layers)");
+  if (!(s = jf::known_fields(j, "", {"name", "input_shape", "layers", "$schema", "description"}))) return s;
   if (!(s = jf::read(j, "name", g.name, "", true))) return s;
   auto shape = j.find("input_shape");
   if (shape == j.end() || shape->is_null()) return jf::field_error("input_shape", "missing required field");
