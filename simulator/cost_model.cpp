@@ -37,6 +37,14 @@ json calibration_to_json(const Calibration& c) {
 
 Result<Calibration> calibration_from_json(const json& j) {
   if (!j.is_object()) return Status::error("calibration: expected an object");
+  // Another kind of file (a model, a cluster) given as a calibration is refused, not read as the defaults.
+  if (Status s = json_fields::known_fields(j, "calibration",
+                                           {"device_factor", "task_overhead_ms", "layer_overhead_ms",
+                                            "message_overhead_ms", "wire_factor", "step_overhead_ms",
+                                            "update_ms_per_param_mb", "message_ms_per_mb", "concurrency_slowdown",
+                                            "backward_extra", "first_task_overhead_ms"});
+      !s)
+    return s;
   Calibration c;
   try {
     if (j.contains("device_factor")) c.device_factor = j.at("device_factor").get<std::vector<double>>();

@@ -11,6 +11,8 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -283,12 +285,29 @@ void print_result(const json& r) {
   if (r.contains("verification")) print_verification(r["verification"]);
 }
 
+// An output file that cannot be written is found before a search of minutes, not after it:
+// not a folder, and its folder exists.
+Status writable_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return Status::error("is a folder, not a file");
+  const std::filesystem::path folder = std::filesystem::path(path).parent_path();
+  if (!folder.empty() && !std::filesystem::is_directory(folder, ec))
+    return Status::error("its folder " + folder.string() + " does not exist");
+  return Status::ok();
+}
+
 void run(const Args& a, int& exit_code) {
   if (Result<EvaluatorKind> kind = evaluator_kind_from_name(a.evaluator, "--evaluator"); !kind) {
     std::cerr << "tapp-cli optimize: " << kind.error_message() << "\n";
     exit_code = 2;
     return;
   }
+  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--out", a.out}, {"--al-out", a.al_out}})
+    if (Status s = writable_file(path); !path.empty() && !s) {
+      std::cerr << "tapp-cli optimize: " << flag << ": " << path << ": " << s.message() << "\n";
+      exit_code = 2;
+      return;
+    }
   Result<std::string> cluster_text = read_file(a.devices);
   if (!cluster_text) {
     std::cerr << "--devices: " << a.devices << ": " << cluster_text.error_message() << "\n";
@@ -404,12 +423,20 @@ void add_optimize_command(CLI::App& app, int& exit_code) {
       ->required();
   sub->add_option("--devices", args->devices, "cluster JSON (devices, links)")->required();
   sub->add_option("--evaluator", args->evaluator, "simulate (default) | measure | hybrid");
-  auto* it = sub->add_option("--iterations", args->iterations, "policy iterations (default: 600 simulate/hybrid, 10 measure)");
-  auto* tb = sub->add_option("--time-budget", args->time_budget_s, "seconds for the search instead of an iteration count");
+  // The request's own ranges (placer/optimize_request.cpp), checked here so that the error names the flag.
+  auto* it = sub->add_option("--iterations", args->iterations, "policy iterations (default: 600 simulate/hybrid, 10 measure)")
+                 ->check(CLI::Range(1, 1000000));
+  auto* tb = sub->add_option("--time-budget", args->time_budget_s, "seconds for the search instead of an iteration count")
+                 ->check(CLI::Validator(
+                     [](std::string& text) -> std::string {
+                       const double v = std::strtod(text.c_str(), nullptr);
+                       return v > 0 && v <= 7 * 24 * 3600.0 ? "" : "must be a number of seconds in (0, 604800]";
+                     },
+                     "SECONDS"));
   it->excludes(tb);
   sub->add_option("--seed", args->seed, "random seed (simulate is deterministic for a seed)");
-  sub->add_option("--batch", args->batch, "training batch size (default 32)");
-  sub->add_option("--input-size", args->input_size, "image side (default: the model's)");
+  sub->add_option("--batch", args->batch, "training batch size (default 32)")->check(CLI::Range(1, 65536));
+  sub->add_option("--input-size", args->input_size, "image side (default: the model's)")->check(CLI::Range(1, 4096));
   sub->add_option("--out", args->out, "write the best placement JSON here");
   sub->add_flag("--json", args->json_output, "print the result JSON");
   sub->add_flag("--warm-start", args->warm_start, "start the policy from the best classical plan");

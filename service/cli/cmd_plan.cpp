@@ -468,7 +468,8 @@ void add_plan_command(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"sgd", "adam"}));
   sub->add_option("--budget", args->budget, "evaluations for random search and annealing (default 200)")
       ->check(CLI::Range(1, 100000000));
-  sub->add_option("--exhaustive-limit", args->exhaustive_limit, "most candidates exhaustive search enumerates");
+  sub->add_option("--exhaustive-limit", args->exhaustive_limit, "most candidates exhaustive search enumerates")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   sub->add_option("--seed", args->seed, "random seed");
   sub->add_option("--costs", args->costs, "auto (cached profile, else estimated) | profile | estimated");
   sub->add_option("--calibration", args->calibration, "calibration JSON from `tapp-cli calibrate`");

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tests/planners/cli_run.h"
 
@@ -112,6 +114,32 @@ TEST_CASE("tapp-cli plan --placement refuses what the file cannot say by itself 
                       write_temp("dp_micro.json", bsp.dump()), true);
   CHECK(micro.exit_code == 2);
   CHECK(micro.out.find("placement.micro_batches") != std::string::npos);
+}
+
+TEST_CASE("out-of-range flags, an unwritable --out and a file of another kind are refused before any search") {
+  const std::string cluster = write_temp("cluster.json", kCluster);
+  const std::string optimize = "optimize mlp --devices " + cluster + " --costs estimated --no-verify ";
+  // Each ran the default 600 iterations, or failed only after the search.
+  for (const auto& [args, named] : std::vector<std::pair<std::string, std::string>>{
+           {"--iterations -1", "--iterations"}, {"--time-budget -1", "--time-budget"},
+           {"--time-budget nan", "--time-budget"}, {"--time-budget inf", "--time-budget"},
+           {"--input-size -1", "--input-size"}, {"--batch 0", "--batch"},
+           {"--iterations 1 --out " + std::string(TAPP_BIN_DIR), "--out"},
+           {"--iterations 1 --out /nonexistent-folder/plan.json", "--out"}}) {
+    INFO(args);
+    Run r = cli(optimize + args, true);
+    CHECK(r.exit_code == 2);
+    CHECK(r.out.find(named) != std::string::npos);
+  }
+  Run limit = cli("plan mlp --devices " + cluster + " --costs estimated --exhaustive-limit -1", true);
+  CHECK(limit.exit_code == 2);
+  CHECK(limit.out.find("--exhaustive-limit") != std::string::npos);
+  // A model file given as the calibration: read as all defaults before.
+  Run model_as_calibration = cli("plan mlp --devices " + cluster + " --costs estimated --calibration " +
+                                     write_temp("model_as_calibration.json", R"({"name": "m", "input_shape": [4], "layers": []})"),
+                                 true);
+  CHECK(model_as_calibration.exit_code == 2);
+  CHECK(model_as_calibration.out.find("calibration.input_shape: unknown field (expected device_factor") != std::string::npos);
 }
 
 TEST_CASE("tapp-cli plan says so and exits 1 when no placement fits") {
