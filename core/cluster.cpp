@@ -153,6 +153,11 @@ Result<Cluster> cluster_from_json(const json& j) {
       if (Status s = jf::read(lj, "to", l.to, path, true); !s) return s;
       if (!names.count(l.from)) return jf::field_error(path + ".from", "unknown device \"" + l.from + "\"");
       if (!names.count(l.to)) return jf::field_error(path + ".to", "unknown device \"" + l.to + "\"");
+      if (l.from == l.to) return jf::field_error(path + ".to", "a link joins two devices, got \"" + l.to + "\" twice");
+      for (size_t k = 0; k < c.links.size(); ++k)
+        if (c.links[k].from == l.from && c.links[k].to == l.to)
+          return jf::field_error(path, "the link " + l.from + " -> " + l.to + " is already links[" + std::to_string(k) +
+                                           "] (each direction once)");
       if (Status s = read_link_fields(lj, path, l); !s) return s;
       c.links.push_back(l);
     }

@@ -231,6 +231,9 @@ Cluster random_cluster(std::mt19937_64& rng, const std::string& name) {
       l.to = c.devices[b].name;
       l.bandwidth_mbps = std::round(uniform(rng, 50, 500));
       l.latency_ms = std::round(uniform(rng, 0.1, 2.0) * 100) / 100;
+      // A pair drawn again keeps its first link (what Cluster::link read before
+      // duplicates were refused); the draws above stay, so every seed's clusters do.
+      if (&c.link(a, b) != &c.default_link) continue;
       c.links.push_back(l);
       std::swap(l.from, l.to);
       c.links.push_back(l);

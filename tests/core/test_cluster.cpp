@@ -29,6 +29,13 @@ TEST_CASE("a malformed cluster gets an error naming the field") {
   CHECK(missing.error_message() == "devices[0].name: missing required field");
   auto link = cluster_from_json(json::parse(R"({"devices":[{"name":"a"}],"links":[{"from":"a","to":"z"}]})"));
   CHECK(link.error_message() == "links[0].to: unknown device \"z\"");
+  auto self = cluster_from_json(json::parse(R"({"devices":[{"name":"a"}],"links":[{"from":"a","to":"a"}]})"));
+  CHECK(self.error_message() == "links[0].to: a link joins two devices, got \"a\" twice");
+  auto twice = cluster_from_json(json::parse(R"({"devices":[{"name":"a"},{"name":"b"}],"links":[
+      {"from":"a","to":"b","bandwidth_mbps":10},{"from":"b","to":"a"},{"from":"a","to":"b","bandwidth_mbps":20}]})"));
+  CHECK(twice.error_message() == "links[2]: the link a -> b is already links[0] (each direction once)");
+  auto misspelt = cluster_from_json(json::parse(R"({"devices":[{"name":"a","memry_mb":512}]})"));
+  CHECK(misspelt.error_message().rfind("devices[0].memry_mb: unknown field (expected name, kind, ", 0) == 0);
   CHECK(cluster_from_json(json::parse("[]")).error_message() == "cluster: expected an object, got array");
 }
 
