@@ -4,7 +4,10 @@ Reads OUT/run_<model>_<cluster>_<seed>_<fresh|trained>.json (tapp-cli optimize -
 per case, the best classical planner (HOGWILD left out), the evaluations each start needed to come
 within 2% of it, the zero-shot gap ("failed" where its plan did not run) and the final gaps; then
 the medians, per case (median over seeds) how many need at least 5x fewer / fewer / as many / more
-evaluations when pre-trained, the zero-shot plans within 10% of all runs, and writes OUT/transfer.svg.
+evaluations when pre-trained, the same counted on each policy's own search only (the evaluations
+before its first restart began imitating the best classical plan, `policy.evaluations_before_imitation`;
+runs without that key leave the line out), the zero-shot plans within 10% of all runs, and writes
+OUT/transfer.svg.
 A case whose two starts saw other costs (their best classical plans differ) is left out, named.
 """
 import json
@@ -26,11 +29,22 @@ def best_classical(r):
     return min(steps) if steps else None
 
 
-def evals_within(trace, target):
+def evals_within(trace, target, limit=None):
+    """The evaluations when the best first came within target (None: never, or not by `limit`)."""
     for t in trace:
+        if limit is not None and t["evaluations"] > limit:
+            return None
         if t["best_step_ms"] <= target:
             return t["evaluations"]
     return None
+
+
+def own_search(r):
+    """The evaluations that were the policy's own: before the search imitated the best classical plan."""
+    p = r["policy"]
+    if "evaluations_before_imitation" not in p:
+        return None  # an older run: not recorded
+    return p["evaluations_before_imitation"] or math.inf  # null: it never imitated
 
 
 def curve(trace, ref, grid):
@@ -54,6 +68,7 @@ zero_shots, fresh_evals, trained_evals = [], [], []
 zero_shot_failed = 0
 mismatched = 0  # cases whose two starts saw other costs: left out
 per_case = []  # (model, cluster, median fresh evaluations, median trained), inf = never
+own = {"fresh": [], "trained": []}  # the same before imitating the classical plan (None: not recorded)
 print(f"{'model':16} {'cluster':30} {'seed':>4} {'classical ms':>13} {'fresh evals':>12} {'trained evals':>14}"
       f" {'zero-shot':>10} {'fresh final':>12} {'trained final':>14}")
 for m in models:
@@ -81,6 +96,10 @@ for m in models:
             zgap = zs / ref - 1 if zs else None
             fgap = fr["step_ms"] / ref - 1
             tgap = tr["step_ms"] / ref - 1
+            for start, r in (("fresh", fr), ("trained", tr)):
+                limit = own_search(r)
+                e = evals_within(r["policy"]["trace"], 1.02 * ref, limit) if limit is not None else None
+                own[start].append(None if limit is None else (e if e else math.inf))
             fresh_evals.append(ef if ef else math.inf)
             trained_evals.append(et if et else math.inf)
             case_fresh.append(fresh_evals[-1])
@@ -115,6 +134,11 @@ if per_case:
     more = sum(t > f for _, _, f, t in per_case)
     print(f"per case (median over seeds): trained at least 5x fewer evaluations in {five}/{len(per_case)}, "
           f"fewer in {fewer}, as many in {len(per_case) - fewer - more}, more in {more}")
+if n and all(e is not None for e in own["fresh"] + own["trained"]):
+    f_own, t_own = own["fresh"], own["trained"]
+    print(f"by the policy's own search (before imitating the best classical plan): reached fresh "
+          f"{sum(math.isfinite(e) for e in f_own)}/{n}, trained {sum(math.isfinite(e) for e in t_own)}/{n}; "
+          f"median fresh {med(f_own)}, trained {med(t_own)}")
 if zero_shots or zero_shot_failed:
     print(f"zero-shot plan against the best classical: within 10% in {sum(z <= 0.10 for z in zero_shots)}/{n}"
           f" (failed: {zero_shot_failed}); median {pct(med(zero_shots)) if zero_shots else '-'} over the "

@@ -560,6 +560,10 @@ json policy_json(const JobOutcome& o, const References& ref) {
                  {"time_to_within_5pct_s", sr.policy_found ? time_to_within(sr.trace, policy_ms, 0.05) : 0.0},
                  {"trace", trace},
                  {"restarts", sr.restarts},
+                 // The trace's evaluations up to this count are the policy's own; the first
+                 // restart then imitated the best classical plan (null: it never did).
+                 {"evaluations_before_imitation",
+                  sr.evaluations_before_imitation > 0 ? json(sr.evaluations_before_imitation) : json()},
                  {"started_from", o.request.initial_policy ? o.request.initial_policy_name : "fresh"},
                  {"zero_shot_step_ms", sr.zero_shot_report && sr.zero_shot_report->ok ? json(sr.zero_shot_report->step_ms)
                                                                                       : json()}};

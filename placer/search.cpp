@@ -364,6 +364,7 @@ class SearchLoop {
     reinforce_.reset();
     policy_ = std::make_unique<Policy>(features_, consumers_, next);
     if (restarts_ == 1 && opt_.restart_from) {
+      evaluations_before_imitation_ = measurer_.evaluations();
       if (measurer_.found()) explored_best_ = {measurer_.best(), measurer_.best_report().step_ms};
       policy_->imitate(placement_to_decision(*opt_.restart_from, config_.micro_batch_choices, config_.num_groups),
                        kImitationSteps, kImitationRate);
@@ -399,6 +400,7 @@ class SearchLoop {
   void keep_policy_result(SearchResult& r) const {
     r.iterations = iterations_;
     r.restarts = restarts_;
+    r.evaluations_before_imitation = evaluations_before_imitation_;
     r.zero_shot_report = zero_shot_;
     r.zero_shot = zero_shot_placement_;
     r.zero_shot_odds = zero_shot_odds_;
@@ -453,6 +455,7 @@ class SearchLoop {
   const int total_, patience_;
   double reference_ms_;
   int iterations_ = 0, restarts_ = 0, last_restart_ = 0;
+  int64_t evaluations_before_imitation_ = 0;
   // The best plan found before the first restart imitated `restart_from`: a second start for the refinement.
   std::optional<std::pair<Placement, double>> explored_best_;
   std::optional<StepReport> zero_shot_;

@@ -109,6 +109,10 @@ struct SearchResult {
   int64_t failures = 0;     // of which failed (memory, evaluator)
   bool cancelled = false;
   int restarts = 0;
+  // Distinct placements evaluated when the first restart began imitating
+  // SearchOptions::restart_from (0: it never did): what came before is the
+  // policy's own search, what came after starts from the classical plan.
+  int64_t evaluations_before_imitation = 0;
   std::string stop_reason;  // "iterations" | "time_budget" | "patience" | "cancelled"
   double elapsed_s = 0;
   std::vector<TracePoint> trace;  // one point each time the best improved

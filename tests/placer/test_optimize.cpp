@@ -189,7 +189,8 @@ TEST_CASE("the result JSON written by the phases has the keys the page and the j
         std::set<std::string>{"found", "step_ms", "refined_step_ms", "refine_evaluations", "policy_elapsed_s",
                               "speedup_vs_bsp", "speedup_vs_best_baseline", "refined_speedup_vs_bsp",
                               "refined_speedup_vs_best_baseline", "iterations", "evaluations", "failures",
-                              "stop_reason", "elapsed_s", "time_to_within_5pct_s", "trace", "restarts", "started_from",
+                              "stop_reason", "elapsed_s", "time_to_within_5pct_s", "trace", "restarts",
+                              "evaluations_before_imitation", "started_from",
                               "zero_shot_step_ms", "placement",
                               "refined_placement"});
   CHECK(j["layer_order"] == json::array({"flatten", "fc1", "relu1", "fc2", "relu2", "fc3"}));

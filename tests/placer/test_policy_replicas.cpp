@@ -574,6 +574,7 @@ TEST_CASE("the first restart starts from the plan it is given (optimize: the bes
   SearchResult cold = search(g, c, cold_ev, o, nullptr);
   REQUIRE(cold.policy_found);
   CHECK(cold.policy_best_report.step_ms == 100.0);  // the fresh policies alone never draw it
+  CHECK(cold.evaluations_before_imitation == 0);     // nothing to imitate
 
   o.restart_from = needle;
   NeedleEvaluator ev(needle);
@@ -582,6 +583,11 @@ TEST_CASE("the first restart starts from the plan it is given (optimize: the bes
   CHECK(from.restarts >= 1);
   CHECK(from.policy_best_report.step_ms == 1.0);
   CHECK(placement_key(from.policy_best) == placement_key(needle));
+  // The trace says which evaluations were the policy's own: the needle came only after the imitation began.
+  REQUIRE(from.evaluations_before_imitation > 0);
+  CHECK(from.evaluations_before_imitation < from.policy_evaluations);
+  for (const TracePoint& t : from.trace)
+    if (t.best_step_ms == 1.0) CHECK(t.evaluations > from.evaluations_before_imitation);
 }
 
 TEST_CASE("the partition's memory mask never refuses a grouping that fits: random DAGs and clusters, both ordered modes") {
