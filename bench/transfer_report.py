@@ -69,11 +69,12 @@ zero_shot_failed = 0
 mismatched = 0  # cases whose two starts saw other costs: left out
 per_case = []  # (model, cluster, median fresh evaluations, median trained), inf = never
 own = {"fresh": [], "trained": []}  # the same before imitating the classical plan (None: not recorded)
+own_per_case = []  # (model, cluster, median fresh, median trained) on the policies' own search
 print(f"{'model':16} {'cluster':30} {'seed':>4} {'classical ms':>13} {'fresh evals':>12} {'trained evals':>14}"
       f" {'zero-shot':>10} {'fresh final':>12} {'trained final':>14}")
 for m in models:
     for c in clusters:
-        case_fresh, case_trained = [], []
+        case_fresh, case_trained, case_own = [], [], {"fresh": [], "trained": []}
         for s in seeds:
             fr, tr = load(m, c, s, "fresh"), load(m, c, s, "trained")
             if not fr or not tr:
@@ -100,6 +101,7 @@ for m in models:
                 limit = own_search(r)
                 e = evals_within(r["policy"]["trace"], 1.02 * ref, limit) if limit is not None else None
                 own[start].append(None if limit is None else (e if e else math.inf))
+                case_own[start].append(own[start][-1])
             fresh_evals.append(ef if ef else math.inf)
             trained_evals.append(et if et else math.inf)
             case_fresh.append(fresh_evals[-1])
@@ -114,6 +116,8 @@ for m in models:
                   f" {pct(zgap) if zgap is not None else 'failed':>10} {pct(fgap):>12} {pct(tgap):>14}")
         if case_fresh:
             per_case.append((m, c, statistics.median(case_fresh), statistics.median(case_trained)))
+            if None not in case_own["fresh"] + case_own["trained"]:
+                own_per_case.append((m, c, statistics.median(case_own["fresh"]), statistics.median(case_own["trained"])))
 
 n = len(fresh_evals)
 if n == 0:
@@ -126,19 +130,24 @@ print(f"evaluations to within 2% of the best classical planner, median: fresh {m
 both = [(f, t) for f, t in zip(fresh_evals, trained_evals) if math.isfinite(f) and math.isfinite(t)]
 if both:
     print(f"per case where both reached it: median ratio fresh/trained {med([f / t for f, t in both]):.2f}")
+def per_case_line(cases):
+    """Per case, the medians over seeds ("never" = inf): at least 5x fewer counts a case the
+    fresh policy never reached and the trained one did."""
+    five = sum(math.isfinite(t) and f >= 5 * t for _, _, f, t in cases)
+    fewer = sum(t < f for _, _, f, t in cases)
+    more = sum(t > f for _, _, f, t in cases)
+    return (f"trained at least 5x fewer evaluations in {five}/{len(cases)}, fewer in {fewer}, "
+            f"as many in {len(cases) - fewer - more}, more in {more}")
+
+
 if per_case:
-    # Per case, the medians over seeds ("never" = inf): at least 5x fewer counts a case the
-    # fresh policy never reached and the trained one did.
-    five = sum(math.isfinite(t) and f >= 5 * t for _, _, f, t in per_case)
-    fewer = sum(t < f for _, _, f, t in per_case)
-    more = sum(t > f for _, _, f, t in per_case)
-    print(f"per case (median over seeds): trained at least 5x fewer evaluations in {five}/{len(per_case)}, "
-          f"fewer in {fewer}, as many in {len(per_case) - fewer - more}, more in {more}")
+    print(f"per case (median over seeds): {per_case_line(per_case)}")
 if n and all(e is not None for e in own["fresh"] + own["trained"]):
     f_own, t_own = own["fresh"], own["trained"]
     print(f"by the policy's own search (before imitating the best classical plan): reached fresh "
           f"{sum(math.isfinite(e) for e in f_own)}/{n}, trained {sum(math.isfinite(e) for e in t_own)}/{n}; "
           f"median fresh {med(f_own)}, trained {med(t_own)}")
+    print(f"  per case (median over seeds): {per_case_line(own_per_case)}")
 if zero_shots or zero_shot_failed:
     print(f"zero-shot plan against the best classical: within 10% in {sum(z <= 0.10 for z in zero_shots)}/{n}"
           f" (failed: {zero_shot_failed}); median {pct(med(zero_shots)) if zero_shots else '-'} over the "
