@@ -18,7 +18,8 @@
 # evaluations each start needed to come within 2% of it (its search trace:
 # policy, then refinement; "-" = never), the pre-trained policy's zero-shot
 # plan (its greedy decision before any fine-tuning) against it, and the final
-# gaps; then medians over seeds and the ratio of evaluations; writes
+# gaps; then medians over seeds and the ratio of evaluations, counted to the end and on
+# each policy's own search (before its first restart imitates the classical plan); writes
 # transfer.svg (median best-so-far against evaluations, both starts) to OUT.
 # Compare by evaluations, not seconds: the counts do not depend on the machine's load.
 # Every cost is the multiply-add estimate (--costs estimated, training too), so
