@@ -35,15 +35,12 @@ inline Result<std::string> read_file(const std::string& path) {
   if (Status s = regular_file(path); !s) return s;
   std::ifstream in(path, std::ios::binary);
   std::ostringstream text;
-  text << in.rdbuf();  // catches the stream's own exceptions and sets failbit instead
-  if (in.bad() || text.fail()) {
-    // An empty file sets failbit on `text` too (nothing was inserted): that is an empty text, not an error.
-    in.clear();
-    in.seekg(0, std::ios::end);
-    if (in && in.tellg() == std::streampos(0)) return std::string();
-    return Status::error("cannot read the file");
-  }
-  return text.str();
+  text << in.rdbuf();  // a read error (an exception in the stream) sets failbit on `text`
+  if (!text.fail()) return text.str();
+  // So does an empty file (nothing inserted): that is an empty text, not an error.
+  std::error_code ec;
+  if (std::filesystem::file_size(path, ec) == 0 && !ec) return std::string();
+  return Status::error("cannot read the file");
 }
 
 }  // namespace tapp

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <filesystem>
-#include <fstream>
 #include <set>
 
 #include "common/host_port.h"
@@ -143,6 +143,7 @@ Result<Cluster> cluster_from_json(const json& j) {
     if (!links->is_array()) return jf::field_error("links", "expected an array, got " + std::string(links->type_name()));
     if (links->size() > static_cast<size_t>(kMaxDevices * kMaxDevices))
       return jf::field_error("links", "at most " + std::to_string(kMaxDevices * kMaxDevices) + " links");
+    std::map<std::pair<std::string, std::string>, size_t> link_index;  // (from, to) -> its entry
     for (size_t i = 0; i < links->size(); ++i) {
       std::string path = "links[" + std::to_string(i) + "]";
       const json& lj = (*links)[i];
@@ -154,10 +155,9 @@ Result<Cluster> cluster_from_json(const json& j) {
       if (!names.count(l.from)) return jf::field_error(path + ".from", "unknown device \"" + l.from + "\"");
       if (!names.count(l.to)) return jf::field_error(path + ".to", "unknown device \"" + l.to + "\"");
       if (l.from == l.to) return jf::field_error(path + ".to", "a link joins two devices, got \"" + l.to + "\" twice");
-      for (size_t k = 0; k < c.links.size(); ++k)
-        if (c.links[k].from == l.from && c.links[k].to == l.to)
-          return jf::field_error(path, "the link " + l.from + " -> " + l.to + " is already links[" + std::to_string(k) +
-                                           "] (each direction once)");
+      if (auto [earlier, fresh] = link_index.try_emplace({l.from, l.to}, i); !fresh)
+        return jf::field_error(path, "the link " + l.from + " -> " + l.to + " is already links[" +
+                                         std::to_string(earlier->second) + "] (each direction once)");
       if (Status s = read_link_fields(lj, path, l); !s) return s;
       c.links.push_back(l);
     }

@@ -1,6 +1,5 @@
 #include "model/layer_library.h"
 
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 

@@ -1,9 +1,7 @@
 #include "model/model_json.h"
 
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "common/fingerprint.h"
 #include "common/json_fields.h"

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <numeric>
 #include <optional>
 #include <sstream>
@@ -249,7 +248,8 @@ Status save_policy_networks(const PolicyNetworks& networks, const std::string& p
 
 Result<std::shared_ptr<PolicyNetworks>> load_policy_networks(const std::string& path, PolicyFileInfo* info) {
   Result<std::string> bytes = read_file(path);
-  if (!bytes) return Status::error(path + ": " + (bytes.status().code() == ErrorCode::not_found ? "no such policy file" : bytes.error_message()));
+  if (!bytes && bytes.status().code() == ErrorCode::not_found) return Status::error(path + ": no such policy file");
+  if (!bytes) return bytes.status().with_context(path);
   return load_policy_bytes(*bytes, path, info);
 }
 

@@ -9,7 +9,6 @@
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 

@@ -302,12 +302,14 @@ void run(const Args& a, int& exit_code) {
     exit_code = 2;
     return;
   }
-  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--out", a.out}, {"--al-out", a.al_out}})
-    if (Status s = writable_file(path); !path.empty() && !s) {
+  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--out", a.out}, {"--al-out", a.al_out}}) {
+    if (path.empty()) continue;
+    if (Status s = writable_file(path); !s) {
       std::cerr << "tapp-cli optimize: " << flag << ": " << path << ": " << s.message() << "\n";
       exit_code = 2;
       return;
     }
+  }
   Result<std::string> cluster_text = read_file(a.devices);
   if (!cluster_text) {
     std::cerr << "--devices: " << a.devices << ": " << cluster_text.error_message() << "\n";

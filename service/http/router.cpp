@@ -8,8 +8,6 @@
 #include <ctime>
 #include <optional>
 #include <string_view>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "model/zoo.h"
