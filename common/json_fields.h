@@ -67,6 +67,13 @@ Status read(const nlohmann::json& j, const std::string& key, T& out, const std::
   if constexpr (std::is_same_v<T, bool>) {
     if (!it->is_boolean()) return field_error(where, "expected a boolean, got " + type_name(*it));
   } else if constexpr (std::is_integral_v<T>) {
+    // JSON Schema's "integer", which the schemas use, includes 5.0 and 1e1; 2.5 is not one.
+    if (it->is_number_float()) {
+      const double v = it->template get<double>();
+      if (!(std::fabs(v) <= 9007199254740992.0 && v == std::floor(v)))  // exact in a double (NaN fails too)
+        return field_error(where, "expected an integer, got " + type_name(*it));
+      return read(nlohmann::json{{key, static_cast<int64_t>(v)}}, key, out, path, required);
+    }
     if (!it->is_number_integer()) return field_error(where, "expected an integer, got " + type_name(*it));
     // nlohmann's get<T> truncates silently; refuse what T cannot hold.
     const bool fits = it->is_number_unsigned()
@@ -89,6 +96,12 @@ Status read(const nlohmann::json& j, const std::string& key, T& out, const std::
     if (!std::isfinite(static_cast<double>(out))) return field_error(where, "must be a finite number");
   }
   return Status::ok();
+}
+
+// A free-text field nothing reads (a "description"): when present, a string.
+inline Status text_field(const nlohmann::json& j, const std::string& key, const std::string& path) {
+  std::string ignored;
+  return read(j, key, ignored, path);
 }
 
 }  // namespace tapp::json_fields

@@ -120,6 +120,7 @@ Result<Cluster> cluster_from_json(const json& j) {
   if (Status s = jf::known_fields(j, "", {"$schema", "name", "description", "devices", "default_link", "links"}); !s)
     return s;
   if (Status s = jf::read(j, "name", c.name, ""); !s) return s;
+  if (Status s = jf::text_field(j, "description", ""); !s) return s;
   auto devs = j.find("devices");
   if (devs == j.end()) return jf::field_error("devices", "missing required field");
   if (!devs->is_array()) return jf::field_error("devices", "expected an array, got " + std::string(devs->type_name()));
@@ -139,7 +140,7 @@ Result<Cluster> cluster_from_json(const json& j) {
     if (Status s = jf::known_fields(*dl, "default_link", {"bandwidth_mbps", "latency_ms"}); !s) return s;
     if (Status s = read_link_fields(*dl, "default_link", c.default_link); !s) return s;
   }
-  if (auto links = j.find("links"); links != j.end() && !links->is_null()) {
+  if (auto links = j.find("links"); links != j.end()) {
     if (!links->is_array()) return jf::field_error("links", "expected an array, got " + std::string(links->type_name()));
     if (links->size() > static_cast<size_t>(kMaxDevices * kMaxDevices))
       return jf::field_error("links", "at most " + std::to_string(kMaxDevices * kMaxDevices) + " links");

@@ -862,6 +862,7 @@ Result<Placement> placement_from_json(const json& j, const LayerGraph& g, const 
                                    "replica_weights", "recompute", "groups", "layers"});
       !s)
     return s;
+  if (Status s = jf::text_field(j, "description", "placement"); !s) return s;
   if (Status s = jf::read(j, "micro_batches", p.micro_batches, "placement", true); !s) return s;
   std::string sched = "gpipe";
   if (Status s = jf::read(j, "schedule", sched, "placement"); !s) return s;

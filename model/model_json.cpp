@@ -228,6 +228,7 @@ Result<LayerGraph> model_from_json(const json& j) {
   Status s;
   if (!(s = jf::expect_object(j, ""))) return s;
   if (!(s = jf::known_fields(j, "", {"name", "input_shape", "layers", "$schema", "description"}))) return s;
+  if (!(s = jf::text_field(j, "description", ""))) return s;
   if (!(s = jf::read(j, "name", g.name, "", true))) return s;
   auto shape = j.find("input_shape");
   if (shape == j.end() || shape->is_null()) return jf::field_error("input_shape", "missing required field");

@@ -29,7 +29,7 @@ Status read_options(const json& o, OptimizeRequest& r) {
       return jf::field_error("options." + it.key(),
                              "unknown option (known: evaluator, iterations, time_budget_s, seed, batch_size, "
                            "input_size, num_classes, warm_start, baselines, verify, optimizer, costs, torchscript, policy, "
-                           "allow_al)");
+                           "allow_al; and the server's memory_limit_mib)");
   const std::string p = "options";
   std::string evaluator = evaluator_kind_name(r.evaluator);
   if (Status s = jf::read(o, "evaluator", evaluator, p); !s) return s;
@@ -119,7 +119,8 @@ Result<OptimizeRequest> optimize_request_from_json(const json& j) {
   }
   r.cluster = std::move(cluster.value());
 
-  if (auto o = j.find("options"); o != j.end() && !o->is_null())
+  // A present field has its type: "options": null is an error, not the defaults (json_fields.h).
+  if (auto o = j.find("options"); o != j.end())
     if (Status s = read_options(*o, r); !s) return s;
   // A device faster than this host can be planned for, not measured here.
   if (r.evaluator != EvaluatorKind::simulate)

@@ -215,7 +215,7 @@ bool check_submission(const json& body, const CheckLimits& limits, Submission& o
     return false;
   }
   json request = body;
-  if (auto mf = body.find("model_file"); mf != body.end() && !mf->is_null()) {
+  if (auto mf = body.find("model_file"); mf != body.end()) {  // null too: a present field has its type
     if (body.contains("model") && !body["model"].is_null()) {
       err = {400, "give either model or model_file, not both", "model_file"};
       return false;

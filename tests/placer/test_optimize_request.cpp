@@ -98,6 +98,21 @@ TEST_CASE("request errors name the field") {
   CHECK(error_of(with(json{{"verify", "no"}})) == "options.verify: expected a boolean, got string");
   CHECK(error_of(with(json{{"iteration", 5}})).rfind("options.iteration: unknown option", 0) == 0);
   CHECK(error_of(with(json(3))) == "options: expected an object, got number");
+  // A present field has its type: null is not "take the defaults" (it ran 600 iterations, profiled).
+  CHECK(error_of(with(json())) == "options: expected an object, got null");
+  json null_links = two_devices();
+  null_links["links"] = nullptr;
+  CHECK(error_of(json{{"model", "alexnet"}, {"cluster", null_links}}) == "cluster.links: expected an array, got null");
+  json numbered = two_devices();
+  numbered["description"] = 3;
+  CHECK(error_of(json{{"model", "alexnet"}, {"cluster", numbered}}) == "cluster.description: expected a string, got number");
+  // JSON Schema's integers: 5.0 and 1e1 are, 2.5 is not.
+  auto floats = optimize_request_from_json(with(json{{"iterations", 5.0}, {"batch_size", 1e1}}));
+  REQUIRE(floats.is_ok());
+  CHECK(floats->iterations == 5);
+  CHECK(floats->batch_size == 10);
+  CHECK(error_of(with(json{{"iterations", 2.5}})) == "options.iterations: expected an integer, got number");
+  CHECK(error_of(with(json{{"batch_size", 1e300}})) == "options.batch_size: expected an integer, got number");
   CHECK(error_of(json{{"model", "alexnet"}, {"cluster", two_devices()}, {"extra", 1}}).rfind("extra: unknown field", 0) == 0);
 }
 
