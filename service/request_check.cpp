@@ -216,11 +216,11 @@ bool check_submission(const json& body, const CheckLimits& limits, Submission& o
   }
   json request = body;
   if (auto mf = body.find("model_file"); mf != body.end()) {  // null too: a present field has its type
+    if (!check_model_file(*mf, limits, out, err)) return false;
     if (body.contains("model") && !body["model"].is_null()) {
       err = {400, "give either model or model_file, not both", "model_file"};
       return false;
     }
-    if (!check_model_file(*mf, limits, out, err)) return false;
     request.erase("model_file");
     request["model"] = "upload:" + out.label;
   } else {
