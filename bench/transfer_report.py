@@ -29,22 +29,34 @@ def best_classical(r):
     return min(steps) if steps else None
 
 
-def evals_within(trace, target, limit=None):
+def evals_within(trace, target, limit=math.inf):
     """The evaluations when the best first came within target (None: never, or not by `limit`)."""
     for t in trace:
-        if limit is not None and t["evaluations"] > limit:
+        if t["evaluations"] > limit:
             return None
         if t["best_step_ms"] <= target:
             return t["evaluations"]
     return None
 
 
-def own_search(r):
-    """The evaluations that were the policy's own: before the search imitated the best classical plan."""
+def own_evals(r, target):
+    """Evaluations to target on the policy's own search, before it imitated the best classical plan
+    (inf: never); None for an older run that did not record where that was."""
     p = r["policy"]
     if "evaluations_before_imitation" not in p:
-        return None  # an older run: not recorded
-    return p["evaluations_before_imitation"] or math.inf  # null: it never imitated
+        return None
+    e = evals_within(p["trace"], target, p["evaluations_before_imitation"] or math.inf)  # null: never imitated
+    return e if e else math.inf
+
+
+def per_case_line(cases):
+    """Per case, the medians over seeds ("never" = inf): at least 5x fewer counts a case the
+    fresh policy never reached and the trained one did."""
+    five = sum(math.isfinite(t) and f >= 5 * t for _, _, f, t in cases)
+    fewer = sum(t < f for _, _, f, t in cases)
+    more = sum(t > f for _, _, f, t in cases)
+    return (f"trained at least 5x fewer evaluations in {five}/{len(cases)}, fewer in {fewer}, "
+            f"as many in {len(cases) - fewer - more}, more in {more}")
 
 
 def curve(trace, ref, grid):
@@ -98,9 +110,7 @@ for m in models:
             fgap = fr["step_ms"] / ref - 1
             tgap = tr["step_ms"] / ref - 1
             for start, r in (("fresh", fr), ("trained", tr)):
-                limit = own_search(r)
-                e = evals_within(r["policy"]["trace"], 1.02 * ref, limit) if limit is not None else None
-                own[start].append(None if limit is None else (e if e else math.inf))
+                own[start].append(own_evals(r, 1.02 * ref))
                 case_own[start].append(own[start][-1])
             fresh_evals.append(ef if ef else math.inf)
             trained_evals.append(et if et else math.inf)
@@ -130,19 +140,9 @@ print(f"evaluations to within 2% of the best classical planner, median: fresh {m
 both = [(f, t) for f, t in zip(fresh_evals, trained_evals) if math.isfinite(f) and math.isfinite(t)]
 if both:
     print(f"per case where both reached it: median ratio fresh/trained {med([f / t for f, t in both]):.2f}")
-def per_case_line(cases):
-    """Per case, the medians over seeds ("never" = inf): at least 5x fewer counts a case the
-    fresh policy never reached and the trained one did."""
-    five = sum(math.isfinite(t) and f >= 5 * t for _, _, f, t in cases)
-    fewer = sum(t < f for _, _, f, t in cases)
-    more = sum(t > f for _, _, f, t in cases)
-    return (f"trained at least 5x fewer evaluations in {five}/{len(cases)}, fewer in {fewer}, "
-            f"as many in {len(cases) - fewer - more}, more in {more}")
-
-
 if per_case:
     print(f"per case (median over seeds): {per_case_line(per_case)}")
-if n and all(e is not None for e in own["fresh"] + own["trained"]):
+if all(e is not None for e in own["fresh"] + own["trained"]):
     f_own, t_own = own["fresh"], own["trained"]
     print(f"by the policy's own search (before imitating the best classical plan): reached fresh "
           f"{sum(math.isfinite(e) for e in f_own)}/{n}, trained {sum(math.isfinite(e) for e in t_own)}/{n}; "

@@ -11,10 +11,10 @@
 
 #include <cmath>
 #include <cstdint>
-#include <initializer_list>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -40,7 +40,7 @@ inline Status expect_object(const nlohmann::json& j, const std::string& path) {
 
 // The object j (at `path`) has no key outside `known`, as its schema's
 // additionalProperties: false says: a misspelt "memry_mb" is an error, not a default.
-inline Status known_fields(const nlohmann::json& j, const std::string& path, std::initializer_list<const char*> known) {
+inline Status known_fields(const nlohmann::json& j, const std::string& path, const std::vector<const char*>& known) {
   if (!j.is_object()) return Status::ok();
   for (auto kv = j.begin(); kv != j.end(); ++kv) {
     bool ok = false;

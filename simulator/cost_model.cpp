@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <utility>
+#include <vector>
 
 #include "common/json_fields.h"
 #include "model/layer_graph.h"
@@ -26,25 +28,32 @@ Calibration default_calibration() {
 
 using nlohmann::json;
 
+// Every number of a Calibration by its JSON key, beside "device_factor": the one list that
+// writing, reading and the unknown-field check go by.
+constexpr std::pair<const char*, double Calibration::*> kCalibrationNumbers[] = {
+    {"task_overhead_ms", &Calibration::task_overhead_ms},
+    {"layer_overhead_ms", &Calibration::layer_overhead_ms},
+    {"message_overhead_ms", &Calibration::message_overhead_ms},
+    {"wire_factor", &Calibration::wire_factor},
+    {"step_overhead_ms", &Calibration::step_overhead_ms},
+    {"update_ms_per_param_mb", &Calibration::update_ms_per_param_mb},
+    {"message_ms_per_mb", &Calibration::message_ms_per_mb},
+    {"concurrency_slowdown", &Calibration::concurrency_slowdown},
+    {"backward_extra", &Calibration::backward_extra},
+    {"first_task_overhead_ms", &Calibration::first_task_overhead_ms}};
+
 json calibration_to_json(const Calibration& c) {
-  return {{"device_factor", c.device_factor},         {"task_overhead_ms", c.task_overhead_ms},
-          {"layer_overhead_ms", c.layer_overhead_ms}, {"message_overhead_ms", c.message_overhead_ms},
-          {"wire_factor", c.wire_factor},             {"step_overhead_ms", c.step_overhead_ms},
-          {"update_ms_per_param_mb", c.update_ms_per_param_mb}, {"message_ms_per_mb", c.message_ms_per_mb},
-          {"concurrency_slowdown", c.concurrency_slowdown}, {"backward_extra", c.backward_extra},
-          {"first_task_overhead_ms", c.first_task_overhead_ms}};
+  json j = {{"device_factor", c.device_factor}};
+  for (const auto& [key, member] : kCalibrationNumbers) j[key] = c.*member;
+  return j;
 }
 
 Result<Calibration> calibration_from_json(const json& j) {
   if (!j.is_object()) return Status::error("calibration: expected an object");
   // Another kind of file (a model, a cluster) given as a calibration is refused, not read as the defaults.
-  if (Status s = json_fields::known_fields(j, "calibration",
-                                           {"device_factor", "task_overhead_ms", "layer_overhead_ms",
-                                            "message_overhead_ms", "wire_factor", "step_overhead_ms",
-                                            "update_ms_per_param_mb", "message_ms_per_mb", "concurrency_slowdown",
-                                            "backward_extra", "first_task_overhead_ms"});
-      !s)
-    return s;
+  std::vector<const char*> known = {"device_factor"};
+  for (const auto& number : kCalibrationNumbers) known.push_back(number.first);
+  if (Status s = json_fields::known_fields(j, "calibration", known); !s) return s;
   Calibration c;
   try {
     if (j.contains("device_factor")) c.device_factor = j.at("device_factor").get<std::vector<double>>();
@@ -56,17 +65,8 @@ Result<Calibration> calibration_from_json(const json& j) {
         return Status::error(std::string("calibration.") + key + ": must be a finite number >= 0");
       return Status::ok();
     };
-    for (auto [key, ptr] : {std::pair<const char*, double*>{"task_overhead_ms", &c.task_overhead_ms},
-                            {"layer_overhead_ms", &c.layer_overhead_ms},
-                            {"message_overhead_ms", &c.message_overhead_ms},
-                            {"wire_factor", &c.wire_factor},
-                            {"step_overhead_ms", &c.step_overhead_ms},
-                            {"update_ms_per_param_mb", &c.update_ms_per_param_mb},
-                            {"message_ms_per_mb", &c.message_ms_per_mb},
-                            {"concurrency_slowdown", &c.concurrency_slowdown},
-                            {"backward_extra", &c.backward_extra},
-                            {"first_task_overhead_ms", &c.first_task_overhead_ms}})
-      if (Status s = num(key, *ptr); !s) return s;
+    for (const auto& [key, member] : kCalibrationNumbers)
+      if (Status s = num(key, c.*member); !s) return s;
   } catch (const json::exception& e) {
     return Status::error(std::string("calibration.device_factor: expected an array of numbers (") + e.what() + ")");
   }
