@@ -19,6 +19,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -106,5 +107,10 @@ Result<nlohmann::json> optimize(const OptimizeRequest& request, const ProgressFn
 
 // Parses the request JSON of POST /placements (model, cluster, options); errors name the field.
 Result<OptimizeRequest> optimize_request_from_json(const nlohmann::json& j);
+// Its options' upper bounds (tapp-cli optimize checks its flags by them too).
+constexpr int kMaxIterations = 1000000;
+constexpr double kMaxTimeBudgetS = 7 * 24 * 3600.0;  // 604800
+constexpr int64_t kMaxBatchSize = 65536;
+constexpr int64_t kMaxInputSize = 4096;
 
 }  // namespace tapp

@@ -37,10 +37,10 @@ Status read_options(const json& o, OptimizeRequest& r) {
   if (!kind) return kind.status();
   r.evaluator = *kind;
   if (Status s = jf::read(o, "iterations", r.iterations, p); !s) return s;
-  if (r.iterations < 0 || r.iterations > 1000000)
+  if (r.iterations < 0 || r.iterations > kMaxIterations)
     return jf::field_error("options.iterations", "must be in [0, 1000000], got " + std::to_string(r.iterations));
   if (Status s = jf::read(o, "time_budget_s", r.time_budget_s, p); !s) return s;
-  if (!(r.time_budget_s >= 0) || r.time_budget_s > 7 * 24 * 3600.0)
+  if (!(r.time_budget_s >= 0) || r.time_budget_s > kMaxTimeBudgetS)
     return jf::field_error("options.time_budget_s", "must be in [0, 604800], got " + std::to_string(r.time_budget_s));
   if (auto it = o.find("seed"); it != o.end()) {
     if (!it->is_number_integer() || (it->is_number_integer() && !it->is_number_unsigned() && it->get<int64_t>() < 0))
@@ -48,10 +48,10 @@ Status read_options(const json& o, OptimizeRequest& r) {
     r.seed = it->get<uint64_t>();
   }
   if (Status s = jf::read(o, "batch_size", r.batch_size, p); !s) return s;
-  if (r.batch_size < 1 || r.batch_size > 65536)
+  if (r.batch_size < 1 || r.batch_size > kMaxBatchSize)
     return jf::field_error("options.batch_size", "must be in [1, 65536], got " + std::to_string(r.batch_size));
   if (Status s = jf::read(o, "input_size", r.input_size, p); !s) return s;
-  if (r.input_size < 0 || r.input_size > 4096)
+  if (r.input_size < 0 || r.input_size > kMaxInputSize)
     return jf::field_error("options.input_size", "must be 0 (model default) or in [1, 4096], got " +
                          std::to_string(r.input_size));
   if (Status s = jf::read(o, "num_classes", r.num_classes, p); !s) return s;

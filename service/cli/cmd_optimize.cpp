@@ -427,18 +427,18 @@ void add_optimize_command(CLI::App& app, int& exit_code) {
   sub->add_option("--evaluator", args->evaluator, "simulate (default) | measure | hybrid");
   // The request's own ranges (placer/optimize_request.cpp), checked here so that the error names the flag.
   auto* it = sub->add_option("--iterations", args->iterations, "policy iterations (default: 600 simulate/hybrid, 10 measure)")
-                 ->check(CLI::Range(1, 1000000));
+                 ->check(CLI::Range(1, kMaxIterations));
   auto* tb = sub->add_option("--time-budget", args->time_budget_s, "seconds for the search instead of an iteration count")
                  ->check(CLI::Validator(
                      [](std::string& text) -> std::string {
                        const double v = std::strtod(text.c_str(), nullptr);
-                       return v > 0 && v <= 7 * 24 * 3600.0 ? "" : "must be a number of seconds in (0, 604800]";
+                       return v > 0 && v <= kMaxTimeBudgetS ? "" : "must be a number of seconds in (0, 604800]";
                      },
                      "SECONDS"));
   it->excludes(tb);
   sub->add_option("--seed", args->seed, "random seed (simulate is deterministic for a seed)");
-  sub->add_option("--batch", args->batch, "training batch size (default 32)")->check(CLI::Range(1, 65536));
-  sub->add_option("--input-size", args->input_size, "image side (default: the model's)")->check(CLI::Range(1, 4096));
+  sub->add_option("--batch", args->batch, "training batch size (default 32)")->check(CLI::Range(int64_t{1}, kMaxBatchSize));
+  sub->add_option("--input-size", args->input_size, "image side (default: the model's)")->check(CLI::Range(int64_t{1}, kMaxInputSize));
   sub->add_option("--out", args->out, "write the best placement JSON here");
   sub->add_flag("--json", args->json_output, "print the result JSON");
   sub->add_flag("--warm-start", args->warm_start, "start the policy from the best classical plan");
