@@ -511,7 +511,8 @@ json baselines_json(const JobOutcome& o, const References& ref) {
 // "step_ms": what the policy found by itself; "refined_step_ms": after the
 // local refinement of its best (equal when refinement found nothing better).
 // ZeroShotOdds keyed by what they are odds of: micro-batch counts (and
-// "data_parallel"), device names per group of the zero-shot placement.
+// "data_parallel"), device names per group of the zero-shot placement,
+// stage counts ("stages", where the networks choose them).
 json zero_shot_odds_json(const ZeroShotOdds& odds, const Cluster& c) {
   json micro = json::object();
   for (size_t i = 0; i < odds.micro_batches.size(); ++i)
@@ -528,7 +529,13 @@ json zero_shot_odds_json(const ZeroShotOdds& odds, const Cluster& c) {
     if (g < odds.replicas.size()) group["replica"] = per_device(odds.replicas[g]);
     groups.push_back(group);
   }
-  return {{"micro_batches", micro}, {"groups", groups}};
+  json out = {{"micro_batches", micro}, {"groups", groups}};
+  if (!odds.stages.empty()) {
+    json stages = json::object();
+    for (size_t k = 0; k < odds.stages.size(); ++k) stages[std::to_string(k + 1)] = odds.stages[k];
+    out["stages"] = stages;
+  }
+  return out;
 }
 
 json policy_json(const JobOutcome& o, const References& ref) {

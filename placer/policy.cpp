@@ -147,6 +147,8 @@ class PolicyNetworks {
     a_micro = torch::nn::Linear(H + kMicroInputExtra, kMicroHead);
     a_group_query = torch::nn::Linear(H, H);
     a_device_key = torch::nn::Linear(kDeviceFeatureWidth + kPairWidth, H);
+    p_count1 = torch::nn::Linear(kGroupPositionWidth + kPartitionContextWidth, H);
+    p_count2 = torch::nn::Linear(H, 1);
     for (auto* lin : layers()) {
       params.push_back((*lin)->weight);
       params.push_back((*lin)->bias);
@@ -155,12 +157,14 @@ class PolicyNetworks {
   }
 
   std::vector<torch::nn::Linear*> layers() {
-    return {&p1, &p2, &p3, &p_group1, &p_group2, &a_embed, &a_q, &a_k, &a_v, &a_pair1, &a_pair2, &a_micro, &a_group_query,
-            &a_device_key};
+    // The stage-count head last: init draws the weights in this order, so
+    // the others' (a fresh search's networks) did not move when it came.
+    return {&p1,      &p2,      &p3,      &p_group1,      &p_group2,     &a_embed,  &a_q,     &a_k,
+            &a_v,     &a_pair1, &a_pair2, &a_micro,       &a_group_query, &a_device_key, &p_count1, &p_count2};
   }
   static std::vector<std::string> names() {
-    return {"p1",  "p2",  "p3",      "p_group1", "p_group2", "a_embed", "a_q",           "a_k",
-            "a_v", "a_pair1", "a_pair2", "a_micro", "a_group_query", "a_device_key"};
+    return {"p1",  "p2",      "p3",      "p_group1", "p_group2",      "a_embed",      "a_q",      "a_k",
+            "a_v", "a_pair1", "a_pair2", "a_micro",  "a_group_query", "a_device_key", "p_count1", "p_count2"};
   }
 
   void init(uint64_t seed, double replica_bias) {
@@ -186,6 +190,7 @@ class PolicyNetworks {
     a_micro->weight.mul_(0.1);
     a_group_query->weight.mul_(0.1);
     p_group2->weight.mul_(0.1);
+    p_count2->weight.mul_(0.1);
     a_pair2->bias[1].fill_(replica_bias);
   }
 
@@ -199,6 +204,9 @@ class PolicyNetworks {
   // device's key (its row and the pair features), so a group can prefer a
   // device by what it is without the scorer's hidden layer learning the product.
   torch::nn::Linear a_group_query{nullptr}, a_device_key{nullptr};
+  // The stage-count head (PolicyConfig::choose_stage_count): per count k a
+  // hidden layer over the group queries' input of group k-1, one logit.
+  torch::nn::Linear p_count1{nullptr}, p_count2{nullptr};
   std::vector<torch::Tensor> params;
   std::unique_ptr<torch::optim::Adam> optimizer;
 };
@@ -329,6 +337,11 @@ struct Policy::Impl {
   FeatureMatrix layer_rows;
   int L = 0, G = 0, D = 0, M = 0;  // M: micro-batch choices (+ data parallel)
   std::vector<float> prior;  // L x G positional prior logits (contiguous mode)
+  // The stage-count head (PolicyConfig::choose_stage_count in an ordered mode, G > 1).
+  bool count_head = false;
+  std::vector<double> prior_x;     // per layer: its position on the prior's axis (the head's priors)
+  std::vector<int> suffix_stages;  // per layer i: the fewest groups layers i.. fit in (memory floors; else 1)
+  std::vector<float> count_mask;   // G: kMasked on the counts below suffix_stages[0]
   bool all_masked = false;  // no device fits: nothing is masked
   // The least a group of layers needs on any device it runs on (policy.h's
   // memory masks, a lower bound of core's rule): the training state of its
@@ -346,6 +359,7 @@ struct Policy::Impl {
     double bytes(double samples) const { return state + (kept_per_sample + 2 * largest_output) * samples + largest_grad; }
   };
   std::vector<MemoryFloor> layer_floor;  // empty: no memory masks
+  std::vector<MemoryFloor> suffix_floor;  // per layer i: the floor of layers i.. in one group
   double floor_samples = 0;  // the smallest micro-batch any choice runs a group copy at
   double largest_device_bytes = 0;
   bool replica_head = false;  // max_replicas > 0 and more than one device
@@ -508,12 +522,33 @@ struct Policy::Impl {
       return f.bytes(m_.floor_samples);
     }
     void add(int i, int g) {
+      top_ = std::max(top_, g);
       if (active()) group_[g].add(m_.layer_floor[i]);
+    }
+    // The highest group taken so far (-1 before the first layer).
+    int top() const { return top_; }
+    // The groups above top() that layers j.. need if they go on from top's
+    // content in layer order, each group as long as it fits: what a
+    // stage-count head's partition must leave room for (partition_row).
+    int groups_after(int j) const {
+      if (j >= m_.L) return 0;
+      if (top_ < 0) return m_.suffix_stages[j];
+      if (!active()) return 0;
+      MemoryFloor all = group_[top_];
+      all.add(m_.suffix_floor[j]);
+      if (all.bytes(m_.floor_samples) <= m_.largest_device_bytes) return 0;
+      MemoryFloor f = group_[top_];
+      for (int x = j; x < m_.L; ++x) {
+        f.add(m_.layer_floor[x]);
+        if (f.bytes(m_.floor_samples) > m_.largest_device_bytes) return m_.suffix_stages[x];
+      }
+      return 0;
     }
 
    private:
     const Impl& m_;
     std::vector<MemoryFloor> group_;
+    int top_ = -1;
   };
 
   // The partition memory mask's per-layer floors (policy.h). Every choice
@@ -569,19 +604,94 @@ struct Policy::Impl {
     return row;
   }
 
-  // Layer i's additive partition row (G): kMasked below `lo` and on the groups
-  // it would make too big for every device (unless every group from lo on
-  // would be, as when the layer alone is), else the positional prior.
-  void partition_row(int i, int lo, const GroupFloors& floors, float* row) const {
-    const float* pr = &prior[static_cast<size_t>(i) * G];
-    for (int g = 0; g < G; ++g) row[g] = g < lo ? kMasked : pr[g];
+  // Layer i's additive partition row (G) for a partition into `stages`
+  // groups: kMasked below `lo`, with the stage-count head from `stages` on
+  // (the last layer: all but stages - 1) and on a group after which the
+  // layers from i on would not fit in the groups left (leaves_room), and on
+  // the groups it would make too big for every device (unless every group
+  // still open would be, as when the layer alone is); else the positional prior.
+  void partition_row(int i, int lo, int stages, const GroupFloors& floors, float* row) const {
+    const int hi = count_head ? stages : G;
+    const bool last = count_head && i == L - 1;
+    for (int g = 0; g < G; ++g) {
+      const bool open = g >= lo && g < hi && (!last || g == hi - 1) && (!count_head || leaves_room(i, g, hi, floors));
+      row[g] = open ? prior_at(i, g, stages) : kMasked;
+    }
     if (!floors.active() || cfg.partition == PartitionMode::free) return;
     const double cap = largest_device_bytes;
     bool any_fits = false;
-    for (int g = lo; g < G; ++g) any_fits = any_fits || floors.with(i, g) <= cap;
+    for (int g = lo; g < G; ++g) any_fits = any_fits || (row[g] != kMasked && floors.with(i, g) <= cap);
     if (!any_fits) return;
     for (int g = lo; g < G; ++g)
       if (floors.with(i, g) > cap) row[g] = kMasked;
+  }
+
+  // Whether layer i in group g leaves the layers after it room in groups
+  // below `stages`, going on in layer order from the highest group's content
+  // (a completion that every ordered mode allows). Kept from the first layer
+  // on (the count mask), it always leaves a fitting group open: the highest,
+  // where layer i fits with it, else the next one up.
+  bool leaves_room(int i, int g, int stages, const GroupFloors& floors) const {
+    const int top = floors.top();
+    if (g > top) return g + suffix_stages[i] <= stages;  // a new highest group, from layer i on
+    if (g == top) return top + floors.groups_after(i) <= stages - 1;  // i goes on in it where it fits
+    return top + floors.groups_after(i + 1) <= stages - 1;  // a branch joins a lower group
+  }
+
+  // The positional prior of layer i on group g: the fixed one (`prior`), or
+  // with the stage-count head `stages` equal stages along the prior's axis.
+  float prior_at(int i, int g, int stages) const {
+    if (!count_head) return prior[static_cast<size_t>(i) * G + g];
+    const double kappa = std::max(0.5, std::log(static_cast<double>(std::max(1, L)) / stages));
+    const double c = prior_x[i] * stages - 0.5;
+    return static_cast<float>(-kappa * (g - c) * (g - c));
+  }
+
+  // The groups a partition may use: with the head, its last layer's group + 1.
+  int stages_of(const std::vector<int>& layer_group) const {
+    if (!count_head || layer_group.size() != static_cast<size_t>(L)) return G;
+    return std::clamp(layer_group[L - 1] + 1, 1, G);
+  }
+
+  // Per layer i the fewest groups layers i.. fit in, under the partition's
+  // floors, greedily in layer order (each group as long as it fits; exact
+  // for contiguous groups, whose floor only grows with a layer): the head's
+  // count mask and its rule that a layer opens group g only where g +
+  // suffix_stages[i] <= k. A layer that fits nowhere alone takes a group.
+  void set_stage_floors() {
+    suffix_stages.assign(static_cast<size_t>(L), 1);
+    count_mask.assign(static_cast<size_t>(G), 0.f);
+    if (!count_head || layer_floor.empty()) return;
+    suffix_floor.assign(static_cast<size_t>(L), MemoryFloor{});
+    for (int i = L - 1; i >= 0; --i) {
+      suffix_floor[i] = layer_floor[i];
+      if (i + 1 < L) suffix_floor[i].add(suffix_floor[i + 1]);
+    }
+    for (int i = L - 1; i >= 0; --i) {
+      MemoryFloor group = layer_floor[i];
+      int j = i + 1;
+      for (; j < L; ++j) {
+        MemoryFloor with = group;
+        with.add(layer_floor[j]);
+        if (with.bytes(floor_samples) > largest_device_bytes) break;
+        group = with;
+      }
+      suffix_stages[i] = 1 + (j < L ? suffix_stages[j] : 0);
+    }
+    if (suffix_stages[0] > G) return;  // no count fits: none is masked
+    for (int k = 1; k < suffix_stages[0]; ++k) count_mask[k - 1] = kMasked;
+  }
+
+  // The stage-count head's logits (G: counts 1..G), masked.
+  torch::Tensor count_logits() {
+    auto z = net->p_count2(torch::relu(net->p_count1(group_query_input))).squeeze(1);
+    return z + torch::tensor(count_mask);
+  }
+  // The stage count drawn (rng) or the likeliest (null); G without the head.
+  int choose_stages(std::mt19937_64* rng) {
+    if (!count_head) return G;
+    auto p = torch::softmax(count_logits(), 0).contiguous();
+    return 1 + (rng ? draw(p.data_ptr<float>(), G, *rng) : argmax(p.data_ptr<float>(), G));
   }
 
   // The lowest group layer i may take: contiguous, its predecessor's;
@@ -600,8 +710,9 @@ struct Policy::Impl {
   std::vector<float> order_rows(const std::vector<int>& layer_group) const {
     std::vector<float> m(static_cast<size_t>(L) * G);
     GroupFloors floors(*this);
+    const int stages = stages_of(layer_group);
     for (int i = 0; i < L; ++i) {
-      partition_row(i, lowest_group(i, layer_group), floors, &m[static_cast<size_t>(i) * G]);
+      partition_row(i, lowest_group(i, layer_group), stages, floors, &m[static_cast<size_t>(i) * G]);
       floors.add(i, layer_group[i]);
     }
     return m;
@@ -634,6 +745,11 @@ struct Policy::Impl {
     auto idx = torch::tensor(std::vector<int64_t>(d.layer_group.begin(), d.layer_group.end()), torch::kInt64);
     auto lp = part_logp.gather(1, idx.unsqueeze(1)).sum();
     auto ent = -(part_logp.exp() * part_logp).sum();
+    if (count_head) {
+      auto count_logp = torch::log_softmax(count_logits(), 0);
+      lp = lp + count_logp[stages_of(d.layer_group) - 1];
+      ent = ent - (count_logp.exp() * count_logp).sum();
+    }
     Groups gr = groups_of(d.layer_group);
     auto logits = allocation_logits(gr, d.group_device);
     auto micro_logp = torch::log_softmax(logits.micro, 0);
@@ -813,9 +929,9 @@ struct Policy::Impl {
     return std::find(r.begin(), r.end(), k) != r.end();
   }
 
-  // One partition drawn (rng) or by argmax at every layer (null), each layer
-  // under the masks of the layers before it.
-  std::vector<int> choose_partition(std::mt19937_64* rng) {
+  // One partition into `stages` groups (the head's; else G) drawn (rng) or by
+  // argmax at every layer (null), each layer under the masks of the layers before it.
+  std::vector<int> choose_partition(std::mt19937_64* rng, int stages) {
     if (cfg.partition == PartitionMode::free) {
       std::vector<int> layer_group(L);
       auto pp = torch::softmax(partition_logits(), 1).contiguous();
@@ -824,16 +940,16 @@ struct Policy::Impl {
       return layer_group;
     }
     auto lg = partition_logits().contiguous();
-    return choose_ordered_partition(lg.data_ptr<float>(), rng);
+    return choose_ordered_partition(lg.data_ptr<float>(), rng, stages);
   }
 
   // choose_partition of the ordered modes, from the partition logits z (L x G).
-  std::vector<int> choose_ordered_partition(const float* z, std::mt19937_64* rng) const {
+  std::vector<int> choose_ordered_partition(const float* z, std::mt19937_64* rng, int stages) const {
     std::vector<int> layer_group(L);
     std::vector<float> p(G), row(G);
     GroupFloors floors(*this);
     for (int i = 0; i < L; ++i) {
-      partition_row(i, lowest_group(i, layer_group), floors, row.data());
+      partition_row(i, lowest_group(i, layer_group), stages, floors, row.data());
       masked_softmax(z + static_cast<size_t>(i) * G, row.data(), p.data());
       layer_group[i] = rng ? draw(p.data(), G, *rng) : argmax(p.data(), G);
       floors.add(i, layer_group[i]);
@@ -864,13 +980,13 @@ struct Policy::Impl {
   // which the search's restarts rely on; its draws cut earlier).
   // Every draw puts a layer at or above its inputs' groups, so the medians do
   // too: the median partition keeps the draws' order.
-  std::vector<int> median_partition() {
-    if (cfg.partition == PartitionMode::free) return choose_partition(nullptr);  // group ids have no order
+  std::vector<int> median_partition(int stages) {
+    if (cfg.partition == PartitionMode::free) return choose_partition(nullptr, stages);  // group ids have no order
     auto logits = partition_logits().contiguous();
     std::mt19937_64 rng(kMedianSeed);
     std::vector<int> count(static_cast<size_t>(L) * G, 0);
     for (int s = 0; s < kMedianDraws; ++s) {
-      const std::vector<int> lg = choose_ordered_partition(logits.data_ptr<float>(), &rng);
+      const std::vector<int> lg = choose_ordered_partition(logits.data_ptr<float>(), &rng, stages);
       for (int i = 0; i < L; ++i) ++count[static_cast<size_t>(i) * G + lg[i]];
     }
     std::vector<int> layer_group(L);
@@ -882,7 +998,7 @@ struct Policy::Impl {
         seen += count[static_cast<size_t>(i) * G + median];
         if (2 * seen >= kMedianDraws) break;
       }
-      partition_row(i, lowest_group(i, layer_group), floors, row.data());
+      partition_row(i, lowest_group(i, layer_group), stages, floors, row.data());
       layer_group[i] = nearest_allowed(row.data(), std::min(median, G - 1));
       floors.add(i, layer_group[i]);
     }
@@ -903,7 +1019,8 @@ struct Policy::Impl {
   Decision choose(std::mt19937_64* rng, bool typical = false) {
     torch::NoGradGuard ng;
     Decision d;
-    d.layer_group = typical ? median_partition() : choose_partition(rng);
+    const int stages = choose_stages(rng);  // the likeliest count for greedy and typical
+    d.layer_group = typical ? median_partition(stages) : choose_partition(rng, stages);
     Groups gr = groups_of(d.layer_group);
     // The micro-batch count first: the memory masks and the replica cap depend on it.
     auto mp = torch::softmax(micro_logits(gr), 0).contiguous();
@@ -1381,13 +1498,16 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
   // about G/L, so a neutral network makes ~G-1 cuts whatever the depth.
   if (m.cfg.totals.gflops.size() != static_cast<size_t>(m.L)) m.cfg.totals = LayerTotals{};
   const std::vector<double> compute_at = compute_positions(m.cfg.totals, m.L);
+  m.count_head = m.cfg.choose_stage_count && m.cfg.partition != PartitionMode::free && m.G > 1;
+  m.prior_x.resize(static_cast<size_t>(m.L));
+  for (int i = 0; i < m.L; ++i)
+    m.prior_x[i] = m.cfg.prior_axis == PriorAxis::compute ? compute_at[i] : (i + 0.5) / std::max(1, m.L);
   m.prior.assign(static_cast<size_t>(m.L) * m.G, 0.f);
   const int PG = m.cfg.prior_groups > 0 ? std::min(m.cfg.prior_groups, m.G) : m.G;
   const double kappa = std::max(0.5, std::log(static_cast<double>(std::max(1, m.L)) / PG));
   for (int i = 0; i < m.L; ++i)
     for (int g = 0; g < m.G; ++g) {
-      const double x = m.cfg.prior_axis == PriorAxis::compute ? compute_at[i] : (i + 0.5) / std::max(1, m.L);
-      double c = prior_centre(m.cfg.prior_cuts, PG, x);
+      double c = prior_centre(m.cfg.prior_cuts, PG, m.prior_x[i]);
       m.prior[static_cast<size_t>(i) * m.G + g] = static_cast<float>(-kappa * (g - c) * (g - c));
     }
   FeatureMatrix in;
@@ -1468,6 +1588,7 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
                        static_cast<int>(mem.layer_activation_bytes.size()) != m.L || mem.batch_size < 1))
     m.cfg.memory = PolicyMemory{};  // sizes that do not match the model and cluster: no memory masks
   m.set_partition_floors();
+  m.set_stage_floors();
   m.device_class = m.device_classes();
 }
 
@@ -1535,6 +1656,13 @@ std::vector<std::vector<float>> Policy::replica_probs(const std::vector<int>& la
   Impl::AllocationMasks masks(m, layer_group, m.greedy_micro(gr));
   auto device = m.allocate(gr, layer_group, masks, nullptr, nullptr);
   return to_rows(torch::sigmoid(m.pair_scores(gr, m.all_groups(), device, true).select(2, 1)));
+}
+
+std::vector<float> Policy::stage_count_probs() {
+  torch::NoGradGuard ng;
+  if (!impl_->count_head) return {};
+  auto p = torch::softmax(impl_->count_logits(), 0).contiguous();
+  return std::vector<float>(p.data_ptr<float>(), p.data_ptr<float>() + p.numel());
 }
 
 std::vector<float> Policy::micro_batch_probs(const std::vector<int>& layer_group) {

@@ -21,13 +21,17 @@
 //               and on each device a group took as its replica;
 //   replicas:   (max_replicas > 0) per group and free device, a Bernoulli
 //               "run a replica of this group there too": the scorer's second
-//               output (PipeDream's replicated stages).
+//               output (PipeDream's replicated stages);
+//   stages:     (choose_stage_count) before the partition, how many groups it
+//               may use: per count k, an MLP over the same [position of group
+//               k-1 | problem context] the group queries see -> softmax over 1..G.
 // No weight's shape depends on the model or the cluster (issue 17): one
 // `PolicyNetworks` places any number of layers on any number of devices, may
 // be shared by the Policy objects of many problems while it trains across
 // them (tapp-cli train-policy), and is saved to and loaded from a file that
 // carries kPolicyFeatureVersion (placer/features.h).
-// One joint action is sampled in this order: partition; micro-batch count;
+// One joint action is sampled in this order: (choose_stage_count) the stage
+// count k; partition; micro-batch count;
 // per non-empty group (in id order) its device; then per device still free
 // (in index order), offered to the groups by fewest copies so far, whether
 // the group takes a replica there (the first that does holds it). Its log
@@ -51,6 +55,12 @@
 //    training state, one smallest micro-batch's kept activations, and
 //    backward's working memory: its largest weight's gradient and two of its
 //    largest outputs for that micro-batch), unless every group it may take would;
+//  - stage count (choose_stage_count, ordered modes): the layers take groups
+//    0..k-1 only and the last layer takes group k-1 (so k is the decision's
+//    last group + 1); with `memory`, counts below the fewest groups the
+//    layers fit in (greedy in layer order under the floors above) are not
+//    offered, and a layer may open group g only where the layers from it on
+//    fit in the k - g groups left (exact in contiguous mode);
 //  - allocation: each non-empty group may not reuse an earlier group's device
 //    while a free one remains (distinct_devices); with `memory`, a device
 //    whose load plus the group would pass its memory_mb (core's rule, for the
@@ -170,6 +180,14 @@ struct PolicyConfig {
   // stage boundary of balanced compute sits at the same position in any
   // model; needs `totals`, else the depth).
   PriorAxis prior_axis = PriorAxis::depth;
+  // The stage-count head chooses k, the number of groups the partition may
+  // use, before the partition (ordered modes, G > 1); the prior then centres
+  // the layers on k equal stages along prior_axis. Off: the partition has all
+  // G groups and the prior prior_groups, as a fresh search's restarts need.
+  // Trained networks choose it (search_policy_config): the stage count was
+  // the trained partition's commonest miss (8 stages on 8 devices where the
+  // classical best has 2-3 replicated ones; docs/transfer.md).
+  bool choose_stage_count = false;
   int hidden = 64;
   double learning_rate = 0.005;
   uint64_t seed = 1;
@@ -270,6 +288,8 @@ class Policy {
   std::vector<std::vector<float>> partition_probs();                                  // L x G
   std::vector<std::vector<float>> allocation_probs(const std::vector<int>& layer_group);  // G x D
   std::vector<float> micro_batch_probs(const std::vector<int>& layer_group);  // choices (+ data parallel)
+  // Per stage count 1..G the head's probability under its masks (empty without the head).
+  std::vector<float> stage_count_probs();
 
   // One joint REINFORCE step: minimise -sum_i adv_i * log pi(d_i) / n
   // - entropy_coef * mean entropy, clip the gradient norm, one Adam step.

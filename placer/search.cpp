@@ -356,6 +356,7 @@ class SearchLoop {
     PolicyConfig next = config_;
     next.seed = config_.seed + 7919ULL * restarts_;
     next.prior_axis = PriorAxis::depth;  // fresh networks: the restarts' priors are depths
+    next.choose_stage_count = false;     // and their group counts
     // Data-parallel plans are few (a set of devices) and the first policy
     // has weighed them; restarted policies search the pipelines, so a
     // replicated plan found early cannot hold every restart in its basin.
@@ -385,6 +386,7 @@ class SearchLoop {
     ZeroShotOdds& odds = zero_shot_odds_;
     odds.micro_batch_choices = config_.micro_batch_choices;
     odds.micro_batches = policy_->micro_batch_probs(typical.layer_group);
+    odds.stages = policy_->stage_count_probs();
     const auto devices = policy_->allocation_probs(typical.layer_group);
     const auto replicas = policy_->replica_probs(typical.layer_group);
     std::vector<bool> seen(devices.size(), false);
@@ -502,6 +504,7 @@ PolicyConfig search_policy_config(const LayerGraph& graph, const Cluster& cluste
   if (opt.layer_ms.size() == graph.layers.size()) pc.totals.time_ms = opt.layer_ms;
   // Trained networks learned against the compute prior (train_policy.h).
   pc.prior_axis = opt.initial_policy ? PriorAxis::compute : PriorAxis::depth;
+  pc.choose_stage_count = opt.initial_policy != nullptr;  // and choose their number of stages
   pc.devices = device_traits(cluster);
   pc.batch_size = opt.batch_size;
   return pc;

@@ -93,10 +93,12 @@ struct SearchProgress {
 // then data parallelism where offered); per non-empty group of the decision
 // (by first layer: for a pipeline, the plan's groups) and device, the
 // allocation's (under the masks it drew with) and the replica head's (before
-// masks; empty without one).
+// masks; empty without one); the stage-count head's per count 1..G (empty
+// without it).
 struct ZeroShotOdds {
   std::vector<int> micro_batch_choices;
   std::vector<float> micro_batches;
+  std::vector<float> stages;
   std::vector<std::vector<float>> devices, replicas;
 };
 

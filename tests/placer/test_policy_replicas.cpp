@@ -666,6 +666,82 @@ TEST_CASE("a policy that would put a model too big for any device in one group c
   }
 }
 
+TEST_CASE("with the stage-count head, counts below the fewest groups a model fits in are not offered, and every draw fits") {
+  // The chain above: 12 layers of 12 MiB of training state on devices of 64
+  // MiB, so at least 3 groups. The head never offers 1 or 2, and a layer
+  // opens a group only where the layers after it still fit in those left.
+  LayerGraph g = chain_graph(12, 1024);
+  const int64_t batch = 8;
+  Cluster c = equal_cluster(4, 64);
+  PolicyConfig pc = replica_config(g, c, batch, PartitionMode::contiguous, 5);
+  pc.choose_stage_count = true;
+  OpDictionary dict;
+  Policy policy(encode_layers(g, dict), g.consumers(), pc);
+  const std::vector<float> odds = policy.stage_count_probs();
+  REQUIRE(odds.size() == 4);
+  CHECK(odds[0] == 0.f);
+  CHECK(odds[1] == 0.f);
+  CHECK(odds[2] > 0.f);
+  std::mt19937_64 rng(9);
+  int three = 0;
+  for (int k = 0; k < 60; ++k) {
+    const Decision d = k == 0 ? policy.greedy() : k == 1 ? policy.typical() : policy.sample(rng);
+    three += d.layer_group.back() == 2;
+    CHECK(d.layer_group.back() >= 2);
+    Placement p = decision_to_placement(d, pc.micro_batch_choices, Schedule::gpipe);
+    Status fits = check_memory(p, g, c, batch);
+    CHECK_MESSAGE(fits.is_ok(), "draw ", k, ": ", fits.message());
+  }
+  CHECK(three > 0);  // 3 groups for 3 devices' worth of layers: each group nearly full, and still drawn
+}
+
+TEST_CASE("with the stage-count head, proposals stay executable on random DAGs and clusters, both ordered modes") {
+  std::mt19937_64 rng(4242);
+  int proposals = 0;
+  std::vector<int> counts(6, 0);
+  for (int trial = 0; trial < 20; ++trial) {
+    LayerGraph g = random_branchy_graph(rng, 2 + trial % 3, 256);
+    const int64_t batch = 16;
+    Cluster c = random_cluster(rng, g, batch, Optimizer::sgd);
+    if (trial % 4 == 1) {  // no device holds the whole model, each holds 3/5 of it: at least 2 stages
+      int64_t whole_mb = 0;
+      for (const Device& d : c.devices) whole_mb = std::max(whole_mb, d.memory_mb);
+      for (Device& d : c.devices) d.memory_mb = std::max<int64_t>(1, whole_mb * 3 / 5);
+    }
+    const PartitionMode mode = trial % 2 == 0 ? PartitionMode::contiguous : PartitionMode::follows_dag;
+    PolicyConfig pc = replica_config(g, c, batch, mode, 1 + trial);
+    pc.choose_stage_count = true;
+    OpDictionary dict;
+    Policy policy(encode_layers(g, dict), g.consumers(), pc);
+    const bool tight = trial % 4 == 1;
+    if (tight) CHECK(policy.stage_count_probs()[0] == 0.f);  // one stage is not offered
+    for (int n = 0; n < 30; ++n) {
+      const Decision d = policy.sample(rng);
+      ++proposals;
+      ++counts[std::min(5, d.layer_group.back() + 1)];
+      CHECK(*std::max_element(d.layer_group.begin(), d.layer_group.end()) == d.layer_group.back());
+      CHECK(std::isfinite(policy.log_prob(d)));
+      Placement p = decision_to_placement(d, pc.micro_batch_choices, Schedule::gpipe);
+      Status valid = validate_placement(p, g, c, batch);
+      CHECK_MESSAGE(valid.is_ok(), "trial ", trial, ": ", valid.message());
+      CHECK(policy.partition_allowed(d.layer_group));
+      if (tight) {
+        // Each group within the largest device by the floors; core's rule is
+        // not asserted here: the floors are its lower bound, so a group at a
+        // device's edge may pass it by a little (with or without the head).
+        CHECK(d.layer_group.back() >= 1);
+        continue;
+      }
+      CHECK(recompute_where_needed(p, g, c, batch));
+      Status fits = check_memory(p, g, c, batch);
+      CHECK_MESSAGE(fits.is_ok(), "trial ", trial, ": ", fits.message());
+    }
+  }
+  CHECK(proposals == 20 * 30);
+  CHECK(counts[1] > 0);  // one stage (where it fits) as well as several
+  CHECK(counts[2] + counts[3] + counts[4] + counts[5] > proposals / 4);
+}
+
 TEST_CASE("a group that fits no device without recomputing is masked as recomputing: its replicas are offered") {
   // gpt2 at batch 32 on 4 GB devices in miniature: 8 layers keeping 8 KiB a
   // sample, batch 16384, 8 micro-batches. The whole chain in one group fits

@@ -5,6 +5,7 @@
 #include "tests/torch_doctest.h"  // first: LibTorch's CHECK macros would shadow doctest's
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <numeric>
@@ -308,6 +309,42 @@ TEST_CASE("the compute prior centres a neutral policy's stages on equal FLOPs, t
   CAPTURE(by_compute);
   CHECK(by_depth >= 6);    // about half the layers
   CHECK(by_compute <= 3);  // about half the FLOPs: within the wide layers
+}
+
+TEST_CASE("trained networks choose their number of stages first: each draw's groups are 0..k-1 with its last layer in k-1, and imitation makes a 2-stage plan on 8 devices the typical one") {
+  const LayerGraph g = wide_then_narrow_chain();
+  const Cluster c = large_devices(8);
+  auto net = new_policy_networks(32, 0.005, 3);
+  OpDictionary dict;
+  auto policy = policy_for(g, c, net, dict);
+  REQUIRE(policy->config().choose_stage_count);
+  const std::vector<float> odds = policy->stage_count_probs();
+  REQUIRE(odds.size() == 8);
+  CHECK(std::accumulate(odds.begin(), odds.end(), 0.0) == doctest::Approx(1.0).epsilon(1e-4));
+  std::vector<int> drawn(9, 0);
+  for (const Decision& d : samples(*policy, 11, 80)) {
+    const int last = d.layer_group.back();
+    CHECK(*std::max_element(d.layer_group.begin(), d.layer_group.end()) == last);
+    ++drawn[last + 1];
+    CHECK(std::isfinite(policy->log_prob(d)));
+    CHECK(policy->allows(d));
+  }
+  // A neutral head draws every count about as often (1/8 of 80 each).
+  CHECK(std::count_if(drawn.begin() + 1, drawn.end(), [](int n) { return n > 0; }) >= 6);
+  // A plan of 2 stages imitated: the typical (zero-shot) decision has 2 stages
+  // too. A fresh search's networks have no head.
+  Decision two = policy->greedy();
+  for (size_t i = 0; i < two.layer_group.size(); ++i) two.layer_group[i] = i < 8 ? 0 : 1;
+  two.group_replicas.assign(8, {});
+  REQUIRE(policy->allows(two));
+  policy->imitate(two, 80, 0.05);
+  const Decision typical = policy->typical();
+  CHECK(typical.layer_group == two.layer_group);
+  CHECK(policy->stage_count_probs()[1] > 0.9f);
+  PolicyConfig without = policy->config();
+  without.choose_stage_count = false;
+  Policy plain(encode_layers(g, dict), g.consumers(), without, net);
+  CHECK(plain.stage_count_probs().empty());
 }
 
 TEST_CASE("the compute prior measures by the cost model's time where it is given, not by FLOPs") {
