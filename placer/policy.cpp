@@ -613,8 +613,9 @@ struct Policy::Impl {
   void partition_row(int i, int lo, int stages, const GroupFloors& floors, float* row) const {
     const int hi = count_head ? stages : G;
     const bool last = count_head && i == L - 1;
+    const Room room = count_head ? Room(*this, i, floors) : Room{};
     for (int g = 0; g < G; ++g) {
-      const bool open = g >= lo && g < hi && (!last || g == hi - 1) && (!count_head || leaves_room(i, g, hi, floors));
+      const bool open = g >= lo && g < hi && (!last || g == hi - 1) && (!count_head || room.leaves(g, hi));
       row[g] = open ? prior_at(i, g, stages) : kMasked;
     }
     if (!floors.active() || cfg.partition == PartitionMode::free) return;
@@ -630,13 +631,19 @@ struct Policy::Impl {
   // below `stages`, going on in layer order from the highest group's content
   // (a completion that every ordered mode allows). Kept from the first layer
   // on (the count mask), it always leaves a fitting group open: the highest,
-  // where layer i fits with it, else the next one up.
-  bool leaves_room(int i, int g, int stages, const GroupFloors& floors) const {
-    const int top = floors.top();
-    if (g > top) return g + suffix_stages[i] <= stages;  // a new highest group, from layer i on
-    if (g == top) return top + floors.groups_after(i) <= stages - 1;  // i goes on in it where it fits
-    return top + floors.groups_after(i + 1) <= stages - 1;  // a branch joins a lower group
-  }
+  // where layer i fits with it, else the next one up. Two scans a layer
+  // (GroupFloors::groups_after), whatever the number of groups.
+  struct Room {
+    Room() = default;
+    Room(const Impl& m, int i, const GroupFloors& floors)
+        : top(floors.top()), from_i(m.suffix_stages[i]), here(floors.groups_after(i)), next(floors.groups_after(i + 1)) {}
+    bool leaves(int g, int stages) const {
+      if (g > top) return g + from_i <= stages;     // a new highest group, from layer i on
+      if (g == top) return top + here <= stages - 1;  // i goes on in it where it fits
+      return top + next <= stages - 1;              // a branch joins a lower group
+    }
+    int top = -1, from_i = 1, here = 0, next = 0;
+  };
 
   // The positional prior of layer i on group g: the fixed one (`prior`), or
   // with the stage-count head `stages` equal stages along the prior's axis.
