@@ -537,12 +537,8 @@ struct Policy::Impl {
       MemoryFloor all = group_[top_];
       all.add(m_.suffix_floor[j]);
       if (all.bytes(m_.floor_samples) <= m_.largest_device_bytes) return 0;
-      MemoryFloor f = group_[top_];
-      for (int x = j; x < m_.L; ++x) {
-        f.add(m_.layer_floor[x]);
-        if (f.bytes(m_.floor_samples) > m_.largest_device_bytes) return m_.suffix_stages[x];
-      }
-      return 0;
+      const int x = m_.first_overflow(group_[top_], j);
+      return x < m_.L ? m_.suffix_stages[x] : 0;
     }
 
    private:
@@ -675,18 +671,21 @@ struct Policy::Impl {
       if (i + 1 < L) suffix_floor[i].add(suffix_floor[i + 1]);
     }
     for (int i = L - 1; i >= 0; --i) {
-      MemoryFloor group = layer_floor[i];
-      int j = i + 1;
-      for (; j < L; ++j) {
-        MemoryFloor with = group;
-        with.add(layer_floor[j]);
-        if (with.bytes(floor_samples) > largest_device_bytes) break;
-        group = with;
-      }
+      const int j = first_overflow(layer_floor[i], i + 1);
       suffix_stages[i] = 1 + (j < L ? suffix_stages[j] : 0);
     }
     if (suffix_stages[0] > G) return;  // no count fits: none is masked
     for (int k = 1; k < suffix_stages[0]; ++k) count_mask[k - 1] = kMasked;
+  }
+
+  // The first layer x >= j at which a group holding `group` and layers j..x
+  // would pass the largest device (L if none does).
+  int first_overflow(MemoryFloor group, int j) const {
+    for (; j < L; ++j) {
+      group.add(layer_floor[j]);
+      if (group.bytes(floor_samples) > largest_device_bytes) return j;
+    }
+    return L;
   }
 
   // The stage-count head's logits (G: counts 1..G), masked.
