@@ -59,8 +59,10 @@
 //    0..k-1 only and the last layer takes group k-1 (so k is the decision's
 //    last group + 1); with `memory`, counts below the fewest groups the
 //    layers fit in (greedy in layer order under the floors above) are not
-//    offered, and a layer may open group g only where the layers from it on
-//    fit in the k - g groups left (exact in contiguous mode);
+//    offered, and a layer may take a group only where the layers after it
+//    still fit in the groups left, going on in layer order from the highest
+//    group's content (a completion both ordered modes allow; exact for
+//    contiguous stages);
 //  - allocation: each non-empty group may not reuse an earlier group's device
 //    while a free one remains (distinct_devices); with `memory`, a device
 //    whose load plus the group would pass its memory_mb (core's rule, for the

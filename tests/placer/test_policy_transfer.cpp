@@ -391,6 +391,7 @@ TEST_CASE("fine-tuning from a trained policy starts from its decisions, and the 
   SearchOptions fresh;
   fresh.batch_size = 32;
   CHECK(search_policy_config(g, c, fresh).prior_axis == PriorAxis::depth);
+  CHECK_FALSE(search_policy_config(g, c, fresh).choose_stage_count);  // nor do they choose the count
 
   // The search's first policy is a copy of the trained one: the same greedy decision.
   SearchOptions so;
@@ -424,6 +425,10 @@ TEST_CASE("fine-tuning from a trained policy starts from its decisions, and the 
     CHECK(odds.devices[j].size() == static_cast<size_t>(c.num_devices()));
     CHECK(likeliest(odds.devices[j]) == own.group_device[j]);
   }
+  // The stage-count head's odds: the plan's number of groups is its likeliest count.
+  REQUIRE(odds.stages.size() == static_cast<size_t>(search_policy_config(g, c, so).num_groups));
+  CHECK(std::accumulate(odds.stages.begin(), odds.stages.end(), 0.0) == doctest::Approx(1.0).epsilon(1e-4));
+  CHECK(likeliest(odds.stages) == typical.layer_group.back());
   REQUIRE(r.trace.size() >= 1);
   CHECK(r.trace.front().evaluations == 1);  // the zero-shot plan is the first one evaluated
   // The search fine-tunes its own copy: the trained networks are unchanged.

@@ -112,6 +112,7 @@ TEST_CASE("the real job starts from the newest stored policy unless options.poli
   CHECK(latest["zero_shot_odds"]["micro_batches"].contains("1"));
   REQUIRE(latest["zero_shot_odds"]["groups"].size() >= 1);
   CHECK(latest["zero_shot_odds"]["groups"][0]["device"].contains("a"));
+  CHECK(latest["zero_shot_odds"]["stages"].contains("1"));  // the odds of each number of stages
   CHECK(run("fresh")["started_from"] == "fresh");
   settings.latest_policy = nullptr;  // a server with no policy store: fresh
   CHECK(run("latest")["started_from"] == "fresh");
