@@ -49,6 +49,14 @@ double prior_centre(const std::vector<double>& cuts, int stages, double x) {
   return k + (hi > lo ? (x - lo) / (hi - lo) : 0.5) - 0.5;
 }
 
+// The positional prior's sharpness for `stages` stages of `layers` layers,
+// ln(layers / stages) but at least 1/2, and its logit for group g of a layer
+// centred on group c (prior_centre).
+double prior_sharpness(int layers, int stages) {
+  return std::max(0.5, std::log(static_cast<double>(std::max(1, layers)) / stages));
+}
+float prior_logit(double sharpness, int g, double c) { return static_cast<float>(-sharpness * (g - c) * (g - c)); }
+
 // Per layer: the share of the model's compute done before its middle, in
 // [0, 1] (layer order): by the cost model's time where known, else by FLOPs;
 // the relative depth where both are unknown or zero.
@@ -341,7 +349,7 @@ struct Policy::Impl {
   bool count_head = false;
   std::vector<double> prior_x;     // per layer: its position on the prior's axis (the head's priors)
   std::vector<int> suffix_stages;  // per layer i: the fewest groups layers i.. fit in (memory floors; else 1)
-  std::vector<float> count_mask;   // G: kMasked on the counts below suffix_stages[0]
+  torch::Tensor count_mask;        // G: kMasked on the counts below suffix_stages[0]
   bool all_masked = false;  // no device fits: nothing is masked
   // The least a group of layers needs on any device it runs on (policy.h's
   // memory masks, a lower bound of core's rule): the training state of its
@@ -610,9 +618,12 @@ struct Policy::Impl {
     const int hi = count_head ? stages : G;
     const bool last = count_head && i == L - 1;
     const Room room = count_head ? Room(*this, i, floors) : Room{};
+    // The head's prior: `stages` equal stages along the prior's axis (else the fixed `prior`).
+    const double sharpness = count_head ? prior_sharpness(L, stages) : 0;
+    const double centre = count_head ? prior_centre({}, stages, prior_x[i]) : 0;
     for (int g = 0; g < G; ++g) {
       const bool open = g >= lo && g < hi && (!last || g == hi - 1) && (!count_head || room.leaves(g, hi));
-      row[g] = open ? prior_at(i, g, stages) : kMasked;
+      row[g] = !open ? kMasked : count_head ? prior_logit(sharpness, g, centre) : prior[static_cast<size_t>(i) * G + g];
     }
     if (!floors.active() || cfg.partition == PartitionMode::free) return;
     const double cap = largest_device_bytes;
@@ -641,15 +652,6 @@ struct Policy::Impl {
     int top = -1, from_i = 1, here = 0, next = 0;
   };
 
-  // The positional prior of layer i on group g: the fixed one (`prior`), or
-  // with the stage-count head `stages` equal stages along the prior's axis.
-  float prior_at(int i, int g, int stages) const {
-    if (!count_head) return prior[static_cast<size_t>(i) * G + g];
-    const double kappa = std::max(0.5, std::log(static_cast<double>(std::max(1, L)) / stages));
-    const double c = prior_x[i] * stages - 0.5;
-    return static_cast<float>(-kappa * (g - c) * (g - c));
-  }
-
   // The groups a partition may use: with the head, its last layer's group + 1.
   int stages_of(const std::vector<int>& layer_group) const {
     if (!count_head || layer_group.size() != static_cast<size_t>(L)) return G;
@@ -663,7 +665,7 @@ struct Policy::Impl {
   // suffix_stages[i] <= k. A layer that fits nowhere alone takes a group.
   void set_stage_floors() {
     suffix_stages.assign(static_cast<size_t>(L), 1);
-    count_mask.assign(static_cast<size_t>(G), 0.f);
+    count_mask = torch::zeros({G});
     if (!count_head || layer_floor.empty()) return;
     suffix_floor.assign(static_cast<size_t>(L), MemoryFloor{});
     for (int i = L - 1; i >= 0; --i) {
@@ -675,7 +677,7 @@ struct Policy::Impl {
       suffix_stages[i] = 1 + (j < L ? suffix_stages[j] : 0);
     }
     if (suffix_stages[0] > G) return;  // no count fits: none is masked
-    for (int k = 1; k < suffix_stages[0]; ++k) count_mask[k - 1] = kMasked;
+    if (suffix_stages[0] > 1) count_mask.slice(0, 0, suffix_stages[0] - 1).fill_(kMasked);
   }
 
   // The first layer x >= j at which a group holding `group` and layers j..x
@@ -691,7 +693,7 @@ struct Policy::Impl {
   // The stage-count head's logits (G: counts 1..G), masked.
   torch::Tensor count_logits() {
     auto z = net->p_count2(torch::relu(net->p_count1(group_query_input))).squeeze(1);
-    return z + torch::tensor(count_mask);
+    return z + count_mask;
   }
   // The stage count drawn (rng) or the likeliest (null); G without the head.
   int choose_stages(std::mt19937_64* rng) {
@@ -1510,12 +1512,11 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
     m.prior_x[i] = m.cfg.prior_axis == PriorAxis::compute ? compute_at[i] : (i + 0.5) / std::max(1, m.L);
   m.prior.assign(static_cast<size_t>(m.L) * m.G, 0.f);
   const int PG = m.cfg.prior_groups > 0 ? std::min(m.cfg.prior_groups, m.G) : m.G;
-  const double kappa = std::max(0.5, std::log(static_cast<double>(std::max(1, m.L)) / PG));
-  for (int i = 0; i < m.L; ++i)
-    for (int g = 0; g < m.G; ++g) {
-      double c = prior_centre(m.cfg.prior_cuts, PG, m.prior_x[i]);
-      m.prior[static_cast<size_t>(i) * m.G + g] = static_cast<float>(-kappa * (g - c) * (g - c));
-    }
+  const double sharpness = prior_sharpness(m.L, PG);
+  for (int i = 0; i < m.L; ++i) {
+    const double c = prior_centre(m.cfg.prior_cuts, PG, m.prior_x[i]);
+    for (int g = 0; g < m.G; ++g) m.prior[static_cast<size_t>(i) * m.G + g] = prior_logit(sharpness, g, c);
+  }
   FeatureMatrix in;
   in.rows = m.L;
   in.cols = kLayerInputWidth;
