@@ -99,6 +99,7 @@ constexpr int kLayerInputWidth =
     kLayerFeatureWidth + 1 + 2 * kPositionFrequencies + 1 + 2 * kComputeFrequencies;  // 50
 constexpr int kGroupPositionWidth = 8;   // log2 G, g/(G-1) and its sin/cos at 3 frequencies
 constexpr int kPairWidth = 5;            // per (group, device): load, memory, receive time, shared device, replica sync
+constexpr int kBalanceWidth = 3;         // per replica offer: load per copy, against the others', with it
 constexpr int kMicroSlots = 8;           // micro-batch counts 1, 2, 4, ..., 128
 constexpr int kMicroHead = kMicroSlots + 1;  // and data parallelism
 constexpr int kMicroInputExtra = kDeviceFeatureWidth + 4;  // mean device row, spread, batch, devices
@@ -157,6 +158,7 @@ class PolicyNetworks {
     a_device_key = torch::nn::Linear(kDeviceFeatureWidth + kPairWidth, H);
     p_count1 = torch::nn::Linear(kGroupPositionWidth + kPartitionContextWidth, H);
     p_count2 = torch::nn::Linear(H, 1);
+    a_balance = torch::nn::Linear(kBalanceWidth, 1);
     for (auto* lin : layers()) {
       params.push_back((*lin)->weight);
       params.push_back((*lin)->bias);
@@ -165,14 +167,17 @@ class PolicyNetworks {
   }
 
   std::vector<torch::nn::Linear*> layers() {
-    // The stage-count head last: init draws the weights in this order, so
-    // the others' (a fresh search's networks) did not move when it came.
-    return {&p1,      &p2,      &p3,      &p_group1,      &p_group2,     &a_embed,  &a_q,     &a_k,
-            &a_v,     &a_pair1, &a_pair2, &a_micro,       &a_group_query, &a_device_key, &p_count1, &p_count2};
+    // The stage-count head and the replica balance last: init draws the
+    // weights in this order, so the others' (a fresh search's networks) did
+    // not move when they came.
+    return {&p1,       &p2,       &p3,       &p_group1, &p_group2, &a_embed,       &a_q,
+            &a_k,      &a_v,      &a_pair1,  &a_pair2,  &a_micro,  &a_group_query, &a_device_key,
+            &p_count1, &p_count2, &a_balance};
   }
   static std::vector<std::string> names() {
-    return {"p1",  "p2",      "p3",      "p_group1", "p_group2",      "a_embed",      "a_q",      "a_k",
-            "a_v", "a_pair1", "a_pair2", "a_micro",  "a_group_query", "a_device_key", "p_count1", "p_count2"};
+    return {"p1",       "p2",       "p3",       "p_group1", "p_group2", "a_embed",       "a_q",
+            "a_k",      "a_v",      "a_pair1",  "a_pair2",  "a_micro",  "a_group_query", "a_device_key",
+            "p_count1", "p_count2", "a_balance"};
   }
 
   void init(uint64_t seed, double replica_bias) {
@@ -200,6 +205,9 @@ class PolicyNetworks {
     p_group2->weight.mul_(0.1);
     p_count2->weight.mul_(0.1);
     a_pair2->bias[1].fill_(replica_bias);
+    // The balance starts neutral: the replica logits are the scorer's alone
+    // until training weighs a group's load per copy.
+    a_balance->weight.zero_();
   }
 
   int hidden;
@@ -215,6 +223,9 @@ class PolicyNetworks {
   // The stage-count head (PolicyConfig::choose_stage_count): per count k a
   // hidden layer over the group queries' input of group k-1, one logit.
   torch::nn::Linear p_count1{nullptr}, p_count2{nullptr};
+  // The replica balance (PolicyConfig::balance_replicas): a linear term of
+  // each replica offer's logit over the group's load per copy at that offer.
+  torch::nn::Linear a_balance{nullptr};
   std::vector<torch::Tensor> params;
   std::unique_ptr<torch::optim::Adam> optimizer;
 };
@@ -371,6 +382,7 @@ struct Policy::Impl {
   double floor_samples = 0;  // the smallest micro-batch any choice runs a group copy at
   double largest_device_bytes = 0;
   bool replica_head = false;  // max_replicas > 0 and more than one device
+  bool balance_head = false;  // PolicyConfig::balance_replicas with a replica head
   std::vector<int> device_class;  // per device: device_classes(), fixed by the config
   torch::Tensor layer_input;  // L x 50: features | depth | compute position
   torch::Tensor group_query_input;  // G x (8 + kPartitionContextWidth): position | problem context
@@ -492,6 +504,55 @@ struct Policy::Impl {
   }
 
   int greedy_micro(const Groups& gr);
+
+  // The replica balance's state over one allocation's offers: per group the
+  // compute of the devices running it so far (its primary, then each replica
+  // it takes), and each offer's features (kBalanceWidth, log2 ratios, within +-3, of
+  // the group's FLOPs per unit of its compute: against the model spread
+  // evenly over the cluster, against the slowest other group, and with the
+  // offered device too against the even spread).
+  class ReplicaBalance {
+   public:
+    ReplicaBalance(const Impl& m, const GroupTotals& st, const std::vector<int>& device,
+                   const std::vector<bool>& used)
+        : m_(m), st_(st), used_(used), compute_(m.G, 0.0) {
+      for (int g = 0; g < m.G; ++g)
+        if (used[g]) compute_[g] = m.cfg.devices.compute[device[g]];
+    }
+    void take(int g, int k) { compute_[g] += m_.cfg.devices.compute[k]; }
+    void features(int g, int k, float* out) const {
+      const double even = m_.total_compute > 0 ? m_.total_gflops / m_.total_compute : 0.0;
+      double slowest_other = 0;
+      for (int h = 0; h < m_.G; ++h)
+        if (used_[h] && h != g) slowest_other = std::max(slowest_other, time(h, 0.0));
+      const double own = time(g, 0.0);
+      out[0] = ratio(own, even);
+      out[1] = slowest_other > 0 ? ratio(own, slowest_other) : 3.f;  // the only group: the slowest
+      out[2] = ratio(time(g, m_.cfg.devices.compute[k]), even);
+    }
+    // The balance's term of the offer's logit, from the network's weights (no gradient).
+    float shift(int g, int k) const {
+      float f[kBalanceWidth];
+      features(g, k, f);
+      const float* w = m_.net->a_balance->weight.data_ptr<float>();
+      float z = m_.net->a_balance->bias.data_ptr<float>()[0];
+      for (int i = 0; i < kBalanceWidth; ++i) z += w[i] * f[i];
+      return z;
+    }
+
+   private:
+    double time(int g, double extra_compute) const {
+      return st_.gflops[g] / std::max(1e-12, compute_[g] + extra_compute);
+    }
+    static float ratio(double a, double b) {
+      if (!(a > 0) || !(b > 0)) return -3.f;
+      return static_cast<float>(std::clamp(std::log2(a / b), -3.0, 3.0));
+    }
+    const Impl& m_;
+    const GroupTotals& st_;
+    const std::vector<bool>& used_;
+    std::vector<double> compute_;
+  };
 
   std::vector<int> all_groups() const {
     std::vector<int> v(G);
@@ -781,15 +842,28 @@ struct Policy::Impl {
       // Each replica choice the masks offered: a Bernoulli, taken or not; a
       // forced one (the only way left for its group to fit) is no choice.
       std::vector<float> offered(static_cast<size_t>(G) * D, 0.f), taken(static_cast<size_t>(G) * D, 0.f);
+      std::vector<float> balanced;  // G x D x kBalanceWidth: each offer's balance features
+      std::optional<ReplicaBalance> balance;
+      if (balance_head) {
+        balanced.assign(static_cast<size_t>(G) * D * kBalanceWidth, 0.f);
+        balance.emplace(*this, gr.stats, d.group_device, used);
+      }
       offer_replicas(masks, [&](int g, int k, bool refusable) {
         const size_t at = static_cast<size_t>(g) * D + k;
         offered[at] = refusable ? 1.f : 0.f;
         taken[at] = has_replica(d, g, k) ? 1.f : 0.f;
+        if (balance) balance->features(g, k, &balanced[at * kBalanceWidth]);
+        if (balance && taken[at] > 0.f) balance->take(g, k);
         return taken[at] > 0.f;
       });
       auto off = torch::from_blob(offered.data(), {G, D}, torch::kFloat32).clone();
       auto yes = torch::from_blob(taken.data(), {G, D}, torch::kFloat32).clone();
-      auto log_yes = torch::log_sigmoid(logits.replica), log_no = torch::log_sigmoid(-logits.replica);
+      auto replica = logits.replica;
+      if (balance) {  // a copy: backward reads the features after `balanced` is gone
+        auto features = torch::from_blob(balanced.data(), {G, D, kBalanceWidth}, torch::kFloat32).clone();
+        replica = replica + net->a_balance(features).squeeze(2);
+      }
+      auto log_yes = torch::log_sigmoid(replica), log_no = torch::log_sigmoid(-replica);
       lp = lp + (off * (yes * log_yes + (1 - yes) * log_no)).sum();
       ent = ent - (off * (log_yes.exp() * log_yes + log_no.exp() * log_no)).sum();
     }
@@ -1037,12 +1111,19 @@ struct Policy::Impl {
     d.group_device = allocate(gr, d.layer_group, masks, rng, nullptr, typical);
     d.group_replicas.assign(G, {});
     if (replica_head) {
-      auto rp = torch::sigmoid(pair_scores(gr, all_groups(), d.group_device, true).select(2, 1)).contiguous();
-      const float* q = rp.data_ptr<float>();
+      auto z = pair_scores(gr, all_groups(), d.group_device, true).select(2, 1).contiguous();
+      auto rp = torch::sigmoid(z).contiguous();
+      const float *q = rp.data_ptr<float>(), *zq = z.data_ptr<float>();
+      const auto used = nonempty(d.layer_group, G);
+      std::optional<ReplicaBalance> balance;
+      if (balance_head) balance.emplace(*this, gr.stats, d.group_device, used);
       offer_replicas(masks, [&](int g, int k, bool refusable) {
         const double u = rng ? std::uniform_real_distribution<double>(0.0, 1.0)(*rng) : 0.5;
-        const bool take = !refusable || u < q[g * D + k];
+        const float p =
+            balance ? 1.f / (1.f + std::exp(-(zq[g * D + k] + balance->shift(g, k)))) : q[g * D + k];
+        const bool take = !refusable || u < p;
         if (take) d.group_replicas[g].push_back(k);
+        if (take && balance) balance->take(g, k);
         return take;
       });
     }
@@ -1586,6 +1667,7 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
   m.no_data_parallel = torch::zeros({m.M});
   if (m.cfg.offer_data_parallel) m.no_data_parallel[m.M - 1] = kMasked;
   m.replica_head = m.cfg.max_replicas > 0 && m.D > 1;
+  m.balance_head = m.replica_head && m.cfg.balance_replicas;
   m.net = networks ? std::move(networks) : new_policy_networks(m.cfg.hidden, m.cfg.learning_rate, m.cfg.seed,
                                                                m.cfg.replica_bias);
   m.cfg.hidden = m.net->hidden;
@@ -1662,7 +1744,16 @@ std::vector<std::vector<float>> Policy::replica_probs(const std::vector<int>& la
   auto gr = m.groups_of(layer_group);
   Impl::AllocationMasks masks(m, layer_group, m.greedy_micro(gr));
   auto device = m.allocate(gr, layer_group, masks, nullptr, nullptr);
-  return to_rows(torch::sigmoid(m.pair_scores(gr, m.all_groups(), device, true).select(2, 1)));
+  auto z = m.pair_scores(gr, m.all_groups(), device, true).select(2, 1).contiguous();
+  if (m.balance_head) {  // as first offered: each group on its primary alone
+    const auto used = Impl::nonempty(layer_group, m.G);
+    Impl::ReplicaBalance balance(m, gr.stats, device, used);
+    float* zq = z.data_ptr<float>();
+    for (int g = 0; g < m.G; ++g)
+      for (int k = 0; k < m.D; ++k)
+        if (used[g]) zq[g * m.D + k] += balance.shift(g, k);
+  }
+  return to_rows(torch::sigmoid(z));
 }
 
 std::vector<float> Policy::stage_count_probs() {

@@ -21,7 +21,8 @@
 //               and on each device a group took as its replica;
 //   replicas:   (max_replicas > 0) per group and free device, a Bernoulli
 //               "run a replica of this group there too": the scorer's second
-//               output (PipeDream's replicated stages);
+//               output (PipeDream's replicated stages), and (balance_replicas)
+//               a linear term over the group's load per copy at that offer;
 //   stages:     (choose_stage_count) before the partition, how many groups it
 //               may use: per count k, an MLP over the same [position of group
 //               k-1 | problem context] the group queries see -> softmax over 1..G.
@@ -190,6 +191,15 @@ struct PolicyConfig {
   // the trained partition's commonest miss (8 stages on 8 devices where the
   // classical best has 2-3 replicated ones; docs/transfer.md).
   bool choose_stage_count = false;
+  // Each replica offer's logit also weighs the group's load per copy at that
+  // offer (its FLOPs over its devices' compute so far, against an even spread,
+  // against the slowest other group, and with the device offered): so a
+  // group can stop at some copies and its neighbour go on. Without it a
+  // group's logit is the same at every offer of like devices, so the groups
+  // take all or none of them (inception_v3 on 8 equal devices: stages of 7
+  // copies and 1 where PipeDream's best has 2, 4 and 2). Trained networks
+  // (search_policy_config), like choose_stage_count.
+  bool balance_replicas = false;
   int hidden = 64;
   double learning_rate = 0.005;
   uint64_t seed = 1;
@@ -285,7 +295,8 @@ class Policy {
   // Whether the partition's masks (order and memory) allow this grouping.
   bool partition_allowed(const std::vector<int>& layer_group) const;
   // Per group x device: the replica head's probability of a replica there for
-  // this partition, before masks (empty without a replica head).
+  // this partition, before masks (empty without a replica head; with
+  // balance_replicas, at each group's first offer: its primary alone).
   std::vector<std::vector<float>> replica_probs(const std::vector<int>& layer_group);
   std::vector<std::vector<float>> partition_probs();                                  // L x G
   std::vector<std::vector<float>> allocation_probs(const std::vector<int>& layer_group);  // G x D

@@ -357,6 +357,7 @@ class SearchLoop {
     next.seed = config_.seed + 7919ULL * restarts_;
     next.prior_axis = PriorAxis::depth;  // fresh networks: the restarts' priors are depths
     next.choose_stage_count = false;     // and their group counts
+    next.balance_replicas = false;
     // Data-parallel plans are few (a set of devices) and the first policy
     // has weighed them; restarted policies search the pipelines, so a
     // replicated plan found early cannot hold every restart in its basin.
@@ -505,6 +506,7 @@ PolicyConfig search_policy_config(const LayerGraph& graph, const Cluster& cluste
   // Trained networks learned against the compute prior (train_policy.h).
   pc.prior_axis = opt.initial_policy ? PriorAxis::compute : PriorAxis::depth;
   pc.choose_stage_count = opt.initial_policy != nullptr;  // and choose their number of stages
+  pc.balance_replicas = opt.initial_policy != nullptr;    // and weigh each replica against the group's copies
   pc.devices = device_traits(cluster);
   pc.batch_size = opt.batch_size;
   return pc;

@@ -347,6 +347,123 @@ TEST_CASE("trained networks choose their number of stages first: each draw's gro
   CHECK(plain.stage_count_probs().empty());
 }
 
+// A chain of equal layers in three stages of `stage_layers` layers.
+LayerGraph three_stage_chain(const std::vector<int>& stage_layers, std::vector<int>* layer_group) {
+  layer_group->clear();
+  for (int s = 0; s < 3; ++s) layer_group->insert(layer_group->end(), stage_layers[s], s);
+  return test::linear_chain(std::vector<int64_t>(layer_group->size(), 16));
+}
+
+// PipeDream's split of equal devices over stages of equal layers: one copy
+// each, then each further device to the stage with the most layers per copy
+// (the fewest copies, then the lowest id, on a tie). Per stage its layers.
+std::vector<size_t> balanced_copies(const std::vector<int>& stage_layers, int devices) {
+  std::vector<size_t> copies(stage_layers.size(), 1);
+  for (int d = static_cast<int>(stage_layers.size()); d < devices; ++d) {
+    size_t to = 0;
+    for (size_t s = 1; s < copies.size(); ++s) {
+      const double mine = static_cast<double>(stage_layers[s]) / copies[s];
+      const double best = static_cast<double>(stage_layers[to]) / copies[to];
+      if (mine > best || (mine == best && copies[s] < copies[to])) to = s;
+    }
+    ++copies[to];
+  }
+  return copies;
+}
+
+TEST_CASE("trained networks weigh each replica against its group's copies: uneven replica counts learned on two problems carry to others") {
+  // Imitated on two chains of equal layers in three stages on 8 equal
+  // devices (2, 4, 2 and 6, 3, 3 layers), asked of two other chains and 12
+  // devices: each stage's copies in proportion to its layers, whatever
+  // stages the typical decision draws there. Without the balance a group's
+  // replica logit tells like devices apart only by their index.
+  struct Case {
+    std::vector<int> stages;  // layers per stage
+    int devices;
+  };
+  const std::vector<Case> taught = {{{2, 4, 2}, 8}, {{6, 3, 3}, 8}};
+  const std::vector<Case> asked = {{{4, 4, 8}, 8}, {{5, 10, 5}, 12}};
+  OpDictionary dict;
+  auto policy_of = [&](bool balance, const Case& k, const std::shared_ptr<PolicyNetworks>& net) {
+    const int layers = std::accumulate(k.stages.begin(), k.stages.end(), 0);
+    const LayerGraph g = test::linear_chain(std::vector<int64_t>(layers, 16));  // every layer 16 x 16
+    auto trained = policy_for(g, large_devices(k.devices), net, dict);
+    REQUIRE(trained->config().balance_replicas);
+    PolicyConfig cfg = trained->config();
+    cfg.balance_replicas = balance;
+    return std::make_unique<Policy>(encode_layers(g, dict), g.consumers(), cfg, net);
+  };
+  // Case k's plan with 8 micro-batches in the policy's own order (canonical):
+  // primaries on devices 0-2, each further device to the group with the
+  // fewest copies that still wants one.
+  auto plan = [](Policy& policy, const Case& k) {
+    Decision d = policy.greedy();
+    d.layer_group.clear();
+    for (int s = 0; s < 3; ++s) d.layer_group.insert(d.layer_group.end(), k.stages[s], s);
+    const auto& choices = policy.config().micro_batch_choices;
+    d.micro_batch_index = static_cast<int>(std::find(choices.begin(), choices.end(), 8) - choices.begin());
+    REQUIRE(d.micro_batch_index < static_cast<int>(choices.size()));
+    std::fill(d.group_device.begin(), d.group_device.end(), 0);
+    d.group_replicas.assign(d.group_device.size(), {});
+    const std::vector<size_t> copies = balanced_copies(k.stages, k.devices);
+    for (int s = 0; s < 3; ++s) d.group_device[s] = s;
+    for (int dev = 3; dev < k.devices; ++dev) {
+      int to = -1;
+      for (int s = 0; s < 3; ++s)
+        if (d.group_replicas[s].size() + 1 < copies[s] &&
+            (to < 0 || d.group_replicas[s].size() < d.group_replicas[to].size()))
+          to = s;
+      d.group_replicas[to].push_back(dev);
+    }
+    REQUIRE(policy.allows(d));
+    REQUIRE(policy.canonical(d).group_replicas == d.group_replicas);
+    return d;
+  };
+  // The typical decision's non-empty stages (layers each) and their copies.
+  auto stages_and_copies = [](const Decision& d) {
+    std::vector<int> layers(d.group_device.size(), 0);
+    for (int g : d.layer_group) ++layers[g];
+    std::vector<int> stage_layers;
+    std::vector<size_t> copies;
+    for (size_t g = 0; g < layers.size(); ++g)
+      if (layers[g] > 0) {
+        stage_layers.push_back(layers[g]);
+        copies.push_back(1 + d.group_replicas[g].size());
+      }
+    return std::make_pair(stage_layers, copies);
+  };
+  int carried[2] = {0, 0};  // asked cases whose copies are balanced: with the balance, without
+  for (uint64_t seed = 1; seed <= 7; ++seed) {
+    for (bool balance : {true, false}) {
+      auto net = new_policy_networks(32, 0.005, seed);
+      std::vector<std::unique_ptr<Policy>> policies;
+      std::vector<Decision> targets;
+      for (const Case& k : taught) {
+        policies.push_back(policy_of(balance, k, net));
+        targets.push_back(plan(*policies.back(), k));
+      }
+      for (int step = 0; step < 100; ++step)
+        for (size_t i = 0; i < taught.size(); ++i) policies[i]->imitate(targets[i], 1, 0.05);
+      for (size_t i = 0; i < taught.size(); ++i) {
+        const Decision typical = policies[i]->typical();
+        CHECK(typical.layer_group == targets[i].layer_group);
+        CHECK(typical.group_replicas == targets[i].group_replicas);
+      }
+      for (const Case& k : asked) {
+        const auto [layers, copies] = stages_and_copies(policy_of(balance, k, net)->typical());
+        CAPTURE(balance);
+        CAPTURE(layers);
+        CAPTURE(copies);
+        carried[balance ? 0 : 1] += copies == balanced_copies(layers, k.devices) ? 1 : 0;
+      }
+    }
+  }
+  // Seven networks: 11 of the 14 asked cases balanced with it, 6 without.
+  MESSAGE("carried to " << carried[0] << " of 14 with the balance, " << carried[1] << " without");
+  CHECK(carried[0] >= 10);
+  CHECK(carried[1] < carried[0]);
+}
+
 TEST_CASE("the compute prior measures by the cost model's time where it is given, not by FLOPs") {
   // FLOPs in the first three layers, but (as a memory-bound tail can) the time in the last four.
   const LayerGraph g = wide_then_narrow_chain();
