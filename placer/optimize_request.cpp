@@ -42,11 +42,10 @@ Status read_options(const json& o, OptimizeRequest& r) {
   if (Status s = jf::read(o, "time_budget_s", r.time_budget_s, p); !s) return s;
   if (!(r.time_budget_s >= 0) || r.time_budget_s > kMaxTimeBudgetS)
     return jf::field_error("options.time_budget_s", "must be in [0, 604800], got " + std::to_string(r.time_budget_s));
-  if (auto it = o.find("seed"); it != o.end()) {
-    if (!it->is_number_integer() || (it->is_number_integer() && !it->is_number_unsigned() && it->get<int64_t>() < 0))
-      return jf::field_error("options.seed", "expected a non-negative integer, got " + it->dump());
-    r.seed = it->get<uint64_t>();
-  }
+  // Read as every integer option is (5.0 is one); a negative one gets its own message.
+  if (auto it = o.find("seed"); it != o.end() && it->is_number() && it->get<double>() < 0)
+    return jf::field_error("options.seed", "expected a non-negative integer, got " + it->dump());
+  if (Status s = jf::read(o, "seed", r.seed, p); !s) return s;
   if (Status s = jf::read(o, "batch_size", r.batch_size, p); !s) return s;
   if (r.batch_size < 1 || r.batch_size > kMaxBatchSize)
     return jf::field_error("options.batch_size", "must be in [1, 65536], got " + std::to_string(r.batch_size));

@@ -107,10 +107,16 @@ TEST_CASE("request errors name the field") {
   numbered["description"] = 3;
   CHECK(error_of(json{{"model", "alexnet"}, {"cluster", numbered}}) == "cluster.description: expected a string, got number");
   // JSON Schema's integers: 5.0 and 1e1 are, 2.5 is not.
-  auto floats = optimize_request_from_json(with(json{{"iterations", 5.0}, {"batch_size", 1e1}}));
+  auto floats = optimize_request_from_json(with(json{{"iterations", 5.0}, {"batch_size", 1e1}, {"seed", 7.0}}));
   REQUIRE(floats.is_ok());
   CHECK(floats->iterations == 5);
   CHECK(floats->batch_size == 10);
+  CHECK(floats->seed == 7);
+  CHECK(error_of(with(json{{"seed", 1.5}})) == "options.seed: expected an integer, got number");
+  CHECK(error_of(with(json{{"seed", "x"}})) == "options.seed: expected an integer, got string");
+  auto largest = optimize_request_from_json(with(json{{"seed", 18446744073709551615ULL}}));
+  REQUIRE(largest.is_ok());
+  CHECK(largest->seed == 18446744073709551615ULL);
   CHECK(error_of(with(json{{"iterations", 2.5}})) == "options.iterations: expected an integer, got number");
   CHECK(error_of(with(json{{"batch_size", 1e300}})) == "options.batch_size: expected an integer, got number");
   CHECK(error_of(json{{"model", "alexnet"}, {"cluster", two_devices()}, {"extra", 1}}).rfind("extra: unknown field", 0) == 0);
