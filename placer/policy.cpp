@@ -1111,16 +1111,17 @@ struct Policy::Impl {
     d.group_device = allocate(gr, d.layer_group, masks, rng, nullptr, typical);
     d.group_replicas.assign(G, {});
     if (replica_head) {
-      auto z = pair_scores(gr, all_groups(), d.group_device, true).select(2, 1).contiguous();
-      auto rp = torch::sigmoid(z).contiguous();
-      const float *q = rp.data_ptr<float>(), *zq = z.data_ptr<float>();
+      // The logits with the balance (its term changes offer by offer), else the probabilities.
+      auto z = pair_scores(gr, all_groups(), d.group_device, true).select(2, 1);
+      z = (balance_head ? z : torch::sigmoid(z)).contiguous();
+      const float* q = z.data_ptr<float>();
       const auto used = nonempty(d.layer_group, G);
       std::optional<ReplicaBalance> balance;
       if (balance_head) balance.emplace(*this, gr.stats, d.group_device, used);
       offer_replicas(masks, [&](int g, int k, bool refusable) {
         const double u = rng ? std::uniform_real_distribution<double>(0.0, 1.0)(*rng) : 0.5;
         const float p =
-            balance ? 1.f / (1.f + std::exp(-(zq[g * D + k] + balance->shift(g, k)))) : q[g * D + k];
+            balance ? 1.f / (1.f + std::exp(-(q[g * D + k] + balance->shift(g, k)))) : q[g * D + k];
         const bool take = !refusable || u < p;
         if (take) d.group_replicas[g].push_back(k);
         if (take && balance) balance->take(g, k);

@@ -19,6 +19,15 @@ namespace tapp {
 
 namespace {
 
+// What trained networks were trained with (train_policy.h) and a fresh
+// search's networks and restarts go without: the compute prior, the
+// stage-count head and the replica balance.
+void use_trained_inputs(PolicyConfig& pc, bool trained) {
+  pc.prior_axis = trained ? PriorAxis::compute : PriorAxis::depth;
+  pc.choose_stage_count = trained;
+  pc.balance_replicas = trained;
+}
+
 // A device that cannot hold the smallest layer (the whole batch as one
 // micro-batch, by core's memory rule) is masked out of the allocation.
 std::vector<bool> devices_that_fit(const StageMemory& memory, const LayerGraph& g, const Cluster& c,
@@ -355,9 +364,7 @@ class SearchLoop {
     own_best_ms_ = std::numeric_limits<double>::infinity();
     PolicyConfig next = config_;
     next.seed = config_.seed + 7919ULL * restarts_;
-    next.prior_axis = PriorAxis::depth;  // fresh networks: the restarts' priors are depths
-    next.choose_stage_count = false;     // and their group counts
-    next.balance_replicas = false;
+    use_trained_inputs(next, false);  // fresh networks: the restarts' priors are depths
     // Data-parallel plans are few (a set of devices) and the first policy
     // has weighed them; restarted policies search the pipelines, so a
     // replicated plan found early cannot hold every restart in its basin.
@@ -503,10 +510,7 @@ PolicyConfig search_policy_config(const LayerGraph& graph, const Cluster& cluste
   pc.seed = opt.seed;
   pc.totals = layer_totals(graph);
   if (opt.layer_ms.size() == graph.layers.size()) pc.totals.time_ms = opt.layer_ms;
-  // Trained networks learned against the compute prior (train_policy.h).
-  pc.prior_axis = opt.initial_policy ? PriorAxis::compute : PriorAxis::depth;
-  pc.choose_stage_count = opt.initial_policy != nullptr;  // and choose their number of stages
-  pc.balance_replicas = opt.initial_policy != nullptr;    // and weigh each replica against the group's copies
+  use_trained_inputs(pc, opt.initial_policy != nullptr);
   pc.devices = device_traits(cluster);
   pc.batch_size = opt.batch_size;
   return pc;

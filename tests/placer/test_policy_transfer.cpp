@@ -347,13 +347,6 @@ TEST_CASE("trained networks choose their number of stages first: each draw's gro
   CHECK(plain.stage_count_probs().empty());
 }
 
-// A chain of equal layers in three stages of `stage_layers` layers.
-LayerGraph three_stage_chain(const std::vector<int>& stage_layers, std::vector<int>* layer_group) {
-  layer_group->clear();
-  for (int s = 0; s < 3; ++s) layer_group->insert(layer_group->end(), stage_layers[s], s);
-  return test::linear_chain(std::vector<int64_t>(layer_group->size(), 16));
-}
-
 // PipeDream's split of equal devices over stages of equal layers: one copy
 // each, then each further device to the stage with the most layers per copy
 // (the fewest copies, then the lowest id, on a tie). Per stage its layers.
