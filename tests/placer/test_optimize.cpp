@@ -241,7 +241,10 @@ TEST_CASE("optimize predicts with the calibration stored for its cluster and say
   auto plain = optimize(request, nullptr, cancel);
   REQUIRE_MESSAGE(plain.is_ok(), plain.error_message());
   CHECK(plain.value()["calibration"] == json{{"kind", "default"}});
-  CHECK(plain.value()["step_ms"].get<double>() < 1000);  // mlp at batch 8 takes milliseconds
+  // The profiles are cached in `store`, so every run below predicts from the
+  // same costs: a fixed bound on this one (mlp at batch 8 takes milliseconds)
+  // failed on a loaded host (1,478 ms profiled at nice 19 beside two benches).
+  const double plain_ms = plain.value()["step_ms"].get<double>();
 
   StoredCalibration fitted;
   fitted.cluster_fingerprint = cluster_fingerprint(request.cluster);
@@ -255,7 +258,7 @@ TEST_CASE("optimize predicts with the calibration stored for its cluster and say
   CHECK(calibrated.value()["calibration"]["kind"] == "fitted");
   CHECK(calibrated.value()["calibration"]["measurements"] == 6);
   CHECK(calibrated.value()["calibration"]["fitted_at"] == "2026-11-23T10:00:00Z");
-  CHECK(calibrated.value()["step_ms"].get<double>() >= 1000);
+  CHECK(calibrated.value()["step_ms"].get<double>() >= 1000);  // every plan pays the 1,000 ms
 
   fitted.timing_method = profile_timing_method() + 1;  // measured another way: refused, never used
   REQUIRE(save_calibration(store, fitted).is_ok());
@@ -263,7 +266,7 @@ TEST_CASE("optimize predicts with the calibration stored for its cluster and say
   REQUIRE_MESSAGE(refused.is_ok(), refused.error_message());
   CHECK(refused.value()["calibration"]["kind"] == "default");
   CHECK(refused.value()["calibration"]["refused"].get<std::string>().find("timing_method") != std::string::npos);
-  CHECK(refused.value()["step_ms"].get<double>() < 1000);
+  CHECK(refused.value()["step_ms"].get<double>() == doctest::Approx(plain_ms));
 }
 
 TEST_CASE("a plan for a device faster than this host is simulated, and its verification is skipped with the reason") {
