@@ -42,7 +42,7 @@ constexpr int kGroupFeatureWidth = kLayerFeatureWidth + 4 + 3 * kMetricWidth + 2
 constexpr int kDeviceFeatureWidth = 8;
 // Version of everything a trained policy's weights depend on: these widths and
 // meanings, the op codes and the networks' shapes (placer/policy.cpp).
-constexpr int kPolicyFeatureVersion = 9;  // 7: the stage-count head; 8: the replica balance; 9: its prior by device compute (placer/policy.h)
+constexpr int kPolicyFeatureVersion = 8;  // 7: the stage-count head; 8: the replica balance (placer/policy.h)
 
 // Op name -> code vector. Starts with the paper's five (Convolution, Relu,
 // Pooling, Fully-Connected, Padding) and Unknown, then every other op class of

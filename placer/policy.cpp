@@ -49,28 +49,6 @@ double prior_centre(const std::vector<double>& cuts, int stages, double x) {
   return k + (hi > lo ? (x - lo) / (hi - lo) : 0.5) - 0.5;
 }
 
-// Per stage count k (0..G): where k stages end along the compute axis when
-// each holds the share of the k fastest allowed devices' compute that one of
-// them has, largest first (equal devices: equal stages). The stage-count
-// head's prior: on devices of unequal speed, equal stages leave the slowest
-// one the bottleneck (4 stages of a model on devices of 0.6, 0.3, 0.3 and
-// 0.2: the last at 1.25x of its fair share, against 1.0x).
-std::vector<std::vector<double>> compute_share_cuts(const DeviceTraits& devices, const std::vector<bool>& allowed,
-                                                    int groups) {
-  std::vector<double> compute;
-  for (int d = 0; d < devices.size(); ++d)
-    if (allowed.empty() || allowed[d]) compute.push_back(std::max(0.0, devices.compute[d]));
-  std::sort(compute.rbegin(), compute.rend());
-  std::vector<std::vector<double>> cuts(static_cast<size_t>(groups) + 1);
-  for (int k = 2; k <= groups && k <= static_cast<int>(compute.size()); ++k) {
-    const double total = std::accumulate(compute.begin(), compute.begin() + k, 0.0);
-    if (total <= 0) continue;
-    double done = 0;
-    for (int j = 0; j + 1 < k; ++j) cuts[k].push_back((done += compute[j]) / total);
-  }
-  return cuts;
-}
-
 // The positional prior's sharpness for `stages` stages of `layers` layers,
 // ln(layers / stages) but at least 1/2, and its logit for group g of a layer
 // centred on group c (prior_centre).
@@ -381,7 +359,6 @@ struct Policy::Impl {
   // The stage-count head (PolicyConfig::choose_stage_count in an ordered mode, G > 1).
   bool count_head = false;
   std::vector<double> prior_x;     // per layer: its position on the prior's axis (the head's priors)
-  std::vector<std::vector<double>> count_cuts;  // per stage count k: where the head's prior's k stages end
   std::vector<int> suffix_stages;  // per layer i: the fewest groups layers i.. fit in (memory floors; else 1)
   torch::Tensor count_mask;        // G: kMasked on the counts below suffix_stages[0]
   bool all_masked = false;  // no device fits: nothing is masked
@@ -702,10 +679,9 @@ struct Policy::Impl {
     const int hi = count_head ? stages : G;
     const bool last = count_head && i == L - 1;
     const Room room = count_head ? Room(*this, i, floors) : Room{};
-    // The head's prior: `stages` stages along the prior's axis, each as large as one of the
-    // fastest devices' share of their compute (count_cuts); else the fixed `prior`.
+    // The head's prior: `stages` equal stages along the prior's axis (else the fixed `prior`).
     const double sharpness = count_head ? prior_sharpness(L, stages) : 0;
-    const double centre = count_head ? prior_centre(count_cuts[stages], stages, prior_x[i]) : 0;
+    const double centre = count_head ? prior_centre({}, stages, prior_x[i]) : 0;
     for (int g = 0; g < G; ++g) {
       const bool open = g >= lo && g < hi && (!last || g == hi - 1) && (!count_head || room.leaves(g, hi));
       row[g] = !open ? kMasked : count_head ? prior_logit(sharpness, g, centre) : prior[static_cast<size_t>(i) * G + g];
@@ -1669,7 +1645,6 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
   m.batch = m.cfg.batch_size > 0 ? m.cfg.batch_size : m.cfg.memory.batch_size > 0 ? m.cfg.memory.batch_size : 32;
   const double state_mb = 4.0 * m.cfg.totals.total_params_mb();
   m.device_rows = to_tensor(encode_devices(m.cfg.devices, state_mb));
-  if (m.count_head) m.count_cuts = compute_share_cuts(m.cfg.devices, m.cfg.device_allowed, m.G);
   // The cluster as the micro-batch head sees it: its mean device, how unequal
   // its compute is (the spread and the slowest device's share: data
   // parallelism waits for the slowest replica), the batch and the device count.

@@ -185,9 +185,7 @@ struct PolicyConfig {
   PriorAxis prior_axis = PriorAxis::depth;
   // The stage-count head chooses k, the number of groups the partition may
   // use, before the partition (ordered modes, G > 1); the prior then centres
-  // the layers on k stages along prior_axis, each the share of the k fastest
-  // allowed devices' compute one of them has, largest first (equal devices:
-  // equal stages; feature version 9). Off: the partition has all
+  // the layers on k equal stages along prior_axis. Off: the partition has all
   // G groups and the prior prior_groups, as a fresh search's restarts need.
   // Trained networks choose it (search_policy_config): the stage count was
   // the trained partition's commonest miss (8 stages on 8 devices where the

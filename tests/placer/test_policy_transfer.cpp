@@ -311,40 +311,6 @@ TEST_CASE("the compute prior centres a neutral policy's stages on equal FLOPs, t
   CHECK(by_compute <= 3);  // about half the FLOPs: within the wide layers
 }
 
-TEST_CASE("the stage-count head's prior sizes each stage by one of the fastest devices' compute, largest first") {
-  // Forty equal layers on two devices: the prior's stages are the devices'
-  // shares of their compute, the larger first, whichever order the cluster
-  // lists them in (3:1: a cut after 30 layers; equal devices: after 20). The
-  // mean first stage over a neutral network's two-stage draws.
-  const LayerGraph g = test::linear_chain(std::vector<int64_t>(40, 256));
-  const auto net = new_policy_networks(32, 0.005, 7);
-  auto first_stage_share = [&](const std::vector<double>& speeds) {
-    Cluster c = large_devices(static_cast<int>(speeds.size()));
-    for (size_t d = 0; d < speeds.size(); ++d) c.devices[d].speed = speeds[d];
-    OpDictionary dict;
-    auto policy = policy_for(g, c, net, dict);
-    double sum = 0;
-    int two_stage = 0;
-    for (const Decision& d : samples(*policy, 5, 200)) {
-      if (d.layer_group.back() != 1) continue;
-      sum += std::count(d.layer_group.begin(), d.layer_group.end(), 0) / 40.0;
-      ++two_stage;
-    }
-    REQUIRE(two_stage >= 40);
-    return sum / two_stage;
-  };
-  const double slow_first = first_stage_share({0.25, 0.75}), fast_first = first_stage_share({0.75, 0.25});
-  const double equal = first_stage_share({0.5, 0.5});
-  CAPTURE(slow_first);
-  CAPTURE(equal);
-  CHECK(slow_first == fast_first);  // the same prior: the same draws
-  // Drawn layer by layer, a partition cuts before its prior's centre more
-  // often than after (Policy::typical's reason): measured 0.37 for equal
-  // devices, 0.48 for 3:1; with equal stages for both, 3:1 drew 0.37 too.
-  CHECK(slow_first >= equal + 0.08);
-  CHECK(equal < 0.5);
-}
-
 TEST_CASE("trained networks choose their number of stages first: each draw's groups are 0..k-1 with its last layer in k-1, and imitation makes a 2-stage plan on 8 devices the typical one") {
   const LayerGraph g = wide_then_narrow_chain();
   const Cluster c = large_devices(8);
