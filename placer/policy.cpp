@@ -642,31 +642,61 @@ struct Policy::Impl {
   }
 
   // The micro-batch memory mask of a partition (M: 0 or kMasked): a count
-  // is masked where some group, even recomputing (one micro-batch of
-  // ceil(batch / count) samples kept, and backward's working memory for it)
-  // and on the largest allowed device, would not fit: replicas share
-  // micro-batches but never shrink one. Not
-  // where every count would be masked; data parallelism keeps replicas_fit.
+  // is masked where its non-empty groups, even recomputing (one micro-batch
+  // of ceil(batch / count) samples kept, and backward's working memory for
+  // it), cannot each have an allowed device of their own that holds them
+  // (distinct devices; else the largest allowed device for each): replicas
+  // share micro-batches but never shrink one, and a group's primary holds
+  // it whole. Not where every count would be masked; data parallelism keeps
+  // replicas_fit.
   std::vector<float> micro_memory_row(const std::vector<int>& layer_group) const {
     std::vector<float> row(M, 0.f);
     if (layer_floor.empty()) return row;
     std::vector<MemoryFloor> group(G);
-    for (int i = 0; i < L; ++i) group[layer_group[i]].add(layer_floor[i]);
+    std::vector<bool> used(G, false);
+    for (int i = 0; i < L; ++i) {
+      group[layer_group[i]].add(layer_floor[i]);
+      used[layer_group[i]] = true;
+    }
+    const std::vector<double> capacity = allowed_capacities_descending();
     const int counts = static_cast<int>(cfg.micro_batch_choices.size());
     const int64_t batch_size = cfg.memory.batch_size;
     int masked = 0;
     for (int j = 0; j < counts; ++j) {
       const int64_t m = std::max(1, cfg.micro_batch_choices[j]);
       const double samples = static_cast<double>((batch_size + m - 1) / m);
+      std::vector<double> need;
       for (int g = 0; g < G; ++g)
-        if (group[g].bytes(samples) > largest_device_bytes) {
-          row[j] = kMasked;
-          ++masked;
-          break;
-        }
+        if (used[g]) need.push_back(group[g].bytes(samples));
+      if (!fits_distinct(need, capacity)) {
+        row[j] = kMasked;
+        ++masked;
+      }
     }
     if (masked == counts) std::fill(row.begin(), row.begin() + counts, 0.f);
     return row;
+  }
+
+  std::vector<double> allowed_capacities_descending() const {
+    std::vector<double> capacity;
+    for (int k = 0; k < D; ++k)
+      if (device_allowed(k)) capacity.push_back(static_cast<double>(cfg.memory.device_bytes[k]));
+    std::sort(capacity.rbegin(), capacity.rend());
+    return capacity;
+  }
+
+  // Whether the groups' needs can go to distinct devices of these capacities
+  // (both sorted largest first, the r-th largest need on the r-th largest
+  // device: exact for "fits" as the only rule). Where devices must repeat
+  // (more groups than devices, or distinct_devices off), each need against
+  // the largest device.
+  bool fits_distinct(std::vector<double> need, const std::vector<double>& capacity) const {
+    std::sort(need.rbegin(), need.rend());
+    if (capacity.empty()) return true;
+    const bool distinct = cfg.distinct_devices && need.size() <= capacity.size();
+    for (size_t r = 0; r < need.size(); ++r)
+      if (need[r] > capacity[distinct ? r : 0]) return false;
+    return true;
   }
 
   // Layer i's additive partition row (G) for a partition into `stages`

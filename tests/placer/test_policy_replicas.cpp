@@ -792,6 +792,46 @@ TEST_CASE("a group that fits no device without recomputing is masked as recomput
   CHECK(replicated > 20);
 }
 
+TEST_CASE("a micro-batch count is offered only where each group has a device of its own that holds it") {
+  // Two halves of a chain, each held (recomputing) by the one large device
+  // at one micro-batch and by the three small ones only at 8: one device
+  // cannot run both stages, so one micro-batch is not offered; each half
+  // fitting the largest device alone was the rule until 2026-11-28 (a trained
+  // policy's zero-shot plan for gpt2 on cluster_fast_behind_slow_link put two
+  // stages on its 8 GB device: 30.5 GB).
+  LayerGraph g = chain_graph(4, 256);  // 8 layers
+  const int64_t batch = 16384;
+  Cluster c = equal_cluster(4);
+  Placement halves;
+  halves.layer_group = {0, 0, 0, 0, 1, 1, 1, 1};
+  halves.group_device = {0, 1};
+  halves.group_recompute = {1, 1};
+  halves.group_replicas = {{}, {}};
+  auto need = [&](int micro_batches) {
+    Placement p = halves;
+    p.micro_batches = micro_batches;
+    const std::vector<int64_t> bytes = estimate_device_memory_bytes(p, g, c, batch);
+    return std::max(bytes[0], bytes[1]);
+  };
+  const int64_t one = need(1), eight = need(8);
+  REQUIRE(one > eight + (64 << 20));
+  c.devices[0].memory_mb = (one + one / 2) >> 20;  // one half at any count, never both
+  for (int d = 1; d < 4; ++d) c.devices[d].memory_mb = (one + eight) / 2 >> 20;
+  PolicyConfig pc = replica_config(g, c, batch, PartitionMode::contiguous, 5);
+  const std::vector<int>& counts = pc.micro_batch_choices;
+  REQUIRE(counts.front() == 1);
+  REQUIRE(counts.back() == 8);
+  OpDictionary dict;
+  Policy policy(encode_layers(g, dict), g.consumers(), pc);
+  const std::vector<float> odds = policy.micro_batch_probs(halves.layer_group);
+  CAPTURE(one);
+  CAPTURE(eight);
+  CHECK(odds.front() == 0.f);
+  CHECK(odds[counts.size() - 1] > 0.f);
+  // One stage on the large device keeps one micro-batch.
+  CHECK(policy.micro_batch_probs(std::vector<int>(8, 0)).front() > 0.f);
+}
+
 TEST_CASE("a group that fits without recomputing only on more copies than the devices left is masked as recomputing") {
   // gpt2 at batch 32 on cluster_8x8gb's eight 8 GB devices in three stages
   // (17, 9 and 74 layers; a trained policy's zero-shot plan) at 8 micro-batches:
