@@ -381,6 +381,7 @@ struct Policy::Impl {
   std::vector<MemoryFloor> suffix_floor;  // per layer i: the floor of layers i.. in one group
   double floor_samples = 0;  // the smallest micro-batch any choice runs a group copy at
   double largest_device_bytes = 0;
+  std::vector<double> allowed_capacity;  // the allowed devices' bytes, largest first (memory masks only)
   bool replica_head = false;  // max_replicas > 0 and more than one device
   bool balance_head = false;  // PolicyConfig::balance_replicas with a replica head
   std::vector<int> device_class;  // per device: device_classes(), fixed by the config
@@ -624,10 +625,13 @@ struct Policy::Impl {
   void set_partition_floors() {
     const PolicyMemory& mem = cfg.memory;
     layer_floor.clear();
+    allowed_capacity.clear();
     largest_device_bytes = 0;
     if (mem.empty()) return;
     for (int k = 0; k < D; ++k)
-      if (device_allowed(k)) largest_device_bytes = std::max(largest_device_bytes, static_cast<double>(mem.device_bytes[k]));
+      if (device_allowed(k)) allowed_capacity.push_back(static_cast<double>(mem.device_bytes[k]));
+    std::sort(allowed_capacity.rbegin(), allowed_capacity.rend());
+    if (!allowed_capacity.empty()) largest_device_bytes = allowed_capacity.front();
     if (largest_device_bytes <= 0) return;
     const int64_t copies = std::max<int64_t>(std::max(cfg.micro_batch_choices.back(), D), 1);
     floor_samples = static_cast<double>((mem.batch_size + copies - 1) / copies);
@@ -658,17 +662,17 @@ struct Policy::Impl {
       group[layer_group[i]].add(layer_floor[i]);
       used[layer_group[i]] = true;
     }
-    const std::vector<double> capacity = allowed_capacities_descending();
     const int counts = static_cast<int>(cfg.micro_batch_choices.size());
     const int64_t batch_size = cfg.memory.batch_size;
     int masked = 0;
+    std::vector<double> need;
     for (int j = 0; j < counts; ++j) {
       const int64_t m = std::max(1, cfg.micro_batch_choices[j]);
       const double samples = static_cast<double>((batch_size + m - 1) / m);
-      std::vector<double> need;
+      need.clear();
       for (int g = 0; g < G; ++g)
         if (used[g]) need.push_back(group[g].bytes(samples));
-      if (!fits_distinct(need, capacity)) {
+      if (!fits_distinct(need)) {
         row[j] = kMasked;
         ++masked;
       }
@@ -677,25 +681,16 @@ struct Policy::Impl {
     return row;
   }
 
-  std::vector<double> allowed_capacities_descending() const {
-    std::vector<double> capacity;
-    for (int k = 0; k < D; ++k)
-      if (device_allowed(k)) capacity.push_back(static_cast<double>(cfg.memory.device_bytes[k]));
-    std::sort(capacity.rbegin(), capacity.rend());
-    return capacity;
-  }
-
-  // Whether the groups' needs can go to distinct devices of these capacities
-  // (both sorted largest first, the r-th largest need on the r-th largest
-  // device: exact for "fits" as the only rule). Where devices must repeat
-  // (more groups than devices, or distinct_devices off), each need against
-  // the largest device.
-  bool fits_distinct(std::vector<double> need, const std::vector<double>& capacity) const {
+  // Whether the groups' needs (sorted here) can go to distinct allowed
+  // devices: the r-th largest need on the r-th largest device, exact for
+  // "fits" as the only rule. Where devices must repeat (more groups than
+  // devices, or distinct_devices off), each need against the largest device.
+  bool fits_distinct(std::vector<double>& need) const {
+    if (allowed_capacity.empty()) return true;
     std::sort(need.rbegin(), need.rend());
-    if (capacity.empty()) return true;
-    const bool distinct = cfg.distinct_devices && need.size() <= capacity.size();
+    const bool distinct = cfg.distinct_devices && need.size() <= allowed_capacity.size();
     for (size_t r = 0; r < need.size(); ++r)
-      if (need[r] > capacity[distinct ? r : 0]) return false;
+      if (need[r] > allowed_capacity[distinct ? r : 0]) return false;
     return true;
   }
 
