@@ -42,7 +42,10 @@ constexpr int kGroupFeatureWidth = kLayerFeatureWidth + 4 + 3 * kMetricWidth + 2
 constexpr int kDeviceFeatureWidth = 8;
 // Version of everything a trained policy's weights depend on: these widths and
 // meanings, the op codes and the networks' shapes (placer/policy.cpp).
-constexpr int kPolicyFeatureVersion = 8;  // 7: the stage-count head; 8: the replica balance (placer/policy.h)
+// 7: the stage-count head; 8: the replica balance (placer/policy.h); 9 was a
+// stage-count prior tried and reverted (docs/transfer.md); 10: link pair
+// features count each direction of an asymmetric link once.
+constexpr int kPolicyFeatureVersion = 10;
 
 // Op name -> code vector. Starts with the paper's five (Convolution, Relu,
 // Pooling, Fully-Connected, Padding) and Unknown, then every other op class of

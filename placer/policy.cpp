@@ -440,6 +440,15 @@ struct Policy::Impl {
     return fitting >= k;
   }
 
+  // Moving mb megabytes from a to b and mb back (latency and bandwidth of each
+  // direction): equal to twice one way on a symmetric link.
+  double round_trip_ms(int a, int b, double mb) const {
+    const auto& t = cfg.devices;
+    const size_t there = static_cast<size_t>(a) * D + b, back = static_cast<size_t>(b) * D + a;
+    return t.link_latency_ms[there] + t.link_latency_ms[back] +
+           mb * 8.0 * 1e3 * (1.0 / std::max(1e-3, t.link_mbps[there]) + 1.0 / std::max(1e-3, t.link_mbps[back]));
+  }
+
   // Pair features of group g on each device, given the devices of the groups before it
   // (device[p] for p < g; producers placed later are not seen, so sampling and scoring agree).
   // for_replicas: the replica head's rows, where g's primary device[g] is
@@ -465,22 +474,22 @@ struct Policy::Impl {
           shared = true;
           continue;
         }
-        const size_t link = static_cast<size_t>(device[p]) * D + k;
-        receive_ms += 2 * (t.link_latency_ms[link] + mb * batch * 8.0 / std::max(1e-3, t.link_mbps[link]) * 1e3);
+        // The activations come over p -> k and their gradients go back over
+        // k -> p (feature version 10: counting p -> k twice told the networks that
+        // a device after the fast end of an asymmetric link receives 4x cheaper
+        // than the reverse order, where both pay each direction once).
+        receive_ms += round_trip_ms(device[p], k, mb * batch);
       }
       f[2] = static_cast<float>(std::log10(1.0 + receive_ms) / 3.0);
       f[3] = shared ? 1.f : 0.f;
-      // What a replica on k costs each step: the group's gradients both ways
-      // over the link from its primary (a two-device ring all-reduce), so the
+      // What a replica on k costs each step: the group's gradients over the
+      // link from its primary and back (a two-device ring all-reduce), so the
       // replica head can tell a replica across a slow link from one on the
       // LAN (feature version 5: a policy trained without it replicated
       // resnet50 from the LAN onto a device behind a slow link, twice the best step).
       double sync_ms = 0;
       const int home = for_replicas ? device[g] : -1;
-      if (home >= 0 && home != k && st.params_mb[g] > 0) {
-        const size_t link = static_cast<size_t>(home) * D + k;
-        sync_ms = 2 * (t.link_latency_ms[link] + st.params_mb[g] * 8.0 / std::max(1e-3, t.link_mbps[link]) * 1e3);
-      }
+      if (home >= 0 && home != k && st.params_mb[g] > 0) sync_ms = round_trip_ms(home, k, st.params_mb[g]);
       f[4] = static_cast<float>(std::log10(1.0 + sync_ms) / 3.0);
     }
   }

@@ -999,6 +999,93 @@ TEST_CASE("the replica head sees the link to the group's primary: it learns to k
   CHECK(fast_replicas > 6 * slow_replicas);
 }
 
+TEST_CASE("the device head sees both directions of a link to a producer's device: it learns to avoid a slow way back, and that carries to a cluster it never saw") {
+  // 4 equal devices; trained on random clusters where each pair of devices is
+  // fast both ways or slow (10 Mbit/s) in one direction drawn by a coin, with
+  // a reward that charges a second stage whose link with the first's device
+  // is slow either way; then placed on a ring of slow links it never drew
+  // (d1 -> d0, d2 -> d1, d3 -> d2, d0 -> d3), where every device has one slow
+  // link out and one in, so no device row tells them apart and from each
+  // device one candidate is slow forward and one slow only on the way back.
+  LayerGraph g = chain_graph(2, 256);
+  const int64_t batch = 8;
+  using Directed = std::vector<std::pair<int, int>>;
+  auto cluster_with_slow = [](const Directed& slow) {
+    Cluster c = equal_cluster(4);
+    for (auto [x, y] : slow) {
+      Link l;
+      l.from = c.devices[x].name;
+      l.to = c.devices[y].name;
+      l.bandwidth_mbps = 10;
+      l.latency_ms = 5;
+      c.links.push_back(l);
+    }
+    return c;
+  };
+  const Directed unseen_ring = {{1, 0}, {2, 1}, {3, 2}, {0, 3}};
+  Directed unseen_sorted = unseen_ring;
+  std::sort(unseen_sorted.begin(), unseen_sorted.end());
+  auto config = [&](const Cluster& c) {
+    PolicyConfig pc = replica_config(g, c, batch, PartitionMode::contiguous, 13);
+    pc.num_groups = 2;
+    pc.max_replicas = 0;
+    pc.micro_batch_choices = {4};
+    pc.memory = PolicyMemory{};
+    pc.totals = layer_totals(g);
+    pc.devices = device_traits(c);
+    return pc;
+  };
+  auto slow_pair = [](const Cluster& c, int x, int y) {
+    return c.link(x, y).bandwidth_mbps < 100 || c.link(y, x).bandwidth_mbps < 100;
+  };
+  auto two_stages = [](const Decision& d) { return d.layer_group[0] != d.layer_group[1]; };
+  OpDictionary dict;
+  const FeatureMatrix rows = encode_layers(g, dict);
+  std::shared_ptr<PolicyNetworks> networks;
+  std::mt19937_64 rng(7);
+  for (int it = 0; it < 400; ++it) {
+    Directed slow;
+    do {
+      slow.clear();
+      for (int x = 0; x < 4; ++x)
+        for (int y = x + 1; y < 4; ++y)
+          if (rng() % 2) slow.emplace_back(rng() % 2 ? std::make_pair(x, y) : std::make_pair(y, x));
+      std::sort(slow.begin(), slow.end());
+    } while (slow == unseen_sorted);
+    const Cluster c = cluster_with_slow(slow);
+    Policy policy(rows, g.consumers(), config(c), networks);
+    networks = policy.networks();
+    Reinforce rf(policy, ReinforceConfig{}, 10.0);
+    std::vector<Decision> ds;
+    std::vector<StepReport> rs;
+    for (int s = 0; s < 16; ++s) {
+      ds.push_back(policy.sample(rng));
+      const Decision& d = ds.back();
+      StepReport r;
+      r.ok = true;
+      r.step_ms = two_stages(d) && !slow_pair(c, d.group_device[0], d.group_device[1]) ? 6 : 40;
+      rs.push_back(r);
+    }
+    rf.step(ds, rs, it / 400.0);
+  }
+  const Cluster unseen = cluster_with_slow(unseen_ring);
+  Policy on_unseen(rows, g.consumers(), config(unseen), networks);
+  int slow_back = 0, fast = 0, split = 0;
+  std::mt19937_64 r(9);
+  for (int k = 0; k < 300; ++k) {
+    const Decision d = on_unseen.sample(r);
+    if (!two_stages(d)) continue;
+    ++split;
+    const int a = d.group_device[0], b = d.group_device[1];
+    if (!slow_pair(unseen, a, b)) ++fast;
+    if (unseen.link(b, a).bandwidth_mbps < 100) ++slow_back;
+  }
+  // Of a first stage's three candidates, one is fast both ways; a head that
+  // sees only the forward link cannot tell the one slow on the way back from it.
+  CHECK(split > 200);
+  CHECK(fast > 3 * slow_back);
+}
+
 TEST_CASE("an expert's devices are renamed within classes of interchangeable devices, in the order the policy draws them") {
   // Three stages on eight equal devices, as a planner might number them:
   // stages on dev5, dev2, dev7; replicas {0, 6}, {1, 3} and {4}.
