@@ -925,53 +925,45 @@ TEST_CASE("the partition's memory floor leaves out a tied head's copy: gpt2 in o
   CHECK_FALSE(tight.partition_allowed(std::vector<int>(L, 0)));
 }
 
-TEST_CASE("the replica head sees the link to the group's primary: it learns to keep replicas off slow links, and that carries to a cluster it never saw") {
-  // 4 equal devices; trained on random clusters where each link is slow
-  // (10 Mbit/s) or fast by a coin, so no device index is a safe rule, with a
-  // reward that charges a replica behind a slow link from its primary
-  // heavily; then placed on a pattern it never drew (d0-d1 and d2-d3 slow).
-  LayerGraph g = chain_graph(3, 256);
-  const int64_t batch = 8;
-  auto cluster_with_slow = [](const std::vector<std::pair<int, int>>& slow) {
-    Cluster c = equal_cluster(4);
-    for (auto [x, y] : slow)
-      for (int dir = 0; dir < 2; ++dir) {
-        Link l;
-        l.from = c.devices[dir ? y : x].name;
-        l.to = c.devices[dir ? x : y].name;
-        l.bandwidth_mbps = 10;
-        l.latency_ms = 5;
-        c.links.push_back(l);
-      }
-    return c;
-  };
-  const std::vector<std::pair<int, int>> unseen_pairs = {{0, 1}, {2, 3}};
-  auto config = [&](const Cluster& c) {
-    PolicyConfig pc = replica_config(g, c, batch, PartitionMode::contiguous, 11);
-    pc.num_groups = 1;
-    pc.max_replicas = 1;
-    pc.micro_batch_choices = {4};
-    pc.memory = PolicyMemory{};
-    pc.totals = layer_totals(g);
-    pc.devices = device_traits(c);
-    pc.replica_bias = 0;
-    return pc;
-  };
-  auto slow = [](const Cluster& c, int x, int y) { return c.link(x, y).bandwidth_mbps < 100; };
-  OpDictionary dict;
-  const FeatureMatrix rows = encode_layers(g, dict);
+namespace {
+
+// Four equal devices; each directed pair in `slow` gets a 10 Mbit/s, 5 ms link.
+Cluster equal_cluster_with_slow_links(const std::vector<std::pair<int, int>>& slow) {
+  Cluster c = equal_cluster(4);
+  for (auto [x, y] : slow) {
+    Link l;
+    l.from = c.devices[x].name;
+    l.to = c.devices[y].name;
+    l.bandwidth_mbps = 10;
+    l.latency_ms = 5;
+    c.links.push_back(l);
+  }
+  return c;
+}
+
+// The link tests' small policy: `groups` contiguous groups, `max_replicas`,
+// batch 8 in 4 micro-batches, no memory masks, the cluster's traits.
+PolicyConfig link_test_config(const LayerGraph& g, const Cluster& c, uint64_t seed, int groups, int max_replicas) {
+  PolicyConfig pc = replica_config(g, c, 8, PartitionMode::contiguous, seed);
+  pc.num_groups = groups;
+  pc.max_replicas = max_replicas;
+  pc.micro_batch_choices = {4};
+  pc.memory = PolicyMemory{};
+  pc.totals = layer_totals(g);
+  pc.devices = device_traits(c);
+  return pc;
+}
+
+// 400 rounds of REINFORCE on one set of networks, each on the cluster
+// draw(rng) gives: 16 decisions, rewarded by step_ms(cluster, decision).
+template <class Configure, class Draw, class Step>
+std::shared_ptr<PolicyNetworks> train_on_drawn_clusters(const LayerGraph& g, const FeatureMatrix& rows,
+                                                        Configure configure, Draw draw, Step step_ms,
+                                                        std::mt19937_64& rng) {
   std::shared_ptr<PolicyNetworks> networks;
-  std::mt19937_64 rng(5);
   for (int it = 0; it < 400; ++it) {
-    std::vector<std::pair<int, int>> pairs;
-    do {
-      pairs.clear();
-      for (int x = 0; x < 4; ++x)
-        for (int y = x + 1; y < 4; ++y)
-          if (rng() % 2) pairs.emplace_back(x, y);
-    } while (pairs == unseen_pairs);
-    const Cluster c = cluster_with_slow(pairs);
-    Policy policy(rows, g.consumers(), config(c), networks);
+    const Cluster c = draw(rng);
+    Policy policy(rows, g.consumers(), configure(c), networks);
     networks = policy.networks();
     Reinforce rf(policy, ReinforceConfig{}, 10.0);
     std::vector<Decision> ds;
@@ -980,12 +972,53 @@ TEST_CASE("the replica head sees the link to the group's primary: it learns to k
       ds.push_back(policy.sample(rng));
       StepReport r;
       r.ok = true;
-      r.step_ms = 10;
-      for (int k : ds.back().group_replicas[0]) r.step_ms = slow(c, ds.back().group_device[0], k) ? 40 : 6;
+      r.step_ms = step_ms(c, ds.back());
       rs.push_back(r);
     }
     rf.step(ds, rs, it / 400.0);
   }
+  return networks;
+}
+
+}  // namespace
+
+TEST_CASE("the replica head sees the link to the group's primary: it learns to keep replicas off slow links, and that carries to a cluster it never saw") {
+  // 4 equal devices; trained on random clusters where each link is slow
+  // (10 Mbit/s) or fast by a coin, so no device index is a safe rule, with a
+  // reward that charges a replica behind a slow link from its primary
+  // heavily; then placed on a pattern it never drew (d0-d1 and d2-d3 slow).
+  LayerGraph g = chain_graph(3, 256);
+  auto cluster_with_slow = [](const std::vector<std::pair<int, int>>& pairs) {
+    std::vector<std::pair<int, int>> both_ways;
+    for (auto [x, y] : pairs) both_ways.insert(both_ways.end(), {{x, y}, {y, x}});
+    return equal_cluster_with_slow_links(both_ways);
+  };
+  const std::vector<std::pair<int, int>> unseen_pairs = {{0, 1}, {2, 3}};
+  auto config = [&](const Cluster& c) {
+    PolicyConfig pc = link_test_config(g, c, 11, 1, 1);
+    pc.replica_bias = 0;
+    return pc;
+  };
+  auto slow = [](const Cluster& c, int x, int y) { return c.link(x, y).bandwidth_mbps < 100; };
+  auto draw = [&](std::mt19937_64& rng) {
+    std::vector<std::pair<int, int>> pairs;
+    do {
+      pairs.clear();
+      for (int x = 0; x < 4; ++x)
+        for (int y = x + 1; y < 4; ++y)
+          if (rng() % 2) pairs.emplace_back(x, y);
+    } while (pairs == unseen_pairs);
+    return cluster_with_slow(pairs);
+  };
+  auto step_ms = [&](const Cluster& c, const Decision& d) {
+    double ms = 10;
+    for (int k : d.group_replicas[0]) ms = slow(c, d.group_device[0], k) ? 40 : 6;
+    return ms;
+  };
+  OpDictionary dict;
+  const FeatureMatrix rows = encode_layers(g, dict);
+  std::mt19937_64 rng(5);
+  auto networks = train_on_drawn_clusters(g, rows, config, draw, step_ms, rng);
   const Cluster unseen = cluster_with_slow(unseen_pairs);
   Policy on_unseen(rows, g.consumers(), config(unseen), networks);
   int slow_replicas = 0, fast_replicas = 0;
@@ -1008,42 +1041,16 @@ TEST_CASE("the device head sees both directions of a link to a producer's device
   // link out and one in, so no device row tells them apart and from each
   // device one candidate is slow forward and one slow only on the way back.
   LayerGraph g = chain_graph(2, 256);
-  const int64_t batch = 8;
   using Directed = std::vector<std::pair<int, int>>;
-  auto cluster_with_slow = [](const Directed& slow) {
-    Cluster c = equal_cluster(4);
-    for (auto [x, y] : slow) {
-      Link l;
-      l.from = c.devices[x].name;
-      l.to = c.devices[y].name;
-      l.bandwidth_mbps = 10;
-      l.latency_ms = 5;
-      c.links.push_back(l);
-    }
-    return c;
-  };
   const Directed unseen_ring = {{1, 0}, {2, 1}, {3, 2}, {0, 3}};
   Directed unseen_sorted = unseen_ring;
   std::sort(unseen_sorted.begin(), unseen_sorted.end());
-  auto config = [&](const Cluster& c) {
-    PolicyConfig pc = replica_config(g, c, batch, PartitionMode::contiguous, 13);
-    pc.num_groups = 2;
-    pc.max_replicas = 0;
-    pc.micro_batch_choices = {4};
-    pc.memory = PolicyMemory{};
-    pc.totals = layer_totals(g);
-    pc.devices = device_traits(c);
-    return pc;
-  };
+  auto config = [&](const Cluster& c) { return link_test_config(g, c, 13, 2, 0); };
   auto slow_pair = [](const Cluster& c, int x, int y) {
     return c.link(x, y).bandwidth_mbps < 100 || c.link(y, x).bandwidth_mbps < 100;
   };
   auto two_stages = [](const Decision& d) { return d.layer_group[0] != d.layer_group[1]; };
-  OpDictionary dict;
-  const FeatureMatrix rows = encode_layers(g, dict);
-  std::shared_ptr<PolicyNetworks> networks;
-  std::mt19937_64 rng(7);
-  for (int it = 0; it < 400; ++it) {
+  auto draw = [&](std::mt19937_64& rng) {
     Directed slow;
     do {
       slow.clear();
@@ -1052,23 +1059,16 @@ TEST_CASE("the device head sees both directions of a link to a producer's device
           if (rng() % 2) slow.emplace_back(rng() % 2 ? std::make_pair(x, y) : std::make_pair(y, x));
       std::sort(slow.begin(), slow.end());
     } while (slow == unseen_sorted);
-    const Cluster c = cluster_with_slow(slow);
-    Policy policy(rows, g.consumers(), config(c), networks);
-    networks = policy.networks();
-    Reinforce rf(policy, ReinforceConfig{}, 10.0);
-    std::vector<Decision> ds;
-    std::vector<StepReport> rs;
-    for (int s = 0; s < 16; ++s) {
-      ds.push_back(policy.sample(rng));
-      const Decision& d = ds.back();
-      StepReport r;
-      r.ok = true;
-      r.step_ms = two_stages(d) && !slow_pair(c, d.group_device[0], d.group_device[1]) ? 6 : 40;
-      rs.push_back(r);
-    }
-    rf.step(ds, rs, it / 400.0);
-  }
-  const Cluster unseen = cluster_with_slow(unseen_ring);
+    return equal_cluster_with_slow_links(slow);
+  };
+  auto step_ms = [&](const Cluster& c, const Decision& d) {
+    return two_stages(d) && !slow_pair(c, d.group_device[0], d.group_device[1]) ? 6.0 : 40.0;
+  };
+  OpDictionary dict;
+  const FeatureMatrix rows = encode_layers(g, dict);
+  std::mt19937_64 rng(7);
+  auto networks = train_on_drawn_clusters(g, rows, config, draw, step_ms, rng);
+  const Cluster unseen = equal_cluster_with_slow_links(unseen_ring);
   Policy on_unseen(rows, g.consumers(), config(unseen), networks);
   int slow_back = 0, fast = 0, split = 0;
   std::mt19937_64 r(9);
