@@ -380,7 +380,6 @@ struct Policy::Impl {
   std::vector<MemoryFloor> layer_floor;  // empty: no memory masks
   std::vector<MemoryFloor> suffix_floor;  // per layer i: the floor of layers i.. in one group
   double floor_samples = 0;  // the smallest micro-batch any choice runs a group copy at
-  double largest_device_bytes = 0;
   std::vector<double> allowed_capacity;  // the allowed devices' bytes, largest first (memory masks only)
   bool replica_head = false;  // max_replicas > 0 and more than one device
   bool balance_head = false;  // PolicyConfig::balance_replicas with a replica head
@@ -615,7 +614,7 @@ struct Policy::Impl {
       if (!active()) return 0;
       MemoryFloor all = group_[top_];
       all.add(m_.suffix_floor[j]);
-      if (all.bytes(m_.floor_samples) <= m_.largest_device_bytes) return 0;
+      if (all.bytes(m_.floor_samples) <= m_.largest_device_bytes()) return 0;
       const int x = m_.first_overflow(group_[top_], j);
       return x < m_.L ? m_.suffix_stages[x] : 0;
     }
@@ -635,13 +634,11 @@ struct Policy::Impl {
     const PolicyMemory& mem = cfg.memory;
     layer_floor.clear();
     allowed_capacity.clear();
-    largest_device_bytes = 0;
     if (mem.empty()) return;
     for (int k = 0; k < D; ++k)
       if (device_allowed(k)) allowed_capacity.push_back(static_cast<double>(mem.device_bytes[k]));
     std::sort(allowed_capacity.rbegin(), allowed_capacity.rend());
-    if (!allowed_capacity.empty()) largest_device_bytes = allowed_capacity.front();
-    if (largest_device_bytes <= 0) return;
+    if (largest_device_bytes() <= 0) return;
     const int64_t copies = std::max<int64_t>(std::max(cfg.micro_batch_choices.back(), D), 1);
     floor_samples = static_cast<double>((mem.batch_size + copies - 1) / copies);
     layer_floor.resize(L);
@@ -690,6 +687,9 @@ struct Policy::Impl {
     return row;
   }
 
+  // The largest allowed device's bytes (0 without memory masks).
+  double largest_device_bytes() const { return allowed_capacity.empty() ? 0.0 : allowed_capacity.front(); }
+
   // Whether the groups' needs (sorted here) can go to distinct allowed
   // devices: the r-th largest need on the r-th largest device, exact for
   // "fits" as the only rule. Where devices must repeat (more groups than
@@ -721,7 +721,7 @@ struct Policy::Impl {
       row[g] = !open ? kMasked : count_head ? prior_logit(sharpness, g, centre) : prior[static_cast<size_t>(i) * G + g];
     }
     if (!floors.active() || cfg.partition == PartitionMode::free) return;
-    const double cap = largest_device_bytes;
+    const double cap = largest_device_bytes();
     bool any_fits = false;
     for (int g = lo; g < G; ++g) any_fits = any_fits || (row[g] != kMasked && floors.with(i, g) <= cap);
     if (!any_fits) return;
@@ -780,7 +780,7 @@ struct Policy::Impl {
   int first_overflow(MemoryFloor group, int j) const {
     for (; j < L; ++j) {
       group.add(layer_floor[j]);
-      if (group.bytes(floor_samples) > largest_device_bytes) return j;
+      if (group.bytes(floor_samples) > largest_device_bytes()) return j;
     }
     return L;
   }
@@ -1288,7 +1288,7 @@ struct Policy::Impl {
       for (int g = 0; g < m_.G; ++g) {
         if (!used_[g]) continue;
         const double least = bytes(g, copies) + workspace_of(largest_param_[g], largest_output_[g]);
-        must_recompute_[g] = least > m_.largest_device_bytes;
+        must_recompute_[g] = least > m_.largest_device_bytes();
       }
     }
 
