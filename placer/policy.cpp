@@ -228,6 +228,8 @@ class PolicyNetworks {
   torch::nn::Linear a_balance{nullptr};
   std::vector<torch::Tensor> params;
   std::unique_ptr<torch::optim::Adam> optimizer;
+  // Optimizer steps taken: what a Policy's values derived from the weights (device_sized_cuts) are kept against.
+  uint64_t steps = 0;
 };
 
 std::shared_ptr<PolicyNetworks> new_policy_networks(int hidden, double learning_rate, uint64_t seed,
@@ -359,6 +361,10 @@ struct Policy::Impl {
   // The stage-count head (PolicyConfig::choose_stage_count in an ordered mode, G > 1).
   bool count_head = false;
   std::vector<double> prior_x;     // per layer: its position on the prior's axis (the head's priors)
+  // Per stage count k: where the head's prior's k stages end (device_sized_cuts),
+  // kept for the networks' weights after `sized_cuts_steps` optimizer steps.
+  std::vector<std::optional<std::vector<double>>> sized_cuts;
+  uint64_t sized_cuts_steps = 0;
   std::vector<int> suffix_stages;  // per layer i: the fewest groups layers i.. fit in (memory floors; else 1)
   torch::Tensor count_mask;        // G: kMasked on the counts below suffix_stages[0]
   bool all_masked = false;  // no device fits: nothing is masked
@@ -709,13 +715,15 @@ struct Policy::Impl {
   // layers from i on would not fit in the groups left (leaves_room), and on
   // the groups it would make too big for every device (unless every group
   // still open would be, as when the layer alone is); else the positional prior.
-  void partition_row(int i, int lo, int stages, const GroupFloors& floors, float* row) const {
+  void partition_row(int i, int lo, int stages, const std::vector<double>& cuts, const GroupFloors& floors,
+                     float* row) const {
     const int hi = count_head ? stages : G;
     const bool last = count_head && i == L - 1;
     const Room room = count_head ? Room(*this, i, floors) : Room{};
-    // The head's prior: `stages` equal stages along the prior's axis (else the fixed `prior`).
+    // The head's prior: `stages` stages along the prior's axis ending at `cuts`
+    // (device_sized_cuts; none: equal stages), else the fixed `prior`.
     const double sharpness = count_head ? prior_sharpness(L, stages) : 0;
-    const double centre = count_head ? prior_centre({}, stages, prior_x[i]) : 0;
+    const double centre = count_head ? prior_centre(cuts, stages, prior_x[i]) : 0;
     for (int g = 0; g < G; ++g) {
       const bool open = g >= lo && g < hi && (!last || g == hi - 1) && (!count_head || room.leaves(g, hi));
       row[g] = !open ? kMasked : count_head ? prior_logit(sharpness, g, centre) : prior[static_cast<size_t>(i) * G + g];
@@ -797,6 +805,48 @@ struct Policy::Impl {
     return 1 + (rng ? draw(p.data_ptr<float>(), G, *rng) : argmax(p.data_ptr<float>(), G));
   }
 
+  // Where the stage-count head's prior's k stages end along its axis: each
+  // stage as large as its device's share of the k devices' compute, the
+  // devices being those the allocation gives k equal stages (its typical
+  // choice, by class), in that order. So the stages' sizes follow the devices
+  // the networks put them on (a fast device mid-chain: a large middle stage);
+  // sized largest first instead (version 9), they disagreed with the
+  // allocation. Equal devices: equal stages. Kept until the weights change.
+  const std::vector<double>& device_sized_cuts(int stages) {
+    static const std::vector<double> kEqualStages;
+    if (!count_head || stages < 2 || stages > G) return kEqualStages;
+    if (sized_cuts.empty() || sized_cuts_steps != net->steps) {
+      sized_cuts.assign(static_cast<size_t>(G) + 1, std::nullopt);
+      sized_cuts_steps = net->steps;
+    }
+    auto& cached = sized_cuts[stages];
+    if (!cached) cached = cuts_on_allocated_devices(stages);
+    return *cached;
+  }
+
+  std::vector<double> cuts_on_allocated_devices(int stages) {
+    torch::NoGradGuard ng;
+    // k equal stages on the prior's axis (non-decreasing in layer order, so
+    // every ordered mode allows them); a stage with no layer: equal stages.
+    std::vector<int> equal(L);
+    std::vector<bool> used(static_cast<size_t>(stages), false);
+    for (int i = 0; i < L; ++i) {
+      equal[i] = std::clamp(static_cast<int>(prior_x[i] * stages), 0, stages - 1);
+      used[equal[i]] = true;
+    }
+    if (std::find(used.begin(), used.end(), false) != used.end()) return {};
+    Groups gr = groups_of(equal);
+    AllocationMasks masks(*this, equal, greedy_micro(gr));
+    const std::vector<int> device = allocate(gr, equal, masks, nullptr, nullptr, true);
+    double total = 0;
+    for (int g = 0; g < stages; ++g) total += std::max(0.0, cfg.devices.compute[device[g]]);
+    if (!(total > 0)) return {};
+    std::vector<double> cuts;
+    double done = 0;
+    for (int g = 0; g + 1 < stages; ++g) cuts.push_back((done += std::max(0.0, cfg.devices.compute[device[g]])) / total);
+    return cuts;
+  }
+
   // The lowest group layer i may take: contiguous, its predecessor's;
   // follows_dag, the highest of its inputs' (so every edge of the groups'
   // graph goes up in id: acyclic); free, 0.
@@ -810,26 +860,27 @@ struct Policy::Impl {
 
   // Additive mask (L x G) of an ordered partition: each layer's partition_row,
   // replayed in the order the layers were drawn.
-  std::vector<float> order_rows(const std::vector<int>& layer_group) const {
+  std::vector<float> order_rows(const std::vector<int>& layer_group, const std::vector<double>& cuts) const {
     std::vector<float> m(static_cast<size_t>(L) * G);
     GroupFloors floors(*this);
     const int stages = stages_of(layer_group);
     for (int i = 0; i < L; ++i) {
-      partition_row(i, lowest_group(i, layer_group), stages, floors, &m[static_cast<size_t>(i) * G]);
+      partition_row(i, lowest_group(i, layer_group), stages, cuts, floors, &m[static_cast<size_t>(i) * G]);
       floors.add(i, layer_group[i]);
     }
     return m;
   }
-  torch::Tensor order_mask(const std::vector<int>& layer_group) const {
-    std::vector<float> m = order_rows(layer_group);
+  torch::Tensor order_mask(const std::vector<int>& layer_group, const std::vector<double>& cuts) const {
+    std::vector<float> m = order_rows(layer_group, cuts);
     return torch::from_blob(m.data(), {L, G}, torch::kFloat32).clone();
   }
 
   bool device_allowed(int k) const { return cfg.device_allowed.empty() || cfg.device_allowed[k] || all_masked; }
 
-  torch::Tensor partition_log_softmax(const torch::Tensor& logits, const std::vector<int>& layer_group) const {
+  torch::Tensor partition_log_softmax(const torch::Tensor& logits, const std::vector<int>& layer_group,
+                                      const std::vector<double>& cuts) const {
     if (cfg.partition == PartitionMode::free) return torch::log_softmax(logits, 1);
-    return torch::log_softmax(logits + order_mask(layer_group), 1);
+    return torch::log_softmax(logits + order_mask(layer_group, cuts), 1);
   }
 
   int micro_batches_of(int micro_index) const {
@@ -844,7 +895,7 @@ struct Policy::Impl {
   // partition logits: every choice in the order it is drawn (policy.h),
   // under the masks it was drawn with (AllocationMasks replays them).
   std::pair<torch::Tensor, torch::Tensor> score(const Decision& d, const torch::Tensor& part_logits) {
-    auto part_logp = partition_log_softmax(part_logits, d.layer_group);
+    auto part_logp = partition_log_softmax(part_logits, d.layer_group, device_sized_cuts(stages_of(d.layer_group)));
     auto idx = torch::tensor(std::vector<int64_t>(d.layer_group.begin(), d.layer_group.end()), torch::kInt64);
     auto lp = part_logp.gather(1, idx.unsqueeze(1)).sum();
     auto ent = -(part_logp.exp() * part_logp).sum();
@@ -1056,16 +1107,17 @@ struct Policy::Impl {
       return layer_group;
     }
     auto lg = partition_logits().contiguous();
-    return choose_ordered_partition(lg.data_ptr<float>(), rng, stages);
+    return choose_ordered_partition(lg.data_ptr<float>(), rng, stages, device_sized_cuts(stages));
   }
 
   // choose_partition of the ordered modes, from the partition logits z (L x G).
-  std::vector<int> choose_ordered_partition(const float* z, std::mt19937_64* rng, int stages) const {
+  std::vector<int> choose_ordered_partition(const float* z, std::mt19937_64* rng, int stages,
+                                            const std::vector<double>& cuts) const {
     std::vector<int> layer_group(L);
     std::vector<float> p(G), row(G);
     GroupFloors floors(*this);
     for (int i = 0; i < L; ++i) {
-      partition_row(i, lowest_group(i, layer_group), stages, floors, row.data());
+      partition_row(i, lowest_group(i, layer_group), stages, cuts, floors, row.data());
       masked_softmax(z + static_cast<size_t>(i) * G, row.data(), p.data());
       layer_group[i] = rng ? draw(p.data(), G, *rng) : argmax(p.data(), G);
       floors.add(i, layer_group[i]);
@@ -1099,10 +1151,11 @@ struct Policy::Impl {
   std::vector<int> median_partition(int stages) {
     if (cfg.partition == PartitionMode::free) return choose_partition(nullptr, stages);  // group ids have no order
     auto logits = partition_logits().contiguous();
+    const std::vector<double> cuts = device_sized_cuts(stages);
     std::mt19937_64 rng(kMedianSeed);
     std::vector<int> count(static_cast<size_t>(L) * G, 0);
     for (int s = 0; s < kMedianDraws; ++s) {
-      const std::vector<int> lg = choose_ordered_partition(logits.data_ptr<float>(), &rng, stages);
+      const std::vector<int> lg = choose_ordered_partition(logits.data_ptr<float>(), &rng, stages, cuts);
       for (int i = 0; i < L; ++i) ++count[static_cast<size_t>(i) * G + lg[i]];
     }
     std::vector<int> layer_group(L);
@@ -1114,7 +1167,7 @@ struct Policy::Impl {
         seen += count[static_cast<size_t>(i) * G + median];
         if (2 * seen >= kMedianDraws) break;
       }
-      partition_row(i, lowest_group(i, layer_group), stages, floors, row.data());
+      partition_row(i, lowest_group(i, layer_group), stages, cuts, floors, row.data());
       layer_group[i] = nearest_allowed(row.data(), std::min(median, G - 1));
       floors.add(i, layer_group[i]);
     }
@@ -1745,7 +1798,7 @@ bool Policy::partition_allowed(const std::vector<int>& layer_group) const {
   for (int g : layer_group)
     if (g < 0 || g >= m.G) return false;
   if (m.cfg.partition == PartitionMode::free) return true;
-  const std::vector<float> rows = m.order_rows(layer_group);
+  const std::vector<float> rows = m.order_rows(layer_group, {});  // the masks: the prior's cuts do not change them
   for (int i = 0; i < m.L; ++i)
     if (rows[static_cast<size_t>(i) * m.G + layer_group[i]] == kMasked) return false;
   return true;
@@ -1822,6 +1875,7 @@ UpdateStats Policy::update(const std::vector<Decision>& decisions, const std::ve
   loss.backward();
   st.grad_norm = torch::nn::utils::clip_grad_norm_(m.net->params, max_grad_norm);
   m.net->optimizer->step();
+  ++m.net->steps;
   st.loss = loss.item<double>();
   st.entropy = ent.item<double>() / n;
   return st;
@@ -1838,6 +1892,7 @@ void Policy::imitate(const Decision& target, int steps, double learning_rate) {
     loss.backward();
     torch::nn::utils::clip_grad_norm_(m.net->params, 5.0);
     m.net->optimizer->step();
+    ++m.net->steps;
   }
   options.lr(own_rate);
 }

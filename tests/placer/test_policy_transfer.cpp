@@ -311,6 +311,48 @@ TEST_CASE("the compute prior centres a neutral policy's stages on equal FLOPs, t
   CHECK(by_compute <= 3);  // about half the FLOPs: within the wide layers
 }
 
+TEST_CASE("the stage-count prior sizes each stage by the device the allocation gives it") {
+  // Forty equal layers on two devices of 3:1 compute, listed either way, under
+  // neutral networks of several seeds: the allocation puts the fast device
+  // first for some and the slow one for others (on two equal stages), and the
+  // first stage of the two-stage draws is larger where it is the fast one's.
+  // With equal stages as the prior both drew about 0.37 of the layers first.
+  const LayerGraph g = test::linear_chain(std::vector<int64_t>(40, 256));
+  std::vector<double> fast_first, slow_first;
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    const auto net = new_policy_networks(32, 0.005, seed);
+    for (bool fast_listed_first : {true, false}) {
+      Cluster c = large_devices(2);
+      c.devices[0].speed = fast_listed_first ? 0.75 : 0.25;
+      c.devices[1].speed = fast_listed_first ? 0.25 : 0.75;
+      const int fast = fast_listed_first ? 0 : 1;
+      OpDictionary dict;
+      auto policy = policy_for(g, c, net, dict);
+      std::vector<int> equal(40);
+      for (int i = 0; i < 40; ++i) equal[i] = i < 20 ? 0 : 1;
+      const std::vector<float> first = policy->allocation_probs(equal)[0];
+      const bool fast_gets_first = first[fast] > first[1 - fast];
+      double sum = 0;
+      int two_stage = 0;
+      for (const Decision& d : samples(*policy, seed, 120)) {
+        if (d.layer_group.back() != 1) continue;
+        sum += std::count(d.layer_group.begin(), d.layer_group.end(), 0) / 40.0;
+        ++two_stage;
+      }
+      REQUIRE(two_stage >= 10);
+      (fast_gets_first ? fast_first : slow_first).push_back(sum / two_stage);
+    }
+  }
+  REQUIRE(!fast_first.empty());
+  REQUIRE(!slow_first.empty());
+  const double fast_mean = std::accumulate(fast_first.begin(), fast_first.end(), 0.0) / fast_first.size();
+  const double slow_mean = std::accumulate(slow_first.begin(), slow_first.end(), 0.0) / slow_first.size();
+  MESSAGE("first stage: ", fast_mean, " of the layers where the allocation puts the fast device first (",
+          fast_first.size(), " of 16), ", slow_mean, " where the slow one");
+  CHECK(fast_mean >= slow_mean + 0.15);
+  CHECK(*std::min_element(fast_first.begin(), fast_first.end()) > *std::max_element(slow_first.begin(), slow_first.end()));
+}
+
 TEST_CASE("trained networks choose their number of stages first: each draw's groups are 0..k-1 with its last layer in k-1, and imitation makes a 2-stage plan on 8 devices the typical one") {
   const LayerGraph g = wide_then_narrow_chain();
   const Cluster c = large_devices(8);
