@@ -829,21 +829,18 @@ struct Policy::Impl {
     // k equal stages on the prior's axis (non-decreasing in layer order, so
     // every ordered mode allows them); a stage with no layer: equal stages.
     std::vector<int> equal(L);
-    std::vector<bool> used(static_cast<size_t>(stages), false);
-    for (int i = 0; i < L; ++i) {
-      equal[i] = std::clamp(static_cast<int>(prior_x[i] * stages), 0, stages - 1);
-      used[equal[i]] = true;
-    }
+    for (int i = 0; i < L; ++i) equal[i] = std::clamp(static_cast<int>(prior_x[i] * stages), 0, stages - 1);
+    const std::vector<bool> used = nonempty(equal, stages);
     if (std::find(used.begin(), used.end(), false) != used.end()) return {};
     Groups gr = groups_of(equal);
     AllocationMasks masks(*this, equal, greedy_micro(gr));
     const std::vector<int> device = allocate(gr, equal, masks, nullptr, nullptr, true);
-    double total = 0;
-    for (int g = 0; g < stages; ++g) total += std::max(0.0, cfg.devices.compute[device[g]]);
-    if (!(total > 0)) return {};
+    std::vector<double> ends(static_cast<size_t>(stages));  // the compute of stages 0..g
+    for (int g = 0; g < stages; ++g)
+      ends[g] = (g > 0 ? ends[g - 1] : 0.0) + std::max(0.0, cfg.devices.compute[device[g]]);
+    if (!(ends.back() > 0)) return {};
     std::vector<double> cuts;
-    double done = 0;
-    for (int g = 0; g + 1 < stages; ++g) cuts.push_back((done += std::max(0.0, cfg.devices.compute[device[g]])) / total);
+    for (int g = 0; g + 1 < stages; ++g) cuts.push_back(ends[g] / ends.back());
     return cuts;
   }
 
@@ -1151,7 +1148,7 @@ struct Policy::Impl {
   std::vector<int> median_partition(int stages) {
     if (cfg.partition == PartitionMode::free) return choose_partition(nullptr, stages);  // group ids have no order
     auto logits = partition_logits().contiguous();
-    const std::vector<double> cuts = device_sized_cuts(stages);
+    const std::vector<double>& cuts = device_sized_cuts(stages);
     std::mt19937_64 rng(kMedianSeed);
     std::vector<int> count(static_cast<size_t>(L) * G, 0);
     for (int s = 0; s < kMedianDraws; ++s) {
