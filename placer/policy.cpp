@@ -839,14 +839,11 @@ struct Policy::Impl {
     const std::vector<int> device = allocate(gr, equal, masks, nullptr, nullptr, true);
     // A stage's replicas share its micro-batches, so its compute is theirs too
     // (data parallelism's copies hold the whole model: no stage of their own).
-    const auto replicas = is_data_parallel(micro) ? std::vector<std::vector<int>>(G)
-                                                  : choose_replicas(gr, equal, device, masks, nullptr);
+    std::vector<double> replica_compute(G, 0.0);
+    if (!is_data_parallel(micro)) choose_replicas(gr, equal, device, masks, nullptr, &replica_compute);
     std::vector<double> ends(static_cast<size_t>(stages));  // the compute of stages 0..g
-    for (int g = 0; g < stages; ++g) {
-      double compute = std::max(0.0, cfg.devices.compute[device[g]]);
-      for (int k : replicas[g]) compute += std::max(0.0, cfg.devices.compute[k]);
-      ends[g] = (g > 0 ? ends[g - 1] : 0.0) + compute;
-    }
+    for (int g = 0; g < stages; ++g)
+      ends[g] = (g > 0 ? ends[g - 1] : 0.0) + std::max(0.0, cfg.devices.compute[device[g]]) + replica_compute[g];
     if (!(ends.back() > 0)) return {};
     std::vector<double> cuts;
     for (int g = 0; g + 1 < stages; ++g) cuts.push_back(ends[g] / ends.back());
@@ -1210,7 +1207,7 @@ struct Policy::Impl {
   // without rng), offered in `masks` after the primaries `device`.
   std::vector<std::vector<int>> choose_replicas(const Groups& gr, const std::vector<int>& layer_group,
                                                 const std::vector<int>& device, AllocationMasks& masks,
-                                                std::mt19937_64* rng) {
+                                                std::mt19937_64* rng, std::vector<double>* expected_compute = nullptr) {
     std::vector<std::vector<int>> replicas(G);
     if (!replica_head) return replicas;
     // The logits with the balance (its term changes offer by offer), else the probabilities.
@@ -1224,6 +1221,7 @@ struct Policy::Impl {
       const double u = rng ? std::uniform_real_distribution<double>(0.0, 1.0)(*rng) : 0.5;
       const float p = balance ? 1.f / (1.f + std::exp(-(q[g * D + k] + balance->shift(g, k)))) : q[g * D + k];
       const bool take = !refusable || u < p;
+      if (expected_compute) (*expected_compute)[g] += (refusable ? p : 1.0) * std::max(0.0, cfg.devices.compute[k]);
       if (take) replicas[g].push_back(k);
       if (take && balance) balance->take(g, k);
       return take;
