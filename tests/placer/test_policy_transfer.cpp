@@ -353,45 +353,6 @@ TEST_CASE("the stage-count prior sizes each stage by the device the allocation g
   CHECK(*std::min_element(fast_first.begin(), fast_first.end()) > *std::max_element(slow_first.begin(), slow_first.end()));
 }
 
-TEST_CASE("the stage-count prior sizes each stage by its replicas too") {
-  // Forty equal layers on three equal devices, at 8 micro-batches. With a
-  // replica head that takes every replica, the allocation gives two equal
-  // stages one device each and the free one to the first (fewest copies, then
-  // by id): copies 2 and 1, so the prior makes the first stage twice the
-  // second. With a head that takes none, the stages are equal. The partition
-  // networks are the same in both (only the replica bias differs), so without
-  // the replicas in the sizing both drew alike (0.36 of the layers first; with
-  // them 0.45 against 0.36).
-  const LayerGraph g = test::linear_chain(std::vector<int64_t>(40, 256));
-  const Cluster c = large_devices(3);
-  auto first_stage_share = [&](double replica_bias) {
-    double sum = 0;
-    int two_stage = 0;
-    for (uint64_t seed = 1; seed <= 8; ++seed) {
-      const auto net = new_policy_networks(32, 0.005, seed, replica_bias);
-      SearchOptions so;
-      so.batch_size = 32;
-      so.data_parallel = false;
-      so.initial_policy = net;  // as trained networks are configured
-      PolicyConfig pc = search_policy_config(g, c, so);
-      pc.micro_batch_choices = {8};
-      OpDictionary dict;
-      Policy policy(encode_layers(g, dict), g.consumers(), pc, net);
-      for (const Decision& d : samples(policy, seed, 120)) {
-        if (d.layer_group.back() != 1) continue;
-        sum += std::count(d.layer_group.begin(), d.layer_group.end(), 0) / 40.0;
-        ++two_stage;
-      }
-    }
-    REQUIRE(two_stage >= 80);
-    return sum / two_stage;
-  };
-  const double with_replicas = first_stage_share(8.0), without = first_stage_share(-8.0);
-  MESSAGE("first stage: ", with_replicas, " of the layers where it takes the free device, ", without,
-          " where no stage takes one");
-  CHECK(with_replicas >= without + 0.05);
-}
-
 TEST_CASE("trained networks choose their number of stages first: each draw's groups are 0..k-1 with its last layer in k-1, and imitation makes a 2-stage plan on 8 devices the typical one") {
   const LayerGraph g = wide_then_narrow_chain();
   const Cluster c = large_devices(8);
