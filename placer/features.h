@@ -45,8 +45,9 @@ constexpr int kDeviceFeatureWidth = 8;
 // 7: the stage-count head; 8: the replica balance (placer/policy.h); 9 was a
 // stage-count prior tried and reverted (docs/transfer.md); 10: link pair
 // features count each direction of an asymmetric link once; 11: the
-// stage-count prior sizes stages by the devices the allocation gives them.
-constexpr int kPolicyFeatureVersion = 11;
+// stage-count prior sizes stages by the devices the allocation gives them;
+// 12: and by their replicas.
+constexpr int kPolicyFeatureVersion = 12;
 
 // Op name -> code vector. Starts with the paper's five (Convolution, Relu,
 // Pooling, Fully-Connected, Padding) and Unknown, then every other op class of

@@ -806,12 +806,13 @@ struct Policy::Impl {
   }
 
   // Where the stage-count head's prior's k stages end along its axis: each
-  // stage as large as its device's share of the k devices' compute, the
-  // devices being those the allocation gives k equal stages (its typical
-  // choice, by class), in that order. So the stages' sizes follow the devices
-  // the networks put them on (a fast device mid-chain: a large middle stage);
+  // stage as large as its devices' share of the compute of all the devices
+  // the allocation gives k equal stages (its typical choice, by class: each
+  // stage's device and replicas), in that order. So the stages' sizes follow
+  // the devices the networks put them on (a fast device mid-chain: a large
+  // middle stage; three copies of a stage beside one: three times its size);
   // sized largest first instead (version 9), they disagreed with the
-  // allocation. Equal devices: equal stages. Kept until the weights change.
+  // allocation. Equal devices, one each: equal stages. Kept until the weights change.
   const std::vector<double>& device_sized_cuts(int stages) {
     static const std::vector<double> kEqualStages;
     if (!count_head || stages < 2 || stages > G) return kEqualStages;
@@ -833,11 +834,19 @@ struct Policy::Impl {
     const std::vector<bool> used = nonempty(equal, stages);
     if (std::find(used.begin(), used.end(), false) != used.end()) return {};
     Groups gr = groups_of(equal);
-    AllocationMasks masks(*this, equal, greedy_micro(gr));
+    const int micro = greedy_micro(gr);
+    AllocationMasks masks(*this, equal, micro);
     const std::vector<int> device = allocate(gr, equal, masks, nullptr, nullptr, true);
+    // A stage's replicas share its micro-batches, so its compute is theirs too
+    // (data parallelism's copies hold the whole model: no stage of their own).
+    const auto replicas = is_data_parallel(micro) ? std::vector<std::vector<int>>(G)
+                                                  : choose_replicas(gr, equal, device, masks, nullptr);
     std::vector<double> ends(static_cast<size_t>(stages));  // the compute of stages 0..g
-    for (int g = 0; g < stages; ++g)
-      ends[g] = (g > 0 ? ends[g - 1] : 0.0) + std::max(0.0, cfg.devices.compute[device[g]]);
+    for (int g = 0; g < stages; ++g) {
+      double compute = std::max(0.0, cfg.devices.compute[device[g]]);
+      for (int k : replicas[g]) compute += std::max(0.0, cfg.devices.compute[k]);
+      ends[g] = (g > 0 ? ends[g - 1] : 0.0) + compute;
+    }
     if (!(ends.back() > 0)) return {};
     std::vector<double> cuts;
     for (int g = 0; g + 1 < stages; ++g) cuts.push_back(ends[g] / ends.back());
@@ -1193,26 +1202,33 @@ struct Policy::Impl {
     d.micro_batch_index = rng ? draw(mp.data_ptr<float>(), M, *rng) : argmax(mp.data_ptr<float>(), M);
     AllocationMasks masks(*this, d.layer_group, d.micro_batch_index);
     d.group_device = allocate(gr, d.layer_group, masks, rng, nullptr, typical);
-    d.group_replicas.assign(G, {});
-    if (replica_head) {
-      // The logits with the balance (its term changes offer by offer), else the probabilities.
-      auto z = pair_scores(gr, all_groups(), d.group_device, true).select(2, 1);
-      z = (balance_head ? z : torch::sigmoid(z)).contiguous();
-      const float* q = z.data_ptr<float>();
-      const auto used = nonempty(d.layer_group, G);
-      std::optional<ReplicaBalance> balance;
-      if (balance_head) balance.emplace(*this, gr.stats, d.group_device, used);
-      offer_replicas(masks, [&](int g, int k, bool refusable) {
-        const double u = rng ? std::uniform_real_distribution<double>(0.0, 1.0)(*rng) : 0.5;
-        const float p =
-            balance ? 1.f / (1.f + std::exp(-(q[g * D + k] + balance->shift(g, k)))) : q[g * D + k];
-        const bool take = !refusable || u < p;
-        if (take) d.group_replicas[g].push_back(k);
-        if (take && balance) balance->take(g, k);
-        return take;
-      });
-    }
+    d.group_replicas = choose_replicas(gr, d.layer_group, d.group_device, masks, rng);
     return d;
+  }
+
+  // Each group's replicas (drawn, or each offer taken at odds above one half
+  // without rng), offered in `masks` after the primaries `device`.
+  std::vector<std::vector<int>> choose_replicas(const Groups& gr, const std::vector<int>& layer_group,
+                                                const std::vector<int>& device, AllocationMasks& masks,
+                                                std::mt19937_64* rng) {
+    std::vector<std::vector<int>> replicas(G);
+    if (!replica_head) return replicas;
+    // The logits with the balance (its term changes offer by offer), else the probabilities.
+    auto z = pair_scores(gr, all_groups(), device, true).select(2, 1);
+    z = (balance_head ? z : torch::sigmoid(z)).contiguous();
+    const float* q = z.data_ptr<float>();
+    const auto used = nonempty(layer_group, G);
+    std::optional<ReplicaBalance> balance;
+    if (balance_head) balance.emplace(*this, gr.stats, device, used);
+    offer_replicas(masks, [&](int g, int k, bool refusable) {
+      const double u = rng ? std::uniform_real_distribution<double>(0.0, 1.0)(*rng) : 0.5;
+      const float p = balance ? 1.f / (1.f + std::exp(-(q[g * D + k] + balance->shift(g, k)))) : q[g * D + k];
+      const bool take = !refusable || u < p;
+      if (take) replicas[g].push_back(k);
+      if (take && balance) balance->take(g, k);
+      return take;
+    });
+    return replicas;
   }
 
   // Each group's device in id order (drawn, or argmax without rng), each
