@@ -538,6 +538,93 @@ TEST_CASE("trained networks weigh each replica against its group's copies: uneve
   CHECK(carried[1] < carried[0]);
 }
 
+TEST_CASE("trained networks weigh a replica's compute saved against its all-reduce: learned with the heavy stage first and last, asked of the middle") {
+  // Chains of 4-layer stages whose layers all hold 4 MB of parameters and
+  // the same FLOPs, but take 50 ms or 0.01 ms (the cost model's time, as a
+  // memory-bound stage can): only the time tells which stage a copy helps. A
+  // copy of a heavy stage saves 100 ms for a 13 ms all-reduce; of a light one
+  // 0.02 ms. Imitated with the copies on the heavy stage, first in one chain
+  // and last in the other; asked of a third with it in the middle. Untimed,
+  // the balance cannot tell the stages apart and which takes a copy is a guess.
+  const double heavy_ms = 50, light_ms = 0.01;
+  auto chain = [](const std::vector<bool>& heavy) {
+    return test::linear_chain(std::vector<int64_t>(4 * heavy.size(), 1024));
+  };
+  auto layer_ms = [&](const std::vector<bool>& heavy) {
+    std::vector<double> ms;
+    for (bool h : heavy) ms.insert(ms.end(), 4, h ? heavy_ms : light_ms);
+    return ms;
+  };
+  const Cluster c = large_devices(4);
+  OpDictionary dict;
+  auto policy_of = [&](const std::vector<bool>& heavy, bool timed, const std::shared_ptr<PolicyNetworks>& net) {
+    const LayerGraph g = chain(heavy);
+    SearchOptions so;
+    so.batch_size = 32;
+    so.initial_policy = net;
+    if (timed) so.layer_ms = layer_ms(heavy);
+    PolicyConfig cfg = search_policy_config(g, c, so);
+    REQUIRE(cfg.balance_replicas);
+    return std::make_unique<Policy>(encode_layers(g, dict), g.consumers(), cfg, net);
+  };
+  auto stages_of = [](size_t n) {
+    std::vector<int> lg;
+    for (size_t s = 0; s < n; ++s) lg.insert(lg.end(), 4, static_cast<int>(s));
+    return lg;
+  };
+  // Stage s on device s, the free devices copies of the heavy stage, 8 micro-batches.
+  auto plan = [&](Policy& policy, const std::vector<bool>& heavy) {
+    Decision d = policy.greedy();
+    d.layer_group = stages_of(heavy.size());
+    const auto& choices = policy.config().micro_batch_choices;
+    d.micro_batch_index = static_cast<int>(std::find(choices.begin(), choices.end(), 8) - choices.begin());
+    REQUIRE(d.micro_batch_index < static_cast<int>(choices.size()));
+    std::fill(d.group_device.begin(), d.group_device.end(), 0);
+    d.group_replicas.assign(d.group_device.size(), {});
+    const int hot = static_cast<int>(std::find(heavy.begin(), heavy.end(), true) - heavy.begin());
+    for (size_t s = 0; s < heavy.size(); ++s) d.group_device[s] = static_cast<int>(s);
+    for (int dev = static_cast<int>(heavy.size()); dev < c.num_devices(); ++dev) d.group_replicas[hot].push_back(dev);
+    REQUIRE(policy.allows(d));
+    REQUIRE(policy.canonical(d).group_replicas == d.group_replicas);
+    return d;
+  };
+  // Per stage its replica head's mean probability over the devices (equal
+  // devices and links: every stage sees the same offers but by their time).
+  auto mean_replica_probs = [](Policy& policy, const std::vector<int>& layer_group) {
+    std::vector<double> mean;
+    for (const auto& row : policy.replica_probs(layer_group))
+      mean.push_back(std::accumulate(row.begin(), row.end(), 0.0) / static_cast<double>(row.size()));
+    return mean;
+  };
+  const std::vector<std::vector<bool>> taught = {{true, false}, {false, true}};
+  const std::vector<bool> asked = {false, true, false};
+  int picked[2] = {0, 0};  // seeds whose middle stage is the likeliest to take the free device: timed, untimed
+  for (uint64_t seed = 1; seed <= 5; ++seed)
+    for (bool timed : {true, false}) {
+      auto net = new_policy_networks(32, 0.005, seed);
+      std::vector<std::unique_ptr<Policy>> policies;
+      std::vector<Decision> targets;
+      for (const auto& heavy : taught) {
+        policies.push_back(policy_of(heavy, timed, net));
+        targets.push_back(plan(*policies.back(), heavy));
+      }
+      for (int step = 0; step < 100; ++step)
+        for (size_t i = 0; i < taught.size(); ++i) policies[i]->imitate(targets[i], 1, 0.05);
+      if (timed)
+        for (size_t i = 0; i < taught.size(); ++i) {
+          const auto p = mean_replica_probs(*policies[i], targets[i].layer_group);
+          CHECK(p[i] > p[1 - i]);  // the heavy stage's
+        }
+      const auto p = mean_replica_probs(*policy_of(asked, timed, net), stages_of(asked.size()));
+      CAPTURE(timed);
+      CAPTURE(p);
+      picked[timed ? 0 : 1] += p[1] > p[0] && p[1] > p[2] ? 1 : 0;
+    }
+  MESSAGE("the middle stage likeliest to take a copy in " << picked[0] << " of 5 timed, " << picked[1] << " untimed");
+  CHECK(picked[0] >= 4);
+  CHECK(picked[1] < picked[0]);
+}
+
 TEST_CASE("the compute prior measures by the cost model's time where it is given, not by FLOPs") {
   // FLOPs in the first three layers, but (as a memory-bound tail can) the time in the last four.
   const LayerGraph g = wide_then_narrow_chain();
