@@ -99,7 +99,7 @@ constexpr int kLayerInputWidth =
     kLayerFeatureWidth + 1 + 2 * kPositionFrequencies + 1 + 2 * kComputeFrequencies;  // 50
 constexpr int kGroupPositionWidth = 8;   // log2 G, g/(G-1) and its sin/cos at 3 frequencies
 constexpr int kPairWidth = 5;            // per (group, device): load, memory, receive time, shared device, replica sync
-constexpr int kBalanceWidth = 4;         // per replica offer: load per copy, against the others', with it; saving / sync
+constexpr int kBalanceWidth = 3;         // per replica offer: load per copy, against the others', with it
 constexpr int kMicroSlots = 8;           // micro-batch counts 1, 2, 4, ..., 128
 constexpr int kMicroHead = kMicroSlots + 1;  // and data parallelism
 constexpr int kMicroInputExtra = kDeviceFeatureWidth + 4;  // mean device row, spread, batch, devices
@@ -398,7 +398,6 @@ struct Policy::Impl {
   torch::Tensor no_data_parallel;  // M: kMasked on the data-parallel choice, 0 elsewhere
   torch::Tensor device_mask;  // D: 0 or kMasked
   double total_gflops = 0, total_compute = 0;
-  double harmonic_compute = 0;  // D / sum of 1 / compute: the device the layers' time_ms averages
   int64_t batch = 32;
   std::shared_ptr<PolicyNetworks> net;
 
@@ -453,20 +452,6 @@ struct Policy::Impl {
     const size_t there = static_cast<size_t>(a) * D + b, back = static_cast<size_t>(b) * D + a;
     return t.link_latency_ms[there] + t.link_latency_ms[back] +
            mb * 8.0 * 1e3 * (1.0 / std::max(1e-3, t.link_mbps[there]) + 1.0 / std::max(1e-3, t.link_mbps[back]));
-  }
-
-  // A ring all-reduce of mb megabytes among `devices` in that order (the cost
-  // model's form): 2 (r - 1) steps, each the slowest ring link moving mb / r.
-  double ring_allreduce_ms(const std::vector<int>& devices, double mb) const {
-    const int r = static_cast<int>(devices.size());
-    if (r < 2 || !(mb > 0)) return 0.0;
-    const auto& t = cfg.devices;
-    double slowest = 0;
-    for (int i = 0; i < r; ++i) {
-      const size_t link = static_cast<size_t>(devices[i]) * D + devices[(i + 1) % r];
-      slowest = std::max(slowest, t.link_latency_ms[link] + mb / r * 8.0 * 1e3 / std::max(1e-3, t.link_mbps[link]));
-    }
-    return 2.0 * (r - 1) * slowest;
   }
 
   // Pair features of group g on each device, given the devices of the groups before it
@@ -536,29 +521,20 @@ struct Policy::Impl {
   int greedy_micro(const Groups& gr);
 
   // The replica balance's state over one allocation's offers: per group the
-  // devices running it so far (its primary, then each replica it takes) and
-  // their compute, and each offer's features (kBalanceWidth, log2 ratios,
-  // within +-3): the group's FLOPs per unit of its compute against the model
-  // spread evenly over the cluster, against the slowest other group, and with
-  // the offered device too against the even spread; and (feature version 13)
-  // the compute time the copy takes off the group's step against the time its
-  // ring all-reduce adds (0 when the layers are untimed): a fc stage's
-  // all-reduce across a LAN costs more than the compute four copies share.
+  // compute of the devices running it so far (its primary, then each replica
+  // it takes), and each offer's features (kBalanceWidth, log2 ratios, within +-3, of
+  // the group's FLOPs per unit of its compute: against the model spread
+  // evenly over the cluster, against the slowest other group, and with the
+  // offered device too against the even spread).
   class ReplicaBalance {
    public:
     ReplicaBalance(const Impl& m, const GroupTotals& st, const std::vector<int>& device,
                    const std::vector<bool>& used)
-        : m_(m), st_(st), used_(used), compute_(m.G, 0.0), copies_(m.G) {
+        : m_(m), st_(st), used_(used), compute_(m.G, 0.0) {
       for (int g = 0; g < m.G; ++g)
-        if (used[g]) {
-          compute_[g] = m.cfg.devices.compute[device[g]];
-          copies_[g].push_back(device[g]);
-        }
+        if (used[g]) compute_[g] = m.cfg.devices.compute[device[g]];
     }
-    void take(int g, int k) {
-      compute_[g] += m_.cfg.devices.compute[k];
-      copies_[g].push_back(k);
-    }
+    void take(int g, int k) { compute_[g] += m_.cfg.devices.compute[k]; }
     void features(int g, int k, float* out) const {
       const double even = m_.total_compute > 0 ? m_.total_gflops / m_.total_compute : 0.0;
       double slowest_other = 0;
@@ -568,7 +544,6 @@ struct Policy::Impl {
       out[0] = ratio(own, even);
       out[1] = slowest_other > 0 ? ratio(own, slowest_other) : 3.f;  // the only group: the slowest
       out[2] = ratio(time(g, m_.cfg.devices.compute[k]), even);
-      out[3] = saving_against_sync(g, k);
     }
     // The balance's term of the offer's logit, from the network's weights (no gradient).
     float shift(int g, int k) const {
@@ -584,21 +559,6 @@ struct Policy::Impl {
     double time(int g, double extra_compute) const {
       return st_.gflops[g] / std::max(1e-12, compute_[g] + extra_compute);
     }
-    // log2(compute ms a copy on k saves / all-reduce ms it adds). A group's
-    // time_ms sums its layers over the cluster's devices at batch / D
-    // samples, so a batch on devices of total compute C takes time_ms x H / C
-    // (H: the devices' harmonic mean compute), the micro-batches split by compute.
-    float saving_against_sync(int g, int k) const {
-      if (st_.time_ms.empty() || m_.harmonic_compute <= 0) return 0.f;
-      const double work = st_.time_ms[g] * m_.harmonic_compute, c = compute_[g];
-      const double saved = work / std::max(1e-12, c) - work / std::max(1e-12, c + m_.cfg.devices.compute[k]);
-      std::vector<int> with = copies_[g];
-      with.push_back(k);
-      const double added = m_.ring_allreduce_ms(with, st_.params_mb[g]) - m_.ring_allreduce_ms(copies_[g], st_.params_mb[g]);
-      if (!(saved > 0)) return -3.f;
-      if (!(added > 0)) return 3.f;
-      return ratio(saved, added);
-    }
     static float ratio(double a, double b) {
       if (!(a > 0) || !(b > 0)) return -3.f;
       return static_cast<float>(std::clamp(std::log2(a / b), -3.0, 3.0));
@@ -607,7 +567,6 @@ struct Policy::Impl {
     const GroupTotals& st_;
     const std::vector<bool>& used_;
     std::vector<double> compute_;
-    std::vector<std::vector<int>> copies_;
   };
 
   std::vector<int> all_groups() const {
@@ -1783,9 +1742,6 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
   if (m.cfg.devices.size() != m.D) m.cfg.devices = uniform_devices(m.D);
   m.total_gflops = m.cfg.totals.total_gflops();
   for (double c : m.cfg.devices.compute) m.total_compute += c;
-  double inverse = 0;
-  for (double c : m.cfg.devices.compute) inverse += c > 0 ? 1.0 / c : 0.0;
-  m.harmonic_compute = inverse > 0 ? m.D / inverse : 0.0;
   m.batch = m.cfg.batch_size > 0 ? m.cfg.batch_size : m.cfg.memory.batch_size > 0 ? m.cfg.memory.batch_size : 32;
   const double state_mb = 4.0 * m.cfg.totals.total_params_mb();
   m.device_rows = to_tensor(encode_devices(m.cfg.devices, state_mb));
