@@ -164,8 +164,6 @@ GroupTotals group_totals(const LayerTotals& totals, const std::vector<int>& laye
                 std::vector<double>(static_cast<size_t>(G) * G, 0.0),
                 std::vector<char>(static_cast<size_t>(G) * G, 0)};
   const bool sums = totals.gflops.size() == layer_group.size();
-  const bool timed = totals.time_ms.size() == layer_group.size();
-  if (timed) t.time_ms.assign(G, 0.0);
   std::vector<int> read_by;  // the other groups reading layer i's output
   for (size_t i = 0; i < layer_group.size(); ++i) {
     const int g = layer_group[i];
@@ -178,7 +176,6 @@ GroupTotals group_totals(const LayerTotals& totals, const std::vector<int>& laye
         t.feeds[static_cast<size_t>(g) * G + h] = 1;
         if (sums) t.received_mb[static_cast<size_t>(g) * G + h] += totals.output_mb[i];
       }
-    if (timed) t.time_ms[g] += totals.time_ms[i];
     if (!sums) continue;
     t.gflops[g] += totals.gflops[i];
     t.params_mb[g] += totals.params_mb[i];

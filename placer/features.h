@@ -46,9 +46,8 @@ constexpr int kDeviceFeatureWidth = 8;
 // stage-count prior tried and reverted (docs/transfer.md); 10: link pair
 // features count each direction of an asymmetric link once; 11: the
 // stage-count prior sizes stages by the devices the allocation gives them;
-// 12: and by their replicas; 13: a replica offer whose all-reduce costs more
-// than the compute it saves is lowered by a fixed prior.
-constexpr int kPolicyFeatureVersion = 13;
+// 12: and by their replicas.
+constexpr int kPolicyFeatureVersion = 12;
 
 // Op name -> code vector. Starts with the paper's five (Convolution, Relu,
 // Pooling, Fully-Connected, Padding) and Unknown, then every other op class of
@@ -116,7 +115,6 @@ struct GroupTotals {
   std::vector<double> sent_mb;      // outputs another group reads, each once
   std::vector<double> received_mb;  // G x G, [from * G + to]: outputs `to` reads from `from`, each once
   std::vector<char> feeds;          // G x G: a layer of `from` feeds a layer of `to`
-  std::vector<double> time_ms;      // per group its layers' LayerTotals::time_ms; empty when untimed
 };
 GroupTotals group_totals(const LayerTotals& totals, const std::vector<int>& layer_group, int num_groups,
                          const std::vector<std::vector<int>>& consumers);

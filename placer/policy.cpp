@@ -398,7 +398,6 @@ struct Policy::Impl {
   torch::Tensor no_data_parallel;  // M: kMasked on the data-parallel choice, 0 elsewhere
   torch::Tensor device_mask;  // D: 0 or kMasked
   double total_gflops = 0, total_compute = 0;
-  double harmonic_compute = 0;  // D / sum of 1 / compute: the device the layers' time_ms averages
   int64_t batch = 32;
   std::shared_ptr<PolicyNetworks> net;
 
@@ -453,20 +452,6 @@ struct Policy::Impl {
     const size_t there = static_cast<size_t>(a) * D + b, back = static_cast<size_t>(b) * D + a;
     return t.link_latency_ms[there] + t.link_latency_ms[back] +
            mb * 8.0 * 1e3 * (1.0 / std::max(1e-3, t.link_mbps[there]) + 1.0 / std::max(1e-3, t.link_mbps[back]));
-  }
-
-  // A ring all-reduce of mb megabytes among `devices` in that order (the cost
-  // model's form): 2 (r - 1) steps, each the slowest ring link moving mb / r.
-  double ring_allreduce_ms(const std::vector<int>& devices, double mb) const {
-    const int r = static_cast<int>(devices.size());
-    if (r < 2 || !(mb > 0)) return 0.0;
-    const auto& t = cfg.devices;
-    double slowest = 0;
-    for (int i = 0; i < r; ++i) {
-      const size_t link = static_cast<size_t>(devices[i]) * D + devices[(i + 1) % r];
-      slowest = std::max(slowest, t.link_latency_ms[link] + mb / r * 8.0 * 1e3 / std::max(1e-3, t.link_mbps[link]));
-    }
-    return 2.0 * (r - 1) * slowest;
   }
 
   // Pair features of group g on each device, given the devices of the groups before it
@@ -536,30 +521,20 @@ struct Policy::Impl {
   int greedy_micro(const Groups& gr);
 
   // The replica balance's state over one allocation's offers: per group the
-  // devices running it so far (its primary, then each replica it takes) and
-  // their compute; each offer's features (kBalanceWidth, log2 ratios, within
-  // +-3, of the group's FLOPs per unit of its compute: against the model
-  // spread evenly over the cluster, against the slowest other group, and with
-  // the offered device too against the even spread); and each offer's cost
-  // prior (feature version 13): a fixed term, never above 0, that lowers a
-  // copy whose ring all-reduce adds more time than the compute it takes off
-  // the group's step (a fc stage's all-reduce across a LAN costs more than
-  // the compute four copies share).
+  // compute of the devices running it so far (its primary, then each replica
+  // it takes), and each offer's features (kBalanceWidth, log2 ratios, within +-3, of
+  // the group's FLOPs per unit of its compute: against the model spread
+  // evenly over the cluster, against the slowest other group, and with the
+  // offered device too against the even spread).
   class ReplicaBalance {
    public:
     ReplicaBalance(const Impl& m, const GroupTotals& st, const std::vector<int>& device,
                    const std::vector<bool>& used)
-        : m_(m), st_(st), used_(used), compute_(m.G, 0.0), copies_(m.G) {
+        : m_(m), st_(st), used_(used), compute_(m.G, 0.0) {
       for (int g = 0; g < m.G; ++g)
-        if (used[g]) {
-          compute_[g] = m.cfg.devices.compute[device[g]];
-          copies_[g].push_back(device[g]);
-        }
+        if (used[g]) compute_[g] = m.cfg.devices.compute[device[g]];
     }
-    void take(int g, int k) {
-      compute_[g] += m_.cfg.devices.compute[k];
-      copies_[g].push_back(k);
-    }
+    void take(int g, int k) { compute_[g] += m_.cfg.devices.compute[k]; }
     void features(int g, int k, float* out) const {
       const double even = m_.total_compute > 0 ? m_.total_gflops / m_.total_compute : 0.0;
       double slowest_other = 0;
@@ -570,17 +545,12 @@ struct Policy::Impl {
       out[1] = slowest_other > 0 ? ratio(own, slowest_other) : 3.f;  // the only group: the slowest
       out[2] = ratio(time(g, m_.cfg.devices.compute[k]), even);
     }
-    // log2(compute saved / all-reduce added) where below 0, else 0 (and 0
-    // where the layers are untimed): a copy that pays for itself is left to
-    // the networks; fast links, where every copy does, leave the offers as they are.
-    float cost_prior(int g, int k) const { return std::min(0.f, saving_against_sync(g, k)); }
-    // The balance's term of the offer's logit, from the network's weights (no
-    // gradient), with the offer's cost prior.
+    // The balance's term of the offer's logit, from the network's weights (no gradient).
     float shift(int g, int k) const {
       float f[kBalanceWidth];
       features(g, k, f);
       const float* w = m_.net->a_balance->weight.data_ptr<float>();
-      float z = m_.net->a_balance->bias.data_ptr<float>()[0] + cost_prior(g, k);
+      float z = m_.net->a_balance->bias.data_ptr<float>()[0];
       for (int i = 0; i < kBalanceWidth; ++i) z += w[i] * f[i];
       return z;
     }
@@ -588,23 +558,6 @@ struct Policy::Impl {
    private:
     double time(int g, double extra_compute) const {
       return st_.gflops[g] / std::max(1e-12, compute_[g] + extra_compute);
-    }
-    // log2(compute ms a copy on k saves / all-reduce ms it adds). A group's
-    // time_ms sums its layers over the cluster's devices at batch / D
-    // samples, so a batch on devices of total compute C takes time_ms x H / C
-    // (H: the devices' harmonic mean compute), the micro-batches split by compute.
-    float saving_against_sync(int g, int k) const {
-      if (st_.time_ms.empty() || m_.harmonic_compute <= 0) return 0.f;
-      // A device already running the group (its primary in replica_probs' rows) is no offer.
-      if (std::find(copies_[g].begin(), copies_[g].end(), k) != copies_[g].end()) return 0.f;
-      const double work = st_.time_ms[g] * m_.harmonic_compute, c = compute_[g];
-      const double saved = work / std::max(1e-12, c) - work / std::max(1e-12, c + m_.cfg.devices.compute[k]);
-      std::vector<int> with = copies_[g];
-      with.push_back(k);
-      const double added = m_.ring_allreduce_ms(with, st_.params_mb[g]) - m_.ring_allreduce_ms(copies_[g], st_.params_mb[g]);
-      if (!(saved > 0)) return -3.f;
-      if (!(added > 0)) return 3.f;
-      return ratio(saved, added);
     }
     static float ratio(double a, double b) {
       if (!(a > 0) || !(b > 0)) return -3.f;
@@ -614,7 +567,6 @@ struct Policy::Impl {
     const GroupTotals& st_;
     const std::vector<bool>& used_;
     std::vector<double> compute_;
-    std::vector<std::vector<int>> copies_;
   };
 
   std::vector<int> all_groups() const {
@@ -982,11 +934,9 @@ struct Policy::Impl {
       // forced one (the only way left for its group to fit) is no choice.
       std::vector<float> offered(static_cast<size_t>(G) * D, 0.f), taken(static_cast<size_t>(G) * D, 0.f);
       std::vector<float> balanced;  // G x D x kBalanceWidth: each offer's balance features
-      std::vector<float> priors;    // G x D: each offer's cost prior
       std::optional<ReplicaBalance> balance;
       if (balance_head) {
         balanced.assign(static_cast<size_t>(G) * D * kBalanceWidth, 0.f);
-        priors.assign(static_cast<size_t>(G) * D, 0.f);
         balance.emplace(*this, gr.stats, d.group_device, used);
       }
       offer_replicas(masks, [&](int g, int k, bool refusable) {
@@ -994,7 +944,6 @@ struct Policy::Impl {
         offered[at] = refusable ? 1.f : 0.f;
         taken[at] = has_replica(d, g, k) ? 1.f : 0.f;
         if (balance) balance->features(g, k, &balanced[at * kBalanceWidth]);
-        if (balance) priors[at] = balance->cost_prior(g, k);
         if (balance && taken[at] > 0.f) balance->take(g, k);
         return taken[at] > 0.f;
       });
@@ -1003,8 +952,7 @@ struct Policy::Impl {
       auto replica = logits.replica;
       if (balance) {  // a copy: backward reads the features after `balanced` is gone
         auto features = torch::from_blob(balanced.data(), {G, D, kBalanceWidth}, torch::kFloat32).clone();
-        replica = replica + net->a_balance(features).squeeze(2) +
-                  torch::from_blob(priors.data(), {G, D}, torch::kFloat32).clone();
+        replica = replica + net->a_balance(features).squeeze(2);
       }
       auto log_yes = torch::log_sigmoid(replica), log_no = torch::log_sigmoid(-replica);
       lp = lp + (off * (yes * log_yes + (1 - yes) * log_no)).sum();
@@ -1794,9 +1742,6 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
   if (m.cfg.devices.size() != m.D) m.cfg.devices = uniform_devices(m.D);
   m.total_gflops = m.cfg.totals.total_gflops();
   for (double c : m.cfg.devices.compute) m.total_compute += c;
-  double inverse = 0;
-  for (double c : m.cfg.devices.compute) inverse += c > 0 ? 1.0 / c : 0.0;
-  m.harmonic_compute = inverse > 0 ? m.D / inverse : 0.0;
   m.batch = m.cfg.batch_size > 0 ? m.cfg.batch_size : m.cfg.memory.batch_size > 0 ? m.cfg.memory.batch_size : 32;
   const double state_mb = 4.0 * m.cfg.totals.total_params_mb();
   m.device_rows = to_tensor(encode_devices(m.cfg.devices, state_mb));
