@@ -248,10 +248,6 @@ std::shared_ptr<PolicyNetworks> clone_policy_networks(const PolicyNetworks& from
   return n;
 }
 
-void set_policy_learning_rate(PolicyNetworks& networks, double learning_rate) {
-  static_cast<torch::optim::AdamOptions&>(networks.optimizer->param_groups()[0].options()).lr(learning_rate);
-}
-
 Status save_policy_networks(const PolicyNetworks& networks, const std::string& path, const nlohmann::json& trained_on) {
   const std::string tmp = path + ".tmp";
   try {

@@ -254,8 +254,6 @@ Result<std::shared_ptr<PolicyNetworks>> load_policy_bytes(const std::string& byt
                                                           PolicyFileInfo* info = nullptr);
 // A copy with its own weights and a fresh optimizer (a job fine-tunes its own copy).
 std::shared_ptr<PolicyNetworks> clone_policy_networks(const PolicyNetworks& networks, double learning_rate);
-// Sets the rate of the networks' optimizer from now on (train-policy anneals it).
-void set_policy_learning_rate(PolicyNetworks& networks, double learning_rate);
 
 class Policy {
  public:

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <limits>
 #include <numeric>
 #include <optional>
@@ -102,12 +101,6 @@ struct ProblemState {
   double expert_ms = 0;
 };
 
-// Cosine decay from `rate` to a twentieth of it as `progress` goes from 0 to 1.
-double annealed_rate(double rate, double progress) {
-  const double floor = 0.05;
-  return rate * (floor + (1 - floor) * 0.5 * (1 + std::cos(3.14159265358979 * std::min(1.0, progress))));
-}
-
 double gap_of(const ProblemState& s) {
   if (!s.measurer.found() || !(s.reference > 0)) return 0;
   return s.measurer.best_report().step_ms / s.reference - 1.0;
@@ -160,27 +153,19 @@ Result<TrainPolicyResult> train_policy(std::vector<TrainProblem>& problems, cons
   // Behaviour cloning first: supervised epochs over the classical experts.
   for (int e = 1; e <= o.cloning_epochs; ++e) {
     std::shuffle(order.begin(), order.end(), order_rng);
-    const double rate = annealed_rate(o.learning_rate, static_cast<double>(e - 1) / o.cloning_epochs);
     for (size_t i : order)
-      if (states[i]->expert) states[i]->policy->imitate(*states[i]->expert, 1, rate);
+      if (states[i]->expert) states[i]->policy->imitate(*states[i]->expert, 1);
     TrainProgress cloned;
-    cloned.learning_rate = rate;
     cloned.cloning_epoch = e;
     cloned.cloning_epochs = o.cloning_epochs;
     report_setup(cloned);
     if (cancel && cancel->load()) break;
   }
   const int total = o.iterations > 0 ? o.iterations : std::numeric_limits<int>::max();
-  // How far the iterations are after `done` of them: by count, or by the time budget.
-  auto done_fraction = [&](int done) {
-    return o.iterations > 0 ? static_cast<double>(done) / o.iterations : elapsed() / o.time_budget_s;
-  };
   int it = 0;
   while (it < total && !(cancel && cancel->load())) {
     if (it % static_cast<int>(order.size()) == 0) std::shuffle(order.begin(), order.end(), order_rng);
     ProblemState& s = *states[order[it % order.size()]];
-    const double rate = annealed_rate(o.learning_rate, done_fraction(it));
-    set_policy_learning_rate(*result.networks, rate);
     ++it;
     std::vector<Decision> decisions;
     std::vector<StepReport> reports;
@@ -189,13 +174,10 @@ Result<TrainPolicyResult> train_policy(std::vector<TrainProblem>& problems, cons
       reports.push_back(s.measurer.measure(s.to_placement(decisions.back()), it));
       s.offer_expert(decisions.back(), reports.back());
     }
-    s.learner->step(decisions, reports, std::min(1.0, done_fraction(it)));
+    const double frac = o.iterations > 0 ? static_cast<double>(it) / o.iterations : elapsed() / o.time_budget_s;
+    s.learner->step(decisions, reports, std::min(1.0, frac));
     if (s.expert && o.imitation_steps > 0) s.policy->imitate(*s.expert, o.imitation_steps);
-    if (progress) {
-      TrainProgress p{it, o.iterations, elapsed(), o.time_budget_s, s.problem.name, gap_of(s)};
-      p.learning_rate = rate;
-      progress(p);
-    }
+    if (progress) progress({it, o.iterations, elapsed(), o.time_budget_s, s.problem.name, gap_of(s)});
     if (o.checkpoint_every > 0 && it % o.checkpoint_every == 0)
       if (Status st = checkpoint(it); !st.ok()) return st;
     if (o.time_budget_s > 0 && elapsed() >= o.time_budget_s) break;

@@ -55,9 +55,6 @@ struct TrainPolicyOptions {
   int64_t batch_size = 32;
   uint64_t seed = 1;
   int hidden = 64;
-  // The rate each phase starts at: the cloning epochs and then the iterations
-  // each decay it to a twentieth (cosine), so the networks end on small steps
-  // rather than on whichever problems a constant rate visited last.
   double learning_rate = 0.005;
   std::string out;             // the policy file ("" = none written)
   int checkpoint_every = 200;  // iterations between checkpoints of `out`
@@ -71,7 +68,6 @@ struct TrainProgress {
   double gap = 0;  // this problem's best so far against its reference (0.05 = 5% slower)
   int cloning_epoch = 0, cloning_epochs = 0;  // during behaviour cloning (iteration 0): the epoch done
   int planned = 0, problems = 0;  // while the classical planners run (iteration 0): problems done
-  double learning_rate = 0;       // the rate of the epoch or iteration just done (0 while planning)
 };
 
 struct TrainedProblem {

@@ -639,7 +639,6 @@ TEST_CASE("train_policy trains one network over several problems and writes its 
   o.checkpoint_every = 5;
   o.cloning_epochs = 3;
   int calls = 0, planned = 0, epochs = 0;
-  std::vector<double> cloning_rates, iteration_rates;
   auto r = train_policy(problems, o, [&](const TrainProgress& p) {
     CHECK(p.total_iterations == 12);
     if (p.problems > 0) {
@@ -647,24 +646,13 @@ TEST_CASE("train_policy trains one network over several problems and writes its 
     } else if (p.cloning_epochs > 0) {
       CHECK(planned == 2);
       CHECK(p.cloning_epoch == ++epochs);  // then the cloning epochs
-      cloning_rates.push_back(p.learning_rate);
     } else {
       CHECK(epochs == 3);
       CHECK(p.iteration == ++calls);  // then the iterations
-      iteration_rates.push_back(p.learning_rate);
     }
   });
   REQUIRE_MESSAGE(r.is_ok(), r.error_message());
   CHECK(calls == 12);
-  // Each phase starts at the configured rate and decays it, ending near a twentieth.
-  for (const auto* rates : {&cloning_rates, &iteration_rates}) {
-    REQUIRE(rates->size() >= 3);
-    CHECK(rates->front() == doctest::Approx(o.learning_rate));
-    CHECK(std::is_sorted(rates->rbegin(), rates->rend()));
-    CHECK(rates->back() < rates->front() / 2);
-    CHECK(rates->back() >= 0.05 * o.learning_rate);
-  }
-  CHECK(iteration_rates.back() < 0.1 * o.learning_rate);
   CHECK(r->iterations == 12);
   REQUIRE(r->problems.size() == 2);
   for (const TrainedProblem& p : r->problems) {
