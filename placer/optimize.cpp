@@ -153,6 +153,17 @@ SearchOptions search_options(const OptimizeRequest& r) {
   return so;
 }
 
+// Per device: the whole model's forward + backward for one sample (from a
+// micro-batch of batch / devices), the speeds by which replicas share work.
+std::vector<double> device_sample_ms(const LayerGraph& g, const Cluster& c, const CostModel& cost, int64_t batch_size) {
+  const int last = static_cast<int>(g.layers.size()) - 1;
+  const int64_t samples = std::max<int64_t>(1, batch_size / std::max(1, c.num_devices()));
+  std::vector<double> ms;
+  for (int d = 0; d < c.num_devices(); ++d)
+    ms.push_back((cost.forward_ms(d, 0, last, samples) + cost.backward_ms(d, 0, last, samples)) / samples);
+  return ms;
+}
+
 int baseline_search_budget(const OptimizeRequest& r, const SearchOptions& so) {
   const int64_t tapp_budget = static_cast<int64_t>(so.iterations) * so.samples_per_iteration + so.refine_budget;
   const int cap = r.evaluator == EvaluatorKind::simulate ? kSimulatedBaselineEvaluations : kMeasuredBaselineEvaluations;

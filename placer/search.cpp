@@ -526,16 +526,6 @@ std::vector<double> layer_compute_ms(const LayerGraph& graph, const Cluster& clu
   return ms;
 }
 
-std::vector<double> device_sample_ms(const LayerGraph& graph, const Cluster& cluster, const CostModel& cost,
-                                     int64_t batch_size) {
-  const int last = static_cast<int>(graph.layers.size()) - 1;
-  const int64_t samples = std::max<int64_t>(1, batch_size / std::max(1, cluster.num_devices()));
-  std::vector<double> ms;
-  for (int d = 0; d < cluster.num_devices(); ++d)
-    ms.push_back((cost.forward_ms(d, 0, last, samples) + cost.backward_ms(d, 0, last, samples)) / samples);
-  return ms;
-}
-
 SearchResult search(const LayerGraph& graph, const Cluster& cluster, Evaluator& evaluator, const SearchOptions& opt,
                     const std::function<void(const SearchProgress&)>& progress, const std::atomic<bool>* cancel) {
   return SearchLoop(graph, cluster, evaluator, opt, progress, cancel).run();

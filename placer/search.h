@@ -156,11 +156,6 @@ PolicyConfig search_policy_config(const LayerGraph& graph, const Cluster& cluste
 // samples, summed over the cluster's devices (the cost model's).
 std::vector<double> layer_compute_ms(const LayerGraph& graph, const Cluster& cluster, const CostModel& cost,
                                      int64_t batch_size);
-// Per device: the whole model's forward + backward for one sample (from a
-// micro-batch of batch / devices), the speeds by which replicas share work
-// (SearchOptions::device_sample_ms; a job's and train-policy's measurers).
-std::vector<double> device_sample_ms(const LayerGraph& graph, const Cluster& cluster, const CostModel& cost,
-                                     int64_t batch_size);
 
 SearchResult search(const LayerGraph& graph, const Cluster& cluster, Evaluator& evaluator,
                     const SearchOptions& options, const std::function<void(const SearchProgress&)>& progress,

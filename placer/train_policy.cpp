@@ -39,7 +39,7 @@ struct ProblemState {
                uint64_t seed)
       : problem(p),
         evaluator(p.graph, p.cluster, p.cost, o.batch_size),
-        measurer(problem_measurer(p, evaluator, o.batch_size)),
+        measurer(p.graph, p.cluster, evaluator, o.batch_size, Optimizer::sgd),
         features(encode_layers(p.graph, dictionary)),
         rng(seed) {
     SearchOptions so;
@@ -107,12 +107,6 @@ double gap_of(const ProblemState& s) {
 }
 
 }  // namespace
-
-Measurer problem_measurer(const TrainProblem& p, Evaluator& evaluator, int64_t batch_size) {
-  Measurer m(p.graph, p.cluster, evaluator, batch_size, Optimizer::sgd);
-  m.weigh_replicas_by(device_sample_ms(p.graph, p.cluster, p.cost, batch_size));
-  return m;
-}
 
 Result<TrainPolicyResult> train_policy(std::vector<TrainProblem>& problems, const TrainPolicyOptions& o,
                                        const std::function<void(const TrainProgress&)>& progress,

@@ -3,9 +3,9 @@
 // Owns `train_policy`: a single PolicyNetworks (placer/policy.h; its shapes do
 // not depend on the model or the cluster) trained over a set of problems in
 // turn, simulated. Each problem keeps its own Policy view of the shared
-// networks, its measurer (memo, best; a job's, problem_measurer), its learner
-// and its expert. The classical planners (single, bsp, time, dp, pipedream,
-// pipelearn) run once per problem: their fastest plan is the reward scale (-1 is as fast as it, the
+// networks, its measurer (memo, best), its learner and its expert. The
+// classical planners (single, bsp, time, dp, pipedream, pipelearn) run once per
+// problem: their fastest plan is the reward scale (-1 is as fast as it, the
 // same meaning on every problem) and, as the Decision the policy would draw,
 // the first expert; any faster plan the policy samples replaces it
 // (self-imitation). Each iteration takes a REINFORCE step on the problem's
@@ -31,7 +31,6 @@
 #include "common/status.h"
 #include "core/cluster.h"
 #include "model/layer_graph.h"
-#include "placer/measurer.h"
 #include "placer/policy.h"
 #include "simulator/cost_model.h"
 
@@ -88,11 +87,6 @@ struct TrainPolicyResult {
   bool cancelled = false;
   std::vector<TrainedProblem> problems;
 };
-
-// The measurer a problem's plans are scored with: a job's (optimize's search),
-// so replicated groups on unequal devices share micro-batches by their
-// devices' speeds and the rewards are the step times the job will see.
-Measurer problem_measurer(const TrainProblem& problem, Evaluator& evaluator, int64_t batch_size);
 
 Result<TrainPolicyResult> train_policy(std::vector<TrainProblem>& problems, const TrainPolicyOptions& options,
                                        const std::function<void(const TrainProgress&)>& progress,

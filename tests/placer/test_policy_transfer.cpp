@@ -629,41 +629,6 @@ TEST_CASE("fine-tuning from a trained policy starts from its decisions, and the 
   CHECK_FALSE(search(g, c, ev, so, nullptr).zero_shot_report.has_value());
 }
 
-TEST_CASE("training scores a plan as a job does: replicas on unequal devices share micro-batches by speed") {
-  // Two stages; the first replicated on a device and one four times slower.
-  auto g = zoo_model("alexnet_cifar");
-  REQUIRE(g);
-  Cluster c;
-  c.name = "unequal";
-  for (double speed : {1.0, 0.25, 1.0}) {
-    Device d;
-    d.name = "d" + std::to_string(c.devices.size());
-    d.speed = speed;
-    c.devices.push_back(d);
-  }
-  auto cost = CostModel::build(*g, c, estimated_library(*g, 32));
-  REQUIRE(cost.is_ok());
-  TrainProblem problem{"alexnet_cifar @ unequal", *g, c, std::move(cost.value())};
-  Placement p;
-  const int L = static_cast<int>(g->layers.size());
-  for (int i = 0; i < L; ++i) p.layer_group.push_back(i < L / 2 ? 0 : 1);
-  p.group_device = {0, 2};
-  p.group_replicas = {{1}, {}};
-  p.micro_batches = 8;
-  SimulatorEvaluator evaluator(problem.graph, problem.cluster, problem.cost, 32);
-  const StepReport trained = problem_measurer(problem, evaluator, 32).measure(p, 0);
-  // The job's search: the measurer optimize's SearchOptions::device_sample_ms sets up.
-  Measurer job(problem.graph, problem.cluster, evaluator, 32, Optimizer::sgd);
-  job.weigh_replicas_by(device_sample_ms(problem.graph, problem.cluster, problem.cost, 32));
-  const StepReport in_job = job.measure(p, 0);
-  const StepReport round_robin = evaluator.evaluate(p);
-  REQUIRE(trained.ok);
-  REQUIRE(in_job.ok);
-  REQUIRE(round_robin.ok);
-  CHECK(trained.step_ms == doctest::Approx(in_job.step_ms));
-  CHECK(trained.step_ms < 0.9 * round_robin.step_ms);  // half the micro-batches on the slow copy is slower
-}
-
 TEST_CASE("train_policy trains one network over several problems and writes its checkpoint") {
   std::vector<TrainProblem> problems = random_problems(5, 2);
   TrainPolicyOptions o;
