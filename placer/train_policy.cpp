@@ -39,6 +39,9 @@ struct ProblemState {
                uint64_t seed)
       : problem(p),
         evaluator(p.graph, p.cluster, p.cost, o.batch_size),
+        // Replicas share micro-batches round-robin here, not by speed as in a
+        // job: timed as a job times them, the held-out plans came out worse
+        // (docs/transfer.md, 2026-11-29 14:33).
         measurer(p.graph, p.cluster, evaluator, o.batch_size, Optimizer::sgd),
         features(encode_layers(p.graph, dictionary)),
         rng(seed) {
