@@ -54,7 +54,8 @@ class Measurer {
            Optimizer optimizer = Optimizer::sgd);
 
   // Per device: its time per sample (any unit; only ratios count). From now
-  // on, replicated groups without weights are weighed by it (weigh_replicas).
+  // on, replicated groups without weights are also scored weighed by it
+  // (weigh_replicas), and the faster of that and the even split is kept.
   void weigh_replicas_by(std::vector<double> device_sample_ms) { device_sample_ms_ = std::move(device_sample_ms); }
 
   // The report of `p` (without a timeline): from the memo, or checked and
@@ -76,7 +77,8 @@ class Measurer {
   void relabel_best(const std::string& source) { best_->first.source = source; }
 
  private:
-  StepReport check_and_evaluate(Placement& p);  // may mark recomputation
+  StepReport check_and_evaluate(Placement& p);  // may mark recomputation or set replica weights
+  StepReport fit_and_evaluate(Placement& p);    // recomputes where that makes p fit
   void keep_if_best(const Placement& p, const StepReport& r, int iteration);
 
   const LayerGraph& graph_;

@@ -254,9 +254,7 @@ class SearchLoop {
         patience_(opt.patience > 0 ? opt.patience : std::max(100, total_ / 2)),
         reference_ms_(opt.reference_step_ms) {
     if (!opt.device_sample_ms.empty()) measurer_.weigh_replicas_by(opt.device_sample_ms);
-    if (opt.warm_start)
-      policy_->imitate(placement_to_decision(*opt.warm_start, config_.micro_batch_choices, config_.num_groups),
-                       kImitationSteps, kImitationRate);
+    if (opt.warm_start) imitate(*opt.warm_start);
   }
 
   // Propose, evaluate, update, keep the best (the measurer), maybe restart,
@@ -375,11 +373,23 @@ class SearchLoop {
     if (restarts_ == 1 && opt_.restart_from) {
       evaluations_before_imitation_ = measurer_.evaluations();
       if (measurer_.found()) explored_best_ = {measurer_.best(), measurer_.best_report().step_ms};
-      policy_->imitate(placement_to_decision(*opt_.restart_from, config_.micro_batch_choices, config_.num_groups),
-                       kImitationSteps, kImitationRate);
+      imitate(*opt_.restart_from);
       measurer_.measure(to_placement(policy_->greedy()), it);
     }
     return true;
+  }
+
+  // Trains the policy towards `plan` until its greedy decision is the plan
+  // (at most kImitationRounds rounds): one round left resnet50's last cut on
+  // a random six-device cluster 10 layers off the annealed plan it imitated,
+  // 2.4% slower, and the search never found its way back.
+  void imitate(const Placement& plan) {
+    const Decision target = placement_to_decision(plan, config_.micro_batch_choices, config_.num_groups);
+    const std::string wanted = placement_key(to_placement(target));
+    for (int round = 0; round < kImitationRounds; ++round) {
+      policy_->imitate(target, kImitationSteps, kImitationRate);
+      if (placement_key(to_placement(policy_->greedy())) == wanted) return;
+    }
   }
 
   // Nothing improved for `patience` iterations and no restart is left.

@@ -142,6 +142,7 @@ Decision placement_to_decision(const Placement& p, const std::vector<int>& micro
 // warm start's classical plan); tests/placer checks that they do on random problems.
 constexpr int kImitationSteps = 80;
 constexpr double kImitationRate = 0.05;
+constexpr int kImitationRounds = 4;  // of kImitationSteps, until the greedy decision is the plan
 
 // {1, 2, 4, ...} up to min(batch_size, max).
 std::vector<int> micro_batch_choices(int64_t batch_size, int max_micro_batches);

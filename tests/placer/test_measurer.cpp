@@ -207,3 +207,32 @@ TEST_CASE("replicas of different speeds are weighed so they finish together; equ
   CHECK(fast.step_ms < even.step_ms);
   CHECK(by_speed.best().group_replica_weights == std::vector<std::vector<int>>{{6, 2}, {}});
 }
+
+TEST_CASE("where the faster replica's link is slow, the measurer keeps the even split it also scores") {
+  // Device 0 computes twice as fast as device 1 but sends its outputs to
+  // device 2 over a slow link: weighing by speed alone gives it 6 of 8
+  // micro-batches to send, round-robin 4.
+  LayerGraph g = chain_graph(2, 4096);
+  Cluster c = equal_cluster(3);
+  c.devices[1].speed = 0.5;
+  c.links.push_back({c.devices[0].name, c.devices[2].name, 20.0, 1.0});
+  Result<CostModel> cost = CostModel::build(g, c, estimated_library(g, 8), default_calibration());
+  REQUIRE(cost.is_ok());
+  SimulatorEvaluator sim(g, c, *cost, 8);
+  Placement p = two_stages(0, 2, 8);
+  p.group_replicas = {{1}, {}};
+  Placement weighed = p;
+  REQUIRE(weigh_replicas(weighed, {1.0, 2.0, 1.0}));
+  const StepReport by_speed_alone = sim.evaluate(weighed);
+  Measurer plain(g, c, sim, 8);
+  const StepReport even = plain.measure(p, 1);
+  REQUIRE(even.ok);
+  REQUIRE(by_speed_alone.ok);
+  REQUIRE(even.step_ms < by_speed_alone.step_ms);  // the case this test is about
+  Measurer both(g, c, sim, 8);
+  both.weigh_replicas_by({1.0, 2.0, 1.0});
+  const StepReport kept = both.measure(p, 1);
+  CHECK(kept.step_ms == doctest::Approx(even.step_ms));
+  CHECK(both.best().group_replica_weights.empty());
+  CHECK(both.evaluations() == 1);  // one proposal, however many splits it was scored at
+}

@@ -590,6 +590,47 @@ TEST_CASE("the first restart starts from the plan it is given (optimize: the bes
     if (t.best_step_ms == 1.0) CHECK(t.evaluations > from.evaluations_before_imitation);
 }
 
+TEST_CASE("the first restart imitates its plan until the greedy decision is that plan: deep chains, six uneven stages") {
+  // Long models with many cuts to learn (resnet50's 175 layers in six stages
+  // once kept one cut 10 layers off after kImitationSteps): the restart's
+  // greedy plan, measured at once, must be the plan it was given.
+  std::mt19937_64 rng(23);
+  for (int trial = 0; trial < 4; ++trial) {
+    LayerGraph g = chain_graph(40 + 25 * trial);
+    const int L = static_cast<int>(g.layers.size());
+    Cluster c = equal_cluster(6);
+    for (size_t d = 0; d < c.devices.size(); ++d) c.devices[d].speed = 1.0 / (1 + static_cast<double>(d));
+    std::vector<int> cuts;
+    std::uniform_int_distribution<int> at(1, L - 1);
+    while (cuts.size() < 5) {
+      const int x = at(rng);
+      if (std::find(cuts.begin(), cuts.end(), x) == cuts.end()) cuts.push_back(x);
+    }
+    std::sort(cuts.begin(), cuts.end());
+    Placement needle;
+    for (int i = 0; i < L; ++i)
+      needle.layer_group.push_back(static_cast<int>(std::upper_bound(cuts.begin(), cuts.end(), i) - cuts.begin()));
+    needle.group_device = {0, 1, 2, 3, 4, 5};
+    std::shuffle(needle.group_device.begin(), needle.group_device.end(), rng);
+    needle.micro_batches = 8;
+    REQUIRE(validate_placement(needle, g, c, 8).is_ok());
+    SearchOptions o;
+    o.iterations = 8;
+    o.samples_per_iteration = 2;
+    o.batch_size = 8;
+    o.restart_after = 3;
+    o.max_restarts = 1;
+    o.refine_budget = 0;
+    o.seed = 5 + trial;
+    o.restart_from = needle;
+    NeedleEvaluator ev(needle);
+    SearchResult r = search(g, c, ev, o, nullptr);
+    CAPTURE(trial);
+    REQUIRE(r.restarts == 1);
+    CHECK(r.policy_best_report.step_ms == 1.0);
+  }
+}
+
 TEST_CASE("the partition's memory mask never refuses a grouping that fits: random DAGs and clusters, both ordered modes") {
   // Groupings drawn without memory masks (any size); every one that fits its
   // devices by core's rule (as drawn, or once recompute_where_needed marks
