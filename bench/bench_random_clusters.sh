@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# TAPP against the classical planners on random clusters it was never tuned on.
+#
+#   bash bench/bench_random_clusters.sh CLI OUTDIR
+#
+# env: MODELS (default "alexnet vgg16 resnet50"), CLUSTERS (cluster seeds,
+# default 101-108), SEEDS (search seeds, default "1 2 3"). Writes one
+# `optimize --json` result per run (simulate, estimated costs, default
+# iterations, no verification: deterministic for a seed) under OUTDIR/s<SEED>/
+# and the clusters under OUTDIR/clusters/, then prints the summary of
+# bench/random_clusters_report.py. Compare two builds with
+# `bench/random_clusters_report.py OUTDIR_A OUTDIR_B`.
+set -euo pipefail
+if [ $# -ne 2 ]; then sed -n 2,12p "$0"; exit 2; fi
+CLI=$1 OUT=$2
+HERE=$(cd "$(dirname "$0")" && pwd)
+MODELS=${MODELS:-alexnet vgg16 resnet50}
+CLUSTERS=${CLUSTERS:-101 102 103 104 105 106 107 108}
+SEEDS=${SEEDS:-1 2 3}
+# shellcheck disable=SC2086
+python3 "$HERE/random_clusters.py" "$OUT/clusters" $CLUSTERS
+for seed in $SEEDS; do
+  mkdir -p "$OUT/s$seed"
+  for c in $CLUSTERS; do
+    for m in $MODELS; do
+      f="$OUT/s$seed/${m}_rand$c.json"
+      [ -s "$f" ] && continue  # resumable
+      echo "seed $seed: $m on rand$c" >&2
+      "$CLI" optimize "$m" --devices "$OUT/clusters/cluster_rand$c.json" --json --no-verify --costs estimated \
+        --seed "$seed" > "$f.tmp" 2> "$f.err" || echo "  failed (exit $?): $f.err" >&2
+      mv "$f.tmp" "$f"
+    done
+  done
+done
+python3 "$HERE/random_clusters_report.py" "$OUT"

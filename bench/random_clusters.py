@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""Writes random heterogeneous clusters with asymmetric links, one per seed.
+
+usage: bench/random_clusters.py OUTDIR SEED [SEED ...]  ->  OUTDIR/cluster_rand<SEED>.json
+
+Each cluster: 2-6 one-thread CPU devices of 1-16 GB and speed 0.1-1.0; each
+ordered pair of devices gets its own link with probability 0.7 (10 Mbit/s to
+3.2 Gbit/s, 0.1-5 ms, so A->B and B->A differ), the rest the default link
+(32 Mbit/s to 1 Gbit/s). The same seed always gives the same cluster. These
+are inputs the project's methods were not tuned on (bench_random_clusters.sh).
+"""
+import json
+import os
+import random
+import sys
+
+
+def cluster(seed):
+    r = random.Random(seed * 7919 + 13)
+    n = r.randint(2, 6)
+    devices = [{"name": f"d{i}", "kind": "cpu", "threads": 1,
+                "memory_mb": r.choice([1024, 2048, 4096, 8192, 16384]),
+                "speed": round(r.uniform(0.1, 1.0), 3)} for i in range(n)]
+    links = []
+    for a in range(n):
+        for b in range(n):
+            if a != b and r.random() < 0.7:
+                links.append({"from": f"d{a}", "to": f"d{b}", "bandwidth_mbps": round(10 ** r.uniform(1, 3.5)),
+                              "latency_ms": round(r.uniform(0.1, 5), 2)})
+    return {"name": f"random {seed}", "devices": devices, "links": links,
+            "default_link": {"bandwidth_mbps": round(10 ** r.uniform(1.5, 3)), "latency_ms": 1}}
+
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    for s in sys.argv[2:]:
+        with open(os.path.join(out, f"cluster_rand{int(s)}.json"), "w") as f:
+            json.dump(cluster(int(s)), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
