@@ -17,6 +17,7 @@
 #include "placer/policy.h"
 #include "placer/reinforce.h"
 #include "placer/search.h"
+#include "planners/moves.h"
 #include "tests/core/fake_evaluator.h"
 
 using namespace tapp;
@@ -600,19 +601,19 @@ TEST_CASE("the first restart imitates its plan until the greedy decision is that
     const int L = static_cast<int>(g.layers.size());
     Cluster c = equal_cluster(6);
     for (size_t d = 0; d < c.devices.size(); ++d) c.devices[d].speed = 1.0 / (1 + static_cast<double>(d));
-    std::vector<int> cuts;
+    StagePlan stages;
+    stages.stage_begin = {0};
     std::uniform_int_distribution<int> at(1, L - 1);
-    while (cuts.size() < 5) {
+    while (stages.stage_begin.size() < 6) {
       const int x = at(rng);
-      if (std::find(cuts.begin(), cuts.end(), x) == cuts.end()) cuts.push_back(x);
+      if (std::find(stages.stage_begin.begin(), stages.stage_begin.end(), x) == stages.stage_begin.end())
+        stages.stage_begin.push_back(x);
     }
-    std::sort(cuts.begin(), cuts.end());
-    Placement needle;
-    for (int i = 0; i < L; ++i)
-      needle.layer_group.push_back(static_cast<int>(std::upper_bound(cuts.begin(), cuts.end(), i) - cuts.begin()));
-    needle.group_device = {0, 1, 2, 3, 4, 5};
-    std::shuffle(needle.group_device.begin(), needle.group_device.end(), rng);
-    needle.micro_batches = 8;
+    std::sort(stages.stage_begin.begin(), stages.stage_begin.end());
+    stages.stage_device = {0, 1, 2, 3, 4, 5};
+    std::shuffle(stages.stage_device.begin(), stages.stage_device.end(), rng);
+    stages.micro_batches = 8;
+    const Placement needle = to_placement(stages, L, Schedule::gpipe, "needle");
     REQUIRE(validate_placement(needle, g, c, 8).is_ok());
     SearchOptions o;
     o.iterations = 8;
