@@ -15,15 +15,12 @@ void add_bounds(json& result, const LayerGraph& graph, const Cluster& cluster, c
   const double lb = bound ? bound->ms : 0;
   auto gap = [&](bool ok, double ms) { return ok && lb > 0 ? json(gap_to_bound(ms, lb)) : json(); };
   result["lower_bound_ms"] = bound ? json(lb) : json();
-  if (bound)
-    result["lower_bound"] = {{"ms", lb},
-                             {"work_ms", bound->work_ms},
-                             {"chain_ms", bound->chain_ms},
-                             {"micro_batches", bound->micro_batches},
-                             {"basis", bound->basis + (measured ? " (the steps here are measured: the bound is "
-                                                                  "the model's, not the machine's)"
-                                                               : "")}};
-  else
+  if (bound) {
+    result["lower_bound"] = lower_bound_json(*bound);
+    if (measured)
+      result["lower_bound"]["basis"] =
+          bound->basis + " (the steps here are measured: the bound is the model's, not the machine's)";
+  } else
     result["lower_bound"] = {{"error", bound.error_message()}};
   result["gap_to_bound"] = gap(best_step_ms > 0, best_step_ms);
   json optima = json::array();

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -37,11 +38,15 @@ class BoundTerms {
     const Calibration& cal = cost.calibration();
     const StageMemory mem(g);
     holds_.assign(static_cast<size_t>(L_) * D_, 0);
+    state_.resize(L_);
+    for (int l = 0; l < L_; ++l)
+      state_[l] = training_state_bytes(g.layers[l].param_bytes()) + kept_bytes_per_sample(g, l);
     for (int l = 0; l < L_; ++l)
       for (int d = 0; d < D_; ++d) holds_[idx(l, d)] = mem.fits(c.devices[d], l, l + 1, 1, 1);
     overhead_.resize(D_);
     for (int d = 0; d < D_; ++d) overhead_[d] = 2 * cal.layer_overhead_ms * cost.inverse_speed(d);
     work_terms();
+    share_caps(c);
   }
 
   // Index of a layer that no device holds, or -1.
@@ -55,6 +60,32 @@ class BoundTerms {
   }
 
   double work(int m) const { return (batch_ * unit_work_ + L_ * m * min_overhead_per_unit_) / capacity_; }
+
+  // The smallest T at which the devices' capped shares (share_caps) add up to
+  // the batch's u-work: sum_d min(rate_d T, cap_d) >= B x sum_l u_l, solved
+  // exactly over the breakpoints cap_d / rate_d. 0 where the caps never add up
+  // (no placement fits the memory rule then; the plain terms stand).
+  double capped_work() const {
+    const double total = static_cast<double>(batch_) * unit_work_;
+    std::vector<int> order;
+    double rate = 0, capped = 0, most = 0;
+    for (int d = 0; d < D_; ++d)
+      if (rate_[d] > 0 && cap_[d] > 0) {
+        order.push_back(d);
+        rate += rate_[d];
+        most += cap_[d];
+      }
+    if (total <= 0 || most < total * (1 - 1e-12)) return 0;
+    std::sort(order.begin(), order.end(),
+              [&](int a, int b) { return cap_[a] / rate_[a] < cap_[b] / rate_[b]; });
+    for (int d : order) {
+      const double t = (total - capped) / rate;  // every device not yet at its cap still rising
+      if (t <= cap_[d] / rate_[d]) return t;
+      capped += cap_[d];
+      rate -= rate_[d];
+    }
+    return cap_[order.back()] / rate_[order.back()];
+  }
 
   double chain(int m) const {
     const int64_t s = (batch_ + m - 1) / m;
@@ -89,7 +120,10 @@ class BoundTerms {
   }
 
   void work_terms() {
-    std::vector<double> per_sample(static_cast<size_t>(L_) * D_, kInf), u(L_, kInf);
+    std::vector<double> per_sample(static_cast<size_t>(L_) * D_, kInf);
+    std::vector<double>& u = u_;
+    u.assign(L_, kInf);
+    rho_.assign(D_, 0);
     for (int d = 0; d < D_; ++d) {
       const std::vector<int64_t> sizes = candidate_sizes(d);
       for (int l = 0; l < L_; ++l) {
@@ -115,10 +149,101 @@ class BoundTerms {
       }
       if (!holds_any) continue;
       if (rho == kInf) rho = 1;  // every layer it holds costs nothing anywhere
+      rho_[d] = rho;
       capacity_ += 1 / rho;
       min_overhead_per_unit_ = std::min(min_overhead_per_unit_, overhead_[d] / rho);
     }
     if (min_overhead_per_unit_ == kInf) min_overhead_per_unit_ = 0;
+  }
+
+  // Per device d: cap_d, the most u-work it can do in a step, B x the most u
+  // per sample over the layers its memory holds together (their training
+  // state and one sample's kept activations; a fractional knapsack, so an
+  // upper bound); rate_d, the most u-work per ms: 1 / rho_d, and for a device
+  // that cannot hold that for the whole model (every sample it runs also runs
+  // elsewhere, so an edge crosses to or from d and moves at least the smallest
+  // layer output a_min per sample over d's links) also (its most u per
+  // sample) x (d's bytes per ms over all its links, in and out) / a_min.
+  void share_caps(const Cluster& c) {
+    rate_.assign(D_, 0);
+    cap_.assign(D_, 0);
+    const int64_t a_min = smallest_crossing_bytes();
+    for (int d = 0; d < D_; ++d) {
+      if (rho_[d] <= 0) continue;  // holds no layer
+      bool whole = true;
+      const double most_u = most_u_held(d, device_memory_bytes(c.devices[d]), &whole);
+      cap_[d] = static_cast<double>(batch_) * most_u;
+      rate_[d] = 1 / rho_[d];
+      if (!whole && a_min > 0) rate_[d] = std::min(rate_[d], most_u * bytes_per_ms(d) / static_cast<double>(a_min));
+    }
+  }
+
+  // Fractional knapsack of the layers d holds: value u_l, weight state_;
+  // `whole` says whether all fit.
+  double most_u_held(int d, int64_t memory, bool* whole) const {
+    std::vector<std::pair<double, int>> held;  // (u per byte, layer), the free layers first
+    double state = 0;
+    for (int l = 0; l < L_; ++l) {
+      if (!holds_[idx(l, d)]) {
+        *whole = false;
+        continue;
+      }
+      state += static_cast<double>(state_[l]);
+      if (u_[l] > 0) held.push_back({state_[l] > 0 ? u_[l] / static_cast<double>(state_[l]) : kInf, l});
+    }
+    if (*whole && state <= static_cast<double>(memory)) return unit_work_;
+    *whole = false;
+    std::sort(held.begin(), held.end(), std::greater<>());
+    double room = static_cast<double>(memory), most = 0;
+    for (auto [value, l] : held) {
+      const double w = static_cast<double>(state_[l]);
+      if (w <= room) {
+        most += u_[l];
+        room -= w;
+      } else {
+        most += u_[l] * room / w;
+        break;
+      }
+    }
+    return most;
+  }
+
+  // The smallest output any layer sends to a consumer (per sample); 0 where
+  // the graph is not connected (a sample could then split without crossing).
+  int64_t smallest_crossing_bytes() const {
+    std::vector<int> root(L_);
+    for (int l = 0; l < L_; ++l) root[l] = l;
+    auto find = [&](int x) {
+      while (root[x] != x) x = root[x] = root[root[x]];
+      return x;
+    };
+    int64_t smallest = std::numeric_limits<int64_t>::max();
+    int parts = L_;
+    for (int l = 0; l < L_; ++l)
+      for (int p : g_.layers[l].inputs) {
+        smallest = std::min(smallest, g_.layers[p].activation_bytes());
+        const int a = find(p), b = find(l);
+        if (a != b) {
+          root[a] = b;
+          --parts;
+        }
+      }
+    return parts == 1 && L_ > 1 ? smallest : 0;
+  }
+
+  // Bytes per ms d can move at once over all its links, each way.
+  double bytes_per_ms(int d) const {
+    constexpr int64_t kProbe = int64_t{1} << 20;
+    double rate = 0;
+    for (int k = 0; k < D_; ++k) {
+      if (k == d) continue;
+      for (auto [from, to] : {std::pair<int, int>{d, k}, {k, d}}) {
+        const double per_byte = (cost_.transfer_ms(from, to, kProbe) - cost_.transfer_ms(from, to, 0)) / kProbe;
+        if (per_byte <= 0) return kInf;
+        rate += 1 / per_byte;
+      }
+    }
+    return rate;
   }
 
   const LayerGraph& g_;
@@ -127,6 +252,9 @@ class BoundTerms {
   int L_, D_;
   std::vector<char> holds_;
   std::vector<double> overhead_;
+  std::vector<int64_t> state_;      // per layer: training state (sgd's) + one sample's kept activations
+  std::vector<double> u_, rho_;     // per layer: u_l; per device: rho_d (0: holds no layer)
+  std::vector<double> rate_, cap_;  // share_caps
   double unit_work_ = 0, capacity_ = 1, min_overhead_per_unit_ = 0;
 };
 
@@ -175,11 +303,19 @@ Result<StepLowerBound> step_lower_bound(const LayerGraph& g, const Cluster& c, c
   };
   if (lo <= max_m) take(lo);
   if (lo > 1) take(lo - 1);
-  b.ms += cost.step_overhead_ms();
+  b.shares_ms = terms.capped_work();
+  b.ms = std::max(b.ms, b.shares_ms) + cost.step_overhead_ms();
   b.basis =
-      "simulator cost model: max(compute of the batch spread over the devices at their speeds, one micro-batch's "
-      "forward+backward along the longest path), minimised over micro-batch counts";
+      "simulator cost model: the largest of the compute of the batch spread over the devices at their speeds, "
+      "one micro-batch's forward+backward along the longest path (minimised over micro-batch counts), and the "
+      "batch's compute spread with each device's share capped by the layers its memory holds and, for a device "
+      "that cannot hold the whole model, by the activations its links can move";
   return b;
+}
+
+nlohmann::json lower_bound_json(const StepLowerBound& b) {
+  return {{"ms", b.ms},           {"work_ms", b.work_ms},           {"chain_ms", b.chain_ms},
+          {"shares_ms", b.shares_ms}, {"micro_batches", b.micro_batches}, {"basis", b.basis}};
 }
 
 double gap_to_bound(double step_ms, double bound_ms) { return bound_ms > 0 ? (step_ms - bound_ms) / bound_ms : 0; }

@@ -26,11 +26,25 @@
 //  * Work grows with m and the chain shrinks, so the bound is
 //    min over m of max(work(m), chain(m)) (+ the per-step overhead), found by
 //    bisection. Transfers, all-reduces, updates and first-task costs only add.
+//  * Shares: device d's u-work is at most B x H_d, where H_d is the most u per
+//    sample over layers whose training state (sgd's, the smallest) and one
+//    sample's kept activations (what a device that runs a layer keeps, even
+//    recomputing) fit d's memory together (a fractional knapsack). A device that cannot hold all of
+//    that for the whole model runs every sample only in part, so (the graph being
+//    connected) each sample it runs crosses to or from it at least the
+//    smallest layer output a_min (its forward activation; each transfer is
+//    bytes x per-byte time on its own (sender, receiver) queue, and d's
+//    queues in and out move at most BW_d bytes per ms together); it runs at
+//    least u-work_d / H_d samples, so u-work_d <= T x H_d x BW_d / a_min. With
+//    u-work_d <= T / rho_d as well: T >= the smallest T with
+//    sum_d min(T x rate_d, B x H_d) >= B x sum_l u_l. This holds in every
+//    mode (asynchronous and FedAvg replicas included: they hold the whole model).
 // It is not a bound on measured steps (the runtime is not the model).
 // Thread safety: a pure function.
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "common/status.h"
@@ -45,6 +59,7 @@ struct StepLowerBound {
   double ms = 0;        // no placement's simulated step is shorter
   double work_ms = 0;   // the work term at the bounding micro-batch count
   double chain_ms = 0;  // the chain term at that count
+  double shares_ms = 0;  // the capped-shares term (0 where the caps cannot be met)
   int micro_batches = 1;
   std::string basis;  // one line: what it is a bound under
 };
@@ -52,6 +67,9 @@ struct StepLowerBound {
 // Errors: a layer no device can hold (naming the layer, its size and the largest device).
 Result<StepLowerBound> step_lower_bound(const LayerGraph& g, const Cluster& c, const CostModel& cost,
                                         int64_t batch_size);
+
+// {"ms", "work_ms", "chain_ms", "shares_ms", "micro_batches", "basis"} (schemas/job.schema.json).
+nlohmann::json lower_bound_json(const StepLowerBound& b);
 
 // (step - bound) / bound; 0 when the bound is not positive.
 double gap_to_bound(double step_ms, double bound_ms);

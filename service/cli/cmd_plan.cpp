@@ -346,11 +346,7 @@ int plan(const PlanArgs& a) {
     j["evaluations"] = evaluator->evaluations();
     j["lower_bound_ms"] = bound ? nlohmann::json(bound->ms) : nlohmann::json();
     if (bound)
-      j["lower_bound"] = {{"ms", bound->ms},
-                          {"work_ms", bound->work_ms},
-                          {"chain_ms", bound->chain_ms},
-                          {"micro_batches", bound->micro_batches},
-                          {"basis", bound->basis}};
+      j["lower_bound"] = lower_bound_json(*bound);
     else
       j["lower_bound"] = {{"error", bound_r.error_message()}};
     if (rows.size() == 1) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/cluster.h"
+#include "core/placement.h"
 #include "model/layer_graph.h"
 #include "model/layer_library.h"
 #include "model/zoo.h"
@@ -307,8 +308,14 @@ TEST_CASE("pipelearn: clients replicate the first layers, the fastest device ser
   CHECK(none.error_message().find("client") != std::string::npos);
 }
 
-TEST_CASE("the lower bound is at most every plan's simulated step on random small cases") {
-  std::mt19937 rng(5150);
+// Simulates ~50 plans of each of 25 random small cases (random contiguous and
+// non-contiguous, replicated walks of the move generator, dp, pipedream,
+// single, BSP) and checks the bound against every one that runs; returns how
+// many ran. `tight`: device memories around the model's training state (some
+// devices cannot hold it whole, so the shares' link caps apply) and links of
+// 0.1-20 Mbit/s. `shares_bind`: the cases whose bound is the shares term.
+int check_bound_on_random_cases(uint32_t seed, bool tight, int* shares_bind = nullptr) {
+  std::mt19937 rng(seed);
   int checked = 0;
   for (int trial = 0; trial < 25; ++trial) {
     const bool branches = trial % 3 == 0;
@@ -318,7 +325,7 @@ TEST_CASE("the lower bound is at most every plan's simulated step on random smal
     } else {
       std::vector<int64_t> widths;
       const int L = 2 + static_cast<int>(rng() % 6);
-      for (int i = 0; i < L; ++i) widths.push_back(8 << (rng() % 6));
+      for (int i = 0; i < L; ++i) widths.push_back(tight ? 512 << (rng() % 3) : 8 << (rng() % 6));
       g = linear_chain(widths);
     }
     const int64_t batch = 4 << (rng() % 3);
@@ -338,13 +345,23 @@ TEST_CASE("the lower bound is at most every plan's simulated step on random smal
       cal.update_ms_per_param_mb = 0.1;
     }
     const int D = 1 + static_cast<int>(rng() % 4);
-    Case cs(g, random_cluster(rng, D), libs, batch, cal);
-    for (Device& d : cs.c.devices) d.memory_mb = 4096;
+    Cluster cluster = random_cluster(rng, D);
+    int64_t need_mb = 0;  // the whole model's state and one sample's activations
+    for (int l = 0; l < static_cast<int>(g.layers.size()); ++l)
+      need_mb += training_state_bytes(g.layers[l].param_bytes()) + kept_bytes_per_sample(g, l);
+    need_mb >>= 20;
+    for (Device& d : cluster.devices)
+      d.memory_mb = tight ? std::max<int64_t>(1, need_mb * (1 + static_cast<int64_t>(rng() % 12)) / 10) : 4096;
+    if (tight)
+      for (Link& link : cluster.links) link.bandwidth_mbps = 0.1 * (1 + rng() % 200);
+    Case cs(g, cluster, libs, batch, cal);
     for (int d = 0; d < D; ++d) cal.device_factor.push_back(0.8 + 0.1 * (rng() % 4));
     cs.cost = cs.cost.with_calibration(cal);
     auto bound = step_lower_bound(cs.g, cs.c, cs.cost, batch);
+    if (tight && !bound.is_ok()) continue;  // a layer no device holds: the error has its own test
     REQUIRE_MESSAGE(bound.is_ok(), bound.error_message());
     CHECK(bound->ms > 0);
+    if (shares_bind && bound->shares_ms > std::max(bound->work_ms, bound->chain_ms)) ++*shares_bind;
     SimulatorEvaluator ev = cs.evaluator();
     std::vector<Placement> plans = random_placements(cs.ctx, 25);
     // Replicated pipelines from the replication moves, and whole-model data parallelism.
@@ -373,7 +390,47 @@ TEST_CASE("the lower bound is at most every plan's simulated step on random smal
       ++checked;
     }
   }
-  CHECK(checked > 500);
+  return checked;
+}
+
+TEST_CASE("the lower bound is at most every plan's simulated step on random small cases") {
+  CHECK(check_bound_on_random_cases(5150, false) > 500);
+}
+
+TEST_CASE("the lower bound is at most every plan's simulated step where devices cannot hold the model and links are slow") {
+  int shares_bind = 0;
+  for (uint32_t seed : {7, 71, 711}) CHECK(check_bound_on_random_cases(seed, true, &shares_bind) > 150);
+  MESSAGE("the shares term is the bound in " << shares_bind << " of 75 cases");
+  CHECK(shares_bind >= 3);  // the caps are exercised, not only the plain terms
+}
+
+TEST_CASE("the bound's shares: a device that cannot hold the model, behind a slow link, adds little") {
+  // Four 512-wide layers (~3 MB of state each); "big" holds them all, "small"
+  // one; between them 0.01 Mbit/s, so whatever part small runs must cross it.
+  LayerGraph g = linear_chain({512, 512, 512, 512, 512});
+  Cluster c;
+  c.devices = {Device{"big", "cpu", 1, 256}, Device{"small", "cpu", 1, 4}};
+  c.links = {Link{"big", "small", 0.01, 0}, Link{"small", "big", 0.01, 0}};
+  LayerLibrary lib = library_skeleton(g);
+  lib.batch_size = 8;
+  for (auto& r : lib.rows) r.forward_ms = r.backward_ms = 1;
+  Case cs(g, c, {lib}, 8);
+  auto bound = step_lower_bound(cs.g, cs.c, cs.cost, 8);
+  REQUIRE_MESSAGE(bound.is_ok(), bound.error_message());
+  SimulatorEvaluator ev = cs.evaluator();
+  const StepReport alone = ev.evaluate(Placement::single_device(static_cast<int>(g.layers.size()), 0, 1));
+  REQUIRE(alone.ok);
+  // The plain work term splits the batch's compute over both devices; the
+  // shares leave small almost nothing, so the bound is nearly big alone.
+  CHECK(bound->work_ms < 0.6 * alone.step_ms);
+  CHECK(bound->shares_ms > 0.95 * alone.step_ms);
+  CHECK(bound->ms <= alone.step_ms * (1 + 1e-9));
+  // A fast link lifts the cap: the shares term falls back towards the plain work.
+  cs.c.links = {Link{"big", "small", 1e6, 0}, Link{"small", "big", 1e6, 0}};
+  Case fast(g, cs.c, {lib}, 8);
+  auto loose = step_lower_bound(fast.g, fast.c, fast.cost, 8);
+  REQUIRE(loose.is_ok());
+  CHECK(loose->shares_ms < 0.9 * bound->shares_ms);
 }
 
 TEST_CASE("the lower bound is tight for one device and one micro-batch without overheads") {

@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""How far the best classical plan is from the step-time lower bound, and what
+the bound's shares term adds (planners/lower_bound.h).
+
+usage: bench/bound_report.py DIR   (DIR holds `tapp-cli plan M --devices C
+       --planner all --json` outputs, one per file, *.json)
+
+Per run: the best row's step (every row but hogwild, as the results' best
+classical plan), the bound without the shares term (the larger of work and
+chain, plus the same per-step overhead) and with it. Prints the runs whose bound
+the shares term raises, the median gap of the best plan to the bound, and in
+how many runs the best plan is within 1/0.9 of the bound, where no plan can be
+10% faster than it.
+"""
+import glob
+import json
+import os
+import sys
+
+
+def runs(folder):
+    for f in sorted(glob.glob(os.path.join(folder, "*.json"))):
+        j = json.load(open(f))
+        b = j.get("lower_bound", {})
+        steps = [r["report"]["step_ms"] for r in j.get("rows", [])
+                 if r.get("planner") != "hogwild" and r.get("report", {}).get("ok")]
+        if "ms" not in b or not steps:
+            continue
+        plain = max(b["work_ms"], b["chain_ms"])
+        overhead = b["ms"] - max(plain, b.get("shares_ms", 0))
+        yield os.path.basename(f)[:-5], min(steps), plain + overhead, b["ms"]
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    rows = list(runs(sys.argv[1]))
+    if not rows:
+        sys.exit(f"{sys.argv[1]}: no plan outputs with a bound")
+    raised = [r for r in rows if r[3] > r[2] * 1.0001]
+    print(f"{len(rows)} runs; the shares term raises the bound in {len(raised)}")
+    for name, best, plain, bound in raised:
+        print(f"  {name:28s} best {best:12.1f}  bound {plain:12.1f} -> {bound:12.1f} (+{100 * (bound / plain - 1):.1f}%)"
+              f"  gap {100 * (best / plain - 1):.1f}% -> {100 * (best / bound - 1):.1f}%")
+    before = sorted(best / plain - 1 for _, best, plain, _ in rows)
+    after = sorted(best / bound - 1 for _, best, _, bound in rows)
+    mid = len(rows) // 2
+    print(f"median gap of the best classical plan to the bound: {100 * before[mid]:.1f}% -> {100 * after[mid]:.1f}%")
+    room = 1 / 0.9 - 1
+    print(f"best classical within {100 * room:.1f}% of the bound (no plan can be 10% faster): "
+          f"{sum(g < room for g in before)} -> {sum(g < room for g in after)} of {len(rows)}")
+
+
+if __name__ == "__main__":
+    main()
