@@ -507,7 +507,10 @@ TEST_CASE("trained networks weigh each replica against its group's copies: uneve
     return std::make_pair(stage_layers, copies);
   };
   int carried[2] = {0, 0};  // asked cases whose copies are balanced: with the balance, without
-  for (uint64_t seed = 1; seed <= 7; ++seed) {
+  // 24 networks: what one network carries depends on rounding (seven
+  // networks gave 11 of 14 against 6 on one machine, 8 against 8 on an AMD
+  // EPYC core, where 24 give 31 of 48 against 24).
+  for (uint64_t seed = 1; seed <= 24; ++seed) {
     for (bool balance : {true, false}) {
       auto net = new_policy_networks(32, 0.005, seed);
       std::vector<std::unique_ptr<Policy>> policies;
@@ -532,9 +535,8 @@ TEST_CASE("trained networks weigh each replica against its group's copies: uneve
       }
     }
   }
-  // Seven networks: 11 of the 14 asked cases balanced with it, 6 without.
-  MESSAGE("carried to " << carried[0] << " of 14 with the balance, " << carried[1] << " without");
-  CHECK(carried[0] >= 10);
+  MESSAGE("carried to " << carried[0] << " of 48 with the balance, " << carried[1] << " without");
+  CHECK(carried[0] >= 28);
   CHECK(carried[1] < carried[0]);
 }
 
