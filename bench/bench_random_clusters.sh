@@ -3,27 +3,33 @@
 #
 #   bash bench/bench_random_clusters.sh CLI OUTDIR
 #
-# env: MODELS (default "alexnet vgg16 resnet50"), CLUSTERS (cluster seeds,
-# default 101-108), SEEDS (search seeds, default "1 2 3"). Writes one
+# env: MODELS (zoo names or model files; default "alexnet vgg16 resnet50"; may be ""),
+# RANDOM_MODELS (seeds of bench/random_models.py, written under OUTDIR/models/
+# and run after MODELS; default none), CLUSTERS (cluster seeds, default
+# 101-108), SEEDS (search seeds, default "1 2 3"). Writes one
 # `optimize --json` result per run (simulate, estimated costs, default
 # iterations, no verification: deterministic for a seed) under OUTDIR/s<SEED>/
 # and the clusters under OUTDIR/clusters/, then prints the summary of
 # bench/random_clusters_report.py. Compare two builds with
 # `bench/random_clusters_report.py OUTDIR_A OUTDIR_B`.
 set -euo pipefail
-if [ $# -ne 2 ]; then sed -n 2,12p "$0"; exit 2; fi
+if [ $# -ne 2 ]; then sed -n 2,14p "$0"; exit 2; fi
 CLI=$1 OUT=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
-MODELS=${MODELS:-alexnet vgg16 resnet50}
+MODELS=${MODELS-alexnet vgg16 resnet50}
 CLUSTERS=${CLUSTERS:-101 102 103 104 105 106 107 108}
 SEEDS=${SEEDS:-1 2 3}
 # shellcheck disable=SC2086
 python3 "$HERE/random_clusters.py" "$OUT/clusters" $CLUSTERS
+if [ -n "${RANDOM_MODELS:-}" ]; then
+  # shellcheck disable=SC2086
+  MODELS="$MODELS $(python3 "$HERE/random_models.py" "$OUT/models" $RANDOM_MODELS | tr '\n' ' ')"
+fi
 for seed in $SEEDS; do
   mkdir -p "$OUT/s$seed"
   for c in $CLUSTERS; do
     for m in $MODELS; do
-      f="$OUT/s$seed/${m}_rand$c.json"
+      f="$OUT/s$seed/$(basename "$m" .json)_rand$c.json"
       [ -s "$f" ] && continue  # resumable
       echo "seed $seed: $m on rand$c" >&2
       "$CLI" optimize "$m" --devices "$OUT/clusters/cluster_rand$c.json" --json --no-verify --costs estimated \
