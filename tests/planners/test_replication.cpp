@@ -405,8 +405,9 @@ TEST_CASE("the lower bound is at most every plan's simulated step where devices 
 }
 
 TEST_CASE("the bound's shares: a device that cannot hold the model, behind a slow link, adds little") {
-  // Four 512-wide layers (~3 MB of state each); "big" holds them all, "small"
-  // one; between them 0.01 Mbit/s, so whatever part small runs must cross it.
+  // Four 512 x 512 layers after a 16 x 512 one (~3 MB of state each); "big"
+  // holds them all, "small" one; between them 0.01 Mbit/s, so whatever part
+  // small runs must cross it.
   LayerGraph g = linear_chain({512, 512, 512, 512, 512});
   Cluster c;
   c.devices = {Device{"big", "cpu", 1, 256}, Device{"small", "cpu", 1, 4}};
