@@ -24,6 +24,7 @@
 #include "core/placement.h"
 #include "model/layer_library.h"
 #include "model/model_json.h"
+#include "planners/lower_bound.h"
 #include "planners/planners.h"
 #include "placer/al_phase.h"
 #include "placer/baselines.h"
@@ -732,6 +733,26 @@ json result_json(const JobOutcome& o) {
   return result;
 }
 
+// Why no candidate and no baseline ran, for the user: a layer that no device
+// holds (the lower bound names it and the largest device), else the first
+// failed baseline's own reason (the DP planners' first: they say which layer
+// or device), else a pointer to where each planner's reason is.
+Status no_plan_status(const LayerGraph& g, const OptimizeRequest& req, const CostModel& cost,
+                      const std::vector<BaselineResult>& baselines) {
+  const std::string head = "no placement fits: every candidate and baseline failed";
+  if (auto bound = step_lower_bound(g, req.cluster, cost, req.batch_size); !bound)
+    return Status::error(head + ": " + bound.error_message());
+  const BaselineResult* why = nullptr;
+  for (const BaselineResult& b : baselines) {
+    if (b.skipped || b.report.ok || b.report.message.empty()) continue;
+    const bool dp = b.name == "dp" || b.name == "pipedream";
+    if (!why || (dp && why->name != "dp" && why->name != "pipedream")) why = &b;
+  }
+  if (why) return Status::error(head + " (" + why->report.message + ")");
+  return Status::error(head + " (over a device's memory or failing to run; `tapp-cli plan --planner all` gives "
+                              "each planner's reason)");
+}
+
 // ---- the job ----
 Result<json> run_job(const OptimizeRequest& req, const ProgressFn& progress, const std::atomic<bool>& cancel) {
   Clock clock;
@@ -769,8 +790,7 @@ Result<json> run_job(const OptimizeRequest& req, const ProgressFn& progress, con
   if (sr.cancelled) return cancelled_status();
 
   const BestPlan best = pick_best(sr, baselines);
-  if (best.source.empty())
-    return Status::error("no placement fits: every candidate and baseline failed (e.g. over a device's memory)");
+  if (best.source.empty()) return no_plan_status(graph, req, costs->cost, baselines);
 
   const std::optional<AlRow> al =
       al_phase(graph, req, costs->profiles, prediction_costs(*costs, *evaluator), sr, baselines, cancel);

@@ -96,6 +96,38 @@ TEST_CASE("a job with an unknown model names the field") {
   CHECK(r.error_message().rfind("model: ", 0) == 0);
 }
 
+TEST_CASE("a job where no placement fits says why: the layer no device holds, else a planner's reason") {
+  // Three 2048 x 2048 layers (48 MiB of training state each) after a small one.
+  json layers = json::array({json{{"name", "fc0"}, {"op", "linear"}, {"inputs", json::array()},
+                                  {"attrs", {{"out", 2048}}}}});
+  for (const char* name : {"fc1", "fc2", "fc3"})
+    layers.push_back({{"name", name}, {"op", "linear"}, {"inputs", {layers.back()["name"]}}, {"attrs", {{"out", 2048}}}});
+  auto job = [&](int memory_mb) {
+    json devices = json::array();
+    for (const char* name : {"a", "b"}) devices.push_back({{"name", name}, {"memory_mb", memory_mb}});
+    json body = {{"model", {{"name", "wide"}, {"input_shape", {16}}, {"layers", layers}}},
+                 {"cluster", {{"devices", devices}}},
+                 {"options", {{"iterations", 5}, {"batch_size", 4}, {"verify", false}, {"costs", "estimated"}}}};
+    auto req = optimize_request_from_json(body);
+    REQUIRE_MESSAGE(req.is_ok(), req.error_message());
+    std::atomic<bool> cancel{false};
+    return optimize(req.value(), nullptr, cancel);
+  };
+  // 32 MiB devices: fc1 fits neither; the error names it and the largest device.
+  auto none = job(32);
+  REQUIRE_FALSE(none.is_ok());
+  CHECK(none.error_message().rfind("no placement fits", 0) == 0);
+  CHECK(none.error_message().find("layer 'fc1'") != std::string::npos);
+  CHECK(none.error_message().find("memory_mb 32") != std::string::npos);
+  // 96 MiB devices: each layer fits one, but no device holds two of the three: the DP planner says so.
+  auto split = job(96);
+  REQUIRE_FALSE(split.is_ok());
+  CHECK(split.error_message().rfind("no placement fits", 0) == 0);
+  CHECK(split.error_message().find("(dp: ") != std::string::npos);
+  CHECK(split.error_message().find("needs") == std::string::npos);  // not the bound's per-layer reason
+  MESSAGE(split.error_message());
+}
+
 namespace {
 // An in-memory ProfileCache that records what the job reads and writes.
 using RecordingCache = test::MemoryProfileCache;
