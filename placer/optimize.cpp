@@ -734,21 +734,18 @@ json result_json(const JobOutcome& o) {
 }
 
 // Why no candidate and no baseline ran, for the user: a layer that no device
-// holds (the lower bound names it and the largest device), else the first
-// failed baseline's own reason (the DP planners' first: they say which layer
-// or device), else a pointer to where each planner's reason is.
+// holds (the lower bound names it and the largest device), else a failed
+// baseline's own reason (dp's, pipedream's, else the first: the DP planners
+// say what does not fit where), else where each planner's reason is.
 Status no_plan_status(const LayerGraph& g, const OptimizeRequest& req, const CostModel& cost,
                       const std::vector<BaselineResult>& baselines) {
   const std::string head = "no placement fits: every candidate and baseline failed";
   if (auto bound = step_lower_bound(g, req.cluster, cost, req.batch_size); !bound)
     return Status::error(head + ": " + bound.error_message());
-  const BaselineResult* why = nullptr;
-  for (const BaselineResult& b : baselines) {
-    if (b.skipped || b.report.ok || b.report.message.empty()) continue;
-    const bool dp = b.name == "dp" || b.name == "pipedream";
-    if (!why || (dp && why->name != "dp" && why->name != "pipedream")) why = &b;
-  }
-  if (why) return Status::error(head + " (" + why->report.message + ")");
+  auto failed = [](const BaselineResult& b) { return !b.skipped && !b.report.ok && !b.report.message.empty(); };
+  for (const char* planner : {"dp", "pipedream", ""})
+    for (const BaselineResult& b : baselines)
+      if (failed(b) && (!*planner || b.name == planner)) return Status::error(head + " (" + b.report.message + ")");
   return Status::error(head + " (over a device's memory or failing to run; `tapp-cli plan --planner all` gives "
                               "each planner's reason)");
 }
