@@ -2,8 +2,9 @@
 """How far the best classical plan is from the step-time lower bound, and what
 the bound's shares term adds (planners/lower_bound.h).
 
-usage: bench/bound_report.py DIR   (DIR holds `tapp-cli plan M --devices C
-       --planner all --json` outputs, one per file, *.json)
+usage: bench/bound_report.py DIR   (DIR holds, one per file, `tapp-cli plan M
+       --devices C --planner all --json` outputs or `optimize --json` results,
+       as bench_random_clusters.sh writes them: *.json, also one folder down)
 
 Per run: the best row's step (every row but hogwild, as the results' best
 classical plan), the bound without the shares term (the larger of work and
@@ -18,17 +19,30 @@ import os
 import sys
 
 
+def classical_steps(j):
+    """Every classical row's step but hogwild's: plan's rows, or optimize's baselines."""
+    if "rows" in j:
+        return [r["report"]["step_ms"] for r in j["rows"]
+                if r.get("planner") != "hogwild" and r.get("report", {}).get("ok")]
+    return [b["step_ms"] for b in j.get("baselines", []) if b.get("name") != "hogwild" and b.get("ok")]
+
+
 def runs(folder):
-    for f in sorted(glob.glob(os.path.join(folder, "*.json"))):
-        j = json.load(open(f))
-        b = j.get("lower_bound", {})
-        steps = [r["report"]["step_ms"] for r in j.get("rows", [])
-                 if r.get("planner") != "hogwild" and r.get("report", {}).get("ok")]
+    files = glob.glob(os.path.join(folder, "*.json")) + glob.glob(os.path.join(folder, "*", "*.json"))
+    for f in sorted(files):
+        try:
+            j = json.load(open(f))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(j, dict):
+            continue
+        b = j.get("lower_bound") or {}
+        steps = classical_steps(j)
         if "ms" not in b or not steps:
             continue
         plain = max(b["work_ms"], b["chain_ms"])
         overhead = b["ms"] - max(plain, b.get("shares_ms", 0))
-        yield os.path.basename(f)[:-5], min(steps), plain + overhead, b["ms"]
+        yield os.path.relpath(f, folder)[:-5], min(steps), plain + overhead, b["ms"]
 
 
 def main():
