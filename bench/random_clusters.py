@@ -31,14 +31,22 @@ def cluster(seed):
             "default_link": {"bandwidth_mbps": round(10 ** r.uniform(1.5, 3)), "latency_ms": 1}}
 
 
-def main():
+def write_per_seed(doc, prefix, make):
+    """argv OUTDIR SEED...: writes make(seed) to OUTDIR/<prefix><SEED>.json; returns the paths."""
     if len(sys.argv) < 3:
-        sys.exit(__doc__)
+        sys.exit(doc)
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
-    for s in sys.argv[2:]:
-        with open(os.path.join(out, f"cluster_rand{int(s)}.json"), "w") as f:
-            json.dump(cluster(int(s)), f, indent=1)
+    paths = []
+    for seed in sys.argv[2:]:
+        paths.append(os.path.join(out, f"{prefix}{int(seed)}.json"))
+        with open(paths[-1], "w") as f:
+            json.dump(make(int(seed)), f, indent=1)
+    return paths
+
+
+def main():
+    write_per_seed(__doc__, "cluster_rand", cluster)
 
 
 if __name__ == "__main__":

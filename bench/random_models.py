@@ -15,10 +15,9 @@ They are not the zoo's and not placer/training_set's generators: inputs no
 method here was tuned on (bench/bench_random_models.sh). The same seed always
 gives the same model.
 """
-import json
-import os
 import random
-import sys
+
+from random_clusters import write_per_seed  # bench/, the script's own folder
 
 
 class Builder:
@@ -101,14 +100,7 @@ def model(seed):
 
 
 def main():
-    if len(sys.argv) < 3:
-        sys.exit(__doc__)
-    out = sys.argv[1]
-    os.makedirs(out, exist_ok=True)
-    for seed in sys.argv[2:]:
-        path = os.path.join(out, f"model_rand{int(seed)}.json")
-        with open(path, "w") as f:
-            json.dump(model(int(seed)), f, indent=1)
+    for path in write_per_seed(__doc__, "model_rand", model):
         print(path)
 
 

@@ -38,9 +38,9 @@ class BoundTerms {
     const Calibration& cal = cost.calibration();
     const StageMemory mem(g);
     holds_.assign(static_cast<size_t>(L_) * D_, 0);
-    state_.resize(L_);
+    held_bytes_.resize(L_);
     for (int l = 0; l < L_; ++l)
-      state_[l] = training_state_bytes(g.layers[l].param_bytes()) + kept_bytes_per_sample(g, l);
+      held_bytes_[l] = training_state_bytes(g.layers[l].param_bytes()) + kept_bytes_per_sample(g, l);
     for (int l = 0; l < L_; ++l)
       for (int d = 0; d < D_; ++d) holds_[idx(l, d)] = mem.fits(c.devices[d], l, l + 1, 1, 1);
     overhead_.resize(D_);
@@ -178,25 +178,25 @@ class BoundTerms {
     }
   }
 
-  // Fractional knapsack of the layers d holds: value u_l, weight state_;
+  // Fractional knapsack of the layers d holds: value u_l, weight held_bytes_;
   // `whole` says whether all fit.
   double most_u_held(int d, int64_t memory, bool* whole) const {
     std::vector<std::pair<double, int>> held;  // (u per byte, layer), the free layers first
-    double state = 0;
+    double all_bytes = 0;
     for (int l = 0; l < L_; ++l) {
       if (!holds_[idx(l, d)]) {
         *whole = false;
         continue;
       }
-      state += static_cast<double>(state_[l]);
-      if (u_[l] > 0) held.push_back({state_[l] > 0 ? u_[l] / static_cast<double>(state_[l]) : kInf, l});
+      all_bytes += static_cast<double>(held_bytes_[l]);
+      if (u_[l] > 0) held.push_back({held_bytes_[l] > 0 ? u_[l] / static_cast<double>(held_bytes_[l]) : kInf, l});
     }
-    if (*whole && state <= static_cast<double>(memory)) return unit_work_;
+    if (*whole && all_bytes <= static_cast<double>(memory)) return unit_work_;
     *whole = false;
     std::sort(held.begin(), held.end(), std::greater<>());
     double room = static_cast<double>(memory), most = 0;
     for (auto [value, l] : held) {
-      const double w = static_cast<double>(state_[l]);
+      const double w = static_cast<double>(held_bytes_[l]);
       if (w <= room) {
         most += u_[l];
         room -= w;
@@ -252,7 +252,7 @@ class BoundTerms {
   int L_, D_;
   std::vector<char> holds_;
   std::vector<double> overhead_;
-  std::vector<int64_t> state_;      // per layer: training state (sgd's) + one sample's kept activations
+  std::vector<int64_t> held_bytes_;  // per layer: training state (sgd's) + one sample's kept activations
   std::vector<double> u_, rho_;     // per layer: u_l; per device: rho_d (0: holds no layer)
   std::vector<double> rate_, cap_;  // share_caps
   double unit_work_ = 0, capacity_ = 1, min_overhead_per_unit_ = 0;
@@ -313,7 +313,9 @@ Result<StepLowerBound> step_lower_bound(const LayerGraph& g, const Cluster& c, c
   return b;
 }
 
-nlohmann::json lower_bound_json(const StepLowerBound& b) {
+nlohmann::json lower_bound_json(const Result<StepLowerBound>& r) {
+  if (!r) return {{"error", r.error_message()}};
+  const StepLowerBound& b = *r;
   return {{"ms", b.ms},           {"work_ms", b.work_ms},           {"chain_ms", b.chain_ms},
           {"shares_ms", b.shares_ms}, {"micro_batches", b.micro_batches}, {"basis", b.basis}};
 }

@@ -68,8 +68,9 @@ struct StepLowerBound {
 Result<StepLowerBound> step_lower_bound(const LayerGraph& g, const Cluster& c, const CostModel& cost,
                                         int64_t batch_size);
 
-// {"ms", "work_ms", "chain_ms", "shares_ms", "micro_batches", "basis"} (schemas/job.schema.json).
-nlohmann::json lower_bound_json(const StepLowerBound& b);
+// {"ms", "work_ms", "chain_ms", "shares_ms", "micro_batches", "basis"}, or
+// {"error"} (schemas/job.schema.json).
+nlohmann::json lower_bound_json(const Result<StepLowerBound>& r);
 
 // (step - bound) / bound; 0 when the bound is not positive.
 double gap_to_bound(double step_ms, double bound_ms);

@@ -345,10 +345,7 @@ int plan(const PlanArgs& a) {
     if (!inputs->device_costs.empty()) j["device_costs"] = inputs->device_costs;
     j["evaluations"] = evaluator->evaluations();
     j["lower_bound_ms"] = bound ? nlohmann::json(bound->ms) : nlohmann::json();
-    if (bound)
-      j["lower_bound"] = lower_bound_json(*bound);
-    else
-      j["lower_bound"] = {{"error", bound_r.error_message()}};
+    j["lower_bound"] = lower_bound_json(bound_r);
     if (rows.size() == 1) {
       j.update(row_json(rows[0], graph, cluster, a.timeline, bound));
     } else {
