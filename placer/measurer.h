@@ -8,13 +8,15 @@
 // without it (the planners' rule, core's recompute_where_needed), gets
 // replica weights by its devices' speeds where replicated groups have none
 // and the search gave those speeds (replicas that differ in speed take
-// micro-batches in proportion, when that still fits memory), is
+// micro-batches in proportion, when that still fits memory), is scored with
+// its replica rings also in their cheapest order for the all-reduce (the
+// policy offers replicas in index order; the faster is kept), is
 // memory-checked (a failure is data: "invalid_placement", "out_of_memory")
 // and only then evaluated; the best kept is the placement as evaluated. It keeps the best valid
 // placement, the best valid pipeline (not data parallel: the refinement
 // climbs from it), a trace point each time the best improves, and the counts
 // of distinct placements evaluated and failed.
-// Data flow: Placement -> placement_key -> memo | validate -> weigh replicas -> recompute where needed -> check_memory ->
+// Data flow: Placement -> placement_key -> memo | validate -> order rings, weigh replicas -> recompute where needed -> check_memory ->
 //            Evaluator -> StepReport -> memo, best, trace.
 // Thread safety: one thread (the search's); the evaluator is used by it only.
 #pragma once
@@ -77,7 +79,8 @@ class Measurer {
   void relabel_best(const std::string& source) { best_->first.source = source; }
 
  private:
-  StepReport check_and_evaluate(Placement& p);  // may mark recomputation or set replica weights
+  StepReport check_and_evaluate(Placement& p);  // may reorder replica rings, mark recomputation or set replica weights
+  StepReport split_and_evaluate(Placement& p);  // the even split or, where faster, the one weighed by speed
   StepReport fit_and_evaluate(Placement& p);    // recomputes where that makes p fit
   void keep_if_best(const Placement& p, const StepReport& r, int iteration);
 
@@ -103,5 +106,15 @@ class Measurer {
 // Groups that already have weights, and equally fast replica sets, are left
 // as they are. Returns whether any group was given weights.
 bool weigh_replicas(Placement& p, const std::vector<double>& device_sample_ms);
+
+// Puts each group of `p` replicated on three devices or more on the ring
+// whose all-reduce of the group's parameters is cheapest on `cluster`'s links
+// (cheapest_ring), where that is strictly cheaper than its order now, turned
+// so that its fastest replicas come first (round-robin gives them the
+// micro-batches that do not divide evenly). Fastest: by `device_sample_ms`
+// (time per sample, one per device) where given, else by the devices' speed.
+// Weights follow their devices. Returns whether any group changed.
+bool order_replica_rings(Placement& p, const LayerGraph& graph, const Cluster& cluster,
+                         const std::vector<double>& device_sample_ms);
 
 }  // namespace tapp

@@ -25,16 +25,6 @@ std::string first_line(const std::string& s) { return s.substr(0, s.find('\n'));
 
 }  // namespace
 
-double ring_allreduce_s(const Cluster& cluster, const std::vector<int>& devices, int64_t bytes) {
-  const int r = static_cast<int>(devices.size());
-  if (r < 2) return 0;
-  const int64_t chunk = (bytes + r - 1) / r;
-  double slowest_s = 0;
-  for (int k = 0; k < r; ++k)
-    slowest_s = std::max(slowest_s, cluster.link(devices[k], devices[(k + 1) % r]).transfer_s(chunk));
-  return 2.0 * (r - 1) * slowest_s;
-}
-
 ReplicaGroup::ReplicaGroup(int index, int group, std::vector<int> devices, int rank, const c10::intrusive_ptr<c10d::Store>& store,
                            const std::string& gloo_host, std::chrono::milliseconds timeout, const Cluster& cluster,
                            std::vector<torch::Tensor> parameters)

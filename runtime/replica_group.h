@@ -35,16 +35,11 @@
 #include <string>
 #include <vector>
 
+#include "core/allreduce_ring.h"
 #include "core/cluster.h"
 #include "runtime/control_channel.h"
 
 namespace tapp {
-
-// Seconds a ring all-reduce of `bytes` among `devices` (cluster indices, ring
-// in this order) takes: 2 (r-1) steps, each moving bytes / r over every ring
-// link at once, so paced by the ring's slowest link (the simulator's
-// CostModel::ring_allreduce_ms, with the cluster's links).
-double ring_allreduce_s(const Cluster& cluster, const std::vector<int>& devices, int64_t bytes);
 
 class ReplicaGroup {
  public:

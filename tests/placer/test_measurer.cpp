@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include "placer/evaluator_factory.h"
+#include "core/allreduce_ring.h"
 #include "model/layer_library.h"
 #include "placer/measurer.h"
 #include "simulator/cost_model.h"
@@ -235,4 +236,49 @@ TEST_CASE("where the faster replica's link is slow, the measurer keeps the even 
   CHECK(kept.step_ms == doctest::Approx(even.step_ms));
   CHECK(both.best().group_replica_weights.empty());
   CHECK(both.evaluations() == 1);  // one proposal, however many splits it was scored at
+}
+
+TEST_CASE("a replicated group is also scored on its cheapest all-reduce ring, its fastest replicas first") {
+  // One group of a chain replicated on four equal devices whose hops 0->1 and
+  // 2->3 are slow: the index order's ring crosses both, another ring neither.
+  LayerGraph g = chain_graph(2, 512);
+  Cluster c = equal_cluster(4);
+  c.default_link = {"", "", 1000.0, 0.05};
+  c.links.push_back({"d0", "d1", 1.0, 0.05});
+  c.links.push_back({"d2", "d3", 1.0, 0.05});
+  Result<CostModel> cost = CostModel::build(g, c, estimated_library(g, 8), default_calibration());
+  REQUIRE(cost.is_ok());
+  SimulatorEvaluator sim(g, c, *cost, 8);
+  Placement p;
+  p.layer_group = {0, 0, 0, 0};
+  p.group_device = {0};
+  p.group_replicas = {{1, 2, 3}};
+  p.micro_batches = 4;
+  const StepReport index_order = sim.evaluate(p);
+  REQUIRE(index_order.ok);
+  Measurer m(g, c, sim, 8);
+  const StepReport kept = m.measure(p, 1);
+  REQUIRE(kept.ok);
+  CHECK(kept.step_ms < 0.5 * index_order.step_ms);
+  const std::vector<int> ring = m.best().devices_of_group(0);
+  CHECK(ring_allreduce_s(c, ring, 1) < ring_allreduce_s(c, {0, 1, 2, 3}, 1));
+  CHECK(sim.evaluate(m.best()).step_ms == doctest::Approx(kept.step_ms));
+  CHECK(m.evaluations() == 1);
+
+  // The ring is turned so that the replicas round-robin gives one more
+  // micro-batch (5 over 4: the first) is the fastest; weights follow their devices.
+  c.devices[2].speed = 2.0;
+  Placement five = p;
+  five.micro_batches = 5;
+  REQUIRE(order_replica_rings(five, g, c, {}));
+  CHECK(five.group_device[0] == 2);
+  Placement weighed = p;
+  weighed.group_replica_weights = {{1, 2, 3, 4}};
+  REQUIRE(order_replica_rings(weighed, g, c, {1.0, 1.0, 1.0, 0.25}));
+  CHECK(weighed.group_device[0] == 3);  // by time per sample where given
+  const std::vector<int> order = weighed.devices_of_group(0);
+  for (size_t k = 0; k < order.size(); ++k) CHECK(weighed.group_replica_weights[0][k] == order[k] + 1);
+  // Already on its cheapest ring: left as it is.
+  Placement again = weighed;
+  CHECK_FALSE(order_replica_rings(again, g, c, {}));
 }
