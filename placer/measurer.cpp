@@ -121,6 +121,12 @@ std::vector<int> turned_fastest_first(std::vector<int> ring, int extra, const st
 
 bool order_replica_rings(Placement& p, const LayerGraph& graph, const Cluster& cluster,
                          const std::vector<double>& device_sample_ms) {
+  if (p.data_parallel == DataParallelMode::bsp) {  // equal shares: only the ring's order counts
+    std::vector<int> ring = cheapest_ring(cluster, p.group_device, group_param_bytes(p, graph, 0));
+    if (ring == p.group_device) return false;
+    p.group_device = std::move(ring);
+    return true;
+  }
   if (!p.has_replicated_groups() || p.is_data_parallel()) return false;
   std::vector<double> faster(cluster.num_devices());
   for (int d = 0; d < cluster.num_devices(); ++d)

@@ -113,7 +113,8 @@ bool weigh_replicas(Placement& p, const std::vector<double>& device_sample_ms);
 // so that its fastest replicas come first (round-robin gives them the
 // micro-batches that do not divide evenly). Fastest: by `device_sample_ms`
 // (time per sample, one per device) where given, else by the devices' speed.
-// Weights follow their devices. Returns whether any group changed.
+// Weights follow their devices. A BSP data-parallel placement's replicas
+// (equal shares) go on their cheapest ring. Returns whether any group changed.
 bool order_replica_rings(Placement& p, const LayerGraph& graph, const Cluster& cluster,
                          const std::vector<double>& device_sample_ms);
 

@@ -264,6 +264,12 @@ TEST_CASE("a replicated group is also scored on its cheapest all-reduce ring, it
   CHECK(ring_allreduce_s(c, ring, 1) < ring_allreduce_s(c, {0, 1, 2, 3}, 1));
   CHECK(sim.evaluate(m.best()).step_ms == doctest::Approx(kept.step_ms));
   CHECK(m.evaluations() == 1);
+  // So are BSP's replicas (equal shares: only the ring changes).
+  const Placement bsp = Placement::replicas(4, {0, 1, 2, 3});
+  const StepReport bsp_index_order = sim.evaluate(bsp);
+  REQUIRE(bsp_index_order.ok);
+  CHECK(m.measure(bsp, 2).step_ms < 0.5 * bsp_index_order.step_ms);
+  CHECK(ring_allreduce_s(c, m.best().group_device, 1) < ring_allreduce_s(c, {0, 1, 2, 3}, 1));
 
   // The ring is turned so that the replicas round-robin gives one more
   // micro-batch (5 over 4: the first) is the fastest; weights follow their devices.
