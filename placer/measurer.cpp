@@ -117,6 +117,14 @@ std::vector<int> turned_fastest_first(std::vector<int> ring, int extra, const st
   return ring;
 }
 
+// The report of whichever of `p` (scored `mine`) and `other` (scored
+// `theirs`) ran faster, `p` on a tie; `p` becomes it.
+StepReport keep_faster(Placement& p, StepReport mine, Placement other, StepReport theirs) {
+  if (!theirs.ok || (mine.ok && mine.step_ms <= theirs.step_ms)) return mine;
+  p = std::move(other);
+  return theirs;
+}
+
 }  // namespace
 
 bool order_replica_rings(Placement& p, const LayerGraph& graph, const Cluster& cluster,
@@ -166,9 +174,7 @@ StepReport Measurer::check_and_evaluate(Placement& p) {
   if (order_replica_rings(ringed, graph_, cluster_, device_sample_ms_)) {
     StepReport given = split_and_evaluate(p);
     StepReport on_ring = split_and_evaluate(ringed);
-    if (!on_ring.ok || (given.ok && given.step_ms <= on_ring.step_ms)) return given;
-    p = std::move(ringed);
-    return on_ring;
+    return keep_faster(p, std::move(given), std::move(ringed), std::move(on_ring));
   }
   return split_and_evaluate(p);
 }
@@ -184,9 +190,7 @@ StepReport Measurer::split_and_evaluate(Placement& p) {
     if (weigh_replicas(weighed, device_sample_ms_) && recompute_where_needed(weighed, graph_, cluster_, batch_size_)) {
       StepReport by_speed = evaluator_.evaluate(weighed);
       StepReport even = fit_and_evaluate(p);
-      if (!by_speed.ok || (even.ok && even.step_ms <= by_speed.step_ms)) return even;
-      p = std::move(weighed);
-      return by_speed;
+      return keep_faster(p, std::move(even), std::move(weighed), std::move(by_speed));
     }
   }
   return fit_and_evaluate(p);
