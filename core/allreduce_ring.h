@@ -1,4 +1,4 @@
-// core/allreduce_ring.h — what a ring all-reduce among replicas costs on a cluster's links, and its cheapest order.
+// core/allreduce_ring.h — a ring all-reduce's cost on a cluster's links, and its cheapest order.
 //
 // A replicated group's devices all-reduce its gradients in a ring, in their
 // order (the runtime's ReplicaGroup and the simulator's CostModel both pace it

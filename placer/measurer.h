@@ -16,8 +16,8 @@
 // placement, the best valid pipeline (not data parallel: the refinement
 // climbs from it), a trace point each time the best improves, and the counts
 // of distinct placements evaluated and failed.
-// Data flow: Placement -> placement_key -> memo | validate -> order rings, weigh replicas -> recompute where needed -> check_memory ->
-//            Evaluator -> StepReport -> memo, best, trace.
+// Data flow: Placement -> placement_key -> memo | validate -> order rings, weigh replicas ->
+//            recompute where needed -> check_memory -> Evaluator -> StepReport -> memo, best, trace.
 // Thread safety: one thread (the search's); the evaluator is used by it only.
 #pragma once
 
@@ -79,7 +79,9 @@ class Measurer {
   void relabel_best(const std::string& source) { best_->first.source = source; }
 
  private:
-  StepReport check_and_evaluate(Placement& p);  // may reorder replica rings, mark recomputation or set replica weights
+  // Each may change p into what it scored: replica rings reordered,
+  // recomputation marked, replica weights set.
+  StepReport check_and_evaluate(Placement& p);  // as given or on the cheapest rings, the faster
   StepReport split_and_evaluate(Placement& p);  // the even split or, where faster, the one weighed by speed
   StepReport fit_and_evaluate(Placement& p);    // recomputes where that makes p fit
   void keep_if_best(const Placement& p, const StepReport& r, int iteration);
