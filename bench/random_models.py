@@ -12,7 +12,7 @@ Each model is one of:
   mlp:  a flat input of 16-4096, 1-8 linear + ReLU layers of width 16-8192,
         some pairs joined by a residual add, a classifier.
 They are not the zoo's and not placer/training_set's generators: inputs no
-method here was tuned on (bench/bench_random_models.sh). The same seed always
+method here was tuned on (bench/bench_random_clusters.sh, RANDOM_MODELS). The same seed always
 gives the same model.
 """
 import random
@@ -34,7 +34,7 @@ class Builder:
         return name
 
 
-def conv(b, inputs, out, kernel, r, bn=True):
+def conv(b, inputs, out, kernel, bn=True):
     y = b.add("conv2d", inputs, out=out, kernel=kernel, stride=1, padding=kernel // 2, groups=1, bias=not bn)
     if bn:
         y = b.add("batchnorm2d", [y], eps=1e-5)
@@ -48,10 +48,10 @@ def cnn(r, name):
     prev = []  # the stage's input: none for the first layer
     for stage in range(r.randint(2, min(6, side.bit_length() - 2))):
         width = min(256, width * r.choice([1, 2]))
-        x = conv(b, prev, width, r.choice([1, 3, 5]), r, bn=r.random() < 0.5)
+        x = conv(b, prev, width, r.choice([1, 3, 5]), bn=r.random() < 0.5)
         kind = r.choice(["plain", "residual", "towers"])
         if kind == "residual":
-            y = conv(b, [x], width, 3, r)
+            y = conv(b, [x], width, 3)
             y = b.add("conv2d", [y], out=width, kernel=3, stride=1, padding=1, groups=1, bias=True)
             x = b.add("relu", [b.add("add", [x, y])])
         elif kind == "towers":
@@ -59,14 +59,14 @@ def cnn(r, name):
             for t in r.sample(["1x1", "3x3", "3x3x2", "pool"], r.randint(2, 4)):
                 out = max(1, width // 2)
                 if t == "1x1":
-                    towers.append(conv(b, [x], out, 1, r))
+                    towers.append(conv(b, [x], out, 1))
                 elif t == "3x3":
-                    towers.append(conv(b, [conv(b, [x], out, 1, r)], out, 3, r))
+                    towers.append(conv(b, [conv(b, [x], out, 1)], out, 3))
                 elif t == "3x3x2":
-                    towers.append(conv(b, [conv(b, [conv(b, [x], out, 1, r)], out, 3, r)], out, 3, r))
+                    towers.append(conv(b, [conv(b, [conv(b, [x], out, 1)], out, 3)], out, 3))
                 else:
                     p = b.add("maxpool2d", [x], kernel=3, stride=1, padding=1, ceil_mode=False)
-                    towers.append(conv(b, [p], out, 1, r))
+                    towers.append(conv(b, [p], out, 1))
             x = b.add("concat", towers)
         x = b.add("maxpool2d", [x], kernel=2, stride=2, padding=0, ceil_mode=False)
         prev = [x]

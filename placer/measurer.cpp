@@ -171,11 +171,13 @@ StepReport Measurer::check_and_evaluate(Placement& p) {
   // the ring all-reduce's order matters (six devices of a random cluster:
   // 187.4 ms in index order, 131.1 ms in PipeDream's and on the cheapest
   // ring), so that order is scored too and the faster kept.
-  Placement ringed = p;
-  if (order_replica_rings(ringed, graph_, cluster_, device_sample_ms_)) {
-    StepReport given = split_and_evaluate(p);
-    StepReport on_ring = split_and_evaluate(ringed);
-    return keep_faster(p, std::move(given), std::move(ringed), std::move(on_ring));
+  if (p.has_replicated_groups() || p.data_parallel == DataParallelMode::bsp) {  // only these have rings
+    Placement ringed = p;
+    if (order_replica_rings(ringed, graph_, cluster_, device_sample_ms_)) {
+      StepReport given = split_and_evaluate(p);
+      StepReport on_ring = split_and_evaluate(ringed);
+      return keep_faster(p, std::move(given), std::move(ringed), std::move(on_ring));
+    }
   }
   return split_and_evaluate(p);
 }

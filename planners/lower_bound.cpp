@@ -39,10 +39,10 @@ class BoundTerms {
     const StageMemory mem(g);
     holds_.assign(static_cast<size_t>(L_) * D_, 0);
     held_bytes_.resize(L_);
-    for (int l = 0; l < L_; ++l)
+    for (int l = 0; l < L_; ++l) {
       held_bytes_[l] = training_state_bytes(g.layers[l].param_bytes()) + kept_bytes_per_sample(g, l);
-    for (int l = 0; l < L_; ++l)
       for (int d = 0; d < D_; ++d) holds_[idx(l, d)] = mem.fits(c.devices[d], l, l + 1, 1, 1);
+    }
     overhead_.resize(D_);
     for (int d = 0; d < D_; ++d) overhead_[d] = 2 * cal.layer_overhead_ms * cost.inverse_speed(d);
     work_terms();

@@ -11,6 +11,7 @@
 #include "simulator/simulator_evaluator.h"
 #include "simulator/cost_model.h"
 #include "tests/core/fake_evaluator.h"
+#include "tests/model/flat_library.h"
 
 using namespace tapp;
 
@@ -114,9 +115,7 @@ TEST_CASE("the search finds a device around another device's middle stage, which
   Cluster c = testing::equal_cluster(2);
   c.devices[1].speed = 0.5;
   c.devices[1].memory_mb = 8;
-  LayerLibrary lib = library_skeleton(*g);
-  lib.batch_size = 32;
-  for (auto& row : lib.rows) row.forward_ms = row.backward_ms = 32.0;
+  LayerLibrary lib = test::flat_library(*g, 32, 32.0, 32.0);
   auto cost = CostModel::build(*g, c, lib);
   REQUIRE(cost.is_ok());
   SimulatorEvaluator ev(*g, c, *cost, 32);

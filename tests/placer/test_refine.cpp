@@ -12,6 +12,7 @@
 #include "simulator/cost_model.h"
 #include "simulator/simulator_evaluator.h"
 #include "tests/core/fake_evaluator.h"
+#include "tests/model/flat_library.h"
 #include "tests/simulator/fixtures.h"
 
 using namespace tapp;
@@ -84,9 +85,7 @@ TEST_CASE("the refinement climbs from one device to towers side by side on two")
   for (Device& d : c.devices) d.memory_mb = 1024;
   c.default_link.bandwidth_mbps = 1e12;
   c.default_link.latency_ms = 0;
-  LayerLibrary lib = library_skeleton(g);
-  lib.batch_size = 8;
-  for (auto& row : lib.rows) row.forward_ms = row.backward_ms = 1.0;
+  LayerLibrary lib = test::flat_library(g, 8, 1.0, 1.0);
   auto cost = CostModel::build(g, c, lib);
   REQUIRE(cost.is_ok());
   SimulatorEvaluator ev(g, c, *cost, 8);

@@ -21,6 +21,7 @@
 #include "simulator/data_parallel.h"
 #include "simulator/simulator_evaluator.h"
 #include "tests/model/linear_chain.h"
+#include "tests/model/flat_library.h"
 
 using namespace tapp;
 
@@ -134,9 +135,7 @@ TEST_CASE("PipeDream's objective without replicas is the DP planner's bottleneck
   for (int i = 0; i < 3; ++i) c.devices.push_back(Device{"d" + std::to_string(i)});
   c.default_link.bandwidth_mbps = 1e6;
   c.default_link.latency_ms = 0;
-  LayerLibrary lib = library_skeleton(g);
-  lib.batch_size = 4;
-  for (auto& r : lib.rows) r.forward_ms = r.backward_ms = 1;  // 2 ms per layer for a micro-batch of 4
+  LayerLibrary lib = test::flat_library(g, 4, 1, 1);  // 2 ms per layer for a micro-batch of 4
   Case cs(g, c, {lib}, 8);
   StagePlan plain;
   plain.stage_begin = {0, 2};
@@ -282,9 +281,7 @@ TEST_CASE("pipelearn: clients replicate the first layers, the fastest device ser
     c.links.push_back(Link{client, "server", 20, 1});  // slow uplink
     c.links.push_back(Link{"server", client, 80, 1});
   }
-  LayerLibrary lib = library_skeleton(g);
-  lib.batch_size = 16;
-  for (auto& r : lib.rows) r.forward_ms = r.backward_ms = 2;
+  LayerLibrary lib = test::flat_library(g, 16, 2, 2);
   Case cs(g, c, {lib}, 16);
   SimulatorEvaluator ev = cs.evaluator();
   auto p = plan_pipelearn(cs.ctx, ev);
@@ -412,9 +409,7 @@ TEST_CASE("the bound's shares: a device that cannot hold the model, behind a slo
   Cluster c;
   c.devices = {Device{"big", "cpu", 1, 256}, Device{"small", "cpu", 1, 4}};
   c.links = {Link{"big", "small", 0.01, 0}, Link{"small", "big", 0.01, 0}};
-  LayerLibrary lib = library_skeleton(g);
-  lib.batch_size = 8;
-  for (auto& r : lib.rows) r.forward_ms = r.backward_ms = 1;
+  LayerLibrary lib = test::flat_library(g, 8, 1, 1);
   Case cs(g, c, {lib}, 8);
   auto bound = step_lower_bound(cs.g, cs.c, cs.cost, 8);
   REQUIRE_MESSAGE(bound.is_ok(), bound.error_message());
@@ -438,9 +433,7 @@ TEST_CASE("the lower bound is tight for one device and one micro-batch without o
   LayerGraph g = linear_chain({16, 16, 16});
   Cluster c;
   c.devices = {Device{"only"}};
-  LayerLibrary lib = library_skeleton(g);
-  lib.batch_size = 8;
-  for (auto& r : lib.rows) r.forward_ms = r.backward_ms = 1;
+  LayerLibrary lib = test::flat_library(g, 8, 1, 1);
   Case cs(g, c, {lib}, 8);
   auto bound = step_lower_bound(cs.g, cs.c, cs.cost, 8);
   REQUIRE(bound.is_ok());
@@ -454,9 +447,7 @@ TEST_CASE("a layer no device can hold: the bound and every planner say which lay
   LayerGraph g = linear_chain({4096, 4096, 10});
   Cluster c;
   c.devices = {Device{"small", "cpu", 1, 2}, Device{"smaller", "cpu", 1, 1}};
-  LayerLibrary lib = library_skeleton(g);
-  lib.batch_size = 8;
-  for (auto& r : lib.rows) r.forward_ms = r.backward_ms = 1;
+  LayerLibrary lib = test::flat_library(g, 8, 1, 1);
   Case cs(g, c, {lib}, 8);
   auto bound = step_lower_bound(cs.g, cs.c, cs.cost, 8);
   REQUIRE_FALSE(bound.is_ok());

@@ -13,6 +13,7 @@
 #include "core/cluster.h"
 #include "simulator/simulator.h"
 #include "simulator/task_graph.h"
+#include "tests/model/flat_library.h"
 #include "tests/simulator/fixtures.h"
 #include "tests/simulator/task_graph_reference.h"
 
@@ -22,16 +23,6 @@ using namespace tapp::test;
 namespace {
 
 
-// Every layer costs fwd_ms / bwd_ms per `batch` samples.
-LayerLibrary flat_library(const LayerGraph& g, int64_t batch, double fwd_ms, double bwd_ms) {
-  LayerLibrary lib = library_skeleton(g);
-  lib.batch_size = batch;
-  for (auto& r : lib.rows) {
-    r.forward_ms = fwd_ms;
-    r.backward_ms = bwd_ms;
-  }
-  return lib;
-}
 
 // Links fast enough to be free.
 
