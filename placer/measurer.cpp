@@ -6,6 +6,7 @@
 
 #include "core/allreduce_ring.h"
 #include "core/cluster.h"
+#include "core/memory_fit.h"
 #include "model/layer_graph.h"
 
 namespace tapp {
@@ -207,7 +208,8 @@ StepReport Measurer::fit_and_evaluate(Placement& p) {
   // placement: the memory estimate indexes its devices.) Its answer is
   // check_memory's, so the rule runs a second time only to word a failure.
   const bool fits = p.is_data_parallel() ? check_memory(p, graph_, cluster_, batch_size_).is_ok()
-                                         : recompute_where_needed(p, graph_, cluster_, batch_size_);
+                                         : recompute_where_needed(p, graph_, cluster_, batch_size_) ||
+                                               move_layers_to_fit(p, graph_, cluster_, batch_size_);
   if (!fits)
     return StepReport::failure(FailureKind::out_of_memory, check_memory(p, graph_, cluster_, batch_size_).message(),
                                evaluator_.name());

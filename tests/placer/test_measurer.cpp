@@ -72,7 +72,7 @@ TEST_CASE("the measurer keeps the best, traces each improvement and counts failu
   CHECK(m.failures() == 1);
   CHECK(m.evaluations() == 3);
   CHECK(ev.evaluations() == 2);
-  c.devices[0].memory_mb = 0;
+  c.devices[0].memory_mb = c.devices[1].memory_mb = 0;  // (one device of 0 MiB: its layers would move)
   Measurer tight(g, c, ev, 8);
   CHECK(tight.measure(two_stages(0, 1), 1).failure_kind == FailureKind::out_of_memory);
   CHECK(tight.failures() == 1);
@@ -167,6 +167,28 @@ TEST_CASE("the measurer recomputes the activations of a device that does not fit
   Measurer roomy(g, big, ev, 8);
   REQUIRE(roomy.measure(p, 1).ok);
   CHECK(roomy.best().group_recompute.empty());
+}
+
+TEST_CASE("where recomputing is not enough, layers move to a device that holds none, and the move is kept") {
+  // 16 -> 2048 x 4 -> 10 at batch 64, all on d0 (160 MiB): four 2048 x 2048 layers of 48 MiB of
+  // training state each do not fit it even recomputing; d1 (128 MiB) holds nothing.
+  const LayerGraph g = test::linear_chain({2048, 2048, 2048, 2048, 2048, 10});
+  Cluster c = equal_cluster(2, 160);
+  c.devices[1].memory_mb = 128;
+  const Placement p = Placement::single_device(6, 0, 2);
+  FakeEvaluator ev(std::vector<double>(6, 1.0), c);
+  Measurer m(g, c, ev, 64);
+  const StepReport& r = m.measure(p, 1);
+  CHECK_MESSAGE(r.ok, r.message);
+  REQUIRE(m.found());
+  CHECK(check_memory(m.best(), g, c, 64).is_ok());  // kept as evaluated: some layers on d1
+  int on_d1 = 0;
+  for (int i = 0; i < 6; ++i) on_d1 += m.best().device_of_layer(i) == 1;
+  CHECK(on_d1 > 0);
+  CHECK(on_d1 < 6);
+  m.measure(p, 2);  // the proposal as given is memoised
+  CHECK(ev.evaluations() == 1);
+  CHECK(m.failures() == 0);
 }
 
 TEST_CASE("replicas of different speeds are weighed so they finish together; equal ones are left round-robin") {

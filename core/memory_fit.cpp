@@ -1,0 +1,131 @@
+#include "core/memory_fit.h"
+
+#include <algorithm>
+#include <optional>
+#include <vector>
+
+#include "core/cluster.h"
+#include "core/placement.h"
+#include "model/layer_graph.h"
+
+namespace tapp {
+
+namespace {
+
+class LayerMover {
+ public:
+  LayerMover(const LayerGraph& g, const Cluster& c, int64_t batch_size)
+      : g_(g), c_(c), batch_size_(batch_size), consumers_(g.consumers()) {}
+
+  // Bytes by which the devices of q are over their memory (q recomputes every group).
+  double overflow(const Placement& q) const {
+    const std::vector<int64_t> bytes = estimate_device_memory_bytes(q, g_, c_, batch_size_);
+    double over = 0;
+    for (int d = 0; d < c_.num_devices(); ++d)
+      over += std::max<double>(0.0, static_cast<double>(bytes[d]) - static_cast<double>(device_memory_bytes(c_.devices[d])));
+    return over;
+  }
+
+  // The single move that lowers q's overflow most (none: no move lowers it):
+  // a run of a group's first or last 1, 2, 4, ... layers (in layer order)
+  // on a device that is over goes to a group on another device that one of
+  // them exchanges tensors with, or to a new group on a device that holds no
+  // layer. Runs, not single layers: cutting a chain anew adds the received
+  // buffers on both sides, which one small layer does not pay back.
+  std::optional<Placement> best_move(const Placement& q, double over) const {
+    const int D = c_.num_devices();
+    const std::vector<int64_t> bytes = estimate_device_memory_bytes(q, g_, c_, batch_size_);
+    std::vector<char> holds(D, 0);  // devices that run a layer
+    std::vector<std::vector<int>> members(q.num_groups());
+    for (int i = 0; i < static_cast<int>(q.layer_group.size()); ++i) {
+      members[q.layer_group[i]].push_back(i);
+      for (int d : q.devices_of_group(q.layer_group[i])) holds[d] = 1;
+    }
+    std::optional<Placement> best;
+    double best_over = over;
+    auto consider = [&](Placement t) {
+      const double o = overflow(t);
+      if (o < best_over) best_over = o, best = std::move(t);
+    };
+    for (int a = 0; a < q.num_groups(); ++a) {
+      const int d = q.group_device[a];
+      const int n = static_cast<int>(members[a].size());
+      if (n == 0 || q.replica_count(a) > 1 || bytes[d] <= device_memory_bytes(c_.devices[d])) continue;
+      for (bool from_end : {false, true})
+        for (int k = 1;; k = std::min(2 * k, n)) {
+          const auto first = members[a].begin() + (from_end ? n - k : 0);
+          const std::vector<int> run(first, first + k);
+          for (int b : neighbour_groups(q, run, d)) consider(moved(q, run, b));
+          for (int e = 0; e < D; ++e)
+            if (!holds[e]) consider(moved(with_group_on(q, e), run, q.num_groups()));
+          if (k == n) break;
+        }
+    }
+    // No layer can go: smaller micro-batches keep fewer activations.
+    if (!best && q.micro_batches * 2 <= batch_size_) {
+      Placement t = q;
+      t.micro_batches *= 2;
+      if (validate_placement(t, g_, c_, batch_size_).is_ok()) consider(std::move(t));
+    }
+    return best;
+  }
+
+ private:
+  static Placement moved(Placement q, const std::vector<int>& run, int group) {
+    for (int i : run) q.layer_group[i] = group;
+    return q;
+  }
+  // The groups, not replicated and not on device d, that hold a producer or
+  // a consumer of a layer of `run`.
+  std::vector<int> neighbour_groups(const Placement& q, const std::vector<int>& run, int d) const {
+    std::vector<int> out;
+    auto add = [&](int j) {
+      const int b = q.layer_group[j];
+      if (q.group_device[b] != d && q.replica_count(b) == 1 && std::find(out.begin(), out.end(), b) == out.end())
+        out.push_back(b);
+    };
+    for (int i : run) {
+      for (int j : g_.layers[i].inputs) add(j);
+      for (int j : consumers_[i]) add(j);
+    }
+    return out;
+  }
+  // q with one more group, on device e, empty and recomputing.
+  static Placement with_group_on(Placement q, int e) {
+    q.group_device.push_back(e);
+    if (!q.group_replicas.empty()) q.group_replicas.emplace_back();
+    if (!q.group_replica_weights.empty()) q.group_replica_weights.emplace_back();
+    q.group_recompute.push_back(1);
+    return q;
+  }
+
+  const LayerGraph& g_;
+  const Cluster& c_;
+  int64_t batch_size_;
+  std::vector<std::vector<int>> consumers_;
+};
+
+}  // namespace
+
+bool move_layers_to_fit(Placement& p, const LayerGraph& g, const Cluster& c, int64_t batch_size) {
+  if (p.is_data_parallel() || p.schedule == Schedule::al || g.is_al_form()) return false;
+  const LayerMover mover(g, c, batch_size);
+  Placement q = p;
+  q.group_recompute.assign(q.num_groups(), 1);
+  double over = mover.overflow(q);
+  // Each move lowers the overflow; the bound only guards against a long crawl.
+  const int max_moves = static_cast<int>(g.layers.size()) + 4 * c.num_devices();
+  for (int move = 0; over > 0 && move < max_moves; ++move) {
+    std::optional<Placement> next = mover.best_move(q, over);
+    if (!next) break;
+    q = std::move(*next);
+    over = mover.overflow(q);
+  }
+  if (over > 0) return false;
+  q.group_recompute.clear();
+  if (!recompute_where_needed(q, g, c, batch_size) || !validate_placement(q, g, c, batch_size).is_ok()) return false;
+  p = std::move(q);
+  return true;
+}
+
+}  // namespace tapp

@@ -1,0 +1,147 @@
+// move_layers_to_fit: layers leave the devices a placement overfills, for
+// the proposals that recomputation alone does not fit.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "core/cluster.h"
+#include "core/memory_fit.h"
+#include "core/placement.h"
+#include "model/layer_graph.h"
+#include "model/zoo.h"
+#include "tests/core/fake_evaluator.h"
+#include "tests/model/linear_chain.h"
+#include "tests/model/tiny_transformer.h"
+
+using namespace tapp;
+
+namespace {
+
+constexpr int64_t kMiB = 1 << 20;
+
+// The memory each device needs for p with every group recomputing (the least recomputation gives).
+std::vector<int64_t> least_bytes(Placement p, const LayerGraph& g, const Cluster& c, int64_t batch) {
+  p.group_recompute.assign(p.num_groups(), 1);
+  return estimate_device_memory_bytes(p, g, c, batch);
+}
+
+// A chain cut into `groups` contiguous groups at random, on a random order of the devices.
+Placement random_pipeline(int layers, int groups, std::mt19937_64& rng) {
+  Placement p;
+  std::vector<int> cuts;
+  for (int i = 1; i < layers; ++i) cuts.push_back(i);
+  std::shuffle(cuts.begin(), cuts.end(), rng);
+  cuts.resize(static_cast<size_t>(groups - 1));
+  std::sort(cuts.begin(), cuts.end());
+  for (int i = 0, g = 0; i < layers; ++i) {
+    while (g < groups - 1 && i >= cuts[g]) ++g;
+    p.layer_group.push_back(g);
+  }
+  for (int g = 0; g < groups; ++g) p.group_device.push_back(g);
+  std::shuffle(p.group_device.begin(), p.group_device.end(), rng);
+  p.micro_batches = 1 << (rng() % 4);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("move_layers_to_fit moves a chain's end to an idle device when one device holds it all") {
+  // 16 -> 2048 x 4 -> 10 at batch 64: each 2048 x 2048 layer holds 16 MiB of weights (48 MiB with its
+  // gradients and momentum); all on d0 (160 MiB) does not fit even recomputing, d1 (128 MiB) stands idle.
+  const LayerGraph g = test::linear_chain({2048, 2048, 2048, 2048, 2048, 10});
+  Cluster c = testing::equal_cluster(2, 160);
+  c.devices[1].memory_mb = 128;
+  Placement p = Placement::single_device(6, 0, 2);
+  const int64_t batch = 64;
+  REQUIRE_FALSE(recompute_where_needed(p, g, c, batch));
+  const Placement before = p;
+  REQUIRE(move_layers_to_fit(p, g, c, batch));
+  CHECK(check_memory(p, g, c, batch).is_ok());
+  CHECK(validate_placement(p, g, c, batch).is_ok());
+  // The moved layers are a run at one end of the chain, in one new group on d1.
+  std::vector<int> on_d1;
+  for (int i = 0; i < 6; ++i)
+    if (p.device_of_layer(i) == 1) on_d1.push_back(i);
+  REQUIRE_FALSE(on_d1.empty());
+  CHECK(on_d1.size() < 6);
+  CHECK(on_d1.back() - on_d1.front() + 1 == static_cast<int>(on_d1.size()));
+  CHECK((on_d1.front() == 0 || on_d1.back() == 5));
+  CHECK(p.num_groups() == 2);
+  CHECK(p.micro_batches == before.micro_batches);
+}
+
+TEST_CASE("move_layers_to_fit leaves a placement unchanged where nothing fits, and replicas where they are") {
+  const LayerGraph g = test::linear_chain({2048, 2048, 2048, 10});
+  const int64_t batch = 64;
+  // Two devices of 40 MiB: a 2048 x 2048 layer's training state alone is 48 MiB.
+  Cluster tiny = testing::equal_cluster(2, 40);
+  Placement p = Placement::single_device(4, 0, 2);
+  const Placement before = p;
+  CHECK_FALSE(move_layers_to_fit(p, g, tiny, batch));
+  CHECK(p.layer_group == before.layer_group);
+  CHECK(p.group_device == before.group_device);
+  CHECK(p.micro_batches == before.micro_batches);
+  // A replicated group keeps its layers; the other group's layers (96 MiB of training state,
+  // on 100 MiB) move in part to the idle device.
+  Cluster c = testing::equal_cluster(4, 128);
+  c.devices[0].memory_mb = c.devices[1].memory_mb = 80;
+  c.devices[2].memory_mb = 100;
+  Placement r;
+  r.layer_group = {0, 1, 1, 1};
+  r.group_device = {0, 2};
+  r.group_replicas = {{1}, {}};
+  r.micro_batches = 2;
+  REQUIRE_FALSE(recompute_where_needed(r, g, c, batch));
+  REQUIRE(move_layers_to_fit(r, g, c, batch));
+  CHECK(check_memory(r, g, c, batch).is_ok());
+  CHECK(r.layer_group[0] == 0);
+  CHECK(r.devices_of_group(0) == std::vector<int>{0, 1});
+  for (int i = 1; i < 4; ++i) CHECK(r.group_device[r.layer_group[i]] >= 2);
+}
+
+TEST_CASE("move_layers_to_fit finds a fit where a planted one exists, on random chains, DAGs and clusters") {
+  // Each case plants a placement, sizes every device to what that placement needs of it (recomputing)
+  // plus up to 30%, and starts from another placement that does not fit. What comes back fits and is
+  // valid; a failure leaves the placement unchanged.
+  std::mt19937_64 rng(20261130);
+  const LayerGraph inception = *zoo_model("tiny_inception");
+  const LayerGraph transformer = *zoo_model("gpt2", test::tiny_transformer(16, 500, 3, 64, 4));  // tied head
+  int tried = 0, fitted = 0;
+  for (int n = 0; n < 120; ++n) {
+    std::vector<int64_t> widths;
+    const int chain = 4 + static_cast<int>(rng() % 12);
+    for (int i = 0; i < chain; ++i) widths.push_back(64 << (rng() % 6));
+    const LayerGraph random_chain = test::linear_chain(widths);
+    const LayerGraph& g = n % 3 == 0 ? random_chain : n % 3 == 1 ? inception : transformer;
+    const int L = static_cast<int>(g.layers.size());
+    const int D = 2 + static_cast<int>(rng() % 5);
+    const int64_t batch = 32 << (rng() % 3);
+    Cluster c = testing::equal_cluster(D, 1);
+    const Placement planted = random_pipeline(L, std::min(D, L), rng);
+    const std::vector<int64_t> need = least_bytes(planted, g, c, batch);
+    for (int d = 0; d < D; ++d) {
+      const double slack = 1.0 + 0.3 * std::uniform_real_distribution<double>(0, 1)(rng);
+      c.devices[d].memory_mb = std::max<int64_t>(1, static_cast<int64_t>(need[d] * slack / kMiB) + 1);
+    }
+    // The start: the planted groups on other devices, or fewer groups (possibly one).
+    Placement start = n % 2 == 0 ? random_pipeline(L, 1 + static_cast<int>(rng() % std::min(D, L)), rng) : planted;
+    if (n % 2 == 1) std::shuffle(start.group_device.begin(), start.group_device.end(), rng);
+    start.micro_batches = planted.micro_batches;
+    if (recompute_where_needed(start, g, c, batch)) continue;
+    ++tried;
+    const Placement before = start;
+    if (move_layers_to_fit(start, g, c, batch)) {
+      ++fitted;
+      CHECK(check_memory(start, g, c, batch).is_ok());
+      CHECK(validate_placement(start, g, c, batch).is_ok());
+    } else {
+      CHECK(start.layer_group == before.layer_group);
+      CHECK(start.group_device == before.group_device);
+    }
+  }
+  MESSAGE("fitted " << fitted << " of " << tried);
+  REQUIRE(tried >= 40);
+  CHECK(fitted * 10 >= tried * 6);
+}
