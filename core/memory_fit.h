@@ -24,7 +24,7 @@ struct Placement;
 // recomputing, or no single move lowers the overflow; where it fits, clears
 // the recompute flags and marks recomputation where needed
 // (recompute_where_needed) and returns true. Otherwise `p` is left unchanged
-// and it returns false. Deterministic; at most one move per layer and group.
+// and it returns false. Deterministic; at most 2 x devices + 8 moves.
 bool move_layers_to_fit(Placement& p, const LayerGraph& g, const Cluster& c, int64_t batch_size);
 
 }  // namespace tapp

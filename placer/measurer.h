@@ -5,7 +5,10 @@
 // measure(). A placement seen before is answered from the memo (so `measure`
 // never runs a duplicate on the workers); a new one is validated, gets
 // activation recomputation on the stages of a device that does not fit
-// without it (the planners' rule, core's recompute_where_needed), gets
+// without it (the planners' rule, core's recompute_where_needed) and, where
+// that is not enough, layers moved off the devices it overfills (core's
+// move_layers_to_fit: a proposal of the policy's on devices far apart in
+// memory, which its masks, by lower bounds, let through), gets
 // replica weights by its devices' speeds where replicated groups have none
 // and the search gave those speeds (replicas that differ in speed take
 // micro-batches in proportion, when that still fits memory), is scored with
@@ -17,7 +20,8 @@
 // climbs from it), a trace point each time the best improves, and the counts
 // of distinct placements evaluated and failed.
 // Data flow: Placement -> placement_key -> memo | validate -> order rings, weigh replicas ->
-//            recompute where needed -> check_memory -> Evaluator -> StepReport -> memo, best, trace.
+//            recompute where needed | move layers to fit -> check_memory -> Evaluator -> StepReport
+//            -> memo, best, trace.
 // Thread safety: one thread (the search's); the evaluator is used by it only.
 #pragma once
 
@@ -83,7 +87,7 @@ class Measurer {
   // recomputation marked, replica weights set.
   StepReport check_and_evaluate(Placement& p);  // as given or on the cheapest rings, the faster
   StepReport split_and_evaluate(Placement& p);  // the even split or, where faster, the one weighed by speed
-  StepReport fit_and_evaluate(Placement& p);    // recomputes where that makes p fit
+  StepReport fit_and_evaluate(Placement& p);    // recomputes, else moves layers, where that makes p fit
   void keep_if_best(const Placement& p, const StepReport& r, int iteration);
 
   const LayerGraph& graph_;
