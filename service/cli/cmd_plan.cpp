@@ -82,13 +82,17 @@ std::string describe(const Placement& p, const LayerGraph& g, const Cluster& c) 
 void print_report(const StepReport& r, std::ostream& os) {
   os << "step " << fixed(r.step_ms, 2) << " ms (" << r.source << ")  communication fraction "
      << fixed(r.comm_fraction, 3) << "\n";
-  size_t w = 6;
-  for (const auto& d : r.devices) w = std::max(w, d.device.size());
-  os << "  " << std::left << std::setw(static_cast<int>(w)) << "device" << std::right << std::setw(10) << "busy ms"
-     << std::setw(10) << "comm ms" << std::setw(10) << "idle ms" << std::setw(12) << "memory MiB" << "\n";
+  size_t w = 6, t = 10;  // t: the time columns, wide enough for a step of hours
+  for (const auto& d : r.devices) {
+    w = std::max(w, d.device.size());
+    for (double ms : {d.busy_ms, d.comm_ms, d.idle_ms}) t = std::max(t, fixed(ms, 2).size() + 2);
+  }
+  const int tw = static_cast<int>(t);
+  os << "  " << std::left << std::setw(static_cast<int>(w)) << "device" << std::right << std::setw(tw) << "busy ms"
+     << std::setw(tw) << "comm ms" << std::setw(tw) << "idle ms" << std::setw(12) << "memory MiB" << "\n";
   for (const auto& d : r.devices)
-    os << "  " << std::left << std::setw(static_cast<int>(w)) << d.device << std::right << std::setw(10)
-       << fixed(d.busy_ms, 2) << std::setw(10) << fixed(d.comm_ms, 2) << std::setw(10) << fixed(d.idle_ms, 2)
+    os << "  " << std::left << std::setw(static_cast<int>(w)) << d.device << std::right << std::setw(tw)
+       << fixed(d.busy_ms, 2) << std::setw(tw) << fixed(d.comm_ms, 2) << std::setw(tw) << fixed(d.idle_ms, 2)
        << std::setw(12) << fixed(d.peak_memory_bytes / 1048576.0, 1) << "\n";
   for (const auto& warning : r.warnings) os << "note: " << warning << "\n";
 }
