@@ -15,7 +15,7 @@ namespace {
 class LayerMover {
  public:
   LayerMover(const LayerGraph& g, const Cluster& c, int64_t batch_size)
-      : g_(g), c_(c), batch_size_(batch_size), consumers_(g.consumers()) {}
+      : g_(g), c_(c), batch_size_(batch_size), consumers_(g.consumers()), memory_(g) {}
 
   // Bytes by which the devices of q are over their memory (q recomputes every group).
   double overflow(const Placement& q) const {
@@ -71,14 +71,13 @@ class LayerMover {
       const int n = static_cast<int>(members[a].size());
       if (n == 0 || q.replica_count(a) > 1 || bytes[d] <= device_memory_bytes(c_.devices[d])) continue;
       for (bool from_end : {false, true})
-        for (int k = 1;; k = std::min(2 * k, n)) {
+        for (int k : run_lengths(members[a], from_end)) {
           const auto first = members[a].begin() + (from_end ? n - k : 0);
           const std::vector<int> run(first, first + k);
           for (int b : neighbour_groups(q, run, d))
             if (score({a, k, b, -1, from_end}, run)) return best;
           for (int e = 0; e < D; ++e)
             if (!holds[e] && score({a, k, -1, e, from_end}, run)) return best;
-          if (k == n) break;
         }
     }
     // No layer can go: smaller micro-batches keep fewer activations.
@@ -111,6 +110,26 @@ class LayerMover {
   }
 
  private:
+  // The lengths of the runs tried from one end of a group (its layers in
+  // order): in each of [1, 2), [2, 4), [4, 8), ... the length whose cut
+  // crosses the fewest bytes (a transformer block's end, not its middle,
+  // where the residual and the branch both cross), and the whole group.
+  std::vector<int> run_lengths(const std::vector<int>& members, bool from_end) const {
+    const int n = static_cast<int>(members.size());
+    std::vector<int> out;
+    for (int lo = 1; lo < n; lo *= 2) {
+      int best = lo;
+      int64_t fewest = -1;
+      for (int k = lo; k < std::min(2 * lo, n); ++k) {
+        // The run's cut in layer order: after its last layer, or before its first.
+        const int64_t bytes = memory_.cut_bytes(from_end ? members[n - k] : members[k - 1] + 1);
+        if (fewest < 0 || bytes < fewest) fewest = bytes, best = k;
+      }
+      out.push_back(best);
+    }
+    out.push_back(n);
+    return out;
+  }
   // The groups, not replicated and not on device d, that hold a producer or
   // a consumer of a layer of `run`.
   std::vector<int> neighbour_groups(const Placement& q, const std::vector<int>& run, int d) const {
@@ -139,6 +158,7 @@ class LayerMover {
   const Cluster& c_;
   int64_t batch_size_;
   std::vector<std::vector<int>> consumers_;
+  StageMemory memory_;  // for the bytes each cut in layer order crosses
 };
 
 }  // namespace

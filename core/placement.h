@@ -226,6 +226,8 @@ class StageMemory {
  public:
   explicit StageMemory(const LayerGraph& g, Optimizer o = Optimizer::sgd);
   int64_t param_bytes(int first, int end) const { return param_prefix_[end] - param_prefix_[first]; }
+  // Bytes per sample of the outputs of layers < j read by layers >= j (a cut before layer j).
+  int64_t cut_bytes(int j) const { return cut_[j]; }
   MemoryBreakdown breakdown(int first, int end, int64_t samples, int64_t in_flight, bool recompute = false,
                             int64_t micro_batches = 0) const;
   int64_t bytes(int first, int end, int64_t samples, int64_t in_flight, bool recompute = false,
