@@ -32,6 +32,7 @@ class LayerMover {
   struct Move {
     int group = -1, count = 0, to_group = -1, to_device = -1;
     bool from_end = false, more_micro_batches = false;
+    double over = 0;  // the bytes over once it is made
   };
 
   // The single move that lowers q's overflow most (none: no move lowers it):
@@ -63,7 +64,7 @@ class LayerMover {
       for (int i : run) t.layer_group[i] = to;
       const double o = overflow(t);
       for (int i : run) t.layer_group[i] = m.group;
-      if (o < best_over) best_over = o, best = m;
+      if (o < best_over) best_over = o, best = m, best->over = o;
       return o <= 0;
     };
     for (int a = 0; a < q.num_groups(); ++a) {
@@ -84,10 +85,11 @@ class LayerMover {
     if (!best && q.micro_batches * 2 <= batch_size_) {
       Placement more = q;
       more.micro_batches *= 2;
-      if (validate_placement(more, g_, c_, batch_size_).is_ok() && overflow(more) < over) {
-        Move m;
-        m.more_micro_batches = true;
-        best = m;
+      const double o = validate_placement(more, g_, c_, batch_size_).is_ok() ? overflow(more) : over;
+      if (o < over) {
+        best.emplace();
+        best->more_micro_batches = true;
+        best->over = o;
       }
     }
     return best;
@@ -176,7 +178,7 @@ bool move_layers_to_fit(Placement& p, const LayerGraph& g, const Cluster& c, int
     const std::optional<LayerMover::Move> next = mover.best_move(q, over);
     if (!next) break;
     q = LayerMover::apply(std::move(q), *next);
-    over = mover.overflow(q);
+    over = next->over;
   }
   if (over > 0) return false;
   q.group_recompute.clear();
