@@ -22,7 +22,7 @@ class LayerMover {
     const std::vector<int64_t> bytes = estimate_device_memory_bytes(q, g_, c_, batch_size_);
     double over = 0;
     for (int d = 0; d < c_.num_devices(); ++d)
-      over += std::max<double>(0.0, static_cast<double>(bytes[d]) - static_cast<double>(device_memory_bytes(c_.devices[d])));
+      over += std::max<double>(0.0, static_cast<double>(bytes[d] - device_memory_bytes(c_.devices[d])));
     return over;
   }
 
@@ -36,7 +36,7 @@ class LayerMover {
   };
 
   // The single move that lowers q's overflow most (none: no move lowers it):
-  // a run of a group's first or last 1, 2, 4, ... layers on a device that is
+  // a run of a group's first or last layers (run_lengths) on a device that is
   // over goes to a group on another device that one of them exchanges
   // tensors with, or to a new group on a device that holds no layer. Runs,
   // not single layers: cutting a chain anew adds the received buffers on
@@ -107,7 +107,8 @@ class LayerMover {
     const int to = m.to_group >= 0 ? m.to_group : q.num_groups();
     if (m.to_group < 0) q = with_group_on(std::move(q), m.to_device);
     const int n = static_cast<int>(members.size());
-    for (int r = m.from_end ? n - m.count : 0, end = r + m.count; r < end; ++r) q.layer_group[members[r]] = to;
+    for (int r = m.from_end ? n - m.count : 0, end = r + m.count; r < end; ++r)
+      q.layer_group[members[r]] = to;
     return q;
   }
 
@@ -138,7 +139,8 @@ class LayerMover {
     std::vector<int> out;
     auto add = [&](int j) {
       const int b = q.layer_group[j];
-      if (q.group_device[b] != d && q.replica_count(b) == 1 && std::find(out.begin(), out.end(), b) == out.end())
+      if (q.group_device[b] != d && q.replica_count(b) == 1 &&
+          std::find(out.begin(), out.end(), b) == out.end())
         out.push_back(b);
     };
     for (int i : run) {
@@ -171,8 +173,8 @@ bool move_layers_to_fit(Placement& p, const LayerGraph& g, const Cluster& c, int
   Placement q = p;
   q.group_recompute.assign(q.num_groups(), 1);
   double over = mover.overflow(q);
-  // Each move lowers the overflow. A fit takes a few moves a device (gpt2_medium's
-  // proposals on four devices: at most 13); a longer crawl is cut short.
+  // Each move lowers the overflow. A fit takes a few moves a device; a longer
+  // crawl is cut short.
   const int max_moves = 2 * c.num_devices() + 8;
   for (int move = 0; over > 0 && move < max_moves; ++move) {
     const std::optional<LayerMover::Move> next = mover.best_move(q, over);
@@ -182,7 +184,8 @@ bool move_layers_to_fit(Placement& p, const LayerGraph& g, const Cluster& c, int
   }
   if (over > 0) return false;
   q.group_recompute.clear();
-  if (!recompute_where_needed(q, g, c, batch_size) || !validate_placement(q, g, c, batch_size).is_ok()) return false;
+  if (!recompute_where_needed(q, g, c, batch_size) || !validate_placement(q, g, c, batch_size).is_ok())
+    return false;
   p = std::move(q);
   return true;
 }

@@ -126,7 +126,8 @@ TEST_CASE("move_layers_to_fit finds a fit where a planted one exists, on random 
       c.devices[d].memory_mb = std::max<int64_t>(1, static_cast<int64_t>(need[d] * slack / kMiB) + 1);
     }
     // The start: the planted groups on other devices, or fewer groups (possibly one).
-    Placement start = n % 2 == 0 ? random_pipeline(L, 1 + static_cast<int>(rng() % std::min(D, L)), rng) : planted;
+    Placement start =
+        n % 2 == 0 ? random_pipeline(L, 1 + static_cast<int>(rng() % std::min(D, L)), rng) : planted;
     if (n % 2 == 1) std::shuffle(start.group_device.begin(), start.group_device.end(), rng);
     start.micro_batches = planted.micro_batches;
     if (recompute_where_needed(start, g, c, batch)) continue;
