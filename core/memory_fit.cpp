@@ -10,41 +10,48 @@
 
 namespace tapp {
 
-namespace {
-
-class LayerMover {
+// The moves themselves; LayerMover::fit makes them one after another.
+class LayerMover::Moves {
  public:
-  LayerMover(const LayerGraph& g, const Cluster& c, int64_t batch_size)
+  Moves(const LayerGraph& g, const Cluster& c, int64_t batch_size)
       : g_(g), c_(c), batch_size_(batch_size), consumers_(g.consumers()), memory_(g) {}
 
-  // Bytes by which the devices of q are over their memory (q recomputes every group).
-  double overflow(const Placement& q) const {
-    const std::vector<int64_t> bytes = estimate_device_memory_bytes(q, g_, c_, batch_size_);
+  const LayerGraph& graph() const { return g_; }
+  // Each device's bytes for q (q recomputes every group).
+  std::vector<int64_t> device_bytes(const Placement& q) const {
+    return estimate_device_memory_bytes(q, g_, c_, batch_size_);
+  }
+  // Marks recomputation where needed on q (recompute_where_needed); whether q then fits and is valid.
+  bool recompute_to_fit(Placement& q) const {
+    return recompute_where_needed(q, g_, c_, batch_size_) && validate_placement(q, g_, c_, batch_size_).is_ok();
+  }
+  // The bytes by which the devices are over their memory.
+  double overflow(const std::vector<int64_t>& bytes) const {
     double over = 0;
     for (int d = 0; d < c_.num_devices(); ++d)
       over += std::max<double>(0.0, static_cast<double>(bytes[d] - device_memory_bytes(c_.devices[d])));
     return over;
   }
 
-  // A move: the first or last `count` layers (in layer order) of `group` go
-  // to `to_group`, or (to_group -1) to a new group on `to_device`; or, with
-  // `more_micro_batches`, the micro-batches double.
+  // A move: the layers of `run` (a run of one group's first or last layers)
+  // go to `to_group`, or (to_group -1) to a new group on `to_device`; or,
+  // with `run` empty, the micro-batches double.
   struct Move {
-    int group = -1, count = 0, to_group = -1, to_device = -1;
-    bool from_end = false, more_micro_batches = false;
-    double over = 0;  // the bytes over once it is made
+    std::vector<int> run;
+    int to_group = -1, to_device = -1;
+    std::vector<int64_t> bytes;  // each device's bytes once it is made
+    double over = 0;             // and the bytes over
   };
 
-  // The single move that lowers q's overflow most (none: no move lowers it):
-  // a run of a group's first or last layers (run_lengths) on a device that is
-  // over goes to a group on another device that one of them exchanges
-  // tensors with, or to a new group on a device that holds no layer. Runs,
-  // not single layers: cutting a chain anew adds the received buffers on
-  // both sides, which one small layer does not pay back. The first move that
-  // leaves no device over is taken as it is.
-  std::optional<Move> best_move(const Placement& q, double over) const {
+  // The single move that lowers q's overflow (`over`, from its devices'
+  // `bytes`) most (none: no move lowers it): a run of a group's first or last
+  // layers (run_lengths) on a device that is over goes to a group on another
+  // device that one of them exchanges tensors with, or to a new group on a
+  // device that holds no layer. Runs, not single layers: cutting a chain anew
+  // adds the received buffers on both sides, which one small layer does not
+  // pay back. The first move that leaves no device over is taken as it is.
+  std::optional<Move> best_move(const Placement& q, const std::vector<int64_t>& bytes, double over) const {
     const int D = c_.num_devices();
-    const std::vector<int64_t> bytes = estimate_device_memory_bytes(q, g_, c_, batch_size_);
     std::vector<char> holds(D, 0);  // devices that run a layer
     std::vector<std::vector<int>> members(q.num_groups());
     for (int i = 0; i < static_cast<int>(q.layer_group.size()); ++i) {
@@ -56,15 +63,15 @@ class LayerMover {
     const int spare = q.num_groups();
     Placement t = with_group_on(q, 0);
     std::optional<Move> best;
-    double best_over = over;
-    // Scores m on run; true once nothing is over (no move can do better).
-    auto score = [&](const Move& m, const std::vector<int>& run) {
-      const int to = m.to_group >= 0 ? m.to_group : spare;
-      if (m.to_group < 0) t.group_device[spare] = m.to_device;
+    // Scores a move of `run` from group a; true once nothing is over (no move can do better).
+    auto score = [&](int a, const std::vector<int>& run, int to_group, int to_device) {
+      const int to = to_group >= 0 ? to_group : spare;
+      if (to_group < 0) t.group_device[spare] = to_device;
       for (int i : run) t.layer_group[i] = to;
-      const double o = overflow(t);
-      for (int i : run) t.layer_group[i] = m.group;
-      if (o < best_over) best_over = o, best = m, best->over = o;
+      std::vector<int64_t> after = device_bytes(t);
+      for (int i : run) t.layer_group[i] = a;
+      const double o = overflow(after);
+      if (o < (best ? best->over : over)) best = Move{run, to_group, to_device, std::move(after), o};
       return o <= 0;
     };
     for (int a = 0; a < q.num_groups(); ++a) {
@@ -76,20 +83,19 @@ class LayerMover {
           const auto first = members[a].begin() + (from_end ? n - k : 0);
           const std::vector<int> run(first, first + k);
           for (int b : neighbour_groups(q, run, d))
-            if (score({a, k, b, -1, from_end}, run)) return best;
+            if (score(a, run, b, -1)) return best;
           for (int e = 0; e < D; ++e)
-            if (!holds[e] && score({a, k, -1, e, from_end}, run)) return best;
+            if (!holds[e] && score(a, run, -1, e)) return best;
         }
     }
     // No layer can go: smaller micro-batches keep fewer activations.
     if (!best && q.micro_batches * 2 <= batch_size_) {
       Placement more = q;
       more.micro_batches *= 2;
-      const double o = validate_placement(more, g_, c_, batch_size_).is_ok() ? overflow(more) : over;
-      if (o < over) {
-        best.emplace();
-        best->more_micro_batches = true;
-        best->over = o;
+      if (validate_placement(more, g_, c_, batch_size_).is_ok()) {
+        std::vector<int64_t> after = device_bytes(more);
+        const double o = overflow(after);
+        if (o < over) best = Move{{}, -1, -1, std::move(after), o};
       }
     }
     return best;
@@ -97,18 +103,13 @@ class LayerMover {
 
   // q after move m.
   static Placement apply(Placement q, const Move& m) {
-    if (m.more_micro_batches) {
+    if (m.run.empty()) {
       q.micro_batches *= 2;
       return q;
     }
-    std::vector<int> members;
-    for (int i = 0; i < static_cast<int>(q.layer_group.size()); ++i)
-      if (q.layer_group[i] == m.group) members.push_back(i);
     const int to = m.to_group >= 0 ? m.to_group : q.num_groups();
     if (m.to_group < 0) q = with_group_on(std::move(q), m.to_device);
-    const int n = static_cast<int>(members.size());
-    for (int r = m.from_end ? n - m.count : 0, end = r + m.count; r < end; ++r)
-      q.layer_group[members[r]] = to;
+    for (int i : m.run) q.layer_group[i] = to;
     return q;
   }
 
@@ -165,29 +166,37 @@ class LayerMover {
   StageMemory memory_;  // for the bytes each cut in layer order crosses
 };
 
-}  // namespace
+LayerMover::LayerMover(const LayerGraph& g, const Cluster& c, int64_t batch_size)
+    : moves_(std::make_unique<const Moves>(g, c, batch_size)) {}
+LayerMover::~LayerMover() = default;
+LayerMover::LayerMover(LayerMover&&) noexcept = default;
 
-bool move_layers_to_fit(Placement& p, const LayerGraph& g, const Cluster& c, int64_t batch_size) {
+bool LayerMover::fit(Placement& p) const {
+  const LayerGraph& g = moves_->graph();
   if (p.is_data_parallel() || p.schedule == Schedule::al || g.is_al_form()) return false;
-  const LayerMover mover(g, c, batch_size);
   Placement q = p;
   q.group_recompute.assign(q.num_groups(), 1);
-  double over = mover.overflow(q);
+  std::vector<int64_t> bytes = moves_->device_bytes(q);
+  double over = moves_->overflow(bytes);
   // Each move lowers the overflow. A fit takes a few moves a device; a longer
   // crawl is cut short.
-  const int max_moves = 2 * c.num_devices() + 8;
+  const int max_moves = 2 * static_cast<int>(bytes.size()) + 8;
   for (int move = 0; over > 0 && move < max_moves; ++move) {
-    const std::optional<LayerMover::Move> next = mover.best_move(q, over);
+    std::optional<Moves::Move> next = moves_->best_move(q, bytes, over);
     if (!next) break;
-    q = LayerMover::apply(std::move(q), *next);
+    q = Moves::apply(std::move(q), *next);
+    bytes = std::move(next->bytes);
     over = next->over;
   }
   if (over > 0) return false;
   q.group_recompute.clear();
-  if (!recompute_where_needed(q, g, c, batch_size) || !validate_placement(q, g, c, batch_size).is_ok())
-    return false;
+  if (!moves_->recompute_to_fit(q)) return false;
   p = std::move(q);
   return true;
+}
+
+bool move_layers_to_fit(Placement& p, const LayerGraph& g, const Cluster& c, int64_t batch_size) {
+  return LayerMover(g, c, batch_size).fit(p);
 }
 
 }  // namespace tapp

@@ -1,6 +1,6 @@
 // core/memory_fit.h — moves layers off the devices that a placement overfills.
 //
-// Owns `move_layers_to_fit`: the step after recompute_where_needed for a
+// Owns `LayerMover` and `move_layers_to_fit`: the step after recompute_where_needed for a
 // proposal that recomputation alone does not fit (a learned placer's
 // proposal on devices far apart in memory: four groups on the one large
 // device while three small ones stand idle). One layer at a time, the move
@@ -10,9 +10,10 @@
 // a device that holds none. Replicated groups, data parallelism and AL
 // placements are left as they are. Memory is core's rule (estimate_device_memory).
 // Data flow: Placement (over memory) -> moved layers -> Placement (fits) | unchanged.
-// Thread safety: plain functions.
+// Thread safety: a LayerMover is immutable once built; move_layers_to_fit is a plain function.
 #pragma once
 #include <cstdint>
+#include <memory>
 
 namespace tapp {
 
@@ -20,11 +21,29 @@ struct LayerGraph;
 struct Cluster;
 struct Placement;
 
-// Moves layers of `p` (as above) until every device fits with every group
-// recomputing, or no single move lowers the overflow; where it fits, clears
-// the recompute flags and marks recomputation where needed
-// (recompute_where_needed) and returns true. Otherwise `p` is left unchanged
-// and it returns false. Deterministic; at most 2 x devices + 8 moves.
+// What the moves of one graph on one cluster share (the graph's consumers,
+// the bytes each cut in layer order crosses): a search builds it once and
+// calls fit() for each proposal that recomputing does not fit.
+class LayerMover {
+ public:
+  // `g` and `c` must outlive the mover.
+  LayerMover(const LayerGraph& g, const Cluster& c, int64_t batch_size);
+  ~LayerMover();
+  LayerMover(LayerMover&&) noexcept;
+
+  // Moves layers of `p` (as above) until every device fits with every group
+  // recomputing, or no single move lowers the overflow; where it fits, clears
+  // the recompute flags and marks recomputation where needed
+  // (recompute_where_needed) and returns true. Otherwise `p` is left unchanged
+  // and it returns false. Deterministic; at most 2 x devices + 8 moves.
+  bool fit(Placement& p) const;
+
+ private:
+  class Moves;
+  std::unique_ptr<const Moves> moves_;
+};
+
+// LayerMover(g, c, batch_size).fit(p), for a single placement.
 bool move_layers_to_fit(Placement& p, const LayerGraph& g, const Cluster& c, int64_t batch_size);
 
 }  // namespace tapp

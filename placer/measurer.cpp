@@ -41,7 +41,12 @@ std::string placement_key(const Placement& p) {
 
 Measurer::Measurer(const LayerGraph& graph, const Cluster& cluster, Evaluator& evaluator, int64_t batch_size,
                    Optimizer optimizer)
-    : graph_(graph), cluster_(cluster), evaluator_(evaluator), batch_size_(batch_size), optimizer_(optimizer) {}
+    : graph_(graph),
+      cluster_(cluster),
+      evaluator_(evaluator),
+      batch_size_(batch_size),
+      optimizer_(optimizer),
+      mover_(graph, cluster, batch_size) {}
 
 double Measurer::elapsed_s() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
@@ -128,15 +133,19 @@ StepReport keep_faster(Placement& p, StepReport mine, Placement other, StepRepor
 
 }  // namespace
 
+bool has_replica_rings(const Placement& p) {
+  return p.data_parallel == DataParallelMode::bsp || (p.has_replicated_groups() && !p.is_data_parallel());
+}
+
 bool order_replica_rings(Placement& p, const LayerGraph& graph, const Cluster& cluster,
                          const std::vector<double>& device_sample_ms) {
+  if (!has_replica_rings(p)) return false;
   if (p.data_parallel == DataParallelMode::bsp) {  // equal shares: only the ring's order counts
     std::vector<int> ring = cheapest_ring(cluster, p.group_device, group_param_bytes(p, graph, 0));
     if (ring == p.group_device) return false;
     p.group_device = std::move(ring);
     return true;
   }
-  if (!p.has_replicated_groups() || p.is_data_parallel()) return false;
   std::vector<double> faster(cluster.num_devices());  // higher is faster
   for (int d = 0; d < cluster.num_devices(); ++d) {
     const bool timed = d < static_cast<int>(device_sample_ms.size()) && device_sample_ms[d] > 0;
@@ -172,7 +181,7 @@ StepReport Measurer::check_and_evaluate(Placement& p) {
   // the ring all-reduce's order matters (six devices of a random cluster:
   // 187.4 ms in index order, 131.1 ms in PipeDream's and on the cheapest
   // ring), so that order is scored too and the faster kept.
-  if (p.has_replicated_groups() || p.data_parallel == DataParallelMode::bsp) {  // only these have rings
+  if (has_replica_rings(p)) {
     Placement ringed = p;
     if (order_replica_rings(ringed, graph_, cluster_, device_sample_ms_)) {
       StepReport given = split_and_evaluate(p);
@@ -212,7 +221,7 @@ StepReport Measurer::fit_and_evaluate(Placement& p) {
   // only to word a failure.
   const bool fits = p.is_data_parallel() ? check_memory(p, graph_, cluster_, batch_size_).is_ok()
                                          : recompute_where_needed(p, graph_, cluster_, batch_size_) ||
-                                               move_layers_to_fit(p, graph_, cluster_, batch_size_);
+                                               mover_.fit(p);
   if (!fits)
     return StepReport::failure(FailureKind::out_of_memory, check_memory(p, graph_, cluster_, batch_size_).message(),
                                evaluator_.name());

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "core/evaluator.h"
+#include "core/memory_fit.h"
 #include "core/placement.h"
 #include "core/step_report.h"
 
@@ -103,6 +104,7 @@ class Measurer {
   int64_t evaluations_ = 0, failures_ = 0;
   std::vector<TracePoint> trace_;
   std::vector<double> device_sample_ms_;
+  LayerMover mover_;  // built once: every proposal that recomputing does not fit goes through it
 };
 
 // Gives each replicated group of `p` whose replicas differ in speed the
@@ -112,6 +114,10 @@ class Measurer {
 // Groups that already have weights, and equally fast replica sets, are left
 // as they are. Returns whether any group was given weights.
 bool weigh_replicas(Placement& p, const std::vector<double>& device_sample_ms);
+
+// Whether `p` has replica rings whose order counts: replicated groups of a
+// pipeline, or a BSP data-parallel placement's replicas.
+bool has_replica_rings(const Placement& p);
 
 // Puts each group of `p` replicated on three devices or more on the ring
 // whose all-reduce of the group's parameters is cheapest on `cluster`'s links

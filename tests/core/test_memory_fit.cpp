@@ -12,6 +12,7 @@
 #include "model/layer_graph.h"
 #include "model/zoo.h"
 #include "tests/core/fake_evaluator.h"
+#include "tests/core/overfull_chain.h"
 #include "tests/model/linear_chain.h"
 #include "tests/model/tiny_transformer.h"
 
@@ -48,13 +49,11 @@ Placement random_pipeline(int layers, int groups, std::mt19937_64& rng) {
 }  // namespace
 
 TEST_CASE("move_layers_to_fit moves a chain's end to an idle device when one device holds it all") {
-  // 16 -> 2048 x 4 -> 10 at batch 64: each 2048 x 2048 layer holds 16 MiB of weights (48 MiB with its
-  // gradients and momentum); all on d0 (160 MiB) does not fit even recomputing, d1 (128 MiB) stands idle.
-  const LayerGraph g = test::linear_chain({2048, 2048, 2048, 2048, 2048, 10});
-  Cluster c = testing::equal_cluster(2, 160);
-  c.devices[1].memory_mb = 128;
-  Placement p = Placement::single_device(6, 0, 2);
-  const int64_t batch = 64;
+  const testing::OverfullChain chain;
+  const LayerGraph& g = chain.graph;
+  const Cluster& c = chain.cluster;
+  Placement p = chain.placement;
+  const int64_t batch = chain.batch;
   REQUIRE_FALSE(recompute_where_needed(p, g, c, batch));
   const Placement before = p;
   REQUIRE(move_layers_to_fit(p, g, c, batch));

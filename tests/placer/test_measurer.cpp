@@ -8,6 +8,7 @@
 #include "simulator/cost_model.h"
 #include "simulator/simulator_evaluator.h"
 #include "tests/core/fake_evaluator.h"
+#include "tests/core/overfull_chain.h"
 #include "tests/model/linear_chain.h"
 
 using namespace tapp;
@@ -170,18 +171,16 @@ TEST_CASE("the measurer recomputes the activations of a device that does not fit
 }
 
 TEST_CASE("where recomputing is not enough, layers move to a device that holds none, and the move is kept") {
-  // 16 -> 2048 x 4 -> 10 at batch 64, all on d0 (160 MiB): four 2048 x 2048 layers of 48 MiB of
-  // training state each do not fit it even recomputing; d1 (128 MiB) holds nothing.
-  const LayerGraph g = test::linear_chain({2048, 2048, 2048, 2048, 2048, 10});
-  Cluster c = equal_cluster(2, 160);
-  c.devices[1].memory_mb = 128;
-  const Placement p = Placement::single_device(6, 0, 2);
+  const OverfullChain chain;  // all six layers on d0, which no recomputation fits; d1 holds nothing
+  const LayerGraph& g = chain.graph;
+  const Cluster& c = chain.cluster;
+  const Placement& p = chain.placement;
   FakeEvaluator ev(std::vector<double>(6, 1.0), c);
-  Measurer m(g, c, ev, 64);
+  Measurer m(g, c, ev, chain.batch);
   const StepReport& r = m.measure(p, 1);
   CHECK_MESSAGE(r.ok, r.message);
   REQUIRE(m.found());
-  CHECK(check_memory(m.best(), g, c, 64).is_ok());  // kept as evaluated: some layers on d1
+  CHECK(check_memory(m.best(), g, c, chain.batch).is_ok());  // kept as evaluated: some layers on d1
   int on_d1 = 0;
   for (int i = 0; i < 6; ++i) on_d1 += m.best().device_of_layer(i) == 1;
   CHECK(on_d1 > 0);
