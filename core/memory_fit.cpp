@@ -23,7 +23,8 @@ class LayerMover::Moves {
   }
   // Marks recomputation where needed on q (recompute_where_needed); whether q then fits and is valid.
   bool recompute_to_fit(Placement& q) const {
-    return recompute_where_needed(q, g_, c_, batch_size_) && validate_placement(q, g_, c_, batch_size_).is_ok();
+    return recompute_where_needed(q, g_, c_, batch_size_) &&
+           validate_placement(q, g_, c_, batch_size_).is_ok();
   }
   // The bytes by which the devices are over their memory.
   double overflow(const std::vector<int64_t>& bytes) const {
