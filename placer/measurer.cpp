@@ -57,7 +57,9 @@ const StepReport& Measurer::measure(const Placement& given, int iteration) {
   p.optimizer = optimizer_;
   const std::string key = placement_key(p);
   if (auto hit = memo_.find(key); hit != memo_.end()) return hit->second;
+  moving_ = false;
   StepReport r = check_and_evaluate(p);
+  moved_ += moving_;
   r.timeline.clear();  // the caller re-evaluates the best with its timeline
   const StepReport& stored = memo_.emplace(key, std::move(r)).first->second;
   ++evaluations_;
@@ -219,9 +221,9 @@ StepReport Measurer::fit_and_evaluate(Placement& p) {
   // proposals on an 8 GB server beside 1 GB edge devices: every group on the
   // server). Its answer is check_memory's, so the rule runs a second time
   // only to word a failure.
-  const bool fits = p.is_data_parallel() ? check_memory(p, graph_, cluster_, batch_size_).is_ok()
-                                         : recompute_where_needed(p, graph_, cluster_, batch_size_) ||
-                                               mover_.fit(p);
+  bool fits = p.is_data_parallel() ? check_memory(p, graph_, cluster_, batch_size_).is_ok()
+                                   : recompute_where_needed(p, graph_, cluster_, batch_size_);
+  if (!fits && !p.is_data_parallel() && mover_.fit(p)) fits = moving_ = true;
   if (!fits)
     return StepReport::failure(FailureKind::out_of_memory, check_memory(p, graph_, cluster_, batch_size_).message(),
                                evaluator_.name());

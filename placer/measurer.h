@@ -78,6 +78,7 @@ class Measurer {
 
   int64_t evaluations() const { return evaluations_; }  // distinct placements evaluated
   int64_t failures() const { return failures_; }        // of which failed
+  int64_t moved() const { return moved_; }              // of which fitted only with layers moved
   const std::vector<TracePoint>& trace() const { return trace_; }
   double elapsed_s() const;
   // Marks the best as improved by a later stage ("policy+refine").
@@ -101,7 +102,8 @@ class Measurer {
   std::optional<std::pair<Placement, StepReport>> best_;
   std::optional<std::pair<Placement, double>> best_pipeline_;
   int last_improvement_ = 0;
-  int64_t evaluations_ = 0, failures_ = 0;
+  int64_t evaluations_ = 0, failures_ = 0, moved_ = 0;
+  bool moving_ = false;  // the placement being measured had layers moved to fit
   std::vector<TracePoint> trace_;
   std::vector<double> device_sample_ms_;
   LayerMover mover_;  // built once: every proposal that recomputing does not fit goes through it

@@ -433,6 +433,7 @@ class SearchLoop {
       r.policy_best_report = measurer_.best_report();
     }
     r.policy_evaluations = measurer_.evaluations();
+    r.policy_failures = measurer_.failures();
     r.policy_elapsed_s = measurer_.elapsed_s();
   }
 
@@ -459,6 +460,7 @@ class SearchLoop {
     }
     r.evaluations = measurer_.evaluations();
     r.failures = measurer_.failures();
+    r.moved = measurer_.moved();
     r.trace = measurer_.trace();
     r.elapsed_s = measurer_.elapsed_s();
   }

@@ -109,6 +109,7 @@ struct SearchResult {
   int iterations = 0;
   int64_t evaluations = 0;  // distinct placements evaluated
   int64_t failures = 0;     // of which failed (memory, evaluator)
+  int64_t moved = 0;        // of which fitted only with layers moved (core/memory_fit.h)
   bool cancelled = false;
   int restarts = 0;
   // Distinct placements evaluated when the first restart began imitating
@@ -123,6 +124,7 @@ struct SearchResult {
   Placement policy_best;
   StepReport policy_best_report;
   int64_t policy_evaluations = 0;
+  int64_t policy_failures = 0;  // of those, failed
   // Started from a trained policy (SearchOptions::initial_policy): its typical
   // plan (Policy::typical) before any fine-tuning (zero-shot), the search's first evaluation.
   std::optional<StepReport> zero_shot_report;

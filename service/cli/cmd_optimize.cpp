@@ -250,7 +250,8 @@ void print_result(const json& r) {
             << " iterations (" << p.value("restarts", 0) << " restarts), stopped by " << p.value("stop_reason", "")
             << ", " << std::fixed << std::setprecision(1) << p.value("policy_elapsed_s", 0.0) << " s; refined "
             << fmt_ms(p["refined_step_ms"]) << " ms; " << p.value("evaluations", 0) << " placements evaluated ("
-            << p.value("failures", 0) << " failed) in " << p.value("elapsed_s", 0.0) << " s\n";
+            << p.value("failures", 0) << " failed, " << p.value("moved_to_fit", 0) << " fitted by moving layers) in "
+            << p.value("elapsed_s", 0.0) << " s\n";
   if (p.value("started_from", "fresh") != "fresh")
     std::cout << "started from the trained policy " << p.value("started_from", "") << " (its plan before fine-tuning: "
               << fmt_ms(p.value("zero_shot_step_ms", json())) << " ms)\n";

@@ -161,6 +161,7 @@ TEST_CASE("the measurer recomputes the activations of a device that does not fit
   REQUIRE(m.found());
   CHECK(m.best().recomputes(0));  // kept as evaluated
   CHECK_FALSE(m.best().recomputes(1));
+  CHECK(m.moved() == 0);  // recomputing was enough: no layer moved
   m.measure(p, 2);  // the proposal as given is memoised
   CHECK(ev.evaluations() == 1);
   // A placement that fits is evaluated as given.
@@ -188,6 +189,7 @@ TEST_CASE("where recomputing is not enough, layers move to a device that holds n
   m.measure(p, 2);  // the proposal as given is memoised
   CHECK(ev.evaluations() == 1);
   CHECK(m.failures() == 0);
+  CHECK(m.moved() == 1);
 }
 
 TEST_CASE("replicas of different speeds are weighed so they finish together; equal ones are left round-robin") {

@@ -221,6 +221,7 @@ TEST_CASE("the result JSON written by the phases has the keys the page and the j
         std::set<std::string>{"found", "step_ms", "refined_step_ms", "refine_evaluations", "policy_elapsed_s",
                               "speedup_vs_bsp", "speedup_vs_best_baseline", "refined_speedup_vs_bsp",
                               "refined_speedup_vs_best_baseline", "iterations", "evaluations", "failures",
+                              "policy_failures", "moved_to_fit",
                               "stop_reason", "elapsed_s", "time_to_within_5pct_s", "trace", "restarts",
                               "evaluations_before_imitation", "started_from",
                               "zero_shot_step_ms", "placement",
