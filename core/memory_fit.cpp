@@ -34,72 +34,33 @@ class LayerMover::Moves {
     return over;
   }
 
-  // A move: the layers of `run` (a run of one group's first or last layers)
-  // go to `to_group`, or (to_group -1) to a new group on `to_device`; or,
-  // with `run` empty, the micro-batches double.
+  // A move: the layers of `run` (a run of one group's layers) go to
+  // `to_group`, or (to_group -1) to a new group on `to_device`, and those of
+  // `rest` (the group's layers after a run from its middle) to a new group on
+  // the group's device `rest_device`; or, with `run` empty, the micro-batches
+  // double.
   struct Move {
     std::vector<int> run;
     int to_group = -1, to_device = -1;
+    std::vector<int> rest;
+    int rest_device = -1;
     std::vector<int64_t> bytes;  // each device's bytes once it is made
     double over = 0;             // and the bytes over
   };
 
   // The single move that lowers q's overflow (`over`, from its devices'
-  // `bytes`) most (none: no move lowers it): a run of a group's first or last
-  // layers (run_lengths) on a device that is over goes to a group on another
-  // device that one of them exchanges tensors with, or to a new group on a
-  // device that holds no layer. Runs, not single layers: cutting a chain anew
-  // adds the received buffers on both sides, which one small layer does not
-  // pay back. The first move that leaves no device over is taken as it is.
+  // `bytes`) most (none: no move lowers it), of those below in turn; the
+  // first layer move that leaves no device over is taken as it is.
   std::optional<Move> best_move(const Placement& q, const std::vector<int64_t>& bytes, double over) const {
-    const int D = c_.num_devices();
-    std::vector<char> holds(D, 0);  // devices that run a layer
-    std::vector<std::vector<int>> members(q.num_groups());
-    for (int i = 0; i < static_cast<int>(q.layer_group.size()); ++i) {
-      members[q.layer_group[i]].push_back(i);
-      for (int d : q.devices_of_group(q.layer_group[i])) holds[d] = 1;
-    }
-    // Each move is made on this copy, scored and undone (an empty group
-    // weighs nothing, so the spare one is there for every move).
-    const int spare = q.num_groups();
-    Placement t = with_group_on(q, 0);
-    std::optional<Move> best;
-    // Scores a move of `run` from group a; true once nothing is over (no move can do better).
-    auto score = [&](int a, const std::vector<int>& run, int to_group, int to_device) {
-      const int to = to_group >= 0 ? to_group : spare;
-      if (to_group < 0) t.group_device[spare] = to_device;
-      for (int i : run) t.layer_group[i] = to;
-      std::vector<int64_t> after = device_bytes(t);
-      for (int i : run) t.layer_group[i] = a;
-      const double o = overflow(after);
-      if (o < (best ? best->over : over)) best = Move{run, to_group, to_device, std::move(after), o};
-      return o <= 0;
-    };
-    for (int a = 0; a < q.num_groups(); ++a) {
-      const int d = q.group_device[a];
-      const int n = static_cast<int>(members[a].size());
-      if (n == 0 || q.replica_count(a) > 1 || bytes[d] <= device_memory_bytes(c_.devices[d])) continue;
-      for (bool from_end : {false, true})
-        for (int k : run_lengths(members[a], from_end)) {
-          const auto first = members[a].begin() + (from_end ? n - k : 0);
-          const std::vector<int> run(first, first + k);
-          for (int b : neighbour_groups(q, run, d))
-            if (score(a, run, b, -1)) return best;
-          for (int e = 0; e < D; ++e)
-            if (!holds[e] && score(a, run, -1, e)) return best;
-        }
-    }
-    // No layer can go: smaller micro-batches keep fewer activations.
-    if (!best && q.micro_batches * 2 <= batch_size_) {
-      Placement more = q;
-      more.micro_batches *= 2;
-      if (validate_placement(more, g_, c_, batch_size_).is_ok()) {
-        std::vector<int64_t> after = device_bytes(more);
-        const double o = overflow(after);
-        if (o < over) best = Move{{}, -1, -1, std::move(after), o};
-      }
-    }
-    return best;
+    Step step(*this, q, over);
+    for (int a = 0; a < q.num_groups(); ++a)
+      if (step.is_over(a, bytes) && step.end_runs(a)) return step.best;
+    step.more_micro_batches();
+    // Only where nothing else helps: a run from a group's middle (the costly
+    // search, every start), which splits the group around it.
+    for (int a = 0; a < q.num_groups() && !step.best; ++a)
+      if (step.is_over(a, bytes) && step.middle_runs(a)) break;
+    return step.best;
   }
 
   // q after move m.
@@ -111,10 +72,121 @@ class LayerMover::Moves {
     const int to = m.to_group >= 0 ? m.to_group : q.num_groups();
     if (m.to_group < 0) q = with_group_on(std::move(q), m.to_device);
     for (int i : m.run) q.layer_group[i] = to;
+    if (!m.rest.empty()) {
+      q = with_group_on(std::move(q), m.rest_device);
+      for (int i : m.rest) q.layer_group[i] = q.num_groups() - 1;
+    }
     return q;
   }
 
  private:
+  // One step's candidates, each made on a copy of q with two spare empty
+  // groups (an empty group weighs nothing), scored and undone; the best kept.
+  class Step {
+   public:
+    Step(const Moves& m, const Placement& q, double over)
+        : m_(m), q_(q), over_(over), t_(with_group_on(with_group_on(q, 0), 0)), members_(q.num_groups()) {
+      holds_.assign(m.c_.num_devices(), 0);
+      for (int i = 0; i < static_cast<int>(q.layer_group.size()); ++i) {
+        members_[q.layer_group[i]].push_back(i);
+        for (int d : q.devices_of_group(q.layer_group[i])) holds_[d] = 1;
+      }
+    }
+    std::optional<Move> best;
+
+    // Whether group a is one whose layers may move: not replicated, on a device that is over.
+    bool is_over(int a, const std::vector<int64_t>& bytes) const {
+      const int d = q_.group_device[a];
+      return !members_[a].empty() && q_.replica_count(a) == 1 &&
+             bytes[d] > device_memory_bytes(m_.c_.devices[d]);
+    }
+    // A run of group a's first or last layers (run_lengths) goes to a group
+    // on another device that one of them exchanges tensors with, or to a new
+    // group on another device. Runs, not single layers: cutting a chain anew
+    // adds the received buffers on both sides, which one small layer does not
+    // pay back. True once a move leaves nothing over.
+    bool end_runs(int a) {
+      const std::vector<int>& members = members_[a];
+      const int n = static_cast<int>(members.size()), d = q_.group_device[a];
+      for (bool from_end : {false, true})
+        for (int k : m_.run_lengths(members, from_end)) {
+          const auto first = members.begin() + (from_end ? n - k : 0);
+          const std::vector<int> run(first, first + k);
+          for (int b : m_.neighbour_groups(q_, run, d))
+            if (score(a, run, b, -1, {})) return true;
+          if (to_new_group(a, run, {})) return true;
+        }
+      return false;
+    }
+    // A run from group a's middle, from each start, goes to a new group on
+    // another device, and the layers after it to a new group on a's device
+    // (gpt2_medium's middle blocks off an 8 GB server onto a 1 GB edge
+    // device, the embedding and the head that shares its table staying).
+    bool middle_runs(int a) {
+      const std::vector<int>& members = members_[a];
+      for (size_t start = 1; start + 1 < members.size(); ++start) {
+        const std::vector<int> tail(members.begin() + start, members.end());
+        for (int k : m_.run_lengths(tail, false)) {
+          if (k == static_cast<int>(tail.size())) continue;  // an end run
+          if (to_new_group(a, {tail.begin(), tail.begin() + k}, {tail.begin() + k, tail.end()})) return true;
+        }
+      }
+      return false;
+    }
+    // Twice the micro-batches, which keep fewer activations each (a proposal
+    // of one micro-batch that holds tens of GB of logits: each layer moved
+    // takes off a few percent, each doubling half).
+    void more_micro_batches() {
+      if (q_.micro_batches * 2 > m_.batch_size_) return;
+      Placement more = q_;
+      more.micro_batches *= 2;
+      if (validate_placement(more, m_.g_, m_.c_, m_.batch_size_).is_ok())
+        keep_if_best(Move{}, m_.device_bytes(more));
+    }
+
+   private:
+    // `run` to a new group on each other device, an idle one first (where
+    // none is idle, a run beside another device's groups: gpt2's tied head,
+    // whose only neighbour is a small device, beside the embedding on the server).
+    bool to_new_group(int a, const std::vector<int>& run, const std::vector<int>& rest) {
+      const int d = q_.group_device[a];
+      for (bool idle : {true, false})
+        for (int e = 0; e < static_cast<int>(holds_.size()); ++e)
+          if (e != d && !holds_[e] == idle && score(a, run, -1, e, rest)) return true;
+      return false;
+    }
+    // Scores the move of `run` (and `rest`) out of group a; true once nothing is over.
+    bool score(int a, const std::vector<int>& run, int to_group, int to_device,
+               const std::vector<int>& rest) {
+      const int spare = q_.num_groups();
+      t_.group_device[spare] = to_device;
+      t_.group_device[spare + 1] = q_.group_device[a];
+      for (int i : run) t_.layer_group[i] = to_group >= 0 ? to_group : spare;
+      for (int i : rest) t_.layer_group[i] = spare + 1;
+      std::vector<int64_t> after = m_.device_bytes(t_);
+      for (int i : run) t_.layer_group[i] = a;
+      for (int i : rest) t_.layer_group[i] = a;
+      return keep_if_best(Move{run, to_group, to_device, rest, rest.empty() ? -1 : q_.group_device[a]},
+                          after);
+    }
+    bool keep_if_best(Move m, std::vector<int64_t> after) {
+      const double o = m_.overflow(after);
+      if (o < (best ? best->over : over_)) {
+        m.bytes = std::move(after);
+        m.over = o;
+        best = std::move(m);
+      }
+      return o <= 0;
+    }
+
+    const Moves& m_;
+    const Placement& q_;
+    double over_;
+    Placement t_;
+    std::vector<std::vector<int>> members_;  // each group's layers in order
+    std::vector<char> holds_;                // devices that run a layer
+  };
+
   // The lengths of the runs tried from one end of a group (its layers in
   // order): in each of [1, 2), [2, 4), [4, 8), ... the length whose cut
   // crosses the fewest bytes (a transformer block's end, not its middle,
@@ -179,12 +251,13 @@ bool LayerMover::fit(Placement& p) const {
   q.group_recompute.assign(q.num_groups(), 1);
   std::vector<int64_t> bytes = moves_->device_bytes(q);
   double over = moves_->overflow(bytes);
-  // Each move lowers the overflow. A fit takes a few moves a device; a longer
-  // crawl is cut short.
+  // Each move lowers the overflow. A fit takes a few layer moves a device; a
+  // longer crawl is cut short (doublings end at the batch by themselves).
   const int max_moves = 2 * static_cast<int>(bytes.size()) + 8;
-  for (int move = 0; over > 0 && move < max_moves; ++move) {
+  for (int moves = 0; over > 0 && moves < max_moves;) {
     std::optional<Moves::Move> next = moves_->best_move(q, bytes, over);
     if (!next) break;
+    moves += !next->run.empty();
     q = Moves::apply(std::move(q), *next);
     bytes = std::move(next->bytes);
     over = next->over;

@@ -1,14 +1,15 @@
 // core/memory_fit.h — moves layers off the devices that a placement overfills.
 //
-// Owns `LayerMover` and `move_layers_to_fit`: the step after recompute_where_needed for a
-// proposal that recomputation alone does not fit (a learned placer's
-// proposal on devices far apart in memory: four groups on the one large
-// device while three small ones stand idle). One layer at a time, the move
-// that most lowers the bytes by which devices are over their memory:
-// a layer at the edge of its group, on a device that is over, goes to a group
-// it exchanges tensors with on another device, or opens a group of its own on
-// a device that holds none. Replicated groups, data parallelism and AL
-// placements are left as they are. Memory is core's rule (estimate_device_memory).
+// Owns `LayerMover` and `move_layers_to_fit`: the step after
+// recompute_where_needed for a proposal that recomputation alone does not fit
+// (a learned placer's proposal on devices far apart in memory: four groups on
+// the one large device while three small ones stand idle). One move at a
+// time, the one that most lowers the bytes by which devices are over their
+// memory: a run of layers at the edge of a group, on a device that is over,
+// goes to a group it exchanges tensors with on another device, or opens a
+// group of its own on another device (an idle one first); or the
+// micro-batches double. Replicated groups, data parallelism and AL placements
+// are left as they are. Memory is core's rule (estimate_device_memory).
 // Data flow: Placement (over memory) -> moved layers -> Placement (fits) | unchanged.
 // Thread safety: a LayerMover is immutable once built; move_layers_to_fit is a plain function.
 #pragma once
@@ -35,7 +36,7 @@ class LayerMover {
   // recomputing, or no single move lowers the overflow; where it fits, clears
   // the recompute flags and marks recomputation where needed
   // (recompute_where_needed) and returns true. Otherwise `p` is left unchanged
-  // and it returns false. Deterministic; at most 2 x devices + 8 moves.
+  // and it returns false. Deterministic; at most 2 x devices + 8 layer moves.
   bool fit(Placement& p) const;
 
  private:

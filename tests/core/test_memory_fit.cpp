@@ -71,6 +71,51 @@ TEST_CASE("move_layers_to_fit moves a chain's end to an idle device when one dev
   CHECK(p.micro_batches == before.micro_batches);
 }
 
+TEST_CASE("move_layers_to_fit opens a group beside another device's groups where no device is idle") {
+  // 16 -> 2048 x 4 -> 10 at batch 64 in three groups on three devices: the last (a 2048 x 2048 layer,
+  // 48 MiB of training state, and the head: 65 MiB) on a 40 MiB device; its only neighbour's device
+  // holds 114 MiB of 120, while the first group's device (65 MiB) has room (256 MiB).
+  const LayerGraph g = test::linear_chain({2048, 2048, 2048, 2048, 2048, 10});
+  Cluster c = testing::equal_cluster(3, 256);
+  c.devices[1].memory_mb = 120;
+  c.devices[2].memory_mb = 40;
+  Placement p;
+  p.layer_group = {0, 0, 1, 1, 2, 2};
+  p.group_device = {0, 1, 2};
+  p.micro_batches = 2;
+  const int64_t batch = 64;
+  REQUIRE_FALSE(recompute_where_needed(p, g, c, batch));
+  REQUIRE(move_layers_to_fit(p, g, c, batch));
+  CHECK(check_memory(p, g, c, batch).is_ok());
+  CHECK(validate_placement(p, g, c, batch).is_ok());
+  CHECK(p.device_of_layer(4) == 0);  // beside layers 0-1, in a group of its own after d1's
+  CHECK(p.layer_group[4] != p.layer_group[0]);
+  CHECK(p.device_of_layer(2) == 1);
+  CHECK(p.device_of_layer(3) == 1);
+}
+
+TEST_CASE("move_layers_to_fit moves a run from a group's middle where no end of it can go") {
+  // 16 -> 4096 -> 1024 x 3 -> 4096 -> 10 at batch 64, all on d0. The devices are sized to the
+  // placement that keeps the two 4096 x 1024 layers (48 MiB of training state each) on d0 and puts
+  // the two 1024 x 1024 layers between them on d1, which cannot hold either large one.
+  const LayerGraph g = test::linear_chain({4096, 1024, 1024, 1024, 4096, 10});
+  Placement middle;
+  middle.layer_group = {0, 0, 1, 1, 2, 2};
+  middle.group_device = {0, 1, 0};
+  middle.micro_batches = 2;
+  Cluster c = testing::equal_cluster(2);
+  const std::vector<int64_t> need = least_bytes(middle, g, c, 64);
+  for (int d = 0; d < 2; ++d) c.devices[d].memory_mb = need[d] / kMiB + 1;
+  Placement p = Placement::single_device(6, 0, 2);
+  REQUIRE_FALSE(recompute_where_needed(p, g, c, 64));
+  REQUIRE(move_layers_to_fit(p, g, c, 64));
+  CHECK(check_memory(p, g, c, 64).is_ok());
+  CHECK(validate_placement(p, g, c, 64).is_ok());
+  for (int i : {0, 1, 4, 5}) CHECK(p.device_of_layer(i) == 0);
+  for (int i : {2, 3}) CHECK(p.device_of_layer(i) == 1);
+  CHECK(p.layer_group[1] != p.layer_group[4]);  // d0's layers after the run: a group of their own
+}
+
 TEST_CASE("move_layers_to_fit leaves a placement unchanged where nothing fits, and replicas where they are") {
   const LayerGraph g = test::linear_chain({2048, 2048, 2048, 10});
   const int64_t batch = 64;
@@ -143,5 +188,5 @@ TEST_CASE("move_layers_to_fit finds a fit where a planted one exists, on random 
   }
   MESSAGE("fitted " << fitted << " of " << tried);
   REQUIRE(tried >= 40);
-  CHECK(fitted * 10 >= tried * 6);
+  CHECK(fitted * 10 >= tried * 9);
 }
