@@ -118,16 +118,18 @@ class LayerMover::Moves {
         }
       return false;
     }
-    // A run from group a's middle, from each start, goes to a new group on
-    // another device, and the layers after it to a new group on a's device
-    // (gpt2_medium's middle blocks off an 8 GB server onto a 1 GB edge
-    // device, the embedding and the head that shares its table staying).
+    // A run from group a's middle goes to a new group on another device, and
+    // the layers after it to a new group on a's device (gpt2_medium's middle
+    // blocks off an 8 GB server onto a 1 GB edge device, the embedding and
+    // the head that shares its table staying). Its starts are chosen as its
+    // lengths are (run_lengths: the layers left before it, a block's end).
     bool middle_runs(int a) {
       const std::vector<int>& members = members_[a];
-      for (size_t start = 1; start + 1 < members.size(); ++start) {
+      const int n = static_cast<int>(members.size());
+      for (int start : m_.run_lengths(members, false)) {
         const std::vector<int> tail(members.begin() + start, members.end());
         for (int k : m_.run_lengths(tail, false)) {
-          if (k == static_cast<int>(tail.size())) continue;  // an end run
+          if (start + k >= n) continue;  // an end run
           if (to_new_group(a, {tail.begin(), tail.begin() + k}, {tail.begin() + k, tail.end()})) return true;
         }
       }
