@@ -69,6 +69,10 @@ std::string gap_text(const json& ms, const json& bound) {
   o << "+" << std::fixed << std::setprecision(1) << 100.0 * (ms.get<double>() / bound.get<double>() - 1) << "%";
   return o.str();
 }
+// ", 12 fitted by moving layers" where the measurer moved layers (core/memory_fit.h); "" where it did not.
+std::string moved_text(int64_t moved) {
+  return moved > 0 ? ", " + std::to_string(moved) + " fitted by moving layers" : "";
+}
 std::string fmt_pct(const json& v) {
   if (!v.is_number()) return "-";
   std::ostringstream o;
@@ -250,7 +254,7 @@ void print_result(const json& r) {
             << " iterations (" << p.value("restarts", 0) << " restarts), stopped by " << p.value("stop_reason", "")
             << ", " << std::fixed << std::setprecision(1) << p.value("policy_elapsed_s", 0.0) << " s; refined "
             << fmt_ms(p["refined_step_ms"]) << " ms; " << p.value("evaluations", 0) << " placements evaluated ("
-            << p.value("failures", 0) << " failed, " << p.value("moved_to_fit", 0) << " fitted by moving layers) in "
+            << p.value("failures", 0) << " failed" << moved_text(p.value("moved_to_fit", 0)) << ") in "
             << p.value("elapsed_s", 0.0) << " s\n";
   if (p.value("started_from", "fresh") != "fresh")
     std::cout << "started from the trained policy " << p.value("started_from", "") << " (its plan before fine-tuning: "

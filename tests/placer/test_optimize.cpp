@@ -189,6 +189,22 @@ TEST_CASE("a job profiles micro-batch sizes above 8, up to its batch, when that 
   CHECK(cache.entries.size() == 6);
 }
 
+TEST_CASE("proposals over a device's memory are counted where layers moved to fit them") {
+  // mlp's fc1 (3072 x 512) holds 19 MB of training state; the fast device has 8 MB, so every
+  // proposal that puts fc1 there fits only with layers moved (core/memory_fit.h).
+  OptimizeRequest request = small_request(30);
+  request.cluster.devices[0].speed = 1.0;
+  request.cluster.devices[0].memory_mb = 8;
+  std::atomic<bool> cancel{false};
+  auto r = optimize(request, nullptr, cancel);
+  REQUIRE_MESSAGE(r.is_ok(), r.error_message());
+  const json& policy = r.value()["policy"];
+  CHECK(policy["moved_to_fit"].get<int64_t>() > 0);
+  CHECK(policy["moved_to_fit"].get<int64_t>() <= policy["evaluations"].get<int64_t>());
+  CHECK(policy["policy_failures"].get<int64_t>() <= policy["failures"].get<int64_t>());
+  CHECK(policy["found"] == true);
+}
+
 namespace {
 std::set<std::string> keys_of(const json& j) {
   std::set<std::string> keys;
