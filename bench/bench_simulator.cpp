@@ -228,13 +228,15 @@ BENCHMARK(BM_inception_v3_branch_parallel_simulate_only);
 BENCHMARK(BM_inception_v3_branch_parallel_validate_and_memory);
 
 // What a proposal that recomputing does not fit costs the measurer before it
-// is evaluated (core/memory_fit.h): gpt2_medium at batch 32 in four equal
-// groups, all on the one 8 GB device of an edge cluster (1, 1 and 0.5 GB
-// beside it), 32 micro-batches. Fits after its moves (the check counts it).
-void BM_gpt2_medium_move_layers_to_fit(benchmark::State& state) {
+// is evaluated (core/memory_fit.h), with the LayerMover built once as the
+// measurer builds it: gpt2_medium at batch 32 in `groups` equal groups, all
+// on device `on` of a cluster of devices of `memory_mb`. The counter says
+// whether it fits after its moves.
+void move_layers_bench(benchmark::State& state, std::vector<int64_t> memory_mb, int groups, int on,
+                       int micro_batches) {
   static const LayerGraph graph = *zoo_model("gpt2_medium");
   Cluster cluster;
-  for (int64_t mb : {8192, 1024, 1024, 512}) {
+  for (int64_t mb : memory_mb) {
     Device d;
     d.name = "dev" + std::to_string(cluster.devices.size());
     d.memory_mb = mb;
@@ -242,18 +244,30 @@ void BM_gpt2_medium_move_layers_to_fit(benchmark::State& state) {
   }
   const int L = static_cast<int>(graph.layers.size());
   Placement p;
-  for (int i = 0; i < L; ++i) p.layer_group.push_back(4 * i / L);
-  p.group_device = {0, 0, 0, 0};
-  p.micro_batches = 32;
+  for (int i = 0; i < L; ++i) p.layer_group.push_back(groups * i / L);
+  p.group_device.assign(groups, on);
+  p.micro_batches = micro_batches;
+  const LayerMover mover(graph, cluster, 32);
   int64_t fitted = 0;
   for (auto _ : state) {
     Placement q = p;
-    fitted += move_layers_to_fit(q, graph, cluster, 32);
+    fitted += mover.fit(q);
   }
   state.counters["fitted"] = static_cast<double>(fitted) / static_cast<double>(state.iterations());
   state.SetItemsProcessed(state.iterations());
 }
+// Four groups on the 8 GB device of an edge cluster (1, 1 and 0.5 GB beside it), 32 micro-batches:
+// runs of blocks go to the idle devices.
+void BM_gpt2_medium_move_layers_to_fit(benchmark::State& state) {
+  move_layers_bench(state, {8192, 1024, 1024, 512}, 4, 0, 32);
+}
+// One group on an 8 GB server beside a 1 GB edge device, 8 micro-batches: two doublings, then a
+// run from the middle (neither end fits the edge device).
+void BM_gpt2_medium_move_middle_run_to_fit(benchmark::State& state) {
+  move_layers_bench(state, {1024, 8192}, 1, 1, 8);
+}
 BENCHMARK(BM_gpt2_medium_move_layers_to_fit);
+BENCHMARK(BM_gpt2_medium_move_middle_run_to_fit);
 
 }  // namespace
 
