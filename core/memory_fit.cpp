@@ -244,7 +244,6 @@ class LayerMover::Moves {
 LayerMover::LayerMover(const LayerGraph& g, const Cluster& c, int64_t batch_size)
     : moves_(std::make_unique<const Moves>(g, c, batch_size)) {}
 LayerMover::~LayerMover() = default;
-LayerMover::LayerMover(LayerMover&&) noexcept = default;
 
 bool LayerMover::fit(Placement& p) const {
   const LayerGraph& g = moves_->graph();

@@ -30,7 +30,6 @@ class LayerMover {
   // `g` and `c` must outlive the mover.
   LayerMover(const LayerGraph& g, const Cluster& c, int64_t batch_size);
   ~LayerMover();
-  LayerMover(LayerMover&&) noexcept;
 
   // Moves layers of `p` (as above) until every device fits with every group
   // recomputing, or no single move lowers the overflow; where it fits, clears
