@@ -223,7 +223,7 @@ StepReport Measurer::fit_and_evaluate(Placement& p) {
   // only to word a failure.
   bool fits = p.is_data_parallel() ? check_memory(p, graph_, cluster_, batch_size_).is_ok()
                                    : recompute_where_needed(p, graph_, cluster_, batch_size_);
-  if (!fits && !p.is_data_parallel() && mover_.fit(p)) fits = moving_ = true;
+  if (!fits && mover_.fit(p)) fits = moving_ = true;  // (it leaves data-parallel plans alone)
   if (!fits)
     return StepReport::failure(FailureKind::out_of_memory, check_memory(p, graph_, cluster_, batch_size_).message(),
                                evaluator_.name());
