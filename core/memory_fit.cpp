@@ -54,12 +54,12 @@ class LayerMover::Moves {
   std::optional<Move> best_move(const Placement& q, const std::vector<int64_t>& bytes, double over) const {
     Step step(*this, q, over);
     for (int a = 0; a < q.num_groups(); ++a)
-      if (step.is_over(a, bytes) && step.end_runs(a)) return step.best;
+      if (step.over_and_movable(a, bytes) && step.end_runs(a)) return step.best;
     step.more_micro_batches();
-    // Only where nothing else helps: a run from a group's middle (the costly
-    // search, every start), which splits the group around it.
+    // Only where nothing else helps: a run from a group's middle (a search
+    // over starts and lengths), which splits the group around it.
     for (int a = 0; a < q.num_groups() && !step.best; ++a)
-      if (step.is_over(a, bytes) && step.middle_runs(a)) break;
+      if (step.over_and_movable(a, bytes) && step.middle_runs(a)) break;
     return step.best;
   }
 
@@ -95,7 +95,7 @@ class LayerMover::Moves {
     std::optional<Move> best;
 
     // Whether group a is one whose layers may move: not replicated, on a device that is over.
-    bool is_over(int a, const std::vector<int64_t>& bytes) const {
+    bool over_and_movable(int a, const std::vector<int64_t>& bytes) const {
       const int d = q_.group_device[a];
       return !members_[a].empty() && q_.replica_count(a) == 1 &&
              bytes[d] > device_memory_bytes(m_.c_.devices[d]);
@@ -127,6 +127,7 @@ class LayerMover::Moves {
       const std::vector<int>& members = members_[a];
       const int n = static_cast<int>(members.size());
       for (int start : m_.run_lengths(members, false)) {
+        if (start >= n - 1) continue;  // no layer after a run from here
         const std::vector<int> tail(members.begin() + start, members.end());
         for (int k : m_.run_lengths(tail, false)) {
           if (start + k >= n) continue;  // an end run
@@ -142,8 +143,10 @@ class LayerMover::Moves {
       if (q_.micro_batches * 2 > m_.batch_size_) return;
       Placement more = q_;
       more.micro_batches *= 2;
-      if (validate_placement(more, m_.g_, m_.c_, m_.batch_size_).is_ok())
-        keep_if_best(Move{}, m_.device_bytes(more));
+      if (!validate_placement(more, m_.g_, m_.c_, m_.batch_size_).is_ok()) return;
+      std::vector<int64_t> after = m_.device_bytes(more);
+      const double o = m_.overflow(after);
+      if (better(o)) best = Move{{}, -1, -1, {}, -1, std::move(after), o};
     }
 
    private:
@@ -168,18 +171,12 @@ class LayerMover::Moves {
       std::vector<int64_t> after = m_.device_bytes(t_);
       for (int i : run) t_.layer_group[i] = a;
       for (int i : rest) t_.layer_group[i] = a;
-      return keep_if_best(Move{run, to_group, to_device, rest, rest.empty() ? -1 : q_.group_device[a]},
-                          after);
-    }
-    bool keep_if_best(Move m, std::vector<int64_t> after) {
       const double o = m_.overflow(after);
-      if (o < (best ? best->over : over_)) {
-        m.bytes = std::move(after);
-        m.over = o;
-        best = std::move(m);
-      }
+      const int rest_device = rest.empty() ? -1 : q_.group_device[a];
+      if (better(o)) best = Move{run, to_group, to_device, rest, rest_device, std::move(after), o};
       return o <= 0;
     }
+    bool better(double over) const { return over < (best ? best->over : over_); }
 
     const Moves& m_;
     const Placement& q_;
