@@ -88,18 +88,25 @@ Placement random_branch_parallel(const LayerGraph& g, std::mt19937& rng) {
   return p;
 }
 
+// Devices dev0, dev1, ... of these memories.
+Cluster devices_of(const std::vector<int64_t>& memory_mb) {
+  Cluster cluster;
+  for (int64_t mb : memory_mb) {
+    Device d;
+    d.name = "dev" + std::to_string(cluster.devices.size());
+    d.memory_mb = mb;
+    cluster.devices.push_back(d);
+  }
+  return cluster;
+}
+
 Fixture& fixture(const std::string& model) {
   static std::map<std::string, Fixture> cache;
   auto it = cache.find(model);
   if (it != cache.end()) return it->second;
   Fixture f;
   f.graph = *zoo_model(model);
-  for (int i = 0; i < 4; ++i) {
-    Device d;
-    d.name = "dev" + std::to_string(i);
-    d.memory_mb = 1 << 20;
-    f.cluster.devices.push_back(d);
-  }
+  f.cluster = devices_of(std::vector<int64_t>(4, 1 << 20));
   f.cluster.default_link.bandwidth_mbps = 1000;
   const int64_t batch = 32;
   CostModel cost = *CostModel::build(f.graph, f.cluster, estimated_library(f.graph, batch));
@@ -232,16 +239,10 @@ BENCHMARK(BM_inception_v3_branch_parallel_validate_and_memory);
 // measurer builds it: gpt2_medium at batch 32 in `groups` equal groups, all
 // on device `on` of a cluster of devices of `memory_mb`. The counter says
 // whether it fits after its moves.
-void move_layers_bench(benchmark::State& state, std::vector<int64_t> memory_mb, int groups, int on,
+void move_layers_bench(benchmark::State& state, const std::vector<int64_t>& memory_mb, int groups, int on,
                        int micro_batches) {
   static const LayerGraph graph = *zoo_model("gpt2_medium");
-  Cluster cluster;
-  for (int64_t mb : memory_mb) {
-    Device d;
-    d.name = "dev" + std::to_string(cluster.devices.size());
-    d.memory_mb = mb;
-    cluster.devices.push_back(d);
-  }
+  const Cluster cluster = devices_of(memory_mb);
   const int L = static_cast<int>(graph.layers.size());
   Placement p;
   for (int i = 0; i < L; ++i) p.layer_group.push_back(groups * i / L);

@@ -37,13 +37,11 @@ class LayerMover::Moves {
   // A move: the layers of `run` (a run of one group's layers) go to
   // `to_group`, or (to_group -1) to a new group on `to_device`, and those of
   // `rest` (the group's layers after a run from its middle) to a new group on
-  // the group's device `rest_device`; or, with `run` empty, the micro-batches
-  // double.
+  // the group's device; or, with `run` empty, the micro-batches double.
   struct Move {
     std::vector<int> run;
     int to_group = -1, to_device = -1;
     std::vector<int> rest;
-    int rest_device = -1;
     std::vector<int64_t> bytes;  // each device's bytes once it is made
     double over = 0;             // and the bytes over
   };
@@ -73,7 +71,7 @@ class LayerMover::Moves {
     if (m.to_group < 0) q = with_group_on(std::move(q), m.to_device);
     for (int i : m.run) q.layer_group[i] = to;
     if (!m.rest.empty()) {
-      q = with_group_on(std::move(q), m.rest_device);
+      q = with_group_on(std::move(q), q.group_device[q.layer_group[m.rest.front()]]);  // still in its group
       for (int i : m.rest) q.layer_group[i] = q.num_groups() - 1;
     }
     return q;
@@ -146,7 +144,7 @@ class LayerMover::Moves {
       if (!validate_placement(more, m_.g_, m_.c_, m_.batch_size_).is_ok()) return;
       std::vector<int64_t> after = m_.device_bytes(more);
       const double o = m_.overflow(after);
-      if (better(o)) best = Move{{}, -1, -1, {}, -1, std::move(after), o};
+      if (better(o)) best = Move{{}, -1, -1, {}, std::move(after), o};
     }
 
    private:
@@ -172,8 +170,7 @@ class LayerMover::Moves {
       for (int i : run) t_.layer_group[i] = a;
       for (int i : rest) t_.layer_group[i] = a;
       const double o = m_.overflow(after);
-      const int rest_device = rest.empty() ? -1 : q_.group_device[a];
-      if (better(o)) best = Move{run, to_group, to_device, rest, rest_device, std::move(after), o};
+      if (better(o)) best = Move{run, to_group, to_device, rest, std::move(after), o};
       return o <= 0;
     }
     bool better(double over) const { return over < (best ? best->over : over_); }
