@@ -12,6 +12,8 @@ namespace tapp {
 
 // The moves themselves; LayerMover::fit makes them one after another.
 class LayerMover::Moves {
+  class Step;
+
  public:
   Moves(const LayerGraph& g, const Cluster& c, int64_t batch_size)
       : g_(g), c_(c), batch_size_(batch_size), consumers_(g.consumers()), memory_(g) {}
@@ -46,44 +48,66 @@ class LayerMover::Moves {
     double over = 0;             // and the bytes over
   };
 
-  // The single move that lowers q's overflow (`over`, from its devices'
-  // `bytes`) most (none: no move lowers it), of those below in turn; the
-  // first layer move that leaves no device over is taken as it is.
-  std::optional<Move> best_move(const Placement& q, const std::vector<int64_t>& bytes, double over) const {
+  // The moves to make next: the single move that lowers q's overflow
+  // (`over`, from its devices' `bytes`) most, or where none does, the pair
+  // that does (a device over by a little beside a server nearly full: a run
+  // off the one overfills the other until a run leaves it in turn); none
+  // where neither lowers it.
+  std::vector<Move> next_moves(const Placement& q, const std::vector<int64_t>& bytes, double over) const {
     Step step(*this, q, over);
-    for (int a = 0; a < q.num_groups(); ++a)
-      if (step.over_and_movable(a, bytes) && step.end_runs(a)) return step.best;
-    step.more_micro_batches();
-    // Only where nothing else helps: a run from a group's middle (a search
-    // over starts and lengths), which splits the group around it.
-    for (int a = 0; a < q.num_groups() && !step.best; ++a)
-      if (step.over_and_movable(a, bytes) && step.middle_runs(a)) break;
-    return step.best;
+    search(step, q, bytes);
+    if (step.best) return {std::move(*step.best)};
+    for (const Move& first : step.near) {
+      if (!valid_after(q, first)) continue;
+      const Placement after_first = apply(q, first);
+      Step second(*this, after_first, over);
+      search(second, after_first, first.bytes);
+      if (second.best) return {first, std::move(*second.best)};
+    }
+    return {};
   }
 
+  // Whether q stays valid after move m: a run on or off a replicated group
+  // may leave it both before and after another group, which a replicated
+  // group may not be.
+  bool valid_after(const Placement& q, const Move& m) const {
+    return !q.has_replicated_groups() || validate_placement(apply(q, m), g_, c_, batch_size_).is_ok();
+  }
   // q after move m.
   static Placement apply(Placement q, const Move& m) {
     if (m.run.empty()) {
       q.micro_batches *= 2;
       return q;
     }
-    const int to = m.to_group >= 0 ? m.to_group : q.num_groups();
-    if (m.to_group < 0) q = with_group_on(std::move(q), m.to_device);
+    const int to = m.to_group >= 0 ? m.to_group : q.add_group(m.to_device, true);
     for (int i : m.run) q.layer_group[i] = to;
     if (!m.rest.empty()) {
-      q = with_group_on(std::move(q), q.group_device[q.layer_group[m.rest.front()]]);  // still in its group
-      for (int i : m.rest) q.layer_group[i] = q.num_groups() - 1;
+      const int rest =
+          q.add_group(q.group_device[q.layer_group[m.rest.front()]], true);  // still in its group
+      for (int i : m.rest) q.layer_group[i] = rest;
     }
     return q;
   }
 
  private:
+  // Scores step's candidates on q (devices' `bytes`), of those below in
+  // turn; the first layer move that leaves no device over is taken as it is.
+  void search(Step& step, const Placement& q, const std::vector<int64_t>& bytes) const {
+    for (int a = 0; a < q.num_groups(); ++a)
+      if (step.over_and_movable(a, bytes) && step.end_runs(a)) return;
+    step.more_micro_batches();
+    // Only where nothing else helps: a run from a group's middle (a search
+    // over starts and lengths), which splits the group around it.
+    for (int a = 0; a < q.num_groups() && !step.best; ++a)
+      if (q.replica_count(a) == 1 && step.over_and_movable(a, bytes) && step.middle_runs(a)) return;
+  }
+
   // One step's candidates, each made on a copy of q with two spare empty
   // groups (an empty group weighs nothing), scored and undone; the best kept.
   class Step {
    public:
     Step(const Moves& m, const Placement& q, double over)
-        : m_(m), q_(q), over_(over), t_(with_group_on(with_group_on(q, 0), 0)), members_(q.num_groups()) {
+        : m_(m), q_(q), over_(over), t_(with_spare_groups(q)), members_(q.num_groups()) {
       holds_.assign(m.c_.num_devices(), 0);
       for (int i = 0; i < static_cast<int>(q.layer_group.size()); ++i) {
         members_[q.layer_group[i]].push_back(i);
@@ -91,12 +115,18 @@ class LayerMover::Moves {
       }
     }
     std::optional<Move> best;
+    // The layer moves that lower the overflow least where none lowers it:
+    // the first of a pair (next_moves).
+    static constexpr size_t kNear = 4;
+    std::vector<Move> near;
 
-    // Whether group a is one whose layers may move: not replicated, on a device that is over.
+    // Whether group a holds layers on a device that is over (one of its
+    // replicas: a run off a replicated group leaves every replica).
     bool over_and_movable(int a, const std::vector<int64_t>& bytes) const {
-      const int d = q_.group_device[a];
-      return !members_[a].empty() && q_.replica_count(a) == 1 &&
-             bytes[d] > device_memory_bytes(m_.c_.devices[d]);
+      if (members_[a].empty()) return false;
+      for (int d : q_.devices_of_group(a))
+        if (bytes[d] > device_memory_bytes(m_.c_.devices[d])) return true;
+      return false;
     }
     // A run of group a's first or last layers (run_lengths) goes to a group
     // on another device that one of them exchanges tensors with, or to a new
@@ -170,10 +200,29 @@ class LayerMover::Moves {
       for (int i : run) t_.layer_group[i] = a;
       for (int i : rest) t_.layer_group[i] = a;
       const double o = m_.overflow(after);
-      if (better(o)) best = Move{run, to_group, to_device, rest, std::move(after), o};
+      const bool near_one = !better(o) && (near.size() < kNear || o < near.back().over);
+      if (!better(o) && !near_one) return false;
+      Move move{run, to_group, to_device, rest, std::move(after), o};
+      if (near_one) {
+        keep_near(std::move(move));
+        return false;
+      }
+      if (!m_.valid_after(q_, move)) return false;
+      best = std::move(move);
       return o <= 0;
     }
     bool better(double over) const { return over < (best ? best->over : over_); }
+    // Keeps `m` among the kNear moves that raise the overflow least, in order.
+    void keep_near(Move m) {
+      auto at = std::find_if(near.begin(), near.end(), [&](const Move& n) { return m.over < n.over; });
+      near.insert(at, std::move(m));
+      if (near.size() > kNear) near.pop_back();
+    }
+    static Placement with_spare_groups(Placement q) {
+      q.add_group(0, true);
+      q.add_group(0, true);
+      return q;
+    }
 
     const Moves& m_;
     const Placement& q_;
@@ -219,15 +268,6 @@ class LayerMover::Moves {
     }
     return out;
   }
-  // q with one more group, on device e, empty and recomputing.
-  static Placement with_group_on(Placement q, int e) {
-    q.group_device.push_back(e);
-    if (!q.group_replicas.empty()) q.group_replicas.emplace_back();
-    if (!q.group_replica_weights.empty()) q.group_replica_weights.emplace_back();
-    q.group_recompute.push_back(1);
-    return q;
-  }
-
   const LayerGraph& g_;
   const Cluster& c_;
   int64_t batch_size_;
@@ -250,12 +290,14 @@ bool LayerMover::fit(Placement& p) const {
   // longer crawl is cut short (doublings end at the batch by themselves).
   const int max_moves = 2 * static_cast<int>(bytes.size()) + 8;
   for (int moves = 0; over > 0 && moves < max_moves;) {
-    std::optional<Moves::Move> next = moves_->best_move(q, bytes, over);
-    if (!next) break;
-    moves += !next->run.empty();
-    q = Moves::apply(std::move(q), *next);
-    bytes = std::move(next->bytes);
-    over = next->over;
+    std::vector<Moves::Move> next = moves_->next_moves(q, bytes, over);
+    if (next.empty()) break;
+    for (Moves::Move& m : next) {
+      moves += !m.run.empty();
+      q = Moves::apply(std::move(q), m);
+      bytes = std::move(m.bytes);
+      over = m.over;
+    }
   }
   if (over > 0) return false;
   q.group_recompute.clear();

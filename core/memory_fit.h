@@ -5,11 +5,12 @@
 // (a learned placer's proposal on devices far apart in memory: four groups on
 // the one large device while three small ones stand idle). One move at a
 // time, the one that most lowers the bytes by which devices are over their
-// memory: a run of layers at the edge of a group, on a device that is over,
-// goes to a group it exchanges tensors with on another device, or opens a
-// group of its own on another device (an idle one first); or the
-// micro-batches double. Replicated groups, data parallelism and AL placements
-// are left as they are. Memory is core's rule (estimate_device_memory).
+// memory: a run of layers at the edge of a group on a device that is over (a
+// replicated group's too) goes to a group it exchanges tensors with on
+// another device, or opens a group of its own on another device (an idle one
+// first); or the micro-batches double; where no single move lowers it, a pair
+// that does. Data parallelism and AL placements are left as they are.
+// Memory is core's rule (estimate_device_memory).
 // Data flow: Placement (over memory) -> moved layers -> Placement (fits) | unchanged.
 // Thread safety: a LayerMover is immutable once built; move_layers_to_fit is a plain function.
 #pragma once

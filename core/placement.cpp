@@ -60,6 +60,15 @@ std::vector<int> Placement::layer_devices() const {
   return d;
 }
 
+int Placement::add_group(int device, bool recompute) {
+  group_device.push_back(device);
+  if (!group_replicas.empty()) group_replicas.emplace_back();
+  if (!group_replica_weights.empty()) group_replica_weights.emplace_back();
+  if (recompute && group_recompute.empty()) group_recompute.assign(group_device.size() - 1, 0);
+  if (!group_recompute.empty()) group_recompute.push_back(recompute ? 1 : 0);
+  return num_groups() - 1;
+}
+
 std::vector<int> Placement::devices_of_group(int g) const {
   std::vector<int> d{group_device[g]};
   if (!group_replicas.empty()) d.insert(d.end(), group_replicas[g].begin(), group_replicas[g].end());

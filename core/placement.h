@@ -97,6 +97,10 @@ struct Placement {
   bool recomputes(int g) const { return !group_recompute.empty() && group_recompute[g] != 0; }
   bool is_data_parallel() const { return data_parallel != DataParallelMode::none; }
   int num_groups() const { return static_cast<int>(group_device.size()); }
+  // Appends an empty group on `device` (one replica, no weights; recomputing
+  // if `recompute`) and returns its index. An empty group weighs nothing, so
+  // a search may add one and move layers into it.
+  int add_group(int device, bool recompute = false);
   int device_of_layer(int layer) const { return group_device[layer_group[layer]]; }  // first replica
   // group_device[g] followed by its further replicas.
   std::vector<int> devices_of_group(int g) const;

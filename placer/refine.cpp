@@ -68,11 +68,7 @@ void drop_unused_groups(Placement& p) {
 // `p` with `layers` in a new group on `device` (replicated groups' layers stay).
 Placement with_layers_on(const Placement& p, const std::vector<int>& layers, int device) {
   Placement q = p;
-  const int grp = q.num_groups();
-  q.group_device.push_back(device);
-  if (!q.group_replicas.empty()) q.group_replicas.emplace_back();
-  if (!q.group_replica_weights.empty()) q.group_replica_weights.emplace_back();
-  if (!q.group_recompute.empty()) q.group_recompute.push_back(0);
+  const int grp = q.add_group(device);
   for (int l : layers)
     if (p.replica_count(p.layer_group[l]) == 1) q.layer_group[l] = grp;
   return q;

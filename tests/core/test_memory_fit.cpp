@@ -46,6 +46,16 @@ Placement random_pipeline(int layers, int groups, std::mt19937_64& rng) {
   return p;
 }
 
+// Group g of p also on the first device (of `devices`) that holds no group.
+void replicate_on_idle(Placement& p, int g, int devices) {
+  for (int d = 0; d < devices; ++d) {
+    if (std::find(p.group_device.begin(), p.group_device.end(), d) != p.group_device.end()) continue;
+    p.group_replicas.assign(p.num_groups(), {});
+    p.group_replicas[g] = {d};
+    return;
+  }
+}
+
 }  // namespace
 
 TEST_CASE("move_layers_to_fit moves a chain's end to an idle device when one device holds it all") {
@@ -116,7 +126,93 @@ TEST_CASE("move_layers_to_fit moves a run from a group's middle where no end of 
   CHECK(p.layer_group[1] != p.layer_group[4]);  // d0's layers after the run: a group of their own
 }
 
-TEST_CASE("move_layers_to_fit leaves a placement unchanged where nothing fits, and replicas where they are") {
+TEST_CASE("move_layers_to_fit makes two moves where no single one lowers the overflow") {
+  // 16 -> 2048 -> 256 -> 256 -> 2048 -> 2048 -> 10 at batch 64 in 64 micro-batches (none to double),
+  // three groups on d2, d0, d1. d1 is 2 MiB short of its group (the 2048 x 2048 layer and the head);
+  // d0 and d2 are sized to the plant (layers 0-3 on d2, 4-5 on d0), so the large layer overfills d0 by
+  // more than that, and d2 has no room for it: only d0's layers going to d2 and then d1's to d0 fit.
+  const LayerGraph g = test::linear_chain({2048, 256, 256, 2048, 2048, 10});
+  Placement planted;
+  planted.layer_group = {0, 0, 0, 0, 1, 1};
+  planted.group_device = {2, 0};
+  planted.micro_batches = 64;
+  Placement p;
+  p.layer_group = {0, 0, 1, 1, 2, 2};
+  p.group_device = {2, 0, 1};
+  p.micro_batches = 64;
+  Cluster c = testing::equal_cluster(3);
+  const std::vector<int64_t> need = least_bytes(planted, g, c, 64), start = least_bytes(p, g, c, 64);
+  c.devices[0].memory_mb = need[0] / kMiB + 1;
+  c.devices[2].memory_mb = need[2] / kMiB + 1;
+  c.devices[1].memory_mb = start[1] / kMiB - 2;
+  REQUIRE_FALSE(recompute_where_needed(p, g, c, 64));
+  REQUIRE(move_layers_to_fit(p, g, c, 64));
+  CHECK(check_memory(p, g, c, 64).is_ok());
+  CHECK(validate_placement(p, g, c, 64).is_ok());
+  for (int i : {2, 3}) CHECK(p.device_of_layer(i) == 2);
+  CHECK(p.device_of_layer(4) == 0);
+}
+
+TEST_CASE("move_layers_to_fit moves a run off a replicated group whose replicas are over") {
+  // 16 -> 2048 x 3 -> 10 at batch 64: layers 0-2 replicated on d0 and d1 (80 MiB each; two 2048 x 2048
+  // layers hold 96 MiB of training state), the head on d2 (256 MiB). A run off one end of the
+  // replicated group goes to d2; the rest stays replicated and the placement valid (no replicated
+  // group both before and after another).
+  const LayerGraph g = test::linear_chain({2048, 2048, 2048, 10});
+  Cluster c = testing::equal_cluster(3, 256);
+  c.devices[0].memory_mb = c.devices[1].memory_mb = 80;
+  Placement r;
+  r.layer_group = {0, 0, 0, 1};
+  r.group_device = {0, 2};
+  r.group_replicas = {{1}, {}};
+  r.micro_batches = 2;
+  REQUIRE_FALSE(recompute_where_needed(r, g, c, 64));
+  REQUIRE(move_layers_to_fit(r, g, c, 64));
+  CHECK(check_memory(r, g, c, 64).is_ok());
+  CHECK(validate_placement(r, g, c, 64).is_ok());
+  // One run's layers stay replicated on d0 and d1; the others went to d2.
+  int replicated = 0;
+  for (int i = 0; i < 4; ++i) {
+    if (r.replica_count(r.layer_group[i]) == 1) {
+      CHECK(r.device_of_layer(i) == 2);
+      continue;
+    }
+    CHECK(r.devices_of_group(r.layer_group[i]) == std::vector<int>{0, 1});
+    ++replicated;
+  }
+  CHECK(replicated >= 1);
+  CHECK(replicated < 3);
+}
+
+TEST_CASE("move_layers_to_fit makes no move that puts a replicated group both before and after another") {
+  // A tiny gpt2 (28 layers): wte, wpe on d0; the first block's ln_1 and attn replicated on d1 and d2;
+  // the rest on d3, sized to hold it without layers 4-9. Layer 4 (h.0.add_1) adds attn's output to
+  // wpe's, so a run from it joining d0's group would put that group before and after the replicated
+  // one; the run goes to a group of its own on d0 instead.
+  const LayerGraph g = *zoo_model("gpt2", test::tiny_transformer(16, 500, 3, 64, 4));
+  REQUIRE(g.layers.size() == 28);
+  Placement p;
+  p.layer_group.assign(28, 2);
+  p.layer_group[0] = p.layer_group[1] = 0;
+  p.layer_group[2] = p.layer_group[3] = 1;
+  p.group_device = {0, 1, 3};
+  p.group_replicas = {{}, {2}, {}};
+  p.micro_batches = 2;
+  Placement planted = p;
+  const int own = planted.add_group(0);
+  for (int i = 4; i <= 9; ++i) planted.layer_group[i] = own;
+  Cluster c = testing::equal_cluster(4, 1024);
+  c.devices[3].memory_mb = least_bytes(planted, g, c, 64)[3] / kMiB + 1;
+  REQUIRE_FALSE(recompute_where_needed(p, g, c, 64));
+  REQUIRE(move_layers_to_fit(p, g, c, 64));
+  CHECK(check_memory(p, g, c, 64).is_ok());
+  CHECK(validate_placement(p, g, c, 64).is_ok());
+  CHECK(p.device_of_layer(4) == 0);
+  CHECK(p.layer_group[4] != p.layer_group[0]);
+}
+
+TEST_CASE(
+    "move_layers_to_fit leaves a placement unchanged where nothing fits, and a replicated group that fits") {
   const LayerGraph g = test::linear_chain({2048, 2048, 2048, 10});
   const int64_t batch = 64;
   // Two devices of 40 MiB: a 2048 x 2048 layer's training state alone is 48 MiB.
@@ -152,7 +248,7 @@ TEST_CASE("move_layers_to_fit finds a fit where a planted one exists, on random 
   std::mt19937_64 rng(20261130);
   const LayerGraph inception = *zoo_model("tiny_inception");
   const LayerGraph transformer = *zoo_model("gpt2", test::tiny_transformer(16, 500, 3, 64, 4));  // tied head
-  int tried = 0, fitted = 0;
+  int tried = 0, fitted = 0, tried_replicated = 0, fitted_replicated = 0;
   for (int n = 0; n < 120; ++n) {
     std::vector<int64_t> widths;
     const int chain = 4 + static_cast<int>(rng() % 12);
@@ -174,11 +270,16 @@ TEST_CASE("move_layers_to_fit finds a fit where a planted one exists, on random 
         n % 2 == 0 ? random_pipeline(L, 1 + static_cast<int>(rng() % std::min(D, L)), rng) : planted;
     if (n % 2 == 1) std::shuffle(start.group_device.begin(), start.group_device.end(), rng);
     start.micro_batches = planted.micro_batches;
+    // Every other start of fewer groups than devices has a group replicated on an idle device.
+    const bool replicated = n % 4 == 0 && start.num_groups() < D;
+    if (replicated) replicate_on_idle(start, static_cast<int>(rng() % start.num_groups()), D);
     if (recompute_where_needed(start, g, c, batch)) continue;
     ++tried;
+    tried_replicated += replicated;
     const Placement before = start;
     if (move_layers_to_fit(start, g, c, batch)) {
       ++fitted;
+      fitted_replicated += replicated;
       CHECK(check_memory(start, g, c, batch).is_ok());
       CHECK(validate_placement(start, g, c, batch).is_ok());
     } else {
@@ -186,7 +287,10 @@ TEST_CASE("move_layers_to_fit finds a fit where a planted one exists, on random 
       CHECK(start.group_device == before.group_device);
     }
   }
-  MESSAGE("fitted " << fitted << " of " << tried);
+  MESSAGE("fitted " << fitted << " of " << tried << ", with a replicated group " << fitted_replicated
+                    << " of " << tried_replicated);
   REQUIRE(tried >= 40);
   CHECK(fitted * 10 >= tried * 9);
+  REQUIRE(tried_replicated >= 10);
+  CHECK(fitted_replicated * 10 >= tried_replicated * 9);
 }

@@ -142,6 +142,27 @@ TEST_CASE("a replicated group that is both before and after another group is ref
   CHECK(error_of(cyclic, g, c) == "");  // a device holding two segments of one group
 }
 
+TEST_CASE("add_group appends an empty group that keeps the per-group lists aligned and the placement valid") {
+  LayerGraph g = chain();
+  Cluster c = devices(3);
+  Placement p;
+  p.layer_group = {0, 0, 1, 1};
+  p.group_device = {0, 2};
+  p.group_replicas = {{1}, {}};
+  p.group_replica_weights = {{2, 1}, {}};
+  p.micro_batches = 4;
+  CHECK(p.add_group(2) == 2);
+  CHECK(p.group_replicas.size() == 3);
+  CHECK(p.group_replica_weights.size() == 3);
+  CHECK(p.replica_count(2) == 1);
+  CHECK(p.group_recompute.empty());  // no flags where none was set
+  p.layer_group[3] = 2;
+  CHECK(validate_placement(p, g, c, 32).is_ok());
+  CHECK(p.add_group(0, true) == 3);  // recomputing: the flags appear, the others' off
+  CHECK(p.group_recompute == std::vector<char>{0, 0, 0, 1});
+  CHECK(validate_placement(p, g, c, 32).is_ok());  // an empty group is no stage
+}
+
 TEST_CASE("the interleaved schedule has a name and keeps one more warm-up round in flight than 1F1B") {
   auto s = schedule_from_name("interleaved_1f1b");
   REQUIRE(s.is_ok());
