@@ -237,16 +237,18 @@ BENCHMARK(BM_inception_v3_branch_parallel_validate_and_memory);
 // What a proposal that recomputing does not fit costs the measurer before it
 // is evaluated (core/memory_fit.h), with the LayerMover built once as the
 // measurer builds it: gpt2_medium at batch 32 in `groups` equal groups, all
-// on device `on` of a cluster of devices of `memory_mb`. The counter says
-// whether it fits after its moves.
+// on device `on` of a cluster of devices of `memory_mb` (group g's further
+// replicas: `replicas[g]`, where given). The counter says whether it fits
+// after its moves.
 void move_layers_bench(benchmark::State& state, const std::vector<int64_t>& memory_mb, int groups, int on,
-                       int micro_batches) {
+                       int micro_batches, const std::vector<std::vector<int>>& replicas = {}) {
   static const LayerGraph graph = *zoo_model("gpt2_medium");
   const Cluster cluster = devices_of(memory_mb);
   const int L = static_cast<int>(graph.layers.size());
   Placement p;
   for (int i = 0; i < L; ++i) p.layer_group.push_back(groups * i / L);
   p.group_device.assign(groups, on);
+  p.group_replicas = replicas;
   p.micro_batches = micro_batches;
   const LayerMover mover(graph, cluster, 32);
   int64_t fitted = 0;
@@ -267,8 +269,20 @@ void BM_gpt2_medium_move_layers_to_fit(benchmark::State& state) {
 void BM_gpt2_medium_move_middle_run_to_fit(benchmark::State& state) {
   move_layers_bench(state, {1024, 8192}, 1, 1, 8);
 }
+// Three groups on the 8 GB device, the first also on two 1 GB devices: runs leave the replicated
+// group, and the other groups' runs go to the idle devices.
+void BM_gpt2_medium_move_replicated_to_fit(benchmark::State& state) {
+  move_layers_bench(state, {8192, 1024, 1024, 1024, 1024}, 3, 0, 32, {{1, 2}, {}, {}});
+}
+// Four groups on a 2 GB device beside a 1 GB one, where nothing fits: what a hopeless proposal
+// costs, every search and the pairs after the last step included.
+void BM_gpt2_medium_move_nothing_fits(benchmark::State& state) {
+  move_layers_bench(state, {2048, 1024}, 4, 0, 32);
+}
 BENCHMARK(BM_gpt2_medium_move_layers_to_fit);
 BENCHMARK(BM_gpt2_medium_move_middle_run_to_fit);
+BENCHMARK(BM_gpt2_medium_move_replicated_to_fit);
+BENCHMARK(BM_gpt2_medium_move_nothing_fits);
 
 }  // namespace
 

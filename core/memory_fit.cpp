@@ -35,6 +35,13 @@ class LayerMover::Moves {
       over += std::max<double>(0.0, static_cast<double>(bytes[d] - device_memory_bytes(c_.devices[d])));
     return over;
   }
+  // The bytes by which the devices are under their memory.
+  double room(const std::vector<int64_t>& bytes) const {
+    double free = 0;
+    for (int d = 0; d < c_.num_devices(); ++d)
+      free += std::max<double>(0.0, static_cast<double>(device_memory_bytes(c_.devices[d]) - bytes[d]));
+    return free;
+  }
 
   // A move: the layers of `run` (a run of one group's layers) go to
   // `to_group`, or (to_group -1) to a new group on `to_device`, and those of
@@ -57,6 +64,10 @@ class LayerMover::Moves {
     Step step(*this, q, over);
     search(step, q, bytes);
     if (step.best) return {std::move(*step.best)};
+    // Without replicas, moving layers shifts bytes (and a new cut adds
+    // some): where more is over than the devices have free, no pair fits it.
+    // (A run off a replicated group frees its bytes on every replica.)
+    if (!q.has_replicated_groups() && over > room(bytes)) return {};
     for (const Move& first : step.near) {
       if (!valid_after(q, first)) continue;
       const Placement after_first = apply(q, first);
