@@ -275,7 +275,7 @@ void BM_gpt2_medium_move_replicated_to_fit(benchmark::State& state) {
   move_layers_bench(state, {8192, 1024, 1024, 1024, 1024}, 3, 0, 32, {{1, 2}, {}, {}});
 }
 // Four groups on a 2 GB device beside a 1 GB one, where nothing fits: what a hopeless proposal
-// costs, every search and the pairs after the last step included.
+// costs, every step's search included (no pair is looked for: more is over than is free).
 void BM_gpt2_medium_move_nothing_fits(benchmark::State& state) {
   move_layers_bench(state, {2048, 1024}, 4, 0, 32);
 }

@@ -120,14 +120,15 @@ class LayerMover::Moves {
     Step(const Moves& m, const Placement& q, double over)
         : m_(m), q_(q), over_(over), t_(with_spare_groups(q)), members_(q.num_groups()) {
       holds_.assign(m.c_.num_devices(), 0);
-      for (int i = 0; i < static_cast<int>(q.layer_group.size()); ++i) {
+      for (int i = 0; i < static_cast<int>(q.layer_group.size()); ++i)
         members_[q.layer_group[i]].push_back(i);
-        for (int d : q.devices_of_group(q.layer_group[i])) holds_[d] = 1;
-      }
+      for (int g = 0; g < q.num_groups(); ++g)
+        if (!members_[g].empty())
+          for (int d : q.devices_of_group(g)) holds_[d] = 1;
     }
     std::optional<Move> best;
-    // The layer moves that lower the overflow least where none lowers it:
-    // the first of a pair (next_moves).
+    // While no move lowers the overflow, the layer moves that raise it
+    // least: the first of a pair (next_moves).
     static constexpr size_t kNear = 4;
     std::vector<Move> near;
 
@@ -211,16 +212,15 @@ class LayerMover::Moves {
       for (int i : run) t_.layer_group[i] = a;
       for (int i : rest) t_.layer_group[i] = a;
       const double o = m_.overflow(after);
-      const bool near_one = !better(o) && (near.size() < kNear || o < near.back().over);
-      if (!better(o) && !near_one) return false;
-      Move move{run, to_group, to_device, rest, std::move(after), o};
-      if (near_one) {
-        keep_near(std::move(move));
-        return false;
+      if (better(o)) {
+        Move move{run, to_group, to_device, rest, std::move(after), o};
+        if (!m_.valid_after(q_, move)) return false;
+        best = std::move(move);
+        return o <= 0;
       }
-      if (!m_.valid_after(q_, move)) return false;
-      best = std::move(move);
-      return o <= 0;
+      if (!best && (near.size() < kNear || o < near.back().over))
+        keep_near(Move{run, to_group, to_device, rest, std::move(after), o});
+      return false;
     }
     bool better(double over) const { return over < (best ? best->over : over_); }
     // Keeps `m` among the kNear moves that raise the overflow least, in order.
