@@ -1,5 +1,6 @@
 #include "profiler/torchscript_import.h"
 
+#include "profiler/torchscript_file.h"
 #include "profiler/torchscript_layers.h"
 
 #include <torch/csrc/jit/passes/freeze_module.h>
@@ -399,15 +400,13 @@ Status infer_and_check(LayerGraph& g, const Walk& w) {
 // per-layer import, which loads it the same way, is not tried).
 struct NotLoadable {
   std::string what;
+  bool refused_by_libtorch = true;  // false: it loaded, but a tensor is corrupt (the message says which)
 };
 
 Result<LayerGraph> walk_module(const std::string& path, const ModelOptions& options) {
   jit::Module module;
-  try {
-    module = jit::load(path);
-  } catch (const c10::Error& e) {
-    throw NotLoadable{e.what_without_backtrace()};
-  }
+  if (Status s = load_script_module(path, module); !s)
+    throw NotLoadable{s.message(), s.code() != ErrorCode::invalid_argument};
   module.eval();
   jit::Module frozen = jit::freeze_module(module);
   auto graph = frozen.get_method("forward").graph();
@@ -468,7 +467,7 @@ Result<LayerGraph> import_ops(const std::string& path, const ModelOptions& optio
     return g;
   } catch (const NotLoadable& e) {
     loadable = false;
-    return refusal(e.what);
+    return e.refused_by_libtorch ? refusal(e.what) : Status::error(path + ": " + e.what);
   } catch (const c10::Error& e) {
     return refusal(e.what_without_backtrace());
   } catch (const std::exception& e) {

@@ -17,6 +17,7 @@
 
 #include "common/fingerprint.h"
 #include "common/read_file.h"
+#include "profiler/torchscript_file.h"
 
 namespace tapp {
 namespace jit = torch::jit;
@@ -493,7 +494,8 @@ std::string slice_name(const Analysis& a, int begin, int end, std::map<std::stri
 Result<LayerGraph> import_layers(const std::string& path, const ModelOptions& options) {
   auto hash = file_hash(path);
   if (!hash) return hash.status();
-  jit::Module m = jit::load(path);
+  jit::Module m;
+  if (Status s = load_script_module(path, m); !s) return s;
   m.eval();
   auto g = m.get_method("forward").graph()->copy();
   if (g->inputs().size() != 2)
@@ -634,7 +636,7 @@ Result<std::shared_ptr<ScriptProgram>> ScriptProgram::load(const LayerGraph& gra
                          first->hash + "); import it again");
   auto impl = std::make_unique<Impl>();
   try {
-    impl->module = jit::load(file);
+    if (Status s = load_script_module(file, impl->module); !s) return s.with_context(file);
     impl->graph = expanded_forward(impl->module, first->expand);
     Analysis a = analyse(*impl->graph);
     impl->slices.resize(graph.layers.size());

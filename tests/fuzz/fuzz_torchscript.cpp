@@ -10,6 +10,10 @@
 // first loaded by torch::jit::load alone in a forked child; an input the child
 // cannot load (it dies, LibTorch refuses it, or it takes over 1.5 s) is skipped. That is why a job
 // that loads an upload must run in a process that may die (issue 13 part 1).
+// A file LibTorch loads may still hold a tensor that claims more elements
+// than its storage has (regressions/torchscript/tensor_storage_too_small.pt:
+// freezing read past it and crashed the parent now and then); the importer
+// refuses it (profiler/torchscript_file.h), so that is the importer's to catch.
 // Properties: no crash, no exception and no undefined behaviour in the import
 // of a file LibTorch loads: its refusals come back as an error; a module that
 // imports is a graph that writes as a JSON layer graph that reads back.

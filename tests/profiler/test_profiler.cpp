@@ -249,6 +249,22 @@ TEST_CASE("missing and corrupt TorchScript files are errors, not crashes") {
   CHECK(corrupt.error_message().find("not a loadable TorchScript module") != std::string::npos);
 }
 
+// A fuzzed archive whose conv weight claims shape [14, 8, 3, 3] over the
+// storage of a [4, 8, 3, 3] one: LibTorch loads it, and freezing or a forward
+// read past the storage (a crash under the fuzzer, now and then).
+TEST_CASE("a TorchScript tensor larger than its storage is refused, naming the tensor") {
+  const std::string file = kSource + "/tests/fuzz/regressions/torchscript/tensor_storage_too_small.pt";
+  for (ScriptImport how : {ScriptImport::automatic, ScriptImport::ops, ScriptImport::layers}) {
+    CAPTURE(static_cast<int>(how));
+    ModelOptions options;
+    options.torchscript = how;
+    auto g = load_model(file, options);
+    REQUIRE_FALSE(g.is_ok());
+    CHECK(g.error_message().find("tensor 'b3.weight' of shape [14, 8, 3, 3]") != std::string::npos);
+    CHECK(g.error_message().find("reaches 4032 bytes but its storage holds 1152") != std::string::npos);
+  }
+}
+
 TEST_CASE("tapp-cli answers bad input with a message and exit code 2") {
   const std::string cli = kBin + "/tapp-cli";
   fs::path dir = scratch("cli");
@@ -261,6 +277,8 @@ TEST_CASE("tapp-cli answers bad input with a message and exit code 2") {
       {"profile " + kSource + "/tests/fixtures/models/mismatched_add.json", "mismatched shapes"},
       {"profile " + (dir / "missing.pt").string(), "no such file"},
       {"profile " + (dir / "corrupt.pt").string(), "not a loadable TorchScript module"},
+      {"profile " + kSource + "/tests/fuzz/regressions/torchscript/tensor_storage_too_small.pt",
+       "tensor 'b3.weight'"},
       {"profile vgg5 --batch 0", "must be positive"},
       {"profile alexnet --no-cache --batch 10000000", "use a smaller batch or input size"},
       {"export-model nope", "unknown model 'nope'"},

@@ -1,0 +1,100 @@
+#include "profiler/torchscript_file.h"
+
+#include <torch/csrc/jit/api/function_impl.h>
+
+#include <functional>
+
+namespace tapp {
+namespace jit = torch::jit;
+
+namespace {
+
+std::string shape_text(c10::IntArrayRef a) {
+  std::string s = "[";
+  for (size_t i = 0; i < a.size(); ++i) s += (i ? ", " : "") + std::to_string(a[i]);
+  return s + "]";
+}
+
+// The bytes `t`'s sizes, strides and offset reach in its storage, or -1 when
+// they cannot be valid (a negative stride or offset, or more than 2^62 bytes).
+int64_t bytes_reached(const at::Tensor& t) {
+  if (t.numel() == 0) return 0;
+  constexpr unsigned __int128 kMax = static_cast<unsigned __int128>(1) << 62;
+  if (t.storage_offset() < 0) return -1;
+  unsigned __int128 last = static_cast<unsigned __int128>(t.storage_offset());
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.stride(d) < 0) return -1;
+    last += static_cast<unsigned __int128>(t.size(d) - 1) * static_cast<unsigned __int128>(t.stride(d));
+    if (last > kMax) return -1;
+  }
+  const unsigned __int128 bytes = (last + 1) * t.element_size();
+  return bytes > kMax ? -1 : static_cast<int64_t>(bytes);
+}
+
+Status check_tensor(const at::Tensor& t, const std::string& name) {
+  if (!t.defined() || !t.has_storage()) return Status::ok();
+  const int64_t reached = bytes_reached(t);
+  const int64_t held = static_cast<int64_t>(t.storage().nbytes());
+  if (reached >= 0 && reached <= held) return Status::ok();
+  return Status::coded(
+      ErrorCode::invalid_argument,
+      "tensor '" + name + "' of shape " + shape_text(t.sizes()) + " and strides " + shape_text(t.strides()) +
+          " reaches " +
+          (reached < 0 ? std::string("an invalid extent") : std::to_string(reached) + " bytes") +
+          " but its storage holds " + std::to_string(held) +
+          " (a corrupt or hand-edited file; save it again from PyTorch)");
+}
+
+// Tensors inside an attribute value: a tensor, or lists, tuples and dicts of them.
+Status check_value(const c10::IValue& v, const std::string& name) {
+  if (v.isTensor()) return check_tensor(v.toTensor(), name);
+  if (v.isList()) {
+    const auto list = v.toListRef();
+    for (size_t i = 0; i < list.size(); ++i)
+      if (Status s = check_value(list[i], name + "[" + std::to_string(i) + "]"); !s) return s;
+  } else if (v.isTuple()) {
+    const auto& elems = v.toTupleRef().elements();
+    for (size_t i = 0; i < elems.size(); ++i)
+      if (Status s = check_value(elems[i], name + "[" + std::to_string(i) + "]"); !s) return s;
+  } else if (v.isGenericDict()) {
+    for (const auto& kv : v.toGenericDict())
+      if (Status s = check_value(kv.value(), name + "[...]"); !s) return s;
+  }
+  return Status::ok();
+}
+
+// Tensor constants of a graph and its nested blocks (a traced module's weights live there).
+Status check_constants(const jit::Block& block, const std::string& function) {
+  for (const jit::Node* n : block.nodes()) {
+    if (n->kind() == c10::prim::Constant && n->output()->type()->cast<c10::TensorType>()) {
+      if (Status s = check_tensor(n->t(c10::attr::value), "a constant of " + function); !s) return s;
+    }
+    for (const jit::Block* b : n->blocks())
+      if (Status s = check_constants(*b, function); !s) return s;
+  }
+  return Status::ok();
+}
+
+Status check_module(const jit::Module& m) {
+  for (const auto& a : m.named_attributes(/*recurse=*/true))
+    if (Status s = check_value(a.value, a.name); !s) return s;
+  for (const jit::Function* f : m._ivalue()->compilation_unit()->get_functions()) {
+    if (!f->isGraphFunction()) continue;
+    const std::string name = f->qualname().qualifiedName();
+    if (Status s = check_constants(*jit::toGraphFunction(*f).graph()->block(), name); !s) return s;
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status load_script_module(const std::string& path, jit::Module& out) {
+  try {
+    out = jit::load(path);
+  } catch (const c10::Error& e) {
+    return Status::error(e.what_without_backtrace());
+  }
+  return check_module(out);
+}
+
+}  // namespace tapp
