@@ -31,15 +31,15 @@ int64_t bytes_reached(const at::Tensor& t) {
   return bytes > kMax ? -1 : static_cast<int64_t>(bytes);
 }
 
-Status check_tensor(const at::Tensor& t, const std::string& name) {
+// `what` names the tensor: "tensor 'b3.weight'", "a tensor constant of <function>".
+Status check_tensor(const at::Tensor& t, const std::string& what) {
   if (!t.defined() || !t.has_storage()) return Status::ok();
   const int64_t reached = bytes_reached(t);
   const int64_t held = static_cast<int64_t>(t.storage().nbytes());
   if (reached >= 0 && reached <= held) return Status::ok();
   return Status::coded(
       ErrorCode::invalid_argument,
-      "tensor '" + name + "' of shape " + shape_text(t.sizes()) + " and strides " + shape_text(t.strides()) +
-          " reaches " +
+      what + " of shape " + shape_text(t.sizes()) + " and strides " + shape_text(t.strides()) + " reaches " +
           (reached < 0 ? std::string("an invalid extent") : std::to_string(reached) + " bytes") +
           " but its storage holds " + std::to_string(held) +
           " (a corrupt or hand-edited file; save it again from PyTorch)");
@@ -47,7 +47,7 @@ Status check_tensor(const at::Tensor& t, const std::string& name) {
 
 // Tensors inside an attribute value: a tensor, or lists, tuples and dicts of them.
 Status check_value(const c10::IValue& v, const std::string& name) {
-  if (v.isTensor()) return check_tensor(v.toTensor(), name);
+  if (v.isTensor()) return check_tensor(v.toTensor(), "tensor '" + name + "'");
   if (v.isList()) {
     const auto list = v.toListRef();
     for (size_t i = 0; i < list.size(); ++i)
@@ -67,7 +67,7 @@ Status check_value(const c10::IValue& v, const std::string& name) {
 Status check_constants(const jit::Block& block, const std::string& function) {
   for (const jit::Node* n : block.nodes()) {
     if (n->kind() == c10::prim::Constant && n->output()->type()->cast<c10::TensorType>()) {
-      if (Status s = check_tensor(n->t(c10::attr::value), "a constant of " + function); !s) return s;
+      if (Status s = check_tensor(n->t(c10::attr::value), "a tensor constant of " + function); !s) return s;
     }
     for (const jit::Block* b : n->blocks())
       if (Status s = check_constants(*b, function); !s) return s;

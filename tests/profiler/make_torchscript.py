@@ -3,12 +3,16 @@
 usage: make_torchscript.py OUT_DIR
 Writes OUT_DIR/branchy_scripted.pt (torch.jit.script), OUT_DIR/branchy_traced.pt
 (torch.jit.trace), OUT_DIR/mlp_traced.pt, OUT_DIR/classifier_{scripted,traced}.pt
-(ReLU6 + log_softmax), OUT_DIR/exp_scripted.pt (an op the importer does not support) and OUT_DIR/expected.json with each model's
-parameter count as PyTorch counts it.
+(ReLU6 + log_softmax), OUT_DIR/exp_scripted.pt (an op the importer does not support),
+OUT_DIR/scaled_traced.pt (a tensor constant in the code), OUT_DIR/constant_too_large.pt (the same
+file with its constant's size raised from 4 to 40 over the storage of 4) and OUT_DIR/expected.json
+with each model's parameter count as PyTorch counts it.
 """
 import json
 import os
 import sys
+import warnings
+import zipfile
 
 import torch
 import torch.nn as nn
@@ -66,6 +70,28 @@ class WithExp(nn.Module):
         return torch.exp(self.fc(x))
 
 
+class Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.fc(x * torch.tensor([1.0, 2.0, 3.0, 4.0]))
+
+
+def with_constant_size(src, dst, size):
+    """Copies src with the size of the tensor in its constants.pkl set to `size` (LibTorch
+    does not check the archive's CRCs, so the copy loads)."""
+    raw = bytearray(open(src, "rb").read())
+    name = [n for n in zipfile.ZipFile(src).namelist() if n.endswith("/constants.pkl")][0]
+    pkl = zipfile.ZipFile(src).read(name)
+    at = raw.find(pkl)
+    # _rebuild_tensor_v2(storage, offset, (4,), (1,), ...): the size tuple is "( K 4 t".
+    size_at = at + pkl.index(b"(K\x04t")
+    raw[size_at + 2] = size
+    open(dst, "wb").write(raw)
+
+
 def count(m):
     return sum(p.numel() for p in m.parameters())
 
@@ -82,6 +108,11 @@ def main():
     torch.jit.script(Classifier()).save(os.path.join(out, "classifier_scripted.pt"))
     torch.jit.trace(Classifier(), torch.randn(2, 20)).save(os.path.join(out, "classifier_traced.pt"))
     torch.jit.script(WithExp()).save(os.path.join(out, "exp_scripted.pt"))
+    with warnings.catch_warnings():  # the constant is meant to be one
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        scaled = torch.jit.trace(Scaled(), torch.randn(2, 4))
+    scaled.save(os.path.join(out, "scaled_traced.pt"))
+    with_constant_size(os.path.join(out, "scaled_traced.pt"), os.path.join(out, "constant_too_large.pt"), 40)
     with open(os.path.join(out, "expected.json"), "w") as f:
         json.dump({"branchy_params": count(branchy), "mlp_params": count(mlp)}, f)
 

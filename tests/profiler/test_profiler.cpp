@@ -263,6 +263,13 @@ TEST_CASE("a TorchScript tensor larger than its storage is refused, naming the t
     CHECK(g.error_message().find("tensor 'b3.weight' of shape [14, 8, 3, 3]") != std::string::npos);
     CHECK(g.error_message().find("reaches 4032 bytes but its storage holds 1152") != std::string::npos);
   }
+  // A traced module's tensor constant (in its code, not an attribute), raised from 4 elements to 40.
+  REQUIRE(load_model((torchscript_dir() / "scaled_traced.pt").string()).is_ok());
+  auto constant = load_model((torchscript_dir() / "constant_too_large.pt").string());
+  REQUIRE_FALSE(constant.is_ok());
+  CHECK(constant.error_message().find("a tensor constant of __torch__.Scaled.forward of shape [40]") !=
+        std::string::npos);
+  CHECK(constant.error_message().find("reaches 160 bytes but its storage holds 16") != std::string::npos);
 }
 
 TEST_CASE("tapp-cli answers bad input with a message and exit code 2") {
