@@ -126,6 +126,34 @@ TEST_CASE("move_layers_to_fit moves a run from a group's middle where no end of 
   CHECK(p.layer_group[1] != p.layer_group[4]);  // d0's layers after the run: a group of their own
 }
 
+TEST_CASE("move_layers_to_fit looks for a middle run in every group that is over, not only the first") {
+  // gpt2_medium at batch 32 in 32 micro-batches, in two groups on an 8 GB server (the embedding and
+  // the first block's start, then the rest; 126 MiB over), a 1 GB device idle: a policy's proposal.
+  // No end run fits the small device (one end holds the embedding, the other the head that shares
+  // its table). The first group's middle runs lower the overflow most, but no move fits after them
+  // (70 MiB over); a run of the second group's blocks leaves both devices fitting.
+  const LayerGraph g = *zoo_model("gpt2_medium");
+  const int L = static_cast<int>(g.layers.size());
+  Placement p;
+  p.layer_group.assign(L, 1);
+  for (int i = 0; i < 16; ++i) p.layer_group[i] = 0;
+  p.group_device = {1, 1};
+  p.micro_batches = 32;
+  Cluster c = testing::equal_cluster(2);
+  c.devices[0].memory_mb = 1024;
+  c.devices[1].memory_mb = 8192;
+  REQUIRE_FALSE(recompute_where_needed(p, g, c, 32));
+  REQUIRE(move_layers_to_fit(p, g, c, 32));
+  CHECK(check_memory(p, g, c, 32).is_ok());
+  CHECK(validate_placement(p, g, c, 32).is_ok());
+  CHECK(p.device_of_layer(0) == 1);
+  CHECK(p.device_of_layer(L - 1) == 1);
+  int on_small = 0;
+  for (int i = 16; i < L; ++i) on_small += p.device_of_layer(i) == 0;
+  CHECK(on_small > 0);
+  for (int i = 0; i < 16; ++i) CHECK(p.device_of_layer(i) == 1);  // the first group stays
+}
+
 TEST_CASE("move_layers_to_fit makes two moves where no single one lowers the overflow") {
   // 16 -> 2048 -> 256 -> 256 -> 2048 -> 2048 -> 10 at batch 64 in 64 micro-batches (none to double),
   // three groups on d2, d0, d1. d1 is 2 MiB short of its group (the 2048 x 2048 layer and the head);
