@@ -2,8 +2,6 @@
 
 #include <torch/csrc/jit/api/function_impl.h>
 
-#include <functional>
-
 namespace tapp {
 namespace jit = torch::jit;
 

@@ -82,14 +82,15 @@ class Scaled(nn.Module):
 def with_constant_size(src, dst, size):
     """Copies src with the size of the tensor in its constants.pkl set to `size` (LibTorch
     does not check the archive's CRCs, so the copy loads)."""
-    raw = bytearray(open(src, "rb").read())
-    name = [n for n in zipfile.ZipFile(src).namelist() if n.endswith("/constants.pkl")][0]
-    pkl = zipfile.ZipFile(src).read(name)
-    at = raw.find(pkl)
+    with open(src, "rb") as f:
+        raw = bytearray(f.read())
+    with zipfile.ZipFile(src) as z:
+        pkl = z.read(next(n for n in z.namelist() if n.endswith("/constants.pkl")))
     # _rebuild_tensor_v2(storage, offset, (4,), (1,), ...): the size tuple is "( K 4 t".
-    size_at = at + pkl.index(b"(K\x04t")
+    size_at = raw.find(pkl) + pkl.index(b"(K\x04t")
     raw[size_at + 2] = size
-    open(dst, "wb").write(raw)
+    with open(dst, "wb") as f:
+        f.write(raw)
 
 
 def count(m):
