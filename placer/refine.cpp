@@ -168,9 +168,8 @@ class IteratedLocalSearch {
     std::shuffle(branch.begin(), branch.end(), rng_);
     const size_t keep = std::min(branch.size(), std::max<size_t>(kBranchMovesPerStep, nb.size() / 4));
     for (size_t k = 0; k < keep; ++k) nb.push_back(std::move(branch[k]));
-    std::shuffle(nb.begin(), nb.end(), rng_);
-    // Last: the other schedule is tried where no move of the layout improves.
     if (std::optional<Placement> other = with_other_schedule(p)) nb.push_back(std::move(*other));
+    std::shuffle(nb.begin(), nb.end(), rng_);
     return nb;
   }
   // Takes the first improving move until none improves (or the budget is spent).
