@@ -7,12 +7,6 @@ namespace jit = torch::jit;
 
 namespace {
 
-std::string shape_text(c10::IntArrayRef a) {
-  std::string s = "[";
-  for (size_t i = 0; i < a.size(); ++i) s += (i ? ", " : "") + std::to_string(a[i]);
-  return s + "]";
-}
-
 // The bytes `t`'s sizes, strides and offset reach in its storage, or -1 when
 // they cannot be valid (a negative stride or offset, or more than 2^62 bytes).
 int64_t bytes_reached(const at::Tensor& t) {
@@ -37,7 +31,7 @@ Status check_tensor(const at::Tensor& t, const std::string& what) {
   if (reached >= 0 && reached <= held) return Status::ok();
   return Status::coded(
       ErrorCode::invalid_argument,
-      what + " of shape " + shape_text(t.sizes()) + " and strides " + shape_text(t.strides()) + " reaches " +
+      what + " of shape " + c10::str(t.sizes()) + " and strides " + c10::str(t.strides()) + " reaches " +
           (reached < 0 ? std::string("an invalid extent") : std::to_string(reached) + " bytes") +
           " but its storage holds " + std::to_string(held) +
           " (a corrupt or hand-edited file; save it again from PyTorch)");
