@@ -1,6 +1,7 @@
 // optimize(): one job end to end in simulate mode on a small model.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -102,7 +103,9 @@ TEST_CASE("a job where no placement fits says why: the layer no device holds, el
                                   {"attrs", {{"out", 2048}}}}});
   for (const char* name : {"fc1", "fc2", "fc3"})
     layers.push_back({{"name", name}, {"op", "linear"}, {"inputs", {layers.back()["name"]}}, {"attrs", {{"out", 2048}}}});
+  std::vector<std::string> phases;
   auto job = [&](int memory_mb) {
+    phases.clear();
     json devices = json::array();
     for (const char* name : {"a", "b"}) devices.push_back({{"name", name}, {"memory_mb", memory_mb}});
     json body = {{"model", {{"name", "wide"}, {"input_shape", {16}}, {"layers", layers}}},
@@ -111,20 +114,24 @@ TEST_CASE("a job where no placement fits says why: the layer no device holds, el
     auto req = optimize_request_from_json(body);
     REQUIRE_MESSAGE(req.is_ok(), req.error_message());
     std::atomic<bool> cancel{false};
-    return optimize(req.value(), nullptr, cancel);
+    return optimize(req.value(), [&](const ProgressEvent& e) { phases.push_back(e.phase); }, cancel);
   };
-  // 32 MiB devices: fc1 fits neither; the error names it and the largest device.
+  auto reached = [&](const char* phase) { return std::count(phases.begin(), phases.end(), phase) > 0; };
+  // 32 MiB devices: fc1 fits neither; the error names it and the largest device, before any search.
   auto none = job(32);
   REQUIRE_FALSE(none.is_ok());
   CHECK(none.error_message().rfind("no placement fits", 0) == 0);
   CHECK(none.error_message().find("layer 'fc1'") != std::string::npos);
   CHECK(none.error_message().find("memory_mb 32") != std::string::npos);
+  CHECK_FALSE(reached("baselines"));
+  CHECK_FALSE(reached("optimizing"));
   // 96 MiB devices: each layer fits one, but no device holds two of the three: the DP planner says so.
   auto split = job(96);
   REQUIRE_FALSE(split.is_ok());
   CHECK(split.error_message().rfind("no placement fits", 0) == 0);
   CHECK(split.error_message().find("(dp: ") != std::string::npos);
   CHECK(split.error_message().find("needs") == std::string::npos);  // not the bound's per-layer reason
+  CHECK(reached("optimizing"));  // found out by the search
   MESSAGE(split.error_message());
 }
 
