@@ -46,13 +46,15 @@ class LayerMover::Moves {
   // A move: the layers of `run` (a run of one group's layers) go to
   // `to_group`, or (to_group -1) to a new group on `to_device`, and those of
   // `rest` (the group's layers after a run from its middle) to a new group on
-  // the group's device; or, with `run` empty, the micro-batches double.
+  // the group's device; or with `leaving_group` set, the replica on
+  // `to_device` leaves that group; or, with neither, the micro-batches double.
   struct Move {
     std::vector<int> run;
     int to_group = -1, to_device = -1;
     std::vector<int> rest;
     std::vector<int64_t> bytes;  // each device's bytes once it is made
     double over = 0;             // and the bytes over
+    int leaving_group = -1;
   };
 
   // The moves to make next: the single move that lowers q's overflow
@@ -70,12 +72,43 @@ class LayerMover::Moves {
     if (!q.has_replicated_groups() && over > room(bytes)) return {};
     for (const Move& first : step.near) {
       if (!valid_after(q, first)) continue;
-      const Placement after_first = apply(q, first);
-      Step second(*this, after_first, over);
-      search(second, after_first, first.bytes);
-      if (second.best) return {first, std::move(*second.best)};
+      if (std::vector<Move> pair = then_best(q, first, over); !pair.empty()) return pair;
+    }
+    // Last, a replica leaves its group, alone or before a move (gpt2_medium's
+    // embedding replicated on two 1 GB edge devices, which then hold nothing
+    // else, while the server is over: one leaves and a block goes there).
+    for (const Move& leave : replica_leaves(q)) {
+      if (leave.over < over) return {leave};
+      if (std::vector<Move> pair = then_best(q, leave, over); !pair.empty()) return pair;
     }
     return {};
+  }
+  // `first` and the move after it that lowers the overflow most, if one
+  // brings it below `over`.
+  std::vector<Move> then_best(const Placement& q, const Move& first, double over) const {
+    const Placement after_first = apply(q, first);
+    Step second(*this, after_first, over);
+    search(second, after_first, first.bytes);
+    if (!second.best) return {};
+    return {first, std::move(*second.best)};
+  }
+  // Every replica of every replicated group leaving its group, with the
+  // bytes each leaves (the replicas left take its micro-batches).
+  std::vector<Move> replica_leaves(const Placement& q) const {
+    std::vector<Move> out;
+    for (int a = 0; a < q.num_groups(); ++a)
+      if (q.replica_count(a) > 1)
+        for (int e : q.devices_of_group(a)) {
+          Move leave;
+          leave.leaving_group = a;
+          leave.to_device = e;
+          const Placement after = apply(q, leave);
+          if (!validate_placement(after, g_, c_, batch_size_).is_ok()) continue;
+          leave.bytes = device_bytes(after);
+          leave.over = overflow(leave.bytes);
+          out.push_back(std::move(leave));
+        }
+    return out;
   }
 
   // Whether q stays valid after move m: a run on or off a replicated group
@@ -86,6 +119,7 @@ class LayerMover::Moves {
   }
   // q after move m.
   static Placement apply(Placement q, const Move& m) {
+    if (m.leaving_group >= 0) return without_replica(std::move(q), m.leaving_group, m.to_device);
     if (m.run.empty()) {
       q.micro_batches *= 2;
       return q;
@@ -134,7 +168,7 @@ class LayerMover::Moves {
     std::optional<Move> best;
     // While no move lowers the overflow, the layer moves that raise it
     // least: the first of a pair (next_moves).
-    static constexpr size_t kNear = 4;
+    static constexpr size_t kNear = 16;
     std::vector<Move> near;
 
     // Whether group a holds layers on a device that is over (one of its
@@ -284,6 +318,18 @@ class LayerMover::Moves {
     }
     return out;
   }
+  // q with device e no longer a replica of group a (its next replica becomes
+  // the first where e was; the weights of the others kept).
+  static Placement without_replica(Placement q, int a, int e) {
+    std::vector<int> devices = q.devices_of_group(a);
+    const auto at = std::find(devices.begin(), devices.end(), e);
+    if (q.has_replica_weights(a)) q.group_replica_weights[a].erase(q.group_replica_weights[a].begin() + (at - devices.begin()));
+    devices.erase(at);
+    q.group_device[a] = devices.front();
+    q.group_replicas[a].assign(devices.begin() + 1, devices.end());
+    if (q.has_replica_weights(a) && q.group_replica_weights[a].size() < 2) q.group_replica_weights[a].clear();
+    return q;
+  }
   const LayerGraph& g_;
   const Cluster& c_;
   int64_t batch_size_;
@@ -302,9 +348,11 @@ bool LayerMover::fit(Placement& p) const {
   q.group_recompute.assign(q.num_groups(), 1);
   std::vector<int64_t> bytes = moves_->device_bytes(q);
   double over = moves_->overflow(bytes);
-  // Each move lowers the overflow. A fit takes a few layer moves a device; a
-  // longer crawl is cut short (doublings end at the batch by themselves).
-  const int max_moves = 2 * static_cast<int>(bytes.size()) + 8;
+  // Each move lowers the overflow. A fit takes a few layer moves a device, or
+  // where the devices are nearly full, one block at a time (gpt2_medium off a
+  // 512 MB edge device: 65 moves); a longer crawl is cut short (doublings and
+  // replicas leaving end by themselves).
+  const int max_moves = 2 * static_cast<int>(bytes.size()) + static_cast<int>(g.layers.size()) / 2 + 8;
   for (int moves = 0; over > 0 && moves < max_moves;) {
     std::vector<Moves::Move> next = moves_->next_moves(q, bytes, over);
     if (next.empty()) break;

@@ -9,7 +9,8 @@
 // replicated group's too) goes to a group it exchanges tensors with on
 // another device, or opens a group of its own on another device (an idle one
 // first); or the micro-batches double; where no single move lowers it, a pair
-// that does. Data parallelism and AL placements are left as they are.
+// that does; where no pair does either, a replica leaves its group (alone or
+// before a move). Data parallelism and AL placements are left as they are.
 // Memory is core's rule (estimate_device_memory).
 // Data flow: Placement (over memory) -> moved layers -> Placement (fits) | unchanged.
 // Thread safety: a LayerMover is immutable once built; move_layers_to_fit is a plain function.
@@ -36,7 +37,8 @@ class LayerMover {
   // recomputing, or no single move lowers the overflow; where it fits, clears
   // the recompute flags and marks recomputation where needed
   // (recompute_where_needed) and returns true. Otherwise `p` is left unchanged
-  // and it returns false. Deterministic; at most 2 x devices + 8 layer moves.
+  // and it returns false. Deterministic; at most 2 x devices + layers / 2 + 8
+  // layer moves.
   bool fit(Placement& p) const;
 
  private:

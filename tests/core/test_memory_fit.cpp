@@ -181,6 +181,68 @@ TEST_CASE("move_layers_to_fit makes two moves where no single one lowers the ove
   CHECK(p.device_of_layer(4) == 0);
 }
 
+namespace {
+
+// gpt2_medium at batch 32 on examples/cluster_edge_uplinks.json (an 8 GB
+// server, devices 0; 1 GB edge1 and edge2, 1 and 2; a 512 MB edge3, 3) in
+// groups of layers [begin, end) on their devices: a policy's proposal.
+Placement edge_uplinks_proposal(const std::vector<std::pair<int, int>>& ranges,
+                                const std::vector<std::vector<int>>& devices, int micro_batches) {
+  Placement p;
+  for (int g = 0; g < static_cast<int>(ranges.size()); ++g) {
+    for (int i = ranges[g].first; i < ranges[g].second; ++i) p.layer_group.push_back(g);
+    p.group_device.push_back(devices[g][0]);
+    p.group_replicas.push_back({devices[g].begin() + 1, devices[g].end()});
+  }
+  p.micro_batches = micro_batches;
+  return p;
+}
+
+Cluster edge_uplinks() { return *load_cluster(std::string(TAPP_SOURCE_DIR) + "/examples/cluster_edge_uplinks.json"); }
+
+void check_fits_after_moves(Placement& p, const LayerGraph& g, const Cluster& c) {
+  REQUIRE(p.layer_group.size() == g.layers.size());
+  REQUIRE_FALSE(recompute_where_needed(p, g, c, 32));
+  REQUIRE(move_layers_to_fit(p, g, c, 32));
+  CHECK(check_memory(p, g, c, 32).is_ok());
+  CHECK(validate_placement(p, g, c, 32).is_ok());
+}
+
+}  // namespace
+
+TEST_CASE("move_layers_to_fit lets a replica leave its group where no move or pair lowers the overflow") {
+  // The token embedding replicated on edge1 and edge2, the rest on the server (250 MiB over). No
+  // move or pair fits it while both edge devices hold the embedding: one of them leaves the group.
+  const LayerGraph g = *zoo_model("gpt2_medium");
+  const Cluster c = edge_uplinks();
+  Placement p = edge_uplinks_proposal({{0, 1}, {1, 3}, {3, 169}, {169, 175}, {175, 196}}, {{2, 1}, {0}, {0}, {0}, {0}}, 32);
+  check_fits_after_moves(p, g, c);
+  CHECK_FALSE(p.has_replicated_groups());
+  int off_server = 0;
+  for (int i = 0; i < static_cast<int>(g.layers.size()); ++i) off_server += p.device_of_layer(i) != 0;
+  CHECK(off_server > 1);  // blocks went to the edge device the embedding left
+}
+
+TEST_CASE("move_layers_to_fit moves block after block where the devices are nearly full") {
+  // 136 layers on the 1 GB edge1 and 6 on the 512 MB edge3 (6.8 GiB over), the end replicated on
+  // the server and edge2: more than 2 x devices + 8 moves, a block or two at a time once the server
+  // is full.
+  const LayerGraph g = *zoo_model("gpt2_medium");
+  const Cluster c = edge_uplinks();
+  Placement p = edge_uplinks_proposal({{0, 3}, {3, 139}, {139, 145}, {145, 196}}, {{0}, {1}, {3}, {0, 2}}, 32);
+  check_fits_after_moves(p, g, c);
+}
+
+TEST_CASE("move_layers_to_fit tries more first moves of a pair than the four nearest") {
+  // The embeddings and 12 blocks on the server, the rest on the 1 GB edge2, in 4 micro-batches:
+  // after the doublings and runs the 512 MB edge3 is 72 MiB over, and none of the four moves that
+  // raise the overflow least is the first of a pair that fits.
+  const LayerGraph g = *zoo_model("gpt2_medium");
+  const Cluster c = edge_uplinks();
+  Placement p = edge_uplinks_proposal({{0, 101}, {101, 104}, {104, 196}}, {{0}, {1}, {2}}, 4);
+  check_fits_after_moves(p, g, c);
+}
+
 TEST_CASE("move_layers_to_fit moves a run off a replicated group whose replicas are over") {
   // 16 -> 2048 x 3 -> 10 at batch 64: layers 0-2 replicated on d0 and d1 (80 MiB each; two 2048 x 2048
   // layers hold 96 MiB of training state), the head on d2 (256 MiB). A run off one end of the
