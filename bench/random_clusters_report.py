@@ -6,7 +6,10 @@ usage: bench/random_clusters_report.py OUTDIR [OUTDIR_B]
 Per run: the policy's own plan and the final plan (the best of the policy, its
 refinement and the planners) over the best classical planner's step (the
 result's best_baseline: HOGWILD, asynchronous, is not one). Summary: runs with
-the policy alone more than 2% behind and at least 10% ahead, geometric means.
+the policy alone more than 2% behind and at least 10% ahead, geometric means;
+then, over every run (those without a classical plan too), the evaluations: the
+policy's own (before the refinement) and how many failed, all of them, and how
+many of those the measurer's moves made fit (core/memory_fit.h).
 With two folders, only the runs both have, and each run that moved by more than
 half a point.
 """
@@ -36,6 +39,22 @@ def load(folder):
     return runs
 
 
+def evaluations(folder):
+    """The policy's own evaluations and failures, all evaluations and failures, and the moved ones."""
+    totals = [0, 0, 0, 0, 0]
+    for f in glob.glob(os.path.join(folder, "s*", "*.json")):
+        try:
+            p = json.load(open(f))["policy"]
+        except (OSError, ValueError, KeyError):
+            continue
+        own = p["evaluations"] - p.get("refine_evaluations", 0)
+        for i, v in enumerate((own, p.get("policy_failures", 0), p["evaluations"], p["failures"], p.get("moved_to_fit", 0))):
+            totals[i] += v
+    own, own_failed, every, failed, moved = totals
+    print(f"{folder}: the policy's own evaluations {own:,}, failed {own_failed:,}; all {every:,}, failed {failed:,}, "
+          f"made to fit by moving layers {moved:,}")
+
+
 def summary(name, runs, keys):
     pol = [runs[k][0] for k in keys]
     fin = [runs[k][1] for k in keys]
@@ -56,6 +75,7 @@ def main():
         for k, (p, f) in a.items():
             print(f"  {k:28s} policy {p:.3f}  final {f:.3f}")
         summary(sys.argv[1], a, sorted(a))
+        evaluations(sys.argv[1])
         return
     b = load(sys.argv[2])
     keys = sorted(set(a) & set(b))
@@ -63,6 +83,8 @@ def main():
         sys.exit("no runs in both")
     summary(sys.argv[1], a, keys)
     summary(sys.argv[2], b, keys)
+    evaluations(sys.argv[1])
+    evaluations(sys.argv[2])
     for k in keys:
         if abs(a[k][0] - b[k][0]) > 0.005 or abs(a[k][1] - b[k][1]) > 0.005:
             print(f"  {k:28s} policy {a[k][0]:.3f} -> {b[k][0]:.3f}   final {a[k][1]:.3f} -> {b[k][1]:.3f}")

@@ -322,12 +322,15 @@ class LayerMover::Moves {
   // the first where e was; the weights of the others kept).
   static Placement without_replica(Placement q, int a, int e) {
     std::vector<int> devices = q.devices_of_group(a);
-    const auto at = std::find(devices.begin(), devices.end(), e);
-    if (q.has_replica_weights(a)) q.group_replica_weights[a].erase(q.group_replica_weights[a].begin() + (at - devices.begin()));
-    devices.erase(at);
+    const auto at = std::find(devices.begin(), devices.end(), e) - devices.begin();
+    devices.erase(devices.begin() + at);
     q.group_device[a] = devices.front();
     q.group_replicas[a].assign(devices.begin() + 1, devices.end());
-    if (q.has_replica_weights(a) && q.group_replica_weights[a].size() < 2) q.group_replica_weights[a].clear();
+    if (q.has_replica_weights(a)) {
+      std::vector<int>& weights = q.group_replica_weights[a];
+      weights.erase(weights.begin() + at);
+      if (weights.size() < 2) weights.clear();  // one device left: no weights
+    }
     return q;
   }
   const LayerGraph& g_;

@@ -194,6 +194,7 @@ std::vector<BaselineResult> baselines_phase(const LayerGraph& g, const OptimizeR
   bo.search_budget = search_budget;
   bo.planners = baseline_planners(r.evaluator);
   bo.strategy_evaluator = ev.strategy_evaluator;
+  bo.both_schedules = true;
   return run_baselines(g, r.cluster, costs.cost, *ev.evaluator, bo);
 }
 

@@ -198,7 +198,9 @@ Placement edge_uplinks_proposal(const std::vector<std::pair<int, int>>& ranges,
   return p;
 }
 
-Cluster edge_uplinks() { return *load_cluster(std::string(TAPP_SOURCE_DIR) + "/examples/cluster_edge_uplinks.json"); }
+Cluster edge_uplinks() {
+  return *load_cluster(std::string(TAPP_SOURCE_DIR) + "/examples/cluster_edge_uplinks.json");
+}
 
 void check_fits_after_moves(Placement& p, const LayerGraph& g, const Cluster& c) {
   REQUIRE(p.layer_group.size() == g.layers.size());
@@ -215,7 +217,8 @@ TEST_CASE("move_layers_to_fit lets a replica leave its group where no move or pa
   // move or pair fits it while both edge devices hold the embedding: one of them leaves the group.
   const LayerGraph g = *zoo_model("gpt2_medium");
   const Cluster c = edge_uplinks();
-  Placement p = edge_uplinks_proposal({{0, 1}, {1, 3}, {3, 169}, {169, 175}, {175, 196}}, {{2, 1}, {0}, {0}, {0}, {0}}, 32);
+  Placement p = edge_uplinks_proposal({{0, 1}, {1, 3}, {3, 169}, {169, 175}, {175, 196}},
+                                      {{2, 1}, {0}, {0}, {0}, {0}}, 32);
   check_fits_after_moves(p, g, c);
   CHECK_FALSE(p.has_replicated_groups());
   int off_server = 0;
@@ -229,7 +232,8 @@ TEST_CASE("move_layers_to_fit moves block after block where the devices are near
   // is full.
   const LayerGraph g = *zoo_model("gpt2_medium");
   const Cluster c = edge_uplinks();
-  Placement p = edge_uplinks_proposal({{0, 3}, {3, 139}, {139, 145}, {145, 196}}, {{0}, {1}, {3}, {0, 2}}, 32);
+  Placement p =
+      edge_uplinks_proposal({{0, 3}, {3, 139}, {139, 145}, {145, 196}}, {{0}, {1}, {3}, {0, 2}}, 32);
   check_fits_after_moves(p, g, c);
 }
 

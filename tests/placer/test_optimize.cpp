@@ -13,6 +13,12 @@
 #include <set>
 
 #include "placer/optimize.h"
+#include "core/cluster.h"
+#include "model/layer_library.h"
+#include "model/zoo.h"
+#include "placer/baselines.h"
+#include "simulator/cost_model.h"
+#include "simulator/simulator_evaluator.h"
 #include "model/profile_cache.h"
 #include "core/cluster_fingerprint.h"
 #include "simulator/calibration_store.h"
@@ -95,6 +101,33 @@ TEST_CASE("a job with an unknown model names the field") {
   auto r = optimize(req, nullptr, cancel);
   REQUIRE_FALSE(r.is_ok());
   CHECK(r.error_message().rfind("model: ", 0) == 0);
+}
+
+TEST_CASE("a job's baselines also plan for 1F1B, each row keeping the faster plan") {
+  // gpt2 at batch 32 on two 4 GB devices: every GPipe plan recomputes (each micro-batch's
+  // activations kept until its backward); on 1F1B at most as many as stages are, and no group need.
+  const LayerGraph g = *zoo_model("gpt2");
+  const Cluster c = *load_cluster(std::string(TAPP_SOURCE_DIR) + "/examples/cluster_fast_and_slow.json");
+  const CostModel cost = *CostModel::build(g, c, estimated_library(g, 32));
+  SimulatorEvaluator evaluator(g, c, cost, 32);
+  BaselineOptions bo;
+  bo.planners = {"dp", "pipedream", "bsp"};
+  const std::vector<BaselineResult> gpipe = run_baselines(g, c, cost, evaluator, bo);
+  bo.both_schedules = true;
+  const std::vector<BaselineResult> both = run_baselines(g, c, cost, evaluator, bo);
+  REQUIRE(gpipe.size() == 3);
+  REQUIRE(both.size() == 3);
+  for (int k = 0; k < 2; ++k) {  // dp, pipedream
+    CAPTURE(gpipe[k].name);
+    REQUIRE(gpipe[k].report.ok);
+    REQUIRE(both[k].report.ok);
+    CHECK(gpipe[k].placement->schedule == Schedule::gpipe);
+    CHECK(gpipe[k].placement->recomputes(0));
+    CHECK(both[k].placement->schedule == Schedule::one_f_one_b);
+    CHECK(both[k].report.step_ms < 0.9 * gpipe[k].report.step_ms);
+  }
+  CHECK(both[2].report.ok == gpipe[2].report.ok);  // data parallelism has no pipeline schedule
+  CHECK(both[2].report.step_ms == gpipe[2].report.step_ms);
 }
 
 TEST_CASE("a job where no placement fits says why: the layer no device holds, else a planner's reason") {
