@@ -176,9 +176,31 @@ bool order_replica_rings(Placement& p, const LayerGraph& graph, const Cluster& c
   return changed;
 }
 
+std::optional<Placement> with_other_schedule(const Placement& p) {
+  if (p.is_data_parallel() || (p.schedule != Schedule::gpipe && p.schedule != Schedule::one_f_one_b)) return {};
+  Placement q = p;
+  q.schedule = p.schedule == Schedule::gpipe ? Schedule::one_f_one_b : Schedule::gpipe;
+  q.group_recompute.clear();  // what the other schedule keeps in flight decides it anew
+  return q;
+}
+
 StepReport Measurer::check_and_evaluate(Placement& p) {
   if (Status st = validate_placement(p, graph_, cluster_, batch_size_); !st)
     return StepReport::failure(FailureKind::invalid_placement, st.message(), evaluator_.name());
+  // Both synchronous schedules, the faster kept: the same gradients, another
+  // order of the micro-batches. 1F1B keeps as many in flight as stages, not
+  // all of them, so a GPipe plan that recomputes to fit may not need to there
+  // (gpt2 on two 4 GB devices: 0.75x the step), and a slow stage's backward
+  // overlaps the next forward. The planner rows plan for both too (placer/baselines.h).
+  if (std::optional<Placement> other = with_other_schedule(p)) {
+    StepReport mine = rings_and_evaluate(p);
+    StepReport theirs = rings_and_evaluate(*other);
+    return keep_faster(p, std::move(mine), std::move(*other), std::move(theirs));
+  }
+  return rings_and_evaluate(p);
+}
+
+StepReport Measurer::rings_and_evaluate(Placement& p) {
   // The policy offers replicas in index order; on links of different speeds
   // the ring all-reduce's order matters (six devices of a random cluster:
   // 187.4 ms in index order, 131.1 ms in PipeDream's and on the cheapest

@@ -13,13 +13,14 @@
 // and the search gave those speeds (replicas that differ in speed take
 // micro-batches in proportion, when that still fits memory), is scored with
 // its replica rings also in their cheapest order for the all-reduce (the
-// policy offers replicas in index order; the faster is kept), is
+// policy offers replicas in index order; the faster is kept) and on both
+// synchronous schedules (GPipe and 1F1B; the faster is kept), is
 // memory-checked (a failure is data: "invalid_placement", "out_of_memory")
 // and only then evaluated; the best kept is the placement as evaluated. It keeps the best valid
 // placement, the best valid pipeline (not data parallel: the refinement
 // climbs from it), a trace point each time the best improves, and the counts
 // of distinct placements evaluated and failed.
-// Data flow: Placement -> placement_key -> memo | validate -> order rings, weigh replicas ->
+// Data flow: Placement -> placement_key -> memo | validate -> both schedules -> order rings, weigh replicas ->
 //            recompute where needed | move layers to fit -> check_memory -> Evaluator -> StepReport
 //            -> memo, best, trace.
 // Thread safety: one thread (the search's); the evaluator is used by it only.
@@ -87,7 +88,8 @@ class Measurer {
  private:
   // Each may change p into what it scored: replica rings reordered,
   // recomputation marked, replica weights set.
-  StepReport check_and_evaluate(Placement& p);  // as given or on the cheapest rings, the faster
+  StepReport check_and_evaluate(Placement& p);  // valid, then on GPipe and on 1F1B, the faster
+  StepReport rings_and_evaluate(Placement& p);  // as given or on the cheapest rings, the faster
   StepReport split_and_evaluate(Placement& p);  // the even split or, where faster, the one weighed by speed
   StepReport fit_and_evaluate(Placement& p);    // recomputes, else moves layers, where that makes p fit
   void keep_if_best(const Placement& p, const StepReport& r, int iteration);
@@ -116,6 +118,11 @@ class Measurer {
 // Groups that already have weights, and equally fast replica sets, are left
 // as they are. Returns whether any group was given weights.
 bool weigh_replicas(Placement& p, const std::vector<double>& device_sample_ms);
+
+// `p` on the other synchronous schedule, GPipe <-> 1F1B (the same gradients,
+// another order of the micro-batches), without its recomputation marks; none
+// for data parallelism or the interleaved and AL schedules.
+std::optional<Placement> with_other_schedule(const Placement& p);
 
 // Whether `p` has replica rings whose order counts: replicated groups of a
 // pipeline, or a BSP data-parallel placement's replicas.

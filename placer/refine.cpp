@@ -81,17 +81,6 @@ bool all_on(const Placement& p, const std::vector<int>& layers, int device) {
   });
 }
 
-// `p` on the other synchronous schedule, GPipe <-> 1F1B: the same gradients,
-// another order of the micro-batches (1F1B keeps fewer of them in flight and
-// can overlap a slow stage's backward with the forward of the next); none for
-// data parallelism or the interleaved and AL schedules.
-std::optional<Placement> with_other_schedule(const Placement& p) {
-  if (p.is_data_parallel() || (p.schedule != Schedule::gpipe && p.schedule != Schedule::one_f_one_b)) return {};
-  Placement q = p;
-  q.schedule = p.schedule == Schedule::gpipe ? Schedule::one_f_one_b : Schedule::gpipe;
-  return q;
-}
-
 }  // namespace
 
 std::vector<Placement> branch_neighbours(const Placement& p, const std::vector<ParallelBranches>& branches,
@@ -168,7 +157,6 @@ class IteratedLocalSearch {
     std::shuffle(branch.begin(), branch.end(), rng_);
     const size_t keep = std::min(branch.size(), std::max<size_t>(kBranchMovesPerStep, nb.size() / 4));
     for (size_t k = 0; k < keep; ++k) nb.push_back(std::move(branch[k]));
-    if (std::optional<Placement> other = with_other_schedule(p)) nb.push_back(std::move(*other));
     std::shuffle(nb.begin(), nb.end(), rng_);
     return nb;
   }

@@ -8,8 +8,8 @@
 // A data-parallel best is first climbed among replica sets (few moves: drop,
 // add or swap a replica); the budget then goes to the pipelines, from the best
 // one. With the model's parallel branches given, each step also tries a
-// random few branch moves (branch_neighbours); and the same plan on the other
-// synchronous schedule (GPipe <-> 1F1B), which no planner row chooses. Memoised repeats cost no
+// random few branch moves (branch_neighbours). (Each plan is scored on both
+// synchronous schedules by the Measurer.) Memoised repeats cost no
 // evaluation, so the loop is also bounded by attempts (20 x budget).
 // Data flow: Measurer.best / best_pipeline -> neighbours (planners/moves.h) -> Measurer.measure.
 // Thread safety: one thread (the search's).

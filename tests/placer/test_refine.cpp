@@ -33,19 +33,6 @@ LayerGraph towers() {
   return g;
 }
 
-// 10 ms a step on GPipe, 9 ms on 1F1B, 1 ms more a group: of the refinement's
-// moves only the other schedule improves a one-group plan.
-class ScheduleEvaluator : public Evaluator {
- public:
-  StepReport evaluate(const Placement& p) override {
-    StepReport r;
-    r.ok = true;
-    r.source = "schedule";
-    r.step_ms = (p.schedule == Schedule::one_f_one_b ? 9.0 : 10.0) + p.num_groups();
-    return r;
-  }
-  EvaluatorKind kind() const override { return EvaluatorKind::simulate; }
-};
 
 bool every_group_used(const Placement& p) {
   std::set<int> used(p.layer_group.begin(), p.layer_group.end());
@@ -123,20 +110,3 @@ TEST_CASE("the refinement climbs from one device to towers side by side on two")
   }
 }
 
-TEST_CASE("the refinement also tries the plan on the other synchronous schedule") {
-  const LayerGraph g = chain_graph(3);
-  const Cluster c = equal_cluster(2);
-  ScheduleEvaluator ev;
-  Measurer m(g, c, ev, 8);
-  Placement start = Placement::single_device(static_cast<int>(g.layers.size()), 0, 2);
-  REQUIRE(start.schedule == Schedule::gpipe);
-  REQUIRE(m.measure(start, 0).ok);
-  RefineOptions o;
-  o.budget = 50;
-  o.num_devices = 2;
-  o.micro_batch_choices = {1, 2, 4};
-  refine(m, o, 1, nullptr);
-  CHECK(m.best().schedule == Schedule::one_f_one_b);
-  CHECK(m.best_report().step_ms == doctest::Approx(10.0));
-  CHECK(m.best().num_groups() == 1);
-}
