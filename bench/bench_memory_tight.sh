@@ -7,15 +7,14 @@
 # env: MODELS (default "gpt2_medium gpt2 bert_base vgg16 vit_b_16"), CLUSTERS
 # (examples/cluster_<NAME>.json; default "edge_uplinks pipelearn edge_server
 # fast_and_slow"), SEEDS (search seeds, default "1 2 3"). Writes one
-# `optimize --json` result per run (simulate, estimated costs, default
-# iterations, no verification: deterministic for a seed) under
-# OUTDIR/s<SEED>/, resumable, then prints bench/random_clusters_report.py's
+# `optimize --json` result per run under OUTDIR/s<SEED>/ (bench/optimize_grid.sh),
+# then prints bench/random_clusters_report.py's
 # summary: the plans against the best classical planner and the policy's
 # evaluations that failed or had layers moved to fit. Compare two builds with
 # `bench/random_clusters_report.py OUTDIR_A OUTDIR_B`.
 # shellcheck disable=SC2086
 set -euo pipefail
-[ $# -eq 2 ] || { sed -n 2,15p "$0" >&2; exit 2; }
+[ $# -eq 2 ] || { sed -n 2,14p "$0" >&2; exit 2; }
 CLI=$1
 OUT=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -25,17 +24,8 @@ SEEDS=${SEEDS:-"1 2 3"}
 for c in $CLUSTERS; do
   [ -f "$HERE/../examples/cluster_$c.json" ] || { echo "no examples/cluster_$c.json" >&2; exit 2; }
 done
-for seed in $SEEDS; do
-  mkdir -p "$OUT/s$seed"
-  for m in $MODELS; do
-    for c in $CLUSTERS; do
-      f="$OUT/s$seed/${m}_$c.json"
-      [ -s "$f" ] && continue  # resumable
-      echo "seed $seed: $m on $c" >&2
-      "$CLI" optimize "$m" --devices "$HERE/../examples/cluster_$c.json" --json --no-verify --costs estimated \
-        --seed "$seed" > "$f.tmp" 2> "$f.err" || echo "  failed (exit $?): $f.err" >&2
-      mv "$f.tmp" "$f"
-    done
-  done
-done
+# shellcheck source=bench/optimize_grid.sh
+. "$HERE/optimize_grid.sh"
+# shellcheck disable=SC2046
+optimize_grid "$CLI" "$OUT" "$SEEDS" "$MODELS" $(for c in $CLUSTERS; do echo "$HERE/../examples/cluster_$c.json"; done)
 python3 "$HERE/random_clusters_report.py" "$OUT"

@@ -25,17 +25,8 @@ if [ -n "${RANDOM_MODELS:-}" ]; then
   # shellcheck disable=SC2086
   MODELS="$MODELS $(python3 "$HERE/random_models.py" "$OUT/models" $RANDOM_MODELS | tr '\n' ' ')"
 fi
-for seed in $SEEDS; do
-  mkdir -p "$OUT/s$seed"
-  for c in $CLUSTERS; do
-    for m in $MODELS; do
-      f="$OUT/s$seed/$(basename "$m" .json)_rand$c.json"
-      [ -s "$f" ] && continue  # resumable
-      echo "seed $seed: $m on rand$c" >&2
-      "$CLI" optimize "$m" --devices "$OUT/clusters/cluster_rand$c.json" --json --no-verify --costs estimated \
-        --seed "$seed" > "$f.tmp" 2> "$f.err" || echo "  failed (exit $?): $f.err" >&2
-      mv "$f.tmp" "$f"
-    done
-  done
-done
+# shellcheck source=bench/optimize_grid.sh
+. "$HERE/optimize_grid.sh"
+# shellcheck disable=SC2046
+optimize_grid "$CLI" "$OUT" "$SEEDS" "$MODELS" $(for c in $CLUSTERS; do echo "$OUT/clusters/cluster_rand$c.json"; done)
 python3 "$HERE/random_clusters_report.py" "$OUT"

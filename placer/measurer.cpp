@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "core/allreduce_ring.h"
 #include "core/cluster.h"
@@ -125,6 +126,18 @@ std::vector<int> turned_fastest_first(std::vector<int> ring, int extra, const st
   return ring;
 }
 
+// `p` on the other synchronous schedule, GPipe <-> 1F1B (the same gradients,
+// another order of the micro-batches), without its recomputation marks (what
+// that schedule keeps in flight decides them anew); none for data
+// parallelism or the interleaved and AL schedules.
+std::optional<Placement> with_other_schedule(const Placement& p) {
+  if (p.is_data_parallel() || (p.schedule != Schedule::gpipe && p.schedule != Schedule::one_f_one_b)) return {};
+  Placement q = p;
+  q.schedule = p.schedule == Schedule::gpipe ? Schedule::one_f_one_b : Schedule::gpipe;
+  q.group_recompute.clear();
+  return q;
+}
+
 // The report of whichever of `p` (scored `mine`) and `other` (scored
 // `theirs`) ran faster, `p` on a tie; `p` becomes it.
 StepReport keep_faster(Placement& p, StepReport mine, Placement other, StepReport theirs) {
@@ -174,14 +187,6 @@ bool order_replica_rings(Placement& p, const LayerGraph& graph, const Cluster& c
     changed = true;
   }
   return changed;
-}
-
-std::optional<Placement> with_other_schedule(const Placement& p) {
-  if (p.is_data_parallel() || (p.schedule != Schedule::gpipe && p.schedule != Schedule::one_f_one_b)) return {};
-  Placement q = p;
-  q.schedule = p.schedule == Schedule::gpipe ? Schedule::one_f_one_b : Schedule::gpipe;
-  q.group_recompute.clear();  // what the other schedule keeps in flight decides it anew
-  return q;
 }
 
 StepReport Measurer::check_and_evaluate(Placement& p) {

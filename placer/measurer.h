@@ -119,11 +119,6 @@ class Measurer {
 // as they are. Returns whether any group was given weights.
 bool weigh_replicas(Placement& p, const std::vector<double>& device_sample_ms);
 
-// `p` on the other synchronous schedule, GPipe <-> 1F1B (the same gradients,
-// another order of the micro-batches), without its recomputation marks; none
-// for data parallelism or the interleaved and AL schedules.
-std::optional<Placement> with_other_schedule(const Placement& p);
-
 // Whether `p` has replica rings whose order counts: replicated groups of a
 // pipeline, or a BSP data-parallel placement's replicas.
 bool has_replica_rings(const Placement& p);

@@ -2,7 +2,6 @@
 #include "placer/refine.h"
 
 #include <algorithm>
-#include <optional>
 #include <random>
 
 #include "placer/measurer.h"

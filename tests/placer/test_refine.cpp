@@ -33,7 +33,6 @@ LayerGraph towers() {
   return g;
 }
 
-
 bool every_group_used(const Placement& p) {
   std::set<int> used(p.layer_group.begin(), p.layer_group.end());
   return static_cast<int>(used.size()) == p.num_groups() && p.group_replicas.size() <= static_cast<size_t>(p.num_groups());
@@ -109,4 +108,3 @@ TEST_CASE("the refinement climbs from one device to towers side by side on two")
       CHECK(m.best_report().step_ms >= start.step_ms - 1e-9);
   }
 }
-
