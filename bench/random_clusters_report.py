@@ -21,7 +21,9 @@ import sys
 
 
 def load(folder):
-    runs = {}
+    """Per run with a classical plan: (policy, final) over its step; and over every run, the
+    evaluation totals: the policy's own and failed, all and failed, and those moved to fit."""
+    runs, totals = {}, [0, 0, 0, 0, 0]
     for f in sorted(glob.glob(os.path.join(folder, "s*", "*.json"))):
         key = os.path.relpath(f, folder)[:-5]
         try:
@@ -29,27 +31,21 @@ def load(folder):
         except (OSError, ValueError):
             print(f"{key}: no result", file=sys.stderr)
             continue
+        p = r["policy"]
+        own = p["evaluations"] - p.get("refine_evaluations", 0)
+        counts = (own, p.get("policy_failures", 0), p["evaluations"], p["failures"], p.get("moved_to_fit", 0))
+        totals = [t + c for t, c in zip(totals, counts)]
         best = next((b for b in r.get("baselines", []) if b.get("ok") and b["name"] == r.get("best_baseline")), None)
         if not best:
             print(f"{key}: no classical plan", file=sys.stderr)
             continue
-        policy = r["policy"].get("step_ms") or math.inf
+        policy = p.get("step_ms") or math.inf
         final = r.get("step_ms") or math.inf
         runs[key] = (policy / best["step_ms"], final / best["step_ms"])
-    return runs
+    return runs, totals
 
 
-def evaluations(folder):
-    """The policy's own evaluations and failures, all evaluations and failures, and the moved ones."""
-    totals = [0, 0, 0, 0, 0]
-    for f in glob.glob(os.path.join(folder, "s*", "*.json")):
-        try:
-            p = json.load(open(f))["policy"]
-        except (OSError, ValueError, KeyError):
-            continue
-        own = p["evaluations"] - p.get("refine_evaluations", 0)
-        for i, v in enumerate((own, p.get("policy_failures", 0), p["evaluations"], p["failures"], p.get("moved_to_fit", 0))):
-            totals[i] += v
+def evaluations(folder, totals):
     own, own_failed, every, failed, moved = totals
     print(f"{folder}: the policy's own evaluations {own:,}, failed {own_failed:,}; all {every:,}, failed {failed:,}, "
           f"made to fit by moving layers {moved:,}")
@@ -68,23 +64,23 @@ def summary(name, runs, keys):
 def main():
     if len(sys.argv) not in (2, 3):
         sys.exit(__doc__)
-    a = load(sys.argv[1])
+    a, a_totals = load(sys.argv[1])
     if len(sys.argv) == 2:
         if not a:
             sys.exit("no runs")
         for k, (p, f) in a.items():
             print(f"  {k:28s} policy {p:.3f}  final {f:.3f}")
         summary(sys.argv[1], a, sorted(a))
-        evaluations(sys.argv[1])
+        evaluations(sys.argv[1], a_totals)
         return
-    b = load(sys.argv[2])
+    b, b_totals = load(sys.argv[2])
     keys = sorted(set(a) & set(b))
     if not keys:
         sys.exit("no runs in both")
     summary(sys.argv[1], a, keys)
     summary(sys.argv[2], b, keys)
-    evaluations(sys.argv[1])
-    evaluations(sys.argv[2])
+    evaluations(sys.argv[1], a_totals)
+    evaluations(sys.argv[2], b_totals)
     for k in keys:
         if abs(a[k][0] - b[k][0]) > 0.005 or abs(a[k][1] - b[k][1]) > 0.005:
             print(f"  {k:28s} policy {a[k][0]:.3f} -> {b[k][0]:.3f}   final {a[k][1]:.3f} -> {b[k][1]:.3f}")

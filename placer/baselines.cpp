@@ -17,7 +17,8 @@ void keep_faster_on_1f1b(std::vector<PlannerRow>& rows, PlannerContext ctx, Eval
     if (row.name != "bsp" && row.name != "hogwild" && !row.skipped) ro.planners.push_back(row.name);
   ctx.schedule = Schedule::one_f_one_b;
   for (PlannerRow& other : run_planners(ctx, evaluator, ro)) {
-    PlannerRow& row = *std::find_if(rows.begin(), rows.end(), [&](const PlannerRow& r) { return r.name == other.name; });
+    PlannerRow& row =
+        *std::find_if(rows.begin(), rows.end(), [&](const PlannerRow& r) { return r.name == other.name; });
     row.plan_s += other.plan_s;
     if (other.report.ok && (!row.report.ok || other.report.step_ms < row.report.step_ms)) {
       row.placement = std::move(other.placement);

@@ -34,7 +34,7 @@ struct BaselineOptions {
   // Each pipeline planner also plans for the other synchronous schedule
   // (1F1B beside GPipe) and its row keeps the faster plan: TAPP's refinement
   // switches schedules, so the table it is judged against must too (on
-  // memory-bound clusters a 1F1B plan need not recompute: 15-25% faster).
+  // memory-bound clusters a 1F1B plan need not recompute: 8-25% faster).
   bool both_schedules = false;
   // Measures "bsp" on the runtime when the evaluator measures; empty: simulated.
   std::function<StepReport(const std::string& strategy)> strategy_evaluator;
