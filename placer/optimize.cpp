@@ -799,7 +799,9 @@ Result<json> run_job(const OptimizeRequest& req, const ProgressFn& progress, con
       al_phase(graph, req, costs->profiles, prediction_costs(*costs, *evaluator), sr, baselines, cancel);
   if (cancel) return cancelled_status();
 
-  report("verifying", sr.iterations, shown_total, best.report.step_ms, 0);
+  // Only where something runs on the workers: a job without verification
+  // (and not hybrid) goes from optimizing to done.
+  if (req.verify || evaluator->hybrid) report("verifying", sr.iterations, shown_total, best.report.step_ms, 0);
   const Verified verified = verify_phase(graph, req, *costs, *evaluator, best, cancel);
   if (cancel) return cancelled_status();
   const Verification verification = measure_phase(graph, req, *costs, *evaluator, best, verified, baselines, cancel);

@@ -85,7 +85,7 @@ struct OptimizeRequest {
 };
 
 struct ProgressEvent {
-  std::string phase;  // "profiling" | "baselines" | "optimizing" | "verifying" | "done"
+  std::string phase;  // "profiling" | "baselines" | "optimizing" | "verifying" (when it measures) | "done"
   int iteration = 0;
   int total_iterations = 0;
   double best_step_ms = 0;  // 0 until something valid was evaluated

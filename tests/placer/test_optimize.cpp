@@ -81,6 +81,8 @@ TEST_CASE("an optimization job returns the best synchronous placement, its sourc
   CHECK(last_iteration >= 1);
   REQUIRE(phases.size() >= 3);
   CHECK(phases.back() == "done");
+  // Nothing runs on the workers without verification: no "verifying" phase.
+  CHECK(std::find(phases.begin(), phases.end(), "verifying") == phases.end());
 }
 
 TEST_CASE("a cancelled job returns promptly with an error") {
