@@ -284,6 +284,13 @@ int plan(const PlanArgs& a) {
       return 2;
     }
     if (!a.optimizer.empty()) given->optimizer = optimizer;
+    // What the file cannot say by itself (its batch, data parallelism's rules) is checked here as
+    // `export` does, so a bad placement is bad input (exit 2), not a failed evaluation; its AL
+    // form (--schedule al) keeps its groups and micro-batches, so the same holds there.
+    if (Status s = validate_placement(*given, graph, cluster, a.batch); !s) {
+      std::cerr << "tapp-cli plan: --placement: " << a.placement << ": " << s.message() << "\n";
+      return 2;
+    }
     if (*schedule == Schedule::al) {
       auto al = simulate_al(graph, cluster, *given, "given", a, inputs->costs_note, {given->micro_batches});
       if (!al) {
@@ -301,12 +308,6 @@ int plan(const PlanArgs& a) {
         if (al->row.report.ok) print_report(al->row.report, std::cout);
       }
       return al->row.report.ok ? 0 : 1;
-    }
-    // What the file cannot say by itself (its batch, data parallelism's rules) is checked here as
-    // `export` does, so a bad placement is bad input (exit 2), not a failed evaluation.
-    if (Status s = validate_placement(*given, graph, cluster, a.batch); !s) {
-      std::cerr << "tapp-cli plan: --placement: " << a.placement << ": " << s.message() << "\n";
-      return 2;
     }
     PlannerRow row;
     row.name = "given";

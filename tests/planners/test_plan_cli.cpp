@@ -180,6 +180,15 @@ TEST_CASE("tapp-cli plan and run refuse al where it cannot be, with exit code 2 
   Run bad = cli("plan mlp --devices " + cluster + " --costs estimated --placement " + placement + " --schedule al", true);
   CHECK(bad.exit_code == 2);
   CHECK(bad.out.find("placement.layers[3]") != std::string::npos);
+  // More micro-batches than the batch: bad input for its AL form as for the pipeline, not a failed evaluation.
+  std::string contiguous = write_temp("al_contiguous.json", R"({"groups": ["a", "b"], "micro_batches": 4,
+    "layers": {"flatten": 0, "fc1": 0, "relu1": 0, "fc2": 1, "relu2": 1, "fc3": 1}})");
+  for (const char* schedule : {"al", "gpipe"}) {
+    Run small = cli("plan mlp --devices " + cluster + " --costs estimated --batch 2 --placement " + contiguous +
+                        " --schedule " + schedule, true);
+    CHECK(small.exit_code == 2);
+    CHECK(small.out.find("placement.micro_batches") != std::string::npos);
+  }
   Run blocks = cli("run mlp --devices " + cluster + " --al-blocks 2", true);
   CHECK(blocks.exit_code == 2);
   CHECK(blocks.out.find("--al-blocks") != std::string::npos);
