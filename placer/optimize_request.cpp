@@ -41,7 +41,7 @@ Status read_options(const json& o, OptimizeRequest& r) {
     return jf::field_error("options.iterations", "must be in [0, 1000000], got " + std::to_string(r.iterations));
   if (Status s = jf::read(o, "time_budget_s", r.time_budget_s, p); !s) return s;
   if (!(r.time_budget_s >= 0) || r.time_budget_s > kMaxTimeBudgetS)
-    return jf::field_error("options.time_budget_s", "must be in [0, 604800], got " + std::to_string(r.time_budget_s));
+    return jf::field_error("options.time_budget_s", "must be in [0, 604800], got " + o.at("time_budget_s").dump());
   // Read as every integer option is (5.0 is one); a negative one gets its own message.
   if (auto it = o.find("seed"); it != o.end() && it->is_number() && it->get<double>() < 0)
     return jf::field_error("options.seed", "expected a non-negative integer, got " + it->dump());

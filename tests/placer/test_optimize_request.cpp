@@ -91,6 +91,8 @@ TEST_CASE("request errors name the field") {
   CHECK(error_of(with(json{{"iterations", -3}})).rfind("options.iterations: must be in", 0) == 0);
   CHECK(error_of(with(json{{"iterations", "many"}})) == "options.iterations: expected an integer, got string");
   CHECK(error_of(with(json{{"time_budget_s", -1}})).rfind("options.time_budget_s:", 0) == 0);
+  // The value as it was sent, not as a float printed to six places.
+  CHECK(error_of(with(json{{"time_budget_s", -1.5}})) == "options.time_budget_s: must be in [0, 604800], got -1.5");
   CHECK(error_of(with(json{{"seed", -1}})).rfind("options.seed: expected a non-negative integer", 0) == 0);
   CHECK(error_of(with(json{{"batch_size", 0}})).rfind("options.batch_size: must be in", 0) == 0);
   CHECK(error_of(with(json{{"input_size", -5}})).rfind("options.input_size:", 0) == 0);
