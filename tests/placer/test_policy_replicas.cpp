@@ -551,25 +551,38 @@ class NeedleEvaluator : public Evaluator {
   std::string needle_;
 };
 
+// Six linear layers (12 with their ReLUs) on four devices of halving speed,
+// and a needle far from a fresh policy's first draws: three uneven stages,
+// the middle one replicated, 4 micro-batches; the search options of a
+// policy that stalls at once (every plan but the needle costs the same).
+struct NeedleProblem {
+  LayerGraph g = chain_graph(6);
+  Cluster c = equal_cluster(4);
+  Placement needle;
+  SearchOptions o;
+  NeedleProblem() {
+    for (size_t d = 0; d < c.devices.size(); ++d) c.devices[d].speed = 1.0 / (1 << d);
+    needle.layer_group = {0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2};
+    needle.group_device = {3, 0, 2};
+    needle.group_replicas = {{}, {1}, {}};
+    needle.micro_batches = 4;
+    o.samples_per_iteration = 4;
+    o.batch_size = 8;
+    o.refine_budget = 0;
+  }
+};
+
 }  // namespace
 
 TEST_CASE("the first restart starts from the plan it is given (optimize: the best classical one) and searches on") {
-  LayerGraph g = chain_graph(6);
-  Cluster c = equal_cluster(4);
-  for (size_t d = 0; d < c.devices.size(); ++d) c.devices[d].speed = 1.0 / (1 << d);
-  // Three uneven stages, the middle one replicated, 4 micro-batches: far from a fresh policy's first draws.
-  Placement needle;
-  needle.layer_group = {0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2};
-  needle.group_device = {3, 0, 2};
-  needle.group_replicas = {{}, {1}, {}};
-  needle.micro_batches = 4;
+  NeedleProblem problem;
+  const LayerGraph& g = problem.g;
+  const Cluster& c = problem.c;
+  const Placement& needle = problem.needle;
   REQUIRE(validate_placement(needle, g, c, 8).is_ok());
-  SearchOptions o;
+  SearchOptions o = problem.o;
   o.iterations = 40;
-  o.samples_per_iteration = 4;
-  o.batch_size = 8;
-  o.restart_after = 5;  // every plan but one costs the same: the policy stalls at once
-  o.refine_budget = 0;
+  o.restart_after = 5;
   o.seed = 11;
   NeedleEvaluator cold_ev(needle);
   SearchResult cold = search(g, c, cold_ev, o, nullptr);
@@ -630,6 +643,30 @@ TEST_CASE("the first restart imitates its plan until the greedy decision is that
     REQUIRE(r.restarts == 1);
     CHECK(r.policy_best_report.step_ms == 1.0);
   }
+}
+
+TEST_CASE("a plan the networks cannot be taught is still proposed by the first restart") {
+  // Without replicated stages in its space (replicate_stages off) the policy
+  // can never draw a plan with one, so imitating such a plan cannot end in
+  // it. The restart proposes the plan itself then (in optimize: a classical
+  // plan the memory masks rule out, gpt2_medium on edge_uplinks), and the
+  // search goes on from it.
+  NeedleProblem problem;
+  REQUIRE(validate_placement(problem.needle, problem.g, problem.c, 8).is_ok());
+  SearchOptions o = problem.o;
+  o.replicate_stages = false;
+  o.iterations = 20;
+  o.restart_after = 3;
+  o.max_restarts = 1;
+  o.seed = 3;
+  o.restart_from = problem.needle;
+  const Placement& needle = problem.needle;
+  NeedleEvaluator ev(needle);
+  SearchResult r = search(problem.g, problem.c, ev, o, nullptr);
+  REQUIRE(r.restarts == 1);
+  REQUIRE(r.policy_found);
+  CHECK(r.policy_best_report.step_ms == 1.0);
+  CHECK(placement_key(r.policy_best) == placement_key(needle));
 }
 
 TEST_CASE("the partition's memory mask never refuses a grouping that fits: random DAGs and clusters, both ordered modes") {
