@@ -652,15 +652,15 @@ TEST_CASE("a plan the networks cannot be taught is still proposed by the first r
   // plan the memory masks rule out, gpt2_medium on edge_uplinks), and the
   // search goes on from it.
   NeedleProblem problem;
-  REQUIRE(validate_placement(problem.needle, problem.g, problem.c, 8).is_ok());
+  const Placement& needle = problem.needle;
+  REQUIRE(validate_placement(needle, problem.g, problem.c, 8).is_ok());
   SearchOptions o = problem.o;
   o.replicate_stages = false;
   o.iterations = 20;
   o.restart_after = 3;
   o.max_restarts = 1;
   o.seed = 3;
-  o.restart_from = problem.needle;
-  const Placement& needle = problem.needle;
+  o.restart_from = needle;
   NeedleEvaluator ev(needle);
   SearchResult r = search(problem.g, problem.c, ev, o, nullptr);
   REQUIRE(r.restarts == 1);
