@@ -68,6 +68,13 @@ struct StepReport {
   }
 };
 
+// Whether `a` ran and ran faster than `b` (a run beats a failure; a tie is not faster):
+// the one rule by which a plan replaces another (the measurer's schedules and rings,
+// the baselines' 1F1B rows, the AL row's micro-batch counts).
+inline bool runs_faster(const StepReport& a, const StepReport& b) {
+  return a.ok && (!b.ok || a.step_ms < b.step_ms);
+}
+
 nlohmann::json step_report_to_json(const StepReport& r, bool with_timeline = true);
 
 }  // namespace tapp

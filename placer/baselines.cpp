@@ -20,7 +20,7 @@ void keep_faster_on_1f1b(std::vector<PlannerRow>& rows, PlannerContext ctx, Eval
     PlannerRow& row =
         *std::find_if(rows.begin(), rows.end(), [&](const PlannerRow& r) { return r.name == other.name; });
     row.plan_s += other.plan_s;
-    if (other.report.ok && (!row.report.ok || other.report.step_ms < row.report.step_ms)) {
+    if (runs_faster(other.report, row.report)) {
       row.placement = std::move(other.placement);
       row.report = std::move(other.report);
     }

@@ -141,7 +141,7 @@ std::optional<Placement> with_other_schedule(const Placement& p) {
 // The report of whichever of `p` (scored `mine`) and `other` (scored
 // `theirs`) ran faster, `p` on a tie; `p` becomes it.
 StepReport keep_faster(Placement& p, StepReport mine, Placement other, StepReport theirs) {
-  if (!theirs.ok || (mine.ok && mine.step_ms <= theirs.step_ms)) return mine;
+  if (!runs_faster(theirs, mine)) return mine;
   p = std::move(other);
   return theirs;
 }

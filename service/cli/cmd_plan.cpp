@@ -152,7 +152,7 @@ Result<AlRow> simulate_al(const LayerGraph& g, const Cluster& c, const Placement
     Placement p = plan->placement;
     p.micro_batches = m;
     StepReport r = sim.evaluate(p);
-    if (!out.row.placement || (r.ok && (!out.row.report.ok || r.step_ms < out.row.report.step_ms))) {
+    if (!out.row.placement || runs_faster(r, out.row.report)) {
       out.row.placement = p;
       out.row.report = r;
     }
