@@ -23,7 +23,7 @@ import sys
 def load(folder):
     """Per run with a classical plan: (policy, final) over its step; and over every run, the
     evaluation totals: the policy's own and failed, all and failed, and those moved to fit."""
-    runs, totals = {}, [0, 0, 0, 0, 0]
+    runs, totals = {}, [0, 0, 0, 0, 0, 0]
     for f in sorted(glob.glob(os.path.join(folder, "s*", "*.json"))):
         key = os.path.relpath(f, folder)[:-5]
         try:
@@ -33,7 +33,8 @@ def load(folder):
             continue
         p = r["policy"]
         own = p["evaluations"] - p.get("refine_evaluations", 0)
-        counts = (own, p.get("policy_failures", 0), p["evaluations"], p["failures"], p.get("moved_to_fit", 0))
+        counts = (own, p.get("policy_failures", 0), p.get("policy_moved_to_fit", 0), p["evaluations"], p["failures"],
+                  p.get("moved_to_fit", 0))
         totals = [t + c for t, c in zip(totals, counts)]
         best = next((b for b in r.get("baselines", []) if b.get("ok") and b["name"] == r.get("best_baseline")), None)
         if not best:
@@ -46,9 +47,9 @@ def load(folder):
 
 
 def evaluations(folder, totals):
-    own, own_failed, every, failed, moved = totals
-    print(f"{folder}: the policy's own evaluations {own:,}, failed {own_failed:,}; all {every:,}, failed {failed:,}, "
-          f"made to fit by moving layers {moved:,}")
+    own, own_failed, own_moved, every, failed, moved = totals
+    print(f"{folder}: the policy's own evaluations {own:,}, failed {own_failed:,}, made to fit by moving layers "
+          f"{own_moved:,}; all {every:,}, failed {failed:,}, made to fit by moving layers {moved:,}")
 
 
 def summary(name, runs, keys):

@@ -564,9 +564,11 @@ json policy_json(const JobOutcome& o, const References& ref) {
                  {"iterations", sr.iterations},
                  {"evaluations", sr.evaluations},
                  {"failures", sr.failures},
-                 // of the policy's own evaluations (before the refinement), and of all
+                 // of the policy's own evaluations (before the refinement), and of all;
+                 // fitted only with layers moved: of all, and of the policy's own
                  {"policy_failures", sr.policy_failures},
                  {"moved_to_fit", sr.moved},
+                 {"policy_moved_to_fit", sr.policy_moved},
                  {"stop_reason", sr.stop_reason},
                  {"elapsed_s", sr.elapsed_s},
                  {"time_to_within_5pct_s", sr.policy_found ? time_to_within(sr.trace, policy_ms, 0.05) : 0.0},

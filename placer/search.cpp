@@ -448,6 +448,7 @@ class SearchLoop {
     }
     r.policy_evaluations = measurer_.evaluations();
     r.policy_failures = measurer_.failures();
+    r.policy_moved = measurer_.moved();
     r.policy_elapsed_s = measurer_.elapsed_s();
   }
 

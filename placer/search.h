@@ -125,6 +125,7 @@ struct SearchResult {
   StepReport policy_best_report;
   int64_t policy_evaluations = 0;
   int64_t policy_failures = 0;  // of those, failed
+  int64_t policy_moved = 0;     // of those, fitted only with layers moved
   // Started from a trained policy (SearchOptions::initial_policy): its typical
   // plan (Policy::typical) before any fine-tuning (zero-shot), the search's first evaluation.
   std::optional<StepReport> zero_shot_report;

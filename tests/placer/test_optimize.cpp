@@ -244,6 +244,7 @@ TEST_CASE("proposals over a device's memory are counted where layers moved to fi
   CHECK(policy["moved_to_fit"].get<int64_t>() > 0);
   CHECK(policy["moved_to_fit"].get<int64_t>() <= policy["evaluations"].get<int64_t>());
   CHECK(policy["policy_failures"].get<int64_t>() <= policy["failures"].get<int64_t>());
+  CHECK(policy["policy_moved_to_fit"].get<int64_t>() <= policy["moved_to_fit"].get<int64_t>());
   CHECK(policy["found"] == true);
 }
 
@@ -279,7 +280,7 @@ TEST_CASE("the result JSON written by the phases has the keys the page and the j
         std::set<std::string>{"found", "step_ms", "refined_step_ms", "refine_evaluations", "policy_elapsed_s",
                               "speedup_vs_bsp", "speedup_vs_best_baseline", "refined_speedup_vs_bsp",
                               "refined_speedup_vs_best_baseline", "iterations", "evaluations", "failures",
-                              "policy_failures", "moved_to_fit",
+                              "policy_failures", "moved_to_fit", "policy_moved_to_fit",
                               "stop_reason", "elapsed_s", "time_to_within_5pct_s", "trace", "restarts",
                               "evaluations_before_imitation", "started_from",
                               "zero_shot_step_ms", "placement",
