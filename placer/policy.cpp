@@ -136,6 +136,25 @@ std::vector<float> group_positions(int G) {
   return v;
 }
 
+// Whether items of these sizes (sorted here) can go into bins of these
+// sizes (largest first), several in one bin where they add up within it:
+// necessary, not sufficient. The items over the (k+1)-th largest bin can go
+// only in the k largest, so they must fit in those together, for every k
+// (and all of them in all the bins).
+bool fit_together(std::vector<double>& items, const std::vector<double>& bins_largest_first) {
+  std::sort(items.rbegin(), items.rend());
+  const size_t K = bins_largest_first.size();
+  double over = 0, within = 0;  // the items over bin k; the k largest bins together
+  size_t n = 0;
+  for (size_t k = 0; k <= K; ++k) {
+    const double below = k < K ? bins_largest_first[k] : 0.0;
+    while (n < items.size() && items[n] > below) over += items[n++];
+    if (over > within) return false;
+    if (k < K) within += bins_largest_first[k];
+  }
+  return true;
+}
+
 }  // namespace
 
 class PolicyNetworks {
@@ -660,8 +679,7 @@ struct Policy::Impl {
   // The micro-batch memory mask of a partition (M: 0 or kMasked): a count
   // is masked where its non-empty groups, even recomputing (one micro-batch
   // of ceil(batch / count) samples kept, and backward's working memory for
-  // it), cannot each have an allowed device of their own that holds them
-  // (distinct devices; else the largest allowed device for each): replicas
+  // it), cannot go onto the allowed devices (packs_onto_devices): replicas
   // share micro-batches but never shrink one, and a group's primary holds
   // it whole. Not where every count would be masked; data parallelism keeps
   // replicas_fit.
@@ -684,7 +702,7 @@ struct Policy::Impl {
       need.clear();
       for (int g = 0; g < G; ++g)
         if (used[g]) need.push_back(group[g].bytes(samples));
-      if (!fits_distinct(need)) {
+      if (!packs_onto_devices(need)) {
         row[j] = kMasked;
         ++masked;
       }
@@ -696,17 +714,16 @@ struct Policy::Impl {
   // The largest allowed device's bytes (0 without memory masks).
   double largest_device_bytes() const { return allowed_capacity.empty() ? 0.0 : allowed_capacity.front(); }
 
-  // Whether the groups' needs (sorted here) can go to distinct allowed
-  // devices: the r-th largest need on the r-th largest device, exact for
-  // "fits" as the only rule. Where devices must repeat (more groups than
-  // devices, or distinct_devices off), each need against the largest device.
-  bool fits_distinct(std::vector<double>& need) const {
-    if (allowed_capacity.empty()) return true;
-    std::sort(need.rbegin(), need.rend());
-    const bool distinct = cfg.distinct_devices && need.size() <= allowed_capacity.size();
-    for (size_t r = 0; r < need.size(); ++r)
-      if (need[r] > allowed_capacity[distinct ? r : 0]) return false;
-    return true;
+  // Whether the groups' needs can go onto the allowed devices
+  // (fit_together). Not "each group a device of its own" (the r-th largest
+  // need on the r-th largest device): the allocation's mask repeats a
+  // device where no free one holds a group, and that rule masked every count
+  // of 582 of 962 partitions of gpt2 on edge_uplinks (an 8 GB server and
+  // edge devices of 1 GB or less), where the mask then gave way and the draw
+  // took counts at which no device held the groups, though at 16 or 32
+  // micro-batches the server holds them all.
+  bool packs_onto_devices(std::vector<double>& need) const {
+    return allowed_capacity.empty() || fit_together(need, allowed_capacity);
   }
 
   // Layer i's additive partition row (G) for a partition into `stages`
@@ -1382,9 +1399,7 @@ struct Policy::Impl {
       // Memory: the devices still offered that fit the group; if none does,
       // any allowed device that fits (a repeat); if none, no memory mask
       // (the measurer then reports the proposal out of memory).
-      auto fits = [&](int k) {
-        return m_.device_allowed(k) && fits_on(g, k, true) && later_groups_still_fit(g, k);
-      };
+      auto fits = [&](int k) { return m_.device_allowed(k) && how_it_fits(g, k) != Fit::none; };
       bool any = false;
       for (int k = 0; k < m_.D; ++k) any = any || (row[k] == 0.f && fits(k));
       if (any) {
@@ -1432,7 +1447,11 @@ struct Policy::Impl {
       // load, and its replicas', are counted so. Before, the device was masked,
       // and every classical plan that recomputes a stage was one the policy
       // could not draw (33 of the 460 training problems lost their expert).
-      if (!fits_on(g, k) && fits_on(g, k, true)) must_recompute_[g] = true;
+      // So does one that leaves later groups room only recomputing
+      // (how_it_fits), and one on a device the mask gave way to that it
+      // overfills as it is (core recomputes there first).
+      const Fit fit = how_it_fits(g, k);
+      if (fit == Fit::recomputing || (fit == Fit::none && !fits_on(g, k))) must_recompute_[g] = true;
       load_[k] = with_primary(g, k) - workspace_with(g, k);
       note_workspace(g, k);
       device_of_[g] = k;
@@ -1501,9 +1520,10 @@ struct Policy::Impl {
       const int own = (micro_batches_ + r - 1) / r;
       const int64_t kept =
           must_recompute_[g] || recompute ? 1 : micro_batches_in_flight(m_.cfg.memory.schedule, own, stages_);
-      return state_bytes_[g] + activation_bytes_[g] * samples_ * static_cast<double>(kept) +
-             boundary_bytes_[g] * samples_ * own;
+      return state_bytes_[g] + activation_bytes_[g] * samples_ * static_cast<double>(kept) + buffer_bytes(g, r);
     }
+    // Of bytes(g, r): the buffers of g's micro-batches on one of its r copies.
+    double buffer_bytes(int g, int r) const { return boundary_bytes_[g] * samples_ * ((micro_batches_ + r - 1) / r); }
     // At least core's working memory: backward's weight and activation gradients, with Adam's two
     // update temporaries of the largest weight on top (core counts them only where they pass
     // what backward held), so the mask is never laxer.
@@ -1523,12 +1543,28 @@ struct Policy::Impl {
       device_param_[k] = std::max(device_param_[k], largest_param_[g]);
       device_output_[k] = std::max(device_output_[k], largest_output_[g]);
     }
-    // Whether, with group g on device k, every later group still fits on some
-    // allowed device (one group at a time): a look-ahead of one step, so an
-    // early group does not take the only device a later, larger one fits on
-    // (a dead end where the mask could only give up). O(G D) a query, so it is
-    // skipped above 16 groups x 16 devices.
-    bool later_groups_still_fit(int g, int k) const {
+    // How group g fits device k leaving every later group a device
+    // (later_groups_still_fit) as it is, or only recomputing: g recomputes
+    // where it fits k only so, or where, kept whole, it would crowd a later
+    // group out of the only device that holds it (gpt2 at 32 micro-batches
+    // on edge_uplinks: its first group, kept whole, took 6.8 of the server's
+    // 8.6 GB, and its last group, which only the server holds, fitted nowhere:
+    // the mask gave way on most proposals). core's recompute_where_needed
+    // recomputes a device's groups, the most activations first, until it
+    // fits, so counting g recomputing is never laxer than check_memory then.
+    enum class Fit { none, as_is, recomputing };
+    Fit how_it_fits(int g, int k) const {
+      if (fits_on(g, k) && later_groups_still_fit(g, k)) return Fit::as_is;
+      if (fits_on(g, k, true) && later_groups_still_fit(g, k, true)) return Fit::recomputing;
+      return Fit::none;
+    }
+    // Whether, with group g on device k (`recompute`: g recomputing), every
+    // later group still fits on some allowed device, each alone and all of
+    // them together (later_groups_fit_together): a look-ahead, so an early
+    // group does not take the room a later, larger one fits in (a dead end
+    // where the mask could only give up). O(G D) a query, so it is skipped
+    // above 16 groups x 16 devices.
+    bool later_groups_still_fit(int g, int k, bool recompute = false) const {
       if (m_.G * m_.D > 256) return true;
       for (int h = g + 1; h < m_.G; ++h) {
         if (!used_[h]) continue;
@@ -1540,23 +1576,50 @@ struct Policy::Impl {
         bool somewhere = false;
         for (int j = 0; j < m_.D && !somewhere; ++j) {
           if (!m_.device_allowed(j)) continue;
-          // h fits j plainly or recomputing (bytes(h, 1, true) is the smaller).
-          const double need =
-              j == k ? with(g, 1, k) + bytes(h, 1, true) + std::max(0.0, extra_workspace) : with(h, 1, j, true);
+          // h fits j plainly or recomputing (bytes(h, 1, true) is the smaller),
+          // less the buffers it would exchange with the groups there.
+          const double need = j == k ? with_primary(g, k, recompute) + bytes(h, 1, true) - shared_bytes(h, k) -
+                                           pair_buffer_bytes(g, h) + std::max(0.0, extra_workspace)
+                                     : with_primary(h, j, true);
           somewhere = need <= capacity(j);
         }
         if (!somewhere) return false;
       }
-      return true;
+      return later_groups_fit_together(g, k, recompute);
+    }
+    // With group g on device k, whether the later groups, each recomputing,
+    // go together onto the room the devices have left (fit_together): one at
+    // a time above, each of three groups of gpt2 found room on the server
+    // while all of them did not, and the last was left to an edge device it
+    // overfilled. Without the buffers g and the later groups receive, which
+    // core does not count where they share a device, as they do on a server
+    // beside small devices.
+    bool later_groups_fit_together(int g, int k, bool recompute) const {
+      thread_local std::vector<double> need, room;
+      need.clear();
+      room.clear();
+      for (int h = g + 1; h < m_.G; ++h)
+        if (used_[h]) need.push_back(bytes(h, 1, true) - buffer_bytes(h, 1));
+      if (need.empty()) return true;
+      const double on_k = with_primary(g, k, recompute) - buffer_bytes(g, 1);
+      for (int j = 0; j < m_.D; ++j)
+        if (m_.device_allowed(j))
+          room.push_back(std::max(0.0, capacity(j) - (j == k ? on_k : load_[j] + device_workspace(j))));
+      std::sort(room.rbegin(), room.rend());
+      return fit_together(need, room);
     }
     // Bytes per step of the buffers between g and the groups already on device
     // k without replicas, which core does not count while they share it.
     double shared_bytes(int g, int k) const {
       double b = 0;
       for (int h = 0; h < m_.G; ++h)
-        if (h != g && device_of_[h] == k && replicas(h) == 0)
-          b += (pair_bytes_[static_cast<size_t>(g) * m_.G + h] + pair_bytes_[static_cast<size_t>(h) * m_.G + g]);
-      return b * samples_ * micro_batches_;
+        if (h != g && device_of_[h] == k && replicas(h) == 0) b += pair_buffer_bytes(g, h);
+      return b;
+    }
+    // Bytes per step of the buffers between groups g and h, both ways.
+    double pair_buffer_bytes(int g, int h) const {
+      return (pair_bytes_[static_cast<size_t>(g) * m_.G + h] + pair_bytes_[static_cast<size_t>(h) * m_.G + g]) * samples_ *
+             micro_batches_;
     }
     // Whether g with its primary on k could fit once replicated: at some
     // number of copies k holds its share and enough free devices besides k,

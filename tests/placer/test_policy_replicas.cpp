@@ -170,6 +170,78 @@ TEST_CASE("proposals with replicas are executable: validate_placement and, recom
   CHECK(noncontiguous > 0);
 }
 
+namespace {
+// A server that holds the whole model only recomputing, at the most
+// micro-batches the policy offers (and half as much again), beside 1-4 edge
+// devices that hold a sixteenth of that at most (edge_uplinks, drawn small).
+Cluster server_and_edges(std::mt19937_64& rng, const LayerGraph& g, int64_t batch, int most_micro_batches,
+                         Optimizer optimizer) {
+  Placement whole = Placement::single_device(static_cast<int>(g.layers.size()), 0);
+  whole.optimizer = optimizer;
+  whole.micro_batches = most_micro_batches;
+  whole.group_recompute = {1};
+  const int64_t need = estimate_device_memory_bytes(whole, g, equal_cluster(1), batch)[0];
+  const int64_t server_mb = need * 3 / 2 / (1024 * 1024) + 1;
+  Cluster c;
+  c.name = "server and edges";
+  const int edges = std::uniform_int_distribution<int>(1, 4)(rng);
+  for (int d = 0; d <= edges; ++d) {
+    Device dev;
+    dev.name = d == 0 ? "server" : "edge" + std::to_string(d);
+    dev.speed = d == 0 ? 1.0 : std::uniform_real_distribution<double>(0.1, 0.5)(rng);
+    dev.memory_mb = d == 0 ? server_mb : std::uniform_int_distribution<int64_t>(1, std::max<int64_t>(1, server_mb / 16))(rng);
+    c.devices.push_back(dev);
+  }
+  std::shuffle(c.devices.begin(), c.devices.end(), rng);
+  return c;
+}
+}  // namespace
+
+TEST_CASE("where one server holds the model only recomputing and edge devices little, the masks' proposals fit as drawn") {
+  // Transformers, whose attention keeps far more than a stage sends: the
+  // groups of a partition rarely each find a device of their own there, but
+  // they fit the server together at the most micro-batches, recomputing.
+  // Before, the micro-batch mask asked for a device per group, masked every
+  // count and gave way (any count drawn), and the allocation's mask kept a
+  // first group whole on the server where later groups then fitted nowhere:
+  // 64-103 of these 320 proposals fitted as drawn over rng seeds 31-35, the
+  // rest only once the measurer moved layers; now 319-320. The masks work
+  // from lower bounds and one group at a time, so not every draw is
+  // guaranteed (the one of seed 31 that does not fit: four groups that
+  // together need more than the server at the 16 micro-batches drawn).
+  std::mt19937_64 rng(31);
+  const int64_t batch = 32;
+  int proposals = 0, fitting = 0, shared = 0;
+  for (int trial = 0; trial < 8; ++trial) {
+    auto g = zoo_model(trial % 2 == 0 ? "gpt2" : "bert_base");
+    REQUIRE(g.is_ok());
+    const Optimizer optimizer = trial % 4 < 2 ? Optimizer::sgd : Optimizer::adam;
+    const std::vector<int> choices = micro_batch_choices(batch, 32);
+    Cluster c = server_and_edges(rng, *g, batch, choices.back(), optimizer);
+    PolicyConfig pc = replica_config(*g, c, batch, PartitionMode::contiguous, 1 + trial, optimizer);
+    pc.micro_batch_choices = choices;
+    OpDictionary dict;
+    Policy policy(encode_layers(*g, dict), g->consumers(), pc);
+    for (int n = 0; n < 40; ++n) {
+      const Decision d = policy.sample(rng);
+      Placement p = decision_to_placement(d, pc.micro_batch_choices, Schedule::gpipe);
+      p.optimizer = optimizer;
+      ++proposals;
+      REQUIRE(validate_placement(p, *g, c, batch).is_ok());
+      std::vector<int> devices = p.group_device;
+      std::sort(devices.begin(), devices.end());
+      shared += std::adjacent_find(devices.begin(), devices.end()) != devices.end();
+      const bool fits = recompute_where_needed(p, *g, c, batch);
+      fitting += fits;
+      if (!fits) MESSAGE("trial ", trial, " draw ", n, ": ", check_memory(p, *g, c, batch).message());
+    }
+  }
+  MESSAGE(fitting, " of ", proposals, " proposals fit as drawn; ", shared, " share a device");
+  CHECK(proposals == 320);
+  CHECK(fitting >= proposals * 98 / 100);
+  CHECK(shared > 0);  // groups go to the server together
+}
+
 TEST_CASE("data parallelism is proposed only where its replicas fit, on random DAGs and clusters") {
   // Devices sized so that a replica fits some of them at some shares of the
   // batch only: data parallelism over too few (or too small) devices must
