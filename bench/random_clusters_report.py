@@ -22,7 +22,7 @@ import sys
 
 def load(folder):
     """Per run with a classical plan: (policy, final) over its step; and over every run, the
-    evaluation totals: the policy's own and failed, all and failed, and those moved to fit."""
+    evaluation totals: the policy's own, failed and moved to fit, all, failed and moved to fit."""
     runs, totals = {}, [0, 0, 0, 0, 0, 0]
     for f in sorted(glob.glob(os.path.join(folder, "s*", "*.json"))):
         key = os.path.relpath(f, folder)[:-5]

@@ -679,9 +679,16 @@ struct Policy::Impl {
   // The micro-batch memory mask of a partition (M: 0 or kMasked): a count
   // is masked where its non-empty groups, even recomputing (one micro-batch
   // of ceil(batch / count) samples kept, and backward's working memory for
-  // it), cannot go onto the allowed devices (packs_onto_devices): replicas
-  // share micro-batches but never shrink one, and a group's primary holds
-  // it whole. Not where every count would be masked; data parallelism keeps
+  // it), cannot go onto the allowed devices, several on one where their
+  // needs add up (fit_together): replicas share micro-batches but never
+  // shrink one, and a group's primary holds it whole. Not "each group a
+  // device of its own" (the r-th largest need on the r-th largest device):
+  // the allocation's mask repeats a device where no free one holds a group,
+  // and that rule masked every count of 582 of 962 partitions of gpt2 on
+  // edge_uplinks (an 8 GB server and edge devices of 1 GB or less), where
+  // the mask then gave way and the draw took counts at which no device held
+  // the groups, though at 16 or 32 micro-batches the server holds them all.
+  // Not where every count would be masked; data parallelism keeps
   // replicas_fit.
   std::vector<float> micro_memory_row(const std::vector<int>& layer_group) const {
     std::vector<float> row(M, 0.f);
@@ -702,7 +709,7 @@ struct Policy::Impl {
       need.clear();
       for (int g = 0; g < G; ++g)
         if (used[g]) need.push_back(group[g].bytes(samples));
-      if (!packs_onto_devices(need)) {
+      if (!fit_together(need, allowed_capacity)) {
         row[j] = kMasked;
         ++masked;
       }
@@ -713,18 +720,6 @@ struct Policy::Impl {
 
   // The largest allowed device's bytes (0 without memory masks).
   double largest_device_bytes() const { return allowed_capacity.empty() ? 0.0 : allowed_capacity.front(); }
-
-  // Whether the groups' needs can go onto the allowed devices
-  // (fit_together). Not "each group a device of its own" (the r-th largest
-  // need on the r-th largest device): the allocation's mask repeats a
-  // device where no free one holds a group, and that rule masked every count
-  // of 582 of 962 partitions of gpt2 on edge_uplinks (an 8 GB server and
-  // edge devices of 1 GB or less), where the mask then gave way and the draw
-  // took counts at which no device held the groups, though at 16 or 32
-  // micro-batches the server holds them all.
-  bool packs_onto_devices(std::vector<double>& need) const {
-    return allowed_capacity.empty() || fit_together(need, allowed_capacity);
-  }
 
   // Layer i's additive partition row (G) for a partition into `stages`
   // groups: kMasked below `lo`, with the stage-count head from `stages` on
@@ -1399,17 +1394,22 @@ struct Policy::Impl {
       // Memory: the devices still offered that fit the group; if none does,
       // any allowed device that fits (a repeat); if none, no memory mask
       // (the measurer then reports the proposal out of memory).
-      auto fits = [&](int k) { return m_.device_allowed(k) && how_it_fits(g, k) != Fit::none; };
-      bool any = false;
-      for (int k = 0; k < m_.D; ++k) any = any || (row[k] == 0.f && fits(k));
-      if (any) {
+      // (Each device's fit once: how_it_fits looks ahead at every later group.)
+      thread_local std::vector<char> fits;
+      fits.resize(m_.D);
+      bool offered = false, anywhere = false;
+      for (int k = 0; k < m_.D; ++k) {
+        fits[k] = m_.device_allowed(k) && how_it_fits(g, k) != Fit::none;
+        offered = offered || (row[k] == 0.f && fits[k]);
+        anywhere = anywhere || fits[k];
+      }
+      if (offered) {
         for (int k = 0; k < m_.D; ++k)
-          if (!fits(k)) row[k] = kMasked;
+          if (!fits[k]) row[k] = kMasked;
         return;
       }
-      for (int k = 0; k < m_.D; ++k) any = any || fits(k);
-      if (any) {
-        for (int k = 0; k < m_.D; ++k) row[k] = fits(k) ? 0.f : kMasked;
+      if (anywhere) {
+        for (int k = 0; k < m_.D; ++k) row[k] = fits[k] ? 0.f : kMasked;
         return;
       }
       // Nothing fits by the mask's count (it charges every boundary buffer,

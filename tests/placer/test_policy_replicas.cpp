@@ -61,15 +61,23 @@ LayerGraph random_branchy_graph(std::mt19937_64& rng, int blocks, int64_t width)
   return g;
 }
 
+// What core counts for the whole model on one device, in bytes.
+int64_t whole_model_bytes(const LayerGraph& g, int64_t batch, Optimizer optimizer, int micro_batches = 1,
+                          bool recompute = false) {
+  Placement whole = Placement::single_device(static_cast<int>(g.layers.size()), 0);
+  whole.optimizer = optimizer;
+  whole.micro_batches = micro_batches;
+  if (recompute) whole.group_recompute = {1};
+  return estimate_device_memory_bytes(whole, g, equal_cluster(1), batch)[0];
+}
+
 // One device that holds the whole model at the whole batch (so a fitting
 // device always exists for any group), the others of random size and speed:
 // many of them hold only a few layers.
 Cluster random_cluster(std::mt19937_64& rng, const LayerGraph& g, int64_t batch, Optimizer optimizer) {
   Cluster c;
   c.name = "random";
-  Placement whole = Placement::single_device(static_cast<int>(g.layers.size()), 0);
-  whole.optimizer = optimizer;
-  const int64_t whole_mb = estimate_device_memory_bytes(whole, g, equal_cluster(1), batch)[0] / (1024 * 1024) + 1;
+  const int64_t whole_mb = whole_model_bytes(g, batch, optimizer) / (1024 * 1024) + 1;
   const int n = std::uniform_int_distribution<int>(2, 5)(rng);
   for (int d = 0; d < n; ++d) {
     Device dev;
@@ -176,11 +184,7 @@ namespace {
 // devices that hold a sixteenth of that at most (edge_uplinks, drawn small).
 Cluster server_and_edges(std::mt19937_64& rng, const LayerGraph& g, int64_t batch, int most_micro_batches,
                          Optimizer optimizer) {
-  Placement whole = Placement::single_device(static_cast<int>(g.layers.size()), 0);
-  whole.optimizer = optimizer;
-  whole.micro_batches = most_micro_batches;
-  whole.group_recompute = {1};
-  const int64_t need = estimate_device_memory_bytes(whole, g, equal_cluster(1), batch)[0];
+  const int64_t need = whole_model_bytes(g, batch, optimizer, most_micro_batches, true);
   const int64_t server_mb = need * 3 / 2 / (1024 * 1024) + 1;
   Cluster c;
   c.name = "server and edges";
