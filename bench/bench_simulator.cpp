@@ -32,6 +32,8 @@ struct Fixture {
   Cluster cluster;
   std::unique_ptr<SimulatorEvaluator> ev;
   std::vector<Placement> contiguous, random, one_f_one_b, replicated, branch_parallel;
+  // The same hybrid and branch-parallel placements on 1F1B: the search scores every proposal on both schedules.
+  std::vector<Placement> replicated_1f1b, branch_parallel_1f1b;
 };
 
 // Hybrid: 2 or 3 contiguous stages, random cuts, one stage on 2 devices.
@@ -132,10 +134,18 @@ Fixture& fixture(const std::string& model) {
     f.replicated.push_back(random_hybrid(L, rng));
     f.branch_parallel.push_back(random_branch_parallel(f.graph, rng));
   }
+  for (Placement p : f.replicated) {
+    p.schedule = Schedule::one_f_one_b;
+    f.replicated_1f1b.push_back(p);
+  }
+  for (Placement p : f.branch_parallel) {
+    p.schedule = Schedule::one_f_one_b;
+    f.branch_parallel_1f1b.push_back(p);
+  }
   return cache.emplace(model, std::move(f)).first->second;
 }
 
-enum class Kind { contiguous, one_f_one_b, random, replicated, branch_parallel };
+enum class Kind { contiguous, one_f_one_b, random, replicated, branch_parallel, replicated_1f1b, branch_parallel_1f1b };
 
 void run(benchmark::State& state, const std::string& model, Kind kind) {
   Fixture& f = fixture(model);
@@ -143,6 +153,8 @@ void run(benchmark::State& state, const std::string& model, Kind kind) {
                    : kind == Kind::random          ? f.random
                    : kind == Kind::replicated      ? f.replicated
                    : kind == Kind::branch_parallel ? f.branch_parallel
+                   : kind == Kind::replicated_1f1b ? f.replicated_1f1b
+                   : kind == Kind::branch_parallel_1f1b ? f.branch_parallel_1f1b
                                                    : f.contiguous;
   // The placements' average size (outside the timed loop).
   double segments = 0, tasks = 0;
@@ -170,6 +182,10 @@ void BM_inception_v3_4dev_8mb_random(benchmark::State& s) { run(s, "inception_v3
 void BM_alexnet_4dev_8mb_uniform_1f1b(benchmark::State& s) { run(s, "alexnet", Kind::one_f_one_b); }
 void BM_inception_v3_4dev_replicated(benchmark::State& s) { run(s, "inception_v3", Kind::replicated); }
 void BM_inception_v3_4dev_branch_parallel(benchmark::State& s) { run(s, "inception_v3", Kind::branch_parallel); }
+void BM_inception_v3_4dev_replicated_1f1b(benchmark::State& s) { run(s, "inception_v3", Kind::replicated_1f1b); }
+void BM_inception_v3_4dev_branch_parallel_1f1b(benchmark::State& s) {
+  run(s, "inception_v3", Kind::branch_parallel_1f1b);
+}
 BENCHMARK(BM_alexnet_4dev_8mb_uniform);
 BENCHMARK(BM_alexnet_4dev_8mb_uniform_1f1b);
 BENCHMARK(BM_alexnet_4dev_8mb_random);
@@ -177,6 +193,8 @@ BENCHMARK(BM_inception_v3_4dev_8mb_uniform);
 BENCHMARK(BM_inception_v3_4dev_8mb_random);
 BENCHMARK(BM_inception_v3_4dev_replicated);
 BENCHMARK(BM_inception_v3_4dev_branch_parallel);
+BENCHMARK(BM_inception_v3_4dev_replicated_1f1b);
+BENCHMARK(BM_inception_v3_4dev_branch_parallel_1f1b);
 
 // The parts of one evaluation, for alexnet's uniform split.
 void BM_alexnet_build_task_graph(benchmark::State& state) {
