@@ -12,6 +12,7 @@
 #include "placer/measurer.h"
 #include "placer/reinforce.h"
 #include "placer/search.h"
+#include "profiler/compute_threads.h"
 #include "simulator/simulator_evaluator.h"
 
 namespace tapp {
@@ -117,6 +118,7 @@ Result<TrainPolicyResult> train_policy(std::vector<TrainProblem>& problems, cons
   if (problems.empty()) return Status::error("no training problems: name at least one model and one cluster");
   if (o.iterations <= 0 && !(o.time_budget_s > 0))
     return Status::error("iterations: give --iterations or --time-budget (both are zero)");
+  ScopedComputeThreads one_thread(1);  // as the search (search.cpp): small networks, no spinning pool
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
 

@@ -28,4 +28,15 @@ int openblas_threads() {
   return get ? get() : 0;
 }
 
+ScopedComputeThreads::ScopedComputeThreads(int threads)
+    : torch_threads_(at::get_num_threads()), blas_threads_(openblas_threads()) {
+  set_compute_threads(threads);
+}
+
+ScopedComputeThreads::~ScopedComputeThreads() {
+  at::set_num_threads(torch_threads_);
+  if (blas_threads_ > 0)
+    if (auto set = openblas_symbol<void (*)(int)>("openblas_set_num_threads")) set(blas_threads_);
+}
+
 }  // namespace tapp

@@ -1,6 +1,8 @@
 // TAPP features, the partition and allocation networks, REINFORCE and the search loop.
 #include <doctest/doctest.h>
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -11,6 +13,7 @@
 #include "placer/policy.h"
 #include "placer/reinforce.h"
 #include "placer/search.h"
+#include "profiler/compute_threads.h"
 #include "tests/core/fake_evaluator.h"
 
 using namespace tapp;
@@ -236,6 +239,29 @@ TEST_CASE("an evaluator that fails every placement does not stop the search") {
   CHECK(calls == 15);
   CHECK(r.evaluations > 0);
   CHECK(r.failures == r.evaluations);
+}
+
+TEST_CASE("the search computes with one thread and gives the pools back as they were") {
+  // OpenBLAS's default pool of every core spun (sched_yield) between the
+  // networks' small products, a third of a job's CPU time.
+  ScopedComputeThreads two(2);  // (and the test binary's own pools back after it)
+  LayerGraph g = chain_graph(4);
+  Cluster c = equal_cluster(2);
+  FakeEvaluator ev(std::vector<double>(8, 1.0), c);
+  SearchOptions o;
+  o.iterations = 3;
+  o.samples_per_iteration = 2;
+  o.batch_size = 8;
+  std::vector<int> torch_threads, blas_threads;
+  search(g, c, ev, o, [&](const SearchProgress&) {
+    torch_threads.push_back(at::get_num_threads());
+    blas_threads.push_back(openblas_threads());
+  });
+  REQUIRE(torch_threads.size() == 3);
+  for (int t : torch_threads) CHECK(t == 1);
+  for (int t : blas_threads) CHECK(t <= 1);  // 0: OpenBLAS not loaded (an MKL build)
+  CHECK(at::get_num_threads() == 2);
+  if (openblas_threads() > 0) CHECK(openblas_threads() == 2);
 }
 
 TEST_CASE("the search finds a balanced placement and avoids a failing device") {
