@@ -1204,7 +1204,10 @@ struct Policy::Impl {
   // A joint action: drawn (rng), the argmax at every step (null), or with
   // `typical` (rng null) the median partition and then the argmax at every step.
   Decision choose(std::mt19937_64* rng, bool typical = false) {
-    torch::NoGradGuard ng;
+    // Inference mode, not just no gradient: nothing drawn here is kept for a
+    // backward pass, and skipping autograd's bookkeeping made the search's
+    // policy time 0.96x (inception_v3 on cluster_4hetero; the same decisions).
+    c10::InferenceMode inference;
     Decision d;
     const int stages = choose_stages(rng);  // the likeliest count for greedy and typical
     d.layer_group = typical ? median_partition(stages) : choose_partition(rng, stages);
