@@ -15,12 +15,16 @@ Fn openblas_symbol(const char* name) {
   return reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
 }
 
+void set_openblas_threads(int threads) {
+  if (auto set = openblas_symbol<void (*)(int)>("openblas_set_num_threads")) set(threads);
+}
+
 }  // namespace
 
 void set_compute_threads(int threads) {
   threads = std::max(1, threads);
   at::set_num_threads(threads);
-  if (auto set = openblas_symbol<void (*)(int)>("openblas_set_num_threads")) set(threads);
+  set_openblas_threads(threads);
 }
 
 int openblas_threads() {
@@ -35,8 +39,7 @@ ScopedComputeThreads::ScopedComputeThreads(int threads)
 
 ScopedComputeThreads::~ScopedComputeThreads() {
   at::set_num_threads(torch_threads_);
-  if (blas_threads_ > 0)
-    if (auto set = openblas_symbol<void (*)(int)>("openblas_set_num_threads")) set(blas_threads_);
+  if (blas_threads_ > 0) set_openblas_threads(blas_threads_);
 }
 
 }  // namespace tapp
