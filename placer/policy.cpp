@@ -1936,6 +1936,36 @@ std::vector<float> Policy::micro_batch_probs(const std::vector<int>& layer_group
   return std::vector<float>(p.data_ptr<float>(), p.data_ptr<float>() + p.numel());
 }
 
+namespace {
+
+struct DistinctDecision {
+  size_t first = 0;  // index of its first occurrence
+  double advantage_sum = 0;
+  int count = 0;
+};
+
+bool same_decision(const Decision& a, const Decision& b) {
+  return a.micro_batch_index == b.micro_batch_index && a.layer_group == b.layer_group &&
+         a.group_device == b.group_device && a.group_replicas == b.group_replicas;
+}
+
+// The distinct decisions of a batch in the order they first come (a batch is
+// a few dozen decisions: the quadratic scan costs nothing beside scoring one).
+std::vector<DistinctDecision> distinct_decisions(const std::vector<Decision>& decisions,
+                                                 const std::vector<double>& advantages) {
+  std::vector<DistinctDecision> out;
+  for (size_t i = 0; i < decisions.size(); ++i) {
+    auto it = std::find_if(out.begin(), out.end(),
+                           [&](const DistinctDecision& d) { return same_decision(decisions[d.first], decisions[i]); });
+    if (it == out.end()) it = out.insert(out.end(), DistinctDecision{i, 0, 0});
+    it->advantage_sum += advantages[i];
+    ++it->count;
+  }
+  return out;
+}
+
+}  // namespace
+
 UpdateStats Policy::update(const std::vector<Decision>& decisions, const std::vector<double>& advantages,
                            double entropy_coef, double max_grad_norm) {
   Impl& m = *impl_;
@@ -1944,10 +1974,13 @@ UpdateStats Policy::update(const std::vector<Decision>& decisions, const std::ve
   m.net->optimizer->zero_grad();
   auto part_logits = m.partition_logits();
   torch::Tensor pg = torch::zeros({}), ent = torch::zeros({});
-  for (size_t i = 0; i < decisions.size(); ++i) {
-    auto [lp, e] = m.score(decisions[i], part_logits);
-    pg = pg - lp * advantages[i];
-    ent = ent + e;
+  // A batch repeats decisions once the policy settles; identical ones have
+  // one log pi and one entropy, so each distinct decision is scored once
+  // with its advantages summed and its entropy counted as often as it came.
+  for (const DistinctDecision& dd : distinct_decisions(decisions, advantages)) {
+    auto [lp, e] = m.score(decisions[dd.first], part_logits);
+    pg = pg - lp * dd.advantage_sum;
+    ent = ent + e * static_cast<double>(dd.count);
   }
   const double n = static_cast<double>(decisions.size());
   auto loss = pg / n - entropy_coef * ent / n;

@@ -204,6 +204,35 @@ TEST_CASE("one REINFORCE update raises the probability of a rewarded placement")
   CHECK(policy.log_prob(good) > before);
 }
 
+TEST_CASE("a batch that repeats a decision counts it as often as it came: advantages and entropy") {
+  OpDictionary dict;
+  LayerGraph g = chain_graph(4);
+  auto fresh = [&] { return Policy(encode_layers(g, dict), g.consumers(), config(2, 2)); };
+  Policy probe = fresh();
+  std::mt19937_64 rng(5);
+  Decision d = probe.sample(rng), e = probe.sample(rng);
+  for (int tries = 0; d.layer_group == e.layer_group && d.group_device == e.group_device &&
+                      d.micro_batch_index == e.micro_batch_index && tries < 100;
+       ++tries)
+    e = probe.sample(rng);
+  REQUIRE_FALSE((d.layer_group == e.layer_group && d.group_device == e.group_device &&
+                 d.micro_batch_index == e.micro_batch_index));
+  const double lp_d = probe.log_prob(d), lp_e = probe.log_prob(e);
+  // Each decision's entropy alone (no advantage, no entropy term: no gradient, the weights stay).
+  const double h_d = fresh().update({d}, {0.0}, 0.0, 10.0).entropy;
+  const double h_e = fresh().update({e}, {0.0}, 0.0, 10.0).entropy;
+  const double coef = 0.05, a1 = 0.7, a2 = -0.2, b = -0.4;
+  Policy p = fresh();
+  UpdateStats st = p.update({d, e, d}, {a1, b, a2}, coef, 10.0);
+  CHECK(st.entropy == doctest::Approx((2 * h_d + h_e) / 3).epsilon(1e-5));
+  CHECK(st.loss == doctest::Approx(-(lp_d * (a1 + a2) + lp_e * b) / 3 - coef * (2 * h_d + h_e) / 3).epsilon(1e-5));
+  // The same batch in another order moves the weights the same way.
+  Policy q = fresh();
+  q.update({d, d, e}, {a2, a1, b}, coef, 10.0);
+  CHECK(q.log_prob(d) == doctest::Approx(p.log_prob(d)).epsilon(1e-5));
+  CHECK(q.log_prob(e) == doctest::Approx(p.log_prob(e)).epsilon(1e-5));
+}
+
 TEST_CASE("a penalised placement becomes less likely through the reward") {
   OpDictionary dict;
   LayerGraph g = chain_graph(4);
