@@ -435,24 +435,38 @@ struct Policy::Impl {
   };
   Groups groups_of(const std::vector<int>& layer_group) {
     GroupTotals totals = group_totals(cfg.totals, layer_group, G, consumers);
-    auto e = torch::relu(net->a_embed(to_tensor(encode_groups(layer_rows, layer_group, totals))));
-    auto q = net->a_q(e), k = net->a_k(e), v = net->a_v(e);
-    auto att = torch::softmax(torch::matmul(q, k.t()) / std::sqrt(static_cast<double>(net->hidden)), 1);
     const auto used = nonempty(layer_group, G);
-    return {e + torch::matmul(att, v), std::move(totals), static_cast<int>(std::count(used.begin(), used.end(), true)),
-            micro_memory_row(layer_group)};
+    return {embed_groups(to_tensor(encode_groups(layer_rows, layer_group, totals))), std::move(totals),
+            static_cast<int>(std::count(used.begin(), used.end(), true)), micro_memory_row(layer_group)};
+  }
+  // The attended group embeddings (... x G x H) of group features (... x G x F):
+  // one partition, or a batch of them stacked in front.
+  torch::Tensor embed_groups(const torch::Tensor& features) {
+    auto e = torch::relu(net->a_embed(features));
+    auto q = net->a_q(e), k = net->a_k(e), v = net->a_v(e);
+    auto att = torch::softmax(torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(net->hidden)), -1);
+    return e + torch::matmul(att, v);
   }
 
   // Logits of the micro-batch choices (M) given the groups; data parallelism
   // is masked where its replicas would not fit (replicas_fit), counts where
   // a group would not (micro_memory_row).
   torch::Tensor micro_logits(const Groups& gr) {
-    auto all = net->a_micro(torch::cat({gr.h.mean(0), micro_extra}));
-    auto logits = all.index_select(0, micro_slots);
+    auto logits = micro_head(gr.h);
     if (cfg.offer_data_parallel && !replicas_fit(gr.nonempty)) logits = logits + no_data_parallel;
     if (std::any_of(gr.micro_mask.begin(), gr.micro_mask.end(), [](float v) { return v != 0.f; }))
       logits = logits + torch::tensor(gr.micro_mask);
     return logits;
+  }
+
+  // The micro-batch head's logits of each choice (... x M, unmasked) from group
+  // embeddings (... x G x H).
+  torch::Tensor micro_head(const torch::Tensor& h) {
+    auto mean = h.mean(-2);
+    std::vector<int64_t> shape = mean.sizes().vec();
+    shape.back() = micro_extra.size(0);
+    auto all = net->a_micro(torch::cat({mean, micro_extra.expand(shape)}, -1));
+    return all.index_select(-1, micro_slots);
   }
 
   // Whether k data-parallel replicas (one per non-empty group) at ceil(batch / k)
@@ -528,13 +542,21 @@ struct Policy::Impl {
       pair_features(gr.stats, rows[r], device, for_replicas, &pf[static_cast<size_t>(r) * D * kPairWidth]);
     auto pairs = torch::from_blob(pf.data(), {R, D, kPairWidth}, torch::kFloat32).clone();
     auto idx = torch::tensor(std::vector<int64_t>(rows.begin(), rows.end()), torch::kInt64);
-    auto h = gr.h.index_select(0, idx).unsqueeze(1).expand({R, D, net->hidden});
-    auto dev = device_rows.unsqueeze(0).expand({R, D, kDeviceFeatureWidth});
-    auto x = torch::cat({h, dev, pairs}, 2);
+    return score_pairs(gr.h.index_select(0, idx), pairs);
+  }
+  // The scorer on group embeddings (... x H) and their pair features (... x D x
+  // kPairWidth): ... x D x 2.
+  torch::Tensor score_pairs(const torch::Tensor& group_h, const torch::Tensor& pairs) {
+    std::vector<int64_t> shape = pairs.sizes().vec();
+    shape.back() = net->hidden;
+    auto h = group_h.unsqueeze(-2).expand(shape);
+    shape.back() = kDeviceFeatureWidth;
+    auto dev = device_rows.expand(shape);
+    auto x = torch::cat({h, dev, pairs}, -1);
     auto out = net->a_pair2(torch::relu(net->a_pair1(x)));
-    auto attention = (net->a_group_query(h) * net->a_device_key(torch::cat({dev, pairs}, 2))).sum(2) /
+    auto attention = (net->a_group_query(h) * net->a_device_key(torch::cat({dev, pairs}, -1))).sum(-1) /
                      std::sqrt(static_cast<double>(net->hidden));
-    return torch::stack({out.select(2, 0) + attention, out.select(2, 1)}, 2);
+    return torch::stack({out.select(-1, 0) + attention, out.select(-1, 1)}, -1);
   }
 
   int greedy_micro(const Groups& gr);
@@ -888,18 +910,9 @@ struct Policy::Impl {
     }
     return m;
   }
-  torch::Tensor order_mask(const std::vector<int>& layer_group, const std::vector<double>& cuts) const {
-    std::vector<float> m = order_rows(layer_group, cuts);
-    return torch::from_blob(m.data(), {L, G}, torch::kFloat32).clone();
-  }
 
   bool device_allowed(int k) const { return cfg.device_allowed.empty() || cfg.device_allowed[k] || all_masked; }
 
-  torch::Tensor partition_log_softmax(const torch::Tensor& logits, const std::vector<int>& layer_group,
-                                      const std::vector<double>& cuts) const {
-    if (cfg.partition == PartitionMode::free) return torch::log_softmax(logits, 1);
-    return torch::log_softmax(logits + order_mask(layer_group, cuts), 1);
-  }
 
   int micro_batches_of(int micro_index) const {
     const auto& c = cfg.micro_batch_choices;
@@ -909,68 +922,111 @@ struct Policy::Impl {
     return cfg.offer_data_parallel && micro_index == static_cast<int>(cfg.micro_batch_choices.size());
   }
 
-  // log pi(d) and entropy (with gradient) for one decision, given the
-  // partition logits: every choice in the order it is drawn (policy.h),
-  // under the masks it was drawn with (AllocationMasks replays them).
-  std::pair<torch::Tensor, torch::Tensor> score(const Decision& d, const torch::Tensor& part_logits) {
-    auto part_logp = partition_log_softmax(part_logits, d.layer_group, device_sized_cuts(stages_of(d.layer_group)));
-    auto idx = torch::tensor(std::vector<int64_t>(d.layer_group.begin(), d.layer_group.end()), torch::kInt64);
-    auto lp = part_logp.gather(1, idx.unsqueeze(1)).sum();
-    auto ent = -(part_logp.exp() * part_logp).sum();
-    if (count_head) {
-      auto count_logp = torch::log_softmax(count_logits(), 0);
-      lp = lp + count_logp[stages_of(d.layer_group) - 1];
-      ent = ent - (count_logp.exp() * count_logp).sum();
+  // log pi(d) and entropy (with gradient) of each decision (N of them: N and
+  // N), given the partition logits: every choice in the order it is drawn
+  // (policy.h), under the masks it was drawn with (AllocationMasks replays
+  // them). The masks and features are laid out per decision first, then each
+  // network runs once over all of them: one autograd graph for a batch (one
+  // per decision made the update most of the search's time).
+  std::pair<torch::Tensor, torch::Tensor> score(const std::vector<const Decision*>& ds, const torch::Tensor& part_logits) {
+    const int64_t N = static_cast<int64_t>(ds.size());
+    const bool ordered = cfg.partition != PartitionMode::free;
+    auto floats = [](std::initializer_list<int64_t> shape) { return torch::zeros(shape, torch::kFloat32); };
+    auto longs = [](std::initializer_list<int64_t> shape) { return torch::zeros(shape, torch::kInt64); };
+    torch::Tensor part_mask = ordered ? floats({N, L, G}) : torch::Tensor(), part_idx = longs({N, L});
+    torch::Tensor stages = longs({N}), micro_idx = longs({N}), micro_add = floats({N, M});
+    torch::Tensor group_features = floats({N, G, kGroupFeatureWidth}), device_pairs = floats({N, G, D, kPairWidth});
+    torch::Tensor device_rows_masked = floats({N, G, D}), chosen = longs({N, G}), used_groups = floats({N, G});
+    torch::Tensor replica_pairs, offered, taken, balanced;
+    if (replica_head) {
+      replica_pairs = floats({N, G, D, kPairWidth});
+      offered = floats({N, G, D});
+      taken = floats({N, G, D});
+      if (balance_head) balanced = floats({N, G, D, kBalanceWidth});
     }
-    Groups gr = groups_of(d.layer_group);
-    auto logits = allocation_logits(gr, d.group_device);
-    auto micro_logp = torch::log_softmax(logits.micro, 0);
-    lp = lp + micro_logp[d.micro_batch_index];
-    ent = ent - (micro_logp.exp() * micro_logp).sum();
-
-    AllocationMasks masks(*this, d.layer_group, d.micro_batch_index);
-    std::vector<float> rows(static_cast<size_t>(G) * D, 0.f);
-    for (int g = 0; g < G; ++g) {
-      masks.primary_row(g, &rows[static_cast<size_t>(g) * D]);
-      masks.take_primary(g, d.group_device[g]);
-    }
-    auto dev_logp = torch::log_softmax(logits.device + torch::from_blob(rows.data(), {G, D}, torch::kFloat32).clone(), 1);
-    auto used = nonempty(d.layer_group, G);
-    for (int g = 0; g < G; ++g) {
-      if (!used[g]) continue;
-      lp = lp + dev_logp[g][d.group_device[g]];
-      ent = ent - (dev_logp[g].exp() * dev_logp[g]).sum();
-    }
-    if (logits.replica.defined()) {
+    const float* no_dp = no_data_parallel.contiguous().data_ptr<float>();
+    const size_t LG = static_cast<size_t>(L) * G, GD = static_cast<size_t>(G) * D;
+    for (int64_t n = 0; n < N; ++n) {
+      const Decision& d = *ds[n];
+      if (ordered) {
+        const std::vector<float> rows = order_rows(d.layer_group, device_sized_cuts(stages_of(d.layer_group)));
+        std::copy(rows.begin(), rows.end(), part_mask.data_ptr<float>() + n * LG);
+      }
+      std::copy(d.layer_group.begin(), d.layer_group.end(), part_idx.data_ptr<int64_t>() + n * L);
+      stages.data_ptr<int64_t>()[n] = stages_of(d.layer_group) - 1;
+      micro_idx.data_ptr<int64_t>()[n] = d.micro_batch_index;
+      GroupTotals totals = group_totals(cfg.totals, d.layer_group, G, consumers);
+      const FeatureMatrix gf = encode_groups(layer_rows, d.layer_group, totals);
+      std::copy(gf.data.begin(), gf.data.end(), group_features.data_ptr<float>() + n * G * kGroupFeatureWidth);
+      const auto used = nonempty(d.layer_group, G);
+      float* micro_row = micro_add.data_ptr<float>() + n * M;
+      const std::vector<float> memory_row = micro_memory_row(d.layer_group);
+      const bool no_replicas =
+          cfg.offer_data_parallel && !replicas_fit(static_cast<int>(std::count(used.begin(), used.end(), true)));
+      for (int c = 0; c < M; ++c) micro_row[c] = (no_replicas ? no_dp[c] : 0.f) + memory_row[c];
+      float* pairs = device_pairs.data_ptr<float>() + n * GD * kPairWidth;
+      for (int g = 0; g < G; ++g) pair_features(totals, g, d.group_device, false, pairs + g * D * kPairWidth);
+      AllocationMasks masks(*this, d.layer_group, d.micro_batch_index);
+      float* rows = device_rows_masked.data_ptr<float>() + n * GD;
+      int64_t* chosen_n = chosen.data_ptr<int64_t>() + n * G;
+      float* used_n = used_groups.data_ptr<float>() + n * G;
+      for (int g = 0; g < G; ++g) {
+        masks.primary_row(g, rows + g * D);
+        masks.take_primary(g, d.group_device[g]);
+        chosen_n[g] = used[g] ? d.group_device[g] : 0;
+        used_n[g] = used[g] ? 1.f : 0.f;
+      }
+      if (!replica_head) continue;
+      float* rpairs = replica_pairs.data_ptr<float>() + n * GD * kPairWidth;
+      for (int g = 0; g < G; ++g) pair_features(totals, g, d.group_device, true, rpairs + g * D * kPairWidth);
       // Each replica choice the masks offered: a Bernoulli, taken or not; a
       // forced one (the only way left for its group to fit) is no choice.
-      std::vector<float> offered(static_cast<size_t>(G) * D, 0.f), taken(static_cast<size_t>(G) * D, 0.f);
-      std::vector<float> balanced;  // G x D x kBalanceWidth: each offer's balance features
+      float* off = offered.data_ptr<float>() + n * GD;
+      float* yes = taken.data_ptr<float>() + n * GD;
+      float* bal = balance_head ? balanced.data_ptr<float>() + n * GD * kBalanceWidth : nullptr;
       std::optional<ReplicaBalance> balance;
-      if (balance_head) {
-        balanced.assign(static_cast<size_t>(G) * D * kBalanceWidth, 0.f);
-        balance.emplace(*this, gr.stats, d.group_device, used);
-      }
+      if (balance_head) balance.emplace(*this, totals, d.group_device, used);
       offer_replicas(masks, [&](int g, int k, bool refusable) {
         const size_t at = static_cast<size_t>(g) * D + k;
-        offered[at] = refusable ? 1.f : 0.f;
-        taken[at] = has_replica(d, g, k) ? 1.f : 0.f;
-        if (balance) balance->features(g, k, &balanced[at * kBalanceWidth]);
-        if (balance && taken[at] > 0.f) balance->take(g, k);
-        return taken[at] > 0.f;
+        off[at] = refusable ? 1.f : 0.f;
+        yes[at] = has_replica(d, g, k) ? 1.f : 0.f;
+        if (balance) balance->features(g, k, bal + at * kBalanceWidth);
+        if (balance && yes[at] > 0.f) balance->take(g, k);
+        return yes[at] > 0.f;
       });
-      auto off = torch::from_blob(offered.data(), {G, D}, torch::kFloat32).clone();
-      auto yes = torch::from_blob(taken.data(), {G, D}, torch::kFloat32).clone();
-      auto replica = logits.replica;
-      if (balance) {  // a copy: backward reads the features after `balanced` is gone
-        auto features = torch::from_blob(balanced.data(), {G, D, kBalanceWidth}, torch::kFloat32).clone();
-        replica = replica + net->a_balance(features).squeeze(2);
-      }
+    }
+
+    auto part_logp = ordered ? torch::log_softmax(part_logits.unsqueeze(0) + part_mask, 2)
+                             : torch::log_softmax(part_logits, 1).unsqueeze(0).expand({N, L, G});
+    auto lp = part_logp.gather(2, part_idx.unsqueeze(2)).squeeze(2).sum(1);
+    auto ent = -(part_logp.exp() * part_logp).sum({1, 2});
+    if (count_head) {
+      auto count_logp = torch::log_softmax(count_logits(), 0);
+      lp = lp + count_logp.index_select(0, stages);
+      ent = ent - (count_logp.exp() * count_logp).sum();
+    }
+    auto h = embed_groups(group_features);  // N x G x H
+    auto micro_logp = torch::log_softmax(micro_head(h) + micro_add, 1);
+    lp = lp + micro_logp.gather(1, micro_idx.unsqueeze(1)).squeeze(1);
+    ent = ent - (micro_logp.exp() * micro_logp).sum(1);
+
+    auto device_logits = score_pairs(h, device_pairs).select(3, 0) + device_mask;
+    auto dev_logp = torch::log_softmax(device_logits + device_rows_masked, 2);
+    lp = lp + (dev_logp.gather(2, chosen.unsqueeze(2)).squeeze(2) * used_groups).sum(1);
+    ent = ent - ((dev_logp.exp() * dev_logp).sum(2) * used_groups).sum(1);
+    if (replica_head) {
+      auto replica = score_pairs(h, replica_pairs).select(3, 1);
+      if (balance_head) replica = replica + net->a_balance(balanced).squeeze(3);
       auto log_yes = torch::log_sigmoid(replica), log_no = torch::log_sigmoid(-replica);
-      lp = lp + (off * (yes * log_yes + (1 - yes) * log_no)).sum();
-      ent = ent - (off * (log_yes.exp() * log_yes + log_no.exp() * log_no)).sum();
+      lp = lp + (offered * (taken * log_yes + (1 - taken) * log_no)).sum({1, 2});
+      ent = ent - (offered * (log_yes.exp() * log_yes + log_no.exp() * log_no)).sum({1, 2});
     }
     return {lp, ent};
+  }
+  // One decision's log pi and entropy (scalars).
+  std::pair<torch::Tensor, torch::Tensor> score(const Decision& d, const torch::Tensor& part_logits) {
+    auto [lp, ent] = score({&d}, part_logits);
+    return {lp[0], ent[0]};
   }
 
   // Replicas are offered device by device (policy.h): each device, in index
@@ -1973,15 +2029,19 @@ UpdateStats Policy::update(const std::vector<Decision>& decisions, const std::ve
   if (decisions.empty()) return st;
   m.net->optimizer->zero_grad();
   auto part_logits = m.partition_logits();
-  torch::Tensor pg = torch::zeros({}), ent = torch::zeros({});
   // A batch repeats decisions once the policy settles; identical ones have
   // one log pi and one entropy, so each distinct decision is scored once
   // with its advantages summed and its entropy counted as often as it came.
-  for (const DistinctDecision& dd : distinct_decisions(decisions, advantages)) {
-    auto [lp, e] = m.score(decisions[dd.first], part_logits);
-    pg = pg - lp * dd.advantage_sum;
-    ent = ent + e * static_cast<double>(dd.count);
+  const std::vector<DistinctDecision> distinct = distinct_decisions(decisions, advantages);
+  std::vector<const Decision*> ds;
+  std::vector<float> advantage_sums, counts;
+  for (const DistinctDecision& dd : distinct) {
+    ds.push_back(&decisions[dd.first]);
+    advantage_sums.push_back(static_cast<float>(dd.advantage_sum));
+    counts.push_back(static_cast<float>(dd.count));
   }
+  auto [lp, e] = m.score(ds, part_logits);
+  torch::Tensor pg = -(lp * torch::tensor(advantage_sums)).sum(), ent = (e * torch::tensor(counts)).sum();
   const double n = static_cast<double>(decisions.size());
   auto loss = pg / n - entropy_coef * ent / n;
   loss.backward();

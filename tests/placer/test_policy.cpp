@@ -443,7 +443,11 @@ TEST_CASE("the typical partition cuts where the policy is unsure at which layer 
   const int L = static_cast<int>(g.layers.size());
   REQUIRE(L == 24);
   PolicyConfig pc = config(2, 2, 7);
-  pc.learning_rate = 0.02;
+  // At 0.02 each step swung the targets' log probabilities between about -50
+  // and 0, so where the last steps left the policy hung on their rounding (2
+  // of seeds 7-30 learnt no cut once the scoring's float sums changed); at
+  // 0.01 the mix is learnt at every one of them.
+  pc.learning_rate = 0.01;
   Policy policy(encode_layers(g, dict), g.consumers(), pc);
   std::vector<Decision> targets;
   for (int cut : {6, 8, 10, 12, 14, 16, 18, L, L, L}) {
