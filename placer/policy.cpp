@@ -414,7 +414,6 @@ struct Policy::Impl {
   torch::Tensor device_rows;  // D x 7 (encode_devices)
   torch::Tensor micro_extra;  // mean device row | spread | log2 batch / 8 | log2 D / 4
   torch::Tensor micro_slots;  // M: the head's slot of each choice (data parallel last)
-  torch::Tensor no_data_parallel;  // M: kMasked on the data-parallel choice, 0 elsewhere
   torch::Tensor device_mask;  // D: 0 or kMasked
   double total_gflops = 0, total_compute = 0;
   int64_t batch = 32;
@@ -430,14 +429,12 @@ struct Policy::Impl {
   struct Groups {
     torch::Tensor h;
     GroupTotals stats;
-    int nonempty = 0;  // groups with a layer: the replicas data parallelism would train
-    std::vector<float> micro_mask;  // M: micro_memory_row of the partition
+    std::vector<float> micro_mask;  // M: micro_mask_row of the partition
   };
   Groups groups_of(const std::vector<int>& layer_group) {
     GroupTotals totals = group_totals(cfg.totals, layer_group, G, consumers);
-    const auto used = nonempty(layer_group, G);
     return {embed_groups(to_tensor(encode_groups(layer_rows, layer_group, totals))), std::move(totals),
-            static_cast<int>(std::count(used.begin(), used.end(), true)), micro_memory_row(layer_group)};
+            micro_mask_row(layer_group)};
   }
   // The attended group embeddings (... x G x H) of group features (... x G x F):
   // one partition, or a batch of them stacked in front.
@@ -448,15 +445,23 @@ struct Policy::Impl {
     return e + torch::matmul(att, v);
   }
 
-  // Logits of the micro-batch choices (M) given the groups; data parallelism
-  // is masked where its replicas would not fit (replicas_fit), counts where
-  // a group would not (micro_memory_row).
+  // Logits of the micro-batch choices (M) given the groups, masked (micro_mask_row).
   torch::Tensor micro_logits(const Groups& gr) {
     auto logits = micro_head(gr.h);
-    if (cfg.offer_data_parallel && !replicas_fit(gr.nonempty)) logits = logits + no_data_parallel;
     if (std::any_of(gr.micro_mask.begin(), gr.micro_mask.end(), [](float v) { return v != 0.f; }))
       logits = logits + torch::tensor(gr.micro_mask);
     return logits;
+  }
+  // The micro-batch head's additive mask (M) for a partition: the counts at
+  // which a group would not fit (micro_memory_row), and data parallelism
+  // where its replicas, one per non-empty group, would not (replicas_fit).
+  std::vector<float> micro_mask_row(const std::vector<int>& layer_group) const {
+    std::vector<float> row = micro_memory_row(layer_group);
+    if (cfg.offer_data_parallel) {
+      const auto used = nonempty(layer_group, G);
+      if (!replicas_fit(static_cast<int>(std::count(used.begin(), used.end(), true)))) row[M - 1] += kMasked;
+    }
+    return row;
   }
 
   // The micro-batch head's logits of each choice (... x M, unmasked) from group
@@ -913,7 +918,6 @@ struct Policy::Impl {
 
   bool device_allowed(int k) const { return cfg.device_allowed.empty() || cfg.device_allowed[k] || all_masked; }
 
-
   int micro_batches_of(int micro_index) const {
     const auto& c = cfg.micro_batch_choices;
     return c[std::clamp(micro_index, 0, static_cast<int>(c.size()) - 1)];
@@ -922,104 +926,131 @@ struct Policy::Impl {
     return cfg.offer_data_parallel && micro_index == static_cast<int>(cfg.micro_batch_choices.size());
   }
 
-  // log pi(d) and entropy (with gradient) of each decision (N of them: N and
-  // N), given the partition logits: every choice in the order it is drawn
-  // (policy.h), under the masks it was drawn with (AllocationMasks replays
-  // them). The masks and features are laid out per decision first, then each
-  // network runs once over all of them: one autograd graph for a batch (one
-  // per decision made the update most of the search's time).
-  std::pair<torch::Tensor, torch::Tensor> score(const std::vector<const Decision*>& ds, const torch::Tensor& part_logits) {
+  // What scoring a batch reads of its decisions, laid out per decision (the
+  // leading N) before any network runs: every mask a choice was drawn under
+  // (AllocationMasks replays them), every choice, and the networks' inputs.
+  struct ScoreInputs {
+    torch::Tensor part_mask;       // N x L x G, undefined in free mode
+    torch::Tensor part_idx;        // N x L: each layer's group
+    torch::Tensor stages;          // N: stage count - 1
+    torch::Tensor micro_idx;       // N
+    torch::Tensor micro_mask;      // N x M (micro_mask_row)
+    torch::Tensor group_features;  // N x G x kGroupFeatureWidth
+    torch::Tensor device_pairs;    // N x G x D x kPairWidth: the device head's pair features
+    torch::Tensor device_masked;   // N x G x D: each group's allocation mask as drawn
+    torch::Tensor chosen;          // N x G: its device (0 for an empty group)
+    torch::Tensor used;            // N x G: 1 for a group with a layer
+    // With a replica head: its pair features, each offer the masks made (refusable)
+    // and whether it was taken, and (balance head) each offer's balance features.
+    torch::Tensor replica_pairs, offered, taken, balanced;
+  };
+
+  ScoreInputs lay_out(const std::vector<const Decision*>& ds) {
     const int64_t N = static_cast<int64_t>(ds.size());
-    const bool ordered = cfg.partition != PartitionMode::free;
     auto floats = [](std::initializer_list<int64_t> shape) { return torch::zeros(shape, torch::kFloat32); };
     auto longs = [](std::initializer_list<int64_t> shape) { return torch::zeros(shape, torch::kInt64); };
-    torch::Tensor part_mask = ordered ? floats({N, L, G}) : torch::Tensor(), part_idx = longs({N, L});
-    torch::Tensor stages = longs({N}), micro_idx = longs({N}), micro_add = floats({N, M});
-    torch::Tensor group_features = floats({N, G, kGroupFeatureWidth}), device_pairs = floats({N, G, D, kPairWidth});
-    torch::Tensor device_rows_masked = floats({N, G, D}), chosen = longs({N, G}), used_groups = floats({N, G});
-    torch::Tensor replica_pairs, offered, taken, balanced;
+    ScoreInputs in;
+    if (cfg.partition != PartitionMode::free) in.part_mask = floats({N, L, G});
+    in.part_idx = longs({N, L});
+    in.stages = longs({N});
+    in.micro_idx = longs({N});
+    in.micro_mask = floats({N, M});
+    in.group_features = floats({N, G, kGroupFeatureWidth});
+    in.device_pairs = floats({N, G, D, kPairWidth});
+    in.device_masked = floats({N, G, D});
+    in.chosen = longs({N, G});
+    in.used = floats({N, G});
     if (replica_head) {
-      replica_pairs = floats({N, G, D, kPairWidth});
-      offered = floats({N, G, D});
-      taken = floats({N, G, D});
-      if (balance_head) balanced = floats({N, G, D, kBalanceWidth});
+      in.replica_pairs = floats({N, G, D, kPairWidth});
+      in.offered = floats({N, G, D});
+      in.taken = floats({N, G, D});
+      if (balance_head) in.balanced = floats({N, G, D, kBalanceWidth});
     }
-    const float* no_dp = no_data_parallel.contiguous().data_ptr<float>();
-    const size_t LG = static_cast<size_t>(L) * G, GD = static_cast<size_t>(G) * D;
-    for (int64_t n = 0; n < N; ++n) {
-      const Decision& d = *ds[n];
-      if (ordered) {
-        const std::vector<float> rows = order_rows(d.layer_group, device_sized_cuts(stages_of(d.layer_group)));
-        std::copy(rows.begin(), rows.end(), part_mask.data_ptr<float>() + n * LG);
-      }
-      std::copy(d.layer_group.begin(), d.layer_group.end(), part_idx.data_ptr<int64_t>() + n * L);
-      stages.data_ptr<int64_t>()[n] = stages_of(d.layer_group) - 1;
-      micro_idx.data_ptr<int64_t>()[n] = d.micro_batch_index;
-      GroupTotals totals = group_totals(cfg.totals, d.layer_group, G, consumers);
-      const FeatureMatrix gf = encode_groups(layer_rows, d.layer_group, totals);
-      std::copy(gf.data.begin(), gf.data.end(), group_features.data_ptr<float>() + n * G * kGroupFeatureWidth);
-      const auto used = nonempty(d.layer_group, G);
-      float* micro_row = micro_add.data_ptr<float>() + n * M;
-      const std::vector<float> memory_row = micro_memory_row(d.layer_group);
-      const bool no_replicas =
-          cfg.offer_data_parallel && !replicas_fit(static_cast<int>(std::count(used.begin(), used.end(), true)));
-      for (int c = 0; c < M; ++c) micro_row[c] = (no_replicas ? no_dp[c] : 0.f) + memory_row[c];
-      float* pairs = device_pairs.data_ptr<float>() + n * GD * kPairWidth;
-      for (int g = 0; g < G; ++g) pair_features(totals, g, d.group_device, false, pairs + g * D * kPairWidth);
-      AllocationMasks masks(*this, d.layer_group, d.micro_batch_index);
-      float* rows = device_rows_masked.data_ptr<float>() + n * GD;
-      int64_t* chosen_n = chosen.data_ptr<int64_t>() + n * G;
-      float* used_n = used_groups.data_ptr<float>() + n * G;
-      for (int g = 0; g < G; ++g) {
-        masks.primary_row(g, rows + g * D);
-        masks.take_primary(g, d.group_device[g]);
-        chosen_n[g] = used[g] ? d.group_device[g] : 0;
-        used_n[g] = used[g] ? 1.f : 0.f;
-      }
-      if (!replica_head) continue;
-      float* rpairs = replica_pairs.data_ptr<float>() + n * GD * kPairWidth;
-      for (int g = 0; g < G; ++g) pair_features(totals, g, d.group_device, true, rpairs + g * D * kPairWidth);
-      // Each replica choice the masks offered: a Bernoulli, taken or not; a
-      // forced one (the only way left for its group to fit) is no choice.
-      float* off = offered.data_ptr<float>() + n * GD;
-      float* yes = taken.data_ptr<float>() + n * GD;
-      float* bal = balance_head ? balanced.data_ptr<float>() + n * GD * kBalanceWidth : nullptr;
-      std::optional<ReplicaBalance> balance;
-      if (balance_head) balance.emplace(*this, totals, d.group_device, used);
-      offer_replicas(masks, [&](int g, int k, bool refusable) {
-        const size_t at = static_cast<size_t>(g) * D + k;
-        off[at] = refusable ? 1.f : 0.f;
-        yes[at] = has_replica(d, g, k) ? 1.f : 0.f;
-        if (balance) balance->features(g, k, bal + at * kBalanceWidth);
-        if (balance && yes[at] > 0.f) balance->take(g, k);
-        return yes[at] > 0.f;
-      });
-    }
+    for (int64_t n = 0; n < N; ++n) lay_out_one(*ds[n], n, in);
+    return in;
+  }
 
-    auto part_logp = ordered ? torch::log_softmax(part_logits.unsqueeze(0) + part_mask, 2)
-                             : torch::log_softmax(part_logits, 1).unsqueeze(0).expand({N, L, G});
-    auto lp = part_logp.gather(2, part_idx.unsqueeze(2)).squeeze(2).sum(1);
+  void lay_out_one(const Decision& d, int64_t n, ScoreInputs& in) {
+    const size_t LG = static_cast<size_t>(L) * G, GD = static_cast<size_t>(G) * D;
+    const int stages = stages_of(d.layer_group);
+    if (in.part_mask.defined()) {
+      const std::vector<float> rows = order_rows(d.layer_group, device_sized_cuts(stages));
+      std::copy(rows.begin(), rows.end(), in.part_mask.data_ptr<float>() + n * LG);
+    }
+    std::copy(d.layer_group.begin(), d.layer_group.end(), in.part_idx.data_ptr<int64_t>() + n * L);
+    in.stages.data_ptr<int64_t>()[n] = stages - 1;
+    in.micro_idx.data_ptr<int64_t>()[n] = d.micro_batch_index;
+    const std::vector<float> micro_mask = micro_mask_row(d.layer_group);
+    std::copy(micro_mask.begin(), micro_mask.end(), in.micro_mask.data_ptr<float>() + n * M);
+    const GroupTotals totals = group_totals(cfg.totals, d.layer_group, G, consumers);
+    const FeatureMatrix gf = encode_groups(layer_rows, d.layer_group, totals);
+    std::copy(gf.data.begin(), gf.data.end(), in.group_features.data_ptr<float>() + n * G * kGroupFeatureWidth);
+    float* pairs = in.device_pairs.data_ptr<float>() + n * GD * kPairWidth;
+    for (int g = 0; g < G; ++g) pair_features(totals, g, d.group_device, false, pairs + g * D * kPairWidth);
+    const auto used = nonempty(d.layer_group, G);
+    AllocationMasks masks(*this, d.layer_group, d.micro_batch_index);
+    float* rows = in.device_masked.data_ptr<float>() + n * GD;
+    int64_t* chosen = in.chosen.data_ptr<int64_t>() + n * G;
+    float* used_n = in.used.data_ptr<float>() + n * G;
+    for (int g = 0; g < G; ++g) {
+      masks.primary_row(g, rows + g * D);
+      masks.take_primary(g, d.group_device[g]);
+      chosen[g] = used[g] ? d.group_device[g] : 0;
+      used_n[g] = used[g] ? 1.f : 0.f;
+    }
+    if (!replica_head) return;
+    float* rpairs = in.replica_pairs.data_ptr<float>() + n * GD * kPairWidth;
+    for (int g = 0; g < G; ++g) pair_features(totals, g, d.group_device, true, rpairs + g * D * kPairWidth);
+    // Each replica choice the masks offered: a Bernoulli, taken or not; a
+    // forced one (the only way left for its group to fit) is no choice.
+    float* off = in.offered.data_ptr<float>() + n * GD;
+    float* yes = in.taken.data_ptr<float>() + n * GD;
+    float* bal = balance_head ? in.balanced.data_ptr<float>() + n * GD * kBalanceWidth : nullptr;
+    std::optional<ReplicaBalance> balance;
+    if (balance_head) balance.emplace(*this, totals, d.group_device, used);
+    offer_replicas(masks, [&](int g, int k, bool refusable) {
+      const size_t at = static_cast<size_t>(g) * D + k;
+      off[at] = refusable ? 1.f : 0.f;
+      yes[at] = has_replica(d, g, k) ? 1.f : 0.f;
+      if (balance) balance->features(g, k, bal + at * kBalanceWidth);
+      if (balance && yes[at] > 0.f) balance->take(g, k);
+      return yes[at] > 0.f;
+    });
+  }
+
+  // log pi(d) and entropy (with gradient) of each decision (N of them: N and
+  // N), given the partition logits: every choice in the order it is drawn
+  // (policy.h), under the masks it was drawn with. The inputs are laid out
+  // first (lay_out), then each network runs once over all of them: one
+  // autograd graph for a batch (one per decision made the update most of the
+  // search's time).
+  std::pair<torch::Tensor, torch::Tensor> score(const std::vector<const Decision*>& ds, const torch::Tensor& part_logits) {
+    const ScoreInputs in = lay_out(ds);
+    const int64_t N = static_cast<int64_t>(ds.size());
+    auto part_logp = in.part_mask.defined() ? torch::log_softmax(part_logits.unsqueeze(0) + in.part_mask, 2)
+                                            : torch::log_softmax(part_logits, 1).unsqueeze(0).expand({N, L, G});
+    auto lp = part_logp.gather(2, in.part_idx.unsqueeze(2)).squeeze(2).sum(1);
     auto ent = -(part_logp.exp() * part_logp).sum({1, 2});
     if (count_head) {
       auto count_logp = torch::log_softmax(count_logits(), 0);
-      lp = lp + count_logp.index_select(0, stages);
+      lp = lp + count_logp.index_select(0, in.stages);
       ent = ent - (count_logp.exp() * count_logp).sum();
     }
-    auto h = embed_groups(group_features);  // N x G x H
-    auto micro_logp = torch::log_softmax(micro_head(h) + micro_add, 1);
-    lp = lp + micro_logp.gather(1, micro_idx.unsqueeze(1)).squeeze(1);
+    auto h = embed_groups(in.group_features);  // N x G x H
+    auto micro_logp = torch::log_softmax(micro_head(h) + in.micro_mask, 1);
+    lp = lp + micro_logp.gather(1, in.micro_idx.unsqueeze(1)).squeeze(1);
     ent = ent - (micro_logp.exp() * micro_logp).sum(1);
 
-    auto device_logits = score_pairs(h, device_pairs).select(3, 0) + device_mask;
-    auto dev_logp = torch::log_softmax(device_logits + device_rows_masked, 2);
-    lp = lp + (dev_logp.gather(2, chosen.unsqueeze(2)).squeeze(2) * used_groups).sum(1);
-    ent = ent - ((dev_logp.exp() * dev_logp).sum(2) * used_groups).sum(1);
+    auto device_logits = score_pairs(h, in.device_pairs).select(3, 0) + device_mask;
+    auto dev_logp = torch::log_softmax(device_logits + in.device_masked, 2);
+    lp = lp + (dev_logp.gather(2, in.chosen.unsqueeze(2)).squeeze(2) * in.used).sum(1);
+    ent = ent - ((dev_logp.exp() * dev_logp).sum(2) * in.used).sum(1);
     if (replica_head) {
-      auto replica = score_pairs(h, replica_pairs).select(3, 1);
-      if (balance_head) replica = replica + net->a_balance(balanced).squeeze(3);
+      auto replica = score_pairs(h, in.replica_pairs).select(3, 1);
+      if (balance_head) replica = replica + net->a_balance(in.balanced).squeeze(3);
       auto log_yes = torch::log_sigmoid(replica), log_no = torch::log_sigmoid(-replica);
-      lp = lp + (offered * (taken * log_yes + (1 - taken) * log_no)).sum({1, 2});
-      ent = ent - (offered * (log_yes.exp() * log_yes + log_no.exp() * log_no)).sum({1, 2});
+      lp = lp + (in.offered * (in.taken * log_yes + (1 - in.taken) * log_no)).sum({1, 2});
+      ent = ent - (in.offered * (log_yes.exp() * log_yes + log_no.exp() * log_no)).sum({1, 2});
     }
     return {lp, ent};
   }
@@ -1887,8 +1918,6 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
     slots.push_back(std::clamp<int64_t>(std::lround(std::log2(std::max(1, c))), 0, kMicroSlots - 1));
   if (m.cfg.offer_data_parallel) slots.push_back(kMicroSlots);
   m.micro_slots = torch::tensor(slots, torch::kInt64);
-  m.no_data_parallel = torch::zeros({m.M});
-  if (m.cfg.offer_data_parallel) m.no_data_parallel[m.M - 1] = kMasked;
   m.replica_head = m.cfg.max_replicas > 0 && m.D > 1;
   m.balance_head = m.replica_head && m.cfg.balance_replicas;
   m.net = networks ? std::move(networks) : new_policy_networks(m.cfg.hidden, m.cfg.learning_rate, m.cfg.seed,
@@ -1994,28 +2023,27 @@ std::vector<float> Policy::micro_batch_probs(const std::vector<int>& layer_group
 
 namespace {
 
-struct DistinctDecision {
-  size_t first = 0;  // index of its first occurrence
-  double advantage_sum = 0;
-  int count = 0;
+// The distinct decisions of a batch in the order they first come, each with
+// its advantages summed and how often it came (a batch is a few dozen
+// decisions: the quadratic scan costs nothing beside scoring one).
+struct DistinctDecisions {
+  std::vector<const Decision*> decisions;
+  std::vector<double> advantage_sums;
+  std::vector<float> counts;
 };
 
-bool same_decision(const Decision& a, const Decision& b) {
-  return a.micro_batch_index == b.micro_batch_index && a.layer_group == b.layer_group &&
-         a.group_device == b.group_device && a.group_replicas == b.group_replicas;
-}
-
-// The distinct decisions of a batch in the order they first come (a batch is
-// a few dozen decisions: the quadratic scan costs nothing beside scoring one).
-std::vector<DistinctDecision> distinct_decisions(const std::vector<Decision>& decisions,
-                                                 const std::vector<double>& advantages) {
-  std::vector<DistinctDecision> out;
+DistinctDecisions distinct_decisions(const std::vector<Decision>& decisions, const std::vector<double>& advantages) {
+  DistinctDecisions out;
   for (size_t i = 0; i < decisions.size(); ++i) {
-    auto it = std::find_if(out.begin(), out.end(),
-                           [&](const DistinctDecision& d) { return same_decision(decisions[d.first], decisions[i]); });
-    if (it == out.end()) it = out.insert(out.end(), DistinctDecision{i, 0, 0});
-    it->advantage_sum += advantages[i];
-    ++it->count;
+    size_t k = 0;
+    while (k < out.decisions.size() && !(*out.decisions[k] == decisions[i])) ++k;
+    if (k == out.decisions.size()) {
+      out.decisions.push_back(&decisions[i]);
+      out.advantage_sums.push_back(0);
+      out.counts.push_back(0);
+    }
+    out.advantage_sums[k] += advantages[i];
+    ++out.counts[k];
   }
   return out;
 }
@@ -2032,16 +2060,10 @@ UpdateStats Policy::update(const std::vector<Decision>& decisions, const std::ve
   // A batch repeats decisions once the policy settles; identical ones have
   // one log pi and one entropy, so each distinct decision is scored once
   // with its advantages summed and its entropy counted as often as it came.
-  const std::vector<DistinctDecision> distinct = distinct_decisions(decisions, advantages);
-  std::vector<const Decision*> ds;
-  std::vector<float> advantage_sums, counts;
-  for (const DistinctDecision& dd : distinct) {
-    ds.push_back(&decisions[dd.first]);
-    advantage_sums.push_back(static_cast<float>(dd.advantage_sum));
-    counts.push_back(static_cast<float>(dd.count));
-  }
-  auto [lp, e] = m.score(ds, part_logits);
-  torch::Tensor pg = -(lp * torch::tensor(advantage_sums)).sum(), ent = (e * torch::tensor(counts)).sum();
+  const DistinctDecisions distinct = distinct_decisions(decisions, advantages);
+  auto [lp, e] = m.score(distinct.decisions, part_logits);
+  auto advantage_sums = torch::tensor(distinct.advantage_sums).to(torch::kFloat32);
+  torch::Tensor pg = -(lp * advantage_sums).sum(), ent = (e * torch::tensor(distinct.counts)).sum();
   const double n = static_cast<double>(decisions.size());
   auto loss = pg / n - entropy_coef * ent / n;
   loss.backward();

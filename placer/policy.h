@@ -215,6 +215,10 @@ struct Decision {
   std::vector<int> group_device;
   int micro_batch_index = 0;
   std::vector<std::vector<int>> group_replicas;
+  bool operator==(const Decision& o) const {
+    return micro_batch_index == o.micro_batch_index && layer_group == o.layer_group &&
+           group_device == o.group_device && group_replicas == o.group_replicas;
+  }
 };
 
 struct UpdateStats {

@@ -49,11 +49,6 @@ std::vector<Decision> samples(Policy& p, uint64_t seed, int n) {
   return out;
 }
 
-bool same(const Decision& a, const Decision& b) {
-  return a.layer_group == b.layer_group && a.group_device == b.group_device &&
-         a.micro_batch_index == b.micro_batch_index && a.group_replicas == b.group_replicas;
-}
-
 // `n` random CNNs, each on its own random cluster, with estimated costs.
 std::vector<TrainProblem> random_problems(uint64_t seed, int n) {
   std::mt19937_64 rng(seed);
@@ -216,8 +211,8 @@ TEST_CASE("a saved and reloaded policy makes the same decisions for a seed") {
   OpDictionary dict2;
   auto again = policy_for(g, c, *loaded, dict2);
   auto a = samples(*policy, 21, 30), b = samples(*again, 21, 30);
-  for (size_t k = 0; k < a.size(); ++k) CHECK(same(a[k], b[k]));
-  CHECK(same(policy->greedy(), again->greedy()));
+  for (size_t k = 0; k < a.size(); ++k) CHECK(a[k] == b[k]);
+  CHECK(policy->greedy() == again->greedy());
   std::remove(path.c_str());
 }
 
@@ -592,9 +587,9 @@ TEST_CASE("fine-tuning from a trained policy starts from its decisions, and the 
   so.initial_policy = trained;
   Policy copy(encode_layers(g, dict), g.consumers(), search_policy_config(g, c, so),
               clone_policy_networks(*trained, 0.005));
-  CHECK(same(copy.greedy(), greedy));
+  CHECK(copy.greedy() == greedy);
   const Decision typical = original->typical();
-  CHECK(same(copy.typical(), typical));
+  CHECK(copy.typical() == typical);
 
   FakeEvaluator ev(std::vector<double>(g.layers.size(), 1.0), c);
   so.iterations = 3;
@@ -625,7 +620,7 @@ TEST_CASE("fine-tuning from a trained policy starts from its decisions, and the 
   REQUIRE(r.trace.size() >= 1);
   CHECK(r.trace.front().evaluations == 1);  // the zero-shot plan is the first one evaluated
   // The search fine-tunes its own copy: the trained networks are unchanged.
-  CHECK(same(original->greedy(), greedy));
+  CHECK(original->greedy() == greedy);
   // Without a trained policy there is no zero-shot plan.
   so.initial_policy = nullptr;
   CHECK_FALSE(search(g, c, ev, so, nullptr).zero_shot_report.has_value());
