@@ -432,9 +432,25 @@ struct Policy::Impl {
     std::vector<float> micro_mask;  // M: micro_mask_row of the partition
   };
   Groups groups_of(const std::vector<int>& layer_group) {
-    GroupTotals totals = group_totals(cfg.totals, layer_group, G, consumers);
-    return {embed_groups(to_tensor(encode_groups(layer_rows, layer_group, totals))), std::move(totals),
-            micro_mask_row(layer_group)};
+    torch::Tensor stacked;
+    return std::move(groups_of({&layer_group}, stacked)[0]);
+  }
+  // The groups of several partitions, embedded in one pass: `stacked` gets
+  // the embeddings (n x G x H), and each Groups' h is its row.
+  std::vector<Groups> groups_of(const std::vector<const std::vector<int>*>& partitions, torch::Tensor& stacked) {
+    const auto n = static_cast<int64_t>(partitions.size());
+    std::vector<Groups> out(partitions.size());
+    auto features = torch::empty({n, G, kGroupFeatureWidth}, torch::kFloat32);
+    for (int64_t i = 0; i < n; ++i) {
+      const std::vector<int>& layer_group = *partitions[i];
+      out[i].stats = group_totals(cfg.totals, layer_group, G, consumers);
+      const FeatureMatrix f = encode_groups(layer_rows, layer_group, out[i].stats);
+      std::copy(f.data.begin(), f.data.end(), features.data_ptr<float>() + i * G * kGroupFeatureWidth);
+      out[i].micro_mask = micro_mask_row(layer_group);
+    }
+    stacked = embed_groups(features);
+    for (int64_t i = 0; i < n; ++i) out[i].h = stacked[i];
+    return out;
   }
   // The attended group embeddings (... x G x H) of group features (... x G x F):
   // one partition, or a batch of them stacked in front.
@@ -837,11 +853,14 @@ struct Policy::Impl {
     auto z = net->p_count2(torch::relu(net->p_count1(group_query_input))).squeeze(1);
     return z + count_mask;
   }
-  // The stage count drawn (rng) or the likeliest (null); G without the head.
-  int choose_stages(std::mt19937_64* rng) {
-    if (!count_head) return G;
+  // Per stream its stage count, drawn (a stream) or the likeliest (null); G without the head.
+  std::vector<int> choose_stages(const std::vector<std::mt19937_64*>& rngs) {
+    if (!count_head) return std::vector<int>(rngs.size(), G);
     auto p = torch::softmax(count_logits(), 0).contiguous();
-    return 1 + (rng ? draw(p.data_ptr<float>(), G, *rng) : argmax(p.data_ptr<float>(), G));
+    std::vector<int> stages;
+    for (std::mt19937_64* rng : rngs)
+      stages.push_back(1 + (rng ? draw(p.data_ptr<float>(), G, *rng) : argmax(p.data_ptr<float>(), G)));
+    return stages;
   }
 
   // Where the stage-count head's prior's k stages end along its axis: each
@@ -1201,18 +1220,24 @@ struct Policy::Impl {
     return std::find(r.begin(), r.end(), k) != r.end();
   }
 
-  // One partition into `stages` groups (the head's; else G) drawn (rng) or by
-  // argmax at every layer (null), each layer under the masks of the layers before it.
-  std::vector<int> choose_partition(std::mt19937_64* rng, int stages) {
+  // Per stream a partition of ds[i] into stages[i] groups (the head's; else
+  // G), drawn (a stream) or by argmax at every layer (null), each layer under
+  // the masks of the layers before it; the logits once for all.
+  void choose_partitions(const std::vector<std::mt19937_64*>& rngs, const std::vector<int>& stages,
+                         std::vector<Decision>& ds) {
     if (cfg.partition == PartitionMode::free) {
-      std::vector<int> layer_group(L);
       auto pp = torch::softmax(partition_logits(), 1).contiguous();
       const float* p = pp.data_ptr<float>();
-      for (int i = 0; i < L; ++i) layer_group[i] = rng ? draw(p + i * G, G, *rng) : argmax(p + i * G, G);
-      return layer_group;
+      for (size_t k = 0; k < rngs.size(); ++k) {
+        std::vector<int>& layer_group = ds[k].layer_group;
+        layer_group.resize(L);
+        for (int i = 0; i < L; ++i) layer_group[i] = rngs[k] ? draw(p + i * G, G, *rngs[k]) : argmax(p + i * G, G);
+      }
+      return;
     }
     auto lg = partition_logits().contiguous();
-    return choose_ordered_partition(lg.data_ptr<float>(), rng, stages, device_sized_cuts(stages));
+    for (size_t k = 0; k < rngs.size(); ++k)
+      ds[k].layer_group = choose_ordered_partition(lg.data_ptr<float>(), rngs[k], stages[k], device_sized_cuts(stages[k]));
   }
 
   // choose_partition of the ordered modes, from the partition logits z (L x G).
@@ -1254,7 +1279,11 @@ struct Policy::Impl {
   // Every draw puts a layer at or above its inputs' groups, so the medians do
   // too: the median partition keeps the draws' order.
   std::vector<int> median_partition(int stages) {
-    if (cfg.partition == PartitionMode::free) return choose_partition(nullptr, stages);  // group ids have no order
+    if (cfg.partition == PartitionMode::free) {  // group ids have no order: the argmax
+      std::vector<Decision> d(1);
+      choose_partitions({nullptr}, {stages}, d);
+      return d[0].layer_group;
+    }
     auto logits = partition_logits().contiguous();
     const std::vector<double>& cuts = device_sized_cuts(stages);
     std::mt19937_64 rng(kMedianSeed);
@@ -1288,91 +1317,178 @@ struct Policy::Impl {
     return g;
   }
 
-  // A joint action: drawn (rng), the argmax at every step (null), or with
-  // `typical` (rng null) the median partition and then the argmax at every step.
-  Decision choose(std::mt19937_64* rng, bool typical = false) {
+  // Joint actions, one per stream of `rngs`: drawn (a stream), the argmax at
+  // every step (null), or with `typical` (null streams) the median partition
+  // and then the argmax at every step. Each is drawn from its own stream
+  // alone, in the order policy.h gives, so it does not depend on the others
+  // in the batch; the networks run once a step for the whole batch (one
+  // sample at a time, sampling was most of the search's policy time once the
+  // update was batched).
+  std::vector<Decision> choose(const std::vector<std::mt19937_64*>& rngs, bool typical = false) {
     // Inference mode, not just no gradient: nothing drawn here is kept for a
     // backward pass, and skipping autograd's bookkeeping made the search's
     // policy time 0.96x (inception_v3 on cluster_4hetero; the same decisions).
     c10::InferenceMode inference;
-    Decision d;
-    const int stages = choose_stages(rng);  // the likeliest count for greedy and typical
-    d.layer_group = typical ? median_partition(stages) : choose_partition(rng, stages);
-    Groups gr = groups_of(d.layer_group);
+    const size_t n = rngs.size();
+    std::vector<Decision> ds(n);
+    // The stage count and the partition: their logits do not depend on the sample.
+    const std::vector<int> stages = choose_stages(rngs);
+    if (typical) {
+      for (size_t i = 0; i < n; ++i) ds[i].layer_group = median_partition(stages[i]);
+    } else {
+      choose_partitions(rngs, stages, ds);
+    }
+    std::vector<const std::vector<int>*> partitions(n);
+    for (size_t i = 0; i < n; ++i) partitions[i] = &ds[i].layer_group;
+    torch::Tensor h;
+    const std::vector<Groups> groups = groups_of(partitions, h);
     // The micro-batch count first: the memory masks and the replica cap depend on it.
-    auto mp = torch::softmax(micro_logits(gr), 0).contiguous();
-    d.micro_batch_index = rng ? draw(mp.data_ptr<float>(), M, *rng) : argmax(mp.data_ptr<float>(), M);
-    AllocationMasks masks(*this, d.layer_group, d.micro_batch_index);
-    d.group_device = allocate(gr, d.layer_group, masks, rng, nullptr, typical);
-    d.group_replicas = choose_replicas(gr, d.layer_group, d.group_device, masks, rng);
-    return d;
+    auto micro_masks = torch::empty({static_cast<int64_t>(n), M}, torch::kFloat32);
+    for (size_t i = 0; i < n; ++i)
+      std::copy(groups[i].micro_mask.begin(), groups[i].micro_mask.end(), micro_masks.data_ptr<float>() + i * M);
+    auto mp = torch::softmax(micro_head(h) + micro_masks, 1).contiguous();
+    std::vector<AllocationMasks> masks;
+    masks.reserve(n);
+    std::vector<Draft> drafts(n);
+    for (size_t i = 0; i < n; ++i) {
+      const float* p = mp.data_ptr<float>() + i * M;
+      ds[i].micro_batch_index = rngs[i] ? draw(p, M, *rngs[i]) : argmax(p, M);
+      masks.emplace_back(*this, ds[i].layer_group, ds[i].micro_batch_index);
+      drafts[i] = {rngs[i], &ds[i], &groups[i], &masks[i]};
+    }
+    allocate(drafts, h, nullptr, typical);
+    choose_replicas(drafts, h);
+    return ds;
   }
 
-  // Each group's replicas (drawn, or each offer taken at odds above one half
-  // without rng), offered in `masks` after the primaries `device`.
+  // One joint action of a batch being drawn (choose): its stream (null: the
+  // argmax), its decision so far, its groups and its allocation's masks.
+  struct Draft {
+    std::mt19937_64* rng = nullptr;
+    Decision* d = nullptr;
+    const Groups* gr = nullptr;
+    AllocationMasks* masks = nullptr;
+  };
+
+  // One draft's allocation or replicas (the rest of the policy asks for one partition's).
+  std::vector<int> allocate(const Groups& gr, const std::vector<int>& layer_group, AllocationMasks& masks,
+                            std::mt19937_64* rng, std::vector<std::vector<float>>* probs, bool by_class = false) {
+    Decision d;
+    d.layer_group = layer_group;
+    std::vector<Draft> one{{rng, &d, &gr, &masks}};
+    allocate(one, gr.h.unsqueeze(0), probs, by_class);
+    return d.group_device;
+  }
   std::vector<std::vector<int>> choose_replicas(const Groups& gr, const std::vector<int>& layer_group,
                                                 const std::vector<int>& device, AllocationMasks& masks,
                                                 std::mt19937_64* rng) {
-    std::vector<std::vector<int>> replicas(G);
-    if (!replica_head) return replicas;
-    // The logits with the balance (its term changes offer by offer), else the probabilities.
-    auto z = pair_scores(gr, all_groups(), device, true).select(2, 1);
-    z = (balance_head ? z : torch::sigmoid(z)).contiguous();
-    const float* q = z.data_ptr<float>();
-    const auto used = nonempty(layer_group, G);
-    std::optional<ReplicaBalance> balance;
-    if (balance_head) balance.emplace(*this, gr.stats, device, used);
-    offer_replicas(masks, [&](int g, int k, bool refusable) {
-      const double u = rng ? std::uniform_real_distribution<double>(0.0, 1.0)(*rng) : 0.5;
-      const float p = balance ? 1.f / (1.f + std::exp(-(q[g * D + k] + balance->shift(g, k)))) : q[g * D + k];
-      const bool take = !refusable || u < p;
-      if (take) replicas[g].push_back(k);
-      if (take && balance) balance->take(g, k);
-      return take;
-    });
-    return replicas;
+    Decision d;
+    d.layer_group = layer_group;
+    d.group_device = device;
+    std::vector<Draft> one{{rng, &d, &gr, &masks}};
+    choose_replicas(one, gr.h.unsqueeze(0));
+    return d.group_replicas;
   }
 
-  // Each group's device in id order (drawn, or argmax without rng), each
-  // scored knowing the devices of the groups before it and taken in `masks`
-  // (which the replicas then continue from); `probs` (optional) gets each
-  // group's distribution under its masks.
+  // Each draft's replicas (drawn, or each offer taken at odds above one
+  // half without a stream), offered in its masks after its primaries; `h`:
+  // the drafts' group embeddings (n x G x H).
+  void choose_replicas(std::vector<Draft>& drafts, const torch::Tensor& h) {
+    const auto n = static_cast<int64_t>(drafts.size());
+    for (Draft& dr : drafts) dr.d->group_replicas.assign(G, {});
+    if (!replica_head || n == 0) return;
+    const size_t GD = static_cast<size_t>(G) * D;
+    auto pairs = torch::empty({n, G, D, kPairWidth}, torch::kFloat32);
+    for (int64_t i = 0; i < n; ++i)
+      for (int g = 0; g < G; ++g)
+        pair_features(drafts[i].gr->stats, g, drafts[i].d->group_device, true,
+                      pairs.data_ptr<float>() + (i * G + g) * D * kPairWidth);
+    // The logits with the balance (its term changes offer by offer), else the probabilities.
+    auto z = score_pairs(h, pairs).select(3, 1);
+    z = (balance_head ? z : torch::sigmoid(z)).contiguous();
+    for (int64_t i = 0; i < n; ++i) {
+      Draft& dr = drafts[i];
+      const float* q = z.data_ptr<float>() + i * GD;
+      const auto used = nonempty(dr.d->layer_group, G);
+      std::optional<ReplicaBalance> balance;
+      if (balance_head) balance.emplace(*this, dr.gr->stats, dr.d->group_device, used);
+      auto& replicas = dr.d->group_replicas;
+      offer_replicas(*dr.masks, [&](int g, int k, bool refusable) {
+        const double u = dr.rng ? std::uniform_real_distribution<double>(0.0, 1.0)(*dr.rng) : 0.5;
+        const float p = balance ? 1.f / (1.f + std::exp(-(q[g * D + k] + balance->shift(g, k)))) : q[g * D + k];
+        const bool take = !refusable || u < p;
+        if (take) replicas[g].push_back(k);
+        if (take && balance) balance->take(g, k);
+        return take;
+      });
+    }
+  }
+
+  // Each draft's device of each group in id order (drawn, or the argmax
+  // without a stream), each scored knowing the devices of the groups before
+  // it and taken in the draft's masks (which the replicas then continue
+  // from); one pass of the scorer a group for the whole batch. `h`: the
+  // drafts' group embeddings (n x G x H); `probs` (optional, one draft) gets
+  // each group's distribution under its masks.
   // `by_class` (no rng): each group takes the class of interchangeable
   // devices (device_classes) with the most probability, at its lowest free
   // member: the form train-policy imitates (canonical), where the argmax of
   // single devices splits between members (0.46 / 0.54 for dev2 / dev3 of
   // four equal devices left the stage on dev3 and dev2 idle).
-  std::vector<int> allocate(const Groups& gr, const std::vector<int>& layer_group, AllocationMasks& masks,
-                            std::mt19937_64* rng, std::vector<std::vector<float>>* probs, bool by_class = false) {
-    const bool classes = by_class && !rng;
-    std::vector<int> device(G, -1);
-    const auto used = nonempty(layer_group, G);
+  void allocate(std::vector<Draft>& drafts, const torch::Tensor& h, std::vector<std::vector<float>>* probs,
+                bool by_class = false) {
+    const size_t n = drafts.size();
+    std::vector<std::vector<bool>> used(n);
+    for (size_t i = 0; i < n; ++i) {
+      used[i] = nonempty(drafts[i].d->layer_group, G);
+      drafts[i].d->group_device.assign(G, -1);
+    }
     std::vector<float> row(D), p(D);
     std::vector<bool> open(D);
+    std::vector<int64_t> scored;  // the drafts whose group g has a layer
+    std::vector<float> pf;
     for (int g = 0; g < G; ++g) {
-      masks.primary_row(g, row.data());
-      if (!used[g]) {
-        device[g] = 0;  // not scored
+      scored.clear();
+      for (size_t i = 0; i < n; ++i) {
+        if (used[i][g]) {
+          scored.push_back(static_cast<int64_t>(i));
+          continue;
+        }
+        drafts[i].d->group_device[g] = 0;  // not scored
         if (probs) probs->push_back(std::vector<float>(D, 1.f / D));
-        continue;
       }
-      auto z = (pair_scores(gr, {g}, device).select(2, 0)[0] + device_mask).contiguous();
-      const float* zp = z.data_ptr<float>();
-      double mx = -1e30;
-      for (int k = 0; k < D; ++k) mx = std::max(mx, static_cast<double>(zp[k]) + row[k]);
-      double sum = 0;
-      for (int k = 0; k < D; ++k) {
-        p[k] = static_cast<float>(std::exp(zp[k] + row[k] - mx));
-        sum += p[k];
+      if (scored.empty()) continue;
+      const auto R = static_cast<int64_t>(scored.size());
+      pf.resize(static_cast<size_t>(R) * D * kPairWidth);
+      for (int64_t r = 0; r < R; ++r) {
+        const Draft& dr = drafts[scored[r]];
+        pair_features(dr.gr->stats, g, dr.d->group_device, false, &pf[static_cast<size_t>(r) * D * kPairWidth]);
       }
-      for (int k = 0; k < D; ++k) p[k] = static_cast<float>(p[k] / sum);
-      if (classes)
-        for (int k = 0; k < D; ++k) open[k] = zp[k] + row[k] > kMasked / 2;
-      device[g] = rng ? draw(p.data(), D, *rng) : classes ? class_argmax(p, open, device_class) : argmax(p.data(), D);
-      if (probs) probs->push_back(p);
-      masks.take_primary(g, device[g]);
+      auto pairs = torch::from_blob(pf.data(), {R, D, kPairWidth}, torch::kFloat32);
+      auto group_h = h.select(1, g).index_select(0, torch::tensor(scored, torch::kInt64));
+      auto z = (score_pairs(group_h, pairs).select(2, 0) + device_mask).contiguous();
+      for (int64_t r = 0; r < R; ++r) {
+        Draft& dr = drafts[scored[r]];
+        const float* zp = z.data_ptr<float>() + r * D;
+        dr.masks->primary_row(g, row.data());
+        double mx = -1e30;
+        for (int k = 0; k < D; ++k) mx = std::max(mx, static_cast<double>(zp[k]) + row[k]);
+        double sum = 0;
+        for (int k = 0; k < D; ++k) {
+          p[k] = static_cast<float>(std::exp(zp[k] + row[k] - mx));
+          sum += p[k];
+        }
+        for (int k = 0; k < D; ++k) p[k] = static_cast<float>(p[k] / sum);
+        const bool classes = by_class && !dr.rng;
+        if (classes)
+          for (int k = 0; k < D; ++k) open[k] = zp[k] + row[k] > kMasked / 2;
+        const int k = dr.rng ? draw(p.data(), D, *dr.rng)
+                             : classes ? class_argmax(p, open, device_class) : argmax(p.data(), D);
+        dr.d->group_device[g] = k;
+        if (probs) probs->push_back(p);
+        dr.masks->take_primary(g, k);
+      }
     }
-    return device;
   }
 
   // The sequential masks of one joint action's allocation (policy.h), the
@@ -1938,9 +2054,16 @@ Policy::~Policy() = default;
 const PolicyConfig& Policy::config() const { return impl_->cfg; }
 const std::shared_ptr<PolicyNetworks>& Policy::networks() const { return impl_->net; }
 
-Decision Policy::sample(std::mt19937_64& rng) { return impl_->choose(&rng); }
-Decision Policy::greedy() { return impl_->choose(nullptr); }
-Decision Policy::typical() { return impl_->choose(nullptr, true); }
+Decision Policy::sample(std::mt19937_64& rng) { return impl_->choose({&rng})[0]; }
+std::vector<Decision> Policy::sample(int n, std::mt19937_64& rng) {
+  std::vector<std::mt19937_64> streams;
+  for (int i = 0; i < n; ++i) streams.emplace_back(rng());
+  std::vector<std::mt19937_64*> rngs;
+  for (auto& s : streams) rngs.push_back(&s);
+  return impl_->choose(rngs);
+}
+Decision Policy::greedy() { return impl_->choose({nullptr})[0]; }
+Decision Policy::typical() { return impl_->choose({nullptr}, true)[0]; }
 Decision Policy::canonical(const Decision& d) {
   torch::NoGradGuard ng;
   return impl_->canonical(d).value_or(d);

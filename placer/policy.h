@@ -273,6 +273,10 @@ class Policy {
 
   // Samples partition, then allocation given the partition, then micro-batches.
   Decision sample(std::mt19937_64& rng);
+  // n samples at once (the networks run once a step for all of them): the
+  // i-th is sample(stream) for stream = std::mt19937_64(rng()), the streams
+  // seeded in turn, so it does not depend on the others.
+  std::vector<Decision> sample(int n, std::mt19937_64& rng);
   // The most probable action (argmax at every step): for a neutral network,
   // its positional prior's stages.
   Decision greedy();

@@ -307,9 +307,7 @@ class SearchLoop {
 
   // A batch of joint actions sampled from the current policy.
   std::vector<Decision> propose() {
-    std::vector<Decision> decisions;
-    for (int s = 0; s < std::max(1, opt_.samples_per_iteration); ++s) decisions.push_back(policy_->sample(rng_));
-    return decisions;
+    return policy_->sample(std::max(1, opt_.samples_per_iteration), rng_);
   }
 
   // Each proposal's report through the measurer (memoised); stops at cancel.

@@ -172,12 +172,11 @@ Result<TrainPolicyResult> train_policy(std::vector<TrainProblem>& problems, cons
     if (it % static_cast<int>(order.size()) == 0) std::shuffle(order.begin(), order.end(), order_rng);
     ProblemState& s = *states[order[it % order.size()]];
     ++it;
-    std::vector<Decision> decisions;
+    const std::vector<Decision> decisions = s.policy->sample(std::max(1, o.samples_per_iteration), s.rng);
     std::vector<StepReport> reports;
-    for (int k = 0; k < std::max(1, o.samples_per_iteration); ++k) {
-      decisions.push_back(s.policy->sample(s.rng));
-      reports.push_back(s.measurer.measure(s.to_placement(decisions.back()), it));
-      s.offer_expert(decisions.back(), reports.back());
+    for (const Decision& d : decisions) {
+      reports.push_back(s.measurer.measure(s.to_placement(d), it));
+      s.offer_expert(d, reports.back());
     }
     const double frac = o.iterations > 0 ? static_cast<double>(it) / o.iterations : elapsed() / o.time_budget_s;
     s.learner->step(decisions, reports, std::min(1.0, frac));
