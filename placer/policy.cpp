@@ -553,17 +553,10 @@ struct Policy::Impl {
     }
   }
 
-  // The scorer's two outputs (device logit, replica logit) for the groups in
-  // `rows` on every device: rows.size() x D x 2.
-  torch::Tensor pair_scores(const Groups& gr, const std::vector<int>& rows, const std::vector<int>& device,
-                            bool for_replicas = false) {
-    const int R = static_cast<int>(rows.size());
-    std::vector<float> pf(static_cast<size_t>(R) * D * kPairWidth);
-    for (int r = 0; r < R; ++r)
-      pair_features(gr.stats, rows[r], device, for_replicas, &pf[static_cast<size_t>(r) * D * kPairWidth]);
-    auto pairs = torch::from_blob(pf.data(), {R, D, kPairWidth}, torch::kFloat32).clone();
-    auto idx = torch::tensor(std::vector<int64_t>(rows.begin(), rows.end()), torch::kInt64);
-    return score_pairs(gr.h.index_select(0, idx), pairs);
+  // pair_features of every group (G x D x kPairWidth at `out`).
+  void pair_features_of_groups(const GroupTotals& st, const std::vector<int>& device, bool for_replicas,
+                               float* out) const {
+    for (int g = 0; g < G; ++g) pair_features(st, g, device, for_replicas, out + static_cast<size_t>(g) * D * kPairWidth);
   }
   // The scorer on group embeddings (... x H) and their pair features (... x D x
   // kPairWidth): ... x D x 2.
@@ -630,24 +623,6 @@ struct Policy::Impl {
     const std::vector<bool>& used_;
     std::vector<double> compute_;
   };
-
-  std::vector<int> all_groups() const {
-    std::vector<int> v(G);
-    for (int g = 0; g < G; ++g) v[g] = g;
-    return v;
-  }
-
-  struct AllocationLogits {
-    torch::Tensor device;   // G x D, devices that fit no layer masked
-    torch::Tensor micro;    // M
-    torch::Tensor replica;  // G x D, undefined without a replica head
-  };
-  // Every logit of an allocation whose primaries are `device` (the decision's).
-  AllocationLogits allocation_logits(const Groups& gr, const std::vector<int>& device) {
-    auto dev = pair_scores(gr, all_groups(), device).select(2, 0) + device_mask.unsqueeze(0);
-    return {dev, micro_logits(gr),
-            replica_head ? pair_scores(gr, all_groups(), device, true).select(2, 1) : torch::Tensor()};
-  }
 
   static std::vector<bool> nonempty(const std::vector<int>& layer_group, int groups) {
     std::vector<bool> used(groups, false);
@@ -1005,7 +980,7 @@ struct Policy::Impl {
     const FeatureMatrix gf = encode_groups(layer_rows, d.layer_group, totals);
     std::copy(gf.data.begin(), gf.data.end(), in.group_features.data_ptr<float>() + n * G * kGroupFeatureWidth);
     float* pairs = in.device_pairs.data_ptr<float>() + n * GD * kPairWidth;
-    for (int g = 0; g < G; ++g) pair_features(totals, g, d.group_device, false, pairs + g * D * kPairWidth);
+    pair_features_of_groups(totals, d.group_device, false, pairs);
     const auto used = nonempty(d.layer_group, G);
     AllocationMasks masks(*this, d.layer_group, d.micro_batch_index);
     float* rows = in.device_masked.data_ptr<float>() + n * GD;
@@ -1019,7 +994,7 @@ struct Policy::Impl {
     }
     if (!replica_head) return;
     float* rpairs = in.replica_pairs.data_ptr<float>() + n * GD * kPairWidth;
-    for (int g = 0; g < G; ++g) pair_features(totals, g, d.group_device, true, rpairs + g * D * kPairWidth);
+    pair_features_of_groups(totals, d.group_device, true, rpairs);
     // Each replica choice the masks offered: a Bernoulli, taken or not; a
     // forced one (the only way left for its group to fit) is no choice.
     float* off = in.offered.data_ptr<float>() + n * GD;
@@ -1220,24 +1195,25 @@ struct Policy::Impl {
     return std::find(r.begin(), r.end(), k) != r.end();
   }
 
-  // Per stream a partition of ds[i] into stages[i] groups (the head's; else
-  // G), drawn (a stream) or by argmax at every layer (null), each layer under
-  // the masks of the layers before it; the logits once for all.
-  void choose_partitions(const std::vector<std::mt19937_64*>& rngs, const std::vector<int>& stages,
-                         std::vector<Decision>& ds) {
+  // Per stream a partition into stages[k] groups (the head's; else G), drawn
+  // (a stream) or by argmax at every layer (null), each layer under the masks
+  // of the layers before it; the logits once for all.
+  std::vector<std::vector<int>> choose_partitions(const std::vector<std::mt19937_64*>& rngs,
+                                                  const std::vector<int>& stages) {
+    std::vector<std::vector<int>> partitions(rngs.size());
     if (cfg.partition == PartitionMode::free) {
       auto pp = torch::softmax(partition_logits(), 1).contiguous();
       const float* p = pp.data_ptr<float>();
       for (size_t k = 0; k < rngs.size(); ++k) {
-        std::vector<int>& layer_group = ds[k].layer_group;
-        layer_group.resize(L);
-        for (int i = 0; i < L; ++i) layer_group[i] = rngs[k] ? draw(p + i * G, G, *rngs[k]) : argmax(p + i * G, G);
+        partitions[k].resize(L);
+        for (int i = 0; i < L; ++i) partitions[k][i] = rngs[k] ? draw(p + i * G, G, *rngs[k]) : argmax(p + i * G, G);
       }
-      return;
+      return partitions;
     }
     auto lg = partition_logits().contiguous();
     for (size_t k = 0; k < rngs.size(); ++k)
-      ds[k].layer_group = choose_ordered_partition(lg.data_ptr<float>(), rngs[k], stages[k], device_sized_cuts(stages[k]));
+      partitions[k] = choose_ordered_partition(lg.data_ptr<float>(), rngs[k], stages[k], device_sized_cuts(stages[k]));
+    return partitions;
   }
 
   // choose_partition of the ordered modes, from the partition logits z (L x G).
@@ -1279,11 +1255,7 @@ struct Policy::Impl {
   // Every draw puts a layer at or above its inputs' groups, so the medians do
   // too: the median partition keeps the draws' order.
   std::vector<int> median_partition(int stages) {
-    if (cfg.partition == PartitionMode::free) {  // group ids have no order: the argmax
-      std::vector<Decision> d(1);
-      choose_partitions({nullptr}, {stages}, d);
-      return d[0].layer_group;
-    }
+    if (cfg.partition == PartitionMode::free) return choose_partitions({nullptr}, {stages})[0];  // group ids have no order
     auto logits = partition_logits().contiguous();
     const std::vector<double>& cuts = device_sized_cuts(stages);
     std::mt19937_64 rng(kMedianSeed);
@@ -1336,7 +1308,8 @@ struct Policy::Impl {
     if (typical) {
       for (size_t i = 0; i < n; ++i) ds[i].layer_group = median_partition(stages[i]);
     } else {
-      choose_partitions(rngs, stages, ds);
+      std::vector<std::vector<int>> partitions = choose_partitions(rngs, stages);
+      for (size_t i = 0; i < n; ++i) ds[i].layer_group = std::move(partitions[i]);
     }
     std::vector<const std::vector<int>*> partitions(n);
     for (size_t i = 0; i < n; ++i) partitions[i] = &ds[i].layer_group;
@@ -1400,9 +1373,8 @@ struct Policy::Impl {
     const size_t GD = static_cast<size_t>(G) * D;
     auto pairs = torch::empty({n, G, D, kPairWidth}, torch::kFloat32);
     for (int64_t i = 0; i < n; ++i)
-      for (int g = 0; g < G; ++g)
-        pair_features(drafts[i].gr->stats, g, drafts[i].d->group_device, true,
-                      pairs.data_ptr<float>() + (i * G + g) * D * kPairWidth);
+      pair_features_of_groups(drafts[i].gr->stats, drafts[i].d->group_device, true,
+                              pairs.data_ptr<float>() + i * GD * kPairWidth);
     // The logits with the balance (its term changes offer by offer), else the probabilities.
     auto z = score_pairs(h, pairs).select(3, 1);
     z = (balance_head ? z : torch::sigmoid(z)).contiguous();
@@ -2119,7 +2091,9 @@ std::vector<std::vector<float>> Policy::replica_probs(const std::vector<int>& la
   auto gr = m.groups_of(layer_group);
   Impl::AllocationMasks masks(m, layer_group, m.greedy_micro(gr));
   auto device = m.allocate(gr, layer_group, masks, nullptr, nullptr);
-  auto z = m.pair_scores(gr, m.all_groups(), device, true).select(2, 1).contiguous();
+  auto pairs = torch::empty({m.G, m.D, kPairWidth}, torch::kFloat32);
+  m.pair_features_of_groups(gr.stats, device, true, pairs.data_ptr<float>());
+  auto z = m.score_pairs(gr.h, pairs).select(2, 1).contiguous();
   if (m.balance_head) {  // as first offered: each group on its primary alone
     const auto used = Impl::nonempty(layer_group, m.G);
     Impl::ReplicaBalance balance(m, gr.stats, device, used);
