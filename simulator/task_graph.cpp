@@ -31,24 +31,19 @@ struct Scratch {
   std::vector<int> run;  // per layer: its run of one key
   std::vector<char> split_after;           // per layer: it ends its segment
   std::vector<int> last_read, runs_read;  // per run: the last of its layers the current run reads
-  // Segment edges (from -> to), grouped by `from` with ascending `to`.
-  std::vector<int> edge_from, edge_to, succ_begin;
-  std::vector<int64_t> edge_bytes;  // per sample
-  std::vector<int> pred_begin, pred_edges, fill;  // per segment: incoming edges, ascending `from`
+  std::vector<int> fill;         // per segment: its next slot in pred_edges
   std::vector<int> xfwd, xbwd;  // per (edge, micro-batch): transfer task id, -1 when same device
   std::vector<int> sends;       // per task: how many transfers follow it (its sends)
-  std::vector<int> device_at;    // per (segment, micro-batch): the device that runs it
   std::vector<int> forward_id, backward_id;  // per (segment, micro-batch): its task
   std::vector<int> stage_begin;  // per stage: its first segment (then the segment count)
-  // 1F1B's list schedule.
-  std::vector<int> waiting;        // per compute task: the compute tasks it still waits for
-  std::vector<int> virtual_stage;  // interleaved 1F1B: per task
-  std::vector<std::vector<ReadyTask>> ready;  // per device: tasks ready to run
+  // 1F1B's list schedule, over compute ids (ComputeIds).
+  std::vector<int> waiting;        // per compute id: the compute tasks it still waits for
+  std::vector<int> virtual_stage;  // interleaved 1F1B: per (segment, micro-batch)
+  std::vector<std::vector<ReadyTask>> ready;  // per device: compute ids ready to run
   std::vector<int> released;            // ready from the next step on
   std::vector<int> left;                // per (device, micro-batch): compute tasks not yet run
   std::vector<char> started;            // per (device, micro-batch): one of them ran
   std::vector<int> in_flight;           // per device: micro-batches started and not finished
-  size_t replayed = 0;          // tasks in the replay order so far
   // Segments a smaller graph did not need, kept with their vectors' capacity
   // for the next larger one (so a search loop stops allocating).
   std::vector<Segment> spare_segments;
@@ -141,7 +136,7 @@ void reset_segment(Segment& seg) {
 // replicated group's layers are keyed by the group (its segments hold only its
 // layers, one allreduce each); other layers by their device, so consecutive
 // unreplicated groups on one device share a segment.
-void split_segments(const LayerGraph& g, const Placement& p, TaskGraph& tg, Scratch& sc) {
+void split_segments(const LayerGraph& g, const Placement& p, SegmentGraph& tg, Scratch& sc) {
   const int L = static_cast<int>(g.layers.size());
   sc.seg_of_layer.assign(L, -1);
   // Per layer: its key (what a segment shares) and its run (maximal stretch of one key).
@@ -212,42 +207,38 @@ void split_segments(const LayerGraph& g, const Placement& p, TaskGraph& tg, Scra
   }
   shrink(tg.segments, S, sc.spare_segments);
   // Segment edges sorted by (from, to, layer); an edge's payload is each boundary layer's output once.
-  sc.edge_from.clear();
-  sc.edge_to.clear();
-  sc.edge_bytes.clear();
+  tg.edges.clear();
   std::sort(cross.begin(), cross.end(), [](const Cross& a, const Cross& b) {
     return a.from != b.from ? a.from < b.from : a.to != b.to ? a.to < b.to : a.layer < b.layer;
   });
-  sc.succ_begin.assign(S + 1, 0);
+  tg.succ_begin.assign(S + 1, 0);
   for (size_t k = 0; k < cross.size(); ++k) {
     const Cross& x = cross[k];
     bool new_edge = k == 0 || x.from != cross[k - 1].from || x.to != cross[k - 1].to;
     if (new_edge) {
-      sc.edge_from.push_back(x.from);
-      sc.edge_to.push_back(x.to);
-      sc.edge_bytes.push_back(0);
-      ++sc.succ_begin[x.from + 1];
+      tg.edges.push_back({x.from, x.to, 0});
+      ++tg.succ_begin[x.from + 1];
       tg.segments[x.from].succs.push_back(x.to);
     }
     // A boundary layer read by several layers of `to` travels once.
-    if (new_edge || x.layer != cross[k - 1].layer) sc.edge_bytes.back() += g.layers[x.layer].activation_bytes();
+    if (new_edge || x.layer != cross[k - 1].layer) tg.edges.back().bytes_per_sample += g.layers[x.layer].activation_bytes();
   }
-  for (size_t s = 0; s < S; ++s) sc.succ_begin[s + 1] += sc.succ_begin[s];
-  const int E = static_cast<int>(sc.edge_from.size());
-  sc.pred_begin.assign(S + 1, 0);
-  for (int e = 0; e < E; ++e) ++sc.pred_begin[sc.edge_to[e] + 1];
-  for (size_t s = 0; s < S; ++s) sc.pred_begin[s + 1] += sc.pred_begin[s];
-  sc.pred_edges.assign(E, 0);
-  sc.fill.assign(sc.pred_begin.begin(), sc.pred_begin.end() - 1);
+  for (size_t s = 0; s < S; ++s) tg.succ_begin[s + 1] += tg.succ_begin[s];
+  const int E = static_cast<int>(tg.edges.size());
+  tg.pred_begin.assign(S + 1, 0);
+  for (const SegmentEdge& e : tg.edges) ++tg.pred_begin[e.to + 1];
+  for (size_t s = 0; s < S; ++s) tg.pred_begin[s + 1] += tg.pred_begin[s];
+  tg.pred_edges.assign(E, 0);
+  sc.fill.assign(tg.pred_begin.begin(), tg.pred_begin.end() - 1);
   for (int e = 0; e < E; ++e) {  // ascending `from`, so each segment's preds ascend
-    sc.pred_edges[sc.fill[sc.edge_to[e]]++] = e;
-    tg.segments[sc.edge_to[e]].preds.push_back(sc.edge_from[e]);
+    tg.pred_edges[sc.fill[tg.edges[e].to]++] = e;
+    tg.segments[tg.edges[e].to].preds.push_back(tg.edges[e].from);
   }
   tg.segments[sc.seg_of_layer[L - 1]].computes_loss = true;
 }
 
 // One entry per replicated group that holds layers, ascending group.
-void collect_replicated_groups(TaskGraph& tg) {
+void collect_replicated_groups(SegmentGraph& tg) {
   size_t R = 0;
   for (int s = 0; s < static_cast<int>(tg.segments.size()); ++s) {
     const Segment& seg = tg.segments[s];
@@ -274,13 +265,10 @@ void collect_replicated_groups(TaskGraph& tg) {
 void add_tasks(TaskGraph& tg, Scratch& sc) {
   const int S = static_cast<int>(tg.segments.size());
   const int M = tg.micro_batches();
-  const int E = static_cast<int>(sc.edge_from.size());
+  const int E = static_cast<int>(tg.edges.size());
   const size_t SM = static_cast<size_t>(S) * M;
   // Flat [segment x micro-batch] tables, read through local pointers: the
   // compiler cannot keep a vector's data in a register across the task writes.
-  sc.device_at.resize(SM);
-  for (int s = 0; s < S; ++s)
-    for (int m = 0; m < M; ++m) sc.device_at[static_cast<size_t>(s) * M + m] = tg.segments[s].device_of(m);
   // Not cleared: each entry is written before it is read (a forward reads
   // earlier segments' ids, a backward later ones', a dep on a transfer the
   // transfer made for that edge and micro-batch).
@@ -288,17 +276,15 @@ void add_tasks(TaskGraph& tg, Scratch& sc) {
   sc.backward_id.resize(SM);
   sc.xfwd.resize(static_cast<size_t>(E) * M);
   sc.xbwd.resize(static_cast<size_t>(E) * M);
-  const int* device_at = sc.device_at.data();
+  const int* device_at = tg.device_at.data();
   int* forward_id = sc.forward_id.data();
   int* backward_id = sc.backward_id.data();
   int* xfwd = sc.xfwd.data();
   int* xbwd = sc.xbwd.data();
-  const int* edge_from = sc.edge_from.data();
-  const int* edge_to = sc.edge_to.data();
-  const int64_t* edge_bytes = sc.edge_bytes.data();
-  const int* pred_begin = sc.pred_begin.data();
-  const int* pred_edges = sc.pred_edges.data();
-  const int* succ_begin = sc.succ_begin.data();
+  const SegmentEdge* edges = tg.edges.data();
+  const int* pred_begin = tg.pred_begin.data();
+  const int* pred_edges = tg.pred_edges.data();
+  const int* succ_begin = tg.succ_begin.data();
   const int64_t* sizes = tg.micro_batch_sizes.data();
   auto at = [M](int s, int m) { return static_cast<size_t>(s) * M + m; };
   TaskSink sink{tg};
@@ -320,22 +306,22 @@ void add_tasks(TaskGraph& tg, Scratch& sc) {
       f.device = here;
       for (int k = pred_begin[s]; k < pred_begin[s + 1]; ++k) {
         const int e = pred_edges[k];
-        sink.add_input(f, device_at[at(edge_from[e], m)] != here, forward_id[at(edge_from[e], m)], xfwd[at(e, m)],
-                       edge_bytes[e] * sizes[m]);
+        sink.add_input(f, device_at[at(edges[e].from, m)] != here, forward_id[at(edges[e].from, m)], xfwd[at(e, m)],
+                       edges[e].bytes_per_sample * sizes[m]);
       }
       forward_id[at(s, m)] = fid;
       for (int e = succ_begin[s]; e < succ_begin[s + 1]; ++e) {
-        const int there = device_at[at(edge_to[e], m)];
+        const int there = device_at[at(edges[e].to, m)];
         if (there == here) continue;
         int xid;
         Task& x = sink.next(xid);
         x.kind = TaskKind::transfer_activation;
         x.segment = s;
-        x.peer_segment = edge_to[e];
+        x.peer_segment = edges[e].to;
         x.micro_batch = m;
         x.device = here;
         x.to_device = there;
-        x.bytes = edge_bytes[e] * sizes[m];
+        x.bytes = edges[e].bytes_per_sample * sizes[m];
         sink.add_dep(x, fid);
         xfwd[at(e, m)] = xid;
       }
@@ -356,23 +342,23 @@ void add_tasks(TaskGraph& tg, Scratch& sc) {
       b.micro_batch = m;
       b.device = here;
       for (int e = succ_begin[s + 1] - 1; e >= succ_begin[s] && !local; --e)
-        sink.add_input(b, device_at[at(edge_to[e], m)] != here, backward_id[at(edge_to[e], m)], xbwd[at(e, m)],
-                       edge_bytes[e] * sizes[m]);
+        sink.add_input(b, device_at[at(edges[e].to, m)] != here, backward_id[at(edges[e].to, m)], xbwd[at(e, m)],
+                       edges[e].bytes_per_sample * sizes[m]);
       sink.add_dep(b, forward_id[at(s, m)]);
       backward_id[at(s, m)] = bid;
       for (int k = pred_begin[s]; k < pred_begin[s + 1] && !local; ++k) {
         const int e = pred_edges[k];
-        const int there = device_at[at(edge_from[e], m)];
+        const int there = device_at[at(edges[e].from, m)];
         if (there == here) continue;
         int xid;
         Task& x = sink.next(xid);
         x.kind = TaskKind::transfer_gradient;
-        x.segment = edge_from[e];
+        x.segment = edges[e].from;
         x.peer_segment = s;
         x.micro_batch = m;
         x.device = here;
         x.to_device = there;
-        x.bytes = edge_bytes[e] * sizes[m];
+        x.bytes = edges[e].bytes_per_sample * sizes[m];
         sink.add_dep(x, bid);
         xbwd[at(e, m)] = xid;
       }
@@ -405,38 +391,27 @@ void add_tasks(TaskGraph& tg, Scratch& sc) {
   }
 }
 
-// Records compute task t as the next on its device and, with its sends (the
-// tasks right after it, sc.sends[t] of them), in the replay order.
-void run_next(TaskGraph& tg, Scratch& sc, int t) {
-  tg.device_order[tg.tasks[t].device].push_back(t);
-  int* out = tg.replay_order.data() + sc.replayed;
-  for (int x = t; x <= t + sc.sends[t]; ++x) *out++ = x;
-  sc.replayed += 1 + sc.sends[t];
-}
-
-// The allreduces close the replay order (they come last in `tasks`).
-void append_allreduces(TaskGraph& tg, Scratch& sc) {
-  for (const ReplicatedGroup& rg : tg.replicated_groups)
-    if (rg.allreduce_task >= 0) tg.replay_order[sc.replayed++] = rg.allreduce_task;
-}
-
-// Every task enters the replay order exactly once, so it is sized up front.
-void clear_orders(TaskGraph& tg, Scratch& sc) {
-  tg.device_order.resize(tg.num_devices);
-  for (auto& o : tg.device_order) o.clear();
-  tg.replay_order.resize(tg.tasks.size());
-  sc.replayed = 0;
-}
+// Compute ids: forward (s, m) is s * M + m, backward (s, m) is S * M + s * M + m.
+struct ComputeIds {
+  int S = 0, M = 0;
+  int forward(int s, int m) const { return s * M + m; }
+  int backward(int s, int m) const { return (S + s) * M + m; }
+  ComputeStep step(int id) const {
+    const bool bwd = id >= S * M;
+    const int sm = bwd ? id - S * M : id;
+    return {sm / M, sm % M, bwd};
+  }
+};
 
 // GPipe fill-drain: every forward, then every backward, in wavefront order
 // over stages (forwards by (m + r, r), backwards by (m + R-1-r, R-1-r); a
 // stage's segments in layer order, backwards reversed), each on the device
 // that runs its micro-batch. The global order is topological, so filtering it
 // per device cannot deadlock.
-void order_gpipe(TaskGraph& tg, Scratch& sc) {
+void order_gpipe(SegmentGraph& tg, Scratch& sc) {
   const int S = static_cast<int>(tg.segments.size());
   const int M = tg.micro_batches();
-  clear_orders(tg, sc);
+  tg.run_order.clear();
   // Stage r's segments: [stage_begin[r], stage_begin[r + 1]).
   sc.stage_begin.clear();
   for (int s = 0; s < S; ++s)
@@ -445,19 +420,18 @@ void order_gpipe(TaskGraph& tg, Scratch& sc) {
   sc.stage_begin.push_back(S);
   for (int w = 0; w <= M + R - 2; ++w)
     for (int r = std::max(0, w - M + 1); r <= std::min(R - 1, w); ++r)
-      for (int s = sc.stage_begin[r]; s < sc.stage_begin[r + 1]; ++s) run_next(tg, sc, tg.forward_task[s][w - r]);
+      for (int s = sc.stage_begin[r]; s < sc.stage_begin[r + 1]; ++s) tg.run_order.push_back({s, w - r, false});
   for (int w = 0; w <= M + R - 2; ++w)
     for (int q = std::max(0, w - M + 1); q <= std::min(R - 1, w); ++q)
       for (int s = sc.stage_begin[R - q] - 1; s >= sc.stage_begin[R - 1 - q]; --s)
-        run_next(tg, sc, tg.backward_task[s][w - q]);
-  append_allreduces(tg, sc);
+        tg.run_order.push_back({s, w - q, true});
 }
 
 // How many micro-batches a device may start before its first backward
 // (PipeDream's NOAM): the devices from its first segment to the end, divided
 // by the replicas of that segment (each replica sees 1/r of the micro-batches).
 // Without replicas: the devices downstream of it, itself included.
-std::vector<int> in_flight_limits(const TaskGraph& tg) {
+std::vector<int> in_flight_limits(const SegmentGraph& tg) {
   const int S = static_cast<int>(tg.segments.size());
   const int D = tg.num_devices;
   std::vector<int> limit(D, 0);
@@ -477,26 +451,28 @@ std::vector<int> in_flight_limits(const TaskGraph& tg) {
   return limit;
 }
 
-// Interleaved 1F1B: per compute task the rank of its segment's stage among
-// its device's stages (its virtual stage); returns the devices in use (the chunk size).
-int virtual_stages(const TaskGraph& tg, std::vector<int>& virtual_stage) {
-  const int T = static_cast<int>(tg.tasks.size());
+// Interleaved 1F1B: per (segment, micro-batch) the rank of its segment's stage
+// among the stages its device runs (its virtual stage); returns the devices
+// in use (the chunk size).
+int virtual_stages(const SegmentGraph& tg, std::vector<int>& virtual_stage) {
+  const int S = static_cast<int>(tg.segments.size());
+  const int M = tg.micro_batches();
   std::vector<std::vector<int>> stages(tg.num_devices);  // per device: its stages (a split stage's segments share one)
-  for (int t = 0; t < T; ++t)
-    if (is_compute(tg.tasks[t].kind)) stages[tg.tasks[t].device].push_back(tg.segments[tg.tasks[t].segment].stage);
+  for (int s = 0; s < S; ++s)
+    for (int m = 0; m < M; ++m) stages[tg.device(s, m)].push_back(tg.segments[s].stage);
   int used = 0;
   for (auto& st : stages) {
     used += !st.empty();
     std::sort(st.begin(), st.end());
     st.erase(std::unique(st.begin(), st.end()), st.end());
   }
-  virtual_stage.assign(T, 0);
-  for (int t = 0; t < T; ++t) {
-    if (!is_compute(tg.tasks[t].kind)) continue;
-    const auto& st = stages[tg.tasks[t].device];
-    virtual_stage[t] = static_cast<int>(
-        std::lower_bound(st.begin(), st.end(), tg.segments[tg.tasks[t].segment].stage) - st.begin());
-  }
+  virtual_stage.assign(static_cast<size_t>(S) * M, 0);
+  for (int s = 0; s < S; ++s)
+    for (int m = 0; m < M; ++m) {
+      const auto& st = stages[tg.device(s, m)];
+      virtual_stage[static_cast<size_t>(s) * M + m] =
+          static_cast<int>(std::lower_bound(st.begin(), st.end(), tg.segments[s].stage) - st.begin());
+    }
   return std::max(1, used);
 }
 
@@ -505,34 +481,34 @@ int virtual_stages(const TaskGraph& tg, std::vector<int>& virtual_stage) {
 // earliest (forward) or latest (backward) segment; interleaved: the chunk of
 // micro-batches, the virtual stage (backwards from the last), the
 // micro-batch, the segment.
-Priority priority_of(const TaskGraph& tg, const Scratch& sc, bool interleaved, int chunk, int id) {
-  const Task& t = tg.tasks[id];
-  const bool bwd = t.kind == TaskKind::backward;
-  const int sign = bwd ? -1 : 1;
-  if (!interleaved) return {!bwd, t.micro_batch, t.segment * sign, 0, 0};
-  return {!bwd, t.micro_batch / chunk, sc.virtual_stage[id] * sign, t.micro_batch, t.segment * sign};
+Priority priority_of(const SegmentGraph& tg, const Scratch& sc, bool interleaved, int chunk, ComputeStep t) {
+  const int sign = t.backward ? -1 : 1;
+  if (!interleaved) return {!t.backward, t.micro_batch, t.segment * sign, 0, 0};
+  const int vs = sc.virtual_stage[static_cast<size_t>(t.segment) * tg.micro_batches() + t.micro_batch];
+  return {!t.backward, t.micro_batch / chunk, vs * sign, t.micro_batch, t.segment * sign};
 }
 
 // The compute tasks that wait for compute task t (directly or through a
-// transfer it sends), from the segment edges as add_tasks made the deps: a
+// transfer it sends), from the segment edges as add_tasks makes the deps: a
 // forward's are the next segments' forwards and its own backward; a
 // backward's the previous segments' backwards (none in AL form, whose
-// backwards start from a local loss). Read off the edges rather than by
-// inverting every task's deps into lists: that version ran branch-parallel
-// 1F1B evaluations at 12.4-13.0k/s, this one at 13.8-13.9k/s (same day, same
-// old build beside each). The two must agree; a task never counted down to
-// zero makes order_1f1b fail.
+// backwards start from a local loss). compute_waits gives the count of each;
+// the two must agree with add_tasks (a task never counted down to zero makes
+// order_1f1b fail).
 template <typename Visit>
-void for_each_waiter(const TaskGraph& tg, int t, Visit&& visit) {
-  const Task& task = tg.tasks[t];
-  const Segment& seg = tg.segments[task.segment];
-  const int m = task.micro_batch;
-  if (task.kind == TaskKind::forward) {
-    for (int next : seg.succs) visit(tg.forward_task[next][m]);
-    visit(tg.backward_task[task.segment][m]);
+void for_each_waiter(const SegmentGraph& tg, const ComputeIds& ids, ComputeStep t, Visit&& visit) {
+  const Segment& seg = tg.segments[t.segment];
+  if (!t.backward) {
+    for (int next : seg.succs) visit(ids.forward(next, t.micro_batch));
+    visit(ids.backward(t.segment, t.micro_batch));
   } else if (tg.schedule != Schedule::al) {
-    for (int prev : seg.preds) visit(tg.backward_task[prev][m]);
+    for (int prev : seg.preds) visit(ids.backward(prev, t.micro_batch));
   }
+}
+int compute_waits(const SegmentGraph& tg, ComputeStep t) {
+  const Segment& seg = tg.segments[t.segment];
+  if (!t.backward) return static_cast<int>(seg.preds.size());
+  return 1 + (tg.schedule == Schedule::al ? 0 : static_cast<int>(seg.succs.size()));
 }
 
 // 1F1B (PipeDream-flush) and interleaved 1F1B (Megatron's virtual stages): a
@@ -545,13 +521,15 @@ void for_each_waiter(const TaskGraph& tg, int t, Visit&& visit) {
 // in flight (the memory rule's stages + 1). The recorded order comes from a
 // feasible execution, so it never deadlocks. A task joins its device's ready
 // list the step after the last task it waits for ran (for_each_waiter counts
-// its deps down), so a step looks at ready tasks only (scanning every pending
+// its waits down), so a step looks at ready tasks only (scanning every pending
 // task and its deps made 1F1B 13x slower than GPipe on branch-parallel
 // inception_v3 placements). False where some task would never become ready.
-bool order_1f1b(TaskGraph& tg, Scratch& sc, bool interleaved) {
+bool order_1f1b(SegmentGraph& tg, Scratch& sc, bool interleaved) {
+  const int S = static_cast<int>(tg.segments.size());
   const int M = tg.micro_batches();
   const int D = tg.num_devices;
-  const int T = static_cast<int>(tg.tasks.size());
+  const ComputeIds ids{S, M};
+  const int C = 2 * S * M;
   std::vector<int> limit = in_flight_limits(tg);
   if (interleaved)
     for (int& l : limit) l += l > 0;
@@ -565,19 +543,19 @@ bool order_1f1b(TaskGraph& tg, Scratch& sc, bool interleaved) {
   sc.left.assign(static_cast<size_t>(D) * M, 0);
   sc.started.assign(static_cast<size_t>(D) * M, 0);
   sc.in_flight.assign(D, 0);
-  sc.waiting.resize(T);
-  auto make_ready = [&](int t) {
-    sc.ready[tg.tasks[t].device].push_back({priority_of(tg, sc, interleaved, chunk, t), t});
+  sc.waiting.resize(C);
+  auto make_ready = [&](int id) {
+    const ComputeStep t = ids.step(id);
+    sc.ready[tg.device(t.segment, t.micro_batch)].push_back({priority_of(tg, sc, interleaved, chunk, t), id});
   };
-  size_t remaining = 0;
-  for (int t = 0; t < T; ++t) {
-    if (!is_compute(tg.tasks[t].kind)) continue;
-    ++remaining;
-    ++sc.left[static_cast<size_t>(tg.tasks[t].device) * M + tg.tasks[t].micro_batch];
-    sc.waiting[t] = tg.tasks[t].dep_count;
-    if (sc.waiting[t] == 0) make_ready(t);
+  for (int id = 0; id < C; ++id) {
+    const ComputeStep t = ids.step(id);
+    ++sc.left[static_cast<size_t>(tg.device(t.segment, t.micro_batch)) * M + t.micro_batch];
+    sc.waiting[id] = compute_waits(tg, t);
+    if (sc.waiting[id] == 0) make_ready(id);
   }
-  clear_orders(tg, sc);
+  tg.run_order.clear();
+  size_t remaining = C;
   while (remaining > 0) {
     bool progressed = false;
     for (int d = 0; d < D; ++d) {
@@ -585,22 +563,22 @@ bool order_1f1b(TaskGraph& tg, Scratch& sc, bool interleaved) {
       int at = -1;
       for (int k = 0; k < static_cast<int>(r.size()); ++k) {
         // A forward of a micro-batch the device has not started waits while its limit is reached.
-        if (r[k].priority.forward && !sc.started[static_cast<size_t>(d) * M + tg.tasks[r[k].task].micro_batch] &&
+        if (r[k].priority.forward && !sc.started[static_cast<size_t>(d) * M + ids.step(r[k].task).micro_batch] &&
             sc.in_flight[d] >= limit[d])
           continue;
         if (at < 0 || r[k].priority < r[at].priority) at = k;
       }
       if (at < 0) continue;
-      const int pick = r[at].task;
+      const ComputeStep pick = ids.step(r[at].task);
       r[at] = r.back();
       r.pop_back();
-      run_next(tg, sc, pick);
-      for_each_waiter(tg, pick, [&](int w) {
+      tg.run_order.push_back(pick);
+      for_each_waiter(tg, ids, pick, [&](int w) {
         if (--sc.waiting[w] == 0) sc.released.push_back(w);
       });
       --remaining;
       progressed = true;
-      const size_t dm = static_cast<size_t>(d) * M + tg.tasks[pick].micro_batch;
+      const size_t dm = static_cast<size_t>(d) * M + pick.micro_batch;
       if (!sc.started[dm]) {
         sc.started[dm] = 1;
         ++sc.in_flight[d];
@@ -617,10 +595,26 @@ bool order_1f1b(TaskGraph& tg, Scratch& sc, bool interleaved) {
       for (int& l : limit) ++l;
     }
   }
-  append_allreduces(tg, sc);
   return true;
 }
 
+// The task graph's orders, read off the run order: per device its compute
+// tasks; the replay order each compute task followed by its sends (the
+// transfers right after it in `tasks`), then the allreduces (they come last).
+void record_orders(TaskGraph& tg, const Scratch& sc) {
+  tg.device_order.resize(tg.num_devices);
+  for (auto& o : tg.device_order) o.clear();
+  tg.replay_order.resize(tg.tasks.size());
+  int* out = tg.replay_order.data();
+  for (const ComputeStep& step : tg.run_order) {
+    const auto& ids = step.backward ? tg.backward_task : tg.forward_task;
+    const int t = ids[step.segment][step.micro_batch];
+    tg.device_order[tg.tasks[t].device].push_back(t);
+    for (int x = t; x <= t + sc.sends[t]; ++x) *out++ = x;
+  }
+  for (const ReplicatedGroup& rg : tg.replicated_groups)
+    if (rg.allreduce_task >= 0) *out++ = rg.allreduce_task;
+}
 }  // namespace
 
 bool Segment::runs_on(int device) const {
@@ -636,8 +630,8 @@ std::vector<int> boundary_layers(const LayerGraph& g, const TaskGraph& tg, int f
   return {out.begin(), out.end()};
 }
 
-Status build_task_graph_into(const LayerGraph& g, const Placement& p, const Cluster& c, int64_t batch_size,
-                             TaskGraph& tg) {
+Status build_segment_graph_into(const LayerGraph& g, const Placement& p, const Cluster& c, int64_t batch_size,
+                                SegmentGraph& tg) {
   if (p.is_data_parallel())
     return Status::error("placement.data_parallel: replicas are not a pipeline and have no task graph "
                          "(the simulator costs them as BSP, the runtime runs them as bsp)");
@@ -649,14 +643,26 @@ Status build_task_graph_into(const LayerGraph& g, const Placement& p, const Clus
   tg.optimizer = p.optimizer;
   split_segments(g, p, tg, sc);
   collect_replicated_groups(tg);
-  tg.micro_batch_sizes.resize(p.micro_batches);
-  for (int m = 0; m < p.micro_batches; ++m)
-    tg.micro_batch_sizes[m] = batch_size / p.micro_batches + (m < batch_size % p.micro_batches ? 1 : 0);
-  add_tasks(tg, sc);
+  const int M = p.micro_batches;
+  tg.micro_batch_sizes.resize(M);
+  for (int m = 0; m < M; ++m) tg.micro_batch_sizes[m] = batch_size / M + (m < batch_size % M ? 1 : 0);
+  const int S = static_cast<int>(tg.segments.size());
+  tg.device_at.resize(static_cast<size_t>(S) * M);
+  for (int s = 0; s < S; ++s)
+    for (int m = 0; m < M; ++m) tg.device_at[static_cast<size_t>(s) * M + m] = tg.segments[s].device_of(m);
   if (p.schedule == Schedule::gpipe)
     order_gpipe(tg, sc);
   else if (!order_1f1b(tg, sc, p.schedule == Schedule::interleaved_1f1b))  // 1f1b, interleaved, al
     return Status::error("task graph: the schedule leaves tasks waiting on tasks that never run");
+  return Status::ok();
+}
+
+Status build_task_graph_into(const LayerGraph& g, const Placement& p, const Cluster& c, int64_t batch_size,
+                             TaskGraph& tg) {
+  if (Status s = build_segment_graph_into(g, p, c, batch_size, tg); !s) return s;
+  Scratch& sc = scratch();
+  add_tasks(tg, sc);
+  record_orders(tg, sc);
   return Status::ok();
 }
 

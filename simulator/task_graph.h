@@ -134,8 +134,45 @@ struct ReplicatedGroup {
   int allreduce_task = -1;    // aggregation_every == 1: its allreduce task; K > 1: -1 (averaged every K steps)
 };
 
-struct TaskGraph {
+// A segment edge: `to` reads outputs of `from`; what crosses per sample (each
+// boundary layer's output once).
+struct SegmentEdge {
+  int from = 0, to = 0;
+  int64_t bytes_per_sample = 0;
+};
+
+// A compute task by position (what the schedules order).
+struct ComputeStep {
+  int segment = 0;
+  int micro_batch = 0;
+  bool backward = false;
+};
+
+// The placement's segments, their edges and the order the schedule runs their
+// compute in: what a task graph is made of, without its tasks. The simulator's
+// search path replays this directly (simulate_segments); TaskGraph adds the tasks.
+struct SegmentGraph {
   std::vector<Segment> segments;
+  std::vector<SegmentEdge> edges;  // grouped by `from`, ascending `to`
+  std::vector<int> succ_begin;     // segment s's out edges: edges[succ_begin[s], succ_begin[s + 1])
+  std::vector<int> pred_begin, pred_edges;  // its in edges: pred_edges[pred_begin[s], pred_begin[s + 1]), ascending `from`
+  std::vector<int> device_at;      // [segment x micro-batch]: the device that runs it (Segment::device_of)
+  std::vector<int64_t> micro_batch_sizes;
+  std::vector<ReplicatedGroup> replicated_groups;  // ascending group; empty when nothing is replicated
+  // Every compute task once, in a feasible execution of the schedule: each
+  // after its inputs' producers, each device's tasks in its run order.
+  std::vector<ComputeStep> run_order;
+  int num_devices = 0;
+  Schedule schedule = Schedule::gpipe;
+  int aggregation_every = 1;  // Placement::aggregation_every
+  Optimizer optimizer = Optimizer::sgd;  // Placement::optimizer
+  int micro_batches() const { return static_cast<int>(micro_batch_sizes.size()); }
+  int device(int segment, int micro_batch) const {
+    return device_at[static_cast<size_t>(segment) * micro_batch_sizes.size() + static_cast<size_t>(micro_batch)];
+  }
+};
+
+struct TaskGraph : SegmentGraph {
   // A topological order: each forward directly followed by its activation
   // transfers, each backward by its gradient transfers (the simulator relies
   // on it), then the allreduces (ascending group).
@@ -146,22 +183,20 @@ struct TaskGraph {
     return {first, first + t.dep_count};
   }
   DepSpan deps(int task) const { return deps(tasks[static_cast<size_t>(task)]); }
-  std::vector<std::vector<int>> device_order;  // per device: compute task ids in run order
+  std::vector<std::vector<int>> device_order;  // per device: compute task ids in run order (run_order's)
   // Every task once, in the feasible execution the device orders were read
   // from: compute tasks each followed by its sends, then the allreduces. It
   // respects deps, device_order and every send queue, so the simulator
   // replays it in one pass (and checks that it does).
   std::vector<int> replay_order;
-  std::vector<int64_t> micro_batch_sizes;
-  std::vector<ReplicatedGroup> replicated_groups;  // ascending group; empty when nothing is replicated
-  int num_devices = 0;
-  Schedule schedule = Schedule::gpipe;
-  int aggregation_every = 1;  // Placement::aggregation_every
-  Optimizer optimizer = Optimizer::sgd;  // Placement::optimizer
   // Task ids: forward_task[s][m], backward_task[s][m].
   std::vector<std::vector<int>> forward_task, backward_task;
-  int micro_batches() const { return static_cast<int>(micro_batch_sizes.size()); }
 };
+
+// Validates the placement, then builds its segments and run order into `out`,
+// reusing its buffers. A data-parallel placement is an error.
+Status build_segment_graph_into(const LayerGraph& g, const Placement& p, const Cluster& c, int64_t batch_size,
+                                SegmentGraph& out);
 
 // Validates the placement, then builds. Does not check memory (check_memory does).
 // A data-parallel placement is an error: it has no pipeline to build.
