@@ -38,8 +38,12 @@ struct Workspace {
   std::vector<double> compute_cost;  // [segment][replica][micro-batch size class][forward, backward]; -1 = not yet
   std::vector<int64_t> params;
   std::vector<int> end_task;
-  std::vector<double> averaging;
+  std::vector<double> averaging, drained;
+  std::vector<char> used;  // per device: it runs a compute task
   std::vector<DeviceTally> tally;
+  // The segment replay's ends: [segment x micro-batch] forward and backward,
+  // [edge x micro-batch] activation and gradient transfers, per send queue.
+  std::vector<double> forward_end, backward_end, activation_end, gradient_end, queue_end;
 };
 
 Workspace& workspace() {
@@ -66,31 +70,97 @@ std::string task_name(const Task& t) {
 
 namespace {
 
+// A compute task's cost (its layers' time, recomputation, AL's update),
+// cached per (segment, replica, micro-batch size class, direction): micro-batch
+// sizes take at most two values. Fills ws.segment, which the tally reads.
+class ComputeCosts {
+ public:
+  ComputeCosts(const SegmentGraph& sg, const CostModel& cost, Workspace& ws, const std::vector<char>& used)
+      : sg_(sg), cost_(cost), ws_(ws) {
+    for (int d = 0; d < sg.num_devices; ++d) local_used_ += used[d] && cost.is_local(d);
+    const int S = static_cast<int>(sg.segments.size());
+    ws.compute_cost_at.resize(S + 1);
+    ws.compute_cost_at[0] = 0;
+    ws.segment.resize(S);
+    for (int s = 0; s < S; ++s) {
+      const Segment& seg = sg.segments[s];
+      ws.compute_cost_at[s + 1] = ws.compute_cost_at[s] + 4 * seg.replica_count();
+      ws.segment[s] = {cost.activation_bytes_per_sample(seg.layers.front(), seg.layers.back()), seg.recompute,
+                       seg.replica_count() == 1};
+    }
+    ws.compute_cost.assign(ws.compute_cost_at[S], -1.0);
+    first_size_ = sg.micro_batches() > 0 ? sg.micro_batch_sizes[0] : 0;
+  }
+
+  __attribute__((always_inline)) double of(int segment, int micro_batch, bool backward, int device) {
+    const int64_t samples = sg_.micro_batch_sizes[micro_batch];
+    const int replica = ws_.segment[segment].one_replica ? 0 : sg_.segments[segment].replica_of(micro_batch);
+    double& cached =
+        ws_.compute_cost[ws_.compute_cost_at[segment] + (replica * 2 + (samples != first_size_)) * 2 + backward];
+    if (cached < 0) cached = compute(sg_.segments[segment], samples, backward, device);
+    return cached;
+  }
+
+ private:
+  double compute(const Segment& seg, int64_t samples, bool backward, int device) const {
+    const int others = cost_.is_local(device) ? std::max(0, local_used_ - 1) : 0;
+    const int first = seg.layers.front(), last = seg.layers.back();
+    double ms = backward ? cost_.backward_ms(device, first, last, samples, others)
+                         : cost_.forward_ms(device, first, last, samples, others);
+    // Recomputation: the backward runs the segment's forward again first.
+    if (backward && seg.recompute) ms += cost_.forward_ms(device, first, last, samples, others);
+    // AL: the block's update follows every backward, inside the task, so a slow device is
+    // slow at it too (the runtime's emulation stretches the whole task); no final update.
+    if (backward && sg_.schedule == Schedule::al) ms += cost_.update_ms(device, seg.param_bytes) * cost_.inverse_speed(device);
+    return ms;
+  }
+
+  const SegmentGraph& sg_;
+  const CostModel& cost_;
+  Workspace& ws_;
+  int local_used_ = 0;  // local devices the placement uses (they share the machine's cores)
+  int64_t first_size_ = 0;
+};
+
+// A compute task's share of its device's statistics, counted as the runtime
+// counts them: waiting for a remote input is communication; a forward keeps
+// its activations and received inputs until its backward; a backward's
+// received gradient is live while it runs.
+__attribute__((always_inline)) inline void tally_compute(DeviceTally& d, const Workspace::SegmentFacts& seg,
+                                                         bool forward, bool remote_input, int64_t received,
+                                                         int64_t samples, double start, double end) {
+  d.busy_ms += end - start;
+  d.comm_ms += remote_input ? std::max(0.0, start - d.prev_end) : 0.0;
+  d.prev_end = end;
+  const int64_t kept = seg.kept_per_sample * samples;
+  // A recomputing segment keeps only its received inputs until its
+  // backward, which holds one micro-batch's activations while it runs.
+  const int64_t held = seg.recompute ? 0 : kept;
+  if (forward) {
+    d.live += held + received;
+    d.peak = std::max(d.peak, d.live + (seg.recompute ? kept : 0));
+  } else {
+    d.peak = std::max(d.peak, d.live + received + (seg.recompute ? kept : 0));
+    d.live -= held;
+  }
+}
+
+// Per device: whether it runs a compute task.
+void devices_used(const SegmentGraph& sg, std::vector<char>& used) {
+  used.assign(sg.num_devices, 0);
+  for (int d : sg.device_at) used[d] = 1;
+}
+
 // One replay: start and end of every task, then the step.
 class Replay {
  public:
   // keep_times: record every task's start and critical predecessor (a
   // timeline or TaskTimes asks for them; a search's evaluations do not).
   Replay(const TaskGraph& tg, const CostModel& cost, const SimulateOptions& options, Workspace& ws, bool keep_times)
-      : tg_(tg), cost_(cost), ws_(ws), T_(static_cast<int>(tg.tasks.size())), D_(tg.num_devices),
-        Q_(options.send_queue_per_device ? 1 : tg.num_devices), keep_times_(keep_times) {
+      : tg_(tg), cost_(cost), ws_(ws), costs_(tg, cost, ws, used_devices(tg, ws)), T_(static_cast<int>(tg.tasks.size())),
+        D_(tg.num_devices), Q_(options.send_queue_per_device ? 1 : tg.num_devices), keep_times_(keep_times) {
     first_allreduce_ = T_ - static_cast<int>(std::count_if(tg.replicated_groups.begin(), tg.replicated_groups.end(),
                                                           [](const ReplicatedGroup& rg) { return rg.allreduce_task >= 0; }));
-    for (int d = 0; d < D_; ++d) local_used_ += !tg.device_order[d].empty() && cost.is_local(d);
-    // Compute costs depend on (segment, replica, micro-batch size, direction)
-    // only, and micro-batch sizes take at most two values: cached per replay.
-    const int S = static_cast<int>(tg.segments.size());
-    ws.compute_cost_at.resize(S + 1);
-    ws.compute_cost_at[0] = 0;
-    ws.segment.resize(S);
-    for (int s = 0; s < S; ++s) {
-      const Segment& seg = tg.segments[s];
-      ws.compute_cost_at[s + 1] = ws.compute_cost_at[s] + 4 * seg.replica_count();
-      ws.segment[s] = {cost.activation_bytes_per_sample(seg.layers.front(), seg.layers.back()), seg.recompute,
-                       seg.replica_count() == 1};
-    }
-    ws.compute_cost.assign(ws.compute_cost_at[S], -1.0);
-    first_size_ = tg.micro_batches() > 0 ? tg.micro_batch_sizes[0] : 0;
     ws.start.resize(T_);
     ws.end.resize(T_);
     ws.crit.resize(T_);
@@ -107,30 +177,19 @@ class Replay {
   int queues() const { return Q_; }
 
  private:
+  // Whether each device runs a compute task (ComputeCosts counts the local ones in use).
+  static const std::vector<char>& used_devices(const TaskGraph& tg, Workspace& ws) {
+    ws.used.assign(tg.num_devices, 0);
+    for (int d = 0; d < tg.num_devices; ++d) ws.used[d] = !tg.device_order[d].empty();
+    return ws.used;
+  }
+
   // (Inlined into the replay loop: a call per task cost the branch-parallel benchmark 10%.)
   __attribute__((always_inline)) double duration(const Task& t) {
     if (is_transfer(t.kind)) return cost_.transfer_ms(t.device, t.to_device, t.bytes);
     if (t.kind == TaskKind::allreduce)
       return cost_.ring_allreduce_ms(tg_.replicated_groups[t.replicated_group].devices, t.bytes);
-    const int64_t samples = tg_.micro_batch_sizes[t.micro_batch];
-    const bool backward = t.kind == TaskKind::backward;
-    const int replica = ws_.segment[t.segment].one_replica ? 0 : tg_.segments[t.segment].replica_of(t.micro_batch);
-    double& cached = ws_.compute_cost[ws_.compute_cost_at[t.segment] + (replica * 2 + (samples != first_size_)) * 2 +
-                                      backward];
-    if (cached < 0) {
-      const Segment& seg = tg_.segments[t.segment];
-      const int others = cost_.is_local(t.device) ? std::max(0, local_used_ - 1) : 0;
-      cached = backward ? cost_.backward_ms(t.device, seg.layers.front(), seg.layers.back(), samples, others)
-                        : cost_.forward_ms(t.device, seg.layers.front(), seg.layers.back(), samples, others);
-      // Recomputation: the backward runs the segment's forward again first.
-      if (backward && seg.recompute)
-        cached += cost_.forward_ms(t.device, seg.layers.front(), seg.layers.back(), samples, others);
-      // AL: the block's update follows every backward, inside the task, so a slow device is
-      // slow at it too (the runtime's emulation stretches the whole task); no final update.
-      if (backward && tg_.schedule == Schedule::al)
-        cached += cost_.update_ms(t.device, seg.param_bytes) * cost_.inverse_speed(t.device);
-    }
-    return cached;
+    return costs_.of(t.segment, t.micro_batch, t.kind == TaskKind::backward, t.device);
   }
 
   // The latest-ending predecessor sets the start (the first such one is the critical predecessor).
@@ -157,29 +216,11 @@ class Replay {
     return end;
   }
 
-  // A compute task's share of its device's statistics, counted as the runtime
-  // counts them: waiting for a remote input is communication; a forward keeps
-  // its activations and received inputs until its backward; a backward's
-  // received gradient is live while it runs.
+  // A compute task's share of its device's statistics (tally_compute).
   void tally(int t) { tally(tg_.tasks[t], ws_.start[t], ws_.end[t]); }
   __attribute__((always_inline)) void tally(const Task& task, double start, double end) {
-    const int64_t received = task.bytes;
-    DeviceTally& d = ws_.tally[task.device];
-    d.busy_ms += end - start;
-    d.comm_ms += task.remote_input ? std::max(0.0, start - d.prev_end) : 0.0;
-    d.prev_end = end;
-    const Workspace::SegmentFacts& seg = ws_.segment[task.segment];
-    const int64_t kept = seg.kept_per_sample * tg_.micro_batch_sizes[task.micro_batch];
-    // A recomputing segment keeps only its received inputs until its
-    // backward, which holds one micro-batch's activations while it runs.
-    const int64_t held = seg.recompute ? 0 : kept;
-    if (task.kind == TaskKind::forward) {
-      d.live += held + received;
-      d.peak = std::max(d.peak, d.live + (seg.recompute ? kept : 0));
-    } else {
-      d.peak = std::max(d.peak, d.live + received + (seg.recompute ? kept : 0));
-      d.live -= held;
-    }
+    tally_compute(ws_.tally[task.device], ws_.segment[task.segment], task.kind == TaskKind::forward,
+                  task.remote_input, task.bytes, tg_.micro_batch_sizes[task.micro_batch], start, end);
   }
 
   // An allreduce's predecessors on its participants' send queues (per directed
@@ -351,12 +392,224 @@ class Replay {
   const TaskGraph& tg_;
   const CostModel& cost_;
   Workspace& ws_;
+  ComputeCosts costs_;
   const int T_, D_, Q_;
   bool keep_times_ = true;
   int first_allreduce_ = 0;
-  int local_used_ = 0;  // local devices the placement uses (they share the machine's cores)
-  int64_t first_size_ = 0;
 };
+
+// The search's replay: the step that Replay gives for the task graph
+// build_task_graph makes of `sg`, with no task built. A compute step's inputs
+// are its segment's edges (the producer's end, or the end of the transfer
+// that brings its output when the two run on different devices); its sends,
+// the edges to other devices, in the order add_tasks posts them; the
+// allreduces close each participant's send queue. No timeline, no per-task
+// times. tests/simulator/test_simulator.cpp checks it against the task graph's
+// replay on random placements.
+class SegmentReplay {
+ public:
+  SegmentReplay(const SegmentGraph& sg, const CostModel& cost, const SimulateOptions& options, Workspace& ws)
+      : sg_(sg), cost_(cost), ws_(ws), costs_(sg, cost, ws, (devices_used(sg, ws.used), ws.used)),
+        M_(sg.micro_batches()), Q_(options.send_queue_per_device ? 1 : sg.num_devices) {}
+
+  // Fills ws.tally and ws.drained. False when the run order puts a step before an input's producer.
+  bool run() {
+    const size_t SM = sg_.segments.size() * static_cast<size_t>(M_);
+    const size_t EM = sg_.edges.size() * static_cast<size_t>(M_);
+    ws_.forward_end.assign(SM, -1.0);  // -1: not yet run (every end is >= 0)
+    ws_.backward_end.assign(SM, -1.0);
+    ws_.activation_end.assign(EM, -1.0);
+    ws_.gradient_end.assign(EM, -1.0);
+    ws_.queue_end.assign(static_cast<size_t>(sg_.num_devices) * Q_, 0.0);  // 0: empty (a send starts >= 0)
+    ws_.tally.assign(sg_.num_devices, DeviceTally{});
+    for (const ComputeStep& step : sg_.run_order)
+      if (!(step.backward ? run_backward(step.segment, step.micro_batch) : run_forward(step.segment, step.micro_batch)))
+        return false;
+    drain();
+    return true;
+  }
+
+ private:
+  size_t at(int s, int m) const { return static_cast<size_t>(s) * M_ + m; }
+
+  // What a compute step waits for: its device's previous task, then each input's arrival.
+  struct Inputs {
+    double start = 0;
+    double earliest = 0;  // < 0: an input has not been produced yet
+    int64_t received = 0;
+    bool remote = false;
+    void local(double end) {
+      start = std::max(start, end);
+      earliest = std::min(earliest, end);
+    }
+    void arrived(double end, int64_t bytes) {
+      local(end);
+      received += bytes;
+      remote = true;
+    }
+  };
+
+  bool run_forward(int s, int m) {
+    const int d = sg_.device_at[at(s, m)];
+    const int64_t samples = sg_.micro_batch_sizes[m];
+    Inputs in{ws_.tally[d].prev_end};
+    for (int k = sg_.pred_begin[s]; k < sg_.pred_begin[s + 1]; ++k) {
+      const int e = sg_.pred_edges[k];
+      const SegmentEdge& edge = sg_.edges[e];
+      if (sg_.device_at[at(edge.from, m)] == d)
+        in.local(ws_.forward_end[at(edge.from, m)]);
+      else
+        in.arrived(ws_.activation_end[at(e, m)], edge.bytes_per_sample * samples);
+    }
+    if (in.earliest < 0) return false;
+    const double end = finish(s, m, false, d, in);
+    ws_.forward_end[at(s, m)] = end;
+    for (int e = sg_.succ_begin[s]; e < sg_.succ_begin[s + 1]; ++e) {
+      const int there = sg_.device_at[at(sg_.edges[e].to, m)];
+      if (there != d) ws_.activation_end[at(e, m)] = send(d, there, end, sg_.edges[e].bytes_per_sample * samples);
+    }
+    return true;
+  }
+
+  // AL: a block's backward starts from its own local loss; no gradient comes or goes.
+  bool run_backward(int s, int m) {
+    const int d = sg_.device_at[at(s, m)];
+    const int64_t samples = sg_.micro_batch_sizes[m];
+    const bool local = sg_.schedule == Schedule::al;
+    Inputs in{ws_.tally[d].prev_end};
+    for (int e = sg_.succ_begin[s]; e < sg_.succ_begin[s + 1] && !local; ++e) {
+      const int to = sg_.edges[e].to;
+      if (sg_.device_at[at(to, m)] == d)
+        in.local(ws_.backward_end[at(to, m)]);
+      else
+        in.arrived(ws_.gradient_end[at(e, m)], sg_.edges[e].bytes_per_sample * samples);
+    }
+    in.local(ws_.forward_end[at(s, m)]);
+    if (in.earliest < 0) return false;
+    const double end = finish(s, m, true, d, in);
+    ws_.backward_end[at(s, m)] = end;
+    for (int k = sg_.pred_begin[s]; k < sg_.pred_begin[s + 1] && !local; ++k) {
+      const int e = sg_.pred_edges[k];
+      const int there = sg_.device_at[at(sg_.edges[e].from, m)];
+      if (there != d) ws_.gradient_end[at(e, m)] = send(d, there, end, sg_.edges[e].bytes_per_sample * samples);
+    }
+    return true;
+  }
+
+  // Runs the step on device d from its inputs' start: its end, tallied.
+  double finish(int s, int m, bool backward, int d, const Inputs& in) {
+    DeviceTally& tally = ws_.tally[d];
+    const bool first_on_device = tally.last_compute < 0;
+    tally.last_compute = 0;
+    const double end =
+        in.start + costs_.of(s, m, backward, d) + (first_on_device ? cost_.first_task_ms(d) : 0.0);
+    tally_compute(tally, ws_.segment[s], !backward, in.remote, in.received, sg_.micro_batch_sizes[m], in.start, end);
+    return end;
+  }
+
+  // A send from d to `there`, posted when its producer ends at `ready`: it
+  // waits for the queue's earlier sends; returns its end.
+  double send(int d, int there, double ready, int64_t bytes) {
+    double& queue = ws_.queue_end[static_cast<size_t>(d) * Q_ + (Q_ == 1 ? 0 : there)];
+    queue = std::max(queue, ready) + cost_.transfer_ms(d, there, bytes);
+    return queue;
+  }
+
+  // Each device's drained time: its last compute step, its queues' last
+  // sends, then the allreduces (ascending group) it takes part in, each at
+  // the end of its participants' queues (per directed link: the link to the
+  // ring successor) once every backward of the group is done.
+  void drain() {
+    const int D = sg_.num_devices;
+    ws_.drained.assign(D, 0.0);
+    for (int d = 0; d < D; ++d) {
+      double last = ws_.tally[d].prev_end;
+      for (int q = 0; q < Q_; ++q) last = std::max(last, ws_.queue_end[static_cast<size_t>(d) * Q_ + q]);
+      ws_.drained[d] = last;
+    }
+    if (sg_.aggregation_every != 1) return;
+    for (const ReplicatedGroup& rg : sg_.replicated_groups) {
+      const std::vector<int>& ring = rg.devices;
+      double start = 0;
+      for (int s : rg.segments)
+        for (int m = 0; m < M_; ++m) start = std::max(start, ws_.backward_end[at(s, m)]);
+      for (size_t k = 0; k < ring.size(); ++k) start = std::max(start, queue_of_ring(ring, k));
+      const double end = start + cost_.ring_allreduce_ms(ring, rg.param_bytes);
+      for (size_t k = 0; k < ring.size(); ++k) {
+        queue_of_ring(ring, k) = end;
+        ws_.drained[ring[k]] = std::max(ws_.drained[ring[k]], end);
+      }
+    }
+  }
+  double& queue_of_ring(const std::vector<int>& ring, size_t k) {
+    const int queue = Q_ == 1 ? 0 : ring[(k + 1) % ring.size()];
+    return ws_.queue_end[static_cast<size_t>(ring[k]) * Q_ + queue];
+  }
+
+  const SegmentGraph& sg_;
+  const CostModel& cost_;
+  Workspace& ws_;
+  ComputeCosts costs_;
+  const int M_, Q_;
+};
+
+// The step from each device's drained time (ws.drained: its last compute
+// task, its last send and its allreduces done) and its tally: then it runs
+// the optimizer update (over the parameters of every segment it holds a
+// replica of); the step ends when every device has, plus a per-step
+// overhead. Fills r's step and per-device statistics; returns the device
+// that ends last (-1 when none runs anything).
+int report_step(const SegmentGraph& sg, const CostModel& cost, Workspace& ws, StepReport& r) {
+  const int D = sg.num_devices;
+  r.ok = true;
+  r.source = "simulate";
+  r.devices.resize(D);
+  std::vector<int64_t>& params = ws.params;
+  params.assign(D, 0);
+  for (const Segment& seg : sg.segments)
+    for (int d : seg.devices) params[d] += seg.param_bytes;  // every replica holds the segment's parameters
+  // aggregation_every = K > 1: the replicas' parameters are averaged (one ring
+  // allreduce of the group's parameters) once every K steps, charged 1/K per step.
+  std::vector<double>& averaging = ws.averaging;
+  averaging.assign(D, 0);
+  if (sg.aggregation_every > 1)
+    for (const ReplicatedGroup& rg : sg.replicated_groups) {
+      const double share = cost.ring_allreduce_ms(rg.devices, rg.param_bytes) / sg.aggregation_every;
+      for (int d : rg.devices) averaging[d] += share;
+    }
+  double step = 0;
+  int last_device = -1;
+  double busy_sum = 0, comm_sum = 0;
+  for (int d = 0; d < D; ++d) {
+    DeviceStats& st = r.devices[d];
+    st.device = cost.device_name(d);
+    if (!ws.used[d]) continue;
+    // Communication: waiting for remote inputs (tallied) plus draining the sends after the last task.
+    const DeviceTally& tally = ws.tally[d];
+    st.busy_ms = tally.busy_ms;
+    st.peak_memory_bytes = training_state_bytes(params[d], sg.optimizer) + tally.peak;
+    const double drained = ws.drained[d];
+    st.comm_ms = tally.comm_ms + std::max(0.0, drained - tally.prev_end) + averaging[d];
+    double update = sg.schedule == Schedule::al ? 0.0 : cost.update_ms(d, params[d]);
+    st.busy_ms += update;
+    const double device_end = drained + averaging[d] + update;
+    if (device_end > step) {
+      step = device_end;
+      last_device = d;
+    }
+    busy_sum += st.busy_ms;
+    comm_sum += st.comm_ms;
+  }
+  step += cost.step_overhead_ms();
+  r.step_ms = step;
+  for (int d = 0; d < D; ++d) {
+    DeviceStats& st = r.devices[d];
+    if (!ws.used[d]) continue;
+    st.idle_ms = std::max(0.0, step - st.busy_ms - st.comm_ms);
+  }
+  r.comm_fraction = busy_sum + comm_sum > 0 ? comm_sum / (busy_sum + comm_sum) : 0;
+  return last_device;
+}
 
 }  // namespace
 
@@ -375,17 +628,9 @@ StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOp
   const int Q = replay.queues();
   const int first_allreduce = replay.first_allreduce();
 
-  StepReport r;
-  r.ok = true;
-  r.source = "simulate";
-  r.devices.resize(D);
-  std::vector<int64_t>& params = ws.params;
-  params.assign(D, 0);
-  for (const Segment& seg : tg.segments)
-    for (int d : seg.devices) params[d] += seg.param_bytes;  // every replica holds the segment's parameters
   // A device ends when its last compute task, its last send and the
-  // allreduces it takes part in are done (the runtime drains its sender),
-  // then runs the optimizer update. A queue's last send ends last (FIFO).
+  // allreduces it takes part in are done (the runtime drains its sender).
+  // A queue's last send ends last (FIFO).
   std::vector<int>& end_task = ws.end_task;
   end_task.assign(D, -1);
   for (int d = 0; d < D; ++d) {
@@ -401,47 +646,12 @@ StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOp
   for (int t = first_allreduce; t < T; ++t)
     for (int d : tg.replicated_groups[tg.tasks[t].replicated_group].devices)
       if (end_task[d] < 0 || ws.end[t] > ws.end[end_task[d]]) end_task[d] = t;
-  // aggregation_every = K > 1: the replicas' parameters are averaged (one ring
-  // allreduce of the group's parameters) once every K steps, charged 1/K per step.
-  std::vector<double>& averaging = ws.averaging;
-  averaging.assign(D, 0);
-  if (tg.aggregation_every > 1)
-    for (const ReplicatedGroup& rg : tg.replicated_groups) {
-      const double share = cost.ring_allreduce_ms(rg.devices, rg.param_bytes) / tg.aggregation_every;
-      for (int d : rg.devices) averaging[d] += share;
-    }
-  double step = 0;
-  int last_task = -1, last_device = -1;
-  double busy_sum = 0, comm_sum = 0;
-  for (int d = 0; d < D; ++d) {
-    DeviceStats& st = r.devices[d];
-    st.device = cost.device_name(d);
-    if (tg.device_order[d].empty()) continue;
-    // Communication: waiting for remote inputs (tallied) plus draining the sends after the last task.
-    const DeviceTally& tally = ws.tally[d];
-    st.busy_ms = tally.busy_ms;
-    st.peak_memory_bytes = training_state_bytes(params[d], tg.optimizer) + tally.peak;
-    const double drained = ws.end[end_task[d]];
-    st.comm_ms = tally.comm_ms + std::max(0.0, drained - tally.prev_end) + averaging[d];
-    double update = tg.schedule == Schedule::al ? 0.0 : cost.update_ms(d, params[d]);
-    st.busy_ms += update;
-    const double device_end = drained + averaging[d] + update;
-    if (device_end > step) {
-      step = device_end;
-      last_task = end_task[d];
-      last_device = d;
-    }
-    busy_sum += st.busy_ms;
-    comm_sum += st.comm_ms;
-  }
-  step += cost.step_overhead_ms();
-  r.step_ms = step;
-  for (int d = 0; d < D; ++d) {
-    DeviceStats& st = r.devices[d];
-    if (tg.device_order[d].empty()) continue;
-    st.idle_ms = std::max(0.0, step - st.busy_ms - st.comm_ms);
-  }
-  r.comm_fraction = busy_sum + comm_sum > 0 ? comm_sum / (busy_sum + comm_sum) : 0;
+  ws.drained.assign(D, 0.0);
+  for (int d = 0; d < D; ++d)
+    if (end_task[d] >= 0) ws.drained[d] = ws.end[end_task[d]];
+  StepReport r;
+  const int last_device = report_step(tg, cost, ws, r);
+  const int last_task = last_device >= 0 ? end_task[last_device] : -1;
 
   if (options.timeline) {
     r.timeline.reserve(T);
@@ -467,12 +677,35 @@ StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOp
   return r;
 }
 
+StepReport simulate_segments(const SegmentGraph& sg, const CostModel& cost, const SimulateOptions& options) {
+  if (sg.num_devices != cost.num_devices())
+    return StepReport::failure(FailureKind::invalid_placement,
+                               "segment graph has " + std::to_string(sg.num_devices) + " devices, the cost model " +
+                                   std::to_string(cost.num_devices()),
+                               "simulate");
+  Workspace& ws = workspace();
+  SegmentReplay replay(sg, cost, options, ws);
+  if (!replay.run())
+    return StepReport::failure(FailureKind::invalid_placement, "the run order puts a task before its inputs",
+                               "simulate");
+  StepReport r;
+  report_step(sg, cost, ws, r);
+  return r;
+}
+
 Simulator::Simulator(const LayerGraph& g, const Cluster& c, CostModel cost, int64_t batch_size)
     : graph_(&g), cluster_(&c), cost_(std::move(cost)), batch_size_(batch_size) {}
 Simulator::~Simulator() = default;
 Simulator::Simulator(Simulator&&) noexcept = default;
 
 StepReport Simulator::evaluate(const Placement& p, const SimulateOptions& options) {
+  if (!options.timeline) {  // the search's path: no tasks built
+    if (Status s = build_segment_graph_into(*graph_, p, *cluster_, batch_size_, tg_); !s)
+      return StepReport::failure(FailureKind::invalid_placement, s.message(), "simulate");
+    if (Status s = check_memory(p, *graph_, *cluster_, batch_size_); !s)
+      return StepReport::failure(FailureKind::out_of_memory, s.message(), "simulate");
+    return simulate_segments(tg_, cost_, options);
+  }
   if (Status s = build_task_graph_into(*graph_, p, *cluster_, batch_size_, tg_); !s)
     return StepReport::failure(FailureKind::invalid_placement, s.message(), "simulate");
   if (Status s = check_memory(p, *graph_, *cluster_, batch_size_); !s)

@@ -66,6 +66,11 @@ struct TaskTimes {
 StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOptions& options = {},
                     TaskTimes* times = nullptr);
 
+// The same report as simulate(the task graph built from sg, options) without a
+// timeline, replayed from the segments, their edges and the run order (no
+// tasks built): the search's path, Simulator::evaluate's when no timeline is asked for.
+StepReport simulate_segments(const SegmentGraph& sg, const CostModel& cost, const SimulateOptions& options = {});
+
 // Name of a task as it appears in timelines: "F s2 m3", "B s2 m3", "X s1->s2 m3", "G s2->s1 m3",
 // "AR r0" (the allreduce of replicated_groups[0]; one timeline line per participant).
 std::string task_name(const Task& t);

@@ -18,10 +18,10 @@ struct Priority {
   }
 };
 
-// A task ready to run on its device, with its priority (read on every step).
+// A compute task ready to run on its device, with its priority (read on every step).
 struct ReadyTask {
   Priority priority;
-  int task = 0;
+  ComputeStep task;
 };
 
 // Scratch of one build, reused across builds on the same thread.
@@ -39,8 +39,8 @@ struct Scratch {
   // 1F1B's list schedule, over compute ids (ComputeIds).
   std::vector<int> waiting;        // per compute id: the compute tasks it still waits for
   std::vector<int> virtual_stage;  // interleaved 1F1B: per (segment, micro-batch)
-  std::vector<std::vector<ReadyTask>> ready;  // per device: compute ids ready to run
-  std::vector<int> released;            // ready from the next step on
+  std::vector<std::vector<ReadyTask>> ready;  // per device: compute tasks ready to run
+  std::vector<ComputeStep> released;    // ready from the next step on
   std::vector<int> left;                // per (device, micro-batch): compute tasks not yet run
   std::vector<char> started;            // per (device, micro-batch): one of them ran
   std::vector<int> in_flight;           // per device: micro-batches started and not finished
@@ -391,16 +391,10 @@ void add_tasks(TaskGraph& tg, Scratch& sc) {
   }
 }
 
-// Compute ids: forward (s, m) is s * M + m, backward (s, m) is S * M + s * M + m.
+// Compute ids, an index per compute task: forward (s, m) is s * M + m, backward (s, m) is S * M + s * M + m.
 struct ComputeIds {
   int S = 0, M = 0;
-  int forward(int s, int m) const { return s * M + m; }
-  int backward(int s, int m) const { return (S + s) * M + m; }
-  ComputeStep step(int id) const {
-    const bool bwd = id >= S * M;
-    const int sm = bwd ? id - S * M : id;
-    return {sm / M, sm % M, bwd};
-  }
+  int of(ComputeStep t) const { return ((t.backward ? S : 0) + t.segment) * M + t.micro_batch; }
 };
 
 // GPipe fill-drain: every forward, then every backward, in wavefront order
@@ -411,7 +405,8 @@ struct ComputeIds {
 void order_gpipe(SegmentGraph& tg, Scratch& sc) {
   const int S = static_cast<int>(tg.segments.size());
   const int M = tg.micro_batches();
-  tg.run_order.clear();
+  tg.run_order.resize(static_cast<size_t>(2) * S * M);  // every compute task once
+  ComputeStep* next = tg.run_order.data();
   // Stage r's segments: [stage_begin[r], stage_begin[r + 1]).
   sc.stage_begin.clear();
   for (int s = 0; s < S; ++s)
@@ -420,11 +415,11 @@ void order_gpipe(SegmentGraph& tg, Scratch& sc) {
   sc.stage_begin.push_back(S);
   for (int w = 0; w <= M + R - 2; ++w)
     for (int r = std::max(0, w - M + 1); r <= std::min(R - 1, w); ++r)
-      for (int s = sc.stage_begin[r]; s < sc.stage_begin[r + 1]; ++s) tg.run_order.push_back({s, w - r, false});
+      for (int s = sc.stage_begin[r]; s < sc.stage_begin[r + 1]; ++s) *next++ = {s, w - r, false};
   for (int w = 0; w <= M + R - 2; ++w)
     for (int q = std::max(0, w - M + 1); q <= std::min(R - 1, w); ++q)
       for (int s = sc.stage_begin[R - q] - 1; s >= sc.stage_begin[R - 1 - q]; --s)
-        tg.run_order.push_back({s, w - q, true});
+        *next++ = {s, w - q, true};
 }
 
 // How many micro-batches a device may start before its first backward
@@ -496,13 +491,14 @@ Priority priority_of(const SegmentGraph& tg, const Scratch& sc, bool interleaved
 // the two must agree with add_tasks (a task never counted down to zero makes
 // order_1f1b fail).
 template <typename Visit>
-void for_each_waiter(const SegmentGraph& tg, const ComputeIds& ids, ComputeStep t, Visit&& visit) {
+void for_each_waiter(const SegmentGraph& tg, ComputeStep t, Visit&& visit) {
   const Segment& seg = tg.segments[t.segment];
+  const int m = t.micro_batch;
   if (!t.backward) {
-    for (int next : seg.succs) visit(ids.forward(next, t.micro_batch));
-    visit(ids.backward(t.segment, t.micro_batch));
+    for (int next : seg.succs) visit(ComputeStep{next, m, false});
+    visit(ComputeStep{t.segment, m, true});
   } else if (tg.schedule != Schedule::al) {
-    for (int prev : seg.preds) visit(ids.backward(prev, t.micro_batch));
+    for (int prev : seg.preds) visit(ComputeStep{prev, m, true});
   }
 }
 int compute_waits(const SegmentGraph& tg, ComputeStep t) {
@@ -544,16 +540,18 @@ bool order_1f1b(SegmentGraph& tg, Scratch& sc, bool interleaved) {
   sc.started.assign(static_cast<size_t>(D) * M, 0);
   sc.in_flight.assign(D, 0);
   sc.waiting.resize(C);
-  auto make_ready = [&](int id) {
-    const ComputeStep t = ids.step(id);
-    sc.ready[tg.device(t.segment, t.micro_batch)].push_back({priority_of(tg, sc, interleaved, chunk, t), id});
+  auto make_ready = [&](ComputeStep t) {
+    sc.ready[tg.device(t.segment, t.micro_batch)].push_back({priority_of(tg, sc, interleaved, chunk, t), t});
   };
-  for (int id = 0; id < C; ++id) {
-    const ComputeStep t = ids.step(id);
-    ++sc.left[static_cast<size_t>(tg.device(t.segment, t.micro_batch)) * M + t.micro_batch];
-    sc.waiting[id] = compute_waits(tg, t);
-    if (sc.waiting[id] == 0) make_ready(id);
-  }
+  for (bool backward : {false, true})
+    for (int s = 0; s < S; ++s)
+      for (int m = 0; m < M; ++m) {
+        const ComputeStep t{s, m, backward};
+        ++sc.left[static_cast<size_t>(tg.device(s, m)) * M + m];
+        const int id = ids.of(t);
+        sc.waiting[id] = compute_waits(tg, t);
+        if (sc.waiting[id] == 0) make_ready(t);
+      }
   tg.run_order.clear();
   size_t remaining = C;
   while (remaining > 0) {
@@ -563,18 +561,18 @@ bool order_1f1b(SegmentGraph& tg, Scratch& sc, bool interleaved) {
       int at = -1;
       for (int k = 0; k < static_cast<int>(r.size()); ++k) {
         // A forward of a micro-batch the device has not started waits while its limit is reached.
-        if (r[k].priority.forward && !sc.started[static_cast<size_t>(d) * M + ids.step(r[k].task).micro_batch] &&
+        if (r[k].priority.forward && !sc.started[static_cast<size_t>(d) * M + r[k].task.micro_batch] &&
             sc.in_flight[d] >= limit[d])
           continue;
         if (at < 0 || r[k].priority < r[at].priority) at = k;
       }
       if (at < 0) continue;
-      const ComputeStep pick = ids.step(r[at].task);
+      const ComputeStep pick = r[at].task;
       r[at] = r.back();
       r.pop_back();
       tg.run_order.push_back(pick);
-      for_each_waiter(tg, ids, pick, [&](int w) {
-        if (--sc.waiting[w] == 0) sc.released.push_back(w);
+      for_each_waiter(tg, pick, [&](ComputeStep w) {
+        if (--sc.waiting[ids.of(w)] == 0) sc.released.push_back(w);
       });
       --remaining;
       progressed = true;
@@ -585,7 +583,7 @@ bool order_1f1b(SegmentGraph& tg, Scratch& sc, bool interleaved) {
       }
       if (--sc.left[dm] == 0) --sc.in_flight[d];
     }
-    for (int t : sc.released) make_ready(t);
+    for (ComputeStep t : sc.released) make_ready(t);
     sc.released.clear();
     // Nothing ran although tasks remain: every ready forward is held back by
     // its limit, and the next step would see the same state. Widen the limits.

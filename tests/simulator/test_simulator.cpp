@@ -974,3 +974,155 @@ TEST_CASE("al placements are refused, naming the field, where model and schedule
   CHECK(s.message().find("placement.layers[" + std::to_string(g.al_blocks[0].decoder) + "]") == 0);
   CHECK(validate_placement(al_blocks_on(g, {1, 0}, 2), g, c, 8).is_ok());
 }
+
+namespace {
+// A random DAG of n width-8 layers: each reads the one before it, and one in
+// three adds a skip from an earlier layer (so segments get several preds and succs).
+LayerGraph random_dag(int n, std::mt19937& rng) {
+  LayerGraph g;
+  g.name = "random_dag";
+  g.input_shape = {8};
+  add_layer(g, "fc0", "linear", {});
+  for (int i = 1; i < n; ++i) {
+    if (i >= 2 && rng() % 3 == 0)
+      add_layer(g, "add" + std::to_string(i), "add", {i - 1, static_cast<int>(rng() % (i - 1))});
+    else
+      add_layer(g, "fc" + std::to_string(i), "linear", {i - 1});
+  }
+  REQUIRE(infer_shapes(g).is_ok());
+  return g;
+}
+
+// Four devices of random speeds, random asymmetric links, some of them remote.
+Cluster random_cluster(std::mt19937& rng) {
+  Cluster c = devices(4);
+  std::uniform_real_distribution<double> u(0, 1);
+  for (Device& d : c.devices) {
+    d.speed = 0.25 + 0.75 * u(rng);
+    if (rng() % 4 == 0) d.where = "10.0.0.1:9000";
+  }
+  c.default_link.bandwidth_mbps = 0.01 + 0.1 * u(rng);
+  c.default_link.latency_ms = u(rng);
+  for (int a = 0; a < 4; ++a)
+    for (int b = 0; b < 4; ++b)
+      if (a != b && rng() % 2) c.links.push_back({c.devices[a].name, c.devices[b].name, 0.01 + 0.1 * u(rng), u(rng)});
+  return c;
+}
+
+// Random groups on random devices: either every layer in a random group
+// (non-contiguous: a device holds several segments), or contiguous runs
+// (a device may still hold several), some replicated (with weights now and
+// then); some recomputing.
+Placement random_hybrid(int layers, std::mt19937& rng) {
+  Placement p;
+  const int G = 1 + static_cast<int>(rng() % 5);
+  const bool scattered = rng() % 2;
+  for (int i = 0, grp = 0; i < layers; ++i) {
+    if (scattered) grp = static_cast<int>(rng() % G);
+    else if (i > 0 && grp < G - 1 && rng() % (layers / G + 1) == 0) ++grp;
+    p.layer_group.push_back(grp);
+  }
+  for (int grp = 0; grp < G; ++grp) {
+    std::vector<int> devs{0, 1, 2, 3};
+    std::shuffle(devs.begin(), devs.end(), rng);
+    p.group_device.push_back(devs[0]);
+    const int replicas = !scattered && rng() % 2 == 0 ? 1 + static_cast<int>(rng() % 2) : 0;
+    p.group_replicas.emplace_back(devs.begin() + 1, devs.begin() + 1 + replicas);
+    p.group_recompute.push_back(rng() % 4 == 0);
+  }
+  if (rng() % 3 == 0) {
+    p.group_replica_weights.resize(G);
+    for (int grp = 0; grp < G; ++grp)
+      if (!p.group_replicas[grp].empty())
+        for (size_t r = 0; r <= p.group_replicas[grp].size(); ++r) p.group_replica_weights[grp].push_back(1 + static_cast<int>(rng() % 3));
+  }
+  p.micro_batches = 1 + static_cast<int>(rng() % 8);
+  p.aggregation_every = rng() % 5 == 0 ? 3 : 1;
+  return p;
+}
+
+void check_same_report(const StepReport& fast, const StepReport& full) {
+  REQUIRE(fast.ok == full.ok);
+  if (!fast.ok) return;
+  CHECK(fast.step_ms == full.step_ms);
+  CHECK(fast.comm_fraction == full.comm_fraction);
+  REQUIRE(fast.devices.size() == full.devices.size());
+  for (size_t d = 0; d < fast.devices.size(); ++d) {
+    CHECK(fast.devices[d].busy_ms == full.devices[d].busy_ms);
+    CHECK(fast.devices[d].comm_ms == full.devices[d].comm_ms);
+    CHECK(fast.devices[d].idle_ms == full.devices[d].idle_ms);
+    CHECK(fast.devices[d].peak_memory_bytes == full.devices[d].peak_memory_bytes);
+  }
+}
+}  // namespace
+
+TEST_CASE("the segment replay (the search's path) gives the task graph's step on random DAGs, clusters and placements") {
+  std::mt19937 rng(17);
+  const Schedule schedules[] = {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved_1f1b};
+  int compared = 0, replicated = 0, several_preds = 0;
+  SegmentGraph reused;
+  for (int trial = 0; trial < 400; ++trial) {
+    LayerGraph g = random_dag(4 + static_cast<int>(rng() % 14), rng);
+    Cluster c = random_cluster(rng);
+    Calibration cal = default_calibration();
+    cal.first_task_overhead_ms = 0.3 * (rng() % 2);
+    cal.update_ms_per_param_mb = 5;
+    cal.concurrency_slowdown = 0.1 * (rng() % 2);
+    auto cost = CostModel::build(g, c, flat_library(g, 1, 1.0, 2.0), cal);
+    REQUIRE(cost.is_ok());
+    Placement p = random_hybrid(static_cast<int>(g.layers.size()), rng);
+    p.schedule = schedules[rng() % 3];
+    auto tg = build_task_graph(g, p, c, 16);
+    if (!tg) continue;
+    REQUIRE(build_segment_graph_into(g, p, c, 16, reused).is_ok());
+    for (bool per_device : {true, false}) {
+      SimulateOptions o;
+      o.send_queue_per_device = per_device;
+      o.timeline = false;
+      check_same_report(simulate_segments(reused, *cost, o), simulate(*tg, *cost, o));
+      ++compared;
+    }
+    replicated += !tg->replicated_groups.empty();
+    for (const Segment& s : tg->segments) several_preds += s.preds.size() > 1;
+  }
+  CHECK(compared > 600);
+  CHECK(replicated > 100);
+  CHECK(several_preds > 50);
+  // Associated Learning: no gradient crosses blocks.
+  LayerGraph al = al_chain();
+  for (int trial = 0; trial < 30; ++trial) {
+    Cluster c = random_cluster(rng);
+    auto cost = CostModel::build(al, c, flat_library(al, 1, 1.0, 2.0));
+    REQUIRE(cost.is_ok());
+    Placement p = al_blocks_on(al, {static_cast<int>(rng() % 4), static_cast<int>(rng() % 4)}, 1 + static_cast<int>(rng() % 4));
+    auto tg = build_task_graph(al, p, c, 8);
+    REQUIRE_MESSAGE(tg.is_ok(), tg.error_message());
+    REQUIRE(build_segment_graph_into(al, p, c, 8, reused).is_ok());
+    SimulateOptions o;
+    o.timeline = false;
+    check_same_report(simulate_segments(reused, *cost, o), simulate(*tg, *cost, o));
+  }
+}
+
+TEST_CASE("Simulator::evaluate without a timeline (the segment replay) reports what it does with one") {
+  std::mt19937 rng(29);
+  LayerGraph g = random_dag(12, rng);
+  Cluster c = random_cluster(rng);
+  auto cost = CostModel::build(g, c, flat_library(g, 1, 1.0, 2.0));
+  REQUIRE(cost.is_ok());
+  Simulator sim(g, c, *cost, 16);
+  int ok = 0;
+  for (int trial = 0; trial < 100; ++trial) {
+    Placement p = random_hybrid(12, rng);
+    p.schedule = rng() % 2 ? Schedule::gpipe : Schedule::one_f_one_b;
+    SimulateOptions search;
+    search.timeline = false;
+    const StepReport fast = sim.evaluate(p, search);
+    const StepReport full = sim.evaluate(p);
+    CHECK(fast.failure_kind == full.failure_kind);
+    CHECK(fast.timeline.empty());
+    check_same_report(fast, full);
+    ok += fast.ok;
+  }
+  CHECK(ok > 50);
+}
