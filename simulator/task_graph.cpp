@@ -540,8 +540,11 @@ bool order_1f1b(SegmentGraph& tg, Scratch& sc, bool interleaved) {
   sc.started.assign(static_cast<size_t>(D) * M, 0);
   sc.in_flight.assign(D, 0);
   sc.waiting.resize(C);
+  // A device's ready list is kept sorted, the first by priority last.
   auto make_ready = [&](ComputeStep t) {
-    sc.ready[tg.device(t.segment, t.micro_batch)].push_back({priority_of(tg, sc, interleaved, chunk, t), t});
+    std::vector<ReadyTask>& r = sc.ready[tg.device(t.segment, t.micro_batch)];
+    r.push_back({priority_of(tg, sc, interleaved, chunk, t), t});
+    for (size_t k = r.size() - 1; k > 0 && r[k - 1].priority < r[k].priority; --k) std::swap(r[k - 1], r[k]);
   };
   for (bool backward : {false, true})
     for (int s = 0; s < S; ++s)
@@ -558,18 +561,15 @@ bool order_1f1b(SegmentGraph& tg, Scratch& sc, bool interleaved) {
     bool progressed = false;
     for (int d = 0; d < D; ++d) {
       std::vector<ReadyTask>& r = sc.ready[d];
-      int at = -1;
-      for (int k = 0; k < static_cast<int>(r.size()); ++k) {
-        // A forward of a micro-batch the device has not started waits while its limit is reached.
-        if (r[k].priority.forward && !sc.started[static_cast<size_t>(d) * M + r[k].task.micro_batch] &&
-            sc.in_flight[d] >= limit[d])
-          continue;
-        if (at < 0 || r[k].priority < r[at].priority) at = k;
-      }
+      // The first ready task by priority that may run: a forward of a micro-batch the
+      // device has not started waits while its limit is reached.
+      const bool full = sc.in_flight[d] >= limit[d];
+      int at = static_cast<int>(r.size()) - 1;
+      while (at >= 0 && full && r[at].priority.forward && !sc.started[static_cast<size_t>(d) * M + r[at].task.micro_batch])
+        --at;
       if (at < 0) continue;
       const ComputeStep pick = r[at].task;
-      r[at] = r.back();
-      r.pop_back();
+      r.erase(r.begin() + at);
       tg.run_order.push_back(pick);
       for_each_waiter(tg, pick, [&](ComputeStep w) {
         if (--sc.waiting[ids.of(w)] == 0) sc.released.push_back(w);
