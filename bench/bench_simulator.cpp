@@ -1,8 +1,8 @@
 // bench/bench_simulator.cpp — simulator evaluations per second (Google Benchmark, one thread).
 //
 // One "evaluation" = placement -> StepReport: validate, check memory, build the
-// task graph, replay it (SimulatorEvaluator::evaluate, timeline off as in a
-// search). Costs come from estimated_library (multiply-adds), which does not
+// segments and the schedule's run order, replay them (SimulatorEvaluator::evaluate,
+// timeline off as in a search: simulate_segments; no task is built). Costs come from estimated_library (multiply-adds), which does not
 // change the amount of work. Placements: the 4-stage uniform split (contiguous),
 // random layer -> device assignments (non-contiguous: many segments), hybrid
 // placements (2 or 3 contiguous stages over the 4 devices, one stage
@@ -217,7 +217,7 @@ void BM_alexnet_simulate_only(benchmark::State& state) {
 BENCHMARK(BM_alexnet_build_task_graph);
 BENCHMARK(BM_alexnet_simulate_only);
 
-// The parts of one branch-parallel inception_v3 evaluation, buffers reused as in a search.
+// The task graph's path (a timeline, the runtime): build the tasks, replay them; buffers reused.
 void BM_inception_v3_branch_parallel_build_only(benchmark::State& state) {
   Fixture& f = fixture("inception_v3");
   TaskGraph tg;
@@ -248,8 +248,31 @@ void BM_inception_v3_branch_parallel_validate_and_memory(benchmark::State& state
   }
   state.SetItemsProcessed(state.iterations());
 }
+// The search's two parts: the segments and run order, then their replay.
+void BM_inception_v3_branch_parallel_segments_only(benchmark::State& state) {
+  Fixture& f = fixture("inception_v3");
+  SegmentGraph sg;
+  size_t i = 0;
+  for (auto _ : state) {
+    Status s = build_segment_graph_into(f.graph, f.branch_parallel[i++ % f.branch_parallel.size()], f.cluster, 32, sg);
+    benchmark::DoNotOptimize(s.ok());
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+void BM_inception_v3_branch_parallel_segment_replay_only(benchmark::State& state) {
+  Fixture& f = fixture("inception_v3");
+  SegmentGraph sg;
+  if (!build_segment_graph_into(f.graph, f.branch_parallel[0], f.cluster, 32, sg)) state.SkipWithError("no graph");
+  for (auto _ : state) {
+    StepReport r = simulate_segments(sg, f.ev->cost(), {false});
+    benchmark::DoNotOptimize(r.step_ms);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
 BENCHMARK(BM_inception_v3_branch_parallel_build_only);
 BENCHMARK(BM_inception_v3_branch_parallel_simulate_only);
+BENCHMARK(BM_inception_v3_branch_parallel_segments_only);
+BENCHMARK(BM_inception_v3_branch_parallel_segment_replay_only);
 BENCHMARK(BM_inception_v3_branch_parallel_validate_and_memory);
 
 // What a proposal that recomputing does not fit costs the measurer before it

@@ -1,7 +1,9 @@
 // simulator/task_graph.h — one training step as tasks: the contract between the
 // simulator and the runtime ("one task graph, two executors", DESIGN.md).
 //
-// Owns `TaskGraph`, built from (layer graph, placement, cluster, batch size):
+// Owns `SegmentGraph` (the segments, their edges and the schedule's run order
+// of compute steps) and `TaskGraph`, which extends it with the tasks; both
+// built from (layer graph, placement, cluster, batch size):
 //  * segments: maximal runs of consecutive layers (in the graph's topological
 //    order) that run on the same devices: one device, or one replicated group's
 //    replica set. A replicated group's segments hold only that group's layers;
