@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "common/checked_math.h"
 #include "core/cluster.h"
 #include "core/placement.h"
 #include "model/layer_graph.h"
@@ -31,32 +32,117 @@ double additive_raw_ms(const CostModel& cost, int d, int l, int64_t samples, boo
   return t1 + slope * static_cast<double>(samples - b1);
 }
 
-class BoundTerms {
+// Which devices can hold each layer alone (its training state and one
+// sample's activations: core's memory rule), and what a layer keeps wherever
+// it runs. Memory only: no costs.
+class LayerHolders {
  public:
-  BoundTerms(const LayerGraph& g, const Cluster& c, const CostModel& cost, int64_t batch)
-      : g_(g), cost_(cost), batch_(batch), L_(static_cast<int>(g.layers.size())), D_(c.num_devices()) {
-    const Calibration& cal = cost.calibration();
-    const StageMemory mem(g);
-    holds_.assign(static_cast<size_t>(L_) * D_, 0);
-    held_bytes_.resize(L_);
+  LayerHolders(const LayerGraph& graph, const Cluster& c)
+      : g_(graph), L_(static_cast<int>(graph.layers.size())), D_(c.num_devices()) {
+    const StageMemory mem(graph);
+    holds.assign(static_cast<size_t>(L_) * D_, 0);
+    state_bytes.resize(L_);
     for (int l = 0; l < L_; ++l) {
-      held_bytes_[l] = training_state_bytes(g.layers[l].param_bytes()) + kept_bytes_per_sample(g, l);
-      for (int d = 0; d < D_; ++d) holds_[idx(l, d)] = mem.fits(c.devices[d], l, l + 1, 1, 1);
+      state_bytes[l] = training_state_bytes(graph.layers[l].param_bytes());
+      for (int d = 0; d < D_; ++d) holds[idx(l, d)] = mem.fits(c.devices[d], l, l + 1, 1, 1);
     }
-    overhead_.resize(D_);
-    for (int d = 0; d < D_; ++d) overhead_[d] = 2 * cal.layer_overhead_ms * cost.inverse_speed(d);
-    work_terms();
-    share_caps(c);
   }
 
   // Index of a layer that no device holds, or -1.
   int unplaceable_layer() const {
     for (int l = 0; l < L_; ++l) {
       bool any = false;
-      for (int d = 0; d < D_; ++d) any = any || holds_[idx(l, d)];
+      for (int d = 0; d < D_; ++d) any = any || holds[idx(l, d)];
       if (!any) return l;
     }
     return -1;
+  }
+
+  // Devices too small together for the layers only they can hold. Each layer
+  // keeps its weights, gradients and momentum (SGD's state, the least any
+  // optimizer keeps) whole on every device that runs it, so for any set of
+  // devices the layers that no other device holds must fit their state into
+  // that set's memory. Checked for the sets "the k largest devices", k = 1..D
+  // (the sets a layer's holders form, since what fits depends on memory; k = D
+  // is the whole model against the whole cluster). Returns why not, or "".
+  std::string crowded(const Cluster& c) const {
+    std::vector<int> by_memory(D_);
+    for (int d = 0; d < D_; ++d) by_memory[d] = d;
+    std::stable_sort(by_memory.begin(), by_memory.end(),
+                     [&](int a, int b) { return c.devices[a].memory_mb > c.devices[b].memory_mb; });
+    std::vector<int> rank(D_);
+    for (int k = 0; k < D_; ++k) rank[by_memory[k]] = k;
+    // Per layer: the rank of its smallest holder (it is confined to the k largest devices for k above it).
+    std::vector<std::vector<int>> confined(D_);
+    for (int l = 0; l < L_; ++l) {
+      int last = -1;
+      for (int d = 0; d < D_; ++d)
+        if (holds[idx(l, d)]) last = std::max(last, rank[d]);
+      if (last >= 0) confined[last].push_back(l);
+    }
+    int64_t need = 0, room = 0;
+    std::vector<int> layers;
+    for (int k = 0; k < D_; ++k) {
+      room = sat_add(room, device_memory_bytes(c.devices[by_memory[k]]));
+      for (int l : confined[k]) {
+        need = sat_add(need, state_bytes[l]);
+        layers.push_back(l);
+      }
+      if (need > room) return crowded_message(c, layers, {by_memory.begin(), by_memory.begin() + k + 1}, need);
+    }
+    return "";
+  }
+
+  std::vector<char> holds;           // [layer x device]
+  std::vector<int64_t> state_bytes;  // per layer: training state (sgd's)
+
+ private:
+  size_t idx(int l, int d) const { return static_cast<size_t>(l) * D_ + d; }
+
+  std::string crowded_message(const Cluster& c, std::vector<int> layers, const std::vector<int>& devices,
+                              int64_t need) const {
+    std::sort(layers.begin(), layers.end(), [&](int a, int b) { return state_bytes[a] > state_bytes[b]; });
+    auto listed = [](const std::vector<std::string>& names) {
+      std::string out;
+      const size_t shown = std::min<size_t>(names.size(), 3);
+      for (size_t k = 0; k < shown; ++k) out += (k ? ", '" : "'") + names[k] + "'";
+      if (names.size() > shown) out += " and " + std::to_string(names.size() - shown) + " more";
+      return out;
+    };
+    std::vector<std::string> layer_names, device_names;
+    for (int l : layers) layer_names.push_back(g_.layers[l].name);
+    int64_t memory_mb = 0;
+    for (int d : devices) {
+      device_names.push_back(c.devices[d].name);
+      memory_mb = sat_add(memory_mb, c.devices[d].memory_mb);
+    }
+    const bool all = static_cast<int>(devices.size()) == D_;
+    return std::string(all ? "the model's " : "") + std::to_string(layers.size()) + " layer" +
+           (layers.size() == 1 ? " " : "s ") + listed(layer_names) +
+           (all ? " need" : std::string(layers.size() == 1 ? " fits" : " fit") + " only on " + listed(device_names) +
+                                " and need") +
+           " " + std::to_string(need >> 20) + " MiB for their weights, gradients and optimizer state alone; " +
+           (all ? "the devices have " : devices.size() == 1 ? "it has " : "those devices have ") +
+           "memory_mb " + std::to_string(memory_mb) + (devices.size() > 1 ? " together" : "");
+  }
+
+  const LayerGraph& g_;
+  int L_, D_;
+};
+
+class BoundTerms {
+ public:
+  BoundTerms(const LayerGraph& g, const Cluster& c, const CostModel& cost, int64_t batch)
+      : g_(g), cost_(cost), batch_(batch), L_(static_cast<int>(g.layers.size())), D_(c.num_devices()) {
+    const Calibration& cal = cost.calibration();
+    const LayerHolders holders(g, c);
+    holds_ = holders.holds;
+    held_bytes_.resize(L_);
+    for (int l = 0; l < L_; ++l) held_bytes_[l] = holders.state_bytes[l] + kept_bytes_per_sample(g, l);
+    overhead_.resize(D_);
+    for (int d = 0; d < D_; ++d) overhead_[d] = 2 * cal.layer_overhead_ms * cost.inverse_speed(d);
+    work_terms();
+    share_caps(c);
   }
 
   double work(int m) const { return (batch_ * unit_work_ + L_ * m * min_overhead_per_unit_) / capacity_; }
@@ -260,15 +346,9 @@ class BoundTerms {
 
 }  // namespace
 
-Result<StepLowerBound> step_lower_bound(const LayerGraph& g, const Cluster& c, const CostModel& cost,
-                                        int64_t batch_size) {
-  if (g.layers.empty()) return Status::error("model: has no layers");
-  if (c.devices.empty()) return Status::error("cluster.devices: must not be empty");
-  if (batch_size < 1) return Status::error("batch_size: must be at least 1");
-  if (cost.num_devices() != c.num_devices() || cost.num_layers() != static_cast<int>(g.layers.size()))
-    return Status::error("lower bound: the cost model was built for another model or cluster");
-  const BoundTerms terms(g, c, cost, batch_size);
-  if (int l = terms.unplaceable_layer(); l >= 0) {
+Status memory_admits_placement(const LayerGraph& g, const Cluster& c) {
+  const LayerHolders holders(g, c);
+  if (int l = holders.unplaceable_layer(); l >= 0) {
     const StageMemory mem(g);
     int64_t largest = 0;
     std::string largest_name;
@@ -281,6 +361,19 @@ Result<StepLowerBound> step_lower_bound(const LayerGraph& g, const Cluster& c, c
                          " MiB for one sample (weights, gradients, optimizer state and activations); the largest "
                          "device, '" + largest_name + "', has memory_mb " + std::to_string(largest));
   }
+  if (std::string why = holders.crowded(c); !why.empty()) return Status::error(why);
+  return Status::ok();
+}
+
+Result<StepLowerBound> step_lower_bound(const LayerGraph& g, const Cluster& c, const CostModel& cost,
+                                        int64_t batch_size) {
+  if (g.layers.empty()) return Status::error("model: has no layers");
+  if (c.devices.empty()) return Status::error("cluster.devices: must not be empty");
+  if (batch_size < 1) return Status::error("batch_size: must be at least 1");
+  if (cost.num_devices() != c.num_devices() || cost.num_layers() != static_cast<int>(g.layers.size()))
+    return Status::error("lower bound: the cost model was built for another model or cluster");
+  if (Status fits = memory_admits_placement(g, c); !fits) return fits;
+  const BoundTerms terms(g, c, cost, batch_size);
   // Smallest m with work(m) >= chain(m); work rises with m, chain falls.
   const int max_m = static_cast<int>(std::min<int64_t>(batch_size, 1 << 30));
   int lo = 1, hi = max_m + 1;

@@ -64,7 +64,16 @@ struct StepLowerBound {
   std::string basis;  // one line: what it is a bound under
 };
 
-// Errors: a layer no device can hold (naming the layer, its size and the largest device).
+// Whether the devices' memory admits any placement, by two necessary
+// conditions (memory only, no costs: a job checks it before profiling): every
+// layer fits some device alone (else an error naming the layer, its size and
+// the largest device), and for every k the layers that only the k largest
+// devices hold keep their weights, gradients and momentum within those
+// devices' memory together (else an error naming the layers, the devices, the
+// bytes and the memory). ok does not promise that a placement fits.
+Status memory_admits_placement(const LayerGraph& g, const Cluster& c);
+
+// Errors: memory_admits_placement's.
 Result<StepLowerBound> step_lower_bound(const LayerGraph& g, const Cluster& c, const CostModel& cost,
                                         int64_t batch_size);
 

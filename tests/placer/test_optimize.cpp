@@ -139,10 +139,11 @@ TEST_CASE("a job where no placement fits says why: the layer no device holds, el
   for (const char* name : {"fc1", "fc2", "fc3"})
     layers.push_back({{"name", name}, {"op", "linear"}, {"inputs", {layers.back()["name"]}}, {"attrs", {{"out", 2048}}}});
   std::vector<std::string> phases;
-  auto job = [&](int memory_mb) {
+  auto job = [&](int memory_mb, int b_memory_mb = 0) {
     phases.clear();
     json devices = json::array();
-    for (const char* name : {"a", "b"}) devices.push_back({{"name", name}, {"memory_mb", memory_mb}});
+    for (const char* name : {"a", "b"})
+      devices.push_back({{"name", name}, {"memory_mb", *name == 'b' && b_memory_mb ? b_memory_mb : memory_mb}});
     json body = {{"model", {{"name", "wide"}, {"input_shape", {16}}, {"layers", layers}}},
                  {"cluster", {{"devices", devices}}},
                  {"options", {{"iterations", 5}, {"batch_size", 4}, {"verify", false}, {"costs", "estimated"}}}};
@@ -160,7 +161,16 @@ TEST_CASE("a job where no placement fits says why: the layer no device holds, el
   CHECK(none.error_message().find("memory_mb 32") != std::string::npos);
   CHECK_FALSE(reached("baselines"));
   CHECK_FALSE(reached("optimizing"));
-  // 96 MiB devices: each layer fits one, but no device holds two of the three: the DP planner says so.
+  // 80 and 40 MiB: only a holds fc1, fc2 or fc3, and their training state alone takes 144 MiB:
+  // said before profiling, naming the layers, the device and its memory.
+  auto crowded = job(80, 40);
+  REQUIRE_FALSE(crowded.is_ok());
+  CHECK_MESSAGE(crowded.error_message().rfind("no placement fits: 3 layers 'fc1', 'fc2', 'fc3' fit only on 'a'", 0) == 0,
+                crowded.error_message());
+  CHECK(crowded.error_message().find("it has memory_mb 80") != std::string::npos);
+  CHECK(phases.empty());
+  // 96 MiB devices: each layer fits one, but no device holds two of the three (their buffers
+  // besides the training state): the memory's necessary conditions hold, the DP planner says so.
   auto split = job(96);
   REQUIRE_FALSE(split.is_ok());
   CHECK(split.error_message().rfind("no placement fits", 0) == 0);

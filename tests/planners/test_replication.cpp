@@ -460,3 +460,70 @@ TEST_CASE("a layer no device can hold: the bound and every planner say which lay
     CHECK_MESSAGE(p.error_message().find("'small' has memory_mb 2") != std::string::npos, name << ": " << p.error_message());
   }
 }
+
+TEST_CASE("layers that only one device holds, too many for it together: the bound says which layers and which device") {
+  // fc1 and fc2 (512 x 512) keep 3 MiB of weights, gradients and momentum each;
+  // "big" holds either one but not both, "small" neither.
+  LayerGraph g = linear_chain({512, 512, 512, 10});
+  Cluster c;
+  c.devices = {Device{"small", "cpu", 1, 2}, Device{"big", "cpu", 1, 5}};
+  LayerLibrary lib = test::flat_library(g, 8, 1, 1);
+  Case cs(g, c, {lib}, 8);
+  auto bound = step_lower_bound(cs.g, cs.c, cs.cost, 8);
+  REQUIRE_FALSE(bound.is_ok());
+  const std::string why = bound.error_message();
+  CHECK_MESSAGE(why.find("'fc1'") != std::string::npos, why);
+  CHECK(why.find("'fc2'") != std::string::npos);
+  CHECK(why.find("only on 'big'") != std::string::npos);
+  CHECK(why.find("memory_mb 5") != std::string::npos);
+  SimulatorEvaluator ev = cs.evaluator();
+  CHECK_FALSE(run_planner("exhaustive", cs.ctx, ev).is_ok());
+  // With room for both on big, the bound stands and a placement fits.
+  cs.c.devices[1].memory_mb = 16;
+  Case roomy(g, cs.c, {lib}, 8);
+  REQUIRE(step_lower_bound(roomy.g, roomy.c, roomy.cost, 8).is_ok());
+  SimulatorEvaluator ev2 = roomy.evaluator();
+  CHECK(run_planner("exhaustive", roomy.ctx, ev2).is_ok());
+}
+
+TEST_CASE("a model larger than the whole cluster: the bound says so before any search") {
+  LayerGraph g = linear_chain({512, 512, 512, 512, 512, 512, 10});  // five 3 MiB layers, each fits any device
+  Cluster c;
+  c.devices = {Device{"a", "cpu", 1, 5}, Device{"b", "cpu", 1, 5}, Device{"c", "cpu", 1, 5}};
+  LayerLibrary lib = test::flat_library(g, 8, 1, 1);
+  Case cs(g, c, {lib}, 8);
+  auto bound = step_lower_bound(cs.g, cs.c, cs.cost, 8);
+  REQUIRE_FALSE(bound.is_ok());
+  CHECK_MESSAGE(bound.error_message().find("the model's 7 layers") == 0, bound.error_message());
+  CHECK(bound.error_message().find("memory_mb 15 together") != std::string::npos);
+}
+
+TEST_CASE("the bound refuses only problems no placement fits (random chains and clusters against exhaustive search)") {
+  std::mt19937 rng(41);
+  const int64_t widths[] = {16, 128, 256, 512, 768};
+  int refused = 0, crowded = 0, placed = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    std::vector<int64_t> w;
+    const int L = 3 + static_cast<int>(rng() % 4);
+    for (int i = 0; i < L; ++i) w.push_back(widths[rng() % 5]);
+    LayerGraph g = linear_chain(w);
+    Cluster c;
+    const int D = 2 + static_cast<int>(rng() % 2);
+    for (int d = 0; d < D; ++d) c.devices.push_back(Device{"d" + std::to_string(d), "cpu", 1, 1 + static_cast<int64_t>(rng() % 10)});
+    LayerLibrary lib = test::flat_library(g, 8, 1, 1);
+    Case cs(g, c, {lib}, 8);
+    auto bound = step_lower_bound(cs.g, cs.c, cs.cost, 8);
+    SimulatorEvaluator ev = cs.evaluator();
+    auto best = run_planner("exhaustive", cs.ctx, ev);
+    if (!bound) {
+      ++refused;
+      crowded += bound.error_message().find("optimizer state alone") != std::string::npos;
+      CHECK_MESSAGE(!best.is_ok(), bound.error_message());
+    } else {
+      placed += best.is_ok();
+    }
+  }
+  MESSAGE(refused << " refused (" << crowded << " for devices too small together), " << placed << " placed of 300");
+  CHECK(crowded >= 8);
+  CHECK(placed >= 10);
+}
