@@ -14,7 +14,7 @@ struct DeviceTally {
   double busy_ms = 0, comm_ms = 0;
   double prev_end = 0;        // end of its previous compute task
   int64_t live = 0, peak = 0;  // activation and received bytes held
-  int last_compute = -1;      // in-order replay: its latest compute task
+  int last_compute = -1;      // its latest compute task (the segment replay: its segment); -1 before the first
   size_t next = 0;            // in-order replay: position in its device_order
 };
 
@@ -145,10 +145,11 @@ __attribute__((always_inline)) inline void tally_compute(DeviceTally& d, const W
   }
 }
 
-// Per device: whether it runs a compute task.
-void devices_used(const SegmentGraph& sg, std::vector<char>& used) {
+// Per device: whether it runs a compute task (filled into `used`, returned).
+const std::vector<char>& devices_used(const SegmentGraph& sg, std::vector<char>& used) {
   used.assign(sg.num_devices, 0);
   for (int d : sg.device_at) used[d] = 1;
+  return used;
 }
 
 // One replay: start and end of every task, then the step.
@@ -409,7 +410,7 @@ class Replay {
 class SegmentReplay {
  public:
   SegmentReplay(const SegmentGraph& sg, const CostModel& cost, const SimulateOptions& options, Workspace& ws)
-      : sg_(sg), cost_(cost), ws_(ws), costs_(sg, cost, ws, (devices_used(sg, ws.used), ws.used)),
+      : sg_(sg), cost_(cost), ws_(ws), costs_(sg, cost, ws, devices_used(sg, ws.used)),
         M_(sg.micro_batches()), Q_(options.send_queue_per_device ? 1 : sg.num_devices) {}
 
   // Fills ws.tally and ws.drained. False when the run order puts a step before an input's producer.
@@ -500,7 +501,7 @@ class SegmentReplay {
   double finish(int s, int m, bool backward, int d, const Inputs& in) {
     DeviceTally& tally = ws_.tally[d];
     const bool first_on_device = tally.last_compute < 0;
-    tally.last_compute = 0;
+    tally.last_compute = s;
     const double end =
         in.start + costs_.of(s, m, backward, d) + (first_on_device ? cost_.first_task_ms(d) : 0.0);
     tally_compute(tally, ws_.segment[s], !backward, in.remote, in.received, sg_.micro_batch_sizes[m], in.start, end);
