@@ -6,12 +6,15 @@
 // Properties: no crash, no exception and no undefined behaviour; a placement
 // that parses writes back (placement_to_json) to one that parses to the same
 // document; one that also validates (batch 32) has a memory estimate per
-// device and a memory verdict.
+// device and a memory verdict, and the simulator's search path (no tasks
+// built, simulate_segments) reports what its task graph's replay reports.
 // Seeds: schemas/examples/placement/{valid,invalid}, examples/placement_*.json.
 #include "core/cluster.h"
 #include "core/placement.h"
 #include "fuzz_support.h"
+#include "model/layer_library.h"
 #include "model/model_json.h"
+#include "simulator/simulator.h"
 
 using namespace tapp;
 
@@ -36,6 +39,30 @@ const Cluster& fixed_cluster() {
   return c;
 }
 
+// The simulator of the fixed model and cluster, costs estimated.
+Simulator& fixed_simulator() {
+  static Simulator sim(fixed_model(), fixed_cluster(),
+                       *CostModel::build(fixed_model(), fixed_cluster(), estimated_library(fixed_model(), kBatchSize)),
+                       kBatchSize);
+  return sim;
+}
+
+// The search's evaluation (no timeline: the segment replay) against the task graph's.
+void check_search_path(const Placement& p, const std::string& doc) {
+  SimulateOptions search;
+  search.timeline = false;
+  const StepReport fast = fixed_simulator().evaluate(p, search);
+  const StepReport full = fixed_simulator().evaluate(p);
+  FUZZ_CHECK(fast.ok == full.ok && fast.failure_kind == full.failure_kind,
+             "the search's path and the task graph's disagree on whether it runs: " + doc);
+  if (!fast.ok) return;
+  bool same = fast.step_ms == full.step_ms && fast.devices.size() == full.devices.size();
+  for (size_t d = 0; same && d < fast.devices.size(); ++d)
+    same = fast.devices[d].busy_ms == full.devices[d].busy_ms && fast.devices[d].comm_ms == full.devices[d].comm_ms &&
+           fast.devices[d].peak_memory_bytes == full.devices[d].peak_memory_bytes;
+  FUZZ_CHECK(same, "the search's path and the task graph's report different steps: " + doc);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -54,5 +81,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(bytes.size() == static_cast<size_t>(c.num_devices()), "one memory estimate per device");
   for (int64_t b : bytes) FUZZ_CHECK(b >= 0, "a negative memory estimate: " + written.dump());
   (void)check_memory(*placement, g, c, kBatchSize);
+  check_search_path(*placement, written.dump());
   return 0;
 }
