@@ -347,6 +347,7 @@ class BoundTerms {
 }  // namespace
 
 Status memory_admits_placement(const LayerGraph& g, const Cluster& c) {
+  if (c.devices.empty()) return Status::error("cluster.devices: must not be empty");
   const LayerHolders holders(g, c);
   if (int l = holders.unplaceable_layer(); l >= 0) {
     const StageMemory mem(g);
