@@ -401,10 +401,10 @@ class Replay {
 
 // The search's replay: the step that Replay gives for the task graph
 // build_task_graph makes of `sg`, with no task built. A compute step's inputs
-// are its segment's edges (the producer's end, or the end of the transfer
-// that brings its output when the two run on different devices); its sends,
-// the edges to other devices, in the order add_tasks posts them; the
-// allreduces close each participant's send queue. No timeline, no per-task
+// and sends are those add_tasks makes tasks of (for_each_input,
+// for_each_send): an input is there when its producer ends, or the transfer
+// that brings it where the two run on different devices; the allreduces close
+// each participant's send queue. No timeline, no per-task
 // times. tests/simulator/test_simulator.cpp checks it against the task graph's
 // replay on random placements.
 class SegmentReplay {
@@ -424,7 +424,8 @@ class SegmentReplay {
     ws_.queue_end.assign(static_cast<size_t>(sg_.num_devices) * Q_, 0.0);  // 0: empty (a send starts >= 0)
     ws_.tally.assign(sg_.num_devices, DeviceTally{});
     for (const ComputeStep& step : sg_.run_order)
-      if (!(step.backward ? run_backward(step.segment, step.micro_batch) : run_forward(step.segment, step.micro_batch)))
+      if (!(step.backward ? run_step<true>(step.segment, step.micro_batch)
+                          : run_step<false>(step.segment, step.micro_batch)))
         return false;
     drain();
     return true;
@@ -450,50 +451,34 @@ class SegmentReplay {
     }
   };
 
-  bool run_forward(int s, int m) {
-    const int d = sg_.device_at[at(s, m)];
+  // A compute step: it starts when its device is free and its inputs are
+  // there (for_each_input, and a backward's own forward), then posts its sends.
+  // (One instance per direction: the direction's tests fold away in the loop.)
+  template <bool Backward>
+  bool run_step(int s, int m) {
+    const ComputeStep t{s, m, Backward};
+    const size_t M = static_cast<size_t>(M_);
+    const int d = sg_.device_at[s * M + m];
     const int64_t samples = sg_.micro_batch_sizes[m];
+    const SegmentEdge* edges = sg_.edges.data();
+    // A forward's inputs are activations (its producers' forwards), a backward's
+    // gradients; [segment or edge x M] tables, at this micro-batch.
+    const double* produced = (Backward ? ws_.backward_end : ws_.forward_end).data() + m;
+    double* transferred = (Backward ? ws_.gradient_end : ws_.activation_end).data() + m;
     Inputs in{ws_.tally[d].prev_end};
-    for (int k = sg_.pred_begin[s]; k < sg_.pred_begin[s + 1]; ++k) {
-      const int e = sg_.pred_edges[k];
-      const SegmentEdge& edge = sg_.edges[e];
-      if (sg_.device_at[at(edge.from, m)] == d)
-        in.local(ws_.forward_end[at(edge.from, m)]);
+    for_each_input(sg_, t, [&](int e, int peer, bool remote) {
+      if (remote)
+        in.arrived(transferred[e * M], edges[e].bytes_per_sample * samples);
       else
-        in.arrived(ws_.activation_end[at(e, m)], edge.bytes_per_sample * samples);
-    }
+        in.local(produced[peer * M]);
+    });
+    if (Backward) in.local(ws_.forward_end[s * M + m]);
     if (in.earliest < 0) return false;
-    const double end = finish(s, m, false, d, in);
-    ws_.forward_end[at(s, m)] = end;
-    for (int e = sg_.succ_begin[s]; e < sg_.succ_begin[s + 1]; ++e) {
-      const int there = sg_.device_at[at(sg_.edges[e].to, m)];
-      if (there != d) ws_.activation_end[at(e, m)] = send(d, there, end, sg_.edges[e].bytes_per_sample * samples);
-    }
-    return true;
-  }
-
-  // AL: a block's backward starts from its own local loss; no gradient comes or goes.
-  bool run_backward(int s, int m) {
-    const int d = sg_.device_at[at(s, m)];
-    const int64_t samples = sg_.micro_batch_sizes[m];
-    const bool local = sg_.schedule == Schedule::al;
-    Inputs in{ws_.tally[d].prev_end};
-    for (int e = sg_.succ_begin[s]; e < sg_.succ_begin[s + 1] && !local; ++e) {
-      const int to = sg_.edges[e].to;
-      if (sg_.device_at[at(to, m)] == d)
-        in.local(ws_.backward_end[at(to, m)]);
-      else
-        in.arrived(ws_.gradient_end[at(e, m)], sg_.edges[e].bytes_per_sample * samples);
-    }
-    in.local(ws_.forward_end[at(s, m)]);
-    if (in.earliest < 0) return false;
-    const double end = finish(s, m, true, d, in);
-    ws_.backward_end[at(s, m)] = end;
-    for (int k = sg_.pred_begin[s]; k < sg_.pred_begin[s + 1] && !local; ++k) {
-      const int e = sg_.pred_edges[k];
-      const int there = sg_.device_at[at(sg_.edges[e].from, m)];
-      if (there != d) ws_.gradient_end[at(e, m)] = send(d, there, end, sg_.edges[e].bytes_per_sample * samples);
-    }
+    const double end = finish(s, m, Backward, d, in);
+    (Backward ? ws_.backward_end : ws_.forward_end)[s * M + m] = end;
+    for_each_send(sg_, t, [&](int e, int there) {
+      transferred[e * M] = send(d, there, end, edges[e].bytes_per_sample * samples);
+    });
     return true;
   }
 

@@ -276,15 +276,11 @@ void add_tasks(TaskGraph& tg, Scratch& sc) {
   sc.backward_id.resize(SM);
   sc.xfwd.resize(static_cast<size_t>(E) * M);
   sc.xbwd.resize(static_cast<size_t>(E) * M);
-  const int* device_at = tg.device_at.data();
   int* forward_id = sc.forward_id.data();
   int* backward_id = sc.backward_id.data();
   int* xfwd = sc.xfwd.data();
   int* xbwd = sc.xbwd.data();
   const SegmentEdge* edges = tg.edges.data();
-  const int* pred_begin = tg.pred_begin.data();
-  const int* pred_edges = tg.pred_edges.data();
-  const int* succ_begin = tg.succ_begin.data();
   const int64_t* sizes = tg.micro_batch_sizes.data();
   auto at = [M](int s, int m) { return static_cast<size_t>(s) * M + m; };
   TaskSink sink{tg};
@@ -294,74 +290,61 @@ void add_tasks(TaskGraph& tg, Scratch& sc) {
   int* sends = sc.sends.data();
   // The transfers created since compute task `id` are its sends.
   auto count_sends = [&](int id) { sends[id] = static_cast<int>(sink.used) - id - 1; };
-  // Forward: F(s, m), then its activation transfers to later segments on other devices.
+  // A transfer of edge e's payload for micro-batch m after compute task `producer`.
+  auto add_transfer = [&](TaskKind kind, int producer, int e, int m, int from_device, int to_device) {
+    int xid;
+    Task& x = sink.next(xid);
+    x.kind = kind;
+    x.segment = edges[e].from;
+    x.peer_segment = edges[e].to;
+    x.micro_batch = m;
+    x.device = from_device;
+    x.to_device = to_device;
+    x.bytes = edges[e].bytes_per_sample * sizes[m];
+    sink.add_dep(x, producer);
+    return xid;
+  };
+  // Forward: F(s, m), then its activation transfers (for_each_input, for_each_send).
   for (int s = 0; s < S; ++s) {
     for (int m = 0; m < M; ++m) {
-      const int here = device_at[at(s, m)];
+      const ComputeStep step{s, m, false};
+      const int here = tg.device(s, m);
       int fid;
-      Task& f = sink.next(fid);
+      Task& f = sink.next(fid);  // (valid until the next task: its transfers may move the tasks)
       f.kind = TaskKind::forward;
       f.segment = s;
       f.micro_batch = m;
       f.device = here;
-      for (int k = pred_begin[s]; k < pred_begin[s + 1]; ++k) {
-        const int e = pred_edges[k];
-        sink.add_input(f, device_at[at(edges[e].from, m)] != here, forward_id[at(edges[e].from, m)], xfwd[at(e, m)],
-                       edges[e].bytes_per_sample * sizes[m]);
-      }
+      for_each_input(tg, step, [&](int e, int from, bool remote) {
+        sink.add_input(f, remote, forward_id[at(from, m)], xfwd[at(e, m)], edges[e].bytes_per_sample * sizes[m]);
+      });
       forward_id[at(s, m)] = fid;
-      for (int e = succ_begin[s]; e < succ_begin[s + 1]; ++e) {
-        const int there = device_at[at(edges[e].to, m)];
-        if (there == here) continue;
-        int xid;
-        Task& x = sink.next(xid);
-        x.kind = TaskKind::transfer_activation;
-        x.segment = s;
-        x.peer_segment = edges[e].to;
-        x.micro_batch = m;
-        x.device = here;
-        x.to_device = there;
-        x.bytes = edges[e].bytes_per_sample * sizes[m];
-        sink.add_dep(x, fid);
-        xfwd[at(e, m)] = xid;
-      }
+      for_each_send(tg, step, [&](int e, int there) {
+        xfwd[at(e, m)] = add_transfer(TaskKind::transfer_activation, fid, e, m, here, there);
+      });
       count_sends(fid);
     }
   }
   // Backward, last segment first: B(s, m) waits for its consumers' gradients
-  // (latest consumer first) and its own forward, then sends gradients back.
-  // AL: a block's backward starts from its own local loss; no gradient comes or goes.
-  const bool local = tg.schedule == Schedule::al;
+  // and its own forward, then sends gradients back.
   for (int s = S - 1; s >= 0; --s) {
     for (int m = 0; m < M; ++m) {
-      const int here = device_at[at(s, m)];
+      const ComputeStep step{s, m, true};
+      const int here = tg.device(s, m);
       int bid;
-      Task& b = sink.next(bid);
+      Task& b = sink.next(bid);  // (valid until the next task)
       b.kind = TaskKind::backward;
       b.segment = s;
       b.micro_batch = m;
       b.device = here;
-      for (int e = succ_begin[s + 1] - 1; e >= succ_begin[s] && !local; --e)
-        sink.add_input(b, device_at[at(edges[e].to, m)] != here, backward_id[at(edges[e].to, m)], xbwd[at(e, m)],
-                       edges[e].bytes_per_sample * sizes[m]);
+      for_each_input(tg, step, [&](int e, int to, bool remote) {
+        sink.add_input(b, remote, backward_id[at(to, m)], xbwd[at(e, m)], edges[e].bytes_per_sample * sizes[m]);
+      });
       sink.add_dep(b, forward_id[at(s, m)]);
       backward_id[at(s, m)] = bid;
-      for (int k = pred_begin[s]; k < pred_begin[s + 1] && !local; ++k) {
-        const int e = pred_edges[k];
-        const int there = device_at[at(edges[e].from, m)];
-        if (there == here) continue;
-        int xid;
-        Task& x = sink.next(xid);
-        x.kind = TaskKind::transfer_gradient;
-        x.segment = edges[e].from;
-        x.peer_segment = s;
-        x.micro_batch = m;
-        x.device = here;
-        x.to_device = there;
-        x.bytes = edges[e].bytes_per_sample * sizes[m];
-        sink.add_dep(x, bid);
-        xbwd[at(e, m)] = xid;
-      }
+      for_each_send(tg, step, [&](int e, int there) {
+        xbwd[at(e, m)] = add_transfer(TaskKind::transfer_gradient, bid, e, m, here, there);
+      });
       count_sends(bid);
     }
   }
@@ -484,12 +467,12 @@ Priority priority_of(const SegmentGraph& tg, const Scratch& sc, bool interleaved
 }
 
 // The compute tasks that wait for compute task t (directly or through a
-// transfer it sends), from the segment edges as add_tasks makes the deps: a
-// forward's are the next segments' forwards and its own backward; a
-// backward's the previous segments' backwards (none in AL form, whose
-// backwards start from a local loss). compute_waits gives the count of each;
-// the two must agree with add_tasks (a task never counted down to zero makes
-// order_1f1b fail).
+// transfer it sends): for_each_input read the other way round. A forward's
+// are the next segments' forwards and its own backward; a backward's the
+// previous segments' backwards (none in AL form, whose backwards start from a
+// local loss). compute_waits counts what each waits for (its inputs and a
+// backward's own forward); the two must agree (a task never counted down to
+// zero makes order_1f1b fail).
 template <typename Visit>
 void for_each_waiter(const SegmentGraph& tg, ComputeStep t, Visit&& visit) {
   const Segment& seg = tg.segments[t.segment];
@@ -502,9 +485,9 @@ void for_each_waiter(const SegmentGraph& tg, ComputeStep t, Visit&& visit) {
   }
 }
 int compute_waits(const SegmentGraph& tg, ComputeStep t) {
-  const Segment& seg = tg.segments[t.segment];
-  if (!t.backward) return static_cast<int>(seg.preds.size());
-  return 1 + (tg.schedule == Schedule::al ? 0 : static_cast<int>(seg.succs.size()));
+  int inputs = 0;
+  for_each_input(tg, t, [&](int, int, bool) { ++inputs; });
+  return inputs + (t.backward ? 1 : 0);  // a backward also waits for its own forward
 }
 
 // 1F1B (PipeDream-flush) and interleaved 1F1B (Megatron's virtual stages): a

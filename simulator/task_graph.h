@@ -174,6 +174,54 @@ struct SegmentGraph {
   }
 };
 
+// How both executors wire compute step t, read off the segment edges
+// (add_tasks makes tasks and deps of it; simulate_segments replays it as is).
+// for_each_input: a forward reads each in-edge's producer (edges[e].from),
+// ascending; a backward each out-edge's consumer's gradient (edges[e].to),
+// latest consumer first, and then its own forward (not visited); in AL form a
+// backward reads nothing else. visit(edge, peer segment, remote): remote where
+// the peer runs that micro-batch on another device (a transfer brings it).
+// (Search loops run these for every compute step: the tables are read through local pointers.)
+template <typename Visit>
+void for_each_input(const SegmentGraph& sg, ComputeStep t, Visit&& visit) {
+  const size_t M = sg.micro_batch_sizes.size();
+  const int* device = sg.device_at.data() + t.micro_batch;  // device[s * M]: where s runs it
+  const SegmentEdge* edges = sg.edges.data();
+  const int s = t.segment, here = device[s * M];
+  if (!t.backward) {
+    const int* pred = sg.pred_edges.data();
+    for (int k = sg.pred_begin[s], end = sg.pred_begin[s + 1]; k < end; ++k) {
+      const int e = pred[k], from = edges[e].from;
+      visit(e, from, device[from * M] != here);
+    }
+  } else if (sg.schedule != Schedule::al) {
+    for (int e = sg.succ_begin[s + 1] - 1, first = sg.succ_begin[s]; e >= first; --e) {
+      const int to = edges[e].to;
+      visit(e, to, device[to * M] != here);
+    }
+  }
+}
+// Its sends, in the order the sender posts them: a forward's activations over
+// its out-edges, a backward's gradients over its in-edges (none in AL form),
+// each to a peer on another device. visit(edge, receiving device).
+template <typename Visit>
+void for_each_send(const SegmentGraph& sg, ComputeStep t, Visit&& visit) {
+  const size_t M = sg.micro_batch_sizes.size();
+  const int* device = sg.device_at.data() + t.micro_batch;
+  const SegmentEdge* edges = sg.edges.data();
+  const int s = t.segment, here = device[s * M];
+  if (!t.backward) {
+    for (int e = sg.succ_begin[s], end = sg.succ_begin[s + 1]; e < end; ++e)
+      if (const int there = device[edges[e].to * M]; there != here) visit(e, there);
+  } else if (sg.schedule != Schedule::al) {
+    const int* pred = sg.pred_edges.data();
+    for (int k = sg.pred_begin[s], end = sg.pred_begin[s + 1]; k < end; ++k) {
+      const int e = pred[k];
+      if (const int there = device[edges[e].from * M]; there != here) visit(e, there);
+    }
+  }
+}
+
 struct TaskGraph : SegmentGraph {
   // A topological order: each forward directly followed by its activation
   // transfers, each backward by its gradient transfers (the simulator relies
