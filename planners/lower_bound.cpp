@@ -132,11 +132,11 @@ class LayerHolders {
 
 class BoundTerms {
  public:
-  BoundTerms(const LayerGraph& g, const Cluster& c, const CostModel& cost, int64_t batch)
-      : g_(g), cost_(cost), batch_(batch), L_(static_cast<int>(g.layers.size())), D_(c.num_devices()) {
+  // `holders`: of g on c (memory_admits_placement's, kept for the bound).
+  BoundTerms(const LayerGraph& g, const Cluster& c, const CostModel& cost, int64_t batch, const LayerHolders& holders)
+      : g_(g), cost_(cost), batch_(batch), L_(static_cast<int>(g.layers.size())), D_(c.num_devices()),
+        holds_(holders.holds) {
     const Calibration& cal = cost.calibration();
-    const LayerHolders holders(g, c);
-    holds_ = holders.holds;
     held_bytes_.resize(L_);
     for (int l = 0; l < L_; ++l) held_bytes_[l] = holders.state_bytes[l] + kept_bytes_per_sample(g, l);
     overhead_.resize(D_);
@@ -336,7 +336,7 @@ class BoundTerms {
   const CostModel& cost_;
   int64_t batch_;
   int L_, D_;
-  std::vector<char> holds_;
+  const std::vector<char>& holds_;  // LayerHolders::holds
   std::vector<double> overhead_;
   std::vector<int64_t> held_bytes_;  // per layer: training state (sgd's) + one sample's kept activations
   std::vector<double> u_, rho_;     // per layer: u_l; per device: rho_d (0: holds no layer)
@@ -346,9 +346,10 @@ class BoundTerms {
 
 }  // namespace
 
-Status memory_admits_placement(const LayerGraph& g, const Cluster& c) {
-  if (c.devices.empty()) return Status::error("cluster.devices: must not be empty");
-  const LayerHolders holders(g, c);
+namespace {
+
+// memory_admits_placement's conditions, on holders of g on c.
+Status admits(const LayerGraph& g, const Cluster& c, const LayerHolders& holders) {
   if (int l = holders.unplaceable_layer(); l >= 0) {
     const StageMemory mem(g);
     int64_t largest = 0;
@@ -366,6 +367,13 @@ Status memory_admits_placement(const LayerGraph& g, const Cluster& c) {
   return Status::ok();
 }
 
+}  // namespace
+
+Status memory_admits_placement(const LayerGraph& g, const Cluster& c) {
+  if (c.devices.empty()) return Status::error("cluster.devices: must not be empty");
+  return admits(g, c, LayerHolders(g, c));
+}
+
 Result<StepLowerBound> step_lower_bound(const LayerGraph& g, const Cluster& c, const CostModel& cost,
                                         int64_t batch_size) {
   if (g.layers.empty()) return Status::error("model: has no layers");
@@ -373,8 +381,9 @@ Result<StepLowerBound> step_lower_bound(const LayerGraph& g, const Cluster& c, c
   if (batch_size < 1) return Status::error("batch_size: must be at least 1");
   if (cost.num_devices() != c.num_devices() || cost.num_layers() != static_cast<int>(g.layers.size()))
     return Status::error("lower bound: the cost model was built for another model or cluster");
-  if (Status fits = memory_admits_placement(g, c); !fits) return fits;
-  const BoundTerms terms(g, c, cost, batch_size);
+  const LayerHolders holders(g, c);
+  if (Status fits = admits(g, c, holders); !fits) return fits;
+  const BoundTerms terms(g, c, cost, batch_size, holders);
   // Smallest m with work(m) >= chain(m); work rises with m, chain falls.
   const int max_m = static_cast<int>(std::min<int64_t>(batch_size, 1 << 30));
   int lo = 1, hi = max_m + 1;

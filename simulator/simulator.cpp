@@ -1,6 +1,7 @@
 #include "simulator/simulator.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include "model/layer_graph.h"
@@ -597,16 +598,21 @@ int report_step(const SegmentGraph& sg, const CostModel& cost, Workspace& ws, St
   return last_device;
 }
 
+// A graph and a cost model of different clusters: the failure that says so (else nullopt).
+std::optional<StepReport> cluster_mismatch(const SegmentGraph& sg, const CostModel& cost) {
+  if (sg.num_devices == cost.num_devices()) return std::nullopt;
+  return StepReport::failure(FailureKind::invalid_placement,
+                             "task graph has " + std::to_string(sg.num_devices) + " devices, the cost model " +
+                                 std::to_string(cost.num_devices()),
+                             "simulate");
+}
+
 }  // namespace
 
 StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOptions& options, TaskTimes* times) {
   const int T = static_cast<int>(tg.tasks.size());
   const int D = tg.num_devices;
-  if (D != cost.num_devices())
-    return StepReport::failure(FailureKind::invalid_placement,
-                               "task graph has " + std::to_string(D) + " devices, the cost model " +
-                                   std::to_string(cost.num_devices()),
-                               "simulate");
+  if (auto mismatch = cluster_mismatch(tg, cost)) return *mismatch;
   Workspace& ws = workspace();
   Replay replay(tg, cost, options, ws, options.timeline || times != nullptr);
   std::string why;
@@ -664,11 +670,7 @@ StepReport simulate(const TaskGraph& tg, const CostModel& cost, const SimulateOp
 }
 
 StepReport simulate_segments(const SegmentGraph& sg, const CostModel& cost, const SimulateOptions& options) {
-  if (sg.num_devices != cost.num_devices())
-    return StepReport::failure(FailureKind::invalid_placement,
-                               "segment graph has " + std::to_string(sg.num_devices) + " devices, the cost model " +
-                                   std::to_string(cost.num_devices()),
-                               "simulate");
+  if (auto mismatch = cluster_mismatch(sg, cost)) return *mismatch;
   Workspace& ws = workspace();
   SegmentReplay replay(sg, cost, options, ws);
   if (!replay.run())
@@ -685,18 +687,15 @@ Simulator::~Simulator() = default;
 Simulator::Simulator(Simulator&&) noexcept = default;
 
 StepReport Simulator::evaluate(const Placement& p, const SimulateOptions& options) {
-  if (!options.timeline) {  // the search's path: no tasks built
-    if (Status s = build_segment_graph_into(*graph_, p, *cluster_, batch_size_, tg_); !s)
-      return StepReport::failure(FailureKind::invalid_placement, s.message(), "simulate");
-    if (Status s = check_memory(p, *graph_, *cluster_, batch_size_); !s)
-      return StepReport::failure(FailureKind::out_of_memory, s.message(), "simulate");
-    return simulate_segments(tg_, cost_, options);
-  }
-  if (Status s = build_task_graph_into(*graph_, p, *cluster_, batch_size_, tg_); !s)
+  // A timeline names tasks: only then are they built (the search's path replays the segments).
+  const bool tasks = options.timeline;
+  if (Status s = tasks ? build_task_graph_into(*graph_, p, *cluster_, batch_size_, tg_)
+                       : build_segment_graph_into(*graph_, p, *cluster_, batch_size_, tg_);
+      !s)
     return StepReport::failure(FailureKind::invalid_placement, s.message(), "simulate");
   if (Status s = check_memory(p, *graph_, *cluster_, batch_size_); !s)
     return StepReport::failure(FailureKind::out_of_memory, s.message(), "simulate");
-  return simulate(tg_, cost_, options);
+  return tasks ? simulate(tg_, cost_, options) : simulate_segments(tg_, cost_, options);
 }
 
 }  // namespace tapp

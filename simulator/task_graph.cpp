@@ -36,8 +36,8 @@ struct Scratch {
   std::vector<int> sends;       // per task: how many transfers follow it (its sends)
   std::vector<int> forward_id, backward_id;  // per (segment, micro-batch): its task
   std::vector<int> stage_begin;  // per stage: its first segment (then the segment count)
-  // 1F1B's list schedule, over compute ids (ComputeIds).
-  std::vector<int> waiting;        // per compute id: the compute tasks it still waits for
+  // 1F1B's list schedule.
+  std::vector<int> waiting;        // per compute task (order_1f1b's index): the compute tasks it still waits for
   std::vector<int> virtual_stage;  // interleaved 1F1B: per (segment, micro-batch)
   std::vector<std::vector<ReadyTask>> ready;  // per device: compute tasks ready to run
   std::vector<ComputeStep> released;    // ready from the next step on
@@ -374,12 +374,6 @@ void add_tasks(TaskGraph& tg, Scratch& sc) {
   }
 }
 
-// Compute ids, an index per compute task: forward (s, m) is s * M + m, backward (s, m) is S * M + s * M + m.
-struct ComputeIds {
-  int S = 0, M = 0;
-  int of(ComputeStep t) const { return ((t.backward ? S : 0) + t.segment) * M + t.micro_batch; }
-};
-
 // GPipe fill-drain: every forward, then every backward, in wavefront order
 // over stages (forwards by (m + r, r), backwards by (m + R-1-r, R-1-r); a
 // stage's segments in layer order, backwards reversed), each on the device
@@ -507,8 +501,9 @@ bool order_1f1b(SegmentGraph& tg, Scratch& sc, bool interleaved) {
   const int S = static_cast<int>(tg.segments.size());
   const int M = tg.micro_batches();
   const int D = tg.num_devices;
-  const ComputeIds ids{S, M};
   const int C = 2 * S * M;
+  // An index per compute task: forward (s, m) at s * M + m, backward (s, m) at (S + s) * M + m.
+  auto id_of = [S, M](ComputeStep t) { return ((t.backward ? S : 0) + t.segment) * M + t.micro_batch; };
   std::vector<int> limit = in_flight_limits(tg);
   if (interleaved)
     for (int& l : limit) l += l > 0;
@@ -534,7 +529,7 @@ bool order_1f1b(SegmentGraph& tg, Scratch& sc, bool interleaved) {
       for (int m = 0; m < M; ++m) {
         const ComputeStep t{s, m, backward};
         ++sc.left[static_cast<size_t>(tg.device(s, m)) * M + m];
-        const int id = ids.of(t);
+        const int id = id_of(t);
         sc.waiting[id] = compute_waits(tg, t);
         if (sc.waiting[id] == 0) make_ready(t);
       }
@@ -555,7 +550,7 @@ bool order_1f1b(SegmentGraph& tg, Scratch& sc, bool interleaved) {
       r.erase(r.begin() + at);
       tg.run_order.push_back(pick);
       for_each_waiter(tg, pick, [&](ComputeStep w) {
-        if (--sc.waiting[ids.of(w)] == 0) sc.released.push_back(w);
+        if (--sc.waiting[id_of(w)] == 0) sc.released.push_back(w);
       });
       --remaining;
       progressed = true;
