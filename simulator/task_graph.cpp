@@ -469,19 +469,22 @@ Priority priority_of(const SegmentGraph& tg, const Scratch& sc, bool interleaved
 // zero makes order_1f1b fail).
 template <typename Visit>
 void for_each_waiter(const SegmentGraph& tg, ComputeStep t, Visit&& visit) {
-  const Segment& seg = tg.segments[t.segment];
-  const int m = t.micro_batch;
+  const SegmentEdge* edges = tg.edges.data();
+  const int s = t.segment, m = t.micro_batch;
   if (!t.backward) {
-    for (int next : seg.succs) visit(ComputeStep{next, m, false});
-    visit(ComputeStep{t.segment, m, true});
+    for (int e = tg.succ_begin[s], end = tg.succ_begin[s + 1]; e < end; ++e) visit(ComputeStep{edges[e].to, m, false});
+    visit(ComputeStep{s, m, true});
   } else if (tg.schedule != Schedule::al) {
-    for (int prev : seg.preds) visit(ComputeStep{prev, m, true});
+    const int* pred = tg.pred_edges.data();
+    for (int k = tg.pred_begin[s], end = tg.pred_begin[s + 1]; k < end; ++k)
+      visit(ComputeStep{edges[pred[k]].from, m, true});
   }
 }
-int compute_waits(const SegmentGraph& tg, ComputeStep t) {
+// The same for every micro-batch (the edges are the segments').
+int compute_waits(const SegmentGraph& tg, int segment, bool backward) {
   int inputs = 0;
-  for_each_input(tg, t, [&](int, int, bool) { ++inputs; });
-  return inputs + (t.backward ? 1 : 0);  // a backward also waits for its own forward
+  for_each_input(tg, ComputeStep{segment, 0, backward}, [&](int, int, bool) { ++inputs; });
+  return inputs + (backward ? 1 : 0);  // a backward also waits for its own forward
 }
 
 // 1F1B (PipeDream-flush) and interleaved 1F1B (Megatron's virtual stages): a
@@ -524,15 +527,20 @@ bool order_1f1b(SegmentGraph& tg, Scratch& sc, bool interleaved) {
     r.push_back({priority_of(tg, sc, interleaved, chunk, t), t});
     for (size_t k = r.size() - 1; k > 0 && r[k - 1].priority < r[k].priority; --k) std::swap(r[k - 1], r[k]);
   };
+  int* waiting = sc.waiting.data();
+  int* left = sc.left.data();
+  char* started = sc.started.data();
+  int* in_flight = sc.in_flight.data();
+  const int* device_at = tg.device_at.data();
   for (bool backward : {false, true})
-    for (int s = 0; s < S; ++s)
+    for (int s = 0; s < S; ++s) {
+      const int waits = compute_waits(tg, s, backward);
+      std::fill_n(waiting + id_of({s, 0, backward}), M, waits);
       for (int m = 0; m < M; ++m) {
-        const ComputeStep t{s, m, backward};
-        ++sc.left[static_cast<size_t>(tg.device(s, m)) * M + m];
-        const int id = id_of(t);
-        sc.waiting[id] = compute_waits(tg, t);
-        if (sc.waiting[id] == 0) make_ready(t);
+        ++left[static_cast<size_t>(device_at[s * M + m]) * M + m];
+        if (waits == 0) make_ready({s, m, backward});
       }
+    }
   tg.run_order.clear();
   size_t remaining = C;
   while (remaining > 0) {
@@ -541,25 +549,26 @@ bool order_1f1b(SegmentGraph& tg, Scratch& sc, bool interleaved) {
       std::vector<ReadyTask>& r = sc.ready[d];
       // The first ready task by priority that may run: a forward of a micro-batch the
       // device has not started waits while its limit is reached.
-      const bool full = sc.in_flight[d] >= limit[d];
+      if (r.empty()) continue;
+      const char* started_here = started + static_cast<size_t>(d) * M;
       int at = static_cast<int>(r.size()) - 1;
-      while (at >= 0 && full && r[at].priority.forward && !sc.started[static_cast<size_t>(d) * M + r[at].task.micro_batch])
-        --at;
+      if (in_flight[d] >= limit[d])
+        while (at >= 0 && r[at].priority.forward && !started_here[r[at].task.micro_batch]) --at;
       if (at < 0) continue;
       const ComputeStep pick = r[at].task;
       r.erase(r.begin() + at);
       tg.run_order.push_back(pick);
       for_each_waiter(tg, pick, [&](ComputeStep w) {
-        if (--sc.waiting[id_of(w)] == 0) sc.released.push_back(w);
+        if (--waiting[id_of(w)] == 0) sc.released.push_back(w);
       });
       --remaining;
       progressed = true;
       const size_t dm = static_cast<size_t>(d) * M + pick.micro_batch;
-      if (!sc.started[dm]) {
-        sc.started[dm] = 1;
-        ++sc.in_flight[d];
+      if (!started[dm]) {
+        started[dm] = 1;
+        ++in_flight[d];
       }
-      if (--sc.left[dm] == 0) --sc.in_flight[d];
+      if (--left[dm] == 0) --in_flight[d];
     }
     for (ComputeStep t : sc.released) make_ready(t);
     sc.released.clear();
