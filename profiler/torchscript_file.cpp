@@ -1,6 +1,11 @@
 #include "profiler/torchscript_file.h"
 
+#include <algorithm>
+#include <vector>
+
 #include <torch/csrc/jit/api/function_impl.h>
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
+#include <torch/csrc/jit/passes/lower_tuples.h>
 
 namespace tapp {
 namespace jit = torch::jit;
@@ -87,6 +92,47 @@ Status load_script_module(const std::string& path, jit::Module& out) {
     return Status::error(e.what_without_backtrace());
   }
   return check_module(out);
+}
+
+namespace {
+// Whether running block b could change anything but the state of the modules it calls.
+bool effects_beyond_calls(const jit::Block* b) {
+  for (const jit::Node* n : b->nodes()) {
+    if (n->kind() != c10::prim::CallMethod && n->hasSideEffects()) return true;
+    for (const jit::Block* inner : n->blocks())
+      if (effects_beyond_calls(inner)) return true;
+  }
+  return false;
+}
+
+// Drops the `if`s whose results nothing reads and whose branches only compute
+// (a dropped head's `if self.training: aux = self.aux(x)`): dead code
+// elimination keeps them because a module call might have effects.
+void drop_unread_branches(jit::Block* b) {
+  std::vector<jit::Node*> dead;
+  for (jit::Node* n : b->nodes()) {
+    if (n->kind() != c10::prim::If) continue;
+    const bool unread = std::all_of(n->outputs().begin(), n->outputs().end(), [](const jit::Value* v) { return !v->hasUses(); });
+    if (unread && std::none_of(n->blocks().begin(), n->blocks().end(), effects_beyond_calls)) dead.push_back(n);
+  }
+  for (jit::Node* n : dead) n->destroy();
+}
+}  // namespace
+
+bool keep_first_output(jit::Graph& g) {
+  if (g.outputs().size() != 1) return false;
+  const jit::Node* tuple = g.outputs()[0]->node();
+  if (tuple->kind() != c10::prim::TupleConstruct || tuple->inputs().empty() ||
+      !tuple->input(0)->type()->cast<c10::TensorType>())
+    return false;
+  jit::Value* first = tuple->input(0);
+  g.eraseOutput(0);
+  g.registerOutput(first);
+  jit::LowerSimpleTuples(g.block());  // a callee's tuple unpacked here: its parts directly
+  jit::EliminateDeadCode(g.block());
+  drop_unread_branches(g.block());
+  jit::EliminateDeadCode(g.block());  // what only they read
+  return true;
 }
 
 }  // namespace tapp

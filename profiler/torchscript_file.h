@@ -8,7 +8,10 @@
 // reads past the storage: a crash or garbage. Every tensor the module holds
 // (parameters, buffers, other attributes, the constants of its code) is
 // checked before anything runs; the error names the tensor.
-// Thread safety: a plain function.
+// Also owns `keep_first_output`: how both importers read a forward that
+// returns a tuple (torchvision's scripted GoogLeNet and Inception-v3 return
+// the logits and their auxiliary heads, which only training mode fills).
+// Thread safety: plain functions.
 #pragma once
 
 #include <torch/script.h>
@@ -23,5 +26,13 @@ namespace tapp {
 // code unknown), or a tensor's storage is smaller than its sizes and strides
 // reach (naming it; code invalid_argument).
 Status load_script_module(const std::string& path, torch::jit::Module& out);
+
+// When `forward` (after inlining) returns a tuple built in it whose first
+// element is a tensor, makes that tensor the graph's one output and drops
+// what only the rest needed; true when it did. The model's output (the loss
+// is taken of it) is then the first element: a training-mode auxiliary
+// head is not trained. Both importers and the runtime's reload call it at the
+// same point, so node positions agree.
+bool keep_first_output(torch::jit::Graph& g);
 
 }  // namespace tapp

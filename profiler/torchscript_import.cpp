@@ -410,6 +410,7 @@ Result<LayerGraph> walk_module(const std::string& path, const ModelOptions& opti
   module.eval();
   jit::Module frozen = jit::freeze_module(module);
   auto graph = frozen.get_method("forward").graph();
+  keep_first_output(*graph);
   if (graph->inputs().size() != 2)
     return Status::error("forward takes " + std::to_string(graph->inputs().size() - 1) +
                          " inputs; only a single tensor input is supported");

@@ -129,9 +129,17 @@ void expand_calls(jit::Graph& g, const std::string& path) {
   inline_internal_calls(g);
 }
 
-std::shared_ptr<jit::Graph> expanded_forward(const jit::Module& m, const std::vector<std::string>& expand) {
+// forward's graph, its module-internal calls inlined and a returned tuple read
+// as its first tensor (keep_first_output): what import and reload both cut.
+std::shared_ptr<jit::Graph> inlined_forward(const jit::Module& m) {
   auto g = m.get_method("forward").graph()->copy();
   inline_internal_calls(*g);
+  keep_first_output(*g);
+  return g;
+}
+
+std::shared_ptr<jit::Graph> expanded_forward(const jit::Module& m, const std::vector<std::string>& expand) {
+  auto g = inlined_forward(m);
   for (const auto& path : expand) expand_calls(*g, path);
   return g;
 }
@@ -497,13 +505,13 @@ Result<LayerGraph> import_layers(const std::string& path, const ModelOptions& op
   jit::Module m;
   if (Status s = load_script_module(path, m); !s) return s;
   m.eval();
-  auto g = m.get_method("forward").graph()->copy();
+  auto g = inlined_forward(m);
   if (g->inputs().size() != 2)
     return Status::error("forward takes " + std::to_string(g->inputs().size() - 1) +
                          " inputs; only a single tensor input is supported");
   if (g->outputs().size() != 1 || !g->outputs()[0]->type()->cast<c10::TensorType>())
-    return Status::error("forward returns " + g->outputs()[0]->type()->repr_str() + "; only one tensor is supported");
-  inline_internal_calls(*g);
+    return Status::error("forward returns " + m.get_method("forward").graph()->outputs()[0]->type()->repr_str() +
+                         "; only one tensor, or a tuple built in forward whose first element is a tensor, is supported");
   std::vector<std::string> expand = choose_expansions(m, *g);
 
   std::vector<int64_t> sizes = {options.input_size};

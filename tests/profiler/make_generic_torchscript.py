@@ -4,6 +4,9 @@ usage: make_generic_torchscript.py OUT_DIR [--vit-b-16]
 Writes, each with its parameter count as PyTorch counts it in OUT_DIR/expected.json:
   resnet18_traced.pt      torchvision resnet18 (10 classes), torch.jit.trace at 3x32x32
   mobilenet_v2_scripted.pt torchvision mobilenet_v2 (10 classes, classifier dropout 0), torch.jit.script
+  googlenet_scripted.pt / googlenet_aux_scripted.pt  torchvision googlenet (10 classes, dropout 0), without and
+                          with its auxiliary heads, torch.jit.script: forward returns GoogLeNetOutputs, a tuple
+                          (its expected count leaves the auxiliary heads out: the import drops them)
   vit_tiny_traced.pt      torchvision's VisionTransformer code at 32x32 (patch 8, 2 layers, width 32), traced
   lm_traced.pt / lm_scripted.pt  embedding + 4-layer nn.TransformerEncoder (batch_first) + linear head
                           over a 100-token vocabulary, sequences of 8 tokens (dropout 0)
@@ -52,6 +55,12 @@ def main():
     mobilenet.classifier[0].p = 0.0
     torch.jit.script(mobilenet).save(os.path.join(out, "mobilenet_v2_scripted.pt"))
     expected["mobilenet_v2_scripted"] = count(mobilenet)
+
+    for name, aux in (("googlenet_scripted", False), ("googlenet_aux_scripted", True)):
+        googlenet = torchvision.models.googlenet(num_classes=10, aux_logits=aux, init_weights=False, dropout=0.0)
+        torch.jit.script(googlenet).save(os.path.join(out, name + ".pt"))
+        # What the import trains: the logits' path; the auxiliary heads only training mode runs are dropped.
+        expected[name] = count(googlenet) - (count(googlenet.aux1) + count(googlenet.aux2) if aux else 0)
 
     vit = torchvision.models.VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2,
                                                hidden_dim=32, mlp_dim=64, dropout=0.0, num_classes=10)

@@ -73,7 +73,8 @@ void check_same_forward(const std::string& model, const LayerGraph& g) {
   torch::jit::Module m = torch::jit::load((models_dir() / (model + ".pt")).string());
   m.eval();
   torch::NoGradGuard no_grad;
-  torch::Tensor want = m.forward({x}).toTensor();
+  const c10::IValue out = m.forward({x});
+  torch::Tensor want = out.isTuple() ? out.toTupleRef().elements()[0].toTensor() : out.toTensor();  // GoogLeNet: the logits
   torch::Tensor got = (*built)->forward(x);
   REQUIRE(got.sizes().vec() == want.sizes().vec());
   CHECK(got.allclose(want, 1e-4, 1e-5));
@@ -106,6 +107,24 @@ TEST_CASE("torchvision models import as layers of their own code with exact para
     CHECK(g.total_macs() > 0);
     for (const Layer& l : g.layers) CHECK(l.op == "torchscript");
     check_same_forward(c.model, g);
+  }
+}
+
+TEST_CASE("a scripted GoogLeNet, whose forward returns a tuple, imports as its logits, with or without aux heads") {
+  // forward returns GoogLeNetOutputs(logits, aux2, aux1); the aux heads run only in training mode.
+  for (const char* model : {"googlenet_scripted", "googlenet_aux_scripted"}) {
+    CAPTURE(model);
+    LayerGraph g = imported(model, layers_at(32));
+    CHECK(g.layers.back().output_shape == Shape{10});
+    CHECK(g.total_params() == expected_params(model));  // the aux heads' left out
+    check_same_forward(model, g);
+    ModelOptions ops;  // the op-by-op mapping reads it the same way
+    ops.input_size = 32;
+    ops.torchscript = ScriptImport::ops;
+    auto mapped = load_model((models_dir() / (std::string(model) + ".pt")).string(), ops);
+    REQUIRE_MESSAGE(mapped.is_ok(), mapped.error_message());
+    CHECK(mapped->layers.back().output_shape == Shape{10});
+    CHECK(mapped->total_params() == g.total_params());
   }
 }
 

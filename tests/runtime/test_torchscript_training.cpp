@@ -73,6 +73,11 @@ TEST_CASE("torchvision mobilenet_v2 (scripted) split over 2 devices trains like 
   check_split_equals_single("mobilenet_v2_scripted", 32, 1);
 }
 
+// forward returns GoogLeNetOutputs(logits, aux2, aux1): the loss is the logits'; the aux heads are dropped.
+TEST_CASE("torchvision googlenet (scripted, with auxiliary heads: forward returns a tuple) split over 2 devices trains like one device") {
+  check_split_equals_single("googlenet_aux_scripted", 32, 1);
+}
+
 TEST_CASE("torchvision's VisionTransformer (traced) split over 2 devices with 2 micro-batches trains like one device") {
   check_split_equals_single("vit_tiny_traced", 32, 2);
 }
