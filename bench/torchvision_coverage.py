@@ -1,11 +1,13 @@
 """How many of torchvision 0.14's classification models TAPP imports and trains from TorchScript.
 
 usage: /usr/bin/python3 bench/torchvision_coverage.py --cli build/bin/tapp-cli --out DIR
-           [--models resnet18,vit_b_16] [--timeout 600] [--max-params 200000000]
+           [--models resnet18,vit_b_16] [--timeout 600] [--max-params 200000000] [--script]
 
 For every model of torchvision.models.list_models(module=torchvision.models):
-  1. build it (random weights), trace it in eval mode (torch.jit.trace) at 64x64, or at its
-     fixed size when it refuses 64 (224, inception_v3 299), save it, count its parameters;
+  1. build it (random weights), trace it in eval mode (torch.jit.trace; --script: torch.jit.script,
+     googlenet and inception_v3 without their auxiliary heads, which a scripted forward returns
+     in a tuple that the import drops) at 64x64, or at its fixed size when it refuses 64 (224,
+     inception_v3 299), save it, count its parameters;
   2. `tapp-cli export-model FILE --input-size S` (the automatic import: the op-by-op mapping,
      else the module's own code per layer) and compare the layers' parameter sum with PyTorch's;
   3. `tapp-cli run FILE --strategy single --steps 1 --warmup 0 --batch 2` on a local worker:
@@ -34,8 +36,9 @@ def first_line(text, limit=160):
     return line[:limit]
 
 
-def save_traced(name, path):
-    model = torchvision.models.get_model(name, weights=None)
+def save_model(name, path, script=False):
+    aux = {"aux_logits": False, "init_weights": False} if script and name in ("googlenet", "inception_v3") else {}
+    model = torchvision.models.get_model(name, weights=None, **aux)
     model.eval()
     sizes = [64, 299 if name == "inception_v3" else 224]
     last = None
@@ -43,8 +46,11 @@ def save_traced(name, path):
         try:
             with torch.no_grad():
                 model(torch.randn(1, 3, size, size))
-            traced = torch.jit.trace(model, torch.randn(1, 3, size, size), check_trace=False)
-            traced.save(path)
+            if script:
+                saved = torch.jit.script(model)
+            else:
+                saved = torch.jit.trace(model, torch.randn(1, 3, size, size), check_trace=False)
+            saved.save(path)
             return size, sum(p.numel() for p in model.parameters()), None
         except Exception as e:  # the model refuses this size: try its default
             last = e
@@ -66,6 +72,7 @@ def main():
     ap.add_argument("--models", default="")
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--max-params", type=float, default=2e8)
+    ap.add_argument("--script", action="store_true", help="save with torch.jit.script instead of tracing")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     cluster = os.path.join(a.out, "cluster1.json")
@@ -78,7 +85,7 @@ def main():
         t0 = time.time()
         row = {"model": name}
         path = os.path.join(a.out, name + ".pt")
-        size, params, err = save_traced(name, path)
+        size, params, err = save_model(name, path, a.script)
         row.update(input_size=size, params=params)
         if params > a.max_params:
             row.update(imported=False, exact=False, trained=False, error="skipped: over --max-params")
