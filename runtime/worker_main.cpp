@@ -10,6 +10,7 @@
 #include "common/allocator.h"
 #include "common/host_port.h"
 #include "runtime/worker.h"
+#include "profiler/torch_warnings.h"
 
 namespace {
 int usage() {
@@ -25,6 +26,7 @@ int bad_endpoint(const tapp::Status& status) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tapp::print_each_torch_warning_once();  // a model that warns in forward: once, not per step
   std::string store, listen;
   int rank = -1, world = -1, jobs = -1;
   for (int i = 1; i < argc; ++i) {

@@ -21,6 +21,7 @@
 #include "service/job_supervisor.h"
 #include "service/optimize_job.h"
 #include "service/sqlite_profile_cache.h"
+#include "profiler/torch_warnings.h"
 
 namespace fs = std::filesystem;
 using namespace tapp;
@@ -60,6 +61,7 @@ std::string own_binary() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tapp::print_each_torch_warning_once();  // a model that warns in forward: once, not per step
   CLI::App cli{"tapp-server: pipeline-parallel placement jobs over HTTP (TAPP)"};
   HttpOptions http;
   std::string db = "tapp.db", token_file, allow_hosts, web_dir = std::string(TAPP_SOURCE_DIR) + "/web",

@@ -3,8 +3,10 @@
 
 #include "common/allocator.h"
 #include "service/cli/commands.h"
+#include "profiler/torch_warnings.h"
 
 int main(int argc, char** argv) {
+  tapp::print_each_torch_warning_once();  // a model that warns in forward: once, not per step
   CLI::App app{"tapp-cli: pipeline-parallel placements for training DNNs (TAPP)"};
   app.set_version_flag("--version", "tapp-cli, " + tapp::allocator_description());
   app.require_subcommand(1);

@@ -13,6 +13,7 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include "profiler/accelerator.h"
 #include "profiler/compute_threads.h"
@@ -21,6 +22,7 @@
 #include "profiler/profiler.h"
 #include "profiler/torch_model.h"
 #include "profiler/torchscript_import.h"
+#include "profiler/torch_warnings.h"
 #include "model/zoo.h"
 #include "profiler/model_loader.h"
 
@@ -624,4 +626,20 @@ TEST_CASE("the profiler times a model on cuda:0 and names the GPU; an absent GPU
   auto too_big = profile_model(g, o);
   REQUIRE_FALSE(too_big.is_ok());
   CHECK(too_big.error_message().find("MiB free") != std::string::npos);
+}
+
+// A model that warns in its forward (torchvision's scripted GoogLeNet) warned once a layer run
+// and once a step on every worker; LibTorch's printer now sees each message once.
+TEST_CASE("a warning LibTorch is given again and again goes to its printer once, from any thread") {
+  print_each_torch_warning_once();
+  const int64_t before = torch_warnings_repeated();
+  for (int i = 0; i < 3; ++i) TORCH_WARN("tapp test: the same warning");
+  CHECK(torch_warnings_repeated() == before + 2);
+  TORCH_WARN("tapp test: another warning");
+  CHECK(torch_warnings_repeated() == before + 2);
+  std::thread([] {
+    print_each_torch_warning_once();
+    TORCH_WARN("tapp test: the same warning");
+  }).join();
+  CHECK(torch_warnings_repeated() == before + 3);
 }
