@@ -25,7 +25,7 @@
 # Every cost is the multiply-add estimate (--costs estimated, training too), so
 # the figures do not depend on which profiles this host happens to have cached.
 #
-# Usage: bench/bench_transfer.sh [BUILD_DIR]   env: TRAIN_ITERATIONS=3000 RANDOM_MODELS=24 RANDOM_CLUSTERS=40
+# Usage: bench/bench_transfer.sh [BUILD_DIR]   env: TRAIN_ITERATIONS=3000 RANDOM_MODELS=24 RANDOM_CLUSTERS=40 RANDOM_MESH_CLUSTERS=0
 #   RANDOM_TRANSFORMERS=0 TRAIN_MODELS=... CLONING_EPOCHS=200 HIDDEN=64 TRAIN_SEED=1
 #   ITERATIONS=200 SEEDS="1 2 3" MODELS=... CLUSTERS=... POLICY=file (skip training) TAPP_BENCH_OUT=dir
 set -euo pipefail
@@ -42,6 +42,7 @@ HIDDEN=${HIDDEN:-64}
 TRAIN_SEED=${TRAIN_SEED:-1}  # the networks' and the random models' and clusters' seed
 RANDOM_MODELS=${RANDOM_MODELS:-24}
 RANDOM_CLUSTERS=${RANDOM_CLUSTERS:-40}  # 40 against 20: docs/transfer.md, 2026-11-28
+RANDOM_MESH_CLUSTERS=${RANDOM_MESH_CLUSTERS:-0}  # every device pair its own link (training_set.h)
 RANDOM_TRANSFORMERS=${RANDOM_TRANSFORMERS:-0}
 ITERATIONS=${ITERATIONS:-200}
 SEEDS=${SEEDS:-"1 2 3"}
@@ -54,7 +55,7 @@ if [ ! -f "$POLICY" ]; then
   echo "== training on the training split ($TRAIN_ITERATIONS iterations) =="
   "$CLI" train-policy --models "$TRAIN_MODELS" --random-models "$RANDOM_MODELS" --random-transformers "$RANDOM_TRANSFORMERS" \
     --clusters "$ROOT/examples/cluster_4hetero.json,$ROOT/examples/cluster_8equal.json,$ROOT/examples/cluster_2cpu.json" \
-    --random-clusters "$RANDOM_CLUSTERS" --iterations "$TRAIN_ITERATIONS" --cloning-epochs "$CLONING_EPOCHS" \
+    --random-clusters "$RANDOM_CLUSTERS" --random-mesh-clusters "$RANDOM_MESH_CLUSTERS" --iterations "$TRAIN_ITERATIONS" --cloning-epochs "$CLONING_EPOCHS" \
     --hidden "$HIDDEN" --seed "$TRAIN_SEED" --costs estimated --out "$POLICY" | tee "$OUT/train.txt"
 fi
 

@@ -255,4 +255,18 @@ Cluster random_cluster(std::mt19937_64& rng, const std::string& name) {
   return c;
 }
 
+Cluster random_mesh_cluster(std::mt19937_64& rng, const std::string& name) {
+  Cluster c = random_cluster(rng, name);
+  c.links.clear();
+  const int n = c.num_devices();
+  for (int a = 0; a < n; ++a)
+    for (int b = 0; b < n; ++b) {
+      if (a == b) continue;
+      const double mbps = c.default_link.bandwidth_mbps * std::pow(10.0, uniform(rng, -2.5, 0.0));
+      const double latency = std::round(uniform(rng, 0.1, 5.0) * 100) / 100;
+      c.links.push_back(Link{c.devices[a].name, c.devices[b].name, std::max(10.0, std::round(mbps)), latency});
+    }
+  return c;
+}
+
 }  // namespace tapp

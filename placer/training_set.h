@@ -27,6 +27,11 @@
 //                   only) or two islands of devices joined by slow links
 //                   (1/1000 to 1/2 of the fabric's bandwidth, each direction
 //                   its own, 0.5-5 ms), e.g. one device behind a WAN link.
+//   random_mesh_cluster: random_cluster's devices and fabric, then every
+//                   ordered pair of devices its own link: 1/300 of the
+//                   fabric's bandwidth up to all of it (log-uniform, at
+//                   least 10 Mbit/s), 0.1-5 ms, so A->B and B->A differ
+//                   (devices on an edge or campus network).
 // Both are deterministic for a generator state.
 // Thread safety: pure functions of the generator passed in.
 #pragma once
@@ -42,5 +47,6 @@ LayerGraph random_cnn(std::mt19937_64& rng, const std::string& name);
 LayerGraph random_deep_cnn(std::mt19937_64& rng, const std::string& name);
 LayerGraph random_transformer(std::mt19937_64& rng, const std::string& name);
 Cluster random_cluster(std::mt19937_64& rng, const std::string& name);
+Cluster random_mesh_cluster(std::mt19937_64& rng, const std::string& name);
 
 }  // namespace tapp

@@ -28,7 +28,7 @@ namespace {
 
 struct TrainArgs {
   std::vector<std::string> models, clusters;
-  int random_models = 0, random_transformers = 0, random_clusters = 0;
+  int random_models = 0, random_transformers = 0, random_clusters = 0, random_mesh_clusters = 0;
   int iterations = 0, checkpoint_every = 200, hidden = 64, imitation_steps = 1, cloning_epochs = 200;
   double time_budget_s = 0;
   int64_t batch = 32;
@@ -55,8 +55,8 @@ int train_cmd(const TrainArgs& a) {
     return bad_input("--costs: unknown source \"" + a.costs + "\"; expected auto, estimated or profile");
   if (a.models.empty() && a.random_models == 0 && a.random_transformers == 0)
     return bad_input("--models: name at least one model (or --random-models N, --random-transformers N)");
-  if (a.clusters.empty() && a.random_clusters == 0)
-    return bad_input("--clusters: name at least one cluster file (or --random-clusters N)");
+  if (a.clusters.empty() && a.random_clusters == 0 && a.random_mesh_clusters == 0)
+    return bad_input("--clusters: name at least one cluster file (or --random-clusters N, --random-mesh-clusters N)");
 
   std::vector<LayerGraph> graphs;
   std::vector<std::string> graph_names;
@@ -90,6 +90,10 @@ int train_cmd(const TrainArgs& a) {
   for (int k = 0; k < a.random_transformers; ++k) {
     graph_names.push_back("random_transformer" + std::to_string(k + 1));
     graphs.push_back(random_transformer(rng, graph_names.back()));
+  }
+  for (int k = 0; k < a.random_mesh_clusters; ++k) {  // last, for the same reason
+    cluster_names.push_back("random_mesh_cluster" + std::to_string(k + 1));
+    clusters.push_back(random_mesh_cluster(rng, cluster_names.back()));
   }
 
   std::vector<TrainProblem> problems;
@@ -185,6 +189,10 @@ void add_train_policy_command(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(0, 1000));
   sub->add_option("--clusters", args->clusters, "cluster files, comma-separated")->delimiter(',');
   sub->add_option("--random-clusters", args->random_clusters, "also this many random clusters (default 0)")
+      ->check(CLI::Range(0, 1000));
+  sub->add_option("--random-mesh-clusters", args->random_mesh_clusters,
+                  "also this many random clusters whose every device pair has its own link, each direction its own "
+                  "(default 0)")
       ->check(CLI::Range(0, 1000));
   sub->add_option("--iterations", args->iterations, "policy updates over all problems")->check(CLI::Range(1, 10000000));
   sub->add_option("--time-budget", args->time_budget_s, "stop after this many seconds")->check(CLI::Range(1.0, 604800.0));

@@ -165,6 +165,30 @@ TEST_CASE("random clusters: valid, and each network form is drawn: one fabric, s
   CHECK(pairs >= 5);
 }
 
+TEST_CASE("random mesh clusters: every device pair its own link, each direction its own, within the fabric") {
+  std::mt19937_64 rng(13), again(13);
+  int asymmetric = 0, slow = 0;
+  for (int k = 0; k < 30; ++k) {
+    const Cluster c = random_mesh_cluster(rng, "m" + std::to_string(k));
+    REQUIRE(cluster_from_json(cluster_to_json(c)).is_ok());
+    CHECK(cluster_to_json(c) == cluster_to_json(random_mesh_cluster(again, "m" + std::to_string(k))));
+    const int n = c.num_devices();
+    CHECK(c.links.size() == static_cast<size_t>(n * (n - 1)));
+    for (int a = 0; a < n; ++a)
+      for (int b = 0; b < n; ++b) {
+        if (a == b) continue;
+        const Link& l = c.link(a, b);
+        CHECK(&l != &c.default_link);
+        CHECK(l.bandwidth_mbps >= 10);
+        CHECK(l.bandwidth_mbps <= c.default_link.bandwidth_mbps);
+        asymmetric += l.bandwidth_mbps != c.link(b, a).bandwidth_mbps;
+        slow += l.bandwidth_mbps < c.default_link.bandwidth_mbps / 30;
+      }
+  }
+  CHECK(asymmetric > 0);
+  CHECK(slow > 0);
+}
+
 TEST_CASE("one network places clusters of 2, 4 and 8 devices, and models of any depth and family") {
   auto net = new_policy_networks(32, 0.005, 7);
   std::mt19937_64 rng(11);
