@@ -15,11 +15,13 @@ import torch
 import torchvision
 
 
+def without_aux_heads(name):
+    """The constructor arguments that leave out a model's auxiliary heads (none for most models)."""
+    return {"aux_logits": False, "init_weights": False} if name in ("googlenet", "inception_v3") else {}
+
+
 def build(name):
-    kwargs = {"weights": None}
-    if name in ("googlenet", "inception_v3"):
-        kwargs.update(aux_logits=False, init_weights=False)
-    model = torchvision.models.get_model(name, **kwargs)
+    model = torchvision.models.get_model(name, weights=None, **without_aux_heads(name))
     model.eval()
     return model
 

@@ -25,6 +25,9 @@ import time
 import torch
 import torchvision
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from save_torchvision import without_aux_heads  # noqa: E402  (beside this script)
+
 
 def first_line(text, limit=160):
     lines = [l.strip() for l in text.strip().splitlines() if l.strip()]
@@ -37,8 +40,7 @@ def first_line(text, limit=160):
 
 
 def save_model(name, path, script=False):
-    aux = {"aux_logits": False, "init_weights": False} if script and name in ("googlenet", "inception_v3") else {}
-    model = torchvision.models.get_model(name, weights=None, **aux)
+    model = torchvision.models.get_model(name, weights=None, **(without_aux_heads(name) if script else {}))
     model.eval()
     sizes = [64, 299 if name == "inception_v3" else 224]
     last = None
