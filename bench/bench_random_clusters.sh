@@ -6,7 +6,8 @@
 # env: MODELS (zoo names or model files; default "alexnet vgg16 resnet50"; may be ""),
 # RANDOM_MODELS (seeds of bench/random_models.py, written under OUTDIR/models/
 # and run after MODELS; default none), CLUSTERS (cluster seeds, default
-# 101-108), SEEDS (search seeds, default "1 2 3"). Writes one
+# 101-108), FORM (rand: links drawn per direction; lan: one fast network,
+# bench/random_clusters.py --lan), SEEDS (search seeds, default "1 2 3"). Writes one
 # `optimize --json` result per run (simulate, estimated costs, default
 # iterations, no verification: deterministic for a seed) under OUTDIR/s<SEED>/
 # and the clusters under OUTDIR/clusters/, then prints the summary of
@@ -19,8 +20,10 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 MODELS=${MODELS-alexnet vgg16 resnet50}
 CLUSTERS=${CLUSTERS:-101 102 103 104 105 106 107 108}
 SEEDS=${SEEDS:-1 2 3}
+FORM=${FORM:-rand}
+case $FORM in rand) form_flag=() ;; lan) form_flag=(--lan) ;; *) echo "FORM is rand or lan, not '$FORM'" >&2; exit 2 ;; esac
 # shellcheck disable=SC2086
-python3 "$HERE/random_clusters.py" "$OUT/clusters" $CLUSTERS
+python3 "$HERE/random_clusters.py" "${form_flag[@]}" "$OUT/clusters" $CLUSTERS
 if [ -n "${RANDOM_MODELS:-}" ]; then
   # shellcheck disable=SC2086
   MODELS="$MODELS $(python3 "$HERE/random_models.py" "$OUT/models" $RANDOM_MODELS | tr '\n' ' ')"
@@ -28,5 +31,5 @@ fi
 # shellcheck source=bench/optimize_grid.sh
 . "$HERE/optimize_grid.sh"
 # shellcheck disable=SC2046
-optimize_grid "$CLI" "$OUT" "$SEEDS" "$MODELS" $(for c in $CLUSTERS; do echo "$OUT/clusters/cluster_rand$c.json"; done)
+optimize_grid "$CLI" "$OUT" "$SEEDS" "$MODELS" $(for c in $CLUSTERS; do echo "$OUT/clusters/cluster_$FORM$c.json"; done)
 python3 "$HERE/random_clusters_report.py" "$OUT"
