@@ -23,13 +23,13 @@ SEEDS=${SEEDS:-1 2 3}
 FORM=${FORM:-rand}
 case $FORM in rand) form_flag=() ;; lan) form_flag=(--lan) ;; *) echo "FORM is rand or lan, not '$FORM'" >&2; exit 2 ;; esac
 # shellcheck disable=SC2086
-python3 "$HERE/random_clusters.py" "${form_flag[@]}" "$OUT/clusters" $CLUSTERS
+CLUSTER_FILES=$(python3 "$HERE/random_clusters.py" "${form_flag[@]}" "$OUT/clusters" $CLUSTERS)
 if [ -n "${RANDOM_MODELS:-}" ]; then
   # shellcheck disable=SC2086
   MODELS="$MODELS $(python3 "$HERE/random_models.py" "$OUT/models" $RANDOM_MODELS | tr '\n' ' ')"
 fi
 # shellcheck source=bench/optimize_grid.sh
 . "$HERE/optimize_grid.sh"
-# shellcheck disable=SC2046
-optimize_grid "$CLI" "$OUT" "$SEEDS" "$MODELS" $(for c in $CLUSTERS; do echo "$OUT/clusters/cluster_$FORM$c.json"; done)
+# shellcheck disable=SC2086
+optimize_grid "$CLI" "$OUT" "$SEEDS" "$MODELS" $CLUSTER_FILES
 python3 "$HERE/random_clusters_report.py" "$OUT"

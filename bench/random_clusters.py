@@ -2,7 +2,7 @@
 """Writes random heterogeneous clusters, one per seed.
 
 usage: bench/random_clusters.py [--lan] OUTDIR SEED [SEED ...]
-  ->  OUTDIR/cluster_rand<SEED>.json (or cluster_lan<SEED>.json)
+  ->  OUTDIR/cluster_rand<SEED>.json (or cluster_lan<SEED>.json), each path printed
 
 Each cluster: 2-6 one-thread CPU devices of 1-16 GB and speed 0.1-1.0; each
 ordered pair of devices gets its own link with probability 0.7 (10 Mbit/s to
@@ -61,11 +61,11 @@ def write_per_seed(doc, prefix, make):
 
 
 def main():
-    if sys.argv[1:2] == ["--lan"]:
+    lan = sys.argv[1:2] == ["--lan"]
+    if lan:
         del sys.argv[1]
-        write_per_seed(__doc__, "cluster_lan", lan_cluster)
-    else:
-        write_per_seed(__doc__, "cluster_rand", cluster)
+    for path in write_per_seed(__doc__, *(("cluster_lan", lan_cluster) if lan else ("cluster_rand", cluster))):
+        print(path)
 
 
 if __name__ == "__main__":
