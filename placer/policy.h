@@ -34,8 +34,9 @@
 // One joint action is sampled in this order: (choose_stage_count) the stage
 // count k; partition; micro-batch count;
 // per non-empty group (in id order) its device; then per device still free
-// (in index order), offered to the groups by fewest copies so far, whether
-// the group takes a replica there (the first that does holds it). Its log
+// (in index order), offered to the groups in the order replica_offers says
+// (fewest copies so far, or slowest per copy first), whether the group takes
+// a replica there (the first that does holds it). Its log
 // probability is the sum of every choice's, each under the masks it was drawn with.
 // Masking keeps proposals executable:
 //  - devices that cannot hold even the smallest layer get probability 0;
@@ -108,6 +109,13 @@ struct Cluster;
 // How the partition network may group layers (see the masks above).
 enum class PartitionMode { contiguous, follows_dag, free };
 
+// In which order a free device is offered to the groups for a replica (the
+// sampling order above): fewest_copies: the group with the fewest copies so far first;
+// heaviest_first: the group with the most FLOPs per unit of its devices'
+// compute so far first (its step time per copy), then fewest copies. Ties
+// go by group id.
+enum class ReplicaOffers { fewest_copies, heaviest_first };
+
 // The inputs of core's memory rule (core/placement.h, estimate_device_memory_bytes),
 // so the allocation can mask in O(groups) a choice: per layer its parameter
 // and per-sample activation bytes, per device its capacity. Empty = no memory masks.
@@ -154,6 +162,9 @@ struct PolicyConfig {
   // the first proposals mostly plain pipelines; the search's restarts that
   // explore replication start at 0 (p = 0.5).
   double replica_bias = -2.0;
+  // Trained networks learned their replica head with fewest_copies; a fresh
+  // search offers heaviest_first (search.cpp's use_trained_inputs).
+  ReplicaOffers replica_offers = ReplicaOffers::fewest_copies;
   PolicyMemory memory;  // empty = no memory masks
   // With offer_data_parallel: [k - 1][device] whether a data-parallel replica
   // at ceil(batch / k) samples fits that device (core's rule). Masks the

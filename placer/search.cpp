@@ -22,11 +22,13 @@ namespace {
 
 // What trained networks were trained with (train_policy.h) and a fresh
 // search's networks and restarts go without: the compute prior, the
-// stage-count head and the replica balance.
+// stage-count head and the replica balance; and the order replicas are
+// offered in (the trained head learned fewest copies first).
 void use_trained_inputs(PolicyConfig& pc, bool trained) {
   pc.prior_axis = trained ? PriorAxis::compute : PriorAxis::depth;
   pc.choose_stage_count = trained;
   pc.balance_replicas = trained;
+  pc.replica_offers = trained ? ReplicaOffers::fewest_copies : ReplicaOffers::heaviest_first;
 }
 
 // A device that cannot hold the smallest layer (the whole batch as one

@@ -393,6 +393,65 @@ TEST_CASE("free devices are offered device by device to the group with the fewes
   CHECK(two_stages > 10);
 }
 
+TEST_CASE("heaviest first: each free device goes to the group with the most FLOPs per unit of its compute") {
+  // Two stages on devices of different speeds, a replica head that wants
+  // every replica: each free device, in index order, goes to the group
+  // slowest per copy at its offer (ties: fewer copies, then the lower id), so
+  // the heavy group's copies are not held to the light one's count (fewest
+  // copies first kept them within one of each other).
+  LayerGraph g = chain_graph(6);
+  Cluster c = equal_cluster(8);
+  const std::vector<double> speeds = {1.0, 0.5, 0.25, 1.0, 0.75, 0.5, 0.25, 1.0};
+  for (int d = 0; d < 8; ++d) c.devices[d].speed = speeds[d];
+  PolicyConfig pc = replica_config(g, c, 8, PartitionMode::contiguous, 7);
+  pc.num_groups = 2;
+  pc.micro_batch_choices = {8};
+  pc.memory = PolicyMemory{};
+  pc.replica_bias = 8.0;
+  pc.replica_offers = ReplicaOffers::heaviest_first;
+  pc.totals = layer_totals(g);
+  const int L = static_cast<int>(g.layers.size());
+  for (int i = 0; i < L; ++i) pc.totals.gflops[i] = i % 2 == 0 ? 8.0 / (1 << (i / 2)) : 0.0;  // linear, relu: early heavy
+  pc.devices = device_traits(c);
+  OpDictionary dict;
+  Policy policy(encode_layers(g, dict), g.consumers(), pc);
+  std::mt19937_64 rng(11);
+  int two_stages = 0, apart = 0;
+  for (int n = 0; n < 60; ++n) {
+    Decision d = policy.sample(rng);
+    Placement p = decision_to_placement(d, pc.micro_batch_choices, Schedule::gpipe);
+    REQUIRE(validate_placement(p, g, c, 8).is_ok());
+    CHECK(std::isfinite(policy.log_prob(d)));
+    if (p.layer_group.back() == 0) continue;  // one stage: it takes every device
+    ++two_stages;
+    std::vector<double> flops(2, 0.0), compute(2, 0.0);
+    std::vector<int> copies(2, 1), holder(8, -1);
+    for (int i = 0; i < L; ++i) flops[p.layer_group[i]] += pc.totals.gflops[i];
+    for (int grp = 0; grp < 2; ++grp) {
+      compute[grp] = pc.devices.compute[p.group_device[grp]];
+      for (int dev : p.devices_of_group(grp)) holder[dev] = grp;
+    }
+    for (int dev = 0; dev < 8; ++dev) {
+      REQUIRE(holder[dev] >= 0);  // every device taken
+      if (dev == p.group_device[0] || dev == p.group_device[1]) continue;
+      const double t0 = flops[0] / compute[0], t1 = flops[1] / compute[1];
+      const int first = t0 != t1 ? (t0 > t1 ? 0 : 1) : copies[1] < copies[0] ? 1 : 0;
+      CHECK_MESSAGE(holder[dev] == first, "device ", dev, ": group ", holder[dev], " took it, ", first, " was slower");
+      compute[holder[dev]] += pc.devices.compute[dev];
+      ++copies[holder[dev]];
+    }
+    apart += std::abs(p.replica_count(0) - p.replica_count(1)) > 1;
+  }
+  CHECK(two_stages > 10);
+  CHECK(apart > 0);
+  // A fresh search offers so; a trained policy's head learned fewest copies first.
+  SearchOptions so;
+  so.batch_size = 8;
+  CHECK(search_policy_config(g, c, so).replica_offers == ReplicaOffers::heaviest_first);
+  so.initial_policy = new_policy_networks(16, 0.005, 1, -2.0);
+  CHECK(search_policy_config(g, c, so).replica_offers == ReplicaOffers::fewest_copies);
+}
+
 TEST_CASE("REINFORCE makes replication likelier where it clearly pays, and its log-probabilities stay finite") {
   LayerGraph g = chain_graph(3);
   Cluster c = equal_cluster(3);
