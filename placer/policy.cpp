@@ -575,30 +575,24 @@ struct Policy::Impl {
 
   int greedy_micro(const Groups& gr);
 
-  // The replica balance's state over one allocation's offers: per group the
-  // compute of the devices running it so far (its primary, then each replica
-  // it takes), and each offer's features (kBalanceWidth, log2 ratios, within +-3, of
-  // the group's FLOPs per unit of its compute: against the model spread
-  // evenly over the cluster, against the slowest other group, and with the
-  // offered device too against the even spread).
+  class AllocationMasks;
+  // The replica balance over one allocation's offers: each offer's features
+  // (kBalanceWidth, log2 ratios, within +-3, of the group's FLOPs per unit of
+  // the compute of the devices running it so far, as the masks count it:
+  // against the model spread evenly over the cluster, against the slowest
+  // other group, and with the offered device too against the even spread).
   class ReplicaBalance {
    public:
-    ReplicaBalance(const Impl& m, const GroupTotals& st, const std::vector<int>& device,
-                   const std::vector<bool>& used)
-        : m_(m), st_(st), used_(used), compute_(m.G, 0.0) {
-      for (int g = 0; g < m.G; ++g)
-        if (used[g]) compute_[g] = m.cfg.devices.compute[device[g]];
-    }
-    void take(int g, int k) { compute_[g] += m_.cfg.devices.compute[k]; }
+    ReplicaBalance(const Impl& m, const AllocationMasks& masks) : m_(m), masks_(masks) {}
     void features(int g, int k, float* out) const {
       const double even = m_.total_compute > 0 ? m_.total_gflops / m_.total_compute : 0.0;
       double slowest_other = 0;
       for (int h = 0; h < m_.G; ++h)
-        if (used_[h] && h != g) slowest_other = std::max(slowest_other, time(h, 0.0));
-      const double own = time(g, 0.0);
+        if (masks_.in_use(h) && h != g) slowest_other = std::max(slowest_other, masks_.time_per_copy(h));
+      const double own = masks_.time_per_copy(g);
       out[0] = ratio(own, even);
       out[1] = slowest_other > 0 ? ratio(own, slowest_other) : 3.f;  // the only group: the slowest
-      out[2] = ratio(time(g, m_.cfg.devices.compute[k]), even);
+      out[2] = ratio(masks_.time_per_copy(g, m_.cfg.devices.compute[k]), even);
     }
     // The balance's term of the offer's logit, from the network's weights (no gradient).
     float shift(int g, int k) const {
@@ -611,17 +605,12 @@ struct Policy::Impl {
     }
 
    private:
-    double time(int g, double extra_compute) const {
-      return st_.gflops[g] / std::max(1e-12, compute_[g] + extra_compute);
-    }
     static float ratio(double a, double b) {
       if (!(a > 0) || !(b > 0)) return -3.f;
       return static_cast<float>(std::clamp(std::log2(a / b), -3.0, 3.0));
     }
     const Impl& m_;
-    const GroupTotals& st_;
-    const std::vector<bool>& used_;
-    std::vector<double> compute_;
+    const AllocationMasks& masks_;  // the groups in use, the devices taken so far
   };
 
   static std::vector<bool> nonempty(const std::vector<int>& layer_group, int groups) {
@@ -1001,13 +990,12 @@ struct Policy::Impl {
     float* yes = in.taken.data_ptr<float>() + n * GD;
     float* bal = balance_head ? in.balanced.data_ptr<float>() + n * GD * kBalanceWidth : nullptr;
     std::optional<ReplicaBalance> balance;
-    if (balance_head) balance.emplace(*this, totals, d.group_device, used);
+    if (balance_head) balance.emplace(*this, masks);
     offer_replicas(masks, [&](int g, int k, bool refusable) {
       const size_t at = static_cast<size_t>(g) * D + k;
       off[at] = refusable ? 1.f : 0.f;
       yes[at] = has_replica(d, g, k) ? 1.f : 0.f;
       if (balance) balance->features(g, k, bal + at * kBalanceWidth);
-      if (balance && yes[at] > 0.f) balance->take(g, k);
       return yes[at] > 0.f;
     });
   }
@@ -1393,16 +1381,14 @@ struct Policy::Impl {
     for (int64_t i = 0; i < n; ++i) {
       Draft& dr = drafts[i];
       const float* q = z.data_ptr<float>() + i * GD;
-      const auto used = nonempty(dr.d->layer_group, G);
       std::optional<ReplicaBalance> balance;
-      if (balance_head) balance.emplace(*this, dr.gr->stats, dr.d->group_device, used);
+      if (balance_head) balance.emplace(*this, *dr.masks);
       auto& replicas = dr.d->group_replicas;
       offer_replicas(*dr.masks, [&](int g, int k, bool refusable) {
         const double u = dr.rng ? std::uniform_real_distribution<double>(0.0, 1.0)(*dr.rng) : 0.5;
         const float p = balance ? 1.f / (1.f + std::exp(-(q[g * D + k] + balance->shift(g, k)))) : q[g * D + k];
         const bool take = !refusable || u < p;
         if (take) replicas[g].push_back(k);
-        if (take && balance) balance->take(g, k);
         return take;
       });
     }
@@ -1652,10 +1638,14 @@ struct Policy::Impl {
       device_of_[g] = k;
     }
 
-    // How many devices run group g so far (its primary and its replicas).
+    // Whether group g has a layer; how many devices run it so far (its primary and its replicas).
+    bool in_use(int g) const { return used_[g]; }
     int copies(int g) const { return 1 + replicas(g); }
-    // Group g's FLOPs over the compute of the devices running it so far (0 without FLOPs or devices).
-    double time_per_copy(int g) const { return group_compute_[g] > 0 ? group_gflops_[g] / group_compute_[g] : 0.0; }
+    // Group g's FLOPs over the compute of the devices running it so far
+    // (with `extra_compute`: one device more); 0 without FLOPs.
+    double time_per_copy(int g, double extra_compute = 0.0) const {
+      return group_gflops_[g] / std::max(1e-12, group_compute_[g] + extra_compute);
+    }
 
     // Whether device k may take a replica of group g (devices in index order,
     // offer_replicas). With memory masks, only where some completion of g's
@@ -2116,12 +2106,11 @@ std::vector<std::vector<float>> Policy::replica_probs(const std::vector<int>& la
   m.pair_features_of_groups(gr.stats, device, true, pairs.data_ptr<float>());
   auto z = m.score_pairs(gr.h, pairs).select(2, 1).contiguous();
   if (m.balance_head) {  // as first offered: each group on its primary alone
-    const auto used = Impl::nonempty(layer_group, m.G);
-    Impl::ReplicaBalance balance(m, gr.stats, device, used);
+    Impl::ReplicaBalance balance(m, masks);
     float* zq = z.data_ptr<float>();
     for (int g = 0; g < m.G; ++g)
       for (int k = 0; k < m.D; ++k)
-        if (used[g]) zq[g * m.D + k] += balance.shift(g, k);
+        if (masks.in_use(g)) zq[g * m.D + k] += balance.shift(g, k);
   }
   return to_rows(torch::sigmoid(z));
 }
