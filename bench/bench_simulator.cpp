@@ -249,15 +249,21 @@ void BM_inception_v3_branch_parallel_validate_and_memory(benchmark::State& state
   state.SetItemsProcessed(state.iterations());
 }
 // The search's two parts: the segments and run order, then their replay.
-void BM_inception_v3_branch_parallel_segments_only(benchmark::State& state) {
+void segments_only(benchmark::State& state, const std::vector<Placement>& placements) {
   Fixture& f = fixture("inception_v3");
   SegmentGraph sg;
   size_t i = 0;
   for (auto _ : state) {
-    Status s = build_segment_graph_into(f.graph, f.branch_parallel[i++ % f.branch_parallel.size()], f.cluster, 32, sg);
+    Status s = build_segment_graph_into(f.graph, placements[i++ % placements.size()], f.cluster, 32, sg);
     benchmark::DoNotOptimize(s.ok());
   }
   state.SetItemsProcessed(state.iterations());
+}
+void BM_inception_v3_branch_parallel_segments_only(benchmark::State& state) {
+  segments_only(state, fixture("inception_v3").branch_parallel);
+}
+void BM_inception_v3_branch_parallel_1f1b_segments_only(benchmark::State& state) {
+  segments_only(state, fixture("inception_v3").branch_parallel_1f1b);
 }
 void BM_inception_v3_branch_parallel_segment_replay_only(benchmark::State& state) {
   Fixture& f = fixture("inception_v3");
@@ -272,6 +278,7 @@ void BM_inception_v3_branch_parallel_segment_replay_only(benchmark::State& state
 BENCHMARK(BM_inception_v3_branch_parallel_build_only);
 BENCHMARK(BM_inception_v3_branch_parallel_simulate_only);
 BENCHMARK(BM_inception_v3_branch_parallel_segments_only);
+BENCHMARK(BM_inception_v3_branch_parallel_1f1b_segments_only);
 BENCHMARK(BM_inception_v3_branch_parallel_segment_replay_only);
 BENCHMARK(BM_inception_v3_branch_parallel_validate_and_memory);
 

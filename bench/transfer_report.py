@@ -51,11 +51,15 @@ def own_evals(r, target):
 
 def per_case_line(cases):
     """Per case, the medians over seeds ("never" = inf): at least 5x fewer counts a case the
-    fresh policy never reached and the trained one did."""
+    fresh policy never reached and the trained one did. Of the cases short of 5x, those where
+    the trained start got there at its first evaluation while the fresh one took fewer than
+    five are named apart: no start can show 5x fewer there."""
     five = sum(math.isfinite(t) and f >= 5 * t for _, _, f, t in cases)
+    at_first = sum(t == 1 and f < 5 for _, _, f, t in cases)
     fewer = sum(t < f for _, _, f, t in cases)
     more = sum(t > f for _, _, f, t in cases)
-    return (f"trained at least 5x fewer evaluations in {five}/{len(cases)}, fewer in {fewer}, "
+    return (f"trained at least 5x fewer evaluations in {five}/{len(cases)} (of the others, "
+            f"{at_first} at its first evaluation against the fresh start's fewer than five), fewer in {fewer}, "
             f"as many in {len(cases) - fewer - more}, more in {more}")
 
 
