@@ -147,15 +147,19 @@ Fixture& fixture(const std::string& model) {
 
 enum class Kind { contiguous, one_f_one_b, random, replicated, branch_parallel, replicated_1f1b, branch_parallel_1f1b };
 
+const std::vector<Placement>& placements_of(const Fixture& f, Kind kind) {
+  return kind == Kind::one_f_one_b            ? f.one_f_one_b
+         : kind == Kind::random               ? f.random
+         : kind == Kind::replicated           ? f.replicated
+         : kind == Kind::branch_parallel      ? f.branch_parallel
+         : kind == Kind::replicated_1f1b      ? f.replicated_1f1b
+         : kind == Kind::branch_parallel_1f1b ? f.branch_parallel_1f1b
+                                              : f.contiguous;
+}
+
 void run(benchmark::State& state, const std::string& model, Kind kind) {
   Fixture& f = fixture(model);
-  const auto& ps = kind == Kind::one_f_one_b       ? f.one_f_one_b
-                   : kind == Kind::random          ? f.random
-                   : kind == Kind::replicated      ? f.replicated
-                   : kind == Kind::branch_parallel ? f.branch_parallel
-                   : kind == Kind::replicated_1f1b ? f.replicated_1f1b
-                   : kind == Kind::branch_parallel_1f1b ? f.branch_parallel_1f1b
-                                                   : f.contiguous;
+  const auto& ps = placements_of(f, kind);
   // The placements' average size (outside the timed loop).
   double segments = 0, tasks = 0;
   TaskGraph tg;
@@ -249,8 +253,9 @@ void BM_inception_v3_branch_parallel_validate_and_memory(benchmark::State& state
   state.SetItemsProcessed(state.iterations());
 }
 // The search's two parts: the segments and run order, then their replay.
-void segments_only(benchmark::State& state, const std::vector<Placement>& placements) {
+void segments_only(benchmark::State& state, Kind kind) {
   Fixture& f = fixture("inception_v3");
+  const auto& placements = placements_of(f, kind);
   SegmentGraph sg;
   size_t i = 0;
   for (auto _ : state) {
@@ -260,10 +265,10 @@ void segments_only(benchmark::State& state, const std::vector<Placement>& placem
   state.SetItemsProcessed(state.iterations());
 }
 void BM_inception_v3_branch_parallel_segments_only(benchmark::State& state) {
-  segments_only(state, fixture("inception_v3").branch_parallel);
+  segments_only(state, Kind::branch_parallel);
 }
 void BM_inception_v3_branch_parallel_1f1b_segments_only(benchmark::State& state) {
-  segments_only(state, fixture("inception_v3").branch_parallel_1f1b);
+  segments_only(state, Kind::branch_parallel_1f1b);
 }
 void BM_inception_v3_branch_parallel_segment_replay_only(benchmark::State& state) {
   Fixture& f = fixture("inception_v3");
