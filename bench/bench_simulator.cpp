@@ -147,14 +147,18 @@ Fixture& fixture(const std::string& model) {
 
 enum class Kind { contiguous, one_f_one_b, random, replicated, branch_parallel, replicated_1f1b, branch_parallel_1f1b };
 
+// A switch, so that a Kind added without its placements fails -Wswitch.
 const std::vector<Placement>& placements_of(const Fixture& f, Kind kind) {
-  return kind == Kind::one_f_one_b            ? f.one_f_one_b
-         : kind == Kind::random               ? f.random
-         : kind == Kind::replicated           ? f.replicated
-         : kind == Kind::branch_parallel      ? f.branch_parallel
-         : kind == Kind::replicated_1f1b      ? f.replicated_1f1b
-         : kind == Kind::branch_parallel_1f1b ? f.branch_parallel_1f1b
-                                              : f.contiguous;
+  switch (kind) {
+    case Kind::contiguous: return f.contiguous;
+    case Kind::one_f_one_b: return f.one_f_one_b;
+    case Kind::random: return f.random;
+    case Kind::replicated: return f.replicated;
+    case Kind::branch_parallel: return f.branch_parallel;
+    case Kind::replicated_1f1b: return f.replicated_1f1b;
+    case Kind::branch_parallel_1f1b: return f.branch_parallel_1f1b;
+  }
+  return f.contiguous;
 }
 
 void run(benchmark::State& state, const std::string& model, Kind kind) {
