@@ -585,6 +585,8 @@ json policy_json(const JobOutcome& o, const References& ref) {
   if (sr.zero_shot_report) {
     policy["zero_shot_placement"] = placement_to_json(sr.zero_shot, o.graph, o.request.cluster);
     policy["zero_shot_odds"] = zero_shot_odds_json(sr.zero_shot_odds, o.request.cluster);
+    // The typical decision's cuts moved for its own stages (SearchOptions::zero_shot_costs).
+    policy["zero_shot_cuts_moved"] = sr.zero_shot_cuts_moved;
   }
   if (sr.found) policy["refined_placement"] = placement_to_json(sr.best, o.graph, o.request.cluster);
   return policy;
@@ -784,6 +786,7 @@ Result<json> run_job(const OptimizeRequest& req, const ProgressFn& progress, con
   SearchOptions so = search_options(req);
   so.device_sample_ms = device_sample_ms(graph, req.cluster, costs->cost, req.batch_size);
   so.layer_ms = layer_compute_ms(graph, req.cluster, costs->cost, req.batch_size);
+  so.zero_shot_costs = &costs->cost;
   std::vector<BaselineResult> baselines;
   if (req.baselines || req.warm_start) {
     report("baselines", 0, 0, 0, 0);

@@ -11,6 +11,8 @@
 #include "placer/features.h"
 #include "placer/measurer.h"
 #include "placer/refine.h"
+#include "planners/context.h"
+#include "planners/planners.h"
 #include "profiler/compute_threads.h"
 #include "model/layer_graph.h"
 #include "core/cluster.h"
@@ -242,6 +244,7 @@ class SearchLoop {
   SearchLoop(const LayerGraph& graph, const Cluster& cluster, Evaluator& evaluator, const SearchOptions& opt,
              const std::function<void(const SearchProgress&)>& progress, const std::atomic<bool>* cancel)
       : graph_(graph),
+        cluster_(cluster),
         opt_(opt),
         progress_(progress),
         cancel_(cancel),
@@ -266,8 +269,7 @@ class SearchLoop {
     std::string stop_reason = "iterations";
     if (opt_.initial_policy && !cancelled()) {
       const Decision typical = policy_->typical();
-      zero_shot_placement_ = to_placement(typical);
-      zero_shot_ = measurer_.measure(zero_shot_placement_, 0);
+      measure_zero_shot(typical);
       note_zero_shot_odds(typical);
     }
     int it = 1;
@@ -324,6 +326,27 @@ class SearchLoop {
 
   Placement to_placement(const Decision& d) const {
     return decision_to_placement(d, config_.micro_batch_choices, opt_.schedule);
+  }
+
+  // The zero-shot plan: the trained policy's typical decision as it is and,
+  // where SearchOptions::zero_shot_costs moves its cuts, as moved; the faster
+  // kept (the measurer keeps the faster schedule of each the same way).
+  void measure_zero_shot(const Decision& typical) {
+    zero_shot_placement_ = to_placement(typical);
+    zero_shot_ = measurer_.measure(zero_shot_placement_, 0);
+    if (!opt_.zero_shot_costs) return;
+    PlannerContext ctx;
+    ctx.graph = &graph_;
+    ctx.cluster = &cluster_;
+    ctx.cost = opt_.zero_shot_costs;
+    ctx.batch_size = opt_.batch_size;
+    Placement moved = with_pipedream_cuts(ctx, zero_shot_placement_);
+    if (moved.layer_group == zero_shot_placement_.layer_group) return;
+    const StepReport& r = measurer_.measure(moved, 0);
+    if (!r.ok || (zero_shot_->ok && r.step_ms >= zero_shot_->step_ms)) return;
+    zero_shot_ = r;
+    zero_shot_placement_ = std::move(moved);
+    zero_shot_cuts_moved_ = true;
   }
 
   // One REINFORCE step on the batch (the reward scale fixed by the first
@@ -441,6 +464,7 @@ class SearchLoop {
     r.evaluations_before_imitation = evaluations_before_imitation_;
     r.zero_shot_report = zero_shot_;
     r.zero_shot = zero_shot_placement_;
+    r.zero_shot_cuts_moved = zero_shot_cuts_moved_;
     r.zero_shot_odds = zero_shot_odds_;
     r.policy_found = measurer_.found();
     if (r.policy_found) {
@@ -482,6 +506,7 @@ class SearchLoop {
   }
 
   const LayerGraph& graph_;
+  const Cluster& cluster_;
   const SearchOptions& opt_;
   const std::function<void(const SearchProgress&)>& progress_;
   const std::atomic<bool>* cancel_;
@@ -501,6 +526,7 @@ class SearchLoop {
   std::optional<std::pair<Placement, double>> explored_best_;
   std::optional<StepReport> zero_shot_;
   Placement zero_shot_placement_;
+  bool zero_shot_cuts_moved_ = false;
   ZeroShotOdds zero_shot_odds_;
   // The current policy's own best since its (re)start: a restarted policy is
   // judged by its own progress, not by whether it already beats the best of

@@ -78,6 +78,11 @@ struct SearchOptions {
   // fine-tunes its own) instead of fresh ones (tapp-cli train-policy, issue 17);
   // restarts still draw fresh networks.
   std::shared_ptr<const PolicyNetworks> initial_policy;
+  // Where set (with initial_policy), the zero-shot plan is also scored with
+  // its cuts placed under these costs for the stages the trained policy chose
+  // (planners' with_pipedream_cuts: fill, drain and bottleneck; its devices,
+  // replicas and micro-batches kept), and the faster kept. Null: its own cuts only.
+  const CostModel* zero_shot_costs = nullptr;
 };
 
 struct SearchProgress {
@@ -130,6 +135,7 @@ struct SearchResult {
   // plan (Policy::typical) before any fine-tuning (zero-shot), the search's first evaluation.
   std::optional<StepReport> zero_shot_report;
   Placement zero_shot;  // its placement (set with zero_shot_report)
+  bool zero_shot_cuts_moved = false;  // the cuts SearchOptions::zero_shot_costs placed were the faster
   ZeroShotOdds zero_shot_odds;  // the odds behind it (set with zero_shot_report)
   double policy_elapsed_s = 0;
 };

@@ -97,6 +97,25 @@ class ReplicatedStageModel {
     return *std::max_element(sent.begin(), sent.end()) / m;
   }
 
+  // One micro-batch through the stage on its slowest replica: forward + backward
+  // (the latency GPipe's fill and drain see; the interval is stage()).
+  double stage_latency(const std::vector<int>& R, int a, int b) const {
+    double t = 0;
+    for (int d : R) t = std::max(t, stage_ms(bm_.ctx, d, a, b, bm_.samples));
+    return t;
+  }
+
+  // One micro-batch's activations across the cut before layer j and its
+  // gradients back, on the slowest pair of the two sets' devices.
+  double boundary_latency(const std::vector<int>& A, const std::vector<int>& B, int j) const {
+    const int64_t bytes = bm_.cut[j] * bm_.samples;
+    if (bytes == 0) return 0;
+    double t = 0;
+    for (int a : A)
+      for (int b : B) t = std::max(t, bm_.ctx.cost->transfer_ms(a, b, bytes) + bm_.ctx.cost->transfer_ms(b, a, bytes));
+    return t;
+  }
+
   int micro_batches() const { return bm_.m; }
 
  private:
@@ -223,6 +242,150 @@ Result<std::vector<std::optional<StagePlan>>> pipedream_by_devices(const Planner
   return out;
 }
 
+// Stage k's devices: its own, then its further replicas (the replica order).
+std::vector<int> stage_devices(const StagePlan& plan, int k) {
+  std::vector<int> R = {plan.stage_device[k]};
+  if (!plan.stage_replicas.empty()) R.insert(R.end(), plan.stage_replicas[k].begin(), plan.stage_replicas[k].end());
+  return R;
+}
+
+// A pipeline's step for given cuts, as GPipe's fill and drain see it: one
+// micro-batch's latency through every stage and boundary, then m - 1 more
+// intervals of the slowest (the bottleneck): sum of latencies + (m - 1) x
+// bottleneck. Per stage k and positions i < j, its interval (PipeDream's
+// stage cost, per micro-batch) and latency (its slowest replica's forward +
+// backward of one micro-batch); per boundary before stage k at position i the same.
+class CutTable {
+ public:
+  CutTable(const ReplicatedStageModel& model, const StagePlan& plan, std::vector<int> positions)
+      : P(std::move(positions)), S(plan.num_stages()), C(static_cast<int>(P.size()) - 1), m(plan.micro_batches) {
+    std::vector<std::vector<int>> sets(S);
+    for (int k = 0; k < S; ++k) sets[k] = stage_devices(plan, k);
+    interval_.assign(static_cast<size_t>(S) * (C + 1) * (C + 1), kInf);
+    latency_ = interval_;
+    edge_interval_.assign(static_cast<size_t>(S) * (C + 1), 0);
+    edge_latency_ = edge_interval_;
+    for (int k = 0; k < S; ++k)
+      for (int i = 0; i < C; ++i) {
+        if (k > 0) {
+          edge_interval_[edge(k, i)] = model.boundary(sets[k - 1], sets[k], P[i]);
+          edge_latency_[edge(k, i)] = model.boundary_latency(sets[k - 1], sets[k], P[i]);
+        }
+        for (int j = i + 1; j <= C; ++j) {
+          interval_[at(k, i, j)] = model.stage(sets[k], P[i], P[j]);
+          latency_[at(k, i, j)] = model.stage_latency(sets[k], P[i], P[j]);
+        }
+      }
+  }
+
+  // The cuts (position indices of the stages' first layers) whose every
+  // interval is at most `bound` with the least latency; their latency in `sum`
+  // (infinity: none).
+  std::vector<int> least_latency(double bound, double& sum) const {
+    std::vector<double> best(static_cast<size_t>(S + 1) * (C + 1), kInf);
+    std::vector<int> from(best.size(), -1);
+    best[0] = 0;
+    for (int k = 1; k <= S; ++k)
+      for (int i = k - 1; i < C; ++i) {
+        const double before = best[static_cast<size_t>(k - 1) * (C + 1) + i];
+        if (before == kInf || (k > 1 && edge_interval_[edge(k - 1, i)] > bound)) continue;
+        const double in = before + (k > 1 ? edge_latency_[edge(k - 1, i)] : 0);
+        for (int j = i + 1; j <= C - (S - k); ++j) {
+          if (interval_[at(k - 1, i, j)] > bound) continue;
+          const double v = in + latency_[at(k - 1, i, j)];
+          const size_t to = static_cast<size_t>(k) * (C + 1) + j;
+          if (v < best[to]) best[to] = v, from[to] = i;
+        }
+      }
+    sum = best[static_cast<size_t>(S) * (C + 1) + C];
+    std::vector<int> cuts(S);
+    if (sum == kInf) return cuts;
+    for (int k = S, j = C; k >= 1; --k) {
+      j = from[static_cast<size_t>(k) * (C + 1) + j];
+      cuts[k - 1] = j;
+    }
+    return cuts;
+  }
+
+  // The step of cuts (position indices).
+  double step(const std::vector<int>& cuts) const {
+    double sum = 0, bottleneck = 0;
+    for (int k = 0; k < S; ++k) {
+      const int end = k + 1 < S ? cuts[k + 1] : C;
+      sum += latency_[at(k, cuts[k], end)];
+      bottleneck = std::max(bottleneck, interval_[at(k, cuts[k], end)]);
+      if (k > 0) {
+        sum += edge_latency_[edge(k, cuts[k])];
+        bottleneck = std::max(bottleneck, edge_interval_[edge(k, cuts[k])]);
+      }
+    }
+    return sum + (m - 1) * bottleneck;
+  }
+
+  // Every finite interval, ascending, once: the bounds worth trying.
+  std::vector<double> intervals() const {
+    std::vector<double> v;
+    for (double x : interval_)
+      if (x < kInf) v.push_back(x);
+    v.insert(v.end(), edge_interval_.begin(), edge_interval_.end());
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+    return v;
+  }
+
+  const std::vector<int> P;
+  const int S, C, m;
+
+ private:
+  size_t at(int k, int i, int j) const { return (static_cast<size_t>(k) * (C + 1) + i) * (C + 1) + j; }
+  size_t edge(int k, int i) const { return static_cast<size_t>(k) * (C + 1) + i; }
+  std::vector<double> interval_, latency_, edge_interval_, edge_latency_;
+};
+
+// The first layers of `plan`'s stages, each stage keeping its device set,
+// whose CutTable step is least: for a bound on the intervals, the least
+// latency under it, over the smallest feasible bound and up to
+// kBoundsTried - 1 larger ones (by rank among the intervals). Cut positions:
+// every layer on models of up to kMaxCutPositions - 1 layers, else quantiles
+// of the fastest device's time, and the plan's own cuts always (kept where
+// no others beat them).
+constexpr int kMaxCutPositions = 129;
+constexpr int kBoundsTried = 48;
+std::vector<int> balanced_begins(const PlannerContext& ctx, const StagePlan& plan) {
+  std::vector<int> P = cut_positions(ctx, kMaxCutPositions);
+  P.insert(P.end(), plan.stage_begin.begin(), plan.stage_begin.end());
+  std::sort(P.begin(), P.end());
+  P.erase(std::unique(P.begin(), P.end()), P.end());
+  const CutTable table(ReplicatedStageModel(ctx, plan.micro_batches), plan, P);
+  std::vector<int> own(plan.num_stages());
+  for (int k = 0; k < plan.num_stages(); ++k)
+    own[k] = static_cast<int>(std::lower_bound(P.begin(), P.end(), plan.stage_begin[k]) - P.begin());
+  const std::vector<double> bounds = table.intervals();
+  // The smallest feasible bound (feasibility grows with the bound).
+  size_t lo = 0, hi = bounds.size();
+  double sum = kInf;
+  while (lo < hi) {
+    const size_t mid = (lo + hi) / 2;
+    table.least_latency(bounds[mid], sum);
+    if (sum < kInf)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  double best_step = table.step(own);
+  std::vector<int> best = own;
+  const size_t tried = std::min<size_t>(kBoundsTried, bounds.size() - std::min(lo, bounds.size()));
+  for (size_t t = 0; t < tried; ++t) {
+    const double bound = bounds[lo + t * (bounds.size() - 1 - lo) / std::max<size_t>(1, tried - 1)];
+    std::vector<int> cuts = table.least_latency(bound, sum);
+    if (sum == kInf) continue;
+    const double step = table.step(cuts);
+    if (step < best_step) best_step = step, best = std::move(cuts);
+  }
+  for (int& c : best) c = P[c];
+  return best;
+}
+
 // Calls f(begins, sets) for every contiguous plan of 1..min(D, L) stages on
 // disjoint non-empty device sets (global masks over the DP's devices).
 template <typename F>
@@ -256,18 +419,41 @@ void for_each_replicated(int L, const std::vector<int>& devs, F&& f) {
 double replicated_bottleneck_ms(const PlannerContext& ctx, const StagePlan& plan) {
   const int L = num_layers(ctx), S = plan.num_stages();
   const ReplicatedStageModel model(ctx, plan.micro_batches);
-  auto devices_of = [&](int k) {
-    std::vector<int> R = {plan.stage_device[k]};
-    if (!plan.stage_replicas.empty()) R.insert(R.end(), plan.stage_replicas[k].begin(), plan.stage_replicas[k].end());
-    return R;
-  };
   double v = 0;
   for (int k = 0; k < S; ++k) {
     const int end = k + 1 < S ? plan.stage_begin[k + 1] : L;
-    v = std::max(v, model.stage(devices_of(k), plan.stage_begin[k], end));
-    if (k > 0) v = std::max(v, model.boundary(devices_of(k - 1), devices_of(k), plan.stage_begin[k]));
+    v = std::max(v, model.stage(stage_devices(plan, k), plan.stage_begin[k], end));
+    if (k > 0) v = std::max(v, model.boundary(stage_devices(plan, k - 1), stage_devices(plan, k), plan.stage_begin[k]));
   }
   return v;
+}
+
+Placement with_pipedream_cuts(const PlannerContext& context, const Placement& p) {
+  if (p.is_data_parallel() || p.num_groups() < 2) return p;
+  // Stage k: the group with the k-th first layer, from that layer on.
+  std::vector<int> first(p.num_groups(), -1);
+  for (int l = 0; l < static_cast<int>(p.layer_group.size()); ++l)
+    if (first[p.layer_group[l]] < 0) first[p.layer_group[l]] = l;
+  if (std::count(first.begin(), first.end(), -1) > 0) return p;  // an empty group
+  std::vector<int> order(p.num_groups());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return first[a] < first[b]; });
+  StagePlan plan;
+  plan.micro_batches = p.micro_batches;
+  for (int g : order) {
+    plan.stage_begin.push_back(first[g]);
+    plan.stage_device.push_back(p.group_device[g]);
+    if (p.has_replicated_groups()) plan.stage_replicas.push_back(p.group_replicas[g]);
+  }
+  PlannerContext ctx = context;
+  ctx.schedule = p.schedule;
+  ctx.optimizer = p.optimizer;
+  const std::vector<int> begins = balanced_begins(ctx, plan);
+  Placement out = p;
+  for (int k = 0, S = plan.num_stages(), L = num_layers(ctx); k < S; ++k)
+    std::fill(out.layer_group.begin() + begins[k], out.layer_group.begin() + (k + 1 < S ? begins[k + 1] : L),
+              order[k]);
+  return out;
 }
 
 Result<StagePlan> pipedream_min_bottleneck(const PlannerContext& ctx, int micro_batches) {

@@ -63,6 +63,15 @@ Result<StagePlan> exhaustive_min_bottleneck(const PlannerContext& ctx, int micro
 // without replicas. Infinity when a replica does not fit or a stage has more
 // replicas than micro-batches.
 double replicated_bottleneck_ms(const PlannerContext& ctx, const StagePlan& plan);
+// `p` as a pipeline of its groups in the order of their first layers, each
+// keeping its devices, replicas and everything else, cut where a pipeline's
+// step is least for p's micro-batches and schedule: one micro-batch's latency
+// through the stages and boundaries (slowest replica) plus m - 1 intervals of
+// the slowest by that objective, over bounds on it (GPipe's fill and drain,
+// which a bottleneck alone ignores). A pipeline whose own cuts are best comes
+// back unchanged, as does a data-parallel or one-group placement; groups that
+// interleave (branches apart) are made consecutive. Analytic: nothing is simulated.
+Placement with_pipedream_cuts(const PlannerContext& ctx, const Placement& p);
 // Minimum of that objective over contiguous plans whose stages take disjoint
 // device sets (each set's replicas fastest first) among the 8 fastest devices,
 // for `micro_batches`: DP over (layer prefix, used devices, last stage's set).

@@ -645,6 +645,23 @@ TEST_CASE("fine-tuning from a trained policy starts from its decisions, and the 
   CHECK(r.trace.front().evaluations == 1);  // the zero-shot plan is the first one evaluated
   // The search fine-tunes its own copy: the trained networks are unchanged.
   CHECK(original->greedy() == greedy);
+
+  // With costs to cut by, the zero-shot plan is the faster of the typical plan
+  // as it is and with its cuts moved for its stages (its devices kept).
+  const CostModel cost = *CostModel::build(g, c, {estimated_library(g, 32)});
+  SimulatorEvaluator sim(g, c, cost, 32);
+  const SearchResult as_is = search(g, c, sim, so, nullptr);
+  so.zero_shot_costs = &cost;
+  const SearchResult cut = search(g, c, sim, so, nullptr);
+  REQUIRE(as_is.zero_shot_report.has_value());
+  REQUIRE(cut.zero_shot_report.has_value());
+  CHECK(as_is.zero_shot.layer_group == own.layer_group);
+  CHECK(cut.zero_shot.group_device == own.group_device);
+  CHECK(cut.zero_shot.micro_batches == own.micro_batches);
+  CHECK(cut.zero_shot_cuts_moved);  // these networks' stages are uneven on this cluster
+  CHECK(cut.zero_shot.layer_group != own.layer_group);
+  CHECK(cut.zero_shot_report->step_ms < as_is.zero_shot_report->step_ms);
+  so.zero_shot_costs = nullptr;
   // Without a trained policy there is no zero-shot plan.
   so.initial_policy = nullptr;
   CHECK_FALSE(search(g, c, ev, so, nullptr).zero_shot_report.has_value());

@@ -151,6 +151,67 @@ TEST_CASE("PipeDream's objective without replicas is the DP planner's bottleneck
   CHECK(replicated_bottleneck_ms(cs.ctx, replicated) == std::numeric_limits<double>::infinity());
 }
 
+TEST_CASE("with_pipedream_cuts moves a pipeline's cuts towards its faster stage, by fill, drain and bottleneck") {
+  // Six equal layers, d0 twice as fast as d1, a free link: c = one layer's
+  // forward + backward of a micro-batch on d1, d0 takes j layers. Step =
+  // latency + (m - 1) x bottleneck = (j/2 + 6 - j) c + 3 max(j/2, 6 - j) c:
+  // j = 3 13.5c, j = 4 10c, j = 5 11c. So three and three become four and two.
+  LayerGraph g = linear_chain({16, 16, 16, 16, 16, 16});
+  Cluster c;
+  c.devices = {Device{"fast"}, Device{"slow"}};
+  c.devices[0].speed = 2;
+  c.default_link.bandwidth_mbps = 1e9;
+  c.default_link.latency_ms = 0;
+  Case cs(g, c, {test::flat_library(g, 8, 1, 1)}, 8);
+  Placement p;
+  p.layer_group = {0, 0, 0, 1, 1, 1};
+  p.group_device = {0, 1};
+  p.micro_batches = 4;
+  Placement moved = with_pipedream_cuts(cs.ctx, p);
+  CHECK(moved.layer_group == std::vector<int>{0, 0, 0, 0, 1, 1});
+  CHECK(moved.group_device == p.group_device);
+  CHECK(moved.micro_batches == 4);
+  // One micro-batch has no interval to repeat, only latency: (6 - j/2) c, least at j = 5, where
+  // the bottleneck alone would still say four and two.
+  Placement one = p;
+  one.micro_batches = 1;
+  CHECK(with_pipedream_cuts(cs.ctx, one).layer_group == std::vector<int>{0, 0, 0, 0, 0, 1});
+  // Cuts that are already best, one group, data parallelism: unchanged.
+  CHECK(with_pipedream_cuts(cs.ctx, moved).layer_group == moved.layer_group);
+  CHECK(with_pipedream_cuts(cs.ctx, Placement::single_device(6, 1, 4)).layer_group == std::vector<int>(6, 0));
+  const Placement dp = Placement::replicas(6, {0, 1});
+  CHECK(with_pipedream_cuts(cs.ctx, dp).layer_group == dp.layer_group);
+  // Groups that interleave become consecutive, in the order of their first layers.
+  p.layer_group = {1, 0, 1, 0, 0, 1};
+  p.group_device = {1, 0};
+  CHECK(with_pipedream_cuts(cs.ctx, p).layer_group == std::vector<int>{1, 1, 1, 1, 0, 0});
+}
+
+TEST_CASE("with_pipedream_cuts keeps each group's devices, replicas and order on random chains, clusters and plans") {
+  std::mt19937 rng(20261201);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int L = 3 + static_cast<int>(rng() % 10), D = 2 + static_cast<int>(rng() % 4);
+    std::vector<int64_t> widths;
+    for (int i = 0; i < L; ++i) widths.push_back(8 << (rng() % 7));
+    LayerGraph g = linear_chain(widths);
+    Case cs(g, random_cluster(rng, D), {random_library(rng, g, 8)}, 8);
+    std::mt19937_64 walk(rng());
+    const StageMoves moves(L, D, {1, 2, 4, 8}, /*replicas=*/true);
+    const StagePlan plan = moves.random_plan(walk);
+    const Placement p = to_placement(plan, L, rng() % 2 ? Schedule::gpipe : Schedule::one_f_one_b, "t");
+    const Placement moved = with_pipedream_cuts(cs.ctx, p);
+    REQUIRE_MESSAGE(validate_placement(moved, g, cs.c, 8).is_ok(), validate_placement(moved, g, cs.c, 8).message());
+    CHECK(moved.group_device == p.group_device);
+    CHECK(moved.group_replicas == p.group_replicas);
+    CHECK(moved.micro_batches == p.micro_batches);
+    CHECK(moved.schedule == p.schedule);
+    // Still one run per group, in the same order, none emptied.
+    const StagePlan runs = stage_plan_of_runs(moved);
+    CHECK(runs.stage_device == plan.stage_device);
+    CHECK(runs.num_stages() == plan.num_stages());
+  }
+}
+
 TEST_CASE("the pipedream planner returns a placement that fits and beats or ties dp under its evaluator on a wide stage") {
   // One heavy layer in the middle: replicating it is the only way to split its work.
   LayerGraph g = linear_chain({32, 32, 32, 32});
