@@ -333,10 +333,10 @@ class CutTable {
     return v;
   }
 
-  const std::vector<int> P;
-  const int S, C, m;
 
  private:
+  const std::vector<int> P;
+  const int S, C, m;
   size_t at(int k, int i, int j) const { return (static_cast<size_t>(k) * (C + 1) + i) * (C + 1) + j; }
   size_t edge(int k, int i) const { return static_cast<size_t>(k) * (C + 1) + i; }
   std::vector<double> interval_, latency_, edge_interval_, edge_latency_;
@@ -434,7 +434,7 @@ Placement with_pipedream_cuts(const PlannerContext& context, const Placement& p)
   std::vector<int> first(p.num_groups(), -1);
   for (int l = 0; l < static_cast<int>(p.layer_group.size()); ++l)
     if (first[p.layer_group[l]] < 0) first[p.layer_group[l]] = l;
-  if (std::count(first.begin(), first.end(), -1) > 0) return p;  // an empty group
+  if (std::find(first.begin(), first.end(), -1) != first.end()) return p;  // an empty group
   std::vector<int> order(p.num_groups());
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](int a, int b) { return first[a] < first[b]; });

@@ -71,6 +71,14 @@ struct Case {
   SimulatorEvaluator evaluator() const { return SimulatorEvaluator(g, c, cost, ctx.batch_size); }
 };
 
+// A chain of L layers of random widths and costs on a random cluster of D devices.
+Case random_chain_case(std::mt19937& rng, int L, int D) {
+  std::vector<int64_t> widths;
+  for (int i = 0; i < L; ++i) widths.push_back(8 << (rng() % 7));
+  LayerGraph g = linear_chain(widths);
+  return Case(g, random_cluster(rng, D), {random_library(rng, g, 8)}, 8);
+}
+
 std::vector<int> devices_of(const StagePlan& p, int k) {
   std::vector<int> r = {p.stage_device[k]};
   if (!p.stage_replicas.empty()) r.insert(r.end(), p.stage_replicas[k].begin(), p.stage_replicas[k].end());
@@ -107,10 +115,7 @@ TEST_CASE("PipeDream's DP over stages and replica sets equals exhaustive enumera
   int replicated_optima = 0;
   for (int trial = 0; trial < 30; ++trial) {
     const int L = 2 + static_cast<int>(rng() % 4), D = 2 + static_cast<int>(rng() % 2);
-    std::vector<int64_t> widths;
-    for (int i = 0; i < L; ++i) widths.push_back(8 << (rng() % 7));
-    LayerGraph g = linear_chain(widths);
-    Case cs(g, random_cluster(rng, D), {random_library(rng, g, 8)}, 8);
+    Case cs = random_chain_case(rng, L, D);
     cs.ctx.schedule = rng() % 2 ? Schedule::gpipe : Schedule::one_f_one_b;
     for (int m : {1, 2, 3, 4}) {
       auto dp = pipedream_min_bottleneck(cs.ctx, m);
@@ -191,16 +196,13 @@ TEST_CASE("with_pipedream_cuts keeps each group's devices, replicas and order on
   std::mt19937 rng(20261201);
   for (int trial = 0; trial < 40; ++trial) {
     const int L = 3 + static_cast<int>(rng() % 10), D = 2 + static_cast<int>(rng() % 4);
-    std::vector<int64_t> widths;
-    for (int i = 0; i < L; ++i) widths.push_back(8 << (rng() % 7));
-    LayerGraph g = linear_chain(widths);
-    Case cs(g, random_cluster(rng, D), {random_library(rng, g, 8)}, 8);
+    Case cs = random_chain_case(rng, L, D);
     std::mt19937_64 walk(rng());
     const StageMoves moves(L, D, {1, 2, 4, 8}, /*replicas=*/true);
     const StagePlan plan = moves.random_plan(walk);
     const Placement p = to_placement(plan, L, rng() % 2 ? Schedule::gpipe : Schedule::one_f_one_b, "t");
     const Placement moved = with_pipedream_cuts(cs.ctx, p);
-    REQUIRE_MESSAGE(validate_placement(moved, g, cs.c, 8).is_ok(), validate_placement(moved, g, cs.c, 8).message());
+    REQUIRE_MESSAGE(validate_placement(moved, cs.g, cs.c, 8).is_ok(), validate_placement(moved, cs.g, cs.c, 8).message());
     CHECK(moved.group_device == p.group_device);
     CHECK(moved.group_replicas == p.group_replicas);
     CHECK(moved.micro_batches == p.micro_batches);
