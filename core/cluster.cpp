@@ -171,13 +171,23 @@ Result<Cluster> load_cluster(const std::string& path) {
   if (!text) return text.status().with_context("cluster file '" + path + "'");
   json j = json::parse(*text, nullptr, false);
   if (j.is_discarded()) return Status::error("cluster file '" + path + "' is not valid JSON");
+  resolve_library_paths(j, path);
   auto c = cluster_from_json(j);
   if (!c) return c.status().with_context(path);
-  const std::filesystem::path folder = std::filesystem::path(path).parent_path();
-  for (Device& d : c->devices)
-    if (d.costs.from == CostsFrom::library && std::filesystem::path(d.costs.library_path).is_relative())
-      d.costs.library_path = (folder / d.costs.library_path).lexically_normal().string();
   return c;
+}
+
+void resolve_library_paths(json& cluster, const std::string& path) {
+  if (!cluster.is_object() || !cluster.contains("devices") || !cluster["devices"].is_array()) return;
+  const std::filesystem::path folder = std::filesystem::path(path).parent_path();
+  for (json& d : cluster["devices"]) {
+    if (!d.is_object() || !d.contains("costs") || !d["costs"].is_object()) continue;
+    auto library = d["costs"].find("library");
+    if (library == d["costs"].end() || !library->is_string()) continue;
+    const std::string given = library->get<std::string>();
+    if (!given.empty() && std::filesystem::path(given).is_relative())
+      *library = (folder / given).lexically_normal().string();
+  }
 }
 
 json cluster_to_json(const Cluster& c) {

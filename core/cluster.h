@@ -94,6 +94,11 @@ struct Cluster {
 Result<Cluster> cluster_from_json(const nlohmann::json& j);
 // As cluster_from_json; a relative `costs.library` path is taken from the cluster file's folder.
 Result<Cluster> load_cluster(const std::string& path);
+// In a cluster file's JSON read from `path`, each relative `costs.library` path made
+// relative to the file's folder instead of the working directory (what load_cluster
+// does; for callers that pass the JSON on, as tapp-cli optimize does). Other shapes
+// are left for cluster_from_json to report.
+void resolve_library_paths(nlohmann::json& cluster, const std::string& path);
 nlohmann::json cluster_to_json(const Cluster& c);
 
 // ok when measurement can emulate every device in `devices` (all when empty);

@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "common/read_file.h"
+#include "core/cluster.h"  // resolve_library_paths
 #include "placer/optimize.h"
 #include "placer/policy.h"
 #include "service/cli/commands.h"
@@ -330,6 +331,7 @@ void run(const Args& a, int& exit_code) {
     exit_code = 2;
     return;
   }
+  resolve_library_paths(cluster, a.devices);
   json options = {{"evaluator", a.evaluator}, {"seed", a.seed}, {"batch_size", a.batch},
                   {"warm_start", a.warm_start}, {"baselines", !a.no_baselines}, {"verify", !a.no_verify},
                   {"optimizer", a.optimizer}, {"costs", a.costs}, {"torchscript", a.torchscript},

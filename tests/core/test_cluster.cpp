@@ -105,3 +105,20 @@ TEST_CASE("a wrong costs field names it") {
   CHECK(error(R"({"name":"a","costs":{}})") == "devices[0].costs.library: missing required field");
   CHECK(error(R"({"name":"a","costs":{"library":"a.json","threads":2}})").rfind("devices[0].costs.threads: unknown field", 0) == 0);
 }
+
+TEST_CASE("resolve_library_paths takes a relative library path from the cluster file's folder, and leaves the rest") {
+  json c = json::parse(R"({"devices":[
+      {"name":"a","costs":{"library":"profiles/b.json"}},
+      {"name":"b","costs":{"library":"/abs/b.json"}},
+      {"name":"c","costs":"host"},
+      {"name":"d","costs":{"library":5}},
+      {"name":"e","costs":{}}]})");
+  const json before = c;
+  resolve_library_paths(c, "/data/clusters/mine.json");
+  CHECK(c["devices"][0]["costs"]["library"] == "/data/clusters/profiles/b.json");
+  c["devices"][0] = before["devices"][0];
+  CHECK(c == before);  // absolute, not a library, or malformed: untouched, for cluster_from_json to judge
+  json odd = json::parse(R"({"devices":3})");
+  resolve_library_paths(odd, "x.json");
+  CHECK(odd == json::parse(R"({"devices":3})"));
+}

@@ -196,3 +196,14 @@ TEST_CASE("tapp-cli plan and run refuse al where it cannot be, with exit code 2 
   CHECK(too_many.exit_code == 2);
   CHECK(too_many.out.find("al.blocks") != std::string::npos);
 }
+
+TEST_CASE("a cluster's relative layer library path is read from beside the cluster file, by plan and by optimize") {
+  // The test runs outside the source tree, so a path taken from the working directory fails.
+  const std::string cluster = std::string(TAPP_SOURCE_DIR) + "/examples/cluster_devices_as_users_have_them.json";
+  Run plan = cli("plan alexnet_cifar --devices " + cluster + " --planner dp --costs estimated", true);
+  CHECK_MESSAGE(plan.exit_code == 0, plan.out);
+  Run optimize = cli("optimize alexnet_cifar --devices " + cluster +
+                         " --iterations 2 --no-baselines --no-verify --costs estimated --json", true);
+  REQUIRE_MESSAGE(optimize.exit_code == 0, optimize.out);
+  CHECK(optimize.out.find("cannot open") == std::string::npos);
+}
