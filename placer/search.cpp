@@ -146,6 +146,8 @@ void vary_prior(PolicyConfig& pc, int restart, uint64_t search_seed, std::mt1993
 
 }  // namespace
 
+const char* zero_shot_from_name(ZeroShotFrom f) { return f == ZeroShotFrom::greedy ? "greedy" : "typical"; }
+
 std::vector<int> micro_batch_choices(int64_t batch_size, int max_micro_batches) {
   std::vector<int> v;
   for (int m = 1; m <= batch_size && m <= std::max(1, max_micro_batches); m *= 2) v.push_back(m);
@@ -267,11 +269,7 @@ class SearchLoop {
   // stop early; then the policy's greedy and typical placements and the refinement.
   SearchResult run() {
     std::string stop_reason = "iterations";
-    if (opt_.initial_policy && !cancelled()) {
-      const Decision typical = policy_->typical();
-      measure_zero_shot(typical);
-      note_zero_shot_odds(typical);
-    }
+    if (opt_.initial_policy && !cancelled()) measure_zero_shot();
     int it = 1;
     for (; it <= total_; ++it) {
       std::vector<Decision> proposals = propose();
@@ -328,25 +326,36 @@ class SearchLoop {
     return decision_to_placement(d, config_.micro_batch_choices, opt_.schedule);
   }
 
-  // The zero-shot plan: the trained policy's typical decision as it is and,
-  // where SearchOptions::zero_shot_costs moves its cuts, as moved; the faster
-  // kept (the measurer keeps the faster schedule of each the same way).
-  void measure_zero_shot(const Decision& typical) {
-    zero_shot_placement_ = to_placement(typical);
-    zero_shot_ = measurer_.measure(zero_shot_placement_, 0);
-    if (!opt_.zero_shot_costs) return;
-    PlannerContext ctx;
-    ctx.graph = &graph_;
-    ctx.cluster = &cluster_;
-    ctx.cost = opt_.zero_shot_costs;
-    ctx.batch_size = opt_.batch_size;
-    Placement moved = with_pipedream_cuts(ctx, zero_shot_placement_);
-    if (moved.layer_group == zero_shot_placement_.layer_group) return;
-    const StepReport& r = measurer_.measure(moved, 0);
-    if (!r.ok || (zero_shot_->ok && r.step_ms >= zero_shot_->step_ms)) return;
+  // The zero-shot plan: the trained policy's two deterministic decisions,
+  // typical and greedy (argmax), each as it is and, where
+  // SearchOptions::zero_shot_costs moves its cuts, as moved; the fastest kept
+  // (the measurer keeps the faster schedule of each the same way). At most
+  // four evaluations (fewer where they agree: the measurer memoises), no sampling.
+  void measure_zero_shot() {
+    for (ZeroShotFrom from : {ZeroShotFrom::typical, ZeroShotFrom::greedy}) {
+      const Decision d = from == ZeroShotFrom::typical ? policy_->typical() : policy_->greedy();
+      const Placement as_decided = to_placement(d);  // the measurer memoises a greedy equal to the typical
+      if (keep_zero_shot(as_decided, from, false)) note_zero_shot_odds(d);
+      if (!opt_.zero_shot_costs) continue;
+      PlannerContext ctx;
+      ctx.graph = &graph_;
+      ctx.cluster = &cluster_;
+      ctx.cost = opt_.zero_shot_costs;
+      ctx.batch_size = opt_.batch_size;
+      Placement moved = with_pipedream_cuts(ctx, as_decided);
+      if (moved.layer_group != as_decided.layer_group && keep_zero_shot(moved, from, true)) note_zero_shot_odds(d);
+    }
+  }
+
+  // Measures `p`; keeps it as the zero-shot plan where it is the first or faster. True when kept.
+  bool keep_zero_shot(const Placement& p, ZeroShotFrom from, bool cuts_moved) {
+    const StepReport& r = measurer_.measure(p, 0);
+    if (zero_shot_ && (!r.ok || (zero_shot_->ok && r.step_ms >= zero_shot_->step_ms))) return false;
     zero_shot_ = r;
-    zero_shot_placement_ = std::move(moved);
-    zero_shot_cuts_moved_ = true;
+    zero_shot_placement_ = p;
+    zero_shot_from_ = from;
+    zero_shot_cuts_moved_ = cuts_moved;
+    return true;
   }
 
   // One REINFORCE step on the batch (the reward scale fixed by the first
@@ -443,6 +452,7 @@ class SearchLoop {
   // first layer (as decision_to_placement numbers a pipeline's groups).
   void note_zero_shot_odds(const Decision& typical) {
     ZeroShotOdds& odds = zero_shot_odds_;
+    odds = {};
     odds.micro_batch_choices = config_.micro_batch_choices;
     odds.micro_batches = policy_->micro_batch_probs(typical.layer_group);
     odds.stages = policy_->stage_count_probs();
@@ -465,6 +475,7 @@ class SearchLoop {
     r.zero_shot_report = zero_shot_;
     r.zero_shot = zero_shot_placement_;
     r.zero_shot_cuts_moved = zero_shot_cuts_moved_;
+    r.zero_shot_from = zero_shot_from_;
     r.zero_shot_odds = zero_shot_odds_;
     r.policy_found = measurer_.found();
     if (r.policy_found) {
@@ -527,6 +538,7 @@ class SearchLoop {
   std::optional<StepReport> zero_shot_;
   Placement zero_shot_placement_;
   bool zero_shot_cuts_moved_ = false;
+  ZeroShotFrom zero_shot_from_ = ZeroShotFrom::typical;
   ZeroShotOdds zero_shot_odds_;
   // The current policy's own best since its (re)start: a restarted policy is
   // judged by its own progress, not by whether it already beats the best of

@@ -107,6 +107,10 @@ struct ZeroShotOdds {
   std::vector<std::vector<float>> devices, replicas;
 };
 
+// Which of a trained policy's deterministic decisions its zero-shot plan is.
+enum class ZeroShotFrom { typical, greedy };
+const char* zero_shot_from_name(ZeroShotFrom f);
+
 struct SearchResult {
   bool found = false;
   Placement best;
@@ -131,11 +135,13 @@ struct SearchResult {
   int64_t policy_evaluations = 0;
   int64_t policy_failures = 0;  // of those, failed
   int64_t policy_moved = 0;     // of those, fitted only with layers moved
-  // Started from a trained policy (SearchOptions::initial_policy): its typical
-  // plan (Policy::typical) before any fine-tuning (zero-shot), the search's first evaluation.
+  // Started from a trained policy (SearchOptions::initial_policy): its plan
+  // before any fine-tuning (zero-shot), the faster of its typical and greedy
+  // decisions (Policy::typical, Policy::greedy), the search's first evaluations.
   std::optional<StepReport> zero_shot_report;
   Placement zero_shot;  // its placement (set with zero_shot_report)
-  bool zero_shot_cuts_moved = false;  // the cuts SearchOptions::zero_shot_costs placed were the faster
+  ZeroShotFrom zero_shot_from = ZeroShotFrom::typical;
+  bool zero_shot_cuts_moved = false;  // with the cuts SearchOptions::zero_shot_costs placed (they were faster)
   ZeroShotOdds zero_shot_odds;  // the odds behind it (set with zero_shot_report)
   double policy_elapsed_s = 0;
 };

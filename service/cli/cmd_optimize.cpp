@@ -259,8 +259,9 @@ void print_result(const json& r) {
             << p.value("elapsed_s", 0.0) << " s\n";
   if (p.value("started_from", "fresh") != "fresh")
     std::cout << "started from the trained policy " << p.value("started_from", "") << " (its plan before fine-tuning: "
-              << fmt_ms(p.value("zero_shot_step_ms", json())) << " ms"
-              << (p.value("zero_shot_cuts_moved", false) ? ", its cuts placed for its stages" : "") << ")\n";
+              << fmt_ms(p.value("zero_shot_step_ms", json())) << " ms, its " << p.value("zero_shot_from", "typical")
+              << " decision" << (p.value("zero_shot_cuts_moved", false) ? " with its cuts placed for its stages" : "")
+              << ")\n";
   std::cout << "\n";
   std::cout << std::left << std::setw(16) << "plan" << std::right << std::setw(12) << "step ms" << std::setw(10)
             << "vs BSP" << std::setw(14) << "vs best base" << std::setw(10) << "comm" << std::setw(11) << "vs bound"

@@ -591,7 +591,7 @@ TEST_CASE("the compute prior measures by the cost model's time where it is given
 }
 
 TEST_CASE("fine-tuning from a trained policy starts from its decisions, and the search reports its zero-shot plan") {
-  std::mt19937_64 rng(8);
+  std::mt19937_64 rng(9);
   LayerGraph g = random_cnn(rng, "g");
   Cluster c = random_cluster(rng, "c");
   auto trained = new_policy_networks(32, 0.005, 99);
@@ -620,10 +620,19 @@ TEST_CASE("fine-tuning from a trained policy starts from its decisions, and the 
   so.samples_per_iteration = 4;
   SearchResult r = search(g, c, ev, so, nullptr);
   REQUIRE(r.zero_shot_report.has_value());
-  const Placement own = decision_to_placement(typical, search_policy_config(g, c, so).micro_batch_choices, so.schedule);
-  CHECK(r.zero_shot.layer_group == own.layer_group);  // the trained networks' own (typical) plan
+  // The zero-shot plan is the faster of the trained networks' own typical and greedy decisions.
+  const std::vector<int>& choices = search_policy_config(g, c, so).micro_batch_choices;
+  const Placement own_typical = decision_to_placement(typical, choices, so.schedule);
+  const Placement own_greedy = decision_to_placement(greedy, choices, so.schedule);
+  CHECK(own_typical.layer_group != own_greedy.layer_group);  // this seed's two decisions differ
+  const bool from_greedy = r.zero_shot_from == ZeroShotFrom::greedy;
+  CHECK(from_greedy);  // on this seed's evaluator the greedy decision is the faster
+  const Placement& own = from_greedy ? own_greedy : own_typical;
+  const Decision& decided = from_greedy ? greedy : typical;
+  CHECK(r.zero_shot.layer_group == own.layer_group);
   CHECK(r.zero_shot.group_device == own.group_device);
   CHECK(r.zero_shot.micro_batches == own.micro_batches);
+  CHECK(r.zero_shot_report->step_ms <= ev.evaluate(from_greedy ? own_typical : own_greedy).step_ms);
   // The odds behind it: the plan's own choices are the networks' most likely ones.
   const ZeroShotOdds& odds = r.zero_shot_odds;
   REQUIRE(odds.micro_batches.size() >= odds.micro_batch_choices.size());
@@ -640,14 +649,14 @@ TEST_CASE("fine-tuning from a trained policy starts from its decisions, and the 
   // The stage-count head's odds: the plan's number of groups is its likeliest count.
   REQUIRE(odds.stages.size() == static_cast<size_t>(search_policy_config(g, c, so).num_groups));
   CHECK(std::accumulate(odds.stages.begin(), odds.stages.end(), 0.0) == doctest::Approx(1.0).epsilon(1e-4));
-  CHECK(likeliest(odds.stages) == typical.layer_group.back());
+  CHECK(likeliest(odds.stages) == decided.layer_group.back());
   REQUIRE(r.trace.size() >= 1);
   CHECK(r.trace.front().evaluations == 1);  // the zero-shot plan is the first one evaluated
   // The search fine-tunes its own copy: the trained networks are unchanged.
   CHECK(original->greedy() == greedy);
 
-  // With costs to cut by, the zero-shot plan is the faster of the typical plan
-  // as it is and with its cuts moved for its stages (its devices kept).
+  // With costs to cut by, the zero-shot plan is the fastest of the two decisions
+  // as they are and with their cuts moved for their stages (their devices kept).
   const CostModel cost = *CostModel::build(g, c, {estimated_library(g, 32)});
   SimulatorEvaluator sim(g, c, cost, 32);
   const SearchResult as_is = search(g, c, sim, so, nullptr);
@@ -655,11 +664,14 @@ TEST_CASE("fine-tuning from a trained policy starts from its decisions, and the 
   const SearchResult cut = search(g, c, sim, so, nullptr);
   REQUIRE(as_is.zero_shot_report.has_value());
   REQUIRE(cut.zero_shot_report.has_value());
-  CHECK(as_is.zero_shot.layer_group == own.layer_group);
-  CHECK(cut.zero_shot.group_device == own.group_device);
-  CHECK(cut.zero_shot.micro_batches == own.micro_batches);
+  const auto own_of = [&](const SearchResult& s) -> const Placement& {
+    return s.zero_shot_from == ZeroShotFrom::greedy ? own_greedy : own_typical;
+  };
+  CHECK(as_is.zero_shot.layer_group == own_of(as_is).layer_group);
+  CHECK(cut.zero_shot.group_device == own_of(cut).group_device);
+  CHECK(cut.zero_shot.micro_batches == own_of(cut).micro_batches);
   CHECK(cut.zero_shot_cuts_moved);  // these networks' stages are uneven on this cluster
-  CHECK(cut.zero_shot.layer_group != own.layer_group);
+  CHECK(cut.zero_shot.layer_group != own_of(cut).layer_group);
   CHECK(cut.zero_shot_report->step_ms < as_is.zero_shot_report->step_ms);
   so.zero_shot_costs = nullptr;
   // Without a trained policy there is no zero-shot plan.
