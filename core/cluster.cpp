@@ -178,12 +178,16 @@ Result<Cluster> load_cluster(const std::string& path) {
 }
 
 void resolve_library_paths(json& cluster, const std::string& path) {
-  if (!cluster.is_object() || !cluster.contains("devices") || !cluster["devices"].is_array()) return;
+  if (!cluster.is_object()) return;
+  const auto devices = cluster.find("devices");
+  if (devices == cluster.end() || !devices->is_array()) return;
   const std::filesystem::path folder = std::filesystem::path(path).parent_path();
-  for (json& d : cluster["devices"]) {
-    if (!d.is_object() || !d.contains("costs") || !d["costs"].is_object()) continue;
-    auto library = d["costs"].find("library");
-    if (library == d["costs"].end() || !library->is_string()) continue;
+  for (json& d : *devices) {
+    if (!d.is_object()) continue;
+    const auto costs = d.find("costs");
+    if (costs == d.end() || !costs->is_object()) continue;
+    const auto library = costs->find("library");
+    if (library == costs->end() || !library->is_string()) continue;
     const std::string given = library->get<std::string>();
     if (!given.empty() && std::filesystem::path(given).is_relative())
       *library = (folder / given).lexically_normal().string();

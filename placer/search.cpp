@@ -332,17 +332,17 @@ class SearchLoop {
   // (the measurer keeps the faster schedule of each the same way). At most
   // four evaluations (fewer where they agree: the measurer memoises), no sampling.
   void measure_zero_shot() {
+    PlannerContext ctx;  // for with_pipedream_cuts
+    ctx.graph = &graph_;
+    ctx.cluster = &cluster_;
+    ctx.cost = opt_.zero_shot_costs;
+    ctx.batch_size = opt_.batch_size;
     for (ZeroShotFrom from : {ZeroShotFrom::typical, ZeroShotFrom::greedy}) {
       const Decision d = from == ZeroShotFrom::typical ? policy_->typical() : policy_->greedy();
       const Placement as_decided = to_placement(d);  // the measurer memoises a greedy equal to the typical
       if (keep_zero_shot(as_decided, from, false)) note_zero_shot_odds(d);
-      if (!opt_.zero_shot_costs) continue;
-      PlannerContext ctx;
-      ctx.graph = &graph_;
-      ctx.cluster = &cluster_;
-      ctx.cost = opt_.zero_shot_costs;
-      ctx.batch_size = opt_.batch_size;
-      Placement moved = with_pipedream_cuts(ctx, as_decided);
+      if (!ctx.cost) continue;
+      const Placement moved = with_pipedream_cuts(ctx, as_decided);
       if (moved.layer_group != as_decided.layer_group && keep_zero_shot(moved, from, true)) note_zero_shot_odds(d);
     }
   }
@@ -450,16 +450,16 @@ class SearchLoop {
 
   // The policy's odds behind its zero-shot decision, per non-empty group by
   // first layer (as decision_to_placement numbers a pipeline's groups).
-  void note_zero_shot_odds(const Decision& typical) {
+  void note_zero_shot_odds(const Decision& decided) {
     ZeroShotOdds& odds = zero_shot_odds_;
     odds = {};
     odds.micro_batch_choices = config_.micro_batch_choices;
-    odds.micro_batches = policy_->micro_batch_probs(typical.layer_group);
+    odds.micro_batches = policy_->micro_batch_probs(decided.layer_group);
     odds.stages = policy_->stage_count_probs();
-    const auto devices = policy_->allocation_probs(typical.layer_group);
-    const auto replicas = policy_->replica_probs(typical.layer_group);
+    const auto devices = policy_->allocation_probs(decided.layer_group);
+    const auto replicas = policy_->replica_probs(decided.layer_group);
     std::vector<bool> seen(devices.size(), false);
-    for (int g : typical.layer_group) {
+    for (int g : decided.layer_group) {
       if (seen[g]) continue;
       seen[g] = true;
       odds.devices.push_back(devices[g]);

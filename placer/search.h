@@ -78,10 +78,10 @@ struct SearchOptions {
   // fine-tunes its own) instead of fresh ones (tapp-cli train-policy, issue 17);
   // restarts still draw fresh networks.
   std::shared_ptr<const PolicyNetworks> initial_policy;
-  // Where set (with initial_policy), the zero-shot plan is also scored with
-  // its cuts placed under these costs for the stages the trained policy chose
-  // (planners' with_pipedream_cuts: fill, drain and bottleneck; its devices,
-  // replicas and micro-batches kept), and the faster kept. Null: its own cuts only.
+  // Where set (with initial_policy), each zero-shot decision is also scored
+  // with its cuts placed under these costs for the stages the trained policy
+  // chose (planners' with_pipedream_cuts: fill, drain and bottleneck; its
+  // devices, replicas and micro-batches kept), and the fastest kept. Null: their own cuts only.
   const CostModel* zero_shot_costs = nullptr;
 };
 

@@ -333,7 +333,6 @@ class CutTable {
     return v;
   }
 
-
  private:
   const std::vector<int> P;
   const int S, C, m;

@@ -621,7 +621,7 @@ TEST_CASE("fine-tuning from a trained policy starts from its decisions, and the 
   SearchResult r = search(g, c, ev, so, nullptr);
   REQUIRE(r.zero_shot_report.has_value());
   // The zero-shot plan is the faster of the trained networks' own typical and greedy decisions.
-  const std::vector<int>& choices = search_policy_config(g, c, so).micro_batch_choices;
+  const std::vector<int> choices = search_policy_config(g, c, so).micro_batch_choices;
   const Placement own_typical = decision_to_placement(typical, choices, so.schedule);
   const Placement own_greedy = decision_to_placement(greedy, choices, so.schedule);
   CHECK(own_typical.layer_group != own_greedy.layer_group);  // this seed's two decisions differ
