@@ -240,6 +240,13 @@ Decision placement_to_decision(const Placement& p, const std::vector<int>& choic
 
 namespace {
 
+// How the zero-shot plan came from the policy's decision (SearchResult's zero_shot_* fields).
+struct ZeroShotRepair {
+  ZeroShotFrom from = ZeroShotFrom::typical;
+  bool cuts_moved = false;
+  bool replicas_dropped = false;
+};
+
 // One search: the policy, its learner and the measurer, stepped by run().
 class SearchLoop {
  public:
@@ -327,12 +334,14 @@ class SearchLoop {
   }
 
   // The zero-shot plan: the trained policy's two deterministic decisions,
-  // typical and greedy (argmax), each as it is and, where
-  // SearchOptions::zero_shot_costs moves its cuts, as moved; the fastest kept
-  // (the measurer keeps the faster schedule of each the same way). At most
-  // four evaluations (fewer where they agree: the measurer memoises), no sampling.
+  // typical and greedy (argmax), each as it is, with its replicas dropped
+  // (each replicated group on its fastest device alone) and, where
+  // SearchOptions::zero_shot_costs is set, each of those two with its cuts
+  // placed; the fastest kept (the measurer keeps the faster schedule of each
+  // the same way). At most eight evaluations (fewer where they agree: the
+  // measurer memoises), no sampling.
   void measure_zero_shot() {
-    PlannerContext ctx;  // for with_pipedream_cuts
+    PlannerContext ctx;  // for with_pipedream_cuts and without_replicas
     ctx.graph = &graph_;
     ctx.cluster = &cluster_;
     ctx.cost = opt_.zero_shot_costs;
@@ -340,21 +349,28 @@ class SearchLoop {
     for (ZeroShotFrom from : {ZeroShotFrom::typical, ZeroShotFrom::greedy}) {
       const Decision d = from == ZeroShotFrom::typical ? policy_->typical() : policy_->greedy();
       const Placement as_decided = to_placement(d);  // the measurer memoises a greedy equal to the typical
-      if (keep_zero_shot(as_decided, from, false)) note_zero_shot_odds(d);
-      if (!ctx.cost) continue;
-      const Placement moved = with_pipedream_cuts(ctx, as_decided);
-      if (moved.layer_group != as_decided.layer_group && keep_zero_shot(moved, from, true)) note_zero_shot_odds(d);
+      if (!ctx.cost) {
+        if (keep_zero_shot(as_decided, {from, false, false})) note_zero_shot_odds(d);
+        continue;
+      }
+      const Placement dropped = without_replicas(ctx, as_decided);
+      for (bool drop : {false, true}) {
+        if (drop && !as_decided.has_replicated_groups() && !as_decided.is_data_parallel()) break;
+        const Placement& p = drop ? dropped : as_decided;
+        if (keep_zero_shot(p, {from, false, drop})) note_zero_shot_odds(d);
+        const Placement moved = with_pipedream_cuts(ctx, p);
+        if (moved.layer_group != p.layer_group && keep_zero_shot(moved, {from, true, drop})) note_zero_shot_odds(d);
+      }
     }
   }
 
   // Measures `p`; keeps it as the zero-shot plan where it is the first or faster. True when kept.
-  bool keep_zero_shot(const Placement& p, ZeroShotFrom from, bool cuts_moved) {
+  bool keep_zero_shot(const Placement& p, ZeroShotRepair how) {
     const StepReport& r = measurer_.measure(p, 0);
     if (zero_shot_ && (!r.ok || (zero_shot_->ok && r.step_ms >= zero_shot_->step_ms))) return false;
     zero_shot_ = r;
     zero_shot_placement_ = p;
-    zero_shot_from_ = from;
-    zero_shot_cuts_moved_ = cuts_moved;
+    zero_shot_how_ = how;
     return true;
   }
 
@@ -474,8 +490,9 @@ class SearchLoop {
     r.evaluations_before_imitation = evaluations_before_imitation_;
     r.zero_shot_report = zero_shot_;
     r.zero_shot = zero_shot_placement_;
-    r.zero_shot_cuts_moved = zero_shot_cuts_moved_;
-    r.zero_shot_from = zero_shot_from_;
+    r.zero_shot_from = zero_shot_how_.from;
+    r.zero_shot_cuts_moved = zero_shot_how_.cuts_moved;
+    r.zero_shot_replicas_dropped = zero_shot_how_.replicas_dropped;
     r.zero_shot_odds = zero_shot_odds_;
     r.policy_found = measurer_.found();
     if (r.policy_found) {
@@ -537,8 +554,7 @@ class SearchLoop {
   std::optional<std::pair<Placement, double>> explored_best_;
   std::optional<StepReport> zero_shot_;
   Placement zero_shot_placement_;
-  bool zero_shot_cuts_moved_ = false;
-  ZeroShotFrom zero_shot_from_ = ZeroShotFrom::typical;
+  ZeroShotRepair zero_shot_how_;
   ZeroShotOdds zero_shot_odds_;
   // The current policy's own best since its (re)start: a restarted policy is
   // judged by its own progress, not by whether it already beats the best of

@@ -79,9 +79,11 @@ struct SearchOptions {
   // restarts still draw fresh networks.
   std::shared_ptr<const PolicyNetworks> initial_policy;
   // Where set (with initial_policy), each zero-shot decision is also scored
-  // with its cuts placed under these costs for the stages the trained policy
-  // chose (planners' with_pipedream_cuts: fill, drain and bottleneck; its
-  // devices, replicas and micro-batches kept), and the fastest kept. Null: their own cuts only.
+  // with its replicas dropped (planners' without_replicas: each replicated
+  // group on its fastest device under these costs) and each of the two with
+  // its cuts placed under these costs for the stages the trained policy chose
+  // (planners' with_pipedream_cuts: fill, drain and bottleneck; its devices,
+  // replicas and micro-batches kept), and the fastest kept. Null: the decisions as they are.
   const CostModel* zero_shot_costs = nullptr;
 };
 
@@ -136,12 +138,14 @@ struct SearchResult {
   int64_t policy_failures = 0;  // of those, failed
   int64_t policy_moved = 0;     // of those, fitted only with layers moved
   // Started from a trained policy (SearchOptions::initial_policy): its plan
-  // before any fine-tuning (zero-shot), the faster of its typical and greedy
-  // decisions (Policy::typical, Policy::greedy), the search's first evaluations.
+  // before any fine-tuning (zero-shot), the fastest of its typical and greedy
+  // decisions (Policy::typical, Policy::greedy) and their repairs (replicas
+  // dropped, cuts placed), the search's first evaluations.
   std::optional<StepReport> zero_shot_report;
   Placement zero_shot;  // its placement (set with zero_shot_report)
   ZeroShotFrom zero_shot_from = ZeroShotFrom::typical;
   bool zero_shot_cuts_moved = false;  // with the cuts SearchOptions::zero_shot_costs placed (they were faster)
+  bool zero_shot_replicas_dropped = false;  // each replicated group on its fastest device alone (planners' without_replicas)
   ZeroShotOdds zero_shot_odds;  // the odds behind it (set with zero_shot_report)
   double policy_elapsed_s = 0;
 };

@@ -455,6 +455,29 @@ Placement with_pipedream_cuts(const PlannerContext& context, const Placement& p)
   return out;
 }
 
+Placement without_replicas(const PlannerContext& ctx, const Placement& p) {
+  if (!p.is_data_parallel() && !p.has_replicated_groups()) return p;
+  std::vector<int> rank(num_devices(ctx));
+  const std::vector<int> order = devices_fastest_first(ctx);
+  for (int i = 0; i < static_cast<int>(order.size()); ++i) rank[order[i]] = i;
+  auto fastest = [&](const std::vector<int>& devices) {
+    return *std::min_element(devices.begin(), devices.end(), [&](int a, int b) { return rank[a] < rank[b]; });
+  };
+  Placement out = p;
+  out.group_replicas.clear();
+  out.group_replica_weights.clear();
+  out.aggregation_every = 1;
+  if (p.is_data_parallel()) {
+    out.data_parallel = DataParallelMode::none;
+    out.group_device = {fastest(p.group_device)};
+    if (!out.group_recompute.empty()) out.group_recompute.resize(1);
+    out.micro_batches = 1;
+    return out;
+  }
+  for (int g = 0; g < p.num_groups(); ++g) out.group_device[g] = fastest(p.devices_of_group(g));
+  return out;
+}
+
 Result<StagePlan> pipedream_min_bottleneck(const PlannerContext& ctx, int micro_batches) {
   auto per = pipedream_by_devices(ctx, micro_batches);
   if (!per) return per.status();

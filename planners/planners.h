@@ -72,6 +72,13 @@ double replicated_bottleneck_ms(const PlannerContext& ctx, const StagePlan& plan
 // back unchanged, as does a data-parallel or one-group placement; groups that
 // interleave (branches apart) are made consecutive. Analytic: nothing is simulated.
 Placement with_pipedream_cuts(const PlannerContext& ctx, const Placement& p);
+// `p` with every replicated group on the fastest of its own devices alone
+// (its further replicas and their weights dropped), and a data-parallel `p`
+// as the whole model on its fastest replica; everything else kept. A trained
+// policy's zero-shot decision sometimes copies a stage that one device runs
+// faster than the copies do once the all-reduce is paid. Unchanged where
+// nothing is replicated.
+Placement without_replicas(const PlannerContext& ctx, const Placement& p);
 // Minimum of that objective over contiguous plans whose stages take disjoint
 // device sets (each set's replicas fastest first) among the 8 fastest devices,
 // for `micro_batches`: DP over (layer prefix, used devices, last stage's set).

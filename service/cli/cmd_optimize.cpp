@@ -260,7 +260,8 @@ void print_result(const json& r) {
   if (p.value("started_from", "fresh") != "fresh")
     std::cout << "started from the trained policy " << p.value("started_from", "") << " (its plan before fine-tuning: "
               << fmt_ms(p.value("zero_shot_step_ms", json())) << " ms, its " << p.value("zero_shot_from", "typical")
-              << " decision" << (p.value("zero_shot_cuts_moved", false) ? " with its cuts placed for its stages" : "")
+              << " decision" << (p.value("zero_shot_replicas_dropped", false) ? " with its replicas dropped" : "")
+              << (p.value("zero_shot_cuts_moved", false) ? " with its cuts placed for its stages" : "")
               << ")\n";
   std::cout << "\n";
   std::cout << std::left << std::setw(16) << "plan" << std::right << std::setw(12) << "step ms" << std::setw(10)

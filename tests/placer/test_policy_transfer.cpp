@@ -679,6 +679,59 @@ TEST_CASE("fine-tuning from a trained policy starts from its decisions, and the 
   CHECK_FALSE(search(g, c, ev, so, nullptr).zero_shot_report.has_value());
 }
 
+TEST_CASE("a trained policy that copies a stage onto a much slower device gets the stage on its fast device alone as its zero-shot plan") {
+  // Taught to run the chain's first half on `fast` with a replica on `slow`
+  // (a tenth of its speed: it would take half the micro-batches) and the rest
+  // on `mid`: the decision as it is waits for `slow`; without the replica the
+  // first stage runs on `fast` alone.
+  LayerGraph g = test::linear_chain({64, 64, 64, 64, 64, 64, 64, 64});
+  Cluster c;
+  for (const auto& [name, speed] : std::vector<std::pair<std::string, double>>{{"fast", 2.0}, {"mid", 1.0}, {"slow", 0.1}}) {
+    c.devices.push_back(Device{name});
+    c.devices.back().speed = speed;
+  }
+  c.default_link.bandwidth_mbps = 10000;
+  c.default_link.latency_ms = 0.01;
+  auto net = new_policy_networks(32, 0.005, 5);
+  OpDictionary dict;
+  auto policy = policy_for(g, c, net, dict);
+  Placement taught;
+  taught.layer_group = {0, 0, 0, 0, 1, 1, 1, 1};
+  taught.group_device = {0, 1};
+  taught.group_replicas = {{2}, {}};
+  taught.micro_batches = 2;
+  const std::vector<int> choices = policy->config().micro_batch_choices;
+  REQUIRE(std::find(choices.begin(), choices.end(), 2) != choices.end());
+  const Decision target = placement_to_decision(taught, choices, policy->config().num_groups);
+  REQUIRE(policy->allows(target));
+  for (int round = 0; round < 10 && !(policy->typical() == target && policy->greedy() == target); ++round)
+    policy->imitate(target, kImitationSteps, kImitationRate);
+  REQUIRE(policy->typical() == target);
+  REQUIRE(policy->greedy() == target);
+
+  const CostModel cost = *CostModel::build(g, c, {estimated_library(g, 32)});
+  SimulatorEvaluator sim(g, c, cost, 32);
+  SearchOptions so;
+  so.batch_size = 32;
+  so.iterations = 1;
+  so.samples_per_iteration = 2;
+  so.initial_policy = net;
+  so.zero_shot_costs = &cost;
+  const SearchResult r = search(g, c, sim, so, nullptr);
+  REQUIRE(r.zero_shot_report.has_value());
+  REQUIRE(r.zero_shot_report->ok);
+  CHECK(r.zero_shot_replicas_dropped);
+  CHECK_FALSE(r.zero_shot.has_replicated_groups());
+  CHECK(r.zero_shot.group_device == std::vector<int>{0, 1});
+  CHECK(r.zero_shot_report->step_ms < sim.evaluate(taught).step_ms);
+  // Without costs to repair by, the decision as it is.
+  so.zero_shot_costs = nullptr;
+  const SearchResult as_is = search(g, c, sim, so, nullptr);
+  REQUIRE(as_is.zero_shot_report.has_value());
+  CHECK_FALSE(as_is.zero_shot_replicas_dropped);
+  CHECK(as_is.zero_shot.has_replicated_groups());
+}
+
 TEST_CASE("train_policy trains one network over several problems and writes its checkpoint") {
   std::vector<TrainProblem> problems = random_problems(5, 2);
   TrainPolicyOptions o;

@@ -214,6 +214,49 @@ TEST_CASE("with_pipedream_cuts keeps each group's devices, replicas and order on
   }
 }
 
+TEST_CASE("without_replicas keeps each replicated group on its fastest device alone, and a data-parallel plan on its fastest replica") {
+  LayerGraph g = linear_chain({16, 16, 16, 16});
+  Cluster c;
+  for (double speed : {0.5, 2.0, 1.0, 0.25}) {
+    c.devices.push_back(Device{"d" + std::to_string(c.devices.size())});
+    c.devices.back().speed = speed;
+  }
+  Case cs(g, c, {test::flat_library(g, 8, 1, 1)}, 8);
+  // Group 0 on d0 with replicas d1 (the fastest) and d3; group 1 on d2 alone.
+  Placement p;
+  p.layer_group = {0, 0, 1, 1};
+  p.group_device = {0, 2};
+  p.group_replicas = {{1, 3}, {}};
+  p.group_replica_weights = {{2, 4, 1}, {}};
+  p.aggregation_every = 2;
+  p.micro_batches = 4;
+  p.schedule = Schedule::one_f_one_b;
+  const Placement dropped = without_replicas(cs.ctx, p);
+  CHECK(dropped.group_device == std::vector<int>{1, 2});
+  CHECK_FALSE(dropped.has_replicated_groups());
+  CHECK(dropped.group_replica_weights.empty());
+  CHECK(dropped.aggregation_every == 1);
+  CHECK(dropped.layer_group == p.layer_group);
+  CHECK(dropped.micro_batches == 4);
+  CHECK(dropped.schedule == Schedule::one_f_one_b);
+  CHECK(validate_placement(dropped, cs.g, cs.c, 8).is_ok());
+  // Data parallelism over d0, d2 and d3: the whole model on d2, one group, not data-parallel.
+  const Placement dp = without_replicas(cs.ctx, Placement::replicas(4, {0, 2, 3}));
+  CHECK_FALSE(dp.is_data_parallel());
+  CHECK(dp.group_device == std::vector<int>{2});
+  CHECK(dp.layer_group == std::vector<int>(4, 0));
+  CHECK(validate_placement(dp, cs.g, cs.c, 8).is_ok());
+  // Nothing replicated: unchanged.
+  Placement plain = p;
+  plain.group_replicas.clear();
+  plain.group_replica_weights.clear();
+  plain.aggregation_every = 1;
+  const Placement same = without_replicas(cs.ctx, plain);
+  CHECK(same.group_device == plain.group_device);
+  CHECK(same.layer_group == plain.layer_group);
+  CHECK(same.micro_batches == plain.micro_batches);
+}
+
 TEST_CASE("the pipedream planner returns a placement that fits and beats or ties dp under its evaluator on a wide stage") {
   // One heavy layer in the middle: replicating it is the only way to split its work.
   LayerGraph g = linear_chain({32, 32, 32, 32});
