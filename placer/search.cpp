@@ -148,6 +148,26 @@ void vary_prior(PolicyConfig& pc, int restart, uint64_t search_seed, std::mt1993
 
 const char* zero_shot_from_name(ZeroShotFrom f) { return f == ZeroShotFrom::greedy ? "greedy" : "typical"; }
 
+std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const PlannerContext& ctx, Schedule schedule) {
+  std::vector<ZeroShotCandidate> out;
+  const std::vector<int>& choices = policy.config().micro_batch_choices;
+  for (ZeroShotFrom from : {ZeroShotFrom::typical, ZeroShotFrom::greedy}) {
+    const Decision d = from == ZeroShotFrom::typical ? policy.typical() : policy.greedy();
+    const Placement as_decided = decision_to_placement(d, choices, schedule);
+    out.push_back({d, as_decided, {from, false, false}});
+    if (!ctx.cost) continue;
+    const bool replicated = as_decided.has_replicated_groups() || as_decided.is_data_parallel();
+    for (bool drop : {false, true}) {
+      if (drop && !replicated) break;
+      const Placement p = drop ? without_replicas(ctx, as_decided) : as_decided;
+      if (drop) out.push_back({d, p, {from, false, true}});
+      Placement moved = with_pipedream_cuts(ctx, p);
+      if (moved.layer_group != p.layer_group) out.push_back({d, std::move(moved), {from, true, drop}});
+    }
+  }
+  return out;
+}
+
 std::vector<int> micro_batch_choices(int64_t batch_size, int max_micro_batches) {
   std::vector<int> v;
   for (int m = 1; m <= batch_size && m <= std::max(1, max_micro_batches); m *= 2) v.push_back(m);
@@ -240,13 +260,6 @@ Decision placement_to_decision(const Placement& p, const std::vector<int>& choic
 
 namespace {
 
-// How the zero-shot plan came from the policy's decision (SearchResult's zero_shot_* fields).
-struct ZeroShotRepair {
-  ZeroShotFrom from = ZeroShotFrom::typical;
-  bool cuts_moved = false;
-  bool replicas_dropped = false;
-};
-
 // One search: the policy, its learner and the measurer, stepped by run().
 class SearchLoop {
  public:
@@ -333,35 +346,17 @@ class SearchLoop {
     return decision_to_placement(d, config_.micro_batch_choices, opt_.schedule);
   }
 
-  // The zero-shot plan: the trained policy's two deterministic decisions,
-  // typical and greedy (argmax), each as it is, with its replicas dropped
-  // (each replicated group on its fastest device alone) and, where
-  // SearchOptions::zero_shot_costs is set, each of those two with its cuts
-  // placed; the fastest kept (the measurer keeps the faster schedule of each
-  // the same way). At most eight evaluations (fewer where they agree: the
-  // measurer memoises), no sampling.
+  // The zero-shot plan: the fastest of zero_shot_candidates (at most eight
+  // evaluations, fewer where they agree: the measurer memoises; no sampling;
+  // the measurer keeps the faster schedule of each).
   void measure_zero_shot() {
     PlannerContext ctx;  // for with_pipedream_cuts and without_replicas
     ctx.graph = &graph_;
     ctx.cluster = &cluster_;
     ctx.cost = opt_.zero_shot_costs;
     ctx.batch_size = opt_.batch_size;
-    for (ZeroShotFrom from : {ZeroShotFrom::typical, ZeroShotFrom::greedy}) {
-      const Decision d = from == ZeroShotFrom::typical ? policy_->typical() : policy_->greedy();
-      const Placement as_decided = to_placement(d);  // the measurer memoises a greedy equal to the typical
-      if (!ctx.cost) {
-        if (keep_zero_shot(as_decided, {from, false, false})) note_zero_shot_odds(d);
-        continue;
-      }
-      const Placement dropped = without_replicas(ctx, as_decided);
-      for (bool drop : {false, true}) {
-        if (drop && !as_decided.has_replicated_groups() && !as_decided.is_data_parallel()) break;
-        const Placement& p = drop ? dropped : as_decided;
-        if (keep_zero_shot(p, {from, false, drop})) note_zero_shot_odds(d);
-        const Placement moved = with_pipedream_cuts(ctx, p);
-        if (moved.layer_group != p.layer_group && keep_zero_shot(moved, {from, true, drop})) note_zero_shot_odds(d);
-      }
-    }
+    for (const ZeroShotCandidate& c : zero_shot_candidates(*policy_, ctx, opt_.schedule))
+      if (keep_zero_shot(c.placement, c.how)) note_zero_shot_odds(c.decided);
   }
 
   // Measures `p`; keeps it as the zero-shot plan where it is the first or faster. True when kept.

@@ -36,6 +36,7 @@ namespace tapp {
 struct LayerGraph;
 struct Cluster;
 class CostModel;
+struct PlannerContext;
 
 struct SearchOptions {
   int iterations = 600;
@@ -113,6 +114,13 @@ struct ZeroShotOdds {
 enum class ZeroShotFrom { typical, greedy };
 const char* zero_shot_from_name(ZeroShotFrom f);
 
+// How a zero-shot plan came from the policy's decision (SearchResult's zero_shot_* fields).
+struct ZeroShotRepair {
+  ZeroShotFrom from = ZeroShotFrom::typical;
+  bool cuts_moved = false;
+  bool replicas_dropped = false;
+};
+
 struct SearchResult {
   bool found = false;
   Placement best;
@@ -162,6 +170,20 @@ Decision placement_to_decision(const Placement& p, const std::vector<int>& micro
 constexpr int kImitationSteps = 80;
 constexpr double kImitationRate = 0.05;
 constexpr int kImitationRounds = 4;  // of kImitationSteps, until the greedy decision is the plan
+
+// A trained policy's zero-shot candidates, in the order they are scored: its
+// typical, then its greedy decision (Policy::typical, Policy::greedy), each as
+// decided and with its replicas dropped (planners' without_replicas), each of
+// those as it is and with its cuts placed for its stages (with_pipedream_cuts);
+// a repair that changes nothing is left out. Without costs (ctx.cost null):
+// the two decisions as they are. The fastest is the zero-shot plan (`optimize
+// --policy`, train-policy's summary); equal candidates are the measurer's memo.
+struct ZeroShotCandidate {
+  Decision decided;
+  Placement placement;
+  ZeroShotRepair how;
+};
+std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const PlannerContext& ctx, Schedule schedule);
 
 // {1, 2, 4, ...} up to min(batch_size, max).
 std::vector<int> micro_batch_choices(int64_t batch_size, int max_micro_batches);

@@ -74,8 +74,8 @@ struct TrainedProblem {
   std::string name;
   double reference_ms = 0;  // best classical plan (the expert planners')
   double best_ms = 0;       // best plan known: classical or sampled (0 = none valid)
-  // The trained networks' own plan at the end: Policy::typical, what
-  // optimize's zero-shot runs (0 = it failed).
+  // The trained networks' own plan at the end: the fastest of
+  // zero_shot_candidates, as optimize's zero-shot picks it (0 = none valid).
   double zero_shot_ms = 0;
   int64_t evaluations = 0;
 };
