@@ -257,12 +257,15 @@ void print_result(const json& r) {
             << fmt_ms(p["refined_step_ms"]) << " ms; " << p.value("evaluations", 0) << " placements evaluated ("
             << p.value("failures", 0) << " failed" << moved_text(p.value("moved_to_fit", 0)) << ") in "
             << p.value("elapsed_s", 0.0) << " s\n";
-  if (p.value("started_from", "fresh") != "fresh")
+  if (p.value("started_from", "fresh") != "fresh") {
+    std::string repairs;
+    if (p.value("zero_shot_replicas_dropped", false)) repairs = " with its replicas dropped";
+    if (p.value("zero_shot_cuts_moved", false))
+      repairs += std::string(repairs.empty() ? " with" : " and") + " its cuts placed for its stages";
     std::cout << "started from the trained policy " << p.value("started_from", "") << " (its plan before fine-tuning: "
               << fmt_ms(p.value("zero_shot_step_ms", json())) << " ms, its " << p.value("zero_shot_from", "typical")
-              << " decision" << (p.value("zero_shot_replicas_dropped", false) ? " with its replicas dropped" : "")
-              << (p.value("zero_shot_cuts_moved", false) ? " with its cuts placed for its stages" : "")
-              << ")\n";
+              << " decision" << repairs << ")\n";
+  }
   std::cout << "\n";
   std::cout << std::left << std::setw(16) << "plan" << std::right << std::setw(12) << "step ms" << std::setw(10)
             << "vs BSP" << std::setw(14) << "vs best base" << std::setw(10) << "comm" << std::setw(11) << "vs bound"
