@@ -475,6 +475,15 @@ Placement without_replicas(const PlannerContext& ctx, const Placement& p) {
     return out;
   }
   for (int g = 0; g < p.num_groups(); ++g) out.group_device[g] = fastest(p.devices_of_group(g));
+  // One device left: nothing to pipeline, and each further micro-batch costs
+  // its tasks' overhead; more stay only where one does not fit its memory.
+  const bool one_device = std::all_of(out.group_device.begin(), out.group_device.end(),
+                                      [&](int d) { return d == out.group_device[0]; });
+  if (one_device && out.micro_batches > 1) {
+    Placement whole = out;
+    whole.micro_batches = 1;
+    if (fits(ctx, whole)) return whole;
+  }
   return out;
 }
 

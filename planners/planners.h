@@ -74,7 +74,8 @@ double replicated_bottleneck_ms(const PlannerContext& ctx, const StagePlan& plan
 Placement with_pipedream_cuts(const PlannerContext& ctx, const Placement& p);
 // `p` with every replicated group on the fastest of its own devices alone
 // (its further replicas and their weights dropped), and a data-parallel `p`
-// as the whole model on its fastest replica; everything else kept. A trained
+// as the whole model on its fastest replica; everything else kept, but where
+// one device is left it takes one micro-batch if that fits. A trained
 // policy's zero-shot decision sometimes copies a stage that one device runs
 // faster than the copies do once the all-reduce is paid. Unchanged where
 // nothing is replicated.

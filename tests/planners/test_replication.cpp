@@ -246,6 +246,16 @@ TEST_CASE("without_replicas keeps each replicated group on its fastest device al
   CHECK(dp.group_device == std::vector<int>{2});
   CHECK(dp.layer_group == std::vector<int>(4, 0));
   CHECK(validate_placement(dp, cs.g, cs.c, 8).is_ok());
+  // One group copied onto d0 and d1: d1 alone is left, with one micro-batch (nothing to pipeline).
+  Placement copied;
+  copied.layer_group = {0, 0, 0, 0};
+  copied.group_device = {0};
+  copied.group_replicas = {{1}};
+  copied.micro_batches = 4;
+  const Placement alone = without_replicas(cs.ctx, copied);
+  CHECK(alone.group_device == std::vector<int>{1});
+  CHECK_FALSE(alone.has_replicated_groups());
+  CHECK(alone.micro_batches == 1);
   // Nothing replicated: unchanged.
   Placement plain = p;
   plain.group_replicas.clear();
