@@ -587,9 +587,9 @@ json policy_json(const JobOutcome& o, const References& ref) {
     policy["zero_shot_odds"] = zero_shot_odds_json(sr.zero_shot_odds, o.request.cluster);
     // Which decision (typical or greedy), whether with its replicas dropped and whether with its cuts
     // placed for its stages (SearchOptions::zero_shot_costs).
-    policy["zero_shot_from"] = zero_shot_from_name(sr.zero_shot_from);
-    policy["zero_shot_cuts_moved"] = sr.zero_shot_cuts_moved;
-    policy["zero_shot_replicas_dropped"] = sr.zero_shot_replicas_dropped;
+    policy["zero_shot_from"] = zero_shot_from_name(sr.zero_shot_how.from);
+    policy["zero_shot_cuts_moved"] = sr.zero_shot_how.cuts_moved;
+    policy["zero_shot_replicas_dropped"] = sr.zero_shot_how.replicas_dropped;
   }
   if (sr.found) policy["refined_placement"] = placement_to_json(sr.best, o.graph, o.request.cluster);
   return policy;

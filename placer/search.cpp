@@ -485,9 +485,7 @@ class SearchLoop {
     r.evaluations_before_imitation = evaluations_before_imitation_;
     r.zero_shot_report = zero_shot_;
     r.zero_shot = zero_shot_placement_;
-    r.zero_shot_from = zero_shot_how_.from;
-    r.zero_shot_cuts_moved = zero_shot_how_.cuts_moved;
-    r.zero_shot_replicas_dropped = zero_shot_how_.replicas_dropped;
+    r.zero_shot_how = zero_shot_how_;
     r.zero_shot_odds = zero_shot_odds_;
     r.policy_found = measurer_.found();
     if (r.policy_found) {

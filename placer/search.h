@@ -151,9 +151,7 @@ struct SearchResult {
   // dropped, cuts placed), the search's first evaluations.
   std::optional<StepReport> zero_shot_report;
   Placement zero_shot;  // its placement (set with zero_shot_report)
-  ZeroShotFrom zero_shot_from = ZeroShotFrom::typical;
-  bool zero_shot_cuts_moved = false;  // with the cuts SearchOptions::zero_shot_costs placed (they were faster)
-  bool zero_shot_replicas_dropped = false;  // each replicated group on its fastest device alone (planners' without_replicas)
+  ZeroShotRepair zero_shot_how;  // which decision, and with which repairs (zero_shot_candidates)
   ZeroShotOdds zero_shot_odds;  // the odds behind it (set with zero_shot_report)
   double policy_elapsed_s = 0;
 };

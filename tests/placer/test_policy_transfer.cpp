@@ -625,7 +625,7 @@ TEST_CASE("fine-tuning from a trained policy starts from its decisions, and the 
   const Placement own_typical = decision_to_placement(typical, choices, so.schedule);
   const Placement own_greedy = decision_to_placement(greedy, choices, so.schedule);
   CHECK(own_typical.layer_group != own_greedy.layer_group);  // this seed's two decisions differ
-  const bool from_greedy = r.zero_shot_from == ZeroShotFrom::greedy;
+  const bool from_greedy = r.zero_shot_how.from == ZeroShotFrom::greedy;
   CHECK(from_greedy);  // on this seed's evaluator the greedy decision is the faster
   const Placement& own = from_greedy ? own_greedy : own_typical;
   const Decision& decided = from_greedy ? greedy : typical;
@@ -665,12 +665,12 @@ TEST_CASE("fine-tuning from a trained policy starts from its decisions, and the 
   REQUIRE(as_is.zero_shot_report.has_value());
   REQUIRE(cut.zero_shot_report.has_value());
   const auto own_of = [&](const SearchResult& s) -> const Placement& {
-    return s.zero_shot_from == ZeroShotFrom::greedy ? own_greedy : own_typical;
+    return s.zero_shot_how.from == ZeroShotFrom::greedy ? own_greedy : own_typical;
   };
   CHECK(as_is.zero_shot.layer_group == own_of(as_is).layer_group);
   CHECK(cut.zero_shot.group_device == own_of(cut).group_device);
   CHECK(cut.zero_shot.micro_batches == own_of(cut).micro_batches);
-  CHECK(cut.zero_shot_cuts_moved);  // these networks' stages are uneven on this cluster
+  CHECK(cut.zero_shot_how.cuts_moved);  // these networks' stages are uneven on this cluster
   CHECK(cut.zero_shot.layer_group != own_of(cut).layer_group);
   CHECK(cut.zero_shot_report->step_ms < as_is.zero_shot_report->step_ms);
   so.zero_shot_costs = nullptr;
@@ -720,7 +720,7 @@ TEST_CASE("a trained policy that copies a stage onto a much slower device gets t
   const SearchResult r = search(g, c, sim, so, nullptr);
   REQUIRE(r.zero_shot_report.has_value());
   REQUIRE(r.zero_shot_report->ok);
-  CHECK(r.zero_shot_replicas_dropped);
+  CHECK(r.zero_shot_how.replicas_dropped);
   CHECK_FALSE(r.zero_shot.has_replicated_groups());
   CHECK(r.zero_shot.group_device == std::vector<int>{0, 1});
   CHECK(r.zero_shot_report->step_ms < sim.evaluate(taught).step_ms);
@@ -728,7 +728,7 @@ TEST_CASE("a trained policy that copies a stage onto a much slower device gets t
   so.zero_shot_costs = nullptr;
   const SearchResult as_is = search(g, c, sim, so, nullptr);
   REQUIRE(as_is.zero_shot_report.has_value());
-  CHECK_FALSE(as_is.zero_shot_replicas_dropped);
+  CHECK_FALSE(as_is.zero_shot_how.replicas_dropped);
   CHECK(as_is.zero_shot.has_replicated_groups());
 }
 
