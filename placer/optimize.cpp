@@ -585,11 +585,11 @@ json policy_json(const JobOutcome& o, const References& ref) {
   if (sr.zero_shot_report) {
     policy["zero_shot_placement"] = placement_to_json(sr.zero_shot, o.graph, o.request.cluster);
     policy["zero_shot_odds"] = zero_shot_odds_json(sr.zero_shot_odds, o.request.cluster);
-    // Which decision (typical or greedy), whether with its replicas dropped and whether with its cuts
-    // placed for its stages (SearchOptions::zero_shot_costs).
+    // Which decision (typical or greedy), what was done to its replicas, and whether its cuts were
+    // placed for its stages (zero_shot_candidates).
     policy["zero_shot_from"] = zero_shot_from_name(sr.zero_shot_how.from);
     policy["zero_shot_cuts_moved"] = sr.zero_shot_how.cuts_moved;
-    policy["zero_shot_replicas_dropped"] = sr.zero_shot_how.replicas_dropped;
+    policy["zero_shot_replicas"] = zero_shot_replicas_name(sr.zero_shot_how.replicas);
   }
   if (sr.found) policy["refined_placement"] = placement_to_json(sr.best, o.graph, o.request.cluster);
   return policy;

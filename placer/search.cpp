@@ -148,21 +148,36 @@ void vary_prior(PolicyConfig& pc, int restart, uint64_t search_seed, std::mt1993
 
 const char* zero_shot_from_name(ZeroShotFrom f) { return f == ZeroShotFrom::greedy ? "greedy" : "typical"; }
 
+const char* zero_shot_replicas_name(ZeroShotReplicas r) {
+  switch (r) {
+    case ZeroShotReplicas::dropped: return "dropped";
+    case ZeroShotReplicas::idle_devices_added: return "idle_devices_added";
+    default: return "as_decided";
+  }
+}
+
 std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const PlannerContext& ctx, Schedule schedule) {
   std::vector<ZeroShotCandidate> out;
   const std::vector<int>& choices = policy.config().micro_batch_choices;
   for (ZeroShotFrom from : {ZeroShotFrom::typical, ZeroShotFrom::greedy}) {
     const Decision d = from == ZeroShotFrom::typical ? policy.typical() : policy.greedy();
     const Placement as_decided = decision_to_placement(d, choices, schedule);
-    out.push_back({d, as_decided, {from, false, false}});
+    out.push_back({d, as_decided, {from, ZeroShotReplicas::as_decided, false}});
     if (!ctx.cost) continue;
     const bool replicated = as_decided.has_replicated_groups() || as_decided.is_data_parallel();
-    for (bool drop : {false, true}) {
-      if (drop && !replicated) break;
-      const Placement p = drop ? without_replicas(ctx, as_decided) : as_decided;
-      if (drop) out.push_back({d, p, {from, false, true}});
+    for (ZeroShotReplicas replicas :
+         {ZeroShotReplicas::as_decided, ZeroShotReplicas::dropped, ZeroShotReplicas::idle_devices_added}) {
+      Placement p = as_decided;
+      if (replicas == ZeroShotReplicas::dropped) {
+        if (!replicated) continue;
+        p = without_replicas(ctx, as_decided);
+      } else if (replicas == ZeroShotReplicas::idle_devices_added) {
+        p = with_idle_devices(ctx, as_decided);
+        if (p.group_device == as_decided.group_device && p.group_replicas == as_decided.group_replicas) continue;
+      }
+      if (replicas != ZeroShotReplicas::as_decided) out.push_back({d, p, {from, replicas, false}});
       Placement moved = with_pipedream_cuts(ctx, p);
-      if (moved.layer_group != p.layer_group) out.push_back({d, std::move(moved), {from, true, drop}});
+      if (moved.layer_group != p.layer_group) out.push_back({d, std::move(moved), {from, replicas, true}});
     }
   }
   return out;
@@ -346,7 +361,7 @@ class SearchLoop {
     return decision_to_placement(d, config_.micro_batch_choices, opt_.schedule);
   }
 
-  // The zero-shot plan: the fastest of zero_shot_candidates (at most eight
+  // The zero-shot plan: the fastest of zero_shot_candidates (at most twelve
   // evaluations, fewer where they agree: the measurer memoises; no sampling;
   // the measurer keeps the faster schedule of each).
   void measure_zero_shot() {

@@ -114,11 +114,17 @@ struct ZeroShotOdds {
 enum class ZeroShotFrom { typical, greedy };
 const char* zero_shot_from_name(ZeroShotFrom f);
 
-// How a zero-shot plan came from the policy's decision (SearchResult's zero_shot_* fields).
+// What a zero-shot plan did to the decision's replicas: nothing, dropped them
+// (planners' without_replicas) or added the devices it left idle as more
+// (planners' with_idle_devices).
+enum class ZeroShotReplicas { as_decided, dropped, idle_devices_added };
+const char* zero_shot_replicas_name(ZeroShotReplicas r);
+
+// How a zero-shot plan came from the policy's decision (SearchResult::zero_shot_how).
 struct ZeroShotRepair {
   ZeroShotFrom from = ZeroShotFrom::typical;
-  bool cuts_moved = false;
-  bool replicas_dropped = false;
+  ZeroShotReplicas replicas = ZeroShotReplicas::as_decided;
+  bool cuts_moved = false;  // with its cuts placed for its stages (with_pipedream_cuts)
 };
 
 struct SearchResult {
@@ -171,9 +177,10 @@ constexpr int kImitationRounds = 4;  // of kImitationSteps, until the greedy dec
 
 // A trained policy's zero-shot candidates, in the order they are scored: its
 // typical, then its greedy decision (Policy::typical, Policy::greedy), each as
-// decided and with its replicas dropped (planners' without_replicas), each of
-// those as it is and with its cuts placed for its stages (with_pipedream_cuts);
-// a repair that changes nothing is left out. Without costs (ctx.cost null):
+// decided, with its replicas dropped (planners' without_replicas) and with the
+// devices it leaves idle added as replicas (with_idle_devices), each of those
+// as it is and with its cuts placed for its stages (with_pipedream_cuts); a
+// repair that changes nothing is left out. Without costs (ctx.cost null):
 // the two decisions as they are. The fastest is the zero-shot plan (`optimize
 // --policy`, train-policy's summary); equal candidates are the measurer's memo.
 struct ZeroShotCandidate {

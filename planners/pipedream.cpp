@@ -487,6 +487,50 @@ Placement without_replicas(const PlannerContext& ctx, const Placement& p) {
   return out;
 }
 
+Placement with_idle_devices(const PlannerContext& ctx, const Placement& p) {
+  const int D = num_devices(ctx), L = num_layers(ctx);
+  std::vector<char> used(D, 0);
+  for (int g = 0; g < p.num_groups(); ++g)
+    for (int d : p.devices_of_group(g)) used[d] = 1;
+  // Relative speeds on this model, and each group's work on the fastest device.
+  const std::vector<int> order = devices_fastest_first(ctx);
+  std::vector<double> speed(D);
+  for (int d = 0; d < D; ++d) speed[d] = stage_ms(ctx, order[0], 0, L, 1) / stage_ms(ctx, d, 0, L, 1);
+  Placement out = p;
+  if (p.is_data_parallel()) {
+    for (int d : order)
+      if (!used[d]) {
+        out.group_device.push_back(d);
+        if (!fits(ctx, out)) out.group_device.pop_back();
+      }
+    return out;
+  }
+  std::vector<double> work(p.num_groups(), 0), capacity(p.num_groups(), 0);
+  for (int l = 0; l < L; ++l) work[p.layer_group[l]] += stage_ms(ctx, order[0], l, l + 1, 1);
+  for (int g = 0; g < p.num_groups(); ++g)
+    for (int d : p.devices_of_group(g)) capacity[g] += speed[d];
+  if (out.group_replicas.empty()) out.group_replicas.assign(out.num_groups(), {});
+  for (int d : order) {
+    if (used[d]) continue;
+    std::vector<int> groups(p.num_groups());
+    std::iota(groups.begin(), groups.end(), 0);
+    std::stable_sort(groups.begin(), groups.end(),
+                     [&](int a, int b) { return work[a] / capacity[a] > work[b] / capacity[b]; });
+    for (int g : groups) {
+      if (work[g] == 0 || 1 + static_cast<int>(out.group_replicas[g].size()) >= out.micro_batches) continue;
+      Placement with = out;
+      with.group_replicas[g].push_back(d);
+      if (!with.group_replica_weights.empty()) with.group_replica_weights[g].clear();
+      if (!fits(ctx, with)) continue;
+      out = std::move(with);
+      capacity[g] += speed[d];
+      break;
+    }
+  }
+  if (!out.has_replicated_groups()) out.group_replicas.clear();
+  return out;
+}
+
 Result<StagePlan> pipedream_min_bottleneck(const PlannerContext& ctx, int micro_batches) {
   auto per = pipedream_by_devices(ctx, micro_batches);
   if (!per) return per.status();

@@ -80,6 +80,14 @@ Placement with_pipedream_cuts(const PlannerContext& ctx, const Placement& p);
 // faster than the copies do once the all-reduce is paid. Unchanged where
 // nothing is replicated.
 Placement without_replicas(const PlannerContext& ctx, const Placement& p);
+// `p` with every device it leaves idle (fastest first) added as a replica of
+// the group with the most work per unit of its devices' speed (PipeDream's
+// rule for a further device), where the placement still fits and the group
+// keeps no more copies than micro-batches; a data-parallel `p` takes each
+// idle device that fits as one more replica. Its opposite: a trained
+// policy's zero-shot decision sometimes leaves equal devices idle that the
+// classical plans copy its stage onto.
+Placement with_idle_devices(const PlannerContext& ctx, const Placement& p);
 // Minimum of that objective over contiguous plans whose stages take disjoint
 // device sets (each set's replicas fastest first) among the 8 fastest devices,
 // for `micro_batches`: DP over (layer prefix, used devices, last stage's set).

@@ -259,7 +259,9 @@ void print_result(const json& r) {
             << p.value("elapsed_s", 0.0) << " s\n";
   if (p.value("started_from", "fresh") != "fresh") {
     std::string repairs;
-    if (p.value("zero_shot_replicas_dropped", false)) repairs = " with its replicas dropped";
+    const std::string replicas = p.value("zero_shot_replicas", "as_decided");
+    if (replicas == "dropped") repairs = " with its replicas dropped";
+    if (replicas == "idle_devices_added") repairs = " with its idle devices added as replicas";
     if (p.value("zero_shot_cuts_moved", false))
       repairs += std::string(repairs.empty() ? " with" : " and") + " its cuts placed for its stages";
     std::cout << "started from the trained policy " << p.value("started_from", "") << " (its plan before fine-tuning: "

@@ -720,7 +720,7 @@ TEST_CASE("a trained policy that copies a stage onto a much slower device gets t
   const SearchResult r = search(g, c, sim, so, nullptr);
   REQUIRE(r.zero_shot_report.has_value());
   REQUIRE(r.zero_shot_report->ok);
-  CHECK(r.zero_shot_how.replicas_dropped);
+  CHECK(r.zero_shot_how.replicas == ZeroShotReplicas::dropped);
   CHECK_FALSE(r.zero_shot.has_replicated_groups());
   CHECK(r.zero_shot.group_device == std::vector<int>{0, 1});
   CHECK(r.zero_shot_report->step_ms < sim.evaluate(taught).step_ms);
@@ -728,7 +728,7 @@ TEST_CASE("a trained policy that copies a stage onto a much slower device gets t
   so.zero_shot_costs = nullptr;
   const SearchResult as_is = search(g, c, sim, so, nullptr);
   REQUIRE(as_is.zero_shot_report.has_value());
-  CHECK_FALSE(as_is.zero_shot_how.replicas_dropped);
+  CHECK(as_is.zero_shot_how.replicas == ZeroShotReplicas::as_decided);
   CHECK(as_is.zero_shot.has_replicated_groups());
 }
 

@@ -267,6 +267,56 @@ TEST_CASE("without_replicas keeps each replicated group on its fastest device al
   CHECK(same.micro_batches == plain.micro_batches);
 }
 
+TEST_CASE("with_idle_devices copies the group with the most work per unit of speed onto each idle device, fastest first") {
+  // Six equal layers; d0 and d1 speed 1 run stages of 4 and 2 layers; idle d2
+  // (speed 2) and d3 (speed 1). d2 first: to the first stage (4 per unit of
+  // speed against 2), which then has 4 / 3; d3 to the second (2 against 4 / 3).
+  LayerGraph g = linear_chain({16, 16, 16, 16, 16, 16});
+  Cluster c;
+  for (double speed : {1.0, 1.0, 2.0, 1.0}) {
+    c.devices.push_back(Device{"d" + std::to_string(c.devices.size())});
+    c.devices.back().speed = speed;
+  }
+  Case cs(g, c, {test::flat_library(g, 8, 1, 1)}, 8);
+  Placement p;
+  p.layer_group = {0, 0, 0, 0, 1, 1};
+  p.group_device = {0, 1};
+  p.micro_batches = 4;
+  const Placement added = with_idle_devices(cs.ctx, p);
+  CHECK(added.group_device == p.group_device);
+  CHECK(added.layer_group == p.layer_group);
+  REQUIRE(added.group_replicas.size() == 2);
+  CHECK(added.group_replicas[0] == std::vector<int>{2});
+  CHECK(added.group_replicas[1] == std::vector<int>{3});
+  CHECK(validate_placement(added, cs.g, cs.c, 8).is_ok());
+  // No more copies than micro-batches: with two, the first stage takes d2 and d3 goes to the second.
+  Placement two = p;
+  two.micro_batches = 2;
+  const Placement capped = with_idle_devices(cs.ctx, two);
+  CHECK(capped.group_replicas == std::vector<std::vector<int>>{{2}, {3}});
+  two.group_replicas = {{2}, {}};
+  CHECK(with_idle_devices(cs.ctx, two).group_replicas == std::vector<std::vector<int>>{{2}, {3}});
+  // Data parallelism over d0 takes every other device.
+  const Placement dp = with_idle_devices(cs.ctx, Placement::replicas(6, {0}));
+  CHECK(dp.is_data_parallel());
+  CHECK(dp.group_device == std::vector<int>{0, 2, 1, 3});
+  // Every device in use: unchanged.
+  p.group_device = {0, 1};
+  p.group_replicas = {{2}, {3}};
+  CHECK(with_idle_devices(cs.ctx, p).group_replicas == p.group_replicas);
+  // A device too small for the group it would join stays idle.
+  Cluster small = c;
+  small.devices[2].memory_mb = 0;
+  small.devices[3].memory_mb = 0;
+  Case tight(g, small, {test::flat_library(g, 8, 1, 1)}, 8);
+  Placement plain;
+  plain.layer_group = {0, 0, 0, 0, 1, 1};
+  plain.group_device = {0, 1};
+  plain.micro_batches = 4;
+  REQUIRE(check_memory(plain, tight.g, tight.c, 8).is_ok());
+  CHECK_FALSE(with_idle_devices(tight.ctx, plain).has_replicated_groups());
+}
+
 TEST_CASE("the pipedream planner returns a placement that fits and beats or ties dp under its evaluator on a wide stage") {
   // One heavy layer in the middle: replicating it is the only way to split its work.
   LayerGraph g = linear_chain({32, 32, 32, 32});
