@@ -496,13 +496,20 @@ Placement with_idle_devices(const PlannerContext& ctx, const Placement& p) {
   const std::vector<int> order = devices_fastest_first(ctx);
   std::vector<double> speed(D);
   for (int d = 0; d < D; ++d) speed[d] = stage_ms(ctx, order[0], 0, L, 1) / stage_ms(ctx, d, 0, L, 1);
+  // A copy's memory need is about its peers' (its share of the micro-batches
+  // no larger), so a device at least as large as the smallest of them holds
+  // it wherever they are made to fit (by the evaluator's memory rule, or not).
+  const auto& devices = ctx.cluster->devices;
+  const auto roomy = [&](int d, const std::vector<int>& peers) {
+    for (int q : peers)
+      if (devices[d].memory_mb < devices[q].memory_mb) return false;
+    return true;
+  };
   Placement out = p;
   if (p.is_data_parallel()) {
+    const std::vector<int> peers = p.group_device;
     for (int d : order)
-      if (!used[d]) {
-        out.group_device.push_back(d);
-        if (!fits(ctx, out)) out.group_device.pop_back();
-      }
+      if (!used[d] && roomy(d, peers)) out.group_device.push_back(d);
     return out;
   }
   std::vector<double> work(p.num_groups(), 0), capacity(p.num_groups(), 0);
@@ -518,11 +525,9 @@ Placement with_idle_devices(const PlannerContext& ctx, const Placement& p) {
                      [&](int a, int b) { return work[a] / capacity[a] > work[b] / capacity[b]; });
     for (int g : groups) {
       if (work[g] == 0 || 1 + static_cast<int>(out.group_replicas[g].size()) >= out.micro_batches) continue;
-      Placement with = out;
-      with.group_replicas[g].push_back(d);
-      if (!with.group_replica_weights.empty()) with.group_replica_weights[g].clear();
-      if (!fits(ctx, with)) continue;
-      out = std::move(with);
+      if (!roomy(d, p.devices_of_group(g))) continue;
+      out.group_replicas[g].push_back(d);
+      if (!out.group_replica_weights.empty()) out.group_replica_weights[g].clear();
       capacity[g] += speed[d];
       break;
     }

@@ -82,11 +82,11 @@ Placement with_pipedream_cuts(const PlannerContext& ctx, const Placement& p);
 Placement without_replicas(const PlannerContext& ctx, const Placement& p);
 // `p` with every device it leaves idle (fastest first) added as a replica of
 // the group with the most work per unit of its devices' speed (PipeDream's
-// rule for a further device), where the placement still fits and the group
-// keeps no more copies than micro-batches; a data-parallel `p` takes each
-// idle device that fits as one more replica. Its opposite: a trained
-// policy's zero-shot decision sometimes leaves equal devices idle that the
-// classical plans copy its stage onto.
+// rule for a further device), where the device has at least the memory of
+// each of the group's own and the group keeps no more copies than
+// micro-batches; a data-parallel `p` takes each such idle device as one more
+// replica. Its opposite: a trained policy's zero-shot decision sometimes
+// leaves equal devices idle that the classical plans copy its stage onto.
 Placement with_idle_devices(const PlannerContext& ctx, const Placement& p);
 // Minimum of that objective over contiguous plans whose stages take disjoint
 // device sets (each set's replicas fastest first) among the 8 fastest devices,

@@ -304,7 +304,7 @@ TEST_CASE("with_idle_devices copies the group with the most work per unit of spe
   p.group_device = {0, 1};
   p.group_replicas = {{2}, {3}};
   CHECK(with_idle_devices(cs.ctx, p).group_replicas == p.group_replicas);
-  // A device too small for the group it would join stays idle.
+  // A device with less memory than the devices of the group it would join stays idle.
   Cluster small = c;
   small.devices[2].memory_mb = 0;
   small.devices[3].memory_mb = 0;
@@ -313,7 +313,6 @@ TEST_CASE("with_idle_devices copies the group with the most work per unit of spe
   plain.layer_group = {0, 0, 0, 0, 1, 1};
   plain.group_device = {0, 1};
   plain.micro_batches = 4;
-  REQUIRE(check_memory(plain, tight.g, tight.c, 8).is_ok());
   CHECK_FALSE(with_idle_devices(tight.ctx, plain).has_replicated_groups());
 }
 
