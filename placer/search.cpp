@@ -156,25 +156,26 @@ const char* zero_shot_replicas_name(ZeroShotReplicas r) {
   }
 }
 
-std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const PlannerContext& ctx, Schedule schedule) {
+std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const PlannerContext& context, Schedule schedule) {
   std::vector<ZeroShotCandidate> out;
   const std::vector<int>& choices = policy.config().micro_batch_choices;
+  PlannerContext ctx = context;  // the repairs' micro-batch counts: the policy's own choices
+  ctx.max_micro_batches = choices.back();
   for (ZeroShotFrom from : {ZeroShotFrom::typical, ZeroShotFrom::greedy}) {
     const Decision d = from == ZeroShotFrom::typical ? policy.typical() : policy.greedy();
     const Placement as_decided = decision_to_placement(d, choices, schedule);
     out.push_back({d, as_decided, {from, ZeroShotReplicas::as_decided, false}});
     if (!ctx.cost) continue;
-    const bool replicated = as_decided.has_replicated_groups() || as_decided.is_data_parallel();
+    const auto same = [&](const Placement& p) {
+      return p.group_device == as_decided.group_device && p.group_replicas == as_decided.group_replicas &&
+             p.micro_batches == as_decided.micro_batches && p.data_parallel == as_decided.data_parallel;
+    };
     for (ZeroShotReplicas replicas :
          {ZeroShotReplicas::as_decided, ZeroShotReplicas::dropped, ZeroShotReplicas::idle_devices_added}) {
       Placement p = as_decided;
-      if (replicas == ZeroShotReplicas::dropped) {
-        if (!replicated) continue;
-        p = without_replicas(ctx, as_decided);
-      } else if (replicas == ZeroShotReplicas::idle_devices_added) {
-        p = with_idle_devices(ctx, as_decided);
-        if (p.group_device == as_decided.group_device && p.group_replicas == as_decided.group_replicas) continue;
-      }
+      if (replicas == ZeroShotReplicas::dropped) p = without_replicas(ctx, as_decided);
+      if (replicas == ZeroShotReplicas::idle_devices_added) p = with_idle_devices(ctx, as_decided);
+      if (replicas != ZeroShotReplicas::as_decided && same(p)) continue;
       if (replicas != ZeroShotReplicas::as_decided) out.push_back({d, p, {from, replicas, false}});
       Placement moved = with_pipedream_cuts(ctx, p);
       if (moved.layer_group != p.layer_group) out.push_back({d, std::move(moved), {from, replicas, true}});

@@ -456,7 +456,6 @@ Placement with_pipedream_cuts(const PlannerContext& context, const Placement& p)
 }
 
 Placement without_replicas(const PlannerContext& ctx, const Placement& p) {
-  if (!p.is_data_parallel() && !p.has_replicated_groups()) return p;
   std::vector<int> rank(num_devices(ctx));
   const std::vector<int> order = devices_fastest_first(ctx);
   for (int i = 0; i < static_cast<int>(order.size()); ++i) rank[order[i]] = i;
@@ -524,8 +523,14 @@ Placement with_idle_devices(const PlannerContext& ctx, const Placement& p) {
     std::stable_sort(groups.begin(), groups.end(),
                      [&](int a, int b) { return work[a] / capacity[a] > work[b] / capacity[b]; });
     for (int g : groups) {
-      if (work[g] == 0 || 1 + static_cast<int>(out.group_replicas[g].size()) >= out.micro_batches) continue;
-      if (!roomy(d, p.devices_of_group(g))) continue;
+      const int copies = 2 + static_cast<int>(out.group_replicas[g].size());
+      if (work[g] == 0 || !roomy(d, p.devices_of_group(g))) continue;
+      if (copies > out.micro_batches) {  // each copy needs a micro-batch: the next count that gives one
+        const std::vector<int> choices = ctx.micro_batch_choices();
+        const auto enough = std::lower_bound(choices.begin(), choices.end(), copies);
+        if (enough == choices.end()) continue;
+        out.micro_batches = *enough;
+      }
       out.group_replicas[g].push_back(d);
       if (!out.group_replica_weights.empty()) out.group_replica_weights[g].clear();
       capacity[g] += speed[d];

@@ -75,17 +75,18 @@ Placement with_pipedream_cuts(const PlannerContext& ctx, const Placement& p);
 // `p` with every replicated group on the fastest of its own devices alone
 // (its further replicas and their weights dropped), and a data-parallel `p`
 // as the whole model on its fastest replica; everything else kept, but where
-// one device is left it takes one micro-batch if that fits. A trained
-// policy's zero-shot decision sometimes copies a stage that one device runs
-// faster than the copies do once the all-reduce is paid. Unchanged where
-// nothing is replicated.
+// one device is left (or was all there was) it takes one micro-batch if that
+// fits. A trained policy's zero-shot decision sometimes copies a stage that
+// one device runs faster than the copies do once the all-reduce is paid, or
+// splits one device's batch into micro-batches with nothing to pipeline.
 Placement without_replicas(const PlannerContext& ctx, const Placement& p);
 // `p` with every device it leaves idle (fastest first) added as a replica of
 // the group with the most work per unit of its devices' speed (PipeDream's
 // rule for a further device), where the device has at least the memory of
-// each of the group's own and the group keeps no more copies than
-// micro-batches; a data-parallel `p` takes each such idle device as one more
-// replica. Its opposite: a trained policy's zero-shot decision sometimes
+// each of the group's own; where the copies outnumber the micro-batches, the
+// micro-batches become the next of ctx.micro_batch_choices() (a group that
+// would need more stays as it is); a data-parallel `p` takes each such idle
+// device as one more replica. Its opposite: a trained policy's zero-shot decision sometimes
 // leaves equal devices idle that the classical plans copy its stage onto.
 Placement with_idle_devices(const PlannerContext& ctx, const Placement& p);
 // Minimum of that objective over contiguous plans whose stages take disjoint

@@ -256,7 +256,9 @@ TEST_CASE("without_replicas keeps each replicated group on its fastest device al
   CHECK(alone.group_device == std::vector<int>{1});
   CHECK_FALSE(alone.has_replicated_groups());
   CHECK(alone.micro_batches == 1);
-  // Nothing replicated: unchanged.
+  // One device and nothing replicated: one micro-batch.
+  CHECK(without_replicas(cs.ctx, Placement::single_device(4, 3, 4)).micro_batches == 1);
+  // Nothing replicated on several devices: unchanged.
   Placement plain = p;
   plain.group_replicas.clear();
   plain.group_replica_weights.clear();
@@ -289,13 +291,21 @@ TEST_CASE("with_idle_devices copies the group with the most work per unit of spe
   CHECK(added.group_replicas[0] == std::vector<int>{2});
   CHECK(added.group_replicas[1] == std::vector<int>{3});
   CHECK(validate_placement(added, cs.g, cs.c, 8).is_ok());
-  // No more copies than micro-batches: with two, the first stage takes d2 and d3 goes to the second.
-  Placement two = p;
-  two.micro_batches = 2;
-  const Placement capped = with_idle_devices(cs.ctx, two);
-  CHECK(capped.group_replicas == std::vector<std::vector<int>>{{2}, {3}});
-  two.group_replicas = {{2}, {}};
-  CHECK(with_idle_devices(cs.ctx, two).group_replicas == std::vector<std::vector<int>>{{2}, {3}});
+  // Each copy needs a micro-batch: one stage on d0 with two micro-batches takes
+  // d2, d1 and d3 at four, or at most two copies where two is the largest count.
+  Placement one;
+  one.layer_group.assign(6, 0);
+  one.group_device = {0};
+  one.micro_batches = 2;
+  const Placement four = with_idle_devices(cs.ctx, one);
+  CHECK(four.group_replicas == std::vector<std::vector<int>>{{2, 1, 3}});
+  CHECK(four.micro_batches == 4);
+  CHECK(validate_placement(four, cs.g, cs.c, 8).is_ok());
+  PlannerContext at_most_two = cs.ctx;
+  at_most_two.max_micro_batches = 2;
+  const Placement two = with_idle_devices(at_most_two, one);
+  CHECK(two.group_replicas == std::vector<std::vector<int>>{{2}});
+  CHECK(two.micro_batches == 2);
   // Data parallelism over d0 takes every other device.
   const Placement dp = with_idle_devices(cs.ctx, Placement::replicas(6, {0}));
   CHECK(dp.is_data_parallel());
