@@ -170,13 +170,15 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const Planne
       return p.group_device == as_decided.group_device && p.group_replicas == as_decided.group_replicas &&
              p.micro_batches == as_decided.micro_batches && p.data_parallel == as_decided.data_parallel;
     };
-    for (ZeroShotReplicas replicas :
-         {ZeroShotReplicas::as_decided, ZeroShotReplicas::dropped, ZeroShotReplicas::idle_devices_added}) {
-      Placement p = as_decided;
-      if (replicas == ZeroShotReplicas::dropped) p = without_replicas(ctx, as_decided);
-      if (replicas == ZeroShotReplicas::idle_devices_added) p = with_idle_devices(ctx, as_decided);
-      if (replicas != ZeroShotReplicas::as_decided && same(p)) continue;
-      if (replicas != ZeroShotReplicas::as_decided) out.push_back({d, p, {from, replicas, false}});
+    const std::pair<ZeroShotReplicas, Placement> repaired[] = {
+        {ZeroShotReplicas::as_decided, as_decided},
+        {ZeroShotReplicas::dropped, without_replicas(ctx, as_decided)},
+        {ZeroShotReplicas::idle_devices_added, with_idle_devices(ctx, as_decided)}};
+    for (const auto& [replicas, p] : repaired) {
+      if (replicas != ZeroShotReplicas::as_decided) {
+        if (same(p)) continue;
+        out.push_back({d, p, {from, replicas, false}});
+      }
       Placement moved = with_pipedream_cuts(ctx, p);
       if (moved.layer_group != p.layer_group) out.push_back({d, std::move(moved), {from, replicas, true}});
     }

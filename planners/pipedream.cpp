@@ -493,8 +493,9 @@ Placement with_idle_devices(const PlannerContext& ctx, const Placement& p) {
     for (int d : p.devices_of_group(g)) used[d] = 1;
   // Relative speeds on this model, and each group's work on the fastest device.
   const std::vector<int> order = devices_fastest_first(ctx);
+  const double fastest_ms = stage_ms(ctx, order[0], 0, L, 1);
   std::vector<double> speed(D);
-  for (int d = 0; d < D; ++d) speed[d] = stage_ms(ctx, order[0], 0, L, 1) / stage_ms(ctx, d, 0, L, 1);
+  for (int d = 0; d < D; ++d) speed[d] = fastest_ms / stage_ms(ctx, d, 0, L, 1);
   // A copy's memory need is about its peers' (its share of the micro-batches
   // no larger), so a device at least as large as the smallest of them holds
   // it wherever they are made to fit (by the evaluator's memory rule, or not).

@@ -45,6 +45,16 @@ Cluster random_cluster(std::mt19937& rng, int D) {
   return c;
 }
 
+// Devices d0, d1, ... of these speeds on the default link.
+Cluster cluster_of_speeds(const std::vector<double>& speeds) {
+  Cluster c;
+  for (double speed : speeds) {
+    c.devices.push_back(Device{"d" + std::to_string(c.devices.size())});
+    c.devices.back().speed = speed;
+  }
+  return c;
+}
+
 LayerLibrary random_library(std::mt19937& rng, const LayerGraph& g, int64_t batch) {
   LayerLibrary lib = library_skeleton(g);
   lib.batch_size = batch;
@@ -216,11 +226,7 @@ TEST_CASE("with_pipedream_cuts keeps each group's devices, replicas and order on
 
 TEST_CASE("without_replicas keeps each replicated group on its fastest device alone, and a data-parallel plan on its fastest replica") {
   LayerGraph g = linear_chain({16, 16, 16, 16});
-  Cluster c;
-  for (double speed : {0.5, 2.0, 1.0, 0.25}) {
-    c.devices.push_back(Device{"d" + std::to_string(c.devices.size())});
-    c.devices.back().speed = speed;
-  }
+  const Cluster c = cluster_of_speeds({0.5, 2.0, 1.0, 0.25});
   Case cs(g, c, {test::flat_library(g, 8, 1, 1)}, 8);
   // Group 0 on d0 with replicas d1 (the fastest) and d3; group 1 on d2 alone.
   Placement p;
@@ -274,11 +280,7 @@ TEST_CASE("with_idle_devices copies the group with the most work per unit of spe
   // (speed 2) and d3 (speed 1). d2 first: to the first stage (4 per unit of
   // speed against 2), which then has 4 / 3; d3 to the second (2 against 4 / 3).
   LayerGraph g = linear_chain({16, 16, 16, 16, 16, 16});
-  Cluster c;
-  for (double speed : {1.0, 1.0, 2.0, 1.0}) {
-    c.devices.push_back(Device{"d" + std::to_string(c.devices.size())});
-    c.devices.back().speed = speed;
-  }
+  const Cluster c = cluster_of_speeds({1.0, 1.0, 2.0, 1.0});
   Case cs(g, c, {test::flat_library(g, 8, 1, 1)}, 8);
   Placement p;
   p.layer_group = {0, 0, 0, 0, 1, 1};
