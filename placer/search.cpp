@@ -156,10 +156,15 @@ const char* zero_shot_replicas_name(ZeroShotReplicas r) {
   }
 }
 
-std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const PlannerContext& context, Schedule schedule) {
+std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerGraph& graph, const Cluster& cluster,
+                                                    const CostModel* cost, int64_t batch_size, Schedule schedule) {
   std::vector<ZeroShotCandidate> out;
   const std::vector<int>& choices = policy.config().micro_batch_choices;
-  PlannerContext ctx = context;  // the repairs' micro-batch counts: the policy's own choices
+  PlannerContext ctx;  // for the repairs (planners.h); their micro-batch counts are the policy's own choices
+  ctx.graph = &graph;
+  ctx.cluster = &cluster;
+  ctx.cost = cost;
+  ctx.batch_size = batch_size;
   ctx.max_micro_batches = choices.back();
   for (ZeroShotFrom from : {ZeroShotFrom::typical, ZeroShotFrom::greedy}) {
     const Decision d = from == ZeroShotFrom::typical ? policy.typical() : policy.greedy();
@@ -368,12 +373,8 @@ class SearchLoop {
   // evaluations, fewer where they agree: the measurer memoises; no sampling;
   // the measurer keeps the faster schedule of each).
   void measure_zero_shot() {
-    PlannerContext ctx;  // for with_pipedream_cuts and without_replicas
-    ctx.graph = &graph_;
-    ctx.cluster = &cluster_;
-    ctx.cost = opt_.zero_shot_costs;
-    ctx.batch_size = opt_.batch_size;
-    for (const ZeroShotCandidate& c : zero_shot_candidates(*policy_, ctx, opt_.schedule))
+    for (const ZeroShotCandidate& c :
+         zero_shot_candidates(*policy_, graph_, cluster_, opt_.zero_shot_costs, opt_.batch_size, opt_.schedule))
       if (keep_zero_shot(c.placement, c.how)) note_zero_shot_odds(c.decided);
   }
 

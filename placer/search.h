@@ -36,7 +36,6 @@ namespace tapp {
 struct LayerGraph;
 struct Cluster;
 class CostModel;
-struct PlannerContext;
 
 struct SearchOptions {
   int iterations = 600;
@@ -180,7 +179,7 @@ constexpr int kImitationRounds = 4;  // of kImitationSteps, until the greedy dec
 // decided, with its replicas dropped (planners' without_replicas) and with the
 // devices it leaves idle added as replicas (with_idle_devices), each of those
 // as it is and with its cuts placed for its stages (with_pipedream_cuts); a
-// repair that changes nothing is left out. Without costs (ctx.cost null):
+// repair that changes nothing is left out. Without costs (`cost` null):
 // the two decisions as they are. The fastest is the zero-shot plan (`optimize
 // --policy`, train-policy's summary); equal candidates are the measurer's memo.
 struct ZeroShotCandidate {
@@ -188,7 +187,8 @@ struct ZeroShotCandidate {
   Placement placement;
   ZeroShotRepair how;
 };
-std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const PlannerContext& ctx, Schedule schedule);
+std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerGraph& graph, const Cluster& cluster,
+                                                    const CostModel* cost, int64_t batch_size, Schedule schedule);
 
 // {1, 2, 4, ...} up to min(batch_size, max).
 std::vector<int> micro_batch_choices(int64_t batch_size, int max_micro_batches);

@@ -12,7 +12,6 @@
 #include "placer/measurer.h"
 #include "placer/reinforce.h"
 #include "placer/search.h"
-#include "planners/context.h"
 #include "profiler/compute_threads.h"
 #include "simulator/simulator_evaluator.h"
 
@@ -95,13 +94,9 @@ struct ProblemState {
   // The zero-shot plan's step, picked as `optimize --policy` picks it (the
   // fastest of zero_shot_candidates); 0 where none is valid.
   double zero_shot_ms(int64_t batch_size, int it) {
-    PlannerContext ctx;
-    ctx.graph = &problem.graph;
-    ctx.cluster = &problem.cluster;
-    ctx.cost = &problem.cost;
-    ctx.batch_size = batch_size;
     double best = 0;
-    for (const ZeroShotCandidate& c : zero_shot_candidates(*policy, ctx, Schedule::gpipe)) {
+    for (const ZeroShotCandidate& c :
+         zero_shot_candidates(*policy, problem.graph, problem.cluster, &problem.cost, batch_size, Schedule::gpipe)) {
       const StepReport& r = measurer.measure(c.placement, it);
       if (r.ok && (best == 0 || r.step_ms < best)) best = r.step_ms;
     }
