@@ -79,11 +79,9 @@ struct SearchOptions {
   // restarts still draw fresh networks.
   std::shared_ptr<const PolicyNetworks> initial_policy;
   // Where set (with initial_policy), each zero-shot decision is also scored
-  // with its replicas dropped (planners' without_replicas: each replicated
-  // group on its fastest device under these costs) and each of the two with
-  // its cuts placed under these costs for the stages the trained policy chose
-  // (planners' with_pipedream_cuts: fill, drain and bottleneck; its devices,
-  // replicas and micro-batches kept), and the fastest kept. Null: the decisions as they are.
+  // with its replicas and stages repaired and its cuts placed under these
+  // costs (zero_shot_candidates, below), and the fastest kept. Null: the
+  // decisions as they are.
   const CostModel* zero_shot_costs = nullptr;
 };
 
@@ -113,10 +111,11 @@ struct ZeroShotOdds {
 enum class ZeroShotFrom { typical, greedy };
 const char* zero_shot_from_name(ZeroShotFrom f);
 
-// What a zero-shot plan did to the decision's replicas: nothing, dropped them
-// (planners' without_replicas) or added the devices it left idle as more
-// (planners' with_idle_devices).
-enum class ZeroShotReplicas { as_decided, dropped, idle_devices_added };
+// What a zero-shot plan did to the decision's replicas and stages: nothing,
+// dropped the replicas (planners' without_replicas), added the devices it left
+// idle as more (with_idle_devices), merged its stages into one copied onto its
+// devices (as_one_stage), or made every device a stage (as_pipeline_of_every_device).
+enum class ZeroShotReplicas { as_decided, dropped, idle_devices_added, one_stage, every_device_a_stage };
 const char* zero_shot_replicas_name(ZeroShotReplicas r);
 
 // How a zero-shot plan came from the policy's decision (SearchResult::zero_shot_how).
@@ -176,9 +175,11 @@ constexpr int kImitationRounds = 4;  // of kImitationSteps, until the greedy dec
 
 // A trained policy's zero-shot candidates, in the order they are scored: its
 // typical, then its greedy decision (Policy::typical, Policy::greedy), each as
-// decided, with its replicas dropped (planners' without_replicas) and with the
-// devices it leaves idle added as replicas (with_idle_devices), each of those
-// as it is and with its cuts placed for its stages (with_pipedream_cuts); a
+// decided, with its replicas dropped (planners' without_replicas), with the
+// devices it leaves idle added as replicas (with_idle_devices), as one stage
+// copied onto its devices (as_one_stage) and with every device a stage
+// (as_pipeline_of_every_device), each of those as it is and with its cuts
+// placed for its stages (with_pipedream_cuts); a
 // repair that changes nothing is left out. Without costs (`cost` null):
 // the two decisions as they are. The fastest is the zero-shot plan (`optimize
 // --policy`, train-policy's summary); equal candidates are the measurer's memo.

@@ -455,10 +455,46 @@ Placement with_pipedream_cuts(const PlannerContext& context, const Placement& p)
   return out;
 }
 
-Placement without_replicas(const PlannerContext& ctx, const Placement& p) {
+namespace {
+
+// Each device's place in devices_fastest_first (0 = fastest).
+std::vector<int> speed_rank(const PlannerContext& ctx) {
   std::vector<int> rank(num_devices(ctx));
   const std::vector<int> order = devices_fastest_first(ctx);
   for (int i = 0; i < static_cast<int>(order.size()); ++i) rank[order[i]] = i;
+  return rank;
+}
+
+// Each device's speed on this model relative to the fastest (1 = as fast).
+std::vector<double> relative_speeds(const PlannerContext& ctx) {
+  const int D = num_devices(ctx), L = num_layers(ctx);
+  const double fastest_ms = stage_ms(ctx, devices_fastest_first(ctx)[0], 0, L, 1);
+  std::vector<double> speed(D);
+  for (int d = 0; d < D; ++d) speed[d] = fastest_ms / stage_ms(ctx, d, 0, L, 1);
+  return speed;
+}
+
+// Each group's work: its layers' time on the fastest device.
+std::vector<double> group_work(const PlannerContext& ctx, const Placement& p) {
+  const int fastest = devices_fastest_first(ctx)[0];
+  std::vector<double> work(p.num_groups(), 0);
+  for (int l = 0; l < num_layers(ctx); ++l) work[p.layer_group[l]] += stage_ms(ctx, fastest, l, l + 1, 1);
+  return work;
+}
+
+// The fewest micro-batches among the choices that give each of `units`
+// (copies or stages) one, at least `current`; 0 where no choice does.
+int micro_batches_for(const PlannerContext& ctx, int units, int current) {
+  if (units <= current) return current;
+  const std::vector<int> choices = ctx.micro_batch_choices();
+  const auto enough = std::lower_bound(choices.begin(), choices.end(), units);
+  return enough == choices.end() ? 0 : *enough;
+}
+
+}  // namespace
+
+Placement without_replicas(const PlannerContext& ctx, const Placement& p) {
+  const std::vector<int> rank = speed_rank(ctx);
   auto fastest = [&](const std::vector<int>& devices) {
     return *std::min_element(devices.begin(), devices.end(), [&](int a, int b) { return rank[a] < rank[b]; });
   };
@@ -491,11 +527,8 @@ Placement with_idle_devices(const PlannerContext& ctx, const Placement& p) {
   std::vector<char> used(D, 0);
   for (int g = 0; g < p.num_groups(); ++g)
     for (int d : p.devices_of_group(g)) used[d] = 1;
-  // Relative speeds on this model, and each group's work on the fastest device.
   const std::vector<int> order = devices_fastest_first(ctx);
-  const double fastest_ms = stage_ms(ctx, order[0], 0, L, 1);
-  std::vector<double> speed(D);
-  for (int d = 0; d < D; ++d) speed[d] = fastest_ms / stage_ms(ctx, d, 0, L, 1);
+  const std::vector<double> speed = relative_speeds(ctx);
   // A copy's memory need is about its peers' (its share of the micro-batches
   // no larger), so a device at least as large as the smallest of them holds
   // it wherever they are made to fit (by the evaluator's memory rule, or not).
@@ -512,8 +545,8 @@ Placement with_idle_devices(const PlannerContext& ctx, const Placement& p) {
       if (!used[d] && roomy(d, peers)) out.group_device.push_back(d);
     return out;
   }
-  std::vector<double> work(p.num_groups(), 0), capacity(p.num_groups(), 0);
-  for (int l = 0; l < L; ++l) work[p.layer_group[l]] += stage_ms(ctx, order[0], l, l + 1, 1);
+  const std::vector<double> work = group_work(ctx, p);
+  std::vector<double> capacity(p.num_groups(), 0);
   for (int g = 0; g < p.num_groups(); ++g)
     for (int d : p.devices_of_group(g)) capacity[g] += speed[d];
   if (out.group_replicas.empty()) out.group_replicas.assign(out.num_groups(), {});
@@ -526,12 +559,9 @@ Placement with_idle_devices(const PlannerContext& ctx, const Placement& p) {
     for (int g : groups) {
       const int copies = 2 + static_cast<int>(out.group_replicas[g].size());
       if (work[g] == 0 || !roomy(d, p.devices_of_group(g))) continue;
-      if (copies > out.micro_batches) {  // each copy needs a micro-batch: the next count that gives one
-        const std::vector<int> choices = ctx.micro_batch_choices();
-        const auto enough = std::lower_bound(choices.begin(), choices.end(), copies);
-        if (enough == choices.end()) continue;
-        out.micro_batches = *enough;
-      }
+      const int micro_batches = micro_batches_for(ctx, copies, out.micro_batches);  // a micro-batch per copy
+      if (micro_batches == 0) continue;
+      out.micro_batches = micro_batches;
       out.group_replicas[g].push_back(d);
       if (!out.group_replica_weights.empty()) out.group_replica_weights[g].clear();
       capacity[g] += speed[d];
@@ -539,6 +569,81 @@ Placement with_idle_devices(const PlannerContext& ctx, const Placement& p) {
     }
   }
   if (!out.has_replicated_groups()) out.group_replicas.clear();
+  return out;
+}
+
+Placement as_one_stage(const PlannerContext& ctx, const Placement& p) {
+  std::vector<int> devices;
+  for (int g = 0; g < p.num_groups(); ++g)
+    for (int d : p.devices_of_group(g))
+      if (std::find(devices.begin(), devices.end(), d) == devices.end()) devices.push_back(d);
+  const std::vector<int> rank = speed_rank(ctx);
+  std::sort(devices.begin(), devices.end(), [&](int a, int b) { return rank[a] < rank[b]; });
+  const int micro_batches = micro_batches_for(ctx, static_cast<int>(devices.size()), p.micro_batches);
+  if (p.is_data_parallel() || p.num_groups() < 2 || micro_batches == 0) return p;
+  Placement out = p;
+  out.layer_group.assign(p.layer_group.size(), 0);
+  out.group_device = {devices[0]};
+  out.group_replicas.clear();
+  if (devices.size() > 1) out.group_replicas = {std::vector<int>(devices.begin() + 1, devices.end())};
+  out.group_replica_weights.clear();
+  out.group_recompute.clear();
+  out.aggregation_every = 1;
+  out.micro_batches = micro_batches;
+  if (out.schedule == Schedule::interleaved_1f1b) out.schedule = Schedule::one_f_one_b;  // no device holds two stages
+  return out;
+}
+
+Placement as_pipeline_of_every_device(const PlannerContext& ctx, const Placement& p) {
+  if (p.is_data_parallel()) return p;
+  const int D = num_devices(ctx), L = num_layers(ctx);
+  Placement out = p;
+  const std::vector<int> rank = speed_rank(ctx);
+  for (int g = 0; g < p.num_groups(); ++g) {
+    const std::vector<int> devices = p.devices_of_group(g);
+    out.group_device[g] = *std::min_element(devices.begin(), devices.end(), [&](int a, int b) { return rank[a] < rank[b]; });
+  }
+  out.group_replicas.clear();
+  out.group_replica_weights.clear();
+  out.aggregation_every = 1;
+  std::vector<char> used(D, 0);
+  for (int d : out.group_device) used[d] = 1;
+  const std::vector<double> speed = relative_speeds(ctx);
+  const int fastest = devices_fastest_first(ctx)[0];
+  std::vector<double> work = group_work(ctx, out);
+  for (int d : devices_fastest_first(ctx)) {
+    if (used[d]) continue;
+    // The group with the most work per unit of its device's speed and two layers to split.
+    int heavy = -1;
+    for (int g = 0; g < out.num_groups(); ++g) {
+      const int layers = static_cast<int>(std::count(out.layer_group.begin(), out.layer_group.end(), g));
+      if (layers >= 2 && (heavy < 0 || work[g] / speed[out.group_device[g]] > work[heavy] / speed[out.group_device[heavy]]))
+        heavy = g;
+    }
+    if (heavy < 0) break;
+    // Its tail goes to d: d's share of the work by the two devices' speeds.
+    const double keep = work[heavy] * speed[out.group_device[heavy]] / (speed[out.group_device[heavy]] + speed[d]);
+    const int added = out.add_group(d);
+    double so_far = 0;
+    int kept = 0;
+    for (int l = 0; l < L; ++l) {
+      if (out.layer_group[l] != heavy) continue;
+      const double ms = stage_ms(ctx, fastest, l, l + 1, 1);
+      if (kept > 0 && so_far + ms / 2 > keep) out.layer_group[l] = added;  // the tail, by each layer's midpoint
+      else ++kept, so_far += ms;
+    }
+    if (std::count(out.layer_group.begin(), out.layer_group.end(), added) == 0) {  // the last layer goes at least
+      for (int l = L - 1; l >= 0; --l)
+        if (out.layer_group[l] == heavy) {
+          out.layer_group[l] = added, so_far -= stage_ms(ctx, fastest, l, l + 1, 1);
+          break;
+        }
+    }
+    work.push_back(work[heavy] - so_far);
+    work[heavy] = so_far;
+  }
+  const int micro_batches = micro_batches_for(ctx, out.num_groups(), out.micro_batches);
+  if (micro_batches > 0) out.micro_batches = micro_batches;
   return out;
 }
 

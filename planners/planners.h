@@ -89,6 +89,23 @@ Placement without_replicas(const PlannerContext& ctx, const Placement& p);
 // device as one more replica. Its opposite: a trained policy's zero-shot decision sometimes
 // leaves equal devices idle that the classical plans copy its stage onto.
 Placement with_idle_devices(const PlannerContext& ctx, const Placement& p);
+// `p`'s stages merged into one stage copied onto every device p uses (its
+// fastest first), PipeDream's one-stage plan on the decision's own devices;
+// where the copies outnumber the micro-batches, the micro-batches become the
+// next of ctx.micro_batch_choices() (none: `p` as it is). A data-parallel or
+// one-stage `p` comes back as it is. Where a trained policy pipelines a model
+// whose stages' transfers cost more than all-reducing its weights (a
+// transformer on equal devices), the classical plans copy one stage instead.
+Placement as_one_stage(const PlannerContext& ctx, const Placement& p);
+// `p` with every device a stage of its own: each replicated group on its
+// fastest device alone (as without_replicas), then every device left over
+// (its dropped replicas and the idle ones, fastest first) a further stage cut
+// from the tail of the group with the most work per unit of its device's
+// speed, by the two devices' speeds; where the stages outnumber the
+// micro-batches, the micro-batches become the next choice. The opposite of
+// as_one_stage (with_pipedream_cuts then places the cuts for the stages).
+// A data-parallel `p` comes back as it is.
+Placement as_pipeline_of_every_device(const PlannerContext& ctx, const Placement& p);
 // Minimum of that objective over contiguous plans whose stages take disjoint
 // device sets (each set's replicas fastest first) among the 8 fastest devices,
 // for `micro_batches`: DP over (layer prefix, used devices, last stage's set).

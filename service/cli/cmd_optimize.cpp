@@ -262,6 +262,8 @@ void print_result(const json& r) {
     const std::string replicas = p.value("zero_shot_replicas", "as_decided");
     if (replicas == "dropped") repairs = " with its replicas dropped";
     if (replicas == "idle_devices_added") repairs = " with its idle devices added as replicas";
+    if (replicas == "one_stage") repairs = " as one stage copied onto its devices";
+    if (replicas == "every_device_a_stage") repairs = " with every device a stage of its own";
     if (p.value("zero_shot_cuts_moved", false))
       repairs += std::string(repairs.empty() ? " with" : " and") + " its cuts placed for its stages";
     std::cout << "started from the trained policy " << p.value("started_from", "") << " (its plan before fine-tuning: "

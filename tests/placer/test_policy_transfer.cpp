@@ -732,6 +732,48 @@ TEST_CASE("a trained policy that copies a stage onto a much slower device gets t
   CHECK(as_is.zero_shot.has_replicated_groups());
 }
 
+TEST_CASE("a trained policy that pipelines a small model over equal devices gets one stage copied onto them as its zero-shot plan") {
+  // Taught four stages of two layers on four equal devices: each micro-batch
+  // crosses three boundaries each way and the pipeline fills and drains,
+  // where four copies of the whole chain each take a micro-batch and
+  // all-reduce a few kilobytes of weights once a step.
+  LayerGraph g = test::linear_chain({64, 64, 64, 64, 64, 64, 64, 64});
+  Cluster c;
+  for (int i = 0; i < 4; ++i) c.devices.push_back(Device{"d" + std::to_string(i)});
+  c.default_link.latency_ms = 1.0;
+  auto net = new_policy_networks(32, 0.005, 5);
+  OpDictionary dict;
+  auto policy = policy_for(g, c, net, dict);
+  Placement taught;
+  taught.layer_group = {0, 0, 1, 1, 2, 2, 3, 3};
+  taught.group_device = {0, 1, 2, 3};
+  taught.micro_batches = 4;
+  const std::vector<int> choices = policy->config().micro_batch_choices;
+  REQUIRE(std::find(choices.begin(), choices.end(), 4) != choices.end());
+  const Decision target = placement_to_decision(taught, choices, policy->config().num_groups);
+  REQUIRE(policy->allows(target));
+  for (int round = 0; round < 10 && !(policy->typical() == target && policy->greedy() == target); ++round)
+    policy->imitate(target, kImitationSteps, kImitationRate);
+  REQUIRE(policy->typical() == target);
+  REQUIRE(policy->greedy() == target);
+
+  const CostModel cost = *CostModel::build(g, c, {estimated_library(g, 32)});
+  SimulatorEvaluator sim(g, c, cost, 32);
+  SearchOptions so;
+  so.batch_size = 32;
+  so.iterations = 1;
+  so.samples_per_iteration = 2;
+  so.initial_policy = net;
+  so.zero_shot_costs = &cost;
+  const SearchResult r = search(g, c, sim, so, nullptr);
+  REQUIRE(r.zero_shot_report.has_value());
+  REQUIRE(r.zero_shot_report->ok);
+  CHECK(r.zero_shot_how.replicas == ZeroShotReplicas::one_stage);
+  CHECK(r.zero_shot.layer_group == std::vector<int>(8, 0));
+  CHECK(r.zero_shot.replica_count(0) == 4);
+  CHECK(r.zero_shot_report->step_ms < sim.evaluate(taught).step_ms);
+}
+
 TEST_CASE("train_policy trains one network over several problems and writes its checkpoint") {
   std::vector<TrainProblem> problems = random_problems(5, 2);
   TrainPolicyOptions o;

@@ -328,6 +328,101 @@ TEST_CASE("with_idle_devices copies the group with the most work per unit of spe
   CHECK_FALSE(with_idle_devices(tight.ctx, plain).has_replicated_groups());
 }
 
+TEST_CASE("as_one_stage copies one stage of every layer onto each device the plan uses, fastest first") {
+  LayerGraph g = linear_chain({16, 16, 16, 16, 16, 16});
+  const Cluster c = cluster_of_speeds({1.0, 1.5, 2.0, 0.5});
+  Case cs(g, c, {test::flat_library(g, 8, 1, 1)}, 8);
+  // Two stages: d0 with a weighed copy on d3, then d1; d2 idle; two micro-batches.
+  Placement p;
+  p.layer_group = {0, 0, 0, 0, 1, 1};
+  p.group_device = {0, 1};
+  p.group_replicas = {{3}, {}};
+  p.group_replica_weights = {{2, 1}, {}};
+  p.group_recompute = {1, 0};
+  p.micro_batches = 2;
+  p.schedule = Schedule::interleaved_1f1b;
+  const Placement merged = as_one_stage(cs.ctx, p);
+  CHECK(merged.layer_group == std::vector<int>(6, 0));
+  CHECK(merged.group_device == std::vector<int>{1});
+  CHECK(merged.group_replicas == std::vector<std::vector<int>>{{0, 3}});
+  CHECK(merged.group_replica_weights.empty());
+  CHECK_FALSE(merged.recomputes(0));
+  CHECK(merged.micro_batches == 4);  // a micro-batch for each of the three copies
+  CHECK(merged.schedule == Schedule::one_f_one_b);
+  CHECK_FALSE(merged.is_data_parallel());
+  CHECK(validate_placement(merged, cs.g, cs.c, 8).is_ok());
+  // With at most two micro-batches three copies cannot each get one: as it is.
+  PlannerContext at_most_two = cs.ctx;
+  at_most_two.max_micro_batches = 2;
+  CHECK(as_one_stage(at_most_two, p).layer_group == p.layer_group);
+  // Already one stage (copied or not), or data-parallel: as it is.
+  Placement one = merged;
+  CHECK(as_one_stage(cs.ctx, one).group_replicas == one.group_replicas);
+  CHECK(as_one_stage(cs.ctx, Placement::single_device(6, 2, 4)).group_device == std::vector<int>{2});
+  const Placement dp = as_one_stage(cs.ctx, Placement::replicas(6, {0, 2}));
+  CHECK(dp.is_data_parallel());
+  CHECK(dp.group_device == std::vector<int>{0, 2});
+}
+
+TEST_CASE("as_pipeline_of_every_device keeps each group's fastest device and cuts a stage for every other device") {
+  // Six equal layers. Group 0 (layers 0-4) on d0 with a copy on d2 (speed 2),
+  // group 1 (layer 5) on d1; d3 idle. Dropped copies: group 0 on d2 (5 units
+  // at speed 2: 2.5 per unit of speed), group 1 on d1 (1). d0 first: group 0
+  // keeps 5 * 2 / 3 = 3.33 units (layers 0-2, by each layer's midpoint) and d0
+  // takes layers 3-4 (2 per unit); then d3 splits those: layer 3 stays, layer 4 goes.
+  LayerGraph g = linear_chain({16, 16, 16, 16, 16, 16});
+  const Cluster c = cluster_of_speeds({1.0, 1.0, 2.0, 1.0});
+  Case cs(g, c, {test::flat_library(g, 8, 1, 1)}, 8);
+  Placement p;
+  p.layer_group = {0, 0, 0, 0, 0, 1};
+  p.group_device = {0, 1};
+  p.group_replicas = {{2}, {}};
+  p.micro_batches = 2;
+  const Placement staged = as_pipeline_of_every_device(cs.ctx, p);
+  CHECK(staged.layer_group == std::vector<int>{0, 0, 0, 2, 3, 1});
+  CHECK(staged.group_device == std::vector<int>{2, 1, 0, 3});
+  CHECK_FALSE(staged.has_replicated_groups());
+  CHECK(staged.micro_batches == 4);  // a micro-batch for each of the four stages
+  CHECK(validate_placement(staged, cs.g, cs.c, 8).is_ok());
+  // Every device a stage already: as it is; data-parallel: as it is.
+  Placement four;
+  four.layer_group = {0, 0, 1, 1, 2, 3};
+  four.group_device = {3, 2, 1, 0};
+  four.micro_batches = 4;
+  CHECK(as_pipeline_of_every_device(cs.ctx, four).layer_group == four.layer_group);
+  CHECK(as_pipeline_of_every_device(cs.ctx, Placement::replicas(6, {0, 1})).is_data_parallel());
+}
+
+TEST_CASE("as_one_stage and as_pipeline_of_every_device give valid plans on random chains, clusters and plans") {
+  std::mt19937 rng(20261202);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int L = 3 + static_cast<int>(rng() % 10), D = 2 + static_cast<int>(rng() % 4);
+    Case cs = random_chain_case(rng, L, D);
+    std::mt19937_64 walk(rng());
+    const StageMoves moves(L, D, {1, 2, 4, 8}, /*replicas=*/true);
+    const Placement p = to_placement(moves.random_plan(walk), L, rng() % 2 ? Schedule::gpipe : Schedule::one_f_one_b, "t");
+    std::set<int> used;
+    for (int gr = 0; gr < p.num_groups(); ++gr)
+      for (int d : p.devices_of_group(gr)) used.insert(d);
+    const Placement merged = as_one_stage(cs.ctx, p);
+    REQUIRE_MESSAGE(validate_placement(merged, cs.g, cs.c, 8).is_ok(), validate_placement(merged, cs.g, cs.c, 8).message());
+    if (p.num_groups() > 1) {
+      CHECK(merged.num_groups() == 1);
+      const std::vector<int> copies = merged.devices_of_group(0);
+      CHECK(std::set<int>(copies.begin(), copies.end()) == used);
+    }
+    const Placement staged = as_pipeline_of_every_device(cs.ctx, p);
+    REQUIRE_MESSAGE(validate_placement(staged, cs.g, cs.c, 8).is_ok(), validate_placement(staged, cs.g, cs.c, 8).message());
+    CHECK_FALSE(staged.has_replicated_groups());
+    // Every device a stage where there are layers enough; no group emptied.
+    std::set<int> devices(staged.group_device.begin(), staged.group_device.end());
+    CHECK(devices.size() == staged.group_device.size());
+    if (L >= 2 * D) CHECK(static_cast<int>(devices.size()) == D);
+    for (int gr = 0; gr < staged.num_groups(); ++gr)
+      CHECK(std::count(staged.layer_group.begin(), staged.layer_group.end(), gr) > 0);
+  }
+}
+
 TEST_CASE("the pipedream planner returns a placement that fits and beats or ties dp under its evaluator on a wide stage") {
   // One heavy layer in the middle: replicating it is the only way to split its work.
   LayerGraph g = linear_chain({32, 32, 32, 32});
