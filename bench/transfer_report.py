@@ -1,4 +1,4 @@
-"""bench/transfer_report.py OUT "MODELS" "CLUSTERS" "SEEDS" — the table and plot of bench_transfer.sh.
+"""bench/transfer_report.py OUT[,OUT...] "MODELS" "CLUSTERS" "SEEDS" — the table and plot of bench_transfer.sh.
 
 Reads OUT/run_<model>_<cluster>_<seed>_<fresh|trained>.json (tapp-cli optimize --json) and prints,
 per case, the best classical planner (HOGWILD left out), the evaluations each start needed to come
@@ -7,7 +7,9 @@ the medians, per case (median over seeds) how many need at least 5x fewer / fewe
 evaluations when pre-trained, the same counted on each policy's own search only (the evaluations
 before its first restart began imitating the best classical plan, `policy.evaluations_before_imitation`;
 runs without that key leave the line out), the zero-shot plans within 10% of all runs, and writes
-OUT/transfer.svg.
+OUT/transfer.svg. Several OUTs (one per training seed, comma-separated) pool their runs: each
+case's medians are then over every policy's runs (issue 17 asks for the median over seeds), with
+the zero-shot gap's per-case median too; the plot goes to the first OUT.
 A case whose two starts saw other costs (their best classical plans differ) is left out, named.
 """
 import json
@@ -16,11 +18,15 @@ import os
 import statistics
 import sys
 
-out, models, clusters, seeds = sys.argv[1], sys.argv[2].split(), sys.argv[3].split(), sys.argv[4].split()
+outs, models, clusters = sys.argv[1].split(","), sys.argv[2].split(), sys.argv[3].split()
+out = outs[0]
+# Each run: (its folder, its seed), printed as the seed, or folder:seed where there are several.
+seeds = [(o, s) for o in outs for s in sys.argv[4].split()]
 
 
-def load(m, c, s, start):
-    path = os.path.join(out, f"run_{m}_{c}_{s}_{start}.json")
+def load(m, c, run, start):
+    o, s = run
+    path = os.path.join(o, f"run_{m}_{c}_{s}_{start}.json")
     return json.load(open(path)) if os.path.exists(path) else None
 
 
@@ -84,15 +90,17 @@ zero_shots, fresh_evals, trained_evals = [], [], []
 zero_shot_failed = 0
 mismatched = 0  # cases whose two starts saw other costs: left out
 per_case = []  # (model, cluster, median fresh evaluations, median trained), inf = never
+zero_shot_per_case = []  # per case, the median zero-shot gap over its runs (a failed plan: inf)
 own = {"fresh": [], "trained": []}  # the same before imitating the classical plan (None: not recorded)
 own_per_case = []  # (model, cluster, median fresh, median trained) on the policies' own search
 print(f"{'model':16} {'cluster':30} {'seed':>4} {'classical ms':>13} {'fresh evals':>12} {'trained evals':>14}"
       f" {'zero-shot':>10} {'fresh final':>12} {'trained final':>14}")
 for m in models:
     for c in clusters:
-        case_fresh, case_trained, case_own = [], [], {"fresh": [], "trained": []}
-        for s in seeds:
-            fr, tr = load(m, c, s, "fresh"), load(m, c, s, "trained")
+        case_fresh, case_trained, case_zero_shot, case_own = [], [], [], {"fresh": [], "trained": []}
+        for run in seeds:
+            s = run[1] if len(outs) == 1 else f"{outs.index(run[0]) + 1}:{run[1]}"
+            fr, tr = load(m, c, run, "fresh"), load(m, c, run, "trained")
             if not fr or not tr:
                 continue
             ref = best_classical(fr)
@@ -120,6 +128,7 @@ for m in models:
             trained_evals.append(et if et else math.inf)
             case_fresh.append(fresh_evals[-1])
             case_trained.append(trained_evals[-1])
+            case_zero_shot.append(zgap if zgap is not None else math.inf)
             if zgap is not None:
                 zero_shots.append(zgap)
             else:
@@ -130,6 +139,7 @@ for m in models:
                   f" {pct(zgap) if zgap is not None else 'failed':>10} {pct(fgap):>12} {pct(tgap):>14}")
         if case_fresh:
             per_case.append((m, c, statistics.median(case_fresh), statistics.median(case_trained)))
+            zero_shot_per_case.append(statistics.median(case_zero_shot))
             if None not in case_own["fresh"] + case_own["trained"]:
                 own_per_case.append((m, c, statistics.median(case_own["fresh"]), statistics.median(case_own["trained"])))
 
@@ -156,6 +166,8 @@ if zero_shots or zero_shot_failed:
     print(f"zero-shot plan against the best classical: within 10% in {sum(z <= 0.10 for z in zero_shots)}/{n}"
           f" (failed: {zero_shot_failed}); median {pct(med(zero_shots)) if zero_shots else '-'} over the "
           f"{len(zero_shots)} that ran")
+    print(f"  per case (median over seeds): within 10% in {sum(z <= 0.10 for z in zero_shot_per_case)}/"
+          f"{len(zero_shot_per_case)}")
 
 # The plot: median over cases of best-so-far / best classical, against evaluations (log scale).
 W, H, L, R, T, B = 640, 360, 60, 20, 20, 50

@@ -373,7 +373,7 @@ class SearchLoop {
     return decision_to_placement(d, config_.micro_batch_choices, opt_.schedule);
   }
 
-  // The zero-shot plan: the fastest of zero_shot_candidates (at most twelve
+  // The zero-shot plan: the fastest of zero_shot_candidates (at most eighteen
   // evaluations, fewer where they agree: the measurer memoises; no sampling;
   // the measurer keeps the faster schedule of each).
   void measure_zero_shot() {
