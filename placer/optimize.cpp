@@ -589,6 +589,7 @@ json policy_json(const JobOutcome& o, const References& ref) {
     // placed for its stages (zero_shot_candidates).
     policy["zero_shot_from"] = zero_shot_from_name(sr.zero_shot_how.from);
     policy["zero_shot_cuts_moved"] = sr.zero_shot_how.cuts_moved;
+    policy["zero_shot_reordered"] = sr.zero_shot_how.reordered;
     policy["zero_shot_replicas"] = zero_shot_replicas_name(sr.zero_shot_how.replicas);
   }
   if (sr.found) policy["refined_placement"] = placement_to_json(sr.best, o.graph, o.request.cluster);

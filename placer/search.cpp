@@ -173,6 +173,10 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
     const Placement as_decided = decision_to_placement(d, choices, schedule);
     out.push_back({d, as_decided, {from, ZeroShotReplicas::as_decided, false}});
     if (!ctx.cost) continue;
+    const auto differs = [](const Placement& a, const Placement& b) {
+      return a.layer_group != b.layer_group || a.group_device != b.group_device ||
+             a.group_replicas != b.group_replicas || a.micro_batches != b.micro_batches;
+    };
     const auto same = [&](const Placement& p) {
       return p.group_device == as_decided.group_device && p.group_replicas == as_decided.group_replicas &&
              p.micro_batches == as_decided.micro_batches && p.data_parallel == as_decided.data_parallel;
@@ -189,7 +193,10 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
         out.push_back({d, p, {from, replicas, false}});
       }
       Placement moved = with_pipedream_cuts(ctx, p);
+      Placement ordered = with_pipedream_order(ctx, p);
+      const bool new_order = differs(ordered, p) && differs(ordered, moved);
       if (moved.layer_group != p.layer_group) out.push_back({d, std::move(moved), {from, replicas, true}});
+      if (new_order) out.push_back({d, std::move(ordered), {from, replicas, true, true}});
     }
   }
   return out;
@@ -373,7 +380,7 @@ class SearchLoop {
     return decision_to_placement(d, config_.micro_batch_choices, opt_.schedule);
   }
 
-  // The zero-shot plan: the fastest of zero_shot_candidates (at most eighteen
+  // The zero-shot plan: the fastest of zero_shot_candidates (at most 26
   // evaluations, fewer where they agree: the measurer memoises; no sampling;
   // the measurer keeps the faster schedule of each).
   void measure_zero_shot() {

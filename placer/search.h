@@ -123,6 +123,9 @@ struct ZeroShotRepair {
   ZeroShotFrom from = ZeroShotFrom::typical;
   ZeroShotReplicas replicas = ZeroShotReplicas::as_decided;
   bool cuts_moved = false;  // with its cuts placed for its stages (with_pipedream_cuts)
+  // With its stages reordered along the chain and its micro-batches chosen
+  // for them, then its cuts placed (with_pipedream_order; cuts_moved too).
+  bool reordered = false;
 };
 
 struct SearchResult {
@@ -178,8 +181,9 @@ constexpr int kImitationRounds = 4;  // of kImitationSteps, until the greedy dec
 // decided, with its replicas dropped (planners' without_replicas), with the
 // devices it leaves idle added as replicas (with_idle_devices), as one stage
 // copied onto its devices (as_one_stage) and with every device a stage
-// (as_pipeline_of_every_device), each of those as it is and with its cuts
-// placed for its stages (with_pipedream_cuts); a
+// (as_pipeline_of_every_device), each of those as it is, with its cuts
+// placed for its stages (with_pipedream_cuts) and with its stages reordered
+// and its micro-batches chosen for them, cuts placed (with_pipedream_order); a
 // repair that changes nothing is left out. Without costs (`cost` null):
 // the two decisions as they are. The fastest is the zero-shot plan (`optimize
 // --policy`, train-policy's summary); equal candidates are the measurer's memo.

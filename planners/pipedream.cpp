@@ -427,16 +427,69 @@ double replicated_bottleneck_ms(const PlannerContext& ctx, const StagePlan& plan
   return v;
 }
 
-Placement with_pipedream_cuts(const PlannerContext& context, const Placement& p) {
-  if (p.is_data_parallel() || p.num_groups() < 2) return p;
-  // Stage k: the group with the k-th first layer, from that layer on.
+namespace {
+
+// Each group's first layer (-1: an empty group).
+std::vector<int> first_layers(const Placement& p) {
   std::vector<int> first(p.num_groups(), -1);
   for (int l = 0; l < static_cast<int>(p.layer_group.size()); ++l)
     if (first[p.layer_group[l]] < 0) first[p.layer_group[l]] = l;
-  if (std::find(first.begin(), first.end(), -1) != first.end()) return p;  // an empty group
+  return first;
+}
+
+// The groups in the order of their first layers: the stages of `p` as a
+// pipeline (empty where a group is empty).
+std::vector<int> stage_order(const Placement& p) {
+  const std::vector<int> first = first_layers(p);
+  if (std::find(first.begin(), first.end(), -1) != first.end()) return {};
   std::vector<int> order(p.num_groups());
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](int a, int b) { return first[a] < first[b]; });
+  return order;
+}
+
+// CutTable::step's objective for stages on `sets` (chain order) beginning at `begins`.
+double pipeline_step(const ReplicatedStageModel& model, const std::vector<std::vector<int>>& sets,
+                     const std::vector<int>& begins, int L) {
+  const int S = static_cast<int>(sets.size());
+  double sum = 0, bottleneck = 0;
+  for (int k = 0; k < S; ++k) {
+    const int a = begins[k], b = k + 1 < S ? begins[k + 1] : L;
+    sum += model.stage_latency(sets[k], a, b);
+    bottleneck = std::max(bottleneck, model.stage(sets[k], a, b));
+    if (k > 0) {
+      sum += model.boundary_latency(sets[k - 1], sets[k], a);
+      bottleneck = std::max(bottleneck, model.boundary(sets[k - 1], sets[k], a));
+    }
+  }
+  return sum + (model.micro_batches() - 1) * bottleneck;
+}
+
+// The stages' first layers where each stage's share of the work (`prefix`:
+// the work before each layer) is its share of the `capacity`; each keeps a layer.
+std::vector<int> begins_by_capacity(const std::vector<double>& prefix, const std::vector<double>& capacity) {
+  const int L = static_cast<int>(prefix.size()) - 1, S = static_cast<int>(capacity.size());
+  const double total = std::accumulate(capacity.begin(), capacity.end(), 0.0);
+  std::vector<int> begins(S, 0);
+  double before = 0;
+  for (int k = 1; k < S; ++k) {
+    before += capacity[k - 1];
+    const double target = prefix[L] * before / total;
+    int j = static_cast<int>(std::lower_bound(prefix.begin(), prefix.end(), target) - prefix.begin());
+    if (j > 0 && target - prefix[j - 1] < prefix[std::min(j, L)] - target) --j;  // the nearer boundary
+    begins[k] = std::clamp(j, begins[k - 1] + 1, L - (S - k));
+  }
+  return begins;
+}
+
+}  // namespace
+
+Placement with_pipedream_cuts(const PlannerContext& context, const Placement& p) {
+  if (p.is_data_parallel() || p.num_groups() < 2) return p;
+  // Stage k: the group with the k-th first layer, from that layer on.
+  const std::vector<int> order = stage_order(p);
+  if (order.empty()) return p;
+  const std::vector<int> first = first_layers(p);
   StagePlan plan;
   plan.micro_batches = p.micro_batches;
   for (int g : order) {
@@ -645,6 +698,81 @@ Placement as_pipeline_of_every_device(const PlannerContext& ctx, const Placement
   const int micro_batches = micro_batches_for(ctx, out.num_groups(), out.micro_batches);
   if (micro_batches > 0) out.micro_batches = micro_batches;
   return out;
+}
+
+Placement with_pipedream_order(const PlannerContext& context, const Placement& p) {
+  if (p.is_data_parallel() || p.num_groups() < 2) return p;
+  const std::vector<int> order = stage_order(p);
+  const int L = num_layers(context), S = static_cast<int>(order.size());
+  if (order.empty() || S > L) return p;
+  PlannerContext ctx = context;
+  ctx.schedule = p.schedule;
+  ctx.optimizer = p.optimizer;
+  std::vector<std::vector<int>> sets(S);
+  std::vector<double> capacity(S, 0);
+  const std::vector<double> speed = relative_speeds(ctx);
+  for (int k = 0; k < S; ++k) {
+    sets[k] = p.devices_of_group(order[k]);
+    for (int d : sets[k]) capacity[k] += speed[d];
+  }
+  std::vector<double> prefix(L + 1, 0);
+  const int fastest = devices_fastest_first(ctx)[0];
+  for (int l = 0; l < L; ++l) prefix[l + 1] = prefix[l] + stage_ms(ctx, fastest, l, l + 1, 1);
+  // perm[k]: which of p's stages runs at position k.
+  const auto step_of = [&](const ReplicatedStageModel& model, const std::vector<int>& perm) {
+    std::vector<std::vector<int>> placed(S);
+    std::vector<double> cap(S);
+    for (int k = 0; k < S; ++k) placed[k] = sets[perm[k]], cap[k] = capacity[perm[k]];
+    return pipeline_step(model, placed, begins_by_capacity(prefix, cap), L);
+  };
+  std::vector<int> identity(S);
+  std::iota(identity.begin(), identity.end(), 0);
+  std::vector<int> best_perm = identity;
+  int best_m = p.micro_batches;
+  double best_step = step_of(ReplicatedStageModel(ctx, p.micro_batches), identity);
+  const auto consider = [&](const std::vector<int>& perm, int m, double step) {
+    if (step < best_step * (1 - 1e-9)) best_step = step, best_perm = perm, best_m = m;
+  };
+  for (int m : ctx.micro_batch_choices()) {
+    const ReplicatedStageModel model(ctx, m);
+    std::vector<int> perm = identity;
+    if (S <= 6) {
+      do consider(perm, m, step_of(model, perm));
+      while (std::next_permutation(perm.begin(), perm.end()));
+      continue;
+    }
+    double here = step_of(model, perm);  // longer chains: pairwise swaps while one helps
+    consider(perm, m, here);
+    for (bool better = true; better;) {
+      better = false;
+      for (int i = 0; i < S; ++i)
+        for (int j = i + 1; j < S; ++j) {
+          std::swap(perm[i], perm[j]);
+          const double step = step_of(model, perm);
+          if (step < here * (1 - 1e-9)) {
+            here = step, better = true;
+            consider(perm, m, step);
+          } else {
+            std::swap(perm[i], perm[j]);
+          }
+        }
+    }
+  }
+  if (best_perm == identity && best_m == p.micro_batches) return p;
+  Placement out = p;
+  out.micro_batches = best_m;
+  std::vector<double> cap(S);
+  for (int k = 0; k < S; ++k) {
+    const int g = order[k], from = order[best_perm[k]];
+    out.group_device[g] = p.group_device[from];
+    if (!p.group_replicas.empty()) out.group_replicas[g] = p.group_replicas[from];
+    if (!p.group_replica_weights.empty()) out.group_replica_weights[g] = p.group_replica_weights[from];
+    cap[k] = capacity[best_perm[k]];
+  }
+  const std::vector<int> begins = begins_by_capacity(prefix, cap);
+  for (int k = 0; k < S; ++k)
+    std::fill(out.layer_group.begin() + begins[k], out.layer_group.begin() + (k + 1 < S ? begins[k + 1] : L), order[k]);
+  return with_pipedream_cuts(context, out);
 }
 
 Result<StagePlan> pipedream_min_bottleneck(const PlannerContext& ctx, int micro_batches) {

@@ -264,7 +264,9 @@ void print_result(const json& r) {
     if (replicas == "idle_devices_added") repairs = " with its idle devices added as replicas";
     if (replicas == "one_stage") repairs = " as one stage copied onto its devices";
     if (replicas == "every_device_a_stage") repairs = " with every device a stage of its own";
-    if (p.value("zero_shot_cuts_moved", false))
+    if (p.value("zero_shot_reordered", false))
+      repairs += std::string(repairs.empty() ? " with" : " and") + " its stages reordered and its cuts placed";
+    else if (p.value("zero_shot_cuts_moved", false))
       repairs += std::string(repairs.empty() ? " with" : " and") + " its cuts placed for its stages";
     std::cout << "started from the trained policy " << p.value("started_from", "") << " (its plan before fine-tuning: "
               << fmt_ms(p.value("zero_shot_step_ms", json())) << " ms, its " << p.value("zero_shot_from", "typical")

@@ -14,6 +14,7 @@
 #include "model/layer_library.h"
 #include "model/zoo.h"
 #include "placer/baselines.h"
+#include "planners/moves.h"
 #include "placer/policy.h"
 #include "placer/search.h"
 #include "placer/train_policy.h"
@@ -771,6 +772,49 @@ TEST_CASE("a trained policy that pipelines a small model over equal devices gets
   CHECK(r.zero_shot_how.replicas == ZeroShotReplicas::one_stage);
   CHECK(r.zero_shot.layer_group == std::vector<int>(8, 0));
   CHECK(r.zero_shot.replica_count(0) == 4);
+  CHECK(r.zero_shot_report->step_ms < sim.evaluate(taught).step_ms);
+}
+
+TEST_CASE("a trained policy whose pipeline crosses a slow link gets its stages reordered as its zero-shot plan") {
+  // Taught d0, d2, d1 on three equal devices where only d0-d2 is slow (1 Mbps,
+  // 50 ms each way): dealt again, no boundary crosses it.
+  LayerGraph g = test::linear_chain({64, 64, 64, 64, 64, 64});
+  Cluster c;
+  for (int i = 0; i < 3; ++i) c.devices.push_back(Device{"d" + std::to_string(i)});
+  c.links.push_back(Link{"d0", "d2", 1, 50});
+  c.links.push_back(Link{"d2", "d0", 1, 50});
+  auto net = new_policy_networks(32, 0.005, 5);
+  OpDictionary dict;
+  auto policy = policy_for(g, c, net, dict);
+  Placement taught;
+  taught.layer_group = {0, 0, 1, 1, 2, 2};
+  taught.group_device = {0, 2, 1};
+  taught.micro_batches = 4;
+  const std::vector<int> choices = policy->config().micro_batch_choices;
+  const Decision target = placement_to_decision(taught, choices, policy->config().num_groups);
+  REQUIRE(policy->allows(target));
+  for (int round = 0; round < 10 && !(policy->typical() == target && policy->greedy() == target); ++round)
+    policy->imitate(target, kImitationSteps, kImitationRate);
+  REQUIRE(policy->typical() == target);
+  REQUIRE(policy->greedy() == target);
+
+  const CostModel cost = *CostModel::build(g, c, {estimated_library(g, 32)});
+  SimulatorEvaluator sim(g, c, cost, 32);
+  SearchOptions so;
+  so.batch_size = 32;
+  so.iterations = 1;
+  so.samples_per_iteration = 2;
+  so.initial_policy = net;
+  so.zero_shot_costs = &cost;
+  const SearchResult r = search(g, c, sim, so, nullptr);
+  REQUIRE(r.zero_shot_report.has_value());
+  REQUIRE(r.zero_shot_report->ok);
+  CHECK(r.zero_shot_how.reordered);
+  CHECK(r.zero_shot_how.replicas == ZeroShotReplicas::as_decided);
+  // Its stages in chain order: d1 between d0 and d2, either way round.
+  const StagePlan runs = stage_plan_of_runs(r.zero_shot);
+  REQUIRE(runs.num_stages() == 3);
+  CHECK(runs.stage_device[1] == 1);
   CHECK(r.zero_shot_report->step_ms < sim.evaluate(taught).step_ms);
 }
 

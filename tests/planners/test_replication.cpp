@@ -224,6 +224,70 @@ TEST_CASE("with_pipedream_cuts keeps each group's devices, replicas and order on
   }
 }
 
+TEST_CASE("with_pipedream_order deals a pipeline's stages to the chain so that no boundary crosses a slow link") {
+  // Three equal devices, every pair fast but d0-d2 (1 Mbps, 50 ms each way).
+  // The plan d0, d2, d1 crosses it once per micro-batch each way; dealt again,
+  // the first of the orders that avoid it: d0, d1, d2.
+  LayerGraph g = linear_chain({16, 16, 16, 16, 16, 16});
+  Cluster c = cluster_of_speeds({1.0, 1.0, 1.0});
+  c.links.push_back(Link{"d0", "d2", 1, 50});
+  c.links.push_back(Link{"d2", "d0", 1, 50});
+  Case cs(g, c, {test::flat_library(g, 8, 1, 1)}, 8);
+  Placement p;
+  p.layer_group = {0, 0, 1, 1, 2, 2};
+  p.group_device = {0, 2, 1};
+  p.micro_batches = 4;
+  const Placement ordered = with_pipedream_order(cs.ctx, p);
+  CHECK(ordered.group_device == std::vector<int>{0, 1, 2});
+  CHECK(ordered.layer_group == std::vector<int>{0, 0, 1, 1, 2, 2});  // equal devices: equal stages
+  REQUIRE(validate_placement(ordered, cs.g, cs.c, 8).is_ok());
+  SimulatorEvaluator sim = cs.evaluator();
+  CHECK(sim.evaluate(ordered).step_ms < sim.evaluate(p).step_ms);
+  // Its replicas and weights travel with the stage.
+  p.group_replicas = {{}, {}, {}};
+  p.group_replica_weights = {{}, {}, {}};
+  Cluster four = c;
+  four.devices.push_back(Device{"d3"});
+  four.links.push_back(Link{"d3", "d0", 1, 50});
+  four.links.push_back(Link{"d0", "d3", 1, 50});
+  Case cs4(g, four, {test::flat_library(g, 8, 1, 1)}, 8);
+  p.group_replicas[1] = {3};
+  p.group_replica_weights[1] = {1, 1};
+  const Placement copied = with_pipedream_order(cs4.ctx, p);
+  REQUIRE(validate_placement(copied, cs4.g, cs4.c, 8).is_ok());
+  for (int gr = 0; gr < 3; ++gr)
+    if (copied.group_device[gr] == 2) {
+      CHECK(copied.group_replicas[gr] == std::vector<int>{3});
+      CHECK(copied.group_replica_weights[gr] == std::vector<int>{1, 1});
+    }
+  CHECK(copied.group_device[0] == 0);  // no neighbour of d0 on a slow link: d0 first, then d1
+  CHECK(copied.group_device[1] == 1);
+  // Data-parallel or one group: as it is.
+  CHECK(with_pipedream_order(cs.ctx, Placement::replicas(6, {0, 1})).is_data_parallel());
+  CHECK(with_pipedream_order(cs.ctx, Placement::single_device(6, 2, 4)).group_device == std::vector<int>{2});
+}
+
+TEST_CASE("with_pipedream_order keeps each stage's devices and gives valid plans on random chains, clusters and plans") {
+  std::mt19937 rng(20261203);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int L = 3 + static_cast<int>(rng() % 10), D = 2 + static_cast<int>(rng() % 5);
+    Case cs = random_chain_case(rng, L, D);
+    cs.ctx.max_micro_batches = 8;
+    std::mt19937_64 walk(rng());
+    const StageMoves moves(L, D, {1, 2, 4, 8}, /*replicas=*/true);
+    const Placement p = to_placement(moves.random_plan(walk), L, rng() % 2 ? Schedule::gpipe : Schedule::one_f_one_b, "t");
+    const Placement ordered = with_pipedream_order(cs.ctx, p);
+    REQUIRE_MESSAGE(validate_placement(ordered, cs.g, cs.c, 8).is_ok(), validate_placement(ordered, cs.g, cs.c, 8).message());
+    // The same stages' device sets, dealt to positions; one run per group, none emptied.
+    std::multiset<std::vector<int>> before, after;
+    for (int gr = 0; gr < p.num_groups(); ++gr) before.insert(p.devices_of_group(gr));
+    for (int gr = 0; gr < ordered.num_groups(); ++gr) after.insert(ordered.devices_of_group(gr));
+    CHECK(before == after);
+    CHECK(stage_plan_of_runs(ordered).num_stages() == p.num_groups());
+    for (int gr = 0; gr < ordered.num_groups(); ++gr) CHECK(ordered.micro_batches >= ordered.replica_count(gr));
+  }
+}
+
 TEST_CASE("without_replicas keeps each replicated group on its fastest device alone, and a data-parallel plan on its fastest replica") {
   LayerGraph g = linear_chain({16, 16, 16, 16});
   const Cluster c = cluster_of_speeds({0.5, 2.0, 1.0, 0.25});
