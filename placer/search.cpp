@@ -193,10 +193,10 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
         out.push_back({d, p, {from, replicas, false}});
       }
       Placement moved = with_pipedream_cuts(ctx, p);
-      Placement ordered = with_pipedream_order(ctx, p);
-      const bool new_order = differs(ordered, p) && differs(ordered, moved);
-      if (moved.layer_group != p.layer_group) out.push_back({d, std::move(moved), {from, replicas, true}});
-      if (new_order) out.push_back({d, std::move(ordered), {from, replicas, true, true}});
+      std::vector<Placement> ordered = with_pipedream_orders(ctx, p);
+      if (moved.layer_group != p.layer_group) out.push_back({d, moved, {from, replicas, true}});
+      for (Placement& o : ordered)
+        if (differs(o, p) && differs(o, moved)) out.push_back({d, std::move(o), {from, replicas, true, true}});
     }
   }
   return out;
@@ -380,7 +380,7 @@ class SearchLoop {
     return decision_to_placement(d, config_.micro_batch_choices, opt_.schedule);
   }
 
-  // The zero-shot plan: the fastest of zero_shot_candidates (at most 26
+  // The zero-shot plan: the fastest of zero_shot_candidates (at most 34
   // evaluations, fewer where they agree: the measurer memoises; no sampling;
   // the measurer keeps the faster schedule of each).
   void measure_zero_shot() {

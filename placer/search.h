@@ -124,7 +124,7 @@ struct ZeroShotRepair {
   ZeroShotReplicas replicas = ZeroShotReplicas::as_decided;
   bool cuts_moved = false;  // with its cuts placed for its stages (with_pipedream_cuts)
   // With its stages reordered along the chain and its micro-batches chosen
-  // for them, then its cuts placed (with_pipedream_order; cuts_moved too).
+  // for them, then its cuts placed (with_pipedream_orders; cuts_moved too).
   bool reordered = false;
 };
 
@@ -183,7 +183,7 @@ constexpr int kImitationRounds = 4;  // of kImitationSteps, until the greedy dec
 // copied onto its devices (as_one_stage) and with every device a stage
 // (as_pipeline_of_every_device), each of those as it is, with its cuts
 // placed for its stages (with_pipedream_cuts) and with its stages reordered
-// and its micro-batches chosen for them, cuts placed (with_pipedream_order); a
+// and its micro-batches chosen for them, cuts placed (with_pipedream_orders, up to two); a
 // repair that changes nothing is left out. Without costs (`cost` null):
 // the two decisions as they are. The fastest is the zero-shot plan (`optimize
 // --policy`, train-policy's summary); equal candidates are the measurer's memo.

@@ -350,6 +350,10 @@ class CutTable {
 // no others beat them).
 constexpr int kMaxCutPositions = 129;
 constexpr int kBoundsTried = 48;
+// The orders with_pipedream_orders places the cuts for, of those its capacity
+// cuts rank best: the capacity split ignores boundaries, so its best few, not
+// its best one, are worth the cut placement's cost.
+constexpr size_t kOrdersRefined = 4;
 std::vector<int> balanced_begins(const PlannerContext& ctx, const StagePlan& plan) {
   std::vector<int> P = cut_positions(ctx, kMaxCutPositions);
   P.insert(P.end(), plan.stage_begin.begin(), plan.stage_begin.end());
@@ -700,11 +704,11 @@ Placement as_pipeline_of_every_device(const PlannerContext& ctx, const Placement
   return out;
 }
 
-Placement with_pipedream_order(const PlannerContext& context, const Placement& p) {
-  if (p.is_data_parallel() || p.num_groups() < 2) return p;
+std::vector<Placement> with_pipedream_orders(const PlannerContext& context, const Placement& p) {
+  if (p.is_data_parallel() || p.num_groups() < 2) return {};
   const std::vector<int> order = stage_order(p);
   const int L = num_layers(context), S = static_cast<int>(order.size());
-  if (order.empty() || S > L) return p;
+  if (order.empty() || S > L) return {};
   PlannerContext ctx = context;
   ctx.schedule = p.schedule;
   ctx.optimizer = p.optimizer;
@@ -719,36 +723,51 @@ Placement with_pipedream_order(const PlannerContext& context, const Placement& p
   const int fastest = devices_fastest_first(ctx)[0];
   for (int l = 0; l < L; ++l) prefix[l + 1] = prefix[l] + stage_ms(ctx, fastest, l, l + 1, 1);
   // perm[k]: which of p's stages runs at position k.
-  const auto step_of = [&](const ReplicatedStageModel& model, const std::vector<int>& perm) {
-    std::vector<std::vector<int>> placed(S);
+  const auto placed = [&](const std::vector<int>& perm) {
+    std::vector<std::vector<int>> v(S);
+    for (int k = 0; k < S; ++k) v[k] = sets[perm[k]];
+    return v;
+  };
+  const auto capacity_begins = [&](const std::vector<int>& perm) {
     std::vector<double> cap(S);
-    for (int k = 0; k < S; ++k) placed[k] = sets[perm[k]], cap[k] = capacity[perm[k]];
-    return pipeline_step(model, placed, begins_by_capacity(prefix, cap), L);
+    for (int k = 0; k < S; ++k) cap[k] = capacity[perm[k]];
+    return begins_by_capacity(prefix, cap);
+  };
+  // Every (order, count) by its capacity cuts; the few best go on to have their cuts placed.
+  struct Option {
+    double step;
+    std::vector<int> perm;
+    int m;
+  };
+  std::vector<Option> shortlist;  // ascending by step, at most kOrdersRefined
+  const auto consider = [&](const std::vector<int>& perm, int m, double step) {
+    if (!(step < kInf) || (shortlist.size() == kOrdersRefined && step >= shortlist.back().step)) return;
+    const auto at = std::upper_bound(shortlist.begin(), shortlist.end(), step,
+                                     [](double v, const Option& o) { return v < o.step; });
+    shortlist.insert(at, Option{step, perm, m});
+    if (shortlist.size() > kOrdersRefined) shortlist.pop_back();
   };
   std::vector<int> identity(S);
   std::iota(identity.begin(), identity.end(), 0);
-  std::vector<int> best_perm = identity;
-  int best_m = p.micro_batches;
-  double best_step = step_of(ReplicatedStageModel(ctx, p.micro_batches), identity);
-  const auto consider = [&](const std::vector<int>& perm, int m, double step) {
-    if (step < best_step * (1 - 1e-9)) best_step = step, best_perm = perm, best_m = m;
-  };
   for (int m : ctx.micro_batch_choices()) {
     const ReplicatedStageModel model(ctx, m);
+    const auto step_of = [&](const std::vector<int>& perm) {
+      return pipeline_step(model, placed(perm), capacity_begins(perm), L);
+    };
     std::vector<int> perm = identity;
     if (S <= 6) {
-      do consider(perm, m, step_of(model, perm));
+      do consider(perm, m, step_of(perm));
       while (std::next_permutation(perm.begin(), perm.end()));
       continue;
     }
-    double here = step_of(model, perm);  // longer chains: pairwise swaps while one helps
+    double here = step_of(perm);  // longer chains: pairwise swaps while one helps
     consider(perm, m, here);
     for (bool better = true; better;) {
       better = false;
       for (int i = 0; i < S; ++i)
         for (int j = i + 1; j < S; ++j) {
           std::swap(perm[i], perm[j]);
-          const double step = step_of(model, perm);
+          const double step = step_of(perm);
           if (step < here * (1 - 1e-9)) {
             here = step, better = true;
             consider(perm, m, step);
@@ -758,21 +777,53 @@ Placement with_pipedream_order(const PlannerContext& context, const Placement& p
         }
     }
   }
-  if (best_perm == identity && best_m == p.micro_batches) return p;
-  Placement out = p;
-  out.micro_batches = best_m;
-  std::vector<double> cap(S);
-  for (int k = 0; k < S; ++k) {
-    const int g = order[k], from = order[best_perm[k]];
-    out.group_device[g] = p.group_device[from];
-    if (!p.group_replicas.empty()) out.group_replicas[g] = p.group_replicas[from];
-    if (!p.group_replica_weights.empty()) out.group_replica_weights[g] = p.group_replica_weights[from];
-    cap[k] = capacity[best_perm[k]];
+  // Each with its cuts placed (as with_pipedream_cuts), against p's own order and count so placed.
+  const auto with_cuts = [&](const std::vector<int>& perm, int m, std::vector<int> begins, double& step) {
+    StagePlan plan;
+    plan.micro_batches = m;
+    plan.stage_begin = std::move(begins);
+    const bool replicated = p.has_replicated_groups();
+    for (const auto& set : placed(perm)) {
+      plan.stage_device.push_back(set[0]);
+      if (replicated) plan.stage_replicas.emplace_back(set.begin() + 1, set.end());
+    }
+    std::vector<int> cuts = balanced_begins(ctx, plan);
+    step = pipeline_step(ReplicatedStageModel(ctx, m), placed(perm), cuts, L);
+    return cuts;
+  };
+  const std::vector<int> first = first_layers(p);
+  std::vector<int> own_begins(S);
+  for (int k = 0; k < S; ++k) own_begins[k] = first[order[k]];
+  const auto as_placement = [&](const Option& o, const std::vector<int>& begins) {
+    Placement out = p;
+    out.micro_batches = o.m;
+    for (int k = 0; k < S; ++k) {
+      const int g = order[k], from = order[o.perm[k]];
+      out.group_device[g] = p.group_device[from];
+      if (!p.group_replicas.empty()) out.group_replicas[g] = p.group_replicas[from];
+      if (!p.group_replica_weights.empty()) out.group_replica_weights[g] = p.group_replica_weights[from];
+      std::fill(out.layer_group.begin() + begins[k], out.layer_group.begin() + (k + 1 < S ? begins[k + 1] : L), g);
+    }
+    return out;
+  };
+  // The capacity cuts' best (where it is not p's own order and count), then
+  // the best with its cuts placed where that beats p's own so placed and differs.
+  std::vector<Placement> out;
+  double own_step = kInf, best_step = kInf;
+  with_cuts(identity, p.micro_batches, own_begins, own_step);
+  const Option* best = nullptr;
+  std::vector<int> best_begins;
+  for (const Option& o : shortlist) {
+    double step = kInf;
+    std::vector<int> begins = with_cuts(o.perm, o.m, capacity_begins(o.perm), step);
+    const bool own = o.perm == identity && o.m == p.micro_batches;
+    if (&o == &shortlist.front() && !own) out.push_back(as_placement(o, begins));
+    if (step < best_step) best_step = step, best = &o, best_begins = std::move(begins);
   }
-  const std::vector<int> begins = begins_by_capacity(prefix, cap);
-  for (int k = 0; k < S; ++k)
-    std::fill(out.layer_group.begin() + begins[k], out.layer_group.begin() + (k + 1 < S ? begins[k + 1] : L), order[k]);
-  return with_pipedream_cuts(context, out);
+  if (best && best != &shortlist.front() && best_step < own_step * (1 - 1e-9) &&
+      !(best->perm == identity && best->m == p.micro_batches))
+    out.push_back(as_placement(*best, best_begins));
+  return out;
 }
 
 Result<StagePlan> pipedream_min_bottleneck(const PlannerContext& ctx, int micro_batches) {

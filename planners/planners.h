@@ -74,14 +74,18 @@ double replicated_bottleneck_ms(const PlannerContext& ctx, const StagePlan& plan
 Placement with_pipedream_cuts(const PlannerContext& ctx, const Placement& p);
 // `p`'s stages (each group with its devices, replicas and weights, in the
 // order of their first layers) dealt to the chain's positions, and its
-// micro-batches chosen among ctx.micro_batch_choices(), where that objective is
-// least with each stage's share of the work its devices' share of the speed
-// (every order of up to six stages, pairwise swaps beyond); then its cuts
-// placed as with_pipedream_cuts. `p` as it is where its own order and count
-// are best, or it is data-parallel or one group. On a cluster whose every
-// device pair has its own link, which device follows which decides what each
+// micro-batches chosen among ctx.micro_batch_choices(), by with_pipedream_cuts'
+// objective: every order of up to six stages (pairwise swaps beyond) ranked
+// with each stage's share of the work its devices' share of the speed, the
+// best few then with their cuts placed as with_pipedream_cuts places them. Up
+// to two plans, cuts placed: the first by the capacity split (unless it is
+// p's own order and count), and the best with its cuts placed where that one
+// differs and beats p's own so placed; none for a data-parallel or one-group
+// `p`. Two, because the two rankings disagree with each other and with the
+// simulator often enough (docs/placer.md). On a cluster whose every device
+// pair has its own link, which device follows which decides what each
 // boundary costs; a trained policy's order was learnt on other clusters.
-Placement with_pipedream_order(const PlannerContext& ctx, const Placement& p);
+std::vector<Placement> with_pipedream_orders(const PlannerContext& ctx, const Placement& p);
 // `p` with every replicated group on the fastest of its own devices alone
 // (its further replicas and their weights dropped), and a data-parallel `p`
 // as the whole model on its fastest replica; everything else kept, but where

@@ -657,7 +657,7 @@ TEST_CASE("fine-tuning from a trained policy starts from its decisions, and the 
   CHECK(original->greedy() == greedy);
 
   // With costs to cut by, the zero-shot plan is the fastest of the two decisions
-  // as they are and with their cuts moved for their stages (their devices kept).
+  // as they are and repaired: here with their cuts moved for their stages.
   const CostModel cost = *CostModel::build(g, c, {estimated_library(g, 32)});
   SimulatorEvaluator sim(g, c, cost, 32);
   const SearchResult as_is = search(g, c, sim, so, nullptr);
@@ -669,8 +669,15 @@ TEST_CASE("fine-tuning from a trained policy starts from its decisions, and the 
     return s.zero_shot_how.from == ZeroShotFrom::greedy ? own_greedy : own_typical;
   };
   CHECK(as_is.zero_shot.layer_group == own_of(as_is).layer_group);
-  CHECK(cut.zero_shot.group_device == own_of(cut).group_device);
-  CHECK(cut.zero_shot.micro_batches == own_of(cut).micro_batches);
+  // Its devices kept, or (its stages reordered) dealt to other positions.
+  std::vector<int> devices = cut.zero_shot.group_device, own_devices = own_of(cut).group_device;
+  if (cut.zero_shot_how.reordered) {
+    std::sort(devices.begin(), devices.end());
+    std::sort(own_devices.begin(), own_devices.end());
+  } else {
+    CHECK(cut.zero_shot.micro_batches == own_of(cut).micro_batches);
+  }
+  CHECK(devices == own_devices);
   CHECK(cut.zero_shot_how.cuts_moved);  // these networks' stages are uneven on this cluster
   CHECK(cut.zero_shot.layer_group != own_of(cut).layer_group);
   CHECK(cut.zero_shot_report->step_ms < as_is.zero_shot_report->step_ms);
