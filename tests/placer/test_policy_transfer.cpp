@@ -43,6 +43,37 @@ std::unique_ptr<Policy> policy_for(const LayerGraph& g, const Cluster& c, const 
   return std::make_unique<Policy>(encode_layers(g, dict), g.consumers(), search_policy_config(g, c, so), net);
 }
 
+// Networks (seed 5) taught `taught` on `g` and `c` until their typical and greedy decisions are it.
+std::shared_ptr<PolicyNetworks> networks_taught(const LayerGraph& g, const Cluster& c, const Placement& taught) {
+  auto net = new_policy_networks(32, 0.005, 5);
+  OpDictionary dict;
+  auto policy = policy_for(g, c, net, dict);
+  const std::vector<int> choices = policy->config().micro_batch_choices;
+  REQUIRE(std::find(choices.begin(), choices.end(), taught.micro_batches) != choices.end());
+  const Decision target = placement_to_decision(taught, choices, policy->config().num_groups);
+  REQUIRE(policy->allows(target));
+  for (int round = 0; round < 10 && !(policy->typical() == target && policy->greedy() == target); ++round)
+    policy->imitate(target, kImitationSteps, kImitationRate);
+  REQUIRE(policy->typical() == target);
+  REQUIRE(policy->greedy() == target);
+  return net;
+}
+
+// One iteration of a search fine-tuning `net` (batch 32), its zero-shot
+// candidates repaired under `costs` (null: the decisions as they are).
+SearchResult zero_shot_search(const LayerGraph& g, const Cluster& c, Evaluator& ev,
+                              const std::shared_ptr<PolicyNetworks>& net, const CostModel* costs) {
+  SearchOptions so;
+  so.batch_size = 32;
+  so.iterations = 1;
+  so.samples_per_iteration = 2;
+  so.initial_policy = net;
+  so.zero_shot_costs = costs;
+  SearchResult r = search(g, c, ev, so, nullptr);
+  REQUIRE(r.zero_shot_report.has_value());
+  return r;
+}
+
 std::vector<Decision> samples(Policy& p, uint64_t seed, int n) {
   std::mt19937_64 rng(seed);
   std::vector<Decision> out;
@@ -700,42 +731,22 @@ TEST_CASE("a trained policy that copies a stage onto a much slower device gets t
   }
   c.default_link.bandwidth_mbps = 10000;
   c.default_link.latency_ms = 0.01;
-  auto net = new_policy_networks(32, 0.005, 5);
-  OpDictionary dict;
-  auto policy = policy_for(g, c, net, dict);
   Placement taught;
   taught.layer_group = {0, 0, 0, 0, 1, 1, 1, 1};
   taught.group_device = {0, 1};
   taught.group_replicas = {{2}, {}};
   taught.micro_batches = 2;
-  const std::vector<int> choices = policy->config().micro_batch_choices;
-  REQUIRE(std::find(choices.begin(), choices.end(), 2) != choices.end());
-  const Decision target = placement_to_decision(taught, choices, policy->config().num_groups);
-  REQUIRE(policy->allows(target));
-  for (int round = 0; round < 10 && !(policy->typical() == target && policy->greedy() == target); ++round)
-    policy->imitate(target, kImitationSteps, kImitationRate);
-  REQUIRE(policy->typical() == target);
-  REQUIRE(policy->greedy() == target);
-
+  const auto net = networks_taught(g, c, taught);
   const CostModel cost = *CostModel::build(g, c, {estimated_library(g, 32)});
   SimulatorEvaluator sim(g, c, cost, 32);
-  SearchOptions so;
-  so.batch_size = 32;
-  so.iterations = 1;
-  so.samples_per_iteration = 2;
-  so.initial_policy = net;
-  so.zero_shot_costs = &cost;
-  const SearchResult r = search(g, c, sim, so, nullptr);
-  REQUIRE(r.zero_shot_report.has_value());
+  const SearchResult r = zero_shot_search(g, c, sim, net, &cost);
   REQUIRE(r.zero_shot_report->ok);
   CHECK(r.zero_shot_how.replicas == ZeroShotReplicas::dropped);
   CHECK_FALSE(r.zero_shot.has_replicated_groups());
   CHECK(r.zero_shot.group_device == std::vector<int>{0, 1});
   CHECK(r.zero_shot_report->step_ms < sim.evaluate(taught).step_ms);
   // Without costs to repair by, the decision as it is.
-  so.zero_shot_costs = nullptr;
-  const SearchResult as_is = search(g, c, sim, so, nullptr);
-  REQUIRE(as_is.zero_shot_report.has_value());
+  const SearchResult as_is = zero_shot_search(g, c, sim, net, nullptr);
   CHECK(as_is.zero_shot_how.replicas == ZeroShotReplicas::as_decided);
   CHECK(as_is.zero_shot.has_replicated_groups());
 }
@@ -749,32 +760,14 @@ TEST_CASE("a trained policy that pipelines a small model over equal devices gets
   Cluster c;
   for (int i = 0; i < 4; ++i) c.devices.push_back(Device{"d" + std::to_string(i)});
   c.default_link.latency_ms = 1.0;
-  auto net = new_policy_networks(32, 0.005, 5);
-  OpDictionary dict;
-  auto policy = policy_for(g, c, net, dict);
   Placement taught;
   taught.layer_group = {0, 0, 1, 1, 2, 2, 3, 3};
   taught.group_device = {0, 1, 2, 3};
   taught.micro_batches = 4;
-  const std::vector<int> choices = policy->config().micro_batch_choices;
-  REQUIRE(std::find(choices.begin(), choices.end(), 4) != choices.end());
-  const Decision target = placement_to_decision(taught, choices, policy->config().num_groups);
-  REQUIRE(policy->allows(target));
-  for (int round = 0; round < 10 && !(policy->typical() == target && policy->greedy() == target); ++round)
-    policy->imitate(target, kImitationSteps, kImitationRate);
-  REQUIRE(policy->typical() == target);
-  REQUIRE(policy->greedy() == target);
-
+  const auto net = networks_taught(g, c, taught);
   const CostModel cost = *CostModel::build(g, c, {estimated_library(g, 32)});
   SimulatorEvaluator sim(g, c, cost, 32);
-  SearchOptions so;
-  so.batch_size = 32;
-  so.iterations = 1;
-  so.samples_per_iteration = 2;
-  so.initial_policy = net;
-  so.zero_shot_costs = &cost;
-  const SearchResult r = search(g, c, sim, so, nullptr);
-  REQUIRE(r.zero_shot_report.has_value());
+  const SearchResult r = zero_shot_search(g, c, sim, net, &cost);
   REQUIRE(r.zero_shot_report->ok);
   CHECK(r.zero_shot_how.replicas == ZeroShotReplicas::one_stage);
   CHECK(r.zero_shot.layer_group == std::vector<int>(8, 0));
@@ -790,31 +783,14 @@ TEST_CASE("a trained policy whose pipeline crosses a slow link gets its stages r
   for (int i = 0; i < 3; ++i) c.devices.push_back(Device{"d" + std::to_string(i)});
   c.links.push_back(Link{"d0", "d2", 1, 50});
   c.links.push_back(Link{"d2", "d0", 1, 50});
-  auto net = new_policy_networks(32, 0.005, 5);
-  OpDictionary dict;
-  auto policy = policy_for(g, c, net, dict);
   Placement taught;
   taught.layer_group = {0, 0, 1, 1, 2, 2};
   taught.group_device = {0, 2, 1};
   taught.micro_batches = 4;
-  const std::vector<int> choices = policy->config().micro_batch_choices;
-  const Decision target = placement_to_decision(taught, choices, policy->config().num_groups);
-  REQUIRE(policy->allows(target));
-  for (int round = 0; round < 10 && !(policy->typical() == target && policy->greedy() == target); ++round)
-    policy->imitate(target, kImitationSteps, kImitationRate);
-  REQUIRE(policy->typical() == target);
-  REQUIRE(policy->greedy() == target);
-
+  const auto net = networks_taught(g, c, taught);
   const CostModel cost = *CostModel::build(g, c, {estimated_library(g, 32)});
   SimulatorEvaluator sim(g, c, cost, 32);
-  SearchOptions so;
-  so.batch_size = 32;
-  so.iterations = 1;
-  so.samples_per_iteration = 2;
-  so.initial_policy = net;
-  so.zero_shot_costs = &cost;
-  const SearchResult r = search(g, c, sim, so, nullptr);
-  REQUIRE(r.zero_shot_report.has_value());
+  const SearchResult r = zero_shot_search(g, c, sim, net, &cost);
   REQUIRE(r.zero_shot_report->ok);
   CHECK(r.zero_shot_how.reordered);
   CHECK(r.zero_shot_how.replicas == ZeroShotReplicas::as_decided);
