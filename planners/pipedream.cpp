@@ -740,8 +740,24 @@ std::vector<Placement> with_pipedream_orders(const PlannerContext& context, cons
     int m;
   };
   std::vector<Option> shortlist;  // ascending by step, at most kOrdersRefined
+  // Orders that differ only by interchangeable devices are one order: the
+  // shortlist keeps one of each (on equal devices, every order is one).
+  const std::vector<int> cls = interchangeable_classes(ctx);
+  std::vector<std::vector<int>> set_class(S);
+  for (int k = 0; k < S; ++k) {
+    for (int d : sets[k]) set_class[k].push_back(cls[d]);
+    std::sort(set_class[k].begin(), set_class[k].end());
+  }
+  const auto equivalent = [&](const Option& o, const std::vector<int>& perm, int m) {
+    if (o.m != m) return false;
+    for (int k = 0; k < S; ++k)
+      if (set_class[o.perm[k]] != set_class[perm[k]]) return false;
+    return true;
+  };
   const auto consider = [&](const std::vector<int>& perm, int m, double step) {
     if (!(step < kInf) || (shortlist.size() == kOrdersRefined && step >= shortlist.back().step)) return;
+    for (const Option& o : shortlist)
+      if (equivalent(o, perm, m)) return;
     const auto at = std::upper_bound(shortlist.begin(), shortlist.end(), step,
                                      [](double v, const Option& o) { return v < o.step; });
     shortlist.insert(at, Option{step, perm, m});
@@ -809,6 +825,7 @@ std::vector<Placement> with_pipedream_orders(const PlannerContext& context, cons
   // The capacity cuts' best (where it is not p's own order and count), then
   // the best with its cuts placed where that beats p's own so placed and differs.
   std::vector<Placement> out;
+  const Option own_option{kInf, identity, p.micro_batches};
   double own_step = kInf, best_step = kInf;
   with_cuts(identity, p.micro_batches, own_begins, own_step);
   const Option* best = nullptr;
@@ -816,12 +833,12 @@ std::vector<Placement> with_pipedream_orders(const PlannerContext& context, cons
   for (const Option& o : shortlist) {
     double step = kInf;
     std::vector<int> begins = with_cuts(o.perm, o.m, capacity_begins(o.perm), step);
-    const bool own = o.perm == identity && o.m == p.micro_batches;
+    const bool own = equivalent(own_option, o.perm, o.m);
     if (&o == &shortlist.front() && !own) out.push_back(as_placement(o, begins));
     if (step < best_step) best_step = step, best = &o, best_begins = std::move(begins);
   }
   if (best && best != &shortlist.front() && best_step < own_step * (1 - 1e-9) &&
-      !(best->perm == identity && best->m == p.micro_batches))
+      !equivalent(own_option, best->perm, best->m))
     out.push_back(as_placement(*best, best_begins));
   return out;
 }

@@ -2,6 +2,7 @@
 #include "planners/planner_support.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "core/cluster.h"
@@ -86,6 +87,30 @@ std::vector<int> cut_positions(const PlannerContext& ctx, int max_positions) {
   }
   pos.push_back(L);
   return pos;
+}
+
+std::vector<int> interchangeable_classes(const PlannerContext& ctx) {
+  const int D = num_devices(ctx), L = num_layers(ctx);
+  const CostModel& cost = *ctx.cost;
+  constexpr int64_t kProbe = 1 << 20;
+  const auto same = [](double a, double b) { return std::abs(a - b) <= 1e-9 * std::max(std::abs(a), std::abs(b)); };
+  const auto alike = [&](int d, int e) {
+    if (ctx.cluster->devices[d].memory_mb != ctx.cluster->devices[e].memory_mb) return false;
+    if (!same(stage_ms(ctx, d, 0, L, 1), stage_ms(ctx, e, 0, L, 1))) return false;
+    if (!same(cost.transfer_ms(d, e, kProbe), cost.transfer_ms(e, d, kProbe))) return false;
+    for (int x = 0; x < D; ++x)
+      if (x != d && x != e && (!same(cost.transfer_ms(d, x, kProbe), cost.transfer_ms(e, x, kProbe)) ||
+                               !same(cost.transfer_ms(x, d, kProbe), cost.transfer_ms(x, e, kProbe))))
+        return false;
+    return true;
+  };
+  std::vector<int> cls(D);
+  for (int d = 0; d < D; ++d) {
+    cls[d] = d;
+    for (int e = 0; e < d && cls[d] == d; ++e)
+      if (cls[e] == e && alike(d, e)) cls[d] = e;
+  }
+  return cls;
 }
 
 std::vector<int> devices_fastest_first(const PlannerContext& ctx) {

@@ -36,6 +36,10 @@ Status check_context(const PlannerContext& ctx);
 int64_t micro_batch_samples(const PlannerContext& ctx, int m);
 // Forward + backward of layers [a, b) on device d for `samples` samples.
 double stage_ms(const PlannerContext& ctx, int d, int a, int b, int64_t samples);
+// Per device the lowest index of a device interchangeable with it under the
+// cost model: as fast on this model, as much memory, the same links to and
+// from every other device (and each way between the two).
+std::vector<int> interchangeable_classes(const PlannerContext& ctx);
 // Devices by estimated speed on this model (fastest first).
 std::vector<int> devices_fastest_first(const PlannerContext& ctx);
 // Stage boundaries a DP over cut positions considers (0 and L included):

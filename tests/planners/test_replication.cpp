@@ -16,6 +16,7 @@
 #include "model/layer_library.h"
 #include "model/zoo.h"
 #include "planners/lower_bound.h"
+#include "planners/planner_support.h"
 #include "planners/planners.h"
 #include "simulator/cost_model.h"
 #include "simulator/data_parallel.h"
@@ -271,6 +272,24 @@ TEST_CASE("with_pipedream_orders deals a pipeline's stages to the chain so that 
   CHECK(with_pipedream_orders(cs.ctx, Placement::single_device(6, 2, 4)).empty());
   // Dealt already, at the count the objective prefers: nothing more to offer.
   CHECK(with_pipedream_orders(cs.ctx, ordered).empty());
+}
+
+TEST_CASE("interchangeable_classes groups devices alike in speed, memory and every link") {
+  // d0, d1 and d4 alike; d2 slower; d3 as fast but with a slow link to d2;
+  // d5 as fast with less memory. d4's links to the others are the default's too.
+  LayerGraph g = linear_chain({16, 16, 16, 16});
+  Cluster c = cluster_of_speeds({1.0, 1.0, 0.5, 1.0, 1.0, 1.0});
+  for (auto& d : c.devices) d.memory_mb = 4096;
+  c.devices[5].memory_mb = 2048;
+  c.links.push_back(Link{"d3", "d2", 10, 5});
+  Case cs(g, c, {test::flat_library(g, 8, 1, 1)}, 8);
+  CHECK(planner_support::interchangeable_classes(cs.ctx) == std::vector<int>{0, 0, 2, 3, 0, 5});
+  // A link in one direction only sets d3 apart from d0 just as well.
+  Cluster one_way = cluster_of_speeds({1.0, 1.0, 1.0, 1.0});
+  one_way.links.push_back(Link{"d1", "d3", 10, 5});
+  Case cs1(g, one_way, {test::flat_library(g, 8, 1, 1)}, 8);
+  // d1 sends slowly to d3, d3 receives slowly from d1: both stand apart; d2 is like d0.
+  CHECK(planner_support::interchangeable_classes(cs1.ctx) == std::vector<int>{0, 1, 0, 3});
 }
 
 TEST_CASE("with_pipedream_orders keeps each stage's devices and gives valid plans on random chains, clusters and plans") {
