@@ -704,63 +704,75 @@ Placement as_pipeline_of_every_device(const PlannerContext& ctx, const Placement
   return out;
 }
 
-std::vector<Placement> with_pipedream_orders(const PlannerContext& context, const Placement& p) {
-  if (p.is_data_parallel() || p.num_groups() < 2) return {};
-  const std::vector<int> order = stage_order(p);
-  const int L = num_layers(context), S = static_cast<int>(order.size());
-  if (order.empty() || S > L) return {};
-  PlannerContext ctx = context;
-  ctx.schedule = p.schedule;
-  ctx.optimizer = p.optimizer;
-  std::vector<std::vector<int>> sets(S);
-  std::vector<double> capacity(S, 0);
-  const std::vector<double> speed = relative_speeds(ctx);
-  for (int k = 0; k < S; ++k) {
-    sets[k] = p.devices_of_group(order[k]);
-    for (int d : sets[k]) capacity[k] += speed[d];
-  }
-  std::vector<double> prefix(L + 1, 0);
-  const int fastest = devices_fastest_first(ctx)[0];
-  for (int l = 0; l < L; ++l) prefix[l + 1] = prefix[l] + stage_ms(ctx, fastest, l, l + 1, 1);
-  // perm[k]: which of p's stages runs at position k.
-  const auto placed = [&](const std::vector<int>& perm) {
-    std::vector<std::vector<int>> v(S);
-    for (int k = 0; k < S; ++k) v[k] = sets[perm[k]];
+namespace {
+
+// A pipeline's stages to deal to the chain's positions: perm[k] is the stage
+// (index into `sets`) that runs at position k.
+struct StagesToDeal {
+  int L = 0;
+  std::vector<int> order;                  // the plan's groups by first layer: stage k is group order[k]
+  std::vector<std::vector<int>> sets;      // each stage's devices, its primary first
+  std::vector<double> capacity;            // each stage's devices' relative speeds, summed
+  std::vector<std::vector<int>> classes;   // each stage's devices' interchangeable classes, sorted
+  std::vector<double> prefix;              // the work before each layer, on the fastest device
+
+  std::vector<std::vector<int>> placed(const std::vector<int>& perm) const {
+    std::vector<std::vector<int>> v;
+    for (int s : perm) v.push_back(sets[s]);
     return v;
-  };
-  const auto capacity_begins = [&](const std::vector<int>& perm) {
-    std::vector<double> cap(S);
-    for (int k = 0; k < S; ++k) cap[k] = capacity[perm[k]];
-    return begins_by_capacity(prefix, cap);
-  };
-  // Every (order, count) by its capacity cuts; the few best go on to have their cuts placed.
-  struct Option {
-    double step;
-    std::vector<int> perm;
-    int m;
-  };
-  std::vector<Option> shortlist;  // ascending by step, at most kOrdersRefined
-  // Orders that differ only by interchangeable devices are one order: the
-  // shortlist keeps one of each (on equal devices, every order is one).
-  const std::vector<int> cls = interchangeable_classes(ctx);
-  std::vector<std::vector<int>> set_class(S);
-  for (int k = 0; k < S; ++k) {
-    for (int d : sets[k]) set_class[k].push_back(cls[d]);
-    std::sort(set_class[k].begin(), set_class[k].end());
   }
-  const auto equivalent = [&](const Option& o, const std::vector<int>& perm, int m) {
-    if (o.m != m) return false;
-    for (int k = 0; k < S; ++k)
-      if (set_class[o.perm[k]] != set_class[perm[k]]) return false;
+  // Cuts where each position's share of the work is its stage's share of the capacity.
+  std::vector<int> capacity_begins(const std::vector<int>& perm) const {
+    std::vector<double> cap;
+    for (int s : perm) cap.push_back(capacity[s]);
+    return begins_by_capacity(prefix, cap);
+  }
+  // Whether two orders differ only by interchangeable devices.
+  bool alike(const std::vector<int>& a, const std::vector<int>& b) const {
+    for (size_t k = 0; k < a.size(); ++k)
+      if (classes[a[k]] != classes[b[k]]) return false;
     return true;
-  };
+  }
+};
+
+StagesToDeal stages_to_deal(const PlannerContext& ctx, const Placement& p, std::vector<int> order) {
+  StagesToDeal st;
+  st.L = num_layers(ctx);
+  st.order = std::move(order);
+  const std::vector<double> speed = relative_speeds(ctx);
+  const std::vector<int> cls = interchangeable_classes(ctx);
+  for (int g : st.order) {
+    st.sets.push_back(p.devices_of_group(g));
+    st.capacity.push_back(0);
+    st.classes.emplace_back();
+    for (int d : st.sets.back()) st.capacity.back() += speed[d], st.classes.back().push_back(cls[d]);
+    std::sort(st.classes.back().begin(), st.classes.back().end());
+  }
+  st.prefix.assign(st.L + 1, 0);
+  const int fastest = devices_fastest_first(ctx)[0];
+  for (int l = 0; l < st.L; ++l) st.prefix[l + 1] = st.prefix[l] + stage_ms(ctx, fastest, l, l + 1, 1);
+  return st;
+}
+
+struct DealtOrder {
+  double step;
+  std::vector<int> perm;
+  int m;
+};
+
+// The kOrdersRefined best (order, micro-batch count) by the step with capacity
+// cuts, ascending, one of each set of orders alike: every order of up to six
+// stages at every count, pairwise swaps from the plan's own beyond six.
+std::vector<DealtOrder> shortlist_orders(const PlannerContext& ctx, const StagesToDeal& st) {
+  const int S = static_cast<int>(st.sets.size());
+  std::vector<DealtOrder> shortlist;
   const auto consider = [&](const std::vector<int>& perm, int m, double step) {
     if (!(step < kInf) || (shortlist.size() == kOrdersRefined && step >= shortlist.back().step)) return;
-    for (const Option& o : shortlist)
-      if (equivalent(o, perm, m)) return;
+    for (const DealtOrder& o : shortlist)
+      if (o.m == m && st.alike(o.perm, perm)) return;
     const auto at = std::upper_bound(shortlist.begin(), shortlist.end(), step,
-                                     [](double v, const Option& o) { return v < o.step; });
-    shortlist.insert(at, Option{step, perm, m});
+                                     [](double v, const DealtOrder& o) { return v < o.step; });
+    shortlist.insert(at, DealtOrder{step, perm, m});
     if (shortlist.size() > kOrdersRefined) shortlist.pop_back();
   };
   std::vector<int> identity(S);
@@ -768,7 +780,7 @@ std::vector<Placement> with_pipedream_orders(const PlannerContext& context, cons
   for (int m : ctx.micro_batch_choices()) {
     const ReplicatedStageModel model(ctx, m);
     const auto step_of = [&](const std::vector<int>& perm) {
-      return pipeline_step(model, placed(perm), capacity_begins(perm), L);
+      return pipeline_step(model, st.placed(perm), st.capacity_begins(perm), st.L);
     };
     std::vector<int> perm = identity;
     if (S <= 6) {
@@ -776,7 +788,7 @@ std::vector<Placement> with_pipedream_orders(const PlannerContext& context, cons
       while (std::next_permutation(perm.begin(), perm.end()));
       continue;
     }
-    double here = step_of(perm);  // longer chains: pairwise swaps while one helps
+    double here = step_of(perm);
     consider(perm, m, here);
     for (bool better = true; better;) {
       better = false;
@@ -793,53 +805,74 @@ std::vector<Placement> with_pipedream_orders(const PlannerContext& context, cons
         }
     }
   }
-  // Each with its cuts placed (as with_pipedream_cuts), against p's own order and count so placed.
-  const auto with_cuts = [&](const std::vector<int>& perm, int m, std::vector<int> begins, double& step) {
-    StagePlan plan;
-    plan.micro_batches = m;
-    plan.stage_begin = std::move(begins);
-    const bool replicated = p.has_replicated_groups();
-    for (const auto& set : placed(perm)) {
-      plan.stage_device.push_back(set[0]);
-      if (replicated) plan.stage_replicas.emplace_back(set.begin() + 1, set.end());
-    }
-    std::vector<int> cuts = balanced_begins(ctx, plan);
-    step = pipeline_step(ReplicatedStageModel(ctx, m), placed(perm), cuts, L);
-    return cuts;
-  };
+  return shortlist;
+}
+
+// `order` dealt as `perm` at `m`: the stages' first layers where the
+// objective is least from `begins` (balanced_begins), and that step.
+std::vector<int> placed_cuts(const PlannerContext& ctx, const StagesToDeal& st, const std::vector<int>& perm, int m,
+                             std::vector<int> begins, bool replicated, double& step) {
+  StagePlan plan;
+  plan.micro_batches = m;
+  plan.stage_begin = std::move(begins);
+  for (const auto& set : st.placed(perm)) {
+    plan.stage_device.push_back(set[0]);
+    if (replicated) plan.stage_replicas.emplace_back(set.begin() + 1, set.end());
+  }
+  std::vector<int> cuts = balanced_begins(ctx, plan);
+  step = pipeline_step(ReplicatedStageModel(ctx, m), st.placed(perm), cuts, st.L);
+  return cuts;
+}
+
+// `p` with its stages dealt as `o` and cut at `begins`.
+Placement dealt(const Placement& p, const StagesToDeal& st, const DealtOrder& o, const std::vector<int>& begins) {
+  Placement out = p;
+  out.micro_batches = o.m;
+  const int S = static_cast<int>(st.order.size());
+  for (int k = 0; k < S; ++k) {
+    const int g = st.order[k], from = st.order[o.perm[k]];
+    out.group_device[g] = p.group_device[from];
+    if (!p.group_replicas.empty()) out.group_replicas[g] = p.group_replicas[from];
+    if (!p.group_replica_weights.empty()) out.group_replica_weights[g] = p.group_replica_weights[from];
+    std::fill(out.layer_group.begin() + begins[k], out.layer_group.begin() + (k + 1 < S ? begins[k + 1] : st.L), g);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Placement> with_pipedream_orders(const PlannerContext& context, const Placement& p) {
+  if (p.is_data_parallel() || p.num_groups() < 2) return {};
+  std::vector<int> order = stage_order(p);
+  const int S = static_cast<int>(order.size());
+  if (order.empty() || S > num_layers(context)) return {};
+  PlannerContext ctx = context;
+  ctx.schedule = p.schedule;
+  ctx.optimizer = p.optimizer;
+  const StagesToDeal st = stages_to_deal(ctx, p, std::move(order));
+  const std::vector<DealtOrder> shortlist = shortlist_orders(ctx, st);
+  // p's own order and count, its cuts placed: what a new order has to beat.
+  DealtOrder own{kInf, std::vector<int>(S), p.micro_batches};
+  std::iota(own.perm.begin(), own.perm.end(), 0);
   const std::vector<int> first = first_layers(p);
-  std::vector<int> own_begins(S);
-  for (int k = 0; k < S; ++k) own_begins[k] = first[order[k]];
-  const auto as_placement = [&](const Option& o, const std::vector<int>& begins) {
-    Placement out = p;
-    out.micro_batches = o.m;
-    for (int k = 0; k < S; ++k) {
-      const int g = order[k], from = order[o.perm[k]];
-      out.group_device[g] = p.group_device[from];
-      if (!p.group_replicas.empty()) out.group_replicas[g] = p.group_replicas[from];
-      if (!p.group_replica_weights.empty()) out.group_replica_weights[g] = p.group_replica_weights[from];
-      std::fill(out.layer_group.begin() + begins[k], out.layer_group.begin() + (k + 1 < S ? begins[k + 1] : L), g);
-    }
-    return out;
-  };
-  // The capacity cuts' best (where it is not p's own order and count), then
-  // the best with its cuts placed where that beats p's own so placed and differs.
+  std::vector<int> own_begins;
+  for (int g : st.order) own_begins.push_back(first[g]);
+  const bool replicated = p.has_replicated_groups();
+  placed_cuts(ctx, st, own.perm, own.m, own_begins, replicated, own.step);
+  const auto is_own = [&](const DealtOrder& o) { return o.m == own.m && st.alike(o.perm, own.perm); };
+  // The capacity cuts' best (unless it is p's own), then the best once cut-placed where it differs and beats p's own.
   std::vector<Placement> out;
-  const Option own_option{kInf, identity, p.micro_batches};
-  double own_step = kInf, best_step = kInf;
-  with_cuts(identity, p.micro_batches, own_begins, own_step);
-  const Option* best = nullptr;
+  const DealtOrder* best = nullptr;
+  double best_step = kInf;
   std::vector<int> best_begins;
-  for (const Option& o : shortlist) {
+  for (const DealtOrder& o : shortlist) {
     double step = kInf;
-    std::vector<int> begins = with_cuts(o.perm, o.m, capacity_begins(o.perm), step);
-    const bool own = equivalent(own_option, o.perm, o.m);
-    if (&o == &shortlist.front() && !own) out.push_back(as_placement(o, begins));
+    std::vector<int> begins = placed_cuts(ctx, st, o.perm, o.m, st.capacity_begins(o.perm), replicated, step);
+    if (&o == &shortlist.front() && !is_own(o)) out.push_back(dealt(p, st, o, begins));
     if (step < best_step) best_step = step, best = &o, best_begins = std::move(begins);
   }
-  if (best && best != &shortlist.front() && best_step < own_step * (1 - 1e-9) &&
-      !equivalent(own_option, best->perm, best->m))
-    out.push_back(as_placement(*best, best_begins));
+  if (best && best != &shortlist.front() && best_step < own.step * (1 - 1e-9) && !is_own(*best))
+    out.push_back(dealt(p, st, *best, best_begins));
   return out;
 }
 
