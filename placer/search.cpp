@@ -173,13 +173,11 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
     const Placement as_decided = decision_to_placement(d, choices, schedule);
     out.push_back({d, as_decided, {from, ZeroShotReplicas::as_decided, false}});
     if (!ctx.cost) continue;
+    // Two candidates alike in what an evaluation measures are scored once.
     const auto differs = [](const Placement& a, const Placement& b) {
       return a.layer_group != b.layer_group || a.group_device != b.group_device ||
-             a.group_replicas != b.group_replicas || a.micro_batches != b.micro_batches;
-    };
-    const auto same = [&](const Placement& p) {
-      return p.group_device == as_decided.group_device && p.group_replicas == as_decided.group_replicas &&
-             p.micro_batches == as_decided.micro_batches && p.data_parallel == as_decided.data_parallel;
+             a.group_replicas != b.group_replicas || a.micro_batches != b.micro_batches ||
+             a.data_parallel != b.data_parallel;
     };
     const std::pair<ZeroShotReplicas, Placement> repaired[] = {
         {ZeroShotReplicas::as_decided, as_decided},
@@ -189,7 +187,7 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
         {ZeroShotReplicas::every_device_a_stage, as_pipeline_of_every_device(ctx, as_decided)}};
     for (const auto& [replicas, p] : repaired) {
       if (replicas != ZeroShotReplicas::as_decided) {
-        if (same(p)) continue;
+        if (!differs(p, as_decided)) continue;
         out.push_back({d, p, {from, replicas, false}});
       }
       Placement moved = with_pipedream_cuts(ctx, p);
