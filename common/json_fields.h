@@ -54,6 +54,25 @@ inline Status known_fields(const nlohmann::json& j, const std::string& path, con
   return Status::ok();
 }
 
+// A JSON Schema "integer" (5, 5.0 and 1e1; not 2.5), as the schemas say: false
+// for anything else, and for what int64 or a double's exact range cannot hold.
+inline bool integer_value(const nlohmann::json& v, int64_t& out) {
+  if (v.is_number_unsigned()) {
+    if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return false;
+    out = static_cast<int64_t>(v.get<uint64_t>());
+    return true;
+  }
+  if (v.is_number_integer()) {
+    out = v.get<int64_t>();
+    return true;
+  }
+  if (!v.is_number_float()) return false;
+  const double d = v.get<double>();
+  if (!(std::fabs(d) <= 9007199254740992.0 && d == std::floor(d))) return false;  // NaN fails too
+  out = static_cast<int64_t>(d);
+  return true;
+}
+
 // Reads j[key] into out. Missing and optional: out keeps its default.
 template <typename T>
 Status read(const nlohmann::json& j, const std::string& key, T& out, const std::string& path,

@@ -488,6 +488,17 @@ std::string breakdown_in(const MemoryBreakdown& m, Optimizer o, double unit) {
 }
 }  // namespace
 
+std::string mib_rounded_up(int64_t bytes) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  if (bytes % kMiB == 0) return std::to_string(bytes / kMiB);
+  if (bytes > (int64_t{1} << 56)) return std::to_string(bytes / kMiB + 1);  // hundredths would overflow
+  const int64_t hundredths = (bytes * 100 + kMiB - 1) / kMiB;
+  char text[32];
+  std::snprintf(text, sizeof text, "%lld.%02lld", static_cast<long long>(hundredths / 100),
+                static_cast<long long>(hundredths % 100));
+  return text;
+}
+
 std::vector<TiedTable> tied_tables(const LayerGraph& g) {
   std::vector<TiedTable> out;
   for (size_t i = 0; i < g.layers.size(); ++i) {
@@ -762,8 +773,8 @@ Status read_recompute(const json& j, Placement& p) {
   for (size_t k = 0; k < it->size(); ++k) {
     const json& v = (*it)[k];
     const std::string where = "placement.recompute[" + std::to_string(k) + "]";
-    if (!v.is_number_integer()) return jf::field_error(where, std::string("expected a group index, got ") + v.type_name());
-    const int64_t grp = v.get<int64_t>();
+    int64_t grp = 0;
+    if (!jf::integer_value(v, grp)) return jf::field_error(where, std::string("expected a group index, got ") + v.type_name());
     if (grp < 0 || grp >= p.num_groups()) return jf::field_error(where, "group " + std::to_string(grp) + " does not exist");
     if (p.group_recompute[grp]) return jf::field_error(where, "group " + std::to_string(grp) + " is named twice");
     p.group_recompute[grp] = 1;
@@ -791,10 +802,11 @@ Status read_replica_weights(const json& j, Placement& p) {
       return jf::field_error(where, std::string("expected a non-empty array of weights, got ") + w->type_name());
     for (size_t k = 0; k < w->size(); ++k) {
       const json& v = (*w)[k];
-      if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > kMaxReplicaWeight)
+      int64_t weight = 0;
+      if (!jf::integer_value(v, weight) || weight < 1 || weight > kMaxReplicaWeight)
         return jf::field_error(where + "[" + std::to_string(k) + "]",
                                "expected an integer in [1, " + std::to_string(kMaxReplicaWeight) + "]");
-      p.group_replica_weights[grp].push_back(static_cast<int>(v.get<int64_t>()));
+      p.group_replica_weights[grp].push_back(static_cast<int>(weight));
     }
   }  // one weight per device of the group: validate_placement
   return Status::ok();
@@ -903,8 +915,8 @@ Result<Placement> placement_from_json(const json& j, const LayerGraph& g, const 
     std::string where = "placement.layers." + it.key();
     int idx = g.index_of(it.key());
     if (idx < 0) return jf::field_error(where, "the model has no layer with this name");
-    if (!it->is_number_integer()) return jf::field_error(where, std::string("expected a group index, got ") + it->type_name());
-    int64_t grp = it->get<int64_t>();
+    int64_t grp = 0;
+    if (!jf::integer_value(*it, grp)) return jf::field_error(where, std::string("expected a group index, got ") + it->type_name());
     if (grp < 0 || grp >= p.num_groups())
       return jf::field_error(where, "group " + std::to_string(grp) + " does not exist");
     p.layer_group[idx] = static_cast<int>(grp);

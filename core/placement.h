@@ -220,6 +220,11 @@ int64_t micro_batches_in_flight(Schedule schedule, int micro_batches, int stages
 // An lm_head and the token_embedding whose table it reads: a device that holds
 // the head without the embedding keeps its own copy of the table (weights,
 // gradients, optimizer state), summed with the embedding's each step.
+// Bytes as MiB for a message that sets them beside a device's memory_mb:
+// whole where exact, else rounded up to 0.01 ("128.06", never "128" for a
+// need just over 128 MiB).
+std::string mib_rounded_up(int64_t bytes);
+
 struct TiedTable {
   int head = -1, table = -1;
   int64_t bytes = 0;  // the table's parameter bytes

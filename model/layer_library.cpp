@@ -26,10 +26,11 @@ Status read_shape(const json& j, const std::string& key, Shape& out, const std::
   out.clear();
   for (size_t i = 0; i < it->size(); ++i) {
     const json& d = (*it)[i];
-    if (!d.is_number_integer())
+    int64_t n = 0;
+    if (!jf::integer_value(d, n))
       return Status::error(where + "[" + std::to_string(i) + "]: expected an integer, got " +
                            jf::type_name(d));
-    out.push_back(d.get<int64_t>());
+    out.push_back(n);
   }
   return Status::ok();
 }

@@ -58,13 +58,14 @@ Status read_pair(const json& attrs, const std::string& key, int64_t out[2], cons
   auto it = attrs.find(key);
   if (it == attrs.end()) return Status::ok();
   const std::string where = path + "." + key;
-  if (it->is_number_integer()) {
-    out[0] = out[1] = it->get<int64_t>();
+  int64_t h = 0, w = 0;
+  if (jf::integer_value(*it, h)) {
+    out[0] = out[1] = h;
     return Status::ok();
   }
-  if (it->is_array() && it->size() == 2 && (*it)[0].is_number_integer() && (*it)[1].is_number_integer()) {
-    out[0] = (*it)[0].get<int64_t>();
-    out[1] = (*it)[1].get<int64_t>();
+  if (it->is_array() && it->size() == 2 && jf::integer_value((*it)[0], h) && jf::integer_value((*it)[1], w)) {
+    out[0] = h;
+    out[1] = w;
     return Status::ok();
   }
   std::string got = it->is_array() ? "an array of " + std::to_string(it->size()) : jf::type_name(*it);
@@ -77,10 +78,11 @@ Status read_int_list(const json& attrs, const std::string& key, std::vector<int6
   if (!v.is_array()) return jf::field_error(where + "." + key, "expected an array of integers, got " + jf::type_name(v));
   out.clear();
   for (size_t i = 0; i < v.size(); ++i) {
-    if (!v[i].is_number_integer() || v[i].get<int64_t>() < 0 || v[i].get<int64_t>() > kMaxDimension)
+    int64_t n = 0;
+    if (!jf::integer_value(v[i], n) || n < 0 || n > kMaxDimension)
       return jf::field_error(where + "." + key + "[" + std::to_string(i) + "]",
                              "expected an integer in [0, 2^31], got " + v[i].dump());
-    out.push_back(v[i].get<int64_t>());
+    out.push_back(n);
   }
   return Status::ok();
 }
@@ -236,11 +238,12 @@ Result<LayerGraph> model_from_json(const json& j) {
     return jf::field_error("input_shape", "expected a non-empty array of positive integers");
   for (size_t i = 0; i < shape->size(); ++i) {
     const json& d = (*shape)[i];
-    if (!d.is_number_integer() || d.get<int64_t>() <= 0 || d.get<int64_t>() > kMaxDimension)
+    int64_t n = 0;
+    if (!jf::integer_value(d, n) || n <= 0 || n > kMaxDimension)
       return jf::field_error("input_shape[" + std::to_string(i) + "]",
                              "expected a positive integer of at most " + std::to_string(kMaxDimension) + ", got " +
                            d.dump());
-    g.input_shape.push_back(d.get<int64_t>());
+    g.input_shape.push_back(n);
   }
   auto layers = j.find("layers");
   if (layers == j.end() || layers->is_null()) return jf::field_error("layers", "missing required field");

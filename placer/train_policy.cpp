@@ -195,7 +195,7 @@ Result<TrainPolicyResult> train_policy(std::vector<TrainProblem>& problems, cons
     if (s.expert && o.imitation_steps > 0) s.policy->imitate(*s.expert, o.imitation_steps);
     if (progress) progress({it, o.iterations, elapsed(), o.time_budget_s, s.problem.name, gap_of(s)});
     if (o.checkpoint_every > 0 && it % o.checkpoint_every == 0)
-      if (Status st = checkpoint(it); !st.ok()) return st;
+      if (Status st = checkpoint(it); !st) return st;
     if (o.time_budget_s > 0 && elapsed() >= o.time_budget_s) break;
   }
   result.iterations = it;
@@ -205,7 +205,7 @@ Result<TrainPolicyResult> train_policy(std::vector<TrainProblem>& problems, cons
     result.problems.push_back({s->problem.name, s->reference,
                                s->measurer.found() ? s->measurer.best_report().step_ms : 0.0,
                                s->zero_shot_ms(o.batch_size, it), s->measurer.evaluations()});
-  if (Status st = checkpoint(it); !st.ok()) return st;
+  if (Status st = checkpoint(it); !st) return st;
   return result;
 }
 

@@ -359,7 +359,7 @@ Status admits(const LayerGraph& g, const Cluster& c, const LayerHolders& holders
         largest = d.memory_mb;
         largest_name = d.name;
       }
-    return Status::error("layer '" + g.layers[l].name + "' needs " + std::to_string(mem.bytes(l, l + 1, 1, 1) >> 20) +
+    return Status::error("layer '" + g.layers[l].name + "' needs " + mib_rounded_up(mem.bytes(l, l + 1, 1, 1)) +
                          " MiB for one sample (weights, gradients, optimizer state and activations); the largest "
                          "device, '" + largest_name + "', has memory_mb " + std::to_string(largest));
   }

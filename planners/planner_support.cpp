@@ -156,7 +156,7 @@ std::string memory_shortfall(const PlannerContext& ctx) {
   const int L = num_layers(ctx);
   for (int l = 0; l < L; ++l)
     if (!mem.fits(*largest, l, l + 1, 1, 1))
-      return "layer '" + g.layers[l].name + "' alone needs " + std::to_string(mem.bytes(l, l + 1, 1, 1) >> 20) +
+      return "layer '" + g.layers[l].name + "' alone needs " + mib_rounded_up(mem.bytes(l, l + 1, 1, 1)) +
              " MiB for one sample (weights, gradients, optimizer state, activations); the largest device '" +
              largest->name + "' has memory_mb " + std::to_string(largest->memory_mb);
   return "the model's weights, gradients and optimizer state alone take " +

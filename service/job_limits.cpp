@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "common/json_fields.h"
+
 namespace tapp::service {
 using nlohmann::json;
 
@@ -19,11 +21,11 @@ Result<std::optional<int64_t>> requested_memory_limit_mib(const json& request) {
   if (limit == options->end()) return std::optional<int64_t>();
   std::string field = std::string("options.") + kMemoryLimitKey;
   if (limit->is_null()) return Status::field_error(field, "expected an integer (MiB), got null");
-  if (!limit->is_number_integer()) return Status::field_error(field, "expected an integer (MiB), got " + limit->dump());
-  bool in_range = limit->is_number_unsigned() ? limit->get<uint64_t>() <= static_cast<uint64_t>(kMaxJobMemoryLimitMiB)
-                                              : limit->get<int64_t>() >= 0;
-  int64_t mib = in_range ? limit->get<int64_t>() : -1;
-  if (mib < kMinJobMemoryLimitMiB || mib > kMaxJobMemoryLimitMiB)
+  int64_t mib = 0;
+  const bool whole = json_fields::integer_value(*limit, mib);  // 512 or 512.0; an unsigned past int64 is out of range
+  if (!whole && !limit->is_number_unsigned())
+    return Status::field_error(field, "expected an integer (MiB), got " + limit->dump());
+  if (!whole || mib < kMinJobMemoryLimitMiB || mib > kMaxJobMemoryLimitMiB)
     return Status::field_error(field, "must be in [" + std::to_string(kMinJobMemoryLimitMiB) + ", " +
                                           std::to_string(kMaxJobMemoryLimitMiB) + "], got " + limit->dump());
   return std::optional<int64_t>(mib);

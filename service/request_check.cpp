@@ -124,6 +124,18 @@ Status check_device_costs(const Cluster& cluster) {
   return Status::ok();
 }
 
+// Nor does an inline layer graph: a TorchScript layer names its module's path
+// on the machine that runs it, which only the server's own import of an upload sets.
+Status check_layer_files(const LayerGraph& graph) {
+  for (size_t i = 0; i < graph.layers.size(); ++i)
+    if (graph.layers[i].op == "torchscript")
+      return Status::field_error("model.layers[" + std::to_string(i) + "].attrs.file",
+                                 "a server reads no file a request names; upload the TorchScript module "
+                                 "as model_file {name, base64}",
+                                 ErrorCode::forbidden);
+  return Status::ok();
+}
+
 namespace {
 
 bool is_zoo_like_name(const std::string& s) {
@@ -275,6 +287,10 @@ bool check_submission(const json& body, const CheckLimits& limits, Submission& o
     Result<LayerGraph> inline_graph = model_from_json(model);
     if (!inline_graph) {
       err = field_error_from(inline_graph.status().nested_in("model"));
+      return false;
+    }
+    if (Status s = check_layer_files(*inline_graph); !s) {
+      err = field_error_from(s);
       return false;
     }
     graph = std::move(inline_graph.value());

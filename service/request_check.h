@@ -19,6 +19,8 @@
 #include "common/status.h"
 #include "core/cluster.h"
 
+struct LayerGraph;
+
 namespace tapp::service {
 
 struct FieldError {
@@ -56,6 +58,9 @@ Status check_remote_hosts(const Cluster& cluster, const std::set<std::string>& a
 // A device whose costs come from a layer-library file: refused (403) naming
 // cluster.devices[i].costs.library, since a server reads no file a request names.
 Status check_device_costs(const Cluster& cluster);
+// An inline layer graph's TorchScript layer (it names a module's path): refused (403)
+// naming model.layers[i].attrs.file; uploads (model_file) are imported by the server itself.
+Status check_layer_files(const LayerGraph& graph);
 
 // Maximum nesting of arrays/objects in `text`, counted without parsing (strings skipped).
 int json_nesting_depth(const std::string& text);

@@ -21,7 +21,6 @@
 // --save / --load keep the measurements, so a fit can be redone without
 // measuring again. Bad input: exit 2.
 #include <algorithm>
-#include <fstream>
 #include <optional>
 #include <iomanip>
 #include <iostream>
@@ -32,6 +31,7 @@
 #include <chrono>
 
 #include "common/read_file.h"
+#include "common/write_file.h"
 #include "core/cluster_fingerprint.h"
 #include "model/profile_cache.h"
 #include "planners/planners.h"
@@ -284,6 +284,13 @@ std::string model_names(const std::vector<ModelPart>& parts) {
 }
 
 int calibrate_cmd(const CalibrateArgs& a) {
+  // Output files that cannot be written are found before minutes of measuring.
+  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--out", a.out}, {"--save", a.save}})
+    if (!path.empty())
+      if (Status s = writable_file(path); !s) {
+        std::cerr << "tapp-cli calibrate: " << flag << ": " << path << ": " << s.message() << "\n";
+        return 2;
+      }
   std::vector<ModelPart> parts;
   const bool defaults = a.models.empty();
   for (const std::string& spec : defaults ? kDefaultModels : a.models)
@@ -309,7 +316,10 @@ int calibrate_cmd(const CalibrateArgs& a) {
     for (const ModelPart& part : parts)
       j["models"].push_back({{"spec", part.spec}, {"model", part.graph.name}, {"input_size", part.input_size},
                              {"samples", samples_to_json(part, cluster)}});
-    std::ofstream(a.save) << j.dump(2) << "\n";
+    if (Status s = write_file(a.save, j.dump(2) + "\n"); !s) {
+      std::cerr << "tapp-cli calibrate: --save: " << a.save << ": " << s.message() << "\n";
+      return 1;
+    }
   }
   CalibrationOptions fit_options;
   fit_options.fit_concurrency = a.fit_extra.find("concurrency") != std::string::npos;
@@ -345,7 +355,11 @@ int calibrate_cmd(const CalibrateArgs& a) {
   // verification) can join them and refit on the whole set.
   for (const ModelPart& part : parts) add_samples(stored, part.graph, cluster, a.batch, part.samples);
   out["stored"] = stored_calibration_to_json(stored);
-  if (!a.out.empty()) std::ofstream(a.out) << out.dump(2) << "\n";
+  if (!a.out.empty())
+    if (Status s = write_file(a.out, out.dump(2) + "\n"); !s) {
+      std::cerr << "tapp-cli calibrate: --out: " << a.out << ": " << s.message() << "\n";
+      return 1;
+    }
   if (a.store) {
     FileProfileCache store(default_cache_dir());
     if (Status s = save_calibration(store, stored); !s) {
@@ -422,7 +436,7 @@ void add_calibrate_command(CLI::App& app, int& exit_code) {
   sub->add_option("--batch", args->batch, "batch size (default 32)")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   sub->add_option("--steps", args->steps, "timed steps per placement (median)")->check(CLI::Range(1, 1000));
   sub->add_option("--warmup", args->warmup, "warm-up steps per placement (default " + std::to_string(kWarmupSteps) + ")")->check(CLI::Range(0, 1000));
-  sub->add_option("--seed", args->seed, "placements, weights and data seed");
+  sub->add_option("--seed", args->seed, "placements, weights and data seed")->check(seed_text());
   sub->add_option("--noncontiguous", args->noncontiguous, "fraction of non-contiguous placements (default 0.25)")
       ->check(CLI::Range(0.0, 1.0));
   sub->add_option("--replicated", args->replicated,

@@ -10,13 +10,13 @@
 // document with --json; --out writes that document to a file.
 // Exit codes: 0 exported (with --format all: at least one format could take
 // it; the others say why not), 2 bad input or no format can express it.
-#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/write_file.h"
 #include "core/cluster.h"
 #include "core/placement.h"
 #include "planners/partition_export.h"
@@ -127,6 +127,11 @@ void print_export(const PartitionExport& e, const Cluster& c, std::ostream& os) 
 }
 
 int export_placement(const ExportArgs& a) {
+  if (!a.out.empty())
+    if (Status s = writable_file(a.out); !s) {
+      std::cerr << "tapp-cli export: --out: " << a.out << ": " << s.message() << "\n";
+      return 2;
+    }
   std::vector<PartitionFormat> formats;
   if (a.format == "all") {
     formats = all_partition_formats();
@@ -211,12 +216,10 @@ int export_placement(const ExportArgs& a) {
   for (const auto& [f, why] : refused)
     std::cerr << "tapp-cli export: --format " << partition_format_name(f) << ": " << why << "\n";
   if (!a.out.empty()) {
-    std::ofstream f(a.out);
-    if (!f) {
-      std::cerr << "tapp-cli export: --out: cannot write '" << a.out << "'\n";
-      return 2;
+    if (Status s = write_file(a.out, doc.dump(2) + "\n"); !s) {
+      std::cerr << "tapp-cli export: --out: " << a.out << ": " << s.message() << "\n";
+      return 1;
     }
-    f << doc.dump(2) << "\n";
     if (!a.json) std::cerr << "wrote " << a.out << "\n";
   }
   return exported.empty() ? 2 : 0;

@@ -12,20 +12,20 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "common/read_file.h"
+#include "common/write_file.h"
 #include "core/cluster.h"  // resolve_library_paths
 #include "placer/optimize.h"
 #include "placer/policy.h"
 #include "service/cli/commands.h"
 #include "service/cli/model_inputs.h"
 #include "service/cli/progress_bar.h"
+#include "service/cli/text_cells.h"
 #include "simulator/calibration_store.h"  // kMinMeasurementsToUse
 
 namespace tapp::cli {
@@ -168,9 +168,9 @@ void print_verification(const json& v) {
   std::cout << std::left << std::setw(15) << "" << std::setw(16) << "plan" << std::right << std::setw(14)
             << "predicted ms" << std::setw(13) << "measured ms" << std::setw(10) << "diff" << "\n";
   for (const json& p : v["plans"]) {
-    std::cout << std::left << std::setw(15) << (p.value("role", "") == "best" ? "best" : "best baseline")
-              << std::setw(16) << p.value("name", "") << std::right << std::setw(14) << fmt_ms(p["predicted_ms"])
-              << std::setw(13) << fmt_ms(p["measured_ms"]) << std::setw(10) << fmt_signed_pct(p["relative_difference"]);
+    std::cout << label(p.value("role", "") == "best" ? "best" : "best baseline", 15) << label(p.value("name", ""), 16)
+              << cell(fmt_ms(p["predicted_ms"]), 14) << cell(fmt_ms(p["measured_ms"]), 13)
+              << cell(fmt_signed_pct(p["relative_difference"]), 10);
     if (p.value("disagrees", false)) std::cout << "  DISAGREES";
     if (!p.value("ok", false))
       std::cout << "  not measured (" << p.value("failure_kind", "") << ": " << p.value("message", "")
@@ -225,7 +225,9 @@ void print_result(const json& r) {
             << " ms, measured " << fmt_ms(r["measured_step_ms"]) << (r["measured_step_ms"].is_number() ? " ms" : "")
             << ", communication " << fmt_pct(r["comm_fraction"]) << "\n";
   const bool replicas = r["placement"].is_object() && r["placement"].value("data_parallel", false);
-  if (replicas)
+  if (replicas && r["groups"].size() == 1)
+    std::cout << "  the whole model on one device, the whole batch at once\n";
+  else if (replicas)
     std::cout << "  data parallel: a full replica on each of " << r["groups"].size()
               << " devices, the batch split equally, gradients all-reduced\n";
   else if (r["placement"].is_object())
@@ -278,9 +280,8 @@ void print_result(const json& r) {
             << "\n";
   const json bound = r.value("lower_bound_ms", json());
   auto row = [&](const std::string& name, const json& ms, const json& vb, const json& vbest, const json& comm) {
-    std::cout << std::left << std::setw(16) << name << std::right << std::setw(12) << fmt_ms(ms) << std::setw(10)
-              << fmt_x(vb) << std::setw(14) << fmt_x(vbest) << std::setw(10) << fmt_pct(comm) << std::setw(11)
-              << gap_text(ms, bound) << "\n";
+    std::cout << label(name, 16) << cell(fmt_ms(ms), 12) << cell(fmt_x(vb), 10) << cell(fmt_x(vbest), 14)
+              << cell(fmt_pct(comm), 10) << cell(gap_text(ms, bound), 11) << "\n";
   };
   row("TAPP (policy)", p["step_ms"], p["speedup_vs_bsp"], p["speedup_vs_best_baseline"], nullptr);
   if (p["refined_step_ms"].is_number() && p["step_ms"].is_number() &&
@@ -290,11 +291,9 @@ void print_result(const json& r) {
     if (b.value("ok", false))
       row(b.value("name", ""), b["step_ms"], b["speedup_vs_bsp"], b["speedup_vs_best_baseline"], b["comm_fraction"]);
     else if (b.value("skipped", false))  // did not run: says why ("N candidates > limit L")
-      std::cout << std::left << std::setw(16) << b.value("name", "") << std::right << std::setw(12) << "skipped"
-                << "  " << b.value("message", "") << "\n";
+      std::cout << label(b.value("name", ""), 16) << cell("skipped", 12) << "  " << b.value("message", "") << "\n";
     else
-      std::cout << std::left << std::setw(16) << b.value("name", "") << std::right << std::setw(12) << "failed"
-                << "  " << b.value("failure_kind", "") << "\n";
+      std::cout << label(b.value("name", ""), 16) << cell("failed", 12) << "  " << b.value("failure_kind", "") << "\n";
   }
   for (const auto& o : r.value("subspace_optima", json::array()))
     std::cout << "  " << o.value("planner", "") << " (" << fmt_ms(o["step_ms"])
@@ -303,23 +302,13 @@ void print_result(const json& r) {
   if (r.contains("verification")) print_verification(r["verification"]);
 }
 
-// An output file that cannot be written is found before a search of minutes, not after it:
-// not a folder, and its folder exists.
-Status writable_file(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return Status::error("is a folder, not a file");
-  const std::filesystem::path folder = std::filesystem::path(path).parent_path();
-  if (!folder.empty() && !std::filesystem::is_directory(folder, ec))
-    return Status::error("its folder " + folder.string() + " does not exist");
-  return Status::ok();
-}
-
 void run(const Args& a, int& exit_code) {
   if (Result<EvaluatorKind> kind = evaluator_kind_from_name(a.evaluator, "--evaluator"); !kind) {
     std::cerr << "tapp-cli optimize: " << kind.error_message() << "\n";
     exit_code = 2;
     return;
   }
+  // An output file that cannot be written is found before a search of minutes, not after it.
   for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--out", a.out}, {"--al-out", a.al_out}}) {
     if (path.empty()) continue;
     if (Status s = writable_file(path); !s) {
@@ -404,10 +393,8 @@ void run(const Args& a, int& exit_code) {
     return;
   }
   if (!a.out.empty()) {
-    std::ofstream out(a.out);
-    out << (*result)["placement"].dump(2) << "\n";
-    if (!out) {
-      std::cerr << "--out: cannot write " << a.out << "\n";
+    if (Status s = write_file(a.out, (*result)["placement"].dump(2) + "\n"); !s) {
+      std::cerr << "tapp-cli optimize: --out: " << a.out << ": " << s.message() << "\n";
       exit_code = 1;
       return;
     }
@@ -419,10 +406,8 @@ void run(const Args& a, int& exit_code) {
       exit_code = 1;
       return;
     }
-    std::ofstream out(a.al_out);
-    out << al["placement"].dump(2) << "\n";
-    if (!out) {
-      std::cerr << "--al-out: cannot write " << a.al_out << "\n";
+    if (Status s = write_file(a.al_out, al["placement"].dump(2) + "\n"); !s) {
+      std::cerr << "tapp-cli optimize: --al-out: " << a.al_out << ": " << s.message() << "\n";
       exit_code = 1;
       return;
     }
@@ -455,7 +440,7 @@ void add_optimize_command(CLI::App& app, int& exit_code) {
                      },
                      "SECONDS"));
   it->excludes(tb);
-  sub->add_option("--seed", args->seed, "random seed (simulate is deterministic for a seed)");
+  sub->add_option("--seed", args->seed, "random seed (simulate is deterministic for a seed)")->check(seed_text());
   sub->add_option("--batch", args->batch, "training batch size (default 32)")->check(CLI::Range(int64_t{1}, kMaxBatchSize));
   sub->add_option("--input-size", args->input_size, "image side (default: the model's)")->check(CLI::Range(int64_t{1}, kMaxInputSize));
   sub->add_option("--out", args->out, "write the best placement JSON here");

@@ -14,7 +14,6 @@
 // from the AL form's own costs (its added layers profiled or estimated like any).
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -22,6 +21,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/write_file.h"
 #include "core/al_placement.h"
 #include "planners/lower_bound.h"
 #include "planners/planners.h"
@@ -32,6 +32,7 @@
 #include "service/cli/commands.h"
 #include "service/cli/model_inputs.h"
 #include "service/cli/cost_inputs.h"
+#include "service/cli/text_cells.h"
 
 namespace tapp::cli {
 namespace {
@@ -191,6 +192,11 @@ void print_al_row(const AlRow& al, const Cluster& c, std::ostream& os) {
 }
 
 int plan(const PlanArgs& a) {
+  if (!a.out.empty())  // before any planning, as every bad flag is
+    if (Status s = writable_file(a.out); !s) {
+      std::cerr << "tapp-cli plan: --out: " << a.out << ": " << s.message() << "\n";
+      return 2;
+    }
   auto loaded = load_model_and_cluster("plan", a.model, a.input_size, a.classes, a.torchscript, a.devices);
   if (!loaded) return 2;
   const LayerGraph& graph = loaded->graph;
@@ -397,15 +403,15 @@ int plan(const PlanArgs& a) {
                 << "vs single" << std::setw(7) << "comm" << std::setw(5) << "mb" << std::setw(9) << "plan s"
                 << std::setw(10) << "vs bound" << "  placement\n";
       for (const auto& r : rows) {
-        std::cout << std::left << std::setw(11) << r.name << std::right;
+        std::cout << label(r.name, 11);
         if (!r.report.ok) {
-          std::cout << std::setw(11) << "-" << "  " << (r.skipped ? "skipped: " : "") << r.report.message << "\n";
+          std::cout << cell("-", 11) << "  " << (r.skipped ? "skipped: " : "") << r.report.message << "\n";
           continue;
         }
-        std::cout << std::setw(11) << fixed(r.report.step_ms, 2) << std::setw(9)
-                  << (single > 0 ? fixed(single / r.report.step_ms, 2) + "x" : "-") << std::setw(7)
-                  << fixed(r.report.comm_fraction, 2) << std::setw(5) << r.placement->micro_batches << std::setw(9)
-                  << fixed(r.plan_s, 2) << std::setw(10) << gap_text(r.report, bound) << "  "
+        std::cout << cell(fixed(r.report.step_ms, 2), 11)
+                  << cell(single > 0 ? fixed(single / r.report.step_ms, 2) + "x" : "-", 10)
+                  << cell(fixed(r.report.comm_fraction, 2), 7) << cell(std::to_string(r.placement->micro_batches), 5)
+                  << cell(fixed(r.plan_s, 2), 9) << cell(gap_text(r.report, bound), 10) << "  "
                   << (r.report.step_ms == best ? "* " : "") << describe(*r.placement, graph, cluster) << "\n";
       }
       for (const auto& r : rows)
@@ -429,12 +435,10 @@ int plan(const PlanArgs& a) {
     for (const auto& r : rows)
       if (r.report.ok && r.placement && (!best || r.report.step_ms < best->report.step_ms)) best = &r;
     if (best) {
-      std::ofstream f(a.out);
-      if (!f) {
-        std::cerr << "tapp-cli plan: --out: cannot write '" << a.out << "'\n";
-        return 2;
+      if (Status s = write_file(a.out, placement_to_json(*best->placement, graph, cluster).dump(2) + "\n"); !s) {
+        std::cerr << "tapp-cli plan: --out: " << a.out << ": " << s.message() << "\n";
+        return 1;
       }
-      f << placement_to_json(*best->placement, graph, cluster).dump(2) << "\n";
       if (!a.json) std::cerr << "wrote " << a.out << " (" << best->name << ")\n";
     }
   }
@@ -468,7 +472,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(1, 100000000));
   sub->add_option("--exhaustive-limit", args->exhaustive_limit, "most candidates exhaustive search enumerates")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-  sub->add_option("--seed", args->seed, "random seed");
+  sub->add_option("--seed", args->seed, "random seed")->check(seed_text());
   sub->add_option("--costs", args->costs, "auto (cached profile, else estimated) | profile | estimated");
   sub->add_option("--calibration", args->calibration, "calibration JSON from `tapp-cli calibrate`");
   sub->add_option("--steps", args->steps, "measure: timed steps per placement")->check(CLI::Range(1, 1000));

@@ -7,13 +7,14 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/write_file.h"
+#include "core/cluster.h"  // kMaxThreads
 #include "model/model_json.h"
 #include "model/profile_cache.h"
 #include "profiler/profiler.h"
@@ -115,6 +116,11 @@ int run_profile(const ProfileArgs& a) {
     std::cerr << "tapp-cli profile: --batch, --threads and --runs must be positive\n";
     return 2;
   }
+  if (a.estimate && a.device != "cpu") {
+    std::cerr << "tapp-cli profile: --device " << a.device
+              << ": --estimate estimates this host's CPU from multiply-adds; measure a GPU without --estimate\n";
+    return 2;
+  }
   LayerLibrary lib;
   bool hit = false;
   if (a.estimate) {
@@ -175,7 +181,7 @@ void add_profile_command(CLI::App& app, int& exit_code) {
   add_torchscript_option(*sub, args->torchscript);
   sub->add_option("--device", args->device,
                   "cpu, or cuda:N where this build's LibTorch has CUDA (scripts/build_gpu.sh); default cpu");
-  sub->add_option("--threads", args->threads, "CPU threads (default 1)");
+  sub->add_option("--threads", args->threads, "CPU threads (default 1)")->check(CLI::Range(1, kMaxThreads));
   sub->add_option("--runs", args->runs, "timed runs per layer; the median is kept (default 5)");
   sub->add_option("--warmup", args->warmup, "warm-up runs before timing (default 2)");
   sub->add_flag("--json", args->json, "print the layer library as JSON");
@@ -206,6 +212,12 @@ void add_export_model_command(CLI::App& app, int& exit_code) {
       exit_code = 2;
       return;
     }
+    if (!out->empty())
+      if (Status s = writable_file(*out); !s) {
+        std::cerr << "tapp-cli export-model: --out: " << *out << ": " << s.message() << "\n";
+        exit_code = 2;
+        return;
+      }
     auto g = load_model(*name, *opts);
     if (!g) {
       std::cerr << "tapp-cli export-model: " << g.error_message() << "\n";
@@ -216,9 +228,8 @@ void add_export_model_command(CLI::App& app, int& exit_code) {
     if (out->empty()) {
       std::cout << text;
     } else {
-      std::ofstream f(*out);
-      if (!(f << text)) {
-        std::cerr << "tapp-cli export-model: cannot write " << *out << "\n";
+      if (Status s = write_file(*out, text); !s) {
+        std::cerr << "tapp-cli export-model: --out: " << *out << ": " << s.message() << "\n";
         exit_code = 1;
         return;
       }

@@ -15,8 +15,10 @@
 #include <memory>
 #include <sstream>
 
+#include "common/write_file.h"
 #include "core/cluster.h"
 #include "placer/train_policy.h"
+#include "planners/lower_bound.h"  // memory_admits_placement
 #include "placer/training_set.h"
 #include "profiler/model_loader.h"
 #include "service/cli/commands.h"
@@ -50,6 +52,7 @@ std::string short_name(const std::string& path) {
 
 int train_cmd(const TrainArgs& a) {
   if (a.out.empty()) return bad_input("--out: name the policy file to write");
+  if (Status s = writable_file(a.out); !s) return bad_input("--out: " + a.out + ": " + s.message());
   if (a.iterations <= 0 && !(a.time_budget_s > 0)) return bad_input("give --iterations N or --time-budget S");
   if (a.costs != "auto" && a.costs != "estimated" && a.costs != "profile")
     return bad_input("--costs: unknown source \"" + a.costs + "\"; expected auto, estimated or profile");
@@ -96,11 +99,19 @@ int train_cmd(const TrainArgs& a) {
     clusters.push_back(random_mesh_cluster(rng, cluster_names.back()));
   }
 
+  // A pair where no placement fits the devices' memory teaches nothing: it is
+  // left out, said on stderr, as the product of models and clusters makes some
+  // such pairs natural (a large model on a small cluster); none left is bad input.
   std::vector<TrainProblem> problems;
+  std::vector<std::string> left_out;
   for (size_t m = 0; m < graphs.size(); ++m)
     for (size_t c = 0; c < clusters.size(); ++c) {
       const std::string name = graph_names[m] + " @ " + cluster_names[c];
-      std::cerr << "\rcosts " << (problems.size() + 1) << "/" << graphs.size() * clusters.size() << ": " << name
+      if (Status fits = memory_admits_placement(graphs[m], clusters[c]); !fits) {
+        left_out.push_back(name + ": no placement fits: " + fits.message());
+        continue;
+      }
+      std::cerr << "\rcosts " << (m * clusters.size() + c + 1) << "/" << graphs.size() * clusters.size() << ": " << name
                 << std::string(20, ' ') << std::flush;
       auto costs = load_cost_inputs(graphs[m], clusters[c], a.batch, a.costs, "");
       if (!costs) return bad_input(name + ": " + costs.status().message());
@@ -110,6 +121,8 @@ int train_cmd(const TrainArgs& a) {
       problems.push_back({name, graphs[m], clusters[c], std::move(*model)});
     }
   std::cerr << "\n";
+  for (const std::string& why : left_out) std::cerr << "tapp-cli train-policy: left out " << why << "\n";
+  if (problems.empty()) return bad_input("no model fits any cluster given (see above)");
 
   TrainPolicyOptions o;
   o.iterations = a.iterations;
@@ -200,7 +213,7 @@ void add_train_policy_command(CLI::App& app, int& exit_code) {
   sub->add_option("--checkpoint-every", args->checkpoint_every, "iterations between checkpoints (default 200)")
       ->check(CLI::Range(1, 10000000));
   sub->add_option("--batch", args->batch, "batch size (default 32)")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  sub->add_option("--seed", args->seed, "networks, random problems and sampling seed (default 1)");
+  sub->add_option("--seed", args->seed, "networks, random problems and sampling seed (default 1)")->check(seed_text());
   sub->add_option("--hidden", args->hidden, "hidden width of the networks (default 64)")->check(CLI::Range(4, 1024));
   sub->add_option("--imitation-steps", args->imitation_steps,
                   "supervised steps towards each problem's fastest known plan per iteration (default 1; 0 = REINFORCE alone)")

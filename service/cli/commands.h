@@ -10,6 +10,22 @@
 
 namespace tapp::cli {
 
+// --seed as written: digits only, at most 2^64 - 1 (CLI11 would read "-1" as 2^64 - 1).
+inline CLI::Validator seed_text() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
+          return "expected a non-negative integer, got " + s;
+        try {
+          (void)std::stoull(s);
+        } catch (const std::exception&) {
+          return "at most 18446744073709551615, got " + s;
+        }
+        return "";
+      },
+      "", "seed");
+}
+
 void add_profile_command(CLI::App& app, int& exit_code);       // cmd_profile.cpp (profiler)
 void add_export_model_command(CLI::App& app, int& exit_code);  // cmd_profile.cpp (profiler)
 void add_run_command(CLI::App& app, int& exit_code);           // cmd_run.cpp (runtime)

@@ -292,3 +292,11 @@ TEST_CASE("a device holding a tied lm_head without its embedding keeps its own c
     CHECK(estimate_device_memory(apart, g, c, 4)[2].params == table_bytes);
   }
 }
+
+TEST_CASE("a need beside a device's memory_mb is rounded up, never down to what would fit") {
+  CHECK(mib_rounded_up(int64_t{128} << 20) == "128");
+  CHECK(mib_rounded_up((int64_t{128} << 20) + 1) == "128.01");
+  CHECK(mib_rounded_up((int64_t{128} << 20) + (int64_t{1} << 20) / 16) == "128.07");  // 128.0625
+  CHECK(mib_rounded_up(1) == "0.01");
+  CHECK(mib_rounded_up((int64_t{1} << 60) + 1) == std::to_string((int64_t{1} << 40) + 1));
+}

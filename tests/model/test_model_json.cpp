@@ -168,3 +168,19 @@ TEST_CASE("parameter counts that would overflow are refused naming the layer, ne
   REQUIRE(fine.is_ok());
   CHECK(fine->total_params() == int64_t{100000} * 100000 + 100000);
 }
+
+TEST_CASE("whole numbers written with a decimal point are the integers JSON Schema says they are") {
+  auto g = parse_model_json(R"({"name": "m", "input_shape": [3.0, 8, 8e0],
+      "layers": [{"name": "c", "op": "conv2d", "attrs": {"out": 4.0, "kernel": [3.0, 3], "padding": 1.0}},
+                 {"name": "f", "op": "flatten", "inputs": ["c"]},
+                 {"name": "x", "op": "linear", "inputs": ["f"], "attrs": {"out": 10.0}}]})");
+  REQUIRE_MESSAGE(g.is_ok(), g.error_message());
+  CHECK(g->input_shape == Shape{3, 8, 8});
+  CHECK(g->layers[0].attrs.kernel[0] == 3);
+  CHECK(g->layers[0].attrs.padding[1] == 1);
+  CHECK(parse_error(R"({"name": "m", "input_shape": [2.5], "layers": [{"name": "x", "op": "linear", "attrs": {"out": 2}}]})")
+            .find("input_shape[0]: expected a positive integer") != std::string::npos);
+  CHECK(parse_error(R"({"name": "m", "input_shape": [3, 8, 8],
+      "layers": [{"name": "c", "op": "conv2d", "attrs": {"out": 4, "kernel": [3.5, 3]}}]})")
+            .find("layers[0].attrs.kernel") != std::string::npos);
+}

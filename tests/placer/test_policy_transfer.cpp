@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <random>
@@ -893,16 +894,37 @@ TEST_CASE("tapp-cli train-policy: bad input exits 2 naming it and writes nothing
   r = test::run_cli("train-policy --random-transformers -1 --clusters " + cluster + " --iterations 5 --out " + out, true);
   CHECK(r.exit_code == 2);
   CHECK(r.out.find("--random-transformers") != std::string::npos);
+  // An --out that cannot be written is refused before training, not claimed written after it.
+  r = test::run_cli("train-policy --models mlp --clusters " + cluster + " --iterations 5 --out /nonexistent_tapp/p.pt", true);
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.find("--out: /nonexistent_tapp/p.pt: its folder /nonexistent_tapp does not exist") != std::string::npos);
+  CHECK(r.out.find("trained") == std::string::npos);
+  r = test::run_cli("train-policy --models mlp --clusters " + cluster + " --iterations 5 --out " +
+                        std::filesystem::temp_directory_path().string(), true);
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.find("is a folder") != std::string::npos);
+  r = test::run_cli("train-policy --models mlp --clusters " + cluster + " --iterations 5 --seed -1 --out " + out, true);
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.find("--seed") != std::string::npos);
+  // A cluster where no placement of the model fits: that pair is left out, said; none left is bad input.
+  const std::string tiny = scratch("tiny_cluster.json");
+  std::ofstream(tiny) << "{\"devices\": [{\"name\": \"a\", \"memory_mb\": 1}, {\"name\": \"b\", \"memory_mb\": 1}]}";
+  r = test::run_cli("train-policy --models mlp --clusters " + tiny + " --iterations 2 --costs estimated --out " + out, true);
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.find("left out mlp @ test-scratch-tiny_cluster: no placement fits: layer") != std::string::npos);
+  CHECK(r.out.find("no model fits any cluster given") != std::string::npos);
   CHECK_FALSE(exists(out));
   r = test::run_cli("optimize mlp --devices " + cluster + " --policy " + broken, true);
   CHECK(r.exit_code == 2);
   CHECK(r.out.find("--policy: " + broken) != std::string::npos);
 
   // A good run writes the file, which optimize then starts from.
-  r = test::run_cli("train-policy --models mlp --random-clusters 1 --clusters " + cluster +
-                    " --iterations 6 --costs estimated --out " + out);
+  r = test::run_cli("train-policy --models mlp --random-clusters 1 --clusters " + cluster + "," + tiny +
+                    " --iterations 6 --costs estimated --out " + out, true);
   CHECK(r.exit_code == 0);
   CHECK(r.out.find("trained 6 iterations") != std::string::npos);
+  CHECK(r.out.find("on 2 problems") != std::string::npos);  // mlp on the tiny cluster left out
+  CHECK(r.out.find("left out mlp @ test-scratch-tiny_cluster") != std::string::npos);
   REQUIRE(exists(out));
   r = test::run_cli("optimize mlp --devices " + cluster + " --policy " + out +
                     " --iterations 3 --no-verify --no-baselines --costs estimated --json");
@@ -910,6 +932,7 @@ TEST_CASE("tapp-cli train-policy: bad input exits 2 naming it and writes nothing
   CHECK(r.out.find("\"started_from\": \"" + out + "\"") != std::string::npos);
   std::remove(out.c_str());
   std::remove(broken.c_str());
+  std::remove(tiny.c_str());
 }
 
 TEST_CASE("data parallelism is offered where a k-way split fits each replica, though two halves do not") {

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "service/cli/text_cells.h"
 #include "tests/planners/cli_run.h"
 
 namespace {
@@ -71,6 +72,11 @@ TEST_CASE("tapp-cli plan rejects a bad cluster, planner or evaluator with exit c
   CHECK(measured.exit_code == 2);
   CHECK(measured.out.find("devices[1].speed: 4 cannot be emulated on this host (device \"fast\"; measurement needs "
                           "speed <= 1); use --evaluator simulate") != std::string::npos);
+  Run ran = cli("run mlp --devices " + fast + " --strategy bsp --steps 1", true);  // run has no --evaluator
+  CHECK(ran.exit_code == 2);
+  CHECK(ran.out.find("cannot be emulated on this host") != std::string::npos);
+  CHECK(ran.out.find("simulate the plan instead: tapp-cli plan") != std::string::npos);
+  CHECK(ran.out.find("--evaluator") == std::string::npos);
   std::string cluster = write_temp("cluster.json", kCluster);
   Run p = cli("plan mlp --devices " + cluster + " --planner magic --costs estimated", true);
   CHECK(p.exit_code == 2);
@@ -95,6 +101,55 @@ TEST_CASE("a folder where a file is expected is refused with exit code 2 naming 
     CHECK(r.out.find(folder) != std::string::npos);
     CHECK(r.out.find("is a folder, not a file") != std::string::npos);
   }
+}
+
+TEST_CASE("an output file that cannot be written is refused with exit code 2 before any work, by every command") {
+  const std::string cluster = write_temp("cluster.json", kCluster);
+  const std::string missing = "/nonexistent_tapp_folder/out.json";
+  const std::string folder = std::filesystem::temp_directory_path().string();
+  for (const std::string& args : std::vector<std::string>{
+           "plan mlp --devices " + cluster + " --costs estimated --out ", "optimize mlp --devices " + cluster +
+        " --costs estimated --no-verify --iterations 2 --out ", "export-model mlp --out ",
+        "calibrate mlp --devices " + cluster + " --no-store --save ", "calibrate mlp --devices " + cluster + " --out ",
+        "train-policy --models mlp --clusters " + cluster + " --iterations 2 --out "}) {
+    for (const std::string& out : {missing, folder}) {
+      INFO(args, out);
+      Run r = cli(args + out, true);
+      CHECK(r.exit_code == 2);
+      CHECK(r.out.find(out + ": ") != std::string::npos);
+      CHECK(r.out.find(out == missing ? "does not exist" : "is a folder, not a file") != std::string::npos);
+      CHECK(r.out.find("placement") == std::string::npos);  // refused before planning, not after printing a plan
+    }
+  }
+}
+
+TEST_CASE("a seed or a flag out of its range is refused with exit code 2 naming it") {
+  const std::string cluster = write_temp("cluster.json", kCluster);
+  for (const std::string& args : std::vector<std::string>{
+           "plan mlp --devices " + cluster + " --costs estimated --seed -1",
+        "optimize mlp --devices " + cluster + " --costs estimated --no-verify --iterations 2 --seed -1",
+        "optimize mlp --devices " + cluster + " --costs estimated --no-verify --iterations 2 --seed 99999999999999999999",
+        "run mlp --devices " + cluster + " --strategy single --steps 1 --seed 1.5"}) {
+    INFO(args);
+    Run r = cli(args, true);
+    CHECK(r.exit_code == 2);
+    CHECK(r.out.find("--seed") != std::string::npos);
+  }
+  Run tpu = cli("profile mlp --estimate --device tpu", true);
+  CHECK(tpu.exit_code == 2);
+  CHECK(tpu.out.find("--device tpu") != std::string::npos);
+  Run threads = cli("profile mlp --estimate --threads 100000", true);
+  CHECK(threads.exit_code == 2);
+  CHECK(threads.out.find("--threads") != std::string::npos);
+}
+
+TEST_CASE("a value wider than its column never runs into its neighbour") {
+  using tapp::cli::cell;
+  using tapp::cli::label;
+  CHECK(cell("1.00x", 8) == "   1.00x");
+  CHECK(cell("43389660.0", 8) == " 43389660.0");
+  CHECK(label("TAPP (policy)", 8) + cell("0.75", 2) == "TAPP (policy)  0.75");
+  CHECK(label("dp", 4) == "dp  ");
 }
 
 TEST_CASE("tapp-cli plan --placement refuses what the file cannot say by itself with exit code 2 naming the field") {

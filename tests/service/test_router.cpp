@@ -190,6 +190,19 @@ TEST_CASE("a device's layer library is a file on the server: a request may not n
   CHECK(f.post(fast).result_int() == 202);  // a device faster than this host, planned by simulation
 }
 
+TEST_CASE("an inline layer graph may not name a TorchScript file on the server") {
+  Fixture f;
+  const std::string layers =
+      R"([{"name": "t", "op": "torchscript", "attrs": {"file": "/etc/shadow", "hash": "0123456789abcdef",
+           "nodes": [0, 1], "output_shape": [10]}}, {"name": "fc", "op": "linear", "inputs": ["t"], "attrs": {"out": 2}}])";
+  const std::string body = R"({"model": {"name": "m", "input_shape": [10], "layers": )" + layers +
+                           R"(}, "cluster": {"devices": [{"name": "a"}]}})";
+  check_error(f.post(body), 403, "model.layers[0].attrs.file");
+  const std::string plain = R"({"model": {"name": "m", "input_shape": [10], "layers": [{"name": "fc", "op": "linear",
+      "attrs": {"out": 2}}]}, "cluster": {"devices": [{"name": "a"}]}})";
+  CHECK(f.post(plain).result_int() == 202);
+}
+
 TEST_CASE("an uploaded TorchScript file is stored with the job, never passed as a path") {
   Fixture f;
   std::string body = std::string(R"({"model_file": {"name": "net.pt", "base64": ")") + base64_encode("PK\x03\x04 torchscript") +
