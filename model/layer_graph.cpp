@@ -52,6 +52,7 @@ const std::map<std::string, std::string>& op_classes() {
 
 int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p, bool ceil_mode) {
   int64_t span = in + 2 * p - k;
+  if (span < 0) return 0;  // the window is larger than the padded input: PyTorch's "output size is too small"
   int64_t out = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
   // PyTorch: the last window must start inside the input or left padding.
   if (ceil_mode && (out - 1) * s >= in + p) --out;

@@ -336,6 +336,9 @@ Result<std::shared_ptr<PolicyNetworks>> load_policy_bytes(const std::string& byt
         if (!a.try_read(names[i] + part, t)) return Status::error(path + ": policy file lacks " + names[i] + part);
         torch::Tensor& dst = std::string(part) == ".weight" ? (*layers[i])->weight : (*layers[i])->bias;
         if (t.sizes() != dst.sizes()) return Status::error(path + ": " + names[i] + part + " has the wrong shape");
+        // A NaN or infinite weight makes every decision NaN: a corrupt file, whatever its format says.
+        if (!t.isfinite().all().item<bool>())
+          return Status::error(path + ": " + names[i] + part + " holds a NaN or infinite value (corrupt policy file)");
         dst.copy_(t);
       }
   } catch (const std::exception& e) {

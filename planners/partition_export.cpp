@@ -386,6 +386,15 @@ Result<PartitionExport> export_partition(const Placement& p, const LayerGraph& g
   if (batch_size > 0) {
     const int64_t per_replica = (batch_size + e.data_parallel_degree - 1) / e.data_parallel_degree;
     e.micro_batch_size = (per_replica + e.micro_batches - 1) / e.micro_batches;
+    // DeepSpeed and Megatron train micro-batch size x micro-batches x replicas samples a step.
+    const int64_t trained = e.micro_batch_size * e.micro_batches * e.data_parallel_degree;
+    if (trained != batch_size && (format == PartitionFormat::deepspeed || format == PartitionFormat::megatron))
+      e.notes.push_back("the batch of " + std::to_string(batch_size) + " does not split into " +
+                        std::to_string(e.data_parallel_degree) + " replica(s) x " + std::to_string(e.micro_batches) +
+                        " equal micro-batches, which " + partition_format_name(format) +
+                        " needs: these settings train " + std::to_string(trained) +
+                        " samples a step; a batch that is a multiple of " +
+                        std::to_string(int64_t{e.data_parallel_degree} * e.micro_batches) + " trains the plan's");
   }
   for (const PipelineStage& s : e.stages) {
     e.balance.push_back(s.num_layers());

@@ -39,11 +39,24 @@ void start_from_stored_policy(OptimizeRequest& r, const OptimizeJobSettings& set
   r.initial_policy_name = name;
 }
 
+// The job's copy of an upload is a path on the server; its errors name the
+// file the user sent instead (model_file "net.pt").
+Status naming_upload(const Status& s, const std::string& path, const std::string& name) {
+  std::string m = s.message();
+  const std::string as_sent = "model_file \"" + name + "\"";
+  for (size_t at = m.find(path); at != std::string::npos; at = m.find(path, at + as_sent.size()))
+    m.replace(at, path.size(), as_sent);
+  return Status::coded(s.code(), m).at_field(s.field());
+}
+
 }  // namespace
 
 Result<json> run_optimize_job(const JobInput& input, const OptimizeJobSettings& settings, const ProgressFn& progress,
                               const std::atomic<bool>& cancel) {
   json request = without_service_options(input.request);
+  const json sent = request.value("model_file", json::object());
+  const std::string upload_name = sent.is_object() && sent.value("name", json()).is_string()
+                                      ? sent["name"].get<std::string>() : "upload.pt";
   request.erase("model_file");
   Result<OptimizeRequest> parsed = optimize_request_from_json(request);
   if (!parsed) return parsed.status();
@@ -56,6 +69,7 @@ Result<json> run_optimize_job(const JobInput& input, const OptimizeJobSettings& 
   }
   start_from_stored_policy(*parsed, settings);
   Result<json> result = optimize(*parsed, progress, cancel);
+  if (!result && !input.upload.empty()) return naming_upload(result.status(), parsed->model, upload_name);
   if (result)  // a step of 0, infinity or NaN is a failed job, never a result
     if (Status s = check_result_figures(*result); !s) return s;
   return result;

@@ -7,7 +7,13 @@
 // Startup recovers jobs a previous run left mid-way (re-queued once each).
 // SIGINT/SIGTERM stop it cleanly; SIGKILL loses nothing committed.
 #include <CLI/CLI.hpp>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <sstream>
@@ -50,6 +56,24 @@ int run_optimize_job_child(const JobChildArgs& args, const std::set<std::string>
       return run_optimize_job(input, settings, progress, cancel);
     };
   });
+}
+
+// One server per database: a second would recover the jobs the first is
+// running and run them again. The lock is the kernel's (flock on DB.lock,
+// released when the process ends, however it ends), so a crashed server
+// leaves none behind; job children do not inherit it (O_CLOEXEC).
+Status hold_database_lock(const std::string& db) {
+  const std::string lock = db + ".lock";
+  const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::error("cannot create the lock file " + lock + ": " + std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int e = errno;
+    ::close(fd);
+    if (e == EWOULDBLOCK)
+      return Status::error("in use by another tapp-server (it holds " + lock + "); give each server its own --db");
+    return Status::error("cannot lock " + lock + ": " + std::strerror(e));
+  }
+  return Status::ok();  // fd stays open for the server's lifetime
 }
 
 std::string own_binary() {
@@ -155,9 +179,13 @@ int main(int argc, char** argv) {
   if (Result<std::string> s = read_file(schemas_dir + "/openapi.json")) app.openapi_json = *s;
   if (Result<std::string> s = read_file(schemas_dir + "/job.schema.json")) app.job_schema_json = *s;
 
+  if (Status locked = hold_database_lock(db); !locked) {
+    std::cerr << "tapp-server: --db " << db << ": " << locked.message() << "\n";
+    return 2;
+  }
   Result<std::unique_ptr<JobStore>> store = JobStore::open(db);
   if (!store) {
-    std::cerr << store.error_message() << "\n";
+    std::cerr << "tapp-server: --db " << db << ": " << store.error_message() << "\n";
     return 1;
   }
   Result<std::vector<std::string>> queued = (*store)->recover();

@@ -8,6 +8,7 @@
 // Token: $TAPP_TOKEN, or --token-file for `jobs`.
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -16,8 +17,10 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "common/read_file.h"
+#include "common/write_file.h"
 #include "service/cli/commands.h"
 #include "service/cli/progress_bar.h"
 #include "service/http_client.h"
@@ -58,6 +61,21 @@ int report_error(const std::string& what, const Result<HttpReply>& r) {
   if (r->status == 503 && r->headers.count("retry-after"))
     std::cerr << "  (retry after " << r->headers.at("retry-after") << " s)\n";
   return r->status >= 400 && r->status < 500 ? 2 : 1;
+}
+
+// An answer no tapp-server sends (another program on the port, a proxy's
+// page, a server of another version): said with the URL, exit 1, never a crash.
+int unexpected_answer(const std::string& what, const std::string& server_url, const std::string& why) {
+  std::cerr << what << ": unexpected answer from " << server_url << ": " << why << " (is it a tapp-server?)\n";
+  return 1;
+}
+
+// A job id as the server makes them: safe to put in a URL path.
+bool plausible_job_id(const json& id) {
+  if (!id.is_string() || id.get<std::string>().empty() || id.get<std::string>().size() > 64) return false;
+  for (char c : id.get<std::string>())
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_')) return false;
+  return true;
 }
 
 std::string num(const json& v, int digits = 2) {
@@ -154,13 +172,16 @@ int list_jobs(const std::string& server_url, const std::string& status, int limi
   Result<HttpReply> r = service::http_call(*url, "GET", target, "", auth_headers(token_file), 15);
   if (!r || r->status != 200) return report_error("tapp-cli jobs", r);
   json page = json::parse(r->body, nullptr, false);
+  if (!page.is_object() || !page.contains("jobs") || !page["jobs"].is_array())
+    return unexpected_answer("tapp-cli jobs", server_url, "expected an object with a jobs array");
   if (as_json) {
     std::cout << page.dump(2) << "\n";
     return 0;
   }
   std::cout << std::left << std::setw(16) << "id" << std::setw(12) << "status" << std::setw(16) << "model"
             << std::setw(12) << "iteration" << std::setw(14) << "best ms" << "created\n";
-  for (const json& j : page.value("jobs", json::array())) {
+  for (const json& j : page["jobs"]) {
+    if (!j.is_object()) return unexpected_answer("tapp-cli jobs", server_url, "a job that is not an object");
     const json& p = j.value("progress", json());
     std::string it = p.is_object() ? std::to_string(p.value("iteration", 0)) +
                                          (p.value("total_iterations", 0) ? "/" + std::to_string(p.value("total_iterations", 0)) : "")
@@ -173,6 +194,85 @@ int list_jobs(const std::string& server_url, const std::string& status, int limi
   }
   std::cout << page.value("total", 0) << " job(s)\n";
   return 0;
+}
+
+// Follows the job to its end; then the result as a local run gives it, and
+// its placement (and AL plan) written to `out` (`al_out`) where named.
+int follow_job(const ServerUrl& url, const std::string& server_url, const std::string& request_json,
+               bool json_output, const std::string& out, const std::string& al_out) {
+  auto headers = auth_headers("");
+  auto post_headers = headers;
+  post_headers["Content-Type"] = "application/json";
+  Result<HttpReply> r = service::http_call(url, "POST", "/placements", request_json, post_headers, 60);
+  if (!r || r->status != 202) return report_error("tapp-cli optimize --server", r);
+  const json posted = json::parse(r->body, nullptr, false);
+  if (!posted.is_object() || !plausible_job_id(posted.value("id", json())))
+    return unexpected_answer("tapp-cli optimize --server", server_url, "expected {\"id\": ...} for the job submitted");
+  const std::string id = posted["id"].get<std::string>();
+  bool tty = isatty(fileno(stderr));
+  std::cerr << "submitted job " << id << " to " << server_url << "\n";
+  auto previous = std::signal(SIGINT, on_sigint);
+  std::string last_line;
+  json job;
+  int failures = 0;
+  for (;;) {
+    if (g_interrupted) {
+      service::http_call(url, "DELETE", "/placements/" + id, "", headers, 10);
+      std::cerr << (tty ? "\n" : "") << "interrupted: cancelled job " << id << "\n";
+      std::signal(SIGINT, previous);
+      return 130;
+    }
+    Result<HttpReply> g = service::http_call(url, "GET", "/placements/" + id, "", headers, 15);
+    if (!g || g->status != 200) {
+      if (++failures >= 10) return report_error("tapp-cli optimize --server: following job " + id, g);
+    } else {
+      job = json::parse(g->body, nullptr, false);
+      if (!job.is_object() || !job.value("status", json()).is_string()) {
+        if (++failures >= 10)
+          return unexpected_answer("tapp-cli optimize --server", server_url, "job " + id + " has no status");
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        continue;
+      }
+      failures = 0;
+      std::string line = progress_line(job, tty);
+      if (tty) {
+        std::cerr << "\r\033[K" << line << std::flush;
+      } else if (line != last_line) {
+        std::cerr << line << "\n";
+      }
+      last_line = line;
+      std::string st = job.value("status", "");
+      if (st == "succeeded" || st == "failed" || st == "cancelled") break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  std::signal(SIGINT, previous);
+  if (tty) std::cerr << "\n";
+  std::string st = job.value("status", "");
+  if (st == "succeeded" && !job.value("result", json()).is_object())
+    return unexpected_answer("tapp-cli optimize --server", server_url, "job " + id + " succeeded without a result");
+  if (st == "succeeded")
+    for (const auto& [flag, path, plan] :
+         {std::tuple<const char*, const std::string&, json>{"--out", out, job["result"].value("placement", json())},
+          {"--al-out", al_out, job["result"].value("al", json::object()).value("placement", json())}}) {
+      if (path.empty()) continue;
+      if (!plan.is_object()) {
+        std::cerr << "tapp-cli optimize --server: " << flag << ": the job's result has no such plan to write\n";
+        return 1;
+      }
+      if (Status s = write_file(path, plan.dump(2) + "\n"); !s) {
+        std::cerr << "tapp-cli optimize --server: " << flag << ": " << path << ": " << s.message() << "\n";
+        return 1;
+      }
+    }
+  if (json_output) {
+    std::cout << (st == "succeeded" ? job["result"] : job).dump(2) << "\n";
+  } else if (st == "succeeded") {
+    print_result(job);
+  } else {
+    std::cerr << "job " << id << " " << st << ": " << job.value("error", "") << "\n";
+  }
+  return st == "succeeded" ? 0 : 1;
 }
 
 }  // namespace
@@ -190,63 +290,27 @@ void add_jobs_command(CLI::App& app, int& exit_code) {
   sub->add_option("--limit", *limit, "at most this many (newest first)")->check(CLI::Range(1, 500))->capture_default_str();
   sub->add_option("--token-file", *token_file, "bearer token file (default: $TAPP_TOKEN)");
   sub->add_flag("--json", *as_json, "print the server's JSON");
-  sub->callback([=, &exit_code] { exit_code = list_jobs(*server, *status, *limit, *as_json, *token_file); });
+  sub->callback([=, &exit_code] {
+    try {
+      exit_code = list_jobs(*server, *status, *limit, *as_json, *token_file);
+    } catch (const json::exception& e) {  // a field of another type than the server's: never std::terminate
+      exit_code = unexpected_answer("tapp-cli jobs", *server, e.what());
+    }
+  });
 }
 
-int optimize_on_server(const std::string& server_url, const std::string& request_json, bool json_output) {
+int optimize_on_server(const std::string& server_url, const std::string& request_json, bool json_output,
+                       const std::string& out, const std::string& al_out) {
   Result<ServerUrl> url = service::parse_server_url(server_url);
   if (!url) {
     std::cerr << url.error_message() << "\n";
     return 2;
   }
-  auto headers = auth_headers("");
-  auto post_headers = headers;
-  post_headers["Content-Type"] = "application/json";
-  Result<HttpReply> r = service::http_call(*url, "POST", "/placements", request_json, post_headers, 60);
-  if (!r || r->status != 202) return report_error("tapp-cli optimize --server", r);
-  std::string id = json::parse(r->body).value("id", "");
-  bool tty = isatty(fileno(stderr));
-  std::cerr << "submitted job " << id << " to " << server_url << "\n";
-  auto previous = std::signal(SIGINT, on_sigint);
-  std::string last_line;
-  json job;
-  int failures = 0;
-  for (;;) {
-    if (g_interrupted) {
-      service::http_call(*url, "DELETE", "/placements/" + id, "", headers, 10);
-      std::cerr << (tty ? "\n" : "") << "interrupted: cancelled job " << id << "\n";
-      std::signal(SIGINT, previous);
-      return 130;
-    }
-    Result<HttpReply> g = service::http_call(*url, "GET", "/placements/" + id, "", headers, 15);
-    if (!g || g->status != 200) {
-      if (++failures >= 10) return report_error("tapp-cli optimize --server: following job " + id, g);
-    } else {
-      failures = 0;
-      job = json::parse(g->body, nullptr, false);
-      std::string line = progress_line(job, tty);
-      if (tty) {
-        std::cerr << "\r\033[K" << line << std::flush;
-      } else if (line != last_line) {
-        std::cerr << line << "\n";
-      }
-      last_line = line;
-      std::string st = job.value("status", "");
-      if (st == "succeeded" || st == "failed" || st == "cancelled") break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  try {
+    return follow_job(*url, server_url, request_json, json_output, out, al_out);
+  } catch (const json::exception& e) {  // a field of another type than the server's: never std::terminate
+    return unexpected_answer("tapp-cli optimize --server", server_url, e.what());
   }
-  std::signal(SIGINT, previous);
-  if (tty) std::cerr << "\n";
-  std::string st = job.value("status", "");
-  if (json_output) {
-    std::cout << (st == "succeeded" ? job["result"] : job).dump(2) << "\n";
-  } else if (st == "succeeded") {
-    print_result(job);
-  } else {
-    std::cerr << "job " << id << " " << st << ": " << job.value("error", "") << "\n";
-  }
-  return st == "succeeded" ? 0 : 1;
 }
 
 }  // namespace tapp::cli

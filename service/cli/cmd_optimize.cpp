@@ -362,7 +362,7 @@ void run(const Args& a, int& exit_code) {
       exit_code = 2;
       return;
     }
-    exit_code = optimize_on_server(a.server, body.dump(), a.json_output);
+    exit_code = optimize_on_server(a.server, body.dump(), a.json_output, a.out, a.al_out);
     return;
   }
   Result<OptimizeRequest> req = optimize_request_from_json(body);

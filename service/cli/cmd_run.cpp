@@ -264,7 +264,18 @@ void add_run_command(CLI::App& app, int& exit_code) {
   sub->add_option("--warmup", args->warmup, "warm-up steps (default " + std::to_string(kWarmupSteps) + ")")->check(CLI::Range(0, 100000));
   sub->add_option("--batch", args->batch, "batch size")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   sub->add_option("--seed", args->seed, "weights and data seed")->check(seed_text());
-  sub->add_option("--lr", args->lr, "learning rate (SGD: momentum 0.9)");
+  sub->add_option("--lr", args->lr, "learning rate (SGD: momentum 0.9)")
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {  // CLI::Range lets NaN through
+            double v = 0;
+            try {
+              v = std::stod(s);
+            } catch (const std::exception&) {
+              return "expected a number, got " + s;
+            }
+            return v > 0 && v <= 1e3 ? "" : "must be in (0, 1000], got " + s;
+          },
+          "", "learning rate"));
   sub->add_option("--optimizer", args->optimizer, "sgd (with momentum) | adam; default: the placement's (sgd)")
       ->check(CLI::IsMember({"sgd", "adam"}));
   sub->add_option("--timeout", args->timeout_s, "seconds without worker progress before giving up");
@@ -280,7 +291,8 @@ void add_run_command(CLI::App& app, int& exit_code) {
   blocks->excludes(pl);
   sched->excludes(st);
   sub->add_option("--micro-batches", args->micro_batches, "with --al-blocks: micro-batches (default 4)")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(CLI::Range(1, 1 << 20))
+      ->needs(blocks);  // a placement says its own
   sub->add_option("--al-target-width", args->al_target_width, "AL's target width d (default 128)")
       ->check(CLI::Range(int64_t{1}, int64_t{65536}));
   sub->add_flag("--json", args->json, "print the StepReport as JSON");

@@ -39,6 +39,8 @@ void add_jobs_command(CLI::App& app, int& exit_code);          // cmd_jobs.cpp (
 // `tapp-cli optimize --server URL`: submits the request JSON (POST /placements
 // body) to a tapp-server and follows the job with a progress bar; returns the
 // exit code. Defined by the service (cmd_jobs.cpp).
-int optimize_on_server(const std::string& server_url, const std::string& request_json, bool json_output);
+// Its placement (and AL plan) is written to `out` (`al_out`) where named.
+int optimize_on_server(const std::string& server_url, const std::string& request_json, bool json_output,
+                       const std::string& out, const std::string& al_out);
 
 }  // namespace tapp::cli

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -311,6 +312,30 @@ TEST_CASE("a policy file that is missing, truncated, corrupt or of another featu
     a.write("weights", torch::zeros({2}));
     a.save_to(bad);
     CHECK(load_policy_networks(bad).error_message().find("not a TAPP policy file") != std::string::npos);
+  }
+  // A well-formed file whose weights hold a NaN: every decision would be NaN.
+  {
+    torch::serialize::InputArchive in;
+    in.load_from(good);
+    torch::serialize::OutputArchive out;
+    int poisoned = 0;
+    for (const std::string& key : in.keys()) {
+      torch::Tensor t;
+      c10::IValue v;
+      if (in.try_read(key, t)) {
+        t = t.clone();
+        if (key.find(".weight") != std::string::npos && poisoned++ == 0) t.view(-1)[0] = std::numeric_limits<float>::quiet_NaN();
+        out.write(key, t);
+      } else {
+        REQUIRE(in.try_read(key, v));
+        out.write(key, v);
+      }
+    }
+    REQUIRE(poisoned > 0);
+    out.save_to(bad);
+    auto r = load_policy_networks(bad);
+    REQUIRE_FALSE(r.is_ok());
+    CHECK(r.error_message().find("holds a NaN or infinite value (corrupt policy file)") != std::string::npos);
   }
   std::remove(good.c_str());
   std::remove(bad.c_str());

@@ -289,3 +289,25 @@ TEST_CASE("a placement over a device's memory is still broken down, and the brea
   CHECK(has(b->memory_error, "device '" + c.devices[over].name + "'"));
   CHECK(b->stages[1].devices[0].peak_memory_bytes > 1048576);
 }
+
+TEST_CASE("a batch that does not split into equal micro-batches is said where the format needs them equal") {
+  const LayerGraph g = linear_chain({16, 16, 16, 16, 16, 10});
+  const Cluster c = devices(2);
+  Placement p = placement({0, 0, 0, 1, 1, 1}, {0, 1});
+  p.micro_batches = 3;
+  for (PartitionFormat f : {PartitionFormat::deepspeed, PartitionFormat::megatron}) {
+    auto uneven = export_partition(p, g, c, f, 8);
+    REQUIRE(uneven.is_ok());
+    CHECK(uneven->micro_batch_size == 3);
+    bool said = false;
+    for (const std::string& n : uneven->notes)
+      said = said || n.find("the batch of 8 does not split into 1 replica(s) x 3 equal micro-batches") != std::string::npos;
+    CHECK_MESSAGE(said, partition_format_name(f));
+    auto even = export_partition(p, g, c, f, 9);
+    REQUIRE(even.is_ok());
+    for (const std::string& n : even->notes) CHECK(n.find("does not split") == std::string::npos);
+  }
+  auto pipe = export_partition(p, g, c, PartitionFormat::pipe, 8);  // torch's Pipe chunks unevenly itself
+  REQUIRE(pipe.is_ok());
+  for (const std::string& n : pipe->notes) CHECK(n.find("does not split") == std::string::npos);
+}

@@ -79,6 +79,22 @@ TEST_CASE("the real job names a bad stored request's field") {
   CHECK(result.error_message().rfind("options.seed: ", 0) == 0);
 }
 
+TEST_CASE("an uploaded model that cannot be read is named as the user sent it, not by the server's copy") {
+  auto dir = testing::temp_dir("optimize-job");
+  OptimizeJobSettings settings{dir + "/work", {}, nullptr};
+  JobInput input{"j5",
+                 json{{"model", "upload:net.pt"},
+                      {"model_file", {{"name", "net.pt"}, {"bytes", 17}}},
+                      {"cluster", {{"devices", {{{"name", "a"}}}}}},
+                      {"options", {{"iterations", 2}}}},
+                 "PK\x03\x04 not a module"};
+  std::atomic<bool> cancel{false};
+  Result<json> result = run_optimize_job(input, settings, nullptr, cancel);
+  REQUIRE_FALSE(result.is_ok());
+  CHECK_MESSAGE(result.error_message().find("model_file \"net.pt\"") != std::string::npos, result.error_message());
+  CHECK_MESSAGE(result.error_message().find(dir) == std::string::npos, result.error_message());
+}
+
 TEST_CASE("the real job starts from the newest stored policy unless options.policy is fresh, and says which") {
   auto dir = testing::temp_dir("optimize-job-policy");
   auto store = std::move(JobStore::open(dir + "/jobs.db").value());

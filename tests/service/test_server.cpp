@@ -2,8 +2,14 @@
 // success, cancel, auth and slow clients over sockets, and a restart after
 // SIGKILL with nothing lost.
 #include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <functional>
 #include <fstream>
 #include <set>
 #include <thread>
@@ -234,4 +240,108 @@ TEST_CASE("tapp-cli optimize --server follows a job to its result and tapp-cli j
   // An unreachable server is a failure (1), not a hang.
   rc = run(cli + " jobs --server http://127.0.0.1:1 2>&1", out);
   CHECK(rc == 1);
+  // --out with --server: the job's placement, written here.
+  const std::string placement = dir + "/placement.json";
+  rc = run(cli + " optimize mlp --devices " + TAPP_SOURCE_DIR + "/examples/cluster_2cpu.json --iterations 7 --server " +
+               url + " --out " + placement + " 2>/dev/null",
+           out);
+  CHECK(rc == 0);
+  std::ifstream written(placement);
+  json p = json::parse(written, nullptr, false);
+  REQUIRE(p.is_object());
+  CHECK(p["groups"].size() == 2);
+}
+
+TEST_CASE("a second tapp-server on the same database is refused: it would run the first one's jobs again") {
+  auto dir = testing::temp_dir("db_lock");
+  testing::ServerProcess first;
+  REQUIRE(first.start_fake(dir + "/jobs.db", 5));
+  std::string out;
+  const std::string server = std::string(TAPP_BIN_DIR) + "/tapp-server";
+  CHECK(run("timeout 30 " + server + " --port 0 --db " + dir + "/jobs.db 2>&1", out) == 2);
+  CHECK(out.find("--db " + dir + "/jobs.db: in use by another tapp-server") != std::string::npos);
+  first.stop();
+  // Once the first has ended, a server starts on it again (the kernel dropped the lock).
+  testing::ServerProcess second;
+  CHECK(second.start_fake(dir + "/jobs.db", 5));
+}
+
+namespace {
+
+// A program on a port that is not a tapp-server: every request gets the
+// answer `reply(method)` gives (status and body), then the connection closes.
+class CannedServer {
+ public:
+  using Reply = std::function<std::pair<int, std::string>(const std::string& method)>;
+  explicit CannedServer(Reply reply) : reply_(std::move(reply)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(fd_, 8) == 0);
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~CannedServer() {
+    stop_ = true;
+    thread_.join();
+    ::close(fd_);
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      const int c = ::accept(fd_, nullptr, nullptr);
+      if (c < 0) continue;
+      std::string request;
+      char buf[4096];
+      for (ssize_t n; request.find("\r\n\r\n") == std::string::npos && (n = ::read(c, buf, sizeof buf)) > 0;)
+        request.append(buf, static_cast<size_t>(n));
+      const auto [status, body] = reply_(request.substr(0, request.find(' ')));
+      const std::string answer = "HTTP/1.1 " + std::to_string(status) + " X\r\nContent-Type: application/json\r\n" +
+                                 "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+      (void)!::write(c, answer.data(), answer.size());
+      ::close(c);
+    }
+  }
+  Reply reply_;
+  int fd_ = -1, port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace
+
+TEST_CASE("tapp-cli as a client: an answer no tapp-server gives is exit 1 naming the URL, never a crash") {
+  const std::string cli = std::string(TAPP_BIN_DIR) + "/tapp-cli";
+  const std::string optimize = cli + " optimize mlp --devices " + TAPP_SOURCE_DIR + "/examples/cluster_2cpu.json --server ";
+  std::string out;
+  for (const std::string& page : {std::string("not json {"), std::string(R"({"jobs": "nope"})"), std::string("[1, 2]"),
+                                  std::string(R"({"jobs": [{"id": 5, "status": null}]})")}) {
+    INFO(page);
+    CannedServer fake([&](const std::string&) { return std::make_pair(200, page); });
+    CHECK(run(cli + " jobs --server " + fake.url() + " 2>&1", out) == 1);
+    CHECK(out.find("unexpected answer from " + fake.url()) != std::string::npos);
+  }
+  {
+    CannedServer fake([](const std::string&) { return std::make_pair(202, std::string(R"({"id": 123, "status": "queued"})")); });
+    CHECK(run(optimize + fake.url() + " 2>&1", out) == 1);
+    CHECK(out.find("unexpected answer from " + fake.url()) != std::string::npos);
+  }
+  {
+    CannedServer fake([](const std::string& method) {
+      return method == "POST" ? std::make_pair(202, std::string(R"({"id": "j1", "url": 7})"))
+                              : std::make_pair(200, std::string(R"({"status": "succeeded"})"));
+    });
+    const std::string placement = testing::temp_dir("canned") + "/p.json";
+    CHECK(run(optimize + fake.url() + " --out " + placement + " 2>&1", out) == 1);
+    CHECK(out.find("job j1 succeeded without a result") != std::string::npos);
+    CHECK_FALSE(std::ifstream(placement).good());
+  }
 }
