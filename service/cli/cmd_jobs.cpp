@@ -196,6 +196,25 @@ int list_jobs(const std::string& server_url, const std::string& status, int limi
   return 0;
 }
 
+// A succeeded job's placement (and AL plan) written where --out (--al-out)
+// names; false after saying why.
+bool write_job_plans(const json& result, const std::string& out, const std::string& al_out) {
+  for (const auto& [flag, path, plan] :
+       {std::tuple<const char*, const std::string&, json>{"--out", out, result.value("placement", json())},
+        {"--al-out", al_out, result.value("al", json::object()).value("placement", json())}}) {
+    if (path.empty()) continue;
+    if (!plan.is_object()) {
+      std::cerr << "tapp-cli optimize --server: " << flag << ": the job's result has no such plan to write\n";
+      return false;
+    }
+    if (Status s = write_file(path, plan.dump(2) + "\n"); !s) {
+      std::cerr << "tapp-cli optimize --server: " << flag << ": " << path << ": " << s.message() << "\n";
+      return false;
+    }
+  }
+  return true;
+}
+
 // Follows the job to its end; then the result as a local run gives it, and
 // its placement (and AL plan) written to `out` (`al_out`) where named.
 int follow_job(const ServerUrl& url, const std::string& server_url, const std::string& request_json,
@@ -251,20 +270,7 @@ int follow_job(const ServerUrl& url, const std::string& server_url, const std::s
   std::string st = job.value("status", "");
   if (st == "succeeded" && !job.value("result", json()).is_object())
     return unexpected_answer("tapp-cli optimize --server", server_url, "job " + id + " succeeded without a result");
-  if (st == "succeeded")
-    for (const auto& [flag, path, plan] :
-         {std::tuple<const char*, const std::string&, json>{"--out", out, job["result"].value("placement", json())},
-          {"--al-out", al_out, job["result"].value("al", json::object()).value("placement", json())}}) {
-      if (path.empty()) continue;
-      if (!plan.is_object()) {
-        std::cerr << "tapp-cli optimize --server: " << flag << ": the job's result has no such plan to write\n";
-        return 1;
-      }
-      if (Status s = write_file(path, plan.dump(2) + "\n"); !s) {
-        std::cerr << "tapp-cli optimize --server: " << flag << ": " << path << ": " << s.message() << "\n";
-        return 1;
-      }
-    }
+  if (st == "succeeded" && !write_job_plans(job["result"], out, al_out)) return 1;
   if (json_output) {
     std::cout << (st == "succeeded" ? job["result"] : job).dump(2) << "\n";
   } else if (st == "succeeded") {

@@ -3,6 +3,7 @@
 // Each add_*_command registers its subcommand on the app and a callback that
 // runs it; the callback stores the process exit code in `exit_code`
 // (0 ok, 1 failure, 2 bad input). main.cpp only wires them together.
+// Also the flag checks several subcommands share (seed_text).
 #pragma once
 
 #include <CLI/CLI.hpp>
