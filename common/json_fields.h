@@ -88,10 +88,9 @@ Status read(const nlohmann::json& j, const std::string& key, T& out, const std::
   } else if constexpr (std::is_integral_v<T>) {
     // JSON Schema's "integer", which the schemas use, includes 5.0 and 1e1; 2.5 is not one.
     if (it->is_number_float()) {
-      const double v = it->template get<double>();
-      if (!(std::fabs(v) <= 9007199254740992.0 && v == std::floor(v)))  // exact in a double (NaN fails too)
-        return field_error(where, "expected an integer, got " + type_name(*it));
-      return read(nlohmann::json{{key, static_cast<int64_t>(v)}}, key, out, path, required);
+      int64_t v = 0;
+      if (!integer_value(*it, v)) return field_error(where, "expected an integer, got " + type_name(*it));
+      return read(nlohmann::json{{key, v}}, key, out, path, required);
     }
     if (!it->is_number_integer()) return field_error(where, "expected an integer, got " + type_name(*it));
     // nlohmann's get<T> truncates silently; refuse what T cannot hold.

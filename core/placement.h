@@ -217,14 +217,14 @@ int64_t micro_batches_in_flight(Schedule schedule, int micro_batches, int stages
 // memory of its largest layers. For a chain on distinct devices this is exactly what
 // estimate_device_memory adds up (tests/core checks it); on a DAG it is an
 // upper bound (a cut also counts edges that jump over the stage).
-// An lm_head and the token_embedding whose table it reads: a device that holds
-// the head without the embedding keeps its own copy of the table (weights,
-// gradients, optimizer state), summed with the embedding's each step.
 // Bytes as MiB for a message that sets them beside a device's memory_mb:
 // whole where exact, else rounded up to 0.01 ("128.06", never "128" for a
 // need just over 128 MiB).
 std::string mib_rounded_up(int64_t bytes);
 
+// An lm_head and the token_embedding whose table it reads: a device that holds
+// the head without the embedding keeps its own copy of the table (weights,
+// gradients, optimizer state), summed with the embedding's each step.
 struct TiedTable {
   int head = -1, table = -1;
   int64_t bytes = 0;  // the table's parameter bytes

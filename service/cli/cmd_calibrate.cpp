@@ -31,7 +31,6 @@
 #include <chrono>
 
 #include "common/read_file.h"
-#include "common/write_file.h"
 #include "core/cluster_fingerprint.h"
 #include "model/profile_cache.h"
 #include "planners/planners.h"
@@ -286,11 +285,10 @@ std::string model_names(const std::vector<ModelPart>& parts) {
 int calibrate_cmd(const CalibrateArgs& a) {
   // Output files that cannot be written are found before minutes of measuring.
   for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--out", a.out}, {"--save", a.save}})
-    if (!path.empty())
-      if (Status s = writable_file(path); !s) {
-        std::cerr << "tapp-cli calibrate: " << flag << ": " << path << ": " << s.message() << "\n";
-        return 2;
-      }
+    if (const std::string why = unwritable(flag, path); !why.empty()) {
+      std::cerr << "tapp-cli calibrate: " << why << "\n";
+      return 2;
+    }
   std::vector<ModelPart> parts;
   const bool defaults = a.models.empty();
   for (const std::string& spec : defaults ? kDefaultModels : a.models)
@@ -316,8 +314,8 @@ int calibrate_cmd(const CalibrateArgs& a) {
     for (const ModelPart& part : parts)
       j["models"].push_back({{"spec", part.spec}, {"model", part.graph.name}, {"input_size", part.input_size},
                              {"samples", samples_to_json(part, cluster)}});
-    if (Status s = write_file(a.save, j.dump(2) + "\n"); !s) {
-      std::cerr << "tapp-cli calibrate: --save: " << a.save << ": " << s.message() << "\n";
+    if (const std::string why = write_output("--save", a.save, j.dump(2) + "\n"); !why.empty()) {
+      std::cerr << "tapp-cli calibrate: " << why << "\n";
       return 1;
     }
   }
@@ -356,8 +354,8 @@ int calibrate_cmd(const CalibrateArgs& a) {
   for (const ModelPart& part : parts) add_samples(stored, part.graph, cluster, a.batch, part.samples);
   out["stored"] = stored_calibration_to_json(stored);
   if (!a.out.empty())
-    if (Status s = write_file(a.out, out.dump(2) + "\n"); !s) {
-      std::cerr << "tapp-cli calibrate: --out: " << a.out << ": " << s.message() << "\n";
+    if (const std::string why = write_output("--out", a.out, out.dump(2) + "\n"); !why.empty()) {
+      std::cerr << "tapp-cli calibrate: " << why << "\n";
       return 1;
     }
   if (a.store) {

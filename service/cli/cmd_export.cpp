@@ -16,7 +16,6 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "common/write_file.h"
 #include "core/cluster.h"
 #include "core/placement.h"
 #include "planners/partition_export.h"
@@ -127,11 +126,10 @@ void print_export(const PartitionExport& e, const Cluster& c, std::ostream& os) 
 }
 
 int export_placement(const ExportArgs& a) {
-  if (!a.out.empty())
-    if (Status s = writable_file(a.out); !s) {
-      std::cerr << "tapp-cli export: --out: " << a.out << ": " << s.message() << "\n";
-      return 2;
-    }
+  if (const std::string why = unwritable("--out", a.out); !why.empty()) {
+    std::cerr << "tapp-cli export: " << why << "\n";
+    return 2;
+  }
   std::vector<PartitionFormat> formats;
   if (a.format == "all") {
     formats = all_partition_formats();
@@ -216,8 +214,8 @@ int export_placement(const ExportArgs& a) {
   for (const auto& [f, why] : refused)
     std::cerr << "tapp-cli export: --format " << partition_format_name(f) << ": " << why << "\n";
   if (!a.out.empty()) {
-    if (Status s = write_file(a.out, doc.dump(2) + "\n"); !s) {
-      std::cerr << "tapp-cli export: --out: " << a.out << ": " << s.message() << "\n";
+    if (const std::string why = write_output("--out", a.out, doc.dump(2) + "\n"); !why.empty()) {
+      std::cerr << "tapp-cli export: " << why << "\n";
       return 1;
     }
     if (!a.json) std::cerr << "wrote " << a.out << "\n";

@@ -20,7 +20,6 @@
 #include <tuple>
 
 #include "common/read_file.h"
-#include "common/write_file.h"
 #include "service/cli/commands.h"
 #include "service/cli/progress_bar.h"
 #include "service/http_client.h"
@@ -207,8 +206,8 @@ bool write_job_plans(const json& result, const std::string& out, const std::stri
       std::cerr << "tapp-cli optimize --server: " << flag << ": the job's result has no such plan to write\n";
       return false;
     }
-    if (Status s = write_file(path, plan.dump(2) + "\n"); !s) {
-      std::cerr << "tapp-cli optimize --server: " << flag << ": " << path << ": " << s.message() << "\n";
+    if (const std::string why = write_output(flag, path, plan.dump(2) + "\n"); !why.empty()) {
+      std::cerr << "tapp-cli optimize --server: " << why << "\n";
       return false;
     }
   }

@@ -18,7 +18,6 @@
 #include <sstream>
 
 #include "common/read_file.h"
-#include "common/write_file.h"
 #include "core/cluster.h"  // resolve_library_paths
 #include "placer/optimize.h"
 #include "placer/policy.h"
@@ -309,14 +308,12 @@ void run(const Args& a, int& exit_code) {
     return;
   }
   // An output file that cannot be written is found before a search of minutes, not after it.
-  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--out", a.out}, {"--al-out", a.al_out}}) {
-    if (path.empty()) continue;
-    if (Status s = writable_file(path); !s) {
-      std::cerr << "tapp-cli optimize: " << flag << ": " << path << ": " << s.message() << "\n";
+  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--out", a.out}, {"--al-out", a.al_out}})
+    if (const std::string why = unwritable(flag, path); !why.empty()) {
+      std::cerr << "tapp-cli optimize: " << why << "\n";
       exit_code = 2;
       return;
     }
-  }
   Result<std::string> cluster_text = read_file(a.devices);
   if (!cluster_text) {
     std::cerr << "--devices: " << a.devices << ": " << cluster_text.error_message() << "\n";
@@ -393,8 +390,8 @@ void run(const Args& a, int& exit_code) {
     return;
   }
   if (!a.out.empty()) {
-    if (Status s = write_file(a.out, (*result)["placement"].dump(2) + "\n"); !s) {
-      std::cerr << "tapp-cli optimize: --out: " << a.out << ": " << s.message() << "\n";
+    if (const std::string why = write_output("--out", a.out, (*result)["placement"].dump(2) + "\n"); !why.empty()) {
+      std::cerr << "tapp-cli optimize: " << why << "\n";
       exit_code = 1;
       return;
     }
@@ -406,8 +403,8 @@ void run(const Args& a, int& exit_code) {
       exit_code = 1;
       return;
     }
-    if (Status s = write_file(a.al_out, al["placement"].dump(2) + "\n"); !s) {
-      std::cerr << "tapp-cli optimize: --al-out: " << a.al_out << ": " << s.message() << "\n";
+    if (const std::string why = write_output("--al-out", a.al_out, al["placement"].dump(2) + "\n"); !why.empty()) {
+      std::cerr << "tapp-cli optimize: " << why << "\n";
       exit_code = 1;
       return;
     }

@@ -21,7 +21,6 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "common/write_file.h"
 #include "core/al_placement.h"
 #include "planners/lower_bound.h"
 #include "planners/planners.h"
@@ -192,11 +191,10 @@ void print_al_row(const AlRow& al, const Cluster& c, std::ostream& os) {
 }
 
 int plan(const PlanArgs& a) {
-  if (!a.out.empty())  // before any planning, as every bad flag is
-    if (Status s = writable_file(a.out); !s) {
-      std::cerr << "tapp-cli plan: --out: " << a.out << ": " << s.message() << "\n";
-      return 2;
-    }
+  if (const std::string why = unwritable("--out", a.out); !why.empty()) {  // before any planning
+    std::cerr << "tapp-cli plan: " << why << "\n";
+    return 2;
+  }
   auto loaded = load_model_and_cluster("plan", a.model, a.input_size, a.classes, a.torchscript, a.devices);
   if (!loaded) return 2;
   const LayerGraph& graph = loaded->graph;
@@ -435,8 +433,9 @@ int plan(const PlanArgs& a) {
     for (const auto& r : rows)
       if (r.report.ok && r.placement && (!best || r.report.step_ms < best->report.step_ms)) best = &r;
     if (best) {
-      if (Status s = write_file(a.out, placement_to_json(*best->placement, graph, cluster).dump(2) + "\n"); !s) {
-        std::cerr << "tapp-cli plan: --out: " << a.out << ": " << s.message() << "\n";
+      const std::string text = placement_to_json(*best->placement, graph, cluster).dump(2) + "\n";
+      if (const std::string why = write_output("--out", a.out, text); !why.empty()) {
+        std::cerr << "tapp-cli plan: " << why << "\n";
         return 1;
       }
       if (!a.json) std::cerr << "wrote " << a.out << " (" << best->name << ")\n";

@@ -13,7 +13,6 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "common/write_file.h"
 #include "core/cluster.h"  // kMaxThreads
 #include "model/model_json.h"
 #include "model/profile_cache.h"
@@ -212,12 +211,11 @@ void add_export_model_command(CLI::App& app, int& exit_code) {
       exit_code = 2;
       return;
     }
-    if (!out->empty())
-      if (Status s = writable_file(*out); !s) {
-        std::cerr << "tapp-cli export-model: --out: " << *out << ": " << s.message() << "\n";
-        exit_code = 2;
-        return;
-      }
+    if (const std::string why = unwritable("--out", *out); !why.empty()) {
+      std::cerr << "tapp-cli export-model: " << why << "\n";
+      exit_code = 2;
+      return;
+    }
     auto g = load_model(*name, *opts);
     if (!g) {
       std::cerr << "tapp-cli export-model: " << g.error_message() << "\n";
@@ -228,8 +226,8 @@ void add_export_model_command(CLI::App& app, int& exit_code) {
     if (out->empty()) {
       std::cout << text;
     } else {
-      if (Status s = write_file(*out, text); !s) {
-        std::cerr << "tapp-cli export-model: --out: " << *out << ": " << s.message() << "\n";
+      if (const std::string why = write_output("--out", *out, text); !why.empty()) {
+        std::cerr << "tapp-cli export-model: " << why << "\n";
         exit_code = 1;
         return;
       }

@@ -15,7 +15,6 @@
 #include <memory>
 #include <sstream>
 
-#include "common/write_file.h"
 #include "core/cluster.h"
 #include "placer/train_policy.h"
 #include "planners/lower_bound.h"  // memory_admits_placement
@@ -52,7 +51,7 @@ std::string short_name(const std::string& path) {
 
 int train_cmd(const TrainArgs& a) {
   if (a.out.empty()) return bad_input("--out: name the policy file to write");
-  if (Status s = writable_file(a.out); !s) return bad_input("--out: " + a.out + ": " + s.message());
+  if (const std::string why = unwritable("--out", a.out); !why.empty()) return bad_input(why);
   if (a.iterations <= 0 && !(a.time_budget_s > 0)) return bad_input("give --iterations N or --time-budget S");
   if (a.costs != "auto" && a.costs != "estimated" && a.costs != "profile")
     return bad_input("--costs: unknown source \"" + a.costs + "\"; expected auto, estimated or profile");

@@ -3,13 +3,30 @@
 // Each add_*_command registers its subcommand on the app and a callback that
 // runs it; the callback stores the process exit code in `exit_code`
 // (0 ok, 1 failure, 2 bad input). main.cpp only wires them together.
-// Also the flag checks several subcommands share (seed_text).
+// Also what several subcommands share: the seed check (seed_text) and their
+// output files (unwritable before any work, write_output after it).
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include "common/write_file.h"
+
 namespace tapp::cli {
+
+// An output flag's file (--out, --save, ...): "" when none is named or it can
+// be written, else "FLAG: PATH: why" for the command to print (exit 2).
+inline std::string unwritable(const std::string& flag, const std::string& path) {
+  if (path.empty()) return "";
+  const Status s = writable_file(path);
+  return s ? "" : flag + ": " + path + ": " + s.message();
+}
+
+// Writes `text` to the flag's file, whole (common/write_file.h): "" or "FLAG: PATH: why".
+inline std::string write_output(const std::string& flag, const std::string& path, const std::string& text) {
+  const Status s = write_file(path, text);
+  return s ? "" : flag + ": " + path + ": " + s.message();
+}
 
 // --seed as written: digits only, at most 2^64 - 1 (CLI11 would read "-1" as 2^64 - 1).
 inline CLI::Validator seed_text() {

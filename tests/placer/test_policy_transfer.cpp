@@ -905,39 +905,31 @@ TEST_CASE("tapp-cli train-policy: bad input exits 2 naming it and writes nothing
   const std::string out = scratch("cli.pt");
   std::remove(out.c_str());
   const std::string cluster = std::string(TAPP_SOURCE_DIR) + "/examples/cluster_2cpu.json";
-  auto r = test::run_cli("train-policy --models nosuchmodel --clusters " + cluster + " --iterations 5 --out " + out, true);
-  CHECK(r.exit_code == 2);
-  CHECK(r.out.find("--models: nosuchmodel") != std::string::npos);
+  // train-policy ARGS: exit 2, the output holding each of `says`.
+  const auto refused = [](const std::string& args, std::initializer_list<std::string> says) {
+    auto r = test::run_cli("train-policy " + args, true);
+    CHECK(r.exit_code == 2);
+    for (const std::string& s : says) CHECK_MESSAGE(r.out.find(s) != std::string::npos, s);
+    return r;
+  };
+  refused("--models nosuchmodel --clusters " + cluster + " --iterations 5 --out " + out, {"--models: nosuchmodel"});
   const std::string broken = scratch("broken_cluster.json");
   std::ofstream(broken) << "{\"devices\": [{\"name\": \"a\", \"speed\": -1}]}";
-  r = test::run_cli("train-policy --models mlp --clusters " + broken + " --iterations 5 --out " + out, true);
-  CHECK(r.exit_code == 2);
-  CHECK(r.out.find("--clusters: " + broken) != std::string::npos);
-  CHECK(r.out.find("speed") != std::string::npos);
-  r = test::run_cli("train-policy --models mlp --clusters " + cluster + " --out " + out, true);
-  CHECK(r.exit_code == 2);  // neither --iterations nor --time-budget
-  r = test::run_cli("train-policy --random-transformers -1 --clusters " + cluster + " --iterations 5 --out " + out, true);
-  CHECK(r.exit_code == 2);
-  CHECK(r.out.find("--random-transformers") != std::string::npos);
+  refused("--models mlp --clusters " + broken + " --iterations 5 --out " + out, {"--clusters: " + broken, "speed"});
+  refused("--models mlp --clusters " + cluster + " --out " + out, {});  // neither --iterations nor --time-budget
+  refused("--random-transformers -1 --clusters " + cluster + " --iterations 5 --out " + out, {"--random-transformers"});
   // An --out that cannot be written is refused before training, not claimed written after it.
-  r = test::run_cli("train-policy --models mlp --clusters " + cluster + " --iterations 5 --out /nonexistent_tapp/p.pt", true);
-  CHECK(r.exit_code == 2);
-  CHECK(r.out.find("--out: /nonexistent_tapp/p.pt: its folder /nonexistent_tapp does not exist") != std::string::npos);
+  auto r = refused("--models mlp --clusters " + cluster + " --iterations 5 --out /nonexistent_tapp/p.pt",
+                   {"--out: /nonexistent_tapp/p.pt: its folder /nonexistent_tapp does not exist"});
   CHECK(r.out.find("trained") == std::string::npos);
-  r = test::run_cli("train-policy --models mlp --clusters " + cluster + " --iterations 5 --out " +
-                        std::filesystem::temp_directory_path().string(), true);
-  CHECK(r.exit_code == 2);
-  CHECK(r.out.find("is a folder") != std::string::npos);
-  r = test::run_cli("train-policy --models mlp --clusters " + cluster + " --iterations 5 --seed -1 --out " + out, true);
-  CHECK(r.exit_code == 2);
-  CHECK(r.out.find("--seed") != std::string::npos);
+  refused("--models mlp --clusters " + cluster + " --iterations 5 --out " + std::filesystem::temp_directory_path().string(),
+          {"is a folder"});
+  refused("--models mlp --clusters " + cluster + " --iterations 5 --seed -1 --out " + out, {"--seed"});
   // A cluster where no placement of the model fits: that pair is left out, said; none left is bad input.
   const std::string tiny = scratch("tiny_cluster.json");
   std::ofstream(tiny) << "{\"devices\": [{\"name\": \"a\", \"memory_mb\": 1}, {\"name\": \"b\", \"memory_mb\": 1}]}";
-  r = test::run_cli("train-policy --models mlp --clusters " + tiny + " --iterations 2 --costs estimated --out " + out, true);
-  CHECK(r.exit_code == 2);
-  CHECK(r.out.find("left out mlp @ test-scratch-tiny_cluster: no placement fits: layer") != std::string::npos);
-  CHECK(r.out.find("no model fits any cluster given") != std::string::npos);
+  refused("--models mlp --clusters " + tiny + " --iterations 2 --costs estimated --out " + out,
+          {"left out mlp @ test-scratch-tiny_cluster: no placement fits: layer", "no model fits any cluster given"});
   CHECK_FALSE(exists(out));
   r = test::run_cli("optimize mlp --devices " + cluster + " --policy " + broken, true);
   CHECK(r.exit_code == 2);
