@@ -17,6 +17,7 @@
 // Thread safety: immutable after build; share freely.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -124,10 +125,15 @@ class CostModel {
     return latency_ms_[k] + static_cast<double>(bytes) * ms_per_byte_[k];
   }
   double step_overhead_ms() const { return calibration_.step_overhead_ms; }
-  // Optimizer update after the last backward, for `param_bytes` of parameters
-  // on `device` (not stretched by speed: the runtime emulates speed on tasks only).
-  double update_ms(int /*device*/, int64_t param_bytes) const {
+  // Optimizer update of `param_bytes` of parameters at this host's speed.
+  double host_update_ms(int64_t param_bytes) const {
     return calibration_.update_ms_per_param_mb * static_cast<double>(param_bytes) / 1e6;
+  }
+  // Optimizer update after the last backward on `device`. The runtime emulates a
+  // slower device on its tasks only, so a device no faster than this host updates
+  // at the host's rate, as measured; a faster one (simulated only) at its speed.
+  double update_ms(int device, int64_t param_bytes) const {
+    return host_update_ms(param_bytes) * std::min(1.0, inv_speed_[device]);
   }
   // Output bytes per sample of layers [first, last]: the activations kept for backward.
   int64_t activation_bytes_per_sample(int first, int last) const { return act_prefix_[last + 1] - act_prefix_[first]; }

@@ -112,7 +112,7 @@ class ComputeCosts {
     if (backward && seg.recompute) ms += cost_.forward_ms(device, first, last, samples, others);
     // AL: the block's update follows every backward, inside the task, so a slow device is
     // slow at it too (the runtime's emulation stretches the whole task); no final update.
-    if (backward && sg_.schedule == Schedule::al) ms += cost_.update_ms(device, seg.param_bytes) * cost_.inverse_speed(device);
+    if (backward && sg_.schedule == Schedule::al) ms += cost_.host_update_ms(seg.param_bytes) * cost_.inverse_speed(device);
     return ms;
   }
 

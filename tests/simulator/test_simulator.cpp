@@ -10,6 +10,7 @@
 #include "model/layer_graph.h"
 #include "model/layer_library.h"
 #include "simulator/calibration.h"
+#include "simulator/data_parallel.h"
 #include "core/cluster.h"
 #include "simulator/simulator.h"
 #include "simulator/task_graph.h"
@@ -284,6 +285,37 @@ TEST_CASE("a device faster than this host (speed 4) is simulated with its comput
   StepReport r = run(g, c, lib, by_device({0}, 1), 4);
   REQUIRE(r.ok);
   CHECK(r.step_ms == doctest::Approx(1.0));
+}
+
+TEST_CASE("the optimizer update runs at this host's rate on a slower device and at its speed on a faster one") {
+  // The runtime emulates a slower device on its tasks only, so its update is measured at
+  // the host's rate; a faster device (simulated only) updates faster by its speed.
+  LayerGraph g = chain(1);
+  LayerLibrary lib = flat_library(g, 4, 1.0, 3.0);
+  Calibration cal;
+  cal.update_ms_per_param_mb = 1000;  // 1 ms per kB of parameters
+  const double host_update = 1000 * g.layers[0].param_bytes() / 1e6;
+  REQUIRE(host_update > 0);
+  const std::vector<std::pair<double, double>> speed_and_step{
+      {0.5, 8.0 + host_update}, {1.0, 4.0 + host_update}, {4.0, 1.0 + host_update / 4}};
+  for (const auto& [speed, step] : speed_and_step) {
+    CAPTURE(speed);
+    Cluster c = devices(2);
+    for (Device& d : c.devices) d.speed = speed;
+    StepReport r = run(g, c, lib, by_device({0}, 1), 4, cal);
+    REQUIRE(r.ok);
+    CHECK(r.step_ms == doctest::Approx(step));
+    // Whole-model replicas on both devices: the same update after their compute.
+    auto with_update = CostModel::build(g, c, lib, cal);
+    auto free_update = CostModel::build(g, c, lib, Calibration{});
+    REQUIRE(with_update.is_ok());
+    REQUIRE(free_update.is_ok());
+    StepReport replicas = simulate_data_parallel(g, c, *with_update, 4, {0, 1}, false);
+    StepReport replicas_free = simulate_data_parallel(g, c, *free_update, 4, {0, 1}, false);
+    REQUIRE(replicas.ok);
+    REQUIRE(replicas_free.ok);
+    CHECK(replicas.step_ms - replicas_free.step_ms == doctest::Approx(host_update * std::min(1.0, 1 / speed)));
+  }
 }
 
 TEST_CASE("each device is priced from its own cost table when it has one, from the shared libraries otherwise") {
