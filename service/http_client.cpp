@@ -22,6 +22,9 @@ Result<ServerUrl> parse_server_url(const std::string& url) {
   const std::string scheme = "http://";
   if (rest.rfind("https://", 0) == 0) return Status::error("--server: https is not supported, use http://host:port");
   if (rest.rfind(scheme, 0) == 0) rest = rest.substr(scheme.size());
+  else if (const auto sep = rest.find("://"); sep != std::string::npos)
+    return Status::error("--server: unknown scheme \"" + rest.substr(0, sep) + "\" in \"" + url +
+                         "\" (expected http://host:port)");
   auto slash = rest.find('/');
   std::string hostport = rest.substr(0, slash);
   if (slash != std::string::npos) out.base_path = rest.substr(slash);

@@ -13,6 +13,7 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <set>
 #include <sstream>
 
 #include "core/cluster.h"
@@ -49,6 +50,15 @@ std::string short_name(const std::string& path) {
   return dot == std::string::npos ? s : s.substr(0, dot);
 }
 
+// "" when every item of a comma-separated list is named once, else which is
+// repeated: a repeat would weigh one problem twice.
+std::string repeated_item(const std::string& flag, const std::vector<std::string>& items) {
+  std::set<std::string> seen;
+  for (const std::string& item : items)
+    if (!seen.insert(item).second) return flag + ": " + item + " is named twice";
+  return "";
+}
+
 int train_cmd(const TrainArgs& a) {
   if (a.out.empty()) return bad_input("--out: name the policy file to write");
   if (const std::string why = unwritable("--out", a.out); !why.empty()) return bad_input(why);
@@ -59,6 +69,9 @@ int train_cmd(const TrainArgs& a) {
     return bad_input("--models: name at least one model (or --random-models N, --random-transformers N)");
   if (a.clusters.empty() && a.random_clusters == 0 && a.random_mesh_clusters == 0)
     return bad_input("--clusters: name at least one cluster file (or --random-clusters N, --random-mesh-clusters N)");
+
+  for (const auto& [flag, items] : {std::pair{"--models", &a.models}, std::pair{"--clusters", &a.clusters}})
+    if (const std::string why = repeated_item(flag, *items); !why.empty()) return bad_input(why);
 
   std::vector<LayerGraph> graphs;
   std::vector<std::string> graph_names;

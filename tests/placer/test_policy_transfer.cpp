@@ -918,6 +918,10 @@ TEST_CASE("tapp-cli train-policy: bad input exits 2 naming it and writes nothing
   refused("--models mlp --clusters " + broken + " --iterations 5 --out " + out, {"--clusters: " + broken, "speed"});
   refused("--models mlp --clusters " + cluster + " --out " + out, {});  // neither --iterations nor --time-budget
   refused("--random-transformers -1 --clusters " + cluster + " --iterations 5 --out " + out, {"--random-transformers"});
+  // A repeat in a list would weigh one problem twice.
+  refused("--models mlp,mlp --clusters " + cluster + " --iterations 5 --out " + out, {"--models: mlp is named twice"});
+  refused("--models mlp --clusters " + cluster + "," + cluster + " --iterations 5 --out " + out,
+          {"--clusters: " + cluster + " is named twice"});
   // An --out that cannot be written is refused before training, not claimed written after it.
   auto r = refused("--models mlp --clusters " + cluster + " --iterations 5 --out /nonexistent_tapp/p.pt",
                    {"--out: /nonexistent_tapp/p.pt: its folder /nonexistent_tapp does not exist"});

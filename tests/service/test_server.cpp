@@ -208,6 +208,22 @@ int run(const std::string& cmd, std::string& out) {
 }
 }  // namespace
 
+TEST_CASE("a --server URL other than http://host[:port][/path] is refused naming the scheme") {
+  Result<ServerUrl> plain = parse_server_url("http://127.0.0.1:8080/tapp/");
+  REQUIRE(plain.is_ok());
+  CHECK(plain->host == "127.0.0.1");
+  CHECK(plain->port == "8080");
+  CHECK(plain->base_path == "/tapp");
+  Result<ServerUrl> bare = parse_server_url("localhost");
+  REQUIRE(bare.is_ok());
+  CHECK(bare->port == "80");
+  Result<ServerUrl> typo = parse_server_url("htp://127.0.0.1:8080");
+  REQUIRE_FALSE(typo.is_ok());
+  CHECK(typo.error_message().find("unknown scheme \"htp\"") != std::string::npos);
+  CHECK_FALSE(parse_server_url("https://127.0.0.1:8080").is_ok());
+  CHECK_FALSE(parse_server_url("http://").is_ok());
+}
+
 TEST_CASE("tapp-cli optimize --server follows a job to its result and tapp-cli jobs lists it") {
   auto dir = testing::temp_dir("server");
   testing::ServerProcess server;
