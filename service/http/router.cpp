@@ -276,35 +276,48 @@ HttpResponse serve_static(AppState& app, const HttpRequest& req, const std::stri
 
 // ---- API --------------------------------------------------------------------
 
+std::string_view trim_space(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
 // "application/json", optionally with "; charset=utf-8"; nothing else (a form
 // or text/plain body is what a page can send cross-origin without asking).
 bool is_json_media_type(std::string_view type) {
-  auto trim = [](std::string_view s) {
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-    return s;
-  };
   auto semi = type.find(';');
-  if (!iequals_ascii(trim(type.substr(0, semi)), "application/json")) return false;
+  if (!iequals_ascii(trim_space(type.substr(0, semi)), "application/json")) return false;
   while (semi != std::string_view::npos) {
     std::string_view rest = type.substr(semi + 1);
     semi = rest.find(';');
-    std::string_view param = trim(rest.substr(0, semi));
+    std::string_view param = trim_space(rest.substr(0, semi));
     if (!iequals_ascii(param, "charset=utf-8") && !iequals_ascii(param, "charset=\"utf-8\"")) return false;
     type = rest;
   }
   return true;
 }
 
+// "application/octet-stream" (a policy file's bytes): like JSON, a type a page
+// cannot send cross-origin without a preflight.
+bool is_octet_stream_media_type(std::string_view type) {
+  return iequals_ascii(trim_space(type), "application/octet-stream");
+}
+
+// 415 naming Content-Type when the request has none or one `accepts` refuses; else nothing.
+std::optional<HttpResponse> refused_media_type(const HttpRequest& req, bool (*accepts)(std::string_view),
+                                               const std::string& expected) {
+  auto ct = req.find(http::field::content_type);
+  if (ct == req.end()) return error_for(req, 415, "Content-Type must be " + expected + ", got none", "Content-Type");
+  if (!accepts(std::string_view(ct->value().data(), ct->value().size())))
+    return error_for(req, 415, "Content-Type must be " + expected + ", got " + std::string(ct->value()).substr(0, 100),
+                     "Content-Type");
+  return std::nullopt;
+}
+
 HttpResponse post_placement(AppState& app, const HttpRequest& req) {
   if (req.body().size() > app.max_body_bytes)
     return error_for(req, 413, "body larger than " + std::to_string(app.max_body_bytes) + " bytes", "body");
-  auto ct = req.find(http::field::content_type);
-  if (ct == req.end())
-    return error_for(req, 415, "Content-Type must be application/json, got none", "Content-Type");
-  if (!is_json_media_type(std::string_view(ct->value().data(), ct->value().size())))
-    return error_for(req, 415, "Content-Type must be application/json, got " + std::string(ct->value()).substr(0, 100),
-                     "Content-Type");
+  if (auto refused = refused_media_type(req, is_json_media_type, "application/json")) return *refused;
   json body;
   FieldError err;
   if (!parse_json_body(req.body(), app.limits.max_depth, body, err)) return error_for(req, err.http_status, err.error, err.field);
@@ -342,6 +355,7 @@ json stored_policy_json(const StoredPolicy& p) {
 HttpResponse post_policy(AppState& app, const HttpRequest& req) {
   if (req.body().size() > app.max_body_bytes)
     return error_for(req, 413, "body larger than " + std::to_string(app.max_body_bytes) + " bytes", "body");
+  if (auto refused = refused_media_type(req, is_octet_stream_media_type, "application/octet-stream")) return *refused;
   if (req.body().empty()) return error_for(req, 400, "empty body: send the policy file's bytes", "body");
   PolicyFileInfo info;
   auto loaded = load_policy_bytes(req.body(), "body", &info);

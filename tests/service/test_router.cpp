@@ -495,7 +495,11 @@ TEST_CASE("POST /policies stores a trained policy file after loading it; GET /po
   check_error(f.call(http::verb::post, "/policies", "garbage", {}, "application/octet-stream"), 400, "body");
   check_error(f.call(http::verb::post, "/policies", bytes.substr(0, bytes.size() / 2), {}, "application/octet-stream"),
               400, "body");
-  check_error(f.call(http::verb::post, "/policies"), 400, "body");
+  // Only as application/octet-stream: text/plain is what a page can send cross-origin
+  // without asking, and a policy is not JSON.
+  check_error(f.call(http::verb::post, "/policies"), 415, "Content-Type");
+  check_error(f.call(http::verb::post, "/policies", bytes, {}, "text/plain"), 415, "Content-Type");
+  check_error(f.call(http::verb::post, "/policies", bytes, {}, "application/json"), 415, "Content-Type");
   CHECK(body_of(f.call(http::verb::get, "/policies"))["policies"].size() == 2);
   check_error(f.call(http::verb::delete_, "/policies"), 405, "method");
   check_error(f.call(http::verb::get, "/policies/1"), 404, "path");
