@@ -22,8 +22,11 @@
 //    transfer time on its links (activations forward, gradients backward),
 //    the largest sender's, / m.
 // The DP runs over (cut position, used devices U, the last stage's set S ⊆ U):
-// 4^D x positions^2 steps, so at most 8 devices (the 8 fastest when more;
-// cut positions thinned as the DP planner does when the model is long).
+// 4^D x positions^2 steps, so at most 8 devices each on its own; on more,
+// devices interchangeable under the cost model are counted, as PipeDream
+// counts its workers (DeviceGroups), and the fastest are kept while the steps
+// stay within those of 8 devices (cut positions thinned as the DP planner
+// does when the model is long).
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -58,8 +61,11 @@ class ReplicatedStageModel {
     std::vector<int> out;
     for (int d = 0; d < static_cast<int>(rank_.size()); ++d)
       if (mask & (1u << d)) out.push_back(d);
-    std::sort(out.begin(), out.end(), [&](int a, int b) { return rank_[a] < rank_[b]; });
-    return out;
+    return ordered(std::move(out));
+  }
+  std::vector<int> ordered(std::vector<int> devices) const {
+    std::sort(devices.begin(), devices.end(), [&](int a, int b) { return rank_[a] < rank_[b]; });
+    return devices;
   }
 
   double stage(const std::vector<int>& R, int a, int b) const {
@@ -129,12 +135,12 @@ class ReplicatedStageModel {
 };
 
 StagePlan plan_of(const ReplicatedStageModel& model, const std::vector<int>& begins,
-                  const std::vector<unsigned>& sets) {
+                  const std::vector<std::vector<int>>& sets) {
   StagePlan plan;
   plan.micro_batches = model.micro_batches();
   plan.stage_begin = begins;
-  for (unsigned s : sets) {
-    std::vector<int> R = model.ordered(s);
+  for (const std::vector<int>& set : sets) {
+    std::vector<int> R = model.ordered(set);
     plan.stage_device.push_back(R[0]);
     plan.stage_replicas.emplace_back(R.begin() + 1, R.end());
   }
@@ -142,7 +148,14 @@ StagePlan plan_of(const ReplicatedStageModel& model, const std::vector<int>& beg
   return plan;
 }
 
-// The 8 fastest devices' indices when the cluster has more (the DP's devices).
+StagePlan plan_of(const ReplicatedStageModel& model, const std::vector<int>& begins,
+                  const std::vector<unsigned>& masks) {
+  std::vector<std::vector<int>> sets;
+  for (unsigned mask : masks) sets.push_back(model.ordered(mask));
+  return plan_of(model, begins, sets);
+}
+
+// The 8 fastest devices' indices when the cluster has more (exhaustive search's devices).
 std::vector<int> dp_devices(const PlannerContext& ctx) {
   std::vector<int> devs = devices_fastest_first(ctx);
   if (static_cast<int>(devs.size()) > kMaxPipeDreamDevices) devs.resize(kMaxPipeDreamDevices);
@@ -150,58 +163,159 @@ std::vector<int> dp_devices(const PlannerContext& ctx) {
   return devs;
 }
 
+// The DP's devices in groups. A state of the DP is how many devices of each
+// group are in use (a mixed-radix number, group k's digit at stride_k), and a
+// stage of `take` devices after `from` gets each group's members [from_k,
+// from_k + take_k). On at most 8 devices each device is its own group, so the
+// states are the subsets of the devices (the masks). On more, devices
+// interchangeable under the cost model share a group, so that the DP counts
+// them as PipeDream counts its identical workers (two servers of 8 are 81
+// states, not 2^16), and the fastest devices are kept while the DP's (used,
+// last stage, next stage) triples, the product over groups of C(n + 3, 3),
+// stay within the 4^8 of 8 devices.
+class DeviceGroups {
+ public:
+  explicit DeviceGroups(const PlannerContext& ctx) {
+    const std::vector<int> fastest = devices_fastest_first(ctx);
+    int kept = static_cast<int>(fastest.size());
+    if (kept <= kMaxPipeDreamDevices) {
+      members_ = group(fastest, {}, kept);
+    } else {
+      const std::vector<int> cls = interchangeable_classes(ctx);
+      while (kept > kMaxPipeDreamDevices && triples(group(fastest, cls, kept)) > kMaxTriples) --kept;
+      members_ = group(fastest, kept > kMaxPipeDreamDevices ? cls : std::vector<int>{}, kept);
+    }
+    states_ = 1;
+    for (const auto& g : members_) {
+      stride_.push_back(states_);
+      states_ *= static_cast<int>(g.size()) + 1;
+    }
+    subs_.resize(states_);
+    for (int u = 1; u < states_; ++u)
+      for (int t = u; t >= 1; --t)
+        if (within(t, u)) subs_[u].push_back(t);
+  }
+
+  int states() const { return states_; }
+  int full() const { return states_ - 1; }
+  int devices_used(int state) const {
+    int n = 0;
+    for (size_t k = 0; k < members_.size(); ++k) n += digit(state, k);
+    return n;
+  }
+  // The non-empty states componentwise at most `state`, largest first.
+  const std::vector<int>& subs(int state) const { return subs_[state]; }
+  std::vector<int> devices(int from, int take) const {
+    std::vector<int> out;
+    for (size_t k = 0; k < members_.size(); ++k)
+      for (int i = digit(from, k); i < digit(from, k) + digit(take, k); ++i) out.push_back(members_[k][i]);
+    return out;
+  }
+  int64_t triples() const { return triples(members_); }
+
+ private:
+  static constexpr int64_t kMaxTriples = int64_t{1} << (2 * kMaxPipeDreamDevices);
+
+  // The first `kept` of `fastest` by `cls` (each its own group when `cls` is
+  // empty), each group's members by index, the groups by their first member.
+  static std::vector<std::vector<int>> group(const std::vector<int>& fastest, const std::vector<int>& cls, int kept) {
+    std::vector<int> devs(fastest.begin(), fastest.begin() + kept);
+    std::sort(devs.begin(), devs.end());
+    std::vector<std::vector<int>> groups;
+    std::vector<int> group_of_class(cls.size(), -1);
+    for (int d : devs) {
+      if (cls.empty()) {
+        groups.push_back({d});
+        continue;
+      }
+      int& g = group_of_class[cls[d]];
+      if (g < 0) {
+        g = static_cast<int>(groups.size());
+        groups.emplace_back();
+      }
+      groups[g].push_back(d);
+    }
+    return groups;
+  }
+  static int64_t triples(const std::vector<std::vector<int>>& groups) {
+    int64_t t = 1;
+    for (const auto& g : groups) {
+      const int64_t n = static_cast<int64_t>(g.size());
+      t *= (n + 3) * (n + 2) * (n + 1) / 6;
+      if (t > kMaxTriples) return t;
+    }
+    return t;
+  }
+  int digit(int state, size_t k) const {
+    return state / stride_[k] % (static_cast<int>(members_[k].size()) + 1);
+  }
+  bool within(int sub, int state) const {
+    for (size_t k = 0; k < members_.size(); ++k)
+      if (digit(sub, k) > digit(state, k)) return false;
+    return true;
+  }
+
+  std::vector<std::vector<int>> members_;
+  std::vector<int> stride_;
+  int states_ = 1;
+  std::vector<std::vector<int>> subs_;
+};
+
 // The DP's best plan per number of devices used (index = device count), for
-// `m` micro-batches. Sets are masks over dp_devices(ctx) positions.
+// `m` micro-batches, over DeviceGroups' states.
 Result<std::vector<std::optional<StagePlan>>> pipedream_by_devices(const PlannerContext& ctx, int m) {
   if (Status s = check_context(ctx); !s) return s;
   const ReplicatedStageModel model(ctx, m);
-  const std::vector<int> devs = dp_devices(ctx);
-  const int D = static_cast<int>(devs.size());
-  const unsigned M = 1u << D;
-  // Keep 4^D x C^2 / 2 around 2e7.
-  const int max_positions = std::max(4, static_cast<int>(std::sqrt(4e7 / std::ldexp(1.0, 2 * D))));
+  const DeviceGroups groups(ctx);
+  const int M = groups.states();
+  // Keep triples x C^2 / 2 around 2e7.
+  const int max_positions = std::max(4, static_cast<int>(std::sqrt(4e7 / static_cast<double>(groups.triples()))));
   const std::vector<int> P = cut_positions(ctx, max_positions);
   const int C = static_cast<int>(P.size()) - 1;
-  auto global = [&](unsigned local) {
-    unsigned g = 0;
-    for (int i = 0; i < D; ++i)
-      if (local & (1u << i)) g |= 1u << devs[i];
-    return g;
-  };
+  // Costs by state: a stage on `s` devices is priced on the first of each
+  // group, a boundary from `s` to `n` on the first and the next (the groups'
+  // members are interchangeable; on 8 devices or fewer these are the sets themselves).
   std::vector<std::vector<int>> set_devices(M);
-  for (unsigned s = 1; s < M; ++s) set_devices[s] = model.ordered(global(s));
+  for (int s = 1; s < M; ++s) set_devices[s] = model.ordered(groups.devices(0, s));
+  std::vector<std::vector<int>> next_devices(static_cast<size_t>(M) * M);
+  auto next_of = [&](int S, int N) -> const std::vector<int>& {
+    std::vector<int>& d = next_devices[static_cast<size_t>(S) * M + N];
+    if (d.empty()) d = model.ordered(groups.devices(S, N));
+    return d;
+  };
   // stage cost per (set, i, k), i < k positions
-  auto sidx = [&](unsigned s, int i, int k) { return (static_cast<size_t>(s) * (C + 1) + i) * (C + 1) + k; };
+  auto sidx = [&](int s, int i, int k) { return (static_cast<size_t>(s) * (C + 1) + i) * (C + 1) + k; };
   std::vector<double> stage(static_cast<size_t>(M) * (C + 1) * (C + 1), kInf);
-  for (unsigned s = 1; s < M; ++s)
+  for (int s = 1; s < M; ++s)
     for (int i = 0; i < C; ++i)
       for (int k = i + 1; k <= C; ++k) stage[sidx(s, i, k)] = model.stage(set_devices[s], P[i], P[k]);
   // boundary per (last set, next set, position), computed on first use
   std::vector<double> boundary(static_cast<size_t>(M) * M * (C + 1), std::nan(""));
-  auto boundary_at = [&](unsigned S, unsigned N, int i) {
+  auto boundary_at = [&](int S, int N, int i) {
     double& b = boundary[(static_cast<size_t>(S) * M + N) * (C + 1) + i];
-    if (std::isnan(b)) b = model.boundary(set_devices[S], set_devices[N], P[i]);
+    if (std::isnan(b)) b = model.boundary(set_devices[S], next_of(S, N), P[i]);
     return b;
   };
-  // best[i][U][S]: the smallest bottleneck of layers [0, P[i]) on the devices U, the last stage on S ⊆ U.
-  auto at = [&](int i, unsigned U, unsigned S) { return (static_cast<size_t>(i) * M + U) * M + S; };
+  // best[i][U][S]: the smallest bottleneck of layers [0, P[i]) on the devices U, the last stage on S <= U.
+  auto at = [&](int i, int U, int S) { return (static_cast<size_t>(i) * M + U) * M + S; };
   std::vector<double> best(static_cast<size_t>(C + 1) * M * M, kInf);
   std::vector<int> parent_i(best.size(), -1);
-  std::vector<unsigned> parent_s(best.size(), 0);
-  for (unsigned S = 1; S < M; ++S)
+  std::vector<int> parent_s(best.size(), 0);
+  for (int S = 1; S < M; ++S)
     for (int k = 1; k <= C; ++k) best[at(k, S, S)] = stage[sidx(S, 0, k)];
   for (int i = 1; i < C; ++i)
-    for (unsigned U = 1; U < M; ++U)
-      for (unsigned S = U; S; S = (S - 1) & U) {
+    for (int U = 1; U < M; ++U)
+      for (int S : groups.subs(U)) {
         const double cur = best[at(i, U, S)];
         if (cur == kInf) continue;
-        const unsigned free = (M - 1) & ~U;
-        for (unsigned N = free; N; N = (N - 1) & free) {
+        const int free = groups.full() - U;
+        if (free == 0) continue;
+        for (int N : groups.subs(free)) {
           const double link = std::max(cur, boundary_at(S, N, i));
           if (link == kInf) continue;
           for (int k = i + 1; k <= C; ++k) {
             const double v = std::max(link, stage[sidx(N, i, k)]);
-            const size_t idx = at(k, U | N, N);
+            const size_t idx = at(k, U + N, N);
             if (v < best[idx]) {
               best[idx] = v;
               parent_i[idx] = i;
@@ -210,28 +324,28 @@ Result<std::vector<std::optional<StagePlan>>> pipedream_by_devices(const Planner
           }
         }
       }
+  const int D = groups.devices_used(groups.full());
   std::vector<std::optional<StagePlan>> out(D + 1);
   std::vector<double> out_value(D + 1, kInf);
-  for (unsigned U = 1; U < M; ++U)
-    for (unsigned S = U; S; S = (S - 1) & U) {
+  for (int U = 1; U < M; ++U)
+    for (int S : groups.subs(U)) {
       const double v = best[at(C, U, S)];
-      const int used = __builtin_popcount(U);
+      const int used = groups.devices_used(U);
       if (v >= out_value[used]) continue;
       out_value[used] = v;
       std::vector<int> begins;
-      std::vector<unsigned> sets;
-      int i = C;
-      unsigned u = U, s = S;
+      std::vector<std::vector<int>> sets;
+      int i = C, u = U, s = S;
       while (true) {
-        sets.push_back(global(s));
+        sets.push_back(groups.devices(u - s, s));  // the last stage: the last devices taken of each group
         const int prev = parent_i[at(i, u, s)];
         if (prev < 0) {
           begins.push_back(0);
           break;
         }
         begins.push_back(P[prev]);
-        const unsigned ps = parent_s[at(i, u, s)];
-        u &= ~s;
+        const int ps = parent_s[at(i, u, s)];
+        u -= s;
         s = ps;
         i = prev;
       }

@@ -121,10 +121,12 @@ Placement as_one_stage(const PlannerContext& ctx, const Placement& p);
 // A data-parallel `p` comes back as it is.
 Placement as_pipeline_of_every_device(const PlannerContext& ctx, const Placement& p);
 // Minimum of that objective over contiguous plans whose stages take disjoint
-// device sets (each set's replicas fastest first) among the 8 fastest devices,
-// for `micro_batches`: DP over (layer prefix, used devices, last stage's set).
+// device sets (each set's replicas fastest first), for `micro_batches`: DP over
+// (layer prefix, used devices, last stage's set). On more than 8 devices the
+// sets are counts of interchangeable devices (PipeDream's replica counts), the
+// fastest devices kept while the DP stays as small as on 8.
 Result<StagePlan> pipedream_min_bottleneck(const PlannerContext& ctx, int micro_batches);
-// The same by enumerating every such plan (tests, tiny inputs).
+// The same by enumerating every such plan among the 8 fastest devices (tests, tiny inputs).
 Result<StagePlan> exhaustive_replicated_min_bottleneck(const PlannerContext& ctx, int micro_batches);
 
 // ---- Planners ----

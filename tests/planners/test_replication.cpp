@@ -5,6 +5,8 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <functional>
+#include <limits>
 #include <random>
 #include <set>
 #include <string>
@@ -143,6 +145,59 @@ TEST_CASE("PipeDream's DP over stages and replica sets equals exhaustive enumera
     }
   }
   CHECK(replicated_optima > 0);  // the inputs did exercise replication
+}
+
+TEST_CASE("on more than 8 devices PipeDream's DP counts interchangeable devices: two nodes of 5 against enumeration of the counts") {
+  std::mt19937 rng(20261202);
+  int beyond_eight = 0;
+  for (int trial = 0; trial < 12; ++trial) {
+    const int L = 2 + static_cast<int>(rng() % 2);
+    std::vector<int64_t> widths;
+    for (int i = 0; i < L; ++i) widths.push_back(8 << (rng() % 5));
+    LayerGraph g = linear_chain(widths);
+    // Node a: 5 devices of one speed, node b: 5 slower; fast links within a node, a slow one between.
+    Cluster c = cluster_of_speeds({0.5, 0.5, 0.5, 0.5, 0.5, 0.25, 0.25, 0.25, 0.25, 0.25});
+    for (Device& d : c.devices) d.memory_mb = 4096;
+    const double cross_mbps = 10.0 + rng() % 1000;
+    for (int a = 0; a < 10; ++a)
+      for (int b = 0; b < 10; ++b)
+        if ((a < 5) != (b < 5)) c.links.push_back(Link{c.devices[a].name, c.devices[b].name, cross_mbps, 0.1});
+    Case cs(g, c, {random_library(rng, g, 16)}, 16);
+    const int m = 10;
+    auto dp = pipedream_min_bottleneck(cs.ctx, m);
+    REQUIRE(dp.is_ok());
+    CHECK(is_valid_replicated(*dp, L, 10));
+    // Every plan of contiguous stages, stage j taking a_j of node a and b_j of node b (the next free of each, faster first).
+    double best = std::numeric_limits<double>::infinity();
+    std::function<void(int, int, int, StagePlan&)> enumerate = [&](int from, int used_a, int used_b, StagePlan& plan) {
+      for (int end = from + 1; end <= L; ++end)
+        for (int a = 0; used_a + a <= 5; ++a)
+          for (int b = 0; used_b + b <= 5; ++b) {
+            if (a + b == 0) continue;
+            std::vector<int> set;
+            for (int i = 0; i < a; ++i) set.push_back(used_a + i);
+            for (int i = 0; i < b; ++i) set.push_back(5 + used_b + i);
+            plan.stage_begin.push_back(from);
+            plan.stage_device.push_back(set[0]);
+            plan.stage_replicas.emplace_back(set.begin() + 1, set.end());
+            if (end == L)
+              best = std::min(best, replicated_bottleneck_ms(cs.ctx, plan));
+            else
+              enumerate(end, used_a + a, used_b + b, plan);
+            plan.stage_begin.pop_back();
+            plan.stage_device.pop_back();
+            plan.stage_replicas.pop_back();
+          }
+    };
+    StagePlan plan;
+    plan.micro_batches = m;
+    enumerate(0, 0, 0, plan);
+    CHECK(replicated_bottleneck_ms(cs.ctx, *dp) == doctest::Approx(best));
+    int used = 0;
+    for (int k = 0; k < dp->num_stages(); ++k) used += static_cast<int>(devices_of(*dp, k).size());
+    beyond_eight += used > 8;
+  }
+  CHECK(beyond_eight > 0);  // the optimum did use devices the 8 fastest alone would not have
 }
 
 TEST_CASE("PipeDream's objective without replicas is the DP planner's bottleneck; a replica halves a stage's compute") {
