@@ -92,8 +92,9 @@ std::optional<std::string> planner_optimality(const std::string& name) {
            "compute, plus every boundary for the devices in the cluster's order and fastest first; per micro-batch "
            "count; then polished and ranked by simulation)";
   if (name == "pipedream")
-    return "its DP is optimal among contiguous stages on disjoint device sets (replicas) of the 8 fastest devices "
-           "under PipeDream's bottleneck model (per micro-batch count; then polished and ranked by simulation)";
+    return "its DP is optimal among contiguous stages on disjoint device sets (replicas) of the 8 fastest devices, "
+           "or on more devices of counts of interchangeable ones, under PipeDream's bottleneck model (per "
+           "micro-batch count; then polished and ranked by simulation)";
   if (name == "pipelearn")
     return "the best under the cost model's simulation among its client/server splits (every split layer, or 64 "
            "quantiles on long models) and micro-batch choices, every client replicating the first stage";
