@@ -153,6 +153,7 @@ const char* zero_shot_replicas_name(ZeroShotReplicas r) {
     case ZeroShotReplicas::dropped: return "dropped";
     case ZeroShotReplicas::idle_devices_added: return "idle_devices_added";
     case ZeroShotReplicas::one_stage: return "one_stage";
+    case ZeroShotReplicas::data_parallel: return "data_parallel";
     case ZeroShotReplicas::every_device_a_stage: return "every_device_a_stage";
     default: return "as_decided";
   }
@@ -184,6 +185,7 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
         {ZeroShotReplicas::dropped, without_replicas(ctx, as_decided)},
         {ZeroShotReplicas::idle_devices_added, with_idle_devices(ctx, as_decided)},
         {ZeroShotReplicas::one_stage, as_one_stage(ctx, as_decided)},
+        {ZeroShotReplicas::data_parallel, as_data_parallel(ctx, as_decided)},
         {ZeroShotReplicas::every_device_a_stage, as_pipeline_of_every_device(ctx, as_decided)}};
     for (const auto& [replicas, p] : repaired) {
       if (replicas != ZeroShotReplicas::as_decided) {

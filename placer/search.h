@@ -114,8 +114,9 @@ const char* zero_shot_from_name(ZeroShotFrom f);
 // What a zero-shot plan did to the decision's replicas and stages: nothing,
 // dropped the replicas (planners' without_replicas), added the devices it left
 // idle as more (with_idle_devices), merged its stages into one copied onto its
-// devices (as_one_stage), or made every device a stage (as_pipeline_of_every_device).
-enum class ZeroShotReplicas { as_decided, dropped, idle_devices_added, one_stage, every_device_a_stage };
+// devices (as_one_stage), ran data parallel on its devices (as_data_parallel),
+// or made every device a stage (as_pipeline_of_every_device).
+enum class ZeroShotReplicas { as_decided, dropped, idle_devices_added, one_stage, data_parallel, every_device_a_stage };
 const char* zero_shot_replicas_name(ZeroShotReplicas r);
 
 // How a zero-shot plan came from the policy's decision (SearchResult::zero_shot_how).
@@ -180,7 +181,8 @@ constexpr int kImitationRounds = 4;  // of kImitationSteps, until the greedy dec
 // typical, then its greedy decision (Policy::typical, Policy::greedy), each as
 // decided, with its replicas dropped (planners' without_replicas), with the
 // devices it leaves idle added as replicas (with_idle_devices), as one stage
-// copied onto its devices (as_one_stage) and with every device a stage
+// copied onto its devices (as_one_stage), data parallel on its devices
+// (as_data_parallel) and with every device a stage
 // (as_pipeline_of_every_device), each of those as it is, with its cuts
 // placed for its stages (with_pipedream_cuts) and with its stages reordered
 // and its micro-batches chosen for them, cuts placed (with_pipedream_orders, up to two); a

@@ -178,13 +178,13 @@ class DeviceGroups {
   explicit DeviceGroups(const PlannerContext& ctx) {
     const std::vector<int> fastest = devices_fastest_first(ctx);
     int kept = static_cast<int>(fastest.size());
-    if (kept <= kMaxPipeDreamDevices) {
-      members_ = group(fastest, {}, kept);
-    } else {
-      const std::vector<int> cls = interchangeable_classes(ctx);
+    std::vector<int> cls;  // empty: each device its own group
+    if (kept > kMaxPipeDreamDevices) {
+      cls = interchangeable_classes(ctx);
       while (kept > kMaxPipeDreamDevices && triples(group(fastest, cls, kept)) > kMaxTriples) --kept;
-      members_ = group(fastest, kept > kMaxPipeDreamDevices ? cls : std::vector<int>{}, kept);
+      if (kept <= kMaxPipeDreamDevices) cls.clear();
     }
+    members_ = group(fastest, cls, kept);
     states_ = 1;
     for (const auto& g : members_) {
       stride_.push_back(states_);
@@ -262,11 +262,10 @@ class DeviceGroups {
 };
 
 // The DP's best plan per number of devices used (index = device count), for
-// `m` micro-batches, over DeviceGroups' states.
-Result<std::vector<std::optional<StagePlan>>> pipedream_by_devices(const PlannerContext& ctx, int m) {
-  if (Status s = check_context(ctx); !s) return s;
+// `m` micro-batches, over the states of `groups` (built from ctx once per planner run).
+std::vector<std::optional<StagePlan>> pipedream_by_devices(const PlannerContext& ctx, const DeviceGroups& groups,
+                                                           int m) {
   const ReplicatedStageModel model(ctx, m);
-  const DeviceGroups groups(ctx);
   const int M = groups.states();
   // Keep triples x C^2 / 2 around 2e7.
   const int max_positions = std::max(4, static_cast<int>(std::sqrt(4e7 / static_cast<double>(groups.triples()))));
@@ -765,6 +764,19 @@ Placement as_one_stage(const PlannerContext& ctx, const Placement& p) {
   return out;
 }
 
+Placement as_data_parallel(const PlannerContext& ctx, const Placement& p) {
+  std::vector<int> devices;
+  for (int g = 0; g < p.num_groups(); ++g)
+    for (int d : p.devices_of_group(g))
+      if (std::find(devices.begin(), devices.end(), d) == devices.end()) devices.push_back(d);
+  if (p.is_data_parallel() || devices.size() < 2 || static_cast<int64_t>(devices.size()) > ctx.batch_size) return p;
+  const std::vector<int> rank = speed_rank(ctx);
+  std::sort(devices.begin(), devices.end(), [&](int a, int b) { return rank[a] < rank[b]; });
+  Placement out = Placement::replicas(num_layers(ctx), devices);
+  out.source = p.source;
+  return out;
+}
+
 Placement as_pipeline_of_every_device(const PlannerContext& ctx, const Placement& p) {
   if (p.is_data_parallel()) return p;
   const int D = num_devices(ctx), L = num_layers(ctx);
@@ -991,11 +1003,10 @@ std::vector<Placement> with_pipedream_orders(const PlannerContext& context, cons
 }
 
 Result<StagePlan> pipedream_min_bottleneck(const PlannerContext& ctx, int micro_batches) {
-  auto per = pipedream_by_devices(ctx, micro_batches);
-  if (!per) return per.status();
+  if (Status s = check_context(ctx); !s) return s;
   std::optional<StagePlan> best;
   double best_v = kInf;
-  for (const auto& p : *per) {
+  for (const auto& p : pipedream_by_devices(ctx, DeviceGroups(ctx), micro_batches)) {
     if (!p) continue;
     const double v = replicated_bottleneck_ms(ctx, *p);
     if (v < best_v) {
@@ -1036,11 +1047,10 @@ Result<Outcome> pipedream(const PlannerContext& ctx, Evaluator& ev, int verify) 
   std::vector<std::pair<double, Placement>> cands;
   MoveSet polish = MoveSet::shifts_and_swaps();
   polish.replicate = polish.drop_replica = true;
+  const DeviceGroups groups(ctx);
   for (int m : ctx.micro_batch_choices()) {
     if (cancelled(ctx)) break;
-    auto per = pipedream_by_devices(ctx, m);
-    if (!per) return per.status();
-    for (const auto& plan : *per) {
+    for (const auto& plan : pipedream_by_devices(ctx, groups, m)) {
       if (!plan) continue;
       // Polished like the DP planner's plans: boundary shifts, swaps, and a replica added or dropped.
       auto [ms, polished] = polish_by_simulation(ctx, estimator, *plan, polish, "pipedream");

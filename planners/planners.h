@@ -111,6 +111,11 @@ Placement with_idle_devices(const PlannerContext& ctx, const Placement& p);
 // whose stages' transfers cost more than all-reducing its weights (a
 // transformer on equal devices), the classical plans copy one stage instead.
 Placement as_one_stage(const PlannerContext& ctx, const Placement& p);
+// BSP data parallelism over the devices `p` uses (its fastest first): as_one_stage
+// with a micro-batch per copy and no pipeline to fill, the count a replicated
+// stage's own choice of micro-batches may exceed. A data-parallel `p`, one on one
+// device, or one with more devices than samples comes back as it is.
+Placement as_data_parallel(const PlannerContext& ctx, const Placement& p);
 // `p` with every device a stage of its own: each replicated group on its
 // fastest device alone (as without_replicas), then every device left over
 // (its dropped replicas and the idle ones, fastest first) a further stage cut

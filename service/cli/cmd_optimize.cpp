@@ -264,6 +264,7 @@ void print_result(const json& r) {
     if (replicas == "dropped") repairs = " with its replicas dropped";
     if (replicas == "idle_devices_added") repairs = " with its idle devices added as replicas";
     if (replicas == "one_stage") repairs = " as one stage copied onto its devices";
+    if (replicas == "data_parallel") repairs = " as data parallelism on its devices";
     if (replicas == "every_device_a_stage") repairs = " with every device a stage of its own";
     if (p.value("zero_shot_reordered", false))
       repairs += std::string(repairs.empty() ? " with" : " and") + " its stages reordered and its cuts placed";

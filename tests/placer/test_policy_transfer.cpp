@@ -17,6 +17,7 @@
 #include "model/zoo.h"
 #include "placer/baselines.h"
 #include "planners/moves.h"
+#include "planners/planners.h"
 #include "placer/policy.h"
 #include "placer/search.h"
 #include "placer/train_policy.h"
@@ -24,6 +25,7 @@
 #include "simulator/cost_model.h"
 #include "simulator/simulator_evaluator.h"
 #include "tests/core/fake_evaluator.h"
+#include "tests/model/flat_library.h"
 #include "tests/model/linear_chain.h"
 #include "tests/planners/cli_run.h"
 
@@ -799,6 +801,40 @@ TEST_CASE("a trained policy that pipelines a small model over equal devices gets
   CHECK(r.zero_shot.layer_group == std::vector<int>(8, 0));
   CHECK(r.zero_shot.replica_count(0) == 4);
   CHECK(r.zero_shot_report->step_ms < sim.evaluate(taught).step_ms);
+}
+
+TEST_CASE("a trained policy that pipelines many micro-batches over equal devices gets data parallelism as its zero-shot plan") {
+  // Taught four stages of two layers at 16 micro-batches on four equal
+  // devices whose every layer costs 0.5 ms a call plus 0.05 ms a sample: one
+  // stage copied onto the four keeps the 16 micro-batches (four calls of two
+  // samples per copy, one after another), where data parallelism makes one
+  // call of eight samples per copy.
+  LayerGraph g = test::linear_chain({64, 64, 64, 64, 64, 64, 64, 64});
+  Cluster c;
+  for (int i = 0; i < 4; ++i) c.devices.push_back(Device{"d" + std::to_string(i)});
+  Placement taught;
+  taught.layer_group = {0, 0, 1, 1, 2, 2, 3, 3};
+  taught.group_device = {0, 1, 2, 3};
+  taught.micro_batches = 16;
+  const auto net = networks_taught(g, c, taught);
+  std::vector<LayerLibrary> libs;
+  for (int64_t b : profile_batch_sizes(32)) libs.push_back(test::flat_library(g, b, 0.5 + 0.05 * b, 1.0 + 0.1 * b));
+  const CostModel cost = *CostModel::build(g, c, libs);
+  SimulatorEvaluator sim(g, c, cost, 32);
+  const SearchResult r = zero_shot_search(g, c, sim, net, &cost);
+  REQUIRE(r.zero_shot_report->ok);
+  CHECK(r.zero_shot_how.replicas == ZeroShotReplicas::data_parallel);
+  CHECK(r.zero_shot.is_data_parallel());
+  CHECK(r.zero_shot.group_device.size() == 4);
+  PlannerContext ctx;
+  ctx.graph = &g;
+  ctx.cluster = &c;
+  ctx.cost = &cost;
+  ctx.batch_size = 32;
+  const Placement one_stage = as_one_stage(ctx, taught);
+  REQUIRE(one_stage.micro_batches == 16);
+  CHECK(r.zero_shot_report->step_ms < sim.evaluate(one_stage).step_ms);
+  CHECK(r.zero_shot_report->step_ms == doctest::Approx(sim.evaluate(as_data_parallel(ctx, taught)).step_ms));
 }
 
 TEST_CASE("a trained policy whose pipeline crosses a slow link gets its stages reordered as its zero-shot plan") {

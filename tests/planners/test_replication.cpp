@@ -514,6 +514,30 @@ TEST_CASE("as_one_stage copies one stage of every layer onto each device the pla
   CHECK(dp.group_device == std::vector<int>{0, 2});
 }
 
+TEST_CASE("as_data_parallel copies the whole model onto each device the plan uses, fastest first, one replica each") {
+  LayerGraph g = linear_chain({16, 16, 16, 16, 16, 16});
+  const Cluster c = cluster_of_speeds({1.0, 1.5, 2.0, 0.5});
+  Case cs(g, c, {test::flat_library(g, 8, 1, 1)}, 8);
+  // Two stages: d0 with a copy on d3, then d1; d2 idle; eight micro-batches.
+  Placement p;
+  p.layer_group = {0, 0, 0, 0, 1, 1};
+  p.group_device = {0, 1};
+  p.group_replicas = {{3}, {}};
+  p.micro_batches = 8;
+  p.source = "policy";
+  const Placement dp = as_data_parallel(cs.ctx, p);
+  CHECK(dp.is_data_parallel());
+  CHECK(dp.group_device == std::vector<int>{1, 0, 3});
+  CHECK(dp.layer_group == std::vector<int>(6, 0));
+  CHECK(dp.source == "policy");
+  CHECK(validate_placement(dp, cs.g, cs.c, 8).is_ok());
+  // One device, already data-parallel, or more devices than samples: as it is.
+  CHECK_FALSE(as_data_parallel(cs.ctx, Placement::single_device(6, 2, 4)).is_data_parallel());
+  CHECK(as_data_parallel(cs.ctx, Placement::replicas(6, {2, 0})).group_device == std::vector<int>{2, 0});
+  Case two_samples(g, c, {test::flat_library(g, 8, 1, 1)}, 2);
+  CHECK_FALSE(as_data_parallel(two_samples.ctx, p).is_data_parallel());
+}
+
 TEST_CASE("as_pipeline_of_every_device keeps each group's fastest device and cuts a stage for every other device") {
   // Six equal layers. Group 0 (layers 0-4) on d0 with a copy on d2 (speed 2),
   // group 1 (layer 5) on d1; d3 idle. Dropped copies: group 0 on d2 (5 units
@@ -543,7 +567,7 @@ TEST_CASE("as_pipeline_of_every_device keeps each group's fastest device and cut
   CHECK(as_pipeline_of_every_device(cs.ctx, Placement::replicas(6, {0, 1})).is_data_parallel());
 }
 
-TEST_CASE("as_one_stage and as_pipeline_of_every_device give valid plans on random chains, clusters and plans") {
+TEST_CASE("as_one_stage, as_data_parallel and as_pipeline_of_every_device give valid plans on random chains, clusters and plans") {
   std::mt19937 rng(20261202);
   for (int trial = 0; trial < 40; ++trial) {
     const int L = 3 + static_cast<int>(rng() % 10), D = 2 + static_cast<int>(rng() % 4);
@@ -561,6 +585,9 @@ TEST_CASE("as_one_stage and as_pipeline_of_every_device give valid plans on rand
       const std::vector<int> copies = merged.devices_of_group(0);
       CHECK(std::set<int>(copies.begin(), copies.end()) == used);
     }
+    const Placement dp = as_data_parallel(cs.ctx, p);
+    REQUIRE_MESSAGE(validate_placement(dp, cs.g, cs.c, 8).is_ok(), validate_placement(dp, cs.g, cs.c, 8).message());
+    if (used.size() > 1) CHECK(std::set<int>(dp.group_device.begin(), dp.group_device.end()) == used);
     const Placement staged = as_pipeline_of_every_device(cs.ctx, p);
     REQUIRE_MESSAGE(validate_placement(staged, cs.g, cs.c, 8).is_ok(), validate_placement(staged, cs.g, cs.c, 8).message());
     CHECK_FALSE(staged.has_replicated_groups());
