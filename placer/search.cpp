@@ -332,6 +332,10 @@ class SearchLoop {
         stop_reason = "cancelled";
         break;
       }
+      if (reports.size() < proposals.size()) {  // out of time within the batch: no update on part of it
+        stop_reason = "time_budget";
+        break;
+      }
       update(proposals, reports, it);
       iterations_ = it;
       if (out_of_time()) {
@@ -347,7 +351,9 @@ class SearchLoop {
     SearchResult result;
     result.stop_reason = stop_reason;
     result.cancelled = stop_reason == "cancelled";
-    if (!result.cancelled && !cancelled()) {
+    // The final decisions, where the policy has learnt since they were its first
+    // (no update: the first batch cut short by the time budget) or nothing was found.
+    if (!result.cancelled && !cancelled() && (iterations_ > 0 || !measurer_.found())) {
       measurer_.measure(to_placement(policy_->greedy()), iterations_);
       measurer_.measure(to_placement(policy_->typical()), iterations_);  // memoised where the same
     }
@@ -359,18 +365,27 @@ class SearchLoop {
 
  private:
   bool cancelled() const { return cancel_ && cancel_->load(); }
-  bool out_of_time() const { return opt_.time_budget_s > 0 && measurer_.elapsed_s() >= opt_.time_budget_s; }
+  // Out of time: the time budget less what the greedy and typical decisions
+  // measured after the loop will take (two evaluations at the mean so far), so
+  // that a search whose evaluations take seconds (measuring) ends near it.
+  bool out_of_time() const {
+    if (!(opt_.time_budget_s > 0)) return false;
+    const double elapsed = measurer_.elapsed_s();
+    const int64_t n = measurer_.evaluations();
+    return elapsed + (n > 0 ? 2 * elapsed / static_cast<double>(n) : 0.0) >= opt_.time_budget_s;
+  }
 
   // A batch of joint actions sampled from the current policy.
   std::vector<Decision> propose() {
     return policy_->sample(std::max(1, opt_.samples_per_iteration), rng_);
   }
 
-  // Each proposal's report through the measurer (memoised); stops at cancel.
+  // Each proposal's report through the measurer (memoised); stops at cancel
+  // and when out of time (fewer reports than decisions).
   std::vector<StepReport> evaluate(const std::vector<Decision>& decisions, int it) {
     std::vector<StepReport> reports;
     for (const Decision& d : decisions) {
-      if (cancelled()) break;
+      if (cancelled() || out_of_time()) break;
       reports.push_back(measurer_.measure(to_placement(d), it));
     }
     return reports;
@@ -380,13 +395,16 @@ class SearchLoop {
     return decision_to_placement(d, config_.micro_batch_choices, opt_.schedule);
   }
 
-  // The zero-shot plan: the fastest of zero_shot_candidates (at most 34
+  // The zero-shot plan: the fastest of zero_shot_candidates (at most 36
   // evaluations, fewer where they agree: the measurer memoises; no sampling;
-  // the measurer keeps the faster schedule of each).
+  // the measurer keeps the faster schedule of each), in their order until out
+  // of time (the first always).
   void measure_zero_shot() {
     for (const ZeroShotCandidate& c :
-         zero_shot_candidates(*policy_, graph_, cluster_, opt_.zero_shot_costs, opt_.batch_size, opt_.schedule))
+         zero_shot_candidates(*policy_, graph_, cluster_, opt_.zero_shot_costs, opt_.batch_size, opt_.schedule)) {
+      if (zero_shot_ && (cancelled() || out_of_time())) break;
       if (keep_zero_shot(c.placement, c.how)) note_zero_shot_odds(c.decided);
+    }
   }
 
   // Measures `p`; keeps it as the zero-shot plan where it is the first or faster. True when kept.

@@ -39,7 +39,11 @@ class CostModel;
 
 struct SearchOptions {
   int iterations = 600;
-  double time_budget_s = 0;      // 0 = none
+  // 0 = none. The search stops before an evaluation (zero-shot candidates past
+  // the first, a proposal within a batch) once the time left is under two
+  // evaluations at the mean so far, kept for the greedy and typical decisions;
+  // the refinement after it has its own budget (refine_budget).
+  double time_budget_s = 0;
   int samples_per_iteration = 16;
   int patience = 0;              // 0 = max(100, iterations / 2), counted after the last restart
   uint64_t seed = 1;

@@ -261,7 +261,7 @@ Result<Outcome> exhaustive(const PlannerContext& ctx, Evaluator& ev) {
     return Status::error("exhaustive: " + count_text(contiguous) + " contiguous placements exceed the limit of " +
                          std::to_string(ctx.exhaustive_limit));
   }
-  if (!best.placement) return nothing_fits(ctx, "exhaustive");
+  if (!best.placement) return best.none_found(ctx, "exhaustive");
   return Outcome{*best.placement, best.report};
 }
 
@@ -294,7 +294,7 @@ Result<Outcome> dynamic_programming(const PlannerContext& ctx, Evaluator& ev, in
     best.consider(c.second, ev.evaluate(c.second));
     ++evaluated;
   }
-  if (!best.placement) return nothing_fits(ctx, "dp");
+  if (!best.placement) return best.none_found(ctx, "dp");
   return Outcome{*best.placement, best.report};
 }
 

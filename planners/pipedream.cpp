@@ -742,13 +742,23 @@ Placement with_idle_devices(const PlannerContext& ctx, const Placement& p) {
   return out;
 }
 
-Placement as_one_stage(const PlannerContext& ctx, const Placement& p) {
+namespace {
+
+// Every device `p` uses, each once, fastest first.
+std::vector<int> devices_used_fastest_first(const PlannerContext& ctx, const Placement& p) {
   std::vector<int> devices;
   for (int g = 0; g < p.num_groups(); ++g)
     for (int d : p.devices_of_group(g))
       if (std::find(devices.begin(), devices.end(), d) == devices.end()) devices.push_back(d);
   const std::vector<int> rank = speed_rank(ctx);
   std::sort(devices.begin(), devices.end(), [&](int a, int b) { return rank[a] < rank[b]; });
+  return devices;
+}
+
+}  // namespace
+
+Placement as_one_stage(const PlannerContext& ctx, const Placement& p) {
+  const std::vector<int> devices = devices_used_fastest_first(ctx, p);
   const int micro_batches = micro_batches_for(ctx, static_cast<int>(devices.size()), p.micro_batches);
   if (p.is_data_parallel() || p.num_groups() < 2 || micro_batches == 0) return p;
   Placement out = p;
@@ -765,13 +775,8 @@ Placement as_one_stage(const PlannerContext& ctx, const Placement& p) {
 }
 
 Placement as_data_parallel(const PlannerContext& ctx, const Placement& p) {
-  std::vector<int> devices;
-  for (int g = 0; g < p.num_groups(); ++g)
-    for (int d : p.devices_of_group(g))
-      if (std::find(devices.begin(), devices.end(), d) == devices.end()) devices.push_back(d);
+  const std::vector<int> devices = devices_used_fastest_first(ctx, p);
   if (p.is_data_parallel() || devices.size() < 2 || static_cast<int64_t>(devices.size()) > ctx.batch_size) return p;
-  const std::vector<int> rank = speed_rank(ctx);
-  std::sort(devices.begin(), devices.end(), [&](int a, int b) { return rank[a] < rank[b]; });
   Placement out = Placement::replicas(num_layers(ctx), devices);
   out.source = p.source;
   return out;
@@ -1062,7 +1067,7 @@ Result<Outcome> pipedream(const PlannerContext& ctx, Evaluator& ev, int verify) 
   Best best;
   for (int i = 0; i < static_cast<int>(cands.size()) && i < std::max(1, verify); ++i)
     best.consider(cands[i].second, ev.evaluate(cands[i].second));
-  if (!best.placement) return nothing_fits(ctx, "pipedream");
+  if (!best.placement) return best.none_found(ctx, "pipedream");
   return Outcome{*best.placement, best.report};
 }
 

@@ -112,7 +112,7 @@ Result<Outcome> pipelearn(const PlannerContext& ctx, Evaluator& ev) {
   Best best;
   for (int i = 0; i < static_cast<int>(cands.size()) && i < 3; ++i)
     best.consider(cands[i].second, ev.evaluate(cands[i].second));
-  if (!best.placement) return nothing_fits(ctx, "pipelearn");
+  if (!best.placement) return best.none_found(ctx, "pipelearn");
   return Outcome{*best.placement, best.report};
 }
 

@@ -253,11 +253,20 @@ double BottleneckModel::boundary(int from, int to, int j) const {
 }
 
 bool Best::consider(const Placement& p, const StepReport& r) {
+  const bool to_run = r.failure_kind == FailureKind::worker_failed || r.failure_kind == FailureKind::worker_unreachable ||
+                      r.failure_kind == FailureKind::timeout;
+  if (!r.ok && to_run && !failed_to_run) failed_to_run = r;
   if (!r.ok) return false;
   if (placement && r.step_ms >= report.step_ms) return false;
   placement = p;
   report = r;
   return true;
+}
+
+Status Best::none_found(const PlannerContext& ctx, const std::string& planner) const {
+  if (!failed_to_run) return nothing_fits(ctx, planner);
+  return Status::error(planner + ": every plan it evaluated failed to run (" + failure_kind_name(failed_to_run->failure_kind) +
+                       ": " + failed_to_run->message + ")");
 }
 
 }  // namespace planner_support

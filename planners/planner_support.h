@@ -100,11 +100,16 @@ struct BottleneckModel {
   int in_flight;
 };
 
-// The evaluator's best ok report so far.
+// The evaluator's best ok report so far, and the first failure to run (a
+// worker that failed or was lost, a step over its time), not to fit.
 struct Best {
   std::optional<Placement> placement;
   StepReport report;
+  std::optional<StepReport> failed_to_run;
   bool consider(const Placement& p, const StepReport& r);
+  // Why the planner has no plan: that failure where there was one (the plans
+  // fit: the evaluator could not run them), else nothing_fits.
+  Status none_found(const PlannerContext& ctx, const std::string& planner) const;
 };
 
 struct Outcome {

@@ -34,7 +34,7 @@ Result<Outcome> random_search(const PlannerContext& ctx, Evaluator& ev) {
     if (!ok) break;
     best.consider(p, ev.evaluate(p));
   }
-  if (!best.placement) return nothing_fits(ctx, "random");
+  if (!best.placement) return best.none_found(ctx, "random");
   return Outcome{*best.placement, best.report};
 }
 
@@ -82,7 +82,7 @@ Result<Outcome> annealing(const PlannerContext& ctx, Evaluator& ev) {
       cur_ms = r.step_ms;
     }
   }
-  if (!best.placement) return nothing_fits(ctx, "anneal");
+  if (!best.placement) return best.none_found(ctx, "anneal");
   return Outcome{*best.placement, best.report};
 }
 

@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <thread>
 
 #include "placer/features.h"
 #include "placer/policy.h"
@@ -342,6 +344,33 @@ TEST_CASE("cancel stops the search between evaluations") {
   CHECK(r.cancelled);
   CHECK(r.stop_reason == "cancelled");
   CHECK(r.iterations == 3);
+}
+
+TEST_CASE("a time budget stops a search of slow evaluations within a batch, with time kept for its final decisions") {
+  // Every evaluation takes at least 50 ms. Before an evaluation the search goes
+  // on only while elapsed + 2 x its mean < 0.5 s, so after at most 8 (0.05 n +
+  // 0.1 < 0.5), then the greedy and typical decisions: at most 10, where the
+  // first batch alone is 16 proposals.
+  struct SlowEvaluator : FakeEvaluator {
+    using FakeEvaluator::FakeEvaluator;
+    StepReport evaluate(const Placement& p) override {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      return FakeEvaluator::evaluate(p);
+    }
+  };
+  LayerGraph g = chain_graph(4);
+  Cluster c = equal_cluster(4);
+  SlowEvaluator ev(std::vector<double>(8, 1.0), c);
+  SearchOptions o;
+  o.iterations = 1000;
+  o.time_budget_s = 0.5;
+  o.batch_size = 8;
+  const SearchResult r = search(g, c, ev, o, nullptr);
+  CHECK(r.stop_reason == "time_budget");
+  CHECK(r.found);
+  CHECK(r.evaluations >= 1);
+  CHECK(r.evaluations <= 10);
+  CHECK(r.iterations == 0);  // the first batch was cut short: no update on part of it
 }
 
 TEST_CASE("a decision becomes a placement without empty groups, numbered in layer order") {

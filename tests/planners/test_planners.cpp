@@ -454,3 +454,25 @@ TEST_CASE("a planner's placements train with the context's optimizer, and Adam's
     CHECK_MESSAGE(p->optimizer == Optimizer::adam, name);
   }
 }
+
+TEST_CASE("planners whose every evaluated plan failed to run say why, not that nothing fits") {
+  // An evaluator that cannot start its workers (a tapp-cli copied without its
+  // tapp-worker): the plans fit, so the reason is the evaluator's own.
+  struct NoWorkers : Evaluator {
+    StepReport evaluate(const Placement&) override {
+      return StepReport::failure(FailureKind::worker_failed, "worker binary 'x/tapp-worker' not found", "measure");
+    }
+    EvaluatorKind kind() const override { return EvaluatorKind::measure; }
+  };
+  Setup s = small_setup({1.0, 0.5, 0.25});
+  NoWorkers ev;
+  for (auto run : {+[](const PlannerContext& c, Evaluator& e) { return plan_dynamic_programming(c, e, 3); },
+                   +[](const PlannerContext& c, Evaluator& e) { return plan_pipedream(c, e, 3); },
+                   +[](const PlannerContext& c, Evaluator& e) { return plan_random_search(c, e); }}) {
+    const auto r = run(s.ctx, ev);
+    REQUIRE_FALSE(r);
+    CHECK(r.status().message().find("every plan it evaluated failed to run (worker_failed: worker binary 'x/tapp-worker' not found)") !=
+          std::string::npos);
+    CHECK(r.status().message().find("fits the devices' memory") == std::string::npos);
+  }
+}
