@@ -840,7 +840,25 @@ Result<std::vector<int>> read_group_devices(const json& gj, const Cluster& c, co
 }
 }  // namespace
 
+namespace {
+
+// Each group's number among those that hold a layer, in order (-1: none); a
+// data-parallel placement's groups are its replicas, each kept.
+std::vector<int> groups_holding_layers(const Placement& p) {
+  std::vector<int> ids(p.num_groups(), -1);
+  std::vector<char> used(p.num_groups(), p.is_data_parallel() ? 1 : 0);
+  for (int grp : p.layer_group)
+    if (grp >= 0 && grp < p.num_groups()) used[grp] = 1;
+  int next = 0;
+  for (int grp = 0; grp < p.num_groups(); ++grp)
+    if (used[grp]) ids[grp] = next++;
+  return ids;
+}
+
+}  // namespace
+
 json placement_to_json(const Placement& p, const LayerGraph& g, const Cluster& c) {
+  const std::vector<int> ids = groups_holding_layers(p);  // groups without layers are left out
   json j;
   j["micro_batches"] = p.micro_batches;
   j["schedule"] = schedule_name(p.schedule);
@@ -853,14 +871,16 @@ json placement_to_json(const Placement& p, const LayerGraph& g, const Cluster& c
   if (p.optimizer != Optimizer::sgd) j["optimizer"] = optimizer_name(p.optimizer);
   json recompute = json::array();
   for (int grp = 0; grp < p.num_groups(); ++grp)
-    if (p.recomputes(grp)) recompute.push_back(grp);
+    if (ids[grp] >= 0 && p.recomputes(grp)) recompute.push_back(ids[grp]);
   if (!recompute.empty()) j["recompute"] = recompute;
   json weights = json::object();
   for (int grp = 0; grp < p.num_groups(); ++grp)
-    if (p.replica_count(grp) > 1 && p.has_replica_weights(grp)) weights[std::to_string(grp)] = p.group_replica_weights[grp];
+    if (ids[grp] >= 0 && p.replica_count(grp) > 1 && p.has_replica_weights(grp))
+      weights[std::to_string(ids[grp])] = p.group_replica_weights[grp];
   if (!weights.empty()) j["replica_weights"] = weights;
   j["groups"] = json::array();
   for (int grp = 0; grp < p.num_groups(); ++grp) {
+    if (ids[grp] < 0) continue;
     if (p.replica_count(grp) == 1) {
       j["groups"].push_back(c.devices.at(p.group_device[grp]).name);
       continue;
@@ -870,7 +890,7 @@ json placement_to_json(const Placement& p, const LayerGraph& g, const Cluster& c
     j["groups"].push_back(names);
   }
   j["layers"] = json::object();
-  for (size_t i = 0; i < g.layers.size(); ++i) j["layers"][g.layers[i].name] = p.layer_group[i];
+  for (size_t i = 0; i < g.layers.size(); ++i) j["layers"][g.layers[i].name] = ids.at(p.layer_group[i]);
   return j;
 }
 
@@ -923,6 +943,14 @@ Result<Placement> placement_from_json(const json& j, const LayerGraph& g, const 
   }
   for (size_t i = 0; i < g.layers.size(); ++i)
     if (p.layer_group[i] < 0) return jf::field_error("placement.layers." + g.layers[i].name, "missing");
+  if (!p.is_data_parallel()) {  // a data-parallel placement's groups are its replicas
+    const std::vector<int> ids = groups_holding_layers(p);
+    for (int grp = 0; grp < p.num_groups(); ++grp)
+      if (ids[grp] < 0)
+        return jf::field_error("placement.groups[" + std::to_string(grp) + "]",
+                               "no layer is in this group (device \"" + c.devices[p.group_device[grp]].name +
+                                   "\"); put layers in it or remove it");
+  }
   if (Status s = read_optimizer(j, p.optimizer); !s) return s;
   if (Status s = read_recompute(j, p); !s) return s;
   if (Status s = read_replica_weights(j, p); !s) return s;

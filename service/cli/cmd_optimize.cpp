@@ -423,7 +423,7 @@ void run(const Args& a, int& exit_code) {
 void add_optimize_command(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<Args>();
   auto* sub = app.add_subcommand("optimize", "find a pipeline-parallel placement with TAPP");
-  sub->add_option("model", args->model, "zoo name (alexnet, vgg16, inception_v3, ...) or a JSON layer graph")
+  sub->add_option("model", args->model, "zoo name (alexnet, vgg16, inception_v3, ...), JSON layer graph or TorchScript file")
       ->required();
   sub->add_option("--devices", args->devices, "cluster JSON (devices, links)")->required();
   sub->add_option("--evaluator", args->evaluator, "simulate (default) | measure | hybrid");

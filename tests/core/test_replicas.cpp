@@ -163,6 +163,40 @@ TEST_CASE("add_group appends an empty group that keeps the per-group lists align
   CHECK(validate_placement(p, g, c, 32).is_ok());  // an empty group is no stage
 }
 
+TEST_CASE("a group that holds no layer is refused from JSON naming it, and left out when a placement is written") {
+  LayerGraph g = chain();
+  Cluster c = devices(4);
+  CHECK(error_of(json::parse(R"({"micro_batches": 2, "groups": ["cpu0", "cpu1", "cpu2"],
+                                 "layers": {"fc0": 0, "fc1": 0, "fc2": 2, "fc3": 2}})"),
+                 g, c) == "placement.groups[1]: no layer is in this group (device \"cpu1\"); put layers in it or remove it");
+  // Written: the empty group 1 left out, group 2 (copied onto cpu3, weighed,
+  // recomputing) renumbered 1 in the layers, the weights and the recompute list.
+  Placement p;
+  p.layer_group = {0, 0, 2, 2};
+  p.group_device = {0, 1, 2};
+  p.group_replicas = {{}, {}, {3}};
+  p.group_replica_weights = {{}, {}, {2, 1}};
+  p.group_recompute = {0, 0, 1};
+  p.micro_batches = 3;
+  const json written = placement_to_json(p, g, c);
+  CHECK(written["groups"] == json::parse(R"(["cpu0", ["cpu2", "cpu3"]])"));
+  CHECK(written["layers"] == json::parse(R"({"fc0": 0, "fc1": 0, "fc2": 1, "fc3": 1})"));
+  CHECK(written["replica_weights"] == json::parse(R"({"1": [2, 1]})"));
+  CHECK(written["recompute"] == json::parse("[1]"));
+  auto again = placement_from_json(written, g, c);
+  REQUIRE(again.is_ok());
+  CHECK(again->group_device == std::vector<int>{0, 2});
+  CHECK(again->devices_of_group(1) == std::vector<int>{2, 3});
+  CHECK(again->group_replica_weights[1] == std::vector<int>{2, 1});
+  CHECK(again->recomputes(1));
+  // A data-parallel placement's groups are its replicas: each is kept.
+  const json dp = placement_to_json(Placement::replicas(4, {0, 1, 2}), g, c);
+  CHECK(dp["groups"].size() == 3);
+  auto dp_again = placement_from_json(dp, g, c);
+  REQUIRE(dp_again.is_ok());
+  CHECK(dp_again->group_device == std::vector<int>{0, 1, 2});
+}
+
 TEST_CASE("the interleaved schedule has a name and keeps one more warm-up round in flight than 1F1B") {
   auto s = schedule_from_name("interleaved_1f1b");
   REQUIRE(s.is_ok());
