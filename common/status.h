@@ -58,6 +58,12 @@ class Status {
     if (is_ok()) return *this;
     return Status(code_, where + ": " + *message_, join_path(where, field_));
   }
+  // Appends `what_to_do` to the message (the field and code kept): what the
+  // caller's user can do about it, in the caller's own terms.
+  Status with_hint(const std::string& what_to_do) const {
+    if (is_ok()) return *this;
+    return Status(code_, *message_ + "; " + what_to_do, field_);
+  }
   // Nests the error inside `parent`: the field path becomes "parent.field" and a
   // message that started with the old path starts with the new one
   // ("devices[0].speed: ..." in "cluster" -> "cluster.devices[0].speed: ...").

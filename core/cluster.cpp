@@ -222,7 +222,7 @@ Status measurable_here(const Cluster& c, const std::vector<int>& devices, const 
     std::snprintf(speed, sizeof speed, "%g", d.speed);
     const std::string field = prefix + "devices[" + std::to_string(i) + "].speed";
     return Status::field_error(field, std::string(speed) + " cannot be emulated on this host (device \"" + d.name +
-                                          "\"; measurement needs speed <= 1); use --evaluator simulate");
+                                          "\"; measurement needs speed <= 1)");
   };
   if (devices.empty()) {
     for (int i = 0; i < c.num_devices(); ++i)

@@ -17,7 +17,7 @@ Result<JobEvaluator> make_evaluator(EvaluatorKind kind, const EvaluatorInputs& i
   if (needs_cost && !in.cost) return Status::error(field + ": " + evaluator_kind_name(kind) + " needs the cost model");
   // Measuring stretches compute to emulate a slower device; it cannot make one faster.
   if (kind != EvaluatorKind::simulate)
-    if (Status s = measurable_here(*in.cluster); !s) return s;
+    if (Status s = measurable_here(*in.cluster); !s) return s.with_hint("use --evaluator simulate");
   JobEvaluator out;
   out.kind = kind;
   switch (kind) {

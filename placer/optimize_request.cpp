@@ -123,7 +123,8 @@ Result<OptimizeRequest> optimize_request_from_json(const json& j) {
     if (Status s = read_options(*o, r); !s) return s;
   // A device faster than this host can be planned for, not measured here.
   if (r.evaluator != EvaluatorKind::simulate)
-    if (Status s = measurable_here(r.cluster, {}, "cluster."); !s) return s;
+    if (Status s = measurable_here(r.cluster, {}, "cluster."); !s)
+      return s.with_hint("plan for it with the evaluator \"simulate\" (tapp-cli optimize --evaluator simulate)");
   return r;
 }
 

@@ -234,12 +234,9 @@ int run(const RunArgs& a) {
     if (efficiency) print_efficiency(*efficiency, std::cout);
   }
   if (!r.ok) {
-    // A device faster than this host: the runtime's hint names the planners' flag, which run has not.
     std::string message = r.message;
-    const std::string planners_hint = "; use --evaluator simulate";
-    if (const auto at = message.find(planners_hint); at != std::string::npos)
-      message.replace(at, planners_hint.size(), "; run measures, so simulate the plan instead: tapp-cli plan "
-                                                "MODEL --devices FILE --placement FILE");
+    if (r.failure_kind == FailureKind::invalid_options && message.find("cannot be emulated on this host") != std::string::npos)
+      message += "; run measures, so simulate the plan instead: tapp-cli plan MODEL --devices FILE --placement FILE";
     std::cerr << "tapp-cli run: " << failure_kind_name(r.failure_kind) << ": " << message << "\n";
     bool bad_input =
         r.failure_kind == FailureKind::invalid_placement || r.failure_kind == FailureKind::out_of_memory ||

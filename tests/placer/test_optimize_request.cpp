@@ -85,7 +85,7 @@ TEST_CASE("request errors name the field") {
             .is_ok());
   CHECK(error_of(json{{"model", "alexnet"}, {"cluster", fast}, {"options", {{"evaluator", "hybrid"}}}}) ==
         "cluster.devices[1].speed: 4 cannot be emulated on this host (device \"b\"; measurement needs speed <= 1); "
-        "use --evaluator simulate");
+        "plan for it with the evaluator \"simulate\" (tapp-cli optimize --evaluator simulate)");
   auto with = [](json options) { return json{{"model", "alexnet"}, {"cluster", two_devices()}, {"options", options}}; };
   CHECK(error_of(with(json{{"evaluator", "guess"}})).rfind("options.evaluator: must be", 0) == 0);
   CHECK(error_of(with(json{{"iterations", -3}})).rfind("options.iterations: must be in", 0) == 0);
