@@ -838,9 +838,6 @@ Result<std::vector<int>> read_group_devices(const json& gj, const Cluster& c, co
   }
   return devices;
 }
-}  // namespace
-
-namespace {
 
 // Each group's number among those that hold a layer, in order (-1: none); a
 // data-parallel placement's groups are its replicas, each kept.
@@ -890,7 +887,10 @@ json placement_to_json(const Placement& p, const LayerGraph& g, const Cluster& c
     j["groups"].push_back(names);
   }
   j["layers"] = json::object();
-  for (size_t i = 0; i < g.layers.size(); ++i) j["layers"][g.layers[i].name] = ids.at(p.layer_group[i]);
+  for (size_t i = 0; i < g.layers.size(); ++i) {
+    const int grp = p.layer_group[i];
+    j["layers"][g.layers[i].name] = grp >= 0 && grp < p.num_groups() ? ids[grp] : grp;  // a bad one as it is
+  }
   return j;
 }
 

@@ -661,6 +661,17 @@ int micro_batches_for(const PlannerContext& ctx, int units, int current) {
   return enough == choices.end() ? 0 : *enough;
 }
 
+// Every device `p` uses, each once, fastest first.
+std::vector<int> devices_used_fastest_first(const PlannerContext& ctx, const Placement& p) {
+  std::vector<int> devices;
+  for (int g = 0; g < p.num_groups(); ++g)
+    for (int d : p.devices_of_group(g))
+      if (std::find(devices.begin(), devices.end(), d) == devices.end()) devices.push_back(d);
+  const std::vector<int> rank = speed_rank(ctx);
+  std::sort(devices.begin(), devices.end(), [&](int a, int b) { return rank[a] < rank[b]; });
+  return devices;
+}
+
 }  // namespace
 
 Placement without_replicas(const PlannerContext& ctx, const Placement& p) {
@@ -741,21 +752,6 @@ Placement with_idle_devices(const PlannerContext& ctx, const Placement& p) {
   if (!out.has_replicated_groups()) out.group_replicas.clear();
   return out;
 }
-
-namespace {
-
-// Every device `p` uses, each once, fastest first.
-std::vector<int> devices_used_fastest_first(const PlannerContext& ctx, const Placement& p) {
-  std::vector<int> devices;
-  for (int g = 0; g < p.num_groups(); ++g)
-    for (int d : p.devices_of_group(g))
-      if (std::find(devices.begin(), devices.end(), d) == devices.end()) devices.push_back(d);
-  const std::vector<int> rank = speed_rank(ctx);
-  std::sort(devices.begin(), devices.end(), [&](int a, int b) { return rank[a] < rank[b]; });
-  return devices;
-}
-
-}  // namespace
 
 Placement as_one_stage(const PlannerContext& ctx, const Placement& p) {
   const std::vector<int> devices = devices_used_fastest_first(ctx, p);
