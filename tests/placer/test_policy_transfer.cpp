@@ -5,6 +5,7 @@
 #include "tests/torch_doctest.h"  // first: LibTorch's CHECK macros would shadow doctest's
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <numeric>
 #include <random>
+#include <thread>
 
 #include "model/layer_library.h"
 #include "model/zoo.h"
@@ -835,6 +837,53 @@ TEST_CASE("a trained policy that pipelines many micro-batches over equal devices
   REQUIRE(one_stage.micro_batches == 16);
   CHECK(r.zero_shot_report->step_ms < sim.evaluate(one_stage).step_ms);
   CHECK(r.zero_shot_report->step_ms == doctest::Approx(sim.evaluate(as_data_parallel(ctx, taught)).step_ms));
+}
+
+TEST_CASE("a time budget stops the zero-shot candidates after the first once too little time is left") {
+  // A taught two-stage plan with a replica on devices of unequal speeds has 26
+  // candidates, 13 of them distinct; evaluations of at least 50 ms and a 0.3 s
+  // budget stop them once elapsed + 2 x the mean >= 0.3 s, after at most 4
+  // (0.05 n + 0.1 >= 0.3), and the search proposes nothing more.
+  struct Slow : Evaluator {
+    Evaluator& inner;
+    explicit Slow(Evaluator& e) : inner(e) {}
+    StepReport evaluate(const Placement& p) override {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      return inner.evaluate(p);
+    }
+    EvaluatorKind kind() const override { return inner.kind(); }
+  };
+  LayerGraph g = test::linear_chain({64, 64, 64, 64, 64, 64, 64, 64});
+  Cluster c;
+  for (int i = 0; i < 4; ++i) c.devices.push_back(Device{"d" + std::to_string(i)});
+  c.devices[0].speed = 0.25;
+  c.devices[3].speed = 0.5;
+  c.default_link.latency_ms = 1.0;
+  Placement taught;
+  taught.layer_group = {0, 0, 0, 1, 1, 1, 1, 1};
+  taught.group_device = {0, 1};
+  taught.group_replicas = {{2}, {}};
+  taught.micro_batches = 4;
+  const auto net = networks_taught(g, c, taught);
+  const CostModel cost = *CostModel::build(g, c, {estimated_library(g, 32)});
+  SimulatorEvaluator sim(g, c, cost, 32);
+  OpDictionary dict;
+  auto policy = policy_for(g, c, net, dict);
+  const size_t candidates = zero_shot_candidates(*policy, g, c, &cost, 32, Schedule::gpipe).size();
+  REQUIRE(candidates > 6);
+  Slow slow(sim);
+  SearchOptions so;
+  so.batch_size = 32;
+  so.iterations = 100;
+  so.time_budget_s = 0.3;
+  so.initial_policy = net;
+  so.zero_shot_costs = &cost;
+  const SearchResult r = search(g, c, slow, so, nullptr);
+  REQUIRE(r.zero_shot_report.has_value());
+  CHECK(r.evaluations >= 1);
+  CHECK(r.evaluations <= 4);
+  CHECK(r.stop_reason == "time_budget");
+  CHECK(r.iterations == 0);
 }
 
 TEST_CASE("a trained policy whose pipeline crosses a slow link gets its stages reordered as its zero-shot plan") {
