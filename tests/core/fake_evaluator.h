@@ -7,6 +7,8 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "core/evaluator.h"
@@ -45,6 +47,21 @@ class FakeEvaluator : public Evaluator {
  private:
   std::vector<double> cost_;
   Cluster cluster_;
+};
+
+// Another evaluator's reports, each after at least `delay` (time budgets).
+class SlowEvaluator : public Evaluator {
+ public:
+  SlowEvaluator(Evaluator& inner, std::chrono::milliseconds delay) : inner_(inner), delay_(delay) {}
+  StepReport evaluate(const Placement& p) override {
+    std::this_thread::sleep_for(delay_);
+    return inner_.evaluate(p);
+  }
+  EvaluatorKind kind() const override { return inner_.kind(); }
+
+ private:
+  Evaluator& inner_;
+  std::chrono::milliseconds delay_;
 };
 
 // A chain of `n` linear+relu layers (2n layers), inferred.

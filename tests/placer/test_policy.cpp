@@ -9,7 +9,6 @@
 #include <cmath>
 #include <numeric>
 #include <random>
-#include <thread>
 
 #include "placer/features.h"
 #include "placer/policy.h"
@@ -351,16 +350,10 @@ TEST_CASE("a time budget stops a search of slow evaluations within a batch, with
   // on only while elapsed + 2 x its mean < 0.5 s, so after at most 8 (0.05 n +
   // 0.1 < 0.5), then the greedy and typical decisions: at most 10, where the
   // first batch alone is 16 proposals.
-  struct SlowEvaluator : FakeEvaluator {
-    using FakeEvaluator::FakeEvaluator;
-    StepReport evaluate(const Placement& p) override {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      return FakeEvaluator::evaluate(p);
-    }
-  };
   LayerGraph g = chain_graph(4);
   Cluster c = equal_cluster(4);
-  SlowEvaluator ev(std::vector<double>(8, 1.0), c);
+  FakeEvaluator fake(std::vector<double>(8, 1.0), c);
+  tapp::testing::SlowEvaluator ev(fake, std::chrono::milliseconds(50));
   SearchOptions o;
   o.iterations = 1000;
   o.time_budget_s = 0.5;

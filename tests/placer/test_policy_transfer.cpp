@@ -13,7 +13,6 @@
 #include <fstream>
 #include <numeric>
 #include <random>
-#include <thread>
 
 #include "model/layer_library.h"
 #include "model/zoo.h"
@@ -812,8 +811,7 @@ TEST_CASE("a trained policy that pipelines many micro-batches over equal devices
   // samples per copy, one after another), where data parallelism makes one
   // call of eight samples per copy.
   LayerGraph g = test::linear_chain({64, 64, 64, 64, 64, 64, 64, 64});
-  Cluster c;
-  for (int i = 0; i < 4; ++i) c.devices.push_back(Device{"d" + std::to_string(i)});
+  Cluster c = tapp::testing::equal_cluster(4);
   Placement taught;
   taught.layer_group = {0, 0, 1, 1, 2, 2, 3, 3};
   taught.group_device = {0, 1, 2, 3};
@@ -844,18 +842,8 @@ TEST_CASE("a time budget stops the zero-shot candidates after the first once too
   // candidates, 13 of them distinct; evaluations of at least 50 ms and a 0.3 s
   // budget stop them once elapsed + 2 x the mean >= 0.3 s, after at most 4
   // (0.05 n + 0.1 >= 0.3), and the search proposes nothing more.
-  struct Slow : Evaluator {
-    Evaluator& inner;
-    explicit Slow(Evaluator& e) : inner(e) {}
-    StepReport evaluate(const Placement& p) override {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      return inner.evaluate(p);
-    }
-    EvaluatorKind kind() const override { return inner.kind(); }
-  };
   LayerGraph g = test::linear_chain({64, 64, 64, 64, 64, 64, 64, 64});
-  Cluster c;
-  for (int i = 0; i < 4; ++i) c.devices.push_back(Device{"d" + std::to_string(i)});
+  Cluster c = tapp::testing::equal_cluster(4);
   c.devices[0].speed = 0.25;
   c.devices[3].speed = 0.5;
   c.default_link.latency_ms = 1.0;
@@ -871,7 +859,7 @@ TEST_CASE("a time budget stops the zero-shot candidates after the first once too
   auto policy = policy_for(g, c, net, dict);
   const size_t candidates = zero_shot_candidates(*policy, g, c, &cost, 32, Schedule::gpipe).size();
   REQUIRE(candidates > 6);
-  Slow slow(sim);
+  tapp::testing::SlowEvaluator slow(sim, std::chrono::milliseconds(50));
   SearchOptions so;
   so.batch_size = 32;
   so.iterations = 100;
