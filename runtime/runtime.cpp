@@ -415,6 +415,21 @@ bool options_ok(const RunOptions& o, std::string& why) {
   return false;
 }
 
+// Why replicas of the whole model cannot run on `devices` (indices of
+// `cluster`, the user's numbering, which the fields name): a speed this host
+// cannot emulate, or, for HOGWILD's shared memory, a device that is not local.
+std::optional<StepReport> refuse_replica_devices(const Cluster& cluster, const std::vector<int>& devices,
+                                                 bool hogwild) {
+  if (Status s = measurable_here(cluster, devices); !s)
+    return StepReport::failure(FailureKind::invalid_options, s.message(), kSource);
+  for (int d : devices)
+    if (hogwild && !cluster.devices[d].is_local())
+      return StepReport::failure(FailureKind::invalid_strategy,
+                                 "devices[" + std::to_string(d) + "].where: hogwild needs local devices (shared memory)",
+                                 kSource);
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::string self_exe_dir() {
@@ -437,6 +452,12 @@ RunResult run_placement(const LayerGraph& graph, const Cluster& cluster, const P
   if (placement.is_data_parallel()) {
     if (Status s = validate_placement(placement, graph, cluster, options.batch_size); !s) {
       out.report = StepReport::failure(FailureKind::invalid_placement, s.message(), kSource);
+      return out;
+    }
+    // Checked here, where the fields can still name the user's devices (the subcluster renumbers them).
+    if (auto refused = refuse_replica_devices(cluster, placement.group_device,
+                                              placement.data_parallel == DataParallelMode::hogwild)) {
+      out.report = *refused;
       return out;
     }
     return run_strategy(graph, subcluster(cluster, placement.group_device),
@@ -495,8 +516,10 @@ RunResult run_strategy(const LayerGraph& graph, const Cluster& cluster, const st
         "strategy: unknown \"" + strategy + "\"; expected single, bsp or hogwild", kSource);
     return out;
   }
-  if (Status s = measurable_here(cluster); !s) {
-    out.report = StepReport::failure(FailureKind::invalid_options, s.message(), kSource);
+  std::vector<int> every_device(cluster.num_devices());
+  std::iota(every_device.begin(), every_device.end(), 0);
+  if (auto refused = refuse_replica_devices(cluster, every_device, strategy == "hogwild")) {
+    out.report = *refused;
     return out;
   }
   if (options.batch_size < cluster.num_devices()) {
@@ -506,18 +529,8 @@ RunResult run_strategy(const LayerGraph& graph, const Cluster& cluster, const st
         kSource);
     return out;
   }
-  for (int d = 0; d < cluster.num_devices(); ++d) {
-    if (strategy == "hogwild" && !cluster.devices[d].is_local()) {
-      out.report = StepReport::failure(
-          FailureKind::invalid_strategy,
-          "devices[" + std::to_string(d) + "].where: hogwild needs local devices (shared memory)", kSource);
-      return out;
-    }
-  }
   // Every device holds a full replica at its share of the batch.
-  std::vector<int> replicas(cluster.num_devices());
-  std::iota(replicas.begin(), replicas.end(), 0);
-  Placement whole = Placement::replicas(n, replicas);
+  Placement whole = Placement::replicas(n, every_device);
   whole.optimizer = options.optimizer;
   if (Status s = check_memory(whole, graph, cluster, options.batch_size); !s) {
     out.report = StepReport::failure(FailureKind::out_of_memory, s.message(), kSource);
@@ -530,9 +543,7 @@ RunResult run_strategy(const LayerGraph& graph, const Cluster& cluster, const st
   job.options = options;
   job.placement = Placement::single_device(n, 0);
   job.placement.optimizer = options.optimizer;
-  std::vector<int> rank_device;
-  for (int d = 0; d < cluster.num_devices(); ++d) rank_device.push_back(d);
-  return execute(std::move(job), rank_device, cluster);
+  return execute(std::move(job), every_device, cluster);
 }
 
 }  // namespace tapp

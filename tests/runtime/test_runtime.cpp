@@ -323,6 +323,21 @@ TEST_CASE("a device faster than this host is refused by measurement, naming the 
   CHECK(r.local_worker_pids.empty());
   RunResult bsp = run_strategy(g, c, "bsp", test_options());
   CHECK(bsp.report.message.rfind("devices[2].speed: 4 cannot be emulated", 0) == 0);
+  // A data-parallel placement on some of the devices names the fast one by
+  // its index in the cluster given, not in the devices the placement uses.
+  RunResult replicas = run_placement(g, c, Placement::replicas(static_cast<int>(g.layers.size()), {2, 1}), test_options());
+  CHECK(replicas.report.message ==
+        "devices[2].speed: 4 cannot be emulated on this host (device \"d2\"; measurement needs speed <= 1)");
+  CHECK(replicas.local_worker_pids.empty());
+  c.devices[2].speed = 1;
+  c.devices[2].where = "127.0.0.1:1";  // a remote worker: HOGWILD's replicas share memory
+  Placement hogwild = Placement::replicas(static_cast<int>(g.layers.size()), {2, 1});
+  hogwild.data_parallel = DataParallelMode::hogwild;
+  RunResult remote = run_placement(g, c, hogwild, test_options());
+  CHECK(remote.report.failure_kind == FailureKind::invalid_strategy);
+  CHECK(remote.report.message == "devices[2].where: hogwild needs local devices (shared memory)");
+  c.devices[2].where = "local";
+  c.devices[2].speed = 4;
   // A placement that leaves the fast device out measures as before.
   RunResult slow_only = run_placement(g, c, by_device({0, 0, 0, 1, 1, 1, 1}, 2, Schedule::gpipe), test_options());
   CHECK_MESSAGE(slow_only.report.ok, slow_only.report.message);
