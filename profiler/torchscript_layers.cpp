@@ -311,6 +311,23 @@ void parameters_read(const jit::Module& root, const jit::Block* b, std::vector<a
   }
 }
 
+// What went wrong in LibTorch, in a line or a few: c10's message without its
+// C++ backtrace; of an interpreter failure (a std::runtime_error carrying the
+// module's TorchScript and Python tracebacks) its last line, the error itself.
+std::string torch_error_text(const std::exception& e) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  std::string what = c10_error ? c10_error->what_without_backtrace() : e.what();
+  if (what.find("Traceback of TorchScript") != std::string::npos) {
+    size_t end = what.find_last_not_of(" \n");
+    if (end != std::string::npos) {
+      const size_t start = what.rfind('\n', end);
+      what = what.substr(start == std::string::npos ? 0 : start + 1, end + 1 - (start == std::string::npos ? 0 : start + 1));
+    }
+  }
+  if (what.size() > 400) what = what.substr(0, 400) + "...";
+  return what;
+}
+
 jit::Stack run(const jit::Code& code, const jit::Module& m, const std::vector<at::Tensor>& inputs) {
   jit::Stack stack;
   stack.emplace_back(m._ivalue());
@@ -527,15 +544,16 @@ Result<LayerGraph> import_layers(const std::string& path, const ModelOptions& op
       facts = std::move(*f);
       example = std::move(*e);
       break;
-    } catch (const c10::Error& err) {
-      std::string what = err.what_without_backtrace();
-      if (what.size() > 400) what = what.substr(0, 400) + "...";
+    } catch (const std::exception& err) {  // c10::Error, or the interpreter's runtime_error
+      const std::string what = torch_error_text(err);
       if (first_error) first_error = Status::error("running the module on an example input " +
                                                    shape_to_string(e->shape) + " failed: " + what);
       if (options.input_size || e->vocab > 0) break;
     }
   }
-  if (facts.empty()) return first_error.with_context(options.input_size ? "pass another input size" : "pass the input size");
+  if (facts.empty())
+    return first_error.with_hint(std::string(options.input_size ? "try another" : "give its") +
+                                 " input size (an image side or a sequence length: --input-size, or input_size in a request)");
   const jit::Value* output = g->outputs()[0];
   if (!crossable(facts, output))
     return Status::error("forward's output is not a float tensor with the batch as its first dimension");
@@ -597,12 +615,8 @@ Result<LayerGraph> import_torchscript_layers(const std::string& path, const Mode
     auto g = import_layers(path, options);
     if (!g) return g.status().with_context(path);
     return g;
-  } catch (const c10::Error& e) {
-    std::string what = e.what_without_backtrace();
-    if (what.size() > 400) what = what.substr(0, 400) + "...";
-    return Status::error(path + ": " + what);
   } catch (const std::exception& e) {
-    return Status::error(path + ": " + e.what());
+    return Status::error(path + ": " + torch_error_text(e));
   }
 }
 
@@ -682,10 +696,8 @@ Result<std::shared_ptr<ScriptProgram>> ScriptProgram::load(const LayerGraph& gra
       slice.code = std::make_unique<jit::Code>(sg, l.name);
     }
     for (at::Tensor p : impl->module.parameters()) p.requires_grad_(true);
-  } catch (const c10::Error& e) {
-    std::string what = e.what_without_backtrace();
-    if (what.size() > 400) what = what.substr(0, 400) + "...";
-    return Status::error(file + ": " + what);
+  } catch (const std::exception& e) {
+    return Status::error(file + ": " + torch_error_text(e));
   }
   return std::shared_ptr<ScriptProgram>(new ScriptProgram(std::move(impl)));
 }

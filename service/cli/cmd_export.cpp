@@ -240,7 +240,7 @@ void add_export_command(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   sub->add_option("--costs", args->costs, "auto (cached profile, else estimated) | profile | estimated");
   sub->add_option("--calibration", args->calibration, "calibration JSON from `tapp-cli calibrate`");
-  sub->add_option("--input-size", args->input_size, "image side (0: the model's default)");
+  sub->add_option("--input-size", args->input_size, "image side, or a sequence length (0: the model's default)");
   sub->add_option("--classes", args->classes, "number of classes (0: the model's default)");
   add_torchscript_option(*sub, args->torchscript);
   sub->add_option("--out", args->out, "write the JSON document here");

@@ -440,7 +440,7 @@ void add_optimize_command(CLI::App& app, int& exit_code) {
   it->excludes(tb);
   sub->add_option("--seed", args->seed, "random seed (simulate is deterministic for a seed)")->check(seed_text());
   sub->add_option("--batch", args->batch, "training batch size (default 32)")->check(CLI::Range(int64_t{1}, kMaxBatchSize));
-  sub->add_option("--input-size", args->input_size, "image side (default: the model's)")->check(CLI::Range(int64_t{1}, kMaxInputSize));
+  sub->add_option("--input-size", args->input_size, "image side, or a sequence length (default: the model's)")->check(CLI::Range(int64_t{1}, kMaxInputSize));
   sub->add_option("--out", args->out, "write the best placement JSON here");
   sub->add_flag("--json", args->json_output, "print the result JSON");
   sub->add_flag("--warm-start", args->warm_start, "start the policy from the best classical plan");

@@ -476,7 +476,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   sub->add_option("--calibration", args->calibration, "calibration JSON from `tapp-cli calibrate`");
   sub->add_option("--steps", args->steps, "measure: timed steps per placement")->check(CLI::Range(1, 1000));
   sub->add_option("--warmup", args->warmup, "measure: warm-up steps (default " + std::to_string(kWarmupSteps) + ")")->check(CLI::Range(0, 1000));
-  sub->add_option("--input-size", args->input_size, "image side (0: the model's default)");
+  sub->add_option("--input-size", args->input_size, "image side, or a sequence length (0: the model's default)");
   sub->add_option("--classes", args->classes, "number of classes (0: the model's default)");
   add_torchscript_option(*sub, args->torchscript);
   sub->add_option("--placement", args->placement, "evaluate this placement.json instead of planning");

@@ -276,7 +276,7 @@ void add_run_command(CLI::App& app, int& exit_code) {
   sub->add_option("--optimizer", args->optimizer, "sgd (with momentum) | adam; default: the placement's (sgd)")
       ->check(CLI::IsMember({"sgd", "adam"}));
   sub->add_option("--timeout", args->timeout_s, "seconds without worker progress before giving up");
-  sub->add_option("--input-size", args->input_size, "image side (0: the model's default)");
+  sub->add_option("--input-size", args->input_size, "image side, or a sequence length (0: the model's default)");
   sub->add_option("--classes", args->classes, "number of classes (0: the model's default)");
   add_torchscript_option(*sub, args->torchscript);
   auto* sched = sub->add_option("--schedule", args->schedule,

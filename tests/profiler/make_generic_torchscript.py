@@ -11,6 +11,8 @@ Writes, each with its parameter count as PyTorch counts it in OUT_DIR/expected.j
   lm_traced.pt / lm_scripted.pt  embedding + 4-layer nn.TransformerEncoder (batch_first) + linear head
                           over a 100-token vocabulary, sequences of 8 tokens (dropout 0)
   lm_tied_traced.pt       the same with the head's weight tied to the embedding's table (GPT-2's tying), traced
+  conv1d_len16_traced.pt  a Conv1d over 16 steps and a linear head sized for them, traced: no input
+                          size the import guesses runs it (the test passes 16)
   vit_b_16_traced.pt      (with --vit-b-16) torchvision vit_b_16 at 224x224, traced
 Dropout is 0 where a model trains in a test, so pipelined and single-device training draw no random masks.
 """
@@ -35,6 +37,18 @@ class TokenLM(nn.Module):
 
     def forward(self, tokens):
         return self.head(self.encoder(self.embed(tokens)))
+
+
+class Conv1dSeries(nn.Module):
+    """4 channels over 16 steps; the head's input size fixes the length."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(4, 8, 3)
+        self.head = nn.Linear(8 * 14, 3)
+
+    def forward(self, x):
+        return self.head(torch.flatten(torch.relu(self.conv(x)), 1))
 
 
 def count(m):
@@ -76,6 +90,10 @@ def main():
     tied = TokenLM(tied=True)
     torch.jit.trace(tied, tokens, check_trace=False).save(os.path.join(out, "lm_tied_traced.pt"))
     expected["lm_tied_traced"] = count(tied)  # the shared table once
+
+    series = Conv1dSeries()
+    torch.jit.trace(series, torch.randn(2, 4, 16), check_trace=False).save(os.path.join(out, "conv1d_len16_traced.pt"))
+    expected["conv1d_len16_traced"] = count(series)
 
     if "--vit-b-16" in sys.argv:
         vit_b = torchvision.models.vit_b_16()

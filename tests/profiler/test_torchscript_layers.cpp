@@ -218,6 +218,24 @@ TEST_CASE("the automatic import falls back to the module's own code only where t
   CHECK(mapped->layers[0].op == "linear");  // a model the mapping handles keeps its zoo ops
 }
 
+
+TEST_CASE("a module no guessed input size runs asks for the input size in one line, and imports with it") {
+  const std::string path = (models_dir() / "conv1d_len16_traced.pt").string();
+  // The guesses (224, 32, 299 steps) fail in the linear head: the interpreter's
+  // error, a runtime_error carrying the module's tracebacks, comes back as its last line.
+  auto guessed = load_model(path);
+  REQUIRE_FALSE(guessed.is_ok());
+  const std::string& why = guessed.error_message();
+  CHECK(why.find("running the module on an example input [4x224] failed: RuntimeError: mat1 and mat2 shapes cannot be "
+                 "multiplied") != std::string::npos);
+  CHECK(why.find("; give its input size (an image side or a sequence length: --input-size") != std::string::npos);
+  CHECK(why.find("Traceback") == std::string::npos);
+  CHECK(why.find('\n') == std::string::npos);
+  LayerGraph g = imported("conv1d_len16_traced", layers_at(16));
+  CHECK(g.input_shape == Shape{4, 16});
+  CHECK(g.total_params() == expected_params("conv1d_len16_traced"));
+  check_same_forward("conv1d_len16_traced", g);
+}
 TEST_CASE("a torchscript layer whose file changed or is absent is an error naming the file, not a crash") {
   fs::path dir = scratch_dir("generic_bad");
   fs::copy_file(models_dir() / "lm_traced.pt", dir / "lm.pt");
