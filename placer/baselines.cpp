@@ -10,11 +10,19 @@ namespace {
 
 // The pipeline planners of `rows` (planned for GPipe) run again for 1F1B;
 // each row keeps the faster of its two plans and the time of both.
+bool plans_a_pipeline(const std::string& planner) { return planner != "bsp" && planner != "hogwild"; }
+
+// The pipeline planners of `rows` that ran, which plan again for 1F1B.
+std::vector<std::string> pipeline_planners(const std::vector<PlannerRow>& rows) {
+  std::vector<std::string> names;
+  for (const PlannerRow& row : rows)
+    if (plans_a_pipeline(row.name) && !row.skipped) names.push_back(row.name);
+  return names;
+}
+
 void keep_faster_on_1f1b(std::vector<PlannerRow>& rows, PlannerContext ctx, Evaluator& evaluator,
                          PlannerRunOptions ro) {
-  ro.planners.clear();
-  for (const PlannerRow& row : rows)
-    if (row.name != "bsp" && row.name != "hogwild" && !row.skipped) ro.planners.push_back(row.name);
+  ro.planners = pipeline_planners(rows);
   ctx.schedule = Schedule::one_f_one_b;
   for (PlannerRow& other : run_planners(ctx, evaluator, ro)) {
     PlannerRow& row =
@@ -43,8 +51,25 @@ std::vector<BaselineResult> run_baselines(const LayerGraph& graph, const Cluster
   PlannerRunOptions ro;
   ro.planners = o.planners;
   ro.strategy_evaluator = o.strategy_evaluator;
+  // Progress: the rows of the first pass, then the 1F1B pass's (all but the data-parallel
+  // rows; the count is exact once the first pass has said which rows it skipped).
+  const std::vector<std::string>& names = o.planners.empty() ? planner_names() : o.planners;
+  int started = 0, total = static_cast<int>(names.size());
+  if (o.both_schedules)
+    total += static_cast<int>(std::count_if(names.begin(), names.end(), plans_a_pipeline));
+  std::string pass;
+  if (o.progress)
+    ro.on_planner = [&](const std::string& name) {
+      o.progress(name + pass + " (" + std::to_string(started + 1) + " of " + std::to_string(total) + ")",
+                 static_cast<double>(started) / total);
+      ++started;
+    };
   std::vector<PlannerRow> rows = run_planners(ctx, evaluator, ro);
-  if (o.both_schedules) keep_faster_on_1f1b(rows, ctx, evaluator, ro);
+  if (o.both_schedules) {
+    total = started + static_cast<int>(pipeline_planners(rows).size());
+    pass = ", 1f1b";
+    keep_faster_on_1f1b(rows, ctx, evaluator, ro);
+  }
   std::vector<BaselineResult> out;
   for (PlannerRow& row : rows)
     out.push_back({row.name, std::move(row.placement), row.plan_s, std::move(row.report), row.skipped});

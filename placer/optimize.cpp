@@ -78,11 +78,13 @@ class Reporter {
   void operator()(const std::string& phase, int it, int total, double best, double reward) const {
     if (fn_) fn_({phase, it, total, best, reward, clock_.s()});
   }
-  void profiling(const ProfileProgress& p) const {
+  void profiling(const ProfileProgress& p) const { where("profiling", p.message(), p.fraction()); }
+  // Where a phase without iterations is: its message and how far through it (0..1).
+  void where(const std::string& phase, const std::string& message, double fraction) const {
     if (!fn_) return;
-    ProgressEvent e{"profiling", 0, 0, 0, 0, clock_.s()};
-    e.message = p.message();
-    e.phase_fraction = p.fraction();
+    ProgressEvent e{phase, 0, 0, 0, 0, clock_.s()};
+    e.message = message;
+    e.phase_fraction = fraction;
     fn_(e);
   }
 
@@ -185,7 +187,8 @@ std::vector<std::string> baseline_planners(EvaluatorKind kind) {
 }
 
 std::vector<BaselineResult> baselines_phase(const LayerGraph& g, const OptimizeRequest& r, const JobCosts& costs,
-                                            JobEvaluator& ev, int search_budget, const std::atomic<bool>& cancel) {
+                                            JobEvaluator& ev, int search_budget, const Reporter& report,
+                                            const std::atomic<bool>& cancel) {
   BaselineOptions bo;
   bo.batch_size = r.batch_size;
   bo.optimizer = r.optimizer;
@@ -195,6 +198,7 @@ std::vector<BaselineResult> baselines_phase(const LayerGraph& g, const OptimizeR
   bo.planners = baseline_planners(r.evaluator);
   bo.strategy_evaluator = ev.strategy_evaluator;
   bo.both_schedules = true;
+  bo.progress = [&](const std::string& message, double fraction) { report.where("baselines", message, fraction); };
   return run_baselines(g, r.cluster, costs.cost, *ev.evaluator, bo);
 }
 
@@ -794,7 +798,7 @@ Result<json> run_job(const OptimizeRequest& req, const ProgressFn& progress, con
   std::vector<BaselineResult> baselines;
   if (req.baselines || req.warm_start) {
     report("baselines", 0, 0, 0, 0);
-    baselines = baselines_phase(graph, req, *costs, *evaluator, baseline_search_budget(req, so), cancel);
+    baselines = baselines_phase(graph, req, *costs, *evaluator, baseline_search_budget(req, so), report, cancel);
   }
   if (cancel) return cancelled_status();
 

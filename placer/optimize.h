@@ -92,7 +92,9 @@ struct ProgressEvent {
   double reward = 0;
   double elapsed_s = 0;
   // Profiling: where it is ("cpu x1, micro-batch size 4 (3/6): layer 12/22 conv3")
-  // and how far through the job's profiles (0..1); empty / negative otherwise.
+  // and how far through the job's profiles (0..1); baselines: the planner that
+  // starts ("anneal, 1f1b (18 of 20)") and the share of rows started before
+  // it; empty / negative otherwise.
   std::string message;
   double phase_fraction = -1;
 };

@@ -116,6 +116,7 @@ std::vector<PlannerRow> run_planners(const PlannerContext& ctx, Evaluator& evalu
   const std::vector<std::string>& names = options.planners.empty() ? planner_names() : options.planners;
   for (const std::string& name : names) {
     if (cancelled(ctx)) break;
+    if (options.on_planner) options.on_planner(name);
     auto t0 = std::chrono::steady_clock::now();
     PlannerRow row;
     row.name = name;

@@ -204,6 +204,9 @@ struct PlannerRunOptions {
   // placement's mode: "bsp", "hogwild") on the evaluator's backend (the
   // runtime's run_strategy); empty: simulate_data_parallel.
   std::function<StepReport(const std::string& strategy)> strategy_evaluator;
+  // Called as each planner starts (progress on long tables: a search planner
+  // spends its whole budget, a measured row runs the workers).
+  std::function<void(const std::string& planner)> on_planner;
 };
 // Runs each planner and evaluates its placement with `evaluator` (search
 // planners spend ctx.budget evaluations of it). Stable entry point for

@@ -231,7 +231,8 @@ function renderSummary(job) {
   clear(box);
   const items = [
     ['model', job.model], ['phase', p.phase || '–'],
-    // While profiling: which device kind, micro-batch size and layer (placer's ProgressEvent.message).
+    // While profiling: which device kind, micro-batch size and layer; running the baselines: which
+    // planner (placer's ProgressEvent.message).
     ...(p.message ? [['progress', p.message]] : []),
     ['iteration', p.total_iterations ? `${p.iteration} / ${p.total_iterations}` : (p.iteration || '–')],
     ['best step (ms)', fmt(p.best_step_ms)], ['elapsed (s)', fmt(job.elapsed_s, 1)],

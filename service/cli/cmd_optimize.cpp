@@ -81,8 +81,9 @@ std::string fmt_pct(const json& v) {
 }
 
 // Progress on stderr: on a terminal one bar per phase that fills (profiling:
-// through the job's profiles, per micro-batch size and layer; optimizing:
-// through the iterations); otherwise plain lines, a few per phase.
+// through the job's profiles, per micro-batch size and layer; baselines:
+// through the planners; optimizing: through the iterations); otherwise plain
+// lines, a few per phase (a line per planner).
 class ProgressPrinter {
  public:
   ProgressPrinter() : tty_(isatty(STDERR_FILENO) == 1) {}
@@ -95,6 +96,7 @@ class ProgressPrinter {
       if (e.phase != "optimizing" && e.phase != "done") std::cerr << "[" << e.phase << "]\n";
     }
     if (e.phase == "profiling" && !e.message.empty()) return profiling(e);
+    if (e.phase == "baselines" && !e.message.empty()) return planner_started(e);
     if (e.phase != "optimizing") return;
     std::ostringstream line;
     line << "iteration " << e.iteration;
@@ -121,6 +123,11 @@ class ProgressPrinter {
     const std::string head = e.message.substr(0, e.message.find(':'));
     if (head != last_line_) std::cerr << "  " << head << "\n";
     last_line_ = head;
+  }
+  // Terminal: the bar; otherwise a line per planner (a search planner's row can take minutes).
+  void planner_started(const ProgressEvent& e) {
+    if (tty_) return bar(e.phase_fraction, 0, e.message);
+    std::cerr << "  " << e.message << "\n";
   }
   // fraction < 0: unknown, the bar cycles with `tick`.
   void bar(double fraction, int tick, const std::string& text) {

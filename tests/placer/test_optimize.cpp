@@ -47,11 +47,12 @@ OptimizeRequest small_request(int iterations) {
 
 TEST_CASE("an optimization job returns the best synchronous placement, its source, the baselines table and a timeline") {
   std::atomic<bool> cancel{false};
-  std::vector<std::string> phases;
+  std::vector<std::string> phases, planners_started;
   int last_iteration = 0;
   auto r = optimize(small_request(30), [&](const ProgressEvent& e) {
     if (phases.empty() || phases.back() != e.phase) phases.push_back(e.phase);
     if (e.phase == "optimizing") last_iteration = e.iteration;
+    if (e.phase == "baselines" && !e.message.empty()) planners_started.push_back(e.message);
   }, cancel);
   REQUIRE_MESSAGE(r.is_ok(), r.error_message());
   const json& j = r.value();
@@ -78,6 +79,11 @@ TEST_CASE("an optimization job returns the best synchronous placement, its sourc
   CHECK(j["source"] != "hogwild");
   CHECK(has_bsp);
   CHECK(has_dp);
+  // A progress line as each baseline planner starts, GPipe's rows then the pipelines' 1F1B ones.
+  REQUIRE(planners_started.size() > j["baselines"].size());
+  CHECK(planners_started.front().rfind("single (1 of ", 0) == 0);
+  CHECK(planners_started.back().find(", 1f1b (" + std::to_string(planners_started.size()) + " of " +
+                                     std::to_string(planners_started.size()) + ")") != std::string::npos);
   CHECK(last_iteration >= 1);
   REQUIRE(phases.size() >= 3);
   CHECK(phases.back() == "done");
@@ -130,6 +136,30 @@ TEST_CASE("a job's baselines also plan for 1F1B, each row keeping the faster pla
   }
   CHECK(both[2].report.ok == gpipe[2].report.ok);  // data parallelism has no pipeline schedule
   CHECK(both[2].report.step_ms == gpipe[2].report.step_ms);
+}
+
+TEST_CASE("the baselines say which planner starts and how far through the table they are") {
+  // vgg16 on eight devices: exhaustive's space is over its limit, so its row is
+  // skipped and does not run again for 1F1B; the count shrinks once that is known.
+  const LayerGraph g = *zoo_model("vgg16");
+  const Cluster c = *load_cluster(std::string(TAPP_SOURCE_DIR) + "/examples/cluster_8equal.json");
+  const CostModel cost = *CostModel::build(g, c, estimated_library(g, 32));
+  SimulatorEvaluator evaluator(g, c, cost, 32);
+  BaselineOptions bo;
+  bo.planners = {"dp", "exhaustive", "bsp"};
+  bo.both_schedules = true;
+  std::vector<std::pair<std::string, double>> seen;
+  bo.progress = [&](const std::string& message, double fraction) { seen.emplace_back(message, fraction); };
+  const std::vector<BaselineResult> rows = run_baselines(g, c, cost, evaluator, bo);
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[1].skipped);
+  const std::vector<std::pair<std::string, double>> want = {
+      {"dp (1 of 5)", 0.0}, {"exhaustive (2 of 5)", 0.2}, {"bsp (3 of 5)", 0.4}, {"dp, 1f1b (4 of 4)", 0.75}};
+  REQUIRE(seen.size() == want.size());
+  for (size_t k = 0; k < want.size(); ++k) {
+    CHECK(seen[k].first == want[k].first);
+    CHECK(seen[k].second == doctest::Approx(want[k].second));
+  }
 }
 
 TEST_CASE("a job where no placement fits says why: the layer no device holds, else a planner's reason") {
