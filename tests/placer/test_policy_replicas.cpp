@@ -561,11 +561,14 @@ TEST_CASE("the search finds a replicated stage when replicas clearly pay") {
 }
 
 TEST_CASE("the search's imitation makes a drawn decision, replicas included, a fresh policy's mode") {
-  // A warm start imitates its plan for kImitationSteps at kImitationRate: that
-  // must be enough for the policy's greedy decision to be that plan, on
-  // problems of any shape (60 steps at the search's own rate 0.005 were not:
-  // the greedy plan differed from the target in 6 of these 12 problems).
+  // A warm start imitates its plan for kImitationSteps at kImitationRate, in up
+  // to kImitationRounds rounds until the greedy decision is the plan (search.cpp's
+  // imitate): that must get there on problems of any shape (60 steps at the
+  // search's own rate 0.005 did not: the greedy plan differed from the target
+  // in 6 of these 12 problems). One round is enough in 10 or more (11 or 12 seen): trial
+  // 11 needs two on some CPUs (an Intel Xeon's kernels; one on an AMD EPYC's).
   std::mt19937_64 rng(17);
+  int single_rounds = 0;
   for (int trial = 0; trial < 12; ++trial) {
     LayerGraph g = random_branchy_graph(rng, 2 + trial % 3, 16);
     // Devices the networks can tell apart (speeds a factor 2 apart; identical
@@ -586,12 +589,18 @@ TEST_CASE("the search's imitation makes a drawn decision, replicas included, a f
     Policy started(encode_layers(g, dict), g.consumers(), fresh);
     const Placement want = decision_to_placement(target, fresh.micro_batch_choices, Schedule::gpipe);
     const Placement before = decision_to_placement(started.greedy(), fresh.micro_batch_choices, Schedule::gpipe);
-    started.imitate(target, kImitationSteps, kImitationRate);
-    const Placement after = decision_to_placement(started.greedy(), fresh.micro_batch_choices, Schedule::gpipe);
+    Placement after;
+    int rounds = 0;
+    do {
+      started.imitate(target, kImitationSteps, kImitationRate);
+      after = decision_to_placement(started.greedy(), fresh.micro_batch_choices, Schedule::gpipe);
+    } while (++rounds < kImitationRounds && placement_key(after) != placement_key(want));
     CAPTURE(trial);
     CHECK(placement_key(after) == placement_key(want));
+    single_rounds += rounds == 1;
     if (placement_key(before) == placement_key(want)) MESSAGE("trial ", trial, ": the fresh policy already chose it");
   }
+  CHECK(single_rounds >= 10);
 }
 
 TEST_CASE("a replicated placement keeps its replicas through the decision round trip and the memo key") {
