@@ -324,7 +324,7 @@ void run(const Args& a, int& exit_code) {
     }
   Result<std::string> cluster_text = read_file(a.devices);
   if (!cluster_text) {
-    std::cerr << "--devices: " << a.devices << ": " << cluster_text.error_message() << "\n";
+    std::cerr << "tapp-cli optimize: --devices: " << a.devices << ": " << cluster_text.error_message() << "\n";
     exit_code = 2;
     return;
   }
@@ -332,7 +332,7 @@ void run(const Args& a, int& exit_code) {
   try {
     cluster = json::parse(*cluster_text);
   } catch (const std::exception& e) {
-    std::cerr << "--devices: " << a.devices << " is not JSON: " << e.what() << "\n";
+    std::cerr << "tapp-cli optimize: --devices: " << a.devices << " is not JSON: " << e.what() << "\n";
     exit_code = 2;
     return;
   }
@@ -372,7 +372,12 @@ void run(const Args& a, int& exit_code) {
   }
   Result<OptimizeRequest> req = optimize_request_from_json(body);
   if (!req) {
-    std::cerr << "tapp-cli optimize: " << req.error_message() << "\n";
+    // The request's "cluster" is the --devices file: its fields are named in it.
+    const std::string& why = req.error_message();
+    const std::string cluster_field = "cluster.";
+    std::cerr << "tapp-cli optimize: "
+              << (why.rfind(cluster_field, 0) == 0 ? "--devices " + a.devices + ": " + why.substr(cluster_field.size()) : why)
+              << "\n";
     exit_code = 2;
     return;
   }

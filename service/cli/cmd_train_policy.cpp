@@ -93,7 +93,7 @@ int train_cmd(const TrainArgs& a) {
   std::vector<std::string> cluster_names;
   for (const std::string& path : a.clusters) {
     auto c = load_cluster(path);
-    if (!c) return bad_input("--clusters: " + path + ": " + c.status().message());
+    if (!c) return bad_input("--clusters: " + c.status().message());  // the message names the file
     clusters.push_back(std::move(*c));
     cluster_names.push_back(short_name(path));
   }

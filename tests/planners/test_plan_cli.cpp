@@ -103,6 +103,23 @@ TEST_CASE("a folder where a file is expected is refused with exit code 2 naming 
   }
 }
 
+TEST_CASE("a cluster file with a bad field is refused naming the file once and the field, by every command") {
+  const std::string cluster = write_temp("bad_speed_cluster.json", R"({"devices": [{"name": "a", "speed": -1}]})");
+  for (const std::string& args :
+       {"plan mlp --devices " + cluster, "optimize mlp --devices " + cluster + " --no-verify --iterations 2",
+        "train-policy --models mlp --clusters " + cluster + " --iterations 2 --out " + cluster + ".pt"}) {
+    INFO(args);
+    Run r = cli(args + " --costs estimated", true);
+    CHECK(r.exit_code == 2);
+    const size_t named = r.out.find(cluster);
+    REQUIRE(named != std::string::npos);
+    CHECK(r.out.find(cluster, named + 1) == std::string::npos);
+    CHECK(r.out.find(cluster + ": devices[0].speed: must be in [0.001, 1000]") != std::string::npos);
+    CHECK(r.out.find("cluster.devices") == std::string::npos);  // the request's name for it, not the user's
+  }
+  CHECK_FALSE(std::filesystem::exists(cluster + ".pt"));
+}
+
 TEST_CASE("an output file that cannot be written is refused with exit code 2 before any work, by every command") {
   const std::string cluster = write_temp("cluster.json", kCluster);
   const std::string missing = "/nonexistent_tapp_folder/out.json";
