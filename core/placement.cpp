@@ -856,13 +856,17 @@ std::vector<int> groups_holding_layers(const Placement& p) {
 
 json placement_to_json(const Placement& p, const LayerGraph& g, const Cluster& c) {
   const std::vector<int> ids = groups_holding_layers(p);  // groups without layers are left out
+  // Data parallelism on one device is that device's own plan (the whole batch
+  // at once, nothing to all-reduce): written as one, a single group,
+  // which every reader takes (export refuses data parallelism).
+  const bool replicated = p.is_data_parallel() && p.group_device.size() > 1;
   json j;
-  j["micro_batches"] = p.micro_batches;
+  j["micro_batches"] = p.micro_batches;  // 1 for data parallelism
   j["schedule"] = schedule_name(p.schedule);
   if (!p.source.empty()) j["source"] = p.source;
   // BSP as it has always been written; other modes named.
-  if (p.is_data_parallel()) j["data_parallel"] = true;
-  if (p.data_parallel == DataParallelMode::hogwild)
+  if (replicated) j["data_parallel"] = true;
+  if (replicated && p.data_parallel == DataParallelMode::hogwild)
     j["data_parallel_mode"] = data_parallel_mode_name(p.data_parallel);
   if (p.aggregation_every != 1) j["aggregation_every"] = p.aggregation_every;
   if (p.optimizer != Optimizer::sgd) j["optimizer"] = optimizer_name(p.optimizer);

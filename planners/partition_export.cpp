@@ -310,8 +310,8 @@ Result<std::vector<PipelineStage>> pipeline_stages(const Placement& p, const Lay
   if (p.is_data_parallel())
     return Status::error(
         "the placement is data parallel (" + data_parallel_mode_name(p.data_parallel) + " over " +
-        std::to_string(p.num_groups()) +
-        " devices): every device trains the whole model, so there is no pipeline to partition "
+        std::to_string(p.num_groups()) + (p.num_groups() == 1 ? " device" : " devices") +
+        "): every device trains the whole model, so there is no pipeline to partition "
         "(train it with DistributedDataParallel)");
   if (p.schedule == Schedule::al || g.is_al_form())
     return Status::field_error("placement.schedule", "an Associated Learning placement trains by local losses, which "

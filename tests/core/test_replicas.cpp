@@ -197,6 +197,28 @@ TEST_CASE("a group that holds no layer is refused from JSON naming it, and left 
   CHECK(dp_again->group_device == std::vector<int>{0, 1, 2});
 }
 
+TEST_CASE("data parallelism on one device is written as that device's single-device plan") {
+  // The policy's data-parallel action on one device ties the single-device plan
+  // (nothing to all-reduce); written as data parallel, export refused it.
+  LayerGraph g = chain();
+  Cluster c = devices(4);
+  for (DataParallelMode mode : {DataParallelMode::bsp, DataParallelMode::hogwild}) {
+    Placement one = Placement::replicas(4, {2}, mode);
+    one.source = "policy";
+    const json written = placement_to_json(one, g, c);
+    CHECK_FALSE(written.contains("data_parallel"));
+    CHECK_FALSE(written.contains("data_parallel_mode"));
+    CHECK(written["groups"] == json::parse(R"(["cpu2"])"));
+    CHECK(written["micro_batches"] == 1);
+    CHECK(written["source"] == "policy");
+    auto again = placement_from_json(written, g, c);
+    REQUIRE(again.is_ok());
+    CHECK_FALSE(again->is_data_parallel());
+    CHECK(again->group_device == std::vector<int>{2});
+    CHECK(again->layer_group == std::vector<int>{0, 0, 0, 0});
+  }
+}
+
 TEST_CASE("the interleaved schedule has a name and keeps one more warm-up round in flight than 1F1B") {
   auto s = schedule_from_name("interleaved_1f1b");
   REQUIRE(s.is_ok());
