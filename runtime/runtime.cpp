@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <mutex>
 #include <optional>
 #include <numeric>
 #include <set>
@@ -48,6 +49,14 @@ int physical_cores(const RunOptions& o) {
   return n > 0 ? static_cast<int>(n) : 1;
 }
 
+// On stderr once per process: a search that measures runs the workers for every evaluation.
+void warn_once(const std::string& message) {
+  static std::mutex mu;
+  static std::set<std::string> said;
+  std::lock_guard<std::mutex> lock(mu);
+  if (said.insert(message).second) std::cerr << "tapp runtime: warning: " << message << "\n";
+}
+
 // gate_slots: how many slots the job's compute gate has (0: none).
 std::vector<std::string> emulation_warnings(const Cluster& c, const RunOptions& o, bool sends, int gate_slots) {
   std::vector<std::string> w;
@@ -73,7 +82,7 @@ std::vector<std::string> emulation_warnings(const Cluster& c, const RunOptions& 
   if (demand > cores + 1e-9) {
     std::string msg = "emulated cluster needs " + fmt(demand, 2) + " cores (sum of speed x threads of local devices) "
                       "but this machine has " + std::to_string(cores) + ": measured times are not faithful";
-    std::cerr << "tapp runtime: warning: " << msg << "\n";
+    warn_once(msg);
     w.push_back(msg);
   }
   return w;

@@ -237,6 +237,8 @@ int run(const RunArgs& a) {
     std::string message = r.message;
     if (r.failure_kind == FailureKind::invalid_options && message.find("cannot be emulated on this host") != std::string::npos)
       message += "; run measures, so simulate the plan instead: tapp-cli plan MODEL --devices FILE --placement FILE";
+    if (r.failure_kind == FailureKind::timeout)  // a step over slow links can outlast it (tapp-cli plan predicts one)
+      message += "; a step can take longer on slow links or devices: raise --timeout";
     std::cerr << "tapp-cli run: " << failure_kind_name(r.failure_kind) << ": " << message << "\n";
     bool bad_input =
         r.failure_kind == FailureKind::invalid_placement || r.failure_kind == FailureKind::out_of_memory ||

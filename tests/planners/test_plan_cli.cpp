@@ -214,6 +214,16 @@ TEST_CASE("out-of-range flags, an unwritable --out and a file of another kind ar
   CHECK(model_as_calibration.out.find("calibration.input_shape: unknown field (expected device_factor") != std::string::npos);
 }
 
+TEST_CASE("tapp-cli run that outlasts its timeout says which flag gives a slow step more time") {
+  // BSP's all-reduce of mlp's weights over 1 Mbit/s takes seconds: over a 1 s timeout.
+  const std::string cluster = write_temp("slow_link_cluster.json", R"({"devices": [{"name": "a"}, {"name": "b"}],
+      "default_link": {"bandwidth_mbps": 1, "latency_ms": 1}})");
+  Run r = cli("run mlp --devices " + cluster + " --strategy bsp --timeout 1 --steps 1 --warmup 0 --batch 4", true);
+  CHECK(r.exit_code == 1);
+  CHECK(r.out.find("tapp-cli run: timeout: no progress from the workers for 1.0 s") != std::string::npos);
+  CHECK(r.out.find("; a step can take longer on slow links or devices: raise --timeout") != std::string::npos);
+}
+
 TEST_CASE("tapp-cli plan says so and exits 1 when no placement fits") {
   std::string tiny = write_temp("tiny_cluster.json", R"({"devices": [{"name": "a", "memory_mb": 1}, {"name": "b", "memory_mb": 1}]})");
   Run r = cli("plan vgg5 --devices " + tiny + " --planner time --costs estimated", true);
