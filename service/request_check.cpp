@@ -7,6 +7,7 @@
 #include <optional>
 #include <vector>
 
+#include "common/base64.h"
 #include "common/checked_math.h"
 
 #include "common/host_port.h"
@@ -313,53 +314,6 @@ bool check_submission(const json& body, const CheckLimits& limits, Submission& o
   if (!out.upload.empty()) request["model_file"] = json{{"name", out.label}, {"bytes", out.upload.size()}};
   out.request = std::move(request);
   return true;
-}
-
-namespace {
-const char* kB64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-}
-
-bool base64_decode(const std::string& in, std::string& out) {
-  int table[256];
-  for (int& t : table) t = -1;
-  for (int i = 0; i < 64; ++i) table[static_cast<unsigned char>(kB64[i])] = i;
-  out.clear();
-  out.reserve(in.size() / 4 * 3);
-  unsigned buf = 0;
-  int bits = 0, pad = 0;
-  for (char ch : in) {
-    unsigned char c = static_cast<unsigned char>(ch);
-    if (c == '\n' || c == '\r' || c == ' ') continue;
-    if (c == '=') {
-      ++pad;
-      continue;
-    }
-    if (pad || table[c] < 0) return false;
-    buf = (buf << 6) | static_cast<unsigned>(table[c]);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out.push_back(static_cast<char>((buf >> bits) & 0xff));
-    }
-  }
-  return pad <= 2;
-}
-
-std::string base64_encode(const std::string& in) {
-  std::string out;
-  unsigned buf = 0;
-  int bits = 0;
-  for (unsigned char c : in) {
-    buf = (buf << 8) | c;
-    bits += 8;
-    while (bits >= 6) {
-      bits -= 6;
-      out.push_back(kB64[(buf >> bits) & 63]);
-    }
-  }
-  if (bits > 0) out.push_back(kB64[(buf << (6 - bits)) & 63]);
-  while (out.size() % 4) out.push_back('=');
-  return out;
 }
 
 }  // namespace tapp::service

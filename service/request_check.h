@@ -70,7 +70,4 @@ bool parse_json_body(const std::string& text, int max_depth, nlohmann::json& out
 
 bool check_submission(const nlohmann::json& body, const CheckLimits& limits, Submission& out, FieldError& err);
 
-bool base64_decode(const std::string& in, std::string& out);
-std::string base64_encode(const std::string& in);
-
 }  // namespace tapp::service

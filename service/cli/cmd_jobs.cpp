@@ -277,6 +277,7 @@ int follow_job(const ServerUrl& url, const std::string& server_url, const std::s
   } else {
     std::cerr << "job " << id << " " << st << ": " << job.value("error", "") << "\n";
   }
+  if (st == "failed") return optimize_failure_exit_code(job.value("error", ""));
   return st == "succeeded" ? 0 : 1;
 }
 
@@ -302,6 +303,12 @@ void add_jobs_command(CLI::App& app, int& exit_code) {
       exit_code = unexpected_answer("tapp-cli jobs", *server, e.what());
     }
   });
+}
+
+int optimize_failure_exit_code(const std::string& error) {
+  for (const char* input : {"model", "cluster", "options"})
+    if (error.rfind(input, 0) == 0) return 2;
+  return 1;
 }
 
 int optimize_on_server(const std::string& server_url, const std::string& request_json, bool json_output,

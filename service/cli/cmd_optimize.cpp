@@ -8,15 +8,18 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/base64.h"
 #include "common/read_file.h"
 #include "core/cluster.h"  // resolve_library_paths
 #include "placer/optimize.h"
@@ -49,6 +52,15 @@ struct Args {
   std::string costs = "profile";
   std::string torchscript = "auto";
 };
+
+// The name a TorchScript file is uploaded under: the server takes letters,
+// digits, _ and - before ".pt" (its own copy's name, not a path).
+std::string upload_name(const std::string& path) {
+  std::string stem = std::filesystem::path(path).stem().string().substr(0, 64);
+  for (char& ch : stem)
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '-') ch = '_';
+  return (stem.empty() ? "model" : stem) + ".pt";
+}
 
 std::string fmt_ms(const json& v) {
   if (!v.is_number()) return "-";
@@ -361,6 +373,17 @@ void run(const Args& a, int& exit_code) {
       return;
     }
   }
+  if (!a.server.empty() && is_torchscript_path(a.model)) {
+    // A TorchScript file goes up as model_file: the server reads no file a request names.
+    Result<std::string> bytes = read_file(a.model);
+    if (!bytes) {
+      std::cerr << "tapp-cli optimize: model: " << a.model << ": " << bytes.error_message() << "\n";
+      exit_code = 2;
+      return;
+    }
+    body.erase("model");
+    body["model_file"] = {{"name", upload_name(a.model)}, {"base64", base64_encode(*bytes)}};
+  }
   if (!a.server.empty()) {
     if (!a.policy.empty()) {
       std::cerr << "tapp-cli optimize: --policy: a policy file is used by a local run only, not with --server\n";
@@ -398,8 +421,7 @@ void run(const Args& a, int& exit_code) {
   std::signal(SIGINT, SIG_DFL);
   if (!result) {
     std::cerr << "tapp-cli optimize: " << result.error_message() << "\n";
-    const std::string& m = result.error_message();
-    exit_code = (m.rfind("model", 0) == 0 || m.rfind("cluster", 0) == 0 || m.rfind("options", 0) == 0) ? 2 : 1;
+    exit_code = optimize_failure_exit_code(result.error_message());
     return;
   }
   if (!a.out.empty()) {

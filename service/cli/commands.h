@@ -61,4 +61,8 @@ void add_jobs_command(CLI::App& app, int& exit_code);          // cmd_jobs.cpp (
 int optimize_on_server(const std::string& server_url, const std::string& request_json, bool json_output,
                        const std::string& out, const std::string& al_out);
 
+// An optimization that failed, run here or on a server: 2 where its error
+// names the request's input (model, cluster, options: bad input), else 1.
+int optimize_failure_exit_code(const std::string& error);
+
 }  // namespace tapp::cli

@@ -5,8 +5,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "server_process.h"
+#include "common/base64.h"
 #include "fake_job.h"
+#include "server_process.h"
 #include "placer/policy.h"
 #include "service/http/router.h"
 

@@ -253,6 +253,18 @@ TEST_CASE("tapp-cli optimize --server follows a job to its result and tapp-cli j
            out);
   CHECK(rc == 2);
   CHECK(out.find("model") != std::string::npos);
+  // A TorchScript file goes up as model_file under a name the server takes
+  // (the server reads no path a request names: "model: must be a zoo model name" before).
+  const std::string script = dir + "/my model (v2).pt";
+  std::ofstream(script, std::ios::binary) << std::string("PK\x03\x04 not really a module\0\xff", 28);
+  rc = run(cli + " optimize '" + script + "' --devices " + TAPP_SOURCE_DIR +
+               "/examples/cluster_2cpu.json --iterations 7 --server " + url + " --json 2>&1",
+           out);
+  CHECK_MESSAGE(rc == 0, out);
+  rc = run(cli + " jobs --server " + url + " --json", out);
+  json uploaded = json::parse(out, nullptr, false);
+  REQUIRE(uploaded.is_object());
+  CHECK(uploaded["jobs"][0]["model"].get<std::string>().find("my_model__v2_.pt") != std::string::npos);
   // An unreachable server is a failure (1), not a hang.
   rc = run(cli + " jobs --server http://127.0.0.1:1 2>&1", out);
   CHECK(rc == 1);
