@@ -8,8 +8,6 @@
 namespace tapp {
 namespace {
 
-// The pipeline planners of `rows` (planned for GPipe) run again for 1F1B;
-// each row keeps the faster of its two plans and the time of both.
 bool plans_a_pipeline(const std::string& planner) { return planner != "bsp" && planner != "hogwild"; }
 
 // The pipeline planners of `rows` that ran, which plan again for 1F1B.
@@ -20,6 +18,8 @@ std::vector<std::string> pipeline_planners(const std::vector<PlannerRow>& rows) 
   return names;
 }
 
+// The pipeline planners of `rows` (planned for GPipe) run again for 1F1B;
+// each row keeps the faster of its two plans and the time of both.
 void keep_faster_on_1f1b(std::vector<PlannerRow>& rows, PlannerContext ctx, Evaluator& evaluator,
                          PlannerRunOptions ro) {
   ro.planners = pipeline_planners(rows);

@@ -318,10 +318,11 @@ std::string torch_error_text(const std::exception& e) {
   const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
   std::string what = c10_error ? c10_error->what_without_backtrace() : e.what();
   if (what.find("Traceback of TorchScript") != std::string::npos) {
-    size_t end = what.find_last_not_of(" \n");
+    const size_t end = what.find_last_not_of(" \n");
     if (end != std::string::npos) {
-      const size_t start = what.rfind('\n', end);
-      what = what.substr(start == std::string::npos ? 0 : start + 1, end + 1 - (start == std::string::npos ? 0 : start + 1));
+      const size_t line_break = what.rfind('\n', end);
+      const size_t start = line_break == std::string::npos ? 0 : line_break + 1;
+      what = what.substr(start, end + 1 - start);
     }
   }
   if (what.size() > 400) what = what.substr(0, 400) + "...";

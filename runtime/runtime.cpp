@@ -432,7 +432,7 @@ std::optional<StepReport> refuse_replica_devices(const Cluster& cluster, const s
   if (Status s = measurable_here(cluster, devices); !s)
     return StepReport::failure(FailureKind::invalid_options, s.message(), kSource);
   for (int d : devices)
-    if (hogwild && !cluster.devices[d].is_local())
+    if (hogwild && !cluster.devices[d].is_local())  // HOGWILD's replicas share one copy of the weights
       return StepReport::failure(FailureKind::invalid_strategy,
                                  "devices[" + std::to_string(d) + "].where: hogwild needs local devices (shared memory)",
                                  kSource);
