@@ -350,7 +350,9 @@ struct Example {
   at::Tensor batch;    // kExampleBatch samples
 };
 
-// The model input, read from the first embedding, convolution or linear op.
+// The model input, read from the first embedding, convolution or linear op;
+// `size` is an image side, a sequence length (tokens, or vectors for a
+// linear), 0 for the first guess.
 Result<Example> example_input(const jit::Module& m, jit::Graph& g, int64_t size) {
   auto full = g.copy();
   jit::Inline(*full);
@@ -373,7 +375,9 @@ Result<Example> example_input(const jit::Module& m, jit::Graph& g, int64_t size)
           return Example{w->dim() == 3 ? Shape{c, side} : Shape{c, side, side}, 0, {}};
         }
       } else if (k == "aten::linear") {
-        if (auto w = weight(1); w && w->dim() == 2) return Example{{w->size(1)}, 0, {}};
+        // A vector, or with a size a sequence of `size` of them (a dense sequence model's input).
+        if (auto w = weight(1); w && w->dim() == 2)
+          return Example{size > 0 ? Shape{size, w->size(1)} : Shape{w->size(1)}, 0, {}};
       }
       for (const jit::Block* inner : n->blocks())
         if (auto e = find(inner)) return e;

@@ -35,7 +35,8 @@
 
 namespace tapp {
 
-// options.input_size: image side (default 224) or sequence length (default 32).
+// options.input_size: image side (default 224) or sequence length (default 32:
+// of tokens, or of vectors where the first op is a linear and one vector fails).
 Result<LayerGraph> import_torchscript_layers(const std::string& path, const ModelOptions& options = {});
 
 // The torchscript layers of one LayerGraph, loaded from their file.

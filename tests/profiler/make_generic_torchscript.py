@@ -13,6 +13,8 @@ Writes, each with its parameter count as PyTorch counts it in OUT_DIR/expected.j
   lm_tied_traced.pt       the same with the head's weight tied to the embedding's table (GPT-2's tying), traced
   conv1d_len16_traced.pt  a Conv1d over 16 steps and a linear head sized for them, traced: no input
                           size the import guesses runs it (the test passes 16)
+  dense_sequence_traced.pt a Transformer encoder layer over sequences of 32-wide vectors (no embedding),
+                          mean-pooled into a linear head, traced at 10 steps: its input is [steps, 32]
   vit_b_16_traced.pt      (with --vit-b-16) torchvision vit_b_16 at 224x224, traced
 Dropout is 0 where a model trains in a test, so pipelined and single-device training draw no random masks.
 """
@@ -49,6 +51,18 @@ class Conv1dSeries(nn.Module):
 
     def forward(self, x):
         return self.head(torch.flatten(torch.relu(self.conv(x)), 1))
+
+
+class DenseSequence(nn.Module):
+    """Sequences of 32-wide feature vectors (audio frames, sensor readings): no embedding."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.TransformerEncoderLayer(32, 4, dim_feedforward=64, dropout=0.0, batch_first=True)
+        self.head = nn.Linear(32, 3)
+
+    def forward(self, x):
+        return self.head(self.encoder(x).mean(1))
 
 
 def count(m):
@@ -94,6 +108,11 @@ def main():
     series = Conv1dSeries()
     torch.jit.trace(series, torch.randn(2, 4, 16), check_trace=False).save(os.path.join(out, "conv1d_len16_traced.pt"))
     expected["conv1d_len16_traced"] = count(series)
+
+    dense = DenseSequence()
+    dense.eval()  # traced as it is imported and profiled; dropout 0 either way
+    torch.jit.trace(dense, torch.randn(2, 10, 32), check_trace=False).save(os.path.join(out, "dense_sequence_traced.pt"))
+    expected["dense_sequence_traced"] = count(dense)
 
     if "--vit-b-16" in sys.argv:
         vit_b = torchvision.models.vit_b_16()

@@ -219,6 +219,18 @@ TEST_CASE("the automatic import falls back to the module's own code only where t
 }
 
 
+TEST_CASE("a model over sequences of vectors imports with a guessed length, or the one given") {
+  // Its first op is a linear: one 32-wide vector fails in the attention's
+  // transpose, a sequence of 32 of them runs; --input-size is the length.
+  LayerGraph guessed = imported("dense_sequence_traced", {});
+  CHECK(guessed.input_shape == Shape{32, 32});
+  CHECK(guessed.total_params() == expected_params("dense_sequence_traced"));
+  LayerGraph given = imported("dense_sequence_traced", layers_at(10));
+  CHECK(given.input_shape == Shape{10, 32});
+  CHECK(given.layers.back().output_shape == Shape{3});
+  check_same_forward("dense_sequence_traced", given);
+}
+
 TEST_CASE("a module no guessed input size runs asks for the input size in one line, and imports with it") {
   const std::string path = (models_dir() / "conv1d_len16_traced.pt").string();
   // The guesses (224, 32, 299 steps) fail in the linear head: the interpreter's

@@ -92,3 +92,7 @@ TEST_CASE("a Transformer language model, traced and scripted, split over 2 devic
 TEST_CASE("a language model whose head shares the embedding's table trains like one device with the two apart") {
   check_split_equals_single("lm_tied_traced", 8, 2);
 }
+
+TEST_CASE("a Transformer over sequences of vectors (no embedding) split over 2 devices trains like one device") {
+  check_split_equals_single("dense_sequence_traced", 10, 2);
+}
