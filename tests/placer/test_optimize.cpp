@@ -111,18 +111,30 @@ TEST_CASE("a job with an unknown model names the field") {
   CHECK(r.error_message().rfind("model: ", 0) == 0);
 }
 
+namespace {
+// A zoo model on an example cluster, multiply-add costs, simulated at batch 32.
+struct ZooOnExample {
+  ZooOnExample(const std::string& model, const std::string& cluster_file)
+      : graph(*zoo_model(model)),
+        cluster(*load_cluster(std::string(TAPP_SOURCE_DIR) + "/examples/" + cluster_file)),
+        cost(*CostModel::build(graph, cluster, estimated_library(graph, 32))),
+        evaluator(graph, cluster, cost, 32) {}
+  const LayerGraph graph;
+  const Cluster cluster;
+  const CostModel cost;
+  SimulatorEvaluator evaluator;
+};
+}  // namespace
+
 TEST_CASE("a job's baselines also plan for 1F1B, each row keeping the faster plan") {
   // gpt2 at batch 32 on two 4 GB devices: every GPipe plan recomputes (each micro-batch's
   // activations kept until its backward); on 1F1B at most as many as stages are, and no group need.
-  const LayerGraph g = *zoo_model("gpt2");
-  const Cluster c = *load_cluster(std::string(TAPP_SOURCE_DIR) + "/examples/cluster_fast_and_slow.json");
-  const CostModel cost = *CostModel::build(g, c, estimated_library(g, 32));
-  SimulatorEvaluator evaluator(g, c, cost, 32);
+  ZooOnExample p("gpt2", "cluster_fast_and_slow.json");
   BaselineOptions bo;
   bo.planners = {"dp", "pipedream", "bsp"};
-  const std::vector<BaselineResult> gpipe = run_baselines(g, c, cost, evaluator, bo);
+  const std::vector<BaselineResult> gpipe = run_baselines(p.graph, p.cluster, p.cost, p.evaluator, bo);
   bo.both_schedules = true;
-  const std::vector<BaselineResult> both = run_baselines(g, c, cost, evaluator, bo);
+  const std::vector<BaselineResult> both = run_baselines(p.graph, p.cluster, p.cost, p.evaluator, bo);
   REQUIRE(gpipe.size() == 3);
   REQUIRE(both.size() == 3);
   for (int k = 0; k < 2; ++k) {  // dp, pipedream
@@ -141,16 +153,13 @@ TEST_CASE("a job's baselines also plan for 1F1B, each row keeping the faster pla
 TEST_CASE("the baselines say which planner starts and how far through the table they are") {
   // vgg16 on eight devices: exhaustive's space is over its limit, so its row is
   // skipped and does not run again for 1F1B; the count shrinks once that is known.
-  const LayerGraph g = *zoo_model("vgg16");
-  const Cluster c = *load_cluster(std::string(TAPP_SOURCE_DIR) + "/examples/cluster_8equal.json");
-  const CostModel cost = *CostModel::build(g, c, estimated_library(g, 32));
-  SimulatorEvaluator evaluator(g, c, cost, 32);
+  ZooOnExample p("vgg16", "cluster_8equal.json");
   BaselineOptions bo;
   bo.planners = {"dp", "exhaustive", "bsp"};
   bo.both_schedules = true;
   std::vector<std::pair<std::string, double>> seen;
   bo.progress = [&](const std::string& message, double fraction) { seen.emplace_back(message, fraction); };
-  const std::vector<BaselineResult> rows = run_baselines(g, c, cost, evaluator, bo);
+  const std::vector<BaselineResult> rows = run_baselines(p.graph, p.cluster, p.cost, p.evaluator, bo);
   REQUIRE(rows.size() == 3);
   CHECK(rows[1].skipped);
   const std::vector<std::pair<std::string, double>> want = {
