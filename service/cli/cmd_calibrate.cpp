@@ -442,7 +442,7 @@ void add_calibrate_command(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(0.0, 1.0));
   sub->add_option("--max-micro-batches", args->max_micro_batches, "largest micro-batch count tried (default 8)")
       ->check(CLI::Range(1, 1 << 20));
-  sub->add_option("--costs", args->costs, "profile (default: measured layer library, cached) | auto | estimated");
+  sub->add_option("--costs", args->costs, "profile (default: measured layer library, cached) | auto (or cached) | estimated");
   sub->add_option("--input-size", args->input_size, "image side for every model (0: each model's default; 32 for the default models)");
   sub->add_option("--classes", args->classes, "number of classes (0: the model's default)");
   add_torchscript_option(*sub, args->torchscript);

@@ -238,7 +238,7 @@ void add_export_command(CLI::App& app, int& exit_code) {
   sub->add_option("--format", args->format, "all (default) | pipe | deepspeed | megatron | pippy");
   sub->add_option("--batch", args->batch, "batch size (default 32)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  sub->add_option("--costs", args->costs, "auto (cached profile, else estimated) | profile | estimated");
+  sub->add_option("--costs", args->costs, "auto (cached profile, else estimated; also 'cached', as optimize names it) | profile | estimated");
   sub->add_option("--calibration", args->calibration, "calibration JSON from `tapp-cli calibrate`");
   sub->add_option("--input-size", args->input_size, "image side, or a sequence length (0: the model's default)");
   sub->add_option("--classes", args->classes, "number of classes (0: the model's default)");

@@ -351,7 +351,7 @@ void run(const Args& a, int& exit_code) {
   resolve_library_paths(cluster, a.devices);
   json options = {{"evaluator", a.evaluator}, {"seed", a.seed}, {"batch_size", a.batch},
                   {"warm_start", a.warm_start}, {"baselines", !a.no_baselines}, {"verify", !a.no_verify},
-                  {"optimizer", a.optimizer}, {"costs", a.costs}, {"torchscript", a.torchscript},
+                  {"optimizer", a.optimizer}, {"costs", a.costs == "auto" ? "cached" : a.costs}, {"torchscript", a.torchscript},
                   {"allow_al", a.allow_al}};
   if (!a.al_out.empty() && !a.allow_al) {
     std::cerr << "tapp-cli optimize: --al-out: needs --allow-al (AL changes the learning algorithm; ask for it)\n";
@@ -485,9 +485,9 @@ void add_optimize_command(CLI::App& app, int& exit_code) {
   sub->add_option("--al-out", args->al_out,
                   "with --allow-al: write the AL row's pipeline here (tapp-cli run MODEL --placement FILE --schedule al)");
   sub->add_option("--costs", args->costs,
-                  "profile (default: measure what is not cached) | cached (cached profiles, else estimated) | "
-                  "estimated (multiply-adds only, for models too large to profile here)")
-      ->check(CLI::IsMember({"profile", "cached", "estimated"}));
+                  "profile (default: measure what is not cached) | cached (cached profiles, else estimated; "
+                  "also 'auto', as plan names it) | estimated (multiply-adds only, for models too large to profile here)")
+      ->check(CLI::IsMember({"profile", "cached", "auto", "estimated"}));
   sub->add_option("--optimizer", args->optimizer,
                   "sgd (with momentum, default) | adam: what the plans train with and their memory counts")
       ->check(CLI::IsMember({"sgd", "adam"}));

@@ -134,7 +134,8 @@ struct AlRow {
 Result<AlRow> simulate_al(const LayerGraph& g, const Cluster& c, const Placement& pipeline, const std::string& from,
                           const PlanArgs& a, const std::string& rows_costs_note, const std::vector<int>& counts) {
   const bool rows_estimated = rows_costs_note.rfind("estimated", 0) == 0;
-  const std::string costs_mode = a.costs == "auto" && !rows_estimated ? "profile" : a.costs;
+  const bool cached = a.costs == "auto" || a.costs == "cached";
+  const std::string costs_mode = cached && !rows_estimated ? "profile" : a.costs;
   auto plan = al_plan_from_pipeline(g, pipeline);
   if (!plan) return plan.status();
   AlRow out;
@@ -472,7 +473,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   sub->add_option("--exhaustive-limit", args->exhaustive_limit, "most candidates exhaustive search enumerates")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   sub->add_option("--seed", args->seed, "random seed")->check(seed_text());
-  sub->add_option("--costs", args->costs, "auto (cached profile, else estimated) | profile | estimated");
+  sub->add_option("--costs", args->costs, "auto (cached profile, else estimated; also 'cached', as optimize names it) | profile | estimated");
   sub->add_option("--calibration", args->calibration, "calibration JSON from `tapp-cli calibrate`");
   sub->add_option("--steps", args->steps, "measure: timed steps per placement")->check(CLI::Range(1, 1000));
   sub->add_option("--warmup", args->warmup, "measure: warm-up steps (default " + std::to_string(kWarmupSteps) + ")")->check(CLI::Range(0, 1000));

@@ -63,8 +63,8 @@ int train_cmd(const TrainArgs& a) {
   if (a.out.empty()) return bad_input("--out: name the policy file to write");
   if (const std::string why = unwritable("--out", a.out); !why.empty()) return bad_input(why);
   if (a.iterations <= 0 && !(a.time_budget_s > 0)) return bad_input("give --iterations N or --time-budget S");
-  if (a.costs != "auto" && a.costs != "estimated" && a.costs != "profile")
-    return bad_input("--costs: unknown source \"" + a.costs + "\"; expected auto, estimated or profile");
+  if (a.costs != "auto" && a.costs != "cached" && a.costs != "estimated" && a.costs != "profile")
+    return bad_input("--costs: unknown source \"" + a.costs + "\"; expected auto (or cached), estimated or profile");
   if (a.models.empty() && a.random_models == 0 && a.random_transformers == 0)
     return bad_input("--models: name at least one model (or --random-models N, --random-transformers N)");
   if (a.clusters.empty() && a.random_clusters == 0 && a.random_mesh_clusters == 0)
@@ -233,7 +233,7 @@ void add_train_policy_command(CLI::App& app, int& exit_code) {
   sub->add_option("--cloning-epochs", args->cloning_epochs,
                   "supervised epochs over each problem's fastest classical plan before the iterations (default 200)")
       ->check(CLI::Range(0, 100000));
-  sub->add_option("--costs", args->costs, "auto (default: cached profiles, else estimated) | estimated | profile");
+  sub->add_option("--costs", args->costs, "auto (default: cached profiles, else estimated; also 'cached') | estimated | profile");
   sub->callback([args, &exit_code] { exit_code = train_cmd(*args); });
 }
 

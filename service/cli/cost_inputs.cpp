@@ -19,10 +19,11 @@ namespace tapp::cli {
 namespace {
 
 Result<CostSource> cost_source(const std::string& mode) {
-  if (mode == "auto") return CostSource::cached_only;
+  // "cached" is optimize's name (and the HTTP API's) for the same source.
+  if (mode == "auto" || mode == "cached") return CostSource::cached_only;
   if (mode == "profile") return CostSource::profile;
   if (mode == "estimated") return CostSource::estimated;
-  return Status::error("--costs: expected auto, profile or estimated, got \"" + mode + "\"");
+  return Status::error("--costs: expected auto (or cached), profile or estimated, got \"" + mode + "\"");
 }
 
 std::string costs_note(const CostProfiles& p) {

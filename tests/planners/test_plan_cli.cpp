@@ -214,6 +214,24 @@ TEST_CASE("out-of-range flags, an unwritable --out and a file of another kind ar
   CHECK(model_as_calibration.out.find("calibration.input_shape: unknown field (expected device_factor") != std::string::npos);
 }
 
+TEST_CASE("--costs takes both names of the cached source, auto and cached, in every command") {
+  // plan, export and train-policy said auto, optimize (and the HTTP API) cached:
+  // each refused the other's word for the same thing.
+  const std::string cluster = write_temp("costs_names_cluster.json", kCluster);
+  for (const std::string& name : {"auto", "cached"})
+    for (const std::string& args :
+         {"plan mlp --devices " + cluster + " --planner single", "optimize mlp --devices " + cluster +
+          " --no-verify --no-baselines --iterations 2", "train-policy --models mlp --clusters " + cluster +
+          " --iterations 1 --cloning-epochs 1 --out " + cluster + "." + name + ".pt"}) {
+      INFO(args, " --costs ", name);
+      Run r = cli(args + " --costs " + name, true);
+      CHECK(r.exit_code == 0);
+    }
+  Run bad = cli("plan mlp --devices " + cluster + " --costs measured", true);
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.out.find("expected auto (or cached), profile or estimated") != std::string::npos);
+}
+
 TEST_CASE("tapp-cli run that outlasts its timeout says which flag gives a slow step more time") {
   // BSP's all-reduce of mlp's weights over 1 Mbit/s takes seconds: over a 1 s timeout.
   const std::string cluster = write_temp("slow_link_cluster.json", R"({"devices": [{"name": "a"}, {"name": "b"}],
