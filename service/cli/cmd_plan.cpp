@@ -134,7 +134,8 @@ struct AlRow {
 Result<AlRow> simulate_al(const LayerGraph& g, const Cluster& c, const Placement& pipeline, const std::string& from,
                           const PlanArgs& a, const std::string& rows_costs_note, const std::vector<int>& counts) {
   const bool rows_estimated = rows_costs_note.rfind("estimated", 0) == 0;
-  const bool cached = a.costs == "auto" || a.costs == "cached";
+  const Result<CostSource> source = cost_source(a.costs);
+  const bool cached = source && *source == CostSource::cached_only;
   const std::string costs_mode = cached && !rows_estimated ? "profile" : a.costs;
   auto plan = al_plan_from_pipeline(g, pipeline);
   if (!plan) return plan.status();

@@ -63,7 +63,7 @@ int train_cmd(const TrainArgs& a) {
   if (a.out.empty()) return bad_input("--out: name the policy file to write");
   if (const std::string why = unwritable("--out", a.out); !why.empty()) return bad_input(why);
   if (a.iterations <= 0 && !(a.time_budget_s > 0)) return bad_input("give --iterations N or --time-budget S");
-  if (a.costs != "auto" && a.costs != "cached" && a.costs != "estimated" && a.costs != "profile")
+  if (!cost_source(a.costs))
     return bad_input("--costs: unknown source \"" + a.costs + "\"; expected auto (or cached), estimated or profile");
   if (a.models.empty() && a.random_models == 0 && a.random_transformers == 0)
     return bad_input("--models: name at least one model (or --random-models N, --random-transformers N)");

@@ -16,15 +16,14 @@
 
 namespace tapp::cli {
 
-namespace {
-
 Result<CostSource> cost_source(const std::string& mode) {
-  // "cached" is optimize's name (and the HTTP API's) for the same source.
   if (mode == "auto" || mode == "cached") return CostSource::cached_only;
   if (mode == "profile") return CostSource::profile;
   if (mode == "estimated") return CostSource::estimated;
   return Status::error("--costs: expected auto (or cached), profile or estimated, got \"" + mode + "\"");
 }
+
+namespace {
 
 std::string costs_note(const CostProfiles& p) {
   if (p.estimated && !p.cached && !p.measured)

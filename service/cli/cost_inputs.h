@@ -18,6 +18,7 @@
 
 #include "common/status.h"
 #include "model/layer_library.h"
+#include "profiler/cost_profiles.h"  // CostSource
 #include "simulator/cost_model.h"
 
 namespace tapp {
@@ -37,7 +38,11 @@ struct CostInputs {
   std::string calibration_note;  // "default", or "fitted <when> from N measurements (...)"
 };
 
-// mode: "auto" | "profile" | "estimated". calibration_path: a file from
+// --costs MODE as a source: "auto" or "cached" (optimize's and the HTTP API's
+// word for it) | "profile" | "estimated"; else an error naming --costs.
+Result<CostSource> cost_source(const std::string& mode);
+
+// mode: as cost_source. calibration_path: a file from
 // `tapp-cli calibrate --out` (refused when it is for another cluster or timing
 // method); empty = the calibration stored for this cluster, else the default
 // (a stored one that cannot be used is named on stderr and not used).
