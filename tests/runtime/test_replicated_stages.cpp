@@ -5,8 +5,11 @@
 #include "tests/runtime/runtime_test_support.h"  // first: LibTorch + doctest
 
 #include <chrono>
+#include <random>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "core/cluster.h"
 #include "core/placement.h"
@@ -90,6 +93,52 @@ StepReport check_hybrid_equals_single(const LayerGraph& g, int devices, const Pl
   return r.report;
 }
 
+// A random placement of g on n devices that the parser would take or refuse:
+// each layer joins its inputs' latest group or a later one (so the stage graph
+// is acyclic, and parallel branches may part), a group gets one device or a
+// replica set (weighted or not), any micro-batch count and schedule, some
+// groups recompute, SGD or Adam.
+Placement random_placement(const LayerGraph& g, int n, std::mt19937& rng) {
+  auto coin = [&](double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; };
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  const int max_groups = pick(1, 5);
+  std::vector<int> group(g.layers.size());
+  for (size_t l = 0; l < g.layers.size(); ++l) {
+    int lo = 0;
+    for (int in : g.layers[l].inputs) lo = std::max(lo, group[in]);
+    group[l] = coin(0.2) ? pick(lo, std::max(lo, max_groups - 1)) : coin(0.25) ? std::min(lo + 1, max_groups - 1) : lo;
+  }
+  std::vector<int> renumber(max_groups, -1);
+  Placement p;
+  for (int& gr : group) {
+    if (renumber[gr] < 0) renumber[gr] = p.add_group(pick(0, n - 1), coin(0.15));
+    gr = renumber[gr];
+  }
+  p.layer_group = group;
+  p.group_replicas.assign(p.num_groups(), {});
+  p.group_replica_weights.assign(p.num_groups(), {});
+  int most_replicas = 1;
+  for (int gr = 0; gr < p.num_groups(); ++gr) {
+    if (!coin(0.4)) continue;
+    std::vector<int> others;
+    for (int d = 0; d < n; ++d)
+      if (d != p.group_device[gr]) others.push_back(d);
+    std::shuffle(others.begin(), others.end(), rng);
+    others.resize(pick(1, static_cast<int>(others.size())));
+    p.group_replicas[gr] = others;
+    if (coin(0.5))
+      for (int k = 0; k <= static_cast<int>(others.size()); ++k) p.group_replica_weights[gr].push_back(pick(1, 3));
+    most_replicas = std::max(most_replicas, 1 + static_cast<int>(others.size()));
+  }
+  const int counts[] = {1, 2, 3, 4, 6, 12};
+  p.micro_batches = std::max(counts[pick(0, 5)], most_replicas);
+  const Schedule schedules[] = {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved_1f1b};
+  p.schedule = schedules[pick(0, 2)];
+  p.optimizer = coin(0.3) ? Optimizer::adam : Optimizer::sgd;
+  p.source = "random";
+  return p;
+}
+
 // chain layers: fc0 relu0 fc1 | relu1 fc2 relu2 fc3
 const std::vector<int> kChainTwoStages = {0, 0, 0, 1, 1, 1, 1};
 // chain layers: fc0 relu0 | fc1 relu1 fc2 | relu2 fc3
@@ -143,6 +192,38 @@ TEST_CASE("two devices holding two stages each run interleaved 1F1B and train li
   // Virtual stages: d0 runs groups 0 and 2, d1 groups 1 and 3.
   check_hybrid_equals_single(chain_model(), 2, hybrid({0, 0, 1, 1, 2, 2, 3}, {{0}, {1}, {0}, {1}}, 4, Schedule::interleaved_1f1b),
                              false);
+}
+
+TEST_CASE("random hybrid placements of a chain and of a model with branches train like one device") {
+  // Replicas (weighted or not), branches parted, devices holding several
+  // groups, recomputation, the three synchronous schedules, SGD and Adam, drawn
+  // at random: every one the parser takes must train exactly like one device.
+  std::mt19937 rng(20261203);
+  const int trials = 10;
+  int ran = 0;
+  for (int t = 0; t < trials; ++t) {
+    const LayerGraph g = t % 2 ? branch_model() : chain_model();
+    const int n = 3 + t % 2;
+    Placement p = random_placement(g, n, rng);
+    const Cluster c = local_cluster(n);
+    RunOptions o = test_options();
+    o.optimizer = p.optimizer;
+    INFO("trial " << t << ": " << placement_to_json(p, g, c).dump());
+    if (!validate_placement(p, g, c, o.batch_size)) continue;
+    ++ran;
+    RunResult r = run_placement(g, c, p, o);
+    INFO(failure_kind_name(r.report.failure_kind) << ": " << r.report.message);
+    REQUIRE(r.report.ok);
+    const auto want = reference_parameters(g, o);
+    check_same_parameters(r.layer_parameters, want, g);
+    for (size_t l = 0; l < g.layers.size(); ++l)
+      for (size_t k = 0; k < r.replica_parameters[l].size(); ++k) {
+        INFO("layer " << g.layers[l].name << ", replica " << k + 1);
+        CHECK(max_difference(r.replica_parameters[l][k], want[l]) < 1e-4);
+      }
+    check_no_orphans(r);
+  }
+  CHECK(ran >= trials / 2);  // the draw is not mostly refused placements
 }
 
 TEST_CASE("with aggregation every 2 steps the replicas differ after one step and hold the same average after two") {
