@@ -42,6 +42,9 @@ struct BaselineOptions {
   // Called as each planner starts: "pipedream (7 of 12)", "anneal, 1f1b (18 of 20)",
   // and the share of the table's rows started before it.
   std::function<void(const std::string& message, double fraction)> progress;
+  // Within a planner, at most this often: its evaluations so far ("anneal (8 of 22): 1200 of 4000
+  // evaluations"; random search and annealing spend the budget, their share of it in the fraction).
+  double progress_every_s = 1.0;
 };
 
 struct BaselineResult {

@@ -1,6 +1,8 @@
 // placer/evaluator_factory.cpp — see evaluator_factory.h.
 #include "placer/evaluator_factory.h"
 
+#include <numeric>
+
 #include "core/cluster.h"
 #include "model/layer_graph.h"
 #include "placer/hybrid_evaluator.h"
@@ -8,6 +10,21 @@
 #include "simulator/simulator_evaluator.h"
 
 namespace tapp {
+
+namespace {
+
+// The simulator's step of a placement, so that a measured run waits as long
+// as that step needs (runtime/measure_evaluator.h); none without a cost model.
+StepEstimate simulated_step(const EvaluatorInputs& in) {
+  if (!in.cost) return {};
+  auto sim = std::make_shared<SimulatorEvaluator>(*in.graph, *in.cluster, *in.cost, in.batch_size);
+  return [sim](const Placement& p) {
+    const StepReport r = sim->evaluate(p);
+    return r.ok ? r.step_ms : 0.0;
+  };
+}
+
+}  // namespace
 
 Result<JobEvaluator> make_evaluator(EvaluatorKind kind, const EvaluatorInputs& in, const std::string& field) {
   if (!in.graph || !in.cluster) return Status::error(field + ": no model or cluster to evaluate on");
@@ -28,15 +45,23 @@ Result<JobEvaluator> make_evaluator(EvaluatorKind kind, const EvaluatorInputs& i
       return out;
     }
     case EvaluatorKind::measure: {
-      out.evaluator = std::make_unique<MeasureEvaluator>(*in.graph, *in.cluster, run);
-      out.strategy_evaluator = [graph = in.graph, cluster = in.cluster, run](const std::string& strategy) {
-        return run_strategy(*graph, *cluster, strategy, run).report;
+      const StepEstimate estimate = simulated_step(in);
+      out.evaluator = std::make_unique<MeasureEvaluator>(*in.graph, *in.cluster, run, estimate);
+      out.strategy_evaluator = [graph = in.graph, cluster = in.cluster, run, estimate](const std::string& strategy) {
+        RunOptions o = run;
+        if (estimate && strategy != "single") {  // bsp, hogwild: the whole model on every device
+          std::vector<int> every(cluster->num_devices());
+          std::iota(every.begin(), every.end(), 0);
+          o.timeout_s = step_timeout_s(run.timeout_s,
+                                       estimate(Placement::replicas(static_cast<int>(graph->layers.size()), every)));
+        }
+        return run_strategy(*graph, *cluster, strategy, o).report;
       };
       return out;
     }
     case EvaluatorKind::hybrid: {
       auto hybrid = std::make_unique<HybridEvaluator>(*in.graph, *in.cluster, *in.cost, in.batch_size,
-                                                      std::make_unique<MeasureEvaluator>(*in.graph, *in.cluster, run));
+                                                      std::make_unique<MeasureEvaluator>(*in.graph, *in.cluster, run, simulated_step(in)));
       out.hybrid = hybrid.get();
       out.evaluator = std::move(hybrid);
       return out;

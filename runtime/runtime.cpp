@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iomanip>
 #include <iostream>
 #include <mutex>
 #include <optional>
@@ -57,6 +58,14 @@ void warn_once(const std::string& message) {
   if (said.insert(message).second) std::cerr << "tapp runtime: warning: " << message << "\n";
 }
 
+// "400", "0.8", "0.05": a link under 10 Mbit/s keeps its digits (0.8 is not 1).
+std::string mbps_text(double mbps) {
+  if (mbps >= 10) return fmt(mbps, 0);
+  std::ostringstream o;
+  o << std::setprecision(3) << mbps;
+  return o.str();
+}
+
 // gate_slots: how many slots the job's compute gate has (0: none).
 std::vector<std::string> emulation_warnings(const Cluster& c, const RunOptions& o, bool sends, int gate_slots) {
   std::vector<std::string> w;
@@ -69,9 +78,9 @@ std::vector<std::string> emulation_warnings(const Cluster& c, const RunOptions& 
     std::string links;
     for (const Link& l : c.links)
       if (c.index_of(l.from) >= 0 && c.index_of(l.to) >= 0)
-        links += l.from + "->" + l.to + " " + fmt(l.bandwidth_mbps, 0) + " Mbps/" + fmt(l.latency_ms, 3) + " ms, ";
+        links += l.from + "->" + l.to + " " + mbps_text(l.bandwidth_mbps) + " Mbps/" + fmt(l.latency_ms, 3) + " ms, ";
     w.push_back("emulated links: each send paced by latency + bytes*8/bandwidth (" + links +
-                (links.empty() ? "all pairs " : "other pairs ") + fmt(c.default_link.bandwidth_mbps, 0) + " Mbps/" +
+                (links.empty() ? "all pairs " : "other pairs ") + mbps_text(c.default_link.bandwidth_mbps) + " Mbps/" +
                 fmt(c.default_link.latency_ms, 3) + " ms)");
   }
   double demand = c.emulated_core_demand();

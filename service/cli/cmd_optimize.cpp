@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -136,10 +137,17 @@ class ProgressPrinter {
     if (head != last_line_) std::cerr << "  " << head << "\n";
     last_line_ = head;
   }
-  // Terminal: the bar; otherwise a line per planner (a search planner's row can take minutes).
+  // Terminal: the bar; otherwise a line per planner (a search planner's row can
+  // take minutes), then its evaluations so far ("anneal (8 of 22): 1200 of 4000
+  // evaluations") at most every 10 s.
   void planner_started(const ProgressEvent& e) {
     if (tty_) return bar(e.phase_fraction, 0, e.message);
+    const std::string head = e.message.substr(0, e.message.find(':'));
+    const auto now = std::chrono::steady_clock::now();
+    if (head == last_line_ && now - last_print_ < std::chrono::seconds(10)) return;
     std::cerr << "  " << e.message << "\n";
+    last_line_ = head;
+    last_print_ = now;
   }
   // fraction < 0: unknown, the bar cycles with `tick`.
   void bar(double fraction, int tick, const std::string& text) {
@@ -153,6 +161,7 @@ class ProgressPrinter {
   bool tty_;
   bool bar_shown_ = false;
   std::string phase_, last_line_;
+  std::chrono::steady_clock::time_point last_print_;
 };
 
 // Which calibration the predictions used (schemas/job.schema.json result.calibration).

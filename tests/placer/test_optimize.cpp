@@ -158,6 +158,7 @@ TEST_CASE("the baselines say which planner starts and how far through the table 
   bo.planners = {"dp", "exhaustive", "bsp"};
   bo.both_schedules = true;
   std::vector<std::pair<std::string, double>> seen;
+  bo.progress_every_s = 1e9;  // the starts only (the next test counts evaluations)
   bo.progress = [&](const std::string& message, double fraction) { seen.emplace_back(message, fraction); };
   const std::vector<BaselineResult> rows = run_baselines(p.graph, p.cluster, p.cost, p.evaluator, bo);
   REQUIRE(rows.size() == 3);
@@ -169,6 +170,29 @@ TEST_CASE("the baselines say which planner starts and how far through the table 
     CHECK(seen[k].first == want[k].first);
     CHECK(seen[k].second == doctest::Approx(want[k].second));
   }
+}
+
+TEST_CASE("random search and annealing say how much of their budget they have spent") {
+  ZooOnExample p("alexnet", "cluster_4hetero.json");
+  BaselineOptions bo;
+  bo.planners = {"random", "anneal"};
+  bo.search_budget = 40;
+  bo.progress_every_s = 0;  // every evaluation
+  std::vector<std::pair<std::string, double>> seen;
+  bo.progress = [&](const std::string& message, double fraction) { seen.emplace_back(message, fraction); };
+  run_baselines(p.graph, p.cluster, p.cost, p.evaluator, bo);
+  auto said = [&](const std::string& message) {
+    for (const auto& [m, f] : seen)
+      if (m == message) return f;
+    return -1.0;
+  };
+  CHECK(said("random (1 of 2)") == doctest::Approx(0.0));
+  CHECK(said("random (1 of 2): 20 of 40 evaluations") == doctest::Approx(0.25));
+  CHECK(said("random (1 of 2): 40 of 40 evaluations") == doctest::Approx(0.5));
+  CHECK(said("anneal (2 of 2)") == doctest::Approx(0.5));
+  CHECK(said("anneal (2 of 2): 1 of 40 evaluations") == doctest::Approx(0.5125));
+  CHECK(said("anneal (2 of 2): 40 of 40 evaluations") == doctest::Approx(1.0));
+  for (size_t k = 1; k < seen.size(); ++k) CHECK(seen[k].second >= seen[k - 1].second);
 }
 
 TEST_CASE("a job where no placement fits says why: the layer no device holds, else a planner's reason") {

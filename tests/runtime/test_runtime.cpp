@@ -424,6 +424,43 @@ TEST_CASE("the measure evaluator scores a placement on the runtime and counts ev
   CHECK(eval.evaluations() == 2);
 }
 
+TEST_CASE("a measured step longer than the fixed timeout is waited for when its prediction says so") {
+  // d0 -> d1 and back at 700 ms a message: one micro-batch's forward and
+  // backward cross twice, so a step takes over 1.4 s, past a 1 s limit.
+  Cluster c = local_cluster(2);
+  c.default_link.latency_ms = 700;
+  c.default_link.bandwidth_mbps = 0.8;  // 768 bytes a message: 8 ms more
+  RunOptions o = test_options();
+  o.steps = 1;
+  o.warmup_steps = 0;
+  o.timeout_s = 1;
+  const Placement p = by_device({0, 0, 0, 0, 1, 1, 1}, 1, Schedule::gpipe);
+  MeasureEvaluator fixed(chain_model(), c, o);
+  const StepReport cut = fixed.evaluate(p);
+  CHECK(cut.failure_kind == FailureKind::timeout);
+  int estimates = 0;
+  MeasureEvaluator predicted(chain_model(), c, o, [&](const Placement&) { return ++estimates == 1 ? 1500.0 : 100000.0; });
+  const StepReport r = predicted.evaluate(p);
+  INFO(r.message);
+  CHECK(r.ok);
+  CHECK(r.step_ms > 1400);
+  CHECK(estimates == 1);
+  CHECK(std::any_of(r.warnings.begin(), r.warnings.end(), [](const std::string& w) {
+    return w.find("all pairs 0.8 Mbps/700.000 ms") != std::string::npos;  // not rounded to 1 Mbps
+  }));
+  // A plan predicted at 100 s is cut once it has taken 3x the best step
+  // measured (about 4.5 s), not 300 s: it cannot be the best. Alternating
+  // devices cross 12 times a step, 8.4 s.
+  const auto t0 = std::chrono::steady_clock::now();
+  const StepReport slow = predicted.evaluate(by_device({0, 1, 0, 1, 0, 1, 0}, 1, Schedule::gpipe));
+  const double waited_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(slow.failure_kind == FailureKind::timeout);
+  CHECK(waited_s < 8);
+  CHECK(step_timeout_s(60, 1500) == 60);   // the fixed limit stays the floor
+  CHECK(step_timeout_s(60, 100000) == 300);
+  CHECK(step_timeout_s(60, 0) == 60);      // no prediction
+}
+
 TEST_CASE("the shipped cluster and placement examples parse against the zoo model they name") {
   for (const char* f : {"/examples/cluster_2cpu.json", "/examples/cluster_edge_server.json",
                         "/schemas/examples/cluster/valid/two_local_cpus.json",
