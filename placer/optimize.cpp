@@ -42,6 +42,7 @@
 #include "simulator/cost_model.h"
 #include "simulator/data_parallel.h"
 #include "simulator/simulator.h"
+#include "simulator/simulator_evaluator.h"
 
 namespace tapp {
 
@@ -753,8 +754,11 @@ json result_json(const JobOutcome& o) {
 // reason (dp's, pipedream's, else the first: the DP planners say what does
 // not fit where), else where each planner's reason is. (What the devices'
 // memory cannot admit at all is said before profiling: run_job.)
-Status no_plan_status(const std::vector<BaselineResult>& baselines) {
-  const std::string head = "no placement fits: every candidate and baseline failed";
+// `baselines_ran`: false where the request turned them off and only the DP
+// planner ran afterwards, to say why.
+Status no_plan_status(const std::vector<BaselineResult>& baselines, bool baselines_ran) {
+  const std::string head = baselines_ran ? "no placement fits: every candidate and baseline failed"
+                                         : "no placement fits: every candidate of the search failed (baselines off)";
   auto failed = [](const BaselineResult& b) { return !b.skipped && !b.report.ok && !b.report.message.empty(); };
   for (const char* planner : {"dp", "pipedream", ""})
     for (const BaselineResult& b : baselines)
@@ -808,7 +812,18 @@ Result<json> run_job(const OptimizeRequest& req, const ProgressFn& progress, con
   if (sr.cancelled) return cancelled_status();
 
   const BestPlan best = pick_best(sr, baselines);
-  if (best.source.empty()) return no_plan_status(baselines);
+  if (best.source.empty()) {
+    if (!baselines.empty()) return no_plan_status(baselines, true);
+    // The baselines were off, so nothing has said why: the DP planner does
+    // (what fits where), simulated, as it only explains.
+    SimulatorEvaluator simulated(graph, req.cluster, costs->cost, req.batch_size);
+    BaselineOptions bo;
+    bo.batch_size = req.batch_size;
+    bo.optimizer = req.optimizer;
+    bo.seed = req.seed;
+    bo.planners = {"dp"};
+    return no_plan_status(run_baselines(graph, req.cluster, costs->cost, simulated, bo), false);
+  }
 
   const std::optional<AlRow> al =
       al_phase(graph, req, costs->profiles, prediction_costs(*costs, *evaluator), sr, baselines, cancel);

@@ -202,14 +202,15 @@ TEST_CASE("a job where no placement fits says why: the layer no device holds, el
   for (const char* name : {"fc1", "fc2", "fc3"})
     layers.push_back({{"name", name}, {"op", "linear"}, {"inputs", {layers.back()["name"]}}, {"attrs", {{"out", 2048}}}});
   std::vector<std::string> phases;
-  auto job = [&](int memory_mb, int b_memory_mb = 0) {
+  auto job = [&](int memory_mb, int b_memory_mb = 0, bool baselines = true) {
     phases.clear();
     json devices = json::array();
     for (const char* name : {"a", "b"})
       devices.push_back({{"name", name}, {"memory_mb", *name == 'b' && b_memory_mb ? b_memory_mb : memory_mb}});
     json body = {{"model", {{"name", "wide"}, {"input_shape", {16}}, {"layers", layers}}},
                  {"cluster", {{"devices", devices}}},
-                 {"options", {{"iterations", 5}, {"batch_size", 4}, {"verify", false}, {"costs", "estimated"}}}};
+                 {"options", {{"iterations", 5}, {"batch_size", 4}, {"verify", false}, {"costs", "estimated"},
+                              {"baselines", baselines}}}};
     auto req = optimize_request_from_json(body);
     REQUIRE_MESSAGE(req.is_ok(), req.error_message());
     std::atomic<bool> cancel{false};
@@ -241,6 +242,12 @@ TEST_CASE("a job where no placement fits says why: the layer no device holds, el
   CHECK(split.error_message().find("needs") == std::string::npos);  // not the bound's per-layer reason
   CHECK(reached("optimizing"));  // found out by the search
   MESSAGE(split.error_message());
+  // With the baselines off the search alone fails; the DP planner still says why.
+  auto alone = job(96, 0, false);
+  REQUIRE_FALSE(alone.is_ok());
+  CHECK_MESSAGE(alone.error_message().rfind("no placement fits: every candidate of the search failed (baselines off) (dp: ", 0) == 0,
+                alone.error_message());
+  CHECK_FALSE(reached("baselines"));
 }
 
 namespace {
