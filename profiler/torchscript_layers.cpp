@@ -292,18 +292,35 @@ std::shared_ptr<jit::Graph> slice_graph(jit::Graph& g, const Analysis& a, int be
   return sg;
 }
 
-// The parameters a (sliced, inlined) graph reads, in order of first read.
+// The parameters of an object (a module), its own slots only.
+std::vector<at::Tensor> own_parameters(const c10::ivalue::Object& obj) {
+  std::vector<at::Tensor> out;
+  for (size_t i = 0; i < obj.type()->numAttributes(); ++i)
+    if (obj.type()->is_parameter(i) && obj.getSlot(i).isTensor()) out.push_back(obj.getSlot(i).toTensor());
+  return out;
+}
+
+// The parameters a (sliced, inlined) graph reads, in order of first read: an
+// attribute that is a parameter, or a list attribute holding the object's
+// parameters (a scripted nn.GRU or nn.LSTM reads its weights as _flat_weights).
 void parameters_read(const jit::Module& root, const jit::Block* b, std::vector<at::Tensor>& out) {
+  auto add = [&](const at::Tensor& t) {
+    if (std::none_of(out.begin(), out.end(), [&](const at::Tensor& p) { return p.is_same(t); })) out.push_back(t);
+  };
   for (const jit::Node* n : b->nodes()) {
     if (n->kind() == c10::prim::GetAttr) {
       auto parent = resolve(root, n->input(0));
       if (parent && parent->isObject()) {
         const auto& obj = parent->toObjectRef();
         auto slot = obj.type()->findAttributeSlot(n->s(c10::attr::name));
-        if (slot && obj.type()->is_parameter(*slot) && obj.getSlot(*slot).isTensor()) {  // bias=False: None
-          at::Tensor t = obj.getSlot(*slot).toTensor();
-          bool seen = std::any_of(out.begin(), out.end(), [&](const at::Tensor& p) { return p.is_same(t); });
-          if (!seen) out.push_back(t);
+        if (slot && obj.type()->is_parameter(*slot) && obj.getSlot(*slot).isTensor())  // bias=False: None
+          add(obj.getSlot(*slot).toTensor());
+        else if (slot && obj.getSlot(*slot).isList()) {
+          const std::vector<at::Tensor> own = own_parameters(obj);
+          for (const c10::IValue& v : obj.getSlot(*slot).toListRef())
+            if (v.isTensor() &&
+                std::any_of(own.begin(), own.end(), [&](const at::Tensor& p) { return p.is_same(v.toTensor()); }))
+              add(v.toTensor());
         }
       }
     }
@@ -350,9 +367,26 @@ struct Example {
   at::Tensor batch;    // kExampleBatch samples
 };
 
-// The model input, read from the first embedding, convolution or linear op;
+// The first weight of a recurrent op's parameters (its third input: a list
+// built in the graph, or a module attribute such as nn.GRU's _flat_weights).
+std::optional<at::Tensor> first_recurrent_weight(const jit::Module& m, const jit::Node* n) {
+  if (n->inputs().size() < 3) return std::nullopt;
+  const jit::Value* params = n->input(2);
+  if (params->node()->kind() == c10::prim::ListConstruct && !params->node()->inputs().empty()) {
+    auto w = resolve(m, params->node()->input(0));
+    if (w && w->isTensor()) return w->toTensor();
+    return std::nullopt;
+  }
+  auto list = resolve(m, params);
+  if (list && list->isTensorList() && !list->toTensorList().empty()) return list->toTensorList().get(0);
+  if (list && list->isList() && !list->toListRef().empty() && list->toListRef()[0].isTensor())
+    return list->toListRef()[0].toTensor();
+  return std::nullopt;
+}
+
+// The model input, read from the first embedding, convolution, linear or recurrent op;
 // `size` is an image side, a sequence length (tokens, or vectors for a
-// linear), 0 for the first guess.
+// linear or a recurrent op), 0 for the first guess.
 Result<Example> example_input(const jit::Module& m, jit::Graph& g, int64_t size) {
   auto full = g.copy();
   jit::Inline(*full);
@@ -378,6 +412,11 @@ Result<Example> example_input(const jit::Module& m, jit::Graph& g, int64_t size)
         // A vector, or with a size a sequence of `size` of them (a dense sequence model's input).
         if (auto w = weight(1); w && w->dim() == 2)
           return Example{size > 0 ? Shape{size, w->size(1)} : Shape{w->size(1)}, 0, {}};
+      } else if (k == "aten::lstm" || k == "aten::gru" || k == "aten::rnn_tanh" || k == "aten::rnn_relu") {
+        // A recurrent layer over a sequence of vectors (batch first): its first
+        // weight, weight_ih_l0 [gates x hidden, features], gives their width.
+        if (auto w = first_recurrent_weight(m, n); w && w->dim() == 2)
+          return Example{Shape{size > 0 ? size : 32, w->size(1)}, 0, {}};
       }
       for (const jit::Block* inner : n->blocks())
         if (auto e = find(inner)) return e;
@@ -385,7 +424,9 @@ Result<Example> example_input(const jit::Module& m, jit::Graph& g, int64_t size)
     return std::nullopt;
   };
   auto e = find(full->block());
-  if (!e) return Status::error("cannot tell the model's input from its first layer (no embedding, convolution or linear op)");
+  if (!e)
+    return Status::error("cannot tell the model's input from its first layer (no embedding, convolution, linear or "
+                         "recurrent op)");
   std::vector<int64_t> sizes{kExampleBatch};
   sizes.insert(sizes.end(), e->shape.begin(), e->shape.end());
   torch::manual_seed(0);
@@ -515,6 +556,11 @@ std::string slice_name(const Analysis& a, int begin, int end, std::map<std::stri
   for (int i = begin; i < end && base.empty(); ++i)
     if (!a.remat[i] && is_call(a.nodes[i]))
       if (auto p = module_path(a.nodes[i]->input(0)); p && !p->empty()) base = *p;
+  // Else its first tensor op ("gru", not the "Uninitialized" of a scripted nn.GRU's control flow).
+  for (int i = begin; i < end && base.empty(); ++i)
+    if (!a.remat[i] && a.nodes[i]->kind().is_aten() && !a.nodes[i]->outputs().empty() &&
+        a.nodes[i]->outputs()[0]->type()->cast<c10::TensorType>())
+      base = op_suffix(a.nodes[i]);
   for (int i = begin; i < end && base.empty(); ++i)
     if (!a.remat[i]) base = op_suffix(a.nodes[i]);
   int k = used[base]++;

@@ -15,6 +15,8 @@ Writes, each with its parameter count as PyTorch counts it in OUT_DIR/expected.j
                           size the import guesses runs it (the test passes 16)
   dense_sequence_traced.pt a Transformer encoder layer over sequences of 32-wide vectors (no embedding),
                           mean-pooled into a linear head, traced at 10 steps: its input is [steps, 32]
+  gru_traced.pt / gru_scripted.pt  a bidirectional GRU over sequences of 8-wide vectors (batch first), its
+                          outputs mean-pooled into a linear head: the first op is the recurrent one
   vit_b_16_traced.pt      (with --vit-b-16) torchvision vit_b_16 at 224x224, traced
 Dropout is 0 where a model trains in a test, so pipelined and single-device training draw no random masks.
 """
@@ -65,6 +67,19 @@ class DenseSequence(nn.Module):
         return self.head(self.encoder(x).mean(1))
 
 
+class GruSequence(nn.Module):
+    """A recurrent layer reads the model input (no embedding, no linear before it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(8, 12, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(24, 3)
+
+    def forward(self, x):
+        out, _ = self.gru(x)
+        return self.head(out.mean(1))
+
+
 def count(m):
     return sum(p.numel() for p in m.parameters())
 
@@ -113,6 +128,12 @@ def main():
     dense.eval()  # traced as it is imported and profiled; dropout 0 either way
     torch.jit.trace(dense, torch.randn(2, 10, 32), check_trace=False).save(os.path.join(out, "dense_sequence_traced.pt"))
     expected["dense_sequence_traced"] = count(dense)
+
+    gru = GruSequence()
+    gru.eval()
+    torch.jit.trace(gru, torch.randn(2, 10, 8), check_trace=False).save(os.path.join(out, "gru_traced.pt"))
+    torch.jit.script(gru).save(os.path.join(out, "gru_scripted.pt"))
+    expected["gru_traced"] = expected["gru_scripted"] = count(gru)
 
     if "--vit-b-16" in sys.argv:
         vit_b = torchvision.models.vit_b_16()

@@ -231,6 +231,21 @@ TEST_CASE("a model over sequences of vectors imports with a guessed length, or t
   check_same_forward("dense_sequence_traced", given);
 }
 
+TEST_CASE("a model whose first op is a recurrent layer imports as a sequence of its input width, traced and scripted") {
+  // nn.GRU(8, 12, bidirectional) reads the input: its weight_ih_l0 [36 x 8]
+  // gives the width (the head's 24 did before); 32 steps unless given.
+  for (const char* model : {"gru_traced", "gru_scripted"}) {
+    CAPTURE(model);
+    LayerGraph guessed = imported(model, {});
+    CHECK(guessed.input_shape == Shape{32, 8});
+    CHECK(guessed.total_params() == expected_params(model));
+    CHECK(guessed.layers.front().name == "gru");  // not a control-flow node's name ("Uninitialized")
+    LayerGraph given = imported(model, layers_at(10));
+    CHECK(given.input_shape == Shape{10, 8});
+    check_same_forward(model, given);
+  }
+}
+
 TEST_CASE("a module no guessed input size runs asks for the input size in one line, and imports with it") {
   const std::string path = (models_dir() / "conv1d_len16_traced.pt").string();
   // The guesses (224, 32, 299 steps) fail in the linear head: the interpreter's

@@ -96,3 +96,8 @@ TEST_CASE("a language model whose head shares the embedding's table trains like 
 TEST_CASE("a Transformer over sequences of vectors (no embedding) split over 2 devices trains like one device") {
   check_split_equals_single("dense_sequence_traced", 10, 2);
 }
+
+TEST_CASE("a GRU over sequences of vectors, traced and scripted, split over 2 devices trains like one device") {
+  check_split_equals_single("gru_traced", 10, 2);
+  check_split_equals_single("gru_scripted", 10, 2);
+}
