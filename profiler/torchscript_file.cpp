@@ -135,4 +135,9 @@ bool keep_first_output(jit::Graph& g) {
   return true;
 }
 
+const std::vector<int64_t>& guessed_input_sizes() {
+  static const std::vector<int64_t> sizes = {224, 32, 28, 299, 64, 96, 128, 256, 227, 112, 16};
+  return sizes;
+}
+
 }  // namespace tapp

@@ -8,7 +8,7 @@
 // reads past the storage: a crash or garbage. Every tensor the module holds
 // (parameters, buffers, other attributes, the constants of its code) is
 // checked before anything runs; the error names the tensor.
-// Also owns `keep_first_output`: how both importers read a forward that
+// Also owns `guessed_input_sizes`, and `keep_first_output`: how both importers read a forward that
 // returns a tuple (torchvision's scripted GoogLeNet and Inception-v3 return
 // the logits and their auxiliary heads, which only training mode fills).
 // Thread safety: plain functions.
@@ -16,7 +16,9 @@
 
 #include <torch/script.h>
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -34,5 +36,11 @@ Status load_script_module(const std::string& path, torch::jit::Module& out);
 // head is not trained. Both importers and the runtime's reload call it at the
 // same point, so node positions agree.
 bool keep_first_output(torch::jit::Graph& g);
+
+// The input sizes both importers try, in order, where the request gives none:
+// image sides of the common datasets (ImageNet 224, CIFAR 32, MNIST 28,
+// Inception 299, ...), read as sequence lengths by a model whose first op is
+// a linear or a recurrent layer.
+const std::vector<int64_t>& guessed_input_sizes();
 
 }  // namespace tapp

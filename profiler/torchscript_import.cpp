@@ -4,9 +4,11 @@
 #include "profiler/torchscript_layers.h"
 
 #include <torch/csrc/jit/passes/freeze_module.h>
+#include <torch/csrc/jit/passes/inliner.h>
 #include <torch/script.h>
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -403,11 +405,51 @@ struct NotLoadable {
   bool refused_by_libtorch = true;  // false: it loaded, but a tensor is corrupt (the message says which)
 };
 
+// The module's parameter tensors, reached through GetAttr chains from self.
+std::optional<c10::IValue> attribute_value(const jit::Module& root, const jit::Value* v) {
+  if (v == v->owningGraph()->inputs()[0]) return root._ivalue();
+  const jit::Node* n = v->node();
+  if (n->kind() != c10::prim::GetAttr) return std::nullopt;
+  auto parent = attribute_value(root, n->input(0));
+  if (!parent || !parent->isObject()) return std::nullopt;
+  return parent->toObjectRef().getAttr(n->s(c10::attr::name));
+}
+
+// Whether the forward (calls inlined) reads a parameter more than once: a
+// module called twice, or a weight tied to another op's. Mapped op by op,
+// each op would own a copy of it, which would train apart; the per-layer
+// import keeps one parameter and lends it. (Checked before freezing: its
+// constant pooling merges equal tensors, such as freshly initialised
+// BatchNorm weights, which are not shared.)
+bool reads_a_parameter_twice(const jit::Module& module) {
+  std::shared_ptr<jit::Graph> g = module.get_method("forward").graph()->copy();
+  jit::Inline(*g);
+  std::set<const c10::TensorImpl*> parameters, read;
+  for (const at::Tensor& p : module.parameters(/*recurse=*/true)) parameters.insert(p.unsafeGetTensorImpl());
+  std::function<bool(const jit::Block*)> twice = [&](const jit::Block* b) {
+    for (const jit::Node* n : b->nodes()) {
+      if (n->kind() == c10::prim::GetAttr) {
+        auto v = attribute_value(module, n->output());
+        if (v && v->isTensor() && parameters.count(v->toTensor().unsafeGetTensorImpl()) &&
+            !read.insert(v->toTensor().unsafeGetTensorImpl()).second)
+          return true;
+      }
+      for (const jit::Block* inner : n->blocks())
+        if (twice(inner)) return true;
+    }
+    return false;
+  };
+  return twice(g->block());
+}
+
 Result<LayerGraph> walk_module(const std::string& path, const ModelOptions& options) {
   jit::Module module;
   if (Status s = load_script_module(path, module); !s)
     throw NotLoadable{s.message(), s.code() != ErrorCode::invalid_argument};
   module.eval();
+  if (reads_a_parameter_twice(module))
+    return Status::error("a parameter is read by several ops (a module called twice, or a tied weight), which the "
+                         "op-by-op mapping would copy");
   jit::Module frozen = jit::freeze_module(module);
   auto graph = frozen.get_method("forward").graph();
   keep_first_output(*graph);
@@ -430,7 +472,7 @@ Result<LayerGraph> walk_module(const std::string& path, const ModelOptions& opti
                          "' but later ops are computed too; only the last op may be the output");
 
   std::vector<int64_t> sides = {options.input_size};
-  if (options.input_size == 0) sides = {224, 32, 28, 299, 64, 96, 128, 256, 227, 112, 16};
+  if (options.input_size == 0) sides = guessed_input_sizes();
   Status first_error;
   for (int64_t side : sides) {
     auto shape = guess_input_shape(w, side);

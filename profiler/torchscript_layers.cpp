@@ -582,13 +582,22 @@ Result<LayerGraph> import_layers(const std::string& path, const ModelOptions& op
                          "; only one tensor, or a tuple built in forward whose first element is a tensor, is supported");
   std::vector<std::string> expand = choose_expansions(m, *g);
 
-  std::vector<int64_t> sizes = {options.input_size};
   std::unordered_map<const jit::Value*, at::Tensor> facts;
   Example example;
   Status first_error;
-  for (size_t attempt = 0; attempt < 3; ++attempt) {
-    auto e = example_input(m, *g, options.input_size ? options.input_size : (attempt == 0 ? 0 : attempt == 1 ? 32 : 299));
+  // The size given, else the first op's own guess (0: an image side of 224, one vector, 32
+  // tokens), a sequence of 32, then guessed_input_sizes(); each distinct input once.
+  std::vector<int64_t> sizes = {options.input_size};
+  if (options.input_size == 0) {
+    sizes.push_back(32);
+    sizes.insert(sizes.end(), guessed_input_sizes().begin(), guessed_input_sizes().end());
+  }
+  std::vector<Shape> tried;
+  for (int64_t size : sizes) {
+    auto e = example_input(m, *g, size);
     if (!e) return e.status();
+    if (std::find(tried.begin(), tried.end(), e->shape) != tried.end()) continue;
+    tried.push_back(e->shape);
     try {
       auto f = run_once(m, *g, e->batch);
       if (!f) return f.status();

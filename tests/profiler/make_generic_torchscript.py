@@ -11,8 +11,12 @@ Writes, each with its parameter count as PyTorch counts it in OUT_DIR/expected.j
   lm_traced.pt / lm_scripted.pt  embedding + 4-layer nn.TransformerEncoder (batch_first) + linear head
                           over a 100-token vocabulary, sequences of 8 tokens (dropout 0)
   lm_tied_traced.pt       the same with the head's weight tied to the embedding's table (GPT-2's tying), traced
-  conv1d_len16_traced.pt  a Conv1d over 16 steps and a linear head sized for them, traced: no input
-                          size the import guesses runs it (the test passes 16)
+  conv1d_len20_traced.pt  a Conv1d over 20 steps and a linear head sized for them, traced: no input
+                          size the import guesses runs it (the test passes 20)
+  shared_linear_traced.pt / shared_linear_scripted.pt  one nn.Linear called twice (its weight shared by
+                          two ops) before a head: counted once, trained as one parameter
+  view_28_traced.pt       a conv over 1x28x28 images whose head reshapes with view(-1, 4 * 24 * 24):
+                          the ops import refuses the view, the per-layer one finds 28 among its guesses
   dense_sequence_traced.pt a Transformer encoder layer over sequences of 32-wide vectors (no embedding),
                           mean-pooled into a linear head, traced at 10 steps: its input is [steps, 32]
   gru_traced.pt / gru_scripted.pt  a bidirectional GRU over sequences of 8-wide vectors (batch first), its
@@ -44,15 +48,39 @@ class TokenLM(nn.Module):
 
 
 class Conv1dSeries(nn.Module):
-    """4 channels over 16 steps; the head's input size fixes the length."""
+    """4 channels over 20 steps; the head's input size fixes the length."""
 
     def __init__(self):
         super().__init__()
         self.conv = nn.Conv1d(4, 8, 3)
-        self.head = nn.Linear(8 * 14, 3)
+        self.head = nn.Linear(8 * 18, 3)
 
     def forward(self, x):
         return self.head(torch.flatten(torch.relu(self.conv(x)), 1))
+
+
+class SharedLinear(nn.Module):
+    """The same layer applied twice, as a weight-tied recurrence unrolled."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(16, 16)
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.layer(torch.relu(self.layer(x)))))
+
+
+class ViewHead(nn.Module):
+    """MNIST-sized: the head's view(-1, n) fixes the side at 28."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 5)
+        self.head = nn.Linear(4 * 24 * 24, 10)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.conv(x)).view(-1, 4 * 24 * 24))
 
 
 class DenseSequence(nn.Module):
@@ -121,8 +149,17 @@ def main():
     expected["lm_tied_traced"] = count(tied)  # the shared table once
 
     series = Conv1dSeries()
-    torch.jit.trace(series, torch.randn(2, 4, 16), check_trace=False).save(os.path.join(out, "conv1d_len16_traced.pt"))
-    expected["conv1d_len16_traced"] = count(series)
+    torch.jit.trace(series, torch.randn(2, 4, 20), check_trace=False).save(os.path.join(out, "conv1d_len20_traced.pt"))
+    expected["conv1d_len20_traced"] = count(series)
+
+    shared = SharedLinear()
+    torch.jit.trace(shared, torch.randn(2, 16), check_trace=False).save(os.path.join(out, "shared_linear_traced.pt"))
+    torch.jit.script(shared).save(os.path.join(out, "shared_linear_scripted.pt"))
+    expected["shared_linear_traced"] = expected["shared_linear_scripted"] = count(shared)
+
+    mnist = ViewHead()
+    torch.jit.trace(mnist, torch.randn(2, 1, 28, 28), check_trace=False).save(os.path.join(out, "view_28_traced.pt"))
+    expected["view_28_traced"] = count(mnist)
 
     dense = DenseSequence()
     dense.eval()  # traced as it is imported and profiled; dropout 0 either way

@@ -247,8 +247,8 @@ TEST_CASE("a model whose first op is a recurrent layer imports as a sequence of 
 }
 
 TEST_CASE("a module no guessed input size runs asks for the input size in one line, and imports with it") {
-  const std::string path = (models_dir() / "conv1d_len16_traced.pt").string();
-  // The guesses (224, 32, 299 steps) fail in the linear head: the interpreter's
+  const std::string path = (models_dir() / "conv1d_len20_traced.pt").string();
+  // Every guess (224, 32, 28, ... 16 steps) fails in the linear head: the interpreter's
   // error, a runtime_error carrying the module's tracebacks, comes back as its last line.
   auto guessed = load_model(path);
   REQUIRE_FALSE(guessed.is_ok());
@@ -258,11 +258,32 @@ TEST_CASE("a module no guessed input size runs asks for the input size in one li
   CHECK(why.find("; give its input size (an image side or a sequence length: --input-size") != std::string::npos);
   CHECK(why.find("Traceback") == std::string::npos);
   CHECK(why.find('\n') == std::string::npos);
-  LayerGraph g = imported("conv1d_len16_traced", layers_at(16));
-  CHECK(g.input_shape == Shape{4, 16});
-  CHECK(g.total_params() == expected_params("conv1d_len16_traced"));
-  check_same_forward("conv1d_len16_traced", g);
+  LayerGraph g = imported("conv1d_len20_traced", layers_at(20));
+  CHECK(g.input_shape == Shape{4, 20});
+  CHECK(g.total_params() == expected_params("conv1d_len20_traced"));
+  check_same_forward("conv1d_len20_traced", g);
 }
+
+TEST_CASE("a module called twice is one parameter: the import counts it once, traced and scripted") {
+  // Mapped to zoo ops, each call would own a copy of the weight (595 parameters, not 323).
+  for (const char* model : {"shared_linear_traced", "shared_linear_scripted"}) {
+    CAPTURE(model);
+    auto g = load_model((models_dir() / (std::string(model) + ".pt")).string());
+    REQUIRE_MESSAGE(g.is_ok(), g.error_message());
+    CHECK(g->total_params() == expected_params(model));
+    check_same_forward(model, *g);
+  }
+}
+
+TEST_CASE("the per-layer import tries the image sides the ops import does: an MNIST model whose head views to a fixed size") {
+  // view(-1, 4 * 24 * 24) is not an op the ops import maps; the per-layer
+  // import ran 224, 32 and 299 only, and asked for the size.
+  LayerGraph g = imported("view_28_traced", {});
+  CHECK(g.input_shape == Shape{1, 28, 28});
+  CHECK(g.total_params() == expected_params("view_28_traced"));
+  check_same_forward("view_28_traced", g);
+}
+
 TEST_CASE("a torchscript layer whose file changed or is absent is an error naming the file, not a crash") {
   fs::path dir = scratch_dir("generic_bad");
   fs::copy_file(models_dir() / "lm_traced.pt", dir / "lm.pt");

@@ -97,6 +97,11 @@ TEST_CASE("a Transformer over sequences of vectors (no embedding) split over 2 d
   check_split_equals_single("dense_sequence_traced", 10, 2);
 }
 
+TEST_CASE("a module called twice, split over 2 devices, trains its one weight like one device") {
+  check_split_equals_single("shared_linear_traced", 0, 2);
+  check_split_equals_single("shared_linear_scripted", 0, 2);
+}
+
 TEST_CASE("a GRU over sequences of vectors, traced and scripted, split over 2 devices trains like one device") {
   check_split_equals_single("gru_traced", 10, 2);
   check_split_equals_single("gru_scripted", 10, 2);
