@@ -119,13 +119,27 @@ void drop_unread_branches(jit::Block* b) {
 }
 }  // namespace
 
+namespace {
+// The tensor a tuple or dict built in forward stands for: the tuple's first
+// element; the dict's "logits" (Hugging Face's outputs), else its first value
+// (keys and values alternate among a DictConstruct's inputs). Null otherwise.
+jit::Value* main_output(const jit::Node* n) {
+  jit::Value* out = nullptr;
+  if (n->kind() == c10::prim::TupleConstruct && !n->inputs().empty()) out = n->input(0);
+  if (n->kind() == c10::prim::DictConstruct && n->inputs().size() >= 2) {
+    out = n->input(1);
+    for (size_t k = 0; k + 1 < n->inputs().size(); k += 2)
+      if (auto key = jit::toIValue(n->input(k)); key && key->isString() && key->toStringRef() == "logits")
+        out = n->input(k + 1);
+  }
+  return out && out->type()->cast<c10::TensorType>() ? out : nullptr;
+}
+}  // namespace
+
 bool keep_first_output(jit::Graph& g) {
   if (g.outputs().size() != 1) return false;
-  const jit::Node* tuple = g.outputs()[0]->node();
-  if (tuple->kind() != c10::prim::TupleConstruct || tuple->inputs().empty() ||
-      !tuple->input(0)->type()->cast<c10::TensorType>())
-    return false;
-  jit::Value* first = tuple->input(0);
+  jit::Value* first = main_output(g.outputs()[0]->node());
+  if (!first) return false;
   g.eraseOutput(0);
   g.registerOutput(first);
   jit::LowerSimpleTuples(g.block());  // a callee's tuple unpacked here: its parts directly

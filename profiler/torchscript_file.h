@@ -30,8 +30,9 @@ namespace tapp {
 Status load_script_module(const std::string& path, torch::jit::Module& out);
 
 // When `forward` (after inlining) returns a tuple built in it whose first
-// element is a tensor, makes that tensor the graph's one output and drops
-// what only the rest needed; true when it did. The model's output (the loss
+// element is a tensor, or a dict built in it whose "logits" (else first
+// value) is one, makes that tensor the graph's one output and drops what only
+// the rest needed; true when it did. The model's output (the loss
 // is taken of it) is then the first element: a training-mode auxiliary
 // head is not trained. Both importers and the runtime's reload call it at the
 // same point, so node positions agree.

@@ -579,7 +579,8 @@ Result<LayerGraph> import_layers(const std::string& path, const ModelOptions& op
                          " inputs; only a single tensor input is supported");
   if (g->outputs().size() != 1 || !g->outputs()[0]->type()->cast<c10::TensorType>())
     return Status::error("forward returns " + m.get_method("forward").graph()->outputs()[0]->type()->repr_str() +
-                         "; only one tensor, or a tuple built in forward whose first element is a tensor, is supported");
+                         "; only one tensor, a tuple built in forward whose first element is a tensor, or a "
+                         "dict built in forward whose \"logits\" (else first value) is one, is supported");
   std::vector<std::string> expand = choose_expansions(m, *g);
 
   std::unordered_map<const jit::Value*, at::Tensor> facts;

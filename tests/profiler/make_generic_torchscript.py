@@ -15,6 +15,8 @@ Writes, each with its parameter count as PyTorch counts it in OUT_DIR/expected.j
                           size the import guesses runs it (the test passes 20)
   shared_linear_traced.pt / shared_linear_scripted.pt  one nn.Linear called twice (its weight shared by
                           two ops) before a head: counted once, trained as one parameter
+  dict_out_traced.pt / dict_out_scripted.pt  forward returns a dict {"hidden": ..., "logits": ...} as
+                          Hugging Face models do (traced with strict=False): imported as its logits
   view_28_traced.pt       a conv over 1x28x28 images whose head reshapes with view(-1, 4 * 24 * 24):
                           the ops import refuses the view, the per-layer one finds 28 among its guesses
   dense_sequence_traced.pt a Transformer encoder layer over sequences of 32-wide vectors (no embedding),
@@ -27,6 +29,7 @@ Dropout is 0 where a model trains in a test, so pipelined and single-device trai
 import json
 import os
 import sys
+from typing import Dict
 
 import torch
 import torch.nn as nn
@@ -69,6 +72,19 @@ class SharedLinear(nn.Module):
 
     def forward(self, x):
         return self.head(torch.relu(self.layer(torch.relu(self.layer(x)))))
+
+
+class DictOut(nn.Module):
+    """Returns its hidden state first and its logits second, by name."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(12, 16)
+        self.head = nn.Linear(16, 5)
+
+    def forward(self, x) -> Dict[str, torch.Tensor]:
+        hidden = torch.relu(self.body(x))
+        return {"hidden": hidden, "logits": self.head(hidden)}
 
 
 class ViewHead(nn.Module):
@@ -156,6 +172,12 @@ def main():
     torch.jit.trace(shared, torch.randn(2, 16), check_trace=False).save(os.path.join(out, "shared_linear_traced.pt"))
     torch.jit.script(shared).save(os.path.join(out, "shared_linear_scripted.pt"))
     expected["shared_linear_traced"] = expected["shared_linear_scripted"] = count(shared)
+
+    named = DictOut()
+    torch.jit.trace(named, torch.randn(2, 12), strict=False, check_trace=False).save(
+        os.path.join(out, "dict_out_traced.pt"))
+    torch.jit.script(named).save(os.path.join(out, "dict_out_scripted.pt"))
+    expected["dict_out_traced"] = expected["dict_out_scripted"] = count(named)
 
     mnist = ViewHead()
     torch.jit.trace(mnist, torch.randn(2, 1, 28, 28), check_trace=False).save(os.path.join(out, "view_28_traced.pt"))

@@ -275,6 +275,17 @@ TEST_CASE("a module called twice is one parameter: the import counts it once, tr
   }
 }
 
+TEST_CASE("a forward that returns a dict imports as its logits, traced and scripted") {
+  // {"hidden": [16], "logits": [5]}: the logits, though second; the hidden state is not an output.
+  for (const char* model : {"dict_out_traced", "dict_out_scripted"}) {
+    CAPTURE(model);
+    auto g = load_model((models_dir() / (std::string(model) + ".pt")).string());
+    REQUIRE_MESSAGE(g.is_ok(), g.error_message());
+    CHECK(g->layers.back().output_shape == Shape{5});
+    CHECK(g->total_params() == expected_params(model));
+  }
+}
+
 TEST_CASE("the per-layer import tries the image sides the ops import does: an MNIST model whose head views to a fixed size") {
   // view(-1, 4 * 24 * 24) is not an op the ops import maps; the per-layer
   // import ran 224, 32 and 299 only, and asked for the size.

@@ -102,6 +102,11 @@ TEST_CASE("a module called twice, split over 2 devices, trains its one weight li
   check_split_equals_single("shared_linear_scripted", 0, 2);
 }
 
+TEST_CASE("a model that returns a dict of its hidden state and logits, split over 2 devices, trains like one device") {
+  check_split_equals_single("dict_out_traced", 0, 2);
+  check_split_equals_single("dict_out_scripted", 0, 2);
+}
+
 TEST_CASE("a GRU over sequences of vectors, traced and scripted, split over 2 devices trains like one device") {
   check_split_equals_single("gru_traced", 10, 2);
   check_split_equals_single("gru_scripted", 10, 2);
