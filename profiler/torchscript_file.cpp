@@ -117,9 +117,7 @@ void drop_unread_branches(jit::Block* b) {
   }
   for (jit::Node* n : dead) n->destroy();
 }
-}  // namespace
 
-namespace {
 // The tensor a tuple or dict built in forward stands for: the tuple's first
 // element; the dict's "logits" (Hugging Face's outputs), else its first value
 // (keys and values alternate among a DictConstruct's inputs). Null otherwise.
@@ -147,6 +145,17 @@ bool keep_first_output(jit::Graph& g) {
   drop_unread_branches(g.block());
   jit::EliminateDeadCode(g.block());  // what only they read
   return true;
+}
+
+std::optional<c10::IValue> value_in_module(const jit::Module& root, const jit::Value* v) {
+  if (v == v->owningGraph()->inputs()[0]) return root._ivalue();  // self
+  const jit::Node* n = v->node();
+  if (n->kind() == c10::prim::GetAttr) {
+    auto parent = value_in_module(root, n->input(0));
+    if (!parent || !parent->isObject()) return std::nullopt;
+    return parent->toObjectRef().getAttr(n->s(c10::attr::name));
+  }
+  return jit::toIValue(v);
 }
 
 const std::vector<int64_t>& guessed_input_sizes() {

@@ -8,7 +8,8 @@
 // reads past the storage: a crash or garbage. Every tensor the module holds
 // (parameters, buffers, other attributes, the constants of its code) is
 // checked before anything runs; the error names the tensor.
-// Also owns `guessed_input_sizes`, and `keep_first_output`: how both importers read a forward that
+// Also owns what both importers share: `value_in_module`, `guessed_input_sizes`,
+// and `keep_first_output`: how they read a forward that
 // returns a tuple (torchvision's scripted GoogLeNet and Inception-v3 return
 // the logits and their auxiliary heads, which only training mode fills).
 // Thread safety: plain functions.
@@ -17,6 +18,7 @@
 #include <torch/script.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +39,11 @@ Status load_script_module(const std::string& path, torch::jit::Module& out);
 // head is not trained. Both importers and the runtime's reload call it at the
 // same point, so node positions agree.
 bool keep_first_output(torch::jit::Graph& g);
+
+// The value `v` (a value of a graph of `root`'s methods) holds when the graph
+// runs: GetAttr chains from self (submodules, parameters, other attributes)
+// and constants; nullopt for anything computed.
+std::optional<c10::IValue> value_in_module(const torch::jit::Module& root, const torch::jit::Value* v);
 
 // The input sizes both importers try, in order, where the request gives none:
 // image sides of the common datasets (ImageNet 224, CIFAR 32, MNIST 28,

@@ -405,16 +405,6 @@ struct NotLoadable {
   bool refused_by_libtorch = true;  // false: it loaded, but a tensor is corrupt (the message says which)
 };
 
-// The module's parameter tensors, reached through GetAttr chains from self.
-std::optional<c10::IValue> attribute_value(const jit::Module& root, const jit::Value* v) {
-  if (v == v->owningGraph()->inputs()[0]) return root._ivalue();
-  const jit::Node* n = v->node();
-  if (n->kind() != c10::prim::GetAttr) return std::nullopt;
-  auto parent = attribute_value(root, n->input(0));
-  if (!parent || !parent->isObject()) return std::nullopt;
-  return parent->toObjectRef().getAttr(n->s(c10::attr::name));
-}
-
 // Whether the forward (calls inlined) reads a parameter more than once: a
 // module called twice, or a weight tied to another op's. Mapped op by op,
 // each op would own a copy of it, which would train apart; the per-layer
@@ -429,7 +419,7 @@ bool reads_a_parameter_twice(const jit::Module& module) {
   std::function<bool(const jit::Block*)> twice = [&](const jit::Block* b) {
     for (const jit::Node* n : b->nodes()) {
       if (n->kind() == c10::prim::GetAttr) {
-        auto v = attribute_value(module, n->output());
+        auto v = value_in_module(module, n->output());
         if (v && v->isTensor() && parameters.count(v->toTensor().unsafeGetTensorImpl()) &&
             !read.insert(v->toTensor().unsafeGetTensorImpl()).second)
           return true;

@@ -80,18 +80,6 @@ int64_t param_count(const jit::Module& m) {
   return n;
 }
 
-// The value v holds when the graph runs on `root`: GetAttr chains from self and constants.
-std::optional<c10::IValue> resolve(const jit::Module& root, const jit::Value* v) {
-  if (v == self_of(*v->owningGraph())) return root._ivalue();
-  const jit::Node* n = v->node();
-  if (n->kind() == c10::prim::GetAttr) {
-    auto parent = resolve(root, n->input(0));
-    if (!parent || !parent->isObject()) return std::nullopt;
-    return parent->toObjectRef().getAttr(n->s(c10::attr::name));
-  }
-  return jit::toIValue(v);
-}
-
 jit::GraphFunction* callee_of(const jit::Node* call) {
   auto cls = call->input(0)->type()->cast<c10::ClassType>();
   if (!cls) return nullptr;
@@ -309,7 +297,7 @@ void parameters_read(const jit::Module& root, const jit::Block* b, std::vector<a
   };
   for (const jit::Node* n : b->nodes()) {
     if (n->kind() == c10::prim::GetAttr) {
-      auto parent = resolve(root, n->input(0));
+      auto parent = value_in_module(root, n->input(0));
       if (parent && parent->isObject()) {
         const auto& obj = parent->toObjectRef();
         auto slot = obj.type()->findAttributeSlot(n->s(c10::attr::name));
@@ -373,11 +361,11 @@ std::optional<at::Tensor> first_recurrent_weight(const jit::Module& m, const jit
   if (n->inputs().size() < 3) return std::nullopt;
   const jit::Value* params = n->input(2);
   if (params->node()->kind() == c10::prim::ListConstruct && !params->node()->inputs().empty()) {
-    auto w = resolve(m, params->node()->input(0));
+    auto w = value_in_module(m, params->node()->input(0));
     if (w && w->isTensor()) return w->toTensor();
     return std::nullopt;
   }
-  auto list = resolve(m, params);
+  auto list = value_in_module(m, params);
   if (list && list->isTensorList() && !list->toTensorList().empty()) return list->toTensorList().get(0);
   if (list && list->isList() && !list->toListRef().empty() && list->toListRef()[0].isTensor())
     return list->toListRef()[0].toTensor();
@@ -394,7 +382,7 @@ Result<Example> example_input(const jit::Module& m, jit::Graph& g, int64_t size)
     for (const jit::Node* n : b->nodes()) {
       const std::string k = n->kind().toQualString();
       auto weight = [&](size_t i) -> std::optional<at::Tensor> {
-        auto w = resolve(m, n->input(i));
+        auto w = value_in_module(m, n->input(i));
         if (w && w->isTensor()) return w->toTensor();
         return std::nullopt;
       };
