@@ -49,7 +49,7 @@ Result<JobEvaluator> make_evaluator(EvaluatorKind kind, const EvaluatorInputs& i
       out.evaluator = std::make_unique<MeasureEvaluator>(*in.graph, *in.cluster, run, estimate);
       out.strategy_evaluator = [graph = in.graph, cluster = in.cluster, run, estimate](const std::string& strategy) {
         RunOptions o = run;
-        if (estimate && strategy != "single") {  // bsp, hogwild: the whole model on every device
+        if (estimate) {  // bsp, hogwild: the whole model on every device
           std::vector<int> every(cluster->num_devices());
           std::iota(every.begin(), every.end(), 0);
           o.timeout_s = step_timeout_s(run.timeout_s,

@@ -187,13 +187,19 @@ std::vector<std::string> baseline_planners(EvaluatorKind kind) {
   return {};
 }
 
-std::vector<BaselineResult> baselines_phase(const LayerGraph& g, const OptimizeRequest& r, const JobCosts& costs,
-                                            JobEvaluator& ev, int search_budget, const Reporter& report,
-                                            const std::atomic<bool>& cancel) {
+// What every baseline run of a job plans for: its batch, optimizer and seed.
+BaselineOptions job_baseline_options(const OptimizeRequest& r) {
   BaselineOptions bo;
   bo.batch_size = r.batch_size;
   bo.optimizer = r.optimizer;
   bo.seed = r.seed;
+  return bo;
+}
+
+std::vector<BaselineResult> baselines_phase(const LayerGraph& g, const OptimizeRequest& r, const JobCosts& costs,
+                                            JobEvaluator& ev, int search_budget, const Reporter& report,
+                                            const std::atomic<bool>& cancel) {
+  BaselineOptions bo = job_baseline_options(r);
   bo.cancel = &cancel;
   bo.search_budget = search_budget;
   bo.planners = baseline_planners(r.evaluator);
@@ -817,10 +823,7 @@ Result<json> run_job(const OptimizeRequest& req, const ProgressFn& progress, con
     // The baselines were off, so nothing has said why: the DP planner does
     // (what fits where), simulated, as it only explains.
     SimulatorEvaluator simulated(graph, req.cluster, costs->cost, req.batch_size);
-    BaselineOptions bo;
-    bo.batch_size = req.batch_size;
-    bo.optimizer = req.optimizer;
-    bo.seed = req.seed;
+    BaselineOptions bo = job_baseline_options(req);
     bo.planners = {"dp"};
     return no_plan_status(run_baselines(graph, req.cluster, costs->cost, simulated, bo), false);
   }
