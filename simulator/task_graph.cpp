@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <set>
-#include <tuple>
+#include <cstdint>
 
 #include "model/layer_graph.h"
 #include "core/cluster.h"
@@ -10,18 +10,12 @@
 namespace tapp {
 namespace {
 
-// A compute task's rank in 1F1B's list schedule, compared field by field.
-struct Priority {
-  int forward = 0, a = 0, b = 0, c = 0, d = 0;
-  bool operator<(const Priority& o) const {
-    return std::tie(forward, a, b, c, d) < std::tie(o.forward, o.a, o.b, o.c, o.d);
-  }
-};
-
-// A compute task ready to run on its device, with its priority (read on every step).
+// A compute task ready to run on its device, with its rank in 1F1B's list
+// schedule (priority_of: smaller runs first; read on every step, so one number).
 struct ReadyTask {
-  Priority priority;
-  ComputeStep task;
+  uint64_t priority;
+  int segment, micro_batch;
+  bool forward() const { return priority >> 63; }
 };
 
 // Scratch of one build, reused across builds on the same thread.
@@ -425,18 +419,22 @@ std::vector<int> in_flight_limits(const SegmentGraph& tg) {
 
 // Interleaved 1F1B: per (segment, micro-batch) the rank of its segment's stage
 // among the stages its device runs (its virtual stage); returns the devices
-// in use (the chunk size).
-int virtual_stages(const SegmentGraph& tg, std::vector<int>& virtual_stage) {
+// in use (the chunk size) and the most stages one device runs.
+struct VirtualStages {
+  int chunk = 1, most = 1;
+};
+VirtualStages virtual_stages(const SegmentGraph& tg, std::vector<int>& virtual_stage) {
   const int S = static_cast<int>(tg.segments.size());
   const int M = tg.micro_batches();
   std::vector<std::vector<int>> stages(tg.num_devices);  // per device: its stages (a split stage's segments share one)
   for (int s = 0; s < S; ++s)
     for (int m = 0; m < M; ++m) stages[tg.device(s, m)].push_back(tg.segments[s].stage);
-  int used = 0;
+  int used = 0, most = 1;
   for (auto& st : stages) {
     used += !st.empty();
     std::sort(st.begin(), st.end());
     st.erase(std::unique(st.begin(), st.end()), st.end());
+    most = std::max(most, static_cast<int>(st.size()));
   }
   virtual_stage.assign(static_cast<size_t>(S) * M, 0);
   for (int s = 0; s < S; ++s)
@@ -445,19 +443,26 @@ int virtual_stages(const SegmentGraph& tg, std::vector<int>& virtual_stage) {
       virtual_stage[static_cast<size_t>(s) * M + m] =
           static_cast<int>(std::lower_bound(st.begin(), st.end(), tg.segments[s].stage) - st.begin());
     }
-  return std::max(1, used);
+  return {std::max(1, used), most};
 }
 
 // Priority among a device's ready tasks (smaller first; no two tie): any
 // backward before any forward; 1F1B: then the lowest micro-batch, then the
 // earliest (forward) or latest (backward) segment; interleaved: the chunk of
 // micro-batches, the virtual stage (backwards from the last), the
-// micro-batch, the segment.
-Priority priority_of(const SegmentGraph& tg, const Scratch& sc, bool interleaved, int chunk, ComputeStep t) {
-  const int sign = t.backward ? -1 : 1;
-  if (!interleaved) return {!t.backward, t.micro_batch, t.segment * sign, 0, 0};
-  const int vs = sc.virtual_stage[static_cast<size_t>(t.segment) * tg.micro_batches() + t.micro_batch];
-  return {!t.backward, t.micro_batch / chunk, vs * sign, t.micro_batch, t.segment * sign};
+// micro-batch, the segment. Packed into one number, the forward flag in the
+// top bit: one comparison per insertion step instead of five. Exact while the
+// interleaved rank, below (M + devices) x S^2, stays under 2^63: far beyond
+// any graph whose 2 x S x M task indices fit an int.
+uint64_t priority_of(const SegmentGraph& tg, const Scratch& sc, bool interleaved, VirtualStages v, ComputeStep t) {
+  const uint64_t forward = uint64_t{!t.backward} << 63;
+  const uint64_t S = tg.segments.size(), m = static_cast<uint64_t>(t.micro_batch);
+  const uint64_t segment = t.backward ? S - 1 - t.segment : t.segment;
+  if (!interleaved) return forward | m << 32 | segment;
+  const size_t at = static_cast<size_t>(t.segment) * tg.micro_batches() + t.micro_batch;
+  const uint64_t vs = static_cast<uint64_t>(sc.virtual_stage[at]);
+  const uint64_t stage = t.backward ? v.most - 1 - vs : vs, chunk = v.chunk;
+  return forward | (((m / chunk * v.most + stage) * chunk + m % chunk) * S + segment);
 }
 
 // The compute tasks that wait for compute task t (directly or through a
@@ -513,7 +518,7 @@ bool order_1f1b(SegmentGraph& tg, Scratch& sc, bool interleaved) {
   // AL: one micro-batch at a time per device, its backward (and update) right after its forward.
   if (tg.schedule == Schedule::al)
     for (int& l : limit) l = std::min(l, 1);
-  const int chunk = interleaved ? virtual_stages(tg, sc.virtual_stage) : 1;
+  const VirtualStages v = interleaved ? virtual_stages(tg, sc.virtual_stage) : VirtualStages{};
   // Per device: its ready tasks; per (device, micro-batch): compute tasks left, whether started.
   sc.ready.resize(D);
   for (auto& r : sc.ready) r.clear();
@@ -524,7 +529,7 @@ bool order_1f1b(SegmentGraph& tg, Scratch& sc, bool interleaved) {
   // A device's ready list is kept sorted, the first by priority last.
   auto make_ready = [&](ComputeStep t) {
     std::vector<ReadyTask>& r = sc.ready[tg.device(t.segment, t.micro_batch)];
-    r.push_back({priority_of(tg, sc, interleaved, chunk, t), t});
+    r.push_back({priority_of(tg, sc, interleaved, v, t), t.segment, t.micro_batch});
     for (size_t k = r.size() - 1; k > 0 && r[k - 1].priority < r[k].priority; --k) std::swap(r[k - 1], r[k]);
   };
   int* waiting = sc.waiting.data();
@@ -553,9 +558,9 @@ bool order_1f1b(SegmentGraph& tg, Scratch& sc, bool interleaved) {
       const char* started_here = started + static_cast<size_t>(d) * M;
       int at = static_cast<int>(r.size()) - 1;
       if (in_flight[d] >= limit[d])
-        while (at >= 0 && r[at].priority.forward && !started_here[r[at].task.micro_batch]) --at;
+        while (at >= 0 && r[at].forward() && !started_here[r[at].micro_batch]) --at;
       if (at < 0) continue;
-      const ComputeStep pick = r[at].task;
+      const ComputeStep pick{r[at].segment, r[at].micro_batch, !r[at].forward()};
       r.erase(r.begin() + at);
       tg.run_order.push_back(pick);
       for_each_waiter(tg, pick, [&](ComputeStep w) {
