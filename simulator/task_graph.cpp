@@ -485,11 +485,12 @@ void for_each_waiter(const SegmentGraph& tg, ComputeStep t, Visit&& visit) {
       visit(ComputeStep{edges[pred[k]].from, m, true});
   }
 }
-// The same for every micro-batch (the edges are the segments').
-int compute_waits(const SegmentGraph& tg, int segment, bool backward) {
-  int inputs = 0;
-  for_each_input(tg, ComputeStep{segment, 0, backward}, [&](int, int, bool) { ++inputs; });
-  return inputs + (backward ? 1 : 0);  // a backward also waits for its own forward
+// The same for every micro-batch (the edges are the segments'): for_each_input's
+// count (a forward's in-edges, a backward's out-edges unless in AL form) and a
+// backward's own forward, read off the edge tables.
+int compute_waits(const SegmentGraph& tg, int s, bool backward) {
+  if (!backward) return tg.pred_begin[s + 1] - tg.pred_begin[s];
+  return (tg.schedule == Schedule::al ? 0 : tg.succ_begin[s + 1] - tg.succ_begin[s]) + 1;
 }
 
 // 1F1B (PipeDream-flush) and interleaved 1F1B (Megatron's virtual stages): a
@@ -546,7 +547,19 @@ bool order_1f1b(SegmentGraph& tg, Scratch& sc, bool interleaved) {
         if (waits == 0) make_ready({s, m, backward});
       }
     }
-  tg.run_order.clear();
+  // Steps are written field by field: one copied whole from a temporary (its
+  // bool stored as a byte, loaded back as a word) stalled on store forwarding.
+  tg.run_order.resize(C);
+  ComputeStep* out = tg.run_order.data();
+  sc.released.resize(C);  // at most every task
+  ComputeStep* const released = sc.released.data();
+  ComputeStep* released_end = released;
+  auto put = [](ComputeStep*& at, int segment, int micro_batch, bool backward) {
+    at->segment = segment;
+    at->micro_batch = micro_batch;
+    at->backward = backward;
+    ++at;
+  };
   size_t remaining = C;
   while (remaining > 0) {
     bool progressed = false;
@@ -562,9 +575,9 @@ bool order_1f1b(SegmentGraph& tg, Scratch& sc, bool interleaved) {
       if (at < 0) continue;
       const ComputeStep pick{r[at].segment, r[at].micro_batch, !r[at].forward()};
       r.erase(r.begin() + at);
-      tg.run_order.push_back(pick);
+      put(out, pick.segment, pick.micro_batch, pick.backward);
       for_each_waiter(tg, pick, [&](ComputeStep w) {
-        if (--waiting[id_of(w)] == 0) sc.released.push_back(w);
+        if (--waiting[id_of(w)] == 0) put(released_end, w.segment, w.micro_batch, w.backward);
       });
       --remaining;
       progressed = true;
@@ -575,8 +588,9 @@ bool order_1f1b(SegmentGraph& tg, Scratch& sc, bool interleaved) {
       }
       if (--left[dm] == 0) --in_flight[d];
     }
-    for (ComputeStep t : sc.released) make_ready(t);
-    sc.released.clear();
+    for (const ComputeStep* t = released; t != released_end; ++t)
+      make_ready({t->segment, t->micro_batch, t->backward});  // field by field, as written
+    released_end = released;
     // Nothing ran although tasks remain: every ready forward is held back by
     // its limit, and the next step would see the same state. Widen the limits.
     // With nothing ready at all the rest waits on tasks that never run: false.
