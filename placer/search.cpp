@@ -172,26 +172,31 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
   for (ZeroShotFrom from : {ZeroShotFrom::typical, ZeroShotFrom::greedy}) {
     const Decision d = from == ZeroShotFrom::typical ? policy.typical() : policy.greedy();
     const Placement as_decided = decision_to_placement(d, choices, schedule);
-    out.push_back({d, as_decided, {from, ZeroShotReplicas::as_decided, false}});
-    if (!ctx.cost) continue;
+    if (!ctx.cost) {
+      out.push_back({d, as_decided, {from, ZeroShotReplicas::as_decided, false}});
+      continue;
+    }
     // Two candidates alike in what an evaluation measures are scored once.
     const auto differs = [](const Placement& a, const Placement& b) {
       return a.layer_group != b.layer_group || a.group_device != b.group_device ||
              a.group_replicas != b.group_replicas || a.micro_batches != b.micro_batches ||
              a.data_parallel != b.data_parallel;
     };
-    const std::pair<ZeroShotReplicas, Placement> repaired[] = {
+    std::vector<std::pair<ZeroShotReplicas, Placement>> repaired = {
         {ZeroShotReplicas::as_decided, as_decided},
         {ZeroShotReplicas::dropped, without_replicas(ctx, as_decided)},
         {ZeroShotReplicas::idle_devices_added, with_idle_devices(ctx, as_decided)},
         {ZeroShotReplicas::one_stage, as_one_stage(ctx, as_decided)},
         {ZeroShotReplicas::data_parallel, as_data_parallel(ctx, as_decided)},
         {ZeroShotReplicas::every_device_a_stage, as_pipeline_of_every_device(ctx, as_decided)}};
+    // One stage copied onto its devices is data parallelism whose copies run
+    // their shares as micro-batches one after another: its data-parallel form
+    // (each share at once, the same all-reduce) is scored first.
+    if (as_decided.num_groups() == 1 && as_decided.has_replicated_groups())
+      std::rotate(repaired.begin(), repaired.begin() + 4, repaired.begin() + 5);
     for (const auto& [replicas, p] : repaired) {
-      if (replicas != ZeroShotReplicas::as_decided) {
-        if (!differs(p, as_decided)) continue;
-        out.push_back({d, p, {from, replicas, false}});
-      }
+      if (replicas != ZeroShotReplicas::as_decided && !differs(p, as_decided)) continue;
+      out.push_back({d, p, {from, replicas, false}});
       Placement moved = with_pipedream_cuts(ctx, p);
       std::vector<Placement> ordered = with_pipedream_orders(ctx, p);
       if (moved.layer_group != p.layer_group) out.push_back({d, moved, {from, replicas, true}});

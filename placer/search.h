@@ -190,7 +190,9 @@ constexpr int kImitationRounds = 4;  // of kImitationSteps, until the greedy dec
 // (as_pipeline_of_every_device), each of those as it is, with its cuts
 // placed for its stages (with_pipedream_cuts) and with its stages reordered
 // and its micro-batches chosen for them, cuts placed (with_pipedream_orders, up to two); a
-// repair that changes nothing is left out. Without costs (`cost` null):
+// repair that changes nothing is left out. A decision that is one stage
+// copied onto its devices has its data-parallel form first (the same copies,
+// each running its share at once). Without costs (`cost` null):
 // the two decisions as they are. The fastest is the zero-shot plan (`optimize
 // --policy`, train-policy's summary); equal candidates are the measurer's memo.
 struct ZeroShotCandidate {

@@ -837,6 +837,50 @@ TEST_CASE("a trained policy that pipelines many micro-batches over equal devices
   CHECK(r.zero_shot_report->step_ms == doctest::Approx(sim.evaluate(as_data_parallel(ctx, taught)).step_ms));
 }
 
+TEST_CASE("a trained policy that copies one stage onto its devices has its data-parallel form scored first") {
+  // Taught the whole chain copied onto four equal devices at 16 micro-batches:
+  // data parallelism whose copies run four micro-batches each, one after
+  // another. Its data-parallel form (a call of eight samples per copy) is the
+  // first candidate and the search's first evaluation; a pipeline of two
+  // stages keeps its decision first.
+  LayerGraph g = test::linear_chain({64, 64, 64, 64, 64, 64, 64, 64});
+  Cluster c = tapp::testing::equal_cluster(4);
+  std::vector<LayerLibrary> libs;
+  for (int64_t b : profile_batch_sizes(32)) libs.push_back(test::flat_library(g, b, 0.5 + 0.05 * b, 1.0 + 0.1 * b));
+  const CostModel cost = *CostModel::build(g, c, libs);
+  SimulatorEvaluator sim(g, c, cost, 32);
+  OpDictionary dict;
+  Placement copied;
+  copied.layer_group.assign(8, 0);
+  copied.group_device = {0};
+  copied.group_replicas = {{1, 2, 3}};
+  copied.micro_batches = 16;
+  const auto net = networks_taught(g, c, copied);
+  const auto candidates = zero_shot_candidates(*policy_for(g, c, net, dict), g, c, &cost, 32, Schedule::gpipe);
+  REQUIRE(candidates.size() >= 2);
+  CHECK(candidates[0].how.replicas == ZeroShotReplicas::data_parallel);
+  CHECK(candidates[0].placement.is_data_parallel());
+  CHECK(candidates[0].placement.group_device.size() == 4);
+  CHECK(candidates[1].how.replicas == ZeroShotReplicas::as_decided);
+  CHECK(candidates[1].placement.replica_count(0) == 4);
+  const SearchResult r = zero_shot_search(g, c, sim, net, &cost);
+  REQUIRE_FALSE(r.trace.empty());
+  CHECK(r.trace.front().evaluations == 1);
+  CHECK(r.trace.front().best_step_ms == doctest::Approx(sim.evaluate(candidates[0].placement).step_ms));
+  CHECK(r.trace.front().best_step_ms < sim.evaluate(copied).step_ms);
+
+  Placement two_stages;
+  two_stages.layer_group = {0, 0, 0, 0, 1, 1, 1, 1};
+  two_stages.group_device = {0, 1};
+  two_stages.group_replicas = {{2}, {3}};
+  two_stages.micro_batches = 4;
+  const auto pipelined = networks_taught(g, c, two_stages);
+  const auto first = zero_shot_candidates(*policy_for(g, c, pipelined, dict), g, c, &cost, 32, Schedule::gpipe);
+  REQUIRE_FALSE(first.empty());
+  CHECK(first[0].how.replicas == ZeroShotReplicas::as_decided);
+  CHECK(first[0].placement.num_groups() == 2);
+}
+
 TEST_CASE("a time budget stops the zero-shot candidates after the first once too little time is left") {
   // A taught two-stage plan with a replica on devices of unequal speeds has 26
   // candidates, 13 of them distinct; evaluations of at least 50 ms and a 0.3 s
