@@ -83,8 +83,10 @@ Result<LayerGraph> make_al_form(const LayerGraph& source, const std::vector<int>
   const int n = static_cast<int>(source.layers.size());
   if (source.is_al_form()) return Status::field_error("model", "is already in AL form");
   if (source.num_classes <= 0 || n == 0) return Status::field_error("model", "has no classes: AL needs a label to encode");
-  if (source.per_token_labels())
-    return Status::field_error("model", "outputs one label per token; AL needs one label per sample (a classifier)");
+  if (!source.label_shape().empty())
+    return Status::field_error("model", std::string("outputs one label per ") +
+                                            (source.per_token_labels() ? "token" : "pixel") +
+                                            "; AL needs one label per sample (a classifier)");
   if (target_width < 1 || target_width > 65536)
     return Status::field_error("al.target_width", "must be between 1 and 65536, got " + std::to_string(target_width));
   const std::vector<int> valid = valid_al_cuts(source);

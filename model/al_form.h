@@ -38,7 +38,7 @@ constexpr int64_t kDefaultAlTargetWidth = 128;
 // (source layer indices, ascending; L - 1 of them for L blocks). Errors name
 // the field: `al.cuts[k]` for a cut that leaves a block empty or that more
 // than one tensor crosses, `al.target_width`, `model` for a model without
-// classes or with one label per token.
+// classes or with one label per token or per pixel.
 Result<LayerGraph> make_al_form(const LayerGraph& source, const std::vector<int>& block_starts,
                                 int64_t target_width = kDefaultAlTargetWidth);
 

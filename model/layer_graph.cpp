@@ -390,6 +390,14 @@ bool LayerGraph::per_token_labels() const {
   return !layers.empty() && layers.back().output_shape.size() == 2;
 }
 
+Shape LayerGraph::label_shape() const {
+  if (layers.empty()) return {};
+  const Shape& out = layers.back().output_shape;
+  if (out.size() == 2) return {out[0]};
+  if (out.size() == 3) return {out[1], out[2]};
+  return {};
+}
+
 int64_t LayerGraph::total_params() const {
   int64_t n = 0;
   for (const auto& l : layers) n = sat_add(n, l.params);
@@ -443,11 +451,12 @@ Status infer_shapes(LayerGraph& graph) {
     l.output_bytes = sat_mul(numel(l.output_shape), 4);
   }
   const Shape& out = graph.layers.back().output_shape;
-  if (out.size() != 1 && out.size() != 2)
+  if (out.empty() || out.size() > 3)
     return Status::error("the last layer '" + graph.layers.back().name +
-                         "' must output class scores (a flat vector, or one per token: T x V), got " +
+                         "' must output class scores (a flat vector, one per token: T x V, or one per pixel: C x H x "
+                         "W), got " +
                          shape_to_string(out));
-  graph.num_classes = out.back();
+  graph.num_classes = out.size() == 3 ? out[0] : out.back();
   // An AL form ends with its last decoder; its classes are the labels' width.
   if (graph.is_al_form()) graph.num_classes = graph.layers[graph.al_blocks[0].target_input].output_shape[0];
   return Status::ok();

@@ -144,10 +144,14 @@ struct LayerGraph {
   Shape input_shape;      // per sample, e.g. {3, 224, 224}, or {T} token ids
   InputKind input_kind = InputKind::dense;
   int64_t input_vocabulary = 0;  // tokens: ids are in [0, this); set by infer_shapes
-  // Width of the last layer's output: classes, or the vocabulary of a model
-  // whose output is per token ({T, V}: one label per token).
+  // The classes the last layer scores: its output's width (a flat {C}, or
+  // the vocabulary of a model whose output is per token, {T, V}: one label per
+  // token), or its channels where it scores every pixel ({C, H, W}: one label
+  // per pixel, a segmentation model).
   int64_t num_classes = 0;
   bool per_token_labels() const;  // the last layer outputs {T, V}
+  // One sample's labels: {} (one class), {T} (one per token) or {H, W} (one per pixel).
+  Shape label_shape() const;
   std::vector<Layer> layers;  // topological order; the last layer is the output
   // Associated Learning form (model/al_form.h): its blocks in order, which
   // cover every layer; empty for a model trained end to end. The last layer

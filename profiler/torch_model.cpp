@@ -294,16 +294,18 @@ std::pair<torch::Tensor, torch::Tensor> synthetic_batch(const LayerGraph& graph,
   torch::Tensor x = graph.input_kind == InputKind::tokens ? at::randint(graph.input_vocabulary, shape, gen, torch::kLong)
                                                           : at::randn(shape, gen);
   std::vector<int64_t> label_shape{batch_size};
-  if (graph.per_token_labels()) label_shape.push_back(graph.layers.back().output_shape[0]);
+  for (int64_t d : graph.label_shape()) label_shape.push_back(d);
   torch::Tensor y = at::randint(graph.num_classes, label_shape, gen, torch::kLong);
   return {x, y};
 }
 
 torch::Tensor training_loss(const torch::Tensor& logits, const torch::Tensor& labels, int64_t full_batch) {
-  const int64_t per_sample = labels.dim() == 2 ? labels.size(1) : 1;  // tokens with a label each
-  torch::Tensor summed = torch::nn::functional::cross_entropy(
-      logits.reshape({-1, logits.size(-1)}), labels.reshape({-1}),
-      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+  const auto sum = torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum);
+  const int64_t per_sample = labels.numel() / std::max<int64_t>(1, labels.size(0));  // tokens or pixels with a label each
+  // Per pixel: the classes are the channels (dim 1), as cross_entropy takes them.
+  torch::Tensor summed = labels.dim() == 3 ? torch::nn::functional::cross_entropy(logits, labels, sum)
+                                           : torch::nn::functional::cross_entropy(
+                                                 logits.reshape({-1, logits.size(-1)}), labels.reshape({-1}), sum);
   return summed / static_cast<double>(full_batch * per_sample);
 }
 

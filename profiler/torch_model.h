@@ -88,15 +88,16 @@ class GraphModel {
 
 // A batch of synthetic training data, identical in every process for a seed:
 // inputs {batch, input_shape...} (float, or int64 ids in [0, input_vocabulary)
-// for a token model) and integer labels in [0, num_classes): {batch}, or
-// {batch, T} when the model outputs one prediction per token.
+// for a token model) and integer labels in [0, num_classes): {batch, label_shape...}:
+// {batch}, {batch, T} (one per token) or {batch, H, W} (one per pixel).
 std::pair<torch::Tensor, torch::Tensor> synthetic_batch(const LayerGraph& graph, int64_t batch_size,
                                                         uint64_t seed);
 
-// Cross-entropy of logits {B, C} with labels {B}, or of {B, T, V} with {B, T},
-// summed over the samples (and tokens) and divided by the full batch's
-// samples (times T): the gradients of a batch's micro-batches add up to the
-// gradient of the full batch's mean loss.
+// Cross-entropy of logits {B, C} with labels {B}, of {B, T, V} with {B, T}, or
+// of {B, C, H, W} with {B, H, W}, summed over the samples (and tokens or
+// pixels) and divided by the full batch's samples (times T, or H x W): the
+// gradients of a batch's micro-batches add up to the gradient of the full
+// batch's mean loss (PyTorch's CrossEntropyLoss).
 torch::Tensor training_loss(const torch::Tensor& logits, const torch::Tensor& labels, int64_t full_batch);
 
 }  // namespace tapp

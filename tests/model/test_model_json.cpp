@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "model/al_form.h"
 #include "model/layer_library.h"
 #include "model/model_json.h"
 #include "model/zoo.h"
@@ -183,4 +184,27 @@ TEST_CASE("whole numbers written with a decimal point are the integers JSON Sche
   CHECK(parse_error(R"({"name": "m", "input_shape": [3, 8, 8],
       "layers": [{"name": "c", "op": "conv2d", "attrs": {"out": 4, "kernel": [3.5, 3]}}]})")
             .find("layers[0].attrs.kernel") != std::string::npos);
+}
+
+TEST_CASE("a model that scores every pixel has a label per pixel; other output ranks are refused naming the layer") {
+  // conv -> relu -> a 1x1 conv to 5 class maps: {5, 8, 8}, labels {8, 8} a sample.
+  auto seg = parse_model_json(R"({"name": "seg", "input_shape": [3, 8, 8], "layers": [
+      {"name": "conv", "op": "conv2d", "attrs": {"out": 4, "kernel": 3, "padding": 1}},
+      {"name": "relu", "op": "relu", "inputs": ["conv"]},
+      {"name": "classes", "op": "conv2d", "inputs": ["relu"], "attrs": {"out": 5, "kernel": 1}}]})");
+  REQUIRE_MESSAGE(seg.is_ok(), seg.error_message());
+  CHECK(seg->num_classes == 5);
+  CHECK(seg->label_shape() == Shape{8, 8});
+  CHECK_FALSE(seg->per_token_labels());
+  CHECK(parse_model_json(base().dump())->label_shape().empty());  // a classifier: one label per sample
+  // AL encodes one label per sample.
+  auto al = make_al_form(*seg, {2});
+  REQUIRE_FALSE(al.is_ok());
+  CHECK(al.error_message().find("one label per pixel") != std::string::npos);
+  // A rank-4 output (a 3-D convolution's, here a reshape) scores nothing the loss knows.
+  auto wide = parse_model_json(R"({"name": "w", "input_shape": [2, 3, 4, 5], "layers": [
+      {"name": "act", "op": "relu"}]})");
+  REQUIRE_FALSE(wide.is_ok());
+  CHECK(wide.error_message().find("the last layer 'act' must output class scores") != std::string::npos);
+  CHECK(wide.error_message().find("one per pixel: C x H x W") != std::string::npos);
 }

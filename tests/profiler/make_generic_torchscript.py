@@ -124,6 +124,22 @@ class GruSequence(nn.Module):
         return self.head(out.mean(1))
 
 
+class UNetSegmentation(nn.Module):
+    """A tiny U-Net: class scores per pixel ({4, H, W}), a transposed conv and a skip concat."""
+
+    def __init__(self):
+        super().__init__()
+        self.down1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.down2 = nn.Conv2d(8, 16, 3, stride=2, padding=1)
+        self.up = nn.ConvTranspose2d(16, 8, 2, stride=2)
+        self.classes = nn.Conv2d(16, 4, 1)
+
+    def forward(self, x):
+        a = torch.relu(self.down1(x))
+        u = self.up(torch.relu(self.down2(a)))
+        return self.classes(torch.cat([a, u], 1))
+
+
 def count(m):
     return sum(p.numel() for p in m.parameters())
 
@@ -193,6 +209,11 @@ def main():
     torch.jit.trace(gru, torch.randn(2, 10, 8), check_trace=False).save(os.path.join(out, "gru_traced.pt"))
     torch.jit.script(gru).save(os.path.join(out, "gru_scripted.pt"))
     expected["gru_traced"] = expected["gru_scripted"] = count(gru)
+
+    unet = UNetSegmentation()
+    torch.jit.trace(unet, torch.randn(2, 3, 16, 16), check_trace=False).save(os.path.join(out, "unet_seg_traced.pt"))
+    torch.jit.script(unet).save(os.path.join(out, "unet_seg_scripted.pt"))
+    expected["unet_seg_traced"] = expected["unet_seg_scripted"] = count(unet)
 
     if "--vit-b-16" in sys.argv:
         vit_b = torchvision.models.vit_b_16()

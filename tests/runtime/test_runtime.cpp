@@ -154,6 +154,41 @@ TEST_CASE("a model with branches over 3 devices, contiguous stages, GPipe, train
   check_pipeline_equals_single(branch_model(), 3, {0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2}, 3, Schedule::gpipe);
 }
 
+TEST_CASE("a segmentation model's loss is the mean cross-entropy over every pixel of the batch") {
+  torch::manual_seed(5);
+  torch::Tensor logits = torch::randn({4, 3, 5, 6});  // {B, C, H, W}
+  torch::Tensor labels = torch::randint(3, {4, 5, 6}, torch::kLong);
+  // The classes moved last, one row per pixel.
+  torch::Tensor mean = torch::nn::functional::cross_entropy(logits.permute({0, 2, 3, 1}).reshape({120, 3}), labels.reshape({120}));
+  CHECK(training_loss(logits, labels, 4).item<double>() == doctest::Approx(mean.item<double>()).epsilon(1e-6));
+  torch::Tensor halves = training_loss(logits.narrow(0, 0, 1), labels.narrow(0, 0, 1), 4) +
+                         training_loss(logits.narrow(0, 1, 3), labels.narrow(0, 1, 3), 4);
+  CHECK(halves.item<double>() == doctest::Approx(mean.item<double>()).epsilon(1e-6));
+}
+
+// A class per pixel (segmentation): stem -> conv -> concat with the stem (a
+// skip) -> 1x1 conv to 3 class maps, output {3, 8, 8}, labels {8, 8} a sample.
+TEST_CASE("a segmentation model (a class per pixel) over 2 devices, 1F1B, trains like one device") {
+  LayerGraph g;
+  g.name = "segmentation";
+  g.input_shape = {3, 8, 8};
+  auto conv = [](const std::string& n, std::vector<int> in, int64_t out, int64_t kernel) {
+    Layer l = make_layer(n, "conv2d", std::move(in), out);
+    l.attrs.kernel[0] = l.attrs.kernel[1] = kernel;
+    l.attrs.padding[0] = l.attrs.padding[1] = kernel / 2;
+    return l;
+  };
+  g.layers = {conv("stem", {}, 6, 3), make_layer("stem_relu", "relu", {0}), conv("a", {1}, 4, 3),
+              make_layer("a_relu", "relu", {2}), make_layer("cat", "concat", {1, 3}), conv("classes", {4}, 3, 1)};
+  REQUIRE(infer_shapes(g).is_ok());
+  CHECK(g.num_classes == 3);
+  CHECK(g.label_shape() == Shape{8, 8});
+  auto [x, y] = synthetic_batch(g, 2, 1);
+  CHECK(y.sizes().vec() == std::vector<int64_t>{2, 8, 8});
+  CHECK(y.max().item<int64_t>() < 3);
+  check_pipeline_equals_single(g, 2, {0, 0, 1, 1, 0, 1}, 4, Schedule::one_f_one_b);
+}
+
 // Runs `p` with and without recomputing the groups in `recompute`; both must
 // equal single-device training with the same optimizer after every step.
 void check_recompute_equals_plain(const LayerGraph& g, int devices, Placement p, const std::vector<char>& recompute,

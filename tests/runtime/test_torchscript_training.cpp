@@ -111,3 +111,10 @@ TEST_CASE("a GRU over sequences of vectors, traced and scripted, split over 2 de
   check_split_equals_single("gru_traced", 10, 2);
   check_split_equals_single("gru_scripted", 10, 2);
 }
+
+// Class scores per pixel ({4, 16, 16}): labels {16, 16} a sample, the loss
+// their mean cross-entropy (a segmentation model).
+TEST_CASE("a tiny U-Net scoring every pixel, traced and scripted, split over 2 devices trains like one device") {
+  check_split_equals_single("unet_seg_traced", 16, 2);
+  check_split_equals_single("unet_seg_scripted", 16, 2);
+}
