@@ -1,6 +1,7 @@
 #include "profiler/torchscript_layers.h"
 
 #include <torch/csrc/jit/api/function_impl.h>
+#include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 #include <torch/script.h>
@@ -130,6 +131,72 @@ std::shared_ptr<jit::Graph> expanded_forward(const jit::Module& m, const std::ve
   auto g = inlined_forward(m);
   for (const auto& path : expand) expand_calls(*g, path);
   return g;
+}
+
+// A constant int of `v` when it is one.
+std::optional<int64_t> constant_int(const jit::Value* v) {
+  const auto iv = jit::toIValue(v);
+  if (iv && iv->isInt()) return iv->toInt();
+  return std::nullopt;
+}
+
+// The model input's sizes other than the batch are fixed by the import (its
+// input_shape, per sample): reads of them become constants, so a forward that
+// reads the input's size first and uses it last (upsampling to the input's
+// side, as segmentation models do) does not join every cut into one layer.
+// aten::size(x, d) for d != 0, and aten::size(x) where only a slice or an
+// item past the batch is used; then constant propagation folds what they fed
+// (a traced forward's NumToTensor / Int). Import and reload fold alike. True
+// when something was folded.
+bool fold_input_sizes(std::shared_ptr<jit::Graph>& g, const Shape& per_sample) {
+  const jit::Value* x = g->inputs()[1];
+  const int64_t rank = 1 + static_cast<int64_t>(per_sample.size());
+  const auto dim_of = [&](int64_t d) { return d < 0 ? d + rank : d; };  // rank when out of range
+  const auto replace = [&](jit::Node* n, const c10::IValue& value) {
+    jit::WithInsertPoint at(n);
+    n->output()->replaceAllUsesWith(g->insertConstant(value));
+  };
+  bool folded = false;
+  std::vector<jit::Node*> dead, sizes_read;  // folded reads; aten::size(x) nodes, removed once unused
+  for (jit::Node* n : g->nodes()) {
+    if (n->kind() != c10::aten::size || n->input(0) != x) continue;
+    if (n->inputs().size() == 2) {
+      const auto d = constant_int(n->input(1));
+      if (!d || dim_of(*d) < 1 || dim_of(*d) >= rank) continue;
+      replace(n, per_sample[dim_of(*d) - 1]);
+      dead.push_back(n);
+      folded = true;
+      continue;
+    }
+    sizes_read.push_back(n);
+    for (const jit::Use& u : n->output()->uses()) {
+      jit::Node* user = u.user;
+      if (user->kind() == c10::aten::__getitem__) {
+        const auto i = constant_int(user->input(1));
+        if (!i || dim_of(*i) < 1 || dim_of(*i) >= rank) continue;
+        replace(user, per_sample[dim_of(*i) - 1]);
+      } else if (user->kind() == c10::aten::slice && user->inputs().size() == 4) {
+        const auto start = user->input(1)->mustBeNone() ? std::optional<int64_t>(0) : constant_int(user->input(1));
+        const auto end = user->input(2)->mustBeNone() ? std::optional<int64_t>(rank) : constant_int(user->input(2));
+        const auto step = constant_int(user->input(3));
+        if (!start || !end || !step || *step < 1) continue;
+        const int64_t from = std::clamp<int64_t>(dim_of(*start), 0, rank), to = std::clamp<int64_t>(dim_of(*end), 0, rank);
+        if (from < 1) continue;
+        std::vector<int64_t> sizes;
+        for (int64_t i = from; i < to; i += *step) sizes.push_back(per_sample[i - 1]);
+        replace(user, c10::IValue(sizes));
+      } else {
+        continue;
+      }
+      dead.push_back(user);
+      folded = true;
+    }
+  }
+  for (jit::Node* n : dead) n->destroy();
+  for (jit::Node* n : sizes_read)
+    if (!n->hasUses()) n->destroy();
+  if (folded) jit::ConstantPropagation(g);
+  return folded;
 }
 
 bool calls_submodules(const jit::Node* call) {
@@ -603,6 +670,11 @@ Result<LayerGraph> import_layers(const std::string& path, const ModelOptions& op
   if (facts.empty())
     return first_error.with_hint(std::string(options.input_size ? "try another" : "give its") +
                                  " input size (an image side or a sequence length: --input-size, or input_size in a request)");
+  if (fold_input_sizes(g, example.shape)) {  // the values changed: read them again
+    auto f = run_once(m, *g, example.batch);
+    if (!f) return f.status();
+    facts = std::move(*f);
+  }
   const jit::Value* output = g->outputs()[0];
   if (!crossable(facts, output))
     return Status::error("forward's output is not a float tensor with the batch as its first dimension");
@@ -709,6 +781,7 @@ Result<std::shared_ptr<ScriptProgram>> ScriptProgram::load(const LayerGraph& gra
   try {
     if (Status s = load_script_module(file, impl->module); !s) return s.with_context(file);
     impl->graph = expanded_forward(impl->module, first->expand);
+    fold_input_sizes(impl->graph, graph.input_shape);
     Analysis a = analyse(*impl->graph);
     impl->slices.resize(graph.layers.size());
     std::vector<at::Tensor> owned_so_far;

@@ -8,12 +8,14 @@
 //            (those holding over 1/16 of the parameters) -> one layer per
 //            submodule call, runs of other nodes grouped; cuts only where one
 //            float tensor with a batch dim crosses (ints, lists, tuples and
-//            in-place writes of a later-read value are merged away) -> shapes
+//            in-place writes of a later-read value are merged away; reads of
+//            the input's sizes past the batch are constants) -> shapes
 //            from running the module once on an example batch; parameters
 //            exact (each counted at the first layer that reads it);
 //            multiply-adds of conv/linear/matmul nodes, 0 for other ops.
 //   execute: ScriptProgram loads the file itself (path + content hash from
-//            the layers' attrs), rebuilds the same cut and runs layer i as a
+//            the layers' attrs), rebuilds the same cut (the same sizes folded,
+//            from the graph's input_shape) and runs layer i as a
 //            graph of the cloned nodes, inlined, in the interpreter, with the
 //            module's parameters as trainable leaf tensors. Weights come from
 //            the file, so every process holds the same model.

@@ -140,6 +140,21 @@ class UNetSegmentation(nn.Module):
         return self.classes(torch.cat([a, u], 1))
 
 
+class UpsampledSegmentation(nn.Module):
+    """Reads the input's size first and upsamples its class maps to it last (torchvision's segmentation heads)."""
+
+    def __init__(self):
+        super().__init__()
+        self.down = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.mid = nn.Conv2d(8, 8, 3, padding=1)
+        self.classes = nn.Conv2d(8, 3, 1)
+
+    def forward(self, x):
+        size = x.shape[-2:]
+        y = self.classes(torch.relu(self.mid(torch.relu(self.down(x)))))
+        return nn.functional.interpolate(y, size=size, mode="bilinear", align_corners=False)
+
+
 def count(m):
     return sum(p.numel() for p in m.parameters())
 
@@ -214,6 +229,12 @@ def main():
     torch.jit.trace(unet, torch.randn(2, 3, 16, 16), check_trace=False).save(os.path.join(out, "unet_seg_traced.pt"))
     torch.jit.script(unet).save(os.path.join(out, "unet_seg_scripted.pt"))
     expected["unet_seg_traced"] = expected["unet_seg_scripted"] = count(unet)
+
+    upsampled = UpsampledSegmentation()
+    torch.jit.trace(upsampled, torch.randn(2, 3, 16, 16), check_trace=False).save(
+        os.path.join(out, "upsampled_seg_traced.pt"))
+    torch.jit.script(upsampled).save(os.path.join(out, "upsampled_seg_scripted.pt"))
+    expected["upsampled_seg_traced"] = expected["upsampled_seg_scripted"] = count(upsampled)
 
     if "--vit-b-16" in sys.argv:
         vit_b = torchvision.models.vit_b_16()

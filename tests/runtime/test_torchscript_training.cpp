@@ -118,3 +118,20 @@ TEST_CASE("a tiny U-Net scoring every pixel, traced and scripted, split over 2 d
   check_split_equals_single("unet_seg_traced", 16, 2);
   check_split_equals_single("unet_seg_scripted", 16, 2);
 }
+
+// The forward reads the input's size first and upsamples to it last: the sizes
+// past the batch are fixed by the import, so they fold to constants and the
+// module still cuts into layers (it was one layer, which no placement splits).
+TEST_CASE("a segmentation model that upsamples to its input's size cuts into layers and trains split like one device") {
+  for (const std::string model : {"upsampled_seg_traced", "upsampled_seg_scripted"}) {
+    CAPTURE(model);
+    ModelOptions mo;
+    mo.input_size = 16;
+    mo.torchscript = ScriptImport::layers;
+    auto g = load_model((models_dir() / (model + ".pt")).string(), mo);
+    REQUIRE_MESSAGE(g.is_ok(), g.error_message());
+    CHECK(g->layers.size() >= 3);
+    CHECK(g->label_shape() == Shape{16, 16});
+    check_split_equals_single(model, 16, 2);
+  }
+}
