@@ -119,18 +119,27 @@ void drop_unread_branches(jit::Block* b) {
 }
 
 // The tensor a tuple or dict built in forward stands for: the tuple's first
-// element; the dict's "logits" (Hugging Face's outputs), else its first value
-// (keys and values alternate among a DictConstruct's inputs). Null otherwise.
+// element; the dict's "logits" (Hugging Face's outputs), else its first value.
+// A dict is built whole (keys and values alternate among a DictConstruct's
+// inputs) or filled by assignments in forward itself (`result["out"] = x`,
+// torchvision's segmentation models; assignments under an `if` are not read).
+// Null otherwise.
 jit::Value* main_output(const jit::Node* n) {
-  jit::Value* out = nullptr;
-  if (n->kind() == c10::prim::TupleConstruct && !n->inputs().empty()) out = n->input(0);
-  if (n->kind() == c10::prim::DictConstruct && n->inputs().size() >= 2) {
-    out = n->input(1);
-    for (size_t k = 0; k + 1 < n->inputs().size(); k += 2)
-      if (auto key = jit::toIValue(n->input(k)); key && key->isString() && key->toStringRef() == "logits")
-        out = n->input(k + 1);
+  std::vector<std::pair<jit::Value*, jit::Value*>> entries;  // (key, value)
+  if (n->kind() == c10::prim::TupleConstruct && !n->inputs().empty()) entries.emplace_back(nullptr, n->input(0));
+  if (n->kind() == c10::prim::DictConstruct)
+    for (size_t k = 0; k + 1 < n->inputs().size(); k += 2) entries.emplace_back(n->input(k), n->input(k + 1));
+  if (n->kind() == c10::aten::dict && n->inputs().empty())
+    for (const jit::Use& u : n->output()->uses())
+      if (u.user->kind() == c10::aten::_set_item && u.offset == 0 && u.user->owningBlock() == n->owningBlock())
+        entries.emplace_back(u.user->input(1), u.user->input(2));
+  if (entries.empty()) return nullptr;
+  jit::Value* out = entries.front().second;
+  for (const auto& [key, value] : entries) {
+    const auto k = key ? jit::toIValue(key) : c10::nullopt;
+    if (k && k->isString() && k->toStringRef() == "logits") out = value;
   }
-  return out && out->type()->cast<c10::TensorType>() ? out : nullptr;
+  return out->type()->cast<c10::TensorType>() ? out : nullptr;
 }
 }  // namespace
 

@@ -224,13 +224,30 @@ std::vector<std::string> choose_expansions(const jit::Module& m, jit::Graph& g) 
   }
 }
 
+bool writes(const jit::Node* n, const jit::Value* v) {
+  if (const c10::FunctionSchema* schema = n->maybeSchema()) {
+    for (size_t i = 0; i < schema->arguments().size() && i < n->inputs().size(); ++i) {
+      const auto* alias = schema->arguments()[i].alias_info();
+      if (alias && alias->isWrite() && n->input(i) == v) return true;
+    }
+  }
+  for (const jit::Block* b : n->blocks())
+    for (const jit::Node* inner : b->nodes())
+      if (writes(inner, v)) return true;
+  return false;
+}
+
 // Nodes every layer may recompute for itself: constants, attribute reads
-// (submodules, parameters, flags) and lists/tuples of them.
+// (submodules, parameters, flags) and lists/tuples of them that nothing
+// writes (a list built empty and appended to must stay one list: recomputed
+// per layer, a later layer saw it empty).
 bool rematerializable(const jit::Node* n) {
   if (!n->blocks().empty()) return false;
   const auto k = n->kind();
   if (k == c10::prim::Constant) return true;
   if (k != c10::prim::GetAttr && k != c10::prim::ListConstruct && k != c10::prim::TupleConstruct) return false;
+  for (const jit::Use& u : n->output()->uses())
+    if (writes(u.user, n->output())) return false;
   for (const jit::Value* in : n->inputs())
     if (in != self_of(*n->owningGraph()) && !rematerializable(in->node())) return false;
   return true;
@@ -298,19 +315,6 @@ SliceIO slice_io(const Analysis& a, int begin, int end) {
   std::sort(io.imports.begin(), io.imports.end(),
             [&](const jit::Value* x, const jit::Value* y) { return a.def_at.at(x) < a.def_at.at(y); });
   return io;
-}
-
-bool writes(const jit::Node* n, const jit::Value* v) {
-  if (const c10::FunctionSchema* schema = n->maybeSchema()) {
-    for (size_t i = 0; i < schema->arguments().size() && i < n->inputs().size(); ++i) {
-      const auto* alias = schema->arguments()[i].alias_info();
-      if (alias && alias->isWrite() && n->input(i) == v) return true;
-    }
-  }
-  for (const jit::Block* b : n->blocks())
-    for (const jit::Node* inner : b->nodes())
-      if (writes(inner, v)) return true;
-  return false;
 }
 
 bool has_mutation(const jit::Block* b) {

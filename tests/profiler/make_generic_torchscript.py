@@ -29,7 +29,8 @@ Dropout is 0 where a model trains in a test, so pipelined and single-device trai
 import json
 import os
 import sys
-from typing import Dict
+from collections import OrderedDict
+from typing import Dict, List
 
 import torch
 import torch.nn as nn
@@ -155,6 +156,51 @@ class UpsampledSegmentation(nn.Module):
         return nn.functional.interpolate(y, size=size, mode="bilinear", align_corners=False)
 
 
+class ListedBranches(nn.Module):
+    """Parallel convolutions appended to a list built empty, then concatenated (torchvision's ASPP)."""
+
+    def __init__(self):
+        super().__init__()
+        self.convs = nn.ModuleList([nn.Sequential(nn.Conv2d(8, 4, k, padding=k // 2), nn.ReLU()) for k in (1, 3, 3)])
+        self.project = nn.Conv2d(12, 8, 1)
+
+    def forward(self, x):
+        res: List[torch.Tensor] = []
+        for conv in self.convs:
+            res.append(conv(x))
+        return self.project(torch.cat(res, dim=1))
+
+
+class ListedBranchesClassifier(nn.Module):
+    """A stem, the listed branches (most of the weights: their calls are cut apart), a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.branches = ListedBranches()
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, x):
+        return self.head(self.branches(torch.relu(self.stem(x))).mean(dim=(2, 3)))
+
+
+class SegmentationDict(nn.Module):
+    """Returns an OrderedDict it fills by assignment, its class maps upsampled to the input (torchvision's segmentation models)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.branches = ListedBranches()
+        self.classes = nn.Conv2d(8, 3, 1)
+
+    def forward(self, x):
+        size = x.shape[-2:]
+        y = self.classes(self.branches(torch.relu(self.stem(x))))
+        result = OrderedDict()
+        result["out"] = nn.functional.interpolate(y, size=size, mode="bilinear", align_corners=False)
+        return result
+
+
 def count(m):
     return sum(p.numel() for p in m.parameters())
 
@@ -235,6 +281,14 @@ def main():
         os.path.join(out, "upsampled_seg_traced.pt"))
     torch.jit.script(upsampled).save(os.path.join(out, "upsampled_seg_scripted.pt"))
     expected["upsampled_seg_traced"] = expected["upsampled_seg_scripted"] = count(upsampled)
+
+    listed = ListedBranchesClassifier()
+    torch.jit.script(listed).save(os.path.join(out, "listed_branches_scripted.pt"))
+    expected["listed_branches_scripted"] = count(listed)
+
+    segdict = SegmentationDict()
+    torch.jit.script(segdict).save(os.path.join(out, "seg_dict_scripted.pt"))
+    expected["seg_dict_scripted"] = count(segdict)
 
     if "--vit-b-16" in sys.argv:
         vit_b = torchvision.models.vit_b_16()

@@ -74,7 +74,9 @@ void check_same_forward(const std::string& model, const LayerGraph& g) {
   m.eval();
   torch::NoGradGuard no_grad;
   const c10::IValue out = m.forward({x});
-  torch::Tensor want = out.isTuple() ? out.toTupleRef().elements()[0].toTensor() : out.toTensor();  // GoogLeNet: the logits
+  torch::Tensor want = out.isTuple()                    ? out.toTupleRef().elements()[0].toTensor()  // GoogLeNet: the logits
+                       : out.isGenericDict()            ? out.toGenericDict().begin()->value().toTensor()  // its first entry
+                                                        : out.toTensor();
   torch::Tensor got = (*built)->forward(x);
   REQUIRE(got.sizes().vec() == want.sizes().vec());
   CHECK(got.allclose(want, 1e-4, 1e-5));
@@ -314,4 +316,21 @@ TEST_CASE("a torchscript layer whose file changed or is absent is an error namin
   auto corrupt = import_torchscript_layers((dir / "two_inputs.pt").string());
   REQUIRE_FALSE(corrupt.is_ok());
   CHECK(corrupt.error_message().find("two_inputs.pt") != std::string::npos);
+}
+
+// torchvision's scripted segmentation models: an OrderedDict filled by
+// assignment (was refused), an ASPP whose list is built empty and appended to
+// across submodule calls (recomputed per layer, a later layer saw it empty:
+// the import failed with 4 channels for 12, deeplabv3 with 256 for 1280), the
+// input's size read first.
+TEST_CASE("a scripted segmentation model that fills a dict and appends to a list imports with its forward") {
+  const LayerGraph g = imported("seg_dict_scripted", layers_at(16));
+  CHECK(g.total_params() == expected_params("seg_dict_scripted"));
+  CHECK(g.num_classes == 3);
+  CHECK(g.label_shape() == Shape{16, 16});
+  CHECK(g.layers.size() >= 2);
+  check_same_forward("seg_dict_scripted", g);
+  const LayerGraph listed = imported("listed_branches_scripted", layers_at(16));
+  CHECK(listed.total_params() == expected_params("listed_branches_scripted"));
+  check_same_forward("listed_branches_scripted", listed);
 }
