@@ -182,18 +182,15 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
              a.group_replicas != b.group_replicas || a.micro_batches != b.micro_batches ||
              a.data_parallel != b.data_parallel;
     };
-    std::vector<std::pair<ZeroShotReplicas, Placement>> repaired = {
+    // Data parallelism on the decision's devices is one evaluation (it has
+    // no pipeline schedule to choose): scored right after the decision.
+    const std::pair<ZeroShotReplicas, Placement> repaired[] = {
         {ZeroShotReplicas::as_decided, as_decided},
+        {ZeroShotReplicas::data_parallel, as_data_parallel(ctx, as_decided)},
         {ZeroShotReplicas::dropped, without_replicas(ctx, as_decided)},
         {ZeroShotReplicas::idle_devices_added, with_idle_devices(ctx, as_decided)},
         {ZeroShotReplicas::one_stage, as_one_stage(ctx, as_decided)},
-        {ZeroShotReplicas::data_parallel, as_data_parallel(ctx, as_decided)},
         {ZeroShotReplicas::every_device_a_stage, as_pipeline_of_every_device(ctx, as_decided)}};
-    // One stage copied onto its devices is data parallelism whose copies run
-    // their shares as micro-batches one after another: its data-parallel form
-    // (each share at once, the same all-reduce) is scored first.
-    if (as_decided.num_groups() == 1 && as_decided.has_replicated_groups())
-      std::rotate(repaired.begin(), repaired.begin() + 4, repaired.begin() + 5);
     for (const auto& [replicas, p] : repaired) {
       if (replicas != ZeroShotReplicas::as_decided && !differs(p, as_decided)) continue;
       out.push_back({d, p, {from, replicas, false}});
