@@ -151,10 +151,10 @@ std::optional<int64_t> constant_int(const jit::Value* v) {
 bool fold_input_sizes(std::shared_ptr<jit::Graph>& g, const Shape& per_sample) {
   const jit::Value* x = g->inputs()[1];
   const int64_t rank = 1 + static_cast<int64_t>(per_sample.size());
-  const auto dim_of = [&](int64_t d) { return d < 0 ? d + rank : d; };  // rank when out of range
-  const auto replace = [&](jit::Node* n, const c10::IValue& value) {
-    jit::WithInsertPoint at(n);
-    n->output()->replaceAllUsesWith(g->insertConstant(value));
+  const auto dim_of = [&](int64_t d) { return d < 0 ? d + rank : d; };  // a negative index from the end
+  const auto replace = [&](jit::Node* read, const c10::IValue& value) {
+    jit::WithInsertPoint at(read);
+    read->output()->replaceAllUsesWith(g->insertConstant(value));
   };
   bool folded = false;
   std::vector<jit::Node*> dead, sizes_read;  // folded reads; aten::size(x) nodes, removed once unused

@@ -485,12 +485,11 @@ void for_each_waiter(const SegmentGraph& tg, ComputeStep t, Visit&& visit) {
       visit(ComputeStep{edges[pred[k]].from, m, true});
   }
 }
-// The same for every micro-batch (the edges are the segments'): for_each_input's
-// count (a forward's in-edges, a backward's out-edges unless in AL form) and a
-// backward's own forward, read off the edge tables.
-int compute_waits(const SegmentGraph& tg, int s, bool backward) {
-  if (!backward) return tg.pred_begin[s + 1] - tg.pred_begin[s];
-  return (tg.schedule == Schedule::al ? 0 : tg.succ_begin[s + 1] - tg.succ_begin[s]) + 1;
+// The same for every micro-batch (the edges are the segments').
+int compute_waits(const SegmentGraph& tg, int segment, bool backward) {
+  int inputs = 0;
+  for_each_input(tg, ComputeStep{segment, 0, backward}, [&](int, int, bool) { ++inputs; });
+  return inputs + (backward ? 1 : 0);  // a backward also waits for its own forward
 }
 
 // 1F1B (PipeDream-flush) and interleaved 1F1B (Megatron's virtual stages): a
