@@ -436,8 +436,7 @@ std::optional<at::Tensor> first_recurrent_weight(const jit::Module& m, const jit
     if (w && w->isTensor()) return w->toTensor();
     return std::nullopt;
   }
-  auto list = value_in_module(m, params);
-  if (list && list->isTensorList() && !list->toTensorList().empty()) return list->toTensorList().get(0);
+  auto list = value_in_module(m, params);  // a list of tensors (isList holds for a typed one too)
   if (list && list->isList() && !list->toListRef().empty() && list->toListRef()[0].isTensor())
     return list->toListRef()[0].toTensor();
   return std::nullopt;

@@ -35,8 +35,8 @@ const fs::path& models_dir() {
   return dir;
 }
 
-// The first half of the layers on device 0, the rest on device 1.
-void check_split_equals_single(const std::string& model, int64_t input_size, int micro_batches) {
+// The first half of the layers on device 0, the rest on device 1; returns the imported graph.
+LayerGraph check_split_equals_single(const std::string& model, int64_t input_size, int micro_batches) {
   CAPTURE(model);
   ModelOptions mo;
   mo.input_size = input_size;
@@ -60,6 +60,12 @@ void check_split_equals_single(const std::string& model, int64_t input_size, int
   check_same_parameters(r.layer_parameters, reference_parameters(*g, o), *g);
   check_trained(r.layer_parameters, *g, o);
   check_no_orphans(r);
+  return *g;
+}
+
+// The same for the model saved both ways, `model`_traced and `model`_scripted.
+void check_traced_and_scripted(const std::string& model, int64_t input_size, int micro_batches) {
+  for (const char* how : {"_traced", "_scripted"}) check_split_equals_single(model + how, input_size, micro_batches);
 }
 
 }  // namespace
@@ -83,8 +89,7 @@ TEST_CASE("torchvision's VisionTransformer (traced) split over 2 devices with 2 
 }
 
 TEST_CASE("a Transformer language model, traced and scripted, split over 2 devices trains like one device") {
-  check_split_equals_single("lm_traced", 8, 2);
-  check_split_equals_single("lm_scripted", 8, 2);
+  check_traced_and_scripted("lm", 8, 2);
 }
 
 // The head reads the embedding's table on the other device: each worker keeps a
@@ -98,25 +103,21 @@ TEST_CASE("a Transformer over sequences of vectors (no embedding) split over 2 d
 }
 
 TEST_CASE("a module called twice, split over 2 devices, trains its one weight like one device") {
-  check_split_equals_single("shared_linear_traced", 0, 2);
-  check_split_equals_single("shared_linear_scripted", 0, 2);
+  check_traced_and_scripted("shared_linear", 0, 2);
 }
 
 TEST_CASE("a model that returns a dict of its hidden state and logits, split over 2 devices, trains like one device") {
-  check_split_equals_single("dict_out_traced", 0, 2);
-  check_split_equals_single("dict_out_scripted", 0, 2);
+  check_traced_and_scripted("dict_out", 0, 2);
 }
 
 TEST_CASE("a GRU over sequences of vectors, traced and scripted, split over 2 devices trains like one device") {
-  check_split_equals_single("gru_traced", 10, 2);
-  check_split_equals_single("gru_scripted", 10, 2);
+  check_traced_and_scripted("gru", 10, 2);
 }
 
 // Class scores per pixel ({4, 16, 16}): labels {16, 16} a sample, the loss
 // their mean cross-entropy (a segmentation model).
 TEST_CASE("a tiny U-Net scoring every pixel, traced and scripted, split over 2 devices trains like one device") {
-  check_split_equals_single("unet_seg_traced", 16, 2);
-  check_split_equals_single("unet_seg_scripted", 16, 2);
+  check_traced_and_scripted("unet_seg", 16, 2);
 }
 
 // The forward reads the input's size first and upsamples to it last: the sizes
@@ -124,14 +125,8 @@ TEST_CASE("a tiny U-Net scoring every pixel, traced and scripted, split over 2 d
 // module still cuts into layers (it was one layer, which no placement splits).
 TEST_CASE("a segmentation model that upsamples to its input's size cuts into layers and trains split like one device") {
   for (const std::string model : {"upsampled_seg_traced", "upsampled_seg_scripted"}) {
-    CAPTURE(model);
-    ModelOptions mo;
-    mo.input_size = 16;
-    mo.torchscript = ScriptImport::layers;
-    auto g = load_model((models_dir() / (model + ".pt")).string(), mo);
-    REQUIRE_MESSAGE(g.is_ok(), g.error_message());
-    CHECK(g->layers.size() >= 3);
-    CHECK(g->label_shape() == Shape{16, 16});
-    check_split_equals_single(model, 16, 2);
+    const LayerGraph g = check_split_equals_single(model, 16, 2);
+    CHECK(g.layers.size() >= 3);
+    CHECK(g.label_shape() == Shape{16, 16});
   }
 }
