@@ -183,17 +183,22 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
              a.data_parallel != b.data_parallel;
     };
     // Data parallelism on the decision's devices is one evaluation (it has
-    // no pipeline schedule to choose): scored right after the decision.
+    // no pipeline schedule to choose) and the plan least like the decision:
+    // scored right after it, before the decision's own cut and order variants.
+    const Placement data_parallel = as_data_parallel(ctx, as_decided);
+    out.push_back({d, as_decided, {from, ZeroShotReplicas::as_decided, false}});
+    if (differs(data_parallel, as_decided)) out.push_back({d, data_parallel, {from, ZeroShotReplicas::data_parallel, false}});
     const std::pair<ZeroShotReplicas, Placement> repaired[] = {
         {ZeroShotReplicas::as_decided, as_decided},
-        {ZeroShotReplicas::data_parallel, as_data_parallel(ctx, as_decided)},
         {ZeroShotReplicas::dropped, without_replicas(ctx, as_decided)},
         {ZeroShotReplicas::idle_devices_added, with_idle_devices(ctx, as_decided)},
         {ZeroShotReplicas::one_stage, as_one_stage(ctx, as_decided)},
         {ZeroShotReplicas::every_device_a_stage, as_pipeline_of_every_device(ctx, as_decided)}};
     for (const auto& [replicas, p] : repaired) {
-      if (replicas != ZeroShotReplicas::as_decided && !differs(p, as_decided)) continue;
-      out.push_back({d, p, {from, replicas, false}});
+      if (replicas != ZeroShotReplicas::as_decided) {
+        if (!differs(p, as_decided)) continue;
+        out.push_back({d, p, {from, replicas, false}});
+      }
       Placement moved = with_pipedream_cuts(ctx, p);
       std::vector<Placement> ordered = with_pipedream_orders(ctx, p);
       if (moved.layer_group != p.layer_group) out.push_back({d, moved, {from, replicas, true}});

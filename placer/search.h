@@ -183,15 +183,15 @@ constexpr int kImitationRounds = 4;  // of kImitationSteps, until the greedy dec
 
 // A trained policy's zero-shot candidates, in the order they are scored: its
 // typical, then its greedy decision (Policy::typical, Policy::greedy), each as
-// decided, data parallel on its devices (as_data_parallel: one evaluation, no
-// schedule to choose), with its replicas dropped (planners'
-// without_replicas), with the devices it leaves idle added as replicas
-// (with_idle_devices), as one stage copied onto its devices (as_one_stage)
-// and with every device a stage (as_pipeline_of_every_device), each of those
-// as it is, with its cuts placed for its stages (with_pipedream_cuts) and with
-// its stages reordered and its micro-batches chosen for them, cuts placed
-// (with_pipedream_orders, up to two); a repair that changes nothing is left
-// out. Without costs (`cost` null): the two decisions as they are. The fastest is the zero-shot plan (`optimize
+// decided, then data parallel on its devices (as_data_parallel: one
+// evaluation, no schedule to choose), then the decision with its cuts placed
+// for its stages (with_pipedream_cuts) and with its stages reordered and its
+// micro-batches chosen for them, cuts placed (with_pipedream_orders, up to
+// two), then with its replicas dropped (planners' without_replicas), with the
+// devices it leaves idle added as replicas (with_idle_devices), as one stage
+// copied onto its devices (as_one_stage) and with every device a stage
+// (as_pipeline_of_every_device), each of those as it is and with the same
+// cut and order variants; a repair that changes nothing is left out. Without costs (`cost` null): the two decisions as they are. The fastest is the zero-shot plan (`optimize
 // --policy`, train-policy's summary); equal candidates are the measurer's memo.
 struct ZeroShotCandidate {
   Decision decided;

@@ -853,9 +853,10 @@ TEST_CASE("a trained policy that pipelines many micro-batches over equal devices
 TEST_CASE("a trained policy's zero-shot candidates score data parallelism on the decision's devices second") {
   // Taught the whole chain copied onto four equal devices at 16 micro-batches
   // (data parallelism whose copies run four micro-batches each, one after
-  // another), then a pipeline of two replicated stages: each decision is
-  // scored as it is first, then as data parallelism on its four devices (one
-  // evaluation: no pipeline schedule to choose), then its other repairs.
+  // another), a pipeline of two replicated stages, and one of a layer then
+  // seven (whose cuts PipeDream's rule moves): each decision is scored as it
+  // is first, then as data parallelism on its devices (one evaluation: no
+  // pipeline schedule to choose), then its own cut variants and its other repairs.
   LayerGraph g = test::linear_chain({64, 64, 64, 64, 64, 64, 64, 64});
   Cluster c = tapp::testing::equal_cluster(4);
   std::vector<LayerLibrary> libs;
@@ -873,7 +874,11 @@ TEST_CASE("a trained policy's zero-shot candidates score data parallelism on the
   two_stages.group_device = {0, 1};
   two_stages.group_replicas = {{2}, {3}};
   two_stages.micro_batches = 4;
-  for (const Placement& taught : {copied, two_stages}) {
+  Placement unbalanced;
+  unbalanced.layer_group = {0, 1, 1, 1, 1, 1, 1, 1};
+  unbalanced.group_device = {0, 1};
+  unbalanced.micro_batches = 4;
+  for (const auto& [taught, devices] : std::vector<std::pair<Placement, size_t>>{{copied, 4}, {two_stages, 4}, {unbalanced, 2}}) {
     CAPTURE(taught.num_groups());
     const auto net = networks_taught(g, c, taught);
     const auto candidates = zero_shot_candidates(*policy_for(g, c, net, dict), g, c, &cost, 32, Schedule::gpipe);
@@ -882,8 +887,14 @@ TEST_CASE("a trained policy's zero-shot candidates score data parallelism on the
     CHECK(candidates[0].placement.num_groups() == taught.num_groups());
     CHECK(candidates[1].how.replicas == ZeroShotReplicas::data_parallel);
     CHECK(candidates[1].placement.is_data_parallel());
-    CHECK(candidates[1].placement.group_device.size() == 4);
+    CHECK(candidates[1].placement.group_device.size() == devices);
     CHECK(candidates[2].how.replicas != ZeroShotReplicas::data_parallel);
+    if (taught.group_replicas.empty()) {
+      // The decision's cuts moved to two stages of four layers: the third candidate.
+      CHECK(candidates[2].how.replicas == ZeroShotReplicas::as_decided);
+      CHECK(candidates[2].how.cuts_moved);
+      CHECK(candidates[2].placement.layer_group == std::vector<int>{0, 0, 0, 0, 1, 1, 1, 1});
+    }
   }
 }
 
