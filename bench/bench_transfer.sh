@@ -27,7 +27,7 @@
 #
 # Usage: bench/bench_transfer.sh [BUILD_DIR]   env: TRAIN_ITERATIONS=3000 RANDOM_MODELS=24 RANDOM_CLUSTERS=40 RANDOM_MESH_CLUSTERS=0
 #   RANDOM_TRANSFORMERS=0 TRAIN_MODELS=... CLONING_EPOCHS=200 HIDDEN=64 TRAIN_SEED=1
-#   ITERATIONS=200 SEEDS="1 2 3" MODELS=... CLUSTERS=... POLICY=file (skip training) TAPP_BENCH_OUT=dir
+#   ITERATIONS=200 SEEDS="1 2 3" MODELS=... CLUSTERS=... CLUSTER_DIR=dir POLICY=file (skip training) TAPP_BENCH_OUT=dir
 set -euo pipefail
 BUILD=${1:-build}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -48,6 +48,7 @@ ITERATIONS=${ITERATIONS:-200}
 SEEDS=${SEEDS:-"1 2 3"}
 MODELS=${MODELS:-"resnet50 inception_v3 tiny_inception resnet18_script gpt2"}
 CLUSTERS=${CLUSTERS:-"cluster_4equal cluster_fast_behind_slow_link cluster_8x8gb"}
+CLUSTER_DIR=${CLUSTER_DIR:-$ROOT/examples}  # where CLUSTERS' files are (bench/random_clusters.py writes others)
 PYTHON=${TAPP_PYTHON:-/usr/bin/python3}
 
 POLICY=${POLICY:-$OUT/policy.pt}
@@ -79,7 +80,7 @@ for m in $MODELS; do
         [ -s "$f" ] && continue
         extra=()
         [ "$start" = trained ] && extra=(--policy "$POLICY")
-        "$CLI" optimize "$model" --devices "$ROOT/examples/$c.json" --json --no-verify --costs estimated \
+        "$CLI" optimize "$model" --devices "$CLUSTER_DIR/$c.json" --json --no-verify --costs estimated \
           --seed "$s" --iterations "$ITERATIONS" "${extra[@]}" >"$f.tmp" 2>"$OUT/err.txt" || { echo "failed: $m $c $s $start"; cat "$OUT/err.txt"; continue; }
         mv "$f.tmp" "$f"
       done

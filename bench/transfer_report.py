@@ -178,13 +178,15 @@ def cell(v, bold):
 
 print(f"\n| held out, on {' / '.join(clusters)} | evaluations to within 2%, fresh | pre-trained | zero-shot plan |")
 print("| --- | ---: | ---: | ---: |")
+cases = {(case[0], case[1]): (case, z) for case, z in zip(per_case, zero_shot_per_case)}
 for m in models:
-    rows = [(case, z) for case, z in zip(per_case, zero_shot_per_case) if case[0] == m]
-    if rows:
-        fresh = " / ".join(cell(f, False) for (_, _, f, _), _ in rows)
-        trained = " / ".join(cell(t, math.isfinite(t) and f >= 5 * t) for (_, _, f, t), _ in rows)
-        zero = " / ".join(f"**{pct(z)}**" if z <= 0.10 else ("failed" if not math.isfinite(z) else pct(z))
-                          for _, z in rows)
+    rows = [cases.get((m, c)) for c in clusters]  # None: no complete run on that cluster ("-")
+    if any(rows):
+        fresh = " / ".join(cell(r[0][2], False) if r else "-" for r in rows)
+        trained = " / ".join(cell(r[0][3], math.isfinite(r[0][3]) and r[0][2] >= 5 * r[0][3]) if r else "-"
+                             for r in rows)
+        zero = " / ".join("-" if not r else f"**{pct(r[1])}**" if r[1] <= 0.10 else
+                          "failed" if not math.isfinite(r[1]) else pct(r[1]) for r in rows)
         print(f"| {m} | {fresh} | {trained} | {zero} |")
 
 # The plot: median over cases of best-so-far / best classical, against evaluations (log scale).
