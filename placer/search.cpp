@@ -183,8 +183,9 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
              a.data_parallel != b.data_parallel;
     };
     // Data parallelism on the decision's devices is one evaluation (it has
-    // no pipeline schedule to choose) and the plan least like the decision:
-    // scored right after it, before the decision's own cut and order variants.
+    // no pipeline schedule to choose): scored right after the decision, before
+    // even its own cut and order variants, so that where copies beat stages
+    // (8x8gb in README's transfer table) the second evaluation finds it.
     const Placement data_parallel = as_data_parallel(ctx, as_decided);
     out.push_back({d, as_decided, {from, ZeroShotReplicas::as_decided, false}});
     if (differs(data_parallel, as_decided)) out.push_back({d, data_parallel, {from, ZeroShotReplicas::data_parallel, false}});
