@@ -170,24 +170,35 @@ if zero_shots or zero_shot_failed:
           f"{len(zero_shot_per_case)}")
 
 # README's table: per model, each cluster's median over the runs (bold: at least 5x fewer
-# evaluations, or a zero-shot plan within 10%).
-def cell(v, bold):
+# evaluations, or a zero-shot plan within 10%; "-": no complete run on that cluster).
+def evals_cell(v, bold):
     text = "never" if not math.isfinite(v) else f"{v:,.0f}" if v == int(v) else f"{v:,.1f}"
     return f"**{text}**" if bold else text
 
 
+def zero_shot_cell(z):
+    if not math.isfinite(z):
+        return "failed"
+    return f"**{pct(z)}**" if z <= 0.10 else pct(z)
+
+
+by_case = {(m, c): (f, t, z) for (m, c, f, t), z in zip(per_case, zero_shot_per_case)}
 print(f"\n| held out, on {' / '.join(clusters)} | evaluations to within 2%, fresh | pre-trained | zero-shot plan |")
 print("| --- | ---: | ---: | ---: |")
-cases = {(case[0], case[1]): (case, z) for case, z in zip(per_case, zero_shot_per_case)}
 for m in models:
-    rows = [cases.get((m, c)) for c in clusters]  # None: no complete run on that cluster ("-")
-    if any(rows):
-        fresh = " / ".join(cell(r[0][2], False) if r else "-" for r in rows)
-        trained = " / ".join(cell(r[0][3], math.isfinite(r[0][3]) and r[0][2] >= 5 * r[0][3]) if r else "-"
-                             for r in rows)
-        zero = " / ".join("-" if not r else f"**{pct(r[1])}**" if r[1] <= 0.10 else
-                          "failed" if not math.isfinite(r[1]) else pct(r[1]) for r in rows)
-        print(f"| {m} | {fresh} | {trained} | {zero} |")
+    if not any((m, c) in by_case for c in clusters):
+        continue
+    fresh, trained, zero = [], [], []
+    for c in clusters:
+        if (m, c) not in by_case:
+            for column in (fresh, trained, zero):
+                column.append("-")
+            continue
+        f, t, z = by_case[(m, c)]
+        fresh.append(evals_cell(f, False))
+        trained.append(evals_cell(t, math.isfinite(t) and f >= 5 * t))
+        zero.append(zero_shot_cell(z))
+    print(f"| {m} | {' / '.join(fresh)} | {' / '.join(trained)} | {' / '.join(zero)} |")
 
 # The plot: median over cases of best-so-far / best classical, against evaluations (log scale).
 W, H, L, R, T, B = 640, 360, 60, 20, 20, 50

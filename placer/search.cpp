@@ -182,6 +182,14 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
              a.group_replicas != b.group_replicas || a.micro_batches != b.micro_batches ||
              a.data_parallel != b.data_parallel;
     };
+    // A candidate with its cuts placed for its stages, and reordered.
+    const auto add_cut_variants = [&](ZeroShotReplicas replicas, const Placement& p) {
+      Placement moved = with_pipedream_cuts(ctx, p);
+      std::vector<Placement> ordered = with_pipedream_orders(ctx, p);
+      if (moved.layer_group != p.layer_group) out.push_back({d, moved, {from, replicas, true}});
+      for (Placement& o : ordered)
+        if (differs(o, p) && differs(o, moved)) out.push_back({d, std::move(o), {from, replicas, true, true}});
+    };
     // Data parallelism on the decision's devices is one evaluation (it has
     // no pipeline schedule to choose): scored right after the decision, before
     // even its own cut and order variants, so that where copies beat stages
@@ -189,22 +197,16 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
     const Placement data_parallel = as_data_parallel(ctx, as_decided);
     out.push_back({d, as_decided, {from, ZeroShotReplicas::as_decided, false}});
     if (differs(data_parallel, as_decided)) out.push_back({d, data_parallel, {from, ZeroShotReplicas::data_parallel, false}});
+    add_cut_variants(ZeroShotReplicas::as_decided, as_decided);
     const std::pair<ZeroShotReplicas, Placement> repaired[] = {
-        {ZeroShotReplicas::as_decided, as_decided},
         {ZeroShotReplicas::dropped, without_replicas(ctx, as_decided)},
         {ZeroShotReplicas::idle_devices_added, with_idle_devices(ctx, as_decided)},
         {ZeroShotReplicas::one_stage, as_one_stage(ctx, as_decided)},
         {ZeroShotReplicas::every_device_a_stage, as_pipeline_of_every_device(ctx, as_decided)}};
     for (const auto& [replicas, p] : repaired) {
-      if (replicas != ZeroShotReplicas::as_decided) {
-        if (!differs(p, as_decided)) continue;
-        out.push_back({d, p, {from, replicas, false}});
-      }
-      Placement moved = with_pipedream_cuts(ctx, p);
-      std::vector<Placement> ordered = with_pipedream_orders(ctx, p);
-      if (moved.layer_group != p.layer_group) out.push_back({d, moved, {from, replicas, true}});
-      for (Placement& o : ordered)
-        if (differs(o, p) && differs(o, moved)) out.push_back({d, std::move(o), {from, replicas, true, true}});
+      if (!differs(p, as_decided)) continue;
+      out.push_back({d, p, {from, replicas, false}});
+      add_cut_variants(replicas, p);
     }
   }
   return out;
