@@ -126,17 +126,6 @@ std::vector<int> turned_fastest_first(std::vector<int> ring, int extra, const st
   return ring;
 }
 
-// `p` on the other synchronous schedule, GPipe <-> 1F1B (the same gradients,
-// another order of the micro-batches), without its recomputation marks (what
-// that schedule keeps in flight decides them anew); none for data
-// parallelism or the interleaved and AL schedules.
-std::optional<Placement> with_other_schedule(const Placement& p) {
-  if (p.is_data_parallel() || (p.schedule != Schedule::gpipe && p.schedule != Schedule::one_f_one_b)) return {};
-  Placement q = p;
-  q.schedule = p.schedule == Schedule::gpipe ? Schedule::one_f_one_b : Schedule::gpipe;
-  q.group_recompute.clear();
-  return q;
-}
 
 // The report of whichever of `p` (scored `mine`) and `other` (scored
 // `theirs`) ran faster, `p` on a tie; `p` becomes it.
@@ -147,6 +136,14 @@ StepReport keep_faster(Placement& p, StepReport mine, Placement other, StepRepor
 }
 
 }  // namespace
+
+std::optional<Placement> with_other_schedule(const Placement& p) {
+  if (p.is_data_parallel() || (p.schedule != Schedule::gpipe && p.schedule != Schedule::one_f_one_b)) return {};
+  Placement q = p;
+  q.schedule = p.schedule == Schedule::gpipe ? Schedule::one_f_one_b : Schedule::gpipe;
+  q.group_recompute.clear();
+  return q;
+}
 
 bool has_replica_rings(const Placement& p) {
   return p.data_parallel == DataParallelMode::bsp || (p.has_replicated_groups() && !p.is_data_parallel());

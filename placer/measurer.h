@@ -53,6 +53,12 @@ struct TracePoint {
   double best_step_ms = 0;
 };
 
+// `p` on the other synchronous schedule, GPipe <-> 1F1B (the same gradients,
+// another order of the micro-batches), without its recomputation marks (what
+// that schedule keeps in flight decides them anew); none for data
+// parallelism or the interleaved and AL schedules.
+std::optional<Placement> with_other_schedule(const Placement& p);
+
 class Measurer {
  public:
   // `graph`, `cluster` and `evaluator` must outlive the measurer; its clock starts now.

@@ -182,13 +182,23 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
              a.group_replicas != b.group_replicas || a.micro_batches != b.micro_batches ||
              a.data_parallel != b.data_parallel;
     };
-    // A candidate with its cuts placed for its stages, and reordered.
+    // A candidate with its cuts placed for its stages, and reordered; then its
+    // cuts placed for the other schedule too, whose memory differs (1F1B keeps
+    // fewer micro-batches in flight, so a fast device may take the long stage
+    // GPipe could hold only by recomputing), since the measurer scores both.
     const auto add_cut_variants = [&](ZeroShotReplicas replicas, const Placement& p) {
-      Placement moved = with_pipedream_cuts(ctx, p);
-      std::vector<Placement> ordered = with_pipedream_orders(ctx, p);
-      if (moved.layer_group != p.layer_group) out.push_back({d, moved, {from, replicas, true}});
-      for (Placement& o : ordered)
-        if (differs(o, p) && differs(o, moved)) out.push_back({d, std::move(o), {from, replicas, true, true}});
+      std::vector<Placement> seen{p};
+      const auto add = [&](Placement v, bool reordered) {
+        for (const Placement& s : seen)
+          if (!differs(v, s)) return;
+        seen.push_back(v);
+        out.push_back({d, std::move(v), {from, replicas, true, reordered}});
+      };
+      const std::optional<Placement> other = with_other_schedule(p);
+      for (const Placement& q : other ? std::vector<Placement>{p, *other} : std::vector<Placement>{p}) {
+        add(with_pipedream_cuts(ctx, q), false);
+        for (Placement& o : with_pipedream_orders(ctx, q)) add(std::move(o), true);
+      }
     };
     // Data parallelism on the decision's devices is one evaluation (it has
     // no pipeline schedule to choose): scored right after the decision, before

@@ -124,6 +124,16 @@ class ReplicatedStageModel {
 
   int micro_batches() const { return bm_.m; }
 
+  // Micro-batches stage k of S on r replicas keeps in flight. A micro-batch
+  // goes from its forward there through every later stage and boundary and
+  // back to its backward, one latency each, so the stage's interval is at
+  // least that round trip / this: 1F1B's window, which slow links make the
+  // bottleneck (GPipe keeps all m in flight).
+  int window(int k, int S, int r) const {
+    const int own = (bm_.m + r - 1) / r;
+    return static_cast<int>(std::min<int64_t>(bm_.m, micro_batches_in_flight(bm_.ctx.schedule, own, S - k) * r));
+  }
+
  private:
   // A stage without parameters exchanges nothing (the ring would still pay its latencies).
   double allreduce_ms(const std::vector<int>& R, int64_t param_bytes) const {
@@ -362,10 +372,32 @@ std::vector<int> stage_devices(const StagePlan& plan, int k) {
   return R;
 }
 
+// One pipeline's stages (k) and the boundaries before them (k > 0): each
+// one micro-batch's latency and interval per micro-batch, and the stage's
+// window (ReplicatedStageModel::window).
+struct PipelineTimes {
+  explicit PipelineTimes(int S) : latency(S, 0), interval(S, 0), edge_latency(S, 0), edge_interval(S, 0), window(S, 1) {}
+  std::vector<double> latency, interval, edge_latency, edge_interval;
+  std::vector<int> window;
+
+  // Sum of latencies + (m - 1) x the bottleneck: the largest interval, or
+  // round trip from a stage on over its window.
+  double step(int m) const {
+    const int S = static_cast<int>(latency.size());
+    double sum = 0, bottleneck = 0;
+    for (int k = S - 1; k >= 0; --k) {
+      sum += latency[k];
+      bottleneck = std::max({bottleneck, interval[k], edge_interval[k], sum / window[k]});
+      sum += edge_latency[k];
+    }
+    return sum + (m - 1) * bottleneck;
+  }
+};
+
 // A pipeline's step for given cuts, as GPipe's fill and drain see it: one
 // micro-batch's latency through every stage and boundary, then m - 1 more
-// intervals of the slowest (the bottleneck): sum of latencies + (m - 1) x
-// bottleneck. Per stage k and positions i < j, its interval (PipeDream's
+// intervals of the slowest (the bottleneck, or a stage's round trip over its
+// window where 1F1B's window is the narrower): PipelineTimes::step. Per stage k and positions i < j, its interval (PipeDream's
 // stage cost, per micro-batch) and latency (its slowest replica's forward +
 // backward of one micro-batch); per boundary before stage k at position i the same.
 class CutTable {
@@ -378,6 +410,7 @@ class CutTable {
     latency_ = interval_;
     edge_interval_.assign(static_cast<size_t>(S) * (C + 1), 0);
     edge_latency_ = edge_interval_;
+    for (int k = 0; k < S; ++k) window_.push_back(model.window(k, S, static_cast<int>(sets[k].size())));
     for (int k = 0; k < S; ++k)
       for (int i = 0; i < C; ++i) {
         if (k > 0) {
@@ -392,47 +425,45 @@ class CutTable {
   }
 
   // The cuts (position indices of the stages' first layers) whose every
-  // interval is at most `bound` with the least latency; their latency in `sum`
-  // (infinity: none).
+  // interval, and every round trip over its stage's window, is at most
+  // `bound`, with the least latency; their latency in `sum` (infinity: none).
+  // Built from the last stage back: a stage's round trip is the latency of
+  // the stages and boundaries from it on, which the least suffix keeps least.
   std::vector<int> least_latency(double bound, double& sum) const {
-    std::vector<double> best(static_cast<size_t>(S + 1) * (C + 1), kInf);
-    std::vector<int> from(best.size(), -1);
-    best[0] = 0;
-    for (int k = 1; k <= S; ++k)
-      for (int i = k - 1; i < C; ++i) {
-        const double before = best[static_cast<size_t>(k - 1) * (C + 1) + i];
-        if (before == kInf || (k > 1 && edge_interval_[edge(k - 1, i)] > bound)) continue;
-        const double in = before + (k > 1 ? edge_latency_[edge(k - 1, i)] : 0);
-        for (int j = i + 1; j <= C - (S - k); ++j) {
-          if (interval_[at(k - 1, i, j)] > bound) continue;
-          const double v = in + latency_[at(k - 1, i, j)];
-          const size_t to = static_cast<size_t>(k) * (C + 1) + j;
-          if (v < best[to]) best[to] = v, from[to] = i;
+    // suffix[k][i]: the least latency of stages k.. with stage k first at position i.
+    std::vector<double> suffix(static_cast<size_t>(S + 1) * (C + 1), kInf);
+    std::vector<int> next(suffix.size(), -1);
+    const auto cell = [&](int k, int i) { return static_cast<size_t>(k) * (C + 1) + i; };
+    suffix[cell(S, C)] = 0;
+    for (int k = S - 1; k >= 0; --k)
+      for (int i = k; i < C && (k > 0 || i == 0); ++i) {
+        if (k > 0 && edge_interval_[edge(k, i)] > bound) continue;
+        for (int j = i + 1; j <= C - (S - 1 - k); ++j) {
+          const double after = suffix[cell(k + 1, j)];
+          if (after == kInf || interval_[at(k, i, j)] > bound) continue;
+          const double v = latency_[at(k, i, j)] + (k + 1 < S ? edge_latency_[edge(k + 1, j)] : 0) + after;
+          if (v > bound * window_[k]) continue;
+          if (v < suffix[cell(k, i)]) suffix[cell(k, i)] = v, next[cell(k, i)] = j;
         }
       }
-    sum = best[static_cast<size_t>(S) * (C + 1) + C];
-    std::vector<int> cuts(S);
+    sum = suffix[cell(0, 0)];
+    std::vector<int> cuts(S, 0);
     if (sum == kInf) return cuts;
-    for (int k = S, j = C; k >= 1; --k) {
-      j = from[static_cast<size_t>(k) * (C + 1) + j];
-      cuts[k - 1] = j;
-    }
+    for (int k = 0; k + 1 < S; ++k) cuts[k + 1] = next[cell(k, cuts[k])];
     return cuts;
   }
 
   // The step of cuts (position indices).
   double step(const std::vector<int>& cuts) const {
-    double sum = 0, bottleneck = 0;
+    PipelineTimes t(S);
     for (int k = 0; k < S; ++k) {
       const int end = k + 1 < S ? cuts[k + 1] : C;
-      sum += latency_[at(k, cuts[k], end)];
-      bottleneck = std::max(bottleneck, interval_[at(k, cuts[k], end)]);
-      if (k > 0) {
-        sum += edge_latency_[edge(k, cuts[k])];
-        bottleneck = std::max(bottleneck, edge_interval_[edge(k, cuts[k])]);
-      }
+      t.latency[k] = latency_[at(k, cuts[k], end)];
+      t.interval[k] = interval_[at(k, cuts[k], end)];
+      if (k > 0) t.edge_latency[k] = edge_latency_[edge(k, cuts[k])], t.edge_interval[k] = edge_interval_[edge(k, cuts[k])];
     }
-    return sum + (m - 1) * bottleneck;
+    t.window = window_;
+    return t.step(m);
   }
 
   // Every finite interval, ascending, once: the bounds worth trying.
@@ -452,6 +483,7 @@ class CutTable {
   size_t at(int k, int i, int j) const { return (static_cast<size_t>(k) * (C + 1) + i) * (C + 1) + j; }
   size_t edge(int k, int i) const { return static_cast<size_t>(k) * (C + 1) + i; }
   std::vector<double> interval_, latency_, edge_interval_, edge_latency_;
+  std::vector<int> window_;  // per stage (ReplicatedStageModel::window)
 };
 
 // The first layers of `plan`'s stages, each stage keeping its device set,
@@ -569,17 +601,18 @@ std::vector<int> stage_order(const Placement& p) {
 double pipeline_step(const ReplicatedStageModel& model, const std::vector<std::vector<int>>& sets,
                      const std::vector<int>& begins, int L) {
   const int S = static_cast<int>(sets.size());
-  double sum = 0, bottleneck = 0;
+  PipelineTimes t(S);
   for (int k = 0; k < S; ++k) {
     const int a = begins[k], b = k + 1 < S ? begins[k + 1] : L;
-    sum += model.stage_latency(sets[k], a, b);
-    bottleneck = std::max(bottleneck, model.stage(sets[k], a, b));
+    t.latency[k] = model.stage_latency(sets[k], a, b);
+    t.interval[k] = model.stage(sets[k], a, b);
+    t.window[k] = model.window(k, S, static_cast<int>(sets[k].size()));
     if (k > 0) {
-      sum += model.boundary_latency(sets[k - 1], sets[k], a);
-      bottleneck = std::max(bottleneck, model.boundary(sets[k - 1], sets[k], a));
+      t.edge_latency[k] = model.boundary_latency(sets[k - 1], sets[k], a);
+      t.edge_interval[k] = model.boundary(sets[k - 1], sets[k], a);
     }
   }
-  return sum + (model.micro_batches() - 1) * bottleneck;
+  return t.step(model.micro_batches());
 }
 
 // The stages' first layers where each stage's share of the work (`prefix`:
