@@ -904,6 +904,47 @@ TEST_CASE("a trained policy's zero-shot candidates score data parallelism on the
   }
 }
 
+TEST_CASE("a trained policy's zero-shot candidates place the decision's cuts for 1F1B too, where a slow gradient link makes its window count") {
+  // The chain of test_replication's 1F1B round-trip case at batch 32: six
+  // equal layers on two equal devices, gradients back on a link that takes
+  // two layers' compute after the wide layers 0-2 and next to nothing after
+  // the narrow 3-5. Taught three and three at 4 micro-batches on GPipe (the
+  // job's schedule), whose cut model keeps them; placed for 1F1B, whose two
+  // micro-batches in flight on d0 each wait for that gradient, the cut moves
+  // after the fourth layer.
+  LayerGraph g = test::linear_chain({1024, 1024, 1024, 16, 16, 16});
+  Cluster c;
+  c.devices = {Device{"d0"}, Device{"d1"}};
+  c.default_link.bandwidth_mbps = 1e9;
+  c.default_link.latency_ms = 0;
+  c.links.push_back(Link{"d1", "d0", 65.536, 0});
+  const CostModel cost = *CostModel::build(g, c, {test::flat_library(g, 8, 1, 1)});
+  SimulatorEvaluator sim(g, c, cost, 32);
+  Placement taught;
+  taught.layer_group = {0, 0, 0, 1, 1, 1};
+  taught.group_device = {0, 1};
+  taught.micro_batches = 4;
+  const auto net = networks_taught(g, c, taught);
+  OpDictionary dict;
+  const auto candidates = zero_shot_candidates(*policy_for(g, c, net, dict), g, c, &cost, 32, Schedule::gpipe);
+  REQUIRE_FALSE(candidates.empty());
+  REQUIRE(candidates[0].placement.layer_group == taught.layer_group);
+  const auto for_1f1b = std::find_if(candidates.begin(), candidates.end(), [](const ZeroShotCandidate& z) {
+    return z.how.cuts_moved && z.placement.schedule == Schedule::one_f_one_b;
+  });
+  REQUIRE(for_1f1b != candidates.end());
+  CHECK(for_1f1b->placement.layer_group == std::vector<int>{0, 0, 0, 0, 1, 1});
+  // Faster than the decision on either schedule, and the zero-shot plan (the
+  // fastest candidate: here the decision's at 32 micro-batches) no slower.
+  Placement taught_1f1b = taught;
+  taught_1f1b.schedule = Schedule::one_f_one_b;
+  const double moved_ms = sim.evaluate(for_1f1b->placement).step_ms;
+  CHECK(moved_ms < std::min(sim.evaluate(taught).step_ms, sim.evaluate(taught_1f1b).step_ms));
+  const SearchResult r = zero_shot_search(g, c, sim, net, &cost);
+  REQUIRE(r.zero_shot_report->ok);
+  CHECK(r.zero_shot_report->step_ms <= moved_ms);
+}
+
 TEST_CASE("a time budget stops the zero-shot candidates after the first once too little time is left") {
   // A taught two-stage plan with a replica on devices of unequal speeds has 26
   // candidates, 13 of them distinct; evaluations of at least 50 ms and a 0.3 s
