@@ -69,25 +69,29 @@ class ReplicatedStageModel {
   }
 
   double stage(const std::vector<int>& R, int a, int b) const {
-    const int r = static_cast<int>(R.size()), m = bm_.m;
-    if (r > m) return kInf;
-    const int own = (m + r - 1) / r;
-    const int64_t in_flight = micro_batches_in_flight(bm_.ctx.schedule, own, num_devices(bm_.ctx));
-    // A stage that fits no replica's memory as it is may recompute (all its
-    // replicas do, as planned() marks it): one more forward per micro-batch.
-    bool recompute = false;
-    for (int i = 0; i < r && !recompute; ++i)
-      if (!bm_.mem.fits(bm_.ctx.cluster->devices[R[i]], a, b, bm_.samples, in_flight, false, own)) recompute = true;
-    double compute = 0;
-    for (int i = 0; i < r; ++i) {
-      if (recompute && !(bm_.ctx.allow_recompute &&
-                         bm_.mem.fits(bm_.ctx.cluster->devices[R[i]], a, b, bm_.samples, in_flight, true, own)))
-        return kInf;
-      const int n = (m - i + r - 1) / r;
-      const double forward_again = recompute ? bm_.ctx.cost->forward_ms(R[i], a, b - 1, bm_.samples) : 0;
-      compute = std::max(compute, n * (stage_ms(bm_.ctx, R[i], a, b, bm_.samples) + forward_again));
-    }
-    return (compute + allreduce_ms(R, bm_.mem.param_bytes(a, b))) / m;
+    const Phases p = phases(R, a, b);
+    return p.total;
+  }
+
+  // A stage's interval with its sends out (one_way: the activations on, the
+  // gradients back). Under GPipe every forward runs before any backward, and
+  // a send never blocks compute, so each phase lasts as long as its slower
+  // side: forward or activations on, then backward or gradients back.
+  // Otherwise stage(), the sends counted on the boundaries.
+  double interval(const std::vector<int>& R, int a, int b, double send_on, double send_back) const {
+    const Phases p = phases(R, a, b);
+    if (bm_.ctx.schedule != Schedule::gpipe || p.total == kInf) return p.total;
+    return std::max(p.forward, send_on) + std::max(p.backward, send_back);
+  }
+
+  // Per micro-batch, the largest sender of A's total time for the activations
+  // across the cut before layer j to B (micro-batch t from A[t % |A|] to B[t % |B|]).
+  double one_way(const std::vector<int>& A, const std::vector<int>& B, int j) const {
+    const int64_t bytes = bm_.cut[j] * bm_.samples;
+    if (bytes == 0) return 0;
+    std::vector<double> sent(A.size(), 0);
+    for (int t = 0; t < bm_.m; ++t) sent[t % A.size()] += bm_.ctx.cost->transfer_ms(A[t % A.size()], B[t % B.size()], bytes);
+    return *std::max_element(sent.begin(), sent.end()) / bm_.m;
   }
 
   double boundary(const std::vector<int>& A, const std::vector<int>& B, int j) const {
@@ -135,6 +139,40 @@ class ReplicatedStageModel {
   }
 
  private:
+  // Per micro-batch on the stage's slowest replica: forward, backward (with
+  // recomputation's extra forward and the all-reduce) and both together.
+  struct Phases {
+    double forward = 0, backward = 0, total = 0;
+  };
+  Phases phases(const std::vector<int>& R, int a, int b) const {
+    const int r = static_cast<int>(R.size()), m = bm_.m;
+    if (r > m) return {kInf, kInf, kInf};
+    const int own = (m + r - 1) / r;
+    const int64_t in_flight = micro_batches_in_flight(bm_.ctx.schedule, own, num_devices(bm_.ctx));
+    // A stage that fits no replica's memory as it is may recompute (all its
+    // replicas do, as planned() marks it): one more forward per micro-batch.
+    bool recompute = false;
+    for (int i = 0; i < r && !recompute; ++i)
+      if (!bm_.mem.fits(bm_.ctx.cluster->devices[R[i]], a, b, bm_.samples, in_flight, false, own)) recompute = true;
+    Phases p;
+    for (int i = 0; i < r; ++i) {
+      if (recompute && !(bm_.ctx.allow_recompute &&
+                         bm_.mem.fits(bm_.ctx.cluster->devices[R[i]], a, b, bm_.samples, in_flight, true, own)))
+        return {kInf, kInf, kInf};
+      const int n = (m - i + r - 1) / r;
+      const double forward = bm_.ctx.cost->forward_ms(R[i], a, b - 1, bm_.samples);
+      const double backward = bm_.ctx.cost->backward_ms(R[i], a, b - 1, bm_.samples) + (recompute ? forward : 0);
+      p.forward = std::max(p.forward, n * forward);
+      p.backward = std::max(p.backward, n * backward);
+      p.total = std::max(p.total, n * (forward + backward));
+    }
+    const double allreduce = allreduce_ms(R, bm_.mem.param_bytes(a, b));
+    p.forward /= m;
+    p.backward = (p.backward + allreduce) / m;
+    p.total = (p.total + allreduce) / m;
+    return p;
+  }
+
   // A stage without parameters exchanges nothing (the ring would still pay its latencies).
   double allreduce_ms(const std::vector<int>& R, int64_t param_bytes) const {
     return param_bytes == 0 ? 0 : bm_.ctx.cost->ring_allreduce_ms(R, param_bytes);
@@ -397,9 +435,11 @@ struct PipelineTimes {
 // A pipeline's step for given cuts, as GPipe's fill and drain see it: one
 // micro-batch's latency through every stage and boundary, then m - 1 more
 // intervals of the slowest (the bottleneck, or a stage's round trip over its
-// window where 1F1B's window is the narrower): PipelineTimes::step. Per stage k and positions i < j, its interval (PipeDream's
-// stage cost, per micro-batch) and latency (its slowest replica's forward +
-// backward of one micro-batch); per boundary before stage k at position i the same.
+// window where 1F1B's window is the narrower): PipelineTimes::step. Per
+// stage k and positions i < j, its interval (ReplicatedStageModel::interval:
+// PipeDream's stage cost per micro-batch, by phase under GPipe) and latency
+// (its slowest replica's forward + backward of one micro-batch); per boundary
+// before stage k at position i the same.
 class CutTable {
  public:
   CutTable(const ReplicatedStageModel& model, const StagePlan& plan, std::vector<int> positions)
@@ -411,6 +451,13 @@ class CutTable {
     edge_interval_.assign(static_cast<size_t>(S) * (C + 1), 0);
     edge_latency_ = edge_interval_;
     for (int k = 0; k < S; ++k) window_.push_back(model.window(k, S, static_cast<int>(sets[k].size())));
+    // Per stage and position, its sends across a cut there: on (its last) and back (its first).
+    std::vector<double> on(edge_interval_.size(), 0), back(on.size(), 0);
+    for (int k = 0; k < S; ++k)
+      for (int i = 0; i <= C; ++i) {
+        if (k + 1 < S) on[edge(k, i)] = model.one_way(sets[k], sets[k + 1], P[i]);
+        if (k > 0) back[edge(k, i)] = model.one_way(sets[k], sets[k - 1], P[i]);
+      }
     for (int k = 0; k < S; ++k)
       for (int i = 0; i < C; ++i) {
         if (k > 0) {
@@ -418,7 +465,7 @@ class CutTable {
           edge_latency_[edge(k, i)] = model.boundary_latency(sets[k - 1], sets[k], P[i]);
         }
         for (int j = i + 1; j <= C; ++j) {
-          interval_[at(k, i, j)] = model.stage(sets[k], P[i], P[j]);
+          interval_[at(k, i, j)] = model.interval(sets[k], P[i], P[j], on[edge(k, j)], back[edge(k, i)]);
           latency_[at(k, i, j)] = model.stage_latency(sets[k], P[i], P[j]);
         }
       }
@@ -442,7 +489,7 @@ class CutTable {
           const double after = suffix[cell(k + 1, j)];
           if (after == kInf || interval_[at(k, i, j)] > bound) continue;
           const double v = latency_[at(k, i, j)] + (k + 1 < S ? edge_latency_[edge(k + 1, j)] : 0) + after;
-          if (v > bound * window_[k]) continue;
+          if (v > bound * window_[k] * (1 + 1e-9)) continue;  // a round trip at the bound, summed, may round above it
           if (v < suffix[cell(k, i)]) suffix[cell(k, i)] = v, next[cell(k, i)] = j;
         }
       }
@@ -487,14 +534,16 @@ class CutTable {
 };
 
 // The first layers of `plan`'s stages, each stage keeping its device set,
-// whose CutTable step is least: for a bound on the intervals, the least
-// latency under it, over the smallest feasible bound and up to
-// kBoundsTried - 1 larger ones (by rank among the intervals). Cut positions:
+// whose CutTable step is least: for a bound on the intervals (and on each
+// round trip over its window), the least latency under it, over the smallest
+// feasible bound (bisected: a round trip may bind between two intervals) and
+// up to kBoundsTried larger ones (by rank among the intervals). Cut positions:
 // every layer on models of up to kMaxCutPositions - 1 layers, else quantiles
 // of the fastest device's time, and the plan's own cuts always (kept where
 // no others beat them).
 constexpr int kMaxCutPositions = 129;
 constexpr int kBoundsTried = 48;
+constexpr int kBisections = 30;
 // The orders with_pipedream_orders places the cuts for, of those its capacity
 // cuts rank best: the capacity split ignores boundaries, so its best few, not
 // its best one, are worth the cut placement's cost.
@@ -522,14 +571,24 @@ std::vector<int> balanced_begins(const PlannerContext& ctx, const StagePlan& pla
   }
   double best_step = table.step(own);
   std::vector<int> best = own;
-  const size_t tried = std::min<size_t>(kBoundsTried, bounds.size() - std::min(lo, bounds.size()));
-  for (size_t t = 0; t < tried; ++t) {
-    const double bound = bounds[lo + t * (bounds.size() - 1 - lo) / std::max<size_t>(1, tried - 1)];
+  const auto try_bound = [&](double bound) {
     std::vector<int> cuts = table.least_latency(bound, sum);
-    if (sum == kInf) continue;
+    if (sum == kInf) return;
     const double step = table.step(cuts);
     if (step < best_step) best_step = step, best = std::move(cuts);
+  };
+  if (lo == bounds.size()) return plan.stage_begin;
+  // A round trip over its window may bind between two intervals: the
+  // smallest feasible bound itself, bisected below the listed one, first.
+  double below = lo > 0 ? bounds[lo - 1] : 0, above = bounds[lo];
+  for (int t = 0; t < kBisections && above - below > 1e-9 * above; ++t) {
+    const double mid = (below + above) / 2;
+    table.least_latency(mid, sum);
+    (sum < kInf ? above : below) = mid;
   }
+  try_bound(above);
+  const size_t tried = std::min<size_t>(kBoundsTried, bounds.size() - lo);
+  for (size_t t = 0; t < tried; ++t) try_bound(bounds[lo + t * (bounds.size() - 1 - lo) / std::max<size_t>(1, tried - 1)]);
   for (int& c : best) c = P[c];
   return best;
 }
@@ -605,7 +664,9 @@ double pipeline_step(const ReplicatedStageModel& model, const std::vector<std::v
   for (int k = 0; k < S; ++k) {
     const int a = begins[k], b = k + 1 < S ? begins[k + 1] : L;
     t.latency[k] = model.stage_latency(sets[k], a, b);
-    t.interval[k] = model.stage(sets[k], a, b);
+    const double on = k + 1 < S ? model.one_way(sets[k], sets[k + 1], b) : 0;
+    const double back = k > 0 ? model.one_way(sets[k], sets[k - 1], a) : 0;
+    t.interval[k] = model.interval(sets[k], a, b, on, back);
     t.window[k] = model.window(k, S, static_cast<int>(sets[k].size()));
     if (k > 0) {
       t.edge_latency[k] = model.boundary_latency(sets[k - 1], sets[k], a);

@@ -14,6 +14,7 @@
 #include <numeric>
 #include <random>
 
+#include "core/placement.h"
 #include "model/layer_library.h"
 #include "model/zoo.h"
 #include "placer/baselines.h"
@@ -904,41 +905,64 @@ TEST_CASE("a trained policy's zero-shot candidates score data parallelism on the
   }
 }
 
-TEST_CASE("a trained policy's zero-shot candidates place the decision's cuts for 1F1B too, where a slow gradient link makes its window count") {
-  // The chain of test_replication's 1F1B round-trip case at batch 32: six
-  // equal layers on two equal devices, gradients back on a link that takes
-  // two layers' compute after the wide layers 0-2 and next to nothing after
-  // the narrow 3-5. Taught three and three at 4 micro-batches on GPipe (the
-  // job's schedule), whose cut model keeps them; placed for 1F1B, whose two
-  // micro-batches in flight on d0 each wait for that gradient, the cut moves
-  // after the fourth layer.
-  LayerGraph g = test::linear_chain({1024, 1024, 1024, 16, 16, 16});
+TEST_CASE("a trained policy's zero-shot candidates place the decision's cuts for 1F1B too, whose memory lets the fast device take more") {
+  // A wide linear layer, four ReLUs as wide (2 MB of activations a
+  // micro-batch each, no weights) and a narrow one; d0 twice as fast as d1,
+  // a free link; forward three times the backward, so recomputing is dear.
+  // Taught three and three at 4 micro-batches on GPipe (the job's schedule),
+  // where d0 holds the activations of all four micro-batches: memory that
+  // fits three layers so, not four. On 1F1B d0 keeps two in flight and takes
+  // four layers without recomputing, the faster step (4/2: 16u + 3 x 8u
+  // against 3/3: 18u + 3 x 12u, u a layer's backward on d1).
+  LayerGraph g;
+  g.name = "wide";
+  g.input_shape = {16};
+  const int64_t W = 65536;
+  for (int i = 0; i < 6; ++i) {
+    Layer l;
+    l.name = "l" + std::to_string(i);
+    l.op = i == 0 || i == 5 ? "linear" : "relu";
+    if (l.op == "linear") l.attrs.out = i == 0 ? W : 16;
+    if (i > 0) l.inputs = {i - 1};
+    g.layers.push_back(l);
+  }
+  REQUIRE(infer_shapes(g).is_ok());
   Cluster c;
   c.devices = {Device{"d0"}, Device{"d1"}};
+  c.devices[0].speed = 2;
   c.default_link.bandwidth_mbps = 1e9;
   c.default_link.latency_ms = 0;
-  c.links.push_back(Link{"d1", "d0", 65.536, 0});
-  const CostModel cost = *CostModel::build(g, c, {test::flat_library(g, 8, 1, 1)});
-  SimulatorEvaluator sim(g, c, cost, 32);
   Placement taught;
   taught.layer_group = {0, 0, 0, 1, 1, 1};
   taught.group_device = {0, 1};
   taught.micro_batches = 4;
+  Placement four_on_1f1b = taught;
+  four_on_1f1b.layer_group = {0, 0, 0, 0, 1, 1};
+  four_on_1f1b.schedule = Schedule::one_f_one_b;
+  Placement four_on_gpipe = four_on_1f1b;
+  four_on_gpipe.schedule = Schedule::gpipe;
+  const auto d0_bytes = [&](const Placement& p) { return estimate_device_memory_bytes(p, g, c, 32)[0]; };
+  const int64_t fits = std::max(d0_bytes(taught), d0_bytes(four_on_1f1b));
+  REQUIRE(fits + (int64_t{2} << 20) < d0_bytes(four_on_gpipe));
+  c.devices[0].memory_mb = static_cast<int>((fits >> 20) + 1);
+  const CostModel cost = *CostModel::build(g, c, {test::flat_library(g, 8, 3, 1)});
+  SimulatorEvaluator sim(g, c, cost, 32);
   const auto net = networks_taught(g, c, taught);
   OpDictionary dict;
   const auto candidates = zero_shot_candidates(*policy_for(g, c, net, dict), g, c, &cost, 32, Schedule::gpipe);
   REQUIRE_FALSE(candidates.empty());
   REQUIRE(candidates[0].placement.layer_group == taught.layer_group);
-  const auto for_1f1b = std::find_if(candidates.begin(), candidates.end(), [](const ZeroShotCandidate& z) {
-    return z.how.cuts_moved && z.placement.schedule == Schedule::one_f_one_b;
+  const auto placed_for_1f1b = std::find_if(candidates.begin(), candidates.end(), [](const ZeroShotCandidate& z) {
+    return z.how.cuts_moved && !z.how.reordered && z.placement.schedule == Schedule::one_f_one_b;
   });
-  REQUIRE(for_1f1b != candidates.end());
-  CHECK(for_1f1b->placement.layer_group == std::vector<int>{0, 0, 0, 0, 1, 1});
+  REQUIRE(placed_for_1f1b != candidates.end());
+  CHECK(placed_for_1f1b->placement.layer_group == four_on_1f1b.layer_group);
+  CHECK(placed_for_1f1b->placement.micro_batches == 4);
   // Faster than the decision on either schedule, and the zero-shot plan (the
-  // fastest candidate: here the decision's at 32 micro-batches) no slower.
+  // fastest candidate) no slower.
   Placement taught_1f1b = taught;
   taught_1f1b.schedule = Schedule::one_f_one_b;
-  const double moved_ms = sim.evaluate(for_1f1b->placement).step_ms;
+  const double moved_ms = sim.evaluate(placed_for_1f1b->placement).step_ms;
   CHECK(moved_ms < std::min(sim.evaluate(taught).step_ms, sim.evaluate(taught_1f1b).step_ms));
   const SearchResult r = zero_shot_search(g, c, sim, net, &cost);
   REQUIRE(r.zero_shot_report->ok);

@@ -258,35 +258,41 @@ TEST_CASE("with_pipedream_cuts moves a pipeline's cuts towards its faster stage,
   CHECK(with_pipedream_cuts(cs.ctx, p).layer_group == std::vector<int>{1, 1, 1, 1, 0, 0});
 }
 
-TEST_CASE("with_pipedream_cuts under 1F1B counts a micro-batch's round trip through the later stages in its window") {
+TEST_CASE("with_pipedream_cuts counts a slow gradient link where each schedule waits for it") {
   // Six equal layers on two equal devices, c = 0.5 ms a layer's forward +
-  // backward of a micro-batch (2 samples). Activations go d0 -> d1 free;
-  // gradients come back on a slow link: 1 ms = 2c after the wide layers
-  // 0-2, 1/64 ms after the narrow 3-5. d0 takes j layers, m = 4.
-  // Bottleneck alone: j = 3 costs 6c + 2c + 3 max(3c, 2c) = 17c, j = 4
-  // 6c + 3 x 4c = 18c, so three and three stay. But 1F1B keeps two
-  // micro-batches in flight on d0, each a round trip of 6c + the gradient's
-  // time: j = 3 waits 3 x (8c / 2) = 12c on it (20c in all), j = 4 fits it
-  // in its 4c interval (18c): four and two.
+  // backward of a micro-batch (2 samples, the two halves equal). Activations
+  // go d0 -> d1 free; gradients come back on a slow link: 1 ms = 2c after the
+  // wide layers 0-2, 1/64 ms after the narrow 3-5. d0 takes j layers, m = 4.
+  // A bottleneck over stage and link alone: j = 3 costs 6c + 2c + 3 max(3c,
+  // 2c) = 17c, j = 4 6c + 3 x 4c = 18c, so three and three would stay. But
+  //  * 1F1B keeps two micro-batches in flight on d0, each a round trip of 6c
+  //    + the gradient's time: j = 3 waits 3 x (8c / 2) = 12c on it (20c in
+  //    all), j = 4 fits it in its 4c interval (18c);
+  //  * GPipe runs every backward after every forward, so d1's backward
+  //    phase lasts as long as its gradients' sends: j = 3 costs 8c + 3 x
+  //    (1.5c + 2c) = 18.5c, j = 4 18c (what the simulator gives: 9.25 and 9.02 ms).
+  // Four and two either way, and the simulator agrees.
   LayerGraph g = linear_chain({1024, 1024, 1024, 16, 16, 16});
   Cluster c = cluster_of_speeds({1.0, 1.0});
   c.default_link.bandwidth_mbps = 1e9;
   c.default_link.latency_ms = 0;
   c.links.push_back(Link{"d1", "d0", 65.536, 0});  // 1024 floats x 2 samples in 1 ms
   Case cs(g, c, {test::flat_library(g, 8, 1, 1)}, 8);
-  Placement p;
-  p.layer_group = {0, 0, 0, 1, 1, 1};
-  p.group_device = {0, 1};
-  p.micro_batches = 4;
-  p.schedule = Schedule::one_f_one_b;
-  const Placement moved = with_pipedream_cuts(cs.ctx, p);
-  CHECK(moved.layer_group == std::vector<int>{0, 0, 0, 0, 1, 1});
-  // And the simulator agrees: the moved cuts are the faster step under 1F1B.
   SimulatorEvaluator ev = cs.evaluator();
-  const StepReport before = ev.evaluate(p), after = ev.evaluate(moved);
-  REQUIRE(before.ok);
-  REQUIRE(after.ok);
-  CHECK(after.step_ms < before.step_ms);
+  for (Schedule schedule : {Schedule::one_f_one_b, Schedule::gpipe}) {
+    CAPTURE(schedule_name(schedule));
+    Placement p;
+    p.layer_group = {0, 0, 0, 1, 1, 1};
+    p.group_device = {0, 1};
+    p.micro_batches = 4;
+    p.schedule = schedule;
+    const Placement moved = with_pipedream_cuts(cs.ctx, p);
+    CHECK(moved.layer_group == std::vector<int>{0, 0, 0, 0, 1, 1});
+    const StepReport before = ev.evaluate(p), after = ev.evaluate(moved);
+    REQUIRE(before.ok);
+    REQUIRE(after.ok);
+    CHECK(after.step_ms < before.step_ms);
+  }
 }
 
 TEST_CASE("with_pipedream_cuts keeps each group's devices, replicas and order on random chains, clusters and plans") {
