@@ -126,7 +126,6 @@ std::vector<int> turned_fastest_first(std::vector<int> ring, int extra, const st
   return ring;
 }
 
-
 // The report of whichever of `p` (scored `mine`) and `other` (scored
 // `theirs`) ran faster, `p` on a tie; `p` becomes it.
 StepReport keep_faster(Placement& p, StepReport mine, Placement other, StepReport theirs) {
@@ -138,7 +137,8 @@ StepReport keep_faster(Placement& p, StepReport mine, Placement other, StepRepor
 }  // namespace
 
 std::optional<Placement> with_other_schedule(const Placement& p) {
-  if (p.is_data_parallel() || (p.schedule != Schedule::gpipe && p.schedule != Schedule::one_f_one_b)) return {};
+  if (p.is_data_parallel() || (p.schedule != Schedule::gpipe && p.schedule != Schedule::one_f_one_b))
+    return {};
   Placement q = p;
   q.schedule = p.schedule == Schedule::gpipe ? Schedule::one_f_one_b : Schedule::gpipe;
   q.group_recompute.clear();

@@ -191,8 +191,13 @@ constexpr int kImitationRounds = 4;  // of kImitationSteps, until the greedy dec
 // devices it leaves idle added as replicas (with_idle_devices), as one stage
 // copied onto its devices (as_one_stage) and with every device a stage
 // (as_pipeline_of_every_device), each of those as it is and with the same
-// cut and order variants; a repair that changes nothing is left out. Without costs (`cost` null): the two decisions as they are. The fastest is the zero-shot plan (`optimize
-// --policy`, train-policy's summary); equal candidates are the measurer's memo.
+// cut and order variants; the variants are placed for the candidate's
+// schedule, then for the other synchronous one (with_other_schedule: 1F1B
+// keeps fewer micro-batches in flight, so its memory and its window differ;
+// the measurer scores both anyway); a repair or variant that changes nothing
+// is left out. Without costs (`cost` null): the two decisions as they are.
+// The fastest is the zero-shot plan (`optimize --policy`, train-policy's
+// summary); equal candidates are the measurer's memo.
 struct ZeroShotCandidate {
   Decision decided;
   Placement placement;

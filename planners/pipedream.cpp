@@ -68,10 +68,7 @@ class ReplicatedStageModel {
     return devices;
   }
 
-  double stage(const std::vector<int>& R, int a, int b) const {
-    const Phases p = phases(R, a, b);
-    return p.total;
-  }
+  double stage(const std::vector<int>& R, int a, int b) const { return phases(R, a, b).total; }
 
   // A stage's interval with its sends out (one_way: the activations on, the
   // gradients back). Under GPipe every forward runs before any backward, and
@@ -90,7 +87,8 @@ class ReplicatedStageModel {
     const int64_t bytes = bm_.cut[j] * bm_.samples;
     if (bytes == 0) return 0;
     std::vector<double> sent(A.size(), 0);
-    for (int t = 0; t < bm_.m; ++t) sent[t % A.size()] += bm_.ctx.cost->transfer_ms(A[t % A.size()], B[t % B.size()], bytes);
+    for (int t = 0; t < bm_.m; ++t)
+      sent[t % A.size()] += bm_.ctx.cost->transfer_ms(A[t % A.size()], B[t % B.size()], bytes);
     return *std::max_element(sent.begin(), sent.end()) / bm_.m;
   }
 
@@ -135,7 +133,8 @@ class ReplicatedStageModel {
   // bottleneck (GPipe keeps all m in flight).
   int window(int k, int S, int r) const {
     const int own = (bm_.m + r - 1) / r;
-    return static_cast<int>(std::min<int64_t>(bm_.m, micro_batches_in_flight(bm_.ctx.schedule, own, S - k) * r));
+    return static_cast<int>(
+        std::min<int64_t>(bm_.m, micro_batches_in_flight(bm_.ctx.schedule, own, S - k) * r));
   }
 
  private:
@@ -153,15 +152,17 @@ class ReplicatedStageModel {
     // replicas do, as planned() marks it): one more forward per micro-batch.
     bool recompute = false;
     for (int i = 0; i < r && !recompute; ++i)
-      if (!bm_.mem.fits(bm_.ctx.cluster->devices[R[i]], a, b, bm_.samples, in_flight, false, own)) recompute = true;
+      if (!bm_.mem.fits(bm_.ctx.cluster->devices[R[i]], a, b, bm_.samples, in_flight, false, own))
+        recompute = true;
     Phases p;
     for (int i = 0; i < r; ++i) {
-      if (recompute && !(bm_.ctx.allow_recompute &&
-                         bm_.mem.fits(bm_.ctx.cluster->devices[R[i]], a, b, bm_.samples, in_flight, true, own)))
+      if (recompute && !(bm_.ctx.allow_recompute && bm_.mem.fits(bm_.ctx.cluster->devices[R[i]], a, b,
+                                                                 bm_.samples, in_flight, true, own)))
         return {kInf, kInf, kInf};
       const int n = (m - i + r - 1) / r;
       const double forward = bm_.ctx.cost->forward_ms(R[i], a, b - 1, bm_.samples);
-      const double backward = bm_.ctx.cost->backward_ms(R[i], a, b - 1, bm_.samples) + (recompute ? forward : 0);
+      const double backward =
+          bm_.ctx.cost->backward_ms(R[i], a, b - 1, bm_.samples) + (recompute ? forward : 0);
       p.forward = std::max(p.forward, n * forward);
       p.backward = std::max(p.backward, n * backward);
       p.total = std::max(p.total, n * (forward + backward));
@@ -414,7 +415,8 @@ std::vector<int> stage_devices(const StagePlan& plan, int k) {
 // one micro-batch's latency and interval per micro-batch, and the stage's
 // window (ReplicatedStageModel::window).
 struct PipelineTimes {
-  explicit PipelineTimes(int S) : latency(S, 0), interval(S, 0), edge_latency(S, 0), edge_interval(S, 0), window(S, 1) {}
+  explicit PipelineTimes(int S)
+      : latency(S, 0), interval(S, 0), edge_latency(S, 0), edge_interval(S, 0), window(S, 1) {}
   std::vector<double> latency, interval, edge_latency, edge_interval;
   std::vector<int> window;
 
@@ -489,7 +491,8 @@ class CutTable {
           const double after = suffix[cell(k + 1, j)];
           if (after == kInf || interval_[at(k, i, j)] > bound) continue;
           const double v = latency_[at(k, i, j)] + (k + 1 < S ? edge_latency_[edge(k + 1, j)] : 0) + after;
-          if (v > bound * window_[k] * (1 + 1e-9)) continue;  // a round trip at the bound, summed, may round above it
+          if (v > bound * window_[k] * (1 + 1e-9))
+            continue;  // a round trip at the bound, summed, may round above it
           if (v < suffix[cell(k, i)]) suffix[cell(k, i)] = v, next[cell(k, i)] = j;
         }
       }
@@ -507,7 +510,9 @@ class CutTable {
       const int end = k + 1 < S ? cuts[k + 1] : C;
       t.latency[k] = latency_[at(k, cuts[k], end)];
       t.interval[k] = interval_[at(k, cuts[k], end)];
-      if (k > 0) t.edge_latency[k] = edge_latency_[edge(k, cuts[k])], t.edge_interval[k] = edge_interval_[edge(k, cuts[k])];
+      if (k > 0)
+        t.edge_latency[k] = edge_latency_[edge(k, cuts[k])],
+        t.edge_interval[k] = edge_interval_[edge(k, cuts[k])];
     }
     t.window = window_;
     return t.step(m);
@@ -588,7 +593,8 @@ std::vector<int> balanced_begins(const PlannerContext& ctx, const StagePlan& pla
   }
   try_bound(above);
   const size_t tried = std::min<size_t>(kBoundsTried, bounds.size() - lo);
-  for (size_t t = 0; t < tried; ++t) try_bound(bounds[lo + t * (bounds.size() - 1 - lo) / std::max<size_t>(1, tried - 1)]);
+  for (size_t t = 0; t < tried; ++t)
+    try_bound(bounds[lo + t * (bounds.size() - 1 - lo) / std::max<size_t>(1, tried - 1)]);
   for (int& c : best) c = P[c];
   return best;
 }
