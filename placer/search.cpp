@@ -155,6 +155,7 @@ const char* zero_shot_replicas_name(ZeroShotReplicas r) {
     case ZeroShotReplicas::one_stage: return "one_stage";
     case ZeroShotReplicas::data_parallel: return "data_parallel";
     case ZeroShotReplicas::every_device_a_stage: return "every_device_a_stage";
+    case ZeroShotReplicas::pipelined: return "pipelined";
     default: return "as_decided";
   }
 }
@@ -217,6 +218,18 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
       if (!differs(p, as_decided)) continue;
       out.push_back({d, p, {from, replicas, false}});
       add_cut_variants(replicas, p);
+    }
+    // A data-parallel decision as the pipeline its groups were drawn as, at
+    // the micro-batch head's likeliest count: copies all-reduce the whole
+    // model every step, which a slow network makes dearer than stages.
+    if (d.micro_batch_index == static_cast<int>(choices.size())) {
+      Decision pipelined = d;
+      const std::vector<float> odds = policy.micro_batch_probs(d.layer_group);
+      pipelined.micro_batch_index =
+          static_cast<int>(std::max_element(odds.begin(), odds.begin() + choices.size()) - odds.begin());
+      const Placement p = decision_to_placement(pipelined, choices, schedule);
+      out.push_back({pipelined, p, {from, ZeroShotReplicas::pipelined, false}});
+      add_cut_variants(ZeroShotReplicas::pipelined, p);
     }
   }
   return out;

@@ -120,7 +120,15 @@ const char* zero_shot_from_name(ZeroShotFrom f);
 // idle as more (with_idle_devices), merged its stages into one copied onto its
 // devices (as_one_stage), ran data parallel on its devices (as_data_parallel),
 // or made every device a stage (as_pipeline_of_every_device).
-enum class ZeroShotReplicas { as_decided, dropped, idle_devices_added, one_stage, data_parallel, every_device_a_stage };
+enum class ZeroShotReplicas {
+  as_decided,
+  dropped,
+  idle_devices_added,
+  one_stage,
+  data_parallel,
+  every_device_a_stage,
+  pipelined  // a data-parallel decision's groups as a pipeline
+};
 const char* zero_shot_replicas_name(ZeroShotReplicas r);
 
 // How a zero-shot plan came from the policy's decision (SearchResult::zero_shot_how).
@@ -195,7 +203,9 @@ constexpr int kImitationRounds = 4;  // of kImitationSteps, until the greedy dec
 // schedule, then for the other synchronous one (with_other_schedule: 1F1B
 // keeps fewer micro-batches in flight, so its memory and its window differ;
 // the measurer scores both anyway); a repair or variant that changes nothing
-// is left out. Without costs (`cost` null): the two decisions as they are.
+// is left out; a data-parallel decision is also scored as the pipeline of its
+// groups at the micro-batch head's likeliest count, and with its variants.
+// Without costs (`cost` null): the two decisions as they are.
 // The fastest is the zero-shot plan (`optimize --policy`, train-policy's
 // summary); equal candidates are the measurer's memo.
 struct ZeroShotCandidate {

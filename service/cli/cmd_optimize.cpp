@@ -294,6 +294,7 @@ void print_result(const json& r) {
     if (replicas == "one_stage") repairs = " as one stage copied onto its devices";
     if (replicas == "data_parallel") repairs = " as data parallelism on its devices";
     if (replicas == "every_device_a_stage") repairs = " with every device a stage of its own";
+    if (replicas == "pipelined") repairs = " as the pipeline of its groups, not data parallelism";
     if (p.value("zero_shot_reordered", false))
       repairs += std::string(repairs.empty() ? " with" : " and") + " its stages reordered and its cuts placed";
     else if (p.value("zero_shot_cuts_moved", false))

@@ -49,14 +49,18 @@ std::unique_ptr<Policy> policy_for(const LayerGraph& g, const Cluster& c, const 
   return std::make_unique<Policy>(encode_layers(g, dict), g.consumers(), search_policy_config(g, c, so), net);
 }
 
-// Networks (seed 5) taught `taught` on `g` and `c` until their typical and greedy decisions are it.
+// Networks (seed 5) taught `taught` on `g` and `c` until their typical and
+// greedy decisions are it; a data-parallel `taught` as its groups with no
+// replicas each, as the policy draws it.
 std::shared_ptr<PolicyNetworks> networks_taught(const LayerGraph& g, const Cluster& c, const Placement& taught) {
   auto net = new_policy_networks(32, 0.005, 5);
   OpDictionary dict;
   auto policy = policy_for(g, c, net, dict);
   const std::vector<int> choices = policy->config().micro_batch_choices;
-  REQUIRE(std::find(choices.begin(), choices.end(), taught.micro_batches) != choices.end());
-  const Decision target = placement_to_decision(taught, choices, policy->config().num_groups);
+  REQUIRE((taught.is_data_parallel() ||
+           std::find(choices.begin(), choices.end(), taught.micro_batches) != choices.end()));
+  Decision target = placement_to_decision(taught, choices, policy->config().num_groups);
+  if (taught.is_data_parallel()) target.group_replicas.assign(policy->config().num_groups, {});
   REQUIRE(policy->allows(target));
   for (int round = 0; round < 10 && !(policy->typical() == target && policy->greedy() == target); ++round)
     policy->imitate(target, kImitationSteps, kImitationRate);
@@ -969,6 +973,43 @@ TEST_CASE("a trained policy's zero-shot candidates place the decision's cuts for
   const SearchResult r = zero_shot_search(g, c, sim, net, &cost);
   REQUIRE(r.zero_shot_report->ok);
   CHECK(r.zero_shot_report->step_ms <= moved_ms);
+}
+
+TEST_CASE("a trained policy's data-parallel decision on a slow link is also scored as the pipeline of its groups") {
+  // Taught two copies of a chain of 1 MB layers on two devices 100 Mbit/s
+  // apart: each step all-reduces 8 MB over that link (0.64 s), where two
+  // stages send a micro-batch's 512 floats a sample each way (about a
+  // millisecond); with 60 ms of compute a layer the pipeline is also faster
+  // than either device alone.
+  LayerGraph g = test::linear_chain({512, 512, 512, 512, 512, 512, 512, 512});
+  Cluster c = tapp::testing::equal_cluster(2);
+  c.devices[1].speed = 0.8;
+  c.default_link.bandwidth_mbps = 100;
+  Placement copies = Placement::replicas(8, {0, 1});
+  const auto net = networks_taught(g, c, copies);
+  const CostModel cost = *CostModel::build(g, c, {test::flat_library(g, 32, 20, 40)});
+  SimulatorEvaluator sim(g, c, cost, 32);
+  OpDictionary dict;
+  const auto candidates =
+      zero_shot_candidates(*policy_for(g, c, net, dict), g, c, &cost, 32, Schedule::gpipe);
+  REQUIRE_FALSE(candidates.empty());
+  REQUIRE(candidates[0].placement.is_data_parallel());
+  const auto pipelined = std::find_if(candidates.begin(), candidates.end(), [](const ZeroShotCandidate& z) {
+    return z.how.replicas == ZeroShotReplicas::pipelined && !z.how.cuts_moved;
+  });
+  REQUIRE(pipelined != candidates.end());
+  CHECK_FALSE(pipelined->placement.is_data_parallel());
+  CHECK(pipelined->decided.layer_group == candidates[0].decided.layer_group);
+  // The fastest of it and its variants (their micro-batches chosen for the stages).
+  double pipeline_ms = std::numeric_limits<double>::infinity();
+  for (const ZeroShotCandidate& z : candidates)
+    if (z.how.replicas == ZeroShotReplicas::pipelined) pipeline_ms = std::min(pipeline_ms, sim.evaluate(z.placement).step_ms);
+  CHECK(pipeline_ms < sim.evaluate(candidates[0].placement).step_ms / 2);
+  CHECK(pipeline_ms < sim.evaluate(Placement::single_device(8, 0)).step_ms);
+  const SearchResult r = zero_shot_search(g, c, sim, net, &cost);
+  REQUIRE(r.zero_shot_report->ok);
+  CHECK(r.zero_shot_how.replicas == ZeroShotReplicas::pipelined);
+  CHECK(r.zero_shot_report->step_ms <= pipeline_ms);
 }
 
 TEST_CASE("a time budget stops the zero-shot candidates after the first once too little time is left") {
