@@ -428,7 +428,7 @@ class SearchLoop {
     return decision_to_placement(d, config_.micro_batch_choices, opt_.schedule);
   }
 
-  // The zero-shot plan: the fastest of zero_shot_candidates (at most 72
+  // The zero-shot plan: the fastest of zero_shot_candidates (at most 86
   // evaluations, fewer where they agree: the measurer memoises; no sampling;
   // the measurer keeps the faster schedule of each), in their order until out
   // of time (the first always).
