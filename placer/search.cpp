@@ -187,13 +187,14 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
     // cuts placed for the other schedule too, whose memory differs (1F1B keeps
     // fewer micro-batches in flight, so a fast device may take the long stage
     // GPipe could hold only by recomputing), since the measurer scores both.
-    const auto add_cut_variants = [&](ZeroShotReplicas replicas, const Placement& p) {
+    const auto add_cut_variants = [&](const Decision& decided, ZeroShotReplicas replicas,
+                                      const Placement& p) {
       std::vector<Placement> seen{p};
       const auto add = [&](Placement v, bool reordered) {
         for (const Placement& s : seen)
           if (!differs(v, s)) return;
         seen.push_back(v);
-        out.push_back({d, std::move(v), {from, replicas, true, reordered}});
+        out.push_back({decided, std::move(v), {from, replicas, true, reordered}});
       };
       const std::optional<Placement> other = with_other_schedule(p);
       for (const Placement& q : other ? std::vector<Placement>{p, *other} : std::vector<Placement>{p}) {
@@ -208,7 +209,7 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
     const Placement data_parallel = as_data_parallel(ctx, as_decided);
     out.push_back({d, as_decided, {from, ZeroShotReplicas::as_decided, false}});
     if (differs(data_parallel, as_decided)) out.push_back({d, data_parallel, {from, ZeroShotReplicas::data_parallel, false}});
-    add_cut_variants(ZeroShotReplicas::as_decided, as_decided);
+    add_cut_variants(d, ZeroShotReplicas::as_decided, as_decided);
     const std::pair<ZeroShotReplicas, Placement> repaired[] = {
         {ZeroShotReplicas::dropped, without_replicas(ctx, as_decided)},
         {ZeroShotReplicas::idle_devices_added, with_idle_devices(ctx, as_decided)},
@@ -217,7 +218,7 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
     for (const auto& [replicas, p] : repaired) {
       if (!differs(p, as_decided)) continue;
       out.push_back({d, p, {from, replicas, false}});
-      add_cut_variants(replicas, p);
+      add_cut_variants(d, replicas, p);
     }
     // A data-parallel decision as the pipeline its groups were drawn as, at
     // the micro-batch head's likeliest count: copies all-reduce the whole
@@ -229,7 +230,7 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
           static_cast<int>(std::max_element(odds.begin(), odds.begin() + choices.size()) - odds.begin());
       const Placement p = decision_to_placement(pipelined, choices, schedule);
       out.push_back({pipelined, p, {from, ZeroShotReplicas::pipelined, false}});
-      add_cut_variants(ZeroShotReplicas::pipelined, p);
+      add_cut_variants(pipelined, ZeroShotReplicas::pipelined, p);
     }
   }
   return out;
