@@ -182,23 +182,21 @@ def zero_shot_cell(z):
     return f"**{pct(z)}**" if z <= 0.10 else pct(z)
 
 
+def case_cells(key):
+    """A case's fresh, pre-trained and zero-shot cells."""
+    if key not in by_case:
+        return "-", "-", "-"
+    f, t, z = by_case[key]
+    return evals_cell(f, False), evals_cell(t, math.isfinite(t) and f >= 5 * t), zero_shot_cell(z)
+
+
 by_case = {(m, c): (f, t, z) for (m, c, f, t), z in zip(per_case, zero_shot_per_case)}
 print(f"\n| held out, on {' / '.join(clusters)} | evaluations to within 2%, fresh | pre-trained | zero-shot plan |")
 print("| --- | ---: | ---: | ---: |")
 for m in models:
-    if not any((m, c) in by_case for c in clusters):
-        continue
-    fresh, trained, zero = [], [], []
-    for c in clusters:
-        if (m, c) not in by_case:
-            for column in (fresh, trained, zero):
-                column.append("-")
-            continue
-        f, t, z = by_case[(m, c)]
-        fresh.append(evals_cell(f, False))
-        trained.append(evals_cell(t, math.isfinite(t) and f >= 5 * t))
-        zero.append(zero_shot_cell(z))
-    print(f"| {m} | {' / '.join(fresh)} | {' / '.join(trained)} | {' / '.join(zero)} |")
+    if any((m, c) in by_case for c in clusters):
+        columns = zip(*(case_cells((m, c)) for c in clusters))
+        print(f"| {m} | " + " | ".join(" / ".join(column) for column in columns) + " |")
 
 # The plot: median over cases of best-so-far / best classical, against evaluations (log scale).
 W, H, L, R, T, B = 640, 360, 60, 20, 20, 50

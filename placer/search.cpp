@@ -196,8 +196,9 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
         seen.push_back(v);
         out.push_back({decided, std::move(v), {from, replicas, true, reordered}});
       };
-      const std::optional<Placement> other = with_other_schedule(p);
-      for (const Placement& q : other ? std::vector<Placement>{p, *other} : std::vector<Placement>{p}) {
+      std::vector<Placement> schedules{p};
+      if (std::optional<Placement> other = with_other_schedule(p)) schedules.push_back(std::move(*other));
+      for (const Placement& q : schedules) {
         add(with_pipedream_cuts(ctx, q), false);
         for (Placement& o : with_pipedream_orders(ctx, q)) add(std::move(o), true);
       }
@@ -296,6 +297,7 @@ Decision placement_to_decision(const Placement& p, const std::vector<int>& choic
     const int L = static_cast<int>(p.layer_group.size());
     Decision d;
     d.group_device.assign(num_groups, p.group_device.front());
+    d.group_replicas.assign(num_groups, {});  // none, as the policy draws a data-parallel decision
     for (int r = 0; r < R; ++r) d.group_device[r] = p.group_device[r];
     for (int i = 0; i < L; ++i) d.layer_group.push_back(std::min(R - 1, i * R / std::max(1, L)));
     d.micro_batch_index = static_cast<int>(choices.size());

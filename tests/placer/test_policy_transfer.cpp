@@ -49,9 +49,7 @@ std::unique_ptr<Policy> policy_for(const LayerGraph& g, const Cluster& c, const 
   return std::make_unique<Policy>(encode_layers(g, dict), g.consumers(), search_policy_config(g, c, so), net);
 }
 
-// Networks (seed 5) taught `taught` on `g` and `c` until their typical and
-// greedy decisions are it; a data-parallel `taught` as its groups with no
-// replicas each, as the policy draws it.
+// Networks (seed 5) taught `taught` on `g` and `c` until their typical and greedy decisions are it.
 std::shared_ptr<PolicyNetworks> networks_taught(const LayerGraph& g, const Cluster& c, const Placement& taught) {
   auto net = new_policy_networks(32, 0.005, 5);
   OpDictionary dict;
@@ -59,8 +57,7 @@ std::shared_ptr<PolicyNetworks> networks_taught(const LayerGraph& g, const Clust
   const std::vector<int> choices = policy->config().micro_batch_choices;
   REQUIRE((taught.is_data_parallel() ||
            std::find(choices.begin(), choices.end(), taught.micro_batches) != choices.end()));
-  Decision target = placement_to_decision(taught, choices, policy->config().num_groups);
-  if (taught.is_data_parallel()) target.group_replicas.assign(policy->config().num_groups, {});
+  const Decision target = placement_to_decision(taught, choices, policy->config().num_groups);
   REQUIRE(policy->allows(target));
   for (int round = 0; round < 10 && !(policy->typical() == target && policy->greedy() == target); ++round)
     policy->imitate(target, kImitationSteps, kImitationRate);
