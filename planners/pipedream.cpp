@@ -68,15 +68,29 @@ class ReplicatedStageModel {
     return devices;
   }
 
-  double stage(const std::vector<int>& R, int a, int b) const { return phases(R, a, b).total; }
+  // The DP's stage cost: its position in the pipeline unknown, as many in
+  // flight as a first stage of every device keeps (memory's worst case).
+  double stage(const std::vector<int>& R, int a, int b) const { return phases(R, a, b, num_devices(bm_.ctx)).total; }
+
+  // The in-flight limit of stage k of `sets` (the memory rule's,
+  // core/placement.h): the devices from it to the last stage, over its replicas.
+  static int in_flight_limit(const std::vector<std::vector<int>>& sets, int k) {
+    std::vector<int> devices;
+    for (size_t s = k; s < sets.size(); ++s) devices.insert(devices.end(), sets[s].begin(), sets[s].end());
+    std::sort(devices.begin(), devices.end());
+    const int n = static_cast<int>(std::unique(devices.begin(), devices.end()) - devices.begin());
+    const int r = static_cast<int>(sets[k].size());
+    return (n + r - 1) / r;
+  }
 
   // A stage's interval with its sends out (one_way: the activations on, the
   // gradients back). Under GPipe every forward runs before any backward, and
   // a send never blocks compute, so each phase lasts as long as its slower
   // side: forward or activations on, then backward or gradients back.
-  // Otherwise stage(), the sends counted on the boundaries.
-  double interval(const std::vector<int>& R, int a, int b, double send_on, double send_back) const {
-    const Phases p = phases(R, a, b);
+  // Otherwise stage(), the sends counted on the boundaries. `limit`: the
+  // stage's in_flight_limit, which its memory (and so recomputation) depends on.
+  double interval(const std::vector<int>& R, int a, int b, double send_on, double send_back, int limit) const {
+    const Phases p = phases(R, a, b, limit);
     if (bm_.ctx.schedule != Schedule::gpipe || p.total == kInf) return p.total;
     return std::max(p.forward, send_on) + std::max(p.backward, send_back);
   }
@@ -143,11 +157,11 @@ class ReplicatedStageModel {
   struct Phases {
     double forward = 0, backward = 0, total = 0;
   };
-  Phases phases(const std::vector<int>& R, int a, int b) const {
+  Phases phases(const std::vector<int>& R, int a, int b, int limit) const {
     const int r = static_cast<int>(R.size()), m = bm_.m;
     if (r > m) return {kInf, kInf, kInf};
     const int own = (m + r - 1) / r;
-    const int64_t in_flight = micro_batches_in_flight(bm_.ctx.schedule, own, num_devices(bm_.ctx));
+    const int64_t in_flight = micro_batches_in_flight(bm_.ctx.schedule, own, limit);
     // A stage that fits no replica's memory as it is may recompute (all its
     // replicas do, as planned() marks it): one more forward per micro-batch.
     bool recompute = false;
@@ -452,7 +466,11 @@ class CutTable {
     latency_ = interval_;
     edge_interval_.assign(static_cast<size_t>(S) * (C + 1), 0);
     edge_latency_ = edge_interval_;
-    for (int k = 0; k < S; ++k) window_.push_back(model.window(k, S, static_cast<int>(sets[k].size())));
+    std::vector<int> limit(S);
+    for (int k = 0; k < S; ++k) {
+      window_.push_back(model.window(k, S, static_cast<int>(sets[k].size())));
+      limit[k] = ReplicatedStageModel::in_flight_limit(sets, k);
+    }
     // Per stage and position, its sends across a cut there: on (its last) and back (its first).
     std::vector<double> on(edge_interval_.size(), 0), back(on.size(), 0);
     for (int k = 0; k < S; ++k)
@@ -467,7 +485,8 @@ class CutTable {
           edge_latency_[edge(k, i)] = model.boundary_latency(sets[k - 1], sets[k], P[i]);
         }
         for (int j = i + 1; j <= C; ++j) {
-          interval_[at(k, i, j)] = model.interval(sets[k], P[i], P[j], on[edge(k, j)], back[edge(k, i)]);
+          interval_[at(k, i, j)] =
+              model.interval(sets[k], P[i], P[j], on[edge(k, j)], back[edge(k, i)], limit[k]);
           latency_[at(k, i, j)] = model.stage_latency(sets[k], P[i], P[j]);
         }
       }
@@ -550,11 +569,14 @@ constexpr int kMaxCutPositions = 129;
 constexpr int kBoundsTried = 48;
 constexpr int kBisections = 30;
 // The orders with_pipedream_orders places the cuts for, of those its capacity
-// cuts rank best: the capacity split ignores boundaries, so its best few, not
-// its best one, are worth the cut placement's cost.
+// cuts rank best (and its coarse cuts, shortlist_orders): the capacity split
+// ignores boundaries, so its best few, not its best one, are worth the cut
+// placement's cost.
 constexpr size_t kOrdersRefined = 4;
-std::vector<int> balanced_begins(const PlannerContext& ctx, const StagePlan& plan) {
-  std::vector<int> P = cut_positions(ctx, kMaxCutPositions);
+constexpr int kCoarseRankedStages = 5;
+constexpr int kCoarseCutPositions = 17;
+std::vector<int> balanced_begins(const PlannerContext& ctx, const StagePlan& plan, int positions = kMaxCutPositions) {
+  std::vector<int> P = cut_positions(ctx, positions);
   P.insert(P.end(), plan.stage_begin.begin(), plan.stage_begin.end());
   std::sort(P.begin(), P.end());
   P.erase(std::unique(P.begin(), P.end()), P.end());
@@ -672,7 +694,7 @@ double pipeline_step(const ReplicatedStageModel& model, const std::vector<std::v
     t.latency[k] = model.stage_latency(sets[k], a, b);
     const double on = k + 1 < S ? model.one_way(sets[k], sets[k + 1], b) : 0;
     const double back = k > 0 ? model.one_way(sets[k], sets[k - 1], a) : 0;
-    t.interval[k] = model.interval(sets[k], a, b, on, back);
+    t.interval[k] = model.interval(sets[k], a, b, on, back, ReplicatedStageModel::in_flight_limit(sets, k));
     t.window[k] = model.window(k, S, static_cast<int>(sets[k].size()));
     if (k > 0) {
       t.edge_latency[k] = model.boundary_latency(sets[k - 1], sets[k], a);
@@ -891,7 +913,21 @@ Placement as_pipeline_of_every_device(const PlannerContext& ctx, const Placement
   out.group_replica_weights.clear();
   out.aggregation_every = 1;
   std::vector<char> used(D, 0);
+  // A device that runs several groups keeps its first; the others go to the
+  // idle devices, fastest first, while there are any (the cuts are placed after).
+  std::vector<int> idle;
   for (int d : out.group_device) used[d] = 1;
+  for (int d : devices_fastest_first(ctx))
+    if (!used[d]) idle.push_back(d);
+  std::vector<char> held(D, 0), group_seen(p.num_groups(), 0);
+  for (int l = 0; l < L && !idle.empty(); ++l) {  // the groups by their first layers
+    const int g = out.layer_group[l];
+    if (group_seen[g]) continue;
+    group_seen[g] = 1;
+    int& d = out.group_device[g];
+    if (held[d]) d = idle.front(), idle.erase(idle.begin()), used[d] = 1;
+    held[d] = 1;
+  }
   const std::vector<double> speed = relative_speeds(ctx);
   const int fastest = devices_fastest_first(ctx)[0];
   std::vector<double> work = group_work(ctx, out);
@@ -942,6 +978,7 @@ struct StagesToDeal {
   std::vector<double> capacity;            // each stage's devices' relative speeds, summed
   std::vector<std::vector<int>> classes;   // each stage's devices' interchangeable classes, sorted
   std::vector<double> prefix;              // the work before each layer, on the fastest device
+  bool replicated = false;                 // whether a stage has replicas
 
   std::vector<std::vector<int>> placed(const std::vector<int>& perm) const {
     std::vector<std::vector<int>> v;
@@ -966,6 +1003,7 @@ StagesToDeal stages_to_deal(const PlannerContext& ctx, const Placement& p, std::
   StagesToDeal st;
   st.L = num_layers(ctx);
   st.order = std::move(order);
+  st.replicated = p.has_replicated_groups();
   const std::vector<double> speed = relative_speeds(ctx);
   const std::vector<int> cls = interchangeable_classes(ctx);
   for (int g : st.order) {
@@ -987,21 +1025,51 @@ struct DealtOrder {
   int m;
 };
 
+// `order` dealt as `perm` at `m`: the stages' first layers where the
+// objective is least from `begins` (balanced_begins on `positions`), and that step.
+std::vector<int> placed_cuts(const PlannerContext& ctx, const StagesToDeal& st, const std::vector<int>& perm, int m,
+                             std::vector<int> begins, double& step, int positions = kMaxCutPositions) {
+  StagePlan plan;
+  plan.micro_batches = m;
+  plan.stage_begin = std::move(begins);
+  for (const auto& set : st.placed(perm)) {
+    plan.stage_device.push_back(set[0]);
+    if (st.replicated) plan.stage_replicas.emplace_back(set.begin() + 1, set.end());
+  }
+  std::vector<int> cuts = balanced_begins(ctx, plan, positions);
+  step = pipeline_step(ReplicatedStageModel(ctx, m), st.placed(perm), cuts, st.L);
+  return cuts;
+}
+
+// Adds (perm, m) to `shortlist` (ascending by step, at most kOrdersRefined,
+// one of each set of orders alike) where its step ranks there.
+void consider(std::vector<DealtOrder>& shortlist, const StagesToDeal& st, const std::vector<int>& perm, int m,
+              double step) {
+  if (!(step < kInf) || (shortlist.size() == kOrdersRefined && step >= shortlist.back().step)) return;
+  for (const DealtOrder& o : shortlist)
+    if (o.m == m && st.alike(o.perm, perm)) return;
+  const auto at = std::upper_bound(shortlist.begin(), shortlist.end(), step,
+                                   [](double v, const DealtOrder& o) { return v < o.step; });
+  shortlist.insert(at, DealtOrder{step, perm, m});
+  if (shortlist.size() > kOrdersRefined) shortlist.pop_back();
+}
+
 // The kOrdersRefined best (order, micro-batch count) by the step with capacity
-// cuts, ascending, one of each set of orders alike: every order of up to six
-// stages at every count, pairwise swaps from the plan's own beyond six.
-std::vector<DealtOrder> shortlist_orders(const PlannerContext& ctx, const StagesToDeal& st) {
+// cuts: every order of up to six stages at every count, pairwise swaps from
+// the plan's own beyond six. The capacity split ignores memory: where a
+// stage's share does not fit its device, that order is out (or pays for
+// recomputation) though cuts that move layers off it would fit, as on devices
+// of 1-4 GB for a 1.4 GB model. So orders of up to kCoarseRankedStages stages
+// are also ranked with their cuts placed coarsely (balanced_begins on
+// kCoarseCutPositions positions, a table a fiftieth of the full one's): the
+// kOrdersRefined best by that too.
+struct Shortlists {
+  std::vector<DealtOrder> by_capacity, by_coarse_cuts;
+};
+
+Shortlists shortlist_orders(const PlannerContext& ctx, const StagesToDeal& st) {
   const int S = static_cast<int>(st.sets.size());
-  std::vector<DealtOrder> shortlist;
-  const auto consider = [&](const std::vector<int>& perm, int m, double step) {
-    if (!(step < kInf) || (shortlist.size() == kOrdersRefined && step >= shortlist.back().step)) return;
-    for (const DealtOrder& o : shortlist)
-      if (o.m == m && st.alike(o.perm, perm)) return;
-    const auto at = std::upper_bound(shortlist.begin(), shortlist.end(), step,
-                                     [](double v, const DealtOrder& o) { return v < o.step; });
-    shortlist.insert(at, DealtOrder{step, perm, m});
-    if (shortlist.size() > kOrdersRefined) shortlist.pop_back();
-  };
+  Shortlists lists;
   std::vector<int> identity(S);
   std::iota(identity.begin(), identity.end(), 0);
   for (int m : ctx.micro_batch_choices()) {
@@ -1011,12 +1079,18 @@ std::vector<DealtOrder> shortlist_orders(const PlannerContext& ctx, const Stages
     };
     std::vector<int> perm = identity;
     if (S <= 6) {
-      do consider(perm, m, step_of(perm));
-      while (std::next_permutation(perm.begin(), perm.end()));
+      do {
+        consider(lists.by_capacity, st, perm, m, step_of(perm));
+        if (S <= kCoarseRankedStages) {
+          double coarse = kInf;
+          placed_cuts(ctx, st, perm, m, st.capacity_begins(perm), coarse, kCoarseCutPositions);
+          consider(lists.by_coarse_cuts, st, perm, m, coarse);
+        }
+      } while (std::next_permutation(perm.begin(), perm.end()));
       continue;
     }
     double here = step_of(perm);
-    consider(perm, m, here);
+    consider(lists.by_capacity, st, perm, m, here);
     for (bool better = true; better;) {
       better = false;
       for (int i = 0; i < S; ++i)
@@ -1025,30 +1099,14 @@ std::vector<DealtOrder> shortlist_orders(const PlannerContext& ctx, const Stages
           const double step = step_of(perm);
           if (step < here * (1 - 1e-9)) {
             here = step, better = true;
-            consider(perm, m, step);
+            consider(lists.by_capacity, st, perm, m, step);
           } else {
             std::swap(perm[i], perm[j]);
           }
         }
     }
   }
-  return shortlist;
-}
-
-// `order` dealt as `perm` at `m`: the stages' first layers where the
-// objective is least from `begins` (balanced_begins), and that step.
-std::vector<int> placed_cuts(const PlannerContext& ctx, const StagesToDeal& st, const std::vector<int>& perm, int m,
-                             std::vector<int> begins, bool replicated, double& step) {
-  StagePlan plan;
-  plan.micro_batches = m;
-  plan.stage_begin = std::move(begins);
-  for (const auto& set : st.placed(perm)) {
-    plan.stage_device.push_back(set[0]);
-    if (replicated) plan.stage_replicas.emplace_back(set.begin() + 1, set.end());
-  }
-  std::vector<int> cuts = balanced_begins(ctx, plan);
-  step = pipeline_step(ReplicatedStageModel(ctx, m), st.placed(perm), cuts, st.L);
-  return cuts;
+  return lists;
 }
 
 // `p` with its stages dealt as `o` and cut at `begins`.
@@ -1077,24 +1135,29 @@ std::vector<Placement> with_pipedream_orders(const PlannerContext& context, cons
   ctx.schedule = p.schedule;
   ctx.optimizer = p.optimizer;
   const StagesToDeal st = stages_to_deal(ctx, p, std::move(order));
-  const std::vector<DealtOrder> shortlist = shortlist_orders(ctx, st);
+  // The capacity cuts' shortlist, then the coarse cuts' orders it lacks.
+  const Shortlists lists = shortlist_orders(ctx, st);
+  std::vector<DealtOrder> shortlist = lists.by_capacity;
+  for (const DealtOrder& o : lists.by_coarse_cuts)
+    if (std::none_of(shortlist.begin(), shortlist.end(),
+                     [&](const DealtOrder& s) { return s.m == o.m && st.alike(s.perm, o.perm); }))
+      shortlist.push_back(o);
   // p's own order and count, its cuts placed: what a new order has to beat.
   DealtOrder own{kInf, std::vector<int>(S), p.micro_batches};
   std::iota(own.perm.begin(), own.perm.end(), 0);
   const std::vector<int> first = first_layers(p);
   std::vector<int> own_begins;
   for (int g : st.order) own_begins.push_back(first[g]);
-  const bool replicated = p.has_replicated_groups();
-  placed_cuts(ctx, st, own.perm, own.m, own_begins, replicated, own.step);
+  placed_cuts(ctx, st, own.perm, own.m, own_begins, own.step);
   const auto is_own = [&](const DealtOrder& o) { return o.m == own.m && st.alike(o.perm, own.perm); };
-  // The capacity cuts' best (unless it is p's own), then the best once cut-placed where it differs and beats p's own.
+  // The shortlist's first (unless it is p's own), then the best once cut-placed where it differs and beats p's own.
   std::vector<Placement> out;
   const DealtOrder* best = nullptr;
   double best_step = kInf;
   std::vector<int> best_begins;
   for (const DealtOrder& o : shortlist) {
     double step = kInf;
-    std::vector<int> begins = placed_cuts(ctx, st, o.perm, o.m, st.capacity_begins(o.perm), replicated, step);
+    std::vector<int> begins = placed_cuts(ctx, st, o.perm, o.m, st.capacity_begins(o.perm), step);
     if (&o == &shortlist.front() && !is_own(o)) out.push_back(dealt(p, st, o, begins));
     if (step < best_step) best_step = step, best = &o, best_begins = std::move(begins);
   }

@@ -295,6 +295,35 @@ TEST_CASE("with_pipedream_cuts counts a slow gradient link where each schedule w
   }
 }
 
+TEST_CASE("with_pipedream_cuts charges each stage the micro-batches it keeps in flight, as the memory rule does") {
+  // Six equal layers on two equal devices, 1F1B at m = 4: the first stage
+  // keeps two micro-batches' activations, the last one. d1 holds three layers
+  // with one in flight but not with two: a model that charged every stage the
+  // first's two would have d1 recompute, and move a layer to d0 (4/2, which
+  // the simulator finds slower); three and three fit as they are.
+  LayerGraph g = linear_chain({1024, 1024, 1024, 1024, 1024, 1024});
+  Cluster c = cluster_of_speeds({1.0, 1.0});
+  c.default_link.bandwidth_mbps = 1e9;
+  c.default_link.latency_ms = 0;
+  Case cs(g, c, {test::flat_library(g, 2048, 1, 1)}, 2048);
+  Placement p;
+  p.layer_group = {0, 0, 0, 1, 1, 1};
+  p.group_device = {0, 1};
+  p.micro_batches = 4;
+  p.schedule = Schedule::one_f_one_b;
+  const MemoryBreakdown need = estimate_device_memory(p, cs.g, cs.c, 2048)[1];
+  cs.c.devices[1].memory_mb = (need.total() + (1 << 20) - 1) >> 20;
+  REQUIRE(need.total() + need.activations > device_memory_bytes(cs.c.devices[1]));  // two in flight do not fit
+  const Placement moved = with_pipedream_cuts(cs.ctx, p);
+  CHECK(moved.layer_group == p.layer_group);
+  Placement four_two = p;
+  four_two.layer_group = {0, 0, 0, 0, 1, 1};
+  REQUIRE(check_memory(p, cs.g, cs.c, 2048).is_ok());
+  REQUIRE(check_memory(four_two, cs.g, cs.c, 2048).is_ok());
+  SimulatorEvaluator ev = cs.evaluator();
+  CHECK(ev.evaluate(p).step_ms < ev.evaluate(four_two).step_ms);
+}
+
 TEST_CASE("with_pipedream_cuts keeps each group's devices, replicas and order on random chains, clusters and plans") {
   std::mt19937 rng(20261201);
   for (int trial = 0; trial < 40; ++trial) {
@@ -364,6 +393,38 @@ TEST_CASE("with_pipedream_orders deals a pipeline's stages to the chain so that 
   CHECK(with_pipedream_orders(cs.ctx, Placement::single_device(6, 2, 4)).empty());
   // Dealt already, at the count the objective prefers: nothing more to offer.
   CHECK(with_pipedream_orders(cs.ctx, ordered).empty());
+}
+
+TEST_CASE("with_pipedream_orders ranks orders by cuts that fit where the capacity split does not") {
+  // A fast device (speed 4) that holds two of the wide layers, two slow ones,
+  // and a slow link d0-d2. By capacity d0 would take two thirds of the work,
+  // which fits in no order; the plan d0, d2, d1 crosses the slow link. Its
+  // stages dealt with their cuts placed to fit: no boundary on d0-d2.
+  LayerGraph g = linear_chain({1024, 1024, 1024, 1024, 1024, 1024, 1024});
+  Cluster c = cluster_of_speeds({4.0, 1.0, 1.0});
+  c.links.push_back(Link{"d0", "d2", 1, 50});
+  c.links.push_back(Link{"d2", "d0", 1, 50});
+  Case cs(g, c, {test::flat_library(g, 8, 1, 1)}, 8);
+  const StageMemory mem(cs.g);
+  int64_t two = 0;
+  for (int a = 1; a + 2 <= 7; ++a) two = std::max(two, mem.bytes(a, a + 2, 8, 8));
+  cs.c.devices[0].memory_mb = (two + (1 << 20) - 1) >> 20;
+  for (int a = 0; a + 4 <= 7; ++a) REQUIRE_FALSE(mem.fits(cs.c.devices[0], a, a + 4, 8, 1, true));
+  Placement p;
+  p.layer_group = {0, 0, 0, 1, 1, 2, 2};
+  p.group_device = {0, 2, 1};
+  p.micro_batches = 4;
+  REQUIRE(check_memory(p, cs.g, cs.c, 8).is_ok());
+  const std::vector<Placement> orders = with_pipedream_orders(cs.ctx, p);
+  REQUIRE_FALSE(orders.empty());
+  SimulatorEvaluator sim = cs.evaluator();
+  for (Placement ordered : orders) {
+    REQUIRE(validate_placement(ordered, cs.g, cs.c, 8).is_ok());
+    const std::vector<int> chain = stage_plan_of_runs(ordered).stage_device;
+    for (size_t k = 1; k < chain.size(); ++k) CHECK(chain[k - 1] + chain[k] != 2);  // d0 next to d2
+    REQUIRE(recompute_where_needed(ordered, cs.g, cs.c, 8));
+    CHECK(sim.evaluate(ordered).step_ms < sim.evaluate(p).step_ms);
+  }
 }
 
 TEST_CASE("interchangeable_classes groups devices alike in speed, memory and every link") {
@@ -595,6 +656,15 @@ TEST_CASE("as_pipeline_of_every_device keeps each group's fastest device and cut
   CHECK_FALSE(staged.has_replicated_groups());
   CHECK(staged.micro_batches == 4);  // a micro-batch for each of the four stages
   CHECK(validate_placement(staged, cs.g, cs.c, 8).is_ok());
+  // A device with two groups keeps the first; the second goes to the fastest
+  // idle device (d2), then d3 takes the tail of the heaviest per unit of speed (group 0).
+  Placement twice;
+  twice.layer_group = {0, 0, 1, 1, 2, 2};
+  twice.group_device = {0, 1, 0};
+  twice.micro_batches = 4;
+  const Placement spread = as_pipeline_of_every_device(cs.ctx, twice);
+  CHECK(spread.group_device == std::vector<int>{0, 1, 2, 3});
+  CHECK(spread.layer_group == std::vector<int>{0, 3, 1, 1, 2, 2});
   // Every device a stage already: as it is; data-parallel: as it is.
   Placement four;
   four.layer_group = {0, 0, 1, 1, 2, 3};
