@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -444,6 +445,7 @@ struct PipelineTimes {
       bottleneck = std::max({bottleneck, interval[k], edge_interval[k], sum / window[k]});
       sum += edge_latency[k];
     }
+    if (bottleneck == kInf) return kInf;  // (not m = 1's 0 x infinity)
     return sum + (m - 1) * bottleneck;
   }
 };
@@ -584,10 +586,17 @@ std::vector<int> balanced_begins(const PlannerContext& ctx, const StagePlan& pla
   std::vector<int> own(plan.num_stages());
   for (int k = 0; k < plan.num_stages(); ++k)
     own[k] = static_cast<int>(std::lower_bound(P.begin(), P.end(), plan.stage_begin[k]) - P.begin());
-  const std::vector<double> bounds = table.intervals();
+  std::vector<double> bounds = table.intervals();
+  double sum = kInf;
+  // A round trip over its window may exceed every interval (one micro-batch
+  // has a window of one): then the step of the least-latency cuts under no
+  // bound at all is a bound that holds.
+  if (!bounds.empty() && (table.least_latency(bounds.back(), sum), sum == kInf)) {
+    const std::vector<int> any = table.least_latency(std::numeric_limits<double>::max(), sum);
+    if (sum < kInf) bounds.push_back(table.step(any));
+  }
   // The smallest feasible bound (feasibility grows with the bound).
   size_t lo = 0, hi = bounds.size();
-  double sum = kInf;
   while (lo < hi) {
     const size_t mid = (lo + hi) / 2;
     table.least_latency(bounds[mid], sum);

@@ -324,6 +324,25 @@ TEST_CASE("with_pipedream_cuts charges each stage the micro-batches it keeps in 
   CHECK(ev.evaluate(p).step_ms < ev.evaluate(four_two).step_ms);
 }
 
+TEST_CASE("with_pipedream_cuts moves the cuts of one micro-batch off a stage that does not fit") {
+  // Six wide layers on two equal devices, one micro-batch: d1 holds two of
+  // them, even recomputing not three, so three and three do not fit; four and
+  // two do. (An infeasible stage made the step 0 x infinity at m = 1, which
+  // no other cuts could beat.)
+  LayerGraph g = linear_chain({1024, 1024, 1024, 1024, 1024, 1024});
+  Case cs(g, cluster_of_speeds({1.0, 1.0}), {test::flat_library(g, 8, 1, 1)}, 8);
+  const StageMemory mem(cs.g);
+  cs.c.devices[1].memory_mb = (mem.bytes(4, 6, 8, 1) + (1 << 20) - 1) >> 20;
+  REQUIRE_FALSE(mem.fits(cs.c.devices[1], 3, 6, 8, 1, true));
+  Placement p;
+  p.layer_group = {0, 0, 0, 1, 1, 1};
+  p.group_device = {0, 1};
+  p.micro_batches = 1;
+  Placement moved = with_pipedream_cuts(cs.ctx, p);
+  CHECK(moved.layer_group == std::vector<int>{0, 0, 0, 0, 1, 1});
+  CHECK(recompute_where_needed(moved, cs.g, cs.c, 8));
+}
+
 TEST_CASE("with_pipedream_cuts keeps each group's devices, replicas and order on random chains, clusters and plans") {
   std::mt19937 rng(20261201);
   for (int trial = 0; trial < 40; ++trial) {
