@@ -327,8 +327,9 @@ TEST_CASE("with_pipedream_cuts charges each stage the micro-batches it keeps in 
 TEST_CASE("with_pipedream_cuts moves the cuts of one micro-batch off a stage that does not fit") {
   // Six wide layers on two equal devices, one micro-batch: d1 holds two of
   // them, even recomputing not three, so three and three do not fit; four and
-  // two do. (An infeasible stage made the step 0 x infinity at m = 1, which
-  // no other cuts could beat.)
+  // two do. One micro-batch's round trip exceeds every stage's interval, so no
+  // interval is a bound that holds; and an infeasible stage must make the
+  // step infinite, not 0 x infinity, for other cuts to beat it.
   LayerGraph g = linear_chain({1024, 1024, 1024, 1024, 1024, 1024});
   Case cs(g, cluster_of_speeds({1.0, 1.0}), {test::flat_library(g, 8, 1, 1)}, 8);
   const StageMemory mem(cs.g);
