@@ -156,6 +156,7 @@ const char* zero_shot_replicas_name(ZeroShotReplicas r) {
     case ZeroShotReplicas::data_parallel: return "data_parallel";
     case ZeroShotReplicas::every_device_a_stage: return "every_device_a_stage";
     case ZeroShotReplicas::pipelined: return "pipelined";
+    case ZeroShotReplicas::slowest_device_dropped: return "slowest_device_dropped";
     default: return "as_decided";
   }
 }
@@ -170,6 +171,7 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
   ctx.cost = cost;
   ctx.batch_size = batch_size;
   ctx.max_micro_batches = choices.back();
+  std::vector<ZeroShotCandidate> last;  // the candidates scored after every other
   for (ZeroShotFrom from : {ZeroShotFrom::typical, ZeroShotFrom::greedy}) {
     const Decision d = from == ZeroShotFrom::typical ? policy.typical() : policy.greedy();
     const Placement as_decided = decision_to_placement(d, choices, schedule);
@@ -187,14 +189,14 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
     // cuts placed for the other schedule too, whose memory differs (1F1B keeps
     // fewer micro-batches in flight, so a fast device may take the long stage
     // GPipe could hold only by recomputing), since the measurer scores both.
-    const auto add_cut_variants = [&](const Decision& decided, ZeroShotReplicas replicas,
-                                      const Placement& p) {
+    const auto add_cut_variants = [&](const Decision& decided, ZeroShotReplicas replicas, const Placement& p,
+                                      std::vector<ZeroShotCandidate>& into) {
       std::vector<Placement> seen{p};
       const auto add = [&](Placement v, bool reordered) {
         for (const Placement& s : seen)
           if (!differs(v, s)) return;
         seen.push_back(v);
-        out.push_back({decided, std::move(v), {from, replicas, true, reordered}});
+        into.push_back({decided, std::move(v), {from, replicas, true, reordered}});
       };
       std::vector<Placement> schedules{p};
       if (std::optional<Placement> other = with_other_schedule(p)) schedules.push_back(std::move(*other));
@@ -210,7 +212,7 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
     const Placement data_parallel = as_data_parallel(ctx, as_decided);
     out.push_back({d, as_decided, {from, ZeroShotReplicas::as_decided, false}});
     if (differs(data_parallel, as_decided)) out.push_back({d, data_parallel, {from, ZeroShotReplicas::data_parallel, false}});
-    add_cut_variants(d, ZeroShotReplicas::as_decided, as_decided);
+    add_cut_variants(d, ZeroShotReplicas::as_decided, as_decided, out);
     const std::pair<ZeroShotReplicas, Placement> repaired[] = {
         {ZeroShotReplicas::dropped, without_replicas(ctx, as_decided)},
         {ZeroShotReplicas::idle_devices_added, with_idle_devices(ctx, as_decided)},
@@ -219,7 +221,7 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
     for (const auto& [replicas, p] : repaired) {
       if (!differs(p, as_decided)) continue;
       out.push_back({d, p, {from, replicas, false}});
-      add_cut_variants(d, replicas, p);
+      add_cut_variants(d, replicas, p, out);
     }
     // A data-parallel decision as the pipeline its groups were drawn as, at
     // the micro-batch head's likeliest count: copies all-reduce the whole
@@ -231,9 +233,17 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
           static_cast<int>(std::max_element(odds.begin(), odds.begin() + choices.size()) - odds.begin());
       const Placement p = decision_to_placement(pipelined, choices, schedule);
       out.push_back({pipelined, p, {from, ZeroShotReplicas::pipelined, false}});
-      add_cut_variants(pipelined, ZeroShotReplicas::pipelined, p);
+      add_cut_variants(pipelined, ZeroShotReplicas::pipelined, p, out);
+    }
+    // Without the slowest device's stage: scored after everything else, as
+    // it is the one repair that gives up a device the decision chose.
+    const Placement fewer = without_slowest_stage(ctx, as_decided);
+    if (differs(fewer, as_decided)) {
+      last.push_back({d, fewer, {from, ZeroShotReplicas::slowest_device_dropped, false}});
+      add_cut_variants(d, ZeroShotReplicas::slowest_device_dropped, fewer, last);
     }
   }
+  out.insert(out.end(), last.begin(), last.end());
   return out;
 }
 
@@ -431,7 +441,7 @@ class SearchLoop {
     return decision_to_placement(d, config_.micro_batch_choices, opt_.schedule);
   }
 
-  // The zero-shot plan: the fastest of zero_shot_candidates (at most 86
+  // The zero-shot plan: the fastest of zero_shot_candidates (at most 100
   // evaluations, fewer where they agree: the measurer memoises; no sampling;
   // the measurer keeps the faster schedule of each), in their order until out
   // of time (the first always).
@@ -440,6 +450,16 @@ class SearchLoop {
          zero_shot_candidates(*policy_, graph_, cluster_, opt_.zero_shot_costs, opt_.batch_size, opt_.schedule)) {
       if (zero_shot_ && (cancelled() || out_of_time())) break;
       if (keep_zero_shot(c.placement, c.how)) note_zero_shot_odds(c.decided);
+      if (getenv("TAPP_DBG")) {
+        const StepReport& r = measurer_.measure(c.placement, 0);
+        std::string s;
+        std::vector<int> first(c.placement.num_groups(), -1), cnt(c.placement.num_groups());
+        for (size_t l = 0; l < c.placement.layer_group.size(); ++l) { int g = c.placement.layer_group[l]; cnt[g]++; if (first[g] < 0) first[g] = l; }
+        std::vector<int> ord(cnt.size()); for (size_t i = 0; i < ord.size(); ++i) ord[i] = i;
+        std::sort(ord.begin(), ord.end(), [&](int a, int b) { return first[a] < first[b]; });
+        for (int g : ord) { s += cluster_.devices[c.placement.group_device[g]].name; for (int d : c.placement.devices_of_group(g)) if (d != c.placement.group_device[g]) s += "+" + cluster_.devices[d].name; s += ":" + std::to_string(cnt[g]) + " "; }
+        fprintf(stderr, "ZS %s cut%d ord%d %.0f %s m=%d %s\n", zero_shot_replicas_name(c.how.replicas), c.how.cuts_moved, c.how.reordered, r.ok ? r.step_ms : -1.0, s.c_str(), c.placement.micro_batches, c.placement.schedule == Schedule::gpipe ? "gpipe" : "1f1b");
+      }
     }
   }
 

@@ -119,7 +119,8 @@ const char* zero_shot_from_name(ZeroShotFrom f);
 // dropped the replicas (planners' without_replicas), added the devices it left
 // idle as more (with_idle_devices), merged its stages into one copied onto its
 // devices (as_one_stage), ran data parallel on its devices (as_data_parallel),
-// or made every device a stage (as_pipeline_of_every_device).
+// made every device a stage (as_pipeline_of_every_device), or dropped the
+// slowest device's stage (without_slowest_stage).
 enum class ZeroShotReplicas {
   as_decided,
   dropped,
@@ -127,7 +128,8 @@ enum class ZeroShotReplicas {
   one_stage,
   data_parallel,
   every_device_a_stage,
-  pipelined  // a data-parallel decision's groups as a pipeline
+  pipelined,  // a data-parallel decision's groups as a pipeline
+  slowest_device_dropped  // without the slowest device's stage (without_slowest_stage)
 };
 const char* zero_shot_replicas_name(ZeroShotReplicas r);
 
@@ -204,7 +206,9 @@ constexpr int kImitationRounds = 4;  // of kImitationSteps, until the greedy dec
 // keeps fewer micro-batches in flight, so its memory and its window differ;
 // the measurer scores both anyway); a repair or variant that changes nothing
 // is left out; a data-parallel decision is also scored as the pipeline of its
-// groups at the micro-batch head's likeliest count, and with its variants.
+// groups at the micro-batch head's likeliest count, and with its variants;
+// after all of these, each decision without its slowest device's stage
+// (planners' without_slowest_stage), and with its variants.
 // Without costs (`cost` null): the two decisions as they are.
 // The fastest is the zero-shot plan (`optimize --policy`, train-policy's
 // summary); equal candidates are the measurer's memo.

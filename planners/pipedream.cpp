@@ -909,6 +909,40 @@ Placement as_data_parallel(const PlannerContext& ctx, const Placement& p) {
   return out;
 }
 
+Placement without_slowest_stage(const PlannerContext& ctx, const Placement& p) {
+  if (p.is_data_parallel() || p.num_groups() < 2) return p;
+  const int L = num_layers(ctx);
+  // The group on the slowest device that holds no other group (and no replicas).
+  const std::vector<int> rank = speed_rank(ctx);
+  std::vector<int> groups_on(num_devices(ctx), 0);
+  for (int g = 0; g < p.num_groups(); ++g)
+    for (int d : p.devices_of_group(g)) ++groups_on[d];
+  int slowest = -1;
+  for (int g = 0; g < p.num_groups(); ++g) {
+    const int d = p.group_device[g];
+    if (p.replica_count(g) == 1 && groups_on[d] == 1 && (slowest < 0 || rank[d] > rank[p.group_device[slowest]]))
+      slowest = g;
+  }
+  if (slowest < 0) return p;
+  // Its layers go to the group of the layer before its first (after its last, for the first stage).
+  const auto first = std::find(p.layer_group.begin(), p.layer_group.end(), slowest) - p.layer_group.begin();
+  const auto last = L - 1 - (std::find(p.layer_group.rbegin(), p.layer_group.rend(), slowest) - p.layer_group.rbegin());
+  const int into = first > 0 ? p.layer_group[first - 1] : last + 1 < L ? p.layer_group[last + 1] : -1;
+  if (into < 0 || into == slowest) return p;
+  Placement out = p;
+  for (int& g : out.layer_group)
+    if (g == slowest) g = into;
+  // The group goes; those after it move down one.
+  for (int& g : out.layer_group)
+    if (g > slowest) --g;
+  out.group_device.erase(out.group_device.begin() + slowest);
+  if (!out.group_replicas.empty()) out.group_replicas.erase(out.group_replicas.begin() + slowest);
+  if (!out.group_replica_weights.empty())
+    out.group_replica_weights.erase(out.group_replica_weights.begin() + slowest);
+  if (!out.group_recompute.empty()) out.group_recompute.erase(out.group_recompute.begin() + slowest);
+  return out;
+}
+
 Placement as_pipeline_of_every_device(const PlannerContext& ctx, const Placement& p) {
   if (p.is_data_parallel()) return p;
   const int D = num_devices(ctx), L = num_layers(ctx);

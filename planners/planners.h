@@ -125,6 +125,13 @@ Placement as_data_parallel(const PlannerContext& ctx, const Placement& p);
 // as_one_stage (with_pipedream_cuts then places the cuts for the stages).
 // A data-parallel `p` comes back as it is.
 Placement as_pipeline_of_every_device(const PlannerContext& ctx, const Placement& p);
+// `p` without the stage of its slowest device (one that runs a single,
+// unreplicated group): its layers join the group of the layer before its
+// first (after its last, for a first stage). The policy puts a stage on every
+// device, where the classical plans leave out one several times slower than
+// the rest (with_pipedream_cuts then places the cuts for the stages left).
+// A data-parallel or one-group `p` comes back as it is.
+Placement without_slowest_stage(const PlannerContext& ctx, const Placement& p);
 // Minimum of that objective over contiguous plans whose stages take disjoint
 // device sets (each set's replicas fastest first), for `micro_batches`: DP over
 // (layer prefix, used devices, last stage's set). On more than 8 devices the

@@ -1009,6 +1009,42 @@ TEST_CASE("a trained policy's data-parallel decision on a slow link is also scor
   CHECK(r.zero_shot_report->step_ms <= pipeline_ms);
 }
 
+TEST_CASE("a trained policy's stage on a device far slower than the rest is also scored without it, last") {
+  // Taught three stages of eight equal layers on d0, d1 and d2, d2 a tenth as
+  // fast: a layer there takes as long as five on the others, so whatever
+  // cuts the stage gets, the two fast devices alone are faster.
+  LayerGraph g = test::linear_chain({64, 64, 64, 64, 64, 64, 64, 64});
+  Cluster c = tapp::testing::equal_cluster(3);
+  c.devices[2].speed = 0.1;
+  Placement taught;
+  taught.layer_group = {0, 0, 0, 1, 1, 1, 2, 2};
+  taught.group_device = {0, 1, 2};
+  taught.micro_batches = 4;
+  const auto net = networks_taught(g, c, taught);
+  const CostModel cost = *CostModel::build(g, c, {test::flat_library(g, 32, 20, 40)});
+  SimulatorEvaluator sim(g, c, cost, 32);
+  OpDictionary dict;
+  const auto candidates = zero_shot_candidates(*policy_for(g, c, net, dict), g, c, &cost, 32, Schedule::gpipe);
+  const auto dropped = [](const ZeroShotCandidate& z) { return z.how.replicas == ZeroShotReplicas::slowest_device_dropped; };
+  const auto first = std::find_if(candidates.begin(), candidates.end(), dropped);
+  REQUIRE(first != candidates.end());
+  CHECK(std::all_of(first, candidates.end(), dropped));  // after every other candidate
+  double without_ms = std::numeric_limits<double>::infinity(), with_ms = without_ms;
+  for (const ZeroShotCandidate& z : candidates) {
+    bool uses_slowest = false;
+    for (int gr = 0; gr < z.placement.num_groups(); ++gr)
+      for (int d : z.placement.devices_of_group(gr)) uses_slowest |= d == 2;
+    if (dropped(z)) CHECK_FALSE(uses_slowest);
+    double& best = uses_slowest ? with_ms : without_ms;
+    best = std::min(best, sim.evaluate(z.placement).step_ms);
+  }
+  CHECK(without_ms < with_ms);
+  const SearchResult r = zero_shot_search(g, c, sim, net, &cost);
+  REQUIRE(r.zero_shot_report->ok);
+  CHECK(r.zero_shot_how.replicas == ZeroShotReplicas::slowest_device_dropped);
+  CHECK(r.zero_shot_report->step_ms <= without_ms);
+}
+
 TEST_CASE("a time budget stops the zero-shot candidates after the first once too little time is left") {
   // A taught two-stage plan with a replica on devices of unequal speeds has
   // more than six candidates; evaluations of at least 50 ms and a 0.3 s

@@ -694,6 +694,41 @@ TEST_CASE("as_pipeline_of_every_device keeps each group's fastest device and cut
   CHECK(as_pipeline_of_every_device(cs.ctx, Placement::replicas(6, {0, 1})).is_data_parallel());
 }
 
+TEST_CASE("without_slowest_stage merges the stage of the slowest device into its neighbour") {
+  LayerGraph g = linear_chain({16, 16, 16, 16, 16, 16});
+  Case cs(g, cluster_of_speeds({1.0, 0.25, 1.0, 0.5}), {test::flat_library(g, 8, 1, 1)}, 8);
+  Placement p;
+  p.layer_group = {0, 0, 1, 1, 2, 2};
+  p.group_device = {0, 1, 2};
+  p.micro_batches = 4;
+  // d1's stage (the middle) joins the stage before it; the groups after it move down.
+  Placement out = without_slowest_stage(cs.ctx, p);
+  CHECK(out.layer_group == std::vector<int>{0, 0, 0, 0, 1, 1});
+  CHECK(out.group_device == std::vector<int>{0, 2});
+  CHECK(out.micro_batches == 4);
+  CHECK(validate_placement(out, cs.g, cs.c, 8).is_ok());
+  // A first stage joins the one after it.
+  p.group_device = {1, 0, 2};
+  out = without_slowest_stage(cs.ctx, p);
+  CHECK(out.layer_group == std::vector<int>{0, 0, 0, 0, 1, 1});
+  CHECK(out.group_device == std::vector<int>{0, 2});
+  // A device with two groups, or a replicated group, is not the one: d3 (speed 0.5) goes.
+  p.layer_group = {0, 0, 1, 1, 2, 2};
+  p.group_device = {1, 3, 1};
+  out = without_slowest_stage(cs.ctx, p);
+  CHECK(out.layer_group == std::vector<int>{0, 0, 0, 0, 1, 1});
+  CHECK(out.group_device == std::vector<int>{1, 1});
+  p.group_device = {0, 1, 3};
+  p.group_replicas = {{}, {2}, {}};
+  out = without_slowest_stage(cs.ctx, p);
+  CHECK(out.group_device == std::vector<int>{0, 1});
+  CHECK(out.group_replicas == std::vector<std::vector<int>>{{}, {2}});
+  CHECK(out.layer_group == std::vector<int>{0, 0, 1, 1, 1, 1});
+  // Data parallel, or one group: as it is.
+  CHECK(without_slowest_stage(cs.ctx, Placement::replicas(6, {0, 1})).is_data_parallel());
+  CHECK(without_slowest_stage(cs.ctx, Placement::single_device(6, 1, 4)).layer_group == std::vector<int>(6, 0));
+}
+
 TEST_CASE("as_one_stage, as_data_parallel and as_pipeline_of_every_device give valid plans on random chains, clusters and plans") {
   std::mt19937 rng(20261202);
   for (int trial = 0; trial < 40; ++trial) {
@@ -715,6 +750,11 @@ TEST_CASE("as_one_stage, as_data_parallel and as_pipeline_of_every_device give v
     const Placement dp = as_data_parallel(cs.ctx, p);
     REQUIRE_MESSAGE(validate_placement(dp, cs.g, cs.c, 8).is_ok(), validate_placement(dp, cs.g, cs.c, 8).message());
     if (used.size() > 1) CHECK(std::set<int>(dp.group_device.begin(), dp.group_device.end()) == used);
+    const Placement fewer = without_slowest_stage(cs.ctx, p);
+    REQUIRE_MESSAGE(validate_placement(fewer, cs.g, cs.c, 8).is_ok(), validate_placement(fewer, cs.g, cs.c, 8).message());
+    CHECK(fewer.num_groups() >= p.num_groups() - 1);
+    for (int gr = 0; gr < fewer.num_groups(); ++gr)
+      CHECK(std::count(fewer.layer_group.begin(), fewer.layer_group.end(), gr) > 0);
     const Placement staged = as_pipeline_of_every_device(cs.ctx, p);
     REQUIRE_MESSAGE(validate_placement(staged, cs.g, cs.c, 8).is_ok(), validate_placement(staged, cs.g, cs.c, 8).message());
     CHECK_FALSE(staged.has_replicated_groups());
