@@ -912,18 +912,23 @@ Placement as_data_parallel(const PlannerContext& ctx, const Placement& p) {
 Placement without_slowest_stage(const PlannerContext& ctx, const Placement& p) {
   if (p.is_data_parallel() || p.num_groups() < 2) return p;
   const int L = num_layers(ctx);
-  // The group on the slowest device that holds no other group (and no replicas).
-  const std::vector<int> rank = speed_rank(ctx);
+  // The group on the slowest device that holds no other group (and no
+  // replicas), where that device is slower than every other the plan uses
+  // (among equal devices none is the slowest).
+  const std::vector<double> speed = relative_speeds(ctx);
   std::vector<int> groups_on(num_devices(ctx), 0);
   for (int g = 0; g < p.num_groups(); ++g)
     for (int d : p.devices_of_group(g)) ++groups_on[d];
   int slowest = -1;
   for (int g = 0; g < p.num_groups(); ++g) {
     const int d = p.group_device[g];
-    if (p.replica_count(g) == 1 && groups_on[d] == 1 && (slowest < 0 || rank[d] > rank[p.group_device[slowest]]))
+    if (p.replica_count(g) == 1 && groups_on[d] == 1 && (slowest < 0 || speed[d] < speed[p.group_device[slowest]]))
       slowest = g;
   }
   if (slowest < 0) return p;
+  const int dropped = p.group_device[slowest];
+  for (int d = 0; d < num_devices(ctx); ++d)
+    if (d != dropped && groups_on[d] > 0 && speed[d] <= speed[dropped]) return p;
   // Its layers go to the group of the layer before its first (after its last, for the first stage).
   const auto first = std::find(p.layer_group.begin(), p.layer_group.end(), slowest) - p.layer_group.begin();
   const auto last = L - 1 - (std::find(p.layer_group.rbegin(), p.layer_group.rend(), slowest) - p.layer_group.rbegin());

@@ -126,8 +126,9 @@ Placement as_data_parallel(const PlannerContext& ctx, const Placement& p);
 // A data-parallel `p` comes back as it is.
 Placement as_pipeline_of_every_device(const PlannerContext& ctx, const Placement& p);
 // `p` without the stage of its slowest device (one that runs a single,
-// unreplicated group): its layers join the group of the layer before its
-// first (after its last, for a first stage). The policy puts a stage on every
+// unreplicated group, slower than every other device `p` uses): its layers
+// join the group of the layer before its first (after its last, for a first
+// stage). The policy puts a stage on every
 // device, where the classical plans leave out one several times slower than
 // the rest (with_pipedream_cuts then places the cuts for the stages left).
 // A data-parallel or one-group `p` comes back as it is.

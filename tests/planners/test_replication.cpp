@@ -712,18 +712,24 @@ TEST_CASE("without_slowest_stage merges the stage of the slowest device into its
   out = without_slowest_stage(cs.ctx, p);
   CHECK(out.layer_group == std::vector<int>{0, 0, 0, 0, 1, 1});
   CHECK(out.group_device == std::vector<int>{0, 2});
-  // A device with two groups, or a replicated group, is not the one: d3 (speed 0.5) goes.
+  // The slowest device the plan uses runs two groups, or a replicated one:
+  // as it is (d3, at 0.5, is not the slowest).
   p.layer_group = {0, 0, 1, 1, 2, 2};
   p.group_device = {1, 3, 1};
-  out = without_slowest_stage(cs.ctx, p);
-  CHECK(out.layer_group == std::vector<int>{0, 0, 0, 0, 1, 1});
-  CHECK(out.group_device == std::vector<int>{1, 1});
+  CHECK(without_slowest_stage(cs.ctx, p).group_device == p.group_device);
   p.group_device = {0, 1, 3};
   p.group_replicas = {{}, {2}, {}};
+  CHECK(without_slowest_stage(cs.ctx, p).group_device == p.group_device);
+  // Without d1, d3 is the slowest: its stage (the last) joins the one before it.
+  p.group_device = {0, 2, 3};
+  p.group_replicas.clear();
   out = without_slowest_stage(cs.ctx, p);
-  CHECK(out.group_device == std::vector<int>{0, 1});
-  CHECK(out.group_replicas == std::vector<std::vector<int>>{{}, {2}});
   CHECK(out.layer_group == std::vector<int>{0, 0, 1, 1, 1, 1});
+  CHECK(out.group_device == std::vector<int>{0, 2});
+  // Among equal devices none is the slowest: as it is.
+  p.group_device = {0, 2, 1};
+  Case equal(g, cluster_of_speeds({1.0, 1.0, 1.0}), {test::flat_library(g, 8, 1, 1)}, 8);
+  CHECK(without_slowest_stage(equal.ctx, p).group_device == p.group_device);
   // Data parallel, or one group: as it is.
   CHECK(without_slowest_stage(cs.ctx, Placement::replicas(6, {0, 1})).is_data_parallel());
   CHECK(without_slowest_stage(cs.ctx, Placement::single_device(6, 1, 4)).layer_group == std::vector<int>(6, 0));
