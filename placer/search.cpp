@@ -450,16 +450,6 @@ class SearchLoop {
          zero_shot_candidates(*policy_, graph_, cluster_, opt_.zero_shot_costs, opt_.batch_size, opt_.schedule)) {
       if (zero_shot_ && (cancelled() || out_of_time())) break;
       if (keep_zero_shot(c.placement, c.how)) note_zero_shot_odds(c.decided);
-      if (getenv("TAPP_DBG")) {
-        const StepReport& r = measurer_.measure(c.placement, 0);
-        std::string s;
-        std::vector<int> first(c.placement.num_groups(), -1), cnt(c.placement.num_groups());
-        for (size_t l = 0; l < c.placement.layer_group.size(); ++l) { int g = c.placement.layer_group[l]; cnt[g]++; if (first[g] < 0) first[g] = l; }
-        std::vector<int> ord(cnt.size()); for (size_t i = 0; i < ord.size(); ++i) ord[i] = i;
-        std::sort(ord.begin(), ord.end(), [&](int a, int b) { return first[a] < first[b]; });
-        for (int g : ord) { s += cluster_.devices[c.placement.group_device[g]].name; for (int d : c.placement.devices_of_group(g)) if (d != c.placement.group_device[g]) s += "+" + cluster_.devices[d].name; s += ":" + std::to_string(cnt[g]) + " "; }
-        fprintf(stderr, "ZS %s cut%d ord%d %.0f %s m=%d %s\n", zero_shot_replicas_name(c.how.replicas), c.how.cuts_moved, c.how.reordered, r.ok ? r.step_ms : -1.0, s.c_str(), c.placement.micro_batches, c.placement.schedule == Schedule::gpipe ? "gpipe" : "1f1b");
-      }
     }
   }
 
