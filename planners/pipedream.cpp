@@ -1073,6 +1073,11 @@ struct DealtOrder {
   int m;
 };
 
+// Whether two dealt orders are one: the same count, orders alike.
+bool same_order(const StagesToDeal& st, const DealtOrder& a, const DealtOrder& b) {
+  return a.m == b.m && st.alike(a.perm, b.perm);
+}
+
 // `order` dealt as `perm` at `m`: the stages' first layers where the
 // objective is least from `begins` (balanced_begins on `positions`), and that step.
 std::vector<int> placed_cuts(const PlannerContext& ctx, const StagesToDeal& st, const std::vector<int>& perm, int m,
@@ -1094,11 +1099,12 @@ std::vector<int> placed_cuts(const PlannerContext& ctx, const StagesToDeal& st, 
 void consider(std::vector<DealtOrder>& shortlist, const StagesToDeal& st, const std::vector<int>& perm, int m,
               double step) {
   if (!(step < kInf) || (shortlist.size() == kOrdersRefined && step >= shortlist.back().step)) return;
-  for (const DealtOrder& o : shortlist)
-    if (o.m == m && st.alike(o.perm, perm)) return;
+  const DealtOrder o{step, perm, m};
+  if (std::any_of(shortlist.begin(), shortlist.end(), [&](const DealtOrder& s) { return same_order(st, s, o); }))
+    return;
   const auto at = std::upper_bound(shortlist.begin(), shortlist.end(), step,
-                                   [](double v, const DealtOrder& o) { return v < o.step; });
-  shortlist.insert(at, DealtOrder{step, perm, m});
+                                   [](double v, const DealtOrder& d) { return v < d.step; });
+  shortlist.insert(at, o);
   if (shortlist.size() > kOrdersRefined) shortlist.pop_back();
 }
 
@@ -1187,8 +1193,7 @@ std::vector<Placement> with_pipedream_orders(const PlannerContext& context, cons
   const Shortlists lists = shortlist_orders(ctx, st);
   std::vector<DealtOrder> shortlist = lists.by_capacity;
   for (const DealtOrder& o : lists.by_coarse_cuts)
-    if (std::none_of(shortlist.begin(), shortlist.end(),
-                     [&](const DealtOrder& s) { return s.m == o.m && st.alike(s.perm, o.perm); }))
+    if (std::none_of(shortlist.begin(), shortlist.end(), [&](const DealtOrder& s) { return same_order(st, s, o); }))
       shortlist.push_back(o);
   // p's own order and count, its cuts placed: what a new order has to beat.
   DealtOrder own{kInf, std::vector<int>(S), p.micro_batches};
@@ -1197,7 +1202,7 @@ std::vector<Placement> with_pipedream_orders(const PlannerContext& context, cons
   std::vector<int> own_begins;
   for (int g : st.order) own_begins.push_back(first[g]);
   placed_cuts(ctx, st, own.perm, own.m, own_begins, own.step);
-  const auto is_own = [&](const DealtOrder& o) { return o.m == own.m && st.alike(o.perm, own.perm); };
+  const auto is_own = [&](const DealtOrder& o) { return same_order(st, o, own); };
   // The shortlist's first (unless it is p's own), then the best once cut-placed where it differs and beats p's own.
   std::vector<Placement> out;
   const DealtOrder* best = nullptr;

@@ -58,6 +58,26 @@ Cluster cluster_of_speeds(const std::vector<double>& speeds) {
   return c;
 }
 
+// The default link made free (a terabit, no latency): only the links a test names cost.
+void free_default_link(Cluster& c) {
+  c.default_link.bandwidth_mbps = 1e9;
+  c.default_link.latency_ms = 0;
+}
+
+// A pipeline: layer l in group layer_group[l], group g on devices[g].
+Placement pipeline(std::vector<int> layer_group, std::vector<int> devices, int micro_batches,
+                   Schedule schedule = Schedule::gpipe) {
+  Placement p;
+  p.layer_group = std::move(layer_group);
+  p.group_device = std::move(devices);
+  p.micro_batches = micro_batches;
+  p.schedule = schedule;
+  return p;
+}
+
+// The memory_mb that holds `bytes`.
+int64_t mib_to_hold(int64_t bytes) { return (bytes + (int64_t{1} << 20) - 1) >> 20; }
+
 LayerLibrary random_library(std::mt19937& rng, const LayerGraph& g, int64_t batch) {
   LayerLibrary lib = library_skeleton(g);
   lib.batch_size = batch;
@@ -231,13 +251,9 @@ TEST_CASE("with_pipedream_cuts moves a pipeline's cuts towards its faster stage,
   Cluster c;
   c.devices = {Device{"fast"}, Device{"slow"}};
   c.devices[0].speed = 2;
-  c.default_link.bandwidth_mbps = 1e9;
-  c.default_link.latency_ms = 0;
+  free_default_link(c);
   Case cs(g, c, {test::flat_library(g, 8, 1, 1)}, 8);
-  Placement p;
-  p.layer_group = {0, 0, 0, 1, 1, 1};
-  p.group_device = {0, 1};
-  p.micro_batches = 4;
+  Placement p = pipeline({0, 0, 0, 1, 1, 1}, {0, 1}, 4);
   Placement moved = with_pipedream_cuts(cs.ctx, p);
   CHECK(moved.layer_group == std::vector<int>{0, 0, 0, 0, 1, 1});
   CHECK(moved.group_device == p.group_device);
@@ -274,18 +290,13 @@ TEST_CASE("with_pipedream_cuts counts a slow gradient link where each schedule w
   // Four and two either way, and the simulator agrees.
   LayerGraph g = linear_chain({1024, 1024, 1024, 16, 16, 16});
   Cluster c = cluster_of_speeds({1.0, 1.0});
-  c.default_link.bandwidth_mbps = 1e9;
-  c.default_link.latency_ms = 0;
+  free_default_link(c);
   c.links.push_back(Link{"d1", "d0", 65.536, 0});  // 1024 floats x 2 samples in 1 ms
   Case cs(g, c, {test::flat_library(g, 8, 1, 1)}, 8);
   SimulatorEvaluator ev = cs.evaluator();
   for (Schedule schedule : {Schedule::one_f_one_b, Schedule::gpipe}) {
     CAPTURE(schedule_name(schedule));
-    Placement p;
-    p.layer_group = {0, 0, 0, 1, 1, 1};
-    p.group_device = {0, 1};
-    p.micro_batches = 4;
-    p.schedule = schedule;
+    const Placement p = pipeline({0, 0, 0, 1, 1, 1}, {0, 1}, 4, schedule);
     const Placement moved = with_pipedream_cuts(cs.ctx, p);
     CHECK(moved.layer_group == std::vector<int>{0, 0, 0, 0, 1, 1});
     const StepReport before = ev.evaluate(p), after = ev.evaluate(moved);
@@ -303,16 +314,11 @@ TEST_CASE("with_pipedream_cuts charges each stage the micro-batches it keeps in 
   // the simulator finds slower); three and three fit as they are.
   LayerGraph g = linear_chain({1024, 1024, 1024, 1024, 1024, 1024});
   Cluster c = cluster_of_speeds({1.0, 1.0});
-  c.default_link.bandwidth_mbps = 1e9;
-  c.default_link.latency_ms = 0;
+  free_default_link(c);
   Case cs(g, c, {test::flat_library(g, 2048, 1, 1)}, 2048);
-  Placement p;
-  p.layer_group = {0, 0, 0, 1, 1, 1};
-  p.group_device = {0, 1};
-  p.micro_batches = 4;
-  p.schedule = Schedule::one_f_one_b;
+  const Placement p = pipeline({0, 0, 0, 1, 1, 1}, {0, 1}, 4, Schedule::one_f_one_b);
   const MemoryBreakdown need = estimate_device_memory(p, cs.g, cs.c, 2048)[1];
-  cs.c.devices[1].memory_mb = (need.total() + (1 << 20) - 1) >> 20;
+  cs.c.devices[1].memory_mb = mib_to_hold(need.total());
   REQUIRE(need.total() + need.activations > device_memory_bytes(cs.c.devices[1]));  // two in flight do not fit
   const Placement moved = with_pipedream_cuts(cs.ctx, p);
   CHECK(moved.layer_group == p.layer_group);
@@ -333,12 +339,9 @@ TEST_CASE("with_pipedream_cuts moves the cuts of one micro-batch off a stage tha
   LayerGraph g = linear_chain({1024, 1024, 1024, 1024, 1024, 1024});
   Case cs(g, cluster_of_speeds({1.0, 1.0}), {test::flat_library(g, 8, 1, 1)}, 8);
   const StageMemory mem(cs.g);
-  cs.c.devices[1].memory_mb = (mem.bytes(4, 6, 8, 1) + (1 << 20) - 1) >> 20;
+  cs.c.devices[1].memory_mb = mib_to_hold(mem.bytes(4, 6, 8, 1));
   REQUIRE_FALSE(mem.fits(cs.c.devices[1], 3, 6, 8, 1, true));
-  Placement p;
-  p.layer_group = {0, 0, 0, 1, 1, 1};
-  p.group_device = {0, 1};
-  p.micro_batches = 1;
+  const Placement p = pipeline({0, 0, 0, 1, 1, 1}, {0, 1}, 1);
   Placement moved = with_pipedream_cuts(cs.ctx, p);
   CHECK(moved.layer_group == std::vector<int>{0, 0, 0, 0, 1, 1});
   CHECK(recompute_where_needed(moved, cs.g, cs.c, 8));
@@ -428,12 +431,9 @@ TEST_CASE("with_pipedream_orders ranks orders by cuts that fit where the capacit
   const StageMemory mem(cs.g);
   int64_t two = 0;
   for (int a = 1; a + 2 <= 7; ++a) two = std::max(two, mem.bytes(a, a + 2, 8, 8));
-  cs.c.devices[0].memory_mb = (two + (1 << 20) - 1) >> 20;
+  cs.c.devices[0].memory_mb = mib_to_hold(two);
   for (int a = 0; a + 4 <= 7; ++a) REQUIRE_FALSE(mem.fits(cs.c.devices[0], a, a + 4, 8, 1, true));
-  Placement p;
-  p.layer_group = {0, 0, 0, 1, 1, 2, 2};
-  p.group_device = {0, 2, 1};
-  p.micro_batches = 4;
+  const Placement p = pipeline({0, 0, 0, 1, 1, 2, 2}, {0, 2, 1}, 4);
   REQUIRE(check_memory(p, cs.g, cs.c, 8).is_ok());
   const std::vector<Placement> orders = with_pipedream_orders(cs.ctx, p);
   REQUIRE_FALSE(orders.empty());
@@ -678,10 +678,7 @@ TEST_CASE("as_pipeline_of_every_device keeps each group's fastest device and cut
   CHECK(validate_placement(staged, cs.g, cs.c, 8).is_ok());
   // A device with two groups keeps the first; the second goes to the fastest
   // idle device (d2), then d3 takes the tail of the heaviest per unit of speed (group 0).
-  Placement twice;
-  twice.layer_group = {0, 0, 1, 1, 2, 2};
-  twice.group_device = {0, 1, 0};
-  twice.micro_batches = 4;
+  const Placement twice = pipeline({0, 0, 1, 1, 2, 2}, {0, 1, 0}, 4);
   const Placement spread = as_pipeline_of_every_device(cs.ctx, twice);
   CHECK(spread.group_device == std::vector<int>{0, 1, 2, 3});
   CHECK(spread.layer_group == std::vector<int>{0, 3, 1, 1, 2, 2});
@@ -697,10 +694,7 @@ TEST_CASE("as_pipeline_of_every_device keeps each group's fastest device and cut
 TEST_CASE("without_slowest_stage merges the stage of the slowest device into its neighbour") {
   LayerGraph g = linear_chain({16, 16, 16, 16, 16, 16});
   Case cs(g, cluster_of_speeds({1.0, 0.25, 1.0, 0.5}), {test::flat_library(g, 8, 1, 1)}, 8);
-  Placement p;
-  p.layer_group = {0, 0, 1, 1, 2, 2};
-  p.group_device = {0, 1, 2};
-  p.micro_batches = 4;
+  Placement p = pipeline({0, 0, 1, 1, 2, 2}, {0, 1, 2}, 4);
   // d1's stage (the middle) joins the stage before it; the groups after it move down.
   Placement out = without_slowest_stage(cs.ctx, p);
   CHECK(out.layer_group == std::vector<int>{0, 0, 0, 0, 1, 1});
