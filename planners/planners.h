@@ -117,8 +117,10 @@ Placement as_one_stage(const PlannerContext& ctx, const Placement& p);
 // device, or one with more devices than samples comes back as it is.
 Placement as_data_parallel(const PlannerContext& ctx, const Placement& p);
 // `p` with every device a stage of its own: each replicated group on its
-// fastest device alone (as without_replicas), then every device left over
-// (its dropped replicas and the idle ones, fastest first) a further stage cut
+// fastest device alone (as without_replicas); a device's groups after its
+// first (by first layer) each on a device left over, fastest first, while
+// any is; then every device still left over (its dropped replicas and the
+// idle ones, fastest first) a further stage cut
 // from the tail of the group with the most work per unit of its device's
 // speed, by the two devices' speeds; where the stages outnumber the
 // micro-batches, the micro-batches become the next choice. The opposite of
