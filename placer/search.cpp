@@ -156,7 +156,8 @@ const char* zero_shot_replicas_name(ZeroShotReplicas r) {
     case ZeroShotReplicas::data_parallel: return "data_parallel";
     case ZeroShotReplicas::every_device_a_stage: return "every_device_a_stage";
     case ZeroShotReplicas::pipelined: return "pipelined";
-    case ZeroShotReplicas::slowest_device_dropped: return "slowest_device_dropped";
+    case ZeroShotReplicas::slowest_device_dropped:
+      return "slowest_device_dropped";
     default: return "as_decided";
   }
 }

@@ -128,7 +128,7 @@ enum class ZeroShotReplicas {
   one_stage,
   data_parallel,
   every_device_a_stage,
-  pipelined,  // a data-parallel decision's groups as a pipeline
+  pipelined,              // a data-parallel decision's groups as a pipeline
   slowest_device_dropped  // without the slowest device's stage (without_slowest_stage)
 };
 const char* zero_shot_replicas_name(ZeroShotReplicas r);

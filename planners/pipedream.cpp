@@ -71,7 +71,9 @@ class ReplicatedStageModel {
 
   // The DP's stage cost: its position in the pipeline unknown, as many in
   // flight as a first stage of every device keeps (memory's worst case).
-  double stage(const std::vector<int>& R, int a, int b) const { return phases(R, a, b, num_devices(bm_.ctx)).total; }
+  double stage(const std::vector<int>& R, int a, int b) const {
+    return phases(R, a, b, num_devices(bm_.ctx)).total;
+  }
 
   // The in-flight limit of stage k of `sets` (the memory rule's,
   // core/placement.h): the devices from it to the last stage, over its replicas.
@@ -90,7 +92,8 @@ class ReplicatedStageModel {
   // side: forward or activations on, then backward or gradients back.
   // Otherwise stage(), the sends counted on the boundaries. `limit`: the
   // stage's in_flight_limit, which its memory (and so recomputation) depends on.
-  double interval(const std::vector<int>& R, int a, int b, double send_on, double send_back, int limit) const {
+  double interval(const std::vector<int>& R, int a, int b, double send_on, double send_back,
+                  int limit) const {
     const Phases p = phases(R, a, b, limit);
     if (bm_.ctx.schedule != Schedule::gpipe || p.total == kInf) return p.total;
     return std::max(p.forward, send_on) + std::max(p.backward, send_back);
@@ -577,7 +580,8 @@ constexpr int kBisections = 30;
 constexpr size_t kOrdersRefined = 4;
 constexpr int kCoarseRankedStages = 5;
 constexpr int kCoarseCutPositions = 17;
-std::vector<int> balanced_begins(const PlannerContext& ctx, const StagePlan& plan, int positions = kMaxCutPositions) {
+std::vector<int> balanced_begins(const PlannerContext& ctx, const StagePlan& plan,
+                                 int positions = kMaxCutPositions) {
   std::vector<int> P = cut_positions(ctx, positions);
   P.insert(P.end(), plan.stage_begin.begin(), plan.stage_begin.end());
   std::sort(P.begin(), P.end());
@@ -922,7 +926,8 @@ Placement without_slowest_stage(const PlannerContext& ctx, const Placement& p) {
   int slowest = -1;
   for (int g = 0; g < p.num_groups(); ++g) {
     const int d = p.group_device[g];
-    if (p.replica_count(g) == 1 && groups_on[d] == 1 && (slowest < 0 || speed[d] < speed[p.group_device[slowest]]))
+    if (p.replica_count(g) == 1 && groups_on[d] == 1 &&
+        (slowest < 0 || speed[d] < speed[p.group_device[slowest]]))
       slowest = g;
   }
   if (slowest < 0) return p;
@@ -931,7 +936,8 @@ Placement without_slowest_stage(const PlannerContext& ctx, const Placement& p) {
     if (d != dropped && groups_on[d] > 0 && speed[d] <= speed[dropped]) return p;
   // Its layers go to the group of the layer before its first (after its last, for the first stage).
   const auto first = std::find(p.layer_group.begin(), p.layer_group.end(), slowest) - p.layer_group.begin();
-  const auto last = L - 1 - (std::find(p.layer_group.rbegin(), p.layer_group.rend(), slowest) - p.layer_group.rbegin());
+  const auto last =
+      L - 1 - (std::find(p.layer_group.rbegin(), p.layer_group.rend(), slowest) - p.layer_group.rbegin());
   const int into = first > 0 ? p.layer_group[first - 1] : last + 1 < L ? p.layer_group[last + 1] : -1;
   if (into < 0 || into == slowest) return p;
   Placement out = p;
@@ -1080,8 +1086,8 @@ bool same_order(const StagesToDeal& st, const DealtOrder& a, const DealtOrder& b
 
 // `order` dealt as `perm` at `m`: the stages' first layers where the
 // objective is least from `begins` (balanced_begins on `positions`), and that step.
-std::vector<int> placed_cuts(const PlannerContext& ctx, const StagesToDeal& st, const std::vector<int>& perm, int m,
-                             std::vector<int> begins, double& step, int positions = kMaxCutPositions) {
+std::vector<int> placed_cuts(const PlannerContext& ctx, const StagesToDeal& st, const std::vector<int>& perm,
+                             int m, std::vector<int> begins, double& step, int positions = kMaxCutPositions) {
   StagePlan plan;
   plan.micro_batches = m;
   plan.stage_begin = std::move(begins);
@@ -1100,7 +1106,8 @@ void consider(std::vector<DealtOrder>& shortlist, const StagesToDeal& st, const 
               double step) {
   if (!(step < kInf) || (shortlist.size() == kOrdersRefined && step >= shortlist.back().step)) return;
   const DealtOrder o{step, perm, m};
-  if (std::any_of(shortlist.begin(), shortlist.end(), [&](const DealtOrder& s) { return same_order(st, s, o); }))
+  if (std::any_of(shortlist.begin(), shortlist.end(),
+                  [&](const DealtOrder& s) { return same_order(st, s, o); }))
     return;
   const auto at = std::upper_bound(shortlist.begin(), shortlist.end(), step,
                                    [](double v, const DealtOrder& d) { return v < d.step; });
@@ -1193,7 +1200,8 @@ std::vector<Placement> with_pipedream_orders(const PlannerContext& context, cons
   const Shortlists lists = shortlist_orders(ctx, st);
   std::vector<DealtOrder> shortlist = lists.by_capacity;
   for (const DealtOrder& o : lists.by_coarse_cuts)
-    if (std::none_of(shortlist.begin(), shortlist.end(), [&](const DealtOrder& s) { return same_order(st, s, o); }))
+    if (std::none_of(shortlist.begin(), shortlist.end(),
+                     [&](const DealtOrder& s) { return same_order(st, s, o); }))
       shortlist.push_back(o);
   // p's own order and count, its cuts placed: what a new order has to beat.
   DealtOrder own{kInf, std::vector<int>(S), p.micro_batches};
@@ -1203,7 +1211,8 @@ std::vector<Placement> with_pipedream_orders(const PlannerContext& context, cons
   for (int g : st.order) own_begins.push_back(first[g]);
   placed_cuts(ctx, st, own.perm, own.m, own_begins, own.step);
   const auto is_own = [&](const DealtOrder& o) { return same_order(st, o, own); };
-  // The shortlist's first (unless it is p's own), then the best once cut-placed where it differs and beats p's own.
+  // The shortlist's first (unless it is p's own), then the best once cut-placed where it differs and beats
+  // p's own.
   std::vector<Placement> out;
   const DealtOrder* best = nullptr;
   double best_step = kInf;

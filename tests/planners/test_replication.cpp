@@ -729,7 +729,7 @@ TEST_CASE("without_slowest_stage merges the stage of the slowest device into its
   CHECK(without_slowest_stage(cs.ctx, Placement::single_device(6, 1, 4)).layer_group == std::vector<int>(6, 0));
 }
 
-TEST_CASE("as_one_stage, as_data_parallel and as_pipeline_of_every_device give valid plans on random chains, clusters and plans") {
+TEST_CASE("as_one_stage, as_data_parallel, without_slowest_stage and as_pipeline_of_every_device give valid plans on random chains, clusters and plans") {
   std::mt19937 rng(20261202);
   for (int trial = 0; trial < 40; ++trial) {
     const int L = 3 + static_cast<int>(rng() % 10), D = 2 + static_cast<int>(rng() % 4);
