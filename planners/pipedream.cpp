@@ -580,13 +580,15 @@ constexpr int kBisections = 30;
 constexpr size_t kOrdersRefined = 4;
 constexpr int kCoarseRankedStages = 5;
 constexpr int kCoarseCutPositions = 17;
-std::vector<int> balanced_begins(const PlannerContext& ctx, const StagePlan& plan,
-                                 int positions = kMaxCutPositions) {
+// `model`: ReplicatedStageModel(ctx, plan.micro_batches), which callers that
+// place many plans at one count build once.
+std::vector<int> balanced_begins(const ReplicatedStageModel& model, const PlannerContext& ctx,
+                                 const StagePlan& plan, int positions = kMaxCutPositions) {
   std::vector<int> P = cut_positions(ctx, positions);
   P.insert(P.end(), plan.stage_begin.begin(), plan.stage_begin.end());
   std::sort(P.begin(), P.end());
   P.erase(std::unique(P.begin(), P.end()), P.end());
-  const CutTable table(ReplicatedStageModel(ctx, plan.micro_batches), plan, P);
+  const CutTable table(model, plan, P);
   std::vector<int> own(plan.num_stages());
   for (int k = 0; k < plan.num_stages(); ++k)
     own[k] = static_cast<int>(std::lower_bound(P.begin(), P.end(), plan.stage_begin[k]) - P.begin());
@@ -752,7 +754,7 @@ Placement with_pipedream_cuts(const PlannerContext& context, const Placement& p)
   PlannerContext ctx = context;
   ctx.schedule = p.schedule;
   ctx.optimizer = p.optimizer;
-  const std::vector<int> begins = balanced_begins(ctx, plan);
+  const std::vector<int> begins = balanced_begins(ReplicatedStageModel(ctx, plan.micro_batches), ctx, plan);
   Placement out = p;
   for (int k = 0, S = plan.num_stages(), L = num_layers(ctx); k < S; ++k)
     std::fill(out.layer_group.begin() + begins[k], out.layer_group.begin() + (k + 1 < S ? begins[k + 1] : L),
@@ -1084,19 +1086,21 @@ bool same_order(const StagesToDeal& st, const DealtOrder& a, const DealtOrder& b
   return a.m == b.m && st.alike(a.perm, b.perm);
 }
 
-// `order` dealt as `perm` at `m`: the stages' first layers where the
-// objective is least from `begins` (balanced_begins on `positions`), and that step.
-std::vector<int> placed_cuts(const PlannerContext& ctx, const StagesToDeal& st, const std::vector<int>& perm,
-                             int m, std::vector<int> begins, double& step, int positions = kMaxCutPositions) {
+// `order` dealt as `perm` at the model's micro-batch count: the stages' first
+// layers where the objective is least from `begins` (balanced_begins on
+// `positions`), and that step.
+std::vector<int> placed_cuts(const ReplicatedStageModel& model, const PlannerContext& ctx,
+                             const StagesToDeal& st, const std::vector<int>& perm, std::vector<int> begins,
+                             double& step, int positions = kMaxCutPositions) {
   StagePlan plan;
-  plan.micro_batches = m;
+  plan.micro_batches = model.micro_batches();
   plan.stage_begin = std::move(begins);
   for (const auto& set : st.placed(perm)) {
     plan.stage_device.push_back(set[0]);
     if (st.replicated) plan.stage_replicas.emplace_back(set.begin() + 1, set.end());
   }
-  std::vector<int> cuts = balanced_begins(ctx, plan, positions);
-  step = pipeline_step(ReplicatedStageModel(ctx, m), st.placed(perm), cuts, st.L);
+  std::vector<int> cuts = balanced_begins(model, ctx, plan, positions);
+  step = pipeline_step(model, st.placed(perm), cuts, st.L);
   return cuts;
 }
 
@@ -1141,10 +1145,11 @@ Shortlists shortlist_orders(const PlannerContext& ctx, const StagesToDeal& st) {
     std::vector<int> perm = identity;
     if (S <= 6) {
       do {
-        consider(lists.by_capacity, st, perm, m, step_of(perm));
+        const std::vector<int> begins = st.capacity_begins(perm);
+        consider(lists.by_capacity, st, perm, m, pipeline_step(model, st.placed(perm), begins, st.L));
         if (S <= kCoarseRankedStages) {
           double coarse = kInf;
-          placed_cuts(ctx, st, perm, m, st.capacity_begins(perm), coarse, kCoarseCutPositions);
+          placed_cuts(model, ctx, st, perm, begins, coarse, kCoarseCutPositions);
           consider(lists.by_coarse_cuts, st, perm, m, coarse);
         }
       } while (std::next_permutation(perm.begin(), perm.end()));
@@ -1209,7 +1214,7 @@ std::vector<Placement> with_pipedream_orders(const PlannerContext& context, cons
   const std::vector<int> first = first_layers(p);
   std::vector<int> own_begins;
   for (int g : st.order) own_begins.push_back(first[g]);
-  placed_cuts(ctx, st, own.perm, own.m, own_begins, own.step);
+  placed_cuts(ReplicatedStageModel(ctx, own.m), ctx, st, own.perm, own_begins, own.step);
   const auto is_own = [&](const DealtOrder& o) { return same_order(st, o, own); };
   // The shortlist's first (unless it is p's own), then the best once cut-placed where it differs and beats
   // p's own.
@@ -1219,7 +1224,8 @@ std::vector<Placement> with_pipedream_orders(const PlannerContext& context, cons
   std::vector<int> best_begins;
   for (const DealtOrder& o : shortlist) {
     double step = kInf;
-    std::vector<int> begins = placed_cuts(ctx, st, o.perm, o.m, st.capacity_begins(o.perm), step);
+    std::vector<int> begins =
+        placed_cuts(ReplicatedStageModel(ctx, o.m), ctx, st, o.perm, st.capacity_begins(o.perm), step);
     if (&o == &shortlist.front() && !is_own(o)) out.push_back(dealt(p, st, o, begins));
     if (step < best_step) best_step = step, best = &o, best_begins = std::move(begins);
   }

@@ -81,6 +81,32 @@ SearchResult zero_shot_search(const LayerGraph& g, const Cluster& c, Evaluator& 
   return r;
 }
 
+// The zero-shot candidates of the policy over `net` for `g` on `c`, repaired under `cost` (batch 32, GPipe).
+std::vector<ZeroShotCandidate> candidates_of(const LayerGraph& g, const Cluster& c,
+                                             const std::shared_ptr<PolicyNetworks>& net, const CostModel& cost) {
+  OpDictionary dict;
+  return zero_shot_candidates(*policy_for(g, c, net, dict), g, c, &cost, 32, Schedule::gpipe);
+}
+
+// The least simulated step of the candidates `which` takes (infinity: none).
+template <typename Which>
+double fastest(SimulatorEvaluator& sim, const std::vector<ZeroShotCandidate>& candidates, Which which) {
+  double ms = std::numeric_limits<double>::infinity();
+  for (const ZeroShotCandidate& z : candidates)
+    if (which(z)) ms = std::min(ms, sim.evaluate(z.placement).step_ms);
+  return ms;
+}
+
+// The search's zero-shot plan over `net`: it runs, came from the repair `how`, and is no slower than `at_most`.
+void check_zero_shot(const LayerGraph& g, const Cluster& c, SimulatorEvaluator& sim,
+                     const std::shared_ptr<PolicyNetworks>& net, const CostModel& cost, ZeroShotReplicas how,
+                     double at_most) {
+  const SearchResult r = zero_shot_search(g, c, sim, net, &cost);
+  REQUIRE(r.zero_shot_report->ok);
+  CHECK(r.zero_shot_how.replicas == how);
+  CHECK(r.zero_shot_report->step_ms <= at_most);
+}
+
 std::vector<Decision> samples(Policy& p, uint64_t seed, int n) {
   std::mt19937_64 rng(seed);
   std::vector<Decision> out;
@@ -865,7 +891,6 @@ TEST_CASE("a trained policy's zero-shot candidates score data parallelism on the
   for (int64_t b : profile_batch_sizes(32)) libs.push_back(test::flat_library(g, b, 0.5 + 0.05 * b, 1.0 + 0.1 * b));
   const CostModel cost = *CostModel::build(g, c, libs);
   SimulatorEvaluator sim(g, c, cost, 32);
-  OpDictionary dict;
   Placement copied;
   copied.layer_group.assign(8, 0);
   copied.group_device = {0};
@@ -889,7 +914,7 @@ TEST_CASE("a trained policy's zero-shot candidates score data parallelism on the
        {Taught{copied, 4, false}, Taught{two_stages, 4, false}, Taught{unbalanced, 2, true}}) {
     CAPTURE(taught.num_groups());
     const auto net = networks_taught(g, c, taught);
-    const auto candidates = zero_shot_candidates(*policy_for(g, c, net, dict), g, c, &cost, 32, Schedule::gpipe);
+    const auto candidates = candidates_of(g, c, net, cost);
     REQUIRE(candidates.size() >= 3);
     CHECK(candidates[0].how.replicas == ZeroShotReplicas::as_decided);
     CHECK(candidates[0].placement.num_groups() == taught.num_groups());
@@ -949,9 +974,7 @@ TEST_CASE("a trained policy's zero-shot candidates place the decision's cuts for
   const CostModel cost = *CostModel::build(g, c, {test::flat_library(g, 8, 3, 1)});
   SimulatorEvaluator sim(g, c, cost, 32);
   const auto net = networks_taught(g, c, taught);
-  OpDictionary dict;
-  const auto candidates =
-      zero_shot_candidates(*policy_for(g, c, net, dict), g, c, &cost, 32, Schedule::gpipe);
+  const auto candidates = candidates_of(g, c, net, cost);
   REQUIRE_FALSE(candidates.empty());
   REQUIRE(candidates[0].placement.layer_group == taught.layer_group);
   const auto placed_for_1f1b =
@@ -986,9 +1009,7 @@ TEST_CASE("a trained policy's data-parallel decision on a slow link is also scor
   const auto net = networks_taught(g, c, copies);
   const CostModel cost = *CostModel::build(g, c, {test::flat_library(g, 32, 20, 40)});
   SimulatorEvaluator sim(g, c, cost, 32);
-  OpDictionary dict;
-  const auto candidates =
-      zero_shot_candidates(*policy_for(g, c, net, dict), g, c, &cost, 32, Schedule::gpipe);
+  const auto candidates = candidates_of(g, c, net, cost);
   REQUIRE_FALSE(candidates.empty());
   REQUIRE(candidates[0].placement.is_data_parallel());
   const auto pipelined = std::find_if(candidates.begin(), candidates.end(), [](const ZeroShotCandidate& z) {
@@ -998,15 +1019,11 @@ TEST_CASE("a trained policy's data-parallel decision on a slow link is also scor
   CHECK_FALSE(pipelined->placement.is_data_parallel());
   CHECK(pipelined->decided.layer_group == candidates[0].decided.layer_group);
   // The fastest of it and its variants (their micro-batches chosen for the stages).
-  double pipeline_ms = std::numeric_limits<double>::infinity();
-  for (const ZeroShotCandidate& z : candidates)
-    if (z.how.replicas == ZeroShotReplicas::pipelined) pipeline_ms = std::min(pipeline_ms, sim.evaluate(z.placement).step_ms);
+  const double pipeline_ms = fastest(
+      sim, candidates, [](const ZeroShotCandidate& z) { return z.how.replicas == ZeroShotReplicas::pipelined; });
   CHECK(pipeline_ms < sim.evaluate(candidates[0].placement).step_ms / 2);
   CHECK(pipeline_ms < sim.evaluate(Placement::single_device(8, 0)).step_ms);
-  const SearchResult r = zero_shot_search(g, c, sim, net, &cost);
-  REQUIRE(r.zero_shot_report->ok);
-  CHECK(r.zero_shot_how.replicas == ZeroShotReplicas::pipelined);
-  CHECK(r.zero_shot_report->step_ms <= pipeline_ms);
+  check_zero_shot(g, c, sim, net, cost, ZeroShotReplicas::pipelined, pipeline_ms);
 }
 
 TEST_CASE("a trained policy's stage on a device far slower than the rest is also scored without it, last") {
@@ -1023,26 +1040,21 @@ TEST_CASE("a trained policy's stage on a device far slower than the rest is also
   const auto net = networks_taught(g, c, taught);
   const CostModel cost = *CostModel::build(g, c, {test::flat_library(g, 32, 20, 40)});
   SimulatorEvaluator sim(g, c, cost, 32);
-  OpDictionary dict;
-  const auto candidates = zero_shot_candidates(*policy_for(g, c, net, dict), g, c, &cost, 32, Schedule::gpipe);
+  const auto candidates = candidates_of(g, c, net, cost);
   const auto dropped = [](const ZeroShotCandidate& z) { return z.how.replicas == ZeroShotReplicas::slowest_device_dropped; };
   const auto first = std::find_if(candidates.begin(), candidates.end(), dropped);
   REQUIRE(first != candidates.end());
   CHECK(std::all_of(first, candidates.end(), dropped));  // after every other candidate
-  double without_ms = std::numeric_limits<double>::infinity(), with_ms = without_ms;
-  for (const ZeroShotCandidate& z : candidates) {
-    bool uses_slowest = false;
+  const auto uses_slowest = [](const ZeroShotCandidate& z) {
     for (int gr = 0; gr < z.placement.num_groups(); ++gr)
-      for (int d : z.placement.devices_of_group(gr)) uses_slowest |= d == 2;
-    if (dropped(z)) CHECK_FALSE(uses_slowest);
-    double& best = uses_slowest ? with_ms : without_ms;
-    best = std::min(best, sim.evaluate(z.placement).step_ms);
-  }
-  CHECK(without_ms < with_ms);
-  const SearchResult r = zero_shot_search(g, c, sim, net, &cost);
-  REQUIRE(r.zero_shot_report->ok);
-  CHECK(r.zero_shot_how.replicas == ZeroShotReplicas::slowest_device_dropped);
-  CHECK(r.zero_shot_report->step_ms <= without_ms);
+      for (int d : z.placement.devices_of_group(gr))
+        if (d == 2) return true;
+    return false;
+  };
+  for (auto z = first; z != candidates.end(); ++z) CHECK_FALSE(uses_slowest(*z));
+  const double without_ms = fastest(sim, candidates, [&](const ZeroShotCandidate& z) { return !uses_slowest(z); });
+  CHECK(without_ms < fastest(sim, candidates, uses_slowest));
+  check_zero_shot(g, c, sim, net, cost, ZeroShotReplicas::slowest_device_dropped, without_ms);
 }
 
 TEST_CASE("a time budget stops the zero-shot candidates after the first once too little time is left") {
