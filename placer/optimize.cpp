@@ -58,6 +58,7 @@ constexpr int kSimulatedIterations = 600;        // policy iterations when simul
 constexpr int kMeasuredIterations = 10;          // when every candidate runs on the workers
 constexpr int kMeasuredSamplesPerIteration = 4;  // (simulating: SearchOptions' default, 16)
 constexpr int kRefineEvaluations = 2000;         // local refinement after the policy (not when measuring)
+constexpr int kZeroShotClimbEvaluations = 200;   // a trained policy's climb from its zero-shot plan (idem)
 constexpr int kUntilTimeBudget = 1000000;        // iterations when a time budget is what stops the search
 // Random search and annealing get TAPP's evaluation budget (policy + refinement), capped:
 constexpr int kSimulatedBaselineEvaluations = 20000;
@@ -150,6 +151,7 @@ SearchOptions search_options(const OptimizeRequest& r) {
   else
     so.iterations = measure ? kMeasuredIterations : kSimulatedIterations;
   so.refine_budget = measure ? 0 : kRefineEvaluations;
+  so.zero_shot_climb = measure ? 0 : kZeroShotClimbEvaluations;
   if (measure) {
     so.samples_per_iteration = kMeasuredSamplesPerIteration;
     so.restart_after = 0;

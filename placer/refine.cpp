@@ -137,7 +137,7 @@ class IteratedLocalSearch {
     // A data-parallel best is climbed among replica sets first (few moves).
     if (m_.best().is_data_parallel()) climb(m_.best(), m_.best_report().step_ms);
     if (m_.best_pipeline()) climb(m_.best_pipeline()->first, m_.best_pipeline()->second);
-    while (!spent()) {
+    while (o_.kicks && !spent()) {
       Placement kicked = kick(m_.best_pipeline() ? m_.best_pipeline()->first : m_.best());
       const StepReport& r = m_.measure(kicked, iteration_);
       if (r.ok) climb(kicked, r.step_ms);
@@ -146,7 +146,8 @@ class IteratedLocalSearch {
 
  private:
   bool spent() {
-    return m_.evaluations() >= stop_at_ || ++attempts_ > 20LL * o_.budget || (cancel_ && cancel_->load());
+    return m_.evaluations() >= stop_at_ || ++attempts_ > 20LL * o_.budget || (cancel_ && cancel_->load()) ||
+           (o_.out_of_time && o_.out_of_time());
   }
   std::vector<Placement> moves(const Placement& p) {
     auto nb = neighbours(p, o_.num_devices, o_.micro_batch_choices, o_.replicas);
@@ -157,6 +158,7 @@ class IteratedLocalSearch {
     const size_t keep = std::min(branch.size(), std::max<size_t>(kBranchMovesPerStep, nb.size() / 4));
     for (size_t k = 0; k < keep; ++k) nb.push_back(std::move(branch[k]));
     std::shuffle(nb.begin(), nb.end(), rng_);
+    if (o_.arrange_moves) o_.arrange_moves(nb);
     return nb;
   }
   // Takes the first improving move until none improves (or the budget is spent).

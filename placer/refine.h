@@ -4,7 +4,8 @@
 // evaluations through the same Measurer (so its memo, best and counts go on)
 // climbing from the best found. Hill-climb by first improvement over the
 // neighbours in random order; at a local optimum, kick the best pipeline by
-// two random moves and climb again, until the budget is spent or cancel.
+// two random moves and climb again, until the budget is spent or cancel
+// (without `kicks`: until the climbs end).
 // A data-parallel best is first climbed among replica sets (few moves: drop,
 // add or swap a replica); the budget then goes to the pipelines, from the best
 // one. With the model's parallel branches given, each step also tries a
@@ -17,6 +18,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/placement.h"
@@ -39,6 +41,12 @@ struct RefineOptions {
   // pipeline's neighbours also move one branch to another device, or spread a
   // fork's branches over the devices (branch_neighbours).
   std::vector<ParallelBranches> branches;
+  // Where given, each step's moves (shuffled) go through it, which may
+  // reorder and add to them: a model's estimates, which cost no evaluation,
+  // can put the improving moves first.
+  std::function<void(std::vector<Placement>&)> arrange_moves;
+  bool kicks = true;                  // false: stop at the local optima (no kicks)
+  std::function<bool()> out_of_time;  // where given, the refinement also stops once it says so
 };
 
 // Local moves around a placement: replica moves (drop, add or swap a replica)

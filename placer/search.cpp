@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <random>
+#include <set>
 
 #include "placer/features.h"
 #include "placer/measurer.h"
@@ -162,16 +163,48 @@ const char* zero_shot_replicas_name(ZeroShotReplicas r) {
   }
 }
 
-std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerGraph& graph, const Cluster& cluster,
-                                                    const CostModel* cost, int64_t batch_size, Schedule schedule) {
-  std::vector<ZeroShotCandidate> out;
-  const std::vector<int>& choices = policy.config().micro_batch_choices;
-  PlannerContext ctx;  // for the repairs (planners.h); their micro-batch counts are the policy's own choices
+namespace {
+
+PlannerContext zero_shot_context(const LayerGraph& graph, const Cluster& cluster, const CostModel* cost,
+                                 int64_t batch_size, const std::vector<int>& choices) {
+  PlannerContext ctx;
   ctx.graph = &graph;
   ctx.cluster = &cluster;
   ctx.cost = cost;
   ctx.batch_size = batch_size;
   ctx.max_micro_batches = choices.back();
+  return ctx;
+}
+
+// `moves` with each pipeline's cuts also placed by the planners' model
+// (with_pipedream_cuts, where that differs: a move that changes a stage's
+// devices leaves the cuts where the old devices had them), in ascending order
+// of the model's step (modelled_step_ms; ties as given).
+void arrange_by_model(const PlannerContext& ctx, std::vector<Placement>& moves) {
+  std::vector<std::pair<double, Placement>> ranked;
+  std::set<std::string> seen;
+  const auto add = [&](Placement p) {
+    if (seen.insert(placement_key(p)).second) ranked.push_back({modelled_step_ms(ctx, p), std::move(p)});
+  };
+  for (Placement& p : moves) {
+    Placement recut = with_pipedream_cuts(ctx, p);
+    add(std::move(p));
+    add(std::move(recut));
+  }
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  moves.clear();
+  for (auto& [estimate, p] : ranked) moves.push_back(std::move(p));
+}
+
+}  // namespace
+
+std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerGraph& graph, const Cluster& cluster,
+                                                    const CostModel* cost, int64_t batch_size, Schedule schedule) {
+  std::vector<ZeroShotCandidate> out;
+  const std::vector<int>& choices = policy.config().micro_batch_choices;
+  // For the repairs (planners.h); their micro-batch counts are the policy's own choices.
+  const PlannerContext ctx = zero_shot_context(graph, cluster, cost, batch_size, choices);
   std::vector<ZeroShotCandidate> last;  // the candidates scored after every other
   for (ZeroShotFrom from : {ZeroShotFrom::typical, ZeroShotFrom::greedy}) {
     const Decision d = from == ZeroShotFrom::typical ? policy.typical() : policy.greedy();
@@ -370,7 +403,10 @@ class SearchLoop {
   // stop early; then the policy's greedy and typical placements and the refinement.
   SearchResult run() {
     std::string stop_reason = "iterations";
-    if (opt_.initial_policy && !cancelled()) measure_zero_shot();
+    if (opt_.initial_policy && !cancelled()) {
+      measure_zero_shot();
+      climb_from_zero_shot();
+    }
     int it = 1;
     for (; it <= total_; ++it) {
       std::vector<Decision> proposals = propose();
@@ -452,6 +488,25 @@ class SearchLoop {
       if (zero_shot_ && (cancelled() || out_of_time())) break;
       if (keep_zero_shot(c.placement, c.how)) note_zero_shot_odds(c.decided);
     }
+  }
+
+  // The fine-tuning's first evaluations: a climb from the zero-shot plan (and
+  // the best pipeline among its candidates, where that plan is data
+  // parallel), its moves tried in the order the planners' model ranks them,
+  // to the local optimum or zero_shot_climb evaluations. A policy trained to
+  // one plan samples little else, and REINFORCE from there found nothing
+  // better in the evaluations a fresh start needs.
+  void climb_from_zero_shot() {
+    if (opt_.zero_shot_climb <= 0 || !opt_.zero_shot_costs || !measurer_.found() || cancelled() ||
+        out_of_time())
+      return;
+    const PlannerContext ctx = zero_shot_context(graph_, cluster_, opt_.zero_shot_costs, opt_.batch_size,
+                                                 config_.micro_batch_choices);
+    RefineOptions ro = refine_options(opt_.zero_shot_climb);
+    ro.kicks = false;
+    ro.out_of_time = [this] { return out_of_time(); };
+    ro.arrange_moves = [&ctx](std::vector<Placement>& moves) { arrange_by_model(ctx, moves); };
+    refine(measurer_, ro, 0, cancel_);
   }
 
   // Measures `p`; keeps it as the zero-shot plan where it is the first or faster. True when kept.
@@ -593,14 +648,19 @@ class SearchLoop {
     r.policy_elapsed_s = measurer_.elapsed_s();
   }
 
-  void refine_best(const SearchResult& r) {
+  RefineOptions refine_options(int budget) const {
     RefineOptions ro;
-    ro.budget = opt_.refine_budget;
+    ro.budget = budget;
     ro.seed = opt_.seed;
     ro.num_devices = config_.num_devices;
     ro.micro_batch_choices = config_.micro_batch_choices;
     ro.replicas = opt_.replicate_stages;
     ro.branches = parallel_branches(graph_);
+    return ro;
+  }
+
+  void refine_best(const SearchResult& r) {
+    RefineOptions ro = refine_options(opt_.refine_budget);
     if (explored_best_ && placement_key(explored_best_->first) != placement_key(measurer_.best()))
       ro.also_from.push_back(*explored_best_);
     refine(measurer_, ro, iterations_, cancel_);

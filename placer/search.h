@@ -8,7 +8,9 @@
 // failure is data), *update* the policy by REINFORCE, *maybe restart* a
 // policy that stopped improving (a fresh seed and positional prior; the
 // measurer keeps the best), and *stop early* on the time budget, cancel, or
-// when nothing improved for `patience` iterations. Then the policy's greedy
+// when nothing improved for `patience` iterations. A search from trained
+// networks first scores their zero-shot plan and climbs from it
+// (zero_shot_climb). Then the policy's greedy
 // placement, and the refinement of the best by iterated local search
 // (placer/refine.h) through the same measurer, reported apart.
 // The first policy may also choose data parallelism (a replica per allocated
@@ -40,7 +42,7 @@ class CostModel;
 struct SearchOptions {
   int iterations = 600;
   // 0 = none. The search stops before an evaluation (zero-shot candidates past
-  // the first, a proposal within a batch) once the time left is under two
+  // the first, the climb from them, a proposal within a batch) once the time left is under two
   // evaluations at the mean so far, kept for the greedy and typical decisions;
   // the refinement after it has its own budget (refine_budget).
   double time_budget_s = 0;
@@ -87,6 +89,10 @@ struct SearchOptions {
   // costs (zero_shot_candidates, below), and the fastest kept. Null: the
   // decisions as they are.
   const CostModel* zero_shot_costs = nullptr;
+  // With zero_shot_costs: at most this many evaluations climbing from the
+  // zero-shot plan before the policy fine-tunes, the moves in the order the
+  // planners' model ranks them (SearchLoop::climb_from_zero_shot; 0 = none).
+  int zero_shot_climb = 0;
 };
 
 struct SearchProgress {

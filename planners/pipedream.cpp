@@ -738,6 +738,33 @@ std::vector<int> begins_by_capacity(const std::vector<double>& prefix, const std
 
 }  // namespace
 
+double modelled_step_ms(const PlannerContext& context, const Placement& p) {
+  std::vector<std::vector<int>> sets;
+  std::vector<int> begins;
+  int m = p.micro_batches;
+  if (p.is_data_parallel()) {  // one stage on every replica, a micro-batch each
+    sets = {p.group_device};
+    begins = {0};
+    m = std::max(m, static_cast<int>(p.group_device.size()));
+  } else {
+    const StagePlan plan = stage_plan_of_runs(p);
+    std::vector<int> groups = p.layer_group;
+    std::sort(groups.begin(), groups.end());
+    const auto used = std::unique(groups.begin(), groups.end()) - groups.begin();
+    if (plan.num_stages() != used) return kInf;  // a group in several runs: not a chain of stages
+    begins = plan.stage_begin;
+    for (int k = 0; k < plan.num_stages(); ++k) sets.push_back(stage_devices(plan, k));
+  }
+  double best = kInf;
+  for (Schedule schedule : {Schedule::gpipe, Schedule::one_f_one_b}) {
+    PlannerContext ctx = context;
+    ctx.schedule = schedule;
+    ctx.optimizer = p.optimizer;
+    best = std::min(best, pipeline_step(ReplicatedStageModel(ctx, m), sets, begins, num_layers(ctx)));
+  }
+  return best;
+}
+
 Placement with_pipedream_cuts(const PlannerContext& context, const Placement& p) {
   if (p.is_data_parallel() || p.num_groups() < 2) return p;
   // Stage k: the group with the k-th first layer, from that layer on.

@@ -72,6 +72,13 @@ double replicated_bottleneck_ms(const PlannerContext& ctx, const StagePlan& plan
 // back unchanged, as does a data-parallel or one-group placement; groups that
 // interleave (branches apart) are made consecutive. Analytic: nothing is simulated.
 Placement with_pipedream_cuts(const PlannerContext& ctx, const Placement& p);
+// with_pipedream_cuts' objective for `p` as it is cut (its runs of layers the
+// stages, in layer order; a data-parallel `p` one stage on its replicas, a
+// micro-batch each), the less of GPipe's and 1F1B's (the measurer keeps the
+// faster schedule); infinity where a stage does not fit, or a group's layers
+// are not one run (branches apart: not a chain the model prices). Analytic,
+// no simulation: a guide to which of several plans to evaluate first.
+double modelled_step_ms(const PlannerContext& ctx, const Placement& p);
 // `p`'s stages (each group with its devices, replicas and weights, in the
 // order of their first layers) dealt to the chain's positions, and its
 // micro-batches chosen among ctx.micro_batch_choices(), by with_pipedream_cuts'

@@ -1057,11 +1057,11 @@ TEST_CASE("a trained policy's stage on a device far slower than the rest is also
   check_zero_shot(g, c, sim, net, cost, ZeroShotReplicas::slowest_device_dropped, without_ms);
 }
 
-TEST_CASE("a time budget stops the zero-shot candidates after the first once too little time is left") {
+TEST_CASE("a time budget stops the zero-shot candidates after the first once too little time is left, and the climb from them") {
   // A taught two-stage plan with a replica on devices of unequal speeds has
   // more than six candidates; evaluations of at least 50 ms and a 0.3 s
   // budget stop them once elapsed + 2 x the mean >= 0.3 s, after at most 4
-  // (0.05 n + 0.1 >= 0.3), and the search proposes nothing more.
+  // (0.05 n + 0.1 >= 0.3), and the search climbs and proposes nothing more.
   LayerGraph g = test::linear_chain({64, 64, 64, 64, 64, 64, 64, 64});
   Cluster c = tapp::testing::equal_cluster(4);
   c.devices[0].speed = 0.25;
@@ -1086,6 +1086,7 @@ TEST_CASE("a time budget stops the zero-shot candidates after the first once too
   so.time_budget_s = 0.3;
   so.initial_policy = net;
   so.zero_shot_costs = &cost;
+  so.zero_shot_climb = 40;
   const SearchResult r = search(g, c, slow, so, nullptr);
   REQUIRE(r.zero_shot_report.has_value());
   CHECK(r.evaluations >= 1);
@@ -1118,6 +1119,60 @@ TEST_CASE("a trained policy whose pipeline crosses a slow link gets its stages r
   REQUIRE(runs.num_stages() == 3);
   CHECK(runs.stage_device[1] == 1);
   CHECK(r.zero_shot_report->step_ms < sim.evaluate(taught).step_ms);
+}
+
+TEST_CASE("fine-tuning climbs from the zero-shot plan first: off a device every candidate keeps behind a slow link") {
+  // Taught d0, d1, d2 on three equal devices where d2's links are slow (1
+  // Mbps, 50 ms each way): every zero-shot candidate keeps d2 (reordered,
+  // copied or data parallel, it still sends or all-reduces over them); one
+  // move, d2's stage merged into d1's (its cuts placed again), leaves it out.
+  LayerGraph g = test::linear_chain({64, 64, 64, 64, 64, 64});
+  Cluster c;
+  for (int i = 0; i < 3; ++i) c.devices.push_back(Device{"d" + std::to_string(i)});
+  for (const char* other : {"d0", "d1"}) {
+    c.links.push_back(Link{other, "d2", 1, 50});
+    c.links.push_back(Link{"d2", other, 1, 50});
+  }
+  Placement taught;
+  taught.layer_group = {0, 0, 1, 1, 2, 2};
+  taught.group_device = {0, 1, 2};
+  taught.micro_batches = 4;
+  const auto net = networks_taught(g, c, taught);
+  const CostModel cost = *CostModel::build(g, c, {estimated_library(g, 32)});
+  SimulatorEvaluator sim(g, c, cost, 32);
+  const auto uses_d2 = [](const Placement& p) {
+    for (int gr = 0; gr < p.num_groups(); ++gr)
+      for (int d : p.devices_of_group(gr))
+        if (d == 2) return true;
+    return false;
+  };
+  for (const ZeroShotCandidate& z : candidates_of(g, c, net, cost)) CHECK(uses_d2(z.placement));
+  SearchOptions so;
+  so.batch_size = 32;
+  so.iterations = 1;
+  so.samples_per_iteration = 2;
+  so.initial_policy = net;
+  so.zero_shot_costs = &cost;
+  const SearchResult without = search(g, c, sim, so, nullptr);
+  so.zero_shot_climb = 40;
+  const SearchResult climbed = search(g, c, sim, so, nullptr);
+  REQUIRE(climbed.zero_shot_report->ok);
+  CHECK(climbed.zero_shot.layer_group == without.zero_shot.layer_group);  // the same zero-shot plan
+  CHECK(uses_d2(climbed.zero_shot));
+  // The climb's evaluations come before the policy's first iteration (iteration
+  // 0 in the trace), and find the plan without d2.
+  const double zero_shot_ms = climbed.zero_shot_report->step_ms;
+  const auto improved = [&](const SearchResult& r) {
+    return std::find_if(r.trace.begin(), r.trace.end(),
+                        [&](const TracePoint& t) { return t.best_step_ms < zero_shot_ms - 1e-9; });
+  };
+  REQUIRE(improved(climbed) != climbed.trace.end());
+  CHECK(improved(climbed)->iteration == 0);
+  CHECK(climbed.policy_best_report.step_ms < 0.8 * zero_shot_ms);
+  CHECK_FALSE(uses_d2(climbed.policy_best));
+  CHECK(climbed.policy_evaluations - without.policy_evaluations <= so.zero_shot_climb + so.samples_per_iteration);
+  // Without the climb nothing at iteration 0 beats the zero-shot plan.
+  CHECK((improved(without) == without.trace.end() || improved(without)->iteration > 0));
 }
 
 TEST_CASE("train_policy trains one network over several problems and writes its checkpoint") {

@@ -13,6 +13,7 @@
 #include "simulator/simulator_evaluator.h"
 #include "tests/core/fake_evaluator.h"
 #include "tests/model/flat_library.h"
+#include "tests/model/linear_chain.h"
 #include "tests/simulator/fixtures.h"
 
 using namespace tapp;
@@ -107,4 +108,62 @@ TEST_CASE("the refinement climbs from one device to towers side by side on two")
     else
       CHECK(m.best_report().step_ms >= start.step_ms - 1e-9);
   }
+}
+
+TEST_CASE("without kicks the refinement stops at its local optimum, and arrange_moves orders and adds to each step's moves") {
+  // A chain of eight layers, 1 ms each way, on two equal devices with free
+  // links, from seven layers on d0 and one on d1 at four micro-batches.
+  LayerGraph g = test::linear_chain({64, 64, 64, 64, 64, 64, 64, 64});
+  Cluster c = equal_cluster(2);
+  c.default_link.bandwidth_mbps = 1e12;
+  c.default_link.latency_ms = 0;
+  LayerLibrary lib = test::flat_library(g, 8, 1.0, 1.0);
+  auto cost = CostModel::build(g, c, lib);
+  REQUIRE(cost.is_ok());
+  SimulatorEvaluator ev(g, c, *cost, 8), oracle_ev(g, c, *cost, 8);
+  const int L = static_cast<int>(g.layers.size());
+  RefineOptions o;
+  o.budget = 200;
+  o.num_devices = 2;
+  o.micro_batch_choices = {1, 2, 4};
+  o.kicks = false;
+  // Each climb from the start: its evaluations and best.
+  Placement start = Placement::single_device(L, 0, 4);
+  start.layer_group = {0, 0, 0, 0, 0, 0, 0, 1};
+  start.group_device = {0, 1};
+  const double start_ms = ev.evaluate(start).step_ms;
+  const auto climb = [&](const RefineOptions& options) {
+    Measurer m(g, c, ev, 8);
+    REQUIRE(m.measure(start, 0).ok);
+    refine(m, options, 1, nullptr);
+    return std::make_pair(m.evaluations(), m.best_report().step_ms);
+  };
+  const auto [random_evaluations, random_ms] = climb(o);
+  CHECK(random_evaluations < 1 + o.budget);  // stopped at the local optimum, not by the budget
+  CHECK(random_ms < 0.8 * start_ms);
+  // Best first (by a second simulator, which costs the climb nothing): fewer evaluations.
+  RefineOptions best_first = o;
+  best_first.arrange_moves = [&](std::vector<Placement>& moves) {
+    std::stable_sort(moves.begin(), moves.end(), [&](const Placement& a, const Placement& b) {
+      return oracle_ev.evaluate(a).step_ms < oracle_ev.evaluate(b).step_ms;
+    });
+  };
+  const auto [ordered_evaluations, ordered_ms] = climb(best_first);
+  INFO("random order: " << random_evaluations << " evaluations to " << random_ms << " ms; best first: "
+                        << ordered_evaluations << " to " << ordered_ms << " ms");
+  CHECK(ordered_evaluations < random_evaluations);
+  CHECK(ordered_ms <= random_ms + 1e-9);
+  // A move it adds is measured, and taken where it improves: halves at eight
+  // micro-batches, a count no move reaches here.
+  Placement halves = Placement::single_device(L, 0, 8);
+  halves.layer_group = {0, 0, 0, 0, 1, 1, 1, 1};
+  halves.group_device = {0, 1};
+  RefineOptions added = o;
+  added.arrange_moves = [&](std::vector<Placement>& moves) { moves.insert(moves.begin(), halves); };
+  Measurer m(g, c, ev, 8);
+  REQUIRE(m.measure(start, 0).ok);
+  const double halves_ms = ev.evaluate(halves).step_ms;
+  REQUIRE(halves_ms < random_ms);
+  refine(m, added, 1, nullptr);
+  CHECK(m.best_report().step_ms <= halves_ms + 1e-9);
 }

@@ -330,6 +330,35 @@ TEST_CASE("with_pipedream_cuts charges each stage the micro-batches it keeps in 
   CHECK(ev.evaluate(p).step_ms < ev.evaluate(four_two).step_ms);
 }
 
+TEST_CASE("modelled_step_ms ranks cuts as the simulator does, prices a data-parallel plan, and not a group in two runs") {
+  // Six equal layers on two equal devices, free links, four micro-batches.
+  LayerGraph g = linear_chain({64, 64, 64, 64, 64, 64});
+  Cluster c = cluster_of_speeds({1.0, 1.0});
+  free_default_link(c);
+  Case cs(g, c, {test::flat_library(g, 32, 1, 2)}, 32);
+  SimulatorEvaluator ev = cs.evaluator();
+  const Placement even = pipeline({0, 0, 0, 1, 1, 1}, {0, 1}, 4);
+  const Placement four_two = pipeline({0, 0, 0, 0, 1, 1}, {0, 1}, 4);
+  const Placement five_one = pipeline({0, 0, 0, 0, 0, 1}, {0, 1}, 4);
+  const double even_ms = modelled_step_ms(cs.ctx, even), four_two_ms = modelled_step_ms(cs.ctx, four_two);
+  CHECK(even_ms < four_two_ms);
+  CHECK(four_two_ms < modelled_step_ms(cs.ctx, five_one));
+  CHECK(ev.evaluate(even).step_ms < ev.evaluate(four_two).step_ms);
+  CHECK(ev.evaluate(four_two).step_ms < ev.evaluate(five_one).step_ms);
+  // The less of the two schedules, whichever the plan names (the measurer keeps the faster).
+  Placement one_f_one_b = even;
+  one_f_one_b.schedule = Schedule::one_f_one_b;
+  CHECK(modelled_step_ms(cs.ctx, one_f_one_b) == doctest::Approx(even_ms));
+  // Data parallelism: one stage on both devices, a micro-batch each.
+  Placement copied = pipeline({0, 0, 0, 0, 0, 0}, {0}, 2);
+  copied.group_replicas = {{1}};
+  const double data_parallel_ms = modelled_step_ms(cs.ctx, Placement::replicas(6, {0, 1}));
+  CHECK(data_parallel_ms < std::numeric_limits<double>::infinity());
+  CHECK(data_parallel_ms == doctest::Approx(modelled_step_ms(cs.ctx, copied)));
+  // A group whose layers are two runs is no chain the model prices.
+  CHECK(modelled_step_ms(cs.ctx, pipeline({0, 0, 1, 1, 0, 0}, {0, 1}, 4)) == std::numeric_limits<double>::infinity());
+}
+
 TEST_CASE("with_pipedream_cuts moves the cuts of one micro-batch off a stage that does not fit") {
   // Six wide layers on two equal devices, one micro-batch: d1 holds two of
   // them, even recomputing not three, so three and three do not fit; four and
