@@ -1170,7 +1170,8 @@ TEST_CASE("fine-tuning climbs from the zero-shot plan first: off a device every 
   CHECK(improved(climbed)->iteration == 0);
   CHECK(climbed.policy_best_report.step_ms < 0.8 * zero_shot_ms);
   CHECK_FALSE(uses_d2(climbed.policy_best));
-  CHECK(climbed.policy_evaluations - without.policy_evaluations <= so.zero_shot_climb + so.samples_per_iteration);
+  CHECK(climbed.policy_evaluations - without.policy_evaluations <=
+        so.zero_shot_climb + so.samples_per_iteration);
   // Without the climb nothing at iteration 0 beats the zero-shot plan.
   CHECK((improved(without) == without.trace.end() || improved(without)->iteration > 0));
 }

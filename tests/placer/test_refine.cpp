@@ -149,8 +149,8 @@ TEST_CASE("without kicks the refinement stops at its local optimum, and arrange_
     });
   };
   const auto [ordered_evaluations, ordered_ms] = climb(best_first);
-  INFO("random order: " << random_evaluations << " evaluations to " << random_ms << " ms; best first: "
-                        << ordered_evaluations << " to " << ordered_ms << " ms");
+  INFO("random order: " << random_evaluations << " evaluations to " << random_ms
+                        << " ms; best first: " << ordered_evaluations << " to " << ordered_ms << " ms");
   CHECK(ordered_evaluations < random_evaluations);
   CHECK(ordered_ms <= random_ms + 1e-9);
   // A move it adds is measured, and taken where it improves: halves at eight
