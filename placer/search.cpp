@@ -166,13 +166,14 @@ const char* zero_shot_replicas_name(ZeroShotReplicas r) {
 namespace {
 
 PlannerContext zero_shot_context(const LayerGraph& graph, const Cluster& cluster, const CostModel* cost,
-                                 int64_t batch_size, const std::vector<int>& choices) {
+                                 int64_t batch_size, const std::vector<int>& choices, bool replicas_weighed) {
   PlannerContext ctx;
   ctx.graph = &graph;
   ctx.cluster = &cluster;
   ctx.cost = cost;
   ctx.batch_size = batch_size;
   ctx.max_micro_batches = choices.back();
+  ctx.replicas_weighed = replicas_weighed;
   return ctx;
 }
 
@@ -199,12 +200,14 @@ void arrange_by_model(const PlannerContext& ctx, std::vector<Placement>& moves) 
 
 }  // namespace
 
-std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerGraph& graph, const Cluster& cluster,
-                                                    const CostModel* cost, int64_t batch_size, Schedule schedule) {
+std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerGraph& graph,
+                                                    const Cluster& cluster, const CostModel* cost,
+                                                    int64_t batch_size, Schedule schedule,
+                                                    bool replicas_weighed) {
   std::vector<ZeroShotCandidate> out;
   const std::vector<int>& choices = policy.config().micro_batch_choices;
   // For the repairs (planners.h); their micro-batch counts are the policy's own choices.
-  const PlannerContext ctx = zero_shot_context(graph, cluster, cost, batch_size, choices);
+  const PlannerContext ctx = zero_shot_context(graph, cluster, cost, batch_size, choices, replicas_weighed);
   std::vector<ZeroShotCandidate> last;  // the candidates scored after every other
   for (ZeroShotFrom from : {ZeroShotFrom::typical, ZeroShotFrom::greedy}) {
     const Decision d = from == ZeroShotFrom::typical ? policy.typical() : policy.greedy();
@@ -484,11 +487,15 @@ class SearchLoop {
   // of time (the first always).
   void measure_zero_shot() {
     for (const ZeroShotCandidate& c :
-         zero_shot_candidates(*policy_, graph_, cluster_, opt_.zero_shot_costs, opt_.batch_size, opt_.schedule)) {
+         zero_shot_candidates(*policy_, graph_, cluster_, opt_.zero_shot_costs, opt_.batch_size,
+                              opt_.schedule, replicas_weighed())) {
       if (zero_shot_ && (cancelled() || out_of_time())) break;
       if (keep_zero_shot(c.placement, c.how)) note_zero_shot_odds(c.decided);
     }
   }
+
+  // Whether the measurer weighs replicas by speed (the planners' model then shares as it does).
+  bool replicas_weighed() const { return !opt_.device_sample_ms.empty(); }
 
   // The fine-tuning's first evaluations: a climb from the zero-shot plan (and
   // the best pipeline among its candidates, where that plan is data
@@ -501,7 +508,7 @@ class SearchLoop {
         out_of_time())
       return;
     const PlannerContext ctx = zero_shot_context(graph_, cluster_, opt_.zero_shot_costs, opt_.batch_size,
-                                                 config_.micro_batch_choices);
+                                                 config_.micro_batch_choices, replicas_weighed());
     RefineOptions ro = refine_options(opt_.zero_shot_climb);
     ro.kicks = false;
     ro.out_of_time = [this] { return out_of_time(); };

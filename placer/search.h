@@ -216,6 +216,9 @@ constexpr int kImitationRounds = 4;  // of kImitationSteps, until the greedy dec
 // after all of these, each decision without its slowest device's stage
 // (planners' without_slowest_stage), and with its variants.
 // Without costs (`cost` null): the two decisions as they are.
+// `replicas_weighed`: the cuts are placed for replicas that take their
+// stage's micro-batches by speed, as the search's measurer weighs them
+// (SearchOptions::device_sample_ms); else for equal shares.
 // The fastest is the zero-shot plan (`optimize --policy`, train-policy's
 // summary); equal candidates are the measurer's memo.
 struct ZeroShotCandidate {
@@ -223,8 +226,10 @@ struct ZeroShotCandidate {
   Placement placement;
   ZeroShotRepair how;
 };
-std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerGraph& graph, const Cluster& cluster,
-                                                    const CostModel* cost, int64_t batch_size, Schedule schedule);
+std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerGraph& graph,
+                                                    const Cluster& cluster, const CostModel* cost,
+                                                    int64_t batch_size, Schedule schedule,
+                                                    bool replicas_weighed = false);
 
 // {1, 2, 4, ...} up to min(batch_size, max).
 std::vector<int> micro_batch_choices(int64_t batch_size, int max_micro_batches);

@@ -31,6 +31,10 @@ struct PlannerContext {
   // in backward (Placement::group_recompute): the DP's stage costs and the
   // planners' placements try without, then with.
   bool allow_recompute = true;
+  // Replicas take the micro-batches of their stage in proportion to their
+  // speed (the TAPP search's measurer weighs them so), not in equal shares
+  // (the planners' own plans): how the replicated-stage model shares them.
+  bool replicas_weighed = false;
   int micro_batches = 0;       // 0: each planner picks from micro_batch_choices()
   int max_micro_batches = 64;  // cap on the choices
   uint64_t seed = 1;

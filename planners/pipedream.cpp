@@ -164,7 +164,8 @@ class ReplicatedStageModel {
   Phases phases(const std::vector<int>& R, int a, int b, int limit) const {
     const int r = static_cast<int>(R.size()), m = bm_.m;
     if (r > m) return {kInf, kInf, kInf};
-    const int own = (m + r - 1) / r;
+    const std::vector<int> shares = micro_batch_shares(R, a, b);
+    const int own = *std::max_element(shares.begin(), shares.end());  // the most any replica runs
     const int64_t in_flight = micro_batches_in_flight(bm_.ctx.schedule, own, limit);
     // A stage that fits no replica's memory as it is may recompute (all its
     // replicas do, as planned() marks it): one more forward per micro-batch.
@@ -177,7 +178,7 @@ class ReplicatedStageModel {
       if (recompute && !(bm_.ctx.allow_recompute && bm_.mem.fits(bm_.ctx.cluster->devices[R[i]], a, b,
                                                                  bm_.samples, in_flight, true, own)))
         return {kInf, kInf, kInf};
-      const int n = (m - i + r - 1) / r;
+      const int n = shares[i];
       const double forward = bm_.ctx.cost->forward_ms(R[i], a, b - 1, bm_.samples);
       const double backward =
           bm_.ctx.cost->backward_ms(R[i], a, b - 1, bm_.samples) + (recompute ? forward : 0);
@@ -190,6 +191,26 @@ class ReplicatedStageModel {
     p.backward = (p.backward + allreduce) / m;
     p.total = (p.total + allreduce) / m;
     return p;
+  }
+
+  // Each replica's micro-batches: round-robin; where the context weighs
+  // replicas, one each and every further one to the replica that finishes it
+  // first (the measurer's weigh_replicas, by this stage's own time per micro-batch).
+  std::vector<int> micro_batch_shares(const std::vector<int>& R, int a, int b) const {
+    const int r = static_cast<int>(R.size()), m = bm_.m;
+    std::vector<int> shares(r);
+    for (int i = 0; i < r; ++i) shares[i] = (m - i + r - 1) / r;
+    if (!bm_.ctx.replicas_weighed || r < 2) return shares;
+    std::vector<double> ms;
+    for (int d : R) ms.push_back(stage_ms(bm_.ctx, d, a, b, bm_.samples));
+    shares.assign(r, 1);
+    for (int t = r; t < m; ++t) {
+      int next = 0;
+      for (int k = 1; k < r; ++k)
+        if ((shares[k] + 1) * ms[k] < (shares[next] + 1) * ms[next]) next = k;
+      ++shares[next];
+    }
+    return shares;
   }
 
   // A stage without parameters exchanges nothing (the ring would still pay its latencies).

@@ -359,6 +359,28 @@ TEST_CASE("modelled_step_ms ranks cuts as the simulator does, prices a data-para
   CHECK(modelled_step_ms(cs.ctx, pipeline({0, 0, 1, 1, 0, 0}, {0, 1}, 4)) == std::numeric_limits<double>::infinity());
 }
 
+TEST_CASE("the replicated-stage model shares a stage's micro-batches by speed where replicas are weighed, as the simulator runs weighed replicas") {
+  // One stage on d0 with a replica on d1, 0.4 as fast, at twenty
+  // micro-batches, free links. In equal shares d1 takes ten (25 of d0's), so
+  // d0 alone (20) is faster; weighed by speed, d0 takes fourteen and d1 six
+  // (15 of d0's), so the copy is faster.
+  LayerGraph g = linear_chain({64, 64, 64, 64});
+  Cluster c = cluster_of_speeds({1.0, 0.4});
+  free_default_link(c);
+  Case cs(g, c, {test::flat_library(g, 40, 1, 2)}, 40);
+  Placement copied = pipeline({0, 0, 0, 0}, {0}, 20);
+  copied.group_replicas = {{1}};
+  const Placement alone = pipeline({0, 0, 0, 0}, {0}, 20);
+  Placement weighed = copied;
+  weighed.group_replica_weights = {{7, 3}};
+  SimulatorEvaluator ev = cs.evaluator();
+  REQUIRE(ev.evaluate(copied).step_ms > ev.evaluate(alone).step_ms);
+  REQUIRE(ev.evaluate(weighed).step_ms < ev.evaluate(alone).step_ms);
+  CHECK(modelled_step_ms(cs.ctx, copied) > modelled_step_ms(cs.ctx, alone));
+  cs.ctx.replicas_weighed = true;
+  CHECK(modelled_step_ms(cs.ctx, copied) < modelled_step_ms(cs.ctx, alone));
+}
+
 TEST_CASE("with_pipedream_cuts moves the cuts of one micro-batch off a stage that does not fit") {
   // Six wide layers on two equal devices, one micro-batch: d1 holds two of
   // them, even recomputing not three, so three and three do not fit; four and
