@@ -75,6 +75,18 @@ std::vector<int> Placement::devices_of_group(int g) const {
   return d;
 }
 
+std::vector<int> micro_batches_by_speed(int micro_batches, const std::vector<double>& ms) {
+  const int r = static_cast<int>(ms.size());
+  std::vector<int> counts(r, 1);
+  for (int m = r; m < micro_batches; ++m) {
+    int next = 0;
+    for (int k = 1; k < r; ++k)
+      if ((counts[k] + 1) * ms[k] < (counts[next] + 1) * ms[next]) next = k;
+    ++counts[next];
+  }
+  return counts;
+}
+
 std::vector<int> replica_micro_batch_counts(int micro_batches, const std::vector<int>& weights) {
   const int r = static_cast<int>(weights.size());
   std::vector<int> counts(r, 1);

@@ -131,6 +131,11 @@ struct Placement {
 std::vector<int> weighted_replica_order(int micro_batches, const std::vector<int>& weights);
 // How many micro-batches each replica runs in that order.
 std::vector<int> replica_micro_batch_counts(int micro_batches, const std::vector<int>& weights);
+// How many of `micro_batches` each replica runs when every one after the
+// first each goes to the replica that would finish it first, from each
+// replica's time per micro-batch `ms` (any unit): the counts that let replicas
+// of different speeds finish together (needs micro_batches >= ms.size()).
+std::vector<int> micro_batches_by_speed(int micro_batches, const std::vector<double>& ms);
 
 // Structural checks against a model and a cluster (sizes, indices, micro-batches
 // between 1 and the batch size; replicas: distinct devices in a group, at

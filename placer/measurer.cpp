@@ -82,13 +82,7 @@ bool weigh_replicas(Placement& p, const std::vector<double>& device_sample_ms) {
     }
     // Equally fast replicas keep round-robin (their counts differ by one at most anyway).
     if (std::all_of(ms.begin(), ms.end(), [&](double x) { return std::abs(x - ms[0]) <= 1e-9 * ms[0]; })) continue;
-    std::vector<int> counts(r, 1);
-    for (int m = r; m < p.micro_batches; ++m) {
-      int next = 0;
-      for (int k = 1; k < r; ++k)
-        if ((counts[k] + 1) * ms[k] < (counts[next] + 1) * ms[next]) next = k;
-      ++counts[next];
-    }
+    std::vector<int> counts = micro_batches_by_speed(p.micro_batches, ms);
     if (std::all_of(counts.begin(), counts.end(), [&](int c) { return c == counts[0]; })) continue;
     // Counts above the largest weight a placement takes: scaled down, at least 1 each.
     const int most = *std::max_element(counts.begin(), counts.end());

@@ -194,22 +194,17 @@ class ReplicatedStageModel {
   }
 
   // Each replica's micro-batches: round-robin; where the context weighs
-  // replicas, one each and every further one to the replica that finishes it
-  // first (the measurer's weigh_replicas, by this stage's own time per micro-batch).
+  // replicas, by speed as the measurer's weigh_replicas counts them (here by
+  // this stage's own time per micro-batch).
   std::vector<int> micro_batch_shares(const std::vector<int>& R, int a, int b) const {
     const int r = static_cast<int>(R.size()), m = bm_.m;
+    if (bm_.ctx.replicas_weighed && r > 1) {
+      std::vector<double> ms;
+      for (int d : R) ms.push_back(stage_ms(bm_.ctx, d, a, b, bm_.samples));
+      return micro_batches_by_speed(m, ms);
+    }
     std::vector<int> shares(r);
     for (int i = 0; i < r; ++i) shares[i] = (m - i + r - 1) / r;
-    if (!bm_.ctx.replicas_weighed || r < 2) return shares;
-    std::vector<double> ms;
-    for (int d : R) ms.push_back(stage_ms(bm_.ctx, d, a, b, bm_.samples));
-    shares.assign(r, 1);
-    for (int t = r; t < m; ++t) {
-      int next = 0;
-      for (int k = 1; k < r; ++k)
-        if ((shares[k] + 1) * ms[k] < (shares[next] + 1) * ms[next]) next = k;
-      ++shares[next];
-    }
     return shares;
   }
 
