@@ -593,7 +593,9 @@ json policy_json(const JobOutcome& o, const References& ref) {
                   sr.evaluations_before_imitation > 0 ? json(sr.evaluations_before_imitation) : json()},
                  {"started_from", o.request.initial_policy ? o.request.initial_policy_name : "fresh"},
                  {"zero_shot_step_ms", sr.zero_shot_report && sr.zero_shot_report->ok ? json(sr.zero_shot_report->step_ms)
-                                                                                      : json()}};
+                                                                                      : json()},
+                 // The best after the climb from that plan, before the policy's first sample.
+                 {"zero_shot_climbed_step_ms", sr.climbed_step_ms ? json(*sr.climbed_step_ms) : json()}};
   if (sr.policy_found) policy["placement"] = placement_to_json(sr.policy_best, o.graph, o.request.cluster);
   if (sr.zero_shot_report) {
     policy["zero_shot_placement"] = placement_to_json(sr.zero_shot, o.graph, o.request.cluster);

@@ -514,6 +514,7 @@ class SearchLoop {
     ro.out_of_time = [this] { return out_of_time(); };
     ro.arrange_moves = [&ctx](std::vector<Placement>& moves) { arrange_by_model(ctx, moves); };
     refine(measurer_, ro, 0, cancel_);
+    climbed_ms_ = measurer_.best_report().step_ms;
   }
 
   // Measures `p`; keeps it as the zero-shot plan where it is the first or faster. True when kept.
@@ -644,6 +645,7 @@ class SearchLoop {
     r.zero_shot = zero_shot_placement_;
     r.zero_shot_how = zero_shot_how_;
     r.zero_shot_odds = zero_shot_odds_;
+    r.climbed_step_ms = climbed_ms_;
     r.policy_found = measurer_.found();
     if (r.policy_found) {
       r.policy_best = measurer_.best();
@@ -711,6 +713,7 @@ class SearchLoop {
   Placement zero_shot_placement_;
   ZeroShotRepair zero_shot_how_;
   ZeroShotOdds zero_shot_odds_;
+  std::optional<double> climbed_ms_;
   // The current policy's own best since its (re)start: a restarted policy is
   // judged by its own progress, not by whether it already beats the best of
   // the policies before it.

@@ -181,6 +181,8 @@ struct SearchResult {
   Placement zero_shot;  // its placement (set with zero_shot_report)
   ZeroShotRepair zero_shot_how;  // which decision, and with which repairs (zero_shot_candidates)
   ZeroShotOdds zero_shot_odds;  // the odds behind it (set with zero_shot_report)
+  // The best step after the climb from it (SearchOptions::zero_shot_climb; none: no climb).
+  std::optional<double> climbed_step_ms;
   double policy_elapsed_s = 0;
 };
 

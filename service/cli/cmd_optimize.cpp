@@ -302,7 +302,10 @@ void print_result(const json& r) {
       repairs += std::string(repairs.empty() ? " with" : " and") + " its cuts placed for its stages";
     std::cout << "started from the trained policy " << p.value("started_from", "") << " (its plan before fine-tuning: "
               << fmt_ms(p.value("zero_shot_step_ms", json())) << " ms, its " << p.value("zero_shot_from", "typical")
-              << " decision" << repairs << ")\n";
+              << " decision" << repairs;
+    if (p.value("zero_shot_climbed_step_ms", json()).is_number())
+      std::cout << "; " << fmt_ms(p["zero_shot_climbed_step_ms"]) << " ms after the climb from it";
+    std::cout << ")\n";
   }
   std::cout << "\n";
   std::cout << std::left << std::setw(16) << "plan" << std::right << std::setw(12) << "step ms" << std::setw(10)

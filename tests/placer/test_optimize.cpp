@@ -363,7 +363,7 @@ TEST_CASE("the result JSON written by the phases has the keys the page and the j
                               "policy_failures", "moved_to_fit", "policy_moved_to_fit",
                               "stop_reason", "elapsed_s", "time_to_within_5pct_s", "trace", "restarts",
                               "evaluations_before_imitation", "started_from",
-                              "zero_shot_step_ms", "placement",
+                              "zero_shot_step_ms", "zero_shot_climbed_step_ms", "placement",
                               "refined_placement"});
   CHECK(j["layer_order"] == json::array({"flatten", "fc1", "relu1", "fc2", "relu2", "fc3"}));
   for (const json& b : j["baselines"]) {

@@ -1169,6 +1169,11 @@ TEST_CASE("fine-tuning climbs from the zero-shot plan first: off a device every 
   REQUIRE(improved(climbed) != climbed.trace.end());
   CHECK(improved(climbed)->iteration == 0);
   CHECK(climbed.policy_best_report.step_ms < 0.8 * zero_shot_ms);
+  REQUIRE(climbed.climbed_step_ms.has_value());  // reported as the best after the climb
+  CHECK(*climbed.climbed_step_ms <= improved(climbed)->best_step_ms + 1e-9);
+  CHECK(*climbed.climbed_step_ms >= climbed.policy_best_report.step_ms - 1e-9);
+  CHECK(*climbed.climbed_step_ms < 0.8 * zero_shot_ms);
+  CHECK_FALSE(without.climbed_step_ms.has_value());
   CHECK_FALSE(uses_device(climbed.policy_best, 2));
   CHECK(climbed.policy_evaluations - without.policy_evaluations <= climb + 2);  // two samples an iteration
   // Without the climb nothing at iteration 0 beats the zero-shot plan.

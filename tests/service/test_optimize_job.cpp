@@ -123,6 +123,9 @@ TEST_CASE("the real job starts from the newest stored policy unless options.poli
   json latest = run("");
   CHECK(latest["started_from"] == "stored policy " + std::to_string(stored->id));
   CHECK(latest["zero_shot_step_ms"].is_number());
+  // and the best after the climb from it, before the policy's first sample
+  REQUIRE(latest["zero_shot_climbed_step_ms"].is_number());
+  CHECK(latest["zero_shot_climbed_step_ms"].get<double>() <= latest["zero_shot_step_ms"].get<double>());
   CHECK(latest["zero_shot_placement"]["groups"].is_array());  // the trained policy's plan before fine-tuning
   // and its odds, keyed by what they are odds of
   CHECK(latest["zero_shot_odds"]["micro_batches"].contains("1"));
