@@ -10,9 +10,9 @@
 // measurer keeps the best), and *stop early* on the time budget, cancel, or
 // when nothing improved for `patience` iterations. A search from trained
 // networks first scores their zero-shot plan and climbs from it
-// (zero_shot_climb). Then the policy's greedy
-// placement, and the refinement of the best by iterated local search
-// (placer/refine.h) through the same measurer, reported apart.
+// (zero_shot_climb). Then the policy's greedy placement, and the refinement
+// of the best by iterated local search (placer/refine.h) through the same
+// measurer, reported apart.
 // The first policy may also choose data parallelism (a replica per allocated
 // device); restarted ones search pipelines only.
 // Data flow: LayerGraph + Cluster -> features -> Policy -> Placement ->
@@ -42,8 +42,8 @@ class CostModel;
 struct SearchOptions {
   int iterations = 600;
   // 0 = none. The search stops before an evaluation (zero-shot candidates past
-  // the first, the climb from them, a proposal within a batch) once the time left is under two
-  // evaluations at the mean so far, kept for the greedy and typical decisions;
+  // the first, the climb from them, a proposal within a batch) once the time
+  // left is under two evaluations at the mean so far, kept for the greedy and typical decisions;
   // the refinement after it has its own budget (refine_budget).
   double time_budget_s = 0;
   int samples_per_iteration = 16;

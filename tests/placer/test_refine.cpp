@@ -127,11 +127,11 @@ TEST_CASE("without kicks the refinement stops at its local optimum, and arrange_
   o.num_devices = 2;
   o.micro_batch_choices = {1, 2, 4};
   o.kicks = false;
-  // Each climb from the start: its evaluations and best.
   Placement start = Placement::single_device(L, 0, 4);
   start.layer_group = {0, 0, 0, 0, 0, 0, 0, 1};
   start.group_device = {0, 1};
   const double start_ms = ev.evaluate(start).step_ms;
+  // Each climb from the start: its evaluations and best.
   const auto climb = [&](const RefineOptions& options) {
     Measurer m(g, c, ev, 8);
     REQUIRE(m.measure(start, 0).ok);
@@ -158,12 +158,9 @@ TEST_CASE("without kicks the refinement stops at its local optimum, and arrange_
   Placement halves = Placement::single_device(L, 0, 8);
   halves.layer_group = {0, 0, 0, 0, 1, 1, 1, 1};
   halves.group_device = {0, 1};
-  RefineOptions added = o;
-  added.arrange_moves = [&](std::vector<Placement>& moves) { moves.insert(moves.begin(), halves); };
-  Measurer m(g, c, ev, 8);
-  REQUIRE(m.measure(start, 0).ok);
   const double halves_ms = ev.evaluate(halves).step_ms;
   REQUIRE(halves_ms < random_ms);
-  refine(m, added, 1, nullptr);
-  CHECK(m.best_report().step_ms <= halves_ms + 1e-9);
+  RefineOptions added = o;
+  added.arrange_moves = [&](std::vector<Placement>& moves) { moves.insert(moves.begin(), halves); };
+  CHECK(climb(added).second <= halves_ms + 1e-9);
 }
