@@ -75,9 +75,37 @@ std::vector<int> Placement::devices_of_group(int g) const {
   return d;
 }
 
+void drop_unused_groups(Placement& p) {
+  const int G = p.num_groups();
+  std::vector<int> renamed(G, -1);
+  int next = 0;
+  for (int& g : p.layer_group) {
+    if (renamed[g] < 0) renamed[g] = next++;
+    g = renamed[g];
+  }
+  if (next == G && std::is_sorted(renamed.begin(), renamed.end())) return;
+  auto keep = [&](auto& per_group) {
+    if (per_group.empty()) return;
+    auto old = per_group;
+    per_group.assign(next, {});
+    for (int g = 0; g < G; ++g)
+      if (renamed[g] >= 0) per_group[renamed[g]] = old[g];
+  };
+  keep(p.group_device);
+  keep(p.group_replicas);
+  keep(p.group_replica_weights);
+  keep(p.group_recompute);
+}
+
 std::vector<int> micro_batches_by_speed(int micro_batches, const std::vector<double>& ms) {
   const int r = static_cast<int>(ms.size());
   std::vector<int> counts(r, 1);
+  // Equal times take turns, the first replicas one more where they do not divide evenly
+  // (what the loop below gives them, without its m x r steps).
+  if (micro_batches >= r && std::all_of(ms.begin(), ms.end(), [&](double x) { return x == ms[0]; })) {
+    for (int i = 0; i < r; ++i) counts[i] = (micro_batches - i + r - 1) / r;
+    return counts;
+  }
   for (int m = r; m < micro_batches; ++m) {
     int next = 0;
     for (int k = 1; k < r; ++k)

@@ -131,6 +131,9 @@ struct Placement {
 std::vector<int> weighted_replica_order(int micro_batches, const std::vector<int>& weights);
 // How many micro-batches each replica runs in that order.
 std::vector<int> replica_micro_batch_counts(int micro_batches, const std::vector<int>& weights);
+// Renumbers `p`'s groups in order of first use, dropping those no layer uses
+// (their devices, replicas, weights and recomputation marks with them).
+void drop_unused_groups(Placement& p);
 // How many of `micro_batches` each replica runs when every one after the
 // first each goes to the replica that would finish it first, from each
 // replica's time per micro-batch `ms` (any unit): the counts that let replicas

@@ -42,29 +42,6 @@ std::vector<Placement> replica_neighbours(const Placement& p, int num_devices) {
   return out;
 }
 
-// Renumbers groups in order of first use, dropping those no layer uses.
-void drop_unused_groups(Placement& p) {
-  const int G = p.num_groups();
-  std::vector<int> renamed(G, -1);
-  int next = 0;
-  for (int& g : p.layer_group) {
-    if (renamed[g] < 0) renamed[g] = next++;
-    g = renamed[g];
-  }
-  if (next == G && std::is_sorted(renamed.begin(), renamed.end())) return;
-  auto keep = [&](auto& per_group) {
-    if (per_group.empty()) return;
-    auto old = per_group;
-    per_group.assign(next, {});
-    for (int g = 0; g < G; ++g)
-      if (renamed[g] >= 0) per_group[renamed[g]] = old[g];
-  };
-  keep(p.group_device);
-  keep(p.group_replicas);
-  keep(p.group_replica_weights);
-  keep(p.group_recompute);
-}
-
 // `p` with `layers` in a new group on `device` (replicated groups' layers stay).
 Placement with_layers_on(const Placement& p, const std::vector<int>& layers, int device) {
   Placement q = p;

@@ -164,7 +164,12 @@ class ReplicatedStageModel {
   Phases phases(const std::vector<int>& R, int a, int b, int limit) const {
     const int r = static_cast<int>(R.size()), m = bm_.m;
     if (r > m) return {kInf, kInf, kInf};
-    const std::vector<int> shares = micro_batch_shares(R, a, b);
+    std::vector<double> forward(r), backward(r);  // per replica and micro-batch
+    for (int i = 0; i < r; ++i) {
+      forward[i] = bm_.ctx.cost->forward_ms(R[i], a, b - 1, bm_.samples);
+      backward[i] = bm_.ctx.cost->backward_ms(R[i], a, b - 1, bm_.samples);
+    }
+    const std::vector<int> shares = micro_batch_shares(forward, backward);
     const int own = *std::max_element(shares.begin(), shares.end());  // the most any replica runs
     const int64_t in_flight = micro_batches_in_flight(bm_.ctx.schedule, own, limit);
     // A stage that fits no replica's memory as it is may recompute (all its
@@ -179,12 +184,10 @@ class ReplicatedStageModel {
                                                                  bm_.samples, in_flight, true, own)))
         return {kInf, kInf, kInf};
       const int n = shares[i];
-      const double forward = bm_.ctx.cost->forward_ms(R[i], a, b - 1, bm_.samples);
-      const double backward =
-          bm_.ctx.cost->backward_ms(R[i], a, b - 1, bm_.samples) + (recompute ? forward : 0);
-      p.forward = std::max(p.forward, n * forward);
-      p.backward = std::max(p.backward, n * backward);
-      p.total = std::max(p.total, n * (forward + backward));
+      const double back = backward[i] + (recompute ? forward[i] : 0);
+      p.forward = std::max(p.forward, n * forward[i]);
+      p.backward = std::max(p.backward, n * back);
+      p.total = std::max(p.total, n * (forward[i] + back));
     }
     const double allreduce = allreduce_ms(R, bm_.mem.param_bytes(a, b));
     p.forward /= m;
@@ -193,14 +196,15 @@ class ReplicatedStageModel {
     return p;
   }
 
-  // Each replica's micro-batches: round-robin; where the context weighs
-  // replicas, by speed as the measurer's weigh_replicas counts them (here by
-  // this stage's own time per micro-batch).
-  std::vector<int> micro_batch_shares(const std::vector<int>& R, int a, int b) const {
-    const int r = static_cast<int>(R.size()), m = bm_.m;
+  // Each replica's micro-batches, from its forward and backward per
+  // micro-batch: round-robin; where the context weighs replicas, by speed as
+  // the measurer's weigh_replicas counts them.
+  std::vector<int> micro_batch_shares(const std::vector<double>& forward,
+                                      const std::vector<double>& backward) const {
+    const int r = static_cast<int>(forward.size()), m = bm_.m;
     if (bm_.ctx.replicas_weighed && r > 1) {
-      std::vector<double> ms;
-      for (int d : R) ms.push_back(stage_ms(bm_.ctx, d, a, b, bm_.samples));
+      std::vector<double> ms(r);
+      for (int i = 0; i < r; ++i) ms[i] = forward[i] + backward[i];
       return micro_batches_by_speed(m, ms);
     }
     std::vector<int> shares(r);
@@ -988,14 +992,7 @@ Placement without_slowest_stage(const PlannerContext& ctx, const Placement& p) {
   Placement out = p;
   for (int& g : out.layer_group)
     if (g == slowest) g = into;
-  // The group goes; those after it move down one.
-  for (int& g : out.layer_group)
-    if (g > slowest) --g;
-  out.group_device.erase(out.group_device.begin() + slowest);
-  if (!out.group_replicas.empty()) out.group_replicas.erase(out.group_replicas.begin() + slowest);
-  if (!out.group_replica_weights.empty())
-    out.group_replica_weights.erase(out.group_replica_weights.begin() + slowest);
-  if (!out.group_recompute.empty()) out.group_recompute.erase(out.group_recompute.begin() + slowest);
+  drop_unused_groups(out);  // the group goes
   return out;
 }
 
