@@ -191,7 +191,27 @@ std::vector<StagePlan> StageMoves::neighbours(const StagePlan& plan, const MoveS
             if (j != k && move_replica(plan, k, r, j, n)) out.push_back(std::move(n));
           }
     }
+  if (set.split_replica)
+    for (int k = 0; k < S; ++k)
+      for (int r = 0; plan.replica_count(k) > 1 && stage_end(plan, k) - plan.stage_begin[k] >= 2 &&
+                      r < plan.replica_count(k);
+           ++r)
+        for (bool second_half : {true, false}) out.push_back(replica_split_off(plan, k, r, second_half));
   return out;
+}
+
+StagePlan StageMoves::replica_split_off(const StagePlan& plan, int k, int r, bool second_half) const {
+  StagePlan n = plan;
+  std::vector<int> devices = {n.stage_device[k]};
+  devices.insert(devices.end(), n.stage_replicas[k].begin(), n.stage_replicas[k].end());
+  const int alone = devices[r];
+  devices.erase(devices.begin() + r);
+  n.stage_device[k] = devices.front();
+  n.stage_replicas[k].assign(devices.begin() + 1, devices.end());
+  const int middle = (plan.stage_begin[k] + stage_end(plan, k)) / 2;
+  insert_stage(n, second_half ? k + 1 : k, middle, alone);
+  if (!second_half) std::swap(n.stage_begin[k], n.stage_begin[k + 1]);
+  return n;
 }
 
 StagePlan StageMoves::random_neighbour(const StagePlan& plan, std::mt19937_64& rng) const {

@@ -12,7 +12,8 @@
 //   move a replica to another stage (PipeDream's replicated stages: the
 //   stage's micro-batches go round-robin over its devices; moving a replica
 //   shifts compute between stages without giving a device up, the step a
-//   balanced replicated pipeline needs that drop-then-replicate takes in two).
+//   balanced replicated pipeline needs that drop-then-replicate takes in two),
+//   or (MoveSet::split_replica) give one of a stage's replicas half its layers.
 // Three forms: every neighbour for a set of moves (`neighbours`, in a fixed
 // order), one random neighbour (`random_neighbour`), a random plan (`random_plan`).
 // Data flow: StagePlan -> StageMoves -> StagePlan(s) -> to_placement -> check_memory -> Evaluator.
@@ -65,6 +66,11 @@ struct MoveSet {
   bool replicate = false;     // each stage onto each unused device (while micro-batches > its replicas)
   bool drop_replica = false;  // each further replica of each replicated stage
   bool move_replica = false;  // each further replica to each other stage (while micro-batches > its replicas)
+  // Each device of each replicated stage of 2+ layers onto a stage of its own,
+  // the stage's first or second half at its middle (the rest stays
+  // replicated): the step from a model copied onto every device to a
+  // pipeline, which no other single move takes once every device is in use.
+  bool split_replica = false;
   // TAPP's refinement: shifts by 1, 2, 4, ... up to a quarter of the model, every move.
   static MoveSet wide(int num_layers);
   // The DP planner's polish: boundary shifts by one layer and device swaps.
@@ -83,7 +89,8 @@ class StageMoves {
   // order) its shifts then its merge; the splits; per stage its swaps with later
   // stages then its relocations; fewer then more micro-batches; per stage its
   // replications (unused devices ascending), its dropped replicas, then its
-  // replicas moved to each other stage (stages ascending).
+  // replicas moved to each other stage (stages ascending); per replicated
+  // stage, each of its devices with the second half then the first.
   std::vector<StagePlan> neighbours(const StagePlan& plan, const MoveSet& set) const;
 
   // One random move of any kind: a boundary shift of mostly one or two layers,
@@ -114,6 +121,9 @@ class StageMoves {
   // The plan with stage `from`'s further replica r run by stage `to`, or false
   // when `to` would have more replicas than micro-batches.
   static bool move_replica(const StagePlan& plan, int from, int r, int to, StagePlan& out);
+  // The plan with stage k's r-th device (0: stage_device) alone on the
+  // stage's second (or first) half, the rest of its devices on the other.
+  StagePlan replica_split_off(const StagePlan& plan, int k, int r, bool second_half) const;
 
   int num_layers_;
   int num_devices_;

@@ -123,12 +123,17 @@ class ReplicatedStageModel {
     return *std::max_element(sent.begin(), sent.end()) / m;
   }
 
-  // One micro-batch through the stage on its slowest replica: forward + backward
-  // (the latency GPipe's fill and drain see; the interval is stage()).
+  // One micro-batch through the stage: forward + backward (the latency GPipe's
+  // fill and drain see; the interval is stage()), on its slowest replica; where
+  // replicas are weighed by speed, on its fastest: the slow ones run fewer
+  // micro-batches and finish with the rest, so the fill and drain see the first.
   double stage_latency(const std::vector<int>& R, int a, int b) const {
-    double t = 0;
-    for (int d : R) t = std::max(t, stage_ms(bm_.ctx, d, a, b, bm_.samples));
-    return t;
+    double slowest = 0, fastest = kInf;
+    for (int d : R) {
+      const double t = stage_ms(bm_.ctx, d, a, b, bm_.samples);
+      slowest = std::max(slowest, t), fastest = std::min(fastest, t);
+    }
+    return bm_.ctx.replicas_weighed ? fastest : slowest;
   }
 
   // One micro-batch's activations across the cut before layer j and its

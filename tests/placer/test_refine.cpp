@@ -164,3 +164,48 @@ TEST_CASE("without kicks the refinement stops at its local optimum, and arrange_
   added.arrange_moves = [&](std::vector<Placement>& moves) { moves.insert(moves.begin(), halves); };
   CHECK(climb(added).second <= halves_ms + 1e-9);
 }
+
+TEST_CASE("with split_replicas the refinement climbs from a model copied onto every device to a pipeline") {
+  // Eight layers, 1 ms each way, copied onto two equal devices over a slow
+  // link: the all-reduce of every layer's parameters costs more than the
+  // pipeline's fill and drain. Every device in use, no single move but a
+  // split leaves the copy without first giving a device up, which is slower.
+  LayerGraph g = test::linear_chain({512, 512, 512, 512, 512, 512, 512, 512});
+  Cluster c = equal_cluster(2);
+  c.default_link.bandwidth_mbps = 12000;
+  c.default_link.latency_ms = 0;
+  LayerLibrary lib = test::flat_library(g, 8, 1.0, 1.0);
+  auto cost = CostModel::build(g, c, lib);
+  REQUIRE(cost.is_ok());
+  SimulatorEvaluator ev(g, c, *cost, 8);
+  const int L = static_cast<int>(g.layers.size());
+  Placement copied = Placement::single_device(L, 0, 4);
+  copied.group_replicas = {{1}};
+  Placement halves = Placement::single_device(L, 0, 4);
+  halves.layer_group = {0, 0, 0, 0, 1, 1, 1, 1};
+  halves.group_device = {0, 1};
+  const double copied_ms = ev.evaluate(copied).step_ms;
+  INFO("copied " << copied_ms << " ms, halves " << ev.evaluate(halves).step_ms << " ms, one device "
+                 << ev.evaluate(Placement::single_device(L, 0, 4)).step_ms << " ms");
+  REQUIRE(ev.evaluate(halves).step_ms < copied_ms);
+  REQUIRE(ev.evaluate(Placement::single_device(L, 0, 4)).step_ms > copied_ms);
+  for (bool split : {false, true}) {
+    Measurer m(g, c, ev, 8);
+    REQUIRE(m.measure(copied, 0).ok);
+    RefineOptions o;
+    o.budget = 100;
+    o.num_devices = 2;
+    o.micro_batch_choices = {4};
+    o.replicas = true;
+    o.kicks = false;
+    o.split_replicas = split;
+    refine(m, o, 1, nullptr);
+    INFO("split_replicas " << split << ": best " << m.best_report().step_ms << " ms");
+    if (split) {
+      CHECK(m.best_report().step_ms < copied_ms);
+      CHECK_FALSE(m.best().has_replicated_groups());
+    } else {
+      CHECK(m.best_report().step_ms == doctest::Approx(copied_ms));
+    }
+  }
+}

@@ -379,6 +379,12 @@ TEST_CASE("the replicated-stage model shares a stage's micro-batches by speed wh
   CHECK(modelled_step_ms(cs.ctx, copied) > modelled_step_ms(cs.ctx, alone));
   cs.ctx.replicas_weighed = true;
   CHECK(modelled_step_ms(cs.ctx, copied) < modelled_step_ms(cs.ctx, alone));
+  // By hand, t a micro-batch on d0 (alone: t + 19 intervals of t = 20 t):
+  // d1's 6 take 15 t against d0's 14, an interval of 15 t / 20, and the fill
+  // and drain see one micro-batch on d0, the fastest (d1's last ends with
+  // d0's): t + 19 x 0.75 t = 15.25 t. On the slowest, 2.5 t + 14.25 t.
+  const double t = modelled_step_ms(cs.ctx, alone) / 20;
+  CHECK(modelled_step_ms(cs.ctx, copied) == doctest::Approx(15.25 * t).epsilon(1e-6));
 }
 
 TEST_CASE("with_pipedream_cuts moves the cuts of one micro-batch off a stage that does not fit") {
@@ -856,7 +862,9 @@ TEST_CASE("replication moves keep every plan a valid placement: a device used on
       for (int n = 0; n < 20; ++n) {
         StagePlan p = moves.random_plan(rng);
         for (int walk = 0; walk < 30; ++walk) {
-          for (const StagePlan& q : moves.neighbours(p, MoveSet::wide_with_replicas(L))) {
+          MoveSet every = MoveSet::wide_with_replicas(L);
+          every.split_replica = true;
+          for (const StagePlan& q : moves.neighbours(p, every)) {
             REQUIRE(is_valid_replicated(q, L, D));
             CHECK(validate_placement(to_placement(q, L, Schedule::gpipe, "t"), g, c, 8).is_ok());
           }
@@ -937,6 +945,38 @@ TEST_CASE("replication moves: a replica moves to every other stage that has micr
     StagePlan q = random_moves.random_neighbour(p, rng);
     for (int k = 0; k < q.num_stages(); ++k) CHECK(q.replica_count(k) <= q.micro_batches);
   }
+}
+
+TEST_CASE("replication moves: each device of a replicated stage takes half its layers, the rest copied") {
+  const StageMoves moves(8, 4, {1, 2, 4});
+  StagePlan p;  // one stage of eight layers on 2, 0 and 3; device 1 unused
+  p.stage_begin = {0};
+  p.stage_device = {2};
+  p.stage_replicas = {{0, 3}};
+  p.micro_batches = 4;
+  const auto split = moves.neighbours(p, only_move(&MoveSet::split_replica));
+  REQUIRE(split.size() == 6);  // three devices x either half
+  // Device 2 (the stage's own) alone on the second half, then on the first.
+  CHECK(split[0].stage_begin == std::vector<int>{0, 4});
+  CHECK(devices_of(split[0], 0) == std::vector<int>{0, 3});
+  CHECK(devices_of(split[0], 1) == std::vector<int>{2});
+  CHECK(split[1].stage_begin == std::vector<int>{0, 4});
+  CHECK(devices_of(split[1], 0) == std::vector<int>{2});
+  CHECK(devices_of(split[1], 1) == std::vector<int>{0, 3});
+  CHECK(devices_of(split[5], 0) == std::vector<int>{3});
+  CHECK(devices_of(split[5], 1) == std::vector<int>{2, 0});
+  for (const StagePlan& q : split) {
+    CHECK(q.micro_batches == 4);
+    CHECK_FALSE(q.uses_device(1));  // no device added
+    CHECK(q.replica_count(0) + q.replica_count(1) == 3);
+  }
+  // A stage of one device, or of one layer, has nothing to split.
+  StagePlan plain = p;
+  plain.stage_replicas.clear();
+  CHECK(moves.neighbours(plain, only_move(&MoveSet::split_replica)).empty());
+  const StageMoves one_layer(1, 4, {1, 2, 4});
+  StagePlan tiny = p;
+  CHECK(one_layer.neighbours(tiny, only_move(&MoveSet::split_replica)).empty());
 }
 
 TEST_CASE("pipelearn: clients replicate the first layers, the fastest device serves the rest") {
