@@ -53,20 +53,31 @@ double Measurer::elapsed_s() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
-const StepReport& Measurer::measure(const Placement& given, int iteration) {
+std::string Measurer::key_of(const Placement& given) const {
   Placement p = given;
   p.optimizer = optimizer_;
-  const std::string key = placement_key(p);
-  if (auto hit = memo_.find(key); hit != memo_.end()) return hit->second;
+  return placement_key(p);
+}
+
+const StepReport& Measurer::measure(const Placement& given, int iteration) {
+  const std::string key = key_of(given);
+  if (auto hit = memo_.find(key); hit != memo_.end()) return hit->second.report;
+  Placement p = given;
+  p.optimizer = optimizer_;
   moving_ = false;
   StepReport r = check_and_evaluate(p);
   moved_ += moving_;
   r.timeline.clear();  // the caller re-evaluates the best with its timeline
-  const StepReport& stored = memo_.emplace(key, std::move(r)).first->second;
+  const Scored& stored = memo_.emplace(key, Scored{std::move(r), std::move(p)}).first->second;
   ++evaluations_;
-  if (!stored.ok) ++failures_;
-  keep_if_best(p, stored, iteration);
-  return stored;
+  if (!stored.report.ok) ++failures_;
+  keep_if_best(stored.placement, stored.report, iteration);
+  return stored.report;
+}
+
+Placement Measurer::as_evaluated(const Placement& p) const {
+  const auto hit = memo_.find(key_of(p));
+  return hit == memo_.end() ? p : hit->second.placement;
 }
 
 bool weigh_replicas(Placement& p, const std::vector<double>& device_sample_ms) {

@@ -75,6 +75,10 @@ class Measurer {
   // The report of `p` (without a timeline): from the memo, or checked and
   // evaluated once. `iteration` labels an improvement in the trace.
   const StepReport& measure(const Placement& p, int iteration);
+  // `p` as measure() scored it (its schedule, replica rings and weights,
+  // recomputation, layers moved to fit), which reproduces its report; `p`
+  // itself where it was not measured.
+  Placement as_evaluated(const Placement& p) const;
 
   bool found() const { return best_.has_value(); }
   const Placement& best() const { return best_->first; }
@@ -106,7 +110,12 @@ class Measurer {
   int64_t batch_size_;
   Optimizer optimizer_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-  std::map<std::string, StepReport> memo_;
+  std::string key_of(const Placement& given) const;  // the memo's key: placement_key with this optimizer
+  struct Scored {
+    StepReport report;
+    Placement placement;  // as evaluated
+  };
+  std::map<std::string, Scored> memo_;
   std::optional<std::pair<Placement, StepReport>> best_;
   std::optional<std::pair<Placement, double>> best_pipeline_;
   int last_improvement_ = 0;

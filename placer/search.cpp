@@ -523,7 +523,7 @@ class SearchLoop {
     const StepReport& r = measurer_.measure(p, 0);
     if (zero_shot_ && (!r.ok || (zero_shot_->ok && r.step_ms >= zero_shot_->step_ms))) return false;
     zero_shot_ = r;
-    zero_shot_placement_ = p;
+    zero_shot_placement_ = measurer_.as_evaluated(p);
     zero_shot_how_ = how;
     return true;
   }

@@ -70,7 +70,7 @@ std::shared_ptr<PolicyNetworks> networks_taught(const LayerGraph& g, const Clust
 // candidates repaired under `costs` (null: the decisions as they are).
 SearchResult zero_shot_search(const LayerGraph& g, const Cluster& c, Evaluator& ev,
                               const std::shared_ptr<PolicyNetworks>& net, const CostModel* costs,
-                              int climb = 0) {
+                              int climb = 0, std::vector<double> device_sample_ms = {}) {
   SearchOptions so;
   so.batch_size = 32;
   so.iterations = 1;
@@ -78,6 +78,7 @@ SearchResult zero_shot_search(const LayerGraph& g, const Cluster& c, Evaluator& 
   so.initial_policy = net;
   so.zero_shot_costs = costs;
   so.zero_shot_climb = climb;
+  so.device_sample_ms = std::move(device_sample_ms);
   SearchResult r = search(g, c, ev, so, nullptr);
   REQUIRE(r.zero_shot_report.has_value());
   return r;
@@ -836,6 +837,30 @@ TEST_CASE("a trained policy that copies a stage onto a much slower device gets t
   const SearchResult as_is = zero_shot_search(g, c, sim, net, nullptr);
   CHECK(as_is.zero_shot_how.replicas == ZeroShotReplicas::as_decided);
   CHECK(as_is.zero_shot.has_replicated_groups());
+}
+
+TEST_CASE("the zero-shot plan reported is the plan scored, its replicas' weights included") {
+  // Taught the chain copied onto `fast` and `half` (half as fast) at eight
+  // micro-batches: the measurer shares them 5 / 3 by speed, faster than 4 / 4.
+  LayerGraph g = test::linear_chain({64, 64, 64, 64, 64, 64, 64, 64});
+  Cluster c;
+  for (const auto& [name, speed] :
+       std::vector<std::pair<std::string, double>>{{"fast", 1.0}, {"half", 0.5}}) {
+    c.devices.push_back(Device{name});
+    c.devices.back().speed = speed;
+  }
+  c.default_link.bandwidth_mbps = 10000;
+  c.default_link.latency_ms = 0.01;
+  Placement taught = Placement::single_device(8, 0, 8);
+  taught.group_replicas = {{1}};
+  const auto net = networks_taught(g, c, taught);
+  const CostModel cost = *CostModel::build(g, c, {estimated_library(g, 32)});
+  SimulatorEvaluator sim(g, c, cost, 32);
+  const SearchResult r = zero_shot_search(g, c, sim, net, nullptr, 0, {1.0, 2.0});
+  REQUIRE(r.zero_shot_report->ok);
+  REQUIRE(r.zero_shot.has_replicated_groups());
+  CHECK(r.zero_shot.has_replica_weights(0));
+  CHECK(sim.evaluate(r.zero_shot).step_ms == doctest::Approx(r.zero_shot_report->step_ms));
 }
 
 TEST_CASE("a trained policy that pipelines a small model over equal devices gets the whole model copied onto them as its zero-shot plan") {
