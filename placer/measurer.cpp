@@ -53,17 +53,15 @@ double Measurer::elapsed_s() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
-std::string Measurer::key_of(const Placement& given) const {
-  Placement p = given;
+std::string Measurer::keyed(Placement& p) const {
   p.optimizer = optimizer_;
   return placement_key(p);
 }
 
 const StepReport& Measurer::measure(const Placement& given, int iteration) {
-  const std::string key = key_of(given);
-  if (auto hit = memo_.find(key); hit != memo_.end()) return hit->second.report;
   Placement p = given;
-  p.optimizer = optimizer_;
+  const std::string key = keyed(p);
+  if (auto hit = memo_.find(key); hit != memo_.end()) return hit->second.report;
   moving_ = false;
   StepReport r = check_and_evaluate(p);
   moved_ += moving_;
@@ -76,7 +74,8 @@ const StepReport& Measurer::measure(const Placement& given, int iteration) {
 }
 
 Placement Measurer::as_evaluated(const Placement& p) const {
-  const auto hit = memo_.find(key_of(p));
+  Placement q = p;
+  const auto hit = memo_.find(keyed(q));
   return hit == memo_.end() ? p : hit->second.placement;
 }
 

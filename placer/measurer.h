@@ -110,7 +110,7 @@ class Measurer {
   int64_t batch_size_;
   Optimizer optimizer_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-  std::string key_of(const Placement& given) const;  // the memo's key: placement_key with this optimizer
+  std::string keyed(Placement& p) const;  // sets p's optimizer to this one; its memo key
   struct Scored {
     StepReport report;
     Placement placement;  // as evaluated

@@ -87,12 +87,12 @@ std::vector<Placement> branch_neighbours(const Placement& p, const std::vector<P
 }
 
 std::vector<Placement> neighbours(const Placement& p, int num_devices, const std::vector<int>& choices,
-                                  bool replicas, bool split_replicas) {
+                                  bool replicas, bool split_and_join_replicas) {
   if (p.is_data_parallel()) return replica_neighbours(p, num_devices);
   const int L = static_cast<int>(p.layer_group.size());
   const StageMoves moves(L, num_devices, choices, replicas);
   MoveSet set = replicas ? MoveSet::wide_with_replicas(L) : MoveSet::wide(L);
-  set.split_replica = split_replicas;
+  set.split_replica = set.join_replicas = split_and_join_replicas;
   std::vector<Placement> out;
   for (const StagePlan& n : moves.neighbours(stage_plan_of_runs(p), set))
     out.push_back(to_placement(n, L, p.schedule, "policy"));
@@ -128,7 +128,7 @@ class IteratedLocalSearch {
            (o_.out_of_time && o_.out_of_time());
   }
   std::vector<Placement> moves(const Placement& p) {
-    auto nb = neighbours(p, o_.num_devices, o_.micro_batch_choices, o_.replicas, o_.split_replicas);
+    auto nb = neighbours(p, o_.num_devices, o_.micro_batch_choices, o_.replicas, o_.split_and_join_replicas);
     // A random few of the branch moves per step: a transformer has a q / k / v
     // fork per layer, and all its branch moves would crowd out the pipeline's.
     auto branch = branch_neighbours(p, o_.branches, o_.num_devices);

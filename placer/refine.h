@@ -34,8 +34,9 @@ struct RefineOptions {
   int num_devices = 1;
   std::vector<int> micro_batch_choices;
   bool replicas = false;  // also replicate a stage onto an unused device and drop a replica (planners/moves.h)
-  // Also give one of a replicated stage's devices half its layers (MoveSet::split_replica).
-  bool split_replicas = false;
+  // Also give one of a replicated stage's devices half its layers, and join
+  // two neighbouring stages into one on all their devices (MoveSet::split_replica, join_replicas).
+  bool split_and_join_replicas = false;
   // Further starts (placement, step ms), climbed first: the search's own best
   // before it imitated a given plan, whose basin may hold a better plan.
   std::vector<std::pair<Placement, double>> also_from;
@@ -57,12 +58,12 @@ struct RefineOptions {
 // to a quarter of the model, merges, splits onto an unused device, device
 // swaps and moves, the neighbouring micro-batch counts; with `replicas`,
 // MoveSet::wide_with_replicas: also replicating a stage onto an unused device
-// and dropping a replica; with `split_replicas`, MoveSet::split_replica too)
-// on the pipeline of the placement's runs (a replicated group's replicas come
-// along).
+// and dropping a replica; with `split_and_join_replicas`, MoveSet's
+// split_replica and join_replicas too) on the pipeline of the placement's runs
+// (a replicated group's replicas come along).
 std::vector<Placement> neighbours(const Placement& p, int num_devices,
                                   const std::vector<int>& micro_batch_choices, bool replicas = false,
-                                  bool split_replicas = false);
+                                  bool split_and_join_replicas = false);
 
 // Branch-parallel moves around a pipeline (not data parallel): one branch of a
 // fork onto another device (a new group there), and a fork's branches spread

@@ -511,7 +511,7 @@ class SearchLoop {
                                                  config_.micro_batch_choices, replicas_weighed());
     RefineOptions ro = refine_options(opt_.zero_shot_climb);
     ro.kicks = false;
-    ro.split_replicas = true;
+    ro.split_and_join_replicas = true;
     ro.out_of_time = [this] { return out_of_time(); };
     ro.arrange_moves = [&ctx](std::vector<Placement>& moves) { arrange_by_model(ctx, moves); };
     refine(measurer_, ro, 0, cancel_);

@@ -197,7 +197,21 @@ std::vector<StagePlan> StageMoves::neighbours(const StagePlan& plan, const MoveS
                       r < plan.replica_count(k);
            ++r)
         for (bool second_half : {true, false}) out.push_back(replica_split_off(plan, k, r, second_half));
+  if (set.join_replicas)
+    for (int k = 1; k < S; ++k)
+      if (plan.micro_batches >= plan.replica_count(k - 1) + plan.replica_count(k))
+        out.push_back(stages_joined(plan, k));
   return out;
+}
+
+StagePlan StageMoves::stages_joined(const StagePlan& plan, int k) {
+  StagePlan n = plan;
+  n.stage_replicas.resize(n.num_stages());
+  std::vector<int>& joined = n.stage_replicas[k - 1];
+  joined.push_back(n.stage_device[k]);
+  joined.insert(joined.end(), n.stage_replicas[k].begin(), n.stage_replicas[k].end());
+  erase_stage(n, k);
+  return n;
 }
 
 StagePlan StageMoves::replica_split_off(const StagePlan& plan, int k, int r, bool second_half) const {

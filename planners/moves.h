@@ -13,7 +13,9 @@
 //   stage's micro-batches go round-robin over its devices; moving a replica
 //   shifts compute between stages without giving a device up, the step a
 //   balanced replicated pipeline needs that drop-then-replicate takes in two),
-//   or (MoveSet::split_replica) give one of a stage's replicas half its layers.
+//   or (MoveSet::split_replica) give one of a stage's replicas half its layers,
+//   or (MoveSet::join_replicas) join two neighbouring stages into one on all
+//   their devices.
 // Three forms: every neighbour for a set of moves (`neighbours`, in a fixed
 // order), one random neighbour (`random_neighbour`), a random plan (`random_plan`).
 // Data flow: StagePlan -> StageMoves -> StagePlan(s) -> to_placement -> check_memory -> Evaluator.
@@ -71,6 +73,10 @@ struct MoveSet {
   // replicated): the step from a model copied onto every device to a
   // pipeline, which no other single move takes once every device is in use.
   bool split_replica = false;
+  // Each stage joined to its predecessor: one stage of both their layers on
+  // both their devices (while micro-batches >= those devices), split_replica's
+  // inverse.
+  bool join_replicas = false;
   // TAPP's refinement: shifts by 1, 2, 4, ... up to a quarter of the model, every move.
   static MoveSet wide(int num_layers);
   // The DP planner's polish: boundary shifts by one layer and device swaps.
@@ -90,7 +96,8 @@ class StageMoves {
   // stages then its relocations; fewer then more micro-batches; per stage its
   // replications (unused devices ascending), its dropped replicas, then its
   // replicas moved to each other stage (stages ascending); per replicated
-  // stage, each of its devices with the second half then the first.
+  // stage, each of its devices with the second half then the first; each
+  // stage (from the second) joined to its predecessor.
   std::vector<StagePlan> neighbours(const StagePlan& plan, const MoveSet& set) const;
 
   // One random move of any kind: a boundary shift of mostly one or two layers,
@@ -124,6 +131,8 @@ class StageMoves {
   // The plan with stage k's r-th device (0: stage_device) alone on the
   // stage's second (or first) half, the rest of its devices on the other.
   StagePlan replica_split_off(const StagePlan& plan, int k, int r, bool second_half) const;
+  // The plan with stages k - 1 and k one stage on all their devices (k - 1's first).
+  static StagePlan stages_joined(const StagePlan& plan, int k);
 
   int num_layers_;
   int num_devices_;

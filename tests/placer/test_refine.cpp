@@ -165,7 +165,7 @@ TEST_CASE("without kicks the refinement stops at its local optimum, and arrange_
   CHECK(climb(added).second <= halves_ms + 1e-9);
 }
 
-TEST_CASE("with split_replicas the refinement climbs from a model copied onto every device to a pipeline") {
+TEST_CASE("with split_and_join_replicas the refinement climbs from a model copied onto every device to a pipeline") {
   // Eight layers, 1 ms each way, copied onto two equal devices over a slow
   // link: the all-reduce of every layer's parameters costs more than the
   // pipeline's fill and drain. Every device in use, no single move but a
@@ -198,9 +198,9 @@ TEST_CASE("with split_replicas the refinement climbs from a model copied onto ev
     o.micro_batch_choices = {4};
     o.replicas = true;
     o.kicks = false;
-    o.split_replicas = split;
+    o.split_and_join_replicas = split;
     refine(m, o, 1, nullptr);
-    INFO("split_replicas " << split << ": best " << m.best_report().step_ms << " ms");
+    INFO("split_and_join_replicas " << split << ": best " << m.best_report().step_ms << " ms");
     if (split) {
       CHECK(m.best_report().step_ms < copied_ms);
       CHECK_FALSE(m.best().has_replicated_groups());

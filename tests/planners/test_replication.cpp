@@ -863,7 +863,7 @@ TEST_CASE("replication moves keep every plan a valid placement: a device used on
         StagePlan p = moves.random_plan(rng);
         for (int walk = 0; walk < 30; ++walk) {
           MoveSet every = MoveSet::wide_with_replicas(L);
-          every.split_replica = true;
+          every.split_replica = every.join_replicas = true;
           for (const StagePlan& q : moves.neighbours(p, every)) {
             REQUIRE(is_valid_replicated(q, L, D));
             CHECK(validate_placement(to_placement(q, L, Schedule::gpipe, "t"), g, c, 8).is_ok());
@@ -977,6 +977,39 @@ TEST_CASE("replication moves: each device of a replicated stage takes half its l
   const StageMoves one_layer(1, 4, {1, 2, 4});
   StagePlan tiny = p;
   CHECK(one_layer.neighbours(tiny, only_move(&MoveSet::split_replica)).empty());
+}
+
+TEST_CASE("replication moves: two neighbouring stages join into one on all their devices, where micro-batches allow") {
+  const StageMoves moves(9, 5, {1, 2, 4});
+  StagePlan p;  // layers 0-2 on 2, 3-5 on 0 and 1, 6-8 on 4
+  p.stage_begin = {0, 3, 6};
+  p.stage_device = {2, 0, 4};
+  p.stage_replicas = {{}, {1}, {}};
+  p.micro_batches = 4;
+  const auto joined = moves.neighbours(p, only_move(&MoveSet::join_replicas));
+  REQUIRE(joined.size() == 2);
+  CHECK(joined[0].stage_begin == std::vector<int>{0, 6});
+  CHECK(devices_of(joined[0], 0) == std::vector<int>{2, 0, 1});
+  CHECK(devices_of(joined[0], 1) == std::vector<int>{4});
+  CHECK(joined[1].stage_begin == std::vector<int>{0, 3});
+  CHECK(devices_of(joined[1], 1) == std::vector<int>{0, 1, 4});
+  // Three devices on one stage need three micro-batches.
+  StagePlan two = p;
+  two.micro_batches = 2;
+  CHECK(moves.neighbours(two, only_move(&MoveSet::join_replicas)).empty());
+  // Splitting a joined stage's device off again is among its neighbours: the moves undo each other.
+  const StageMoves halves(6, 2, {1, 2, 4});
+  StagePlan pair;
+  pair.stage_begin = {0, 3};
+  pair.stage_device = {0, 1};
+  pair.micro_batches = 2;
+  const auto copied = halves.neighbours(pair, only_move(&MoveSet::join_replicas));
+  REQUIRE(copied.size() == 1);
+  bool undone = false;
+  for (const StagePlan& q : halves.neighbours(copied[0], only_move(&MoveSet::split_replica)))
+    undone = undone || (q.stage_begin == pair.stage_begin && q.stage_device == pair.stage_device &&
+                        q.max_replica_count() == 1);
+  CHECK(undone);
 }
 
 TEST_CASE("pipelearn: clients replicate the first layers, the fastest device serves the rest") {
