@@ -192,11 +192,11 @@ std::vector<StagePlan> StageMoves::neighbours(const StagePlan& plan, const MoveS
           }
     }
   if (set.split_replica)
-    for (int k = 0; k < S; ++k)
-      for (int r = 0; plan.replica_count(k) > 1 && stage_end(plan, k) - plan.stage_begin[k] >= 2 &&
-                      r < plan.replica_count(k);
-           ++r)
+    for (int k = 0; k < S; ++k) {
+      if (plan.replica_count(k) < 2 || stage_end(plan, k) - plan.stage_begin[k] < 2) continue;
+      for (int r = 0; r < plan.replica_count(k); ++r)
         for (bool second_half : {true, false}) out.push_back(replica_split_off(plan, k, r, second_half));
+    }
   if (set.join_replicas)
     for (int k = 1; k < S; ++k)
       if (plan.micro_batches >= plan.replica_count(k - 1) + plan.replica_count(k))

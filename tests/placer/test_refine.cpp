@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "model/branches.h"
@@ -38,6 +39,23 @@ bool every_group_used(const Placement& p) {
   std::set<int> used(p.layer_group.begin(), p.layer_group.end());
   return static_cast<int>(used.size()) == p.num_groups() && p.group_replicas.size() <= static_cast<size_t>(p.num_groups());
 }
+
+// A chain of eight linear layers of `width`, 1 ms each way per layer and
+// micro-batch, on two equal devices whose link has `bandwidth_mbps` and no latency.
+struct EightLayersOnTwo {
+  LayerGraph g;
+  Cluster c = equal_cluster(2);
+  std::optional<CostModel> cost;
+  EightLayersOnTwo(int64_t width, double bandwidth_mbps)
+      : g(test::linear_chain(std::vector<int64_t>(8, width))) {
+    c.default_link.bandwidth_mbps = bandwidth_mbps;
+    c.default_link.latency_ms = 0;
+    auto built = CostModel::build(g, c, test::flat_library(g, 8, 1.0, 1.0));
+    REQUIRE(built.is_ok());
+    cost.emplace(std::move(*built));
+  }
+  SimulatorEvaluator evaluator() const { return SimulatorEvaluator(g, c, *cost, 8); }
+};
 
 }  // namespace
 
@@ -113,14 +131,10 @@ TEST_CASE("the refinement climbs from one device to towers side by side on two")
 TEST_CASE("without kicks the refinement stops at its local optimum, and arrange_moves orders and adds to each step's moves") {
   // A chain of eight layers, 1 ms each way, on two equal devices with free
   // links, from seven layers on d0 and one on d1 at four micro-batches.
-  LayerGraph g = test::linear_chain({64, 64, 64, 64, 64, 64, 64, 64});
-  Cluster c = equal_cluster(2);
-  c.default_link.bandwidth_mbps = 1e12;
-  c.default_link.latency_ms = 0;
-  LayerLibrary lib = test::flat_library(g, 8, 1.0, 1.0);
-  auto cost = CostModel::build(g, c, lib);
-  REQUIRE(cost.is_ok());
-  SimulatorEvaluator ev(g, c, *cost, 8), oracle_ev(g, c, *cost, 8);
+  const EightLayersOnTwo chain(64, 1e12);
+  const LayerGraph& g = chain.g;
+  const Cluster& c = chain.c;
+  SimulatorEvaluator ev = chain.evaluator(), oracle_ev = chain.evaluator();
   const int L = static_cast<int>(g.layers.size());
   RefineOptions o;
   o.budget = 200;
@@ -165,19 +179,15 @@ TEST_CASE("without kicks the refinement stops at its local optimum, and arrange_
   CHECK(climb(added).second <= halves_ms + 1e-9);
 }
 
-TEST_CASE("with split_and_join_replicas the refinement climbs from a model copied onto every device to a pipeline") {
+TEST_CASE("split_and_join_replicas climbs from a model copied onto every device to a pipeline") {
   // Eight layers, 1 ms each way, copied onto two equal devices over a slow
   // link: the all-reduce of every layer's parameters costs more than the
   // pipeline's fill and drain. Every device in use, no single move but a
   // split leaves the copy without first giving a device up, which is slower.
-  LayerGraph g = test::linear_chain({512, 512, 512, 512, 512, 512, 512, 512});
-  Cluster c = equal_cluster(2);
-  c.default_link.bandwidth_mbps = 12000;
-  c.default_link.latency_ms = 0;
-  LayerLibrary lib = test::flat_library(g, 8, 1.0, 1.0);
-  auto cost = CostModel::build(g, c, lib);
-  REQUIRE(cost.is_ok());
-  SimulatorEvaluator ev(g, c, *cost, 8);
+  const EightLayersOnTwo chain(512, 12000);
+  const LayerGraph& g = chain.g;
+  const Cluster& c = chain.c;
+  SimulatorEvaluator ev = chain.evaluator();
   const int L = static_cast<int>(g.layers.size());
   Placement copied = Placement::single_device(L, 0, 4);
   copied.group_replicas = {{1}};

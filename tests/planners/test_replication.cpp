@@ -979,7 +979,7 @@ TEST_CASE("replication moves: each device of a replicated stage takes half its l
   CHECK(one_layer.neighbours(tiny, only_move(&MoveSet::split_replica)).empty());
 }
 
-TEST_CASE("replication moves: two neighbouring stages join into one on all their devices, where micro-batches allow") {
+TEST_CASE("replication moves: two neighbouring stages join into one on all their devices") {
   const StageMoves moves(9, 5, {1, 2, 4});
   StagePlan p;  // layers 0-2 on 2, 3-5 on 0 and 1, 6-8 on 4
   p.stage_begin = {0, 3, 6};
