@@ -169,13 +169,9 @@ class ReplicatedStageModel {
   Phases phases(const std::vector<int>& R, int a, int b, int limit) const {
     const int r = static_cast<int>(R.size()), m = bm_.m;
     if (r > m) return {kInf, kInf, kInf};
-    std::vector<double> forward(r), backward(r);  // per replica and micro-batch
-    for (int i = 0; i < r; ++i) {
-      forward[i] = bm_.ctx.cost->forward_ms(R[i], a, b - 1, bm_.samples);
-      backward[i] = bm_.ctx.cost->backward_ms(R[i], a, b - 1, bm_.samples);
-    }
-    const std::vector<int> shares = micro_batch_shares(forward, backward);
-    const int own = *std::max_element(shares.begin(), shares.end());  // the most any replica runs
+    const std::vector<int> weighed = weighed_shares(R, a, b);  // empty: round-robin
+    const auto share = [&](int i) { return weighed.empty() ? (m - i + r - 1) / r : weighed[i]; };
+    const int own = weighed.empty() ? share(0) : *std::max_element(weighed.begin(), weighed.end());
     const int64_t in_flight = micro_batches_in_flight(bm_.ctx.schedule, own, limit);
     // A stage that fits no replica's memory as it is may recompute (all its
     // replicas do, as planned() marks it): one more forward per micro-batch.
@@ -188,11 +184,13 @@ class ReplicatedStageModel {
       if (recompute && !(bm_.ctx.allow_recompute && bm_.mem.fits(bm_.ctx.cluster->devices[R[i]], a, b,
                                                                  bm_.samples, in_flight, true, own)))
         return {kInf, kInf, kInf};
-      const int n = shares[i];
-      const double back = backward[i] + (recompute ? forward[i] : 0);
-      p.forward = std::max(p.forward, n * forward[i]);
-      p.backward = std::max(p.backward, n * back);
-      p.total = std::max(p.total, n * (forward[i] + back));
+      const int n = share(i);
+      const double forward = bm_.ctx.cost->forward_ms(R[i], a, b - 1, bm_.samples);
+      const double backward =
+          bm_.ctx.cost->backward_ms(R[i], a, b - 1, bm_.samples) + (recompute ? forward : 0);
+      p.forward = std::max(p.forward, n * forward);
+      p.backward = std::max(p.backward, n * backward);
+      p.total = std::max(p.total, n * (forward + backward));
     }
     const double allreduce = allreduce_ms(R, bm_.mem.param_bytes(a, b));
     p.forward /= m;
@@ -201,20 +199,17 @@ class ReplicatedStageModel {
     return p;
   }
 
-  // Each replica's micro-batches, from its forward and backward per
-  // micro-batch: round-robin; where the context weighs replicas, by speed as
-  // the measurer's weigh_replicas counts them.
-  std::vector<int> micro_batch_shares(const std::vector<double>& forward,
-                                      const std::vector<double>& backward) const {
-    const int r = static_cast<int>(forward.size()), m = bm_.m;
-    if (bm_.ctx.replicas_weighed && r > 1) {
-      std::vector<double> ms(r);
-      for (int i = 0; i < r; ++i) ms[i] = forward[i] + backward[i];
-      return micro_batches_by_speed(m, ms);
-    }
-    std::vector<int> shares(r);
-    for (int i = 0; i < r; ++i) shares[i] = (m - i + r - 1) / r;
-    return shares;
+  // Where the context weighs replicas, each replica's micro-batches by speed
+  // as the measurer's weigh_replicas counts them; else none (round-robin,
+  // counted where used: no allocation on the DP's path).
+  std::vector<int> weighed_shares(const std::vector<int>& R, int a, int b) const {
+    const int r = static_cast<int>(R.size());
+    if (!bm_.ctx.replicas_weighed || r < 2) return {};
+    std::vector<double> ms(r);
+    for (int i = 0; i < r; ++i)
+      ms[i] = bm_.ctx.cost->forward_ms(R[i], a, b - 1, bm_.samples) +
+              bm_.ctx.cost->backward_ms(R[i], a, b - 1, bm_.samples);
+    return micro_batches_by_speed(bm_.m, ms);
   }
 
   // A stage without parameters exchanges nothing (the ring would still pay its latencies).
@@ -773,10 +768,9 @@ double modelled_step_ms(const PlannerContext& context, const Placement& p) {
     m = std::max(m, static_cast<int>(p.group_device.size()));
   } else {
     const StagePlan plan = stage_plan_of_runs(p);
-    std::vector<int> groups = p.layer_group;
-    std::sort(groups.begin(), groups.end());
-    const auto used = std::unique(groups.begin(), groups.end()) - groups.begin();
-    if (plan.num_stages() != used) return kInf;  // a group in several runs: not a chain of stages
+    const std::vector<int> first = first_layers(p);
+    if (plan.num_stages() != p.num_groups() - std::count(first.begin(), first.end(), -1))
+      return kInf;  // a group in several runs: not a chain of stages
     begins = plan.stage_begin;
     for (int k = 0; k < plan.num_stages(); ++k) sets.push_back(stage_devices(plan, k));
   }
