@@ -52,7 +52,7 @@ constexpr int kMaxPipeDreamDevices = 8;
 class ReplicatedStageModel {
  public:
   ReplicatedStageModel(const PlannerContext& ctx, int micro_batches)
-      : bm_(ctx, micro_batches, 0), rank_(num_devices(ctx)) {
+      : bm_(ctx, micro_batches, 0), passing_(*ctx.graph), rank_(num_devices(ctx)) {
     const std::vector<int> order = devices_fastest_first(ctx);
     for (int i = 0; i < static_cast<int>(order.size()); ++i) rank_[order[i]] = i;
   }
@@ -99,10 +99,15 @@ class ReplicatedStageModel {
     return std::max(p.forward, send_on) + std::max(p.backward, send_back);
   }
 
-  // Per micro-batch, the largest sender of A's total time for the activations
-  // across the cut before layer j to B (micro-batch t from A[t % |A|] to B[t % |B|]).
-  double one_way(const std::vector<int>& A, const std::vector<int>& B, int j) const {
-    const int64_t bytes = bm_.cut[j] * bm_.samples;
+  // Per-sample bytes across the cut before layer j, and of those the ones
+  // that pass over a stage (StagePassing).
+  int64_t cut(int j) const { return bm_.cut[j]; }
+  const StagePassing& passing() const { return passing_; }
+
+  // Per micro-batch, the largest sender of A's total time for `per_sample`
+  // bytes of activations to B (micro-batch t from A[t % |A|] to B[t % |B|]).
+  double one_way(const std::vector<int>& A, const std::vector<int>& B, int64_t per_sample) const {
+    const int64_t bytes = per_sample * bm_.samples;
     if (bytes == 0) return 0;
     std::vector<double> sent(A.size(), 0);
     for (int t = 0; t < bm_.m; ++t)
@@ -110,8 +115,9 @@ class ReplicatedStageModel {
     return *std::max_element(sent.begin(), sent.end()) / bm_.m;
   }
 
-  double boundary(const std::vector<int>& A, const std::vector<int>& B, int j) const {
-    const int64_t bytes = bm_.cut[j] * bm_.samples;
+  // The same both ways (activations on, gradients back): the busiest device's time.
+  double boundary(const std::vector<int>& A, const std::vector<int>& B, int64_t per_sample) const {
+    const int64_t bytes = per_sample * bm_.samples;
     if (bytes == 0) return 0;
     const int D = static_cast<int>(rank_.size()), m = bm_.m;
     std::vector<double> sent(D, 0);
@@ -121,6 +127,14 @@ class ReplicatedStageModel {
       sent[b] += bm_.ctx.cost->transfer_ms(b, a, bytes);
     }
     return *std::max_element(sent.begin(), sent.end()) / m;
+  }
+
+  // The boundary after stage k of `sets` (k + 1 < |sets|): its `on` bytes
+  // per sample to stage k + 1, and `over` bytes passing over it from the
+  // stage before to the one after (the makers further back priced as that one).
+  double boundary_after(const std::vector<std::vector<int>>& sets, int k, int64_t on, int64_t over) const {
+    const double own = boundary(sets[k], sets[k + 1], on);
+    return k == 0 || over == 0 ? own : std::max(own, boundary(sets[k - 1], sets[k + 1], over));
   }
 
   // One micro-batch through the stage: forward + backward (the latency GPipe's
@@ -136,10 +150,10 @@ class ReplicatedStageModel {
     return bm_.ctx.replicas_weighed ? fastest : slowest;
   }
 
-  // One micro-batch's activations across the cut before layer j and its
-  // gradients back, on the slowest pair of the two sets' devices.
-  double boundary_latency(const std::vector<int>& A, const std::vector<int>& B, int j) const {
-    const int64_t bytes = bm_.cut[j] * bm_.samples;
+  // One micro-batch's `per_sample` bytes of activations and their gradients
+  // back, on the slowest pair of the two sets' devices.
+  double boundary_latency(const std::vector<int>& A, const std::vector<int>& B, int64_t per_sample) const {
+    const int64_t bytes = per_sample * bm_.samples;
     if (bytes == 0) return 0;
     double t = 0;
     for (int a : A)
@@ -218,6 +232,7 @@ class ReplicatedStageModel {
   }
 
   BottleneckModel bm_;
+  StagePassing passing_;
   std::vector<int> rank_;  // device -> position fastest first
 };
 
@@ -379,7 +394,7 @@ std::vector<std::optional<StagePlan>> pipedream_by_devices(const PlannerContext&
   std::vector<double> boundary(static_cast<size_t>(M) * M * (C + 1), std::nan(""));
   auto boundary_at = [&](int S, int N, int i) {
     double& b = boundary[(static_cast<size_t>(S) * M + N) * (C + 1) + i];
-    if (std::isnan(b)) b = model.boundary(set_devices[S], next_of(S, N), P[i]);
+    if (std::isnan(b)) b = model.boundary(set_devices[S], next_of(S, N), model.cut(P[i]));
     return b;
   };
   // best[i][U][S]: the smallest bottleneck of layers [0, P[i]) on the devices U, the last stage on S <= U.
@@ -479,8 +494,13 @@ struct PipelineTimes {
 // window where 1F1B's window is the narrower): PipelineTimes::step. Per
 // stage k and positions i < j, its interval (ReplicatedStageModel::interval:
 // PipeDream's stage cost per micro-batch, by phase under GPipe) and latency
-// (its slowest replica's forward + backward of one micro-batch); per boundary
-// before stage k at position i the same.
+// (its slowest replica's forward + backward of one micro-batch), and the same
+// of the boundary after it. A stage sends on what crosses its last cut less
+// what passes over it, and back the gradients of what it reads (StagePassing:
+// a shortcut over a thin stage goes from its maker to its reader, not through
+// the stage); what passes over goes from the stage before to the one after,
+// which the boundary's interval also counts. So a boundary's bytes depend on
+// the stage before it, both its ends.
 class CutTable {
  public:
   CutTable(const ReplicatedStageModel& model, const StagePlan& plan, std::vector<int> positions)
@@ -489,32 +509,50 @@ class CutTable {
     for (int k = 0; k < S; ++k) sets[k] = stage_devices(plan, k);
     interval_.assign(static_cast<size_t>(S) * (C + 1) * (C + 1), kInf);
     latency_ = interval_;
-    edge_interval_.assign(static_cast<size_t>(S) * (C + 1), 0);
+    edge_interval_.assign(interval_.size(), 0);
     edge_latency_ = edge_interval_;
     std::vector<int> limit(S);
     for (int k = 0; k < S; ++k) {
       window_.push_back(model.window(k, S, static_cast<int>(sets[k].size())));
       limit[k] = ReplicatedStageModel::in_flight_limit(sets, k);
     }
-    // Per stage and position, its sends across a cut there: on (its last) and back (its first).
-    std::vector<double> on(edge_interval_.size(), 0), back(on.size(), 0);
+    // Per stage and position, with all the bytes across a cut there (where
+    // nothing passes the stage by): its sends on (its last), back (its first),
+    // and the boundary after it.
+    std::vector<double> on(static_cast<size_t>(S) * (C + 1), 0), back(on.size(), 0), after(on.size(), 0),
+        after_latency(on.size(), 0);
     for (int k = 0; k < S; ++k)
       for (int i = 0; i <= C; ++i) {
-        if (k + 1 < S) on[edge(k, i)] = model.one_way(sets[k], sets[k + 1], P[i]);
-        if (k > 0) back[edge(k, i)] = model.one_way(sets[k], sets[k - 1], P[i]);
+        const int64_t bytes = model.cut(P[i]);
+        if (k + 1 < S) {
+          on[edge(k, i)] = model.one_way(sets[k], sets[k + 1], bytes);
+          after[edge(k, i)] = model.boundary(sets[k], sets[k + 1], bytes);
+          after_latency[edge(k, i)] = model.boundary_latency(sets[k], sets[k + 1], bytes);
+        }
+        if (k > 0) back[edge(k, i)] = model.one_way(sets[k], sets[k - 1], bytes);
       }
+    const std::vector<StagePassing::Bytes> passing = model.passing().table(P);
     for (int k = 0; k < S; ++k)
-      for (int i = 0; i < C; ++i) {
-        if (k > 0) {
-          edge_interval_[edge(k, i)] = model.boundary(sets[k - 1], sets[k], P[i]);
-          edge_latency_[edge(k, i)] = model.boundary_latency(sets[k - 1], sets[k], P[i]);
-        }
+      for (int i = 0; i < C; ++i)
         for (int j = i + 1; j <= C; ++j) {
-          interval_[at(k, i, j)] =
-              model.interval(sets[k], P[i], P[j], on[edge(k, j)], back[edge(k, i)], limit[k]);
+          const StagePassing::Bytes by = passing[static_cast<size_t>(i) * (C + 1) + j];
+          const int64_t on_bytes = model.cut(P[j]) - by.over;
+          const double send_on =
+              by.over == 0 || k + 1 == S ? on[edge(k, j)] : model.one_way(sets[k], sets[k + 1], on_bytes);
+          const double send_back = by.past == 0 || k == 0
+                                       ? back[edge(k, i)]
+                                       : model.one_way(sets[k], sets[k - 1], model.cut(P[i]) - by.past);
+          interval_[at(k, i, j)] = model.interval(sets[k], P[i], P[j], send_on, send_back, limit[k]);
           latency_[at(k, i, j)] = model.stage_latency(sets[k], P[i], P[j]);
+          if (k + 1 == S) continue;
+          if (by.over == 0) {
+            edge_interval_[at(k, i, j)] = after[edge(k, j)];
+            edge_latency_[at(k, i, j)] = after_latency[edge(k, j)];
+            continue;
+          }
+          edge_interval_[at(k, i, j)] = model.boundary_after(sets, k, on_bytes, by.over);
+          edge_latency_[at(k, i, j)] = model.boundary_latency(sets[k], sets[k + 1], on_bytes);
         }
-      }
   }
 
   // The cuts (position indices of the stages' first layers) whose every
@@ -529,17 +567,16 @@ class CutTable {
     const auto cell = [&](int k, int i) { return static_cast<size_t>(k) * (C + 1) + i; };
     suffix[cell(S, C)] = 0;
     for (int k = S - 1; k >= 0; --k)
-      for (int i = k; i < C && (k > 0 || i == 0); ++i) {
-        if (k > 0 && edge_interval_[edge(k, i)] > bound) continue;
+      for (int i = k; i < C && (k > 0 || i == 0); ++i)
         for (int j = i + 1; j <= C - (S - 1 - k); ++j) {
           const double after = suffix[cell(k + 1, j)];
-          if (after == kInf || interval_[at(k, i, j)] > bound) continue;
-          const double v = latency_[at(k, i, j)] + (k + 1 < S ? edge_latency_[edge(k + 1, j)] : 0) + after;
+          if (after == kInf || interval_[at(k, i, j)] > bound || edge_interval_[at(k, i, j)] > bound)
+            continue;
+          const double v = latency_[at(k, i, j)] + edge_latency_[at(k, i, j)] + after;
           if (v > bound * window_[k] * (1 + 1e-9))
             continue;  // a round trip at the bound, summed, may round above it
           if (v < suffix[cell(k, i)]) suffix[cell(k, i)] = v, next[cell(k, i)] = j;
         }
-      }
     sum = suffix[cell(0, 0)];
     std::vector<int> cuts(S, 0);
     if (sum == kInf) return cuts;
@@ -554,9 +591,9 @@ class CutTable {
       const int end = k + 1 < S ? cuts[k + 1] : C;
       t.latency[k] = latency_[at(k, cuts[k], end)];
       t.interval[k] = interval_[at(k, cuts[k], end)];
-      if (k > 0)
-        t.edge_latency[k] = edge_latency_[edge(k, cuts[k])],
-        t.edge_interval[k] = edge_interval_[edge(k, cuts[k])];
+      if (k > 0)  // the boundary after stage k - 1
+        t.edge_latency[k] = edge_latency_[at(k - 1, cuts[k - 1], cuts[k])],
+        t.edge_interval[k] = edge_interval_[at(k - 1, cuts[k - 1], cuts[k])];
     }
     t.window = window_;
     return t.step(m);
@@ -565,9 +602,8 @@ class CutTable {
   // Every finite interval, ascending, once: the bounds worth trying.
   std::vector<double> intervals() const {
     std::vector<double> v;
-    for (double x : interval_)
-      if (x < kInf) v.push_back(x);
-    v.insert(v.end(), edge_interval_.begin(), edge_interval_.end());
+    for (size_t c = 0; c < interval_.size(); ++c)
+      if (interval_[c] < kInf) v.push_back(interval_[c]), v.push_back(edge_interval_[c]);
     std::sort(v.begin(), v.end());
     v.erase(std::unique(v.begin(), v.end()), v.end());
     return v;
@@ -578,8 +614,9 @@ class CutTable {
   const int S, C, m;
   size_t at(int k, int i, int j) const { return (static_cast<size_t>(k) * (C + 1) + i) * (C + 1) + j; }
   size_t edge(int k, int i) const { return static_cast<size_t>(k) * (C + 1) + i; }
-  std::vector<double> interval_, latency_, edge_interval_, edge_latency_;
-  std::vector<int> window_;  // per stage (ReplicatedStageModel::window)
+  std::vector<double> interval_, latency_;            // per stage k at [P[i], P[j])
+  std::vector<double> edge_interval_, edge_latency_;  // per boundary after stage k at [P[i], P[j])
+  std::vector<int> window_;                           // per stage (ReplicatedStageModel::window)
 };
 
 // The first layers of `plan`'s stages, each stage keeping its device set,
@@ -693,7 +730,9 @@ double replicated_bottleneck_ms(const PlannerContext& ctx, const StagePlan& plan
   for (int k = 0; k < S; ++k) {
     const int end = k + 1 < S ? plan.stage_begin[k + 1] : L;
     v = std::max(v, model.stage(stage_devices(plan, k), plan.stage_begin[k], end));
-    if (k > 0) v = std::max(v, model.boundary(stage_devices(plan, k - 1), stage_devices(plan, k), plan.stage_begin[k]));
+    if (k > 0)
+      v = std::max(v, model.boundary(stage_devices(plan, k - 1), stage_devices(plan, k),
+                                     model.cut(plan.stage_begin[k])));
   }
   return v;
 }
@@ -726,14 +765,16 @@ double pipeline_step(const ReplicatedStageModel& model, const std::vector<std::v
   PipelineTimes t(S);
   for (int k = 0; k < S; ++k) {
     const int a = begins[k], b = k + 1 < S ? begins[k + 1] : L;
+    const StagePassing::Bytes by = model.passing().bytes(a, b);
+    const int64_t on_bytes = model.cut(b) - by.over;
     t.latency[k] = model.stage_latency(sets[k], a, b);
-    const double on = k + 1 < S ? model.one_way(sets[k], sets[k + 1], b) : 0;
-    const double back = k > 0 ? model.one_way(sets[k], sets[k - 1], a) : 0;
+    const double on = k + 1 < S ? model.one_way(sets[k], sets[k + 1], on_bytes) : 0;
+    const double back = k > 0 ? model.one_way(sets[k], sets[k - 1], model.cut(a) - by.past) : 0;
     t.interval[k] = model.interval(sets[k], a, b, on, back, ReplicatedStageModel::in_flight_limit(sets, k));
     t.window[k] = model.window(k, S, static_cast<int>(sets[k].size()));
-    if (k > 0) {
-      t.edge_latency[k] = model.boundary_latency(sets[k - 1], sets[k], a);
-      t.edge_interval[k] = model.boundary(sets[k - 1], sets[k], a);
+    if (k + 1 < S) {  // the boundary after stage k
+      t.edge_latency[k + 1] = model.boundary_latency(sets[k], sets[k + 1], on_bytes);
+      t.edge_interval[k + 1] = model.boundary_after(sets, k, on_bytes, by.over);
     }
   }
   return t.step(model.micro_batches());

@@ -82,6 +82,28 @@ Result<Placement> best_micro_batches(const PlannerContext& ctx, PlanEstimator& e
 std::pair<double, StagePlan> polish_by_simulation(const PlannerContext& ctx, PlanEstimator& estimator, StagePlan plan,
                                                  const MoveSet& set, const std::string& source);
 
+// Per-sample bytes of the tensors made before a stage [a, b) and read at or
+// after b. The task graph sends a tensor from its maker to each stage that
+// reads it, so the stage sends none of these on (`over`), where the bytes
+// across each cut (BottleneckModel::cut) count them at both of its cuts; and
+// of those, the ones it does not read (`past`: no gradient of theirs goes back
+// from it either).
+class StagePassing {
+ public:
+  struct Bytes {
+    int64_t over = 0, past = 0;
+  };
+  explicit StagePassing(const LayerGraph& g);
+  Bytes bytes(int a, int b) const;
+  // bytes(P[i], P[j]) at [i * P.size() + j] for i < j (0 elsewhere); P ascending.
+  std::vector<Bytes> table(const std::vector<int>& P) const;
+
+ private:
+  // Layer l's readers, ascending, at readers_[first_reader_[l] .. first_reader_[l + 1]).
+  std::vector<int> first_reader_, readers_;
+  std::vector<int64_t> bytes_;  // each layer's activation bytes per sample
+};
+
 // Bottleneck of one stage / boundary, shared by the DP and the enumerations:
 // a stage's forward + backward per micro-batch (infinity when it does not fit
 // its device's memory with the micro-batches in flight; when it fits only by
