@@ -92,11 +92,14 @@ class ReplicatedStageModel {
   // side: forward or activations on, then backward or gradients back.
   // Otherwise stage(), the sends counted on the boundaries. `limit`: the
   // stage's in_flight_limit, which its memory (and so recomputation) depends on.
-  double interval(const std::vector<int>& R, int a, int b, double send_on, double send_back,
-                  int limit) const {
+  // Under GPipe also each phase's part (`forward`, `backward`; 0 otherwise).
+  double interval(const std::vector<int>& R, int a, int b, double send_on, double send_back, int limit,
+                  double* forward = nullptr, double* backward = nullptr) const {
     const Phases p = phases(R, a, b, limit);
     if (bm_.ctx.schedule != Schedule::gpipe || p.total == kInf) return p.total;
-    return std::max(p.forward, send_on) + std::max(p.backward, send_back);
+    const double f = std::max(p.forward, send_on), g = std::max(p.backward, send_back);
+    if (forward) *forward = f, *backward = g;
+    return f + g;
   }
 
   // Per-sample bytes across the cut before layer j, and of those the ones
@@ -469,20 +472,33 @@ std::vector<int> stage_devices(const StagePlan& plan, int k) {
 // window (ReplicatedStageModel::window).
 struct PipelineTimes {
   explicit PipelineTimes(int S)
-      : latency(S, 0), interval(S, 0), edge_latency(S, 0), edge_interval(S, 0), window(S, 1) {}
-  std::vector<double> latency, interval, edge_latency, edge_interval;
+      : latency(S, 0),
+        interval(S, 0),
+        forward(S, 0),
+        backward(S, 0),
+        edge_latency(S, 0),
+        edge_interval(S, 0),
+        window(S, 1) {}
+  std::vector<double> latency, interval;
+  std::vector<double> forward, backward;  // GPipe's phases of each interval (0 otherwise)
+  std::vector<double> edge_latency, edge_interval;
   std::vector<int> window;
 
   // Sum of latencies + (m - 1) x the bottleneck: the largest interval, or
-  // round trip from a stage on over its window.
+  // round trip from a stage on over its window, or under GPipe the slowest
+  // forward + the slowest backward: every forward runs before any backward,
+  // so each phase goes at its own slowest stage's pace.
   double step(int m) const {
     const int S = static_cast<int>(latency.size());
-    double sum = 0, bottleneck = 0;
+    double sum = 0, bottleneck = 0, slowest_forward = 0, slowest_backward = 0;
     for (int k = S - 1; k >= 0; --k) {
       sum += latency[k];
       bottleneck = std::max({bottleneck, interval[k], edge_interval[k], sum / window[k]});
+      slowest_forward = std::max(slowest_forward, forward[k]);
+      slowest_backward = std::max(slowest_backward, backward[k]);
       sum += edge_latency[k];
     }
+    bottleneck = std::max(bottleneck, slowest_forward + slowest_backward);
     if (bottleneck == kInf) return kInf;  // (not m = 1's 0 x infinity)
     return sum + (m - 1) * bottleneck;
   }
@@ -509,6 +525,8 @@ class CutTable {
     for (int k = 0; k < S; ++k) sets[k] = stage_devices(plan, k);
     interval_.assign(static_cast<size_t>(S) * (C + 1) * (C + 1), kInf);
     latency_ = interval_;
+    forward_.assign(interval_.size(), 0);
+    backward_ = forward_;
     edge_interval_.assign(interval_.size(), 0);
     edge_latency_ = edge_interval_;
     std::vector<int> limit(S);
@@ -542,7 +560,8 @@ class CutTable {
           const double send_back = by.past == 0 || k == 0
                                        ? back[edge(k, i)]
                                        : model.one_way(sets[k], sets[k - 1], model.cut(P[i]) - by.past);
-          interval_[at(k, i, j)] = model.interval(sets[k], P[i], P[j], send_on, send_back, limit[k]);
+          interval_[at(k, i, j)] = model.interval(sets[k], P[i], P[j], send_on, send_back, limit[k],
+                                                  &forward_[at(k, i, j)], &backward_[at(k, i, j)]);
           latency_[at(k, i, j)] = model.stage_latency(sets[k], P[i], P[j]);
           if (k + 1 == S) continue;
           if (by.over == 0) {
@@ -591,6 +610,8 @@ class CutTable {
       const int end = k + 1 < S ? cuts[k + 1] : C;
       t.latency[k] = latency_[at(k, cuts[k], end)];
       t.interval[k] = interval_[at(k, cuts[k], end)];
+      t.forward[k] = forward_[at(k, cuts[k], end)];
+      t.backward[k] = backward_[at(k, cuts[k], end)];
       if (k > 0)  // the boundary after stage k - 1
         t.edge_latency[k] = edge_latency_[at(k - 1, cuts[k - 1], cuts[k])],
         t.edge_interval[k] = edge_interval_[at(k - 1, cuts[k - 1], cuts[k])];
@@ -598,6 +619,8 @@ class CutTable {
     t.window = window_;
     return t.step(m);
   }
+
+  int positions() const { return C; }  // the last position index (the end of the model)
 
   // Every finite interval, ascending, once: the bounds worth trying.
   std::vector<double> intervals() const {
@@ -614,7 +637,7 @@ class CutTable {
   const int S, C, m;
   size_t at(int k, int i, int j) const { return (static_cast<size_t>(k) * (C + 1) + i) * (C + 1) + j; }
   size_t edge(int k, int i) const { return static_cast<size_t>(k) * (C + 1) + i; }
-  std::vector<double> interval_, latency_;            // per stage k at [P[i], P[j])
+  std::vector<double> interval_, latency_, forward_, backward_;  // per stage k at [P[i], P[j])
   std::vector<double> edge_interval_, edge_latency_;  // per boundary after stage k at [P[i], P[j])
   std::vector<int> window_;                           // per stage (ReplicatedStageModel::window)
 };
@@ -689,6 +712,22 @@ std::vector<int> balanced_begins(const ReplicatedStageModel& model, const Planne
   const size_t tried = std::min<size_t>(kBoundsTried, bounds.size() - lo);
   for (size_t t = 0; t < tried; ++t)
     try_bound(bounds[lo + t * (bounds.size() - 1 - lo) / std::max<size_t>(1, tried - 1)]);
+  // The bounds hold each stage's interval, not GPipe's pace of each phase
+  // (the slowest forward + the slowest backward), which may be least at cuts
+  // of more latency than another's under the same bound: each cut a position
+  // either way while the step falls.
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (size_t k = 1; k < best.size(); ++k)
+      for (int by : {-1, 1}) {
+        std::vector<int> cuts = best;
+        cuts[k] += by;
+        if (cuts[k] <= cuts[k - 1] || cuts[k] >= (k + 1 < best.size() ? cuts[k + 1] : table.positions()))
+          continue;
+        const double step = table.step(cuts);
+        if (step < best_step) best_step = step, best = std::move(cuts), moved = true;
+      }
+  }
   for (int& c : best) c = P[c];
   return best;
 }
@@ -770,7 +809,8 @@ double pipeline_step(const ReplicatedStageModel& model, const std::vector<std::v
     t.latency[k] = model.stage_latency(sets[k], a, b);
     const double on = k + 1 < S ? model.one_way(sets[k], sets[k + 1], on_bytes) : 0;
     const double back = k > 0 ? model.one_way(sets[k], sets[k - 1], model.cut(a) - by.past) : 0;
-    t.interval[k] = model.interval(sets[k], a, b, on, back, ReplicatedStageModel::in_flight_limit(sets, k));
+    t.interval[k] = model.interval(sets[k], a, b, on, back, ReplicatedStageModel::in_flight_limit(sets, k),
+                                   &t.forward[k], &t.backward[k]);
     t.window[k] = model.window(k, S, static_cast<int>(sets[k].size()));
     if (k + 1 < S) {  // the boundary after stage k
       t.edge_latency[k + 1] = model.boundary_latency(sets[k], sets[k + 1], on_bytes);

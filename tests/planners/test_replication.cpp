@@ -494,6 +494,34 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "the cut model paces GPipe's forwards by the slowest forward and its backwards by the slowest backward") {
+  // Three layers on two equal devices, free links, GPipe, per micro-batch
+  // (forward, backward): l0 (3, 0.1), l1 (0.1, 3), l2 (1, 1). GPipe runs every
+  // forward before any backward: the forwards go at the slowest forward's
+  // pace, then the backwards at the slowest backward's. Cut before l1: stages
+  // (3, 0.1) and (1.1, 4), 3 + 4 = 7 a micro-batch, though neither stage's
+  // forward + backward is over 5.1; cut before l2: (3.1, 3.1) and (1, 1), 6.2.
+  // So the cut goes before l2, as the simulator finds faster (the least
+  // latency under a bound on the intervals found the cut before l1 too).
+  LayerGraph g = linear_chain({16, 16, 16});
+  Cluster c = cluster_of_speeds({1.0, 1.0});
+  free_default_link(c);
+  LayerLibrary lib = library_skeleton(g);
+  lib.batch_size = 8;
+  const double forward[] = {3, 0.1, 1}, backward[] = {0.1, 3, 1};
+  for (int l = 0; l < 3; ++l)
+    lib.rows[l].forward_ms = 8 * forward[l], lib.rows[l].backward_ms = 8 * backward[l];
+  Case cs(g, c, {lib}, 8);
+  const Placement before_l1 = pipeline({0, 1, 1}, {0, 1}, 8, Schedule::gpipe);
+  const Placement moved = with_pipedream_cuts(cs.ctx, before_l1);
+  CHECK(moved.layer_group == std::vector<int>{0, 0, 1});
+  SimulatorEvaluator ev = cs.evaluator();
+  // 8.2 units for one micro-batch, then 7 more of 7 units against 6.2.
+  CHECK(ev.evaluate(before_l1).step_ms == doctest::Approx(57.2));
+  CHECK(ev.evaluate(moved).step_ms == doctest::Approx(51.6));
+}
+
 TEST_CASE("with_pipedream_cuts moves the cuts of one micro-batch off a stage that does not fit") {
   // Six wide layers on two equal devices, one micro-batch: d1 holds two of
   // them, even recomputing not three, so three and three do not fit; four and
