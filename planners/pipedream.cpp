@@ -86,17 +86,21 @@ class ReplicatedStageModel {
     return (n + r - 1) / r;
   }
 
+  // Whether a stage's interval has parts by phase (interval()): under GPipe.
+  bool by_phase() const { return bm_.ctx.schedule == Schedule::gpipe; }
+
   // A stage's interval with its sends out (one_way: the activations on, the
   // gradients back). Under GPipe every forward runs before any backward, and
   // a send never blocks compute, so each phase lasts as long as its slower
-  // side: forward or activations on, then backward or gradients back.
-  // Otherwise stage(), the sends counted on the boundaries. `limit`: the
-  // stage's in_flight_limit, which its memory (and so recomputation) depends on.
-  // Under GPipe also each phase's part (`forward`, `backward`; 0 otherwise).
+  // side: forward or activations on, then backward or gradients back, each
+  // phase's part also in `forward` and `backward` where given (untouched
+  // otherwise). Otherwise stage(), the sends counted on the boundaries.
+  // `limit`: the stage's in_flight_limit, which its memory (and so
+  // recomputation) depends on.
   double interval(const std::vector<int>& R, int a, int b, double send_on, double send_back, int limit,
                   double* forward = nullptr, double* backward = nullptr) const {
     const Phases p = phases(R, a, b, limit);
-    if (bm_.ctx.schedule != Schedule::gpipe || p.total == kInf) return p.total;
+    if (!by_phase() || p.total == kInf) return p.total;
     const double f = std::max(p.forward, send_on), g = std::max(p.backward, send_back);
     if (forward) *forward = f, *backward = g;
     return f + g;
@@ -112,7 +116,7 @@ class ReplicatedStageModel {
   double one_way(const std::vector<int>& A, const std::vector<int>& B, int64_t per_sample) const {
     const int64_t bytes = per_sample * bm_.samples;
     if (bytes == 0) return 0;
-    std::vector<double> sent(A.size(), 0);
+    std::vector<double>& sent = scratch(A.size());
     for (int t = 0; t < bm_.m; ++t)
       sent[t % A.size()] += bm_.ctx.cost->transfer_ms(A[t % A.size()], B[t % B.size()], bytes);
     return *std::max_element(sent.begin(), sent.end()) / bm_.m;
@@ -122,8 +126,8 @@ class ReplicatedStageModel {
   double boundary(const std::vector<int>& A, const std::vector<int>& B, int64_t per_sample) const {
     const int64_t bytes = per_sample * bm_.samples;
     if (bytes == 0) return 0;
-    const int D = static_cast<int>(rank_.size()), m = bm_.m;
-    std::vector<double> sent(D, 0);
+    const int m = bm_.m;
+    std::vector<double>& sent = scratch(rank_.size());
     for (int t = 0; t < m; ++t) {
       const int a = A[t % A.size()], b = B[t % B.size()];
       sent[a] += bm_.ctx.cost->transfer_ms(a, b, bytes);
@@ -227,6 +231,13 @@ class ReplicatedStageModel {
       ms[i] = bm_.ctx.cost->forward_ms(R[i], a, b - 1, bm_.samples) +
               bm_.ctx.cost->backward_ms(R[i], a, b - 1, bm_.samples);
     return micro_batches_by_speed(bm_.m, ms);
+  }
+
+  // n zeros, reused: the cut placement prices a boundary for each pair of positions.
+  static std::vector<double>& scratch(size_t n) {
+    thread_local std::vector<double> v;
+    v.assign(n, 0);
+    return v;
   }
 
   // A stage without parameters exchanges nothing (the ring would still pay its latencies).
@@ -523,12 +534,13 @@ class CutTable {
       : P(std::move(positions)), S(plan.num_stages()), C(static_cast<int>(P.size()) - 1), m(plan.micro_batches) {
     std::vector<std::vector<int>> sets(S);
     for (int k = 0; k < S; ++k) sets[k] = stage_devices(plan, k);
-    interval_.assign(static_cast<size_t>(S) * (C + 1) * (C + 1), kInf);
-    latency_ = interval_;
-    forward_.assign(interval_.size(), 0);
-    backward_ = forward_;
-    edge_interval_.assign(interval_.size(), 0);
-    edge_latency_ = edge_interval_;
+    std::swap(a_, spare());
+    const size_t cells = static_cast<size_t>(S) * (C + 1) * (C + 1);
+    a_.gate.assign(cells, kInf);
+    a_.latency.assign(cells, kInf);
+    a_.edge_latency.assign(cells, 0);
+    a_.forward.clear(), a_.backward.clear();
+    if (model.by_phase()) a_.forward.assign(cells, 0), a_.backward.assign(cells, 0);
     std::vector<int> limit(S);
     for (int k = 0; k < S; ++k) {
       window_.push_back(model.window(k, S, static_cast<int>(sets[k].size())));
@@ -550,6 +562,7 @@ class CutTable {
         if (k > 0) back[edge(k, i)] = model.one_way(sets[k], sets[k - 1], bytes);
       }
     const std::vector<StagePassing::Bytes> passing = model.passing().table(P);
+    std::vector<char> after_bounds(after.size(), 0);  // whether after[] at (k, j) is a bound worth trying
     for (int k = 0; k < S; ++k)
       for (int i = 0; i < C; ++i)
         for (int j = i + 1; j <= C; ++j) {
@@ -560,19 +573,31 @@ class CutTable {
           const double send_back = by.past == 0 || k == 0
                                        ? back[edge(k, i)]
                                        : model.one_way(sets[k], sets[k - 1], model.cut(P[i]) - by.past);
-          interval_[at(k, i, j)] = model.interval(sets[k], P[i], P[j], send_on, send_back, limit[k],
-                                                  &forward_[at(k, i, j)], &backward_[at(k, i, j)]);
-          latency_[at(k, i, j)] = model.stage_latency(sets[k], P[i], P[j]);
-          if (k + 1 == S) continue;
-          if (by.over == 0) {
-            edge_interval_[at(k, i, j)] = after[edge(k, j)];
-            edge_latency_[at(k, i, j)] = after_latency[edge(k, j)];
-            continue;
+          const size_t c = at(k, i, j);
+          const double interval = model.interval(sets[k], P[i], P[j], send_on, send_back, limit[k],
+                                                 a_.forward.empty() ? nullptr : &a_.forward[c],
+                                                 a_.backward.empty() ? nullptr : &a_.backward[c]);
+          a_.latency[c] = model.stage_latency(sets[k], P[i], P[j]);
+          double edge_interval;
+          if (k + 1 == S || by.over == 0) {  // 0 after the last stage (after[] is 0 there)
+            edge_interval = after[edge(k, j)];
+            a_.edge_latency[c] = after_latency[edge(k, j)];
+            if (interval < kInf) after_bounds[edge(k, j)] = 1;
+          } else {
+            edge_interval = model.boundary_after(sets, k, on_bytes, by.over);
+            a_.edge_latency[c] = model.boundary_latency(sets[k], sets[k + 1], on_bytes);
+            if (interval < kInf) bounds_.push_back(edge_interval);
           }
-          edge_interval_[at(k, i, j)] = model.boundary_after(sets, k, on_bytes, by.over);
-          edge_latency_[at(k, i, j)] = model.boundary_latency(sets[k], sets[k + 1], on_bytes);
+          a_.gate[c] = std::max(interval, edge_interval);
+          if (interval < kInf) bounds_.push_back(interval);
         }
+    for (size_t e = 0; e < after.size(); ++e)
+      if (after_bounds[e]) bounds_.push_back(after[e]);
   }
+
+  ~CutTable() { std::swap(a_, spare()); }
+  CutTable(const CutTable&) = delete;
+  CutTable& operator=(const CutTable&) = delete;
 
   // The cuts (position indices of the stages' first layers) whose every
   // interval, and every round trip over its stage's window, is at most
@@ -589,9 +614,8 @@ class CutTable {
       for (int i = k; i < C && (k > 0 || i == 0); ++i)
         for (int j = i + 1; j <= C - (S - 1 - k); ++j) {
           const double after = suffix[cell(k + 1, j)];
-          if (after == kInf || interval_[at(k, i, j)] > bound || edge_interval_[at(k, i, j)] > bound)
-            continue;
-          const double v = latency_[at(k, i, j)] + edge_latency_[at(k, i, j)] + after;
+          if (after == kInf || a_.gate[at(k, i, j)] > bound) continue;
+          const double v = a_.latency[at(k, i, j)] + a_.edge_latency[at(k, i, j)] + after;
           if (v > bound * window_[k] * (1 + 1e-9))
             continue;  // a round trip at the bound, summed, may round above it
           if (v < suffix[cell(k, i)]) suffix[cell(k, i)] = v, next[cell(k, i)] = j;
@@ -608,13 +632,13 @@ class CutTable {
     PipelineTimes t(S);
     for (int k = 0; k < S; ++k) {
       const int end = k + 1 < S ? cuts[k + 1] : C;
-      t.latency[k] = latency_[at(k, cuts[k], end)];
-      t.interval[k] = interval_[at(k, cuts[k], end)];
-      t.forward[k] = forward_[at(k, cuts[k], end)];
-      t.backward[k] = backward_[at(k, cuts[k], end)];
-      if (k > 0)  // the boundary after stage k - 1
-        t.edge_latency[k] = edge_latency_[at(k - 1, cuts[k - 1], cuts[k])],
-        t.edge_interval[k] = edge_interval_[at(k - 1, cuts[k - 1], cuts[k])];
+      t.latency[k] = a_.latency[at(k, cuts[k], end)];
+      t.interval[k] =
+          a_.gate[at(k, cuts[k], end)];  // (the boundaries' intervals in it, only the largest counts)
+      if (!a_.forward.empty())
+        t.forward[k] = a_.forward[at(k, cuts[k], end)], t.backward[k] = a_.backward[at(k, cuts[k], end)];
+      if (k > 0)
+        t.edge_latency[k] = a_.edge_latency[at(k - 1, cuts[k - 1], cuts[k])];  // the boundary after k - 1
     }
     t.window = window_;
     return t.step(m);
@@ -624,9 +648,7 @@ class CutTable {
 
   // Every finite interval, ascending, once: the bounds worth trying.
   std::vector<double> intervals() const {
-    std::vector<double> v;
-    for (size_t c = 0; c < interval_.size(); ++c)
-      if (interval_[c] < kInf) v.push_back(interval_[c]), v.push_back(edge_interval_[c]);
+    std::vector<double> v = bounds_;
     std::sort(v.begin(), v.end());
     v.erase(std::unique(v.begin(), v.end()), v.end());
     return v;
@@ -637,8 +659,20 @@ class CutTable {
   const int S, C, m;
   size_t at(int k, int i, int j) const { return (static_cast<size_t>(k) * (C + 1) + i) * (C + 1) + j; }
   size_t edge(int k, int i) const { return static_cast<size_t>(k) * (C + 1) + i; }
-  std::vector<double> interval_, latency_, forward_, backward_;  // per stage k at [P[i], P[j])
-  std::vector<double> edge_interval_, edge_latency_;  // per boundary after stage k at [P[i], P[j])
+  // Per stage k at [P[i], P[j]): the larger of its interval and the
+  // boundary's after it, its latency and the boundary's, and under GPipe
+  // its interval's parts by phase (empty otherwise).
+  struct Arrays {
+    std::vector<double> gate, latency, edge_latency, forward, backward;
+  };
+  // Kept per thread for the next table: the climb places the cuts of every
+  // move, and fresh pages for each table cost more than filling them.
+  static Arrays& spare() {
+    thread_local Arrays a;
+    return a;
+  }
+  Arrays a_;
+  std::vector<double> bounds_;  // the finite intervals, and the boundaries' after those stages (some twice)
   std::vector<int> window_;                           // per stage (ReplicatedStageModel::window)
 };
 
