@@ -52,7 +52,7 @@ constexpr int kMaxPipeDreamDevices = 8;
 class ReplicatedStageModel {
  public:
   ReplicatedStageModel(const PlannerContext& ctx, int micro_batches)
-      : bm_(ctx, micro_batches, 0), passing_(*ctx.graph), rank_(num_devices(ctx)) {
+      : bm_(ctx, micro_batches, 0), rank_(num_devices(ctx)) {
     const std::vector<int> order = devices_fastest_first(ctx);
     for (int i = 0; i < static_cast<int>(order.size()); ++i) rank_[order[i]] = i;
   }
@@ -107,9 +107,13 @@ class ReplicatedStageModel {
   }
 
   // Per-sample bytes across the cut before layer j, and of those the ones
-  // that pass over a stage (StagePassing).
+  // that pass over a stage (StagePassing: built on first use, which the
+  // planners' DP never makes).
   int64_t cut(int j) const { return bm_.cut[j]; }
-  const StagePassing& passing() const { return passing_; }
+  const StagePassing& passing() const {
+    if (!passing_) passing_.emplace(*bm_.ctx.graph);
+    return *passing_;
+  }
 
   // Per micro-batch, the largest sender of A's total time for `per_sample`
   // bytes of activations to B (micro-batch t from A[t % |A|] to B[t % |B|]).
@@ -246,7 +250,7 @@ class ReplicatedStageModel {
   }
 
   BottleneckModel bm_;
-  StagePassing passing_;
+  mutable std::optional<StagePassing> passing_;
   std::vector<int> rank_;  // device -> position fastest first
 };
 
@@ -633,8 +637,8 @@ class CutTable {
     for (int k = 0; k < S; ++k) {
       const int end = k + 1 < S ? cuts[k + 1] : C;
       t.latency[k] = a_.latency[at(k, cuts[k], end)];
-      t.interval[k] =
-          a_.gate[at(k, cuts[k], end)];  // (the boundaries' intervals in it, only the largest counts)
+      // The stage's interval and the boundary's after it together: only the largest counts.
+      t.interval[k] = a_.gate[at(k, cuts[k], end)];
       if (!a_.forward.empty())
         t.forward[k] = a_.forward[at(k, cuts[k], end)], t.backward[k] = a_.backward[at(k, cuts[k], end)];
       if (k > 0)
@@ -673,7 +677,7 @@ class CutTable {
   }
   Arrays a_;
   std::vector<double> bounds_;  // the finite intervals, and the boundaries' after those stages (some twice)
-  std::vector<int> window_;                           // per stage (ReplicatedStageModel::window)
+  std::vector<int> window_;     // per stage (ReplicatedStageModel::window)
 };
 
 // The first layers of `plan`'s stages, each stage keeping its device set,

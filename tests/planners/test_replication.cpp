@@ -75,6 +75,14 @@ Placement pipeline(std::vector<int> layer_group, std::vector<int> devices, int m
   return p;
 }
 
+// n equal devices on free links but one, `from` -> `to` at `mbps` without latency.
+Cluster equal_devices_one_slow_link(int n, const std::string& from, const std::string& to, double mbps) {
+  Cluster c = cluster_of_speeds(std::vector<double>(n, 1.0));
+  free_default_link(c);
+  c.links.push_back(Link{from, to, mbps, 0});
+  return c;
+}
+
 // The memory_mb that holds `bytes`.
 int64_t mib_to_hold(int64_t bytes) { return (bytes + (int64_t{1} << 20) - 1) >> 20; }
 
@@ -289,9 +297,7 @@ TEST_CASE("with_pipedream_cuts counts a slow gradient link where each schedule w
   //    (1.5c + 2c) = 18.5c, j = 4 18c (what the simulator gives: 9.25 and 9.02 ms).
   // Four and two either way, and the simulator agrees.
   LayerGraph g = linear_chain({1024, 1024, 1024, 16, 16, 16});
-  Cluster c = cluster_of_speeds({1.0, 1.0});
-  free_default_link(c);
-  c.links.push_back(Link{"d1", "d0", 65.536, 0});  // 1024 floats x 2 samples in 1 ms
+  Cluster c = equal_devices_one_slow_link(2, "d1", "d0", 65.536);  // 1024 floats x 2 samples in 1 ms
   Case cs(g, c, {test::flat_library(g, 8, 1, 1)}, 8);
   SimulatorEvaluator ev = cs.evaluator();
   for (Schedule schedule : {Schedule::one_f_one_b, Schedule::gpipe}) {
@@ -478,9 +484,7 @@ TEST_CASE(
   add("add", 0, {3, 0});
   add("linear", 16, {4});
   REQUIRE(infer_shapes(g).is_ok());
-  Cluster c = cluster_of_speeds({1.0, 1.0, 1.0});
-  free_default_link(c);
-  c.links.push_back(Link{"d1", "d2", 6.5536, 0});  // 1024 floats x 2 samples in 10 ms
+  Cluster c = equal_devices_one_slow_link(3, "d1", "d2", 6.5536);  // 1024 floats x 2 samples in 10 ms
   Case cs(g, c, {test::flat_library(g, 8, 1, 1)}, 8);
   SimulatorEvaluator ev = cs.evaluator();
   for (Schedule schedule : {Schedule::gpipe, Schedule::one_f_one_b}) {
