@@ -46,6 +46,12 @@ int StagePlan::max_replica_count() const {
   return r;
 }
 
+std::vector<int> StagePlan::devices(int k) const {
+  std::vector<int> out = {stage_device[k]};
+  if (!stage_replicas.empty()) out.insert(out.end(), stage_replicas[k].begin(), stage_replicas[k].end());
+  return out;
+}
+
 bool StagePlan::uses_device(int d) const {
   if (std::find(stage_device.begin(), stage_device.end(), d) != stage_device.end()) return true;
   for (const auto& r : stage_replicas)
@@ -207,17 +213,15 @@ std::vector<StagePlan> StageMoves::neighbours(const StagePlan& plan, const MoveS
 StagePlan StageMoves::stages_joined(const StagePlan& plan, int k) {
   StagePlan n = plan;
   n.stage_replicas.resize(n.num_stages());
-  std::vector<int>& joined = n.stage_replicas[k - 1];
-  joined.push_back(n.stage_device[k]);
-  joined.insert(joined.end(), n.stage_replicas[k].begin(), n.stage_replicas[k].end());
+  const std::vector<int> moved = plan.devices(k);
+  n.stage_replicas[k - 1].insert(n.stage_replicas[k - 1].end(), moved.begin(), moved.end());
   erase_stage(n, k);
   return n;
 }
 
 StagePlan StageMoves::replica_split_off(const StagePlan& plan, int k, int r, bool second_half) const {
   StagePlan n = plan;
-  std::vector<int> devices = {n.stage_device[k]};
-  devices.insert(devices.end(), n.stage_replicas[k].begin(), n.stage_replicas[k].end());
+  std::vector<int> devices = plan.devices(k);
   const int alone = devices[r];
   devices.erase(devices.begin() + r);
   n.stage_device[k] = devices.front();

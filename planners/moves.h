@@ -47,6 +47,8 @@ struct StagePlan {
   }
   int max_replica_count() const;
   bool uses_device(int d) const;  // as a stage's device or a replica
+  // Stage k's device, then its further replicas (Placement::devices_of_group).
+  std::vector<int> devices(int k) const;
 };
 
 // Stage k is group k (its replicas the group's); `source` labels the placement.

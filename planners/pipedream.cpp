@@ -475,13 +475,6 @@ std::vector<std::optional<StagePlan>> pipedream_by_devices(const PlannerContext&
   return out;
 }
 
-// Stage k's devices: its own, then its further replicas (the replica order).
-std::vector<int> stage_devices(const StagePlan& plan, int k) {
-  std::vector<int> R = {plan.stage_device[k]};
-  if (!plan.stage_replicas.empty()) R.insert(R.end(), plan.stage_replicas[k].begin(), plan.stage_replicas[k].end());
-  return R;
-}
-
 // One pipeline's stages (k) and the boundaries before them (k > 0): each
 // one micro-batch's latency and interval per micro-batch, and the stage's
 // window (ReplicatedStageModel::window).
@@ -537,7 +530,7 @@ class CutTable {
   CutTable(const ReplicatedStageModel& model, const StagePlan& plan, std::vector<int> positions)
       : P(std::move(positions)), S(plan.num_stages()), C(static_cast<int>(P.size()) - 1), m(plan.micro_batches) {
     std::vector<std::vector<int>> sets(S);
-    for (int k = 0; k < S; ++k) sets[k] = stage_devices(plan, k);
+    for (int k = 0; k < S; ++k) sets[k] = plan.devices(k);
     std::swap(a_, spare());
     const size_t cells = static_cast<size_t>(S) * (C + 1) * (C + 1);
     a_.gate.assign(cells, kInf);
@@ -806,10 +799,9 @@ double replicated_bottleneck_ms(const PlannerContext& ctx, const StagePlan& plan
   double v = 0;
   for (int k = 0; k < S; ++k) {
     const int end = k + 1 < S ? plan.stage_begin[k + 1] : L;
-    v = std::max(v, model.stage(stage_devices(plan, k), plan.stage_begin[k], end));
+    v = std::max(v, model.stage(plan.devices(k), plan.stage_begin[k], end));
     if (k > 0)
-      v = std::max(v, model.boundary(stage_devices(plan, k - 1), stage_devices(plan, k),
-                                     model.cut(plan.stage_begin[k])));
+      v = std::max(v, model.boundary(plan.devices(k - 1), plan.devices(k), model.cut(plan.stage_begin[k])));
   }
   return v;
 }
@@ -891,7 +883,7 @@ double modelled_step_ms(const PlannerContext& context, const Placement& p) {
     if (plan.num_stages() != p.num_groups() - std::count(first.begin(), first.end(), -1))
       return kInf;  // a group in several runs: not a chain of stages
     begins = plan.stage_begin;
-    for (int k = 0; k < plan.num_stages(); ++k) sets.push_back(stage_devices(plan, k));
+    for (int k = 0; k < plan.num_stages(); ++k) sets.push_back(plan.devices(k));
   }
   double best = kInf;
   for (Schedule schedule : {Schedule::gpipe, Schedule::one_f_one_b}) {

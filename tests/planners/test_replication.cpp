@@ -120,12 +120,6 @@ Case random_chain_case(std::mt19937& rng, int L, int D) {
   return Case(g, random_cluster(rng, D), {random_library(rng, g, 8)}, 8);
 }
 
-std::vector<int> devices_of(const StagePlan& p, int k) {
-  std::vector<int> r = {p.stage_device[k]};
-  if (!p.stage_replicas.empty()) r.insert(r.end(), p.stage_replicas[k].begin(), p.stage_replicas[k].end());
-  return r;
-}
-
 // Stages in layer order from 0, every device used once, micro-batches >= every stage's replicas.
 bool is_valid_replicated(const StagePlan& p, int L, int D) {
   if (p.stage_begin.empty() || p.stage_begin[0] != 0 || p.stage_begin.size() != p.stage_device.size()) return false;
@@ -135,7 +129,7 @@ bool is_valid_replicated(const StagePlan& p, int L, int D) {
   if (p.stage_begin.back() >= L) return false;
   std::set<int> seen;
   for (int k = 0; k < p.num_stages(); ++k)
-    for (int d : devices_of(p, k))
+    for (int d : p.devices(k))
       if (d < 0 || d >= D || !seen.insert(d).second) return false;
   return p.micro_batches >= p.max_replica_count();
 }
@@ -222,7 +216,7 @@ TEST_CASE("on more than 8 devices PipeDream's DP counts interchangeable devices:
     enumerate(0, 0, 0, plan);
     CHECK(replicated_bottleneck_ms(cs.ctx, *dp) == doctest::Approx(best));
     int used = 0;
-    for (int k = 0; k < dp->num_stages(); ++k) used += static_cast<int>(devices_of(*dp, k).size());
+    for (int k = 0; k < dp->num_stages(); ++k) used += static_cast<int>(dp->devices(k).size());
     beyond_eight += used > 8;
   }
   CHECK(beyond_eight > 0);  // the optimum did use devices the 8 fastest alone would not have
@@ -1015,7 +1009,7 @@ TEST_CASE("replication moves keep every plan a valid placement: a device used on
           StagePlan back = stage_plan_of_runs(pl);
           CHECK(back.stage_begin == p.stage_begin);
           CHECK(back.stage_device == p.stage_device);
-          for (int k = 0; k < p.num_stages(); ++k) CHECK(devices_of(back, k) == devices_of(p, k));
+          for (int k = 0; k < p.num_stages(); ++k) CHECK(back.devices(k) == p.devices(k));
         }
       }
     }
@@ -1030,9 +1024,9 @@ TEST_CASE("replication moves: replicate onto each unused device, drop each repli
   const MoveSet only = only_move(&MoveSet::replicate);
   const auto reps = moves.neighbours(p, only);
   REQUIRE(reps.size() == 4);  // 2 stages x unused devices 1 and 3
-  CHECK(devices_of(reps[0], 0) == std::vector<int>{2, 1});
-  CHECK(devices_of(reps[1], 0) == std::vector<int>{2, 3});
-  CHECK(devices_of(reps[3], 1) == std::vector<int>{0, 3});
+  CHECK(reps[0].devices(0) == std::vector<int>{2, 1});
+  CHECK(reps[1].devices(0) == std::vector<int>{2, 3});
+  CHECK(reps[3].devices(1) == std::vector<int>{0, 3});
   // With 2 micro-batches, a stage of 2 replicas may not grow, nor the count drop to 1.
   StagePlan two = reps[0];
   MoveSet grow_or_step = only;
@@ -1061,11 +1055,11 @@ TEST_CASE("replication moves: a replica moves to every other stage that has micr
   const MoveSet only = only_move(&MoveSet::move_replica);
   const auto moved = moves.neighbours(p, only);
   REQUIRE(moved.size() == 4);  // replicas 1 and 3 of stage 0, each to stage 1 or 2
-  CHECK(devices_of(moved[0], 0) == std::vector<int>{2, 3});
-  CHECK(devices_of(moved[0], 1) == std::vector<int>{0, 1});
-  CHECK(devices_of(moved[1], 2) == std::vector<int>{4, 1});
-  CHECK(devices_of(moved[3], 0) == std::vector<int>{2, 1});
-  CHECK(devices_of(moved[3], 2) == std::vector<int>{4, 3});
+  CHECK(moved[0].devices(0) == std::vector<int>{2, 3});
+  CHECK(moved[0].devices(1) == std::vector<int>{0, 1});
+  CHECK(moved[1].devices(2) == std::vector<int>{4, 1});
+  CHECK(moved[3].devices(0) == std::vector<int>{2, 1});
+  CHECK(moved[3].devices(2) == std::vector<int>{4, 3});
   for (const StagePlan& q : moved) {
     CHECK(q.stage_begin == p.stage_begin);
     CHECK(q.micro_batches == 4);
@@ -1097,13 +1091,13 @@ TEST_CASE("replication moves: each device of a replicated stage takes half its l
   REQUIRE(split.size() == 6);  // three devices x either half
   // Device 2 (the stage's own) alone on the second half, then on the first.
   CHECK(split[0].stage_begin == std::vector<int>{0, 4});
-  CHECK(devices_of(split[0], 0) == std::vector<int>{0, 3});
-  CHECK(devices_of(split[0], 1) == std::vector<int>{2});
+  CHECK(split[0].devices(0) == std::vector<int>{0, 3});
+  CHECK(split[0].devices(1) == std::vector<int>{2});
   CHECK(split[1].stage_begin == std::vector<int>{0, 4});
-  CHECK(devices_of(split[1], 0) == std::vector<int>{2});
-  CHECK(devices_of(split[1], 1) == std::vector<int>{0, 3});
-  CHECK(devices_of(split[5], 0) == std::vector<int>{3});
-  CHECK(devices_of(split[5], 1) == std::vector<int>{2, 0});
+  CHECK(split[1].devices(0) == std::vector<int>{2});
+  CHECK(split[1].devices(1) == std::vector<int>{0, 3});
+  CHECK(split[5].devices(0) == std::vector<int>{3});
+  CHECK(split[5].devices(1) == std::vector<int>{2, 0});
   for (const StagePlan& q : split) {
     CHECK(q.micro_batches == 4);
     CHECK_FALSE(q.uses_device(1));  // no device added
@@ -1128,10 +1122,10 @@ TEST_CASE("replication moves: two neighbouring stages join into one on all their
   const auto joined = moves.neighbours(p, only_move(&MoveSet::join_replicas));
   REQUIRE(joined.size() == 2);
   CHECK(joined[0].stage_begin == std::vector<int>{0, 6});
-  CHECK(devices_of(joined[0], 0) == std::vector<int>{2, 0, 1});
-  CHECK(devices_of(joined[0], 1) == std::vector<int>{4});
+  CHECK(joined[0].devices(0) == std::vector<int>{2, 0, 1});
+  CHECK(joined[0].devices(1) == std::vector<int>{4});
   CHECK(joined[1].stage_begin == std::vector<int>{0, 3});
-  CHECK(devices_of(joined[1], 1) == std::vector<int>{0, 1, 4});
+  CHECK(joined[1].devices(1) == std::vector<int>{0, 1, 4});
   // Three devices on one stage need three micro-batches.
   StagePlan two = p;
   two.micro_batches = 2;
