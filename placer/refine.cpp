@@ -2,7 +2,9 @@
 #include "placer/refine.h"
 
 #include <algorithm>
+#include <limits>
 #include <random>
+#include <set>
 
 #include "placer/measurer.h"
 #include "planners/moves.h"
@@ -92,7 +94,7 @@ std::vector<Placement> neighbours(const Placement& p, int num_devices, const std
   const int L = static_cast<int>(p.layer_group.size());
   const StageMoves moves(L, num_devices, choices, replicas);
   MoveSet set = replicas ? MoveSet::wide_with_replicas(L) : MoveSet::wide(L);
-  set.split_replica = set.join_replicas = split_and_join_replicas;
+  set.split_replica = set.join_replicas = set.stage_to_replica = split_and_join_replicas;
   std::vector<Placement> out;
   for (const StagePlan& n : moves.neighbours(stage_plan_of_runs(p), set))
     out.push_back(to_placement(n, L, p.schedule, "policy"));
@@ -102,6 +104,19 @@ std::vector<Placement> neighbours(const Placement& p, int num_devices, const std
 namespace {
 
 constexpr size_t kBranchMovesPerStep = 32;
+// look_past_unused: first moves followed, second moves measured.
+constexpr size_t kPastUnusedFirsts = 4;
+constexpr int64_t kPastUnusedMeasured = 4;
+
+// The distinct devices a pipeline's groups (and their replicas) run on.
+int devices_in_use(const Placement& p) {
+  std::set<int> used;
+  for (int g : std::set<int>(p.layer_group.begin(), p.layer_group.end())) {
+    const std::vector<int> d = p.devices_of_group(g);
+    used.insert(d.begin(), d.end());
+  }
+  return static_cast<int>(used.size());
+}
 
 // First-improvement hill climbing and kicks, within a budget of evaluations.
 class IteratedLocalSearch {
@@ -141,17 +156,47 @@ class IteratedLocalSearch {
   }
   // Takes the first improving move until none improves (or the budget is spent).
   void climb(Placement current, double current_ms) {
-    for (bool improved = true; improved;) {
-      improved = false;
-      for (const Placement& q : moves(current)) {
-        if (spent()) return;
-        const StepReport& r = m_.measure(q, iteration_);
-        if (r.ok && r.step_ms < current_ms) {
-          current = q, current_ms = r.step_ms, improved = true;
-          break;
-        }
+    for (;;) {
+      if (first_improvement(moves(current), current, current_ms)) continue;
+      if (!o_.look_past_unused || spent() ||
+          !first_improvement(past_unused(current), current, current_ms, kPastUnusedMeasured))
+        return;
+    }
+  }
+  // Measures `candidates` in order, up to `most` new evaluations; the first
+  // that beats `current` replaces it (true).
+  bool first_improvement(const std::vector<Placement>& candidates, Placement& current, double& current_ms,
+                         int64_t most = std::numeric_limits<int64_t>::max()) {
+    const int64_t before = m_.evaluations();
+    for (const Placement& q : candidates) {
+      if (spent() || m_.evaluations() - before >= most) return false;
+      const StepReport& r = m_.measure(q, iteration_);
+      if (r.ok && r.step_ms < current_ms) {
+        current = q, current_ms = r.step_ms;
+        return true;
       }
     }
+    return false;
+  }
+  // Where `p` leaves a device unused: the second moves after the model's
+  // best few first moves that use more devices, in the model's order.
+  std::vector<Placement> past_unused(const Placement& p) {
+    if (p.is_data_parallel() || !o_.arrange_moves) return {};
+    const int used = devices_in_use(p);
+    if (used >= o_.num_devices) return {};
+    const auto pipeline_moves = [this](const Placement& q) {
+      return neighbours(q, o_.num_devices, o_.micro_batch_choices, o_.replicas, o_.split_and_join_replicas);
+    };
+    std::vector<Placement> firsts;
+    for (Placement& q : pipeline_moves(p))
+      if (devices_in_use(q) > used) firsts.push_back(std::move(q));
+    o_.arrange_moves(firsts);
+    if (firsts.size() > kPastUnusedFirsts) firsts.resize(kPastUnusedFirsts);
+    std::vector<Placement> seconds;
+    for (const Placement& q : firsts)
+      for (Placement& r : pipeline_moves(q)) seconds.push_back(std::move(r));
+    o_.arrange_moves(seconds);
+    return seconds;
   }
   // Two random moves away from `from`.
   Placement kick(Placement from) {

@@ -5,7 +5,8 @@
 // climbing from the best found. Hill-climb by first improvement over the
 // neighbours in random order; at a local optimum, kick the best pipeline by
 // two random moves and climb again, until the budget is spent or cancel
-// (without `kicks`: until the climbs end).
+// (without `kicks`: until the climbs end; with `look_past_unused`, a local
+// optimum that leaves a device unused is first looked past by two moves).
 // A data-parallel best is first climbed among replica sets (few moves: drop,
 // add or swap a replica); the budget then goes to the pipelines, from the best
 // one. With the model's parallel branches given, each step also tries a
@@ -34,8 +35,9 @@ struct RefineOptions {
   int num_devices = 1;
   std::vector<int> micro_batch_choices;
   bool replicas = false;  // also replicate a stage onto an unused device and drop a replica (planners/moves.h)
-  // Also give one of a replicated stage's devices half its layers, and join
-  // two neighbouring stages into one on all their devices (MoveSet::split_replica, join_replicas).
+  // Also give one of a replicated stage's devices half its layers, join two
+  // neighbouring stages into one on all their devices, and make a stage's one
+  // device a replica of another stage (MoveSet::split_replica, join_replicas, stage_to_replica).
   bool split_and_join_replicas = false;
   // Further starts (placement, step ms), climbed first: the search's own best
   // before it imitated a given plan, whose basin may hold a better plan.
@@ -48,6 +50,11 @@ struct RefineOptions {
   // reorder and add to them: a model's estimates, which cost no evaluation,
   // can put the improving moves first.
   std::function<void(std::vector<Placement>&)> arrange_moves;
+  // With arrange_moves, at a local optimum that leaves a device unused: the
+  // plans two moves away whose first move puts an unused device to work,
+  // the model's best few measured, and the climb goes on from one that
+  // improves (a replica added to a stage may only pay once a device leaves it).
+  bool look_past_unused = false;
   bool kicks = true;                  // false: stop at the local optima (no kicks)
   std::function<bool()> out_of_time;  // where given, the refinement also stops once it says so
 };
@@ -59,7 +66,7 @@ struct RefineOptions {
 // swaps and moves, the neighbouring micro-batch counts; with `replicas`,
 // MoveSet::wide_with_replicas: also replicating a stage onto an unused device
 // and dropping a replica; with `split_and_join_replicas`, MoveSet's
-// split_replica and join_replicas too) on the pipeline of the placement's runs
+// split_replica, join_replicas and stage_to_replica too) on the pipeline of the placement's runs
 // (a replicated group's replicas come along).
 std::vector<Placement> neighbours(const Placement& p, int num_devices,
                                   const std::vector<int>& micro_batch_choices, bool replicas = false,

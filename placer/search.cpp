@@ -500,7 +500,8 @@ class SearchLoop {
   // The fine-tuning's first evaluations: a climb from the zero-shot plan (and
   // the best pipeline among its candidates, where that plan is data
   // parallel), its moves tried in the order the planners' model ranks them,
-  // to the local optimum or zero_shot_climb evaluations. A policy trained to
+  // to the local optimum (looked past by two moves where it leaves a device
+  // unused) or zero_shot_climb evaluations. A policy trained to
   // one plan samples little else, and REINFORCE from there found nothing
   // better in the evaluations a fresh start needs.
   void climb_from_zero_shot() {
@@ -512,6 +513,7 @@ class SearchLoop {
     RefineOptions ro = refine_options(opt_.zero_shot_climb);
     ro.kicks = false;
     ro.split_and_join_replicas = true;
+    ro.look_past_unused = true;
     ro.out_of_time = [this] { return out_of_time(); };
     ro.arrange_moves = [&ctx](std::vector<Placement>& moves) { arrange_by_model(ctx, moves); };
     refine(measurer_, ro, 0, cancel_);

@@ -207,7 +207,24 @@ std::vector<StagePlan> StageMoves::neighbours(const StagePlan& plan, const MoveS
     for (int k = 1; k < S; ++k)
       if (plan.micro_batches >= plan.replica_count(k - 1) + plan.replica_count(k))
         out.push_back(stages_joined(plan, k));
+  if (set.stage_to_replica)
+    for (int k = 0; k < S; ++k) {
+      if (plan.replica_count(k) > 1) continue;
+      const int layers_to = k > 0 ? k - 1 : 1;
+      for (int j = 0; j < S; ++j)
+        if (j != k && j != layers_to && plan.micro_batches > plan.replica_count(j))
+          out.push_back(stage_made_replica(plan, k, j));
+    }
   return out;
+}
+
+StagePlan StageMoves::stage_made_replica(const StagePlan& plan, int k, int j) {
+  StagePlan n = plan;
+  n.stage_replicas.resize(n.num_stages());
+  n.stage_replicas[j].push_back(plan.stage_device[k]);
+  erase_stage(n, k);
+  n.stage_begin[0] = 0;  // the first stage's layers went to its successor
+  return n;
 }
 
 StagePlan StageMoves::stages_joined(const StagePlan& plan, int k) {

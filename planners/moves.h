@@ -15,7 +15,8 @@
 //   balanced replicated pipeline needs that drop-then-replicate takes in two),
 //   or (MoveSet::split_replica) give one of a stage's replicas half its layers,
 //   or (MoveSet::join_replicas) join two neighbouring stages into one on all
-//   their devices.
+//   their devices, or (MoveSet::stage_to_replica) make a stage's one device a
+//   replica of another stage.
 // Three forms: every neighbour for a set of moves (`neighbours`, in a fixed
 // order), one random neighbour (`random_neighbour`), a random plan (`random_plan`).
 // Data flow: StagePlan -> StageMoves -> StagePlan(s) -> to_placement -> check_memory -> Evaluator.
@@ -79,6 +80,12 @@ struct MoveSet {
   // both their devices (while micro-batches >= those devices), split_replica's
   // inverse.
   bool join_replicas = false;
+  // Each stage of one device dissolved: its layers to its predecessor (the
+  // first stage's to its successor), its device a further replica of each
+  // other stage but that one (join_replicas' move), while micro-batches
+  // exceed that stage's replicas: the step from a pipeline to PipeDream's
+  // replicated stage on devices that are not neighbours in it.
+  bool stage_to_replica = false;
   // TAPP's refinement: shifts by 1, 2, 4, ... up to a quarter of the model, every move.
   static MoveSet wide(int num_layers);
   // The DP planner's polish: boundary shifts by one layer and device swaps.
@@ -99,7 +106,8 @@ class StageMoves {
   // replications (unused devices ascending), its dropped replicas, then its
   // replicas moved to each other stage (stages ascending); per replicated
   // stage, each of its devices with the second half then the first; each
-  // stage (from the second) joined to its predecessor.
+  // stage (from the second) joined to its predecessor; per stage of one
+  // device, its device onto each other stage (stages ascending).
   std::vector<StagePlan> neighbours(const StagePlan& plan, const MoveSet& set) const;
 
   // One random move of any kind: a boundary shift of mostly one or two layers,
@@ -135,6 +143,9 @@ class StageMoves {
   StagePlan replica_split_off(const StagePlan& plan, int k, int r, bool second_half) const;
   // The plan with stages k - 1 and k one stage on all their devices (k - 1's first).
   static StagePlan stages_joined(const StagePlan& plan, int k);
+  // The plan with stage k's layers on its predecessor (k = 0: its successor)
+  // and its device a further replica of stage j.
+  static StagePlan stage_made_replica(const StagePlan& plan, int k, int j);
 
   int num_layers_;
   int num_devices_;

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <optional>
+#include <random>
 #include <set>
+#include <tuple>
 
 #include "model/branches.h"
 #include "model/layer_library.h"
@@ -218,4 +220,69 @@ TEST_CASE("split_and_join_replicas climbs from a model copied onto every device 
       CHECK(m.best_report().step_ms == doctest::Approx(copied_ms));
     }
   }
+}
+
+TEST_CASE(
+    "look_past_unused: a climb stopped with a device unused goes on through two moves, never ending worse") {
+  // Random chains on random clusters of three or four devices whose speeds
+  // and links (each direction its own) differ, from two stages on d0 and d1;
+  // moves ordered by a second simulator, as the search orders them by its model.
+  std::mt19937_64 rng(20261204);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  int stopped_unused = 0, went_on = 0;
+  for (int n = 0; n < 30; ++n) {
+    const int L = 6 + static_cast<int>(rng() % 6), D = 3 + static_cast<int>(rng() % 2);
+    std::vector<int64_t> widths(L);
+    for (auto& w : widths) w = int64_t{16} << (rng() % 8);
+    const LayerGraph g = test::linear_chain(widths);
+    Cluster c;
+    for (int d = 0; d < D; ++d)
+      c.devices.push_back(Device{"d" + std::to_string(d), "cpu", 1, 8192, 0.2 + 0.8 * unit(rng)});
+    c.default_link = {"", "", 200, 0.1};
+    for (int a = 0; a < D; ++a)
+      for (int b = 0; b < D; ++b)
+        if (a != b) c.links.push_back({c.devices[a].name, c.devices[b].name, 20 + 2000 * unit(rng), 0.1});
+    LayerLibrary lib = test::flat_library(g, 8, 1.0, 2.0);
+    for (auto& r : lib.rows) r.forward_ms = 0.2 + 2 * unit(rng), r.backward_ms = 2 * r.forward_ms;
+    auto cost = CostModel::build(g, c, lib);
+    REQUIRE(cost.is_ok());
+    SimulatorEvaluator ev(g, c, *cost, 8), oracle(g, c, *cost, 8);
+    Placement start = Placement::single_device(L, 0, 4);
+    for (int l = L / 2; l < L; ++l) start.layer_group[l] = 1;
+    start.group_device = {0, 1};
+    const auto climb = [&](bool look) {
+      Measurer m(g, c, ev, 8);
+      REQUIRE(m.measure(start, 0).ok);
+      RefineOptions o;
+      o.budget = 400;
+      o.num_devices = D;
+      o.micro_batch_choices = {1, 2, 4, 8};
+      o.replicas = o.split_and_join_replicas = true;
+      o.kicks = false;
+      o.look_past_unused = look;
+      o.arrange_moves = [&](std::vector<Placement>& moves) {
+        std::stable_sort(moves.begin(), moves.end(), [&](const Placement& a, const Placement& b) {
+          return oracle.evaluate(a).step_ms < oracle.evaluate(b).step_ms;
+        });
+      };
+      refine(m, o, 1, nullptr);
+      std::set<int> used;
+      for (int l = 0; l < L; ++l)
+        for (int d : m.best().devices_of_group(m.best().layer_group[l])) used.insert(d);
+      return std::make_tuple(m.best_report().step_ms, m.evaluations(), static_cast<int>(used.size()) < D);
+    };
+    const auto [plain_ms, plain_evaluations, left_unused] = climb(false);
+    const auto [look_ms, look_evaluations, still_unused] = climb(true);
+    INFO("problem " << n << ": " << plain_ms << " ms in " << plain_evaluations
+                    << " evaluations, looking past: " << look_ms << " ms in " << look_evaluations);
+    // The same climb up to its local optimum, then only improvements.
+    CHECK(look_ms <= plain_ms * (1 + 1e-12));
+    if (!left_unused) CHECK(look_evaluations == plain_evaluations);
+    stopped_unused += left_unused;
+    went_on += look_ms < plain_ms * (1 - 1e-9);
+  }
+  MESSAGE(stopped_unused << " of 30 climbs stopped with a device unused; looking past it improved "
+                         << went_on);
+  CHECK(stopped_unused > 0);
+  CHECK(went_on > 0);
 }

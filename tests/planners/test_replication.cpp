@@ -996,7 +996,7 @@ TEST_CASE("replication moves keep every plan a valid placement: a device used on
         StagePlan p = moves.random_plan(rng);
         for (int walk = 0; walk < 30; ++walk) {
           MoveSet every = MoveSet::wide_with_replicas(L);
-          every.split_replica = every.join_replicas = true;
+          every.split_replica = every.join_replicas = every.stage_to_replica = true;
           for (const StagePlan& q : moves.neighbours(p, every)) {
             REQUIRE(is_valid_replicated(q, L, D));
             CHECK(validate_placement(to_placement(q, L, Schedule::gpipe, "t"), g, c, 8).is_ok());
@@ -1143,6 +1143,47 @@ TEST_CASE("replication moves: two neighbouring stages join into one on all their
     undone = undone || (q.stage_begin == pair.stage_begin && q.stage_device == pair.stage_device &&
                         q.max_replica_count() == 1);
   CHECK(undone);
+}
+
+TEST_CASE("replication moves: a stage's one device becomes a replica of a stage that is not its neighbour") {
+  const StageMoves moves(8, 5, {1, 2, 4});
+  StagePlan p;  // layers 0-1 on 3, 2-3 on 0 and 1, 4-5 on 2, 6-7 on 4
+  p.stage_begin = {0, 2, 4, 6};
+  p.stage_device = {3, 0, 2, 4};
+  p.stage_replicas = {{}, {1}, {}, {}};
+  p.micro_batches = 4;
+  const auto made = moves.neighbours(p, only_move(&MoveSet::stage_to_replica));
+  // Stages 0, 2 and 3 have one device each; each may join any stage but the
+  // one its layers go to (that is join_replicas' move): 2 + 2 + 2.
+  REQUIRE(made.size() == 6);
+  // Stage 0's device onto stage 2: its layers go to its successor, the first stage now.
+  CHECK(made[0].stage_begin == std::vector<int>{0, 4, 6});
+  CHECK(made[0].devices(0) == std::vector<int>{0, 1});
+  CHECK(made[0].devices(1) == std::vector<int>{2, 3});
+  CHECK(made[1].devices(2) == std::vector<int>{4, 3});
+  // Stage 2's device onto stage 0: its layers go to stage 1.
+  CHECK(made[2].stage_begin == std::vector<int>{0, 2, 6});
+  CHECK(made[2].devices(0) == std::vector<int>{3, 2});
+  CHECK(made[2].devices(1) == std::vector<int>{0, 1});
+  // Stage 3's device onto stage 1: three replicas, within 4 micro-batches.
+  CHECK(made[5].stage_begin == std::vector<int>{0, 2, 4});
+  CHECK(made[5].devices(1) == std::vector<int>{0, 1, 4});
+  for (const StagePlan& q : made) {
+    CHECK(q.num_stages() == 3);
+    CHECK(q.micro_batches == 4);
+    CHECK(is_valid_replicated(q, 8, 5));
+  }
+  // With 2 micro-batches, stage 1 (two devices already) takes no third.
+  StagePlan tight = p;
+  tight.micro_batches = 2;
+  for (const StagePlan& q : moves.neighbours(tight, only_move(&MoveSet::stage_to_replica)))
+    CHECK(q.max_replica_count() <= 2);
+  // Two stages: a device can only join the stage its layers go to.
+  StagePlan two;
+  two.stage_begin = {0, 4};
+  two.stage_device = {0, 1};
+  two.micro_batches = 4;
+  CHECK(moves.neighbours(two, only_move(&MoveSet::stage_to_replica)).empty());
 }
 
 TEST_CASE("pipelearn: clients replicate the first layers, the fastest device serves the rest") {
