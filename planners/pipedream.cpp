@@ -96,10 +96,11 @@ class ReplicatedStageModel {
   // phase's part also in `forward` and `backward` where given (untouched
   // otherwise). Otherwise stage(), the sends counted on the boundaries.
   // `limit`: the stage's in_flight_limit, which its memory (and so
-  // recomputation) depends on.
+  // recomputation, told in `recompute` where given) depends on.
   double interval(const std::vector<int>& R, int a, int b, double send_on, double send_back, int limit,
-                  double* forward = nullptr, double* backward = nullptr) const {
+                  double* forward = nullptr, double* backward = nullptr, bool* recompute = nullptr) const {
     const Phases p = phases(R, a, b, limit);
+    if (recompute) *recompute = p.recompute;
     if (!by_phase() || p.total == kInf) return p.total;
     const double f = std::max(p.forward, send_on), g = std::max(p.backward, send_back);
     if (forward) *forward = f, *backward = g;
@@ -148,14 +149,16 @@ class ReplicatedStageModel {
     return k == 0 || over == 0 ? own : std::max(own, boundary(sets[k - 1], sets[k + 1], over));
   }
 
-  // One micro-batch through the stage: forward + backward (the latency GPipe's
-  // fill and drain see; the interval is stage()), on its slowest replica; where
+  // One micro-batch through the stage: forward + backward, and the forward
+  // again where it recomputes (the latency GPipe's fill and drain and 1F1B's
+  // round trip see; the interval is stage()), on its slowest replica; where
   // replicas are weighed by speed, on its fastest: the slow ones run fewer
   // micro-batches and finish with the rest, so the fill and drain see the first.
-  double stage_latency(const std::vector<int>& R, int a, int b) const {
+  double stage_latency(const std::vector<int>& R, int a, int b, bool recompute) const {
     double slowest = 0, fastest = kInf;
     for (int d : R) {
-      const double t = stage_ms(bm_.ctx, d, a, b, bm_.samples);
+      const double t = stage_ms(bm_.ctx, d, a, b, bm_.samples) +
+                       (recompute ? bm_.ctx.cost->forward_ms(d, a, b - 1, bm_.samples) : 0);
       slowest = std::max(slowest, t), fastest = std::min(fastest, t);
     }
     return bm_.ctx.replicas_weighed ? fastest : slowest;
@@ -190,6 +193,7 @@ class ReplicatedStageModel {
   // recomputation's extra forward and the all-reduce) and both together.
   struct Phases {
     double forward = 0, backward = 0, total = 0;
+    bool recompute = false;
   };
   Phases phases(const std::vector<int>& R, int a, int b, int limit) const {
     const int r = static_cast<int>(R.size()), m = bm_.m;
@@ -205,6 +209,7 @@ class ReplicatedStageModel {
       if (!bm_.mem.fits(bm_.ctx.cluster->devices[R[i]], a, b, bm_.samples, in_flight, false, own))
         recompute = true;
     Phases p;
+    p.recompute = recompute;
     for (int i = 0; i < r; ++i) {
       if (recompute && !(bm_.ctx.allow_recompute && bm_.mem.fits(bm_.ctx.cluster->devices[R[i]], a, b,
                                                                  bm_.samples, in_flight, true, own)))
@@ -571,10 +576,11 @@ class CutTable {
                                        ? back[edge(k, i)]
                                        : model.one_way(sets[k], sets[k - 1], model.cut(P[i]) - by.past);
           const size_t c = at(k, i, j);
+          bool recompute = false;
           const double interval = model.interval(sets[k], P[i], P[j], send_on, send_back, limit[k],
                                                  a_.forward.empty() ? nullptr : &a_.forward[c],
-                                                 a_.backward.empty() ? nullptr : &a_.backward[c]);
-          a_.latency[c] = model.stage_latency(sets[k], P[i], P[j]);
+                                                 a_.backward.empty() ? nullptr : &a_.backward[c], &recompute);
+          a_.latency[c] = model.stage_latency(sets[k], P[i], P[j], recompute);
           double edge_interval;
           if (k + 1 == S || by.over == 0) {  // 0 after the last stage (after[] is 0 there)
             edge_interval = after[edge(k, j)];
@@ -836,11 +842,12 @@ double pipeline_step(const ReplicatedStageModel& model, const std::vector<std::v
     const int a = begins[k], b = k + 1 < S ? begins[k + 1] : L;
     const StagePassing::Bytes by = model.passing().bytes(a, b);
     const int64_t on_bytes = model.cut(b) - by.over;
-    t.latency[k] = model.stage_latency(sets[k], a, b);
     const double on = k + 1 < S ? model.one_way(sets[k], sets[k + 1], on_bytes) : 0;
     const double back = k > 0 ? model.one_way(sets[k], sets[k - 1], model.cut(a) - by.past) : 0;
+    bool recompute = false;
     t.interval[k] = model.interval(sets[k], a, b, on, back, ReplicatedStageModel::in_flight_limit(sets, k),
-                                   &t.forward[k], &t.backward[k]);
+                                   &t.forward[k], &t.backward[k], &recompute);
+    t.latency[k] = model.stage_latency(sets[k], a, b, recompute);
     t.window[k] = model.window(k, S, static_cast<int>(sets[k].size()));
     if (k + 1 < S) {  // the boundary after stage k
       t.edge_latency[k + 1] = model.boundary_latency(sets[k], sets[k + 1], on_bytes);

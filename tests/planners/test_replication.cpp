@@ -520,6 +520,29 @@ TEST_CASE(
   CHECK(ev.evaluate(moved).step_ms == doctest::Approx(51.6));
 }
 
+TEST_CASE("the cut model's round trip counts the forward a recomputing stage runs again") {
+  // l0 | l1 l2 | l3 on d0 | d1 | d2, 25 ms each way per layer and micro-batch
+  // of 128 samples, 1F1B over 16 micro-batches; d1 holds its stage's two in
+  // flight only recomputing, and its links to d2 are slow both ways, so a
+  // micro-batch's round trip from d1 over its window of two is the
+  // bottleneck, and it runs l1 and l2's forward twice, which the round trip
+  // had left out: the model 3,023 ms against the simulator's 3,398.
+  const LayerGraph g = linear_chain({1024, 1024, 1024, 1024});
+  const double mbps = 42;  // 0.5 MiB, a micro-batch's activations, in 100 ms
+  Cluster c = equal_devices_one_slow_link(3, "d1", "d2", mbps);
+  c.links.push_back(Link{"d2", "d1", mbps, 0});
+  Case cs(g, c, {test::flat_library(g, 2048, 400, 400)}, 2048);
+  const StageMemory mem(cs.g);
+  cs.c.devices[1].memory_mb = mib_to_hold(mem.bytes(1, 3, 128, 2, true, 16));
+  REQUIRE_FALSE(mem.fits(cs.c.devices[1], 1, 3, 128, 2, false, 16));
+  Placement p = pipeline({0, 1, 1, 2}, {0, 1, 2}, 16, Schedule::one_f_one_b);
+  REQUIRE(recompute_where_needed(p, cs.g, cs.c, 2048));
+  REQUIRE(p.recomputes(1));
+  const StepReport simulated = cs.evaluator().evaluate(p);
+  REQUIRE(simulated.ok);
+  CHECK(modelled_step_ms(cs.ctx, p) == doctest::Approx(simulated.step_ms).epsilon(0.02));
+}
+
 TEST_CASE("with_pipedream_cuts moves the cuts of one micro-batch off a stage that does not fit") {
   // Six wide layers on two equal devices, one micro-batch: d1 holds two of
   // them, even recomputing not three, so three and three do not fit; four and
