@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <limits>
 #include <random>
-#include <set>
 
 #include "placer/measurer.h"
 #include "planners/moves.h"
@@ -108,14 +107,12 @@ constexpr size_t kBranchMovesPerStep = 32;
 constexpr size_t kPastUnusedFirsts = 4;
 constexpr int64_t kPastUnusedMeasured = 4;
 
-// The distinct devices a pipeline's groups (and their replicas) run on.
-int devices_in_use(const Placement& p) {
-  std::set<int> used;
-  for (int g : std::set<int>(p.layer_group.begin(), p.layer_group.end())) {
-    const std::vector<int> d = p.devices_of_group(g);
-    used.insert(d.begin(), d.end());
-  }
-  return static_cast<int>(used.size());
+// How many of the cluster's devices a pipeline's runs (and their replicas) use.
+int devices_in_use(const Placement& p, int num_devices) {
+  const StagePlan plan = stage_plan_of_runs(p);
+  int used = 0;
+  for (int d = 0; d < num_devices; ++d) used += plan.uses_device(d);
+  return used;
 }
 
 // First-improvement hill climbing and kicks, within a budget of evaluations.
@@ -182,14 +179,14 @@ class IteratedLocalSearch {
   // best few first moves that use more devices, in the model's order.
   std::vector<Placement> past_unused(const Placement& p) {
     if (p.is_data_parallel() || !o_.arrange_moves) return {};
-    const int used = devices_in_use(p);
+    const int used = devices_in_use(p, o_.num_devices);
     if (used >= o_.num_devices) return {};
     const auto pipeline_moves = [this](const Placement& q) {
       return neighbours(q, o_.num_devices, o_.micro_batch_choices, o_.replicas, o_.split_and_join_replicas);
     };
     std::vector<Placement> firsts;
     for (Placement& q : pipeline_moves(p))
-      if (devices_in_use(q) > used) firsts.push_back(std::move(q));
+      if (devices_in_use(q, o_.num_devices) > used) firsts.push_back(std::move(q));
     o_.arrange_moves(firsts);
     if (firsts.size() > kPastUnusedFirsts) firsts.resize(kPastUnusedFirsts);
     std::vector<Placement> seconds;

@@ -206,7 +206,7 @@ std::vector<StagePlan> StageMoves::neighbours(const StagePlan& plan, const MoveS
   if (set.join_replicas)
     for (int k = 1; k < S; ++k)
       if (plan.micro_batches >= plan.replica_count(k - 1) + plan.replica_count(k))
-        out.push_back(stages_joined(plan, k));
+        out.push_back(stage_made_replica(plan, k, k - 1));
   if (set.stage_to_replica)
     for (int k = 0; k < S; ++k) {
       if (plan.replica_count(k) > 1) continue;
@@ -221,18 +221,10 @@ std::vector<StagePlan> StageMoves::neighbours(const StagePlan& plan, const MoveS
 StagePlan StageMoves::stage_made_replica(const StagePlan& plan, int k, int j) {
   StagePlan n = plan;
   n.stage_replicas.resize(n.num_stages());
-  n.stage_replicas[j].push_back(plan.stage_device[k]);
+  const std::vector<int> moved = plan.devices(k);
+  n.stage_replicas[j].insert(n.stage_replicas[j].end(), moved.begin(), moved.end());
   erase_stage(n, k);
   n.stage_begin[0] = 0;  // the first stage's layers went to its successor
-  return n;
-}
-
-StagePlan StageMoves::stages_joined(const StagePlan& plan, int k) {
-  StagePlan n = plan;
-  n.stage_replicas.resize(n.num_stages());
-  const std::vector<int> moved = plan.devices(k);
-  n.stage_replicas[k - 1].insert(n.stage_replicas[k - 1].end(), moved.begin(), moved.end());
-  erase_stage(n, k);
   return n;
 }
 

@@ -141,10 +141,9 @@ class StageMoves {
   // The plan with stage k's r-th device (0: stage_device) alone on the
   // stage's second (or first) half, the rest of its devices on the other.
   StagePlan replica_split_off(const StagePlan& plan, int k, int r, bool second_half) const;
-  // The plan with stages k - 1 and k one stage on all their devices (k - 1's first).
-  static StagePlan stages_joined(const StagePlan& plan, int k);
   // The plan with stage k's layers on its predecessor (k = 0: its successor)
-  // and its device a further replica of stage j.
+  // and its devices further replicas of stage j (j = k - 1: the two stages
+  // joined on all their devices, k - 1's first).
   static StagePlan stage_made_replica(const StagePlan& plan, int k, int j);
 
   int num_layers_;
