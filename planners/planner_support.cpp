@@ -230,26 +230,19 @@ std::pair<double, StagePlan> polish_by_simulation(const PlannerContext& ctx, Pla
   return {cur, plan};
 }
 
-StagePassing::StagePassing(const LayerGraph& g) : first_reader_(g.layers.size() + 1, 0) {
-  const int L = static_cast<int>(g.layers.size());
-  for (const Layer& layer : g.layers)
-    for (int p : layer.inputs) ++first_reader_[p + 1];
-  for (int l = 0; l < L; ++l) first_reader_[l + 1] += first_reader_[l];
-  readers_.resize(first_reader_[L]);
-  std::vector<int> next(first_reader_.begin(), first_reader_.end() - 1);
-  for (int l = 0; l < L; ++l)  // readers in layer order: each layer's list ascends
-    for (int p : g.layers[l].inputs) readers_[next[p]++] = l;
-  bytes_.reserve(L);
+StagePassing::StagePassing(const LayerGraph& g) : readers_(g.consumers()) {
+  bytes_.reserve(g.layers.size());
   for (const Layer& layer : g.layers) bytes_.push_back(layer.activation_bytes());
 }
 
 StagePassing::Bytes StagePassing::bytes(int a, int b) const {
   Bytes sum;
   for (int p = 0; p < a; ++p) {
-    const auto begin = readers_.begin() + first_reader_[p], end = readers_.begin() + first_reader_[p + 1];
-    if (begin == end || end[-1] < b) continue;  // not read from b on
+    const std::vector<int>& readers = readers_[p];
+    if (readers.empty() || readers.back() < b) continue;  // not read from b on
     sum.over += bytes_[p];
-    if (*std::lower_bound(begin, end, a) >= b) sum.past += bytes_[p];  // its first reader from a on
+    if (*std::lower_bound(readers.begin(), readers.end(), a) >= b)
+      sum.past += bytes_[p];  // its first reader from a on
   }
   return sum;
 }
@@ -262,13 +255,13 @@ std::vector<StagePassing::Bytes> StagePassing::table(const std::vector<int>& P) 
     return static_cast<size_t>(std::upper_bound(P.begin(), P.end(), l) - P.begin()) - 1;
   };
   for (int p = 0; p < static_cast<int>(bytes_.size()); ++p) {
-    const auto begin = readers_.begin() + first_reader_[p], end = readers_.begin() + first_reader_[p + 1];
-    if (begin == end) continue;
-    const size_t over_last = last_at_or_before(end[-1]);
+    const std::vector<int>& readers = readers_[p];
+    if (readers.empty()) continue;
+    const size_t over_last = last_at_or_before(readers.back());
     for (size_t i = std::upper_bound(P.begin(), P.end(), p) - P.begin(); i < over_last; ++i) {
       out[i * n + i + 1].over += bytes_[p];
       if (over_last + 1 < n) out[i * n + over_last + 1].over -= bytes_[p];
-      const size_t past_last = last_at_or_before(*std::lower_bound(begin, end, P[i]));
+      const size_t past_last = last_at_or_before(*std::lower_bound(readers.begin(), readers.end(), P[i]));
       if (past_last <= i) continue;
       out[i * n + i + 1].past += bytes_[p];
       if (past_last + 1 < n) out[i * n + past_last + 1].past -= bytes_[p];

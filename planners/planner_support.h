@@ -99,8 +99,8 @@ class StagePassing {
   std::vector<Bytes> table(const std::vector<int>& P) const;
 
  private:
-  // Layer l's readers, ascending, at readers_[first_reader_[l] .. first_reader_[l + 1]).
-  std::vector<int> first_reader_, readers_;
+  std::vector<std::vector<int>>
+      readers_;                 // per layer, the layers that read it, ascending (LayerGraph::consumers)
   std::vector<int64_t> bytes_;  // each layer's activation bytes per sample
 };
 

@@ -12,6 +12,7 @@
 #include "model/layer_library.h"
 #include "placer/measurer.h"
 #include "placer/refine.h"
+#include "placer/training_set.h"
 #include "simulator/cost_model.h"
 #include "simulator/simulator_evaluator.h"
 #include "tests/core/fake_evaluator.h"
@@ -224,24 +225,20 @@ TEST_CASE("split_and_join_replicas climbs from a model copied onto every device 
 
 TEST_CASE(
     "look_past_unused: a climb stopped with a device unused goes on through two moves, never ending worse") {
-  // Random chains on random clusters of three or four devices whose speeds
-  // and links (each direction its own) differ, from two stages on d0 and d1;
-  // moves ordered by a second simulator, as the search orders them by its model.
+  // Random chains on the training set's random mesh clusters (devices of
+  // different speeds and memories, every pair its own link each way), from
+  // two stages on d0 and d1; moves ordered by a second simulator, as the
+  // search orders them by its model.
   std::mt19937_64 rng(20261204);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   int stopped_unused = 0, went_on = 0;
   for (int n = 0; n < 30; ++n) {
-    const int L = 6 + static_cast<int>(rng() % 6), D = 3 + static_cast<int>(rng() % 2);
+    const int L = 6 + static_cast<int>(rng() % 6);
     std::vector<int64_t> widths(L);
     for (auto& w : widths) w = int64_t{16} << (rng() % 8);
     const LayerGraph g = test::linear_chain(widths);
-    Cluster c;
-    for (int d = 0; d < D; ++d)
-      c.devices.push_back(Device{"d" + std::to_string(d), "cpu", 1, 8192, 0.2 + 0.8 * unit(rng)});
-    c.default_link = {"", "", 200, 0.1};
-    for (int a = 0; a < D; ++a)
-      for (int b = 0; b < D; ++b)
-        if (a != b) c.links.push_back({c.devices[a].name, c.devices[b].name, 20 + 2000 * unit(rng), 0.1});
+    const Cluster c = random_mesh_cluster(rng, "mesh");
+    const int D = c.num_devices();
     LayerLibrary lib = test::flat_library(g, 8, 1.0, 2.0);
     for (auto& r : lib.rows) r.forward_ms = 0.2 + 2 * unit(rng), r.backward_ms = 2 * r.forward_ms;
     auto cost = CostModel::build(g, c, lib);
