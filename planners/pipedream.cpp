@@ -94,14 +94,17 @@ class ReplicatedStageModel {
   // a send never blocks compute, so each phase lasts as long as its slower
   // side: forward or activations on, then backward or gradients back, each
   // phase's part also in `forward` and `backward` where given (untouched
-  // otherwise). Otherwise stage(), the sends counted on the boundaries.
+  // otherwise). Otherwise stage(), or where longer both sends: they
+  // interleave, and a device's sends leave one at a time (the simulator's
+  // send queue per device, the runtime's sender thread).
   // `limit`: the stage's in_flight_limit, which its memory (and so
   // recomputation, told in `recompute` where given) depends on.
   double interval(const std::vector<int>& R, int a, int b, double send_on, double send_back, int limit,
                   double* forward = nullptr, double* backward = nullptr, bool* recompute = nullptr) const {
     const Phases p = phases(R, a, b, limit);
     if (recompute) *recompute = p.recompute;
-    if (!by_phase() || p.total == kInf) return p.total;
+    if (p.total == kInf) return p.total;
+    if (!by_phase()) return std::max(p.total, send_on + send_back);
     const double f = std::max(p.forward, send_on), g = std::max(p.backward, send_back);
     if (forward) *forward = f, *backward = g;
     return f + g;
@@ -491,16 +494,18 @@ struct PipelineTimes {
         backward(S, 0),
         edge_latency(S, 0),
         edge_interval(S, 0),
-        window(S, 1) {}
+        window(S, 1),
+        replicas(S, 1) {}
   std::vector<double> latency, interval;
   std::vector<double> forward, backward;  // GPipe's phases of each interval (0 otherwise)
   std::vector<double> edge_latency, edge_interval;
-  std::vector<int> window;
+  std::vector<int> window, replicas;
 
   // Sum of latencies + (m - 1) x the bottleneck: the largest interval, or
-  // round trip from a stage on over its window, or under GPipe the slowest
-  // forward + the slowest backward: every forward runs before any backward,
-  // so each phase goes at its own slowest stage's pace.
+  // round trip from a stage on over its window, or 1F1B's round trip between
+  // two stages (inner_round_trip), or under GPipe the slowest forward + the
+  // slowest backward: every forward runs before any backward, so each phase
+  // goes at its own slowest stage's pace.
   double step(int m) const {
     const int S = static_cast<int>(latency.size());
     double sum = 0, bottleneck = 0, slowest_forward = 0, slowest_backward = 0;
@@ -511,9 +516,32 @@ struct PipelineTimes {
       slowest_backward = std::max(slowest_backward, backward[k]);
       sum += edge_latency[k];
     }
-    bottleneck = std::max(bottleneck, slowest_forward + slowest_backward);
+    bottleneck = std::max({bottleneck, slowest_forward + slowest_backward, inner_round_trip(m)});
     if (bottleneck == kInf) return kInf;  // (not m = 1's 0 x infinity)
     return sum + (m - 1) * bottleneck;
+  }
+
+  // Under 1F1B stage i's backward of micro-batch t frees its forward of
+  // t + window_i, and stage j runs its forward of u before its backward of
+  // u - window_j + 1; so the latencies of stages i..j and the boundaries
+  // between them, both ways, recur every window_i - window_j + 1
+  // micro-batches: a slow link back to a busy stage paces the stages before
+  // it even where the round trip to the last stage does not. (The last stage,
+  // a window of one, is step()'s round trip.) Stages of one device each only:
+  // a replica runs every r-th micro-batch in an order of its own.
+  double inner_round_trip(int m) const {
+    const int S = static_cast<int>(latency.size());
+    double slowest = 0;
+    for (int j = S - 2; j > 0; --j) {
+      if (replicas[j] != 1) continue;
+      double cycle = latency[j];
+      for (int i = j - 1; i >= 0; --i) {
+        cycle += edge_latency[i + 1] + latency[i];
+        const int recurs = window[i] - window[j] + 1;
+        if (replicas[i] == 1 && window[i] < m && recurs >= 1) slowest = std::max(slowest, cycle / recurs);
+      }
+    }
+    return slowest;
   }
 };
 
@@ -546,6 +574,7 @@ class CutTable {
     std::vector<int> limit(S);
     for (int k = 0; k < S; ++k) {
       window_.push_back(model.window(k, S, static_cast<int>(sets[k].size())));
+      replicas_.push_back(static_cast<int>(sets[k].size()));
       limit[k] = ReplicatedStageModel::in_flight_limit(sets, k);
     }
     // Per stage and position, with all the bytes across a cut there (where
@@ -644,6 +673,7 @@ class CutTable {
         t.edge_latency[k] = a_.edge_latency[at(k - 1, cuts[k - 1], cuts[k])];  // the boundary after k - 1
     }
     t.window = window_;
+    t.replicas = replicas_;
     return t.step(m);
   }
 
@@ -677,16 +707,19 @@ class CutTable {
   Arrays a_;
   std::vector<double> bounds_;  // the finite intervals, and the boundaries' after those stages (some twice)
   std::vector<int> window_;     // per stage (ReplicatedStageModel::window)
+  std::vector<int> replicas_;   // per stage: its devices
 };
 
 // The first layers of `plan`'s stages, each stage keeping its device set,
 // whose CutTable step is least: for a bound on the intervals (and on each
 // round trip over its window), the least latency under it, over the smallest
 // feasible bound (bisected: a round trip may bind between two intervals) and
-// up to kBoundsTried larger ones (by rank among the intervals). Cut positions:
-// every layer on models of up to kMaxCutPositions - 1 layers, else quantiles
-// of the fastest device's time, and the plan's own cuts always (kept where
-// no others beat them).
+// up to kBoundsTried larger ones (by rank among the intervals), then each
+// cut moved while the step falls. Cut positions: every layer on models of
+// up to kMaxCutPositions - 1 layers, else quantiles of the fastest device's
+// time, and the plan's own cuts always (kept where no others beat them);
+// on quantiles, each cut then moved to the layer between its neighbours
+// there (a coarse shortlist's, on fewer positions, stays on them).
 constexpr int kMaxCutPositions = 129;
 constexpr int kBoundsTried = 48;
 constexpr int kBisections = 30;
@@ -697,6 +730,22 @@ constexpr int kBisections = 30;
 constexpr size_t kOrdersRefined = 4;
 constexpr int kCoarseRankedStages = 5;
 constexpr int kCoarseCutPositions = 17;
+// Each cut of `cuts` (position indices of `table`) to its best position
+// between its neighbours while `step` (theirs) falls.
+void descend(const CutTable& table, std::vector<int>& cuts, double& step) {
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (size_t k = 1; k < cuts.size(); ++k) {
+      std::vector<int> tried = cuts;
+      const int end = k + 1 < cuts.size() ? cuts[k + 1] : table.positions();
+      for (tried[k] = cuts[k - 1] + 1; tried[k] < end; ++tried[k]) {
+        const double s = table.step(tried);
+        if (s < step) step = s, cuts = tried, moved = true;
+      }
+    }
+  }
+}
+
 // `model`: ReplicatedStageModel(ctx, plan.micro_batches), which callers that
 // place many plans at one count build once.
 std::vector<int> balanced_begins(const ReplicatedStageModel& model, const PlannerContext& ctx,
@@ -750,22 +799,26 @@ std::vector<int> balanced_begins(const ReplicatedStageModel& model, const Planne
   for (size_t t = 0; t < tried; ++t)
     try_bound(bounds[lo + t * (bounds.size() - 1 - lo) / std::max<size_t>(1, tried - 1)]);
   // The bounds hold each stage's interval, not GPipe's pace of each phase
-  // (the slowest forward + the slowest backward), which may be least at cuts
-  // of more latency than another's under the same bound: each cut a position
-  // either way while the step falls.
-  for (bool moved = true; moved;) {
-    moved = false;
-    for (size_t k = 1; k < best.size(); ++k)
-      for (int by : {-1, 1}) {
-        std::vector<int> cuts = best;
-        cuts[k] += by;
-        if (cuts[k] <= cuts[k - 1] || cuts[k] >= (k + 1 < best.size() ? cuts[k + 1] : table.positions()))
-          continue;
-        const double step = table.step(cuts);
-        if (step < best_step) best_step = step, best = std::move(cuts), moved = true;
-      }
+  // (the slowest forward + the slowest backward) nor 1F1B's round trips
+  // between two stages, which may be least at cuts of more latency than
+  // another's under the same bound.
+  descend(table, best, best_step);
+  const int L = num_layers(ctx);
+  if (static_cast<int>(P.size()) == L + 1 ||
+      positions < kMaxCutPositions) {  // every layer, or a coarse shortlist's
+    for (int& c : best) c = P[c];
+    return best;
   }
-  for (int& c : best) c = P[c];
+  // Between a cut's neighbours on the quantiles, every layer: the cuts to the layer.
+  std::vector<int> fine = {0, L};
+  for (size_t k = 1; k < best.size(); ++k)
+    for (int l = P[best[k] - 1] + 1; l < P[best[k] + 1]; ++l) fine.push_back(l);
+  std::sort(fine.begin(), fine.end());
+  fine.erase(std::unique(fine.begin(), fine.end()), fine.end());
+  const CutTable closer(model, plan, fine);
+  for (int& c : best) c = static_cast<int>(std::lower_bound(fine.begin(), fine.end(), P[c]) - fine.begin());
+  descend(closer, best, best_step);
+  for (int& c : best) c = fine[c];
   return best;
 }
 
@@ -849,6 +902,7 @@ double pipeline_step(const ReplicatedStageModel& model, const std::vector<std::v
                                    &t.forward[k], &t.backward[k], &recompute);
     t.latency[k] = model.stage_latency(sets[k], a, b, recompute);
     t.window[k] = model.window(k, S, static_cast<int>(sets[k].size()));
+    t.replicas[k] = static_cast<int>(sets[k].size());
     if (k + 1 < S) {  // the boundary after stage k
       t.edge_latency[k + 1] = model.boundary_latency(sets[k], sets[k + 1], on_bytes);
       t.edge_interval[k + 1] = model.boundary_after(sets, k, on_bytes, by.over);
