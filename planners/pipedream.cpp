@@ -31,7 +31,6 @@
 #include <cmath>
 #include <functional>
 #include <limits>
-#include <map>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -99,14 +98,11 @@ class ReplicatedStageModel {
   // interleave, and a device's sends leave one at a time (the simulator's
   // send queue per device, the runtime's sender thread).
   // `limit`: the stage's in_flight_limit, which its memory (and so
-  // recomputation, told in `recompute` where given) depends on; `compute`,
-  // where given, the interval without the sends.
+  // recomputation, told in `recompute` where given) depends on.
   double interval(const std::vector<int>& R, int a, int b, double send_on, double send_back, int limit,
-                  double* forward = nullptr, double* backward = nullptr, bool* recompute = nullptr,
-                  double* compute = nullptr) const {
+                  double* forward = nullptr, double* backward = nullptr, bool* recompute = nullptr) const {
     const Phases p = phases(R, a, b, limit);
     if (recompute) *recompute = p.recompute;
-    if (compute) *compute = p.total;
     if (p.total == kInf) return p.total;
     if (!by_phase()) return std::max(p.total, send_on + send_back);
     const double f = std::max(p.forward, send_on), g = std::max(p.backward, send_back);
@@ -487,19 +483,6 @@ std::vector<std::optional<StagePlan>> pipedream_by_devices(const PlannerContext&
   return out;
 }
 
-// The stages of `sets` that share a device, per device that more than one
-// stage uses (the climb splits a stage in two on its device, or moves a
-// stage onto a device another holds).
-std::vector<std::vector<int>> stages_sharing_a_device(const std::vector<std::vector<int>>& sets) {
-  std::map<int, std::vector<int>> by_device;
-  for (size_t k = 0; k < sets.size(); ++k)
-    for (int d : sets[k]) by_device[d].push_back(static_cast<int>(k));
-  std::vector<std::vector<int>> shared;
-  for (auto& [device, stages] : by_device)
-    if (stages.size() > 1) shared.push_back(std::move(stages));
-  return shared;
-}
-
 // One pipeline's stages (k) and the boundaries before them (k > 0): each
 // one micro-batch's latency and interval per micro-batch, and the stage's
 // window (ReplicatedStageModel::window).
@@ -517,8 +500,6 @@ struct PipelineTimes {
   std::vector<double> forward, backward;  // GPipe's phases of each interval (0 otherwise)
   std::vector<double> edge_latency, edge_interval;
   std::vector<int> window, replicas;
-  std::vector<std::vector<int>> shared;  // stages_sharing_a_device
-  std::vector<double> compute, sends;    // per stage where `shared` is not empty: the interval's parts
 
   // Sum of latencies + (m - 1) x the bottleneck: the largest interval, or
   // round trip from a stage on over its window, or 1F1B's round trip between
@@ -534,13 +515,6 @@ struct PipelineTimes {
       slowest_forward = std::max(slowest_forward, forward[k]);
       slowest_backward = std::max(slowest_backward, backward[k]);
       sum += edge_latency[k];
-    }
-    // A device holding several stages computes each one's share of every
-    // micro-batch, and sends each one's from its one queue.
-    for (const std::vector<int>& stages : shared) {
-      double computing = 0, sending = 0;
-      for (int k : stages) computing += compute[k], sending += sends[k];
-      bottleneck = std::max({bottleneck, computing, sending});
     }
     bottleneck = std::max({bottleneck, slowest_forward + slowest_backward, inner_round_trip(m)});
     if (bottleneck == kInf) return kInf;  // (not m = 1's 0 x infinity)
@@ -595,10 +569,8 @@ class CutTable {
     a_.gate.assign(cells, kInf);
     a_.latency.assign(cells, kInf);
     a_.edge_latency.assign(cells, 0);
-    a_.forward.clear(), a_.backward.clear(), a_.compute.clear(), a_.sends.clear();
+    a_.forward.clear(), a_.backward.clear();
     if (model.by_phase()) a_.forward.assign(cells, 0), a_.backward.assign(cells, 0);
-    shared_ = stages_sharing_a_device(sets);
-    if (!shared_.empty()) a_.compute.assign(cells, 0), a_.sends.assign(cells, 0);
     std::vector<int> limit(S);
     for (int k = 0; k < S; ++k) {
       window_.push_back(model.window(k, S, static_cast<int>(sets[k].size())));
@@ -636,9 +608,7 @@ class CutTable {
           bool recompute = false;
           const double interval = model.interval(sets[k], P[i], P[j], send_on, send_back, limit[k],
                                                  a_.forward.empty() ? nullptr : &a_.forward[c],
-                                                 a_.backward.empty() ? nullptr : &a_.backward[c], &recompute,
-                                                 a_.compute.empty() ? nullptr : &a_.compute[c]);
-          if (!a_.sends.empty()) a_.sends[c] = send_on + send_back;
+                                                 a_.backward.empty() ? nullptr : &a_.backward[c], &recompute);
           a_.latency[c] = model.stage_latency(sets[k], P[i], P[j], recompute);
           double edge_interval;
           if (k + 1 == S || by.over == 0) {  // 0 after the last stage (after[] is 0 there)
@@ -704,14 +674,6 @@ class CutTable {
     }
     t.window = window_;
     t.replicas = replicas_;
-    t.shared = shared_;
-    if (!shared_.empty()) {
-      t.compute.resize(S), t.sends.resize(S);
-      for (int k = 0; k < S; ++k) {
-        const size_t c = at(k, cuts[k], k + 1 < S ? cuts[k + 1] : C);
-        t.compute[k] = a_.compute[c], t.sends[k] = a_.sends[c];
-      }
-    }
     return t.step(m);
   }
 
@@ -735,7 +697,6 @@ class CutTable {
   // its interval's parts by phase (empty otherwise).
   struct Arrays {
     std::vector<double> gate, latency, edge_latency, forward, backward;
-    std::vector<double> compute, sends;  // where stages share a device (PipelineTimes::compute)
   };
   // Kept per thread for the next table: the climb places the cuts of every
   // move, and fresh pages for each table cost more than filling them.
@@ -747,7 +708,6 @@ class CutTable {
   std::vector<double> bounds_;  // the finite intervals, and the boundaries' after those stages (some twice)
   std::vector<int> window_;     // per stage (ReplicatedStageModel::window)
   std::vector<int> replicas_;   // per stage: its devices
-  std::vector<std::vector<int>> shared_;  // stages_sharing_a_device
 };
 
 // The first layers of `plan`'s stages, each stage keeping its device set,
@@ -931,7 +891,6 @@ double pipeline_step(const ReplicatedStageModel& model, const std::vector<std::v
                      const std::vector<int>& begins, int L) {
   const int S = static_cast<int>(sets.size());
   PipelineTimes t(S);
-  t.shared = stages_sharing_a_device(sets);
   for (int k = 0; k < S; ++k) {
     const int a = begins[k], b = k + 1 < S ? begins[k + 1] : L;
     const StagePassing::Bytes by = model.passing().bytes(a, b);
@@ -939,10 +898,8 @@ double pipeline_step(const ReplicatedStageModel& model, const std::vector<std::v
     const double on = k + 1 < S ? model.one_way(sets[k], sets[k + 1], on_bytes) : 0;
     const double back = k > 0 ? model.one_way(sets[k], sets[k - 1], model.cut(a) - by.past) : 0;
     bool recompute = false;
-    if (!t.shared.empty()) t.compute.resize(S), t.sends.resize(S), t.sends[k] = on + back;
-    t.interval[k] =
-        model.interval(sets[k], a, b, on, back, ReplicatedStageModel::in_flight_limit(sets, k), &t.forward[k],
-                       &t.backward[k], &recompute, t.shared.empty() ? nullptr : &t.compute[k]);
+    t.interval[k] = model.interval(sets[k], a, b, on, back, ReplicatedStageModel::in_flight_limit(sets, k),
+                                   &t.forward[k], &t.backward[k], &recompute);
     t.latency[k] = model.stage_latency(sets[k], a, b, recompute);
     t.window[k] = model.window(k, S, static_cast<int>(sets[k].size()));
     t.replicas[k] = static_cast<int>(sets[k].size());

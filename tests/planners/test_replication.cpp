@@ -611,25 +611,6 @@ TEST_CASE("with_pipedream_cuts moves the cuts of one micro-batch off a stage tha
   CHECK(recompute_where_needed(moved, cs.g, cs.c, 8));
 }
 
-TEST_CASE("the cut model counts every stage a device holds") {
-  // l0 | l1 | l2 | l3 on d0 | d1 | d1 | d2, equal layers, free links, 16
-  // micro-batches: d1 computes two layers of every micro-batch, which the
-  // model had priced as two devices of one layer each (57 ms against the
-  // simulator's 102 under GPipe and 100 under 1F1B).
-  LayerGraph g = linear_chain({64, 64, 64, 64});
-  Cluster c = cluster_of_speeds({1.0, 1.0, 1.0});
-  free_default_link(c);
-  Case cs(g, c, {test::flat_library(g, 64, 16, 32)}, 64);
-  SimulatorEvaluator ev = cs.evaluator();
-  for (Schedule schedule : {Schedule::gpipe, Schedule::one_f_one_b}) {
-    CAPTURE(schedule_name(schedule));
-    const Placement p = pipeline({0, 1, 2, 3}, {0, 1, 1, 2}, 16, schedule);
-    const StepReport simulated = ev.evaluate(p);
-    REQUIRE(simulated.ok);
-    CHECK(modelled_step_ms(cs.ctx, p) == doctest::Approx(simulated.step_ms).epsilon(0.05));
-  }
-}
-
 TEST_CASE("with_pipedream_cuts places the cut of a model longer than its quantiles to the layer") {
   // 300 layers of random costs on two devices of random speeds, free links,
   // 1F1B (with two stages and free links never modelled slower than GPipe):
