@@ -730,6 +730,19 @@ constexpr int kBisections = 30;
 constexpr size_t kOrdersRefined = 4;
 constexpr int kCoarseRankedStages = 5;
 constexpr int kCoarseCutPositions = 17;
+
+// `v` ascending, each value once.
+std::vector<int> ascending_once(std::vector<int> v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+
+// The index of layer `l` in ascending positions `P` that hold it.
+int position_of(const std::vector<int>& P, int l) {
+  return static_cast<int>(std::lower_bound(P.begin(), P.end(), l) - P.begin());
+}
+
 // Each cut of `cuts` (position indices of `table`) to its best position
 // between its neighbours while `step` (theirs) falls.
 void descend(const CutTable& table, std::vector<int>& cuts, double& step) {
@@ -752,12 +765,10 @@ std::vector<int> balanced_begins(const ReplicatedStageModel& model, const Planne
                                  const StagePlan& plan, int positions = kMaxCutPositions) {
   std::vector<int> P = cut_positions(ctx, positions);
   P.insert(P.end(), plan.stage_begin.begin(), plan.stage_begin.end());
-  std::sort(P.begin(), P.end());
-  P.erase(std::unique(P.begin(), P.end()), P.end());
+  P = ascending_once(std::move(P));
   const CutTable table(model, plan, P);
   std::vector<int> own(plan.num_stages());
-  for (int k = 0; k < plan.num_stages(); ++k)
-    own[k] = static_cast<int>(std::lower_bound(P.begin(), P.end(), plan.stage_begin[k]) - P.begin());
+  for (int k = 0; k < plan.num_stages(); ++k) own[k] = position_of(P, plan.stage_begin[k]);
   std::vector<double> bounds = table.intervals();
   double sum = kInf;
   // A round trip over its window may exceed every interval (one micro-batch
@@ -813,10 +824,9 @@ std::vector<int> balanced_begins(const ReplicatedStageModel& model, const Planne
   std::vector<int> fine = {0, L};
   for (size_t k = 1; k < best.size(); ++k)
     for (int l = P[best[k] - 1] + 1; l < P[best[k] + 1]; ++l) fine.push_back(l);
-  std::sort(fine.begin(), fine.end());
-  fine.erase(std::unique(fine.begin(), fine.end()), fine.end());
+  fine = ascending_once(std::move(fine));
   const CutTable closer(model, plan, fine);
-  for (int& c : best) c = static_cast<int>(std::lower_bound(fine.begin(), fine.end(), P[c]) - fine.begin());
+  for (int& c : best) c = position_of(fine, P[c]);
   descend(closer, best, best_step);
   for (int& c : best) c = fine[c];
   return best;
