@@ -717,9 +717,11 @@ class CutTable {
 // up to kBoundsTried larger ones (by rank among the intervals), then each
 // cut moved while the step falls. Cut positions: every layer on models of
 // up to kMaxCutPositions - 1 layers, else quantiles of the fastest device's
-// time, and the plan's own cuts always (kept where no others beat them);
-// on quantiles, each cut then moved to the layer between its neighbours
-// there (a coarse shortlist's, on fewer positions, stays on them).
+// time and the narrow points between them (with_narrow_points; not on a
+// coarse shortlist's fewer positions), and the plan's own cuts always (kept
+// where no others beat them); on quantiles, each cut then moved to the layer
+// between its neighbours on the quantiles (a coarse shortlist's, on fewer
+// positions, stays on them).
 constexpr int kMaxCutPositions = 129;
 constexpr int kBoundsTried = 48;
 constexpr int kBisections = 30;
@@ -759,6 +761,24 @@ void descend(const CutTable& table, std::vector<int>& cuts, double& step) {
   }
 }
 
+// Positions `P` (ascending) with, between each two, the layer whose cut
+// carries the fewest bytes, where it carries fewer than both: on a slow link
+// the best cut is often a narrow point (a block's one output, between layers
+// that pass several tensors), which quantiles of time miss, and the step
+// around it too rugged for a cut to descend to it (inception_v3 on two
+// devices: 24.1 s at the concat of Mixed_6a, 27.1 s at the best quantile).
+std::vector<int> with_narrow_points(const ReplicatedStageModel& model, std::vector<int> P) {
+  const size_t quantiles = P.size();
+  for (size_t i = 0; i + 1 < quantiles; ++i) {
+    int narrowest = P[i] + 1;
+    for (int l = P[i] + 2; l < P[i + 1]; ++l)
+      if (model.cut(l) < model.cut(narrowest)) narrowest = l;
+    if (narrowest < P[i + 1] && model.cut(narrowest) < std::min(model.cut(P[i]), model.cut(P[i + 1])))
+      P.push_back(narrowest);
+  }
+  return P;
+}
+
 // `model`: ReplicatedStageModel(ctx, plan.micro_batches), which callers that
 // place many plans at one count build once.
 std::vector<int> balanced_begins(const ReplicatedStageModel& model, const PlannerContext& ctx,
@@ -766,6 +786,8 @@ std::vector<int> balanced_begins(const ReplicatedStageModel& model, const Planne
   std::vector<int> P = cut_positions(ctx, positions);
   P.insert(P.end(), plan.stage_begin.begin(), plan.stage_begin.end());
   P = ascending_once(std::move(P));
+  const std::vector<int> quantiles = P;  // the plan's own cuts among them
+  if (positions == kMaxCutPositions) P = ascending_once(with_narrow_points(model, std::move(P)));
   const CutTable table(model, plan, P);
   std::vector<int> own(plan.num_stages());
   for (int k = 0; k < plan.num_stages(); ++k) own[k] = position_of(P, plan.stage_begin[k]);
@@ -822,8 +844,12 @@ std::vector<int> balanced_begins(const ReplicatedStageModel& model, const Planne
   }
   // Between a cut's neighbours on the quantiles, every layer: the cuts to the layer.
   std::vector<int> fine = {0, L};
-  for (size_t k = 1; k < best.size(); ++k)
-    for (int l = P[best[k] - 1] + 1; l < P[best[k] + 1]; ++l) fine.push_back(l);
+  for (size_t k = 1; k < best.size(); ++k) {
+    const int at = P[best[k]];
+    const int below = *(std::lower_bound(quantiles.begin(), quantiles.end(), at) - 1);
+    const int above = *std::upper_bound(quantiles.begin(), quantiles.end(), at);
+    for (int l = below + 1; l < above; ++l) fine.push_back(l);
+  }
   fine = ascending_once(std::move(fine));
   const CutTable closer(model, plan, fine);
   for (int& c : best) c = position_of(fine, P[c]);
