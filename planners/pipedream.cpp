@@ -717,11 +717,10 @@ class CutTable {
 // up to kBoundsTried larger ones (by rank among the intervals), then each
 // cut moved while the step falls. Cut positions: every layer on models of
 // up to kMaxCutPositions - 1 layers, else quantiles of the fastest device's
-// time and the narrow points between them (with_narrow_points; not on a
-// coarse shortlist's fewer positions), and the plan's own cuts always (kept
-// where no others beat them); on quantiles, each cut then moved to the layer
-// between its neighbours on the quantiles (a coarse shortlist's, on fewer
-// positions, stays on them).
+// time, and the plan's own cuts always (kept where no others beat them); on
+// quantiles, each cut then moved to a narrow point (descend_to_narrow_points)
+// and to the layer between its neighbours on the quantiles (a coarse
+// shortlist's, on fewer positions, stays on them).
 constexpr int kMaxCutPositions = 129;
 constexpr int kBoundsTried = 48;
 constexpr int kBisections = 30;
@@ -761,22 +760,67 @@ void descend(const CutTable& table, std::vector<int>& cuts, double& step) {
   }
 }
 
-// Positions `P` (ascending) with, between each two, the layer whose cut
-// carries the fewest bytes, where it carries fewer than both: on a slow link
-// the best cut is often a narrow point (a block's one output, between layers
-// that pass several tensors), which quantiles of time miss, and the step
-// around it too rugged for a cut to descend to it (inception_v3 on two
-// devices: 24.1 s at the concat of Mixed_6a, 27.1 s at the best quantile).
-std::vector<int> with_narrow_points(const ReplicatedStageModel& model, std::vector<int> P) {
-  const size_t quantiles = P.size();
-  for (size_t i = 0; i + 1 < quantiles; ++i) {
+// Between each two positions of `P` (ascending), the layer whose cut carries
+// the fewest bytes, where it carries fewer than both: on a slow link the best
+// cut is often such a narrow point (a block's one output, between layers that
+// pass several tensors), which quantiles of time miss, and the step around it
+// too rugged for a cut to descend to it (inception_v3 on two devices: 24.1 s
+// at the concat of Mixed_6a, 27.1 s at the best quantile).
+std::vector<int> narrow_points(const ReplicatedStageModel& model, const std::vector<int>& P) {
+  std::vector<int> narrow;
+  for (size_t i = 0; i + 1 < P.size(); ++i) {
     int narrowest = P[i] + 1;
     for (int l = P[i] + 2; l < P[i + 1]; ++l)
       if (model.cut(l) < model.cut(narrowest)) narrowest = l;
     if (narrowest < P[i + 1] && model.cut(narrowest) < std::min(model.cut(P[i]), model.cut(P[i + 1])))
-      P.push_back(narrowest);
+      narrow.push_back(narrowest);
   }
-  return P;
+  return narrow;
+}
+
+// CutTable::step's objective for stages on `sets` (chain order) beginning at `begins`.
+double pipeline_step(const ReplicatedStageModel& model, const std::vector<std::vector<int>>& sets,
+                     const std::vector<int>& begins, int L) {
+  const int S = static_cast<int>(sets.size());
+  PipelineTimes t(S);
+  for (int k = 0; k < S; ++k) {
+    const int a = begins[k], b = k + 1 < S ? begins[k + 1] : L;
+    const StagePassing::Bytes by = model.passing().bytes(a, b);
+    const int64_t on_bytes = model.cut(b) - by.over;
+    const double on = k + 1 < S ? model.one_way(sets[k], sets[k + 1], on_bytes) : 0;
+    const double back = k > 0 ? model.one_way(sets[k], sets[k - 1], model.cut(a) - by.past) : 0;
+    bool recompute = false;
+    t.interval[k] = model.interval(sets[k], a, b, on, back, ReplicatedStageModel::in_flight_limit(sets, k),
+                                   &t.forward[k], &t.backward[k], &recompute);
+    t.latency[k] = model.stage_latency(sets[k], a, b, recompute);
+    t.window[k] = model.window(k, S, static_cast<int>(sets[k].size()));
+    t.replicas[k] = static_cast<int>(sets[k].size());
+    if (k + 1 < S) {  // the boundary after stage k
+      t.edge_latency[k + 1] = model.boundary_latency(sets[k], sets[k + 1], on_bytes);
+      t.edge_interval[k + 1] = model.boundary_after(sets, k, on_bytes, by.over);
+    }
+  }
+  return t.step(model.micro_batches());
+}
+
+// Each cut of `begins` (first layers of stages on `sets`) to the narrow point
+// between its neighbours (ascending `narrow`) where pipeline_step falls below
+// `step`, while it falls: a step per try, no table.
+void descend_to_narrow_points(const ReplicatedStageModel& model, const std::vector<std::vector<int>>& sets,
+                              const std::vector<int>& narrow, int L, std::vector<int>& begins, double& step) {
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (size_t k = 1; k < begins.size(); ++k) {
+      std::vector<int> tried = begins;
+      const int end = k + 1 < begins.size() ? begins[k + 1] : L;
+      for (auto n = std::upper_bound(narrow.begin(), narrow.end(), begins[k - 1]);
+           n != narrow.end() && *n < end; ++n) {
+        tried[k] = *n;
+        const double s = pipeline_step(model, sets, tried, L);
+        if (s < step) step = s, begins = tried, moved = true;
+      }
+    }
+  }
 }
 
 // `model`: ReplicatedStageModel(ctx, plan.micro_batches), which callers that
@@ -786,8 +830,6 @@ std::vector<int> balanced_begins(const ReplicatedStageModel& model, const Planne
   std::vector<int> P = cut_positions(ctx, positions);
   P.insert(P.end(), plan.stage_begin.begin(), plan.stage_begin.end());
   P = ascending_once(std::move(P));
-  const std::vector<int> quantiles = P;  // the plan's own cuts among them
-  if (positions == kMaxCutPositions) P = ascending_once(with_narrow_points(model, std::move(P)));
   const CutTable table(model, plan, P);
   std::vector<int> own(plan.num_stages());
   for (int k = 0; k < plan.num_stages(); ++k) own[k] = position_of(P, plan.stage_begin[k]);
@@ -836,23 +878,23 @@ std::vector<int> balanced_begins(const ReplicatedStageModel& model, const Planne
   // between two stages, which may be least at cuts of more latency than
   // another's under the same bound.
   descend(table, best, best_step);
+  for (int& c : best) c = P[c];
   const int L = num_layers(ctx);
-  if (static_cast<int>(P.size()) == L + 1 ||
-      positions < kMaxCutPositions) {  // every layer, or a coarse shortlist's
-    for (int& c : best) c = P[c];
-    return best;
-  }
+  if (static_cast<int>(P.size()) == L + 1 || positions < kMaxCutPositions)
+    return best;  // every layer, or a coarse shortlist's
+  std::vector<std::vector<int>> sets;
+  for (int k = 0; k < plan.num_stages(); ++k) sets.push_back(plan.devices(k));
+  descend_to_narrow_points(model, sets, narrow_points(model, P), L, best, best_step);
   // Between a cut's neighbours on the quantiles, every layer: the cuts to the layer.
   std::vector<int> fine = {0, L};
   for (size_t k = 1; k < best.size(); ++k) {
-    const int at = P[best[k]];
-    const int below = *(std::lower_bound(quantiles.begin(), quantiles.end(), at) - 1);
-    const int above = *std::upper_bound(quantiles.begin(), quantiles.end(), at);
+    const int below = *(std::lower_bound(P.begin(), P.end(), best[k]) - 1);
+    const int above = *std::upper_bound(P.begin(), P.end(), best[k]);
     for (int l = below + 1; l < above; ++l) fine.push_back(l);
   }
   fine = ascending_once(std::move(fine));
   const CutTable closer(model, plan, fine);
-  for (int& c : best) c = position_of(fine, P[c]);
+  for (int& c : best) c = position_of(fine, c);
   descend(closer, best, best_step);
   for (int& c : best) c = fine[c];
   return best;
@@ -920,31 +962,6 @@ std::vector<int> stage_order(const Placement& p) {
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](int a, int b) { return first[a] < first[b]; });
   return order;
-}
-
-// CutTable::step's objective for stages on `sets` (chain order) beginning at `begins`.
-double pipeline_step(const ReplicatedStageModel& model, const std::vector<std::vector<int>>& sets,
-                     const std::vector<int>& begins, int L) {
-  const int S = static_cast<int>(sets.size());
-  PipelineTimes t(S);
-  for (int k = 0; k < S; ++k) {
-    const int a = begins[k], b = k + 1 < S ? begins[k + 1] : L;
-    const StagePassing::Bytes by = model.passing().bytes(a, b);
-    const int64_t on_bytes = model.cut(b) - by.over;
-    const double on = k + 1 < S ? model.one_way(sets[k], sets[k + 1], on_bytes) : 0;
-    const double back = k > 0 ? model.one_way(sets[k], sets[k - 1], model.cut(a) - by.past) : 0;
-    bool recompute = false;
-    t.interval[k] = model.interval(sets[k], a, b, on, back, ReplicatedStageModel::in_flight_limit(sets, k),
-                                   &t.forward[k], &t.backward[k], &recompute);
-    t.latency[k] = model.stage_latency(sets[k], a, b, recompute);
-    t.window[k] = model.window(k, S, static_cast<int>(sets[k].size()));
-    t.replicas[k] = static_cast<int>(sets[k].size());
-    if (k + 1 < S) {  // the boundary after stage k
-      t.edge_latency[k + 1] = model.boundary_latency(sets[k], sets[k + 1], on_bytes);
-      t.edge_interval[k + 1] = model.boundary_after(sets, k, on_bytes, by.over);
-    }
-  }
-  return t.step(model.micro_batches());
 }
 
 // The stages' first layers where each stage's share of the work (`prefix`:
@@ -1374,7 +1391,8 @@ void consider(std::vector<DealtOrder>& shortlist, const StagesToDeal& st, const 
 // of 1-4 GB for a 1.4 GB model. So orders of up to kCoarseRankedStages stages
 // are also ranked with their cuts placed coarsely (balanced_begins on
 // kCoarseCutPositions positions, a table a fiftieth of the full one's): the
-// kOrdersRefined best by that too.
+// kOrdersRefined best by that too; orders of six stages only where no order's
+// capacity split fits (six times the orders of five, at every count).
 struct Shortlists {
   std::vector<DealtOrder> by_capacity, by_coarse_cuts;
 };
@@ -1419,6 +1437,19 @@ Shortlists shortlist_orders(const PlannerContext& ctx, const StagesToDeal& st) {
         }
     }
   }
+  // Where no order's capacity split fits, every order of six stages with its
+  // cuts placed coarsely (memory-tight clusters: gpt2 on six devices of 1-16
+  // GB, whose every capacity split overfills a device of 1 GB).
+  if (lists.by_capacity.empty() && S <= 6 && S > kCoarseRankedStages)
+    for (int m : ctx.micro_batch_choices()) {
+      const ReplicatedStageModel model(ctx, m);
+      std::vector<int> perm = identity;
+      do {
+        double coarse = kInf;
+        placed_cuts(model, ctx, st, perm, st.capacity_begins(perm), coarse, kCoarseCutPositions);
+        consider(lists.by_coarse_cuts, st, perm, m, coarse);
+      } while (std::next_permutation(perm.begin(), perm.end()));
+    }
   return lists;
 }
 

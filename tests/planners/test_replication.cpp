@@ -777,6 +777,35 @@ TEST_CASE("with_pipedream_orders ranks orders by cuts that fit where the capacit
   }
 }
 
+TEST_CASE("with_pipedream_orders deals six stages by cuts that fit where no order's capacity split does") {
+  // As above with six devices: d0 (speed 4) holds two of the wide layers, so
+  // its capacity share (4 of 9) fits in no order, and beyond five stages the
+  // orders were ranked by capacity alone: none was offered. The plan d0, d2,
+  // d1, ... crosses the slow link d0-d2; dealt with cuts that fit, it does not.
+  LayerGraph g = linear_chain(std::vector<int64_t>(13, 1024));
+  Cluster c = cluster_of_speeds({4.0, 1.0, 1.0, 1.0, 1.0, 1.0});
+  c.links.push_back(Link{"d0", "d2", 1, 50});
+  c.links.push_back(Link{"d2", "d0", 1, 50});
+  Case cs(g, c, {test::flat_library(g, 8, 1, 1)}, 8);
+  const StageMemory mem(cs.g);
+  int64_t two = 0;
+  for (int a = 1; a + 2 <= 13; ++a) two = std::max(two, mem.bytes(a, a + 2, 8, 8));
+  cs.c.devices[0].memory_mb = mib_to_hold(two);
+  for (int a = 0; a + 4 <= 13; ++a) REQUIRE_FALSE(mem.fits(cs.c.devices[0], a, a + 4, 8, 1, true));
+  const Placement p = pipeline({0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 5}, {0, 2, 1, 3, 4, 5}, 4);
+  REQUIRE(check_memory(p, cs.g, cs.c, 8).is_ok());
+  const std::vector<Placement> orders = with_pipedream_orders(cs.ctx, p);
+  REQUIRE_FALSE(orders.empty());
+  SimulatorEvaluator sim = cs.evaluator();
+  for (Placement ordered : orders) {
+    REQUIRE(validate_placement(ordered, cs.g, cs.c, 8).is_ok());
+    const std::vector<int> chain = stage_plan_of_runs(ordered).stage_device;
+    for (size_t k = 1; k < chain.size(); ++k) CHECK(chain[k - 1] + chain[k] != 2);  // d0 next to d2
+    REQUIRE(recompute_where_needed(ordered, cs.g, cs.c, 8));
+    CHECK(sim.evaluate(ordered).step_ms < sim.evaluate(p).step_ms);
+  }
+}
+
 TEST_CASE("interchangeable_classes groups devices alike in speed, memory and every link") {
   // d0, d1 and d4 alike; d2 slower; d3 as fast but with a slow link to d2;
   // d5 as fast with less memory. d4's links to the others are the default's too.
