@@ -1402,6 +1402,12 @@ Shortlists shortlist_orders(const PlannerContext& ctx, const StagesToDeal& st) {
   Shortlists lists;
   std::vector<int> identity(S);
   std::iota(identity.begin(), identity.end(), 0);
+  const auto rank_by_coarse_cuts = [&](const ReplicatedStageModel& model, const std::vector<int>& perm,
+                                       const std::vector<int>& begins) {
+    double coarse = kInf;
+    placed_cuts(model, ctx, st, perm, begins, coarse, kCoarseCutPositions);
+    consider(lists.by_coarse_cuts, st, perm, model.micro_batches(), coarse);
+  };
   for (int m : ctx.micro_batch_choices()) {
     const ReplicatedStageModel model(ctx, m);
     const auto step_of = [&](const std::vector<int>& perm) {
@@ -1412,11 +1418,7 @@ Shortlists shortlist_orders(const PlannerContext& ctx, const StagesToDeal& st) {
       do {
         const std::vector<int> begins = st.capacity_begins(perm);
         consider(lists.by_capacity, st, perm, m, pipeline_step(model, st.placed(perm), begins, st.L));
-        if (S <= kCoarseRankedStages) {
-          double coarse = kInf;
-          placed_cuts(model, ctx, st, perm, begins, coarse, kCoarseCutPositions);
-          consider(lists.by_coarse_cuts, st, perm, m, coarse);
-        }
+        if (S <= kCoarseRankedStages) rank_by_coarse_cuts(model, perm, begins);
       } while (std::next_permutation(perm.begin(), perm.end()));
       continue;
     }
@@ -1445,9 +1447,7 @@ Shortlists shortlist_orders(const PlannerContext& ctx, const StagesToDeal& st) {
       const ReplicatedStageModel model(ctx, m);
       std::vector<int> perm = identity;
       do {
-        double coarse = kInf;
-        placed_cuts(model, ctx, st, perm, st.capacity_begins(perm), coarse, kCoarseCutPositions);
-        consider(lists.by_coarse_cuts, st, perm, m, coarse);
+        rank_by_coarse_cuts(model, perm, st.capacity_begins(perm));
       } while (std::next_permutation(perm.begin(), perm.end()));
     }
   return lists;
