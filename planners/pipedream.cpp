@@ -718,8 +718,8 @@ class CutTable {
 // cut moved while the step falls. Cut positions: every layer on models of
 // up to kMaxCutPositions - 1 layers, else quantiles of the fastest device's
 // time, and the plan's own cuts always (kept where no others beat them); on
-// quantiles, each cut then moved to a narrow point (descend_to_narrow_points)
-// and to the layer between its neighbours on the quantiles (a coarse
+// quantiles, each cut then moved to a narrow point (narrow_points) and to
+// the layer between its neighbours on the quantiles (a coarse
 // shortlist's, on fewer positions, stays on them).
 constexpr int kMaxCutPositions = 129;
 constexpr int kBoundsTried = 48;
@@ -744,20 +744,34 @@ int position_of(const std::vector<int>& P, int l) {
   return static_cast<int>(std::lower_bound(P.begin(), P.end(), l) - P.begin());
 }
 
-// Each cut of `cuts` (position indices of `table`) to its best position
-// between its neighbours while `step` (theirs) falls.
-void descend(const CutTable& table, std::vector<int>& cuts, double& step) {
+// Each cut of `cuts` (the first, 0, stays) to its best place among `places`
+// (ascending) between its neighbours (the last's: `end`), by `step_of`,
+// while `step` (theirs) falls.
+template <typename StepOf>
+void descend_among(const std::vector<int>& places, int end, StepOf step_of, std::vector<int>& cuts,
+                   double& step) {
   for (bool moved = true; moved;) {
     moved = false;
     for (size_t k = 1; k < cuts.size(); ++k) {
       std::vector<int> tried = cuts;
-      const int end = k + 1 < cuts.size() ? cuts[k + 1] : table.positions();
-      for (tried[k] = cuts[k - 1] + 1; tried[k] < end; ++tried[k]) {
-        const double s = table.step(tried);
+      const int next = k + 1 < cuts.size() ? cuts[k + 1] : end;
+      for (auto at = std::upper_bound(places.begin(), places.end(), cuts[k - 1]);
+           at != places.end() && *at < next; ++at) {
+        tried[k] = *at;
+        const double s = step_of(tried);
         if (s < step) step = s, cuts = tried, moved = true;
       }
     }
   }
+}
+
+// Each cut of `cuts` (position indices of `table`) to its best position
+// between its neighbours while `step` (theirs) falls.
+void descend(const CutTable& table, std::vector<int>& cuts, double& step) {
+  std::vector<int> every(table.positions() + 1);
+  std::iota(every.begin(), every.end(), 0);
+  descend_among(
+      every, table.positions(), [&](const std::vector<int>& c) { return table.step(c); }, cuts, step);
 }
 
 // Between each two positions of `P` (ascending), the layer whose cut carries
@@ -801,26 +815,6 @@ double pipeline_step(const ReplicatedStageModel& model, const std::vector<std::v
     }
   }
   return t.step(model.micro_batches());
-}
-
-// Each cut of `begins` (first layers of stages on `sets`) to the narrow point
-// between its neighbours (ascending `narrow`) where pipeline_step falls below
-// `step`, while it falls: a step per try, no table.
-void descend_to_narrow_points(const ReplicatedStageModel& model, const std::vector<std::vector<int>>& sets,
-                              const std::vector<int>& narrow, int L, std::vector<int>& begins, double& step) {
-  for (bool moved = true; moved;) {
-    moved = false;
-    for (size_t k = 1; k < begins.size(); ++k) {
-      std::vector<int> tried = begins;
-      const int end = k + 1 < begins.size() ? begins[k + 1] : L;
-      for (auto n = std::upper_bound(narrow.begin(), narrow.end(), begins[k - 1]);
-           n != narrow.end() && *n < end; ++n) {
-        tried[k] = *n;
-        const double s = pipeline_step(model, sets, tried, L);
-        if (s < step) step = s, begins = tried, moved = true;
-      }
-    }
-  }
 }
 
 // `model`: ReplicatedStageModel(ctx, plan.micro_batches), which callers that
@@ -884,7 +878,10 @@ std::vector<int> balanced_begins(const ReplicatedStageModel& model, const Planne
     return best;  // every layer, or a coarse shortlist's
   std::vector<std::vector<int>> sets;
   for (int k = 0; k < plan.num_stages(); ++k) sets.push_back(plan.devices(k));
-  descend_to_narrow_points(model, sets, narrow_points(model, P), L, best, best_step);
+  // Each cut to the narrow point between its neighbours while the step falls: a step per try, no table.
+  descend_among(
+      narrow_points(model, P), L, [&](const std::vector<int>& c) { return pipeline_step(model, sets, c, L); },
+      best, best_step);
   // Between a cut's neighbours on the quantiles, every layer: the cuts to the layer.
   std::vector<int> fine = {0, L};
   for (size_t k = 1; k < best.size(); ++k) {
