@@ -748,22 +748,25 @@ TEST_CASE("with_pipedream_orders deals a pipeline's stages to the chain so that 
   CHECK(with_pipedream_orders(cs.ctx, ordered).empty());
 }
 
-TEST_CASE("with_pipedream_orders ranks orders by cuts that fit where the capacity split does not") {
-  // A fast device (speed 4) that holds two of the wide layers, two slow ones,
-  // and a slow link d0-d2. By capacity d0 would take two thirds of the work,
-  // which fits in no order; the plan d0, d2, d1 crosses the slow link. Its
-  // stages dealt with their cuts placed to fit: no boundary on d0-d2.
-  LayerGraph g = linear_chain({1024, 1024, 1024, 1024, 1024, 1024, 1024});
-  Cluster c = cluster_of_speeds({4.0, 1.0, 1.0});
+// A chain of wide layers on devices of `speeds`, d0 fast but holding two of
+// the layers, and a slow link d0-d2; `p` (its groups and their devices)
+// crosses it. with_pipedream_orders offers orders, each valid, with no
+// boundary on d0-d2, and each simulated faster than `p`.
+void check_orders_fit_off_the_slow_link(const std::vector<double>& speeds,
+                                        const std::vector<int>& layer_group,
+                                        const std::vector<int>& devices) {
+  const int L = static_cast<int>(layer_group.size());
+  LayerGraph g = linear_chain(std::vector<int64_t>(L, 1024));
+  Cluster c = cluster_of_speeds(speeds);
   c.links.push_back(Link{"d0", "d2", 1, 50});
   c.links.push_back(Link{"d2", "d0", 1, 50});
   Case cs(g, c, {test::flat_library(g, 8, 1, 1)}, 8);
   const StageMemory mem(cs.g);
   int64_t two = 0;
-  for (int a = 1; a + 2 <= 7; ++a) two = std::max(two, mem.bytes(a, a + 2, 8, 8));
+  for (int a = 1; a + 2 <= L; ++a) two = std::max(two, mem.bytes(a, a + 2, 8, 8));
   cs.c.devices[0].memory_mb = mib_to_hold(two);
-  for (int a = 0; a + 4 <= 7; ++a) REQUIRE_FALSE(mem.fits(cs.c.devices[0], a, a + 4, 8, 1, true));
-  const Placement p = pipeline({0, 0, 0, 1, 1, 2, 2}, {0, 2, 1}, 4);
+  for (int a = 0; a + 4 <= L; ++a) REQUIRE_FALSE(mem.fits(cs.c.devices[0], a, a + 4, 8, 1, true));
+  const Placement p = pipeline(layer_group, devices, 4);
   REQUIRE(check_memory(p, cs.g, cs.c, 8).is_ok());
   const std::vector<Placement> orders = with_pipedream_orders(cs.ctx, p);
   REQUIRE_FALSE(orders.empty());
@@ -777,33 +780,21 @@ TEST_CASE("with_pipedream_orders ranks orders by cuts that fit where the capacit
   }
 }
 
+TEST_CASE("with_pipedream_orders ranks orders by cuts that fit where the capacity split does not") {
+  // A fast device (speed 4) that holds two of the wide layers, two slow ones,
+  // and a slow link d0-d2. By capacity d0 would take two thirds of the work,
+  // which fits in no order; the plan d0, d2, d1 crosses the slow link. Its
+  // stages dealt with their cuts placed to fit: no boundary on d0-d2.
+  check_orders_fit_off_the_slow_link({4.0, 1.0, 1.0}, {0, 0, 0, 1, 1, 2, 2}, {0, 2, 1});
+}
+
 TEST_CASE("with_pipedream_orders deals six stages by cuts that fit where no order's capacity split does") {
-  // As above with six devices: d0 (speed 4) holds two of the wide layers, so
-  // its capacity share (4 of 9) fits in no order, and beyond five stages the
-  // orders were ranked by capacity alone: none was offered. The plan d0, d2,
-  // d1, ... crosses the slow link d0-d2; dealt with cuts that fit, it does not.
-  LayerGraph g = linear_chain(std::vector<int64_t>(13, 1024));
-  Cluster c = cluster_of_speeds({4.0, 1.0, 1.0, 1.0, 1.0, 1.0});
-  c.links.push_back(Link{"d0", "d2", 1, 50});
-  c.links.push_back(Link{"d2", "d0", 1, 50});
-  Case cs(g, c, {test::flat_library(g, 8, 1, 1)}, 8);
-  const StageMemory mem(cs.g);
-  int64_t two = 0;
-  for (int a = 1; a + 2 <= 13; ++a) two = std::max(two, mem.bytes(a, a + 2, 8, 8));
-  cs.c.devices[0].memory_mb = mib_to_hold(two);
-  for (int a = 0; a + 4 <= 13; ++a) REQUIRE_FALSE(mem.fits(cs.c.devices[0], a, a + 4, 8, 1, true));
-  const Placement p = pipeline({0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 5}, {0, 2, 1, 3, 4, 5}, 4);
-  REQUIRE(check_memory(p, cs.g, cs.c, 8).is_ok());
-  const std::vector<Placement> orders = with_pipedream_orders(cs.ctx, p);
-  REQUIRE_FALSE(orders.empty());
-  SimulatorEvaluator sim = cs.evaluator();
-  for (Placement ordered : orders) {
-    REQUIRE(validate_placement(ordered, cs.g, cs.c, 8).is_ok());
-    const std::vector<int> chain = stage_plan_of_runs(ordered).stage_device;
-    for (size_t k = 1; k < chain.size(); ++k) CHECK(chain[k - 1] + chain[k] != 2);  // d0 next to d2
-    REQUIRE(recompute_where_needed(ordered, cs.g, cs.c, 8));
-    CHECK(sim.evaluate(ordered).step_ms < sim.evaluate(p).step_ms);
-  }
+  // As above with six devices: d0's capacity share (4 of 9) fits in no
+  // order, and beyond five stages the orders were ranked by capacity alone:
+  // none was offered. The plan d0, d2, d1, ... crosses the slow link; dealt
+  // with cuts that fit, it does not.
+  check_orders_fit_off_the_slow_link({4.0, 1.0, 1.0, 1.0, 1.0, 1.0}, {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 5},
+                                     {0, 2, 1, 3, 4, 5});
 }
 
 TEST_CASE("interchangeable_classes groups devices alike in speed, memory and every link") {
