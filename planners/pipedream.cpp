@@ -730,6 +730,7 @@ constexpr int kBisections = 30;
 // placement's cost.
 constexpr size_t kOrdersRefined = 4;
 constexpr int kCoarseRankedStages = 5;
+constexpr int kEveryOrderStages = 6;  // up to this many stages every order is ranked, pairwise swaps beyond
 constexpr int kCoarseCutPositions = 17;
 
 // `v` ascending, each value once.
@@ -1411,7 +1412,7 @@ Shortlists shortlist_orders(const PlannerContext& ctx, const StagesToDeal& st) {
       return pipeline_step(model, st.placed(perm), st.capacity_begins(perm), st.L);
     };
     std::vector<int> perm = identity;
-    if (S <= 6) {
+    if (S <= kEveryOrderStages) {
       do {
         const std::vector<int> begins = st.capacity_begins(perm);
         consider(lists.by_capacity, st, perm, m, pipeline_step(model, st.placed(perm), begins, st.L));
@@ -1439,7 +1440,7 @@ Shortlists shortlist_orders(const PlannerContext& ctx, const StagesToDeal& st) {
   // Where no order's capacity split fits, every order of six stages with its
   // cuts placed coarsely (memory-tight clusters: gpt2 on six devices of 1-16
   // GB, whose every capacity split overfills a device of 1 GB).
-  if (lists.by_capacity.empty() && S <= 6 && S > kCoarseRankedStages)
+  if (lists.by_capacity.empty() && S <= kEveryOrderStages && S > kCoarseRankedStages)
     for (int m : ctx.micro_batch_choices()) {
       const ReplicatedStageModel model(ctx, m);
       std::vector<int> perm = identity;

@@ -611,6 +611,21 @@ TEST_CASE("with_pipedream_cuts moves the cuts of one micro-batch off a stage tha
   CHECK(recompute_where_needed(moved, cs.g, cs.c, 8));
 }
 
+// Two stages of a chain of L layers, d0 then d1, cut before layer `at`, 8 micro-batches.
+Placement cut_once(int L, int at, Schedule schedule) {
+  std::vector<int> group(L, 0);
+  std::fill(group.begin() + at, group.end(), 1);
+  return pipeline(group, {0, 1}, 8, schedule);
+}
+
+// The least modelled step (modelled_step_ms: the faster schedule) over every cut_once of L layers.
+double best_single_cut_ms(const PlannerContext& ctx, int L) {
+  double best = std::numeric_limits<double>::infinity();
+  for (int at = 1; at < L; ++at)
+    best = std::min(best, modelled_step_ms(ctx, cut_once(L, at, Schedule::gpipe)));
+  return best;
+}
+
 TEST_CASE("with_pipedream_cuts places the cut of a model longer than its quantiles to the layer") {
   // 300 layers of random costs on two devices of random speeds, free links,
   // 1F1B (with two stages and free links never modelled slower than GPipe):
@@ -624,14 +639,9 @@ TEST_CASE("with_pipedream_cuts places the cut of a model longer than its quantil
     free_default_link(c);
     Case cs(g, c, {random_library(rng, g, 16)}, 16);
     const int L = 300;
-    const auto cut_at = [&](int at) {
-      std::vector<int> group(L, 0);
-      std::fill(group.begin() + at, group.end(), 1);
-      return pipeline(group, {0, 1}, 8, Schedule::one_f_one_b);
-    };
-    double best = std::numeric_limits<double>::infinity();
-    for (int at = 1; at < L; ++at) best = std::min(best, modelled_step_ms(cs.ctx, cut_at(at)));
-    const Placement moved = with_pipedream_cuts(cs.ctx, cut_at(1 + static_cast<int>(rng() % (L - 1))));
+    const double best = best_single_cut_ms(cs.ctx, L);
+    const Placement moved = with_pipedream_cuts(
+        cs.ctx, cut_once(L, 1 + static_cast<int>(rng() % (L - 1)), Schedule::one_f_one_b));
     CHECK(modelled_step_ms(cs.ctx, moved) <= best * (1 + 1e-9));
   }
 }
@@ -658,21 +668,13 @@ TEST_CASE(
     for (Device& d : c.devices) d.memory_mb = 1 << 16;
     c.default_link.bandwidth_mbps = 0.5 + (rng() % 100) / 100.0;
     Case cs(g, c, {test::flat_library(g, 16, 0.2, 0.4)}, 16);
-    const auto cut_at = [&](int at, Schedule schedule) {
-      std::vector<int> group(L, 0);
-      std::fill(group.begin() + at, group.end(), 1);
-      return pipeline(group, {0, 1}, 8, schedule);
-    };
-    double best = std::numeric_limits<double>::infinity();
-    for (int at = 1; at < L; ++at)
-      best = std::min(best, modelled_step_ms(cs.ctx, cut_at(at, Schedule::gpipe)));
+    const double best = best_single_cut_ms(cs.ctx, L);
     // The measurer keeps the faster schedule: the better of the two placed.
     const int from = 1 + static_cast<int>(rng() % (L - 1));
     double placed = std::numeric_limits<double>::infinity();
-    for (Schedule schedule : {Schedule::gpipe, Schedule::one_f_one_b}) {
-      const Placement moved = with_pipedream_cuts(cs.ctx, cut_at(from, schedule));
-      placed = std::min(placed, modelled_step_ms(cs.ctx, moved));
-    }
+    for (Schedule schedule : {Schedule::gpipe, Schedule::one_f_one_b})
+      placed = std::min(placed,
+                        modelled_step_ms(cs.ctx, with_pipedream_cuts(cs.ctx, cut_once(L, from, schedule))));
     CHECK(placed <= best * (1 + 1e-9));
   }
 }
