@@ -159,6 +159,10 @@ const char* zero_shot_replicas_name(ZeroShotReplicas r) {
     case ZeroShotReplicas::pipelined: return "pipelined";
     case ZeroShotReplicas::slowest_device_dropped:
       return "slowest_device_dropped";
+    case ZeroShotReplicas::fewer_stages:
+      return "fewer_stages";
+    case ZeroShotReplicas::fastest_devices:
+      return "fastest_devices";
     default: return "as_decided";
   }
 }
@@ -254,7 +258,8 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
         {ZeroShotReplicas::dropped, without_replicas(ctx, as_decided)},
         {ZeroShotReplicas::idle_devices_added, with_idle_devices(ctx, as_decided)},
         {ZeroShotReplicas::one_stage, as_one_stage(ctx, as_decided)},
-        {ZeroShotReplicas::every_device_a_stage, as_pipeline_of_every_device(ctx, as_decided)}};
+        {ZeroShotReplicas::every_device_a_stage, as_pipeline_of_every_device(ctx, as_decided)},
+        {ZeroShotReplicas::fastest_devices, on_fastest_devices(ctx, as_decided)}};
     for (const auto& [replicas, p] : repaired) {
       if (!differs(p, as_decided)) continue;
       out.push_back({d, p, {from, replicas, false}});
@@ -278,6 +283,19 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
     if (differs(fewer, as_decided)) {
       last.push_back({d, fewer, {from, ZeroShotReplicas::slowest_device_dropped, false}});
       add_cut_variants(d, ZeroShotReplicas::slowest_device_dropped, fewer, last);
+    }
+    // Without the stages the model finds it faster without, from the decision
+    // and from its every-device pipeline (the classical plans may leave out a
+    // device the decision chose, and use some it left idle).
+    std::vector<Placement> by_model;
+    for (const Placement& from_plan : {as_decided, as_pipeline_of_every_device(ctx, as_decided)}) {
+      Placement q = with_fewer_stages_by_model(ctx, from_plan);
+      if (!differs(q, from_plan) || !differs(q, as_decided) || !differs(q, fewer)) continue;
+      if (std::any_of(by_model.begin(), by_model.end(), [&](const Placement& b) { return !differs(q, b); }))
+        continue;
+      last.push_back({d, q, {from, ZeroShotReplicas::fewer_stages, false}});
+      add_cut_variants(d, ZeroShotReplicas::fewer_stages, q, last);
+      by_model.push_back(std::move(q));
     }
   }
   out.insert(out.end(), last.begin(), last.end());

@@ -125,8 +125,10 @@ const char* zero_shot_from_name(ZeroShotFrom f);
 // dropped the replicas (planners' without_replicas), added the devices it left
 // idle as more (with_idle_devices), merged its stages into one copied onto its
 // devices (as_one_stage), ran data parallel on its devices (as_data_parallel),
-// made every device a stage (as_pipeline_of_every_device), or dropped the
-// slowest device's stage (without_slowest_stage).
+// made every device a stage (as_pipeline_of_every_device), moved to the
+// fastest devices (on_fastest_devices), dropped the
+// slowest device's stage (without_slowest_stage), or merged and replicated
+// stages where the cut model finds fewer faster (with_fewer_stages_by_model).
 enum class ZeroShotReplicas {
   as_decided,
   dropped,
@@ -134,8 +136,10 @@ enum class ZeroShotReplicas {
   one_stage,
   data_parallel,
   every_device_a_stage,
-  pipelined,              // a data-parallel decision's groups as a pipeline
-  slowest_device_dropped  // without the slowest device's stage (without_slowest_stage)
+  pipelined,               // a data-parallel decision's groups as a pipeline
+  slowest_device_dropped,  // without the slowest device's stage (without_slowest_stage)
+  fewer_stages,            // stages merged or joined onto their devices (with_fewer_stages_by_model)
+  fastest_devices          // on the cluster's fastest devices, as many (on_fastest_devices)
 };
 const char* zero_shot_replicas_name(ZeroShotReplicas r);
 

@@ -1007,22 +1007,51 @@ double modelled_step_ms(const PlannerContext& context, const Placement& p) {
   return best;
 }
 
+namespace {
+
+// `p`'s groups as stages (stage k: the group with the k-th first layer, from
+// that layer on; `order` empty where a group has no layer), and the context
+// of its schedule and optimizer.
+struct StagesOf {
+  std::vector<int> order;
+  StagePlan plan;
+  PlannerContext ctx;
+  StagesOf(const PlannerContext& context, const Placement& p) : order(stage_order(p)), ctx(context) {
+    const std::vector<int> first = first_layers(p);
+    plan.micro_batches = p.micro_batches;
+    for (int g : order) {
+      plan.stage_begin.push_back(first[g]);
+      plan.stage_device.push_back(p.group_device[g]);
+      if (p.has_replicated_groups()) plan.stage_replicas.push_back(p.group_replicas[g]);
+    }
+    ctx.schedule = p.schedule;
+    ctx.optimizer = p.optimizer;
+  }
+};
+
+// with_pipedream_cuts' objective for `p` with its cuts placed on
+// kCoarseCutPositions positions (a table a fiftieth of the full one's), for
+// its own schedule: a cheap rank of many plans' stages.
+double coarse_placed_step_ms(const PlannerContext& context, const Placement& p) {
+  if (p.is_data_parallel() || p.num_groups() < 2) return modelled_step_ms(context, p);
+  const StagesOf st(context, p);
+  if (st.order.empty()) return kInf;
+  const ReplicatedStageModel model(st.ctx, st.plan.micro_batches);
+  std::vector<std::vector<int>> sets;
+  for (int k = 0; k < st.plan.num_stages(); ++k) sets.push_back(st.plan.devices(k));
+  return pipeline_step(model, sets, balanced_begins(model, st.ctx, st.plan, kCoarseCutPositions),
+                       num_layers(st.ctx));
+}
+
+}  // namespace
+
 Placement with_pipedream_cuts(const PlannerContext& context, const Placement& p) {
   if (p.is_data_parallel() || p.num_groups() < 2) return p;
-  // Stage k: the group with the k-th first layer, from that layer on.
-  const std::vector<int> order = stage_order(p);
-  if (order.empty()) return p;
-  const std::vector<int> first = first_layers(p);
-  StagePlan plan;
-  plan.micro_batches = p.micro_batches;
-  for (int g : order) {
-    plan.stage_begin.push_back(first[g]);
-    plan.stage_device.push_back(p.group_device[g]);
-    if (p.has_replicated_groups()) plan.stage_replicas.push_back(p.group_replicas[g]);
-  }
-  PlannerContext ctx = context;
-  ctx.schedule = p.schedule;
-  ctx.optimizer = p.optimizer;
+  const StagesOf st(context, p);
+  if (st.order.empty()) return p;
+  const std::vector<int>& order = st.order;
+  const StagePlan& plan = st.plan;
+  const PlannerContext& ctx = st.ctx;
   const std::vector<int> begins = balanced_begins(ReplicatedStageModel(ctx, plan.micro_batches), ctx, plan);
   Placement out = p;
   for (int k = 0, S = plan.num_stages(), L = num_layers(ctx); k < S; ++k)
@@ -1184,9 +1213,59 @@ Placement as_data_parallel(const PlannerContext& ctx, const Placement& p) {
   return out;
 }
 
+namespace {
+
+// `p` with group g's layers joined to the group of the layer before its
+// first (after its last, for a first stage): one stage fewer, its devices
+// left out where they hold no other group. `p` as it is where g has no
+// neighbour (its layers interleave with no other group's).
+Placement merged_into_neighbour(const PlannerContext& ctx, const Placement& p, int g) {
+  const int L = num_layers(ctx);
+  const auto first = std::find(p.layer_group.begin(), p.layer_group.end(), g) - p.layer_group.begin();
+  const auto last =
+      L - 1 - (std::find(p.layer_group.rbegin(), p.layer_group.rend(), g) - p.layer_group.rbegin());
+  const int into = first > 0 ? p.layer_group[first - 1] : last + 1 < L ? p.layer_group[last + 1] : -1;
+  if (first == L || into < 0 || into == g) return p;
+  Placement out = p;
+  for (int& group : out.layer_group)
+    if (group == g) group = into;
+  drop_unused_groups(out);  // the group goes
+  return out;
+}
+
+// `p` with the group after g (the group of the layer after g's last) joined
+// onto g: its layers, and its devices as further replicas of g (PipeDream's
+// replicated stage), the micro-batches raised to one per copy where fewer.
+// `p` as it is where g is last, the two share a device, or no micro-batch
+// choice gives every copy one.
+Placement joined_with_next(const PlannerContext& ctx, const Placement& p, int g) {
+  const int L = num_layers(ctx);
+  const auto last =
+      L - 1 - (std::find(p.layer_group.rbegin(), p.layer_group.rend(), g) - p.layer_group.rbegin());
+  if (last < 0 || last + 1 >= L || p.layer_group[last + 1] == g) return p;
+  const int next = p.layer_group[last + 1];
+  std::vector<int> devices = p.devices_of_group(g);
+  for (int d : p.devices_of_group(next)) {
+    if (std::find(devices.begin(), devices.end(), d) != devices.end()) return p;
+    devices.push_back(d);
+  }
+  const int micro_batches = micro_batches_for(ctx, static_cast<int>(devices.size()), p.micro_batches);
+  if (micro_batches == 0) return p;
+  Placement out = p;
+  out.micro_batches = micro_batches;
+  for (int& group : out.layer_group)
+    if (group == next) group = g;
+  if (out.group_replicas.empty()) out.group_replicas.assign(out.num_groups(), {});
+  out.group_replicas[g].assign(devices.begin() + 1, devices.end());
+  if (!out.group_replica_weights.empty()) out.group_replica_weights[g].clear();
+  drop_unused_groups(out);  // the next group goes
+  return out;
+}
+
+}  // namespace
+
 Placement without_slowest_stage(const PlannerContext& ctx, const Placement& p) {
   if (p.is_data_parallel() || p.num_groups() < 2) return p;
-  const int L = num_layers(ctx);
   // The group on the slowest device that holds no other group (and no
   // replicas), where that device is slower than every other the plan uses
   // (among equal devices none is the slowest).
@@ -1205,17 +1284,36 @@ Placement without_slowest_stage(const PlannerContext& ctx, const Placement& p) {
   const int dropped = p.group_device[slowest];
   for (int d = 0; d < num_devices(ctx); ++d)
     if (d != dropped && groups_on[d] > 0 && speed[d] <= speed[dropped]) return p;
-  // Its layers go to the group of the layer before its first (after its last, for the first stage).
-  const auto first = std::find(p.layer_group.begin(), p.layer_group.end(), slowest) - p.layer_group.begin();
-  const auto last =
-      L - 1 - (std::find(p.layer_group.rbegin(), p.layer_group.rend(), slowest) - p.layer_group.rbegin());
-  const int into = first > 0 ? p.layer_group[first - 1] : last + 1 < L ? p.layer_group[last + 1] : -1;
-  if (into < 0 || into == slowest) return p;
+  return merged_into_neighbour(ctx, p, slowest);
+}
+
+Placement with_fewer_stages_by_model(const PlannerContext& ctx, const Placement& p) {
+  if (p.is_data_parallel() || p.num_groups() < 2) return p;
   Placement out = p;
-  for (int& g : out.layer_group)
-    if (g == slowest) g = into;
-  drop_unused_groups(out);  // the group goes
+  double step = coarse_placed_step_ms(ctx, p);
+  for (bool fewer = true; fewer && out.num_groups() > 1;) {
+    fewer = false;
+    Placement best;
+    for (int g = 0; g < out.num_groups(); ++g)
+      for (Placement q : {merged_into_neighbour(ctx, out, g), joined_with_next(ctx, out, g)}) {
+        if (q.num_groups() == out.num_groups()) continue;
+        const double s = coarse_placed_step_ms(ctx, q);
+        if (s < step) step = s, best = std::move(q), fewer = true;
+      }
+    if (fewer) out = std::move(best);
+  }
   return out;
+}
+
+Placement on_fastest_devices(const PlannerContext& ctx, const Placement& p) {
+  const std::vector<int> used = devices_used_fastest_first(ctx, p), fastest = devices_fastest_first(ctx);
+  std::vector<int> to(num_devices(ctx), -1);
+  for (size_t i = 0; i < used.size(); ++i) to[used[i]] = fastest[i];
+  Placement out = p;
+  for (int& d : out.group_device) d = to[d];
+  for (auto& replicas : out.group_replicas)
+    for (int& d : replicas) d = to[d];
+  return fits(ctx, out) ? out : p;
 }
 
 Placement as_pipeline_of_every_device(const PlannerContext& ctx, const Placement& p) {

@@ -142,6 +142,23 @@ Placement as_pipeline_of_every_device(const PlannerContext& ctx, const Placement
 // the rest (with_pipedream_cuts then places the cuts for the stages left).
 // A data-parallel or one-group `p` comes back as it is.
 Placement without_slowest_stage(const PlannerContext& ctx, const Placement& p);
+// `p` on the fastest devices of the cluster: the i-th fastest device it
+// uses replaced by the cluster's i-th fastest, so that it uses as many
+// devices, in the same order of speed; `p` as it is where that does not fit.
+// A trained policy sometimes puts a small model on a slower device than the
+// classical plans' one (one with more memory than the model needs).
+Placement on_fastest_devices(const PlannerContext& ctx, const Placement& p);
+// `p` with fewer stages where the model finds it faster so: each round,
+// every group in turn joined to its neighbour on the neighbour's devices (as
+// without_slowest_stage joins it: its own devices left out) and to the
+// group after it on both groups' devices (one stage replicated, PipeDream's),
+// each priced by with_pipedream_cuts' objective with its cuts placed on a
+// coarse table (17 positions, for its schedule), and the least kept while
+// that step falls. The classical plans may leave
+// out a device that is not the slowest (one behind slow links) and copy one
+// stage onto two devices the decision gave a stage each. Returned with its
+// cuts as joined; a data-parallel or one-group `p` as it is.
+Placement with_fewer_stages_by_model(const PlannerContext& ctx, const Placement& p);
 // Minimum of that objective over contiguous plans whose stages take disjoint
 // device sets (each set's replicas fastest first), for `micro_batches`: DP over
 // (layer prefix, used devices, last stage's set). On more than 8 devices the

@@ -296,6 +296,9 @@ void print_result(const json& r) {
     if (replicas == "every_device_a_stage") repairs = " with every device a stage of its own";
     if (replicas == "pipelined") repairs = " as the pipeline of its groups, not data parallelism";
     if (replicas == "slowest_device_dropped") repairs = " without its slowest device's stage";
+    if (replicas == "fastest_devices") repairs = " on the fastest devices";
+    if (replicas == "fewer_stages")
+      repairs = " with fewer stages, merged or copied where the model finds it faster";
     if (p.value("zero_shot_reordered", false))
       repairs += std::string(repairs.empty() ? " with" : " and") + " its stages reordered and its cuts placed";
     else if (p.value("zero_shot_cuts_moved", false))

@@ -1081,6 +1081,75 @@ TEST_CASE("without_slowest_stage merges the stage of the slowest device into its
   CHECK(without_slowest_stage(cs.ctx, Placement::single_device(6, 1, 4)).layer_group == std::vector<int>(6, 0));
 }
 
+// The modelled step of `p` with its cuts placed for its stages.
+double placed_step_ms(const PlannerContext& ctx, const Placement& p) {
+  return modelled_step_ms(ctx, with_pipedream_cuts(ctx, p));
+}
+
+TEST_CASE(
+    "with_fewer_stages_by_model leaves out the stage behind a slow link, not the slowest device's, and joins "
+    "stages onto both devices") {
+  // d1 as fast as d0 but behind slow links both ways; d2 half as fast on free links.
+  LayerGraph g = linear_chain(std::vector<int64_t>(12, 4096));
+  Cluster c = cluster_of_speeds({1.0, 1.0, 0.5});
+  free_default_link(c);
+  for (const auto& [from, to] : {std::pair{"d0", "d1"}, {"d1", "d0"}, {"d1", "d2"}, {"d2", "d1"}})
+    c.links.push_back(Link{from, to, 20, 0});
+  Case cs(g, c, {test::flat_library(g, 8, 1, 1)}, 8);
+  const Placement p = pipeline({0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2}, {0, 1, 2}, 4);
+  const Placement slowest_out = without_slowest_stage(cs.ctx, p);
+  REQUIRE(slowest_out.group_device == std::vector<int>{0, 1});
+  const Placement out = with_fewer_stages_by_model(cs.ctx, p);
+  REQUIRE(validate_placement(out, cs.g, cs.c, 8).is_ok());
+  CHECK(out.group_device == std::vector<int>{0, 2});
+  CHECK(out.micro_batches == 4);
+  CHECK(placed_step_ms(cs.ctx, out) < placed_step_ms(cs.ctx, slowest_out));
+  CHECK(placed_step_ms(cs.ctx, out) < placed_step_ms(cs.ctx, p));
+  // On free links every device is worth its stage: as it is.
+  Cluster free = cluster_of_speeds({1.0, 1.0, 0.5});
+  free_default_link(free);
+  Case fast(g, free, {test::flat_library(g, 8, 1, 1)}, 8);
+  CHECK(with_fewer_stages_by_model(fast.ctx, p).layer_group == p.layer_group);
+  // Equal devices, weights too small to cost an all-reduce, activations
+  // that a 100 Mbit/s link sends slowly: the two stages joined into one on
+  // both devices, which sends no activations.
+  LayerGraph thin = linear_chain(std::vector<int64_t>(8, 16));
+  Cluster two = cluster_of_speeds({1.0, 1.0});
+  two.default_link = Link{"", "", 100, 0};
+  Case joined(thin, two, {test::flat_library(thin, 512, 1, 1)}, 512);
+  const Placement two_stages = pipeline({0, 0, 0, 0, 1, 1, 1, 1}, {0, 1}, 4);
+  const Placement one = with_fewer_stages_by_model(joined.ctx, two_stages);
+  REQUIRE(validate_placement(one, joined.g, joined.c, 512).is_ok());
+  CHECK(one.layer_group == std::vector<int>(8, 0));
+  CHECK(one.devices_of_group(0) == std::vector<int>{0, 1});
+  CHECK(placed_step_ms(joined.ctx, one) < placed_step_ms(joined.ctx, two_stages));
+  // Data parallel, or one group: as it is.
+  CHECK(with_fewer_stages_by_model(cs.ctx, Placement::replicas(12, {0, 1})).is_data_parallel());
+  CHECK(with_fewer_stages_by_model(cs.ctx, Placement::single_device(12, 1, 4)).num_groups() == 1);
+}
+
+TEST_CASE(
+    "with_fewer_stages_by_model gives valid plans no slower to the model on random chains, clusters and "
+    "plans") {
+  std::mt19937 rng(20261205);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int L = 3 + static_cast<int>(rng() % 10), D = 2 + static_cast<int>(rng() % 4);
+    Case cs = random_chain_case(rng, L, D);
+    std::mt19937_64 walk(rng());
+    const StageMoves moves(L, D, {1, 2, 4, 8}, /*replicas=*/true);
+    const Placement p =
+        to_placement(moves.random_plan(walk), L, rng() % 2 ? Schedule::gpipe : Schedule::one_f_one_b, "t");
+    const Placement out = with_fewer_stages_by_model(cs.ctx, p);
+    REQUIRE_MESSAGE(validate_placement(out, cs.g, cs.c, 8).is_ok(),
+                    validate_placement(out, cs.g, cs.c, 8).message());
+    CHECK(out.num_groups() <= p.num_groups());
+    CHECK(out.micro_batches >= p.micro_batches);  // joined copies take a micro-batch each
+    for (int gr = 0; gr < out.num_groups(); ++gr)
+      CHECK(std::count(out.layer_group.begin(), out.layer_group.end(), gr) > 0);
+    if (out.num_groups() < p.num_groups()) CHECK(placed_step_ms(cs.ctx, out) < placed_step_ms(cs.ctx, p));
+  }
+}
+
 TEST_CASE("as_one_stage, as_data_parallel, without_slowest_stage and as_pipeline_of_every_device give valid plans on random chains, clusters and plans") {
   std::mt19937 rng(20261202);
   for (int trial = 0; trial < 40; ++trial) {
