@@ -254,11 +254,12 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
     out.push_back({d, as_decided, {from, ZeroShotReplicas::as_decided, false}});
     if (differs(data_parallel, as_decided)) out.push_back({d, data_parallel, {from, ZeroShotReplicas::data_parallel, false}});
     add_cut_variants(d, ZeroShotReplicas::as_decided, as_decided, out);
+    const Placement every_device = as_pipeline_of_every_device(ctx, as_decided);
     const std::pair<ZeroShotReplicas, Placement> repaired[] = {
         {ZeroShotReplicas::dropped, without_replicas(ctx, as_decided)},
         {ZeroShotReplicas::idle_devices_added, with_idle_devices(ctx, as_decided)},
         {ZeroShotReplicas::one_stage, as_one_stage(ctx, as_decided)},
-        {ZeroShotReplicas::every_device_a_stage, as_pipeline_of_every_device(ctx, as_decided)},
+        {ZeroShotReplicas::every_device_a_stage, every_device},
         {ZeroShotReplicas::fastest_devices, on_fastest_devices(ctx, as_decided)}};
     for (const auto& [replicas, p] : repaired) {
       if (!differs(p, as_decided)) continue;
@@ -284,11 +285,12 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
       last.push_back({d, fewer, {from, ZeroShotReplicas::slowest_device_dropped, false}});
       add_cut_variants(d, ZeroShotReplicas::slowest_device_dropped, fewer, last);
     }
-    // Without the stages the model finds it faster without, from the decision
-    // and from its every-device pipeline (the classical plans may leave out a
-    // device the decision chose, and use some it left idle).
+    // With fewer stages where the model finds it faster so (merged, or joined
+    // onto both stages' devices), from the decision and from its every-device
+    // pipeline (the classical plans may leave out a device the decision
+    // chose, and use some it left idle).
     std::vector<Placement> by_model;
-    for (const Placement& from_plan : {as_decided, as_pipeline_of_every_device(ctx, as_decided)}) {
+    for (const Placement& from_plan : {as_decided, every_device}) {
       Placement q = with_fewer_stages_by_model(ctx, from_plan);
       if (!differs(q, from_plan) || !differs(q, as_decided) || !differs(q, fewer)) continue;
       if (std::any_of(by_model.begin(), by_model.end(), [&](const Placement& b) { return !differs(q, b); }))

@@ -1031,7 +1031,8 @@ struct StagesOf {
 
 // with_pipedream_cuts' objective for `p` with its cuts placed on
 // kCoarseCutPositions positions (a table a fiftieth of the full one's), for
-// its own schedule: a cheap rank of many plans' stages.
+// its own schedule: a cheap rank of many plans' stages (one stage, or data
+// parallelism: modelled_step_ms, the faster schedule).
 double coarse_placed_step_ms(const PlannerContext& context, const Placement& p) {
   if (p.is_data_parallel() || p.num_groups() < 2) return modelled_step_ms(context, p);
   const StagesOf st(context, p);

@@ -112,6 +112,15 @@ struct ThreeStages {
   }
 };
 
+// A pipeline of groups 0, 1, 2 on devices 0, 1, 2 at 4 micro-batches.
+Placement three_stages_on_d012(std::vector<int> layer_group) {
+  Placement p;
+  p.layer_group = std::move(layer_group);
+  p.group_device = {0, 1, 2};
+  p.micro_batches = 4;
+  return p;
+}
+
 // The zero-shot candidates of the policy over `net` for `g` on `c`, repaired under `cost` (batch 32, GPipe).
 std::vector<ZeroShotCandidate> candidates_of(const LayerGraph& g, const Cluster& c,
                                              const std::shared_ptr<PolicyNetworks>& net, const CostModel& cost) {
@@ -1102,10 +1111,7 @@ TEST_CASE("a trained policy's stage on a device far slower than the rest is also
   LayerGraph g = test::linear_chain({64, 64, 64, 64, 64, 64, 64, 64});
   Cluster c = tapp::testing::equal_cluster(3);
   c.devices[2].speed = 0.1;
-  Placement taught;
-  taught.layer_group = {0, 0, 0, 1, 1, 1, 2, 2};
-  taught.group_device = {0, 1, 2};
-  taught.micro_batches = 4;
+  const Placement taught = three_stages_on_d012({0, 0, 0, 1, 1, 1, 2, 2});
   const auto net = networks_taught(g, c, taught);
   const CostModel cost = *CostModel::build(g, c, {test::flat_library(g, 32, 20, 40)});
   SimulatorEvaluator sim(g, c, cost, 32);
@@ -1152,11 +1158,7 @@ TEST_CASE(
   Cluster c = tapp::testing::equal_cluster(3);
   for (const auto& [from, to] : {std::pair{0, 1}, {1, 0}, {1, 2}, {2, 1}})
     c.links.push_back(Link{c.devices[from].name, c.devices[to].name, 5, 0});
-  Placement taught;
-  taught.layer_group = {0, 0, 0, 1, 1, 1, 2, 2, 2};
-  taught.group_device = {0, 1, 2};
-  taught.micro_batches = 4;
-  const auto net = networks_taught(g, c, taught);
+  const auto net = networks_taught(g, c, three_stages_on_d012({0, 0, 0, 1, 1, 1, 2, 2, 2}));
   const CostModel cost = *CostModel::build(g, c, {test::flat_library(g, 32, 20, 40)});
   SimulatorEvaluator sim(g, c, cost, 32);
   const auto candidates = candidates_of(g, c, net, cost);

@@ -1129,28 +1129,8 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "with_fewer_stages_by_model gives valid plans no slower to the model on random chains, clusters and "
-    "plans") {
-  std::mt19937 rng(20261205);
-  for (int trial = 0; trial < 40; ++trial) {
-    const int L = 3 + static_cast<int>(rng() % 10), D = 2 + static_cast<int>(rng() % 4);
-    Case cs = random_chain_case(rng, L, D);
-    std::mt19937_64 walk(rng());
-    const StageMoves moves(L, D, {1, 2, 4, 8}, /*replicas=*/true);
-    const Placement p =
-        to_placement(moves.random_plan(walk), L, rng() % 2 ? Schedule::gpipe : Schedule::one_f_one_b, "t");
-    const Placement out = with_fewer_stages_by_model(cs.ctx, p);
-    REQUIRE_MESSAGE(validate_placement(out, cs.g, cs.c, 8).is_ok(),
-                    validate_placement(out, cs.g, cs.c, 8).message());
-    CHECK(out.num_groups() <= p.num_groups());
-    CHECK(out.micro_batches >= p.micro_batches);  // joined copies take a micro-batch each
-    for (int gr = 0; gr < out.num_groups(); ++gr)
-      CHECK(std::count(out.layer_group.begin(), out.layer_group.end(), gr) > 0);
-    if (out.num_groups() < p.num_groups()) CHECK(placed_step_ms(cs.ctx, out) < placed_step_ms(cs.ctx, p));
-  }
-}
-
-TEST_CASE("as_one_stage, as_data_parallel, without_slowest_stage and as_pipeline_of_every_device give valid plans on random chains, clusters and plans") {
+    "as_one_stage, as_data_parallel, without_slowest_stage, as_pipeline_of_every_device and "
+    "with_fewer_stages_by_model give valid plans on random chains, clusters and plans") {
   std::mt19937 rng(20261202);
   for (int trial = 0; trial < 40; ++trial) {
     const int L = 3 + static_cast<int>(rng() % 10), D = 2 + static_cast<int>(rng() % 4);
@@ -1185,6 +1165,15 @@ TEST_CASE("as_one_stage, as_data_parallel, without_slowest_stage and as_pipeline
     if (L >= 2 * D) CHECK(static_cast<int>(devices.size()) == D);
     for (int gr = 0; gr < staged.num_groups(); ++gr)
       CHECK(std::count(staged.layer_group.begin(), staged.layer_group.end(), gr) > 0);
+    const Placement by_model = with_fewer_stages_by_model(cs.ctx, p);
+    REQUIRE_MESSAGE(validate_placement(by_model, cs.g, cs.c, 8).is_ok(),
+                    validate_placement(by_model, cs.g, cs.c, 8).message());
+    CHECK(by_model.num_groups() <= p.num_groups());
+    CHECK(by_model.micro_batches >= p.micro_batches);  // joined copies take a micro-batch each
+    for (int gr = 0; gr < by_model.num_groups(); ++gr)
+      CHECK(std::count(by_model.layer_group.begin(), by_model.layer_group.end(), gr) > 0);
+    if (by_model.num_groups() < p.num_groups())
+      CHECK(placed_step_ms(cs.ctx, by_model) < placed_step_ms(cs.ctx, p));
   }
 }
 
