@@ -288,16 +288,25 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
     // With fewer stages where the model finds it faster so (merged, or joined
     // onto both stages' devices), from the decision and from its every-device
     // pipeline (the classical plans may leave out a device the decision
-    // chose, and use some it left idle).
+    // chose, and use some it left idle): of its cut variants only the one the
+    // model prices least, as the model chose the stages (one evaluation each,
+    // where the repair finds nothing better).
     std::vector<Placement> by_model;
     for (const Placement& from_plan : {as_decided, every_device}) {
-      Placement q = with_fewer_stages_by_model(ctx, from_plan);
+      const Placement q = with_fewer_stages_by_model(ctx, from_plan);
       if (!differs(q, from_plan) || !differs(q, as_decided) || !differs(q, fewer)) continue;
-      if (std::any_of(by_model.begin(), by_model.end(), [&](const Placement& b) { return !differs(q, b); }))
+      std::vector<ZeroShotCandidate> variants;
+      add_cut_variants(d, ZeroShotReplicas::fewer_stages, q, variants);
+      if (variants.empty()) continue;
+      std::vector<double> modelled;
+      for (const ZeroShotCandidate& v : variants) modelled.push_back(modelled_step_ms(ctx, v.placement));
+      ZeroShotCandidate& least =
+          variants[std::min_element(modelled.begin(), modelled.end()) - modelled.begin()];
+      if (std::any_of(by_model.begin(), by_model.end(),
+                      [&](const Placement& b) { return !differs(least.placement, b); }))
         continue;
-      last.push_back({d, q, {from, ZeroShotReplicas::fewer_stages, false}});
-      add_cut_variants(d, ZeroShotReplicas::fewer_stages, q, last);
-      by_model.push_back(std::move(q));
+      by_model.push_back(least.placement);
+      last.push_back(std::move(least));
     }
   }
   out.insert(out.end(), last.begin(), last.end());
