@@ -213,8 +213,12 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
   // For the repairs (planners.h); their micro-batch counts are the policy's own choices.
   const PlannerContext ctx = zero_shot_context(graph, cluster, cost, batch_size, choices, replicas_weighed);
   std::vector<ZeroShotCandidate> last;  // the candidates scored after every other
+  const Decision typical = policy.typical();
   for (ZeroShotFrom from : {ZeroShotFrom::typical, ZeroShotFrom::greedy}) {
-    const Decision d = from == ZeroShotFrom::typical ? policy.typical() : policy.greedy();
+    const Decision d = from == ZeroShotFrom::typical ? typical : policy.greedy();
+    // The argmax decision where it is the typical one adds only candidates
+    // already scored (the measurer memoises them): not repaired twice.
+    if (from == ZeroShotFrom::greedy && d == typical) break;
     const Placement as_decided = decision_to_placement(d, choices, schedule);
     if (!ctx.cost) {
       out.push_back({d, as_decided, {from, ZeroShotReplicas::as_decided, false}});

@@ -545,6 +545,13 @@ struct PipelineTimes {
   }
 };
 
+// Each stage's devices (StagePlan::devices), in stage order.
+std::vector<std::vector<int>> stage_device_sets(const StagePlan& plan) {
+  std::vector<std::vector<int>> sets(plan.num_stages());
+  for (int k = 0; k < plan.num_stages(); ++k) sets[k] = plan.devices(k);
+  return sets;
+}
+
 // A pipeline's step for given cuts, as GPipe's fill and drain see it: one
 // micro-batch's latency through every stage and boundary, then m - 1 more
 // intervals of the slowest (the bottleneck, or a stage's round trip over its
@@ -562,8 +569,7 @@ class CutTable {
  public:
   CutTable(const ReplicatedStageModel& model, const StagePlan& plan, std::vector<int> positions)
       : P(std::move(positions)), S(plan.num_stages()), C(static_cast<int>(P.size()) - 1), m(plan.micro_batches) {
-    std::vector<std::vector<int>> sets(S);
-    for (int k = 0; k < S; ++k) sets[k] = plan.devices(k);
+    const std::vector<std::vector<int>> sets = stage_device_sets(plan);
     std::swap(a_, spare());
     const size_t cells = static_cast<size_t>(S) * (C + 1) * (C + 1);
     a_.gate.assign(cells, kInf);
@@ -877,8 +883,7 @@ std::vector<int> balanced_begins(const ReplicatedStageModel& model, const Planne
   const int L = num_layers(ctx);
   if (static_cast<int>(P.size()) == L + 1 || positions < kMaxCutPositions)
     return best;  // every layer, or a coarse shortlist's
-  std::vector<std::vector<int>> sets;
-  for (int k = 0; k < plan.num_stages(); ++k) sets.push_back(plan.devices(k));
+  const std::vector<std::vector<int>> sets = stage_device_sets(plan);
   // Each cut to the narrow point between its neighbours while the step falls: a step per try, no table.
   descend_among(
       narrow_points(model, P), L, [&](const std::vector<int>& c) { return pipeline_step(model, sets, c, L); },
@@ -995,7 +1000,7 @@ double modelled_step_ms(const PlannerContext& context, const Placement& p) {
     if (plan.num_stages() != p.num_groups() - std::count(first.begin(), first.end(), -1))
       return kInf;  // a group in several runs: not a chain of stages
     begins = plan.stage_begin;
-    for (int k = 0; k < plan.num_stages(); ++k) sets.push_back(plan.devices(k));
+    sets = stage_device_sets(plan);
   }
   double best = kInf;
   for (Schedule schedule : {Schedule::gpipe, Schedule::one_f_one_b}) {
@@ -1038,10 +1043,8 @@ double coarse_placed_step_ms(const PlannerContext& context, const Placement& p) 
   const StagesOf st(context, p);
   if (st.order.empty()) return kInf;
   const ReplicatedStageModel model(st.ctx, st.plan.micro_batches);
-  std::vector<std::vector<int>> sets;
-  for (int k = 0; k < st.plan.num_stages(); ++k) sets.push_back(st.plan.devices(k));
-  return pipeline_step(model, sets, balanced_begins(model, st.ctx, st.plan, kCoarseCutPositions),
-                       num_layers(st.ctx));
+  return pipeline_step(model, stage_device_sets(st.plan),
+                       balanced_begins(model, st.ctx, st.plan, kCoarseCutPositions), num_layers(st.ctx));
 }
 
 }  // namespace
@@ -1220,11 +1223,18 @@ namespace {
 // first (after its last, for a first stage): one stage fewer, its devices
 // left out where they hold no other group. `p` as it is where g has no
 // neighbour (its layers interleave with no other group's).
-Placement merged_into_neighbour(const PlannerContext& ctx, const Placement& p, int g) {
-  const int L = num_layers(ctx);
+// Group g's first and last layer (first = L, last = -1: it has none).
+std::pair<int, int> layer_span(const Placement& p, int g) {
+  const int L = static_cast<int>(p.layer_group.size());
   const auto first = std::find(p.layer_group.begin(), p.layer_group.end(), g) - p.layer_group.begin();
   const auto last =
       L - 1 - (std::find(p.layer_group.rbegin(), p.layer_group.rend(), g) - p.layer_group.rbegin());
+  return {static_cast<int>(first), static_cast<int>(last)};
+}
+
+Placement merged_into_neighbour(const PlannerContext& ctx, const Placement& p, int g) {
+  const int L = num_layers(ctx);
+  const auto [first, last] = layer_span(p, g);
   const int into = first > 0 ? p.layer_group[first - 1] : last + 1 < L ? p.layer_group[last + 1] : -1;
   if (first == L || into < 0 || into == g) return p;
   Placement out = p;
@@ -1241,8 +1251,7 @@ Placement merged_into_neighbour(const PlannerContext& ctx, const Placement& p, i
 // choice gives every copy one.
 Placement joined_with_next(const PlannerContext& ctx, const Placement& p, int g) {
   const int L = num_layers(ctx);
-  const auto last =
-      L - 1 - (std::find(p.layer_group.rbegin(), p.layer_group.rend(), g) - p.layer_group.rbegin());
+  const int last = layer_span(p, g).second;
   if (last < 0 || last + 1 >= L || p.layer_group[last + 1] == g) return p;
   const int next = p.layer_group[last + 1];
   std::vector<int> devices = p.devices_of_group(g);
