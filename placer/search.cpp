@@ -249,6 +249,7 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
         add(with_pipedream_cuts(ctx, q), false);
         for (Placement& o : with_pipedream_orders(ctx, q)) add(std::move(o), true);
       }
+      if (p.num_groups() == 1 && p.replica_count(0) > 1) add(with_micro_batches_by_model(ctx, p), true);
     };
     // Data parallelism on the decision's devices is one evaluation (it has
     // no pipeline schedule to choose): scored right after the decision, before
@@ -262,11 +263,17 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
     const std::pair<ZeroShotReplicas, Placement> repaired[] = {
         {ZeroShotReplicas::dropped, without_replicas(ctx, as_decided)},
         {ZeroShotReplicas::idle_devices_added, with_idle_devices(ctx, as_decided)},
+        {ZeroShotReplicas::idle_devices_added,
+         with_idle_devices(ctx, as_decided, IdleDevices::or_faster_by_model)},
         {ZeroShotReplicas::one_stage, as_one_stage(ctx, as_decided)},
         {ZeroShotReplicas::every_device_a_stage, every_device},
         {ZeroShotReplicas::fastest_devices, on_fastest_devices(ctx, as_decided)}};
-    for (const auto& [replicas, p] : repaired) {
-      if (!differs(p, as_decided)) continue;
+    for (size_t i = 0; i < std::size(repaired); ++i) {
+      const auto& [replicas, p] = repaired[i];
+      // (The same repair by another rule that gives the same plan: once.)
+      if (!differs(p, as_decided) ||
+          (i > 0 && repaired[i - 1].first == replicas && !differs(p, repaired[i - 1].second)))
+        continue;
       out.push_back({d, p, {from, replicas, false}});
       add_cut_variants(d, replicas, p, out);
     }
@@ -301,7 +308,7 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
       if (!differs(q, from_plan) || !differs(q, as_decided) || !differs(q, fewer)) continue;
       std::vector<ZeroShotCandidate> variants;
       add_cut_variants(d, ZeroShotReplicas::fewer_stages, q, variants);
-      if (variants.empty()) continue;
+      if (variants.empty()) variants.push_back({d, q, {from, ZeroShotReplicas::fewer_stages, false}});
       std::vector<double> modelled;
       for (const ZeroShotCandidate& v : variants) modelled.push_back(modelled_step_ms(ctx, v.placement));
       ZeroShotCandidate& least =

@@ -1142,7 +1142,7 @@ Placement without_replicas(const PlannerContext& ctx, const Placement& p) {
   return out;
 }
 
-Placement with_idle_devices(const PlannerContext& ctx, const Placement& p) {
+Placement with_idle_devices(const PlannerContext& ctx, const Placement& p, IdleDevices which) {
   const int D = num_devices(ctx), L = num_layers(ctx);
   std::vector<char> used(D, 0);
   for (int g = 0; g < p.num_groups(); ++g)
@@ -1151,18 +1151,28 @@ Placement with_idle_devices(const PlannerContext& ctx, const Placement& p) {
   const std::vector<double> speed = relative_speeds(ctx);
   // A copy's memory need is about its peers' (its share of the micro-batches
   // no larger), so a device at least as large as the smallest of them holds
-  // it wherever they are made to fit (by the evaluator's memory rule, or not).
+  // it wherever they are made to fit (by the evaluator's memory rule, or not);
+  // a smaller one may where the model, which knows memory, finds it faster.
   const auto& devices = ctx.cluster->devices;
   const auto roomy = [&](int d, const std::vector<int>& peers) {
     for (int q : peers)
       if (devices[d].memory_mb < devices[q].memory_mb) return false;
     return true;
   };
+  const auto takes = [&](int d, const std::vector<int>& peers, const Placement& with,
+                         const Placement& without) {
+    return roomy(d, peers) || (which == IdleDevices::or_faster_by_model &&
+                               modelled_step_ms(ctx, with) < modelled_step_ms(ctx, without));
+  };
   Placement out = p;
   if (p.is_data_parallel()) {
     const std::vector<int> peers = p.group_device;
-    for (int d : order)
-      if (!used[d] && roomy(d, peers)) out.group_device.push_back(d);
+    for (int d : order) {
+      if (used[d]) continue;
+      Placement with = out;
+      with.group_device.push_back(d);
+      if (takes(d, peers, with, out)) out = std::move(with);
+    }
     return out;
   }
   const std::vector<double> work = group_work(ctx, p);
@@ -1178,12 +1188,15 @@ Placement with_idle_devices(const PlannerContext& ctx, const Placement& p) {
                      [&](int a, int b) { return work[a] / capacity[a] > work[b] / capacity[b]; });
     for (int g : groups) {
       const int copies = 2 + static_cast<int>(out.group_replicas[g].size());
-      if (work[g] == 0 || !roomy(d, p.devices_of_group(g))) continue;
+      if (work[g] == 0) continue;
       const int micro_batches = micro_batches_for(ctx, copies, out.micro_batches);  // a micro-batch per copy
       if (micro_batches == 0) continue;
-      out.micro_batches = micro_batches;
-      out.group_replicas[g].push_back(d);
-      if (!out.group_replica_weights.empty()) out.group_replica_weights[g].clear();
+      Placement with = out;
+      with.micro_batches = micro_batches;
+      with.group_replicas[g].push_back(d);
+      if (!with.group_replica_weights.empty()) with.group_replica_weights[g].clear();
+      if (!takes(d, p.devices_of_group(g), with, out)) continue;
+      out = std::move(with);
       capacity[g] += speed[d];
       break;
     }
@@ -1311,6 +1324,21 @@ Placement with_fewer_stages_by_model(const PlannerContext& ctx, const Placement&
         if (s < step) step = s, best = std::move(q), fewer = true;
       }
     if (fewer) out = std::move(best);
+  }
+  return out;
+}
+
+Placement with_micro_batches_by_model(const PlannerContext& ctx, const Placement& p) {
+  if (p.is_data_parallel()) return p;
+  int fewest = 1;
+  for (int g = 0; g < p.num_groups(); ++g) fewest = std::max(fewest, p.replica_count(g));
+  Placement out = p, q = p;
+  double least = modelled_step_ms(ctx, p);
+  for (int m : ctx.micro_batch_choices()) {
+    if (m < fewest || m == p.micro_batches) continue;
+    q.micro_batches = m;
+    const double s = modelled_step_ms(ctx, q);
+    if (s < least) least = s, out.micro_batches = m;
   }
   return out;
 }

@@ -101,15 +101,19 @@ std::vector<Placement> with_pipedream_orders(const PlannerContext& ctx, const Pl
 // one device runs faster than the copies do once the all-reduce is paid, or
 // splits one device's batch into micro-batches with nothing to pipeline.
 Placement without_replicas(const PlannerContext& ctx, const Placement& p);
+// Which idle devices with_idle_devices takes: those with at least the memory
+// of each of the group's own devices, or also any other where the model prices
+// the step with it less (modelled_step_ms, memory included: a smaller device
+// that holds its copy, not one it would slow down).
+enum class IdleDevices { as_roomy, or_faster_by_model };
 // `p` with every device it leaves idle (fastest first) added as a replica of
 // the group with the most work per unit of its devices' speed (PipeDream's
-// rule for a further device), where the device has at least the memory of
-// each of the group's own; where the copies outnumber the micro-batches, the
-// micro-batches become the next of ctx.micro_batch_choices() (a group that
-// would need more stays as it is); a data-parallel `p` takes each such idle
-// device as one more replica. Its opposite: a trained policy's zero-shot decision sometimes
-// leaves equal devices idle that the classical plans copy its stage onto.
-Placement with_idle_devices(const PlannerContext& ctx, const Placement& p);
+// rule for a further device), where `which` takes the device; where the copies outnumber the micro-batches,
+// the micro-batches become the next of ctx.micro_batch_choices() (a group that would need more stays as it
+// is); a data-parallel `p` takes each such idle device as one more replica. Its opposite: a trained policy's
+// zero-shot decision sometimes leaves equal devices idle that the classical plans copy its stage onto.
+Placement with_idle_devices(const PlannerContext& ctx, const Placement& p,
+                            IdleDevices which = IdleDevices::as_roomy);
 // `p`'s stages merged into one stage copied onto every device p uses (its
 // fastest first), PipeDream's one-stage plan on the decision's own devices;
 // where the copies outnumber the micro-batches, the micro-batches become the
@@ -148,6 +152,12 @@ Placement without_slowest_stage(const PlannerContext& ctx, const Placement& p);
 // A trained policy sometimes puts a small model on a slower device than the
 // classical plans' one (one with more memory than the model needs).
 Placement on_fastest_devices(const PlannerContext& ctx, const Placement& p);
+// `p` with the micro-batch count (among ctx.micro_batch_choices(), at least
+// its largest replica count) the model prices least (modelled_step_ms); `p`
+// as it is where none prices less, and for data parallelism. with_pipedream_orders
+// chooses it for a pipeline's stages; nothing else does for one stage copied
+// onto several devices, whose micro-batches are the decision's.
+Placement with_micro_batches_by_model(const PlannerContext& ctx, const Placement& p);
 // `p` with fewer stages where the model finds it faster so: each round,
 // every group in turn joined to its neighbour on the neighbour's devices (as
 // without_slowest_stage joins it: its own devices left out) and to the

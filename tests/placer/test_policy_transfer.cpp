@@ -1174,6 +1174,32 @@ TEST_CASE(
   check_zero_shot(g, c, sim, net, cost, ZeroShotReplicas::fewer_stages, fewer_ms);
 }
 
+TEST_CASE("a trained policy's stages the model would make one are also scored as that one stage") {
+  // Taught three stages on d0, d1 and d2, equal devices whose every link is
+  // slow (50 ms a message), on a model with little to send and little to
+  // all-reduce: the model joins the stages into one, copied onto several devices.
+  LayerGraph g = test::linear_chain({16, 16, 16, 16, 16, 16, 16, 16, 16});
+  Cluster c = tapp::testing::equal_cluster(3);
+  c.default_link = Link{"", "", 5, 50};
+  Placement taught = three_stages_on_d012({0, 0, 0, 1, 1, 1, 2, 2, 2});
+  taught.micro_batches = 2;
+  const auto net = networks_taught(g, c, taught);
+  const CostModel cost = *CostModel::build(g, c, {test::flat_library(g, 32, 20, 40)});
+  SimulatorEvaluator sim(g, c, cost, 32);
+  const auto candidates = candidates_of(g, c, net, cost);
+  const auto one_stage_by_model = [](const ZeroShotCandidate& z) {
+    return z.how.replicas == ZeroShotReplicas::fewer_stages && z.placement.num_groups() == 1;
+  };
+  const auto joined = std::find_if(candidates.begin(), candidates.end(), one_stage_by_model);
+  REQUIRE(joined != candidates.end());
+  CHECK(joined->placement.devices_of_group(0).size() >= 2);
+  const double joined_ms = sim.evaluate(joined->placement).step_ms;
+  CHECK(joined_ms < sim.evaluate(taught).step_ms);
+  const SearchResult r = zero_shot_search(g, c, sim, net, &cost);
+  REQUIRE(r.zero_shot_report->ok);
+  CHECK(r.zero_shot_report->step_ms <= joined_ms);
+}
+
 TEST_CASE("a time budget stops the zero-shot candidates after the first once too little time is left, and the climb from them") {
   // A taught two-stage plan with a replica on devices of unequal speeds has
   // more than six candidates; evaluations of at least 50 ms and a 0.3 s

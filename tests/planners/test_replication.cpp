@@ -946,6 +946,51 @@ TEST_CASE("with_idle_devices copies the group with the most work per unit of spe
   plain.group_device = {0, 1};
   plain.micro_batches = 4;
   CHECK_FALSE(with_idle_devices(tight.ctx, plain).has_replicated_groups());
+  CHECK_FALSE(with_idle_devices(tight.ctx, plain, IdleDevices::or_faster_by_model).has_replicated_groups());
+  // One with less memory than they have joins where asked to and the model
+  // finds the step faster with it (its copy fits): d2 of 64 MiB beside d0 and
+  // d1 of 4 GiB (six layers of 16 need a few KiB), twice their speed on free links.
+  Cluster smaller = c;
+  smaller.devices[2].memory_mb = 64;
+  Case roomy_enough(g, smaller, {test::flat_library(g, 8, 1, 1)}, 8);
+  REQUIRE(modelled_step_ms(roomy_enough.ctx, pipeline({0, 0, 0, 0, 0, 0}, {2}, 4)) <
+          std::numeric_limits<double>::infinity());
+  const Placement as_roomy = with_idle_devices(roomy_enough.ctx, plain);
+  for (int gr = 0; gr < as_roomy.num_groups(); ++gr) {
+    const std::vector<int> devices = as_roomy.devices_of_group(gr);
+    CHECK(std::find(devices.begin(), devices.end(), 2) == devices.end());
+  }
+  const Placement joined = with_idle_devices(roomy_enough.ctx, plain, IdleDevices::or_faster_by_model);
+  REQUIRE(joined.group_replicas.size() == 2);
+  CHECK(joined.group_replicas[0] == std::vector<int>{2});
+  CHECK(validate_placement(joined, roomy_enough.g, roomy_enough.c, 8).is_ok());
+}
+
+TEST_CASE(
+    "with_micro_batches_by_model takes the count the model prices least, never below a stage's copies") {
+  // Six equal layers copied onto two equal devices at 8 micro-batches; every
+  // compute task costs 5 ms more, so one stage with nothing to pipeline is
+  // fastest at the fewest micro-batches that give each copy one: 2.
+  LayerGraph g = linear_chain({16, 16, 16, 16, 16, 16});
+  Cluster c = cluster_of_speeds({1.0, 1.0, 1.0});
+  free_default_link(c);
+  Calibration cal;
+  cal.task_overhead_ms = 5;
+  Case cs(g, c, {test::flat_library(g, 8, 1, 1)}, 8, cal);
+  Placement copied = pipeline({0, 0, 0, 0, 0, 0}, {0}, 8);
+  copied.group_replicas = {{1}};
+  const Placement fewer = with_micro_batches_by_model(cs.ctx, copied);
+  CHECK(fewer.micro_batches == 2);
+  CHECK(modelled_step_ms(cs.ctx, fewer) < modelled_step_ms(cs.ctx, copied));
+  CHECK(fewer.layer_group == copied.layer_group);
+  CHECK(fewer.group_replicas == copied.group_replicas);
+  CHECK(with_micro_batches_by_model(cs.ctx, fewer).micro_batches == 2);  // at its least already
+  // Three copies: 4, the fewest choice that gives each one.
+  copied.group_replicas = {{1, 2}};
+  CHECK(with_micro_batches_by_model(cs.ctx, copied).micro_batches == 4);
+  // Data parallelism has a micro-batch per copy: as it is.
+  const Placement dp = Placement::replicas(6, {0, 1});
+  CHECK(with_micro_batches_by_model(cs.ctx, dp).micro_batches == dp.micro_batches);
 }
 
 TEST_CASE("as_one_stage copies one stage of every layer onto each device the plan uses, fastest first") {
@@ -1129,8 +1174,9 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "as_one_stage, as_data_parallel, without_slowest_stage, as_pipeline_of_every_device and "
-    "with_fewer_stages_by_model give valid plans on random chains, clusters and plans") {
+    "as_one_stage, as_data_parallel, without_slowest_stage, as_pipeline_of_every_device, "
+    "with_fewer_stages_by_model and with_micro_batches_by_model give valid plans on random chains, clusters "
+    "and plans") {
   std::mt19937 rng(20261202);
   for (int trial = 0; trial < 40; ++trial) {
     const int L = 3 + static_cast<int>(rng() % 10), D = 2 + static_cast<int>(rng() % 4);
@@ -1174,6 +1220,12 @@ TEST_CASE(
       CHECK(std::count(by_model.layer_group.begin(), by_model.layer_group.end(), gr) > 0);
     if (by_model.num_groups() < p.num_groups())
       CHECK(placed_step_ms(cs.ctx, by_model) < placed_step_ms(cs.ctx, p));
+    const Placement counted = with_micro_batches_by_model(cs.ctx, p);
+    REQUIRE_MESSAGE(validate_placement(counted, cs.g, cs.c, 8).is_ok(),
+                    validate_placement(counted, cs.g, cs.c, 8).message());
+    CHECK(counted.layer_group == p.layer_group);
+    CHECK(counted.group_device == p.group_device);
+    CHECK(modelled_step_ms(cs.ctx, counted) <= modelled_step_ms(cs.ctx, p));
   }
 }
 
