@@ -260,20 +260,15 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
     if (differs(data_parallel, as_decided)) out.push_back({d, data_parallel, {from, ZeroShotReplicas::data_parallel, false}});
     add_cut_variants(d, ZeroShotReplicas::as_decided, as_decided, out);
     const Placement every_device = as_pipeline_of_every_device(ctx, as_decided);
+    const Placement idle_added = with_idle_devices(ctx, as_decided);
     const std::pair<ZeroShotReplicas, Placement> repaired[] = {
         {ZeroShotReplicas::dropped, without_replicas(ctx, as_decided)},
-        {ZeroShotReplicas::idle_devices_added, with_idle_devices(ctx, as_decided)},
-        {ZeroShotReplicas::idle_devices_added,
-         with_idle_devices(ctx, as_decided, IdleDevices::or_faster_by_model)},
+        {ZeroShotReplicas::idle_devices_added, idle_added},
         {ZeroShotReplicas::one_stage, as_one_stage(ctx, as_decided)},
         {ZeroShotReplicas::every_device_a_stage, every_device},
         {ZeroShotReplicas::fastest_devices, on_fastest_devices(ctx, as_decided)}};
-    for (size_t i = 0; i < std::size(repaired); ++i) {
-      const auto& [replicas, p] = repaired[i];
-      // (The same repair by another rule that gives the same plan: once.)
-      if (!differs(p, as_decided) ||
-          (i > 0 && repaired[i - 1].first == replicas && !differs(p, repaired[i - 1].second)))
-        continue;
+    for (const auto& [replicas, p] : repaired) {
+      if (!differs(p, as_decided)) continue;
       out.push_back({d, p, {from, replicas, false}});
       add_cut_variants(d, replicas, p, out);
     }
@@ -296,29 +291,38 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
       last.push_back({d, fewer, {from, ZeroShotReplicas::slowest_device_dropped, false}});
       add_cut_variants(d, ZeroShotReplicas::slowest_device_dropped, fewer, last);
     }
-    // With fewer stages where the model finds it faster so (merged, or joined
-    // onto both stages' devices), from the decision and from its every-device
-    // pipeline (the classical plans may leave out a device the decision
-    // chose, and use some it left idle): of its cut variants only the one the
-    // model prices least, as the model chose the stages (one evaluation each,
-    // where the repair finds nothing better).
+    // The plans whose devices the model chose: of each one's cut variants
+    // (itself where it has none) only the one the model prices least (one
+    // evaluation each, where the repair finds nothing better).
     std::vector<Placement> by_model;
-    for (const Placement& from_plan : {as_decided, every_device}) {
-      const Placement q = with_fewer_stages_by_model(ctx, from_plan);
-      if (!differs(q, from_plan) || !differs(q, as_decided) || !differs(q, fewer)) continue;
+    const auto add_least_modelled = [&](ZeroShotReplicas replicas, const Placement& q) {
       std::vector<ZeroShotCandidate> variants;
-      add_cut_variants(d, ZeroShotReplicas::fewer_stages, q, variants);
-      if (variants.empty()) variants.push_back({d, q, {from, ZeroShotReplicas::fewer_stages, false}});
+      add_cut_variants(d, replicas, q, variants);
+      if (variants.empty()) variants.push_back({d, q, {from, replicas, false}});
       std::vector<double> modelled;
       for (const ZeroShotCandidate& v : variants) modelled.push_back(modelled_step_ms(ctx, v.placement));
       ZeroShotCandidate& least =
           variants[std::min_element(modelled.begin(), modelled.end()) - modelled.begin()];
       if (std::any_of(by_model.begin(), by_model.end(),
                       [&](const Placement& b) { return !differs(least.placement, b); }))
-        continue;
+        return;
       by_model.push_back(least.placement);
       last.push_back(std::move(least));
+    };
+    // With fewer stages where the model finds it faster so (merged, or joined
+    // onto both stages' devices), from the decision and from its every-device
+    // pipeline (the classical plans may leave out a device the decision
+    // chose, and use some it left idle).
+    for (const Placement& from_plan : {as_decided, every_device}) {
+      const Placement q = with_fewer_stages_by_model(ctx, from_plan);
+      if (differs(q, from_plan) && differs(q, as_decided) && differs(q, fewer))
+        add_least_modelled(ZeroShotReplicas::fewer_stages, q);
     }
+    // With idle devices added that have less memory than the stage's own,
+    // where the model finds the step faster with them.
+    const Placement smaller_added = with_idle_devices(ctx, as_decided, IdleDevices::or_faster_by_model);
+    if (differs(smaller_added, as_decided) && differs(smaller_added, idle_added))
+      add_least_modelled(ZeroShotReplicas::idle_devices_added, smaller_added);
   }
   out.insert(out.end(), last.begin(), last.end());
   return out;

@@ -211,16 +211,22 @@ constexpr int kImitationRounds = 4;  // of kImitationSteps, until the greedy dec
 // micro-batches chosen for them, cuts placed (with_pipedream_orders, up to
 // two), then with its replicas dropped (planners' without_replicas), with the
 // devices it leaves idle added as replicas (with_idle_devices), as one stage
-// copied onto its devices (as_one_stage) and with every device a stage
-// (as_pipeline_of_every_device), each of those as it is and with the same
-// cut and order variants; the variants are placed for the candidate's
+// copied onto its devices (as_one_stage), with every device a stage
+// (as_pipeline_of_every_device) and on the cluster's fastest devices
+// (on_fastest_devices), each of those as it is and with the same cut and
+// order variants (one stage copied onto several devices: its micro-batches
+// chosen by the model, with_micro_batches_by_model); the variants are placed for the candidate's
 // schedule, then for the other synchronous one (with_other_schedule: 1F1B
 // keeps fewer micro-batches in flight, so its memory and its window differ;
 // the measurer scores both anyway); a repair or variant that changes nothing
 // is left out; a data-parallel decision is also scored as the pipeline of its
 // groups at the micro-batch head's likeliest count, and with its variants;
 // after all of these, each decision without its slowest device's stage
-// (planners' without_slowest_stage), and with its variants.
+// (planners' without_slowest_stage), and with its variants; then, each at
+// the one variant the model prices least, the decision and its every-device
+// pipeline with fewer stages (with_fewer_stages_by_model) and the decision
+// with smaller idle devices added where the model finds the step faster
+// (with_idle_devices, IdleDevices::or_faster_by_model).
 // Without costs (`cost` null): the two decisions as they are.
 // `replicas_weighed`: the cuts are placed for replicas that take their
 // stage's micro-batches by speed, as the search's measurer weighs them
