@@ -738,6 +738,10 @@ constexpr size_t kOrdersRefined = 4;
 constexpr int kCoarseRankedStages = 5;
 constexpr int kEveryOrderStages = 6;  // up to this many stages every order is ranked, pairwise swaps beyond
 constexpr int kCoarseCutPositions = 17;
+// Up to this many layers the fewer-stage descent prices its plans on every
+// cut position (a table of at most 65, cheap): 17 quantiles of compute miss
+// the narrow points where a small model's pipeline pays.
+constexpr int kEveryPositionUpToLayers = 64;
 
 // `v` ascending, each value once.
 std::vector<int> ascending_once(std::vector<int> v) {
@@ -1035,16 +1039,19 @@ struct StagesOf {
 };
 
 // with_pipedream_cuts' objective for `p` with its cuts placed on
-// kCoarseCutPositions positions (a table a fiftieth of the full one's), for
-// its own schedule: a cheap rank of many plans' stages (one stage, or data
-// parallelism: modelled_step_ms, the faster schedule).
+// kCoarseCutPositions positions (a table a fiftieth of the full one's; every
+// position up to kEveryPositionUpToLayers layers), for its own schedule: a
+// cheap rank of many plans' stages (one stage, or data parallelism:
+// modelled_step_ms, the faster schedule).
 double coarse_placed_step_ms(const PlannerContext& context, const Placement& p) {
   if (p.is_data_parallel() || p.num_groups() < 2) return modelled_step_ms(context, p);
   const StagesOf st(context, p);
   if (st.order.empty()) return kInf;
   const ReplicatedStageModel model(st.ctx, st.plan.micro_batches);
-  return pipeline_step(model, stage_device_sets(st.plan),
-                       balanced_begins(model, st.ctx, st.plan, kCoarseCutPositions), num_layers(st.ctx));
+  const int positions =
+      num_layers(st.ctx) <= kEveryPositionUpToLayers ? kMaxCutPositions : kCoarseCutPositions;
+  return pipeline_step(model, stage_device_sets(st.plan), balanced_begins(model, st.ctx, st.plan, positions),
+                       num_layers(st.ctx));
 }
 
 }  // namespace

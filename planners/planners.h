@@ -163,7 +163,8 @@ Placement with_micro_batches_by_model(const PlannerContext& ctx, const Placement
 // without_slowest_stage joins it: its own devices left out) and to the
 // group after it on both groups' devices (one stage replicated, PipeDream's),
 // each priced by with_pipedream_cuts' objective with its cuts placed on a
-// coarse table (17 positions, for its schedule), and the least kept while
+// coarse table (17 positions; every position on a model of up to 64
+// layers), for its schedule, and the least kept while
 // that step falls. The classical plans may leave
 // out a device that is not the slowest (one behind slow links) and copy one
 // stage onto two devices the decision gave a stage each. Returned with its

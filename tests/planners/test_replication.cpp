@@ -1173,6 +1173,29 @@ TEST_CASE(
   CHECK(with_fewer_stages_by_model(cs.ctx, Placement::single_device(12, 1, 4)).num_groups() == 1);
 }
 
+TEST_CASE("with_fewer_stages_by_model finds the narrow cut of a model of 40 layers that keeps two stages") {
+  // Two equal devices on a 1 Mbit/s link; 40 equal layers 1024 wide but for
+  // layer 20's output, 16 wide: cut there, two stages send little and beat one
+  // device; cut anywhere else they send 128 KiB a batch each way, and lose to
+  // it. The narrow cut (position 21) is not among a coarse table's quantiles.
+  std::vector<int64_t> widths(40, 1024);
+  widths[20] = 16;
+  LayerGraph g = linear_chain(widths);
+  Cluster c = cluster_of_speeds({1.0, 1.0});
+  c.default_link = Link{"", "", 1, 0};
+  Case cs(g, c, {test::flat_library(g, 32, 10, 20)}, 32);
+  std::vector<int> layer_group(40, 0);
+  std::fill(layer_group.begin() + 10, layer_group.end(), 1);
+  const Placement p = pipeline(layer_group, {0, 1}, 4);
+  const Placement narrow = with_pipedream_cuts(cs.ctx, p);
+  REQUIRE(narrow.layer_group[20] == 0);
+  REQUIRE(narrow.layer_group[21] == 1);
+  REQUIRE(modelled_step_ms(cs.ctx, narrow) < modelled_step_ms(cs.ctx, Placement::single_device(40, 0, 4)));
+  const Placement out = with_fewer_stages_by_model(cs.ctx, p);
+  CHECK(out.num_groups() == 2);
+  CHECK(out.group_device == p.group_device);
+}
+
 TEST_CASE(
     "as_one_stage, as_data_parallel, without_slowest_stage, as_pipeline_of_every_device, "
     "with_fewer_stages_by_model and with_micro_batches_by_model give valid plans on random chains, clusters "
