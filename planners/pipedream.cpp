@@ -736,7 +736,9 @@ constexpr int kBisections = 30;
 // placement's cost.
 constexpr size_t kOrdersRefined = 4;
 constexpr int kCoarseRankedStages = 5;
-constexpr int kEveryOrderStages = 6;  // up to this many stages every order is ranked, pairwise swaps beyond
+// Up to this many stages every order is ranked, pairwise swaps beyond; and the
+// fewer-stage descent also copies each stage onto every other, not only its neighbours.
+constexpr int kEveryOrderStages = 6;
 constexpr int kCoarseCutPositions = 17;
 // Up to this many layers the fewer-stage descent prices its plans on every
 // cut position (a table of at most 65, cheap): 17 quantiles of compute miss
@@ -1292,6 +1294,28 @@ Placement joined_with_next(const PlannerContext& ctx, const Placement& p, int g)
   return out;
 }
 
+// `p` with group g's layers merged into its neighbour and its devices
+// further replicas of group h (a stage that need not be g's neighbour), the
+// micro-batches raised to one per copy where fewer. `p` as it is where g or h
+// holds no layer, they share a device, or no micro-batch choice gives every copy one.
+Placement made_replica_of(const PlannerContext& ctx, const Placement& p, int g, int h) {
+  const std::vector<int> moved = p.devices_of_group(g);
+  std::vector<int> devices = p.devices_of_group(h);
+  for (int d : moved) {
+    if (std::find(devices.begin(), devices.end(), d) != devices.end()) return p;
+    devices.push_back(d);
+  }
+  const int micro_batches = micro_batches_for(ctx, static_cast<int>(devices.size()), p.micro_batches);
+  if (micro_batches == 0) return p;
+  Placement with = p;
+  with.micro_batches = micro_batches;
+  if (with.group_replicas.empty()) with.group_replicas.assign(with.num_groups(), {});
+  with.group_replicas[h].assign(devices.begin() + 1, devices.end());
+  if (!with.group_replica_weights.empty()) with.group_replica_weights[h].clear();
+  const Placement out = merged_into_neighbour(ctx, with, g);
+  return out.num_groups() < p.num_groups() ? out : p;
+}
+
 }  // namespace
 
 Placement without_slowest_stage(const PlannerContext& ctx, const Placement& p) {
@@ -1324,12 +1348,19 @@ Placement with_fewer_stages_by_model(const PlannerContext& ctx, const Placement&
   for (bool fewer = true; fewer && out.num_groups() > 1;) {
     fewer = false;
     Placement best;
-    for (int g = 0; g < out.num_groups(); ++g)
-      for (Placement q : {merged_into_neighbour(ctx, out, g), joined_with_next(ctx, out, g)}) {
-        if (q.num_groups() == out.num_groups()) continue;
-        const double s = coarse_placed_step_ms(ctx, q);
-        if (s < step) step = s, best = std::move(q), fewer = true;
-      }
+    const auto consider = [&](Placement q) {
+      if (q.num_groups() == out.num_groups()) return;
+      const double s = coarse_placed_step_ms(ctx, q);
+      if (s < step) step = s, best = std::move(q), fewer = true;
+    };
+    const int G = out.num_groups();
+    for (int g = 0; g < G; ++g) {
+      consider(merged_into_neighbour(ctx, out, g));
+      consider(joined_with_next(ctx, out, g));
+      if (G <= kEveryOrderStages)
+        for (int h = 0; h < G; ++h)
+          if (h != g) consider(made_replica_of(ctx, out, g, h));
+    }
     if (fewer) out = std::move(best);
   }
   return out;

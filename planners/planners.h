@@ -162,6 +162,8 @@ Placement with_micro_batches_by_model(const PlannerContext& ctx, const Placement
 // every group in turn joined to its neighbour on the neighbour's devices (as
 // without_slowest_stage joins it: its own devices left out) and to the
 // group after it on both groups' devices (one stage replicated, PipeDream's),
+// and, in a plan of up to six stages, merged into its neighbour with its
+// devices copies of any other stage (the stage to copy need not be its neighbour),
 // each priced by with_pipedream_cuts' objective with its cuts placed on a
 // coarse table (17 positions; every position on a model of up to 64
 // layers), for its schedule, and the least kept while

@@ -1173,6 +1173,31 @@ TEST_CASE(
   CHECK(with_fewer_stages_by_model(cs.ctx, Placement::single_device(12, 1, 4)).num_groups() == 1);
 }
 
+TEST_CASE("with_fewer_stages_by_model copies a stage onto a device that is not its neighbour") {
+  // A pipeline d0, d1, d2: d0 and d2 fast, d1 half as fast; every message to
+  // d2 takes 200 ms, the rest are free, and compute dwarfs one all-reduce
+  // over d0 and d2. What pays is d0 and d2 copies of one stage beside d1's
+  // (nothing of the pipeline's sent to d2): two stages from three that no
+  // join of neighbours reaches, as d0 and d2 are not neighbours.
+  LayerGraph g = linear_chain(std::vector<int64_t>(12, 16));
+  Cluster c = cluster_of_speeds({1.0, 0.5, 1.0});
+  free_default_link(c);
+  for (const char* from : {"d0", "d1"}) c.links.push_back(Link{from, "d2", 1e6, 200});
+  Case cs(g, c, {test::flat_library(g, 8, 200, 200)}, 8);
+  const Placement p = pipeline({0, 0, 0, 0, 0, 1, 1, 2, 2, 2, 2, 2}, {0, 1, 2}, 8);
+  const Placement out = with_fewer_stages_by_model(cs.ctx, p);
+  REQUIRE(validate_placement(out, cs.g, cs.c, 8).is_ok());
+  bool d0_and_d2 = false;
+  for (int gr = 0; gr < out.num_groups(); ++gr) {
+    const std::vector<int> devices = out.devices_of_group(gr);
+    d0_and_d2 |=
+        std::count(devices.begin(), devices.end(), 0) && std::count(devices.begin(), devices.end(), 2);
+  }
+  CHECK(d0_and_d2);
+  CHECK(out.num_groups() == 2);
+  CHECK(placed_step_ms(cs.ctx, out) < placed_step_ms(cs.ctx, p));
+}
+
 TEST_CASE("with_fewer_stages_by_model finds the narrow cut of a model of 40 layers that keeps two stages") {
   // Two equal devices on a 1 Mbit/s link; 40 equal layers 1024 wide but for
   // layer 20's output, 16 wide: cut there, two stages send little and beat one
