@@ -1266,34 +1266,6 @@ Placement merged_into_neighbour(const PlannerContext& ctx, const Placement& p, i
   return out;
 }
 
-// `p` with the group after g (the group of the layer after g's last) joined
-// onto g: its layers, and its devices as further replicas of g (PipeDream's
-// replicated stage), the micro-batches raised to one per copy where fewer.
-// `p` as it is where g is last, the two share a device, or no micro-batch
-// choice gives every copy one.
-Placement joined_with_next(const PlannerContext& ctx, const Placement& p, int g) {
-  const int L = num_layers(ctx);
-  const int last = layer_span(p, g).second;
-  if (last < 0 || last + 1 >= L || p.layer_group[last + 1] == g) return p;
-  const int next = p.layer_group[last + 1];
-  std::vector<int> devices = p.devices_of_group(g);
-  for (int d : p.devices_of_group(next)) {
-    if (std::find(devices.begin(), devices.end(), d) != devices.end()) return p;
-    devices.push_back(d);
-  }
-  const int micro_batches = micro_batches_for(ctx, static_cast<int>(devices.size()), p.micro_batches);
-  if (micro_batches == 0) return p;
-  Placement out = p;
-  out.micro_batches = micro_batches;
-  for (int& group : out.layer_group)
-    if (group == next) group = g;
-  if (out.group_replicas.empty()) out.group_replicas.assign(out.num_groups(), {});
-  out.group_replicas[g].assign(devices.begin() + 1, devices.end());
-  if (!out.group_replica_weights.empty()) out.group_replica_weights[g].clear();
-  drop_unused_groups(out);  // the next group goes
-  return out;
-}
-
 // `p` with group g's layers merged into its neighbour and its devices
 // further replicas of group h (a stage that need not be g's neighbour), the
 // micro-batches raised to one per copy where fewer. `p` as it is where g or h
@@ -1314,6 +1286,18 @@ Placement made_replica_of(const PlannerContext& ctx, const Placement& p, int g, 
   if (!with.group_replica_weights.empty()) with.group_replica_weights[h].clear();
   const Placement out = merged_into_neighbour(ctx, with, g);
   return out.num_groups() < p.num_groups() ? out : p;
+}
+
+// `p` with the group after g (the group of the layer after g's last) joined
+// onto g: its layers, and its devices as further replicas of g (PipeDream's
+// replicated stage), the micro-batches raised to one per copy where fewer.
+// `p` as it is where g is last, the two share a device, or no micro-batch
+// choice gives every copy one.
+Placement joined_with_next(const PlannerContext& ctx, const Placement& p, int g) {
+  const int L = num_layers(ctx);
+  const int last = layer_span(p, g).second;
+  if (last < 0 || last + 1 >= L || p.layer_group[last + 1] == g) return p;
+  return made_replica_of(ctx, p, p.layer_group[last + 1], g);  // its neighbour before it: g
 }
 
 }  // namespace
