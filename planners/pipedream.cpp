@@ -1338,12 +1338,16 @@ Placement with_fewer_stages_by_model(const PlannerContext& ctx, const Placement&
       if (s < step) step = s, best = std::move(q), fewer = true;
     };
     const int G = out.num_groups();
+    // h's join with the next, g, was priced already where h came first.
+    const auto joined_before = [&](int g, int h) {
+      return h < g && layer_span(out, h).second + 1 == layer_span(out, g).first;
+    };
     for (int g = 0; g < G; ++g) {
       consider(merged_into_neighbour(ctx, out, g));
       consider(joined_with_next(ctx, out, g));
       if (G <= kEveryOrderStages)
         for (int h = 0; h < G; ++h)
-          if (h != g) consider(made_replica_of(ctx, out, g, h));
+          if (h != g && !joined_before(g, h)) consider(made_replica_of(ctx, out, g, h));
     }
     if (fewer) out = std::move(best);
   }
