@@ -1,6 +1,6 @@
 // planners/dynamic_programming.cpp — contiguous pipelines found by dynamic
 // programming (PipeDream / Pipe-Torch style: minimum bottleneck over layer
-// prefixes, sets of used devices and the last device), polished by a local
+// suffixes, sets of used devices and the first device), polished by a local
 // search on the cost model's simulation through the shared move generator;
 // and exhaustive search, which enumerates every plan where the space is small.
 #include <algorithm>
@@ -23,40 +23,47 @@ using namespace planner_support;
 namespace {
 
 // Stages on the devices of `order` taken in turn (stage s on order[s]), every
-// layer boundary a candidate cut: O(L^2 D), so exact over the cuts where the
-// DP over device sets must fall back to quantiles. Per stage count, the best
-// plan and its bottleneck (kInf where none fits).
+// layer boundary a candidate cut: O(L^2 S) per pass, so exact over the cuts
+// where the DP over device sets must fall back to quantiles. Per stage count,
+// the best plan and its bottleneck (kInf where none fits). Where a stage's
+// micro-batches in flight depend on the stages after it (1F1B), each stage
+// count takes a pass of its own; otherwise one pass gives them all.
 void dp_in_device_order(const BottleneckModel& bm, int L, const std::vector<int>& order,
                         std::vector<std::optional<StagePlan>>& out, std::vector<double>& out_value) {
   const int S_max = std::min(static_cast<int>(order.size()), L);
-  // f[s][j]: the best bottleneck of layers [0, j) on s + 1 stages; from[s][j]: the cut before stage s.
-  std::vector<std::vector<double>> f(S_max, std::vector<double>(L + 1, kInf));
-  std::vector<std::vector<int>> from(S_max, std::vector<int>(L + 1, -1));
-  for (int j = 1; j <= L; ++j) f[0][j] = bm.stage(order[0], 0, j);
-  for (int s = 1; s < S_max; ++s)
-    for (int i = s; i < L; ++i) {
-      if (f[s - 1][i] == kInf) continue;
-      const double link = std::max(f[s - 1][i], bm.boundary(order[s - 1], order[s], i));
-      if (link >= kInf) continue;
-      for (int j = i + 1; j <= L; ++j) {
-        const double v = std::max(link, bm.stage(order[s], i, j));
-        if (v < f[s][j]) f[s][j] = v, from[s][j] = i;
+  const bool per_count = micro_batches_in_flight(bm.ctx.schedule, bm.m, 1) !=
+                         micro_batches_in_flight(bm.ctx.schedule, bm.m, S_max);
+  for (int S = per_count ? 1 : S_max; S <= S_max; ++S) {
+    // f[s][j]: the best bottleneck of layers [0, j) on stages 0..s; from[s][j]: the cut before stage s.
+    std::vector<std::vector<double>> f(S, std::vector<double>(L + 1, kInf));
+    std::vector<std::vector<int>> from(S, std::vector<int>(L + 1, -1));
+    for (int j = 1; j <= L; ++j) f[0][j] = bm.stage(order[0], 0, j, S);
+    for (int s = 1; s < S; ++s)
+      for (int i = s; i < L; ++i) {
+        if (f[s - 1][i] == kInf) continue;
+        const double link = std::max(f[s - 1][i], bm.boundary(order[s - 1], order[s], i));
+        if (link >= kInf) continue;
+        for (int j = i + 1; j <= L; ++j) {
+          const double v = std::max(link, bm.stage(order[s], i, j, S - s));
+          if (v < f[s][j]) f[s][j] = v, from[s][j] = i;
+        }
       }
+    for (int s = per_count ? S - 1 : 0; s < S; ++s) {
+      if (!(f[s][L] < out_value[s + 1])) continue;
+      out_value[s + 1] = f[s][L];
+      StagePlan plan;
+      plan.micro_batches = bm.m;
+      plan.stage_begin.assign(s + 1, 0);
+      for (int k = s, j = L; k > 0; --k) j = plan.stage_begin[k] = from[k][j];
+      plan.stage_device.assign(order.begin(), order.begin() + s + 1);
+      out[s + 1] = plan;
     }
-  for (int s = 0; s < S_max; ++s) {
-    const int S = s + 1;
-    if (!(f[s][L] < out_value[S])) continue;
-    out_value[S] = f[s][L];
-    StagePlan plan;
-    plan.micro_batches = bm.m;
-    plan.stage_begin.assign(S, 0);
-    for (int k = s, j = L; k > 0; --k) j = plan.stage_begin[k] = from[k][j];
-    plan.stage_device.assign(order.begin(), order.begin() + S);
-    out[S] = plan;
   }
 }
 
-// DP over (cut position, used devices, last device); best plan per stage count.
+// DP over (cut position, used devices, first device) from the last layer back,
+// so that a stage knows how many stages follow it (its memory under 1F1B):
+// the devices of the suffix already placed. Best plan per stage count.
 Result<std::vector<std::optional<StagePlan>>> dp_by_stage_count(const PlannerContext& ctx, int m) {
   if (Status s = check_context(ctx); !s) return s;
   const int D = num_devices(ctx), L = num_layers(ctx);
@@ -67,30 +74,29 @@ Result<std::vector<std::optional<StagePlan>>> dp_by_stage_count(const PlannerCon
   std::vector<int> P = cut_positions(ctx, max_positions);
   const int C = static_cast<int>(P.size()) - 1;
   const int M = 1 << D;
-  BottleneckModel bm(ctx, m, 0);
-  auto at = [&](int i, int mask, int last) { return (static_cast<size_t>(i) * M + mask) * D + last; };
+  BottleneckModel bm(ctx, m);
+  // best[at(i, mask, first)]: layers [P[i], L) on the devices of mask, the first stage on `first`.
+  auto at = [&](int i, int mask, int first) { return (static_cast<size_t>(i) * M + mask) * D + first; };
   std::vector<double> best(static_cast<size_t>(C + 1) * M * D, kInf);
-  std::vector<int> parent(best.size(), -1);  // previous cut index
-  for (int k = 1; k <= C; ++k)
-    for (int d = 0; d < D; ++d) {
-      double v = bm.stage(d, 0, P[k]);
-      if (v < best[at(k, 1 << d, d)]) best[at(k, 1 << d, d)] = v;
-    }
-  for (int i = 1; i < C; ++i)
+  std::vector<int> next(best.size(), -1);  // the cut index where the next stage begins
+  for (int k = 0; k < C; ++k)
+    for (int d = 0; d < D; ++d) best[at(k, 1 << d, d)] = bm.stage(d, P[k], L, 1);
+  for (int i = C - 1; i >= 1; --i)
     for (int mask = 1; mask < M; ++mask)
-      for (int last = 0; last < D; ++last) {
-        double cur = best[at(i, mask, last)];
+      for (int first = 0; first < D; ++first) {
+        const double cur = best[at(i, mask, first)];
         if (cur == kInf) continue;
+        const int stages_to_end = __builtin_popcount(mask) + 1;
         for (int d = 0; d < D; ++d) {
           if (mask & (1 << d)) continue;
-          double link = std::max(cur, bm.boundary(last, d, P[i]));
-          int nmask = mask | (1 << d);
-          for (int k = i + 1; k <= C; ++k) {
-            double v = std::max(link, bm.stage(d, P[i], P[k]));
-            size_t idx = at(k, nmask, d);
+          const double link = std::max(cur, bm.boundary(d, first, P[i]));
+          const int nmask = mask | (1 << d);
+          for (int h = 0; h < i; ++h) {
+            const double v = std::max(link, bm.stage(d, P[h], P[i], stages_to_end));
+            const size_t idx = at(h, nmask, d);
             if (v < best[idx]) {
               best[idx] = v;
-              parent[idx] = i;
+              next[idx] = i;
             }
           }
         }
@@ -98,39 +104,36 @@ Result<std::vector<std::optional<StagePlan>>> dp_by_stage_count(const PlannerCon
   std::vector<std::optional<StagePlan>> out(D + 1);
   std::vector<double> out_value(D + 1, kInf);
   for (int mask = 1; mask < M; ++mask)
-    for (int last = 0; last < D; ++last) {
-      double v = best[at(C, mask, last)];
-      int S = __builtin_popcount(mask);
+    for (int first = 0; first < D; ++first) {
+      const double v = best[at(0, mask, first)];
+      const int S = __builtin_popcount(mask);
       if (v >= out_value[S]) continue;
       out_value[S] = v;
       StagePlan plan;
       plan.micro_batches = m;
-      int i = C, msk = mask, d = last;
+      int i = 0, msk = mask, d = first;
       while (true) {
+        plan.stage_begin.push_back(P[i]);
         plan.stage_device.push_back(d);
-        int prev = parent[at(i, msk, d)];
-        if (prev < 0) {
-          plan.stage_begin.push_back(0);
-          break;
-        }
-        plan.stage_begin.push_back(P[prev]);
+        const int nxt = next[at(i, msk, d)];
+        if (nxt < 0) break;
+        // the next stage's device: the one left in msk whose suffix at nxt gives this state's value
+        const double target = best[at(i, msk, d)];
+        const int stages_to_end = __builtin_popcount(msk);
         msk &= ~(1 << d);
-        // the previous stage's device: the one in msk whose state at prev leads here
         int found = -1;
-        double target = best[at(i, msk | (1 << d), d)];
         for (int q = 0; q < D && found < 0; ++q) {
           if (!(msk & (1 << q))) continue;
-          double cur = best[at(prev, msk, q)];
+          const double cur = best[at(nxt, msk, q)];
           if (cur == kInf) continue;
-          double v = std::max({cur, bm.boundary(q, d, P[prev]), bm.stage(d, P[prev], P[i])});
-          if (v == target) found = q;
+          const double w =
+              std::max({cur, bm.boundary(d, q, P[nxt]), bm.stage(d, P[i], P[nxt], stages_to_end)});
+          if (w == target) found = q;
         }
         if (found < 0) return Status::error("dp: internal error reconstructing the plan");
-        i = prev;
+        i = nxt;
         d = found;
       }
-      std::reverse(plan.stage_begin.begin(), plan.stage_begin.end());
-      std::reverse(plan.stage_device.begin(), plan.stage_device.end());
       out[S] = plan;
     }
   // With many devices the DP above sees only a few cut positions (4 for 16
@@ -302,11 +305,11 @@ Result<Outcome> dynamic_programming(const PlannerContext& ctx, Evaluator& ev, in
 
 double pipeline_bottleneck_ms(const PlannerContext& ctx, const StagePlan& plan) {
   const int L = num_layers(ctx), S = static_cast<int>(plan.stage_begin.size());
-  BottleneckModel bm(ctx, plan.micro_batches, 0);
+  BottleneckModel bm(ctx, plan.micro_batches);
   double v = 0;
   for (int k = 0; k < S; ++k) {
     int end = k + 1 < S ? plan.stage_begin[k + 1] : L;
-    v = std::max(v, bm.stage(plan.stage_device[k], plan.stage_begin[k], end));
+    v = std::max(v, bm.stage(plan.stage_device[k], plan.stage_begin[k], end, S - k));
     if (k > 0)
       v = std::max(v, bm.boundary(plan.stage_device[k - 1], plan.stage_device[k], plan.stage_begin[k]));
   }

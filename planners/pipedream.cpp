@@ -52,7 +52,7 @@ constexpr int kMaxPipeDreamDevices = 8;
 class ReplicatedStageModel {
  public:
   ReplicatedStageModel(const PlannerContext& ctx, int micro_batches)
-      : bm_(ctx, micro_batches, 0), rank_(num_devices(ctx)) {
+      : bm_(ctx, micro_batches), rank_(num_devices(ctx)) {
     const std::vector<int> order = devices_fastest_first(ctx);
     for (int i = 0; i < static_cast<int>(order.size()); ++i) rank_[order[i]] = i;
   }

@@ -275,16 +275,16 @@ std::vector<StagePassing::Bytes> StagePassing::table(const std::vector<int>& P) 
   return out;
 }
 
-BottleneckModel::BottleneckModel(const PlannerContext& c, int micro_batches, int stages)
+BottleneckModel::BottleneckModel(const PlannerContext& c, int micro_batches)
     : ctx(c),
       cut(cut_bytes_per_sample(*c.graph)),
       mem(*c.graph, c.optimizer),
       m(micro_batches),
-      samples(micro_batch_samples(c, micro_batches)),
-      in_flight(micro_batches_in_flight(c.schedule, micro_batches, stages > 0 ? stages : num_devices(c))) {}
+      samples(micro_batch_samples(c, micro_batches)) {}
 
-double BottleneckModel::stage(int d, int a, int b) const {
+double BottleneckModel::stage(int d, int a, int b, int stages_to_end) const {
   const Device& device = ctx.cluster->devices[d];
+  const int in_flight = micro_batches_in_flight(ctx.schedule, m, stages_to_end);
   if (mem.fits(device, a, b, samples, in_flight, false, m)) return stage_ms(ctx, d, a, b, samples);
   // Try again recomputing: the stage keeps one micro-batch's activations and runs its forward twice.
   if (ctx.allow_recompute && mem.fits(device, a, b, samples, in_flight, true, m))

@@ -106,12 +106,14 @@ class StagePassing {
 
 // Bottleneck of one stage / boundary, shared by the DP and the enumerations:
 // a stage's forward + backward per micro-batch (infinity when it does not fit
-// its device's memory with the micro-batches in flight; when it fits only by
-// recomputing and the context allows that, one more forward), a boundary's transfer
-// per micro-batch on the slower direction of its link.
+// its device's memory with the micro-batches it keeps in flight, which under
+// 1F1B depend on `stages_to_end`, the stages from it to the last, itself
+// included; when it fits only by recomputing and the context allows that, one
+// more forward), a boundary's transfer per micro-batch on the slower direction
+// of its link.
 struct BottleneckModel {
-  BottleneckModel(const PlannerContext& c, int micro_batches, int stages);
-  double stage(int d, int a, int b) const;
+  BottleneckModel(const PlannerContext& c, int micro_batches);
+  double stage(int d, int a, int b, int stages_to_end) const;
   double boundary(int from, int to, int j) const;
 
   const PlannerContext& ctx;
@@ -119,7 +121,6 @@ struct BottleneckModel {
   StageMemory mem;
   int m;
   int64_t samples;
-  int in_flight;
 };
 
 // The evaluator's best ok report so far, and the first failure to run (a

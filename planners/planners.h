@@ -45,12 +45,13 @@ namespace tapp {
 // largest of every stage's forward + backward per micro-batch and every
 // boundary's transfer per micro-batch on its link (activations forward,
 // gradients backward; each direction its own link). Infinity when a stage
-// does not fit its device's memory.
+// does not fit its device's memory with the micro-batches it keeps in flight
+// (under 1F1B, stage k of S keeps S - k).
 double pipeline_bottleneck_ms(const PlannerContext& ctx, const StagePlan& plan);
 
 // Minimum bottleneck over all contiguous plans with `stages` stages (0: any
 // number) on distinct devices, in any device order, for `micro_batches`:
-// dynamic programming over (layer prefix, set of used devices, last device).
+// dynamic programming over (layer suffix, set of used devices, first device).
 Result<StagePlan> dp_min_bottleneck(const PlannerContext& ctx, int micro_batches, int stages = 0);
 // The same objective by enumerating every plan (tests, tiny inputs).
 Result<StagePlan> exhaustive_min_bottleneck(const PlannerContext& ctx, int micro_batches, int stages = 0);

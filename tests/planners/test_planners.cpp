@@ -6,12 +6,14 @@
 #include <random>
 #include <string>
 
+#include "planners/planner_support.h"
 #include "planners/planners.h"
 #include "simulator/simulator_evaluator.h"
 #include "model/layer_graph.h"
 #include "tests/model/linear_chain.h"
 #include "model/layer_library.h"
 #include "core/cluster.h"
+#include "core/placement.h"
 #include "simulator/cost_model.h"
 
 using namespace tapp;
@@ -95,6 +97,55 @@ TEST_CASE("the DP's minimum bottleneck equals exhaustive search on small chains"
         if (stages > 0) CHECK(static_cast<int>(dp->stage_begin.size()) == stages);
       }
   }
+}
+
+TEST_CASE("under 1F1B the DP gives each stage the memory of its place in the pipeline, as exhaustive search does") {
+  // Activations large against the devices' memory: a stage keeps as many
+  // micro-batches as stages from it to the last, so a later stage may hold
+  // layers a first stage could not. Exact against exhaustive search.
+  std::mt19937 rng(23);
+  int later_stage_holds_more = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    const int L = 3 + static_cast<int>(rng() % 4), D = 2 + static_cast<int>(rng() % 2);
+    std::vector<int64_t> widths;
+    std::vector<double> ms;
+    for (int i = 0; i < L; ++i) {
+      widths.push_back(256 << (rng() % 4));
+      ms.push_back(0.1 + (rng() % 100) / 10.0);
+    }
+    LayerGraph g = linear_chain(widths);
+    const int64_t batch = 2048;
+    const int m = rng() % 2 ? 2 : 4;
+    const StageMemory mem(g);
+    const int64_t whole_mb = mem.bytes(0, L, batch / m, 1) >> 20;
+    std::vector<double> speeds;
+    for (int d = 0; d < D; ++d) speeds.push_back(0.25 + (rng() % 4) * 0.25);
+    Cluster c = cluster(speeds, 1.0 + rng() % 50);
+    for (Device& d : c.devices) d.memory_mb = std::max<int64_t>(1, whole_mb * (20 + rng() % 80) / 100);
+    Setup s(g, c, library(g, batch, ms), batch);
+    s.ctx.schedule = Schedule::one_f_one_b;
+    s.ctx.allow_recompute = trial % 2;
+    for (int stages : {0, 2, 3}) {
+      auto dp = dp_min_bottleneck(s.ctx, m, stages);
+      auto ex = exhaustive_min_bottleneck(s.ctx, m, stages);
+      REQUIRE(dp.is_ok() == ex.is_ok());
+      if (!dp) continue;
+      CHECK(pipeline_bottleneck_ms(s.ctx, *dp) == doctest::Approx(pipeline_bottleneck_ms(s.ctx, *ex)));
+      // The plan fits by core's memory rule (recomputing only where the context allows).
+      CHECK(planner_support::fits(s.ctx, planner_support::planned(s.ctx, *dp, "dp")));
+      const int S = static_cast<int>(dp->stage_begin.size());
+      for (int k = 1; k < S && !s.ctx.allow_recompute; ++k) {
+        const int end = k + 1 < S ? dp->stage_begin[k + 1] : L;
+        const Device& d = c.devices[dp->stage_device[k]];
+        const int64_t samples = batch / m;
+        if (!mem.fits(d, dp->stage_begin[k], end, samples, micro_batches_in_flight(s.ctx.schedule, m, S), false, m) &&
+            mem.fits(d, dp->stage_begin[k], end, samples, micro_batches_in_flight(s.ctx.schedule, m, S - k), false, m))
+          ++later_stage_holds_more;
+      }
+    }
+  }
+  // The inputs reach the case: without recomputation, a later stage holds what a first stage could not.
+  CHECK(later_stage_holds_more > 0);
 }
 
 TEST_CASE("the DP planner reaches the contiguous exhaustive optimum of the simulator on small chains") {
