@@ -21,7 +21,9 @@
 //    A[t % |A|] to B[t % |B|] and its gradient back; each sender's total
 //    transfer time on its links (activations forward, gradients backward),
 //    the largest sender's, / m.
-// The DP runs over (cut position, used devices U, the last stage's set S ⊆ U):
+// The DP runs from the last layer back over (cut position, used devices U,
+// the first stage's set F ⊆ U), so a stage knows the devices after it (its
+// memory under 1F1B, in_flight_limit):
 // 4^D x positions^2 steps, so at most 8 devices each on its own; on more,
 // devices interchangeable under the cost model are counted, as PipeDream
 // counts its workers (DeviceGroups), and the fastest are kept while the steps
@@ -69,10 +71,9 @@ class ReplicatedStageModel {
     return devices;
   }
 
-  // The DP's stage cost: its position in the pipeline unknown, as many in
-  // flight as a first stage of every device keeps (memory's worst case).
-  double stage(const std::vector<int>& R, int a, int b) const {
-    return phases(R, a, b, num_devices(bm_.ctx)).total;
+  // The DP's stage cost, its memory for `limit` (in_flight_limit).
+  double stage(const std::vector<int>& R, int a, int b, int limit) const {
+    return phases(R, a, b, limit).total;
   }
 
   // The in-flight limit of stage k of `sets` (the memory rule's,
@@ -390,7 +391,9 @@ class DeviceGroups {
 };
 
 // The DP's best plan per number of devices used (index = device count), for
-// `m` micro-batches, over the states of `groups` (built from ctx once per planner run).
+// `m` micro-batches, over the states of `groups` (built from ctx once per
+// planner run). It runs from the last layer back, so that a stage knows the
+// devices after it, and so its in_flight_limit (its memory under 1F1B).
 std::vector<std::optional<StagePlan>> pipedream_by_devices(const PlannerContext& ctx, const DeviceGroups& groups,
                                                            int m) {
   const ReplicatedStageModel model(ctx, m);
@@ -410,74 +413,77 @@ std::vector<std::optional<StagePlan>> pipedream_by_devices(const PlannerContext&
     if (d.empty()) d = model.ordered(groups.devices(S, N));
     return d;
   };
-  // stage cost per (set, i, k), i < k positions
-  auto sidx = [&](int s, int i, int k) { return (static_cast<size_t>(s) * (C + 1) + i) * (C + 1) + k; };
-  std::vector<double> stage(static_cast<size_t>(M) * (C + 1) * (C + 1), kInf);
-  for (int s = 1; s < M; ++s)
-    for (int i = 0; i < C; ++i)
-      for (int k = i + 1; k <= C; ++k) stage[sidx(s, i, k)] = model.stage(set_devices[s], P[i], P[k]);
-  // boundary per (last set, next set, position), computed on first use
+  // stage cost per (set, i, k, limit), i < k positions, computed on first use;
+  // limits past the micro-batches keep as many in flight as m does, and
+  // where the schedule keeps the same whatever the limit (GPipe) one stands for all.
+  const int D = groups.devices_used(groups.full());
+  const bool by_limit =
+      micro_batches_in_flight(ctx.schedule, m, 1) != micro_batches_in_flight(ctx.schedule, m, D);
+  const int limits = by_limit ? std::min(D, m) : 1;
+  auto sidx = [&](int s, int i, int k, int limit) {
+    return ((static_cast<size_t>(s) * (C + 1) + i) * (C + 1) + k) * limits + (std::min(limit, limits) - 1);
+  };
+  std::vector<double> stage(static_cast<size_t>(M) * (C + 1) * (C + 1) * limits, std::nan(""));
+  auto stage_at = [&](int s, int i, int k, int limit) {
+    double& v = stage[sidx(s, i, k, limit)];
+    if (std::isnan(v)) v = model.stage(set_devices[s], P[i], P[k], limit);
+    return v;
+  };
+  // boundary per (set, next set, position), computed on first use
   std::vector<double> boundary(static_cast<size_t>(M) * M * (C + 1), std::nan(""));
   auto boundary_at = [&](int S, int N, int i) {
     double& b = boundary[(static_cast<size_t>(S) * M + N) * (C + 1) + i];
     if (std::isnan(b)) b = model.boundary(set_devices[S], next_of(S, N), model.cut(P[i]));
     return b;
   };
-  // best[i][U][S]: the smallest bottleneck of layers [0, P[i]) on the devices U, the last stage on S <= U.
-  auto at = [&](int i, int U, int S) { return (static_cast<size_t>(i) * M + U) * M + S; };
+  // best[i][U][F]: the smallest bottleneck of layers [P[i], L) on the devices U, the first stage on F <= U.
+  auto at = [&](int i, int U, int F) { return (static_cast<size_t>(i) * M + U) * M + F; };
   std::vector<double> best(static_cast<size_t>(C + 1) * M * M, kInf);
-  std::vector<int> parent_i(best.size(), -1);
-  std::vector<int> parent_s(best.size(), 0);
-  for (int S = 1; S < M; ++S)
-    for (int k = 1; k <= C; ++k) best[at(k, S, S)] = stage[sidx(S, 0, k)];
-  for (int i = 1; i < C; ++i)
+  std::vector<int> next_i(best.size(), -1);
+  std::vector<int> next_s(best.size(), 0);
+  for (int F = 1; F < M; ++F)
+    for (int k = 0; k < C; ++k) best[at(k, F, F)] = stage_at(F, k, C, 1);
+  for (int i = C - 1; i >= 1; --i)
     for (int U = 1; U < M; ++U)
-      for (int S : groups.subs(U)) {
-        const double cur = best[at(i, U, S)];
+      for (int F : groups.subs(U)) {
+        const double cur = best[at(i, U, F)];
         if (cur == kInf) continue;
         const int free = groups.full() - U;
         if (free == 0) continue;
         for (int N : groups.subs(free)) {
-          const double link = std::max(cur, boundary_at(S, N, i));
+          const double link = std::max(cur, boundary_at(N, F, i));
           if (link == kInf) continue;
-          for (int k = i + 1; k <= C; ++k) {
-            const double v = std::max(link, stage[sidx(N, i, k)]);
-            const size_t idx = at(k, U + N, N);
+          const int r = groups.devices_used(N), limit = (groups.devices_used(U) + r + r - 1) / r;
+          for (int h = 0; h < i; ++h) {
+            const double v = std::max(link, stage_at(N, h, i, limit));
+            const size_t idx = at(h, U + N, N);
             if (v < best[idx]) {
               best[idx] = v;
-              parent_i[idx] = i;
-              parent_s[idx] = S;
+              next_i[idx] = i;
+              next_s[idx] = F;
             }
           }
         }
       }
-  const int D = groups.devices_used(groups.full());
   std::vector<std::optional<StagePlan>> out(D + 1);
   std::vector<double> out_value(D + 1, kInf);
   for (int U = 1; U < M; ++U)
-    for (int S : groups.subs(U)) {
-      const double v = best[at(C, U, S)];
+    for (int F : groups.subs(U)) {
+      const double v = best[at(0, U, F)];
       const int used = groups.devices_used(U);
       if (v >= out_value[used]) continue;
       out_value[used] = v;
       std::vector<int> begins;
       std::vector<std::vector<int>> sets;
-      int i = C, u = U, s = S;
-      while (true) {
-        sets.push_back(groups.devices(u - s, s));  // the last stage: the last devices taken of each group
-        const int prev = parent_i[at(i, u, s)];
-        if (prev < 0) {
-          begins.push_back(0);
-          break;
-        }
-        begins.push_back(P[prev]);
-        const int ps = parent_s[at(i, u, s)];
-        u -= s;
-        s = ps;
-        i = prev;
+      for (int i = 0, u = U, f = F, taken = 0; i >= 0;) {
+        begins.push_back(P[i]);
+        sets.push_back(groups.devices(taken, f));  // each group's next devices in turn
+        const size_t idx = at(i, u, f);
+        taken += f;
+        u -= f;
+        i = next_i[idx];
+        f = next_s[idx];
       }
-      std::reverse(begins.begin(), begins.end());
-      std::reverse(sets.begin(), sets.end());
       out[used] = plan_of(model, begins, sets);
     }
   return out;
@@ -942,10 +948,12 @@ void for_each_replicated(int L, const std::vector<int>& devs, F&& f) {
 double replicated_bottleneck_ms(const PlannerContext& ctx, const StagePlan& plan) {
   const int L = num_layers(ctx), S = plan.num_stages();
   const ReplicatedStageModel model(ctx, plan.micro_batches);
+  const std::vector<std::vector<int>> sets = stage_device_sets(plan);
   double v = 0;
   for (int k = 0; k < S; ++k) {
     const int end = k + 1 < S ? plan.stage_begin[k + 1] : L;
-    v = std::max(v, model.stage(plan.devices(k), plan.stage_begin[k], end));
+    v = std::max(
+        v, model.stage(sets[k], plan.stage_begin[k], end, ReplicatedStageModel::in_flight_limit(sets, k)));
     if (k > 0)
       v = std::max(v, model.boundary(plan.devices(k - 1), plan.devices(k), model.cut(plan.stage_begin[k])));
   }

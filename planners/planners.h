@@ -175,7 +175,7 @@ Placement with_micro_batches_by_model(const PlannerContext& ctx, const Placement
 Placement with_fewer_stages_by_model(const PlannerContext& ctx, const Placement& p);
 // Minimum of that objective over contiguous plans whose stages take disjoint
 // device sets (each set's replicas fastest first), for `micro_batches`: DP over
-// (layer prefix, used devices, last stage's set). On more than 8 devices the
+// (layer suffix, used devices, first stage's set). On more than 8 devices the
 // sets are counts of interchangeable devices (PipeDream's replica counts), the
 // fastest devices kept while the DP stays as small as on 8.
 Result<StagePlan> pipedream_min_bottleneck(const PlannerContext& ctx, int micro_batches);

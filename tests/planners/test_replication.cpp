@@ -169,6 +169,45 @@ TEST_CASE("PipeDream's DP over stages and replica sets equals exhaustive enumera
   CHECK(replicated_optima > 0);  // the inputs did exercise replication
 }
 
+TEST_CASE("under 1F1B PipeDream's DP gives each stage the memory of its place, as enumeration does") {
+  // Activations large against the devices' memory: a stage keeps its
+  // in_flight_limit (the devices from it to the last, over its replicas), so
+  // a later stage may hold what a first stage could not.
+  std::mt19937 rng(20261205);
+  int later_stage_holds_more = 0;
+  for (int trial = 0; trial < 30; ++trial) {
+    const int L = 2 + static_cast<int>(rng() % 4), D = 2 + static_cast<int>(rng() % 2);
+    std::vector<int64_t> widths;
+    for (int i = 0; i < L; ++i) widths.push_back(256 << (rng() % 4));
+    const LayerGraph g = linear_chain(widths);
+    const int64_t batch = 2048;
+    const StageMemory mem(g);
+    Cluster c = random_cluster(rng, D);
+    for (Device& d : c.devices) d.memory_mb = std::max<int64_t>(1, mib_to_hold(mem.bytes(0, L, batch / 4, 1)) * (20 + rng() % 80) / 100);
+    Case cs(g, c, {random_library(rng, g, batch)}, batch);
+    cs.ctx.schedule = Schedule::one_f_one_b;
+    cs.ctx.allow_recompute = trial % 2;
+    for (int m : {2, 4}) {
+      auto dp = pipedream_min_bottleneck(cs.ctx, m);
+      auto ex = exhaustive_replicated_min_bottleneck(cs.ctx, m);
+      REQUIRE(dp.is_ok() == ex.is_ok());
+      if (!dp) continue;
+      CHECK(is_valid_replicated(*dp, L, D));
+      CHECK(replicated_bottleneck_ms(cs.ctx, *dp) == doctest::Approx(replicated_bottleneck_ms(cs.ctx, *ex)));
+      CHECK(planner_support::fits(cs.ctx, planner_support::planned(cs.ctx, *dp, "pipedream")));
+      const int S = dp->num_stages();
+      for (int k = 1; k < S && !cs.ctx.allow_recompute; ++k) {
+        const int end = k + 1 < S ? dp->stage_begin[k + 1] : L, own = m / static_cast<int>(dp->devices(k).size());
+        const Device& d = cs.c.devices[dp->stage_device[k]];
+        if (!mem.fits(d, dp->stage_begin[k], end, batch / m, micro_batches_in_flight(cs.ctx.schedule, own, D), false, own))
+          ++later_stage_holds_more;
+      }
+    }
+  }
+  // The inputs reach the case: without recomputation, a later stage holds what a first stage of every device could not.
+  CHECK(later_stage_holds_more > 0);
+}
+
 TEST_CASE("on more than 8 devices PipeDream's DP counts interchangeable devices: two nodes of 5 against enumeration of the counts") {
   std::mt19937 rng(20261202);
   int beyond_eight = 0;
