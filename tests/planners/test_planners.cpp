@@ -6,15 +6,16 @@
 #include <random>
 #include <string>
 
-#include "planners/planner_support.h"
-#include "planners/planners.h"
-#include "simulator/simulator_evaluator.h"
-#include "model/layer_graph.h"
-#include "tests/model/linear_chain.h"
-#include "model/layer_library.h"
 #include "core/cluster.h"
 #include "core/placement.h"
+#include "model/layer_graph.h"
+#include "model/layer_library.h"
+#include "planners/planner_support.h"
+#include "planners/planners.h"
 #include "simulator/cost_model.h"
+#include "simulator/simulator_evaluator.h"
+#include "tests/model/linear_chain.h"
+#include "tests/planners/memory_tight.h"
 
 using namespace tapp;
 
@@ -107,21 +108,16 @@ TEST_CASE("under 1F1B the DP gives each stage the memory of its place in the pip
   int later_stage_holds_more = 0;
   for (int trial = 0; trial < 40; ++trial) {
     const int L = 3 + static_cast<int>(rng() % 4), D = 2 + static_cast<int>(rng() % 2);
-    std::vector<int64_t> widths;
+    LayerGraph g = test::wide_chain(rng, L);
     std::vector<double> ms;
-    for (int i = 0; i < L; ++i) {
-      widths.push_back(256 << (rng() % 4));
-      ms.push_back(0.1 + (rng() % 100) / 10.0);
-    }
-    LayerGraph g = linear_chain(widths);
+    for (int i = 0; i < L; ++i) ms.push_back(0.1 + (rng() % 100) / 10.0);
     const int64_t batch = 2048;
     const int m = rng() % 2 ? 2 : 4;
     const StageMemory mem(g);
-    const int64_t whole_mb = mem.bytes(0, L, batch / m, 1) >> 20;
     std::vector<double> speeds;
     for (int d = 0; d < D; ++d) speeds.push_back(0.25 + (rng() % 4) * 0.25);
     Cluster c = cluster(speeds, 1.0 + rng() % 50);
-    for (Device& d : c.devices) d.memory_mb = std::max<int64_t>(1, whole_mb * (20 + rng() % 80) / 100);
+    test::squeeze_memory(rng, c, g, batch / m);
     Setup s(g, c, library(g, batch, ms), batch);
     s.ctx.schedule = Schedule::one_f_one_b;
     s.ctx.allow_recompute = trial % 2;

@@ -23,8 +23,9 @@
 #include "simulator/cost_model.h"
 #include "simulator/data_parallel.h"
 #include "simulator/simulator_evaluator.h"
-#include "tests/model/linear_chain.h"
 #include "tests/model/flat_library.h"
+#include "tests/model/linear_chain.h"
+#include "tests/planners/memory_tight.h"
 
 using namespace tapp;
 
@@ -177,13 +178,11 @@ TEST_CASE("under 1F1B PipeDream's DP gives each stage the memory of its place, a
   int later_stage_holds_more = 0;
   for (int trial = 0; trial < 30; ++trial) {
     const int L = 2 + static_cast<int>(rng() % 4), D = 2 + static_cast<int>(rng() % 2);
-    std::vector<int64_t> widths;
-    for (int i = 0; i < L; ++i) widths.push_back(256 << (rng() % 4));
-    const LayerGraph g = linear_chain(widths);
+    const LayerGraph g = test::wide_chain(rng, L);
     const int64_t batch = 2048;
     const StageMemory mem(g);
     Cluster c = random_cluster(rng, D);
-    for (Device& d : c.devices) d.memory_mb = std::max<int64_t>(1, mib_to_hold(mem.bytes(0, L, batch / 4, 1)) * (20 + rng() % 80) / 100);
+    test::squeeze_memory(rng, c, g, batch / 4);
     Case cs(g, c, {random_library(rng, g, batch)}, batch);
     cs.ctx.schedule = Schedule::one_f_one_b;
     cs.ctx.allow_recompute = trial % 2;
