@@ -25,32 +25,38 @@ namespace {
 // Stages on the devices of `order` taken in turn (stage s on order[s]), every
 // layer boundary a candidate cut: O(L^2 S) per pass, so exact over the cuts
 // where the DP over device sets must fall back to quantiles. Per stage count,
-// the best plan and its bottleneck (kInf where none fits). Where a stage's
-// micro-batches in flight depend on the stages after it (1F1B), each stage
-// count takes a pass of its own; otherwise one pass gives them all.
+// the best plan, its bottleneck (kInf where none fits) and, of equal
+// bottlenecks, the least sum of its stages' and boundaries' times. Where a
+// stage's micro-batches in flight depend on the stages after it (1F1B), each
+// stage count takes a pass of its own; otherwise one pass gives them all.
 void dp_in_device_order(const BottleneckModel& bm, int L, const std::vector<int>& order,
-                        std::vector<std::optional<StagePlan>>& out, std::vector<double>& out_value) {
+                        std::vector<std::optional<StagePlan>>& out, std::vector<double>& out_value,
+                        std::vector<double>& out_sum) {
   const int S_max = std::min(static_cast<int>(order.size()), L);
   const bool per_count = micro_batches_in_flight(bm.ctx.schedule, bm.m, 1) !=
                          micro_batches_in_flight(bm.ctx.schedule, bm.m, S_max);
   for (int S = per_count ? 1 : S_max; S <= S_max; ++S) {
-    // f[s][j]: the best bottleneck of layers [0, j) on stages 0..s; from[s][j]: the cut before stage s.
-    std::vector<std::vector<double>> f(S, std::vector<double>(L + 1, kInf));
+    // f[s][j]: the best bottleneck of layers [0, j) on stages 0..s, g[s][j]
+    // its sum; from[s][j]: the cut before stage s.
+    std::vector<std::vector<double>> f(S, std::vector<double>(L + 1, kInf)), g = f;
     std::vector<std::vector<int>> from(S, std::vector<int>(L + 1, -1));
-    for (int j = 1; j <= L; ++j) f[0][j] = bm.stage(order[0], 0, j, S);
+    for (int j = 1; j <= L; ++j) f[0][j] = g[0][j] = bm.stage(order[0], 0, j, S);
     for (int s = 1; s < S; ++s)
       for (int i = s; i < L; ++i) {
         if (f[s - 1][i] == kInf) continue;
-        const double link = std::max(f[s - 1][i], bm.boundary(order[s - 1], order[s], i));
+        const double edge = bm.boundary(order[s - 1], order[s], i);
+        const double link = std::max(f[s - 1][i], edge);
         if (link >= kInf) continue;
         for (int j = i + 1; j <= L; ++j) {
-          const double v = std::max(link, bm.stage(order[s], i, j, S - s));
-          if (v < f[s][j]) f[s][j] = v, from[s][j] = i;
+          const double t = bm.stage(order[s], i, j, S - s);
+          const double v = std::max(link, t), total = g[s - 1][i] + edge + t;
+          if (v < f[s][j] || (v == f[s][j] && total < g[s][j])) f[s][j] = v, g[s][j] = total, from[s][j] = i;
         }
       }
     for (int s = per_count ? S - 1 : 0; s < S; ++s) {
-      if (!(f[s][L] < out_value[s + 1])) continue;
-      out_value[s + 1] = f[s][L];
+      if (!(f[s][L] < out_value[s + 1] || (f[s][L] == out_value[s + 1] && g[s][L] < out_sum[s + 1])))
+        continue;
+      out_value[s + 1] = f[s][L], out_sum[s + 1] = g[s][L];
       StagePlan plan;
       plan.micro_batches = bm.m;
       plan.stage_begin.assign(s + 1, 0);
@@ -75,64 +81,56 @@ Result<std::vector<std::optional<StagePlan>>> dp_by_stage_count(const PlannerCon
   const int C = static_cast<int>(P.size()) - 1;
   const int M = 1 << D;
   BottleneckModel bm(ctx, m);
-  // best[at(i, mask, first)]: layers [P[i], L) on the devices of mask, the first stage on `first`.
+  // best[at(i, mask, first)]: layers [P[i], L) on the devices of mask, the
+  // first stage on `first`; of equal bottlenecks the least sum of the stages'
+  // and boundaries' times (`sum`: one micro-batch's way through, the fill and
+  // drain a step adds to its bottleneck).
   auto at = [&](int i, int mask, int first) { return (static_cast<size_t>(i) * M + mask) * D + first; };
-  std::vector<double> best(static_cast<size_t>(C + 1) * M * D, kInf);
-  std::vector<int> next(best.size(), -1);  // the cut index where the next stage begins
+  std::vector<double> best(static_cast<size_t>(C + 1) * M * D, kInf), sum(best.size(), kInf);
+  std::vector<int> next(best.size(), -1);      // the cut index where the next stage begins
+  std::vector<int> next_dev(best.size(), -1);  // and its device
+  auto improve = [&](size_t idx, double v, double total, int i, int d) {
+    if (v < best[idx] || (v == best[idx] && total < sum[idx]))
+      best[idx] = v, sum[idx] = total, next[idx] = i, next_dev[idx] = d;
+  };
   for (int k = 0; k < C; ++k)
-    for (int d = 0; d < D; ++d) best[at(k, 1 << d, d)] = bm.stage(d, P[k], L, 1);
+    for (int d = 0; d < D; ++d) {
+      const double t = bm.stage(d, P[k], L, 1);
+      improve(at(k, 1 << d, d), t, t, -1, -1);
+    }
   for (int i = C - 1; i >= 1; --i)
     for (int mask = 1; mask < M; ++mask)
       for (int first = 0; first < D; ++first) {
-        const double cur = best[at(i, mask, first)];
-        if (cur == kInf) continue;
+        const size_t from = at(i, mask, first);
+        if (best[from] == kInf) continue;
         const int stages_to_end = __builtin_popcount(mask) + 1;
         for (int d = 0; d < D; ++d) {
           if (mask & (1 << d)) continue;
-          const double link = std::max(cur, bm.boundary(d, first, P[i]));
+          const double edge = bm.boundary(d, first, P[i]);
+          const double link = std::max(best[from], edge);
           const int nmask = mask | (1 << d);
           for (int h = 0; h < i; ++h) {
-            const double v = std::max(link, bm.stage(d, P[h], P[i], stages_to_end));
-            const size_t idx = at(h, nmask, d);
-            if (v < best[idx]) {
-              best[idx] = v;
-              next[idx] = i;
-            }
+            const double t = bm.stage(d, P[h], P[i], stages_to_end);
+            improve(at(h, nmask, d), std::max(link, t), sum[from] + edge + t, i, first);
           }
         }
       }
   std::vector<std::optional<StagePlan>> out(D + 1);
-  std::vector<double> out_value(D + 1, kInf);
+  std::vector<double> out_value(D + 1, kInf), out_sum(D + 1, kInf);
   for (int mask = 1; mask < M; ++mask)
     for (int first = 0; first < D; ++first) {
-      const double v = best[at(0, mask, first)];
+      const size_t idx = at(0, mask, first);
       const int S = __builtin_popcount(mask);
-      if (v >= out_value[S]) continue;
-      out_value[S] = v;
+      if (!(best[idx] < out_value[S] || (best[idx] == out_value[S] && sum[idx] < out_sum[S]))) continue;
+      out_value[S] = best[idx], out_sum[S] = sum[idx];
       StagePlan plan;
       plan.micro_batches = m;
-      int i = 0, msk = mask, d = first;
-      while (true) {
+      for (int i = 0, msk = mask, d = first; i >= 0;) {
         plan.stage_begin.push_back(P[i]);
         plan.stage_device.push_back(d);
-        const int nxt = next[at(i, msk, d)];
-        if (nxt < 0) break;
-        // the next stage's device: the one left in msk whose suffix at nxt gives this state's value
-        const double target = best[at(i, msk, d)];
-        const int stages_to_end = __builtin_popcount(msk);
+        const size_t here = at(i, msk, d);
         msk &= ~(1 << d);
-        int found = -1;
-        for (int q = 0; q < D && found < 0; ++q) {
-          if (!(msk & (1 << q))) continue;
-          const double cur = best[at(nxt, msk, q)];
-          if (cur == kInf) continue;
-          const double w =
-              std::max({cur, bm.boundary(d, q, P[nxt]), bm.stage(d, P[i], P[nxt], stages_to_end)});
-          if (w == target) found = q;
-        }
-        if (found < 0) return Status::error("dp: internal error reconstructing the plan");
-        i = nxt;
-        d = found;
+        i = next[here], d = next_dev[here];
       }
       out[S] = plan;
     }
@@ -143,8 +141,8 @@ Result<std::vector<std::optional<StagePlan>>> dp_by_stage_count(const PlannerCon
   if (C < L) {
     std::vector<int> in_order(D);
     std::iota(in_order.begin(), in_order.end(), 0);
-    dp_in_device_order(bm, L, in_order, out, out_value);
-    dp_in_device_order(bm, L, devices_fastest_first(ctx), out, out_value);
+    dp_in_device_order(bm, L, in_order, out, out_value, out_sum);
+    dp_in_device_order(bm, L, devices_fastest_first(ctx), out, out_value, out_sum);
   }
   return out;
 }

@@ -100,6 +100,23 @@ TEST_CASE("the DP's minimum bottleneck equals exhaustive search on small chains"
   }
 }
 
+TEST_CASE("of plans with the same bottleneck the DP keeps the one a micro-batch crosses fastest") {
+  // The middle layer on the fast device sets the bottleneck (33 units) in
+  // every two-stage plan worth having; the light layer beside it costs 6 on
+  // d1 and 12 on d2, below that bottleneck either way, but a step's fill and
+  // drain pay it.
+  // Every order of the devices' indices, so that no order of the DP's loops hides it.
+  LayerGraph g = linear_chain({8, 8, 8});
+  std::vector<double> speeds{0.25, 0.5, 1};
+  do {
+    Setup s(g, cluster(speeds), library(g, 8, {1, 10, 1}), 8);
+    auto dp = dp_min_bottleneck(s.ctx, 1, 2);
+    REQUIRE(dp.is_ok());
+    CHECK(pipeline_bottleneck_ms(s.ctx, *dp) == doctest::Approx(33).epsilon(0.01));
+    for (int d : dp->stage_device) CHECK(speeds[d] >= 0.5);
+  } while (std::next_permutation(speeds.begin(), speeds.end()));
+}
+
 TEST_CASE("under 1F1B the DP gives each stage the memory of its place in the pipeline, as exhaustive search does") {
   // Activations large against the devices' memory: a stage keeps as many
   // micro-batches as stages from it to the last, so a later stage may hold
