@@ -436,43 +436,49 @@ std::vector<std::optional<StagePlan>> pipedream_by_devices(const PlannerContext&
     if (std::isnan(b)) b = model.boundary(set_devices[S], next_of(S, N), model.cut(P[i]));
     return b;
   };
-  // best[i][U][F]: the smallest bottleneck of layers [P[i], L) on the devices U, the first stage on F <= U.
+  // best[i][U][F]: the smallest bottleneck of layers [P[i], L) on the devices
+  // U, the first stage on F <= U; of equal bottlenecks the least sum of the
+  // stages' and boundaries' times (sum[i][U][F]: a micro-batch's way through).
   auto at = [&](int i, int U, int F) { return (static_cast<size_t>(i) * M + U) * M + F; };
-  std::vector<double> best(static_cast<size_t>(C + 1) * M * M, kInf);
+  std::vector<double> best(static_cast<size_t>(C + 1) * M * M, kInf), sum(best.size(), kInf);
   std::vector<int> next_i(best.size(), -1);
   std::vector<int> next_s(best.size(), 0);
+  auto improve = [&](size_t idx, double v, double total, int i, int F) {
+    if (v < best[idx] || (v == best[idx] && total < sum[idx]))
+      best[idx] = v, sum[idx] = total, next_i[idx] = i, next_s[idx] = F;
+  };
   for (int F = 1; F < M; ++F)
-    for (int k = 0; k < C; ++k) best[at(k, F, F)] = stage_at(F, k, C, 1);
+    for (int k = 0; k < C; ++k) {
+      const double t = stage_at(F, k, C, 1);
+      improve(at(k, F, F), t, t, -1, 0);
+    }
   for (int i = C - 1; i >= 1; --i)
     for (int U = 1; U < M; ++U)
       for (int F : groups.subs(U)) {
-        const double cur = best[at(i, U, F)];
-        if (cur == kInf) continue;
+        const size_t from = at(i, U, F);
+        if (best[from] == kInf) continue;
         const int free = groups.full() - U;
         if (free == 0) continue;
         for (int N : groups.subs(free)) {
-          const double link = std::max(cur, boundary_at(N, F, i));
+          const double edge = boundary_at(N, F, i);
+          const double link = std::max(best[from], edge);
           if (link == kInf) continue;
           const int r = groups.devices_used(N), limit = (groups.devices_used(U) + r + r - 1) / r;
           for (int h = 0; h < i; ++h) {
-            const double v = std::max(link, stage_at(N, h, i, limit));
-            const size_t idx = at(h, U + N, N);
-            if (v < best[idx]) {
-              best[idx] = v;
-              next_i[idx] = i;
-              next_s[idx] = F;
-            }
+            const double t = stage_at(N, h, i, limit);
+            improve(at(h, U + N, N), std::max(link, t), sum[from] + edge + t, i, F);
           }
         }
       }
   std::vector<std::optional<StagePlan>> out(D + 1);
-  std::vector<double> out_value(D + 1, kInf);
+  std::vector<double> out_value(D + 1, kInf), out_sum(D + 1, kInf);
   for (int U = 1; U < M; ++U)
     for (int F : groups.subs(U)) {
-      const double v = best[at(0, U, F)];
+      const size_t first = at(0, U, F);
       const int used = groups.devices_used(U);
-      if (v >= out_value[used]) continue;
-      out_value[used] = v;
+      if (!(best[first] < out_value[used] || (best[first] == out_value[used] && sum[first] < out_sum[used])))
+        continue;
+      out_value[used] = best[first], out_sum[used] = sum[first];
       std::vector<int> begins;
       std::vector<std::vector<int>> sets;
       for (int i = 0, u = U, f = F, taken = 0; i >= 0;) {

@@ -170,6 +170,31 @@ TEST_CASE("PipeDream's DP over stages and replica sets equals exhaustive enumera
   CHECK(replicated_optima > 0);  // the inputs did exercise replication
 }
 
+TEST_CASE("of plans with the same bottleneck PipeDream's DP keeps the one a micro-batch crosses fastest") {
+  // The heavy first layer on the fast device sets the bottleneck (30 units);
+  // the light one after it costs 6 on the device of speed 0.5 and 12 on the
+  // one of 0.25, below that either way, but a step's fill and drain pay it.
+  // Every order of the devices' indices, so that no order of the DP's loops hides it.
+  const LayerGraph g = linear_chain({8, 8});
+  LayerLibrary lib = library_skeleton(g);
+  lib.batch_size = 8;
+  for (size_t i = 0; i < lib.rows.size(); ++i) {
+    lib.rows[i].forward_ms = i == 0 ? 10 : 1;
+    lib.rows[i].backward_ms = 2 * lib.rows[i].forward_ms;
+  }
+  std::vector<double> speeds{0.25, 0.5, 1};
+  do {
+    Cluster c = cluster_of_speeds(speeds);
+    free_default_link(c);
+    Case cs(g, c, {lib}, 8);
+    auto dp = pipedream_min_bottleneck(cs.ctx, 1);
+    REQUIRE(dp.is_ok());
+    CHECK(replicated_bottleneck_ms(cs.ctx, *dp) == doctest::Approx(30));
+    for (int k = 0; k < dp->num_stages(); ++k)
+      for (int d : dp->devices(k)) CHECK(speeds[d] >= 0.5);
+  } while (std::next_permutation(speeds.begin(), speeds.end()));
+}
+
 TEST_CASE("under 1F1B PipeDream's DP gives each stage the memory of its place, as enumeration does") {
   // Activations large against the devices' memory: a stage keeps its
   // in_flight_limit (the devices from it to the last, over its replicas), so
