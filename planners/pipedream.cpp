@@ -413,21 +413,26 @@ std::vector<std::optional<StagePlan>> pipedream_by_devices(const PlannerContext&
     if (d.empty()) d = model.ordered(groups.devices(S, N));
     return d;
   };
-  // stage cost per (set, i, k, limit), i < k positions, computed on first use;
+  // stage cost per (set, last position k, limit), a row over the first
+  // positions i < k, computed on first use (the DP reads a row in turn);
   // limits past the micro-batches keep as many in flight as m does, and
   // where the schedule keeps the same whatever the limit (GPipe) one stands for all.
-  const int D = groups.devices_used(groups.full());
+  std::vector<int> used(M);  // devices per state
+  for (int u = 0; u < M; ++u) used[u] = groups.devices_used(u);
+  const int D = used[groups.full()];
   const bool by_limit =
       micro_batches_in_flight(ctx.schedule, m, 1) != micro_batches_in_flight(ctx.schedule, m, D);
   const int limits = by_limit ? std::min(D, m) : 1;
-  auto sidx = [&](int s, int i, int k, int limit) {
-    return ((static_cast<size_t>(s) * (C + 1) + i) * (C + 1) + k) * limits + (std::min(limit, limits) - 1);
-  };
-  std::vector<double> stage(static_cast<size_t>(M) * (C + 1) * (C + 1) * limits, std::nan(""));
-  auto stage_at = [&](int s, int i, int k, int limit) {
-    double& v = stage[sidx(s, i, k, limit)];
-    if (std::isnan(v)) v = model.stage(set_devices[s], P[i], P[k], limit);
-    return v;
+  std::vector<double> stage(static_cast<size_t>(M) * (C + 1) * limits * (C + 1));
+  std::vector<char> row_ready(static_cast<size_t>(M) * (C + 1) * limits, 0);
+  auto stage_row = [&](int s, int k, int limit) -> const double* {
+    const size_t row = (static_cast<size_t>(s) * (C + 1) + k) * limits + (std::min(limit, limits) - 1);
+    double* out = &stage[row * (C + 1)];
+    if (!row_ready[row]) {
+      for (int i = 0; i < k; ++i) out[i] = model.stage(set_devices[s], P[i], P[k], limit);
+      row_ready[row] = 1;
+    }
+    return out;
   };
   // boundary per (set, next set, position), computed on first use
   std::vector<double> boundary(static_cast<size_t>(M) * M * (C + 1), std::nan(""));
@@ -439,7 +444,9 @@ std::vector<std::optional<StagePlan>> pipedream_by_devices(const PlannerContext&
   // best[i][U][F]: the smallest bottleneck of layers [P[i], L) on the devices
   // U, the first stage on F <= U; of equal bottlenecks the least sum of the
   // stages' and boundaries' times (sum[i][U][F]: a micro-batch's way through).
-  auto at = [&](int i, int U, int F) { return (static_cast<size_t>(i) * M + U) * M + F; };
+  auto at = [&](int i, int U, int F) {
+    return (static_cast<size_t>(U) * M + F) * (C + 1) + i;
+  };  // i innermost: the DP's rows
   std::vector<double> best(static_cast<size_t>(C + 1) * M * M, kInf), sum(best.size(), kInf);
   std::vector<int> next_i(best.size(), -1);
   std::vector<int> next_s(best.size(), 0);
@@ -449,7 +456,7 @@ std::vector<std::optional<StagePlan>> pipedream_by_devices(const PlannerContext&
   };
   for (int F = 1; F < M; ++F)
     for (int k = 0; k < C; ++k) {
-      const double t = stage_at(F, k, C, 1);
+      const double t = stage_row(F, C, 1)[k];
       improve(at(k, F, F), t, t, -1, 0);
     }
   for (int i = C - 1; i >= 1; --i)
@@ -463,9 +470,10 @@ std::vector<std::optional<StagePlan>> pipedream_by_devices(const PlannerContext&
           const double edge = boundary_at(N, F, i);
           const double link = std::max(best[from], edge);
           if (link == kInf) continue;
-          const int r = groups.devices_used(N), limit = (groups.devices_used(U) + r + r - 1) / r;
+          const int limit = (used[U] + used[N] + used[N] - 1) / used[N];
+          const double* row = stage_row(N, i, limit);
           for (int h = 0; h < i; ++h) {
-            const double t = stage_at(N, h, i, limit);
+            const double t = row[h];
             improve(at(h, U + N, N), std::max(link, t), sum[from] + edge + t, i, F);
           }
         }
@@ -475,10 +483,9 @@ std::vector<std::optional<StagePlan>> pipedream_by_devices(const PlannerContext&
   for (int U = 1; U < M; ++U)
     for (int F : groups.subs(U)) {
       const size_t first = at(0, U, F);
-      const int used = groups.devices_used(U);
-      if (!(best[first] < out_value[used] || (best[first] == out_value[used] && sum[first] < out_sum[used])))
-        continue;
-      out_value[used] = best[first], out_sum[used] = sum[first];
+      const int n = used[U];
+      if (!(best[first] < out_value[n] || (best[first] == out_value[n] && sum[first] < out_sum[n]))) continue;
+      out_value[n] = best[first], out_sum[n] = sum[first];
       std::vector<int> begins;
       std::vector<std::vector<int>> sets;
       for (int i = 0, u = U, f = F, taken = 0; i >= 0;) {
@@ -490,7 +497,7 @@ std::vector<std::optional<StagePlan>> pipedream_by_devices(const PlannerContext&
         i = next_i[idx];
         f = next_s[idx];
       }
-      out[used] = plan_of(model, begins, sets);
+      out[n] = plan_of(model, begins, sets);
     }
   return out;
 }
