@@ -444,9 +444,8 @@ std::vector<std::optional<StagePlan>> pipedream_by_devices(const PlannerContext&
   // best[i][U][F]: the smallest bottleneck of layers [P[i], L) on the devices
   // U, the first stage on F <= U; of equal bottlenecks the least sum of the
   // stages' and boundaries' times (sum[i][U][F]: a micro-batch's way through).
-  auto at = [&](int i, int U, int F) {
-    return (static_cast<size_t>(U) * M + F) * (C + 1) + i;
-  };  // i innermost: the DP's rows
+  // i innermost: the DP writes a row of first positions in turn.
+  auto at = [&](int i, int U, int F) { return (static_cast<size_t>(U) * M + F) * (C + 1) + i; };
   std::vector<double> best(static_cast<size_t>(C + 1) * M * M, kInf), sum(best.size(), kInf);
   std::vector<int> next_i(best.size(), -1);
   std::vector<int> next_s(best.size(), 0);
