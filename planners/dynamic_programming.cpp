@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -50,12 +51,11 @@ void dp_in_device_order(const BottleneckModel& bm, int L, const std::vector<int>
         for (int j = i + 1; j <= L; ++j) {
           const double t = bm.stage(order[s], i, j, S - s);
           const double v = std::max(link, t), total = g[s - 1][i] + edge + t;
-          if (v < f[s][j] || (v == f[s][j] && total < g[s][j])) f[s][j] = v, g[s][j] = total, from[s][j] = i;
+          if (std::tie(v, total) < std::tie(f[s][j], g[s][j])) f[s][j] = v, g[s][j] = total, from[s][j] = i;
         }
       }
     for (int s = per_count ? S - 1 : 0; s < S; ++s) {
-      if (!(f[s][L] < out_value[s + 1] || (f[s][L] == out_value[s + 1] && g[s][L] < out_sum[s + 1])))
-        continue;
+      if (!(std::tie(f[s][L], g[s][L]) < std::tie(out_value[s + 1], out_sum[s + 1]))) continue;
       out_value[s + 1] = f[s][L], out_sum[s + 1] = g[s][L];
       StagePlan plan;
       plan.micro_batches = bm.m;
@@ -90,7 +90,7 @@ Result<std::vector<std::optional<StagePlan>>> dp_by_stage_count(const PlannerCon
   std::vector<int> next(best.size(), -1);      // the cut index where the next stage begins
   std::vector<int> next_dev(best.size(), -1);  // and its device
   auto improve = [&](size_t idx, double v, double total, int i, int d) {
-    if (v < best[idx] || (v == best[idx] && total < sum[idx]))
+    if (std::tie(v, total) < std::tie(best[idx], sum[idx]))
       best[idx] = v, sum[idx] = total, next[idx] = i, next_dev[idx] = d;
   };
   for (int k = 0; k < C; ++k)
@@ -121,7 +121,7 @@ Result<std::vector<std::optional<StagePlan>>> dp_by_stage_count(const PlannerCon
     for (int first = 0; first < D; ++first) {
       const size_t idx = at(0, mask, first);
       const int S = __builtin_popcount(mask);
-      if (!(best[idx] < out_value[S] || (best[idx] == out_value[S] && sum[idx] < out_sum[S]))) continue;
+      if (!(std::tie(best[idx], sum[idx]) < std::tie(out_value[S], out_sum[S]))) continue;
       out_value[S] = best[idx], out_sum[S] = sum[idx];
       StagePlan plan;
       plan.micro_batches = m;

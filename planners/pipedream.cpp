@@ -36,6 +36,7 @@
 #include <numeric>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/cluster.h"
@@ -83,8 +84,11 @@ class ReplicatedStageModel {
     for (size_t s = k; s < sets.size(); ++s) devices.insert(devices.end(), sets[s].begin(), sets[s].end());
     std::sort(devices.begin(), devices.end());
     const int n = static_cast<int>(std::unique(devices.begin(), devices.end()) - devices.begin());
-    const int r = static_cast<int>(sets[k].size());
-    return (n + r - 1) / r;
+    return in_flight_limit(n, static_cast<int>(sets[k].size()));
+  }
+  // The same for a stage on `replicas` devices with `devices_to_end` from it to the last stage.
+  static int in_flight_limit(int devices_to_end, int replicas) {
+    return (devices_to_end + replicas - 1) / replicas;
   }
 
   // Whether a stage's interval has parts by phase (interval()): under GPipe.
@@ -450,7 +454,7 @@ std::vector<std::optional<StagePlan>> pipedream_by_devices(const PlannerContext&
   std::vector<int> next_i(best.size(), -1);
   std::vector<int> next_s(best.size(), 0);
   auto improve = [&](size_t idx, double v, double total, int i, int F) {
-    if (v < best[idx] || (v == best[idx] && total < sum[idx]))
+    if (std::tie(v, total) < std::tie(best[idx], sum[idx]))
       best[idx] = v, sum[idx] = total, next_i[idx] = i, next_s[idx] = F;
   };
   for (int F = 1; F < M; ++F)
@@ -469,7 +473,7 @@ std::vector<std::optional<StagePlan>> pipedream_by_devices(const PlannerContext&
           const double edge = boundary_at(N, F, i);
           const double link = std::max(best[from], edge);
           if (link == kInf) continue;
-          const int limit = (used[U] + used[N] + used[N] - 1) / used[N];
+          const int limit = ReplicatedStageModel::in_flight_limit(used[U] + used[N], used[N]);
           const double* row = stage_row(N, i, limit);
           for (int h = 0; h < i; ++h) {
             const double t = row[h];
@@ -483,7 +487,7 @@ std::vector<std::optional<StagePlan>> pipedream_by_devices(const PlannerContext&
     for (int F : groups.subs(U)) {
       const size_t first = at(0, U, F);
       const int n = used[U];
-      if (!(best[first] < out_value[n] || (best[first] == out_value[n] && sum[first] < out_sum[n]))) continue;
+      if (!(std::tie(best[first], sum[first]) < std::tie(out_value[n], out_sum[n]))) continue;
       out_value[n] = best[first], out_sum[n] = sum[first];
       std::vector<int> begins;
       std::vector<std::vector<int>> sets;
