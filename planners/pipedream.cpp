@@ -39,6 +39,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/allreduce_ring.h"
 #include "core/cluster.h"
 #include "model/layer_graph.h"
 #include "planners/planner_support.h"
@@ -72,9 +73,24 @@ class ReplicatedStageModel {
     return devices;
   }
 
-  // The DP's stage cost, its memory for `limit` (in_flight_limit).
+  // The DP's stage cost, its memory for `limit` (in_flight_limit): PipeDream's,
+  // the replicas' all-reduce spread over the micro-batches.
   double stage(const std::vector<int>& R, int a, int b, int limit) const {
-    return phases(R, a, b, limit).total;
+    const Phases p = phases(R, a, b, limit);
+    return (p.total + allreduce_ms(R, a, b)) / bm_.m;
+  }
+
+  // The replicas' all-reduce of the stage's gradients, once a step, in the
+  // ring order of R (0 on one device; a stage without parameters exchanges
+  // nothing, where the ring would still pay its latencies).
+  double allreduce_ms(const std::vector<int>& R, int a, int b) const {
+    if (R.size() < 2) return 0;
+    const int64_t bytes = bm_.mem.param_bytes(a, b);
+    return bytes == 0 ? 0 : bm_.ctx.cost->ring_allreduce_ms(R, bytes);
+  }
+  // R in the order the measurer rings them (cheapest_ring) for the stage's gradients.
+  std::vector<int> ring(const std::vector<int>& R, int a, int b) const {
+    return cheapest_ring(*bm_.ctx.cluster, R, bm_.mem.param_bytes(a, b));
   }
 
   // The in-flight limit of stage k of `sets` (the memory rule's,
@@ -109,8 +125,9 @@ class ReplicatedStageModel {
     const Phases p = phases(R, a, b, limit);
     if (recompute) *recompute = p.recompute;
     if (p.total == kInf) return p.total;
-    if (!by_phase()) return std::max(p.total, send_on + send_back);
-    const double f = std::max(p.forward, send_on), g = std::max(p.backward, send_back);
+    const int m = bm_.m;
+    if (!by_phase()) return std::max(p.total / m, send_on + send_back);
+    const double f = std::max(p.forward / m, send_on), g = std::max(p.backward / m, send_back);
     if (forward) *forward = f, *backward = g;
     return f + g;
   }
@@ -161,15 +178,32 @@ class ReplicatedStageModel {
   // again where it recomputes (the latency GPipe's fill and drain and 1F1B's
   // round trip see; the interval is stage()), on its slowest replica; where
   // replicas are weighed by speed, on its fastest: the slow ones run fewer
-  // micro-batches and finish with the rest, so the fill and drain see the first.
-  double stage_latency(const std::vector<int>& R, int a, int b, bool recompute) const {
-    double slowest = 0, fastest = kInf;
+  // micro-batches and finish with the rest, so the fill and drain see the
+  // first. `backward`, where given: that replica's backward (with the
+  // recomputed forward), which the drain after the stage's last micro-batch sees.
+  double stage_latency(const std::vector<int>& R, int a, int b, bool recompute,
+                       double* backward = nullptr) const {
+    double slowest = 0, fastest = kInf, slowest_backward = 0, fastest_backward = 0;
     for (int d : R) {
-      const double t = stage_ms(bm_.ctx, d, a, b, bm_.samples) +
-                       (recompute ? bm_.ctx.cost->forward_ms(d, a, b - 1, bm_.samples) : 0);
-      slowest = std::max(slowest, t), fastest = std::min(fastest, t);
+      const double forward = bm_.ctx.cost->forward_ms(d, a, b - 1, bm_.samples);
+      const double backward_ms = bm_.ctx.cost->backward_ms(d, a, b - 1, bm_.samples);
+      const double t = forward + backward_ms + (recompute ? forward : 0);
+      if (t > slowest) slowest = t, slowest_backward = backward_ms + (recompute ? forward : 0);
+      if (t < fastest) fastest = t, fastest_backward = backward_ms + (recompute ? forward : 0);
     }
+    if (backward) *backward = bm_.ctx.replicas_weighed ? fastest_backward : slowest_backward;
     return bm_.ctx.replicas_weighed ? fastest : slowest;
+  }
+
+  // The gradients of one micro-batch's `per_sample` bytes from A back to B,
+  // on the slowest pair: the drain's step between two stages.
+  double gradient_latency(const std::vector<int>& A, const std::vector<int>& B, int64_t per_sample) const {
+    const int64_t bytes = per_sample * bm_.samples;
+    if (bytes == 0) return 0;
+    double t = 0;
+    for (int a : A)
+      for (int b : B) t = std::max(t, bm_.ctx.cost->transfer_ms(a, b, bytes));
+    return t;
   }
 
   // One micro-batch's `per_sample` bytes of activations and their gradients
@@ -197,8 +231,8 @@ class ReplicatedStageModel {
   }
 
  private:
-  // Per micro-batch on the stage's slowest replica: forward, backward (with
-  // recomputation's extra forward and the all-reduce) and both together.
+  // Per step on the stage's slowest replica, all its micro-batches: forward,
+  // backward (with recomputation's extra forward) and both together.
   struct Phases {
     double forward = 0, backward = 0, total = 0;
     bool recompute = false;
@@ -230,10 +264,6 @@ class ReplicatedStageModel {
       p.backward = std::max(p.backward, n * backward);
       p.total = std::max(p.total, n * (forward + backward));
     }
-    const double allreduce = allreduce_ms(R, bm_.mem.param_bytes(a, b));
-    p.forward /= m;
-    p.backward = (p.backward + allreduce) / m;
-    p.total = (p.total + allreduce) / m;
     return p;
   }
 
@@ -255,11 +285,6 @@ class ReplicatedStageModel {
     thread_local std::vector<double> v;
     v.assign(n, 0);
     return v;
-  }
-
-  // A stage without parameters exchanges nothing (the ring would still pay its latencies).
-  double allreduce_ms(const std::vector<int>& R, int64_t param_bytes) const {
-    return param_bytes == 0 ? 0 : bm_.ctx.cost->ring_allreduce_ms(R, param_bytes);
   }
 
   BottleneckModel bm_;
@@ -522,12 +547,19 @@ struct PipelineTimes {
   std::vector<double> forward, backward;  // GPipe's phases of each interval (0 otherwise)
   std::vector<double> edge_latency, edge_interval;
   std::vector<int> window, replicas;
+  // Where a stage has replicas (else empty): per stage its all-reduce, its
+  // backward latency, and the gradients' latency back to the stage before it.
+  std::vector<double> allreduce, backward_latency, gradient_latency;
+
+  void add_allreduces() {
+    allreduce.assign(latency.size(), 0), backward_latency = gradient_latency = allreduce;
+  }
 
   // Sum of latencies + (m - 1) x the bottleneck: the largest interval, or
   // round trip from a stage on over its window, or 1F1B's round trip between
   // two stages (inner_round_trip), or under GPipe the slowest forward + the
   // slowest backward: every forward runs before any backward, so each phase
-  // goes at its own slowest stage's pace.
+  // goes at its own slowest stage's pace. Then what the all-reduces add (exposed_allreduce).
   double step(int m) const {
     const int S = static_cast<int>(latency.size());
     double sum = 0, bottleneck = 0, slowest_forward = 0, slowest_backward = 0;
@@ -540,7 +572,20 @@ struct PipelineTimes {
     }
     bottleneck = std::max({bottleneck, slowest_forward + slowest_backward, inner_round_trip(m)});
     if (bottleneck == kInf) return kInf;  // (not m = 1's 0 x infinity)
-    return sum + (m - 1) * bottleneck;
+    return sum + (m - 1) * bottleneck + exposed_allreduce();
+  }
+
+  // A stage's all-reduce starts after its last backward, which every schedule
+  // runs last of its micro-batches: only the drain after it hides the
+  // all-reduce, that micro-batch's gradients and backwards through the stages
+  // before it (none for the first stage, or data parallelism).
+  double exposed_allreduce() const {
+    double drain = 0, exposed = 0;
+    for (size_t k = 0; k < allreduce.size(); ++k) {
+      if (k > 0) drain += gradient_latency[k] + backward_latency[k - 1];
+      exposed = std::max(exposed, allreduce[k] - drain);
+    }
+    return exposed;
   }
 
   // Under 1F1B stage i's backward of micro-batch t frees its forward of
@@ -574,6 +619,10 @@ std::vector<std::vector<int>> stage_device_sets(const StagePlan& plan) {
   return sets;
 }
 
+bool has_replicas(const std::vector<std::vector<int>>& sets) {
+  return std::any_of(sets.begin(), sets.end(), [](const std::vector<int>& s) { return s.size() > 1; });
+}
+
 // A pipeline's step for given cuts, as GPipe's fill and drain see it: one
 // micro-batch's latency through every stage and boundary, then m - 1 more
 // intervals of the slowest (the bottleneck, or a stage's round trip over its
@@ -599,8 +648,15 @@ class CutTable {
     a_.edge_latency.assign(cells, 0);
     a_.forward.clear(), a_.backward.clear();
     if (model.by_phase()) a_.forward.assign(cells, 0), a_.backward.assign(cells, 0);
+    a_.allreduce.clear(), a_.backward_latency.clear(), a_.gradient_latency.clear();
+    if (has_replicas(sets))
+      a_.allreduce.assign(cells, 0), a_.backward_latency.assign(cells, 0),
+          a_.gradient_latency.assign(cells, 0);
     std::vector<int> limit(S);
+    std::vector<std::vector<int>> rings(S);  // each stage's all-reduce ring, ordered for its own layers
     for (int k = 0; k < S; ++k) {
+      if (!a_.allreduce.empty())
+        rings[k] = model.ring(sets[k], plan.stage_begin[k], k + 1 < S ? plan.stage_begin[k + 1] : P.back());
       window_.push_back(model.window(k, S, static_cast<int>(sets[k].size())));
       replicas_.push_back(static_cast<int>(sets[k].size()));
       limit[k] = ReplicatedStageModel::in_flight_limit(sets, k);
@@ -637,7 +693,14 @@ class CutTable {
           const double interval = model.interval(sets[k], P[i], P[j], send_on, send_back, limit[k],
                                                  a_.forward.empty() ? nullptr : &a_.forward[c],
                                                  a_.backward.empty() ? nullptr : &a_.backward[c], &recompute);
-          a_.latency[c] = model.stage_latency(sets[k], P[i], P[j], recompute);
+          a_.latency[c] = model.stage_latency(sets[k], P[i], P[j], recompute,
+                                              a_.allreduce.empty() ? nullptr : &a_.backward_latency[c]);
+          if (!a_.allreduce.empty()) {
+            a_.allreduce[c] = model.allreduce_ms(rings[k], P[i], P[j]);
+            if (k > 0)
+              a_.gradient_latency[c] =
+                  model.gradient_latency(sets[k], sets[k - 1], model.cut(P[i]) - by.past);
+          }
           double edge_interval;
           if (k + 1 == S || by.over == 0) {  // 0 after the last stage (after[] is 0 there)
             edge_interval = after[edge(k, j)];
@@ -700,6 +763,14 @@ class CutTable {
       if (k > 0)
         t.edge_latency[k] = a_.edge_latency[at(k - 1, cuts[k - 1], cuts[k])];  // the boundary after k - 1
     }
+    if (!a_.allreduce.empty()) {
+      t.add_allreduces();
+      for (int k = 0; k < S; ++k) {
+        const size_t c = at(k, cuts[k], k + 1 < S ? cuts[k + 1] : C);
+        t.allreduce[k] = a_.allreduce[c], t.backward_latency[k] = a_.backward_latency[c];
+        t.gradient_latency[k] = a_.gradient_latency[c];
+      }
+    }
     t.window = window_;
     t.replicas = replicas_;
     return t.step(m);
@@ -721,10 +792,12 @@ class CutTable {
   size_t at(int k, int i, int j) const { return (static_cast<size_t>(k) * (C + 1) + i) * (C + 1) + j; }
   size_t edge(int k, int i) const { return static_cast<size_t>(k) * (C + 1) + i; }
   // Per stage k at [P[i], P[j]): the larger of its interval and the
-  // boundary's after it, its latency and the boundary's, and under GPipe
-  // its interval's parts by phase (empty otherwise).
+  // boundary's after it, its latency and the boundary's, under GPipe
+  // its interval's parts by phase, and where a stage has replicas
+  // PipelineTimes' parts of the all-reduce (both empty otherwise).
   struct Arrays {
     std::vector<double> gate, latency, edge_latency, forward, backward;
+    std::vector<double> allreduce, backward_latency, gradient_latency;
   };
   // Kept per thread for the next table: the climb places the cuts of every
   // move, and fresh pages for each table cost more than filling them.
@@ -832,6 +905,8 @@ double pipeline_step(const ReplicatedStageModel& model, const std::vector<std::v
                      const std::vector<int>& begins, int L) {
   const int S = static_cast<int>(sets.size());
   PipelineTimes t(S);
+  const bool replicated = has_replicas(sets);
+  if (replicated) t.add_allreduces();
   for (int k = 0; k < S; ++k) {
     const int a = begins[k], b = k + 1 < S ? begins[k + 1] : L;
     const StagePassing::Bytes by = model.passing().bytes(a, b);
@@ -841,7 +916,12 @@ double pipeline_step(const ReplicatedStageModel& model, const std::vector<std::v
     bool recompute = false;
     t.interval[k] = model.interval(sets[k], a, b, on, back, ReplicatedStageModel::in_flight_limit(sets, k),
                                    &t.forward[k], &t.backward[k], &recompute);
-    t.latency[k] = model.stage_latency(sets[k], a, b, recompute);
+    t.latency[k] =
+        model.stage_latency(sets[k], a, b, recompute, replicated ? &t.backward_latency[k] : nullptr);
+    if (replicated) {
+      t.allreduce[k] = model.allreduce_ms(model.ring(sets[k], a, b), a, b);
+      if (k > 0) t.gradient_latency[k] = model.gradient_latency(sets[k], sets[k - 1], model.cut(a) - by.past);
+    }
     t.window[k] = model.window(k, S, static_cast<int>(sets[k].size()));
     t.replicas[k] = static_cast<int>(sets[k].size());
     if (k + 1 < S) {  // the boundary after stage k
