@@ -119,15 +119,19 @@ class ReplicatedStageModel {
   // interleave, and a device's sends leave one at a time (the simulator's
   // send queue per device, the runtime's sender thread).
   // `limit`: the stage's in_flight_limit, which its memory (and so
-  // recomputation, told in `recompute` where given) depends on.
+  // recomputation, told in `recompute` where given) depends on. `allreduce`:
+  // what its replicas' all-reduce adds, spread over the micro-batches (a
+  // later stage's, which the drain of the stages before it partly hides; the
+  // first stage's is the step's tail, PipelineTimes::first_allreduce).
   double interval(const std::vector<int>& R, int a, int b, double send_on, double send_back, int limit,
-                  double* forward = nullptr, double* backward = nullptr, bool* recompute = nullptr) const {
+                  double allreduce, double* forward = nullptr, double* backward = nullptr,
+                  bool* recompute = nullptr) const {
     const Phases p = phases(R, a, b, limit);
     if (recompute) *recompute = p.recompute;
     if (p.total == kInf) return p.total;
     const int m = bm_.m;
-    if (!by_phase()) return std::max(p.total / m, send_on + send_back);
-    const double f = std::max(p.forward / m, send_on), g = std::max(p.backward / m, send_back);
+    if (!by_phase()) return std::max((p.total + allreduce) / m, send_on + send_back);
+    const double f = std::max(p.forward / m, send_on), g = std::max((p.backward + allreduce) / m, send_back);
     if (forward) *forward = f, *backward = g;
     return f + g;
   }
@@ -178,32 +182,15 @@ class ReplicatedStageModel {
   // again where it recomputes (the latency GPipe's fill and drain and 1F1B's
   // round trip see; the interval is stage()), on its slowest replica; where
   // replicas are weighed by speed, on its fastest: the slow ones run fewer
-  // micro-batches and finish with the rest, so the fill and drain see the
-  // first. `backward`, where given: that replica's backward (with the
-  // recomputed forward), which the drain after the stage's last micro-batch sees.
-  double stage_latency(const std::vector<int>& R, int a, int b, bool recompute,
-                       double* backward = nullptr) const {
-    double slowest = 0, fastest = kInf, slowest_backward = 0, fastest_backward = 0;
+  // micro-batches and finish with the rest, so the fill and drain see the first.
+  double stage_latency(const std::vector<int>& R, int a, int b, bool recompute) const {
+    double slowest = 0, fastest = kInf;
     for (int d : R) {
-      const double forward = bm_.ctx.cost->forward_ms(d, a, b - 1, bm_.samples);
-      const double backward_ms = bm_.ctx.cost->backward_ms(d, a, b - 1, bm_.samples);
-      const double t = forward + backward_ms + (recompute ? forward : 0);
-      if (t > slowest) slowest = t, slowest_backward = backward_ms + (recompute ? forward : 0);
-      if (t < fastest) fastest = t, fastest_backward = backward_ms + (recompute ? forward : 0);
+      const double t = stage_ms(bm_.ctx, d, a, b, bm_.samples) +
+                       (recompute ? bm_.ctx.cost->forward_ms(d, a, b - 1, bm_.samples) : 0);
+      slowest = std::max(slowest, t), fastest = std::min(fastest, t);
     }
-    if (backward) *backward = bm_.ctx.replicas_weighed ? fastest_backward : slowest_backward;
     return bm_.ctx.replicas_weighed ? fastest : slowest;
-  }
-
-  // The gradients of one micro-batch's `per_sample` bytes from A back to B,
-  // on the slowest pair: the drain's step between two stages.
-  double gradient_latency(const std::vector<int>& A, const std::vector<int>& B, int64_t per_sample) const {
-    const int64_t bytes = per_sample * bm_.samples;
-    if (bytes == 0) return 0;
-    double t = 0;
-    for (int a : A)
-      for (int b : B) t = std::max(t, bm_.ctx.cost->transfer_ms(a, b, bytes));
-    return t;
   }
 
   // One micro-batch's `per_sample` bytes of activations and their gradients
@@ -547,19 +534,15 @@ struct PipelineTimes {
   std::vector<double> forward, backward;  // GPipe's phases of each interval (0 otherwise)
   std::vector<double> edge_latency, edge_interval;
   std::vector<int> window, replicas;
-  // Where a stage has replicas (else empty): per stage its all-reduce, its
-  // backward latency, and the gradients' latency back to the stage before it.
-  std::vector<double> allreduce, backward_latency, gradient_latency;
-
-  void add_allreduces() {
-    allreduce.assign(latency.size(), 0), backward_latency = gradient_latency = allreduce;
-  }
+  // The first stage's all-reduce: its last backward is the step's last
+  // compute, so nothing hides it (the later stages' are in their intervals).
+  double first_allreduce = 0;
 
   // Sum of latencies + (m - 1) x the bottleneck: the largest interval, or
   // round trip from a stage on over its window, or 1F1B's round trip between
   // two stages (inner_round_trip), or under GPipe the slowest forward + the
   // slowest backward: every forward runs before any backward, so each phase
-  // goes at its own slowest stage's pace. Then what the all-reduces add (exposed_allreduce).
+  // goes at its own slowest stage's pace. Then the first stage's all-reduce.
   double step(int m) const {
     const int S = static_cast<int>(latency.size());
     double sum = 0, bottleneck = 0, slowest_forward = 0, slowest_backward = 0;
@@ -572,20 +555,7 @@ struct PipelineTimes {
     }
     bottleneck = std::max({bottleneck, slowest_forward + slowest_backward, inner_round_trip(m)});
     if (bottleneck == kInf) return kInf;  // (not m = 1's 0 x infinity)
-    return sum + (m - 1) * bottleneck + exposed_allreduce();
-  }
-
-  // A stage's all-reduce starts after its last backward, which every schedule
-  // runs last of its micro-batches: only the drain after it hides the
-  // all-reduce, that micro-batch's gradients and backwards through the stages
-  // before it (none for the first stage, or data parallelism).
-  double exposed_allreduce() const {
-    double drain = 0, exposed = 0;
-    for (size_t k = 0; k < allreduce.size(); ++k) {
-      if (k > 0) drain += gradient_latency[k] + backward_latency[k - 1];
-      exposed = std::max(exposed, allreduce[k] - drain);
-    }
-    return exposed;
+    return sum + (m - 1) * bottleneck + first_allreduce;
   }
 
   // Under 1F1B stage i's backward of micro-batch t frees its forward of
@@ -619,10 +589,6 @@ std::vector<std::vector<int>> stage_device_sets(const StagePlan& plan) {
   return sets;
 }
 
-bool has_replicas(const std::vector<std::vector<int>>& sets) {
-  return std::any_of(sets.begin(), sets.end(), [](const std::vector<int>& s) { return s.size() > 1; });
-}
-
 // A pipeline's step for given cuts, as GPipe's fill and drain see it: one
 // micro-batch's latency through every stage and boundary, then m - 1 more
 // intervals of the slowest (the bottleneck, or a stage's round trip over its
@@ -648,15 +614,10 @@ class CutTable {
     a_.edge_latency.assign(cells, 0);
     a_.forward.clear(), a_.backward.clear();
     if (model.by_phase()) a_.forward.assign(cells, 0), a_.backward.assign(cells, 0);
-    a_.allreduce.clear(), a_.backward_latency.clear(), a_.gradient_latency.clear();
-    if (has_replicas(sets))
-      a_.allreduce.assign(cells, 0), a_.backward_latency.assign(cells, 0),
-          a_.gradient_latency.assign(cells, 0);
     std::vector<int> limit(S);
     std::vector<std::vector<int>> rings(S);  // each stage's all-reduce ring, ordered for its own layers
     for (int k = 0; k < S; ++k) {
-      if (!a_.allreduce.empty())
-        rings[k] = model.ring(sets[k], plan.stage_begin[k], k + 1 < S ? plan.stage_begin[k + 1] : P.back());
+      rings[k] = model.ring(sets[k], plan.stage_begin[k], k + 1 < S ? plan.stage_begin[k + 1] : P.back());
       window_.push_back(model.window(k, S, static_cast<int>(sets[k].size())));
       replicas_.push_back(static_cast<int>(sets[k].size()));
       limit[k] = ReplicatedStageModel::in_flight_limit(sets, k);
@@ -690,17 +651,13 @@ class CutTable {
                                        : model.one_way(sets[k], sets[k - 1], model.cut(P[i]) - by.past);
           const size_t c = at(k, i, j);
           bool recompute = false;
-          const double interval = model.interval(sets[k], P[i], P[j], send_on, send_back, limit[k],
-                                                 a_.forward.empty() ? nullptr : &a_.forward[c],
-                                                 a_.backward.empty() ? nullptr : &a_.backward[c], &recompute);
-          a_.latency[c] = model.stage_latency(sets[k], P[i], P[j], recompute,
-                                              a_.allreduce.empty() ? nullptr : &a_.backward_latency[c]);
-          if (!a_.allreduce.empty()) {
-            a_.allreduce[c] = model.allreduce_ms(rings[k], P[i], P[j]);
-            if (k > 0)
-              a_.gradient_latency[c] =
-                  model.gradient_latency(sets[k], sets[k - 1], model.cut(P[i]) - by.past);
-          }
+          const double allreduce = model.allreduce_ms(rings[k], P[i], P[j]);
+          if (k == 0 && allreduce > 0) first_allreduce_.resize(C + 1, 0), first_allreduce_[j] = allreduce;
+          const double interval =
+              model.interval(sets[k], P[i], P[j], send_on, send_back, limit[k], k == 0 ? 0 : allreduce,
+                             a_.forward.empty() ? nullptr : &a_.forward[c],
+                             a_.backward.empty() ? nullptr : &a_.backward[c], &recompute);
+          a_.latency[c] = model.stage_latency(sets[k], P[i], P[j], recompute);
           double edge_interval;
           if (k + 1 == S || by.over == 0) {  // 0 after the last stage (after[] is 0 there)
             edge_interval = after[edge(k, j)];
@@ -763,14 +720,7 @@ class CutTable {
       if (k > 0)
         t.edge_latency[k] = a_.edge_latency[at(k - 1, cuts[k - 1], cuts[k])];  // the boundary after k - 1
     }
-    if (!a_.allreduce.empty()) {
-      t.add_allreduces();
-      for (int k = 0; k < S; ++k) {
-        const size_t c = at(k, cuts[k], k + 1 < S ? cuts[k + 1] : C);
-        t.allreduce[k] = a_.allreduce[c], t.backward_latency[k] = a_.backward_latency[c];
-        t.gradient_latency[k] = a_.gradient_latency[c];
-      }
-    }
+    if (!first_allreduce_.empty()) t.first_allreduce = first_allreduce_[S > 1 ? cuts[1] : C];
     t.window = window_;
     t.replicas = replicas_;
     return t.step(m);
@@ -792,12 +742,10 @@ class CutTable {
   size_t at(int k, int i, int j) const { return (static_cast<size_t>(k) * (C + 1) + i) * (C + 1) + j; }
   size_t edge(int k, int i) const { return static_cast<size_t>(k) * (C + 1) + i; }
   // Per stage k at [P[i], P[j]): the larger of its interval and the
-  // boundary's after it, its latency and the boundary's, under GPipe
-  // its interval's parts by phase, and where a stage has replicas
-  // PipelineTimes' parts of the all-reduce (both empty otherwise).
+  // boundary's after it, its latency and the boundary's, and under GPipe
+  // its interval's parts by phase (empty otherwise).
   struct Arrays {
     std::vector<double> gate, latency, edge_latency, forward, backward;
-    std::vector<double> allreduce, backward_latency, gradient_latency;
   };
   // Kept per thread for the next table: the climb places the cuts of every
   // move, and fresh pages for each table cost more than filling them.
@@ -809,6 +757,7 @@ class CutTable {
   std::vector<double> bounds_;  // the finite intervals, and the boundaries' after those stages (some twice)
   std::vector<int> window_;     // per stage (ReplicatedStageModel::window)
   std::vector<int> replicas_;   // per stage: its devices
+  std::vector<double> first_allreduce_;  // per end position of the first stage (empty: no copies)
 };
 
 // The first layers of `plan`'s stages, each stage keeping its device set,
@@ -905,8 +854,6 @@ double pipeline_step(const ReplicatedStageModel& model, const std::vector<std::v
                      const std::vector<int>& begins, int L) {
   const int S = static_cast<int>(sets.size());
   PipelineTimes t(S);
-  const bool replicated = has_replicas(sets);
-  if (replicated) t.add_allreduces();
   for (int k = 0; k < S; ++k) {
     const int a = begins[k], b = k + 1 < S ? begins[k + 1] : L;
     const StagePassing::Bytes by = model.passing().bytes(a, b);
@@ -914,14 +861,11 @@ double pipeline_step(const ReplicatedStageModel& model, const std::vector<std::v
     const double on = k + 1 < S ? model.one_way(sets[k], sets[k + 1], on_bytes) : 0;
     const double back = k > 0 ? model.one_way(sets[k], sets[k - 1], model.cut(a) - by.past) : 0;
     bool recompute = false;
+    const double allreduce = model.allreduce_ms(model.ring(sets[k], a, b), a, b);
+    if (k == 0) t.first_allreduce = allreduce;
     t.interval[k] = model.interval(sets[k], a, b, on, back, ReplicatedStageModel::in_flight_limit(sets, k),
-                                   &t.forward[k], &t.backward[k], &recompute);
-    t.latency[k] =
-        model.stage_latency(sets[k], a, b, recompute, replicated ? &t.backward_latency[k] : nullptr);
-    if (replicated) {
-      t.allreduce[k] = model.allreduce_ms(model.ring(sets[k], a, b), a, b);
-      if (k > 0) t.gradient_latency[k] = model.gradient_latency(sets[k], sets[k - 1], model.cut(a) - by.past);
-    }
+                                   k == 0 ? 0 : allreduce, &t.forward[k], &t.backward[k], &recompute);
+    t.latency[k] = model.stage_latency(sets[k], a, b, recompute);
     t.window[k] = model.window(k, S, static_cast<int>(sets[k].size()));
     t.replicas[k] = static_cast<int>(sets[k].size());
     if (k + 1 < S) {  // the boundary after stage k
