@@ -33,6 +33,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -88,9 +89,16 @@ class ReplicatedStageModel {
     const int64_t bytes = bm_.mem.param_bytes(a, b);
     return bytes == 0 ? 0 : bm_.ctx.cost->ring_allreduce_ms(R, bytes);
   }
-  // R in the order the measurer rings them (cheapest_ring) for the stage's gradients.
-  std::vector<int> ring(const std::vector<int>& R, int a, int b) const {
-    return cheapest_ring(*bm_.ctx.cluster, R, bm_.mem.param_bytes(a, b));
+  // R in the order the measurer rings them (cheapest_ring) for the stage's
+  // gradients: ordered once per set, for the bytes it is first asked with
+  // (the order hardly depends on them, and cheapest_ring looks up the
+  // cluster's links for every pair, each time).
+  const std::vector<int>& ring(const std::vector<int>& R, int a, int b) const {
+    if (R.size() < 3) return R;  // two devices form one ring either way
+    auto it = rings_.find(R);
+    if (it == rings_.end())
+      it = rings_.emplace(R, cheapest_ring(*bm_.ctx.cluster, R, bm_.mem.param_bytes(a, b))).first;
+    return it->second;
   }
 
   // The in-flight limit of stage k of `sets` (the memory rule's,
@@ -276,6 +284,7 @@ class ReplicatedStageModel {
 
   BottleneckModel bm_;
   mutable std::optional<StagePassing> passing_;
+  mutable std::map<std::vector<int>, std::vector<int>> rings_;  // ring(): a set's order
   std::vector<int> rank_;  // device -> position fastest first
 };
 
