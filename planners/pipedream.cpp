@@ -661,7 +661,8 @@ class CutTable {
           const size_t c = at(k, i, j);
           bool recompute = false;
           const double allreduce = model.allreduce_ms(rings[k], P[i], P[j]);
-          if (k == 0 && allreduce > 0) first_allreduce_.resize(C + 1, 0), first_allreduce_[j] = allreduce;
+          if (k == 0 && i == 0 && allreduce > 0)
+            first_allreduce_.resize(C + 1, 0), first_allreduce_[j] = allreduce;
           const double interval =
               model.interval(sets[k], P[i], P[j], send_on, send_back, limit[k], k == 0 ? 0 : allreduce,
                              a_.forward.empty() ? nullptr : &a_.forward[c],

@@ -491,6 +491,31 @@ TEST_CASE(
   CHECK(added(last, simulated) < last_ar);
 }
 
+TEST_CASE("with_pipedream_cuts prices a copied first stage's all-reduce over all of its layers") {
+  // Twelve linear layers of 256: the first stage copied on d0 and d1, which
+  // a link of `mbps` joins each way, the second on d2. The copies halve the
+  // first stage's compute and its all-reduce grows with its layers: the cut
+  // placed is as good as the best of all eleven by the model.
+  const int L = 12;
+  LayerGraph g = linear_chain(std::vector<int64_t>(L, 256));
+  const auto cut_at = [&](int at) {
+    std::vector<int> group(L, 0);
+    std::fill(group.begin() + at, group.end(), 1);
+    Placement p = pipeline(group, {0, 2}, 8, Schedule::one_f_one_b);
+    p.group_replicas = {{1}, {}};
+    return p;
+  };
+  for (double mbps : {100.0, 300.0, 1000.0, 3000.0}) {
+    CAPTURE(mbps);
+    Cluster c = equal_devices_one_slow_link(3, "d0", "d1", mbps);
+    c.links.push_back(Link{"d1", "d0", mbps, 0});
+    const Case cs(g, c, {test::flat_library(g, 32, 1, 2)}, 32);
+    double best = std::numeric_limits<double>::infinity();
+    for (int at = 1; at < L; ++at) best = std::min(best, modelled_step_ms(cs.ctx, cut_at(at)));
+    CHECK(modelled_step_ms(cs.ctx, with_pipedream_cuts(cs.ctx, cut_at(L / 2))) == doctest::Approx(best));
+  }
+}
+
 TEST_CASE("the cut model rings a stage's copies in the order the measurer runs them, around a slow link") {
   // Three equal devices, every link free but d0 -> d1: in the order d0, d1,
   // d2 the ring would pace on it; cheapest_ring goes d0, d2, d1 (d1 -> d0 is free).
