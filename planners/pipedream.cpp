@@ -625,6 +625,7 @@ class CutTable {
     if (model.by_phase()) a_.forward.assign(cells, 0), a_.backward.assign(cells, 0);
     std::vector<int> limit(S);
     std::vector<std::vector<int>> rings(S);  // each stage's all-reduce ring, ordered for its own layers
+    if (sets[0].size() > 1) first_allreduce_.assign(C + 1, 0);
     for (int k = 0; k < S; ++k) {
       rings[k] = model.ring(sets[k], plan.stage_begin[k], k + 1 < S ? plan.stage_begin[k + 1] : P.back());
       window_.push_back(model.window(k, S, static_cast<int>(sets[k].size())));
@@ -661,8 +662,7 @@ class CutTable {
           const size_t c = at(k, i, j);
           bool recompute = false;
           const double allreduce = model.allreduce_ms(rings[k], P[i], P[j]);
-          if (k == 0 && i == 0 && allreduce > 0)
-            first_allreduce_.resize(C + 1, 0), first_allreduce_[j] = allreduce;
+          if (k == 0 && i == 0 && !first_allreduce_.empty()) first_allreduce_[j] = allreduce;
           const double interval =
               model.interval(sets[k], P[i], P[j], send_on, send_back, limit[k], k == 0 ? 0 : allreduce,
                              a_.forward.empty() ? nullptr : &a_.forward[c],
