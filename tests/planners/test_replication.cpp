@@ -444,11 +444,12 @@ TEST_CASE("the replicated-stage model shares a stage's micro-batches by speed wh
   cs.ctx.replicas_weighed = true;
   CHECK(modelled_step_ms(cs.ctx, copied) < modelled_step_ms(cs.ctx, alone));
   // By hand, t a micro-batch on d0 (alone: t + 19 intervals of t = 20 t):
-  // d1's 6 take 15 t against d0's 14, an interval of 15 t / 20, and the fill
-  // and drain see one micro-batch on d0, the fastest (d1's last ends with
-  // d0's): t + 19 x 0.75 t = 15.25 t. On the slowest, 2.5 t + 14.25 t.
+  // d1's 6 take 15 t against d0's 14, both from the start (a first stage's
+  // copies start together): 15 t, as the simulator runs the weighed copies
+  // (the fill and drain of one micro-batch on top, 15.25 t, before).
   const double t = modelled_step_ms(cs.ctx, alone) / 20;
-  CHECK(modelled_step_ms(cs.ctx, copied) == doctest::Approx(15.25 * t).epsilon(1e-6));
+  CHECK(modelled_step_ms(cs.ctx, copied) == doctest::Approx(15 * t).epsilon(1e-6));
+  CHECK(modelled_step_ms(cs.ctx, copied) == doctest::Approx(ev.evaluate(weighed).step_ms).epsilon(1e-6));
 }
 
 TEST_CASE(
@@ -489,6 +490,37 @@ TEST_CASE(
   const double last_ar = slow.cost.ring_allreduce_ms({0, 1}, bytes_of(3, 6));
   CHECK(added(last, model) < last_ar);
   CHECK(added(last, simulated) < last_ar);
+}
+
+TEST_CASE("the cut model starts a copied first stage's replicas together, as the simulator does") {
+  // Eight linear layers on four equal devices, free links. Every replica of
+  // a first stage has its input from the start: m micro-batches on r copies
+  // take m / r micro-batches' time, not a micro-batch more less one interval
+  // (the model charged 1.75 x for four copies of four).
+  LayerGraph g = linear_chain(std::vector<int64_t>(8, 256));
+  Cluster c = cluster_of_speeds({1.0, 1.0, 1.0, 1.0});
+  free_default_link(c);
+  Case cs(g, c, {test::flat_library(g, 32, 1, 2)}, 32);
+  SimulatorEvaluator ev = cs.evaluator();
+  const auto check_against_simulator = [&](const Placement& p) {
+    CHECK(modelled_step_ms(cs.ctx, p) == doctest::Approx(ev.evaluate(p).step_ms).epsilon(0.02));
+  };
+  for (int m : {4, 8, 16}) {
+    CAPTURE(m);
+    Placement copies = pipeline(std::vector<int>(8, 0), {0}, m);
+    copies.group_replicas = {{1, 2, 3}};
+    check_against_simulator(copies);
+  }
+  check_against_simulator(Placement::replicas(8, {0, 1, 2, 3}));
+  // Two copies of the first seven layers pace a pipeline whose last stage,
+  // one layer on d2, has time to spare: m / 2 micro-batches' time and at
+  // most the last micro-batch's way through d2 (the old model: 16% more).
+  for (Schedule schedule : {Schedule::gpipe, Schedule::one_f_one_b}) {
+    CAPTURE(static_cast<int>(schedule));
+    Placement first = pipeline({0, 0, 0, 0, 0, 0, 0, 1}, {0, 2}, 8, schedule);
+    first.group_replicas = {{1}, {}};
+    CHECK(modelled_step_ms(cs.ctx, first) == doctest::Approx(ev.evaluate(first).step_ms).epsilon(0.05));
+  }
 }
 
 TEST_CASE("with_pipedream_cuts prices a copied first stage's all-reduce over all of its layers") {
@@ -1294,11 +1326,18 @@ TEST_CASE(
   CHECK(out.micro_batches == 4);
   CHECK(placed_step_ms(cs.ctx, out) < placed_step_ms(cs.ctx, slowest_out));
   CHECK(placed_step_ms(cs.ctx, out) < placed_step_ms(cs.ctx, p));
-  // On free links every device is worth its stage: as it is.
+  // On free links every device is worth keeping, d0 and d1 as copies of one
+  // stage (which start together) before d2's: faster in the simulator than
+  // a stage each, their cuts placed either way (13.0 against 14.5).
   Cluster free = cluster_of_speeds({1.0, 1.0, 0.5});
   free_default_link(free);
   Case fast(g, free, {test::flat_library(g, 8, 1, 1)}, 8);
-  CHECK(with_fewer_stages_by_model(fast.ctx, p).layer_group == p.layer_group);
+  const Placement kept = with_fewer_stages_by_model(fast.ctx, p);
+  CHECK(kept.group_device == std::vector<int>{0, 2});
+  CHECK(kept.devices_of_group(0) == std::vector<int>{0, 1});
+  SimulatorEvaluator free_links = fast.evaluator();
+  CHECK(free_links.evaluate(with_pipedream_cuts(fast.ctx, kept)).step_ms <
+        free_links.evaluate(with_pipedream_cuts(fast.ctx, p)).step_ms);
   // Equal devices, weights too small to cost an all-reduce, activations
   // that a 100 Mbit/s link sends slowly: the two stages joined into one on
   // both devices, which sends no activations.
