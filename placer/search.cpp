@@ -252,9 +252,9 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
       if (p.num_groups() == 1 && p.replica_count(0) > 1) add(with_micro_batches_by_model(ctx, p), true);
     };
     // Data parallelism on the decision's devices is one evaluation (it has
-    // no pipeline schedule to choose): scored right after the decision, before
-    // even its own cut and order variants, so that where copies beat stages
-    // (8x8gb in README's transfer table) the second evaluation finds it.
+    // no pipeline schedule to choose): built right after the decision, before
+    // even its own cut and order variants, so that where the model prices it
+    // as another candidate it is scored first of the two.
     const Placement data_parallel = as_data_parallel(ctx, as_decided);
     out.push_back({d, as_decided, {from, ZeroShotReplicas::as_decided, false}});
     if (differs(data_parallel, as_decided)) out.push_back({d, data_parallel, {from, ZeroShotReplicas::data_parallel, false}});
@@ -325,7 +325,16 @@ std::vector<ZeroShotCandidate> zero_shot_candidates(Policy& policy, const LayerG
       add_least_modelled(ZeroShotReplicas::idle_devices_added, smaller_added);
   }
   out.insert(out.end(), last.begin(), last.end());
+  if (ctx.cost)
+    for (ZeroShotCandidate& c : out) c.modelled_ms = modelled_step_ms(ctx, c.placement);
   return out;
+}
+
+void in_scoring_order(std::vector<ZeroShotCandidate>& candidates) {
+  if (candidates.size() < 3) return;
+  std::stable_sort(
+      candidates.begin() + 1, candidates.end(),
+      [](const ZeroShotCandidate& a, const ZeroShotCandidate& b) { return a.modelled_ms < b.modelled_ms; });
 }
 
 std::vector<int> micro_batch_choices(int64_t batch_size, int max_micro_batches) {
@@ -527,12 +536,13 @@ class SearchLoop {
 
   // The zero-shot plan: the fastest of zero_shot_candidates (at most 100
   // evaluations, fewer where they agree: the measurer memoises; no sampling;
-  // the measurer keeps the faster schedule of each), in their order until out
-  // of time (the first always).
+  // the measurer keeps the faster schedule of each), in_scoring_order until
+  // out of time (the first always).
   void measure_zero_shot() {
-    for (const ZeroShotCandidate& c :
-         zero_shot_candidates(*policy_, graph_, cluster_, opt_.zero_shot_costs, opt_.batch_size,
-                              opt_.schedule, replicas_weighed())) {
+    std::vector<ZeroShotCandidate> candidates = zero_shot_candidates(
+        *policy_, graph_, cluster_, opt_.zero_shot_costs, opt_.batch_size, opt_.schedule, replicas_weighed());
+    in_scoring_order(candidates);
+    for (const ZeroShotCandidate& c : candidates) {
       if (zero_shot_ && (cancelled() || out_of_time())) break;
       if (keep_zero_shot(c.placement, c.how)) note_zero_shot_odds(c.decided);
     }
