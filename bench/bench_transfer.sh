@@ -9,8 +9,8 @@
 #    clusters: CLONING_EPOCHS of behaviour cloning, then TRAIN_ITERATIONS
 #    iterations (seed TRAIN_SEED, default 1; HIDDEN units).
 # 2. On the held-out split — resnet50, inception_v3, tiny_inception, a
-#    TorchScript resnet18 saved by PyTorch (100 classes, 64x64) and gpt2 (a
-#    transformer: op classes no training model has), on cluster_4equal,
+#    TorchScript resnet18 saved by PyTorch (100 classes, 64x64), gpt2 and
+#    gpt2_medium (transformers: op classes no training model has), on cluster_4equal,
 #    cluster_fast_behind_slow_link and cluster_8x8gb — runs `tapp-cli optimize
 #    --json --no-verify --costs estimated` with a fresh policy and with --policy,
 #    seeds SEEDS, ITERATIONS policy iterations each.
@@ -46,7 +46,7 @@ RANDOM_MESH_CLUSTERS=${RANDOM_MESH_CLUSTERS:-0}  # every device pair its own lin
 RANDOM_TRANSFORMERS=${RANDOM_TRANSFORMERS:-0}
 ITERATIONS=${ITERATIONS:-200}
 SEEDS=${SEEDS:-"1 2 3"}
-MODELS=${MODELS:-"resnet50 inception_v3 tiny_inception resnet18_script gpt2"}
+MODELS=${MODELS:-"resnet50 inception_v3 tiny_inception resnet18_script gpt2 gpt2_medium"}
 CLUSTERS=${CLUSTERS:-"cluster_4equal cluster_fast_behind_slow_link cluster_8x8gb"}
 CLUSTER_DIR=${CLUSTER_DIR:-$ROOT/examples}  # where CLUSTERS' files are (bench/random_clusters.py writes others)
 PYTHON=${TAPP_PYTHON:-/usr/bin/python3}
