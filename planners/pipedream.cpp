@@ -547,43 +547,45 @@ struct PipelineTimes {
   // compute, so nothing hides it (the later stages' are in their intervals).
   double first_allreduce = 0;
 
-  // Sum of latencies + (m - 1) x the bottleneck: the largest interval, or
-  // round trip from a stage on over its window, or 1F1B's round trip between
-  // two stages (inner_round_trip), or under GPipe the slowest forward + the
-  // slowest backward: every forward runs before any backward, so each phase
-  // goes at its own slowest stage's pace. Then the first stage's all-reduce.
-  // A copied first stage's replicas start together (its input is there from
-  // the start), not one interval apart as a later stage's micro-batches
-  // arrive: where it paces the pipeline, its last micro-batch leaves it m
-  // intervals after the start, not a latency + m - 1 intervals (one stage on
-  // eight devices: 103.7 ms against the simulator's 58.7 at m = 8). The rest
-  // still pace the pipeline at their own bottleneck.
+  // Sum of latencies + (m - 1) x the bottleneck (pace()). Then the first
+  // stage's all-reduce. A copied first stage's replicas start together (its
+  // input is there from the start), not one interval apart as a later
+  // stage's micro-batches arrive: where it paces the pipeline, its last
+  // micro-batch leaves it m intervals after the start, not a latency + m - 1
+  // intervals (one stage on eight devices: 103.7 ms against the simulator's
+  // 58.7 at m = 8). The stages after it still go at their own pace.
   double step(int m) const {
-    const int S = static_cast<int>(latency.size());
-    double sum = 0, bottleneck = 0, rest = 0, slowest_forward = 0, slowest_backward = 0;
-    double rest_forward = 0, rest_backward = 0;
-    for (int k = S - 1; k >= 0; --k) {
-      sum += latency[k];
-      bottleneck = std::max({bottleneck, interval[k], edge_interval[k], sum / window[k]});
-      if (k > 0) rest = std::max({rest, interval[k], k > 1 ? edge_interval[k] : 0, sum / window[k]});
-      slowest_forward = std::max(slowest_forward, forward[k]);
-      slowest_backward = std::max(slowest_backward, backward[k]);
-      if (k > 0)
-        rest_forward = std::max(rest_forward, forward[k]),
-        rest_backward = std::max(rest_backward, backward[k]);
-      sum += edge_latency[k];
-    }
-    const double inner = inner_round_trip(m);
-    bottleneck = std::max({bottleneck, slowest_forward + slowest_backward, inner});
+    double sum = 0;
+    const double bottleneck = pace(0, m, sum);
     if (bottleneck == kInf) return kInf;  // (not m = 1's 0 x infinity)
     double filled = sum + (m - 1) * bottleneck;
     if (replicas[0] > 1) {
+      const int S = static_cast<int>(latency.size());
       const double first_pace = std::max({interval[0], S > 1 ? edge_interval[1] : 0, sum / window[0]});
       const double head_start = std::max(0.0, latency[0] - first_pace);
-      rest = std::max({rest, rest_forward + rest_backward, inner});
-      filled = std::max(filled - head_start, sum + (m - 1) * rest);
+      double rest_sum = 0;
+      filled = std::max(filled - head_start, sum + (m - 1) * pace(1, m, rest_sum));
     }
     return filled + first_allreduce;
+  }
+
+  // The bottleneck of stages from.. and the boundaries between them: the
+  // largest interval, or round trip from a stage on over its window, or
+  // 1F1B's round trip between two stages (inner_round_trip), or under GPipe
+  // the slowest forward + the slowest backward: every forward runs before
+  // any backward, so each phase goes at its own slowest stage's pace. Their
+  // latencies and boundaries' in `sum`.
+  double pace(int from, int m, double& sum) const {
+    const int S = static_cast<int>(latency.size());
+    double bottleneck = 0, slowest_forward = 0, slowest_backward = 0;
+    for (int k = S - 1; k >= from; --k) {
+      sum += latency[k];
+      bottleneck = std::max({bottleneck, interval[k], k > from ? edge_interval[k] : 0, sum / window[k]});
+      slowest_forward = std::max(slowest_forward, forward[k]);
+      slowest_backward = std::max(slowest_backward, backward[k]);
+      if (k > from) sum += edge_latency[k];
+    }
+    return std::max({bottleneck, slowest_forward + slowest_backward, inner_round_trip(m)});
   }
 
   // Under 1F1B stage i's backward of micro-batch t frees its forward of
