@@ -556,15 +556,14 @@ struct PipelineTimes {
   // 58.7 at m = 8). The stages after it still go at their own pace.
   double step(int m) const {
     double sum = 0;
-    const double bottleneck = pace(0, m, sum);
+    const double bottleneck = pace(0, m, &sum);
     if (bottleneck == kInf) return kInf;  // (not m = 1's 0 x infinity)
     double filled = sum + (m - 1) * bottleneck;
     if (replicas[0] > 1) {
       const int S = static_cast<int>(latency.size());
       const double first_pace = std::max({interval[0], S > 1 ? edge_interval[1] : 0, sum / window[0]});
       const double head_start = std::max(0.0, latency[0] - first_pace);
-      double rest_sum = 0;
-      filled = std::max(filled - head_start, sum + (m - 1) * pace(1, m, rest_sum));
+      filled = std::max(filled - head_start, sum + (m - 1) * pace(1, m));
     }
     return filled + first_allreduce;
   }
@@ -574,10 +573,10 @@ struct PipelineTimes {
   // 1F1B's round trip between two stages (inner_round_trip), or under GPipe
   // the slowest forward + the slowest backward: every forward runs before
   // any backward, so each phase goes at its own slowest stage's pace. Their
-  // latencies and boundaries' in `sum`.
-  double pace(int from, int m, double& sum) const {
+  // latencies and boundaries' in `latencies` where given.
+  double pace(int from, int m, double* latencies = nullptr) const {
     const int S = static_cast<int>(latency.size());
-    double bottleneck = 0, slowest_forward = 0, slowest_backward = 0;
+    double sum = 0, bottleneck = 0, slowest_forward = 0, slowest_backward = 0;
     for (int k = S - 1; k >= from; --k) {
       sum += latency[k];
       bottleneck = std::max({bottleneck, interval[k], k > from ? edge_interval[k] : 0, sum / window[k]});
@@ -585,6 +584,7 @@ struct PipelineTimes {
       slowest_backward = std::max(slowest_backward, backward[k]);
       if (k > from) sum += edge_latency[k];
     }
+    if (latencies) *latencies = sum;
     return std::max({bottleneck, slowest_forward + slowest_backward, inner_round_trip(m)});
   }
 
@@ -682,12 +682,14 @@ class CutTable {
                                        : model.one_way(sets[k], sets[k - 1], model.cut(P[i]) - by.past);
           const size_t c = at(k, i, j);
           bool recompute = false;
-          const double allreduce = model.allreduce_ms(rings[k], P[i], P[j]);
-          if (k == 0 && i == 0 && !first_allreduce_.empty()) first_allreduce_[j] = allreduce;
-          const double interval =
-              model.interval(sets[k], P[i], P[j], send_on, send_back, limit[k], k == 0 ? 0 : allreduce,
-                             a_.forward.empty() ? nullptr : &a_.forward[c],
-                             a_.backward.empty() ? nullptr : &a_.backward[c], &recompute);
+          // The first stage's all-reduce is the step's tail, kept per end for
+          // the stage from the first layer; a later stage's is in its interval.
+          if (k == 0 && i == 0 && !first_allreduce_.empty())
+            first_allreduce_[j] = model.allreduce_ms(rings[0], P[0], P[j]);
+          const double allreduce = k == 0 ? 0 : model.allreduce_ms(rings[k], P[i], P[j]);
+          const double interval = model.interval(sets[k], P[i], P[j], send_on, send_back, limit[k], allreduce,
+                                                 a_.forward.empty() ? nullptr : &a_.forward[c],
+                                                 a_.backward.empty() ? nullptr : &a_.backward[c], &recompute);
           a_.latency[c] = model.stage_latency(sets[k], P[i], P[j], recompute);
           double edge_interval;
           if (k + 1 == S || by.over == 0) {  // 0 after the last stage (after[] is 0 there)

@@ -128,6 +128,16 @@ std::vector<ZeroShotCandidate> candidates_of(const LayerGraph& g, const Cluster&
   return zero_shot_candidates(*policy_for(g, c, net, dict), g, c, &cost, 32, Schedule::gpipe);
 }
 
+// The planners' context for `g` on `c` under `cost`, batch 32, as the zero-shot repairs see it.
+PlannerContext planner_context(const LayerGraph& g, const Cluster& c, const CostModel& cost) {
+  PlannerContext ctx;
+  ctx.graph = &g;
+  ctx.cluster = &c;
+  ctx.cost = &cost;
+  ctx.batch_size = 32;
+  return ctx;
+}
+
 // The least simulated step of the candidates `which` takes (infinity: none).
 template <typename Which>
 double fastest(SimulatorEvaluator& sim, const std::vector<ZeroShotCandidate>& candidates, Which which) {
@@ -914,11 +924,7 @@ TEST_CASE("a trained policy that pipelines a small model over equal devices gets
     CHECK(r.zero_shot.layer_group == std::vector<int>(8, 0));
     CHECK(r.zero_shot.replica_count(0) == 4);
   }
-  PlannerContext ctx;
-  ctx.graph = &g;
-  ctx.cluster = &c;
-  ctx.cost = &cost;
-  ctx.batch_size = 32;
+  const PlannerContext ctx = planner_context(g, c, cost);
   CHECK(r.zero_shot_report->step_ms <= sim.evaluate(as_one_stage(ctx, taught)).step_ms);
   CHECK(r.zero_shot_report->step_ms < sim.evaluate(taught).step_ms);
 }
@@ -945,11 +951,7 @@ TEST_CASE("a trained policy that pipelines many micro-batches over equal devices
   CHECK(r.zero_shot_how.replicas == ZeroShotReplicas::data_parallel);
   CHECK(r.zero_shot.is_data_parallel());
   CHECK(r.zero_shot.group_device.size() == 4);
-  PlannerContext ctx;
-  ctx.graph = &g;
-  ctx.cluster = &c;
-  ctx.cost = &cost;
-  ctx.batch_size = 32;
+  const PlannerContext ctx = planner_context(g, c, cost);
   const Placement one_stage = as_one_stage(ctx, taught);
   REQUIRE(one_stage.micro_batches == 16);
   CHECK(r.zero_shot_report->step_ms < sim.evaluate(one_stage).step_ms);
@@ -972,11 +974,7 @@ TEST_CASE("the search scores the decision first, then the zero-shot candidate th
     const CostModel cost = *CostModel::build(g, c, {estimated_library(g, 32)});
     const std::vector<ZeroShotCandidate> built = candidates_of(g, c, net, cost);
     REQUIRE(built.size() >= 3);
-    PlannerContext ctx;
-    ctx.graph = &g;
-    ctx.cluster = &c;
-    ctx.cost = &cost;
-    ctx.batch_size = 32;
+    const PlannerContext ctx = planner_context(g, c, cost);
     for (const ZeroShotCandidate& z : built) CHECK(z.modelled_ms == modelled_step_ms(ctx, z.placement));
     std::vector<ZeroShotCandidate> scored = built;
     in_scoring_order(scored);
