@@ -178,6 +178,7 @@ class PolicyNetworks {
     p_count1 = torch::nn::Linear(kGroupPositionWidth + kPartitionContextWidth, H);
     p_count2 = torch::nn::Linear(H, 1);
     a_balance = torch::nn::Linear(kBalanceWidth, 1);
+    a_spread = torch::nn::Linear(H, 1);
     for (auto* lin : layers()) {
       params.push_back((*lin)->weight);
       params.push_back((*lin)->bias);
@@ -189,15 +190,18 @@ class PolicyNetworks {
     // The stage-count head and the replica balance last: init draws the
     // weights in this order, so the others' (a fresh search's networks) did
     // not move when they came.
-    return {&p1,       &p2,       &p3,       &p_group1, &p_group2, &a_embed,       &a_q,
-            &a_k,      &a_v,      &a_pair1,  &a_pair2,  &a_micro,  &a_group_query, &a_device_key,
-            &p_count1, &p_count2, &a_balance};
+    return {&p1,       &p2,       &p3,        &p_group1, &p_group2, &a_embed,       &a_q,
+            &a_k,      &a_v,      &a_pair1,   &a_pair2,  &a_micro,  &a_group_query, &a_device_key,
+            &p_count1, &p_count2, &a_balance, &a_spread};
   }
   static std::vector<std::string> names() {
-    return {"p1",       "p2",       "p3",       "p_group1", "p_group2", "a_embed",       "a_q",
-            "a_k",      "a_v",      "a_pair1",  "a_pair2",  "a_micro",  "a_group_query", "a_device_key",
-            "p_count1", "p_count2", "a_balance"};
+    return {"p1",       "p2",       "p3",        "p_group1", "p_group2", "a_embed",       "a_q",
+            "a_k",      "a_v",      "a_pair1",   "a_pair2",  "a_micro",  "a_group_query", "a_device_key",
+            "p_count1", "p_count2", "a_balance", "a_spread"};
   }
+  // Heads a policy file may lack (written before they came): they keep their
+  // initial weights (init_spread).
+  static bool optional(const std::string& name) { return name == "a_spread"; }
 
   void init(uint64_t seed, double replica_bias) {
     torch::NoGradGuard ng;
@@ -227,6 +231,15 @@ class PolicyNetworks {
     // The balance starts neutral: the replica logits are the scorer's alone
     // until training weighs a group's load per copy.
     a_balance->weight.zero_();
+    init_spread();
+  }
+  // Spreads start rarer than replicas (bias -3: p ~ 0.05 a group): at the
+  // batch sizes most searches run, a fork's branches on other devices only
+  // add transfers, and the policy learns to spread where it pays.
+  void init_spread() {
+    torch::NoGradGuard ng;
+    a_spread->weight.mul_(0.1);
+    a_spread->bias.fill_(-3.0);
   }
 
   int hidden;
@@ -245,6 +258,8 @@ class PolicyNetworks {
   // The replica balance (PolicyConfig::balance_replicas): a linear term of
   // each replica offer's logit over the group's load per copy at that offer.
   torch::nn::Linear a_balance{nullptr};
+  // The spread head (PolicyConfig::forks): per group one logit over its embedding.
+  torch::nn::Linear a_spread{nullptr};
   std::vector<torch::Tensor> params;
   std::unique_ptr<torch::optim::Adam> optimizer;
   // Optimizer steps taken: what a Policy's values derived from the weights (device_sized_cuts) are kept against.
@@ -327,13 +342,21 @@ Result<std::shared_ptr<PolicyNetworks>> load_policy_bytes(const std::string& byt
       if (read.trained_on.is_discarded()) read.trained_on = nullptr;
     }
     n = std::make_shared<PolicyNetworks>(read.hidden, PolicyConfig{}.learning_rate);
+    {
+      torch::NoGradGuard ng;
+      n->a_spread->weight.zero_();  // what a file without the head gets: no spread unless trained
+      n->init_spread();
+    }
     const auto names = PolicyNetworks::names();
     const auto layers = n->layers();
     torch::NoGradGuard ng;
     for (size_t i = 0; i < layers.size(); ++i)
       for (const char* part : {".weight", ".bias"}) {
         torch::Tensor t;
-        if (!a.try_read(names[i] + part, t)) return Status::error(path + ": policy file lacks " + names[i] + part);
+        if (!a.try_read(names[i] + part, t)) {
+          if (PolicyNetworks::optional(names[i])) continue;
+          return Status::error(path + ": policy file lacks " + names[i] + part);
+        }
         torch::Tensor& dst = std::string(part) == ".weight" ? (*layers[i])->weight : (*layers[i])->bias;
         if (t.sizes() != dst.sizes()) return Status::error(path + ": " + names[i] + part + " has the wrong shape");
         // A NaN or infinite weight makes every decision NaN: a corrupt file, whatever its format says.
@@ -411,6 +434,7 @@ struct Policy::Impl {
   std::vector<double> allowed_capacity;  // the allowed devices' bytes, largest first (memory masks only)
   bool replica_head = false;  // max_replicas > 0 and more than one device
   bool balance_head = false;  // PolicyConfig::balance_replicas with a replica head
+  bool spread_head = false;   // PolicyConfig::forks and more than one device
   std::vector<int> device_class;  // per device: device_classes(), fixed by the config
   torch::Tensor layer_input;  // L x 50: features | depth | compute position
   torch::Tensor group_query_input;  // G x (8 + kPartitionContextWidth): position | problem context
@@ -929,6 +953,8 @@ struct Policy::Impl {
     // With a replica head: its pair features, each offer the masks made (refusable)
     // and whether it was taken, and (balance head) each offer's balance features.
     torch::Tensor replica_pairs, offered, taken, balanced;
+    // With a spread head: per group whether it was offered a spread, and taken.
+    torch::Tensor spread_offered, spread_taken;  // N x G
   };
 
   ScoreInputs lay_out(const std::vector<const Decision*>& ds) {
@@ -951,6 +977,10 @@ struct Policy::Impl {
       in.offered = floats({N, G, D});
       in.taken = floats({N, G, D});
       if (balance_head) in.balanced = floats({N, G, D, kBalanceWidth});
+    }
+    if (spread_head) {
+      in.spread_offered = floats({N, G});
+      in.spread_taken = floats({N, G});
     }
     for (int64_t n = 0; n < N; ++n) lay_out_one(*ds[n], n, in);
     return in;
@@ -984,6 +1014,11 @@ struct Policy::Impl {
       chosen[g] = used[g] ? d.group_device[g] : 0;
       used_n[g] = used[g] ? 1.f : 0.f;
     }
+    if (spread_head)
+      for (int g = 0; g < G; ++g) {
+        in.spread_offered.data_ptr<float>()[n * G + g] = spread_offered(d, g) ? 1.f : 0.f;
+        in.spread_taken.data_ptr<float>()[n * G + g] = d.spreads(g) ? 1.f : 0.f;
+      }
     if (!replica_head) return;
     float* rpairs = in.replica_pairs.data_ptr<float>() + n * GD * kPairWidth;
     pair_features_of_groups(totals, d.group_device, true, rpairs);
@@ -1036,6 +1071,13 @@ struct Policy::Impl {
       auto log_yes = torch::log_sigmoid(replica), log_no = torch::log_sigmoid(-replica);
       lp = lp + (in.offered * (in.taken * log_yes + (1 - in.taken) * log_no)).sum({1, 2});
       ent = ent - (in.offered * (log_yes.exp() * log_yes + log_no.exp() * log_no)).sum({1, 2});
+    }
+    if (spread_head) {
+      auto spread = net->a_spread(h).squeeze(2);
+      auto log_yes = torch::log_sigmoid(spread), log_no = torch::log_sigmoid(-spread);
+      const auto& off = in.spread_offered;
+      lp = lp + (off * (in.spread_taken * log_yes + (1 - in.spread_taken) * log_no)).sum(1);
+      ent = ent - (off * (log_yes.exp() * log_yes + log_no.exp() * log_no)).sum(1);
     }
     return {lp, ent};
   }
@@ -1334,6 +1376,7 @@ struct Policy::Impl {
     }
     allocate(drafts, h, nullptr, typical);
     choose_replicas(drafts, h);
+    choose_spreads(drafts, h);
     return ds;
   }
 
@@ -1394,6 +1437,34 @@ struct Policy::Impl {
         if (take) replicas[g].push_back(k);
         return take;
       });
+    }
+  }
+
+  // Whether group g of `d` is offered a spread (PolicyConfig::forks): it has
+  // layers and no replicas, the decision is not data parallel, and it holds
+  // every layer of some fork.
+  bool spread_offered(const Decision& d, int g) const {
+    if (!spread_head || is_data_parallel(d.micro_batch_index)) return false;
+    if (g < static_cast<int>(d.group_replicas.size()) && !d.group_replicas[g].empty()) return false;
+    for (const std::vector<int>& fork : cfg.forks)
+      if (std::all_of(fork.begin(), fork.end(), [&](int l) { return d.layer_group[l] == g; })) return true;
+    return false;
+  }
+
+  // Each draft's spreads (drawn, or taken at odds above one half without a
+  // stream), group by group where offered; a stream draws only for an offer.
+  void choose_spreads(std::vector<Draft>& drafts, const torch::Tensor& h) {
+    if (!spread_head || drafts.empty()) return;
+    const auto p = torch::sigmoid(net->a_spread(h).squeeze(2)).contiguous();  // n x G
+    for (size_t i = 0; i < drafts.size(); ++i) {
+      Decision& d = *drafts[i].d;
+      d.group_spread.assign(G, 0);
+      for (int g = 0; g < G; ++g) {
+        if (!spread_offered(d, g)) continue;
+        const double u =
+            drafts[i].rng ? std::uniform_real_distribution<double>(0.0, 1.0)(*drafts[i].rng) : 0.5;
+        d.group_spread[g] = u < p.data_ptr<float>()[i * G + g] ? 1 : 0;
+      }
     }
   }
 
@@ -2022,6 +2093,7 @@ Policy::Policy(const FeatureMatrix& layer_features, std::vector<std::vector<int>
   m.micro_slots = torch::tensor(slots, torch::kInt64);
   m.replica_head = m.cfg.max_replicas > 0 && m.D > 1;
   m.balance_head = m.replica_head && m.cfg.balance_replicas;
+  m.spread_head = !m.cfg.forks.empty() && m.D > 1;
   m.net = networks ? std::move(networks) : new_policy_networks(m.cfg.hidden, m.cfg.learning_rate, m.cfg.seed,
                                                                m.cfg.replica_bias);
   m.cfg.hidden = m.net->hidden;

@@ -89,13 +89,13 @@
 // Thread safety: one Policy per search, used by one thread.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
-#include <random>
-#include <vector>
-
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "core/placement.h"
@@ -211,6 +211,15 @@ struct PolicyConfig {
   // copies and 1 where PipeDream's best has 2, 4 and 2). Trained networks
   // (search_policy_config), like choose_stage_count.
   bool balance_replicas = false;
+  // The model's forks (model/branches.h), each as its layers: the fork and
+  // every branch's. Non-empty (and more than one device): the spread head.
+  // After the replicas, each non-empty group without replicas that holds
+  // every layer of some fork draws whether it spreads its forks' branches
+  // over other devices (a Bernoulli on the group's embedding; the search
+  // applies it: spread_branches, placer/refine.h). Where the batch is smaller
+  // than the devices, neither stages nor copies keep them busy and a fork's
+  // branches can run side by side; elsewhere the head learns to leave them.
+  std::vector<std::vector<int>> forks;
   int hidden = 64;
   double learning_rate = 0.005;
   uint64_t seed = 1;
@@ -220,13 +229,18 @@ struct PolicyConfig {
 // empty); group_device has G entries (those of empty groups are not scored).
 // micro_batch_index indexes micro_batch_choices; one past the end = data parallel.
 // group_replicas: per group the further devices running a replica, ascending
-// (empty, or G entries).
+// (empty, or G entries). group_spread: per group whether it spreads its
+// forks' branches (PolicyConfig::forks; empty = none).
 struct Decision {
   std::vector<int> layer_group;
   std::vector<int> group_device;
   int micro_batch_index = 0;
   std::vector<std::vector<int>> group_replicas;
+  std::vector<uint8_t> group_spread;
+  bool spreads(int g) const { return g < static_cast<int>(group_spread.size()) && group_spread[g] != 0; }
   bool operator==(const Decision& o) const {
+    for (size_t g = 0; g < std::max(group_spread.size(), o.group_spread.size()); ++g)
+      if (spreads(static_cast<int>(g)) != o.spreads(static_cast<int>(g))) return false;
     return micro_batch_index == o.micro_batch_index && layer_group == o.layer_group &&
            group_device == o.group_device && group_replicas == o.group_replicas;
   }

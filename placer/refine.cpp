@@ -87,6 +87,47 @@ std::vector<Placement> branch_neighbours(const Placement& p, const std::vector<P
   return out;
 }
 
+Placement spread_branches(const Placement& p, const std::vector<bool>& spread, const BranchSpread& how) {
+  // Each spreading group's helpers: the free devices dealt out in turn
+  // (fastest first), then every other device but its own.
+  const int G = p.num_groups();
+  std::vector<bool> held(how.device_order.size(), false);  // devices some group holds (a copy included)
+  for (int g = 0; g < G; ++g)
+    for (int d : p.devices_of_group(g)) held[d] = true;
+  std::vector<int> spreading;
+  for (int g = 0; g < G && g < static_cast<int>(spread.size()); ++g)
+    if (spread[g] && p.replica_count(g) == 1) spreading.push_back(g);
+  if (spreading.empty()) return p;
+  std::vector<std::vector<int>> helpers(G);
+  int dealt = 0;
+  for (int d : how.device_order)
+    if (!held[d]) helpers[spreading[dealt++ % spreading.size()]].push_back(d);
+  for (int g : spreading)
+    for (int d : how.device_order)
+      if (held[d] && d != p.group_device[g]) helpers[g].push_back(d);
+  Placement q = p;
+  for (const ParallelBranches& fork : how.forks) {
+    const int g = p.layer_group[fork.fork];
+    if (std::find(spreading.begin(), spreading.end(), g) == spreading.end() || helpers[g].empty()) continue;
+    const bool whole =
+        std::all_of(fork.branches.begin(), fork.branches.end(), [&](const std::vector<int>& b) {
+          return std::all_of(b.begin(), b.end(), [&](int l) { return q.layer_group[l] == g; });
+        });
+    if (!whole) continue;
+    std::vector<std::pair<double, int>> by_weight;  // heaviest first, then in order
+    for (size_t k = 0; k < fork.branches.size(); ++k) {
+      double w = 0;
+      for (int l : fork.branches[k]) w += how.layer_weight[l];
+      by_weight.emplace_back(-w, static_cast<int>(k));
+    }
+    std::sort(by_weight.begin(), by_weight.end());
+    for (size_t r = 1; r < by_weight.size(); ++r)
+      q = with_layers_on(q, fork.branches[by_weight[r].second], helpers[g][(r - 1) % helpers[g].size()]);
+  }
+  drop_unused_groups(q);
+  return q;
+}
+
 std::vector<Placement> neighbours(const Placement& p, int num_devices, const std::vector<int>& choices,
                                   bool replicas, bool split_and_join_replicas) {
   if (p.is_data_parallel()) return replica_neighbours(p, num_devices);

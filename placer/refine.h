@@ -80,6 +80,21 @@ std::vector<Placement> neighbours(const Placement& p, int num_devices,
 std::vector<Placement> branch_neighbours(const Placement& p, const std::vector<ParallelBranches>& branches,
                                          int num_devices);
 
+// The policy's spread (PolicyConfig::forks): in each group `spread[g]`
+// names, every fork wholly inside it runs its branches side by side: the
+// heaviest by `layer_weight` stays on the group's device, each other one
+// goes to a new group on the group's next helper, in turn: the devices no
+// group holds, dealt out to the spreading groups in turn (`device_order`,
+// fastest first), then every other device but its own, in that order.
+// Forks are taken in order, so a fork nested in a branch that left the group
+// stays with that branch. Groups with replicas are left as they are.
+struct BranchSpread {
+  std::vector<ParallelBranches> forks;
+  std::vector<double> layer_weight;
+  std::vector<int> device_order;
+};
+Placement spread_branches(const Placement& p, const std::vector<bool>& spread, const BranchSpread& how);
+
 // Climbs from options.also_from, then from measurer.best(); evaluations are
 // labelled `iteration` in the trace.
 void refine(Measurer& measurer, const RefineOptions& options, int iteration, const std::atomic<bool>* cancel);

@@ -6,17 +6,18 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <random>
 #include <set>
 
+#include "core/cluster.h"
+#include "model/layer_graph.h"
 #include "placer/features.h"
 #include "placer/measurer.h"
 #include "placer/refine.h"
 #include "planners/context.h"
 #include "planners/planners.h"
 #include "profiler/compute_threads.h"
-#include "model/layer_graph.h"
-#include "core/cluster.h"
 #include "simulator/cost_model.h"
 
 namespace tapp {
@@ -444,6 +445,7 @@ class SearchLoop {
         features_(encode_layers(graph, dictionary_)),
         consumers_(graph.consumers()),
         config_(search_policy_config(graph, cluster, opt)),
+        spread_(branch_spread(graph, cluster, opt)),
         policy_(std::make_unique<Policy>(
             features_, consumers_, config_,
             opt.initial_policy ? clone_policy_networks(*opt.initial_policy, opt.learning_rate) : nullptr)),
@@ -530,8 +532,33 @@ class SearchLoop {
     return reports;
   }
 
+  // The decision's placement, its spread groups' forks spread (spread_branches).
   Placement to_placement(const Decision& d) const {
-    return decision_to_placement(d, config_.micro_batch_choices, opt_.schedule);
+    Placement p = decision_to_placement(d, config_.micro_batch_choices, opt_.schedule);
+    if (std::none_of(d.group_spread.begin(), d.group_spread.end(), [](uint8_t s) { return s != 0; }))
+      return p;
+    std::vector<bool> spread(p.num_groups(), false);
+    for (size_t i = 0; i < d.layer_group.size(); ++i)
+      if (d.spreads(d.layer_group[i])) spread[p.layer_group[i]] = true;
+    return spread_branches(p, spread, spread_);
+  }
+
+  // How spread decisions place their branches: the model's forks, each
+  // layer's compute (opt.layer_ms, else its FLOPs), the devices fastest first
+  // (opt.device_sample_ms, else in index order).
+  static BranchSpread branch_spread(const LayerGraph& graph, const Cluster& cluster,
+                                    const SearchOptions& opt) {
+    BranchSpread s;
+    s.forks = parallel_branches(graph);
+    const bool timed = opt.layer_ms.size() == graph.layers.size();
+    for (size_t i = 0; i < graph.layers.size(); ++i)
+      s.layer_weight.push_back(timed ? opt.layer_ms[i] : static_cast<double>(graph.layers[i].macs));
+    s.device_order.resize(cluster.num_devices());
+    std::iota(s.device_order.begin(), s.device_order.end(), 0);
+    if (opt.device_sample_ms.size() == s.device_order.size())
+      std::stable_sort(s.device_order.begin(), s.device_order.end(),
+                       [&](int a, int b) { return opt.device_sample_ms[a] < opt.device_sample_ms[b]; });
+    return s;
   }
 
   // The zero-shot plan: the fastest of zero_shot_candidates (at most 100
@@ -721,7 +748,7 @@ class SearchLoop {
     ro.num_devices = config_.num_devices;
     ro.micro_batch_choices = config_.micro_batch_choices;
     ro.replicas = opt_.replicate_stages;
-    ro.branches = parallel_branches(graph_);
+    ro.branches = spread_.forks;
     return ro;
   }
 
@@ -757,6 +784,7 @@ class SearchLoop {
   FeatureMatrix features_;
   std::vector<std::vector<int>> consumers_;
   PolicyConfig config_;
+  BranchSpread spread_;
   std::unique_ptr<Policy> policy_;
   std::optional<Reinforce> reinforce_;
   std::mt19937_64 rng_;
@@ -813,6 +841,12 @@ PolicyConfig search_policy_config(const LayerGraph& graph, const Cluster& cluste
   use_trained_inputs(pc, opt.initial_policy != nullptr);
   pc.devices = device_traits(cluster);
   pc.batch_size = opt.batch_size;
+  if (opt.spread_branches)
+    for (const ParallelBranches& f : parallel_branches(graph)) {
+      std::vector<int> layers{f.fork};
+      for (const std::vector<int>& b : f.branches) layers.insert(layers.end(), b.begin(), b.end());
+      pc.forks.push_back(std::move(layers));
+    }
   return pc;
 }
 

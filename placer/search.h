@@ -71,6 +71,8 @@ struct SearchOptions {
   bool replicate_stages = true;  // a group may take replicas on free devices (PolicyConfig::max_replicas)
   bool distinct_devices = true;  // stages on distinct devices (PolicyConfig::distinct_devices)
   bool data_parallel = true;     // data parallelism is one of the policy's choices (PolicyConfig::offer_data_parallel)
+  // A group may spread its forks' branches over other devices (PolicyConfig::forks).
+  bool spread_branches = true;
   // Per device: its time per sample (the cost model's whole-model forward +
   // backward); replicated groups then take micro-batches in proportion to
   // their devices' speeds (Measurer::weigh_replicas_by). Empty = equal shares.

@@ -53,6 +53,9 @@ struct ProblemState {
     so.learning_rate = o.learning_rate;
     so.initial_policy = networks;  // the config `optimize --policy` starts trained networks with
     so.layer_ms = layer_compute_ms(p.graph, p.cluster, p.cost, o.batch_size);
+    // Training draws no spreads: its decisions become placements without a
+    // search (to_placement below), and the head keeps its initial odds in the file.
+    so.spread_branches = false;
     config = search_policy_config(p.graph, p.cluster, so);
     policy = std::make_unique<Policy>(features, p.graph.consumers(), config, networks);
     seed_expert(o);

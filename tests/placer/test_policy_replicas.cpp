@@ -542,6 +542,72 @@ TEST_CASE("the DAG-following partition separates parallel branches; the contiguo
   }
 }
 
+TEST_CASE(
+    "the spread head draws only for groups that hold a whole fork without replicas, and REINFORCE moves it") {
+  // in -> fc0 -> {a: fc, relu | b: fc, relu} -> add -> fc on three devices.
+  LayerGraph g;
+  g.input_shape = {64};
+  for (const auto& [op, inputs] : std::vector<std::pair<std::string, std::vector<int>>>{{"linear", {}},
+                                                                                        {"linear", {0}},
+                                                                                        {"relu", {1}},
+                                                                                        {"linear", {0}},
+                                                                                        {"relu", {3}},
+                                                                                        {"add", {2, 4}},
+                                                                                        {"linear", {5}}}) {
+    Layer l;
+    l.name = op + std::to_string(g.layers.size());
+    l.op = op;
+    l.inputs = inputs;
+    if (op == "linear") l.attrs.out = 64;
+    g.layers.push_back(l);
+  }
+  REQUIRE(infer_shapes(g).is_ok());
+  const std::vector<int> fork = {0, 1, 2, 3, 4};  // the fork (layer 0) and its branches
+  Cluster c = equal_cluster(3);
+  PolicyConfig pc = replica_config(g, c, 8, PartitionMode::follows_dag, 5);
+  pc.forks = {fork};
+  OpDictionary dict;
+  Policy policy(encode_layers(g, dict), g.consumers(), pc);
+  std::mt19937_64 rng(9);
+  auto holds_fork = [&](const Decision& d, int grp) {
+    return std::all_of(fork.begin(), fork.end(), [&](int l) { return d.layer_group[l] == grp; });
+  };
+  auto spread_rate = [&](int n) {
+    int offered = 0, spread = 0;
+    for (int k = 0; k < n; ++k) {
+      const Decision d = policy.sample(rng);
+      for (int grp = 0; grp < pc.num_groups; ++grp) {
+        if (d.spreads(grp)) {
+          CHECK(holds_fork(d, grp));
+          CHECK(d.group_replicas[grp].empty());
+        }
+        const bool offer = holds_fork(d, grp) && d.group_replicas[grp].empty() &&
+                           d.micro_batch_index < static_cast<int>(pc.micro_batch_choices.size());
+        offered += offer;
+        spread += d.spreads(grp);
+      }
+    }
+    REQUIRE(offered > 0);
+    return static_cast<double>(spread) / offered;
+  };
+  const double before = spread_rate(600);
+  CHECK(before > 0.0);
+  CHECK(before < 0.2);  // spreads start rare
+  // Reward every decision that spreads, penalise the rest: the head learns to.
+  for (int it = 0; it < 60; ++it) {
+    std::vector<Decision> ds;
+    std::vector<double> adv;
+    for (int k = 0; k < 16; ++k) {
+      ds.push_back(policy.sample(rng));
+      const bool any = std::any_of(ds.back().group_spread.begin(), ds.back().group_spread.end(),
+                                   [](uint8_t s) { return s != 0; });
+      adv.push_back(any ? 1.0 : -0.1);
+    }
+    policy.update(ds, adv, 0.0, 5.0);
+  }
+  CHECK(spread_rate(300) > before + 0.3);
+}
+
 TEST_CASE("the search finds a replicated stage when replicas clearly pay") {
   LayerGraph g = chain_graph(4);
   Cluster c = equal_cluster(3);

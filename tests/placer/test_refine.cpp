@@ -12,6 +12,7 @@
 #include "model/layer_library.h"
 #include "placer/measurer.h"
 #include "placer/refine.h"
+#include "placer/search.h"
 #include "placer/training_set.h"
 #include "simulator/cost_model.h"
 #include "simulator/simulator_evaluator.h"
@@ -96,6 +97,99 @@ TEST_CASE("branch moves leave a replicated group's layers and a data-parallel pl
   for (const Placement& q : branch_neighbours(p, branches, 3))
     for (int l = 0; l < static_cast<int>(g.layers.size()); ++l) CHECK(q.devices_of_group(q.layer_group[l]).size() == 2);
   CHECK(branch_neighbours(Placement::replicas(static_cast<int>(g.layers.size()), {0, 1}), branches, 3).empty());
+}
+
+TEST_CASE(
+    "a spread group runs a fork's towers side by side: the heaviest at home, the others on free devices "
+    "first") {
+  LayerGraph g = towers();
+  BranchSpread how;
+  how.forks = parallel_branches(g);
+  how.layer_weight.assign(g.layers.size(), 1.0);  // tower [5, 6, 7, 8] is the heaviest, then [2, 3], then [4]
+  how.device_order = {2, 0, 1, 3};                // fastest first
+  const int L = static_cast<int>(g.layers.size());
+  // Layers 0-4 on d0 (group 0), 5-10 on d1 (group 1): the block's fork is in
+  // neither whole, the inner fork (5 -> 6, 7 -> 8) in group 1.
+  Placement two = Placement::single_device(L, 0, 1);
+  two.layer_group = {0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1};
+  two.group_device = {0, 1};
+  const Placement inner = spread_branches(two, {false, true}, how);
+  CHECK(every_group_used(inner));
+  CHECK(inner.device_of_layer(6) == 1);  // the first of equal towers stays home
+  CHECK(inner.device_of_layer(7) == 2);  // the other on the fastest free device
+  for (int l : {0, 1, 2, 3, 4}) CHECK(inner.device_of_layer(l) == 0);
+  for (int l : {5, 8, 9, 10}) CHECK(inner.device_of_layer(l) == 1);
+  CHECK(spread_branches(two, {true, false}, how).layer_group == two.layer_group);  // no whole fork in group 0
+
+  // The whole model on d0: the block's towers on d0 (the heaviest), then
+  // d2 and d1 (the free devices, fastest first); the inner fork stays in its
+  // tower at home and spreads too (its second branch to the first helper).
+  const Placement one = Placement::single_device(L, 0, 1);
+  const Placement spread = spread_branches(one, {true}, how);
+  CHECK(every_group_used(spread));
+  for (int l : {0, 1, 5, 6, 8, 9, 10}) CHECK(spread.device_of_layer(l) == 0);
+  for (int l : {2, 3}) CHECK(spread.device_of_layer(l) == 2);
+  CHECK(spread.device_of_layer(4) == 1);
+  CHECK(spread.device_of_layer(7) == 2);
+  // Two spreading groups share the free devices out in turn: d2 to group 0, d3 to group 1.
+  Placement halves = two;
+  halves.layer_group = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  const Placement dealt = spread_branches(halves, {true, true}, how);
+  CHECK(dealt.device_of_layer(2) == 2);
+  CHECK(dealt.device_of_layer(4) ==
+        1);  // group 0's next helper: held devices after its free one, fastest first
+  // A replicated group is left as it is.
+  Placement copied = one;
+  copied.group_replicas = {{1}};
+  CHECK(spread_branches(copied, {true}, how).layer_group == copied.layer_group);
+}
+
+TEST_CASE(
+    "at one sample a step, the policy alone spreads every block's towers where pipelines and copies cannot "
+    "help") {
+  // A stem, four blocks of two towers of two layers (fork, towers, add), an
+  // output; every layer 1 ms each way per micro-batch, free links. One
+  // sample: no micro-batches to pipeline or split, so one device takes
+  // 26 x 2 = 52 ms, and towers side by side save 4 ms a block. Groups that
+  // follow the DAG reach one block at most (every edge goes up in group id).
+  LayerGraph g;
+  g.input_shape = {8};
+  test::add_layer(g, "stem", "linear", {});
+  for (int b = 0; b < 4; ++b) {
+    const int fork = static_cast<int>(g.layers.size());
+    test::add_layer(g, "fork" + std::to_string(b), "linear", {fork - 1});
+    test::add_layer(g, "a1_" + std::to_string(b), "linear", {fork});
+    test::add_layer(g, "a2_" + std::to_string(b), "linear", {fork + 1});
+    test::add_layer(g, "b1_" + std::to_string(b), "linear", {fork});
+    test::add_layer(g, "b2_" + std::to_string(b), "linear", {fork + 3});
+    test::add_layer(g, "add" + std::to_string(b), "add", {fork + 2, fork + 4});
+  }
+  test::add_layer(g, "out", "linear", {static_cast<int>(g.layers.size()) - 1});
+  REQUIRE(infer_shapes(g).is_ok());
+  REQUIRE(parallel_branches(g).size() == 4);
+  Cluster c = equal_cluster(2);
+  for (Device& d : c.devices) d.memory_mb = 1024;
+  c.default_link.bandwidth_mbps = 1e12;
+  c.default_link.latency_ms = 0;
+  auto cost = CostModel::build(g, c, test::flat_library(g, 1, 1.0, 1.0));
+  REQUIRE(cost.is_ok());
+  for (uint64_t seed : {1, 2, 3})
+    for (bool spread : {true, false}) {
+      SimulatorEvaluator ev(g, c, *cost, 1);
+      SearchOptions o;
+      o.iterations = 40;
+      o.batch_size = 1;
+      o.seed = seed;
+      o.spread_branches = spread;
+      const SearchResult r = search(g, c, ev, o, nullptr);
+      REQUIRE(r.found);
+      INFO("seed " << seed << ", spreads offered: " << spread << ", best " << r.best_report.step_ms << " ms");
+      CHECK(validate_placement(r.best, g, c, 1).is_ok());
+      if (spread)
+        CHECK(r.best_report.step_ms <= 40.0);  // at least three blocks side by side (all four: 36 ms)
+      else
+        CHECK(r.best_report.step_ms >= 48.0 - 1e-9);
+    }
 }
 
 TEST_CASE("the refinement climbs from one device to towers side by side on two") {
