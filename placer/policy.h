@@ -26,6 +26,9 @@
 //   stages:     (choose_stage_count) before the partition, how many groups it
 //               may use: per count k, an MLP over the same [position of group
 //               k-1 | problem context] the group queries see -> softmax over 1..G.
+//   spread:     (forks) per group, a linear map of its attended embedding ->
+//               a Bernoulli "run this group's forks' branches side by side
+//               on other devices" (the search's spread_branches, placer/refine.h).
 // No weight's shape depends on the model or the cluster (issue 17): one
 // `PolicyNetworks` places any number of layers on any number of devices, may
 // be shared by the Policy objects of many problems while it trains across
@@ -36,7 +39,8 @@
 // per non-empty group (in id order) its device; then per device still free
 // (in index order), offered to the groups in the order replica_offers says
 // (fewest copies so far, or slowest per copy first), whether the group takes
-// a replica there (the first that does holds it). Its log
+// a replica there (the first that does holds it); then (forks) per group
+// offered a spread, whether it spreads. Its log
 // probability is the sum of every choice's, each under the masks it was drawn with.
 // Masking keeps proposals executable:
 //  - devices that cannot hold even the smallest layer get probability 0;
