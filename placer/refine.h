@@ -13,6 +13,8 @@
 // random few branch moves (branch_neighbours). (Each plan is scored on both
 // synchronous schedules by the Measurer.) Memoised repeats cost no
 // evaluation, so the loop is also bounded by attempts (20 x budget).
+// Also owns `spread_branches`, which turns a policy decision's spread groups
+// into a placement with their forks' branches side by side (the search's).
 // Data flow: Measurer.best / best_pipeline -> neighbours (planners/moves.h) -> Measurer.measure.
 // Thread safety: one thread (the search's).
 #pragma once
