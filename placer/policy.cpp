@@ -1440,12 +1440,10 @@ struct Policy::Impl {
     }
   }
 
-  // Whether group g of `d` is offered a spread (PolicyConfig::forks): it has
-  // layers and no replicas, the decision is not data parallel, and it holds
-  // every layer of some fork.
+  // Whether group g of `d` is offered a spread (PolicyConfig::forks): the
+  // decision is not data parallel and the group holds every layer of some fork.
   bool spread_offered(const Decision& d, int g) const {
     if (!spread_head || is_data_parallel(d.micro_batch_index)) return false;
-    if (g < static_cast<int>(d.group_replicas.size()) && !d.group_replicas[g].empty()) return false;
     for (const std::vector<int>& fork : cfg.forks)
       if (std::all_of(fork.begin(), fork.end(), [&](int l) { return d.layer_group[l] == g; })) return true;
     return false;

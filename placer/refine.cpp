@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <numeric>
 #include <random>
 
 #include "placer/measurer.h"
@@ -88,30 +89,61 @@ std::vector<Placement> branch_neighbours(const Placement& p, const std::vector<P
 }
 
 Placement spread_branches(const Placement& p, const std::vector<bool>& spread, const BranchSpread& how) {
-  // Each spreading group's helpers: the free devices dealt out in turn
-  // (fastest first), then every other device but its own.
   const int G = p.num_groups();
   std::vector<bool> held(how.device_order.size(), false);  // devices some group holds (a copy included)
   for (int g = 0; g < G; ++g)
     for (int d : p.devices_of_group(g)) held[d] = true;
-  std::vector<int> spreading;
+  // Per spreading group and copy its helpers: the free devices dealt out in
+  // turn (fastest first) to every copy of every spreading group; then the
+  // devices other groups hold, dealt out to the group's own copies in turn.
+  std::vector<std::vector<std::vector<int>>> helpers(G);
+  std::vector<std::pair<int, int>> slots;  // (group, copy)
   for (int g = 0; g < G && g < static_cast<int>(spread.size()); ++g)
-    if (spread[g] && p.replica_count(g) == 1) spreading.push_back(g);
-  if (spreading.empty()) return p;
-  std::vector<std::vector<int>> helpers(G);
-  int dealt = 0;
+    if (spread[g])
+      for (int j = 0; j < p.replica_count(g); ++j) slots.emplace_back(g, j);
+  if (slots.empty()) return p;
+  for (const auto& [g, j] : slots) helpers[g].resize(p.replica_count(g));
+  size_t dealt = 0;
   for (int d : how.device_order)
-    if (!held[d]) helpers[spreading[dealt++ % spreading.size()]].push_back(d);
-  for (int g : spreading)
+    if (!held[d]) {
+      const auto& [g, j] = slots[dealt++ % slots.size()];
+      helpers[g][j].push_back(d);
+    }
+  for (int g = 0; g < G; ++g) {
+    const std::vector<int> own = p.devices_of_group(g);
+    size_t next = 0;
     for (int d : how.device_order)
-      if (held[d] && d != p.group_device[g]) helpers[g].push_back(d);
+      if (!helpers[g].empty() && held[d] && std::find(own.begin(), own.end(), d) == own.end())
+        helpers[g][next++ % helpers[g].size()].push_back(d);
+  }
+  // A group spreads only where each of its copies has a helper: branch r of a
+  // fork goes to a new group whose copy j is copy j's helper r - 1 (in turn),
+  // so micro-batch m's towers run beside the copy that runs m.
+  auto ready = [&](int g) {
+    return !helpers[g].empty() && std::all_of(helpers[g].begin(), helpers[g].end(),
+                                              [](const std::vector<int>& h) { return !h.empty(); });
+  };
+  // A replicated group must stay one stage (core's rule): where its fork's
+  // branches leave, the layers after the fork go on in a new group on the
+  // same copies. `origin`: per group of q, the group of p it continues (-1: a branch).
   Placement q = p;
+  std::vector<int> origin(G);
+  std::iota(origin.begin(), origin.end(), 0);
+  auto add_group = [&](const std::vector<int>& copies, int from, bool recompute) {
+    const int added = q.add_group(copies[0], recompute);
+    if (copies.size() > 1) {
+      if (q.group_replicas.empty()) q.group_replicas.assign(q.num_groups(), {});
+      q.group_replicas[added].assign(copies.begin() + 1, copies.end());
+    }
+    origin.push_back(from);
+    return added;
+  };
   for (const ParallelBranches& fork : how.forks) {
-    const int g = p.layer_group[fork.fork];
-    if (std::find(spreading.begin(), spreading.end(), g) == spreading.end() || helpers[g].empty()) continue;
+    const int at = q.layer_group[fork.fork], g = origin[at];
+    if (g < 0 || !ready(g)) continue;
     const bool whole =
         std::all_of(fork.branches.begin(), fork.branches.end(), [&](const std::vector<int>& b) {
-          return std::all_of(b.begin(), b.end(), [&](int l) { return q.layer_group[l] == g; });
+          return std::all_of(b.begin(), b.end(), [&](int l) { return q.layer_group[l] == at; });
         });
     if (!whole) continue;
     std::vector<std::pair<double, int>> by_weight;  // heaviest first, then in order
@@ -121,8 +153,17 @@ Placement spread_branches(const Placement& p, const std::vector<bool>& spread, c
       by_weight.emplace_back(-w, static_cast<int>(k));
     }
     std::sort(by_weight.begin(), by_weight.end());
-    for (size_t r = 1; r < by_weight.size(); ++r)
-      q = with_layers_on(q, fork.branches[by_weight[r].second], helpers[g][(r - 1) % helpers[g].size()]);
+    for (size_t r = 1; r < by_weight.size(); ++r) {
+      std::vector<int> copies;
+      for (const std::vector<int>& h : helpers[g]) copies.push_back(h[(r - 1) % h.size()]);
+      const int branch = add_group(copies, -1, q.recomputes(at));
+      for (int l : fork.branches[by_weight[r].second]) q.layer_group[l] = branch;
+    }
+    if (q.replica_count(at) > 1) {
+      const int next = add_group(q.devices_of_group(at), g, q.recomputes(at));
+      for (int l = fork.fork + 1; l < static_cast<int>(q.layer_group.size()); ++l)
+        if (q.layer_group[l] == at) q.layer_group[l] = next;
+    }
   }
   drop_unused_groups(q);
   return q;

@@ -84,12 +84,17 @@ std::vector<Placement> branch_neighbours(const Placement& p, const std::vector<P
 
 // The policy's spread (PolicyConfig::forks): in each group `spread[g]`
 // names, every fork wholly inside it runs its branches side by side: the
-// heaviest by `layer_weight` stays on the group's device, each other one
-// goes to a new group on the group's next helper, in turn: the devices no
-// group holds, dealt out to the spreading groups in turn (`device_order`,
-// fastest first), then every other device but its own, in that order.
+// heaviest by `layer_weight` stays in the group, each other one goes to a new
+// group on the group's next helper, in turn. Helpers: the devices no group
+// holds, dealt out (`device_order`, fastest first) to every copy of every
+// spreading group in turn, then the devices other groups hold, dealt out to
+// the group's own copies in turn. A replicated group spreads only where each
+// copy has a helper, and a branch's new group has as many copies, copy j on
+// copy j's helper, so each micro-batch's towers run beside the copy that
+// runs it; the layers after each spread fork go on in a new group on the
+// same copies (a replicated group must be one stage).
 // Forks are taken in order, so a fork nested in a branch that left the group
-// stays with that branch. Groups with replicas are left as they are.
+// stays with that branch.
 struct BranchSpread {
   std::vector<ParallelBranches> forks;
   std::vector<double> layer_weight;

@@ -138,20 +138,35 @@ TEST_CASE(
   CHECK(dealt.device_of_layer(2) == 2);
   CHECK(dealt.device_of_layer(4) ==
         1);  // group 0's next helper: held devices after its free one, fastest first
-  // A replicated group is left as it is.
-  Placement copied = one;
+  // A copied group: each copy gets its own helpers (d2 for the copy on d0,
+  // d3 for the one on d1), each tower a new group copied on them, and the
+  // layers after each spread fork a new group on d0 and d1 (a replicated
+  // group must be one stage).
+  Placement copied = Placement::single_device(L, 0, 2);
   copied.group_replicas = {{1}};
-  CHECK(spread_branches(copied, {true}, how).layer_group == copied.layer_group);
+  const Placement pairs = spread_branches(copied, {true}, how);
+  const auto on = [&](int l) { return pairs.devices_of_group(pairs.layer_group[l]); };
+  for (int l : {0, 1, 5, 6, 8, 9, 10}) CHECK(on(l) == std::vector<int>{0, 1});
+  for (int l : {2, 3, 4, 7}) CHECK(on(l) == std::vector<int>{2, 3});
+  CHECK(pairs.layer_group[1] != pairs.layer_group[5]);  // the trunk split after the block's fork
+  CHECK(pairs.layer_group[5] != pairs.layer_group[6]);  // and after the inner one
+  CHECK(validate_placement(pairs, g, equal_cluster(4), 2).is_ok());
+  // With no device left for one of its copies, a copied group stays as it is.
+  Placement all_held = copied;
+  all_held.group_replicas = {{1, 2, 3}};
+  all_held.micro_batches = 4;
+  CHECK(spread_branches(all_held, {true}, how).layer_group == all_held.layer_group);
 }
 
 TEST_CASE(
-    "at one sample a step, the policy alone spreads every block's towers where pipelines and copies cannot "
-    "help") {
+    "with one sample per copy, the policy alone spreads every block's towers where pipelines and copies "
+    "cannot help") {
   // A stem, four blocks of two towers of two layers (fork, towers, add), an
-  // output; every layer 1 ms each way per micro-batch, free links. One
-  // sample: no micro-batches to pipeline or split, so one device takes
-  // 26 x 2 = 52 ms, and towers side by side save 4 ms a block. Groups that
-  // follow the DAG reach one block at most (every edge goes up in group id).
+  // output; every layer 1 ms each way per sample, free links. One sample on
+  // two devices, or two on four: nothing to pipeline or split beyond one
+  // sample a copy, so a copy takes 26 x 2 = 52 ms for its sample, and towers
+  // side by side save 4 ms a block (36 ms). Groups that follow the DAG reach
+  // one block at most on two devices (every edge goes up in group id), two on four.
   LayerGraph g;
   g.input_shape = {8};
   test::add_layer(g, "stem", "linear", {});
@@ -167,29 +182,32 @@ TEST_CASE(
   test::add_layer(g, "out", "linear", {static_cast<int>(g.layers.size()) - 1});
   REQUIRE(infer_shapes(g).is_ok());
   REQUIRE(parallel_branches(g).size() == 4);
-  Cluster c = equal_cluster(2);
-  for (Device& d : c.devices) d.memory_mb = 1024;
-  c.default_link.bandwidth_mbps = 1e12;
-  c.default_link.latency_ms = 0;
-  auto cost = CostModel::build(g, c, test::flat_library(g, 1, 1.0, 1.0));
-  REQUIRE(cost.is_ok());
-  for (uint64_t seed : {1, 2, 3})
-    for (bool spread : {true, false}) {
-      SimulatorEvaluator ev(g, c, *cost, 1);
-      SearchOptions o;
-      o.iterations = 40;
-      o.batch_size = 1;
-      o.seed = seed;
-      o.spread_branches = spread;
-      const SearchResult r = search(g, c, ev, o, nullptr);
-      REQUIRE(r.found);
-      INFO("seed " << seed << ", spreads offered: " << spread << ", best " << r.best_report.step_ms << " ms");
-      CHECK(validate_placement(r.best, g, c, 1).is_ok());
-      if (spread)
-        CHECK(r.best_report.step_ms <= 40.0);  // at least three blocks side by side (all four: 36 ms)
-      else
-        CHECK(r.best_report.step_ms >= 48.0 - 1e-9);
-    }
+  for (const auto& [batch, devices, without_ms] : {std::tuple{1, 2, 48.0}, std::tuple{2, 4, 44.0}}) {
+    Cluster c = equal_cluster(devices);
+    for (Device& d : c.devices) d.memory_mb = 1024;
+    c.default_link.bandwidth_mbps = 1e12;
+    c.default_link.latency_ms = 0;
+    auto cost = CostModel::build(g, c, test::flat_library(g, 1, 1.0, 1.0));
+    REQUIRE(cost.is_ok());
+    for (uint64_t seed : {1, 2, 3})
+      for (bool spread : {true, false}) {
+        SimulatorEvaluator ev(g, c, *cost, batch);
+        SearchOptions o;
+        o.iterations = batch == 1 ? 40 : 150;
+        o.batch_size = batch;
+        o.seed = seed;
+        o.spread_branches = spread;
+        const SearchResult r = search(g, c, ev, o, nullptr);
+        REQUIRE(r.found);
+        INFO("batch " << batch << ", seed " << seed << ", spreads offered: " << spread << ", best "
+                      << r.best_report.step_ms << " ms");
+        CHECK(validate_placement(r.best, g, c, batch).is_ok());
+        if (spread)
+          CHECK(r.best_report.step_ms <= 40.0);  // at least three blocks side by side (all four: 36 ms)
+        else
+          CHECK(r.best_report.step_ms >= without_ms - 1e-9);
+      }
+  }
 }
 
 TEST_CASE("the refinement climbs from one device to towers side by side on two") {
