@@ -173,6 +173,17 @@ TEST_CASE("parallel branches on different devices, one of them replicated, train
   }
 }
 
+TEST_CASE("a copied group's towers on paired copies (the policy's spread) train like one device, GPipe and 1F1B") {
+  // The stem on d0 and d1, branch b on d2 and d3 (micro-batch m's copy beside
+  // the stem's copy of m), branch a and the tail on d0 and d1 again, in a
+  // group of their own: placer/refine.h's spread_branches of a copied group.
+  for (Schedule s : {Schedule::gpipe, Schedule::one_f_one_b}) {
+    INFO(schedule_name(s));
+    check_hybrid_equals_single(branch_model(), 4,
+                               hybrid({0, 0, 1, 1, 2, 2, 1, 1, 1, 1, 1}, {{0, 1}, {0, 1}, {2, 3}}, 4, s));
+  }
+}
+
 TEST_CASE("replicas with unequal weights (3 : 1 of the micro-batches) train like one device, GPipe and 1F1B") {
   for (Schedule s : {Schedule::gpipe, Schedule::one_f_one_b}) {
     INFO(schedule_name(s));
