@@ -217,12 +217,13 @@ struct PolicyConfig {
   bool balance_replicas = false;
   // The model's forks (model/branches.h), each as its layers: the fork and
   // every branch's. Non-empty (and more than one device): the spread head.
-  // After the replicas, each non-empty group without replicas that holds
-  // every layer of some fork draws whether it spreads its forks' branches
-  // over other devices (a Bernoulli on the group's embedding; the search
-  // applies it: spread_branches, placer/refine.h). Where the batch is smaller
-  // than the devices, neither stages nor copies keep them busy and a fork's
-  // branches can run side by side; elsewhere the head learns to leave them.
+  // After the replicas, each group that holds every layer of some fork (of
+  // a decision that is not data parallel) draws whether it spreads its forks'
+  // branches over other devices (a Bernoulli on the group's embedding; the
+  // search applies it, a copied group's copies each on their own devices:
+  // spread_branches, placer/refine.h). Where the batch is smaller than the
+  // devices, neither stages nor copies keep them busy and a fork's branches
+  // can run side by side; elsewhere the head learns to leave them.
   std::vector<std::vector<int>> forks;
   int hidden = 64;
   double learning_rate = 0.005;
