@@ -591,7 +591,7 @@ TEST_CASE("the spread head draws only for groups that hold a whole fork, and REI
   CHECK(before < 0.2);  // spreads start rare
   // One decision with an offer, spread and not: rewarding the spread raises
   // its odds from about 1 : 19 past even, and the log probabilities stay finite.
-  Decision yes = policy.sample(rng);
+  Decision yes;
   int offered_group = -1;
   for (int tries = 0; offered_group < 0 && tries < 2000; ++tries) {
     yes = policy.sample(rng);
