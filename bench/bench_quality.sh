@@ -23,7 +23,7 @@
 # ROUNDS (default 3) interleaved rounds.
 #
 # Usage: bench/bench_quality.sh [BUILD_DIR] [a|b|ab]   (default: build, ab; env for part A:
-#   MODELS, CLUSTERS (names in examples/ or bench/), SEEDS="1 2 3", OPT_ARGS (e.g. "--iterations 300");
+#   MODELS, CLUSTERS (names in examples/ or bench/), SEEDS="1 2 3", OPT_ARGS (e.g. "--iterations 300", or "--batch 1": one sample a step, where branches side by side pay);
 #   for part B: ROUNDS=3 BATCH=16 BSPECS=... CALIBRATE=0|1 CAL_SAMPLES=20; TAPP_BENCH_OUT=dir keeps the results)
 set -euo pipefail
 BUILD=${1:-build}
@@ -40,7 +40,8 @@ OPT_ARGS=${OPT_ARGS:-}
 cluster_file() { if [ -f "$ROOT/examples/$1.json" ]; then echo "$ROOT/examples/$1.json"; else echo "$ROOT/bench/$1.json"; fi; }
 
 if [[ $PARTS == *a* ]]; then
-  echo "## Part A: simulate, ImageNet sizes, batch 32, seeds $SEEDS${OPT_ARGS:+, options $OPT_ARGS} (results in $OUT)"
+  A_BATCH=$(grep -oE -- '--batch[ =][0-9]+' <<<"$OPT_ARGS" | grep -oE '[0-9]+$' || true)
+  echo "## Part A: simulate, ImageNet sizes, batch ${A_BATCH:-32}, seeds $SEEDS${OPT_ARGS:+, options $OPT_ARGS} (results in $OUT)"
   echo
   echo "| model | cluster | seed | TAPP policy ms | policy's plan | +refine ms | best classical planner ms | policy vs it | +refine vs it | policy >= 10% ahead | best classical vs the lower bound | DP ms | pipedream ms | exhaustive ms | BSP ms | to 5% of final (s) | search (s) |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
