@@ -54,4 +54,12 @@ std::vector<ParallelBranches> parallel_branches(const LayerGraph& g) {
   return out;
 }
 
+int group_holding(const ParallelBranches& fork, const std::vector<int>& layer_group) {
+  const int g = layer_group[fork.fork];
+  for (const std::vector<int>& branch : fork.branches)
+    for (int l : branch)
+      if (layer_group[l] != g) return -1;
+  return g;
+}
+
 }  // namespace tapp

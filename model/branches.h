@@ -27,4 +27,8 @@ struct ParallelBranches {
 
 std::vector<ParallelBranches> parallel_branches(const LayerGraph& g);
 
+// The group (per layer in `layer_group`) holding the fork and every layer of
+// its branches, or -1 where they are not all in one.
+int group_holding(const ParallelBranches& fork, const std::vector<int>& layer_group);
+
 }  // namespace tapp

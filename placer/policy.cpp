@@ -1014,11 +1014,13 @@ struct Policy::Impl {
       chosen[g] = used[g] ? d.group_device[g] : 0;
       used_n[g] = used[g] ? 1.f : 0.f;
     }
-    if (spread_head)
+    if (spread_head) {
+      const std::vector<bool> offered = spread_offers(d);
       for (int g = 0; g < G; ++g) {
-        in.spread_offered.data_ptr<float>()[n * G + g] = spread_offered(d, g) ? 1.f : 0.f;
+        in.spread_offered.data_ptr<float>()[n * G + g] = offered[g] ? 1.f : 0.f;
         in.spread_taken.data_ptr<float>()[n * G + g] = d.spreads(g) ? 1.f : 0.f;
       }
+    }
     if (!replica_head) return;
     float* rpairs = in.replica_pairs.data_ptr<float>() + n * GD * kPairWidth;
     pair_features_of_groups(totals, d.group_device, true, rpairs);
@@ -1440,13 +1442,14 @@ struct Policy::Impl {
     }
   }
 
-  // Whether group g of `d` is offered a spread (PolicyConfig::forks): the
-  // decision is not data parallel and the group holds every layer of some fork.
-  bool spread_offered(const Decision& d, int g) const {
-    if (!spread_head || is_data_parallel(d.micro_batch_index)) return false;
-    for (const std::vector<int>& fork : cfg.forks)
-      if (std::all_of(fork.begin(), fork.end(), [&](int l) { return d.layer_group[l] == g; })) return true;
-    return false;
+  // Per group whether `d` offers it a spread (PolicyConfig::forks): the
+  // decision is not data parallel and the group holds some fork whole.
+  std::vector<bool> spread_offers(const Decision& d) const {
+    std::vector<bool> offered(G, false);
+    if (!spread_head || is_data_parallel(d.micro_batch_index)) return offered;
+    for (const ParallelBranches& fork : cfg.forks)
+      if (const int g = group_holding(fork, d.layer_group); g >= 0) offered[g] = true;
+    return offered;
   }
 
   // Each draft's spreads (drawn, or taken at odds above one half without a
@@ -1457,8 +1460,9 @@ struct Policy::Impl {
     for (size_t i = 0; i < drafts.size(); ++i) {
       Decision& d = *drafts[i].d;
       d.group_spread.assign(G, 0);
+      const std::vector<bool> offered = spread_offers(d);
       for (int g = 0; g < G; ++g) {
-        if (!spread_offered(d, g)) continue;
+        if (!offered[g]) continue;
         const double u =
             drafts[i].rng ? std::uniform_real_distribution<double>(0.0, 1.0)(*drafts[i].rng) : 0.5;
         d.group_spread[g] = u < p.data_ptr<float>()[i * G + g] ? 1 : 0;

@@ -103,6 +103,7 @@
 
 #include "common/status.h"
 #include "core/placement.h"
+#include "model/branches.h"
 #include "placer/features.h"
 
 namespace tapp {
@@ -215,8 +216,8 @@ struct PolicyConfig {
   // copies and 1 where PipeDream's best has 2, 4 and 2). Trained networks
   // (search_policy_config), like choose_stage_count.
   bool balance_replicas = false;
-  // The model's forks (model/branches.h), each as its layers: the fork and
-  // every branch's. Non-empty (and more than one device): the spread head.
+  // The model's forks (model/branches.h). Non-empty (and more than one
+  // device): the spread head.
   // After the replicas, each group that holds every layer of some fork (of
   // a decision that is not data parallel) draws whether it spreads its forks'
   // branches over other devices (a Bernoulli on the group's embedding; the
@@ -224,7 +225,7 @@ struct PolicyConfig {
   // spread_branches, placer/refine.h). Where the batch is smaller than the
   // devices, neither stages nor copies keep them busy and a fork's branches
   // can run side by side; elsewhere the head learns to leave them.
-  std::vector<std::vector<int>> forks;
+  std::vector<ParallelBranches> forks;
   int hidden = 64;
   double learning_rate = 0.005;
   uint64_t seed = 1;

@@ -139,13 +139,9 @@ Placement spread_branches(const Placement& p, const std::vector<bool>& spread, c
     return added;
   };
   for (const ParallelBranches& fork : how.forks) {
-    const int at = q.layer_group[fork.fork], g = origin[at];
-    if (g < 0 || !ready(g)) continue;
-    const bool whole =
-        std::all_of(fork.branches.begin(), fork.branches.end(), [&](const std::vector<int>& b) {
-          return std::all_of(b.begin(), b.end(), [&](int l) { return q.layer_group[l] == at; });
-        });
-    if (!whole) continue;
+    const int at = group_holding(fork, q.layer_group);
+    if (at < 0 || origin[at] < 0 || !ready(origin[at])) continue;
+    const int g = origin[at];
     std::vector<std::pair<double, int>> by_weight;  // heaviest first, then in order
     for (size_t k = 0; k < fork.branches.size(); ++k) {
       double w = 0;

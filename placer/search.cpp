@@ -841,12 +841,7 @@ PolicyConfig search_policy_config(const LayerGraph& graph, const Cluster& cluste
   use_trained_inputs(pc, opt.initial_policy != nullptr);
   pc.devices = device_traits(cluster);
   pc.batch_size = opt.batch_size;
-  if (opt.spread_branches)
-    for (const ParallelBranches& f : parallel_branches(graph)) {
-      std::vector<int> layers{f.fork};
-      for (const std::vector<int>& b : f.branches) layers.insert(layers.end(), b.begin(), b.end());
-      pc.forks.push_back(std::move(layers));
-    }
+  if (opt.spread_branches) pc.forks = parallel_branches(graph);
   return pc;
 }
 

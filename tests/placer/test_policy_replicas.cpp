@@ -564,7 +564,8 @@ TEST_CASE("the spread head draws only for groups that hold a whole fork, and REI
   const std::vector<int> fork = {0, 1, 2, 3, 4};  // the fork (layer 0) and its branches
   Cluster c = equal_cluster(3);
   PolicyConfig pc = replica_config(g, c, 8, PartitionMode::follows_dag, 5);
-  pc.forks = {fork};
+  pc.forks = parallel_branches(g);
+  REQUIRE(pc.forks.size() == 1);  // layer 0, branches {1, 2} and {3, 4}
   OpDictionary dict;
   Policy policy(encode_layers(g, dict), g.consumers(), pc);
   std::mt19937_64 rng(9);
