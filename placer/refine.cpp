@@ -88,7 +88,50 @@ std::vector<Placement> branch_neighbours(const Placement& p, const std::vector<P
   return out;
 }
 
-Placement spread_branches(const Placement& p, const std::vector<bool>& spread, const BranchSpread& how) {
+namespace {
+
+// Per branch of `fork`, the slot it runs in, heaviest first. in_turn: the
+// heaviest in slot 0 (the group's own), each next one in the next helper
+// slot, in turn. by_speed: each where it would finish first (its slot's load
+// so far over the slot's slowest copy's speed), slot 0 on a tie (no transfer).
+std::vector<int> slots_of_branches(const ParallelBranches& fork,
+                                   const std::vector<std::vector<int>>& slot_copies, const BranchSpread& how,
+                                   SpreadRule rule) {
+  std::vector<std::pair<double, int>> by_weight;  // heaviest first, then in order
+  for (size_t k = 0; k < fork.branches.size(); ++k) {
+    double w = 0;
+    for (int l : fork.branches[k]) w += how.layer_weight[l];
+    by_weight.emplace_back(-w, static_cast<int>(k));
+  }
+  std::sort(by_weight.begin(), by_weight.end());
+  std::vector<int> slot_of_branch(fork.branches.size(), 0);
+  if (rule == SpreadRule::in_turn) {
+    for (size_t r = 1; r < by_weight.size(); ++r)
+      slot_of_branch[by_weight[r].second] = 1 + static_cast<int>((r - 1) % (slot_copies.size() - 1));
+    return slot_of_branch;
+  }
+  auto speed_of = [&](int d) { return how.device_speed.empty() ? 1.0 : how.device_speed[d]; };
+  std::vector<double> slot_speed;
+  for (const std::vector<int>& copies : slot_copies) {
+    double slowest = std::numeric_limits<double>::infinity();
+    for (int d : copies) slowest = std::min(slowest, speed_of(d));
+    slot_speed.push_back(slowest);
+  }
+  std::vector<double> load(slot_copies.size(), 0.0);
+  for (const auto& [minus_w, k] : by_weight) {
+    size_t best = 0;
+    for (size_t s = 1; s < load.size(); ++s)
+      if ((load[s] - minus_w) / slot_speed[s] < (load[best] - minus_w) / slot_speed[best]) best = s;
+    load[best] -= minus_w;
+    slot_of_branch[k] = static_cast<int>(best);
+  }
+  return slot_of_branch;
+}
+
+}  // namespace
+
+Placement spread_branches(const Placement& p, const std::vector<bool>& spread, const BranchSpread& how,
+                          SpreadRule rule) {
   const int G = p.num_groups();
   std::vector<bool> held(how.device_order.size(), false);  // devices some group holds (a copy included)
   for (int g = 0; g < G; ++g)
@@ -116,9 +159,11 @@ Placement spread_branches(const Placement& p, const std::vector<bool>& spread, c
       if (!helpers[g].empty() && held[d] && std::find(own.begin(), own.end(), d) == own.end())
         helpers[g][next++ % helpers[g].size()].push_back(d);
   }
-  // A group spreads only where each of its copies has a helper: branch r of a
-  // fork goes to a new group whose copy j is copy j's helper r - 1 (in turn),
-  // so micro-batch m's towers run beside the copy that runs m.
+  // A group spreads only where each of its copies has a helper. A fork's
+  // branches go to slots (slots_of_branches): slot 0 the group's
+  // own copies, slot s each copy's helper s - 1; the branches of slot s go to
+  // a new group whose copy j is copy j's helper, so micro-batch m's towers
+  // run beside the copy that runs m.
   auto ready = [&](int g) {
     return !helpers[g].empty() && std::all_of(helpers[g].begin(), helpers[g].end(),
                                               [](const std::vector<int>& h) { return !h.empty(); });
@@ -142,20 +187,27 @@ Placement spread_branches(const Placement& p, const std::vector<bool>& spread, c
     const int at = group_holding(fork, q.layer_group);
     if (at < 0 || origin[at] < 0 || !ready(origin[at])) continue;
     const int g = origin[at];
-    std::vector<std::pair<double, int>> by_weight;  // heaviest first, then in order
+    // Slot 0 is the group's own copies, slot s its copies' helper s - 1.
+    std::vector<std::vector<int>> slot_copies = {q.devices_of_group(at)};
+    const size_t helper_slots =
+        std::min_element(helpers[g].begin(), helpers[g].end(), [](const auto& a, const auto& b) {
+          return a.size() < b.size();
+        })->size();
+    for (size_t s = 0; s < helper_slots; ++s) {
+      slot_copies.emplace_back();
+      for (const std::vector<int>& h : helpers[g]) slot_copies.back().push_back(h[s]);
+    }
+    const std::vector<int> slot_of_branch = slots_of_branches(fork, slot_copies, how, rule);
+    std::vector<int> slot_group(slot_copies.size(), at);
     for (size_t k = 0; k < fork.branches.size(); ++k) {
-      double w = 0;
-      for (int l : fork.branches[k]) w += how.layer_weight[l];
-      by_weight.emplace_back(-w, static_cast<int>(k));
+      const int s = slot_of_branch[k];
+      if (s == 0) continue;
+      if (slot_group[s] == at) slot_group[s] = add_group(slot_copies[s], -1, q.recomputes(at));
+      for (int l : fork.branches[k]) q.layer_group[l] = slot_group[s];
     }
-    std::sort(by_weight.begin(), by_weight.end());
-    for (size_t r = 1; r < by_weight.size(); ++r) {
-      std::vector<int> copies;
-      for (const std::vector<int>& h : helpers[g]) copies.push_back(h[(r - 1) % h.size()]);
-      const int branch = add_group(copies, -1, q.recomputes(at));
-      for (int l : fork.branches[by_weight[r].second]) q.layer_group[l] = branch;
-    }
-    if (q.replica_count(at) > 1) {
+    const bool moved =
+        std::any_of(slot_of_branch.begin(), slot_of_branch.end(), [](int s) { return s != 0; });
+    if (moved && q.replica_count(at) > 1) {
       const int next = add_group(q.devices_of_group(at), g, q.recomputes(at));
       for (int l = fork.fork + 1; l < static_cast<int>(q.layer_group.size()); ++l)
         if (q.layer_group[l] == at) q.layer_group[l] = next;

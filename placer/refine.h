@@ -83,24 +83,30 @@ std::vector<Placement> branch_neighbours(const Placement& p, const std::vector<P
                                          int num_devices);
 
 // The policy's spread (PolicyConfig::forks): in each group `spread[g]`
-// names, every fork wholly inside it runs its branches side by side: the
-// heaviest by `layer_weight` stays in the group, each other one goes to a new
-// group on the group's next helper, in turn. Helpers: the devices no group
-// holds, dealt out (`device_order`, fastest first) to every copy of every
-// spreading group in turn, then the devices other groups hold, dealt out to
-// the group's own copies in turn. A replicated group spreads only where each
-// copy has a helper, and a branch's new group has as many copies, copy j on
-// copy j's helper, so each micro-batch's towers run beside the copy that
-// runs it; the layers after each spread fork go on in a new group on the
-// same copies (a replicated group must be one stage).
-// Forks are taken in order, so a fork nested in a branch that left the group
-// stays with that branch.
+// names, every fork wholly inside it runs its branches side by side, on the
+// group's devices and its helpers. SpreadRule::in_turn: the heaviest branch
+// (by `layer_weight`) stays in the group, each next one goes to the next
+// helper, in turn. SpreadRule::by_speed: heaviest first, each branch goes
+// where it would finish first at the devices' `device_speed` (ties stay in
+// the group: no transfer). The branches a helper takes go to a new group on
+// it. Helpers: the devices no group holds, dealt out (`device_order`,
+// fastest first) to every copy of every spreading group in turn, then the
+// devices other groups hold, dealt out to the group's own copies in turn. A
+// replicated group spreads only where each copy has a helper, and a
+// helper's new group has as many copies, copy j on copy j's helper, so each
+// micro-batch's towers run beside the copy that runs it; the layers after
+// each fork whose branches left go on in a new group on the same copies (a
+// replicated group must be one stage). Forks are taken in order, so a fork
+// nested in a branch that left the group stays with that branch.
 struct BranchSpread {
   std::vector<ParallelBranches> forks;
   std::vector<double> layer_weight;
   std::vector<int> device_order;
+  std::vector<double> device_speed;  // per device (only ratios count); empty: all equal
 };
-Placement spread_branches(const Placement& p, const std::vector<bool>& spread, const BranchSpread& how);
+enum class SpreadRule { in_turn, by_speed };
+Placement spread_branches(const Placement& p, const std::vector<bool>& spread, const BranchSpread& how,
+                          SpreadRule rule);
 
 // Climbs from options.also_from, then from measurer.best(); evaluations are
 // labelled `iteration` in the trace.
