@@ -119,10 +119,11 @@ std::vector<int> slots_of_branches(const ParallelBranches& fork,
   }
   std::vector<double> load(slot_copies.size(), 0.0);
   for (const auto& [minus_w, k] : by_weight) {
+    const double w = -minus_w;
     size_t best = 0;
     for (size_t s = 1; s < load.size(); ++s)
-      if ((load[s] - minus_w) / slot_speed[s] < (load[best] - minus_w) / slot_speed[best]) best = s;
-    load[best] -= minus_w;
+      if ((load[s] + w) / slot_speed[s] < (load[best] + w) / slot_speed[best]) best = s;
+    load[best] += w;
     slot_of_branch[k] = static_cast<int>(best);
   }
   return slot_of_branch;
@@ -160,10 +161,10 @@ Placement spread_branches(const Placement& p, const std::vector<bool>& spread, c
         helpers[g][next++ % helpers[g].size()].push_back(d);
   }
   // A group spreads only where each of its copies has a helper. A fork's
-  // branches go to slots (slots_of_branches): slot 0 the group's
-  // own copies, slot s each copy's helper s - 1; the branches of slot s go to
-  // a new group whose copy j is copy j's helper, so micro-batch m's towers
-  // run beside the copy that runs m.
+  // branches go to slots (slots_of_branches): slot 0 the group's own copies,
+  // slot s each copy's helper s - 1; the branches of slot s go to a new group
+  // whose copy j is copy j's helper, so micro-batch m's towers run beside the
+  // copy that runs m.
   auto ready = [&](int g) {
     return !helpers[g].empty() && std::all_of(helpers[g].begin(), helpers[g].end(),
                                               [](const std::vector<int>& h) { return !h.empty(); });
@@ -187,7 +188,6 @@ Placement spread_branches(const Placement& p, const std::vector<bool>& spread, c
     const int at = group_holding(fork, q.layer_group);
     if (at < 0 || origin[at] < 0 || !ready(origin[at])) continue;
     const int g = origin[at];
-    // Slot 0 is the group's own copies, slot s its copies' helper s - 1.
     std::vector<std::vector<int>> slot_copies = {q.devices_of_group(at)};
     const size_t helper_slots =
         std::min_element(helpers[g].begin(), helpers[g].end(), [](const auto& a, const auto& b) {

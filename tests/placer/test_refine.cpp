@@ -39,6 +39,29 @@ LayerGraph towers() {
   return g;
 }
 
+// A stem, `blocks` blocks of `towers` towers of two linear layers (a fork,
+// the towers, an add of their ends), an output.
+LayerGraph tower_blocks(int blocks, int towers) {
+  LayerGraph g;
+  g.input_shape = {8};
+  test::add_layer(g, "stem", "linear", {});
+  for (int b = 0; b < blocks; ++b) {
+    const int fork = static_cast<int>(g.layers.size());
+    test::add_layer(g, "fork" + std::to_string(b), "linear", {fork - 1});
+    std::vector<int> ends;
+    for (int t = 0; t < towers; ++t) {
+      const int first = static_cast<int>(g.layers.size());
+      test::add_layer(g, "t" + std::to_string(t) + "a_" + std::to_string(b), "linear", {fork});
+      test::add_layer(g, "t" + std::to_string(t) + "b_" + std::to_string(b), "linear", {first});
+      ends.push_back(first + 1);
+    }
+    test::add_layer(g, "add" + std::to_string(b), "add", ends);
+  }
+  test::add_layer(g, "out", "linear", {static_cast<int>(g.layers.size()) - 1});
+  REQUIRE(infer_shapes(g).is_ok());
+  return g;
+}
+
 bool every_group_used(const Placement& p) {
   std::set<int> used(p.layer_group.begin(), p.layer_group.end());
   return static_cast<int>(used.size()) == p.num_groups() && p.group_replicas.size() <= static_cast<size_t>(p.num_groups());
@@ -204,20 +227,7 @@ TEST_CASE(
   // sample a copy, so a copy takes 26 x 2 = 52 ms for its sample, and towers
   // side by side save 4 ms a block (36 ms). Groups that follow the DAG reach
   // one block at most on two devices (every edge goes up in group id), two on four.
-  LayerGraph g;
-  g.input_shape = {8};
-  test::add_layer(g, "stem", "linear", {});
-  for (int b = 0; b < 4; ++b) {
-    const int fork = static_cast<int>(g.layers.size());
-    test::add_layer(g, "fork" + std::to_string(b), "linear", {fork - 1});
-    test::add_layer(g, "a1_" + std::to_string(b), "linear", {fork});
-    test::add_layer(g, "a2_" + std::to_string(b), "linear", {fork + 1});
-    test::add_layer(g, "b1_" + std::to_string(b), "linear", {fork});
-    test::add_layer(g, "b2_" + std::to_string(b), "linear", {fork + 3});
-    test::add_layer(g, "add" + std::to_string(b), "add", {fork + 2, fork + 4});
-  }
-  test::add_layer(g, "out", "linear", {static_cast<int>(g.layers.size()) - 1});
-  REQUIRE(infer_shapes(g).is_ok());
+  LayerGraph g = tower_blocks(4, 2);
   REQUIRE(parallel_branches(g).size() == 4);
   for (const auto& [batch, devices, without_ms] : {std::tuple{1, 2, 48.0}, std::tuple{2, 4, 44.0}}) {
     Cluster c = equal_cluster(devices);
@@ -255,23 +265,7 @@ TEST_CASE(
   // Towers dealt in turn (one at home, two on d1, one on d2) leave a block as
   // slow as at home (16 ms); balanced by speed (two at home, one on each
   // helper) it takes 8 ms: 52 ms with all four blocks spread.
-  LayerGraph g;
-  g.input_shape = {8};
-  test::add_layer(g, "stem", "linear", {});
-  for (int b = 0; b < 4; ++b) {
-    const int fork = static_cast<int>(g.layers.size());
-    test::add_layer(g, "fork" + std::to_string(b), "linear", {fork - 1});
-    std::vector<int> ends;
-    for (int t = 0; t < 4; ++t) {
-      const int first = static_cast<int>(g.layers.size());
-      test::add_layer(g, "t" + std::to_string(t) + "a_" + std::to_string(b), "linear", {fork});
-      test::add_layer(g, "t" + std::to_string(t) + "b_" + std::to_string(b), "linear", {first});
-      ends.push_back(first + 1);
-    }
-    test::add_layer(g, "add" + std::to_string(b), "add", ends);
-  }
-  test::add_layer(g, "out", "linear", {static_cast<int>(g.layers.size()) - 1});
-  REQUIRE(infer_shapes(g).is_ok());
+  LayerGraph g = tower_blocks(4, 4);
   Cluster c = equal_cluster(3);
   for (Device& d : c.devices) d.memory_mb = 1024;
   c.devices[1].speed = c.devices[2].speed = c.devices[0].speed / 2;
