@@ -110,11 +110,10 @@ std::vector<int> slots_of_branches(const ParallelBranches& fork,
       slot_of_branch[by_weight[r].second] = 1 + static_cast<int>((r - 1) % (slot_copies.size() - 1));
     return slot_of_branch;
   }
-  auto speed_of = [&](int d) { return how.device_speed.empty() ? 1.0 : how.device_speed[d]; };
   std::vector<double> slot_speed;
   for (const std::vector<int>& copies : slot_copies) {
     double slowest = std::numeric_limits<double>::infinity();
-    for (int d : copies) slowest = std::min(slowest, speed_of(d));
+    for (int d : copies) slowest = std::min(slowest, how.device_speed[d]);
     slot_speed.push_back(slowest);
   }
   std::vector<double> load(slot_copies.size(), 0.0);
@@ -134,7 +133,11 @@ std::vector<int> slots_of_branches(const ParallelBranches& fork,
 Placement spread_branches(const Placement& p, const std::vector<bool>& spread, const BranchSpread& how,
                           SpreadRule rule) {
   const int G = p.num_groups();
-  std::vector<bool> held(how.device_order.size(), false);  // devices some group holds (a copy included)
+  std::vector<int> fastest_first(how.device_speed.size());
+  std::iota(fastest_first.begin(), fastest_first.end(), 0);
+  std::stable_sort(fastest_first.begin(), fastest_first.end(),
+                   [&](int a, int b) { return how.device_speed[a] > how.device_speed[b]; });
+  std::vector<bool> held(how.device_speed.size(), false);  // devices some group holds (a copy included)
   for (int g = 0; g < G; ++g)
     for (int d : p.devices_of_group(g)) held[d] = true;
   // Per spreading group and copy its helpers: the free devices dealt out in
@@ -148,7 +151,7 @@ Placement spread_branches(const Placement& p, const std::vector<bool>& spread, c
   if (slots.empty()) return p;
   for (const auto& [g, j] : slots) helpers[g].resize(p.replica_count(g));
   size_t dealt = 0;
-  for (int d : how.device_order)
+  for (int d : fastest_first)
     if (!held[d]) {
       const auto& [g, j] = slots[dealt++ % slots.size()];
       helpers[g][j].push_back(d);
@@ -156,7 +159,7 @@ Placement spread_branches(const Placement& p, const std::vector<bool>& spread, c
   for (int g = 0; g < G; ++g) {
     const std::vector<int> own = p.devices_of_group(g);
     size_t next = 0;
-    for (int d : how.device_order)
+    for (int d : fastest_first)
       if (!helpers[g].empty() && held[d] && std::find(own.begin(), own.end(), d) == own.end())
         helpers[g][next++ % helpers[g].size()].push_back(d);
   }

@@ -89,8 +89,8 @@ std::vector<Placement> branch_neighbours(const Placement& p, const std::vector<P
 // helper, in turn. SpreadRule::by_speed: heaviest first, each branch goes
 // where it would finish first at the devices' `device_speed` (ties stay in
 // the group: no transfer). The branches a helper takes go to a new group on
-// it. Helpers: the devices no group holds, dealt out (`device_order`,
-// fastest first) to every copy of every spreading group in turn, then the
+// it. Helpers: the devices no group holds, dealt out (fastest first, ties in
+// index order) to every copy of every spreading group in turn, then the
 // devices other groups hold, dealt out to the group's own copies in turn. A
 // replicated group spreads only where each copy has a helper, and a
 // helper's new group has as many copies, copy j on copy j's helper, so each
@@ -101,8 +101,7 @@ std::vector<Placement> branch_neighbours(const Placement& p, const std::vector<P
 struct BranchSpread {
   std::vector<ParallelBranches> forks;
   std::vector<double> layer_weight;
-  std::vector<int> device_order;
-  std::vector<double> device_speed;  // per device (only ratios count); empty: all equal
+  std::vector<double> device_speed;  // per device of the cluster (only ratios count)
 };
 enum class SpreadRule { in_turn, by_speed };
 Placement spread_branches(const Placement& p, const std::vector<bool>& spread, const BranchSpread& how,

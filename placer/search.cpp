@@ -6,7 +6,6 @@
 #include <cmath>
 #include <limits>
 #include <map>
-#include <numeric>
 #include <random>
 #include <set>
 
@@ -566,8 +565,8 @@ class SearchLoop {
   }
 
   // How spread decisions place their branches: the model's forks, each
-  // layer's compute (opt.layer_ms, else its FLOPs), the devices fastest first
-  // and their speeds (opt.device_sample_ms; else in index order, all equal).
+  // layer's compute (opt.layer_ms, else its FLOPs), the devices' speeds
+  // (opt.device_sample_ms; else all equal).
   static BranchSpread branch_spread(const LayerGraph& graph, const Cluster& cluster,
                                     const SearchOptions& opt) {
     BranchSpread s;
@@ -575,13 +574,10 @@ class SearchLoop {
     const bool timed = opt.layer_ms.size() == graph.layers.size();
     for (size_t i = 0; i < graph.layers.size(); ++i)
       s.layer_weight.push_back(timed ? opt.layer_ms[i] : static_cast<double>(graph.layers[i].macs));
-    s.device_order.resize(cluster.num_devices());
-    std::iota(s.device_order.begin(), s.device_order.end(), 0);
-    if (opt.device_sample_ms.size() == s.device_order.size()) {
-      std::stable_sort(s.device_order.begin(), s.device_order.end(),
-                       [&](int a, int b) { return opt.device_sample_ms[a] < opt.device_sample_ms[b]; });
-      for (double ms : opt.device_sample_ms) s.device_speed.push_back(ms > 0 ? 1.0 / ms : 1.0);
-    }
+    s.device_speed.assign(cluster.num_devices(), 1.0);
+    if (opt.device_sample_ms.size() == s.device_speed.size())
+      for (size_t d = 0; d < s.device_speed.size(); ++d)
+        if (opt.device_sample_ms[d] > 0) s.device_speed[d] = 1.0 / opt.device_sample_ms[d];
     return s;
   }
 

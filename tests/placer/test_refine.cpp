@@ -129,7 +129,7 @@ TEST_CASE(
   BranchSpread how;
   how.forks = parallel_branches(g);
   how.layer_weight.assign(g.layers.size(), 1.0);  // tower [5, 6, 7, 8] is the heaviest, then [2, 3], then [4]
-  how.device_order = {2, 0, 1, 3};                // fastest first
+  how.device_speed = {0.5, 0.25, 1.0, 0.125};     // fastest first: d2, d0, d1, d3
   const int L = static_cast<int>(g.layers.size());
   // Layers 0-4 on d0 (group 0), 5-10 on d1 (group 1): the block's fork is in
   // neither whole, the inner fork (5 -> 6, 7 -> 8) in group 1.
@@ -192,7 +192,6 @@ TEST_CASE("a spread group balances a fork's towers by the devices' speeds: a slo
   // at 1.5, so only the tower of 1 goes to the first helper (it finishes at 1
   // there, 1.75 at home) and d2 takes nothing. In turn, d1 took the tower of
   // 2 (finishing at 2, later than d0 with all three).
-  how.device_order = {0, 1, 2};
   how.device_speed = {4.0, 1.0, 1.0};
   const Placement fast_home =
       spread_branches(Placement::single_device(L, 0, 1), {true}, how, SpreadRule::by_speed);
@@ -202,7 +201,6 @@ TEST_CASE("a spread group balances a fork's towers by the devices' speeds: a slo
   CHECK(validate_placement(fast_home, g, equal_cluster(3), 1).is_ok());
   // A helper four times as fast as home takes the heaviest towers (the inner
   // fork goes with its tower): home keeps the tower of 1 only.
-  how.device_order = {1, 0, 2};
   how.device_speed = {1.0, 4.0, 1.0};
   const Placement fast_helper =
       spread_branches(Placement::single_device(L, 0, 1), {true}, how, SpreadRule::by_speed);
@@ -211,7 +209,6 @@ TEST_CASE("a spread group balances a fork's towers by the devices' speeds: a slo
   CHECK(fast_helper.layer_group[2] == fast_helper.layer_group[5]);  // one new group per helper
   CHECK(validate_placement(fast_helper, g, equal_cluster(3), 1).is_ok());
   // A helper so slow that every tower finishes first at home: nothing moves.
-  how.device_order = {0, 1};
   how.device_speed = {100.0, 1.0};
   Placement two_devices = Placement::single_device(L, 0, 1);
   CHECK(spread_branches(two_devices, {true}, how, SpreadRule::by_speed).layer_group ==
