@@ -394,24 +394,37 @@ void order_gpipe(SegmentGraph& tg, Scratch& sc) {
 }
 
 // How many micro-batches a device may start before its first backward
-// (PipeDream's NOAM): the devices from its first segment to the end, divided
-// by the replicas of that segment (each replica sees 1/r of the micro-batches).
-// Without replicas: the devices downstream of it, itself included.
+// (PipeDream's NOAM): the pipeline's places from its first segment to the
+// end, divided by the replicas of that segment (each replica sees 1/r of the
+// micro-batches). A place is a device running unreplicated layers, or one
+// copy of a replicated group: a device holding a copy and the next stage as
+// well counts twice, since a micro-batch passes it twice (counting it once
+// left the other copies one micro-batch each, idle while it came back).
 std::vector<int> in_flight_limits(const SegmentGraph& tg) {
   const int S = static_cast<int>(tg.segments.size());
   const int D = tg.num_devices;
   std::vector<int> limit(D, 0);
-  std::vector<char> downstream(D);
+  std::vector<char> device_seen(D), group_seen;
   for (int d = 0; d < D; ++d) {
     int first = -1;
     for (int s = 0; s < S && first < 0; ++s)
       if (tg.segments[s].runs_on(d)) first = s;
     if (first < 0) continue;
-    std::fill(downstream.begin(), downstream.end(), 0);
-    for (int s = first; s < S; ++s)
-      for (int x : tg.segments[s].devices) downstream[x] = 1;
+    std::fill(device_seen.begin(), device_seen.end(), 0);
+    group_seen.clear();
+    int count = 0;
+    for (int s = first; s < S; ++s) {
+      const Segment& seg = tg.segments[s];
+      if (!seg.replicated()) {
+        count += !device_seen[seg.devices[0]];
+        device_seen[seg.devices[0]] = 1;
+        continue;
+      }
+      if (group_seen.size() <= static_cast<size_t>(seg.group)) group_seen.resize(seg.group + 1, 0);
+      if (!group_seen[seg.group]) count += seg.replica_count();
+      group_seen[seg.group] = 1;
+    }
     const int r = tg.segments[first].replica_count();
-    const int count = static_cast<int>(std::count(downstream.begin(), downstream.end(), 1));
     limit[d] = (count + r - 1) / r;
   }
   return limit;
