@@ -424,6 +424,29 @@ int64_t micro_batches_in_flight(Schedule schedule, int micro_batches, int stages
   return micro_batches;
 }
 
+void in_flight_limits(const Placement& p, const LayerGraph& g, int num_devices, std::vector<int>& limit) {
+  thread_local std::vector<char> device_seen, group_seen;
+  device_seen.assign(num_devices, 0);
+  group_seen.assign(p.group_device.size(), 0);
+  limit.assign(num_devices, 0);
+  int count = 0;
+  for (int i = static_cast<int>(g.layers.size()) - 1; i >= 0; --i) {
+    const int grp = p.layer_group[i];
+    const int r = p.replica_count(grp);
+    if (r == 1) {
+      count += !device_seen[p.group_device[grp]];
+      device_seen[p.group_device[grp]] = 1;
+    } else {
+      count += group_seen[grp] ? 0 : r;
+      group_seen[grp] = 1;
+    }
+    const int here = r == 1 ? count : (count + r - 1) / r;  // (no division per layer: search loops)
+    limit[p.group_device[grp]] = here;                      // ends as the device's first layer's
+    if (r > 1)
+      for (int d : p.group_replicas[grp]) limit[d] = here;
+  }
+}
+
 namespace {
 // Weights, gradients and optimizer state of `param_bytes` (saturating).
 MemoryBreakdown state_of(int64_t param_bytes, Optimizer o) {
@@ -483,34 +506,6 @@ std::vector<std::vector<int64_t>> sparse_table(const std::vector<int64_t>& value
     t.push_back(std::move(row));
   }
   return t;
-}
-
-// Per device: how many micro-batches the schedule lets it hold at once (the
-// task graph's 1F1B limit, PipeDream's NOAM: the pipeline's places from its
-// first layer to the end, a device running unreplicated layers once and each
-// copy of a replicated group once, divided by the replicas of its first
-// group; 0 = unused). Kept by the caller between calls (search loops).
-void in_flight_limits(const Placement& p, const LayerGraph& g, int num_devices, std::vector<int>& limit) {
-  thread_local std::vector<char> device_seen, group_seen;
-  device_seen.assign(num_devices, 0);
-  group_seen.assign(p.group_device.size(), 0);
-  limit.assign(num_devices, 0);
-  int count = 0;
-  for (int i = static_cast<int>(g.layers.size()) - 1; i >= 0; --i) {
-    const int grp = p.layer_group[i];
-    const int r = p.replica_count(grp);
-    if (r == 1) {
-      count += !device_seen[p.group_device[grp]];
-      device_seen[p.group_device[grp]] = 1;
-    } else {
-      count += group_seen[grp] ? 0 : r;
-      group_seen[grp] = 1;
-    }
-    const int here = r == 1 ? count : (count + r - 1) / r;  // (no division per layer: search loops)
-    limit[p.group_device[grp]] = here;  // ends as the device's first layer's
-    if (r > 1)
-      for (int d : p.group_replicas[grp]) limit[d] = here;
-  }
 }
 
 void add_to_group(const Placement& p, int grp, const MemoryBreakdown& m, std::vector<MemoryBreakdown>& out) {

@@ -38,6 +38,7 @@ struct Scratch {
   std::vector<int> left;                // per (device, micro-batch): compute tasks not yet run
   std::vector<char> started;            // per (device, micro-batch): one of them ran
   std::vector<int> in_flight;           // per device: micro-batches started and not finished
+  std::vector<int> limit;               // per device: how many it may start (in_flight_limits, widened)
   // Segments a smaller graph did not need, kept with their vectors' capacity
   // for the next larger one (so a search loop stops allocating).
   std::vector<Segment> spare_segments;
@@ -393,43 +394,6 @@ void order_gpipe(SegmentGraph& tg, Scratch& sc) {
         *next++ = {s, w - q, true};
 }
 
-// How many micro-batches a device may start before its first backward
-// (PipeDream's NOAM): the pipeline's places from its first segment to the
-// end, divided by the replicas of that segment (each replica sees 1/r of the
-// micro-batches). A place is a device running unreplicated layers, or one
-// copy of a replicated group: a device holding a copy and the next stage as
-// well counts twice, since a micro-batch passes it twice (counting it once
-// left the other copies one micro-batch each, idle while it came back).
-std::vector<int> in_flight_limits(const SegmentGraph& tg) {
-  const int S = static_cast<int>(tg.segments.size());
-  const int D = tg.num_devices;
-  std::vector<int> limit(D, 0);
-  std::vector<char> device_seen(D), group_seen;
-  for (int d = 0; d < D; ++d) {
-    int first = -1;
-    for (int s = 0; s < S && first < 0; ++s)
-      if (tg.segments[s].runs_on(d)) first = s;
-    if (first < 0) continue;
-    std::fill(device_seen.begin(), device_seen.end(), 0);
-    group_seen.clear();
-    int count = 0;
-    for (int s = first; s < S; ++s) {
-      const Segment& seg = tg.segments[s];
-      if (!seg.replicated()) {
-        count += !device_seen[seg.devices[0]];
-        device_seen[seg.devices[0]] = 1;
-        continue;
-      }
-      if (group_seen.size() <= static_cast<size_t>(seg.group)) group_seen.resize(seg.group + 1, 0);
-      if (!group_seen[seg.group]) count += seg.replica_count();
-      group_seen[seg.group] = 1;
-    }
-    const int r = tg.segments[first].replica_count();
-    limit[d] = (count + r - 1) / r;
-  }
-  return limit;
-}
-
 // Interleaved 1F1B: per (segment, micro-batch) the rank of its segment's stage
 // among the stages its device runs (its virtual stage); returns the devices
 // in use (the chunk size) and the most stages one device runs.
@@ -525,7 +489,7 @@ bool order_1f1b(SegmentGraph& tg, Scratch& sc, bool interleaved) {
   const int C = 2 * S * M;
   // An index per compute task: forward (s, m) at s * M + m, backward (s, m) at (S + s) * M + m.
   auto id_of = [S, M](ComputeStep t) { return ((t.backward ? S : 0) + t.segment) * M + t.micro_batch; };
-  std::vector<int> limit = in_flight_limits(tg);
+  std::vector<int>& limit = sc.limit;  // core's in_flight_limits, filled by the build
   if (interleaved)
     for (int& l : limit) l += l > 0;
   // AL: one micro-batch at a time per device, its backward (and update) right after its forward.
@@ -666,9 +630,12 @@ Status build_segment_graph_into(const LayerGraph& g, const Placement& p, const C
   tg.device_at.resize(static_cast<size_t>(S) * M);
   for (int s = 0; s < S; ++s)
     for (int m = 0; m < M; ++m) tg.device_at[static_cast<size_t>(s) * M + m] = tg.segments[s].device_of(m);
-  if (p.schedule == Schedule::gpipe)
+  if (p.schedule == Schedule::gpipe) {
     order_gpipe(tg, sc);
-  else if (!order_1f1b(tg, sc, p.schedule == Schedule::interleaved_1f1b))  // 1f1b, interleaved, al
+    return Status::ok();
+  }
+  in_flight_limits(p, g, tg.num_devices, sc.limit);
+  if (!order_1f1b(tg, sc, p.schedule == Schedule::interleaved_1f1b))  // 1f1b, interleaved, al
     return Status::error("task graph: the schedule leaves tasks waiting on tasks that never run");
   return Status::ok();
 }
