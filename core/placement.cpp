@@ -425,21 +425,20 @@ int64_t micro_batches_in_flight(Schedule schedule, int micro_batches, int stages
 }
 
 void in_flight_limits(const Placement& p, const LayerGraph& g, int num_devices, std::vector<int>& limit) {
-  thread_local std::vector<char> device_seen, group_seen;
-  device_seen.assign(num_devices, 0);
-  group_seen.assign(p.group_device.size(), 0);
+  thread_local std::vector<char> seen;
+  seen.assign(num_devices, 0);
   limit.assign(num_devices, 0);
   int count = 0;
   for (int i = static_cast<int>(g.layers.size()) - 1; i >= 0; --i) {
     const int grp = p.layer_group[i];
     const int r = p.replica_count(grp);
-    if (r == 1) {
-      count += !device_seen[p.group_device[grp]];
-      device_seen[p.group_device[grp]] = 1;
-    } else {
-      count += group_seen[grp] ? 0 : r;
-      group_seen[grp] = 1;
-    }
+    auto visit = [&](int d) {
+      count += !seen[d];
+      seen[d] = 1;
+    };
+    visit(p.group_device[grp]);
+    if (r > 1)
+      for (int d : p.group_replicas[grp]) visit(d);
     const int here = r == 1 ? count : (count + r - 1) / r;  // (no division per layer: search loops)
     limit[p.group_device[grp]] = here;                      // ends as the device's first layer's
     if (r > 1)

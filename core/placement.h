@@ -214,9 +214,7 @@ int64_t device_memory_bytes(const Device& d);
 int64_t training_state_bytes(int64_t param_bytes, Optimizer o = Optimizer::sgd);
 int64_t micro_batches_in_flight(Schedule schedule, int micro_batches, int stages);
 // Per device: how many micro-batches 1F1B lets it start before its first
-// backward (PipeDream's NOAM): the pipeline's places from its first layer to
-// the end (a device running unreplicated layers once, each copy of a
-// replicated group once, so a copy beside the next stage counts twice),
+// backward (PipeDream's NOAM): the devices from its first layer to the end,
 // divided by the replicas of its first group; 0 = unused. The memory rule and
 // the task graph's list schedule both read it. `limit` is the caller's, kept
 // between calls (search loops).

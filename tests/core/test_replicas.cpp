@@ -219,32 +219,6 @@ TEST_CASE("data parallelism on one device is written as that device's single-dev
   }
 }
 
-TEST_CASE(
-    "1F1B charges a copy that shares its device with the next stage the micro-batches the schedule keeps in "
-    "flight") {
-  // Group 0 copied on devices 0, 1 and 2, group 1 on device 2 too: the task
-  // graph lets each copy start two micro-batches (four places over three
-  // copies), all it runs of six, so its activations are GPipe's.
-  LayerGraph g = chain();
-  Cluster c = devices(3);
-  Placement p;
-  p.layer_group = {0, 0, 1, 1};
-  p.group_device = {0, 2};
-  p.group_replicas = {{1, 2}, {}};
-  p.micro_batches = 6;
-  p.schedule = Schedule::gpipe;
-  const auto gpipe = estimate_device_memory_bytes(p, g, c, 12);
-  p.schedule = Schedule::one_f_one_b;
-  const auto one_f_one_b = estimate_device_memory_bytes(p, g, c, 12);
-  CHECK(one_f_one_b[0] == gpipe[0]);
-  CHECK(one_f_one_b[1] == gpipe[1]);
-  // At nine micro-batches each copy runs three but still keeps two: less than GPipe's three.
-  p.micro_batches = 9;
-  const auto nine_1f1b = estimate_device_memory_bytes(p, g, c, 18);
-  p.schedule = Schedule::gpipe;
-  CHECK(nine_1f1b[0] < estimate_device_memory_bytes(p, g, c, 18)[0]);
-}
-
 TEST_CASE("the interleaved schedule has a name and keeps one more warm-up round in flight than 1F1B") {
   auto s = schedule_from_name("interleaved_1f1b");
   REQUIRE(s.is_ok());

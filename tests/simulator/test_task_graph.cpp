@@ -234,30 +234,6 @@ TEST_CASE("a replica on the device of the next stage skips the transfer for the 
   CHECK(runs_without_deadlock(*tg));
 }
 
-TEST_CASE(
-    "1F1B: a copy on the device of the next stage counts that device twice, so every copy keeps two in "
-    "flight") {
-  // Copies on devices 0, 1 and 2, the next stage on device 2 as well: four
-  // places from the first stage to the end over three copies, two in flight
-  // each. Counting device 2 once left one each: a copy idle while its
-  // micro-batch went through device 2 and came back.
-  LayerGraph g = chain(4);
-  auto tg = build_task_graph(g, replicated({0, 0, 1, 1}, {{0, 1, 2}, {2}}, 6, Schedule::one_f_one_b),
-                             devices(3), 12);
-  REQUIRE(tg.is_ok());
-  for (int d : {0, 1}) {
-    std::vector<std::pair<TaskKind, int>> order;
-    for (int t : tg->device_order[d]) order.emplace_back(tg->tasks[t].kind, tg->tasks[t].micro_batch);
-    const std::vector<std::pair<TaskKind, int>> expected{{TaskKind::forward, d},
-                                                         {TaskKind::forward, d + 3},
-                                                         {TaskKind::backward, d},
-                                                         {TaskKind::backward, d + 3}};
-    CHECK(order == expected);
-  }
-  CHECK(runs_without_deadlock(*tg));
-  CHECK(replay_order_is_feasible(*tg));
-}
-
 TEST_CASE("a replicated middle stage sends to and receives from whichever replica runs the micro-batch") {
   LayerGraph g = chain(6);
   auto tg = build_task_graph(g, replicated({0, 0, 1, 1, 2, 2}, {{0}, {1, 2, 3}, {4}}, 6), devices(5), 12);
