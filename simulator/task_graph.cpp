@@ -597,10 +597,6 @@ void record_orders(TaskGraph& tg, const Scratch& sc) {
 }
 }  // namespace
 
-bool Segment::runs_on(int device) const {
-  return std::find(devices.begin(), devices.end(), device) != devices.end();
-}
-
 std::vector<int> boundary_layers(const LayerGraph& g, const TaskGraph& tg, int from, int to) {
   std::set<int> in_from(tg.segments[from].layers.begin(), tg.segments[from].layers.end());
   std::set<int> out;

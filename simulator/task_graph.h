@@ -84,7 +84,6 @@ struct Segment {
   int device_of(int micro_batch) const { return devices[static_cast<size_t>(replica_of(micro_batch))]; }
   int replica_count() const { return static_cast<int>(devices.size()); }
   bool replicated() const { return devices.size() > 1; }
-  bool runs_on(int device) const;  // one of its replicas is `device`
   std::vector<int> layers;  // ascending layer indices
   std::vector<int> preds;   // segments it reads from, ascending
   std::vector<int> succs;   // segments reading it, ascending

@@ -187,7 +187,7 @@ void order_1f1b(TaskGraph& tg) {
   for (int d = 0; d < D; ++d) {
     int first = -1;
     for (int s = 0; s < S && first < 0; ++s)
-      if (tg.segments[s].runs_on(d)) first = s;
+      if (std::count(tg.segments[s].devices.begin(), tg.segments[s].devices.end(), d) > 0) first = s;
     if (first < 0) continue;
     std::set<int> downstream;
     for (int s = first; s < S; ++s) downstream.insert(tg.segments[s].devices.begin(), tg.segments[s].devices.end());
