@@ -101,10 +101,13 @@ std::vector<double> compute_balanced_cuts(const LayerGraph& g, int stages) {
 // random number in [2, G - 1]; without replicas: one stage, then [2, G]);
 // the equal-stage prior (only the seed changes). The ceil(G/2)-stage restarts
 // also start replicas at even odds: replicated stages need devices no stage holds.
-// The golden-ratio restarts draw one group more than devices and may give a
+// The golden-ratio restarts draw more groups than devices and may give a
 // device several groups while others are free (no distinct-device mask): a
 // fast device around a slow device's middle stages, which no planner row can
-// express (the DP and PipeDream give each device one stage).
+// express (the DP and PipeDream give each device one stage). The first time
+// round one group more; the next, four per device (at most one per layer), so
+// that a fast device can take turns with every slower one, a few layers each,
+// as the refinement's splits found on machines of different speeds.
 void vary_prior(PolicyConfig& pc, int restart, uint64_t search_seed, std::mt19937_64& rng, const LayerGraph& g) {
   const int G = pc.num_groups;
   if (G < 2 || restart % 4 == 0) return;
@@ -117,8 +120,9 @@ void vary_prior(PolicyConfig& pc, int restart, uint64_t search_seed, std::mt1993
     return;
   }
   int stages = G;
-  if (restart % 4 == 2 && G < static_cast<int>(g.layers.size())) {
-    pc.num_groups = stages = G + 1;
+  const int L = static_cast<int>(g.layers.size());
+  if (restart % 4 == 2 && G < L) {
+    pc.num_groups = stages = cycle % 2 == 0 ? G + 1 : std::min(4 * G, L);
     pc.distinct_devices = false;
   }
   if (restart % 4 == 3) {

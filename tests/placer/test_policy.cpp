@@ -537,6 +537,36 @@ TEST_CASE("restarts from other positional priors keep the best and stay determin
   CHECK(run() == run());
 }
 
+// FakeEvaluator's steps; records the most groups any proposal had.
+class GroupCountingEvaluator : public FakeEvaluator {
+ public:
+  using FakeEvaluator::FakeEvaluator;
+  StepReport evaluate(const Placement& p) override {
+    most_groups = std::max(most_groups, p.num_groups());
+    return FakeEvaluator::evaluate(p);
+  }
+  int most_groups = 0;
+};
+
+TEST_CASE(
+    "the second golden-ratio restart proposes up to four groups per device, the first one more than "
+    "devices") {
+  LayerGraph g = chain_graph(12);  // 24 layers
+  Cluster c = equal_cluster(2);
+  auto most_groups = [&](int max_restarts) {
+    GroupCountingEvaluator ev(std::vector<double>(24, 1.0), c);
+    SearchOptions o = restarting_search(max_restarts);
+    o.vary_prior_on_restart = true;
+    SearchResult r = search(g, c, ev, o, nullptr);
+    REQUIRE(r.restarts == max_restarts);
+    return ev.most_groups;
+  };
+  CHECK(most_groups(5) == 3);  // restart 2: G + 1
+  const int with_sixth = most_groups(6);
+  CHECK(with_sixth > 3);
+  CHECK(with_sixth <= 8);
+}
+
 TEST_CASE("a model with BatchNorm on a 1x1 map is never split into one-sample micro-batches") {
   LayerGraph g;
   g.name = "bn1x1";
