@@ -1550,6 +1550,7 @@ struct Policy::Impl {
           taken_(m.D, false),
           load_(m.D, 0.0),
           replica_devices_(m.G),
+          device_of_(m.G, -1),
           in_cycle_(m.groups_in_cycle(layer_group)) {
       // core's rule counts the stages as the distinct devices in use; the
       // non-empty groups are at least as many, and more stages never keep
@@ -1566,7 +1567,6 @@ struct Policy::Impl {
       activation_bytes_.assign(m.G, 0.0);
       boundary_bytes_.assign(m.G, 0.0);
       pair_bytes_.assign(static_cast<size_t>(m.G) * m.G, 0.0);
-      device_of_.assign(m.G, -1);
       device_param_.assign(m.D, 0.0);
       device_output_.assign(m.D, 0.0);
       largest_param_.assign(m.G, 0.0);
@@ -1697,6 +1697,7 @@ struct Policy::Impl {
     void take_primary(int g, int k) {
       if (!used_[g]) return;
       taken_[k] = true;
+      device_of_[g] = k;
       group_compute_[g] += m_.cfg.devices.compute[k];
       if (state_bytes_.empty()) return;
       // A group that fits its device only recomputing recomputes (the
@@ -1711,7 +1712,6 @@ struct Policy::Impl {
       if (fit == Fit::recomputing || (fit == Fit::none && !fits_on(g, k))) must_recompute_[g] = true;
       load_[k] = with_primary(g, k) - workspace_with(g, k);
       note_workspace(g, k);
-      device_of_[g] = k;
     }
 
     // Whether group g has a layer; how many devices run it so far (its primary and its replicas).
@@ -1723,13 +1723,23 @@ struct Policy::Impl {
       return group_gflops_[g] / std::max(1e-12, group_compute_[g] + extra_compute);
     }
 
+    // Whether device k is one a replica of g may go to at all: a device no
+    // group holds, or (replicas_on_held_devices; not for data parallelism,
+    // whose replicas are whole models) any device that runs no copy of g.
+    bool offered_to(int g, int k) const {
+      if (!m_.cfg.replicas_on_held_devices || data_parallel_) return !taken_[k];
+      const auto& copies = replica_devices_[g];
+      return device_of_[g] != k && std::find(copies.begin(), copies.end(), k) == copies.end();
+    }
+
     // Whether device k may take a replica of group g (devices in index order,
     // offer_replicas). With memory masks, only where some completion of g's
     // replicas still fits: a group whose share of the micro-batches fits
     // only once it has several replicas (PipeDream's replicated stages on
     // small devices) must be able to get there one replica at a time.
     bool replica_allowed(int g, int k) const {
-      if (!m_.replica_head || !used_[g] || in_cycle_[g] || taken_[k] || !m_.device_allowed(k) || m_.all_masked)
+      if (!m_.replica_head || !used_[g] || in_cycle_[g] || !offered_to(g, k) || !m_.device_allowed(k) ||
+          m_.all_masked)
         return false;
       if (replicas(g) >= m_.cfg.max_replicas) return false;
       if (data_parallel_) return data_parallel_replica_fits(k);
@@ -1957,6 +1967,7 @@ struct Policy::Impl {
     std::vector<bool> taken_;
     std::vector<double> load_;
     std::vector<std::vector<int>> replica_devices_;  // per group: the devices of its replicas so far
+    std::vector<int> device_of_;                     // per group: its primary's device once taken (-1 before)
     std::vector<double> group_gflops_, group_compute_;  // per group: its FLOPs, its devices' compute so far
     std::vector<bool> in_cycle_;
     // Per group, with the memory masks: it recomputes (mark_groups_that_must_recompute,
@@ -1964,8 +1975,8 @@ struct Policy::Impl {
     std::vector<bool> must_recompute_;
     std::vector<double> state_bytes_, activation_bytes_;  // per group; empty = no memory masks
     std::vector<double> boundary_bytes_, largest_param_, largest_output_;
-    std::vector<double> pair_bytes_;  // G x G: per sample, what g receives because of h (inputs from h, gradients for h)
-    std::vector<int> device_of_;      // per group: its primary's device once taken (-1 before)  // per group (per sample where bytes of outputs)
+    std::vector<double>
+        pair_bytes_;  // G x G: per sample, what g receives because of h (inputs from h, gradients for h)
     std::vector<double> device_param_, device_output_;  // per device: the largest weight and output of its groups so far
     int stages_ = 1;
     double samples_ = 1;

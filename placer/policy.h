@@ -37,7 +37,8 @@
 // One joint action is sampled in this order: (choose_stage_count) the stage
 // count k; partition; micro-batch count;
 // per non-empty group (in id order) its device; then per device still free
-// (in index order), offered to the groups in the order replica_offers says
+// (with replicas_on_held_devices: every device; in index order), offered to
+// the groups that run no copy on it, in the order replica_offers says
 // (fewest copies so far, or slowest per copy first), whether the group takes
 // a replica there (the first that does holds it); then (forks) per group
 // offered a spread, whether it spreads. Its log
@@ -77,7 +78,8 @@
 //    measurer recomputes it, as the planners' plans do);
 //  - data parallelism: offered for a partition of k non-empty groups only
 //    where k devices hold a replica at ceil(batch / k), and then only on those;
-//  - replicas: only on a device no group holds yet, while the group has fewer
+//  - replicas: only on a device no group holds yet (replicas_on_held_devices:
+//    on any device that runs no copy of the group), while the group has fewer
 //    replicas than micro-batches, and (free mode)
 //    never for a group on a cycle of groups; with `memory`, only where some
 //    number of copies the devices left can reach fits the group (each copy
@@ -167,6 +169,9 @@ struct PolicyConfig {
   // the first proposals mostly plain pipelines; the search's restarts that
   // explore replication start at 0 (p = 0.5).
   double replica_bias = -2.0;
+  // Replicas also on devices that hold other groups (never on one that holds
+  // the group already); off: only on devices no group holds yet.
+  bool replicas_on_held_devices = false;
   // Trained networks learned their replica head with fewest_copies; a fresh
   // search offers heaviest_first (search.cpp's use_trained_inputs).
   ReplicaOffers replica_offers = ReplicaOffers::fewest_copies;

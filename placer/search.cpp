@@ -107,7 +107,10 @@ std::vector<double> compute_balanced_cuts(const LayerGraph& g, int stages) {
 // express (the DP and PipeDream give each device one stage). The first time
 // round one group more; the next, four per device (at most one per layer), so
 // that a fast device can take turns with every slower one, a few layers each,
-// as the refinement's splits found on machines of different speeds.
+// as the refinement's splits found on machines of different speeds. They
+// also offer replicas on devices other groups hold (a copy of the
+// convolutions beside the classifier's stage), which the other priors keep
+// to free devices: there the wider offers cost the replicated plans they found.
 void vary_prior(PolicyConfig& pc, int restart, uint64_t search_seed, std::mt19937_64& rng, const LayerGraph& g) {
   const int G = pc.num_groups;
   if (G < 2 || restart % 4 == 0) return;
@@ -124,6 +127,7 @@ void vary_prior(PolicyConfig& pc, int restart, uint64_t search_seed, std::mt1993
   if (restart % 4 == 2 && G < L) {
     pc.num_groups = stages = cycle % 2 == 0 ? G + 1 : std::min(4 * G, L);
     pc.distinct_devices = false;
+    pc.replicas_on_held_devices = true;
   }
   if (restart % 4 == 3) {
     if (replicas) {

@@ -178,6 +178,113 @@ TEST_CASE("proposals with replicas are executable: validate_placement and, recom
   CHECK(noncontiguous > 0);
 }
 
+// Whether a replica of some group (a copy beside its primary) runs on a
+// device that runs another group too.
+bool replica_beside_another_group(const Placement& p) {
+  for (int g = 0; g < p.num_groups(); ++g) {
+    if (p.replica_count(g) < 2) continue;
+    for (int d : p.devices_of_group(g))
+      for (int h = 0; h < p.num_groups() && d != p.group_device[g]; ++h) {
+        const std::vector<int> of_h = p.devices_of_group(h);
+        if (h != g && std::find(of_h.begin(), of_h.end(), d) != of_h.end()) return true;
+      }
+  }
+  return false;
+}
+
+TEST_CASE(
+    "replicas on devices other groups hold: only where asked, never twice on one device, and executable") {
+  // Two stages on two devices: every device holds a stage, so replicas need
+  // a device another stage holds.
+  LayerGraph chain = chain_graph(6);
+  Cluster two = equal_cluster(2);
+  PolicyConfig pc = replica_config(chain, two, 8, PartitionMode::contiguous, 5);
+  pc.memory = PolicyMemory{};
+  pc.replica_bias = 0.0;
+  pc.micro_batch_choices = {4};
+  auto beside = [&](bool on_held) {
+    pc.replicas_on_held_devices = on_held;
+    OpDictionary dict;
+    Policy policy(encode_layers(chain, dict), chain.consumers(), pc);
+    std::mt19937_64 rng(7);
+    int n_beside = 0;
+    for (int n = 0; n < 100; ++n) {
+      Decision d = policy.sample(rng);
+      Placement p = decision_to_placement(d, pc.micro_batch_choices, Schedule::gpipe);
+      REQUIRE(validate_placement(p, chain, two, 8).is_ok());
+      CHECK(std::isfinite(policy.log_prob(d)));
+      n_beside += replica_beside_another_group(p);
+    }
+    return n_beside;
+  };
+  CHECK(beside(false) == 0);
+  CHECK(beside(true) > 10);
+
+  // Random DAGs and clusters, memory masks on: as the test above, with the offers widened.
+  std::mt19937_64 rng(2027);
+  const int64_t batch = 16;
+  int proposals = 0, shared = 0;
+  for (int trial = 0; trial < 18; ++trial) {
+    LayerGraph g = random_branchy_graph(rng, 2 + trial % 3, 256);
+    const Optimizer optimizer = trial % 2 == 0 ? Optimizer::sgd : Optimizer::adam;
+    Cluster c = random_cluster(rng, g, batch, optimizer);
+    PolicyConfig rc =
+        replica_config(g, c, batch, trial % 2 == 0 ? PartitionMode::follows_dag : PartitionMode::contiguous,
+                       1 + trial, optimizer);
+    rc.replicas_on_held_devices = true;
+    rc.replica_bias = 0.0;
+    rc.distinct_devices = trial % 3 != 0;
+    OpDictionary dict;
+    Policy policy(encode_layers(g, dict), g.consumers(), rc);
+    for (int n = 0; n < 40; ++n) {
+      Decision d = policy.sample(rng);
+      Placement p = decision_to_placement(d, rc.micro_batch_choices, Schedule::gpipe);
+      p.optimizer = optimizer;
+      ++proposals;
+      shared += replica_beside_another_group(p);
+      Status valid = validate_placement(p, g, c, batch);
+      CHECK_MESSAGE(valid.is_ok(), "trial ", trial, ": ", valid.message());
+      CHECK(recompute_where_needed(p, g, c, batch));
+      Status fits = check_memory(p, g, c, batch);
+      CHECK_MESSAGE(fits.is_ok(), "trial ", trial, ": ", fits.message());
+      CHECK(std::isfinite(policy.log_prob(d)));
+    }
+  }
+  CHECK(proposals == 18 * 40);
+  CHECK(shared > proposals / 20);
+}
+
+TEST_CASE(
+    "of a search's policies, only the golden-ratio restarts propose replicas on devices other groups hold") {
+  LayerGraph g = chain_graph(6);
+  Cluster c = equal_cluster(2);  // two stages take both devices: a replica needs a held one
+  // Records whether any proposal ran a copy of a group beside another group.
+  class Recording : public tapp::testing::FakeEvaluator {
+   public:
+    using FakeEvaluator::FakeEvaluator;
+    StepReport evaluate(const Placement& p) override {
+      beside = beside || replica_beside_another_group(p);
+      return FakeEvaluator::evaluate(p);
+    }
+    bool beside = false;
+  };
+  auto beside_by = [&](int max_restarts) {
+    Recording ev(std::vector<double>(12, 1.0), c);
+    SearchOptions o;
+    o.iterations = 120;
+    o.samples_per_iteration = 4;
+    o.restart_after = 5;
+    o.max_restarts = max_restarts;
+    o.patience = 1000;
+    o.batch_size = 8;
+    SearchResult r = search(g, c, ev, o, nullptr);
+    REQUIRE(r.restarts == max_restarts);
+    return ev.beside;
+  };
+  CHECK_FALSE(beside_by(1));  // the first policy and the equal-stage restart: free devices only
+  CHECK(beside_by(2));        // restart 2 draws from the golden ratio
+}
+
 namespace {
 // A server that holds the whole model only recomputing, at the most
 // micro-batches the policy offers (and half as much again), beside 1-4 edge
