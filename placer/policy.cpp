@@ -1975,8 +1975,7 @@ struct Policy::Impl {
     std::vector<bool> must_recompute_;
     std::vector<double> state_bytes_, activation_bytes_;  // per group; empty = no memory masks
     std::vector<double> boundary_bytes_, largest_param_, largest_output_;
-    std::vector<double>
-        pair_bytes_;  // G x G: per sample, what g receives because of h (inputs from h, gradients for h)
+    std::vector<double> pair_bytes_;  // G x G: per sample, what g receives because of h (inputs from h, gradients for h)
     std::vector<double> device_param_, device_output_;  // per device: the largest weight and output of its groups so far
     int stages_ = 1;
     double samples_ = 1;

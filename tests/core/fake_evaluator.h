@@ -8,12 +8,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <thread>
 #include <vector>
 
+#include "core/cluster.h"
 #include "core/evaluator.h"
 #include "model/layer_graph.h"
-#include "core/cluster.h"
 
 namespace tapp::testing {
 
@@ -62,6 +63,22 @@ class SlowEvaluator : public Evaluator {
  private:
   Evaluator& inner_;
   std::chrono::milliseconds delay_;
+};
+
+// Another evaluator's reports, each proposal shown to `watch` first (what a search proposed).
+class WatchedEvaluator : public Evaluator {
+ public:
+  WatchedEvaluator(Evaluator& inner, std::function<void(const Placement&)> watch)
+      : inner_(inner), watch_(std::move(watch)) {}
+  StepReport evaluate(const Placement& p) override {
+    watch_(p);
+    return inner_.evaluate(p);
+  }
+  EvaluatorKind kind() const override { return inner_.kind(); }
+
+ private:
+  Evaluator& inner_;
+  std::function<void(const Placement&)> watch_;
 };
 
 // A chain of `n` linear+relu layers (2n layers), inferred.

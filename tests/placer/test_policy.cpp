@@ -1,7 +1,6 @@
 // TAPP features, the partition and allocation networks, REINFORCE and the search loop.
-#include <doctest/doctest.h>
-
 #include <ATen/Parallel.h>
+#include <doctest/doctest.h>
 
 #include <algorithm>
 #include <atomic>
@@ -16,11 +15,14 @@
 #include "placer/search.h"
 #include "profiler/compute_threads.h"
 #include "tests/core/fake_evaluator.h"
+#include "tests/placer/replica_checks.h"
 
 using namespace tapp;
 using tapp::testing::chain_graph;
 using tapp::testing::equal_cluster;
 using tapp::testing::FakeEvaluator;
+using tapp::testing::replica_beside_another_group;
+using tapp::testing::WatchedEvaluator;
 
 namespace {
 LayerGraph branchy_graph() {
@@ -537,32 +539,35 @@ TEST_CASE("restarts from other positional priors keep the best and stay determin
   CHECK(run() == run());
 }
 
-// FakeEvaluator's steps; records the most groups any proposal had.
-class GroupCountingEvaluator : public FakeEvaluator {
- public:
-  using FakeEvaluator::FakeEvaluator;
-  StepReport evaluate(const Placement& p) override {
-    most_groups = std::max(most_groups, p.num_groups());
-    return FakeEvaluator::evaluate(p);
-  }
-  int most_groups = 0;
-};
-
 TEST_CASE(
-    "the second golden-ratio restart proposes up to four groups per device, the first one more than "
-    "devices") {
+    "the golden-ratio restarts: one group more than devices, then up to four per device; both offer replicas "
+    "on "
+    "devices other groups hold") {
   LayerGraph g = chain_graph(12);  // 24 layers
-  Cluster c = equal_cluster(2);
-  auto most_groups = [&](int max_restarts) {
-    GroupCountingEvaluator ev(std::vector<double>(24, 1.0), c);
+  Cluster c = equal_cluster(2);    // two stages take both devices: a replica then needs a held one
+  struct Seen {
+    int most_groups = 0;
+    bool replica_beside_another = false;
+  };
+  auto seen_by = [&](int max_restarts) {
+    FakeEvaluator fake(std::vector<double>(24, 1.0), c);
+    Seen seen;
+    WatchedEvaluator ev(fake, [&](const Placement& p) {
+      seen.most_groups = std::max(seen.most_groups, p.num_groups());
+      seen.replica_beside_another = seen.replica_beside_another || replica_beside_another_group(p);
+    });
     SearchOptions o = restarting_search(max_restarts);
     o.vary_prior_on_restart = true;
     SearchResult r = search(g, c, ev, o, nullptr);
     REQUIRE(r.restarts == max_restarts);
-    return ev.most_groups;
+    return seen;
   };
-  CHECK(most_groups(5) == 3);  // restart 2: G + 1
-  const int with_sixth = most_groups(6);
+  // The first policy and the equal-stage restart: two groups, replicas on free devices only.
+  CHECK_FALSE(seen_by(1).replica_beside_another);
+  const Seen second = seen_by(2);  // restart 2 draws from the golden ratio
+  CHECK(second.replica_beside_another);
+  CHECK(seen_by(5).most_groups == 3);  // restart 2: G + 1
+  const int with_sixth = seen_by(6).most_groups;
   CHECK(with_sixth > 3);
   CHECK(with_sixth <= 8);
 }

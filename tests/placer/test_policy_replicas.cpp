@@ -19,10 +19,12 @@
 #include "placer/search.h"
 #include "planners/moves.h"
 #include "tests/core/fake_evaluator.h"
+#include "tests/placer/replica_checks.h"
 
 using namespace tapp;
 using tapp::testing::chain_graph;
 using tapp::testing::equal_cluster;
+using tapp::testing::replica_beside_another_group;
 
 namespace {
 
@@ -178,20 +180,6 @@ TEST_CASE("proposals with replicas are executable: validate_placement and, recom
   CHECK(noncontiguous > 0);
 }
 
-// Whether a replica of some group (a copy beside its primary) runs on a
-// device that runs another group too.
-bool replica_beside_another_group(const Placement& p) {
-  for (int g = 0; g < p.num_groups(); ++g) {
-    if (p.replica_count(g) < 2) continue;
-    for (int d : p.devices_of_group(g))
-      for (int h = 0; h < p.num_groups() && d != p.group_device[g]; ++h) {
-        const std::vector<int> of_h = p.devices_of_group(h);
-        if (h != g && std::find(of_h.begin(), of_h.end(), d) != of_h.end()) return true;
-      }
-  }
-  return false;
-}
-
 TEST_CASE(
     "replicas on devices other groups hold: only where asked, never twice on one device, and executable") {
   // Two stages on two devices: every device holds a stage, so replicas need
@@ -252,37 +240,6 @@ TEST_CASE(
   }
   CHECK(proposals == 18 * 40);
   CHECK(shared > proposals / 20);
-}
-
-TEST_CASE(
-    "of a search's policies, only the golden-ratio restarts propose replicas on devices other groups hold") {
-  LayerGraph g = chain_graph(6);
-  Cluster c = equal_cluster(2);  // two stages take both devices: a replica needs a held one
-  // Records whether any proposal ran a copy of a group beside another group.
-  class Recording : public tapp::testing::FakeEvaluator {
-   public:
-    using FakeEvaluator::FakeEvaluator;
-    StepReport evaluate(const Placement& p) override {
-      beside = beside || replica_beside_another_group(p);
-      return FakeEvaluator::evaluate(p);
-    }
-    bool beside = false;
-  };
-  auto beside_by = [&](int max_restarts) {
-    Recording ev(std::vector<double>(12, 1.0), c);
-    SearchOptions o;
-    o.iterations = 120;
-    o.samples_per_iteration = 4;
-    o.restart_after = 5;
-    o.max_restarts = max_restarts;
-    o.patience = 1000;
-    o.batch_size = 8;
-    SearchResult r = search(g, c, ev, o, nullptr);
-    REQUIRE(r.restarts == max_restarts);
-    return ev.beside;
-  };
-  CHECK_FALSE(beside_by(1));  // the first policy and the equal-stage restart: free devices only
-  CHECK(beside_by(2));        // restart 2 draws from the golden ratio
 }
 
 namespace {
