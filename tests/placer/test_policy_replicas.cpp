@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -140,38 +141,58 @@ class ReplicaAwareEvaluator : public Evaluator {
 
 }  // namespace
 
-TEST_CASE("proposals with replicas are executable: validate_placement and, recomputing where needed, check_memory pass on random DAGs and clusters") {
-  std::mt19937_64 rng(2026);
+// Per trial a random branchy DAG and cluster (batch 16, sgd and Adam in
+// turn), a policy of `config_of`'s config, 40 proposals sampled from `rng`,
+// each checked as the measurer runs it: validate_placement, then the groups
+// that fit their device only recomputing recompute (recompute_where_needed)
+// and core's rule holds (check_memory). `each` sees every proposal after that.
+void sample_executable_proposals(
+    std::mt19937_64& rng, int trials,
+    const std::function<PolicyConfig(const LayerGraph&, const Cluster&, int64_t, Optimizer, int)>& config_of,
+    const std::function<void(Policy&, const Decision&, const Placement&)>& each) {
   const int64_t batch = 16;
-  int proposals = 0, replicated = 0, noncontiguous = 0, recomputing = 0;
-  for (int trial = 0; trial < 24; ++trial) {
+  for (int trial = 0; trial < trials; ++trial) {
     LayerGraph g = random_branchy_graph(rng, 2 + trial % 3, 256);
     const Optimizer optimizer = trial % 2 == 0 ? Optimizer::sgd : Optimizer::adam;  // Adam: 4 copies, not 3
     Cluster c = random_cluster(rng, g, batch, optimizer);
-    const PartitionMode mode = trial % 3 == 0   ? PartitionMode::contiguous
-                               : trial % 3 == 1 ? PartitionMode::follows_dag
-                                                : PartitionMode::free;
-    PolicyConfig pc = replica_config(g, c, batch, mode, 1 + trial, optimizer);
+    const PolicyConfig pc = config_of(g, c, batch, optimizer, trial);
     OpDictionary dict;
     Policy policy(encode_layers(g, dict), g.consumers(), pc);
     for (int n = 0; n < 40; ++n) {
       Decision d = policy.sample(rng);
       Placement p = decision_to_placement(d, pc.micro_batch_choices, Schedule::gpipe);
       p.optimizer = optimizer;
-      ++proposals;
-      replicated += p.has_replicated_groups();
-      for (size_t i = 1; i < p.layer_group.size(); ++i) noncontiguous += p.layer_group[i] < p.layer_group[i - 1];
       Status valid = validate_placement(p, g, c, batch);
       CHECK_MESSAGE(valid.is_ok(), "trial ", trial, ": ", valid.message());
-      // As the measurer runs them: the groups that fit their device only
-      // recomputing recompute (recompute_where_needed), then core's rule holds.
       CHECK(recompute_where_needed(p, g, c, batch));
-      recomputing += std::count(p.group_recompute.begin(), p.group_recompute.end(), 1) > 0;
       Status fits = check_memory(p, g, c, batch);
       CHECK_MESSAGE(fits.is_ok(), "trial ", trial, ": ", fits.message());
-      if (has_replicas(d)) CHECK(std::isfinite(policy.log_prob(d)));
+      each(policy, d, p);
     }
   }
+}
+
+TEST_CASE(
+    "proposals with replicas are executable: validate_placement and, recomputing where needed, check_memory "
+    "pass on random DAGs and clusters") {
+  std::mt19937_64 rng(2026);
+  int proposals = 0, replicated = 0, noncontiguous = 0, recomputing = 0;
+  sample_executable_proposals(
+      rng, 24,
+      [](const LayerGraph& g, const Cluster& c, int64_t batch, Optimizer optimizer, int trial) {
+        const PartitionMode mode = trial % 3 == 0   ? PartitionMode::contiguous
+                                   : trial % 3 == 1 ? PartitionMode::follows_dag
+                                                    : PartitionMode::free;
+        return replica_config(g, c, batch, mode, 1 + trial, optimizer);
+      },
+      [&](Policy& policy, const Decision& d, const Placement& p) {
+        ++proposals;
+        replicated += p.has_replicated_groups();
+        for (size_t i = 1; i < p.layer_group.size(); ++i)
+          noncontiguous += p.layer_group[i] < p.layer_group[i - 1];
+        recomputing += std::count(p.group_recompute.begin(), p.group_recompute.end(), 1) > 0;
+        if (has_replicas(d)) CHECK(std::isfinite(policy.log_prob(d)));
+      });
   CHECK(proposals == 24 * 40);
   CHECK(recomputing > 0);  // a device that holds a group only recomputing is offered
   // The masks leave room for replicas: at the replica head's initial odds
@@ -210,34 +231,23 @@ TEST_CASE(
 
   // Random DAGs and clusters, memory masks on: as the test above, with the offers widened.
   std::mt19937_64 rng(2027);
-  const int64_t batch = 16;
   int proposals = 0, shared = 0;
-  for (int trial = 0; trial < 18; ++trial) {
-    LayerGraph g = random_branchy_graph(rng, 2 + trial % 3, 256);
-    const Optimizer optimizer = trial % 2 == 0 ? Optimizer::sgd : Optimizer::adam;
-    Cluster c = random_cluster(rng, g, batch, optimizer);
-    PolicyConfig rc =
-        replica_config(g, c, batch, trial % 2 == 0 ? PartitionMode::follows_dag : PartitionMode::contiguous,
-                       1 + trial, optimizer);
-    rc.replicas_on_held_devices = true;
-    rc.replica_bias = 0.0;
-    rc.distinct_devices = trial % 3 != 0;
-    OpDictionary dict;
-    Policy policy(encode_layers(g, dict), g.consumers(), rc);
-    for (int n = 0; n < 40; ++n) {
-      Decision d = policy.sample(rng);
-      Placement p = decision_to_placement(d, rc.micro_batch_choices, Schedule::gpipe);
-      p.optimizer = optimizer;
-      ++proposals;
-      shared += replica_beside_another_group(p);
-      Status valid = validate_placement(p, g, c, batch);
-      CHECK_MESSAGE(valid.is_ok(), "trial ", trial, ": ", valid.message());
-      CHECK(recompute_where_needed(p, g, c, batch));
-      Status fits = check_memory(p, g, c, batch);
-      CHECK_MESSAGE(fits.is_ok(), "trial ", trial, ": ", fits.message());
-      CHECK(std::isfinite(policy.log_prob(d)));
-    }
-  }
+  sample_executable_proposals(
+      rng, 18,
+      [](const LayerGraph& g, const Cluster& c, int64_t batch, Optimizer optimizer, int trial) {
+        PolicyConfig rc = replica_config(
+            g, c, batch, trial % 2 == 0 ? PartitionMode::follows_dag : PartitionMode::contiguous, 1 + trial,
+            optimizer);
+        rc.replicas_on_held_devices = true;
+        rc.replica_bias = 0.0;
+        rc.distinct_devices = trial % 3 != 0;
+        return rc;
+      },
+      [&](Policy& policy, const Decision& d, const Placement& p) {
+        ++proposals;
+        shared += replica_beside_another_group(p);
+        CHECK(std::isfinite(policy.log_prob(d)));
+      });
   CHECK(proposals == 18 * 40);
   CHECK(shared > proposals / 20);
 }
