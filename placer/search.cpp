@@ -99,7 +99,8 @@ std::vector<double> compute_balanced_cuts(const LayerGraph& g, int stages) {
 // restart; fewer stages than devices with replicas as likely as not (when the
 // policy may replicate: max(1, G/4) stages the first time round, then a
 // random number in [2, G - 1]; without replicas: one stage, then [2, G]);
-// the equal-stage prior (only the seed changes). The ceil(G/2)-stage restarts
+// the equal-stage prior (only the seed changes; with restart_around_best, the
+// restart imitates the best instead, room_for). The ceil(G/2)-stage restarts
 // also start replicas at even odds: replicated stages need devices no stage holds.
 // The golden-ratio restarts draw more groups than devices and may give a
 // device several groups while others are free (no distinct-device mask): a
@@ -151,6 +152,17 @@ void vary_prior(PolicyConfig& pc, int restart, uint64_t search_seed, std::mt1993
   std::sort(cuts.begin(), cuts.end());
   pc.prior_groups = stages;
   pc.prior_cuts = cuts;
+}
+
+// What a restart around `best` needs to copy it: twice its groups (at least
+// G, at most one per layer), so the policy may also split its stages; and
+// devices shared by groups and replicas on devices other groups hold, as
+// the best found by the golden-ratio restarts may have them.
+void room_for(const Placement& best, PolicyConfig& pc) {
+  const int L = static_cast<int>(best.layer_group.size());
+  pc.num_groups = std::max(pc.num_groups, std::min(2 * best.num_groups(), L));
+  pc.distinct_devices = false;
+  pc.replicas_on_held_devices = true;
 }
 
 }  // namespace
@@ -461,7 +473,7 @@ class SearchLoop {
         patience_(opt.patience > 0 ? opt.patience : std::max(100, total_ / 2)),
         reference_ms_(opt.reference_step_ms) {
     if (!opt.device_sample_ms.empty()) measurer_.weigh_replicas_by(opt.device_sample_ms);
-    if (opt.warm_start) imitate(*opt.warm_start);
+    if (opt.warm_start) imitate(*opt.warm_start, config_.num_groups);
   }
 
   // Propose, evaluate, update, keep the best (the measurer), maybe restart,
@@ -664,7 +676,8 @@ class SearchLoop {
   // A policy that has not improved its own best for `restart_after`
   // iterations (or the overall best for twice that) has converged: score its
   // greedy placement, then start a fresh policy (another seed and prior) to
-  // escape the local optimum; the measurer keeps the best.
+  // escape the local optimum, or (restart_around_best) one that imitates the
+  // best so far, to search near it; the measurer keeps the best.
   bool maybe_restart(int it) {
     if (opt_.restart_after <= 0 || restarts_ >= opt_.max_restarts) return false;
     const bool own_stalled = it - std::max(own_last_improvement_, last_restart_) >= opt_.restart_after;
@@ -682,12 +695,16 @@ class SearchLoop {
     // replicated plan found early cannot hold every restart in its basin.
     next.offer_data_parallel = false;
     if (opt_.vary_prior_on_restart) vary_prior(next, restarts_, config_.seed, rng_, graph_);
+    const bool around_best = opt_.restart_around_best && restarts_ % 4 == 0 && measurer_.found() &&
+                             !measurer_.best().is_data_parallel();
+    if (around_best) room_for(measurer_.best(), next);
     reinforce_.reset();
     policy_ = std::make_unique<Policy>(features_, consumers_, next);
+    if (around_best) measurer_.measure(imitate(measurer_.best(), next.num_groups).greedy, it);
     if (restarts_ == 1 && opt_.restart_from) {
       evaluations_before_imitation_ = measurer_.evaluations();
       if (measurer_.found()) explored_best_ = {measurer_.best(), measurer_.best_report().step_ms};
-      const Imitation learned = imitate(*opt_.restart_from);
+      const Imitation learned = imitate(*opt_.restart_from, config_.num_groups);
       measurer_.measure(learned.greedy, it);
       if (!learned.exact) measurer_.measure(learned.target, it);
     }
@@ -710,8 +727,8 @@ class SearchLoop {
     Placement greedy, target;
     bool exact = false;
   };
-  Imitation imitate(const Placement& plan) {
-    const Decision target = placement_to_decision(plan, config_.micro_batch_choices, config_.num_groups);
+  Imitation imitate(const Placement& plan, int num_groups) {
+    const Decision target = placement_to_decision(plan, config_.micro_batch_choices, num_groups);
     Imitation out;
     out.target = to_placement(target);
     const std::string wanted = placement_key(out.target);

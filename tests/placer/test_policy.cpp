@@ -10,6 +10,7 @@
 #include <random>
 
 #include "placer/features.h"
+#include "placer/measurer.h"
 #include "placer/policy.h"
 #include "placer/reinforce.h"
 #include "placer/search.h"
@@ -558,6 +559,7 @@ TEST_CASE(
     });
     SearchOptions o = restarting_search(max_restarts);
     o.vary_prior_on_restart = true;
+    o.restart_around_best = false;  // restart 4 would copy the best with room to spare
     SearchResult r = search(g, c, ev, o, nullptr);
     REQUIRE(r.restarts == max_restarts);
     return seen;
@@ -570,6 +572,35 @@ TEST_CASE(
   const int with_sixth = seen_by(6).most_groups;
   CHECK(with_sixth > 3);
   CHECK(with_sixth <= 8);
+}
+
+TEST_CASE("every fourth restart searches near the best plan so far; the restarts before it are unchanged") {
+  LayerGraph g = chain_graph(12);  // 24 layers of uneven cost: the best split is not the equal one
+  Cluster c = equal_cluster(4);
+  std::vector<double> cost(24);
+  for (int i = 0; i < 24; ++i) cost[i] = 1.0 + (i * 7) % 5;
+  auto proposals_of = [&](int max_restarts, bool around_best) {
+    FakeEvaluator fake(cost, c);
+    std::vector<std::string> seen;  // each evaluated proposal's key, in order
+    WatchedEvaluator ev(fake, [&](const Placement& p) { seen.push_back(placement_key(p)); });
+    SearchOptions o = restarting_search(max_restarts);
+    o.iterations = 120;
+    o.restart_around_best = around_best;
+    SearchResult r = search(g, c, ev, o, nullptr);
+    REQUIRE(r.restarts == max_restarts);
+    return seen;
+  };
+  CHECK(proposals_of(3, true) == proposals_of(3, false));
+  const auto on = proposals_of(4, true), off = proposals_of(4, false);
+  // From the first proposal where they part (restart 4): the restart that
+  // imitated the best samples it again and again (memoised, not evaluated),
+  // and only now and then a plan beside it; a fresh policy samples widely.
+  size_t from = 0;
+  while (from < on.size() && from < off.size() && on[from] == off[from]) ++from;
+  REQUIRE(from < off.size());
+  MESSAGE("new plans after restart 4: " << on.size() - from << " around the best, " << off.size() - from
+                                        << " from the equal-stage prior");
+  CHECK(on.size() - from < (off.size() - from) / 4);
 }
 
 TEST_CASE("a model with BatchNorm on a 1x1 map is never split into one-sample micro-batches") {
