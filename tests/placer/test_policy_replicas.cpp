@@ -139,8 +139,6 @@ class ReplicaAwareEvaluator : public Evaluator {
   Cluster cluster_;
 };
 
-}  // namespace
-
 // Per trial a random branchy DAG and cluster (batch 16, sgd and Adam in
 // turn), a policy of `config_of`'s config, 40 proposals sampled from `rng`,
 // each checked as the measurer runs it: validate_placement, then the groups
@@ -171,6 +169,22 @@ void sample_executable_proposals(
     }
   }
 }
+
+// `n` proposals of `policy` as placements (GPipe), each valid on (g, c) at
+// `batch` and drawn with a finite log-probability.
+std::vector<Placement> valid_samples(Policy& policy, const PolicyConfig& pc, const LayerGraph& g,
+                                     const Cluster& c, int64_t batch, std::mt19937_64& rng, int n) {
+  std::vector<Placement> out;
+  for (int k = 0; k < n; ++k) {
+    Decision d = policy.sample(rng);
+    out.push_back(decision_to_placement(d, pc.micro_batch_choices, Schedule::gpipe));
+    REQUIRE(validate_placement(out.back(), g, c, batch).is_ok());
+    CHECK(std::isfinite(policy.log_prob(d)));
+  }
+  return out;
+}
+
+}  // namespace
 
 TEST_CASE(
     "proposals with replicas are executable: validate_placement and, recomputing where needed, check_memory "
@@ -217,13 +231,8 @@ TEST_CASE(
     Policy policy(encode_layers(chain, dict), chain.consumers(), pc);
     std::mt19937_64 rng(7);
     int n_beside = 0;
-    for (int n = 0; n < 100; ++n) {
-      Decision d = policy.sample(rng);
-      Placement p = decision_to_placement(d, pc.micro_batch_choices, Schedule::gpipe);
-      REQUIRE(validate_placement(p, chain, two, 8).is_ok());
-      CHECK(std::isfinite(policy.log_prob(d)));
+    for (const Placement& p : valid_samples(policy, pc, chain, two, 8, rng, 100))
       n_beside += replica_beside_another_group(p);
-    }
     return n_beside;
   };
   CHECK(beside(false) == 0);
@@ -453,11 +462,7 @@ TEST_CASE("free devices are offered device by device to the group with the fewes
   Policy policy(encode_layers(g, dict), g.consumers(), pc);
   std::mt19937_64 rng(11);
   int two_stages = 0;
-  for (int n = 0; n < 60; ++n) {
-    Decision d = policy.sample(rng);
-    Placement p = decision_to_placement(d, pc.micro_batch_choices, Schedule::gpipe);
-    REQUIRE(validate_placement(p, g, c, 8).is_ok());
-    CHECK(std::isfinite(policy.log_prob(d)));
+  for (const Placement& p : valid_samples(policy, pc, g, c, 8, rng, 60)) {
     const int first = p.replica_count(0), last = p.replica_count(p.layer_group.back());
     if (p.layer_group.back() == 0) continue;  // one stage: it takes every device
     ++two_stages;
@@ -491,11 +496,7 @@ TEST_CASE("heaviest first: each free device goes to the group with the most FLOP
   Policy policy(encode_layers(g, dict), g.consumers(), pc);
   std::mt19937_64 rng(11);
   int two_stages = 0, apart = 0;
-  for (int n = 0; n < 60; ++n) {
-    Decision d = policy.sample(rng);
-    Placement p = decision_to_placement(d, pc.micro_batch_choices, Schedule::gpipe);
-    REQUIRE(validate_placement(p, g, c, 8).is_ok());
-    CHECK(std::isfinite(policy.log_prob(d)));
+  for (const Placement& p : valid_samples(policy, pc, g, c, 8, rng, 60)) {
     if (p.layer_group.back() == 0) continue;  // one stage: it takes every device
     ++two_stages;
     std::vector<double> flops(2, 0.0), compute(2, 0.0);
