@@ -25,6 +25,12 @@ constexpr int kComputeFrequencies = 3;   // sin/cos pairs of the FLOPs done befo
 constexpr int kMedianDraws = 64;         // partitions drawn for the typical (median) partition
 constexpr uint64_t kMedianSeed = 0x6d656469616eULL;
 
+// Whose odds a decision is scored by: those it was drawn with (the networks'
+// mixed with even ones where the policy explores), or the networks' own
+// (imitation teaches the networks: the mixture's floor would leave a target
+// choice the networks give almost nothing almost no gradient).
+enum class Odds { drawn, networks };
+
 // Draws an index from probabilities with our own generator.
 int draw(const float* p, int n, std::mt19937_64& rng) {
   double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
@@ -37,6 +43,33 @@ int draw(const float* p, int n, std::mt19937_64& rng) {
   }
   return last_nonzero;
 }
+
+// draw's choice from the mixture (1 - eps) p + eps uniform over the open
+// choices (PolicyConfig::explore): with odds eps, any choice the masks leave.
+int draw_exploring(const float* p, const std::vector<bool>& open, double eps, std::mt19937_64& rng) {
+  const int n = static_cast<int>(open.size());
+  if (eps > 0 && std::uniform_real_distribution<double>(0.0, 1.0)(rng) < eps) {
+    const int count = static_cast<int>(std::count(open.begin(), open.end(), true));
+    if (count > 0) {
+      int pick = std::uniform_int_distribution<int>(0, count - 1)(rng);
+      for (int k = 0; k < n; ++k)
+        if (open[k] && pick-- == 0) return k;
+    }
+  }
+  return draw(p, n, rng);
+}
+
+// log of (1 - eps) pi + eps uniform over the open choices (along `dim`), from
+// log pi: the log-probability of draw_exploring's choice. A closed choice's
+// value is clamped, not -inf, so its zero gradient stays zero.
+torch::Tensor explored_logp(const torch::Tensor& logp, const torch::Tensor& open, int64_t dim, double eps) {
+  if (eps <= 0) return logp;
+  const auto share = open / open.sum(dim, true).clamp_min(1);
+  return torch::log(((1 - eps) * logp.exp() + eps * share).clamp_min(1e-30));
+}
+
+// The odds of taking a refusable offer of probability p under that mixture.
+double explored_odds(double p, double eps) { return (1 - eps) * p + eps / 2; }
 
 // The (fractional) group a layer at relative depth x in (0, 1) leans to:
 // stage k spans [cut_{k-1}, cut_k) and the centre moves linearly across it
@@ -1040,18 +1073,38 @@ struct Policy::Impl {
     });
   }
 
+  // near_groups for every layer of every decision laid out (N x L x G, 0 or 1).
+  torch::Tensor near_groups(const ScoreInputs& in) const {
+    const int64_t N = in.part_idx.size(0);
+    const auto previous =
+        torch::cat({torch::zeros({N, 1}, torch::kInt64), in.part_idx.slice(1, 0, L - 1)}, 1).unsqueeze(2);
+    const auto k = torch::arange(G, torch::kInt64).view({1, 1, G});
+    const auto open = in.part_mask > kMasked / 2;
+    const auto near = open & ((k == previous) | (k == previous + 1));
+    return torch::where(near.any(2, true), near, open).to(torch::kFloat32);
+  }
+
   // log pi(d) and entropy (with gradient) of each decision (N of them: N and
   // N), given the partition logits: every choice in the order it is drawn
   // (policy.h), under the masks it was drawn with. The inputs are laid out
   // first (lay_out), then each network runs once over all of them: one
   // autograd graph for a batch (one per decision made the update most of the
   // search's time).
-  std::pair<torch::Tensor, torch::Tensor> score(const std::vector<const Decision*>& ds, const torch::Tensor& part_logits) {
+  std::pair<torch::Tensor, torch::Tensor> score(const std::vector<const Decision*>& ds,
+                                                const torch::Tensor& part_logits, Odds odds = Odds::drawn) {
     const ScoreInputs in = lay_out(ds);
     const int64_t N = static_cast<int64_t>(ds.size());
+    const bool drawn = odds == Odds::drawn;
+    const double eps = drawn ? cfg.explore : 0;
+    const auto explored_bernoulli = [eps](const torch::Tensor& log_p) {
+      return eps > 0 ? torch::log((1 - eps) * log_p.exp() + eps / 2) : log_p;  // log explored_odds(p, eps)
+    };
     auto part_logp = in.part_mask.defined() ? torch::log_softmax(part_logits.unsqueeze(0) + in.part_mask, 2)
                                             : torch::log_softmax(part_logits, 1).unsqueeze(0).expand({N, L, G});
-    auto lp = part_logp.gather(2, in.part_idx.unsqueeze(2)).squeeze(2).sum(1);
+    const auto part_explored = drawn && in.part_mask.defined() && cfg.explore_partition > 0
+                                   ? explored_logp(part_logp, near_groups(in), 2, cfg.explore_partition)
+                                   : part_logp;
+    auto lp = part_explored.gather(2, in.part_idx.unsqueeze(2)).squeeze(2).sum(1);
     auto ent = -(part_logp.exp() * part_logp).sum({1, 2});
     if (count_head) {
       auto count_logp = torch::log_softmax(count_logits(), 0);
@@ -1060,32 +1113,41 @@ struct Policy::Impl {
     }
     auto h = embed_groups(in.group_features);  // N x G x H
     auto micro_logp = torch::log_softmax(micro_head(h) + in.micro_mask, 1);
-    lp = lp + micro_logp.gather(1, in.micro_idx.unsqueeze(1)).squeeze(1);
+    const auto micro_explored =
+        explored_logp(micro_logp, (in.micro_mask > kMasked / 2).to(torch::kFloat32), 1, eps);
+    lp = lp + micro_explored.gather(1, in.micro_idx.unsqueeze(1)).squeeze(1);
     ent = ent - (micro_logp.exp() * micro_logp).sum(1);
 
     auto device_logits = score_pairs(h, in.device_pairs).select(3, 0) + device_mask;
     auto dev_logp = torch::log_softmax(device_logits + in.device_masked, 2);
-    lp = lp + (dev_logp.gather(2, in.chosen.unsqueeze(2)).squeeze(2) * in.used).sum(1);
+    const auto dev_open = (device_logits + in.device_masked > kMasked / 2).to(torch::kFloat32);
+    const auto dev_explored = explored_logp(dev_logp, dev_open, 2, eps);
+    lp = lp + (dev_explored.gather(2, in.chosen.unsqueeze(2)).squeeze(2) * in.used).sum(1);
     ent = ent - ((dev_logp.exp() * dev_logp).sum(2) * in.used).sum(1);
     if (replica_head) {
       auto replica = score_pairs(h, in.replica_pairs).select(3, 1);
       if (balance_head) replica = replica + net->a_balance(in.balanced).squeeze(3);
       auto log_yes = torch::log_sigmoid(replica), log_no = torch::log_sigmoid(-replica);
-      lp = lp + (in.offered * (in.taken * log_yes + (1 - in.taken) * log_no)).sum({1, 2});
+      lp = lp + (in.offered *
+                 (in.taken * explored_bernoulli(log_yes) + (1 - in.taken) * explored_bernoulli(log_no)))
+                    .sum({1, 2});
       ent = ent - (in.offered * (log_yes.exp() * log_yes + log_no.exp() * log_no)).sum({1, 2});
     }
     if (spread_head) {
       auto spread = net->a_spread(h).squeeze(2);
       auto log_yes = torch::log_sigmoid(spread), log_no = torch::log_sigmoid(-spread);
       const auto& off = in.spread_offered;
-      lp = lp + (off * (in.spread_taken * log_yes + (1 - in.spread_taken) * log_no)).sum(1);
+      lp = lp + (off * (in.spread_taken * explored_bernoulli(log_yes) +
+                        (1 - in.spread_taken) * explored_bernoulli(log_no)))
+                    .sum(1);
       ent = ent - (off * (log_yes.exp() * log_yes + log_no.exp() * log_no)).sum(1);
     }
     return {lp, ent};
   }
   // One decision's log pi and entropy (scalars).
-  std::pair<torch::Tensor, torch::Tensor> score(const Decision& d, const torch::Tensor& part_logits) {
-    auto [lp, ent] = score({&d}, part_logits);
+  std::pair<torch::Tensor, torch::Tensor> score(const Decision& d, const torch::Tensor& part_logits,
+                                                Odds odds = Odds::drawn) {
+    auto [lp, ent] = score({&d}, part_logits, odds);
     return {lp[0], ent[0]};
   }
 
@@ -1234,7 +1296,9 @@ struct Policy::Impl {
   // Whether the masks allow every choice of `d`: a masked choice adds kMasked
   // to its logit, so its log probability is about kMasked; any real one is far
   // above a thousandth of it.
-  bool allows(const Decision& d) { return score(d, partition_logits()).first.item<double>() > kMasked / 1000; }
+  bool allows(const Decision& d) {
+    return score(d, partition_logits(), Odds::networks).first.item<double>() > kMasked / 1000;
+  }
 
   static bool has_replica(const Decision& d, int g, int k) {
     if (d.group_replicas.size() <= static_cast<size_t>(g)) return false;
@@ -1263,6 +1327,18 @@ struct Policy::Impl {
     return partitions;
   }
 
+  // The groups an exploring draw of a layer picks from (PolicyConfig::explore_partition):
+  // its predecessor's group and the next, where the layer's row leaves them
+  // open; else every open group.
+  std::vector<bool> near_groups(const float* row, int previous) const {
+    std::vector<bool> open(G), near(G);
+    for (int k = 0; k < G; ++k) {
+      open[k] = row[k] > kMasked / 2;
+      near[k] = open[k] && (k == previous || k == previous + 1);
+    }
+    return std::find(near.begin(), near.end(), true) != near.end() ? near : open;
+  }
+
   // choose_partition of the ordered modes, from the partition logits z (L x G).
   std::vector<int> choose_ordered_partition(const float* z, std::mt19937_64* rng, int stages,
                                             const std::vector<double>& cuts) const {
@@ -1272,7 +1348,12 @@ struct Policy::Impl {
     for (int i = 0; i < L; ++i) {
       partition_row(i, lowest_group(i, layer_group), stages, cuts, floors, row.data());
       masked_softmax(z + static_cast<size_t>(i) * G, row.data(), p.data());
-      layer_group[i] = rng ? draw(p.data(), G, *rng) : argmax(p.data(), G);
+      if (rng && cfg.explore_partition > 0) {
+        layer_group[i] = draw_exploring(p.data(), near_groups(row.data(), i > 0 ? layer_group[i - 1] : 0),
+                                        cfg.explore_partition, *rng);
+      } else {
+        layer_group[i] = rng ? draw(p.data(), G, *rng) : argmax(p.data(), G);
+      }
       floors.add(i, layer_group[i]);
     }
     return layer_group;
@@ -1372,7 +1453,9 @@ struct Policy::Impl {
     std::vector<Draft> drafts(n);
     for (size_t i = 0; i < n; ++i) {
       const float* p = mp.data_ptr<float>() + i * M;
-      ds[i].micro_batch_index = rngs[i] ? draw(p, M, *rngs[i]) : argmax(p, M);
+      std::vector<bool> open(M);
+      for (int k = 0; k < M; ++k) open[k] = groups[i].micro_mask[k] > kMasked / 2;
+      ds[i].micro_batch_index = rngs[i] ? draw_exploring(p, open, cfg.explore, *rngs[i]) : argmax(p, M);
       masks.emplace_back(*this, ds[i].layer_group, ds[i].micro_batch_index);
       drafts[i] = {rngs[i], &ds[i], &groups[i], &masks[i]};
     }
@@ -1435,7 +1518,7 @@ struct Policy::Impl {
       offer_replicas(*dr.masks, [&](int g, int k, bool refusable) {
         const double u = dr.rng ? std::uniform_real_distribution<double>(0.0, 1.0)(*dr.rng) : 0.5;
         const float p = balance ? 1.f / (1.f + std::exp(-(q[g * D + k] + balance->shift(g, k)))) : q[g * D + k];
-        const bool take = !refusable || u < p;
+        const bool take = !refusable || u < explored_odds(p, cfg.explore);
         if (take) replicas[g].push_back(k);
         return take;
       });
@@ -1465,7 +1548,7 @@ struct Policy::Impl {
         if (!offered[g]) continue;
         const double u =
             drafts[i].rng ? std::uniform_real_distribution<double>(0.0, 1.0)(*drafts[i].rng) : 0.5;
-        d.group_spread[g] = u < p.data_ptr<float>()[i * G + g] ? 1 : 0;
+        d.group_spread[g] = u < explored_odds(p.data_ptr<float>()[i * G + g], cfg.explore) ? 1 : 0;
       }
     }
   }
@@ -1526,10 +1609,10 @@ struct Policy::Impl {
         }
         for (int k = 0; k < D; ++k) p[k] = static_cast<float>(p[k] / sum);
         const bool classes = by_class && !dr.rng;
-        if (classes)
-          for (int k = 0; k < D; ++k) open[k] = zp[k] + row[k] > kMasked / 2;
-        const int k = dr.rng ? draw(p.data(), D, *dr.rng)
-                             : classes ? class_argmax(p, open, device_class) : argmax(p.data(), D);
+        for (int k = 0; k < D; ++k) open[k] = zp[k] + row[k] > kMasked / 2;
+        const int k = dr.rng    ? draw_exploring(p.data(), open, cfg.explore, *dr.rng)
+                      : classes ? class_argmax(p, open, device_class)
+                                : argmax(p.data(), D);
         dr.d->group_device[g] = k;
         if (probs) probs->push_back(p);
         dr.masks->take_primary(g, k);
@@ -2276,7 +2359,7 @@ void Policy::imitate(const Decision& target, int steps, double learning_rate) {
   if (learning_rate > 0) options.lr(learning_rate);
   for (int s = 0; s < steps; ++s) {
     m.net->optimizer->zero_grad();
-    auto loss = -m.score(target, m.partition_logits()).first;
+    auto loss = -m.score(target, m.partition_logits(), Odds::networks).first;
     loss.backward();
     torch::nn::utils::clip_grad_norm_(m.net->params, 5.0);
     m.net->optimizer->step();

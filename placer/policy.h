@@ -231,6 +231,18 @@ struct PolicyConfig {
   // devices, neither stages nor copies keep them busy and a fork's branches
   // can run side by side; elsewhere the head learns to leave them.
   std::vector<ParallelBranches> forks;
+  // Exploration: each sampled choice after the partition (the micro-batch
+  // count, a group's device, a replica or spread offer) is, at these odds,
+  // drawn evenly from the choices its masks leave (a Bernoulli: either way
+  // at even odds) instead of from the networks; update and log_prob take
+  // the mixture's probability, imitation the networks' own. A policy that
+  // has converged onto one plan still proposes the plans a device, a copy
+  // or a micro-batch count away. 0 = off; greedy() and typical() never explore.
+  double explore = 0;
+  // The same for each layer of an ordered partition, drawn from its
+  // predecessor's group and the next (where its masks leave them; else any
+  // group they leave): a stage boundary one layer on, or a stage cut short.
+  double explore_partition = 0;
   int hidden = 64;
   double learning_rate = 0.005;
   uint64_t seed = 1;
@@ -332,7 +344,8 @@ class Policy {
   // the masks would not replay the renamed one.
   Decision canonical(const Decision& d);
 
-  // log pi(decision) under the current weights (empty groups' allocation excluded).
+  // log pi(decision) under the current weights (empty groups' allocation
+  // excluded), as sample draws it (the explore mixture included).
   double log_prob(const Decision& d);
   // Whether the masks allow every choice of `d` (a plan from elsewhere may not fit them).
   bool allows(const Decision& d);
@@ -354,7 +367,8 @@ class Policy {
                      double entropy_coef, double max_grad_norm);
 
   // Supervised steps towards `target` (warm start from a classical plan), at
-  // `learning_rate` when > 0 (then back to the policy's own rate), else at the policy's own.
+  // `learning_rate` when > 0 (then back to the policy's own rate), else at
+  // the policy's own; on the networks' own odds (no explore mixture).
   void imitate(const Decision& target, int steps, double learning_rate = 0);
 
  private:

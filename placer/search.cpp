@@ -158,11 +158,19 @@ void vary_prior(PolicyConfig& pc, int restart, uint64_t search_seed, std::mt1993
 // G, at most one per layer), so the policy may also split its stages; and
 // devices shared by groups and replicas on devices other groups hold, as
 // the best found by the golden-ratio restarts may have them.
+// And to search beside it: the imitation leaves the networks' odds saturated
+// on the best, which they then sampled again and again (0-23 new plans in a
+// whole restart). Exploring (PolicyConfig::explore), each choice after the
+// partition is drawn evenly at odds of 0.2, and one layer a decision on
+// average between its predecessor's group and the next: the plans a device,
+// a copy, a micro-batch count or a cut away, as the refinement's moves.
 void room_for(const Placement& best, PolicyConfig& pc) {
   const int L = static_cast<int>(best.layer_group.size());
   pc.num_groups = std::max(pc.num_groups, std::min(2 * best.num_groups(), L));
   pc.distinct_devices = false;
   pc.replicas_on_held_devices = true;
+  pc.explore = 0.2;
+  pc.explore_partition = 1.0 / L;
 }
 
 }  // namespace

@@ -6,8 +6,10 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <random>
+#include <sstream>
 
 #include "placer/features.h"
 #include "placer/measurer.h"
@@ -231,6 +233,76 @@ TEST_CASE("a batch that repeats a decision counts it as often as it came: advant
   q.update({d, d, e}, {a2, a1, b}, coef, 10.0);
   CHECK(q.log_prob(d) == doctest::Approx(p.log_prob(d)).epsilon(1e-5));
   CHECK(q.log_prob(e) == doctest::Approx(p.log_prob(e)).epsilon(1e-5));
+}
+
+TEST_CASE(
+    "an exploring policy draws each choice from its odds mixed with even ones (a layer: its predecessor's "
+    "group or the next), and scores it so") {
+  OpDictionary dict;
+  LayerGraph g = chain_graph(2);
+  PolicyConfig c = config(2, 3);
+  c.max_replicas = 2;
+  c.explore = 0.3;
+  c.explore_partition = 0.2;
+  Policy exploring(encode_layers(g, dict), g.consumers(), c);
+  // Taught one plan, so that its own odds are far from even.
+  Decision target;
+  target.layer_group = {0, 0, 1, 1};
+  target.group_device = {2, 0};
+  target.micro_batch_index = 1;
+  target.group_replicas = {{}, {}};
+  exploring.imitate(target, 200, 0.05);
+  c.explore = c.explore_partition = 0;
+  Policy own_odds(encode_layers(g, dict), g.consumers(), c, exploring.networks());
+  CHECK(own_odds.log_prob(target) > std::log(0.9));
+  CHECK(own_odds.greedy() == exploring.greedy());
+
+  const auto key = [](const Decision& d) {
+    std::ostringstream s;
+    for (int x : d.layer_group) s << x << ',';
+    s << '|';
+    for (int x : d.group_device) s << x << ',';
+    s << '|' << d.micro_batch_index << '|';
+    for (const auto& r : d.group_replicas) {
+      for (int x : r) s << x << ',';
+      s << ';';
+    }
+    return s.str();
+  };
+  std::map<std::string, std::pair<Decision, int>> seen;
+  std::mt19937_64 rng(7);
+  const int n = 20000;
+  for (const Decision& d : exploring.sample(n, rng)) {
+    auto [at, added] = seen.emplace(key(d), std::make_pair(d, 0));
+    ++at->second.second;
+  }
+  // Total variation between the draws and each policy's log-probabilities.
+  double drawn_vs_mixture = 0, drawn_vs_own = 0, mixture_mass = 0;
+  for (const auto& [k, entry] : seen) {
+    const double f = entry.second / static_cast<double>(n), p = std::exp(exploring.log_prob(entry.first));
+    drawn_vs_mixture += std::abs(f - p) / 2;
+    drawn_vs_own += std::abs(f - std::exp(own_odds.log_prob(entry.first))) / 2;
+    mixture_mass += p;
+  }
+  INFO("decisions drawn: " << seen.size());
+  CHECK(seen.size() > 10u);
+  CHECK(mixture_mass > 0.98);
+  CHECK(drawn_vs_mixture < 0.03);
+  CHECK(drawn_vs_own > 0.2);
+  // Each layer's exploring draw takes its predecessor's group or the next
+  // at even odds: the taught partition [0 0 1 1] stays where its four layers
+  // keep theirs (about 0.9^4), and a third or more of the draws change a
+  // device or the micro-batch count.
+  int same_partition = 0, same_rest = 0;
+  for (const auto& [k, entry] : seen) {
+    const Decision& d = entry.first;
+    if (d.layer_group == target.layer_group) same_partition += entry.second;
+    if (d.group_device == target.group_device && d.micro_batch_index == target.micro_batch_index)
+      same_rest += entry.second;
+  }
+  CHECK(same_partition > 0.55 * n);
+  CHECK(same_partition < 0.75 * n);
+  CHECK(same_rest < 0.67 * n);
 }
 
 TEST_CASE("a penalised placement becomes less likely through the reward") {
@@ -574,15 +646,17 @@ TEST_CASE(
   CHECK(with_sixth <= 8);
 }
 
-TEST_CASE("every fourth restart searches near the best plan so far; the restarts before it are unchanged") {
+TEST_CASE("every fourth restart searches beside the best plan so far; the restarts before it are unchanged") {
   LayerGraph g = chain_graph(12);  // 24 layers of uneven cost: the best split is not the equal one
   Cluster c = equal_cluster(4);
+  for (int d = 0; d < 4; ++d) c.devices[d].speed = 1.0 + 0.5 * d;  // each device its own
   std::vector<double> cost(24);
   for (int i = 0; i < 24; ++i) cost[i] = 1.0 + (i * 7) % 5;
+  FakeEvaluator scorer(cost, c);
   auto proposals_of = [&](int max_restarts, bool around_best) {
     FakeEvaluator fake(cost, c);
-    std::vector<std::string> seen;  // each evaluated proposal's key, in order
-    WatchedEvaluator ev(fake, [&](const Placement& p) { seen.push_back(placement_key(p)); });
+    std::vector<Placement> seen;  // each evaluated proposal, in order
+    WatchedEvaluator ev(fake, [&](const Placement& p) { seen.push_back(p); });
     SearchOptions o = restarting_search(max_restarts);
     o.iterations = 120;
     o.restart_around_best = around_best;
@@ -590,17 +664,45 @@ TEST_CASE("every fourth restart searches near the best plan so far; the restarts
     REQUIRE(r.restarts == max_restarts);
     return seen;
   };
-  CHECK(proposals_of(3, true) == proposals_of(3, false));
+  const auto keys = [](const std::vector<Placement>& ps) {
+    std::vector<std::string> out;
+    for (const Placement& p : ps) out.push_back(placement_key(p));
+    return out;
+  };
+  CHECK(keys(proposals_of(3, true)) == keys(proposals_of(3, false)));
   const auto on = proposals_of(4, true), off = proposals_of(4, false);
-  // From the first proposal where they part (restart 4): the restart that
-  // imitated the best samples it again and again (memoised, not evaluated),
-  // and only now and then a plan beside it; a fresh policy samples widely.
+  // From the first proposal where they part (restart 4).
   size_t from = 0;
-  while (from < on.size() && from < off.size() && on[from] == off[from]) ++from;
+  while (from < on.size() && from < off.size() && placement_key(on[from]) == placement_key(off[from])) ++from;
   REQUIRE(from < off.size());
-  MESSAGE("new plans after restart 4: " << on.size() - from << " around the best, " << off.size() - from
-                                        << " from the equal-stage prior");
-  CHECK(on.size() - from < (off.size() - from) / 4);
+  REQUIRE(from < on.size());
+  const Placement* best = &on[0];
+  for (size_t i = 1; i < from; ++i)
+    if (scorer.evaluate(on[i]).step_ms < scorer.evaluate(*best).step_ms) best = &on[i];
+  // The share of the layers on the device the best plan gives them.
+  const auto same_devices = [&](const Placement& p) {
+    int same = 0;
+    for (size_t i = 0; i < p.layer_group.size(); ++i)
+      same += p.group_device[p.layer_group[i]] == best->group_device[best->layer_group[i]];
+    return same / static_cast<double>(p.layer_group.size());
+  };
+  // The share of the new plans with at least three quarters of the layers on the best's devices.
+  const auto close_share = [&](const std::vector<Placement>& ps) {
+    int close = 0;
+    for (size_t i = from; i < ps.size(); ++i) close += same_devices(ps[i]) >= 0.75;
+    return close / static_cast<double>(ps.size() - from);
+  };
+  const double beside = close_share(on), fresh = close_share(off);
+  // The restart that imitated the best proposes it first, then explores
+  // beside it (a device, a copy, a micro-batch count or a cut away), where a
+  // fresh policy samples widely.
+  MESSAGE("new plans after restart 4: "
+          << on.size() - from << " around the best (" << beside
+          << " with three quarters of the layers or more on the best's devices), " << off.size() - from
+          << " from the equal-stage prior (" << fresh << ")");
+  CHECK(same_devices(on[from]) == 1.0);
+  CHECK(on.size() - from > 50);
+  CHECK(beside > 2 * fresh);
 }
 
 TEST_CASE("a model with BatchNorm on a 1x1 map is never split into one-sample micro-batches") {
