@@ -63,7 +63,6 @@ int draw_exploring(const float* p, const std::vector<bool>& open, double eps, st
 // log pi: the log-probability of draw_exploring's choice. A closed choice's
 // value is clamped, not -inf, so its zero gradient stays zero.
 torch::Tensor explored_logp(const torch::Tensor& logp, const torch::Tensor& open, int64_t dim, double eps) {
-  if (eps <= 0) return logp;
   const auto share = open / open.sum(dim, true).clamp_min(1);
   return torch::log(((1 - eps) * logp.exp() + eps * share).clamp_min(1e-30));
 }
@@ -1096,6 +1095,13 @@ struct Policy::Impl {
     const int64_t N = static_cast<int64_t>(ds.size());
     const bool drawn = odds == Odds::drawn;
     const double eps = drawn ? cfg.explore : 0;
+    // Where the policy explores: a categorical choice's log-probability under
+    // the mixture, its open choices those its masks leave in `masked_logits`.
+    const auto drawn_logp = [eps](const torch::Tensor& logp, const torch::Tensor& masked_logits,
+                                  int64_t dim) {
+      return eps > 0 ? explored_logp(logp, (masked_logits > kMasked / 2).to(torch::kFloat32), dim, eps)
+                     : logp;
+    };
     const auto explored_bernoulli = [eps](const torch::Tensor& log_p) {
       return eps > 0 ? torch::log((1 - eps) * log_p.exp() + eps / 2) : log_p;  // log explored_odds(p, eps)
     };
@@ -1113,16 +1119,14 @@ struct Policy::Impl {
     }
     auto h = embed_groups(in.group_features);  // N x G x H
     auto micro_logp = torch::log_softmax(micro_head(h) + in.micro_mask, 1);
-    const auto micro_explored =
-        explored_logp(micro_logp, (in.micro_mask > kMasked / 2).to(torch::kFloat32), 1, eps);
-    lp = lp + micro_explored.gather(1, in.micro_idx.unsqueeze(1)).squeeze(1);
+    lp = lp + drawn_logp(micro_logp, in.micro_mask, 1).gather(1, in.micro_idx.unsqueeze(1)).squeeze(1);
     ent = ent - (micro_logp.exp() * micro_logp).sum(1);
 
     auto device_logits = score_pairs(h, in.device_pairs).select(3, 0) + device_mask;
-    auto dev_logp = torch::log_softmax(device_logits + in.device_masked, 2);
-    const auto dev_open = (device_logits + in.device_masked > kMasked / 2).to(torch::kFloat32);
-    const auto dev_explored = explored_logp(dev_logp, dev_open, 2, eps);
-    lp = lp + (dev_explored.gather(2, in.chosen.unsqueeze(2)).squeeze(2) * in.used).sum(1);
+    const auto masked_devices = device_logits + in.device_masked;
+    auto dev_logp = torch::log_softmax(masked_devices, 2);
+    lp = lp + (drawn_logp(dev_logp, masked_devices, 2).gather(2, in.chosen.unsqueeze(2)).squeeze(2) * in.used)
+                  .sum(1);
     ent = ent - ((dev_logp.exp() * dev_logp).sum(2) * in.used).sum(1);
     if (replica_head) {
       auto replica = score_pairs(h, in.replica_pairs).select(3, 1);
