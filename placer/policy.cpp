@@ -1094,7 +1094,7 @@ struct Policy::Impl {
     const ScoreInputs in = lay_out(ds);
     const int64_t N = static_cast<int64_t>(ds.size());
     const bool drawn = odds == Odds::drawn;
-    const double eps = drawn ? cfg.explore : 0;
+    const double eps = drawn ? cfg.explore : 0, eps_partition = drawn ? cfg.explore_partition : 0;
     // Where the policy explores: a categorical choice's log-probability under
     // the mixture, its open choices those its masks leave in `masked_logits`.
     const auto drawn_logp = [eps](const torch::Tensor& logp, const torch::Tensor& masked_logits,
@@ -1107,8 +1107,8 @@ struct Policy::Impl {
     };
     auto part_logp = in.part_mask.defined() ? torch::log_softmax(part_logits.unsqueeze(0) + in.part_mask, 2)
                                             : torch::log_softmax(part_logits, 1).unsqueeze(0).expand({N, L, G});
-    const auto part_explored = drawn && in.part_mask.defined() && cfg.explore_partition > 0
-                                   ? explored_logp(part_logp, near_groups(in), 2, cfg.explore_partition)
+    const auto part_explored = in.part_mask.defined() && eps_partition > 0
+                                   ? explored_logp(part_logp, near_groups(in), 2, eps_partition)
                                    : part_logp;
     auto lp = part_explored.gather(2, in.part_idx.unsqueeze(2)).squeeze(2).sum(1);
     auto ent = -(part_logp.exp() * part_logp).sum({1, 2});

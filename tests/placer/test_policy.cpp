@@ -6,10 +6,8 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <map>
 #include <numeric>
 #include <random>
-#include <sstream>
 
 #include "placer/features.h"
 #include "placer/measurer.h"
@@ -257,31 +255,20 @@ TEST_CASE(
   CHECK(own_odds.log_prob(target) > std::log(0.9));
   CHECK(own_odds.greedy() == exploring.greedy());
 
-  const auto key = [](const Decision& d) {
-    std::ostringstream s;
-    for (int x : d.layer_group) s << x << ',';
-    s << '|';
-    for (int x : d.group_device) s << x << ',';
-    s << '|' << d.micro_batch_index << '|';
-    for (const auto& r : d.group_replicas) {
-      for (int x : r) s << x << ',';
-      s << ';';
-    }
-    return s.str();
-  };
-  std::map<std::string, std::pair<Decision, int>> seen;
+  std::vector<std::pair<Decision, int>> seen;  // each distinct draw and how often it came
   std::mt19937_64 rng(7);
   const int n = 20000;
   for (const Decision& d : exploring.sample(n, rng)) {
-    auto [at, added] = seen.emplace(key(d), std::make_pair(d, 0));
-    ++at->second.second;
+    auto at = std::find_if(seen.begin(), seen.end(), [&](const auto& e) { return e.first == d; });
+    if (at == seen.end()) at = seen.insert(seen.end(), {d, 0});
+    ++at->second;
   }
   // Total variation between the draws and each policy's log-probabilities.
   double drawn_vs_mixture = 0, drawn_vs_own = 0, mixture_mass = 0;
-  for (const auto& [k, entry] : seen) {
-    const double f = entry.second / static_cast<double>(n), p = std::exp(exploring.log_prob(entry.first));
+  for (const auto& [d, count] : seen) {
+    const double f = count / static_cast<double>(n), p = std::exp(exploring.log_prob(d));
     drawn_vs_mixture += std::abs(f - p) / 2;
-    drawn_vs_own += std::abs(f - std::exp(own_odds.log_prob(entry.first))) / 2;
+    drawn_vs_own += std::abs(f - std::exp(own_odds.log_prob(d))) / 2;
     mixture_mass += p;
   }
   INFO("decisions drawn: " << seen.size());
@@ -294,11 +281,10 @@ TEST_CASE(
   // keep theirs (about 0.9^4), and a third or more of the draws change a
   // device or the micro-batch count.
   int same_partition = 0, same_rest = 0;
-  for (const auto& [k, entry] : seen) {
-    const Decision& d = entry.first;
-    if (d.layer_group == target.layer_group) same_partition += entry.second;
+  for (const auto& [d, count] : seen) {
+    if (d.layer_group == target.layer_group) same_partition += count;
     if (d.group_device == target.group_device && d.micro_batch_index == target.micro_batch_index)
-      same_rest += entry.second;
+      same_rest += count;
   }
   CHECK(same_partition > 0.55 * n);
   CHECK(same_partition < 0.75 * n);
@@ -677,8 +663,9 @@ TEST_CASE("every fourth restart searches beside the best plan so far; the restar
   REQUIRE(from < off.size());
   REQUIRE(from < on.size());
   const Placement* best = &on[0];
+  double best_ms = scorer.evaluate(*best).step_ms;
   for (size_t i = 1; i < from; ++i)
-    if (scorer.evaluate(on[i]).step_ms < scorer.evaluate(*best).step_ms) best = &on[i];
+    if (const double ms = scorer.evaluate(on[i]).step_ms; ms < best_ms) best = &on[i], best_ms = ms;
   // The share of the layers on the device the best plan gives them.
   const auto same_devices = [&](const Placement& p) {
     int same = 0;
