@@ -23,6 +23,9 @@ namespace tapp {
 
 namespace {
 
+// Where the search's last third begins (a fraction of it done): its restarts search around the best.
+constexpr double kLastThird = 2.0 / 3.0;
+
 // What trained networks were trained with (train_policy.h) and a fresh
 // search's networks and restarts go without: the compute prior, the
 // stage-count head and the replica balance; and the order replicas are
@@ -543,6 +546,13 @@ class SearchLoop {
     return elapsed + (n > 0 ? 2 * elapsed / static_cast<double>(n) : 0.0) >= opt_.time_budget_s;
   }
 
+  // How far the search is after iteration `it`: of its iterations, or of its time budget where further.
+  double fraction_done(int it) const {
+    double frac = static_cast<double>(it) / total_;
+    if (opt_.time_budget_s > 0) frac = std::max(frac, measurer_.elapsed_s() / opt_.time_budget_s);
+    return frac;
+  }
+
   // A batch of joint actions sampled from the current policy.
   std::vector<Decision> propose() {
     return policy_->sample(std::max(1, opt_.samples_per_iteration), rng_);
@@ -670,9 +680,7 @@ class SearchLoop {
           if (r.ok && (!(reference_ms_ > 0) || r.step_ms < reference_ms_)) reference_ms_ = r.step_ms;
       reinforce_.emplace(*policy_, opt_.reinforce, reference_ms_ > 0 ? reference_ms_ : 1.0);
     }
-    double frac = static_cast<double>(it) / total_;
-    if (opt_.time_budget_s > 0) frac = std::max(frac, measurer_.elapsed_s() / opt_.time_budget_s);
-    reinforce_->step(decisions, reports, frac);
+    reinforce_->step(decisions, reports, fraction_done(it));
     double mean_reward = 0;
     for (const auto& r : reports) mean_reward += reinforce_->reward(r);
     mean_reward /= std::max<size_t>(1, reports.size());
@@ -684,8 +692,11 @@ class SearchLoop {
   // A policy that has not improved its own best for `restart_after`
   // iterations (or the overall best for twice that) has converged: score its
   // greedy placement, then start a fresh policy (another seed and prior) to
-  // escape the local optimum, or (restart_around_best) one that imitates the
-  // best so far, to search near it; the measurer keeps the best.
+  // escape the local optimum, or (restart_around_best: every fourth restart,
+  // and every one in the search's last third) one that imitates the best so
+  // far, to search near it; the measurer keeps the best. In the last third a
+  // fresh policy has little time left to overtake the best, and searching
+  // beside it pays more (docs/placer.md, "The last third searches around the best").
   bool maybe_restart(int it) {
     if (opt_.restart_after <= 0 || restarts_ >= opt_.max_restarts) return false;
     const bool own_stalled = it - std::max(own_last_improvement_, last_restart_) >= opt_.restart_after;
@@ -702,9 +713,11 @@ class SearchLoop {
     // has weighed them; restarted policies search the pipelines, so a
     // replicated plan found early cannot hold every restart in its basin.
     next.offer_data_parallel = false;
-    if (opt_.vary_prior_on_restart) vary_prior(next, restarts_, config_.seed, rng_, graph_);
-    const bool around_best = opt_.restart_around_best && restarts_ % 4 == 0 && measurer_.found() &&
+    const bool around_best = opt_.restart_around_best &&
+                             (restarts_ % 4 == 0 || fraction_done(it) >= kLastThird) && measurer_.found() &&
                              !measurer_.best().is_data_parallel();
+    // A prior's cuts would hold the imitation off the best's devices.
+    if (opt_.vary_prior_on_restart && !around_best) vary_prior(next, restarts_, config_.seed, rng_, graph_);
     if (around_best) room_for(measurer_.best(), next);
     reinforce_.reset();
     policy_ = std::make_unique<Policy>(features_, consumers_, next);

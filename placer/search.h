@@ -64,10 +64,11 @@ struct SearchOptions {
   int restart_after = 60;        // fresh policy after this many iterations without improvement (0 = never)
   int max_restarts = 8;
   bool vary_prior_on_restart = true;  // restarts draw another positional prior (stages, depths)
-  // Every fourth restart (4, 8, ...) imitates the best plan found so far (a
-  // pipeline) and searches on from it, with room to copy it (twice its
-  // groups, shared devices, replicas on held devices), instead of the
-  // equal-stage prior again.
+  // Every fourth restart (4, 8, ...), and every restart in the search's last
+  // third (of its iterations or time budget), imitates the best plan found so
+  // far (a pipeline) and searches on from it, exploring beside it, with room
+  // to copy it (twice its groups, shared devices, replicas on held devices),
+  // instead of a fresh prior.
   bool restart_around_best = true;
   int refine_budget = 0;         // evaluations for local refinement of the policy's best (0 = off)
   // Partitions follow the DAG by default: pipeline stages in layer order on a

@@ -632,39 +632,48 @@ TEST_CASE(
   CHECK(with_sixth <= 8);
 }
 
-TEST_CASE("every fourth restart searches beside the best plan so far; the restarts before it are unchanged") {
-  LayerGraph g = chain_graph(12);  // 24 layers of uneven cost: the best split is not the equal one
-  Cluster c = equal_cluster(4);
-  for (int d = 0; d < 4; ++d) c.devices[d].speed = 1.0 + 0.5 * d;  // each device its own
-  std::vector<double> cost(24);
-  for (int i = 0; i < 24; ++i) cost[i] = 1.0 + (i * 7) % 5;
-  FakeEvaluator scorer(cost, c);
-  auto proposals_of = [&](int max_restarts, bool around_best) {
+// Each plan a search proposes, in order, with and without restart_around_best.
+struct RestartProposals {
+  std::vector<Placement> on, off;
+};
+static RestartProposals restart_proposals(const LayerGraph& g, const Cluster& c,
+                                          const std::vector<double>& cost, SearchOptions o) {
+  RestartProposals out;
+  for (bool around_best : {true, false}) {
     FakeEvaluator fake(cost, c);
-    std::vector<Placement> seen;  // each evaluated proposal, in order
+    std::vector<Placement>& seen = around_best ? out.on : out.off;
     WatchedEvaluator ev(fake, [&](const Placement& p) { seen.push_back(p); });
-    SearchOptions o = restarting_search(max_restarts);
-    o.iterations = 120;
     o.restart_around_best = around_best;
     SearchResult r = search(g, c, ev, o, nullptr);
-    REQUIRE(r.restarts == max_restarts);
-    return seen;
-  };
-  const auto keys = [](const std::vector<Placement>& ps) {
-    std::vector<std::string> out;
-    for (const Placement& p : ps) out.push_back(placement_key(p));
-    return out;
-  };
-  CHECK(keys(proposals_of(3, true)) == keys(proposals_of(3, false)));
-  const auto on = proposals_of(4, true), off = proposals_of(4, false);
-  // From the first proposal where they part (restart 4).
-  size_t from = 0;
-  while (from < on.size() && from < off.size() && placement_key(on[from]) == placement_key(off[from])) ++from;
-  REQUIRE(from < off.size());
-  REQUIRE(from < on.size());
+    REQUIRE(r.restarts == o.max_restarts);
+  }
+  return out;
+}
+
+static std::vector<std::string> placement_keys(const std::vector<Placement>& ps) {
+  std::vector<std::string> out;
+  for (const Placement& p : ps) out.push_back(placement_key(p));
+  return out;
+}
+
+// Where the two searches part (the first restart around the best), and how
+// close to the best plan before it each one's plans after it are.
+struct BesideBest {
+  size_t from = 0;               // the first proposal where they part
+  double first_same = 0;         // the share of the layers of the first new plan on the best's devices
+  double beside = 0, fresh = 0;  // the share of the new plans with three quarters or more (on, off)
+};
+static BesideBest beside_best(const RestartProposals& ps, Evaluator& scorer) {
+  BesideBest b;
+  const auto& on = ps.on;
+  const auto& off = ps.off;
+  while (b.from < on.size() && b.from < off.size() && placement_key(on[b.from]) == placement_key(off[b.from]))
+    ++b.from;
+  REQUIRE(b.from < off.size());
+  REQUIRE(b.from < on.size());
   const Placement* best = &on[0];
   double best_ms = scorer.evaluate(*best).step_ms;
-  for (size_t i = 1; i < from; ++i)
+  for (size_t i = 1; i < b.from; ++i)
     if (const double ms = scorer.evaluate(on[i]).step_ms; ms < best_ms) best = &on[i], best_ms = ms;
   // The share of the layers on the device the best plan gives them.
   const auto same_devices = [&](const Placement& p) {
@@ -673,23 +682,71 @@ TEST_CASE("every fourth restart searches beside the best plan so far; the restar
       same += p.group_device[p.layer_group[i]] == best->group_device[best->layer_group[i]];
     return same / static_cast<double>(p.layer_group.size());
   };
-  // The share of the new plans with at least three quarters of the layers on the best's devices.
-  const auto close_share = [&](const std::vector<Placement>& ps) {
+  const auto close_share = [&](const std::vector<Placement>& plans) {
     int close = 0;
-    for (size_t i = from; i < ps.size(); ++i) close += same_devices(ps[i]) >= 0.75;
-    return close / static_cast<double>(ps.size() - from);
+    for (size_t i = b.from; i < plans.size(); ++i) close += same_devices(plans[i]) >= 0.75;
+    return close / static_cast<double>(plans.size() - b.from);
   };
-  const double beside = close_share(on), fresh = close_share(off);
+  b.first_same = same_devices(on[b.from]);
+  b.beside = close_share(on);
+  b.fresh = close_share(off);
+  return b;
+}
+
+// 24 layers of uneven cost (the best split is not the equal one) on devices of four speeds.
+struct UnevenChain {
+  LayerGraph g = chain_graph(12);
+  Cluster c = equal_cluster(4);
+  std::vector<double> cost = std::vector<double>(24);
+  UnevenChain() {
+    for (int d = 0; d < 4; ++d) c.devices[d].speed = 1.0 + 0.5 * d;  // each device its own
+    for (int i = 0; i < 24; ++i) cost[i] = 1.0 + (i * 7) % 5;
+  }
+};
+
+TEST_CASE("every fourth restart searches beside the best plan so far; the restarts before it are unchanged") {
+  const UnevenChain u;
+  FakeEvaluator scorer(u.cost, u.c);
+  SearchOptions o = restarting_search(3);
+  o.iterations = 120;
+  const RestartProposals three = restart_proposals(u.g, u.c, u.cost, o);
+  CHECK(placement_keys(three.on) == placement_keys(three.off));
+  o.max_restarts = 4;
+  const RestartProposals four = restart_proposals(u.g, u.c, u.cost, o);
+  const BesideBest b = beside_best(four, scorer);
   // The restart that imitated the best proposes it first, then explores
   // beside it (a device, a copy, a micro-batch count or a cut away), where a
   // fresh policy samples widely.
   MESSAGE("new plans after restart 4: "
-          << on.size() - from << " around the best (" << beside
-          << " with three quarters of the layers or more on the best's devices), " << off.size() - from
-          << " from the equal-stage prior (" << fresh << ")");
-  CHECK(same_devices(on[from]) == 1.0);
-  CHECK(on.size() - from > 50);
-  CHECK(beside > 2 * fresh);
+          << four.on.size() - b.from << " around the best (" << b.beside
+          << " with three quarters of the layers or more on the best's devices), " << four.off.size() - b.from
+          << " from the equal-stage prior (" << b.fresh << ")");
+  CHECK(b.first_same == 1.0);
+  CHECK(four.on.size() - b.from > 50);
+  CHECK(b.beside > 2 * b.fresh);
+}
+
+TEST_CASE("a restart in the search's last third searches beside the best plan so far") {
+  const UnevenChain u;
+  FakeEvaluator scorer(u.cost, u.c);
+  SearchOptions o = restarting_search(1);
+  o.iterations = 90;
+  o.restart_after = 65;  // the one restart comes after 65 of 90 iterations, in the last third
+  const RestartProposals late = restart_proposals(u.g, u.c, u.cost, o);
+  const BesideBest b = beside_best(late, scorer);
+  // Its greedy plan after the imitation is the best (no new evaluation); a
+  // positional prior's cuts, drawn as for a fresh restart, held it off the
+  // best's devices (0.065 of the new plans close to the best).
+  MESSAGE("new plans after the restart at iteration 65 or later: "
+          << late.on.size() - b.from << " around the best (" << b.beside
+          << " with three quarters of the layers or more on the best's devices), " << late.off.size() - b.from
+          << " from the equal-stage prior (" << b.fresh << ")");
+  CHECK(b.beside > 0.2);
+  CHECK(b.beside > 2 * b.fresh);
+  // Earlier, the first restart draws its fresh prior whether or not the last third searches around the best.
+  o.restart_after = 20;
+  const RestartProposals early = restart_proposals(u.g, u.c, u.cost, o);
+  CHECK(placement_keys(early.on) == placement_keys(early.off));
 }
 
 TEST_CASE("a model with BatchNorm on a 1x1 map is never split into one-sample micro-batches") {
