@@ -103,7 +103,8 @@ std::vector<double> compute_balanced_cuts(const LayerGraph& g, int stages) {
 // policy may replicate: max(1, G/4) stages the first time round, then a
 // random number in [2, G - 1]; without replicas: one stage, then [2, G]);
 // the equal-stage prior (only the seed changes; with restart_around_best, the
-// restart imitates the best instead, room_for). The ceil(G/2)-stage restarts
+// restart imitates the best instead, room_for, as every restart in the
+// search's last third does, without this prior). The ceil(G/2)-stage restarts
 // also start replicas at even odds: replicated stages need devices no stage holds.
 // The golden-ratio restarts draw more groups than devices and may give a
 // device several groups while others are free (no distinct-device mask): a

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <sstream>
 
 #include "placer/features.h"
 #include "placer/measurer.h"
@@ -693,6 +694,15 @@ static BesideBest beside_best(const RestartProposals& ps, Evaluator& scorer) {
   return b;
 }
 
+// How many new plans each search proposed after they parted, and the shares beside the best.
+static std::string beside_best_summary(const RestartProposals& ps, const BesideBest& b) {
+  std::ostringstream out;
+  out << ps.on.size() - b.from << " around the best (" << b.beside
+      << " with three quarters of the layers or more on the best's devices), " << ps.off.size() - b.from
+      << " from the equal-stage prior (" << b.fresh << ")";
+  return out.str();
+}
+
 // 24 layers of uneven cost (the best split is not the equal one) on devices of four speeds.
 struct UnevenChain {
   LayerGraph g = chain_graph(12);
@@ -717,10 +727,7 @@ TEST_CASE("every fourth restart searches beside the best plan so far; the restar
   // The restart that imitated the best proposes it first, then explores
   // beside it (a device, a copy, a micro-batch count or a cut away), where a
   // fresh policy samples widely.
-  MESSAGE("new plans after restart 4: "
-          << four.on.size() - b.from << " around the best (" << b.beside
-          << " with three quarters of the layers or more on the best's devices), " << four.off.size() - b.from
-          << " from the equal-stage prior (" << b.fresh << ")");
+  MESSAGE("new plans after restart 4: " << beside_best_summary(four, b));
   CHECK(b.first_same == 1.0);
   CHECK(four.on.size() - b.from > 50);
   CHECK(b.beside > 2 * b.fresh);
@@ -737,10 +744,7 @@ TEST_CASE("a restart in the search's last third searches beside the best plan so
   // Its greedy plan after the imitation is the best (no new evaluation); a
   // positional prior's cuts, drawn as for a fresh restart, held it off the
   // best's devices (0.065 of the new plans close to the best).
-  MESSAGE("new plans after the restart at iteration 65 or later: "
-          << late.on.size() - b.from << " around the best (" << b.beside
-          << " with three quarters of the layers or more on the best's devices), " << late.off.size() - b.from
-          << " from the equal-stage prior (" << b.fresh << ")");
+  MESSAGE("new plans after the restart at iteration 65 or later: " << beside_best_summary(late, b));
   CHECK(b.beside > 0.2);
   CHECK(b.beside > 2 * b.fresh);
   // Earlier, the first restart draws its fresh prior whether or not the last third searches around the best.
