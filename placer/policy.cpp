@@ -44,16 +44,19 @@ int draw(const float* p, int n, std::mt19937_64& rng) {
   return last_nonzero;
 }
 
-// draw's choice from the mixture (1 - eps) p + eps uniform over the open
-// choices (PolicyConfig::explore): with odds eps, any choice the masks leave.
-int draw_exploring(const float* p, const std::vector<bool>& open, double eps, std::mt19937_64& rng) {
-  const int n = static_cast<int>(open.size());
+// draw's choice among n from the mixture (1 - eps) p + eps uniform over the
+// open choices (PolicyConfig::explore): with odds eps, any choice the masks
+// leave. is_open(k) is asked only then, so a policy that does not explore
+// builds no list of open choices.
+template <class IsOpen>
+int draw_exploring(const float* p, int n, double eps, std::mt19937_64& rng, IsOpen is_open) {
   if (eps > 0 && std::uniform_real_distribution<double>(0.0, 1.0)(rng) < eps) {
-    const int count = static_cast<int>(std::count(open.begin(), open.end(), true));
+    int count = 0;
+    for (int k = 0; k < n; ++k) count += is_open(k) ? 1 : 0;
     if (count > 0) {
       int pick = std::uniform_int_distribution<int>(0, count - 1)(rng);
       for (int k = 0; k < n; ++k)
-        if (open[k] && pick-- == 0) return k;
+        if (is_open(k) && pick-- == 0) return k;
     }
   }
   return draw(p, n, rng);
@@ -67,8 +70,12 @@ torch::Tensor explored_logp(const torch::Tensor& logp, const torch::Tensor& open
   return torch::log(((1 - eps) * logp.exp() + eps * share).clamp_min(1e-30));
 }
 
-// The odds of taking a refusable offer of probability p under that mixture.
-double explored_odds(double p, double eps) { return (1 - eps) * p + eps / 2; }
+// The odds of taking a refusable offer of probability p under that mixture
+// (a double when sampling, a tensor of them when scoring).
+template <class Probability>
+Probability explored_odds(const Probability& p, double eps) {
+  return (1 - eps) * p + eps / 2;
+}
 
 // The (fractional) group a layer at relative depth x in (0, 1) leans to:
 // stage k spans [cut_{k-1}, cut_k) and the centre moves linearly across it
@@ -1103,7 +1110,7 @@ struct Policy::Impl {
                      : logp;
     };
     const auto explored_bernoulli = [eps](const torch::Tensor& log_p) {
-      return eps > 0 ? torch::log((1 - eps) * log_p.exp() + eps / 2) : log_p;  // log explored_odds(p, eps)
+      return eps > 0 ? torch::log(explored_odds(log_p.exp(), eps)) : log_p;
     };
     auto part_logp = in.part_mask.defined() ? torch::log_softmax(part_logits.unsqueeze(0) + in.part_mask, 2)
                                             : torch::log_softmax(part_logits, 1).unsqueeze(0).expand({N, L, G});
@@ -1353,8 +1360,9 @@ struct Policy::Impl {
       partition_row(i, lowest_group(i, layer_group), stages, cuts, floors, row.data());
       masked_softmax(z + static_cast<size_t>(i) * G, row.data(), p.data());
       if (rng && cfg.explore_partition > 0) {
-        layer_group[i] = draw_exploring(p.data(), near_groups(row.data(), i > 0 ? layer_group[i - 1] : 0),
-                                        cfg.explore_partition, *rng);
+        const std::vector<bool> near = near_groups(row.data(), i > 0 ? layer_group[i - 1] : 0);
+        layer_group[i] =
+            draw_exploring(p.data(), G, cfg.explore_partition, *rng, [&](int k) { return near[k]; });
       } else {
         layer_group[i] = rng ? draw(p.data(), G, *rng) : argmax(p.data(), G);
       }
@@ -1457,9 +1465,8 @@ struct Policy::Impl {
     std::vector<Draft> drafts(n);
     for (size_t i = 0; i < n; ++i) {
       const float* p = mp.data_ptr<float>() + i * M;
-      std::vector<bool> open(M);
-      for (int k = 0; k < M; ++k) open[k] = groups[i].micro_mask[k] > kMasked / 2;
-      ds[i].micro_batch_index = rngs[i] ? draw_exploring(p, open, cfg.explore, *rngs[i]) : argmax(p, M);
+      const auto open = [&](int k) { return groups[i].micro_mask[k] > kMasked / 2; };
+      ds[i].micro_batch_index = rngs[i] ? draw_exploring(p, M, cfg.explore, *rngs[i], open) : argmax(p, M);
       masks.emplace_back(*this, ds[i].layer_group, ds[i].micro_batch_index);
       drafts[i] = {rngs[i], &ds[i], &groups[i], &masks[i]};
     }
@@ -1613,8 +1620,10 @@ struct Policy::Impl {
         }
         for (int k = 0; k < D; ++k) p[k] = static_cast<float>(p[k] / sum);
         const bool classes = by_class && !dr.rng;
-        for (int k = 0; k < D; ++k) open[k] = zp[k] + row[k] > kMasked / 2;
-        const int k = dr.rng    ? draw_exploring(p.data(), open, cfg.explore, *dr.rng)
+        const auto is_open = [&](int k) { return zp[k] + row[k] > kMasked / 2; };
+        if (classes)
+          for (int k = 0; k < D; ++k) open[k] = is_open(k);
+        const int k = dr.rng    ? draw_exploring(p.data(), D, cfg.explore, *dr.rng, is_open)
                       : classes ? class_argmax(p, open, device_class)
                                 : argmax(p.data(), D);
         dr.d->group_device[g] = k;
