@@ -7,14 +7,15 @@
 # RANDOM_MODELS (seeds of bench/random_models.py, written under OUTDIR/models/
 # and run after MODELS; default none), CLUSTERS (cluster seeds, default
 # 101-108), FORM (rand: links drawn per direction; lan: one fast network,
-# bench/random_clusters.py --lan), SEEDS (search seeds, default "1 2 3"). Writes one
+# bench/random_clusters.py --lan), SEEDS (search seeds, default "1 2 3"), BATCHES
+# (batch sizes, default the default batch; bench/optimize_grid.sh). Writes one
 # `optimize --json` result per run (simulate, estimated costs, default
 # iterations, no verification: deterministic for a seed) under OUTDIR/s<SEED>/
 # and the clusters under OUTDIR/clusters/, then prints the summary of
 # bench/random_clusters_report.py. Compare two builds with
 # `bench/random_clusters_report.py OUTDIR_A OUTDIR_B`.
 set -euo pipefail
-if [ $# -ne 2 ]; then sed -n 2,14p "$0"; exit 2; fi
+if [ $# -ne 2 ]; then sed -n 2,16p "$0"; exit 2; fi
 CLI=$1 OUT=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
 MODELS=${MODELS-alexnet vgg16 resnet50}

@@ -6,9 +6,12 @@
 #   OUT/s<SEED>/<model>_<cluster>.json, <model> the name without ".json" and
 #   <cluster> the file's without "cluster_" and ".json"; resumable (a run with
 #   a result is skipped), a failed run's stderr beside it (.err).
+#   env BATCHES: batch sizes to run each at (--batch), the file names then
+#   ending in _b<BATCH>; default: the default batch, names without it.
 # shellcheck shell=bash disable=SC2086
 optimize_grid() {
-  local cli=$1 out=$2 seeds=$3 models=$4 seed cluster_file c m f
+  local cli=$1 out=$2 seeds=$3 models=$4 seed cluster_file c m f b
+  local batches=${BATCHES:--}  # "-": the default batch
   shift 4
   for seed in $seeds; do
     mkdir -p "$out/s$seed"
@@ -16,12 +19,16 @@ optimize_grid() {
       c=$(basename "$cluster_file" .json)
       c=${c#cluster_}
       for m in $models; do
-        f="$out/s$seed/$(basename "$m" .json)_$c.json"
-        [ -s "$f" ] && continue
-        echo "seed $seed: $m on $c" >&2
-        "$cli" optimize "$m" --devices "$cluster_file" --json --no-verify --costs estimated \
-          --seed "$seed" > "$f.tmp" 2> "$f.err" || echo "  failed (exit $?): $f.err" >&2
-        mv "$f.tmp" "$f"
+        for b in $batches; do
+          local batch_flag=() suffix=""
+          [ "$b" = - ] || batch_flag=(--batch "$b") suffix=_b$b
+          f="$out/s$seed/$(basename "$m" .json)_$c$suffix.json"
+          [ -s "$f" ] && continue
+          echo "seed $seed: $m on $c${suffix:+, batch $b}" >&2
+          "$cli" optimize "$m" --devices "$cluster_file" "${batch_flag[@]}" --json --no-verify --costs estimated \
+            --seed "$seed" > "$f.tmp" 2> "$f.err" || echo "  failed (exit $?): $f.err" >&2
+          mv "$f.tmp" "$f"
+        done
       done
     done
   done

@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Where a plan 10% ahead of the best classical planner is known to exist at all.
+
+usage: bench/reach_report.py [-v] OUTDIR [OUTDIR ...]   (optimize --json results as
+       optimize_grid.sh and bench_random_clusters.sh write them: OUTDIR/s<SEED>/<case>.json)
+
+A case is one file name (model, cluster, batch) across every seed folder of
+every OUTDIR. Its best known plan is the fastest that any of its runs found:
+the policy's own, the final plan, or any classical row (hogwild, asynchronous,
+is not one). Per run: is that plan at least 10% ahead of the run's own best
+classical plan (then such a plan exists: a search could reach it), and are the
+run's policy alone and final plan. Where the best known plan is not 10% ahead,
+no search we have found one, however many seeds ran; the lower bound
+(bound_report.py) is often too loose to say so. -v lists every case.
+"""
+import glob
+import json
+import os
+import sys
+from collections import defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bound_report import classical_steps  # noqa: E402
+
+AHEAD = 1 / 1.1  # at least 10% ahead: step at most this share of the best classical step
+
+
+def load(folders):
+    """Per case, per run: (run name, policy step, final step, best classical step)."""
+    cases = defaultdict(list)
+    for folder in folders:
+        for f in sorted(glob.glob(os.path.join(folder, "s*", "*.json"))):
+            try:
+                r = json.load(open(f))
+            except (OSError, ValueError):
+                continue
+            steps = classical_steps(r)
+            policy = (r.get("policy") or {}).get("step_ms")
+            if not steps or not policy or not r.get("step_ms"):
+                continue
+            cases[os.path.basename(f)[:-5]].append((os.path.relpath(f, folder)[:-5], policy, r["step_ms"],
+                                                     min(steps)))
+    return cases
+
+
+def main():
+    args = [a for a in sys.argv[1:] if a != "-v"]
+    if not args:
+        sys.exit(__doc__)
+    cases = load(args)
+    if not cases:
+        sys.exit("no optimize results with a classical plan")
+    runs = reachable = policy = final = 0
+    for case, rs in sorted(cases.items()):
+        known = min(min(p, f, b) for _, p, f, b in rs)
+        for _, p, f, b in rs:
+            runs += 1
+            reachable += known <= AHEAD * b
+            policy += p <= AHEAD * b
+            final += f <= AHEAD * b
+        if "-v" in sys.argv:
+            ratios = sorted(known / b for *_, b in rs)
+            print(f"  {case:45s} {len(rs)} runs; best known / best classical {ratios[0]:.3f}-{ratios[-1]:.3f}")
+    print(f"{runs} runs of {len(cases)} cases; a plan at least 10% ahead of the run's best classical plan is "
+          f"known in {reachable}; the policy alone found one in {policy}, the final plan in {final}")
+
+
+if __name__ == "__main__":
+    main()
