@@ -26,7 +26,7 @@ AHEAD = 1 / 1.1  # at least 10% ahead: step at most this share of the best class
 
 
 def load(folders):
-    """Per case, per run: (run name, policy step, final step, best classical step)."""
+    """Per case, per run: (policy step, final step, best classical step)."""
     cases = defaultdict(list)
     for folder in folders:
         for f in sorted(glob.glob(os.path.join(folder, "s*", "*.json"))):
@@ -38,12 +38,12 @@ def load(folders):
             policy = (r.get("policy") or {}).get("step_ms")
             if not steps or not policy or not r.get("step_ms"):
                 continue
-            cases[os.path.basename(f)[:-5]].append((os.path.relpath(f, folder)[:-5], policy, r["step_ms"],
-                                                     min(steps)))
+            cases[os.path.basename(f)[:-5]].append((policy, r["step_ms"], min(steps)))
     return cases
 
 
 def main():
+    verbose = "-v" in sys.argv[1:]
     args = [a for a in sys.argv[1:] if a != "-v"]
     if not args:
         sys.exit(__doc__)
@@ -52,15 +52,15 @@ def main():
         sys.exit("no optimize results with a classical plan")
     runs = reachable = policy = final = 0
     for case, rs in sorted(cases.items()):
-        known = min(min(p, f, b) for _, p, f, b in rs)
-        for _, p, f, b in rs:
+        known = min(min(run) for run in rs)
+        for p, f, b in rs:
             runs += 1
             reachable += known <= AHEAD * b
             policy += p <= AHEAD * b
             final += f <= AHEAD * b
-        if "-v" in sys.argv:
-            ratios = sorted(known / b for *_, b in rs)
-            print(f"  {case:45s} {len(rs)} runs; best known / best classical {ratios[0]:.3f}-{ratios[-1]:.3f}")
+        if verbose:
+            ratios = [known / b for *_, b in rs]
+            print(f"  {case:45s} {len(rs)} runs; best known / best classical {min(ratios):.3f}-{max(ratios):.3f}")
     print(f"{runs} runs of {len(cases)} cases; a plan at least 10% ahead of the run's best classical plan is "
           f"known in {reachable}; the policy alone found one in {policy}, the final plan in {final}")
 

@@ -1079,7 +1079,7 @@ struct Policy::Impl {
     });
   }
 
-  // near_groups for every layer of every decision laid out (N x L x G, 0 or 1).
+  // near_group's groups for every layer of every decision laid out (N x L x G, 0 or 1).
   torch::Tensor near_groups(const ScoreInputs& in) const {
     const int64_t N = in.part_idx.size(0);
     const auto previous =
@@ -1340,14 +1340,14 @@ struct Policy::Impl {
 
   // The groups an exploring draw of a layer picks from (PolicyConfig::explore_partition):
   // its predecessor's group and the next, where the layer's row leaves them
-  // open; else every open group.
-  std::vector<bool> near_groups(const float* row, int previous) const {
-    std::vector<bool> open(G), near(G);
-    for (int k = 0; k < G; ++k) {
-      open[k] = row[k] > kMasked / 2;
-      near[k] = open[k] && (k == previous || k == previous + 1);
-    }
-    return std::find(near.begin(), near.end(), true) != near.end() ? near : open;
+  // open; else every open group. A predicate over the groups, asked only when
+  // the draw explores (about once a decision), not a list built for every layer.
+  auto near_group(const float* row, int previous) const {
+    const auto open = [row](int k) { return row[k] > kMasked / 2; };
+    const bool any_near = open(previous) || (previous + 1 < G && open(previous + 1));
+    return [open, any_near, previous](int k) {
+      return open(k) && (!any_near || k == previous || k == previous + 1);
+    };
   }
 
   // choose_partition of the ordered modes, from the partition logits z (L x G).
@@ -1360,9 +1360,8 @@ struct Policy::Impl {
       partition_row(i, lowest_group(i, layer_group), stages, cuts, floors, row.data());
       masked_softmax(z + static_cast<size_t>(i) * G, row.data(), p.data());
       if (rng && cfg.explore_partition > 0) {
-        const std::vector<bool> near = near_groups(row.data(), i > 0 ? layer_group[i - 1] : 0);
-        layer_group[i] =
-            draw_exploring(p.data(), G, cfg.explore_partition, *rng, [&](int k) { return near[k]; });
+        layer_group[i] = draw_exploring(p.data(), G, cfg.explore_partition, *rng,
+                                        near_group(row.data(), i > 0 ? layer_group[i - 1] : 0));
       } else {
         layer_group[i] = rng ? draw(p.data(), G, *rng) : argmax(p.data(), G);
       }
