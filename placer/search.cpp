@@ -483,6 +483,7 @@ class SearchLoop {
         rng_(opt.seed),
         total_(std::max(1, opt.iterations)),
         patience_(opt.patience > 0 ? opt.patience : std::max(100, total_ / 2)),
+        max_restarts_(opt.max_restarts > 0 ? opt.max_restarts : std::max(8, total_ / 75)),
         reference_ms_(opt.reference_step_ms) {
     if (!opt.device_sample_ms.empty()) measurer_.weigh_replicas_by(opt.device_sample_ms);
     if (opt.warm_start) imitate(*opt.warm_start, config_.num_groups);
@@ -699,7 +700,7 @@ class SearchLoop {
   // fresh policy has little time left to overtake the best, and searching
   // beside it pays more (docs/placer.md, "The last third searches around the best").
   bool maybe_restart(int it) {
-    if (opt_.restart_after <= 0 || restarts_ >= opt_.max_restarts) return false;
+    if (opt_.restart_after <= 0 || restarts_ >= max_restarts_) return false;
     const bool own_stalled = it - std::max(own_last_improvement_, last_restart_) >= opt_.restart_after;
     const bool all_stalled = it - std::max(measurer_.last_improvement(), last_restart_) >= 2 * opt_.restart_after;
     if (!own_stalled && !all_stalled) return false;
@@ -765,7 +766,7 @@ class SearchLoop {
   // Nothing improved for `patience` iterations and no restart is left.
   bool out_of_patience(int it) const {
     return it - std::max(measurer_.last_improvement(), last_restart_) >= patience_ &&
-           (opt_.restart_after <= 0 || restarts_ >= opt_.max_restarts);
+           (opt_.restart_after <= 0 || restarts_ >= max_restarts_);
   }
 
   // The policy's odds behind its zero-shot decision, per non-empty group by
@@ -855,7 +856,7 @@ class SearchLoop {
   std::unique_ptr<Policy> policy_;
   std::optional<Reinforce> reinforce_;
   std::mt19937_64 rng_;
-  const int total_, patience_;
+  const int total_, patience_, max_restarts_;
   double reference_ms_;
   int iterations_ = 0, restarts_ = 0, last_restart_ = 0;
   int64_t evaluations_before_imitation_ = 0;

@@ -62,7 +62,10 @@ struct SearchOptions {
   // on its own first, then also around the best plan known.
   std::optional<Placement> restart_from;
   int restart_after = 60;        // fresh policy after this many iterations without improvement (0 = never)
-  int max_restarts = 8;
+  // 0 = 8 per 600 iterations, at least 8: a longer search (--iterations,
+  // --time-budget) buys restarts too; with 8 alone, twice the iterations spent
+  // them all before the last third's restarts around the best came.
+  int max_restarts = 0;
   bool vary_prior_on_restart = true;  // restarts draw another positional prior (stages, depths)
   // Every fourth restart (4, 8, ...), and every restart in the search's last
   // third (of its iterations or time budget), imitates the best plan found so

@@ -582,6 +582,21 @@ TEST_CASE("restarts keep the best placement found before them") {
   for (size_t i = 1; i < best.size(); ++i) CHECK(best[i] <= best[i - 1]);
 }
 
+TEST_CASE("without a limit of its own, a search restarts 8 times per 600 iterations, at least 8") {
+  LayerGraph g = chain_graph(4);
+  Cluster c = equal_cluster(3);
+  auto restarts_in = [&](int iterations) {
+    FakeEvaluator ev(std::vector<double>(8, 1.0), c);  // nothing improves: a restart every 5 iterations
+    SearchOptions o = restarting_search(0);
+    o.iterations = iterations;
+    o.patience = 2 * iterations;
+    return search(g, c, ev, o, nullptr).restarts;
+  };
+  CHECK(restarts_in(80) == 8);  // room for 15
+  CHECK(restarts_in(600) == 8);
+  CHECK(restarts_in(900) == 12);  // a longer search buys restarts too
+}
+
 TEST_CASE("restarts from other positional priors keep the best and stay deterministic") {
   LayerGraph g = chain_graph(6);
   Cluster c = equal_cluster(4);
