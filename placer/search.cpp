@@ -25,6 +25,9 @@ namespace {
 
 // Where the search's last third begins (a fraction of it done): its restarts search around the best.
 constexpr double kLastThird = 2.0 / 3.0;
+// Without SearchOptions::max_restarts: 8 restarts per 600 iterations, at least 8.
+constexpr int kLeastRestarts = 8;
+constexpr int kIterationsPerRestart = 600 / kLeastRestarts;
 
 // What trained networks were trained with (train_policy.h) and a fresh
 // search's networks and restarts go without: the compute prior, the
@@ -483,7 +486,8 @@ class SearchLoop {
         rng_(opt.seed),
         total_(std::max(1, opt.iterations)),
         patience_(opt.patience > 0 ? opt.patience : std::max(100, total_ / 2)),
-        max_restarts_(opt.max_restarts > 0 ? opt.max_restarts : std::max(8, total_ / 75)),
+        max_restarts_(opt.max_restarts > 0 ? opt.max_restarts
+                                           : std::max(kLeastRestarts, total_ / kIterationsPerRestart)),
         reference_ms_(opt.reference_step_ms) {
     if (!opt.device_sample_ms.empty()) measurer_.weigh_replicas_by(opt.device_sample_ms);
     if (opt.warm_start) imitate(*opt.warm_start, config_.num_groups);
