@@ -54,10 +54,7 @@ namespace {
 // Simulated evaluations cost microseconds to milliseconds, measured ones
 // seconds (every candidate starts the workers), so the two get budgets three
 // orders of magnitude apart.
-// Policy iterations when simulating: 1200 and its 16 restarts found better plans than 600 in
-// every set measured, at about twice the job's time (docs/placer.md, "A longer search buys restarts").
-constexpr int kSimulatedIterations = 1200;
-constexpr int kMeasuredIterations = 10;          // when every candidate runs on the workers
+// The default iterations, kSimulatedIterations and kMeasuredIterations, are in optimize.h.
 constexpr int kMeasuredSamplesPerIteration = 4;  // (simulating: SearchOptions' default, 16)
 constexpr int kRefineEvaluations = 2000;         // local refinement after the policy (not when measuring)
 constexpr int kZeroShotClimbEvaluations = 200;   // a trained policy's climb from its zero-shot plan (idem)

@@ -704,7 +704,7 @@ class SearchLoop {
   // fresh policy has little time left to overtake the best, and searching
   // beside it pays more (docs/placer.md, "The last third searches around the best").
   bool maybe_restart(int it) {
-    if (opt_.restart_after <= 0 || restarts_ >= max_restarts_) return false;
+    if (!restarts_left()) return false;
     const bool own_stalled = it - std::max(own_last_improvement_, last_restart_) >= opt_.restart_after;
     const bool all_stalled = it - std::max(measurer_.last_improvement(), last_restart_) >= 2 * opt_.restart_after;
     if (!own_stalled && !all_stalled) return false;
@@ -769,9 +769,10 @@ class SearchLoop {
 
   // Nothing improved for `patience` iterations and no restart is left.
   bool out_of_patience(int it) const {
-    return it - std::max(measurer_.last_improvement(), last_restart_) >= patience_ &&
-           (opt_.restart_after <= 0 || restarts_ >= max_restarts_);
+    return it - std::max(measurer_.last_improvement(), last_restart_) >= patience_ && !restarts_left();
   }
+
+  bool restarts_left() const { return opt_.restart_after > 0 && restarts_ < max_restarts_; }
 
   // The policy's odds behind its zero-shot decision, per non-empty group by
   // first layer (as decision_to_placement numbers a pipeline's groups).

@@ -480,7 +480,8 @@ void add_optimize_command(CLI::App& app, int& exit_code) {
   sub->add_option("--evaluator", args->evaluator, "simulate (default) | measure | hybrid");
   // The request's own ranges (placer/optimize_request.cpp), checked here so that the error names the flag.
   auto* it = sub->add_option("--iterations", args->iterations,
-                             "policy iterations (default: 1200 simulate/hybrid, 10 measure)")
+                             "policy iterations (default: " + std::to_string(kSimulatedIterations) +
+                                 " simulate/hybrid, " + std::to_string(kMeasuredIterations) + " measure)")
                  ->check(CLI::Range(1, kMaxIterations));
   auto* tb = sub->add_option("--time-budget", args->time_budget_s, "seconds for the search instead of an iteration count")
                  ->check(CLI::Validator(
