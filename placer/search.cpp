@@ -100,22 +100,20 @@ std::vector<double> compute_balanced_cuts(const LayerGraph& g, int stages) {
 
 // A restarted policy starts from another positional prior, so restarts
 // explore other basins. In turn (restart 1, 2, 3, 4, then again): stages of
-// equal multiply-adds (G of them, ceil(G/2) the next time round); all G
+// equal multiply-adds (G of them, ceil(G/2) the next time round); G + 1
 // stages ending at depths that move by the golden ratio from restart to
-// restart; fewer stages than devices with replicas as likely as not (when the
+// restart (every other time round the devices taking turns instead:
+// takes_turns); fewer stages than devices with replicas as likely as not (when the
 // policy may replicate: max(1, G/4) stages the first time round, then a
 // random number in [2, G - 1]; without replicas: one stage, then [2, G]);
 // the equal-stage prior (only the seed changes; with restart_around_best, the
 // restart imitates the best instead, room_for, as every restart in the
 // search's last third does, without this prior). The ceil(G/2)-stage restarts
 // also start replicas at even odds: replicated stages need devices no stage holds.
-// The golden-ratio restarts draw more groups than devices and may give a
+// The golden-ratio restarts draw one group more than devices and may give a
 // device several groups while others are free (no distinct-device mask): a
 // fast device around a slow device's middle stages, which no planner row can
-// express (the DP and PipeDream give each device one stage). The first time
-// round one group more; the next, four per device (at most one per layer), so
-// that a fast device can take turns with every slower one, a few layers each,
-// as the refinement's splits found on machines of different speeds. They
+// express (the DP and PipeDream give each device one stage). They
 // also offer replicas on devices other groups hold (a copy of the
 // convolutions beside the classifier's stage), which the other priors keep
 // to free devices: there the wider offers cost the replicated plans they found.
@@ -133,7 +131,7 @@ void vary_prior(PolicyConfig& pc, int restart, uint64_t search_seed, std::mt1993
   int stages = G;
   const int L = static_cast<int>(g.layers.size());
   if (restart % 4 == 2 && G < L) {
-    pc.num_groups = stages = cycle % 2 == 0 ? G + 1 : std::min(4 * G, L);
+    pc.num_groups = stages = G + 1;
     pc.distinct_devices = false;
     pc.replicas_on_held_devices = true;
   }
@@ -160,6 +158,17 @@ void vary_prior(PolicyConfig& pc, int restart, uint64_t search_seed, std::mt1993
   pc.prior_groups = stages;
   pc.prior_cuts = cuts;
 }
+
+// Every other time round, restart 2 of the cycle (6, 14, ...) imitates the
+// devices taking turns (devices_taking_turns, kTurns each) instead of a
+// golden-ratio prior: the refinement's best plans on machines of different
+// speeds (resnet50 at batch 4 on 4hetero: 16 groups, the fast device in 6
+// of them, the slower ones a few layers each between) are that shape, which
+// the priors' partitions with their drawn devices did not reach; from the
+// imitation the policy searches beside it as around the best (room_for).
+// (A prior of four groups per device had this restart: docs/placer.md.)
+constexpr int kTurns = 3;
+bool takes_turns(int restart) { return restart % 4 == 2 && (restart / 4) % 2 == 1; }
 
 // What a restart around `best` needs to copy it: twice its groups (at least
 // G, at most one per layer), so the policy may also split its stages; and
@@ -463,6 +472,47 @@ Decision placement_to_decision(const Placement& p, const std::vector<int>& choic
   return d;
 }
 
+Placement devices_taking_turns(const LayerTotals& totals, const DeviceTraits& devices,
+                               const std::vector<bool>& allowed, int rounds, int micro_batches,
+                               Schedule schedule) {
+  const std::vector<double>& cost = totals.time_ms.empty() ? totals.gflops : totals.time_ms;
+  Placement p;
+  p.micro_batches = micro_batches;
+  p.schedule = schedule;
+  p.source = "policy";
+  p.layer_group.assign(cost.size(), 0);
+  std::vector<int> order;
+  double compute = 0, work = 0;
+  for (int d = 0; d < static_cast<int>(devices.compute.size()); ++d)
+    if (allowed.empty() || allowed[d]) order.push_back(d), compute += devices.compute[d];
+  if (order.empty() || !(compute > 0)) {  // no device to weigh: all on the first
+    p.add_group(0);
+    return p;
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return devices.compute[a] > devices.compute[b]; });
+  for (double c : cost) work += c;
+  // Where each turn's share of the work ends, turn by turn.
+  std::vector<double> turn_end;
+  double end = 0;
+  for (int r = 0; r < rounds; ++r)
+    for (int d : order) turn_end.push_back(end += work * devices.compute[d] / compute / rounds);
+  size_t turn = 0;
+  int group = -1, group_turn = -1;
+  double done = 0;
+  for (size_t i = 0; i < cost.size(); ++i) {
+    // A layer goes to the turn its middle falls in.
+    while (turn + 1 < turn_end.size() && done + cost[i] / 2 > turn_end[turn]) ++turn;
+    if (static_cast<int>(turn) != group_turn) {
+      group = p.add_group(order[turn % order.size()]);
+      group_turn = static_cast<int>(turn);
+    }
+    p.layer_group[i] = group;
+    done += cost[i];
+  }
+  return p;
+}
+
 namespace {
 
 // One search: the policy, its learner and the measurer, stepped by run().
@@ -700,7 +750,8 @@ class SearchLoop {
   // greedy placement, then start a fresh policy (another seed and prior) to
   // escape the local optimum, or (restart_around_best: every fourth restart,
   // and every one in the search's last third) one that imitates the best so
-  // far, to search near it; the measurer keeps the best. In the last third a
+  // far, to search near it (and every eighth from restart 6, takes_turns:
+  // the devices taking turns); the measurer keeps the best. In the last third a
   // fresh policy has little time left to overtake the best, and searching
   // beside it pays more (docs/placer.md, "The last third searches around the best").
   bool maybe_restart(int it) {
@@ -722,12 +773,20 @@ class SearchLoop {
     const bool around_best = opt_.restart_around_best &&
                              (restarts_ % 4 == 0 || fraction_done(it) >= kLastThird) && measurer_.found() &&
                              !measurer_.best().is_data_parallel();
-    // A prior's cuts would hold the imitation off the best's devices.
-    if (opt_.vary_prior_on_restart && !around_best) vary_prior(next, restarts_, config_.seed, rng_, graph_);
-    if (around_best) room_for(measurer_.best(), next);
+    // The plan this restart imitates and searches beside, if any (a
+    // prior's cuts would hold the imitation off its devices).
+    std::optional<Placement> start;
+    if (around_best)
+      start = measurer_.best();
+    else if (opt_.vary_prior_on_restart && takes_turns(restarts_) && config_.num_devices > 1)
+      start = devices_taking_turns(config_.totals, config_.devices, config_.device_allowed, kTurns,
+                                   turn_micro_batches(), opt_.schedule);
+    else if (opt_.vary_prior_on_restart)
+      vary_prior(next, restarts_, config_.seed, rng_, graph_);
+    if (start) room_for(*start, next);
     reinforce_.reset();
     policy_ = std::make_unique<Policy>(features_, consumers_, next);
-    if (around_best) measurer_.measure(imitate(measurer_.best(), next.num_groups).greedy, it);
+    if (start) measurer_.measure(imitate(*start, next.num_groups).greedy, it);
     if (restarts_ == 1 && opt_.restart_from) {
       evaluations_before_imitation_ = measurer_.evaluations();
       if (measurer_.found()) explored_best_ = {measurer_.best(), measurer_.best_report().step_ms};
@@ -773,6 +832,13 @@ class SearchLoop {
   }
 
   bool restarts_left() const { return opt_.restart_after > 0 && restarts_ < max_restarts_; }
+
+  // The devices taking turns pipeline as many micro-batches as the best
+  // pipeline so far (the search's largest choice before one is found).
+  int turn_micro_batches() const {
+    if (measurer_.found() && !measurer_.best().is_data_parallel()) return measurer_.best().micro_batches;
+    return config_.micro_batch_choices.back();
+  }
 
   // The policy's odds behind its zero-shot decision, per non-empty group by
   // first layer (as decision_to_placement numbers a pipeline's groups).

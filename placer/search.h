@@ -31,6 +31,7 @@
 
 #include "core/evaluator.h"
 #include "core/placement.h"
+#include "placer/features.h"
 #include "placer/measurer.h"
 #include "placer/reinforce.h"
 
@@ -209,6 +210,16 @@ struct SearchResult {
 Placement decision_to_placement(const Decision& d, const std::vector<int>& micro_batch_choices, Schedule schedule);
 // The Decision of a placement (for warm start); group ids kept when < num_groups.
 Decision placement_to_decision(const Placement& p, const std::vector<int>& micro_batch_choices, int num_groups);
+
+// The plan one of the search's restarts imitates (vary_prior_on_restart):
+// the allowed devices, fastest first by `devices.compute`, take `rounds`
+// turns each; a turn is a run of layers in order whose share of the compute
+// (totals.time_ms where given, else gflops) is the device's share of the
+// devices' compute, over `rounds`. Turns that get no layer are left out.
+Placement devices_taking_turns(const LayerTotals& totals, const DeviceTraits& devices,
+                               const std::vector<bool>& allowed, int rounds, int micro_batches,
+                               Schedule schedule);
+
 // Supervised steps (and their Adam rate) that make a plan a policy's mode (a
 // warm start's classical plan); tests/placer checks that they do on random problems.
 constexpr int kImitationSteps = 80;

@@ -614,10 +614,7 @@ TEST_CASE("restarts from other positional priors keep the best and stay determin
   CHECK(run() == run());
 }
 
-TEST_CASE(
-    "the golden-ratio restarts: one group more than devices, then up to four per device; both offer replicas "
-    "on "
-    "devices other groups hold") {
+TEST_CASE("the golden-ratio restarts draw one group more than devices and offer replicas on devices other groups hold") {
   LayerGraph g = chain_graph(12);  // 24 layers
   Cluster c = equal_cluster(2);    // two stages take both devices: a replica then needs a held one
   struct Seen {
@@ -643,9 +640,56 @@ TEST_CASE(
   const Seen second = seen_by(2);  // restart 2 draws from the golden ratio
   CHECK(second.replica_beside_another);
   CHECK(seen_by(5).most_groups == 3);  // restart 2: G + 1
-  const int with_sixth = seen_by(6).most_groups;
-  CHECK(with_sixth > 3);
-  CHECK(with_sixth <= 8);
+}
+
+TEST_CASE("devices taking turns: fastest first, each turn its device's share of the compute") {
+  LayerTotals t;
+  t.gflops.assign(24, 1.0);
+  DeviceTraits d;
+  d.compute = {1, 4, 2, 1};  // device 1 the fastest, then 2; 0 and 3 alike (in index order)
+  const Placement p = devices_taking_turns(t, d, {}, 3, 4, Schedule::gpipe);
+  // Per round 8 layers: 4 on device 1, 2 on device 2, one each on 0 and 3.
+  CHECK(p.group_device == std::vector<int>{1, 2, 0, 3, 1, 2, 0, 3, 1, 2, 0, 3});
+  std::vector<int> sizes(p.num_groups(), 0);
+  for (int g : p.layer_group) ++sizes[g];
+  CHECK(sizes == std::vector<int>{4, 2, 1, 1, 4, 2, 1, 1, 4, 2, 1, 1});
+  CHECK(std::is_sorted(p.layer_group.begin(), p.layer_group.end()));
+  CHECK(p.micro_batches == 4);
+  // Measured times outrank FLOPs.
+  LayerTotals timed = t;
+  timed.gflops[0] = 100;
+  timed.time_ms.assign(24, 1.0);
+  CHECK(devices_taking_turns(timed, d, {}, 3, 4, Schedule::gpipe).layer_group == p.layer_group);
+  // A device not allowed takes no turn; no device to weigh leaves one group.
+  CHECK(devices_taking_turns(t, d, {true, true, false, true}, 3, 4, Schedule::gpipe).group_device ==
+        std::vector<int>{1, 0, 3, 1, 0, 3, 1, 0, 3});
+  const Placement none = devices_taking_turns(t, DeviceTraits{}, {}, 3, 4, Schedule::gpipe);
+  CHECK(none.num_groups() == 1);
+  CHECK(none.layer_group == std::vector<int>(24, 0));
+}
+
+TEST_CASE("restart 6 imitates the devices taking turns, three each") {
+  LayerGraph g = chain_graph(12);  // 24 layers
+  Cluster c = equal_cluster(2);
+  c.devices[1].speed = 2;  // the second device takes the first turn
+  const Placement turns = devices_taking_turns(layer_totals(g), device_traits(c), {}, 3, 1, Schedule::gpipe);
+  REQUIRE(turns.num_groups() == 6);
+  REQUIRE(turns.group_device.front() == 1);
+  auto proposes_turns = [&](int max_restarts) {
+    FakeEvaluator fake(std::vector<double>(24, 1.0), c);
+    bool proposed = false;
+    WatchedEvaluator ev(fake, [&](const Placement& p) {
+      proposed = proposed || (p.layer_group == turns.layer_group && p.group_device == turns.group_device);
+    });
+    SearchOptions o = restarting_search(max_restarts);
+    o.vary_prior_on_restart = true;
+    o.restart_around_best = false;
+    SearchResult r = search(g, c, ev, o, nullptr);
+    REQUIRE(r.restarts == max_restarts);
+    return proposed;
+  };
+  CHECK_FALSE(proposes_turns(5));  // the priors before it draw at most three groups
+  CHECK(proposes_turns(6));
 }
 
 // Each plan a search proposes, in order, with and without restart_around_best.
