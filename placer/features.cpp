@@ -87,6 +87,26 @@ double LayerTotals::total_params_mb() const {
   return t;
 }
 
+std::vector<double> compute_positions(const LayerTotals& totals, int L) {
+  const bool timed = totals.time_ms.size() == static_cast<size_t>(L);
+  const std::vector<double>& work = timed ? totals.time_ms : totals.gflops;
+  double total = 0;
+  if (work.size() == static_cast<size_t>(L))
+    for (double w : work) total += std::max(0.0, w);
+  std::vector<double> at(static_cast<size_t>(L));
+  double before = 0;
+  for (int i = 0; i < L; ++i) {
+    if (!(total > 0)) {
+      at[i] = L > 1 ? static_cast<double>(i) / (L - 1) : 0.0;
+      continue;
+    }
+    const double w = std::max(0.0, work[i]);
+    at[i] = std::clamp((before + 0.5 * w) / total, 0.0, 1.0);
+    before += w;
+  }
+  return at;
+}
+
 LayerTotals layer_totals(const LayerGraph& graph) {
   LayerTotals t;
   for (const Layer& l : graph.layers) {

@@ -90,6 +90,10 @@ struct LayerTotals {
   double total_params_mb() const;
 };
 LayerTotals layer_totals(const LayerGraph& graph);
+// Per layer: the share of the model's compute done before its middle, in
+// [0, 1] (layer order): by the cost model's time where known, else by FLOPs;
+// the relative depth where both are unknown or zero.
+std::vector<double> compute_positions(const LayerTotals& totals, int L);
 
 // What the allocation network sees of a cluster (index = device index).
 struct DeviceTraits {

@@ -53,8 +53,7 @@ namespace {
 // ---- Budgets: how much search a job gets, by evaluator kind ----
 // Simulated evaluations cost microseconds to milliseconds, measured ones
 // seconds (every candidate starts the workers), so the two get budgets three
-// orders of magnitude apart.
-// The default iterations, kSimulatedIterations and kMeasuredIterations, are in optimize.h.
+// orders of magnitude apart (their iterations: optimize.h's kSimulatedIterations, kMeasuredIterations).
 constexpr int kMeasuredSamplesPerIteration = 4;  // (simulating: SearchOptions' default, 16)
 constexpr int kRefineEvaluations = 2000;         // local refinement after the policy (not when measuring)
 constexpr int kZeroShotClimbEvaluations = 200;   // a trained policy's climb from its zero-shot plan (idem)

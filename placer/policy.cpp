@@ -96,29 +96,6 @@ double prior_sharpness(int layers, int stages) {
 }
 float prior_logit(double sharpness, int g, double c) { return static_cast<float>(-sharpness * (g - c) * (g - c)); }
 
-// Per layer: the share of the model's compute done before its middle, in
-// [0, 1] (layer order): by the cost model's time where known, else by FLOPs;
-// the relative depth where both are unknown or zero.
-std::vector<double> compute_positions(const LayerTotals& totals, int L) {
-  const bool timed = totals.time_ms.size() == static_cast<size_t>(L);
-  const std::vector<double>& work = timed ? totals.time_ms : totals.gflops;
-  double total = 0;
-  if (work.size() == static_cast<size_t>(L))
-    for (double w : work) total += std::max(0.0, w);
-  std::vector<double> at(static_cast<size_t>(L));
-  double before = 0;
-  for (int i = 0; i < L; ++i) {
-    if (!(total > 0)) {
-      at[i] = L > 1 ? static_cast<double>(i) / (L - 1) : 0.0;
-      continue;
-    }
-    const double w = std::max(0.0, work[i]);
-    at[i] = std::clamp((before + 0.5 * w) / total, 0.0, 1.0);
-    before += w;
-  }
-  return at;
-}
-
 int argmax(const float* p, int n) { return static_cast<int>(std::max_element(p, p + n) - p); }
 
 torch::Tensor to_tensor(const FeatureMatrix& m) {

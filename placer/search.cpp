@@ -475,14 +475,14 @@ Decision placement_to_decision(const Placement& p, const std::vector<int>& choic
 Placement devices_taking_turns(const LayerTotals& totals, const DeviceTraits& devices,
                                const std::vector<bool>& allowed, int rounds, int micro_batches,
                                Schedule schedule) {
-  const std::vector<double>& cost = totals.time_ms.empty() ? totals.gflops : totals.time_ms;
+  const int L = static_cast<int>(totals.gflops.size());
   Placement p;
   p.micro_batches = micro_batches;
   p.schedule = schedule;
   p.source = "policy";
-  p.layer_group.assign(cost.size(), 0);
+  p.layer_group.assign(L, 0);
   std::vector<int> order;
-  double compute = 0, work = 0;
+  double compute = 0;
   for (int d = 0; d < static_cast<int>(devices.compute.size()); ++d)
     if (allowed.empty() || allowed[d]) order.push_back(d), compute += devices.compute[d];
   if (order.empty() || !(compute > 0)) {  // no device to weigh: all on the first
@@ -491,24 +491,22 @@ Placement devices_taking_turns(const LayerTotals& totals, const DeviceTraits& de
   }
   std::stable_sort(order.begin(), order.end(),
                    [&](int a, int b) { return devices.compute[a] > devices.compute[b]; });
-  for (double c : cost) work += c;
-  // Where each turn's share of the work ends, turn by turn.
+  // Where each turn's share of the compute ends, turn by turn.
   std::vector<double> turn_end;
   double end = 0;
   for (int r = 0; r < rounds; ++r)
-    for (int d : order) turn_end.push_back(end += work * devices.compute[d] / compute / rounds);
+    for (int d : order) turn_end.push_back(end += devices.compute[d] / compute / rounds);
+  // A layer goes to the turn its middle falls in.
+  const std::vector<double> at = compute_positions(totals, L);
   size_t turn = 0;
   int group = -1, group_turn = -1;
-  double done = 0;
-  for (size_t i = 0; i < cost.size(); ++i) {
-    // A layer goes to the turn its middle falls in.
-    while (turn + 1 < turn_end.size() && done + cost[i] / 2 > turn_end[turn]) ++turn;
+  for (int i = 0; i < L; ++i) {
+    while (turn + 1 < turn_end.size() && at[i] > turn_end[turn]) ++turn;
     if (static_cast<int>(turn) != group_turn) {
       group = p.add_group(order[turn % order.size()]);
       group_turn = static_cast<int>(turn);
     }
     p.layer_group[i] = group;
-    done += cost[i];
   }
   return p;
 }
