@@ -220,6 +220,17 @@ Placement devices_taking_turns(const LayerTotals& totals, const DeviceTraits& de
                                const std::vector<bool>& allowed, int rounds, int micro_batches,
                                Schedule schedule);
 
+// The plans another restart chooses from: the model cut once in layer order,
+// each of the two stages replicated over a set of the allowed devices. The
+// cuts: nearest a third, half and two thirds of the compute (as
+// devices_taking_turns weighs it), and the four boundaries (between 5% and
+// 95% of the compute, 5% apart) whose layer hands on the least activation.
+// The devices: the m fastest (m = 2 .. all), dealt fastest first to the stage
+// furthest below its share of their compute (its share of the model's).
+std::vector<Placement> two_replicated_stages(const LayerTotals& totals, const DeviceTraits& devices,
+                                             const std::vector<bool>& allowed, int micro_batches,
+                                             Schedule schedule);
+
 // Supervised steps (and their Adam rate) that make a plan a policy's mode (a
 // warm start's classical plan); tests/placer checks that they do on random problems.
 constexpr int kImitationSteps = 80;

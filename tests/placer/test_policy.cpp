@@ -8,7 +8,9 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <set>
 #include <sstream>
+#include <utility>
 
 #include "placer/features.h"
 #include "placer/measurer.h"
@@ -690,6 +692,83 @@ TEST_CASE("restart 6 imitates the devices taking turns, three each") {
   };
   CHECK_FALSE(proposes_turns(5));  // the priors before it draw at most three groups
   CHECK(proposes_turns(6));
+}
+
+TEST_CASE(
+    "two replicated stages: cut at shares of the compute and at the least activation, devices dealt by "
+    "share") {
+  LayerTotals t;
+  t.gflops.assign(12, 1.0);  // boundary b (the second stage from layer b) at b / 12 of the compute
+  for (int i = 0; i < 12; ++i) t.output_mb.push_back(4.0 + i);
+  t.output_mb[8] = 0.5;  // boundary 9 hands on the least
+  DeviceTraits d;
+  d.compute = {1, 3, 2, 0.5};  // fastest first: 1, 2, 0, 3
+  const std::vector<Placement> plans = two_replicated_stages(t, d, {}, 4, Schedule::gpipe);
+  std::set<int> cuts;
+  for (const Placement& p : plans) {
+    REQUIRE(p.num_groups() == 2);
+    CHECK(std::is_sorted(p.layer_group.begin(), p.layer_group.end()));
+    CHECK(p.micro_batches == 4);
+    const int cut =
+        static_cast<int>(std::find(p.layer_group.begin(), p.layer_group.end(), 1) - p.layer_group.begin());
+    REQUIRE(cut > 0);
+    REQUIRE(cut < 12);
+    cuts.insert(cut);
+  }
+  // A third, half, two thirds; then the four boundaries handing on the least, 5% of the compute apart.
+  CHECK(cuts == std::set<int>{1, 2, 3, 4, 6, 8, 9});
+  CHECK(plans.size() == cuts.size() * 3);  // the 2, 3 and 4 fastest devices
+  // Half the compute: device 1 (3) to the first stage, 2 (2) to the second,
+  // 0 (1) to the second (1.25 below its share of 3.25, the first 0.25), 3
+  // (0.5) to the first (both 0.25 below: the first).
+  auto at_half_on = [&](size_t devices) {
+    for (const Placement& p : plans)
+      if (p.layer_group[5] == 0 && p.layer_group[6] == 1 &&
+          p.devices_of_group(0).size() + p.devices_of_group(1).size() == devices)
+        return std::make_pair(p.devices_of_group(0), p.devices_of_group(1));
+    FAIL("no plan cut at half on that many devices");
+    return std::make_pair(std::vector<int>{}, std::vector<int>{});
+  };
+  CHECK(at_half_on(4) == std::make_pair(std::vector<int>{1, 3}, std::vector<int>{2, 0}));
+  CHECK(at_half_on(2) == std::make_pair(std::vector<int>{1}, std::vector<int>{2}));
+  // A device not allowed takes no stage; one device leaves no plan.
+  const std::vector<Placement> without_1 =
+      two_replicated_stages(t, d, {true, false, true, true}, 4, Schedule::gpipe);
+  CHECK(without_1.size() == cuts.size() * 2);
+  for (const Placement& p : without_1)
+    for (int g = 0; g < 2; ++g) {
+      const std::vector<int> on = p.devices_of_group(g);
+      CHECK(std::find(on.begin(), on.end(), 1) == on.end());
+    }
+  CHECK(two_replicated_stages(t, d, {false, true, false, false}, 4, Schedule::gpipe).empty());
+}
+
+TEST_CASE("restart 7 measures every plan of two replicated stages and imitates the fastest") {
+  LayerGraph g = chain_graph(12);  // 24 layers
+  Cluster c = equal_cluster(3);
+  const std::vector<Placement> plans =
+      two_replicated_stages(layer_totals(g), device_traits(c), {}, 1, Schedule::gpipe);
+  REQUIRE(plans.size() >= 10);
+  // The plans each proposal matches (micro-batches aside: the restart takes the best pipeline's).
+  auto proposes_all = [&](int max_restarts) {
+    FakeEvaluator fake(std::vector<double>(24, 1.0), c);
+    std::vector<bool> proposed(plans.size(), false);
+    WatchedEvaluator ev(fake, [&](const Placement& p) {
+      for (size_t k = 0; k < plans.size(); ++k)
+        if (p.layer_group == plans[k].layer_group && p.num_groups() == 2 &&
+            p.devices_of_group(0) == plans[k].devices_of_group(0) &&
+            p.devices_of_group(1) == plans[k].devices_of_group(1))
+          proposed[k] = true;
+    });
+    SearchOptions o = restarting_search(max_restarts);
+    o.vary_prior_on_restart = true;
+    o.restart_around_best = false;
+    SearchResult r = search(g, c, ev, o, nullptr);
+    REQUIRE(r.restarts == max_restarts);
+    return std::all_of(proposed.begin(), proposed.end(), [](bool b) { return b; });
+  };
+  CHECK_FALSE(proposes_all(6));
+  CHECK(proposes_all(7));
 }
 
 // Each plan a search proposes, in order, with and without restart_around_best.
