@@ -186,6 +186,19 @@ bool takes_turns(int restart) { return restart % 4 == 2 && (restart / 4) % 2 == 
 // candidates costs their count (at most 7 cuts x the devices), once a search.
 constexpr int kReplicatedStagesRestart = 7;
 
+// The allowed devices, fastest first by compute.
+std::vector<int> fastest_first(const DeviceTraits& devices, const std::vector<bool>& allowed) {
+  std::vector<int> order;
+  for (int d = 0; d < devices.size(); ++d)
+    if (allowed.empty() || allowed[d]) order.push_back(d);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return devices.compute[a] > devices.compute[b]; });
+  return order;
+}
+
+// Where boundary b (the layers from b on after it) falls in the compute, by the layers' compute_positions.
+double boundary_position(const std::vector<double>& at, int b) { return 0.5 * (at[b - 1] + at[b]); }
+
 // What a restart around `best` needs to copy it: twice its groups (at least
 // G, at most one per layer), so the policy may also split its stages; and
 // devices shared by groups and replicas on devices other groups hold, as
@@ -497,16 +510,13 @@ Placement devices_taking_turns(const LayerTotals& totals, const DeviceTraits& de
   p.schedule = schedule;
   p.source = "policy";
   p.layer_group.assign(L, 0);
-  std::vector<int> order;
+  const std::vector<int> order = fastest_first(devices, allowed);
   double compute = 0;
-  for (int d = 0; d < static_cast<int>(devices.compute.size()); ++d)
-    if (allowed.empty() || allowed[d]) order.push_back(d), compute += devices.compute[d];
+  for (int d : order) compute += devices.compute[d];
   if (order.empty() || !(compute > 0)) {  // no device to weigh: all on the first
     p.add_group(0);
     return p;
   }
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int a, int b) { return devices.compute[a] > devices.compute[b]; });
   // Where each turn's share of the compute ends, turn by turn.
   std::vector<double> turn_end;
   double end = 0;
@@ -529,20 +539,10 @@ Placement devices_taking_turns(const LayerTotals& totals, const DeviceTraits& de
 
 namespace {
 
-// The allowed devices, fastest first by compute.
-std::vector<int> fastest_first(const DeviceTraits& devices, const std::vector<bool>& allowed) {
-  std::vector<int> order;
-  for (int d = 0; d < devices.size(); ++d)
-    if (allowed.empty() || allowed[d]) order.push_back(d);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int a, int b) { return devices.compute[a] > devices.compute[b]; });
-  return order;
-}
-
 // Where two_replicated_stages cuts: boundary b starts the second stage at layer b.
 std::vector<int> replicated_stage_cuts(const LayerTotals& totals, int L) {
   const std::vector<double> at = compute_positions(totals, L);
-  auto position = [&](int b) { return 0.5 * (at[b - 1] + at[b]); };
+  auto position = [&](int b) { return boundary_position(at, b); };
   std::vector<int> cuts;
   for (double share : {1.0 / 3, 0.5, 2.0 / 3}) {
     int best = 1;
@@ -580,7 +580,7 @@ std::vector<Placement> two_replicated_stages(const LayerTotals& totals, const De
   if (L < 2 || order.size() < 2) return plans;
   const std::vector<double> at = compute_positions(totals, L);
   for (int cut : replicated_stage_cuts(totals, L)) {
-    const double first_share = 0.5 * (at[cut - 1] + at[cut]);
+    const double first_share = boundary_position(at, cut);
     for (size_t m = 2; m <= order.size(); ++m) {
       double compute = 0;
       for (size_t k = 0; k < m; ++k) compute += devices.compute[order[k]];
@@ -885,8 +885,7 @@ class SearchLoop {
       start = fastest_of(two_replicated_stages(config_.totals, config_.devices, config_.device_allowed,
                                                turn_micro_batches(), opt_.schedule),
                          it);
-    if (!start && opt_.vary_prior_on_restart && !around_best)
-      vary_prior(next, restarts_, config_.seed, rng_, graph_);
+    if (!start && opt_.vary_prior_on_restart) vary_prior(next, restarts_, config_.seed, rng_, graph_);
     if (start) room_for(*start, next);
     reinforce_.reset();
     policy_ = std::make_unique<Policy>(features_, consumers_, next);
