@@ -2,6 +2,7 @@
 #include "placer/search.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -198,6 +199,57 @@ std::vector<int> fastest_first(const DeviceTraits& devices, const std::vector<bo
 
 // Where boundary b (the layers from b on after it) falls in the compute, by the layers' compute_positions.
 double boundary_position(const std::vector<double>& at, int b) { return 0.5 * (at[b - 1] + at[b]); }
+
+// Where two_replicated_stages cuts: boundary b starts the second stage at layer b.
+// `at`: the layers' compute_positions; `output_mb`: each layer's activation (empty = unknown).
+std::vector<int> replicated_stage_cuts(const std::vector<double>& at, const std::vector<double>& output_mb) {
+  const int L = static_cast<int>(at.size());
+  auto position = [&](int b) { return boundary_position(at, b); };
+  std::vector<int> cuts;
+  for (double share : {1.0 / 3, 0.5, 2.0 / 3}) {
+    int best = 1;
+    for (int b = 2; b < L; ++b)
+      if (std::abs(position(b) - share) < std::abs(position(best) - share)) best = b;
+    cuts.push_back(best);
+  }
+  std::vector<int> by_activation;
+  for (int b = 1; b < L; ++b)
+    if (position(b) >= 0.05 && position(b) <= 0.95) by_activation.push_back(b);
+  const bool sized = output_mb.size() == at.size();
+  std::stable_sort(by_activation.begin(), by_activation.end(),
+                   [&](int a, int b) { return sized && output_mb[a - 1] < output_mb[b - 1]; });
+  std::vector<int> chosen;
+  for (int b : by_activation) {
+    if (chosen.size() == 4) break;
+    if (std::all_of(chosen.begin(), chosen.end(),
+                    [&](int c) { return std::abs(position(c) - position(b)) >= 0.05; }))
+      chosen.push_back(b);
+  }
+  cuts.insert(cuts.end(), chosen.begin(), chosen.end());
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  return cuts;
+}
+
+// `fastest` (fastest first) dealt to two stages, each device to the stage
+// furthest below its share of their compute (`first_share` and the rest);
+// neither stage left empty.
+std::array<std::vector<int>, 2> deal_by_share(const DeviceTraits& devices, const std::vector<int>& fastest,
+                                              double first_share) {
+  double compute = 0;
+  for (int d : fastest) compute += devices.compute[d];
+  const double want[2] = {first_share * compute, (1 - first_share) * compute};
+  double have[2] = {0, 0};
+  std::array<std::vector<int>, 2> stage;
+  for (int d : fastest) {
+    const int s = want[0] - have[0] >= want[1] - have[1] ? 0 : 1;
+    stage[s].push_back(d);
+    have[s] += devices.compute[d];
+  }
+  for (int s = 0; s < 2; ++s)
+    if (stage[s].empty()) stage[s].push_back(stage[1 - s].back()), stage[1 - s].pop_back();
+  return stage;
+}
 
 // What a restart around `best` needs to copy it: twice its groups (at least
 // G, at most one per layer), so the policy may also split its stages; and
@@ -537,40 +589,6 @@ Placement devices_taking_turns(const LayerTotals& totals, const DeviceTraits& de
   return p;
 }
 
-namespace {
-
-// Where two_replicated_stages cuts: boundary b starts the second stage at layer b.
-std::vector<int> replicated_stage_cuts(const LayerTotals& totals, int L) {
-  const std::vector<double> at = compute_positions(totals, L);
-  auto position = [&](int b) { return boundary_position(at, b); };
-  std::vector<int> cuts;
-  for (double share : {1.0 / 3, 0.5, 2.0 / 3}) {
-    int best = 1;
-    for (int b = 2; b < L; ++b)
-      if (std::abs(position(b) - share) < std::abs(position(best) - share)) best = b;
-    cuts.push_back(best);
-  }
-  std::vector<int> by_activation;
-  for (int b = 1; b < L; ++b)
-    if (position(b) >= 0.05 && position(b) <= 0.95) by_activation.push_back(b);
-  const bool sized = totals.output_mb.size() == static_cast<size_t>(L);
-  std::stable_sort(by_activation.begin(), by_activation.end(),
-                   [&](int a, int b) { return sized && totals.output_mb[a - 1] < totals.output_mb[b - 1]; });
-  std::vector<int> chosen;
-  for (int b : by_activation) {
-    if (chosen.size() == 4) break;
-    if (std::all_of(chosen.begin(), chosen.end(),
-                    [&](int c) { return std::abs(position(c) - position(b)) >= 0.05; }))
-      chosen.push_back(b);
-  }
-  cuts.insert(cuts.end(), chosen.begin(), chosen.end());
-  std::sort(cuts.begin(), cuts.end());
-  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
-  return cuts;
-}
-
-}  // namespace
-
 std::vector<Placement> two_replicated_stages(const LayerTotals& totals, const DeviceTraits& devices,
                                              const std::vector<bool>& allowed, int micro_batches,
                                              Schedule schedule) {
@@ -579,30 +597,14 @@ std::vector<Placement> two_replicated_stages(const LayerTotals& totals, const De
   std::vector<Placement> plans;
   if (L < 2 || order.size() < 2) return plans;
   const std::vector<double> at = compute_positions(totals, L);
-  for (int cut : replicated_stage_cuts(totals, L)) {
+  for (int cut : replicated_stage_cuts(at, totals.output_mb)) {
     const double first_share = boundary_position(at, cut);
     for (size_t m = 2; m <= order.size(); ++m) {
-      double compute = 0;
-      for (size_t k = 0; k < m; ++k) compute += devices.compute[order[k]];
-      const double want[2] = {first_share * compute, (1 - first_share) * compute};
-      double have[2] = {0, 0};
-      std::vector<int> stage_devices[2];
-      for (size_t k = 0; k < m; ++k) {
-        const int s = want[0] - have[0] >= want[1] - have[1] ? 0 : 1;
-        stage_devices[s].push_back(order[k]);
-        have[s] += devices.compute[order[k]];
-      }
-      if (stage_devices[1].empty())
-        stage_devices[1].push_back(stage_devices[0].back()), stage_devices[0].pop_back();
-      if (stage_devices[0].empty())
-        stage_devices[0].push_back(stage_devices[1].back()), stage_devices[1].pop_back();
-      Placement p;
-      p.micro_batches = micro_batches;
+      const auto stage_devices = deal_by_share(devices, {order.begin(), order.begin() + m}, first_share);
+      Placement p = Placement::single_device(L, stage_devices[0][0], micro_batches);
       p.schedule = schedule;
       p.source = "policy";
-      p.layer_group.assign(L, 0);
-      for (int i = cut; i < L; ++i) p.layer_group[i] = 1;
-      for (int s = 0; s < 2; ++s) p.add_group(stage_devices[s][0]);
+      std::fill(p.layer_group.begin() + cut, p.layer_group.end(), p.add_group(stage_devices[1][0]));
       p.group_replicas.resize(2);
       for (int s = 0; s < 2; ++s)
         p.group_replicas[s].assign(stage_devices[s].begin() + 1, stage_devices[s].end());
