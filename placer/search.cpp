@@ -251,6 +251,40 @@ std::array<std::vector<int>, 2> deal_by_share(const DeviceTraits& devices, const
   return stage;
 }
 
+// `fastest` (fastest first) split in speed order: the first k to stage
+// `fast_stage`, the rest to the other, k (neither stage empty) nearest that
+// stage's share of their compute, so each stage's replicas run at like speeds.
+std::array<std::vector<int>, 2> split_in_speed_order(const DeviceTraits& devices,
+                                                     const std::vector<int>& fastest, double first_share,
+                                                     int fast_stage) {
+  double compute = 0;
+  for (int d : fastest) compute += devices.compute[d];
+  const double want = (fast_stage == 0 ? first_share : 1 - first_share) * compute;
+  size_t k = 1;
+  double have = devices.compute[fastest[0]], best_miss = std::abs(have - want);
+  for (size_t i = 1; i + 1 < fastest.size(); ++i) {
+    have += devices.compute[fastest[i]];
+    if (std::abs(have - want) < best_miss) best_miss = std::abs(have - want), k = i + 1;
+  }
+  std::array<std::vector<int>, 2> stage;
+  stage[fast_stage].assign(fastest.begin(), fastest.begin() + k);
+  stage[1 - fast_stage].assign(fastest.begin() + k, fastest.end());
+  return stage;
+}
+
+// The distinct ways two_replicated_stages deals `fastest` to the two stages:
+// by share, then in speed order with the faster devices on either stage.
+std::vector<std::array<std::vector<int>, 2>> ways_to_deal(const DeviceTraits& devices,
+                                                          const std::vector<int>& fastest,
+                                                          double first_share) {
+  std::vector<std::array<std::vector<int>, 2>> ways = {deal_by_share(devices, fastest, first_share)};
+  for (int fast_stage : {0, 1}) {
+    auto way = split_in_speed_order(devices, fastest, first_share, fast_stage);
+    if (std::find(ways.begin(), ways.end(), way) == ways.end()) ways.push_back(std::move(way));
+  }
+  return ways;
+}
+
 // What a restart around `best` needs to copy it: twice its groups (at least
 // G, at most one per layer), so the policy may also split its stages; and
 // devices shared by groups and replicas on devices other groups hold, as
@@ -600,15 +634,17 @@ std::vector<Placement> two_replicated_stages(const LayerTotals& totals, const De
   for (int cut : replicated_stage_cuts(at, totals.output_mb)) {
     const double first_share = boundary_position(at, cut);
     for (size_t m = 2; m <= order.size(); ++m) {
-      const auto stage_devices = deal_by_share(devices, {order.begin(), order.begin() + m}, first_share);
-      Placement p = Placement::single_device(L, stage_devices[0][0], micro_batches);
-      p.schedule = schedule;
-      p.source = "policy";
-      std::fill(p.layer_group.begin() + cut, p.layer_group.end(), p.add_group(stage_devices[1][0]));
-      p.group_replicas.resize(2);
-      for (int s = 0; s < 2; ++s)
-        p.group_replicas[s].assign(stage_devices[s].begin() + 1, stage_devices[s].end());
-      plans.push_back(std::move(p));
+      const std::vector<int> fastest(order.begin(), order.begin() + m);
+      for (const auto& stage_devices : ways_to_deal(devices, fastest, first_share)) {
+        Placement p = Placement::single_device(L, stage_devices[0][0], micro_batches);
+        p.schedule = schedule;
+        p.source = "policy";
+        std::fill(p.layer_group.begin() + cut, p.layer_group.end(), p.add_group(stage_devices[1][0]));
+        p.group_replicas.resize(2);
+        for (int s = 0; s < 2; ++s)
+          p.group_replicas[s].assign(stage_devices[s].begin() + 1, stage_devices[s].end());
+        plans.push_back(std::move(p));
+      }
     }
   }
   return plans;

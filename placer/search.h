@@ -226,7 +226,10 @@ Placement devices_taking_turns(const LayerTotals& totals, const DeviceTraits& de
 // devices_taking_turns weighs it), and the four boundaries (between 5% and
 // 95% of the compute, 5% apart) whose layer hands on the least activation.
 // The devices: the m fastest (m = 2 .. all), dealt fastest first to the stage
-// furthest below its share of their compute (its share of the model's).
+// furthest below its share of their compute (its share of the model's); and
+// split in speed order, the faster ones on either stage, as near its share as
+// a split comes (replicas of like speeds: a stage's micro-batches go
+// round-robin, so its slowest replica paces it). Each distinct deal once.
 std::vector<Placement> two_replicated_stages(const LayerTotals& totals, const DeviceTraits& devices,
                                              const std::vector<bool>& allowed, int micro_batches,
                                              Schedule schedule);
