@@ -197,6 +197,13 @@ std::vector<int> fastest_first(const DeviceTraits& devices, const std::vector<bo
   return order;
 }
 
+// The devices' compute together.
+double compute_of(const DeviceTraits& devices, const std::vector<int>& ids) {
+  double compute = 0;
+  for (int d : ids) compute += devices.compute[d];
+  return compute;
+}
+
 // Where boundary b (the layers from b on after it) falls in the compute, by the layers' compute_positions.
 double boundary_position(const std::vector<double>& at, int b) { return 0.5 * (at[b - 1] + at[b]); }
 
@@ -236,8 +243,7 @@ std::vector<int> replicated_stage_cuts(const std::vector<double>& at, const std:
 // neither stage left empty.
 std::array<std::vector<int>, 2> deal_by_share(const DeviceTraits& devices, const std::vector<int>& fastest,
                                               double first_share) {
-  double compute = 0;
-  for (int d : fastest) compute += devices.compute[d];
+  const double compute = compute_of(devices, fastest);
   const double want[2] = {first_share * compute, (1 - first_share) * compute};
   double have[2] = {0, 0};
   std::array<std::vector<int>, 2> stage;
@@ -257,8 +263,7 @@ std::array<std::vector<int>, 2> deal_by_share(const DeviceTraits& devices, const
 std::array<std::vector<int>, 2> split_in_speed_order(const DeviceTraits& devices,
                                                      const std::vector<int>& fastest, double first_share,
                                                      int fast_stage) {
-  double compute = 0;
-  for (int d : fastest) compute += devices.compute[d];
+  const double compute = compute_of(devices, fastest);
   const double want = (fast_stage == 0 ? first_share : 1 - first_share) * compute;
   size_t k = 1;
   double have = devices.compute[fastest[0]], best_miss = std::abs(have - want);
@@ -597,8 +602,7 @@ Placement devices_taking_turns(const LayerTotals& totals, const DeviceTraits& de
   p.source = "policy";
   p.layer_group.assign(L, 0);
   const std::vector<int> order = fastest_first(devices, allowed);
-  double compute = 0;
-  for (int d : order) compute += devices.compute[d];
+  const double compute = compute_of(devices, order);
   if (order.empty() || !(compute > 0)) {  // no device to weigh: all on the first
     p.add_group(0);
     return p;
