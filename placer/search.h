@@ -67,7 +67,10 @@ struct SearchOptions {
   // --time-budget) buys restarts too; with 8 alone, twice the iterations spent
   // them all before the last third's restarts around the best came.
   int max_restarts = 0;
-  bool vary_prior_on_restart = true;  // restarts draw another positional prior (stages, depths)
+  // Restarts draw another positional prior (stages, depths) or imitate a plan
+  // of a known shape (devices taking turns, two replicated stages), and the
+  // search ends by measuring the devices taking turns in other numbers (turn_variants).
+  bool vary_prior_on_restart = true;
   // Every fourth restart (4, 8, ...), and every restart in the search's last
   // third (of its iterations or time budget), imitates the best plan found so
   // far (a pipeline) and searches on from it, exploring beside it, with room
@@ -219,6 +222,12 @@ Decision placement_to_decision(const Placement& p, const std::vector<int>& micro
 Placement devices_taking_turns(const LayerTotals& totals, const DeviceTraits& devices,
                                const std::vector<bool>& allowed, int rounds, int micro_batches,
                                Schedule schedule);
+
+// The plans the search measures once the policy is done (with
+// vary_prior_on_restart), so that its best may be one of them: the m fastest
+// allowed devices (m = 2 .. all) taking 1, 2, 3, 4 or 6 turns each.
+std::vector<Placement> turn_variants(const LayerTotals& totals, const DeviceTraits& devices,
+                                     const std::vector<bool>& allowed, int micro_batches, Schedule schedule);
 
 // The plans another restart chooses from: the model cut once in layer order,
 // each of the two stages replicated over a set of the allowed devices. The

@@ -677,21 +677,88 @@ TEST_CASE("restart 6 imitates the devices taking turns, three each") {
   const Placement turns = devices_taking_turns(layer_totals(g), device_traits(c), {}, 3, 1, Schedule::gpipe);
   REQUIRE(turns.num_groups() == 6);
   REQUIRE(turns.group_device.front() == 1);
+  // Proposed during the search, not by the turn variants it measures when it
+  // ends (after its last iteration), which include this plan.
   auto proposes_turns = [&](int max_restarts) {
+    FakeEvaluator fake(std::vector<double>(24, 1.0), c);
+    int iteration = 0, proposed_at = -1;
+    WatchedEvaluator ev(fake, [&](const Placement& p) {
+      if (proposed_at < 0 && p.layer_group == turns.layer_group && p.group_device == turns.group_device)
+        proposed_at = iteration;
+    });
+    SearchOptions o = restarting_search(max_restarts);
+    o.vary_prior_on_restart = true;
+    o.restart_around_best = false;
+    SearchResult r = search(g, c, ev, o, [&](const SearchProgress& p) { iteration = p.iteration; });
+    REQUIRE(r.restarts == max_restarts);
+    REQUIRE(proposed_at >= 0);  // at the latest by the turn variants
+    return proposed_at < r.iterations;
+  };
+  CHECK_FALSE(proposes_turns(5));  // the priors before it draw at most three groups
+  CHECK(proposes_turns(6));
+}
+
+TEST_CASE("turn variants: the 2 .. all fastest devices, taking 1, 2, 3, 4 or 6 turns each") {
+  LayerTotals t;
+  t.gflops.assign(60, 1.0);  // every turn gets a layer: the slowest's of six is 60 * 2/12 / 6 = 1.7 layers
+  DeviceTraits d;
+  d.compute = {2, 4, 3.5, 2.5};  // fastest first: 1, 2, 3, 0
+  const std::vector<int> order = {1, 2, 3, 0};
+  const std::vector<int> rounds = {1, 2, 3, 4, 6};
+  const std::vector<Placement> plans = turn_variants(t, d, {}, 4, Schedule::gpipe);
+  REQUIRE(plans.size() == 3 * rounds.size());
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const Placement& p = plans[i];
+    const size_t m = 2 + i / rounds.size();
+    const int r = rounds[i % rounds.size()];
+    CAPTURE(m);
+    CAPTURE(r);
+    // The m fastest in speed order, r times over, each turn a run of layers.
+    std::vector<int> turns;
+    for (int k = 0; k < r; ++k) turns.insert(turns.end(), order.begin(), order.begin() + m);
+    CHECK(p.group_device == turns);
+    CHECK(std::is_sorted(p.layer_group.begin(), p.layer_group.end()));
+    CHECK(p.micro_batches == 4);
+    CHECK(p.schedule == Schedule::gpipe);
+  }
+  // A device not allowed takes no turn: the fastest two of the rest, then all three.
+  const std::vector<Placement> without_2 = turn_variants(t, d, {true, true, false, true}, 4, Schedule::gpipe);
+  REQUIRE(without_2.size() == 2 * rounds.size());
+  CHECK(without_2.front().group_device == std::vector<int>{1, 3});
+  CHECK(without_2.back().group_device.size() == 3 * 6);
+  for (const Placement& p : without_2)
+    CHECK(std::find(p.group_device.begin(), p.group_device.end(), 2) == p.group_device.end());
+  // One device: nothing to take turns with.
+  CHECK(turn_variants(t, d, {false, true, false, false}, 4, Schedule::gpipe).empty());
+}
+
+TEST_CASE(
+    "the search ends by measuring the devices taking turns in other numbers, two fastest six turns each "
+    "among them") {
+  LayerGraph g = chain_graph(12);  // 24 layers
+  Cluster c = equal_cluster(3);
+  c.devices[1].speed = 2;  // fastest first: 1, 2, 0
+  c.devices[2].speed = 1.5;
+  const std::vector<bool> two_fastest = {false, true, true};
+  const Placement turns =
+      devices_taking_turns(layer_totals(g), device_traits(c), two_fastest, 6, 1, Schedule::gpipe);
+  REQUIRE(turns.num_groups() == 12);
+  auto proposes_turns = [&](bool vary_prior_on_restart) {
     FakeEvaluator fake(std::vector<double>(24, 1.0), c);
     bool proposed = false;
     WatchedEvaluator ev(fake, [&](const Placement& p) {
       proposed = proposed || (p.layer_group == turns.layer_group && p.group_device == turns.group_device);
     });
-    SearchOptions o = restarting_search(max_restarts);
-    o.vary_prior_on_restart = true;
-    o.restart_around_best = false;
+    SearchOptions o = restarting_search(0);  // no restart: not restart 6's plan
+    o.restart_after = 0;
+    o.vary_prior_on_restart = vary_prior_on_restart;
     SearchResult r = search(g, c, ev, o, nullptr);
-    REQUIRE(r.restarts == max_restarts);
+    REQUIRE(r.restarts == 0);
+    CHECK(r.policy_evaluations == r.evaluations);  // no refinement: all of it the policy's search
     return proposed;
   };
-  CHECK_FALSE(proposes_turns(5));  // the priors before it draw at most three groups
-  CHECK(proposes_turns(6));
+  CHECK(proposes_turns(true));
+  CHECK_FALSE(proposes_turns(false));
 }
 
 TEST_CASE(
