@@ -738,7 +738,7 @@ class SearchLoop {
       measure_decision(policy_->greedy(), iterations_);
       measure_decision(policy_->typical(), iterations_);  // memoised where the same
     }
-    if (!result.cancelled && !cancelled()) measure_turn_variants();
+    if (!result.cancelled && !cancelled() && stop_reason != "time_budget") measure_turn_variants();
     keep_policy_result(result);
     if (!result.cancelled && !cancelled()) refine_best(result);
     keep_final_result(result);
@@ -1011,11 +1011,14 @@ class SearchLoop {
   // restarts around the best then stayed by it: a loss as often as a gain
   // (imitating the fastest: resnet50 at batch 32 on mixed_generations seed 6,
   // 0.953 -> 0.999; docs/placer.md, "Devices taking turns in other numbers").
+  // Within the time budget, as the search's own evaluations.
   void measure_turn_variants() {
     if (!opt_.vary_prior_on_restart || config_.num_devices < 2) return;
     for (const Placement& p : turn_variants(config_.totals, config_.devices, config_.device_allowed,
-                                            turn_micro_batches(), opt_.schedule))
+                                            turn_micro_batches(), opt_.schedule)) {
+      if (out_of_time()) return;
       measurer_.measure(p, iterations_);
+    }
   }
 
   // The devices taking turns pipeline as many micro-batches as the best

@@ -625,16 +625,21 @@ TEST_CASE("the golden-ratio restarts draw one group more than devices and offer 
   };
   auto seen_by = [&](int max_restarts) {
     FakeEvaluator fake(std::vector<double>(24, 1.0), c);
-    Seen seen;
-    WatchedEvaluator ev(fake, [&](const Placement& p) {
-      seen.most_groups = std::max(seen.most_groups, p.num_groups());
-      seen.replica_beside_another = seen.replica_beside_another || replica_beside_another_group(p);
-    });
+    // Proposed during the search: the turn variants measured after its last iteration are many groups.
+    std::vector<std::pair<int, Placement>> proposed;
+    int iteration = 0;
+    WatchedEvaluator ev(fake, [&](const Placement& p) { proposed.emplace_back(iteration, p); });
     SearchOptions o = restarting_search(max_restarts);
     o.vary_prior_on_restart = true;
     o.restart_around_best = false;  // restart 4 would copy the best with room to spare
-    SearchResult r = search(g, c, ev, o, nullptr);
+    SearchResult r = search(g, c, ev, o, [&](const SearchProgress& p) { iteration = p.iteration; });
     REQUIRE(r.restarts == max_restarts);
+    Seen seen;
+    for (const auto& [at, p] : proposed)
+      if (at < r.iterations) {
+        seen.most_groups = std::max(seen.most_groups, p.num_groups());
+        seen.replica_beside_another = seen.replica_beside_another || replica_beside_another_group(p);
+      }
     return seen;
   };
   // The first policy and the equal-stage restart: two groups, replicas on free devices only.

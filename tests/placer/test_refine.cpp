@@ -241,6 +241,10 @@ TEST_CASE(
         o.batch_size = batch;
         o.seed = seed;
         o.spread_branches = spread;
+        // Without spreads, no plan of the search's own: the turn variants it
+        // measures when it ends are many groups in layer order, which put
+        // towers side by side where a turn ends between them.
+        o.vary_prior_on_restart = spread;
         const SearchResult r = search(g, c, ev, o, nullptr);
         REQUIRE(r.found);
         INFO("batch " << batch << ", seed " << seed << ", spreads offered: " << spread << ", best "
