@@ -616,6 +616,24 @@ TEST_CASE("restarts from other positional priors keep the best and stay determin
   CHECK(run() == run());
 }
 
+// What a search over 24 layers of 1 ms each proposes: during its iterations
+// (restarts' imitations too), and after its last (the turn variants it
+// measures when it ends).
+struct SearchProposals {
+  SearchResult result;
+  std::vector<Placement> during, after;
+};
+static SearchProposals proposals_of(const LayerGraph& g, const Cluster& c, const SearchOptions& o) {
+  FakeEvaluator fake(std::vector<double>(24, 1.0), c);
+  std::vector<std::pair<int, Placement>> seen;  // each with the last iteration reported before it
+  int iteration = 0;
+  WatchedEvaluator ev(fake, [&](const Placement& p) { seen.emplace_back(iteration, p); });
+  SearchProposals out;
+  out.result = search(g, c, ev, o, [&](const SearchProgress& p) { iteration = p.iteration; });
+  for (auto& [at, p] : seen) (at < out.result.iterations ? out.during : out.after).push_back(std::move(p));
+  return out;
+}
+
 TEST_CASE("the golden-ratio restarts draw one group more than devices and offer replicas on devices other groups hold") {
   LayerGraph g = chain_graph(12);  // 24 layers
   Cluster c = equal_cluster(2);    // two stages take both devices: a replica then needs a held one
@@ -624,22 +642,16 @@ TEST_CASE("the golden-ratio restarts draw one group more than devices and offer 
     bool replica_beside_another = false;
   };
   auto seen_by = [&](int max_restarts) {
-    FakeEvaluator fake(std::vector<double>(24, 1.0), c);
-    // Proposed during the search: the turn variants measured after its last iteration are many groups.
-    std::vector<std::pair<int, Placement>> proposed;
-    int iteration = 0;
-    WatchedEvaluator ev(fake, [&](const Placement& p) { proposed.emplace_back(iteration, p); });
     SearchOptions o = restarting_search(max_restarts);
     o.vary_prior_on_restart = true;
     o.restart_around_best = false;  // restart 4 would copy the best with room to spare
-    SearchResult r = search(g, c, ev, o, [&](const SearchProgress& p) { iteration = p.iteration; });
-    REQUIRE(r.restarts == max_restarts);
-    Seen seen;
-    for (const auto& [at, p] : proposed)
-      if (at < r.iterations) {
-        seen.most_groups = std::max(seen.most_groups, p.num_groups());
-        seen.replica_beside_another = seen.replica_beside_another || replica_beside_another_group(p);
-      }
+    const SearchProposals proposed = proposals_of(g, c, o);
+    REQUIRE(proposed.result.restarts == max_restarts);
+    Seen seen;  // during the search: the turn variants after it are many groups
+    for (const Placement& p : proposed.during) {
+      seen.most_groups = std::max(seen.most_groups, p.num_groups());
+      seen.replica_beside_another = seen.replica_beside_another || replica_beside_another_group(p);
+    }
     return seen;
   };
   // The first policy and the equal-stage restart: two groups, replicas on free devices only.
@@ -682,22 +694,21 @@ TEST_CASE("restart 6 imitates the devices taking turns, three each") {
   const Placement turns = devices_taking_turns(layer_totals(g), device_traits(c), {}, 3, 1, Schedule::gpipe);
   REQUIRE(turns.num_groups() == 6);
   REQUIRE(turns.group_device.front() == 1);
+  auto is_turns = [&](const Placement& p) {
+    return p.layer_group == turns.layer_group && p.group_device == turns.group_device;
+  };
   // Proposed during the search, not by the turn variants it measures when it
   // ends (after its last iteration), which include this plan.
   auto proposes_turns = [&](int max_restarts) {
-    FakeEvaluator fake(std::vector<double>(24, 1.0), c);
-    int iteration = 0, proposed_at = -1;
-    WatchedEvaluator ev(fake, [&](const Placement& p) {
-      if (proposed_at < 0 && p.layer_group == turns.layer_group && p.group_device == turns.group_device)
-        proposed_at = iteration;
-    });
     SearchOptions o = restarting_search(max_restarts);
     o.vary_prior_on_restart = true;
     o.restart_around_best = false;
-    SearchResult r = search(g, c, ev, o, [&](const SearchProgress& p) { iteration = p.iteration; });
-    REQUIRE(r.restarts == max_restarts);
-    REQUIRE(proposed_at >= 0);  // at the latest by the turn variants
-    return proposed_at < r.iterations;
+    const SearchProposals proposed = proposals_of(g, c, o);
+    REQUIRE(proposed.result.restarts == max_restarts);
+    const bool during = std::any_of(proposed.during.begin(), proposed.during.end(), is_turns);
+    REQUIRE((during || std::any_of(proposed.after.begin(), proposed.after.end(),
+                                   is_turns)));  // at the latest by the turn variants
+    return during;
   };
   CHECK_FALSE(proposes_turns(5));  // the priors before it draw at most three groups
   CHECK(proposes_turns(6));
