@@ -634,6 +634,11 @@ static SearchProposals proposals_of(const LayerGraph& g, const Cluster& c, const
   return out;
 }
 
+// Whether two plans group the layers alike on the same devices.
+static bool same_layout(const Placement& a, const Placement& b) {
+  return a.layer_group == b.layer_group && a.group_device == b.group_device;
+}
+
 TEST_CASE("the golden-ratio restarts draw one group more than devices and offer replicas on devices other groups hold") {
   LayerGraph g = chain_graph(12);  // 24 layers
   Cluster c = equal_cluster(2);    // two stages take both devices: a replica then needs a held one
@@ -694,9 +699,7 @@ TEST_CASE("restart 6 imitates the devices taking turns, three each") {
   const Placement turns = devices_taking_turns(layer_totals(g), device_traits(c), {}, 3, 1, Schedule::gpipe);
   REQUIRE(turns.num_groups() == 6);
   REQUIRE(turns.group_device.front() == 1);
-  auto is_turns = [&](const Placement& p) {
-    return p.layer_group == turns.layer_group && p.group_device == turns.group_device;
-  };
+  auto is_turns = [&](const Placement& p) { return same_layout(p, turns); };
   // Proposed during the search, not by the turn variants it measures when it
   // ends (after its last iteration), which include this plan.
   auto proposes_turns = [&](int max_restarts) {
@@ -760,18 +763,16 @@ TEST_CASE(
       devices_taking_turns(layer_totals(g), device_traits(c), two_fastest, 6, 1, Schedule::gpipe);
   REQUIRE(turns.num_groups() == 12);
   auto proposes_turns = [&](bool vary_prior_on_restart) {
-    FakeEvaluator fake(std::vector<double>(24, 1.0), c);
-    bool proposed = false;
-    WatchedEvaluator ev(fake, [&](const Placement& p) {
-      proposed = proposed || (p.layer_group == turns.layer_group && p.group_device == turns.group_device);
-    });
     SearchOptions o = restarting_search(0);  // no restart: not restart 6's plan
     o.restart_after = 0;
     o.vary_prior_on_restart = vary_prior_on_restart;
-    SearchResult r = search(g, c, ev, o, nullptr);
-    REQUIRE(r.restarts == 0);
-    CHECK(r.policy_evaluations == r.evaluations);  // no refinement: all of it the policy's search
-    return proposed;
+    const SearchProposals proposed = proposals_of(g, c, o);
+    REQUIRE(proposed.result.restarts == 0);
+    CHECK(proposed.result.policy_evaluations ==
+          proposed.result.evaluations);  // no refinement: all of it the policy's search
+    auto is_turns = [&](const Placement& p) { return same_layout(p, turns); };
+    return std::any_of(proposed.during.begin(), proposed.during.end(), is_turns) ||
+           std::any_of(proposed.after.begin(), proposed.after.end(), is_turns);
   };
   CHECK(proposes_turns(true));
   CHECK_FALSE(proposes_turns(false));
