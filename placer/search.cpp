@@ -26,6 +26,8 @@ namespace {
 
 // Where the search's last third begins (a fraction of it done): its restarts search around the best.
 constexpr double kLastThird = 2.0 / 3.0;
+// The odds at which a restart beside a plan of few groups explores each choice (room_for).
+constexpr double kMostExplore = 0.2;
 // Without SearchOptions::max_restarts: 8 restarts per 600 iterations, at least 8.
 constexpr int kLeastRestarts = 8;
 constexpr int kIterationsPerRestart = 600 / kLeastRestarts;
@@ -297,15 +299,18 @@ std::vector<std::array<std::vector<int>, 2>> ways_to_deal(const DeviceTraits& de
 // And to search beside it: the imitation leaves the networks' odds saturated
 // on the best, which they then sampled again and again (0-23 new plans in a
 // whole restart). Exploring (PolicyConfig::explore), each choice after the
-// partition is drawn evenly at odds of 0.2, and one layer a decision on
-// average between its predecessor's group and the next: the plans a device,
-// a copy, a micro-batch count or a cut away, as the refinement's moves.
+// partition is drawn evenly at odds of 0.2, or of 1/G beside a plan of G > 5
+// groups, and one layer a decision on average between its predecessor's
+// group and the next: the plans a device, a copy, a micro-batch count or a
+// cut away, as the refinement's moves. (At 0.2 a draw beside a plan of 12
+// groups or more moved two of its devices or more at once; at 1/G about
+// one: docs/placer.md, "Exploring one device a draw".)
 void room_for(const Placement& best, PolicyConfig& pc) {
   const int L = static_cast<int>(best.layer_group.size());
   pc.num_groups = std::max(pc.num_groups, std::min(2 * best.num_groups(), L));
   pc.distinct_devices = false;
   pc.replicas_on_held_devices = true;
-  pc.explore = 0.2;
+  pc.explore = std::min(kMostExplore, 1.0 / best.num_groups());
   pc.explore_partition = 1.0 / L;
 }
 
