@@ -302,9 +302,9 @@ std::vector<std::array<std::vector<int>, 2>> ways_to_deal(const DeviceTraits& de
 // partition is drawn evenly at odds of 0.2, or of 1/G beside a plan of G > 5
 // groups, and one layer a decision on average between its predecessor's
 // group and the next: the plans a device, a copy, a micro-batch count or a
-// cut away, as the refinement's moves. (At 0.2 a draw beside a plan of 12
-// groups or more moved two of its devices or more at once; at 1/G about
-// one: docs/placer.md, "Exploring one device a draw".)
+// cut away, as the refinement's moves. (At 0.2 a draw beside a plan of G
+// groups redrew 0.2 G of its devices, ten of a 50-group plan's; at 1/G,
+// about one: docs/placer.md, "Exploring one device a draw".)
 void room_for(const Placement& best, PolicyConfig& pc) {
   const int L = static_cast<int>(best.layer_group.size());
   pc.num_groups = std::max(pc.num_groups, std::min(2 * best.num_groups(), L));

@@ -717,7 +717,7 @@ TEST_CASE("restart 6 imitates the devices taking turns, three each") {
   CHECK(proposes_turns(6));
 }
 
-TEST_CASE("a restart beside a plan of many groups explores about one of its choices a draw") {
+TEST_CASE("a restart beside a plan of G > 5 groups explores each choice at odds of 1/G, not 0.2") {
   LayerGraph g = chain_graph(12);  // 24 layers
   Cluster c = equal_cluster(4);
   for (int d = 0; d < 4; ++d) c.devices[d].speed = 1.0 + 0.5 * d;
