@@ -634,9 +634,11 @@ static SearchProposals proposals_of(const LayerGraph& g, const Cluster& c, const
   return out;
 }
 
-// Whether two plans group the layers alike on the same devices.
-static bool same_layout(const Placement& a, const Placement& b) {
-  return a.layer_group == b.layer_group && a.group_device == b.group_device;
+// Whether a plan groups the layers as `plan` does, on the same devices.
+static auto laid_out_like(const Placement& plan) {
+  return [&plan](const Placement& p) {
+    return p.layer_group == plan.layer_group && p.group_device == plan.group_device;
+  };
 }
 
 TEST_CASE("the golden-ratio restarts draw one group more than devices and offer replicas on devices other groups hold") {
@@ -699,7 +701,7 @@ TEST_CASE("restart 6 imitates the devices taking turns, three each") {
   const Placement turns = devices_taking_turns(layer_totals(g), device_traits(c), {}, 3, 1, Schedule::gpipe);
   REQUIRE(turns.num_groups() == 6);
   REQUIRE(turns.group_device.front() == 1);
-  auto is_turns = [&](const Placement& p) { return same_layout(p, turns); };
+  const auto is_turns = laid_out_like(turns);
   // Proposed during the search, not by the turn variants it measures when it
   // ends (after its last iteration), which include this plan.
   auto proposes_turns = [&](int max_restarts) {
@@ -734,8 +736,7 @@ TEST_CASE("a restart beside a plan of G > 5 groups explores each choice at odds 
     o.iterations = 120;  // restart 6 comes well before the end
     o.seed = seed;
     const SearchProposals proposed = proposals_of(g, c, o);
-    const auto from = std::find_if(proposed.during.begin(), proposed.during.end(),
-                                   [&](const Placement& p) { return same_layout(p, turns); });
+    const auto from = std::find_if(proposed.during.begin(), proposed.during.end(), laid_out_like(turns));
     REQUIRE(from != proposed.during.end());
     for (auto it = std::next(from); it != proposed.during.end(); ++it, ++all)
       changed += it->micro_batches != from->micro_batches;
@@ -799,7 +800,7 @@ TEST_CASE(
     REQUIRE(proposed.result.restarts == 0);
     CHECK(proposed.result.policy_evaluations ==
           proposed.result.evaluations);  // no refinement: all of it the policy's search
-    auto is_turns = [&](const Placement& p) { return same_layout(p, turns); };
+    const auto is_turns = laid_out_like(turns);
     return std::any_of(proposed.during.begin(), proposed.during.end(), is_turns) ||
            std::any_of(proposed.after.begin(), proposed.after.end(), is_turns);
   };
