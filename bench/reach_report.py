@@ -11,7 +11,10 @@ is not one). Per run: is that plan at least 10% ahead of the run's own best
 classical plan (then such a plan exists: a search could reach it), and are the
 run's policy alone and final plan. Where the best known plan is not 10% ahead,
 no search we have found one, however many seeds ran; the lower bound
-(bound_report.py) is often too loose to say so. -v lists every case.
+(bound_report.py) is often too loose to say so. -v lists every case as a
+Markdown table: per run (in seed order) the policy alone's and the final
+plan's step over the run's best classical step, and that step over the
+lower bound (only above 1.111 can a plan be 10% ahead of it).
 """
 import glob
 import json
@@ -26,7 +29,7 @@ AHEAD = 1 / 1.1  # at least 10% ahead: step at most this share of the best class
 
 
 def load(folders):
-    """Per case, per run: (policy step, final step, best classical step)."""
+    """Per case, per run: (policy step, final step, best classical step, lower bound or None)."""
     cases = defaultdict(list)
     for folder in folders:
         for f in sorted(glob.glob(os.path.join(folder, "s*", "*.json"))):
@@ -38,8 +41,14 @@ def load(folders):
             policy = (r.get("policy") or {}).get("step_ms")
             if not steps or not policy or not r.get("step_ms"):
                 continue
-            cases[os.path.basename(f)[:-5]].append((policy, r["step_ms"], min(steps)))
+            cases[os.path.basename(f)[:-5]].append((policy, r["step_ms"], min(steps), r.get("lower_bound_ms")))
     return cases
+
+
+def spread(xs):
+    """'0.912' where every value rounds alike, else 'lowest-highest'."""
+    lo, hi = f"{min(xs):.3f}", f"{max(xs):.3f}"
+    return lo if lo == hi else f"{lo}-{hi}"
 
 
 def main():
@@ -51,16 +60,22 @@ def main():
     if not cases:
         sys.exit("no optimize results with a classical plan")
     runs = reachable = policy = final = 0
+    if verbose:
+        print("| case | runs | best known / best classical | policy alone / best classical | "
+              "final / best classical | best classical / lower bound |")
+        print("|---|---|---|---|---|---|")
     for case, rs in sorted(cases.items()):
-        known = min(min(run) for run in rs)
-        for p, f, b in rs:
+        known = min(min(run[:3]) for run in rs)
+        for p, f, b, _ in rs:
             runs += 1
             reachable += known <= AHEAD * b
             policy += p <= AHEAD * b
             final += f <= AHEAD * b
         if verbose:
-            ratios = [known / b for *_, b in rs]
-            print(f"  {case:45s} {len(rs)} runs; best known / best classical {min(ratios):.3f}-{max(ratios):.3f}")
+            ratios = [known / b for _, _, b, _ in rs]
+            bounds = [b / lb for _, _, b, lb in rs if lb]
+            print(f"| {case} | {len(rs)} | {spread(ratios)} | {' '.join(f'{p / b:.3f}' for p, _, b, _ in rs)} | "
+                  f"{' '.join(f'{f / b:.3f}' for _, f, b, _ in rs)} | {spread(bounds) if bounds else '-'} |")
     print(f"{runs} runs of {len(cases)} cases; a plan at least 10% ahead of the run's best classical plan is "
           f"known in {reachable}; the policy alone found one in {policy}, the final plan in {final}")
 
