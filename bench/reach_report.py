@@ -12,9 +12,9 @@ classical plan (then such a plan exists: a search could reach it), and are the
 run's policy alone and final plan. Where the best known plan is not 10% ahead,
 no search we have found one, however many seeds ran; the lower bound
 (bound_report.py) is often too loose to say so. -v lists every case as a
-Markdown table: per run (in seed order) the policy alone's and the final
+Markdown table: per run (by folder, then seed) the policy alone's and the final
 plan's step over the run's best classical step, and that step over the
-lower bound (only above 1.111 can a plan be 10% ahead of it).
+lower bound (only above 1.1 can a plan be 10% ahead of it, at most 1/1.1 of the row).
 """
 import glob
 import json
