@@ -65,7 +65,7 @@ def main():
               "final / best classical | best classical / lower bound |")
         print("|---|---|---|---|---|---|")
     for case, rs in sorted(cases.items()):
-        known = min(min(run[:3]) for run in rs)
+        known = min(min(p, f, b) for p, f, b, _ in rs)
         for p, f, b, _ in rs:
             runs += 1
             reachable += known <= AHEAD * b
