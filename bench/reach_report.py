@@ -20,7 +20,7 @@ import glob
 import json
 import os
 import sys
-from collections import defaultdict
+from collections import defaultdict, namedtuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bound_report import classical_steps  # noqa: E402
@@ -28,8 +28,12 @@ from bound_report import classical_steps  # noqa: E402
 AHEAD = 1 / 1.1  # at least 10% ahead: step at most this share of the best classical step
 
 
+# One run's steps (ms): the policy alone's, the final plan's, the best classical row's; its lower bound or None.
+Run = namedtuple("Run", "policy final classical bound")
+
+
 def load(folders):
-    """Per case, per run: (policy step, final step, best classical step, lower bound or None)."""
+    """Per case, its Runs."""
     cases = defaultdict(list)
     for folder in folders:
         for f in sorted(glob.glob(os.path.join(folder, "s*", "*.json"))):
@@ -41,7 +45,7 @@ def load(folders):
             policy = (r.get("policy") or {}).get("step_ms")
             if not steps or not policy or not r.get("step_ms"):
                 continue
-            cases[os.path.basename(f)[:-5]].append((policy, r["step_ms"], min(steps), r.get("lower_bound_ms")))
+            cases[os.path.basename(f)[:-5]].append(Run(policy, r["step_ms"], min(steps), r.get("lower_bound_ms")))
     return cases
 
 
@@ -65,17 +69,17 @@ def main():
               "final / best classical | best classical / lower bound |")
         print("|---|---|---|---|---|---|")
     for case, rs in sorted(cases.items()):
-        known = min(min(p, f, b) for p, f, b, _ in rs)
-        for p, f, b, _ in rs:
+        known = min(min(r.policy, r.final, r.classical) for r in rs)
+        for r in rs:
             runs += 1
-            reachable += known <= AHEAD * b
-            policy += p <= AHEAD * b
-            final += f <= AHEAD * b
+            reachable += known <= AHEAD * r.classical
+            policy += r.policy <= AHEAD * r.classical
+            final += r.final <= AHEAD * r.classical
         if verbose:
-            ratios = [known / b for _, _, b, _ in rs]
-            bounds = [b / lb for _, _, b, lb in rs if lb]
-            print(f"| {case} | {len(rs)} | {spread(ratios)} | {' '.join(f'{p / b:.3f}' for p, _, b, _ in rs)} | "
-                  f"{' '.join(f'{f / b:.3f}' for _, f, b, _ in rs)} | {spread(bounds) if bounds else '-'} |")
+            bounds = [r.classical / r.bound for r in rs if r.bound]
+            print(f"| {case} | {len(rs)} | {spread([known / r.classical for r in rs])} | "
+                  f"{' '.join(f'{r.policy / r.classical:.3f}' for r in rs)} | "
+                  f"{' '.join(f'{r.final / r.classical:.3f}' for r in rs)} | {spread(bounds) if bounds else '-'} |")
     print(f"{runs} runs of {len(cases)} cases; a plan at least 10% ahead of the run's best classical plan is "
           f"known in {reachable}; the policy alone found one in {policy}, the final plan in {final}")
 
