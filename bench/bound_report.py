@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """How far the best classical plan is from the step-time lower bound, and what
-the bound's shares term adds (planners/lower_bound.h).
+what the bound's shares and synchronous terms add (planners/lower_bound.h).
 
 usage: bench/bound_report.py DIR   (DIR holds, one per file, `tapp-cli plan M
        --devices C --planner all --json` outputs or `optimize --json` results,
@@ -8,10 +8,11 @@ usage: bench/bound_report.py DIR   (DIR holds, one per file, `tapp-cli plan M
 
 Per run: the best row's step (every row but hogwild, as the results' best
 classical plan), the bound without the shares term (the larger of work and
-chain, plus the same per-step overhead) and with it. Prints the runs whose bound
-the shares term raises, the median gap of the best plan to the bound, and in
-how many runs the best plan is within 1/0.9 of the bound, where no plan can be
-10% faster than it.
+chain, plus the same per-step overhead), with it (`ms`), and for synchronous
+plans (`synchronous_ms`). Prints, for the shares term and then for the
+synchronous terms, the runs whose bound they raise, the median gap of the best
+plan to the bound, and in how many runs the best plan is within 1/0.9 of the
+bound, where no plan can be 10% faster than it.
 """
 import glob
 import json
@@ -42,7 +43,7 @@ def runs(folder):
             continue
         plain = max(b["work_ms"], b["chain_ms"])
         overhead = b["ms"] - max(plain, b.get("shares_ms", 0))
-        yield os.path.relpath(f, folder)[:-5], min(steps), plain + overhead, b["ms"]
+        yield os.path.relpath(f, folder)[:-5], min(steps), plain + overhead, b["ms"], b.get("synchronous_ms", b["ms"])
 
 
 def main():
@@ -51,13 +52,20 @@ def main():
     rows = list(runs(sys.argv[1]))
     if not rows:
         sys.exit(f"{sys.argv[1]}: no plan outputs with a bound")
-    raised = [r for r in rows if r[3] > r[2] * 1.0001]
-    print(f"{len(rows)} runs; the shares term raises the bound in {len(raised)}")
-    for name, best, plain, bound in raised:
-        print(f"  {name:28s} best {best:12.1f}  bound {plain:12.1f} -> {bound:12.1f} (+{100 * (bound / plain - 1):.1f}%)"
-              f"  gap {100 * (best / plain - 1):.1f}% -> {100 * (best / bound - 1):.1f}%")
-    before = sorted(best / plain - 1 for _, best, plain, _ in rows)
-    after = sorted(best / bound - 1 for _, best, _, bound in rows)
+    compare(rows, 2, 3, "the shares term raises")
+    compare(rows, 3, 4, "the synchronous terms (every classical row is synchronous) raise")
+
+
+def compare(rows, lower, higher, what):
+    """What the bound in column `higher` of each row adds to the one in column `lower`."""
+    raised = [r for r in rows if r[higher] > r[lower] * 1.0001]
+    print(f"{len(rows)} runs; {what} the bound in {len(raised)}")
+    for r in raised:
+        name, best, before, after = r[0], r[1], r[lower], r[higher]
+        print(f"  {name:28s} best {best:12.1f}  bound {before:12.1f} -> {after:12.1f} (+{100 * (after / before - 1):.1f}%)"
+              f"  gap {100 * (best / before - 1):.1f}% -> {100 * (best / after - 1):.1f}%")
+    before = sorted(r[1] / r[lower] - 1 for r in rows)
+    after = sorted(r[1] / r[higher] - 1 for r in rows)
     mid = len(rows) // 2
     print(f"median gap of the best classical plan to the bound: {100 * before[mid]:.1f}% -> {100 * after[mid]:.1f}%")
     room = 1 / 0.9 - 1

@@ -151,26 +151,58 @@ class BoundTerms {
   // the batch's u-work: sum_d min(rate_d T, cap_d) >= B x sum_l u_l, solved
   // exactly over the breakpoints cap_d / rate_d. 0 where the caps never add up
   // (no placement fits the memory rule then; the plain terms stand).
-  double capped_work() const {
-    const double total = static_cast<double>(batch_) * unit_work_;
-    std::vector<int> order;
-    double rate = 0, capped = 0, most = 0;
-    for (int d = 0; d < D_; ++d)
-      if (rate_[d] > 0 && cap_[d] > 0) {
-        order.push_back(d);
-        rate += rate_[d];
-        most += cap_[d];
-      }
-    if (total <= 0 || most < total * (1 - 1e-12)) return 0;
-    std::sort(order.begin(), order.end(),
-              [&](int a, int b) { return cap_[a] / rate_[a] < cap_[b] / rate_[b]; });
-    for (int d : order) {
-      const double t = (total - capped) / rate;  // every device not yet at its cap still rising
-      if (t <= cap_[d] / rate_[d]) return t;
-      capped += cap_[d];
-      rate -= rate_[d];
+  double capped_work() const { return capped_work(rate_); }
+
+  // Synchronous placements (each step all-reduces every replicated group's
+  // gradients) where at most one device runs every layer: each other one runs
+  // each sample it runs only in part, so its links cap it as they cap a device
+  // that cannot hold the model (share_caps). The least capped_work over which
+  // device, if any, is left uncapped; infinite where none adds up, 0 as
+  // capped_work.
+  double one_whole_device() const {
+    if (capped_work() == 0) return 0;
+    auto or_never = [&](const std::vector<double>& rate) {
+      const double t = capped_work(rate);
+      return t > 0 ? t : kInf;
+    };
+    std::vector<double> rate = link_rate_;
+    double least = or_never(rate);
+    for (int d = 0; d < D_; ++d) {
+      if (link_rate_[d] >= rate_[d]) continue;  // its links do not cap it: as above
+      rate[d] = rate_[d];
+      least = std::min(least, or_never(rate));
+      rate[d] = link_rate_[d];
     }
-    return cap_[order.back()] / rate_[order.back()];
+    return least;
+  }
+
+  // Two devices that run every layer: every group with parameters is
+  // replicated on both and ends in an allreduce on their send queues, at most
+  // D - 1 each, so the step is at least the ring floor of the largest layer's
+  // parameters and of all of them over D - 1 queues. Infinite where fewer
+  // than two devices can hold the whole model.
+  double allreduce_floor() const {
+    if (std::count(whole_.begin(), whole_.end(), 1) < 2) return kInf;
+    double all = 0, largest = 0;
+    for (const Layer& l : g_.layers) {
+      all += static_cast<double>(l.param_bytes());
+      largest = std::max(largest, static_cast<double>(l.param_bytes()));
+    }
+    return ring_floor(std::max(largest, all / (D_ - 1)));
+  }
+
+  // Synchronous placements: a layer on two devices or more is in a
+  // replicated group, whose allreduce moves at least the layer's parameters;
+  // a layer on one device runs all B samples there. The most over layers of
+  // the cheaper of the two.
+  double lone_layers() const {
+    double most = 0;
+    for (int l = 0; l < L_; ++l) {
+      if (u_[l] == kInf) continue;
+      const double alone = static_cast<double>(batch_) * u_[l] + min_overhead_;
+      most = std::max(most, std::min(ring_floor(static_cast<double>(g_.layers[l].param_bytes())), alone));
+    }
+    return most;
   }
 
   double chain(int m) const {
@@ -189,6 +221,48 @@ class BoundTerms {
 
  private:
   size_t idx(int l, int d) const { return static_cast<size_t>(l) * D_ + d; }
+
+  // capped_work's sum over the devices at these rates (share_caps' caps).
+  double capped_work(const std::vector<double>& rates) const {
+    const double total = static_cast<double>(batch_) * unit_work_;
+    std::vector<int> order;
+    double rate = 0, capped = 0, most = 0;
+    for (int d = 0; d < D_; ++d)
+      if (rates[d] > 0 && cap_[d] > 0) {
+        order.push_back(d);
+        rate += rates[d];
+        most += cap_[d];
+      }
+    if (total <= 0 || most < total * (1 - 1e-12)) return 0;
+    std::sort(order.begin(), order.end(),
+              [&](int a, int b) { return cap_[a] / rates[a] < cap_[b] / rates[b]; });
+    for (int d : order) {
+      const double t = (total - capped) / rate;  // every device not yet at its cap still rising
+      if (t <= cap_[d] / rates[d]) return t;
+      capped += cap_[d];
+      rate -= rates[d];
+    }
+    return cap_[order.back()] / rates[order.back()];
+  }
+
+  // The least CostModel::ring_allreduce_ms of `bytes` over any ring of two or
+  // more devices: 2 (r - 1) steps of bytes / r each on the ring's slowest link,
+  // so at least 2 x the cheapest link's fixed cost + bytes x the cheapest
+  // per-byte cost. 0 for no bytes; infinite with one device.
+  double ring_floor(double bytes) const {
+    if (bytes <= 0) return 0;
+    if (D_ < 2) return kInf;
+    constexpr int64_t kProbe = int64_t{1} << 20;
+    double fixed = kInf, per_byte = kInf;
+    for (int from = 0; from < D_; ++from)
+      for (int to = 0; to < D_; ++to)
+        if (from != to) {
+          const double base = cost_.transfer_ms(from, to, 0);
+          fixed = std::min(fixed, base);
+          per_byte = std::min(per_byte, (cost_.transfer_ms(from, to, kProbe) - base) / kProbe);
+        }
+    return 2 * std::max(0.0, fixed) + std::max(0.0, per_byte) * bytes;
+  }
 
   double compute(int l, int d, int64_t s) const {
     const Calibration& cal = cost_.calibration();
@@ -240,6 +314,7 @@ class BoundTerms {
       min_overhead_per_unit_ = std::min(min_overhead_per_unit_, overhead_[d] / rho);
     }
     if (min_overhead_per_unit_ == kInf) min_overhead_per_unit_ = 0;
+    min_overhead_ = *std::min_element(overhead_.begin(), overhead_.end());
   }
 
   // Per device d: cap_d, the most u-work it can do in a step, B x the most u
@@ -253,6 +328,8 @@ class BoundTerms {
   void share_caps(const Cluster& c) {
     rate_.assign(D_, 0);
     cap_.assign(D_, 0);
+    link_rate_.assign(D_, 0);
+    whole_.assign(D_, 0);
     const int64_t a_min = smallest_crossing_bytes();
     for (int d = 0; d < D_; ++d) {
       if (rho_[d] <= 0) continue;  // holds no layer
@@ -260,7 +337,10 @@ class BoundTerms {
       const double most_u = most_u_held(d, device_memory_bytes(c.devices[d]), &whole);
       cap_[d] = static_cast<double>(batch_) * most_u;
       rate_[d] = 1 / rho_[d];
-      if (!whole && a_min > 0) rate_[d] = std::min(rate_[d], most_u * bytes_per_ms(d) / static_cast<double>(a_min));
+      const double by_links = a_min > 0 ? most_u * bytes_per_ms(d) / static_cast<double>(a_min) : kInf;
+      if (!whole) rate_[d] = std::min(rate_[d], by_links);
+      whole_[d] = whole;
+      link_rate_[d] = std::min(rate_[d], by_links);
     }
   }
 
@@ -341,7 +421,9 @@ class BoundTerms {
   std::vector<int64_t> held_bytes_;  // per layer: training state (sgd's) + one sample's kept activations
   std::vector<double> u_, rho_;     // per layer: u_l; per device: rho_d (0: holds no layer)
   std::vector<double> rate_, cap_;  // share_caps
-  double unit_work_ = 0, capacity_ = 1, min_overhead_per_unit_ = 0;
+  std::vector<double> link_rate_;  // share_caps: rate_, capped by the links even where d holds the model
+  std::vector<char> whole_;        // share_caps: d's memory holds the whole model
+  double unit_work_ = 0, capacity_ = 1, min_overhead_per_unit_ = 0, min_overhead_ = 0;
 };
 
 }  // namespace
@@ -407,20 +489,45 @@ Result<StepLowerBound> step_lower_bound(const LayerGraph& g, const Cluster& c, c
   if (lo <= max_m) take(lo);
   if (lo > 1) take(lo - 1);
   b.shares_ms = terms.capped_work();
-  b.ms = std::max(b.ms, b.shares_ms) + cost.step_overhead_ms();
+  const double plain = b.ms;
+  b.ms = std::max(plain, b.shares_ms) + cost.step_overhead_ms();
+  // Synchronous plans: at most one device runs every layer, or two do.
+  b.lone_layers_ms = terms.lone_layers();
+  const double allreduce = terms.allreduce_floor();
+  b.allreduce_ms = allreduce < kInf ? allreduce : 0;
+  double spread = b.shares_ms > 0 ? std::min(terms.one_whole_device(), std::max(b.shares_ms, allreduce)) : 0;
+  if (spread == kInf) spread = b.shares_ms;
+  b.synchronous_ms = std::max({plain, b.shares_ms, b.lone_layers_ms, spread}) + cost.step_overhead_ms();
   b.basis =
       "simulator cost model: the largest of the compute of the batch spread over the devices at their speeds, "
       "one micro-batch's forward+backward along the longest path (minimised over micro-batch counts), and the "
       "batch's compute spread with each device's share capped by the layers its memory holds and, for a device "
-      "that cannot hold the whole model, by the activations its links can move";
+      "that cannot hold the whole model, by the activations its links can move; for a synchronous plan also, per "
+      "layer, its allreduce where two devices run it or its whole batch on one device, and the links of every "
+      "device but one that runs every layer (or the whole model's allreduce)";
   return b;
 }
 
 nlohmann::json lower_bound_json(const Result<StepLowerBound>& r) {
   if (!r) return {{"error", r.error_message()}};
   const StepLowerBound& b = *r;
-  return {{"ms", b.ms},           {"work_ms", b.work_ms},           {"chain_ms", b.chain_ms},
-          {"shares_ms", b.shares_ms}, {"micro_batches", b.micro_batches}, {"basis", b.basis}};
+  return {{"ms", b.ms},
+          {"synchronous_ms", b.synchronous_ms},
+          {"work_ms", b.work_ms},
+          {"chain_ms", b.chain_ms},
+          {"shares_ms", b.shares_ms},
+          {"lone_layers_ms", b.lone_layers_ms},
+          {"allreduce_ms", b.allreduce_ms},
+          {"micro_batches", b.micro_batches},
+          {"basis", b.basis}};
+}
+
+bool is_synchronous(const Placement& p) {
+  return p.aggregation_every == 1 && p.data_parallel != DataParallelMode::hogwild;
+}
+
+double bound_for(const StepLowerBound& b, const Placement& p) {
+  return is_synchronous(p) ? b.synchronous_ms : b.ms;
 }
 
 double gap_to_bound(double step_ms, double bound_ms) { return bound_ms > 0 ? (step_ms - bound_ms) / bound_ms : 0; }

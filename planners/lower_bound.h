@@ -39,6 +39,20 @@
 //    u-work_d <= T / rho_d as well: T >= the smallest T with
 //    sum_d min(T x rate_d, B x H_d) >= B x sum_l u_l. This holds in every
 //    mode (asynchronous and FedAvg replicas included: they hold the whole model).
+//  * Synchronous placements (`synchronous_ms`: each step all-reduces every
+//    replicated group's gradients, BSP's replicas included). A layer that two
+//    devices run is in a replicated group, whose ring allreduce
+//    (CostModel::ring_allreduce_ms) ends before the step and costs at least
+//    2 x the cheapest link's fixed cost + its bytes x the cheapest per-byte
+//    cost; a layer that one device runs has all B samples there. So T >= the
+//    most over layers of the cheaper of the two (`lone_layers_ms`). And either
+//    at most one device runs every layer, so each other one runs every sample
+//    it runs only in part and its links cap it as above even where its memory
+//    holds the whole model (the least T over which device, if any, is left
+//    uncapped); or two devices run every layer, every group with parameters is
+//    replicated on both and their allreduces share each one's send queues, at
+//    most D - 1: T >= that floor for max(the largest layer's parameters, all
+//    parameters / (D - 1)) (`allreduce_ms`). Asynchronous modes have only `ms`.
 // It is not a bound on measured steps (the runtime is not the model).
 // Thread safety: a pure function.
 #pragma once
@@ -53,13 +67,20 @@ namespace tapp {
 
 struct LayerGraph;
 struct Cluster;
+struct Placement;
 class CostModel;
 
 struct StepLowerBound {
   double ms = 0;        // no placement's simulated step is shorter
+  double synchronous_ms = 0;  // no synchronous placement's (is_synchronous) is: >= ms
   double work_ms = 0;   // the work term at the bounding micro-batch count
   double chain_ms = 0;  // the chain term at that count
   double shares_ms = 0;  // the capped-shares term (0 where the caps cannot be met)
+  // Synchronous plans' terms: the most over layers of the cheaper of its
+  // allreduce and its whole batch on one device; two devices that run every
+  // layer: their allreduces (0 where fewer than two devices hold the model).
+  double lone_layers_ms = 0;
+  double allreduce_ms = 0;
   int micro_batches = 1;
   std::string basis;  // one line: what it is a bound under
 };
@@ -80,6 +101,12 @@ Result<StepLowerBound> step_lower_bound(const LayerGraph& g, const Cluster& c, c
 // {"ms", "work_ms", "chain_ms", "shares_ms", "micro_batches", "basis"}, or
 // {"error"} (schemas/job.schema.json).
 nlohmann::json lower_bound_json(const Result<StepLowerBound>& r);
+
+// Whether every step all-reduces p's replicas (aggregation_every 1, not
+// hogwild): the placements synchronous_ms bounds.
+bool is_synchronous(const Placement& p);
+// The bound that holds for p: synchronous_ms or ms.
+double bound_for(const StepLowerBound& b, const Placement& p);
 
 // (step - bound) / bound; 0 when the bound is not positive.
 double gap_to_bound(double step_ms, double bound_ms);

@@ -97,18 +97,27 @@ void print_report(const StepReport& r, std::ostream& os) {
   for (const auto& warning : r.warnings) os << "note: " << warning << "\n";
 }
 
+// The row's step over the bound that holds for its plan, less 1; none
+// without a step or a bound.
+std::optional<double> row_gap(const PlannerRow& row, const std::optional<StepLowerBound>& bound) {
+  if (!row.report.ok || !bound) return std::nullopt;
+  const double under = row.placement ? bound_for(*bound, *row.placement) : bound->synchronous_ms;
+  if (under <= 0) return std::nullopt;
+  return gap_to_bound(row.report.step_ms, under);
+}
+
 // "+12.3%" above the bound, or "-".
-std::string gap_text(const StepReport& r, const std::optional<StepLowerBound>& bound) {
-  if (!r.ok || !bound || bound->ms <= 0) return "-";
-  return "+" + fixed(100 * gap_to_bound(r.step_ms, bound->ms), 1) + "%";
+std::string gap_text(const PlannerRow& row, const std::optional<StepLowerBound>& bound) {
+  const std::optional<double> gap = row_gap(row, bound);
+  return gap ? "+" + fixed(100 * *gap, 1) + "%" : "-";
 }
 
 nlohmann::json row_json(const PlannerRow& row, const LayerGraph& g, const Cluster& c, bool timeline,
                         const std::optional<StepLowerBound>& bound) {
   nlohmann::json j;
   j["planner"] = row.name;
-  j["gap_to_bound"] = row.report.ok && bound && bound->ms > 0 ? nlohmann::json(gap_to_bound(row.report.step_ms, bound->ms))
-                                                              : nlohmann::json();
+  const std::optional<double> gap = row_gap(row, bound);
+  j["gap_to_bound"] = gap ? nlohmann::json(*gap) : nlohmann::json();
   if (auto within = planner_optimality(row.name)) j["optimal_within"] = *within;
   j["placement"] = row.placement ? placement_to_json(*row.placement, g, c) : nlohmann::json();
   if (row.placement && is_data_parallel(*row.placement))
@@ -355,7 +364,7 @@ int plan(const PlanArgs& a) {
     j["costs_skipped"] = inputs->skipped;
     if (!inputs->device_costs.empty()) j["device_costs"] = inputs->device_costs;
     j["evaluations"] = evaluator->evaluations();
-    j["lower_bound_ms"] = bound ? nlohmann::json(bound->ms) : nlohmann::json();
+    j["lower_bound_ms"] = bound ? nlohmann::json(bound->synchronous_ms) : nlohmann::json();
     j["lower_bound"] = lower_bound_json(bound_r);
     if (rows.size() == 1) {
       j.update(row_json(rows[0], graph, cluster, a.timeline, bound));
@@ -379,7 +388,8 @@ int plan(const PlanArgs& a) {
     for (const std::string& skipped : inputs->skipped) std::cout << "  (not profiled: " << skipped << ")\n";
     for (const std::string& own : inputs->device_costs) std::cout << "  costs of " << own << "\n";
     if (bound)
-      std::cout << "lower bound: " << fixed(bound->ms, 2) << " ms (" << bound->basis << ")\n";
+      std::cout << "lower bound: " << fixed(bound->synchronous_ms, 2) << " ms, " << fixed(bound->ms, 2)
+                << " ms for asynchronous replicas (" << bound->basis << ")\n";
     else
       std::cout << "lower bound: none (" << bound_r.error_message() << ")\n";
     std::cout << "\n";
@@ -391,7 +401,7 @@ int plan(const PlanArgs& a) {
         std::cout << "placement: " << describe(*r.placement, graph, cluster) << "\n  micro-batches "
                   << r.placement->micro_batches << ", schedule " << schedule_name(r.placement->schedule) << "\n";
       if (r.report.ok) print_report(r.report, std::cout);
-      if (r.report.ok && bound) std::cout << "gap to the lower bound " << gap_text(r.report, bound) << "\n";
+      if (r.report.ok && bound) std::cout << "gap to the lower bound " << gap_text(r, bound) << "\n";
       if (auto within = planner_optimality(r.name)) std::cout << r.name << ": " << *within << "\n";
     } else {
       double single = 0, best = 0;
@@ -410,9 +420,10 @@ int plan(const PlanArgs& a) {
         }
         std::cout << cell(fixed(r.report.step_ms, 2), 11)
                   << cell(single > 0 ? fixed(single / r.report.step_ms, 2) + "x" : "-", 10)
-                  << cell(fixed(r.report.comm_fraction, 2), 7) << cell(std::to_string(r.placement->micro_batches), 5)
-                  << cell(fixed(r.plan_s, 2), 9) << cell(gap_text(r.report, bound), 10) << "  "
-                  << (r.report.step_ms == best ? "* " : "") << describe(*r.placement, graph, cluster) << "\n";
+                  << cell(fixed(r.report.comm_fraction, 2), 7)
+                  << cell(std::to_string(r.placement->micro_batches), 5) << cell(fixed(r.plan_s, 2), 9)
+                  << cell(gap_text(r, bound), 10) << "  " << (r.report.step_ms == best ? "* " : "")
+                  << describe(*r.placement, graph, cluster) << "\n";
       }
       for (const auto& r : rows)
         if (auto within = planner_optimality(r.name); within && r.report.ok)
@@ -423,7 +434,7 @@ int plan(const PlanArgs& a) {
       print_al_row(*al, cluster, std::cout);
       if (al->row.report.ok)
         std::cout << "  step " << fixed(al->row.report.step_ms, 2) << " ms (simulated, vs bound "
-                  << gap_text(al->row.report, bound) << "); it trains by local losses, not backpropagation\n";
+                  << gap_text(al->row, bound) << "); it trains by local losses, not backpropagation\n";
     } else if (a.allow_al) {
       std::cout << "\nal: none (" << al_error << ")\n";
     }

@@ -1725,10 +1725,19 @@ TEST_CASE("pipelearn: clients replicate the first layers, the fastest device ser
 // Simulates ~50 plans of each of 25 random small cases (random contiguous and
 // non-contiguous, replicated walks of the move generator, dp, pipedream,
 // single, BSP) and checks the bound against every one that runs; returns how
-// many ran. `tight`: device memories around the model's training state (some
-// devices cannot hold it whole, so the shares' link caps apply) and links of
-// 0.1-20 Mbit/s. `shares_bind`: the cases whose bound is the shares term.
-int check_bound_on_random_cases(uint32_t seed, bool tight, int* shares_bind = nullptr) {
+// many ran. Each synchronous plan is held to synchronous_ms; asynchronous
+// ones (hogwild, the walks' plans averaged every 3 steps) to ms.
+// `shares_bind`: the cases whose bound is the shares term;
+// `synchronous_above`: those whose synchronous bound is above the plain one.
+enum class Squeeze {
+  none,              // narrow layers (8-256 wide), 4 GiB devices, the random cluster's links
+  memory_and_links,  // wide layers (512-2048), memories around the model's training state (some
+                     // devices cannot hold it whole, so the shares' link caps apply), 0.1-20 Mbit/s
+  links,             // wide layers, 4 GiB devices (each holds the model), 0.001-2000 Mbit/s
+};
+int check_bound_on_random_cases(uint32_t seed, Squeeze squeeze, int* shares_bind = nullptr,
+                                int* synchronous_above = nullptr) {
+  const bool wide = squeeze != Squeeze::none, tight = squeeze == Squeeze::memory_and_links;
   std::mt19937 rng(seed);
   int checked = 0;
   for (int trial = 0; trial < 25; ++trial) {
@@ -1739,7 +1748,7 @@ int check_bound_on_random_cases(uint32_t seed, bool tight, int* shares_bind = nu
     } else {
       std::vector<int64_t> widths;
       const int L = 2 + static_cast<int>(rng() % 6);
-      for (int i = 0; i < L; ++i) widths.push_back(tight ? 512 << (rng() % 3) : 8 << (rng() % 6));
+      for (int i = 0; i < L; ++i) widths.push_back(wide ? 512 << (rng() % 3) : 8 << (rng() % 6));
       g = linear_chain(widths);
     }
     const int64_t batch = 4 << (rng() % 3);
@@ -1766,8 +1775,10 @@ int check_bound_on_random_cases(uint32_t seed, bool tight, int* shares_bind = nu
     need_mb >>= 20;
     for (Device& d : cluster.devices)
       d.memory_mb = tight ? std::max<int64_t>(1, need_mb * (1 + static_cast<int64_t>(rng() % 12)) / 10) : 4096;
-    if (tight)
-      for (Link& link : cluster.links) link.bandwidth_mbps = 0.1 * (1 + rng() % 200);
+    if (wide) {
+      const double unit = tight ? 0.1 : std::pow(10.0, -3.0 + static_cast<double>(rng() % 5));
+      for (Link& link : cluster.links) link.bandwidth_mbps = unit * (1 + rng() % 200);
+    }
     Case cs(g, cluster, libs, batch, cal);
     for (int d = 0; d < D; ++d) cal.device_factor.push_back(0.8 + 0.1 * (rng() % 4));
     cs.cost = cs.cost.with_calibration(cal);
@@ -1776,6 +1787,8 @@ int check_bound_on_random_cases(uint32_t seed, bool tight, int* shares_bind = nu
     REQUIRE_MESSAGE(bound.is_ok(), bound.error_message());
     CHECK(bound->ms > 0);
     if (shares_bind && bound->shares_ms > std::max(bound->work_ms, bound->chain_ms)) ++*shares_bind;
+    CHECK(bound->synchronous_ms >= bound->ms);
+    if (synchronous_above && bound->synchronous_ms > bound->ms * (1 + 1e-9)) ++*synchronous_above;
     SimulatorEvaluator ev = cs.evaluator();
     std::vector<Placement> plans = random_placements(cs.ctx, 25);
     // Replicated pipelines from the replication moves, and whole-model data parallelism.
@@ -1788,32 +1801,70 @@ int check_bound_on_random_cases(uint32_t seed, bool tight, int* shares_bind = nu
     }
     for (const std::string& name : {"dp", "pipedream", "single"})
       if (auto planned = run_planner(name, cs.ctx, ev); planned) plans.push_back(*planned);
+    // One to three groups in layer order, each replicated on devices 0 and 1
+    // and some others, in a random ring order: two devices run every layer.
+    for (int n = 0; D >= 2 && n < 6; ++n) {
+      const int L = static_cast<int>(g.layers.size()), groups = 1 + n % 3;
+      Placement pl;
+      pl.source = "two whole devices";
+      pl.micro_batches = static_cast<int>(batch);
+      for (int l = 0; l < L; ++l) pl.layer_group.push_back(std::min(groups - 1, l * groups / L));
+      for (int k = 0; k < groups; ++k) {
+        std::vector<int> ring = {0, 1};
+        for (int d = 2; d < D; ++d)
+          if (walk() % 2) ring.push_back(d);
+        std::shuffle(ring.begin(), ring.end(), walk);
+        pl.group_device.push_back(ring[0]);
+        pl.group_replicas.emplace_back(ring.begin() + 1, ring.end());
+      }
+      plans.push_back(pl);
+    }
+    for (size_t k = 0, walks = 0, n = plans.size(); k < n; ++k)  // every fifth walk, averaged every 3 steps
+      if (plans[k].source == "walk" && walks++ % 5 == 0) {
+        plans.push_back(plans[k]);
+        plans.back().aggregation_every = 3;
+      }
     for (const Placement& pl : plans) {
       StepReport r = ev.evaluate(pl);
       if (!r.ok) continue;
-      CHECK_MESSAGE(bound->ms <= r.step_ms * (1 + 1e-9), "trial " << trial << ": bound " << bound->ms << " > step "
-                                                               << r.step_ms << " (" << pl.source << ")");
+      const double held_to = bound_for(*bound, pl);
+      CHECK(held_to == (pl.aggregation_every == 1 ? bound->synchronous_ms : bound->ms));
+      if (pl.source == "two whole devices" && pl.aggregation_every == 1)
+        CHECK(bound->allreduce_ms <= r.step_ms * (1 + 1e-9));
+      CHECK_MESSAGE(held_to <= r.step_ms * (1 + 1e-9),
+                    "trial " << trial << ": bound " << held_to << " > step " << r.step_ms << " (" << pl.source
+                             << ", aggregation_every " << pl.aggregation_every << ")");
       ++checked;
     }
     std::vector<int> all(D);
     for (int d = 0; d < D; ++d) all[d] = d;
     for (int R = 1; R <= D; ++R) {
-      StepReport r = simulate_data_parallel(cs.g, cs.c, cs.cost, batch, std::vector<int>(all.begin(), all.begin() + R));
-      if (!r.ok) continue;
-      CHECK_MESSAGE(bound->ms <= r.step_ms * (1 + 1e-9), "trial " << trial << ": bsp on " << R);
-      ++checked;
+      const std::vector<int> replicas(all.begin(), all.begin() + R);
+      StepReport r = simulate_data_parallel(cs.g, cs.c, cs.cost, batch, replicas);
+      if (r.ok) {
+        CHECK_MESSAGE(bound->synchronous_ms <= r.step_ms * (1 + 1e-9), "trial " << trial << ": bsp on " << R);
+        ++checked;
+      }
+      StepReport hogwild = simulate_data_parallel(cs.g, cs.c, cs.cost, batch, replicas, false);
+      if (hogwild.ok) {
+        CHECK(bound_for(*bound, Placement::replicas(static_cast<int>(g.layers.size()), replicas,
+                                                    DataParallelMode::hogwild)) == bound->ms);
+        CHECK_MESSAGE(bound->ms <= hogwild.step_ms * (1 + 1e-9), "trial " << trial << ": hogwild on " << R);
+        ++checked;
+      }
     }
   }
   return checked;
 }
 
 TEST_CASE("the lower bound is at most every plan's simulated step on random small cases") {
-  CHECK(check_bound_on_random_cases(5150, false) > 500);
+  CHECK(check_bound_on_random_cases(5150, Squeeze::none) > 500);
 }
 
 TEST_CASE("the lower bound is at most every plan's simulated step where devices cannot hold the model and links are slow") {
   int shares_bind = 0;
-  for (uint32_t seed : {7, 71, 711}) CHECK(check_bound_on_random_cases(seed, true, &shares_bind) > 150);
+  for (uint32_t seed : {7, 71, 711})
+    CHECK(check_bound_on_random_cases(seed, Squeeze::memory_and_links, &shares_bind) > 150);
   MESSAGE("the shares term is the bound in " << shares_bind << " of 75 cases");
   CHECK(shares_bind >= 3);  // the caps are exercised, not only the plain terms
 }
@@ -1844,6 +1895,51 @@ TEST_CASE("the bound's shares: a device that cannot hold the model, behind a slo
   auto loose = step_lower_bound(fast.g, fast.c, fast.cost, 8);
   REQUIRE(loose.is_ok());
   CHECK(loose->shares_ms < 0.9 * bound->shares_ms);
+}
+
+TEST_CASE(
+    "the lower bound is at most every plan's simulated step behind slow links: the synchronous bound rises") {
+  int synchronous_above = 0;
+  for (uint32_t seed = 2026; seed < 2046; ++seed)
+    CHECK(check_bound_on_random_cases(seed, Squeeze::links, nullptr, &synchronous_above) > 150);
+  MESSAGE("the synchronous bound is above the plain one in " << synchronous_above << " of 500 cases");
+  CHECK(synchronous_above >= 50);  // its terms are exercised, not only the plain ones
+}
+
+TEST_CASE("the synchronous bound: behind a slow link a second device helps only asynchronous replicas") {
+  // Four equal layers, 2 ms each for the batch of 8 on either device, and
+  // 0.01 Mbit/s between the two: a pipeline's activations or an allreduce of
+  // any layer's 16 KiB would take seconds.
+  LayerGraph g = linear_chain({64, 64, 64, 64});
+  Cluster c;
+  c.devices = {Device{"a"}, Device{"b"}};
+  c.links = {Link{"a", "b", 0.01, 0}, Link{"b", "a", 0.01, 0}};
+  LayerLibrary lib = test::flat_library(g, 8, 1, 1);
+  Case cs(g, c, {lib}, 8);
+  auto bound = step_lower_bound(cs.g, cs.c, cs.cost, 8);
+  REQUIRE_MESSAGE(bound.is_ok(), bound.error_message());
+  SimulatorEvaluator ev = cs.evaluator();
+  const StepReport alone = ev.evaluate(Placement::single_device(4, 0, 1));
+  REQUIRE(alone.ok);
+  CHECK(alone.step_ms == doctest::Approx(8));
+  // Both devices can hold the model, so the plain terms split the batch over them.
+  CHECK(bound->ms == doctest::Approx(4));
+  // A synchronous plan cannot: the bound is one device's step.
+  CHECK(bound->synchronous_ms > 0.98 * alone.step_ms);
+  CHECK(bound->synchronous_ms <= alone.step_ms);
+  CHECK(bound_for(*bound, Placement::replicas(4, {0, 1})) == bound->synchronous_ms);
+  // Asynchronous replicas can, which is why `ms` stays the bound for them.
+  const StepReport hogwild = simulate_data_parallel(cs.g, cs.c, cs.cost, 8, {0, 1}, false);
+  REQUIRE(hogwild.ok);
+  CHECK(hogwild.step_ms < bound->synchronous_ms);
+  CHECK(bound->ms <= hogwild.step_ms * (1 + 1e-9));
+  CHECK(bound_for(*bound, Placement::replicas(4, {0, 1}, DataParallelMode::hogwild)) == bound->ms);
+  // A fast link costs a pipeline or replicas little: the two bounds meet.
+  cs.c.links = {Link{"a", "b", 1e6, 0}, Link{"b", "a", 1e6, 0}};
+  Case fast(g, cs.c, {lib}, 8);
+  auto loose = step_lower_bound(fast.g, fast.c, fast.cost, 8);
+  REQUIRE(loose.is_ok());
+  CHECK(loose->synchronous_ms == doctest::Approx(loose->ms));
 }
 
 TEST_CASE("the lower bound is tight for one device and one micro-batch without overheads") {
