@@ -143,6 +143,7 @@ class BoundTerms {
     for (int d = 0; d < D_; ++d) overhead_[d] = 2 * cal.layer_overhead_ms * cost.inverse_speed(d);
     work_terms();
     share_caps(c);
+    cheapest_links();
   }
 
   double work(int m) const { return (batch_ * unit_work_ + L_ * m * min_overhead_per_unit_) / capacity_; }
@@ -157,10 +158,9 @@ class BoundTerms {
   // gradients) where at most one device runs every layer: each other one runs
   // each sample it runs only in part, so its links cap it as they cap a device
   // that cannot hold the model (share_caps). The least capped_work over which
-  // device, if any, is left uncapped; infinite where none adds up, 0 as
-  // capped_work.
+  // device, if any, is left uncapped; infinite where none adds up. Only where
+  // capped_work adds up.
   double one_whole_device() const {
-    if (capped_work() == 0) return 0;
     auto or_never = [&](const std::vector<double>& rate) {
       const double t = capped_work(rate);
       return t > 0 ? t : kInf;
@@ -251,17 +251,24 @@ class BoundTerms {
   // per-byte cost. 0 for no bytes; infinite with one device.
   double ring_floor(double bytes) const {
     if (bytes <= 0) return 0;
-    if (D_ < 2) return kInf;
+    return 2 * cheapest_fixed_ms_ + cheapest_ms_per_byte_ * bytes;
+  }
+
+  // The link's time per byte (the cost model's transfers are affine in the bytes).
+  double ms_per_byte(int from, int to) const {
     constexpr int64_t kProbe = int64_t{1} << 20;
-    double fixed = kInf, per_byte = kInf;
+    return (cost_.transfer_ms(from, to, kProbe) - cost_.transfer_ms(from, to, 0)) / kProbe;
+  }
+
+  // ring_floor's prices: the least fixed cost and per-byte cost over the links (infinite with one device).
+  void cheapest_links() {
+    cheapest_fixed_ms_ = cheapest_ms_per_byte_ = kInf;
     for (int from = 0; from < D_; ++from)
       for (int to = 0; to < D_; ++to)
         if (from != to) {
-          const double base = cost_.transfer_ms(from, to, 0);
-          fixed = std::min(fixed, base);
-          per_byte = std::min(per_byte, (cost_.transfer_ms(from, to, kProbe) - base) / kProbe);
+          cheapest_fixed_ms_ = std::min(cheapest_fixed_ms_, std::max(0.0, cost_.transfer_ms(from, to, 0)));
+          cheapest_ms_per_byte_ = std::min(cheapest_ms_per_byte_, std::max(0.0, ms_per_byte(from, to)));
         }
-    return 2 * std::max(0.0, fixed) + std::max(0.0, per_byte) * bytes;
   }
 
   double compute(int l, int d, int64_t s) const {
@@ -399,12 +406,11 @@ class BoundTerms {
 
   // Bytes per ms d can move at once over all its links, each way.
   double bytes_per_ms(int d) const {
-    constexpr int64_t kProbe = int64_t{1} << 20;
     double rate = 0;
     for (int k = 0; k < D_; ++k) {
       if (k == d) continue;
       for (auto [from, to] : {std::pair<int, int>{d, k}, {k, d}}) {
-        const double per_byte = (cost_.transfer_ms(from, to, kProbe) - cost_.transfer_ms(from, to, 0)) / kProbe;
+        const double per_byte = ms_per_byte(from, to);
         if (per_byte <= 0) return kInf;
         rate += 1 / per_byte;
       }
@@ -424,6 +430,7 @@ class BoundTerms {
   std::vector<double> link_rate_;  // share_caps: rate_, capped by the links even where d holds the model
   std::vector<char> whole_;        // share_caps: d's memory holds the whole model
   double unit_work_ = 0, capacity_ = 1, min_overhead_per_unit_ = 0, min_overhead_ = 0;
+  double cheapest_fixed_ms_ = 0, cheapest_ms_per_byte_ = 0;  // cheapest_links
 };
 
 }  // namespace
