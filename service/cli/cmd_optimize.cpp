@@ -25,6 +25,7 @@
 #include "core/cluster.h"  // resolve_library_paths
 #include "placer/optimize.h"
 #include "placer/policy.h"
+#include "planners/lower_bound.h"  // gap_to_bound
 #include "service/cli/commands.h"
 #include "service/cli/model_inputs.h"
 #include "service/cli/progress_bar.h"
@@ -84,7 +85,7 @@ std::string gap_text(const json& gap) {
 }
 json gap_of(const json& ms, const json& bound) {
   if (!ms.is_number() || !bound.is_number() || bound.get<double>() <= 0) return json();
-  return ms.get<double>() / bound.get<double>() - 1;
+  return gap_to_bound(ms.get<double>(), bound.get<double>());
 }
 // ", 12 fitted by moving layers" where the measurer moved layers (core/memory_fit.h); "" where it did not.
 std::string moved_text(int64_t moved) {
