@@ -1869,16 +1869,21 @@ TEST_CASE("the lower bound is at most every plan's simulated step where devices 
   CHECK(shares_bind >= 3);  // the caps are exercised, not only the plain terms
 }
 
+// g on devices a and b, linked both ways at `mbps`, every layer 1 + 1 ms for the batch of 8.
+Case pair_behind_link(const LayerGraph& g, const Device& a, const Device& b, double mbps) {
+  Cluster c;
+  c.devices = {a, b};
+  c.links = {Link{a.name, b.name, mbps, 0}, Link{b.name, a.name, mbps, 0}};
+  return Case(g, c, {test::flat_library(g, 8, 1, 1)}, 8);
+}
+
 TEST_CASE("the bound's shares: a device that cannot hold the model, behind a slow link, adds little") {
   // Four 512 x 512 layers after a 16 x 512 one (~3 MB of state each); "big"
   // holds them all, "small" one; between them 0.01 Mbit/s, so whatever part
   // small runs must cross it.
   LayerGraph g = linear_chain({512, 512, 512, 512, 512});
-  Cluster c;
-  c.devices = {Device{"big", "cpu", 1, 256}, Device{"small", "cpu", 1, 4}};
-  c.links = {Link{"big", "small", 0.01, 0}, Link{"small", "big", 0.01, 0}};
-  LayerLibrary lib = test::flat_library(g, 8, 1, 1);
-  Case cs(g, c, {lib}, 8);
+  const Device big{"big", "cpu", 1, 256}, small{"small", "cpu", 1, 4};
+  Case cs = pair_behind_link(g, big, small, 0.01);
   auto bound = step_lower_bound(cs.g, cs.c, cs.cost, 8);
   REQUIRE_MESSAGE(bound.is_ok(), bound.error_message());
   SimulatorEvaluator ev = cs.evaluator();
@@ -1890,8 +1895,7 @@ TEST_CASE("the bound's shares: a device that cannot hold the model, behind a slo
   CHECK(bound->shares_ms > 0.95 * alone.step_ms);
   CHECK(bound->ms <= alone.step_ms * (1 + 1e-9));
   // A fast link lifts the cap: the shares term falls back towards the plain work.
-  cs.c.links = {Link{"big", "small", 1e6, 0}, Link{"small", "big", 1e6, 0}};
-  Case fast(g, cs.c, {lib}, 8);
+  Case fast = pair_behind_link(g, big, small, 1e6);
   auto loose = step_lower_bound(fast.g, fast.c, fast.cost, 8);
   REQUIRE(loose.is_ok());
   CHECK(loose->shares_ms < 0.9 * bound->shares_ms);
@@ -1911,11 +1915,7 @@ TEST_CASE("the synchronous bound: behind a slow link a second device helps only 
   // 0.01 Mbit/s between the two: a pipeline's activations or an allreduce of
   // any layer's 16 KiB would take seconds.
   LayerGraph g = linear_chain({64, 64, 64, 64});
-  Cluster c;
-  c.devices = {Device{"a"}, Device{"b"}};
-  c.links = {Link{"a", "b", 0.01, 0}, Link{"b", "a", 0.01, 0}};
-  LayerLibrary lib = test::flat_library(g, 8, 1, 1);
-  Case cs(g, c, {lib}, 8);
+  Case cs = pair_behind_link(g, Device{"a"}, Device{"b"}, 0.01);
   auto bound = step_lower_bound(cs.g, cs.c, cs.cost, 8);
   REQUIRE_MESSAGE(bound.is_ok(), bound.error_message());
   SimulatorEvaluator ev = cs.evaluator();
@@ -1935,8 +1935,7 @@ TEST_CASE("the synchronous bound: behind a slow link a second device helps only 
   CHECK(bound->ms <= hogwild.step_ms * (1 + 1e-9));
   CHECK(bound_for(*bound, Placement::replicas(4, {0, 1}, DataParallelMode::hogwild)) == bound->ms);
   // A fast link costs a pipeline or replicas little: the two bounds meet.
-  cs.c.links = {Link{"a", "b", 1e6, 0}, Link{"b", "a", 1e6, 0}};
-  Case fast(g, cs.c, {lib}, 8);
+  Case fast = pair_behind_link(g, Device{"a"}, Device{"b"}, 1e6);
   auto loose = step_lower_bound(fast.g, fast.c, fast.cost, 8);
   REQUIRE(loose.is_ok());
   CHECK(loose->synchronous_ms == doctest::Approx(loose->ms));
