@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """How far the best classical plan is from the step-time lower bound, and what
-what the bound's shares and synchronous terms add (planners/lower_bound.h).
+the bound's shares and synchronous terms add (planners/lower_bound.h).
 
 usage: bench/bound_report.py DIR   (DIR holds, one per file, `tapp-cli plan M
        --devices C --planner all --json` outputs or `optimize --json` results,
@@ -18,6 +18,11 @@ import glob
 import json
 import os
 import sys
+from collections import namedtuple
+
+# One run: its name, the best classical step and its bound (ms) without the
+# shares term (`plain`), with it (`ms`) and for synchronous plans.
+Run = namedtuple("Run", "name best plain ms synchronous")
 
 
 def classical_steps(j):
@@ -29,6 +34,7 @@ def classical_steps(j):
 
 
 def runs(folder):
+    """The Runs of DIR's plan and optimize outputs that have a bound."""
     files = glob.glob(os.path.join(folder, "*.json")) + glob.glob(os.path.join(folder, "*", "*.json"))
     for f in sorted(files):
         try:
@@ -43,7 +49,7 @@ def runs(folder):
             continue
         plain = max(b["work_ms"], b["chain_ms"])
         overhead = b["ms"] - max(plain, b.get("shares_ms", 0))
-        yield os.path.relpath(f, folder)[:-5], min(steps), plain + overhead, b["ms"], b.get("synchronous_ms", b["ms"])
+        yield Run(os.path.relpath(f, folder)[:-5], min(steps), plain + overhead, b["ms"], b.get("synchronous_ms", b["ms"]))
 
 
 def main():
@@ -52,20 +58,20 @@ def main():
     rows = list(runs(sys.argv[1]))
     if not rows:
         sys.exit(f"{sys.argv[1]}: no plan outputs with a bound")
-    compare(rows, 2, 3, "the shares term raises")
-    compare(rows, 3, 4, "the synchronous terms (every classical row is synchronous) raise")
+    compare(rows, "plain", "ms", "the shares term raises")
+    compare(rows, "ms", "synchronous", "the synchronous terms (every classical row is synchronous) raise")
 
 
 def compare(rows, lower, higher, what):
-    """What the bound in column `higher` of each row adds to the one in column `lower`."""
-    raised = [r for r in rows if r[higher] > r[lower] * 1.0001]
+    """What each Run's bound `higher` (a field name) adds to its bound `lower`."""
+    pairs = [(r, getattr(r, lower), getattr(r, higher)) for r in rows]
+    raised = [(r, before, after) for r, before, after in pairs if after > before * 1.0001]
     print(f"{len(rows)} runs; {what} the bound in {len(raised)}")
-    for r in raised:
-        name, best, before, after = r[0], r[1], r[lower], r[higher]
-        print(f"  {name:28s} best {best:12.1f}  bound {before:12.1f} -> {after:12.1f} (+{100 * (after / before - 1):.1f}%)"
-              f"  gap {100 * (best / before - 1):.1f}% -> {100 * (best / after - 1):.1f}%")
-    before = sorted(r[1] / r[lower] - 1 for r in rows)
-    after = sorted(r[1] / r[higher] - 1 for r in rows)
+    for r, before, after in raised:
+        print(f"  {r.name:28s} best {r.best:12.1f}  bound {before:12.1f} -> {after:12.1f} (+{100 * (after / before - 1):.1f}%)"
+              f"  gap {100 * (r.best / before - 1):.1f}% -> {100 * (r.best / after - 1):.1f}%")
+    before = sorted(r.best / b - 1 for r, b, _ in pairs)
+    after = sorted(r.best / a - 1 for r, _, a in pairs)
     mid = len(rows) // 2
     print(f"median gap of the best classical plan to the bound: {100 * before[mid]:.1f}% -> {100 * after[mid]:.1f}%")
     room = 1 / 0.9 - 1

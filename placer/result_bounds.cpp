@@ -27,8 +27,7 @@ void add_bounds(json& result, const LayerGraph& graph, const Cluster& cluster, c
   json& rows = result["baselines"];
   for (size_t i = 0; i < baselines.size() && i < rows.size(); ++i) {
     const BaselineResult& b = baselines[i];
-    const double under = bound && b.placement ? bound_for(*bound, *b.placement) : lb;
-    rows[i]["gap_to_bound"] = gap(b.report.ok, b.report.step_ms, under);
+    rows[i]["gap_to_bound"] = gap(b.report.ok, b.report.step_ms, bound ? bound_for(*bound, b.placement) : 0);
     const auto within = planner_optimality(b.name);
     rows[i]["optimal_within"] = within ? json(*within) : json();
     if (within && b.report.ok && best_step_ms > 0)

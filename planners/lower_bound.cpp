@@ -537,6 +537,10 @@ double bound_for(const StepLowerBound& b, const Placement& p) {
   return is_synchronous(p) ? b.synchronous_ms : b.ms;
 }
 
+double bound_for(const StepLowerBound& b, const std::optional<Placement>& p) {
+  return p ? bound_for(b, *p) : b.synchronous_ms;
+}
+
 double gap_to_bound(double step_ms, double bound_ms) { return bound_ms > 0 ? (step_ms - bound_ms) / bound_ms : 0; }
 
 }  // namespace tapp

@@ -59,6 +59,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "common/status.h"
@@ -107,6 +108,8 @@ nlohmann::json lower_bound_json(const Result<StepLowerBound>& r);
 bool is_synchronous(const Placement& p);
 // The bound that holds for p: synchronous_ms or ms.
 double bound_for(const StepLowerBound& b, const Placement& p);
+// A row's: its plan's, or synchronous_ms where it found none.
+double bound_for(const StepLowerBound& b, const std::optional<Placement>& p);
 
 // (step - bound) / bound; 0 when the bound is not positive.
 double gap_to_bound(double step_ms, double bound_ms);

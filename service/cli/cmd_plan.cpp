@@ -101,7 +101,7 @@ void print_report(const StepReport& r, std::ostream& os) {
 // without a step or a bound.
 std::optional<double> row_gap(const PlannerRow& row, const std::optional<StepLowerBound>& bound) {
   if (!row.report.ok || !bound) return std::nullopt;
-  const double under = row.placement ? bound_for(*bound, *row.placement) : bound->synchronous_ms;
+  const double under = bound_for(*bound, row.placement);
   if (under <= 0) return std::nullopt;
   return gap_to_bound(row.report.step_ms, under);
 }
