@@ -25,14 +25,18 @@ std::string schedule_name(Schedule s) {
       return "interleaved_1f1b";
     case Schedule::al:
       return "al";
+    case Schedule::timed_1f1b:
+      return "timed_1f1b";
   }
   return "gpipe";
 }
 
 Result<Schedule> schedule_from_name(const std::string& name) {
-  for (Schedule s : {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved_1f1b, Schedule::al})
+  for (Schedule s : {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved_1f1b, Schedule::al,
+                     Schedule::timed_1f1b})
     if (name == schedule_name(s)) return s;
-  return Status::error("unknown schedule \"" + name + "\"; expected \"gpipe\", \"1f1b\", \"interleaved_1f1b\" or \"al\"");
+  return Status::error("unknown schedule \"" + name +
+                       "\"; expected \"gpipe\", \"1f1b\", \"interleaved_1f1b\", \"al\" or \"timed_1f1b\"");
 }
 
 std::string data_parallel_mode_name(DataParallelMode m) {
@@ -415,6 +419,7 @@ int64_t micro_batches_in_flight(Schedule schedule, int micro_batches, int stages
     case Schedule::gpipe:
       return micro_batches;
     case Schedule::one_f_one_b:
+    case Schedule::timed_1f1b:
       return std::min(micro_batches, stages);
     case Schedule::interleaved_1f1b:
       return std::min(micro_batches, stages + 1);

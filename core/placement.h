@@ -33,14 +33,19 @@ struct Cluster;
 struct Device;
 
 // gpipe: fill-drain; 1f1b: one forward one backward (PipeDream-flush);
+// timed_1f1b: 1F1B whose device orders follow the model's estimated task
+// times instead of unit steps (simulator/task_graph.h): a device that holds
+// several stages runs the task whose input is there, not one still waiting
+// on a slower device;
 // interleaved_1f1b: 1F1B over virtual stages (Megatron), for a device that
 // holds several groups: its groups take turns by micro-batch chunk.
 // al: Associated Learning (AL-FM) on a model in AL form (model/al_form.h):
 // one group per AL block; only activations and target encodings go forward,
 // no gradient goes back, and each block's backward and update follow its own
 // forward of every micro-batch (it changes the learning algorithm: a job must allow it).
-enum class Schedule { gpipe, one_f_one_b, interleaved_1f1b, al };
-std::string schedule_name(Schedule s);  // "gpipe" | "1f1b" | "interleaved_1f1b" | "al"
+enum class Schedule { gpipe, one_f_one_b, interleaved_1f1b, al, timed_1f1b };
+// "gpipe" | "1f1b" | "interleaved_1f1b" | "al" | "timed_1f1b"
+std::string schedule_name(Schedule s);
 Result<Schedule> schedule_from_name(const std::string& name);
 
 // Whether the whole model is replicated instead of pipelined, and how the

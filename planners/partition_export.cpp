@@ -210,6 +210,7 @@ std::string pippy_schedule_class(Schedule s) {
     case Schedule::gpipe:
       return "ScheduleGPipe";
     case Schedule::one_f_one_b:
+    case Schedule::timed_1f1b:  // PiPPy's 1F1B: its own order
       return "Schedule1F1B";
     case Schedule::interleaved_1f1b:
       return "ScheduleInterleaved1F1B";

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 #include <cstdint>
+#include <limits>
 
 #include "model/layer_graph.h"
 #include "core/cluster.h"
@@ -39,6 +40,12 @@ struct Scratch {
   std::vector<char> started;            // per (device, micro-batch): one of them ran
   std::vector<int> in_flight;           // per device: micro-batches started and not finished
   std::vector<int> limit;               // per device: how many it may start (in_flight_limits, widened)
+  // Timed 1F1B (estimated ms).
+  std::vector<double> ready_at;    // per compute task: when its last input arrives
+  std::vector<double> free_at;     // per device: when its last task ends
+  std::vector<double> next_start;  // per device: when it can start its next task
+  std::vector<char> stale;         // per device: next_start needs recomputing
+  std::vector<double> segment_ms;  // per segment: forward, then backward, ms per sample at speed 1
   // Segments a smaller graph did not need, kept with their vectors' capacity
   // for the next larger one (so a search loop stops allocating).
   std::vector<Segment> spare_segments;
@@ -469,6 +476,68 @@ int compute_waits(const SegmentGraph& tg, int segment, bool backward) {
   return inputs + (backward ? 1 : 0);  // a backward also waits for its own forward
 }
 
+// Per segment its forward and backward ms per sample on a device of speed 1,
+// from multiply-adds and output bytes (model/layer_library.h's estimate:
+// 20 GMAC/s, 10 GB/s; a backward twice the multiply-adds, a recomputing one
+// its forward again): what timed 1F1B's list schedule orders by.
+void estimate_segment_ms(const LayerGraph& g, const SegmentGraph& tg, Scratch& sc) {
+  sc.segment_ms.assign(2 * tg.segments.size(), 0.0);
+  for (size_t s = 0; s < tg.segments.size(); ++s) {
+    double macs = 0, bytes = 0;
+    for (int l : tg.segments[s].layers) {
+      macs += static_cast<double>(g.layers[l].macs);
+      bytes += static_cast<double>(g.layers[l].activation_bytes());
+    }
+    const double fwd = macs / 20e6 + bytes / 10e6, bwd = 2 * macs / 20e6 + bytes / 10e6;
+    sc.segment_ms[2 * s] = fwd;
+    sc.segment_ms[2 * s + 1] = bwd + (tg.segments[s].recompute ? fwd : 0.0);
+  }
+}
+
+// The edge from segment `from` to segment `to` (there is one).
+int edge_between(const SegmentGraph& tg, int from, int to) {
+  int e = tg.succ_begin[from];
+  while (tg.edges[e].to != to) ++e;
+  return e;
+}
+
+// Puts t in its device's ready list, which is kept sorted, the first by priority last.
+void add_ready(const SegmentGraph& tg, Scratch& sc, uint64_t priority, ComputeStep t) {
+  std::vector<ReadyTask>& r = sc.ready[tg.device(t.segment, t.micro_batch)];
+  r.push_back({priority, t.segment, t.micro_batch});
+  for (size_t k = r.size() - 1; k > 0 && r[k - 1].priority < r[k].priority; --k) std::swap(r[k - 1], r[k]);
+}
+
+// Timed 1F1B's start (order_1f1b keeps its own inline copy, untouched: it is
+// a search's hot path): per device no ready task and no micro-batch in flight; per (device, micro-batch) its compute
+// tasks left, none started; per compute task (forward (s, m) at s * M + m,
+// backward at (S + s) * M + m) the tasks it waits for; those that wait for
+// none ready (make_ready).
+template <typename MakeReady>
+void start_list_schedule(const SegmentGraph& tg, Scratch& sc, MakeReady&& make_ready) {
+  const int S = static_cast<int>(tg.segments.size());
+  const int M = tg.micro_batches();
+  const int D = tg.num_devices;
+  sc.ready.resize(D);
+  for (auto& r : sc.ready) r.clear();
+  sc.left.assign(static_cast<size_t>(D) * M, 0);
+  sc.started.assign(static_cast<size_t>(D) * M, 0);
+  sc.in_flight.assign(D, 0);
+  sc.waiting.resize(2 * S * M);
+  int* waiting = sc.waiting.data();
+  int* left = sc.left.data();
+  const int* device_at = tg.device_at.data();
+  for (bool backward : {false, true})
+    for (int s = 0; s < S; ++s) {
+      const int waits = compute_waits(tg, s, backward);
+      std::fill_n(waiting + ((backward ? S : 0) + s) * M, M, waits);
+      for (int m = 0; m < M; ++m) {
+        ++left[static_cast<size_t>(device_at[s * M + m]) * M + m];
+        if (waits == 0) make_ready(ComputeStep{s, m, backward});
+      }
+    }
+}
+
 // 1F1B (PipeDream-flush) and interleaved 1F1B (Megatron's virtual stages): a
 // unit-time list schedule where each device runs its first ready task by
 // priority_of (a backward before any forward) and admits a new micro-batch
@@ -578,6 +647,123 @@ bool order_1f1b(SegmentGraph& tg, Scratch& sc, bool interleaved) {
   return true;
 }
 
+// Timed 1F1B: 1F1B's list schedule (order_1f1b) over estimated times instead
+// of unit steps: a task takes the estimate_segment_ms of its segment / its
+// device's speed, a transfer its link's time, and the device that can start
+// a task first runs the first by priority_of of its tasks whose inputs are
+// there by then. In unit steps a device that holds two stages waits for a
+// backward whose gradient a slow device is still computing while a forward's
+// input is there (resnet50 at batch 4 on lan445, a plan of two replicated
+// stages: 2,353.7 ms in 1F1B, 1,596.7 ms timed); but by the estimates a
+// stage's device runs backwards back to back where 1F1B alternates, and
+// starves the next stages when the estimates miss (dp's plan of alexnet at
+// batch 8 on lan444: 343.8 ms in 1F1B, 425.4 timed), so neither replaces the
+// other. Its own loop: 1F1B's unit steps are a search's hot path.
+bool order_timed_1f1b(SegmentGraph& tg, Scratch& sc, const Cluster& c) {
+  const int S = static_cast<int>(tg.segments.size());
+  const int M = tg.micro_batches();
+  const int D = tg.num_devices;
+  const int C = 2 * S * M;
+  // An index per compute task: forward (s, m) at s * M + m, backward (s, m) at (S + s) * M + m.
+  auto id_of = [S, M](ComputeStep t) { return ((t.backward ? S : 0) + t.segment) * M + t.micro_batch; };
+  std::vector<int>& limit = sc.limit;  // core's in_flight_limits, filled by the build
+  const int64_t* sizes = tg.micro_batch_sizes.data();
+  auto task_ms = [&](ComputeStep t) {
+    const int d = tg.device(t.segment, t.micro_batch);
+    return sc.segment_ms[2 * t.segment + t.backward] * static_cast<double>(sizes[t.micro_batch]) /
+           c.devices[d].speed;
+  };
+  auto make_ready = [&](ComputeStep t) {
+    add_ready(tg, sc, priority_of(tg, sc, false, VirtualStages{}, t), t);
+  };
+  start_list_schedule(tg, sc, make_ready);
+  sc.ready_at.assign(C, 0.0);
+  sc.free_at.assign(D, 0.0);
+  int* waiting = sc.waiting.data();
+  int* left = sc.left.data();
+  char* started = sc.started.data();
+  int* in_flight = sc.in_flight.data();
+  tg.run_order.resize(C);
+  ComputeStep* out = tg.run_order.data();
+  // A task a device may start: not a forward of a micro-batch it has not
+  // started while its limit is reached.
+  auto ready_at = [&](const ReadyTask& t) {
+    return sc.ready_at[id_of({t.segment, t.micro_batch, !t.forward()})];
+  };
+  auto may_start = [&](int d, const ReadyTask& t) {
+    return in_flight[d] < limit[d] || !t.forward() || started[static_cast<size_t>(d) * M + t.micro_batch];
+  };
+  // Per device when it can start its next task (infinity: none it may start
+  // is ready), recomputed only where a pick changed its ready list or its
+  // micro-batches in flight.
+  constexpr double kNever = std::numeric_limits<double>::infinity();
+  sc.next_start.assign(D, kNever);
+  sc.stale.assign(D, 1);
+  size_t remaining = C;
+  while (remaining > 0) {
+    // The device that can start a task first (ties: the lower index).
+    int pick_device = -1;
+    double start = kNever;
+    for (int d = 0; d < D; ++d) {
+      if (sc.stale[d]) {
+        double earliest = kNever;
+        for (const ReadyTask& t : sc.ready[d])
+          if (ready_at(t) < earliest && may_start(d, t)) earliest = ready_at(t);
+        sc.next_start[d] = std::max(sc.free_at[d], earliest);
+        sc.stale[d] = 0;
+      }
+      if (sc.next_start[d] < start) start = sc.next_start[d], pick_device = d;
+    }
+    if (pick_device < 0) {
+      // Every ready forward is held back by its limit: widen the limits.
+      // With nothing ready at all the rest waits on tasks that never run: false.
+      if (std::all_of(sc.ready.begin(), sc.ready.end(), [](const auto& r) { return r.empty(); }))
+        return false;
+      for (int& l : limit) ++l;
+      std::fill(sc.stale.begin(), sc.stale.end(), 1);
+      continue;
+    }
+    // On it, the first by priority of the tasks ready by then.
+    std::vector<ReadyTask>& r = sc.ready[pick_device];
+    int at = static_cast<int>(r.size()) - 1;
+    while (!(ready_at(r[at]) <= start && may_start(pick_device, r[at]))) --at;
+    const ComputeStep pick{r[at].segment, r[at].micro_batch, !r[at].forward()};
+    r.erase(r.begin() + at);
+    // Written field by field: a step copied whole from a temporary (its bool
+    // stored as a byte, loaded back as a word) stalled on store forwarding.
+    out->segment = pick.segment;
+    out->micro_batch = pick.micro_batch;
+    out->backward = pick.backward;
+    ++out;
+    const double end = start + task_ms(pick);
+    sc.free_at[pick_device] = end;
+    sc.stale[pick_device] = 1;
+    for_each_waiter(tg, pick, [&](ComputeStep w) {
+      const int id = id_of(w), there = tg.device(w.segment, w.micro_batch);
+      double arrives = end;
+      if (there != pick_device) {  // another segment's step: a transfer brings what it reads
+        const int e = pick.backward ? edge_between(tg, w.segment, pick.segment)
+                                    : edge_between(tg, pick.segment, w.segment);
+        const int64_t bytes = tg.edges[e].bytes_per_sample * sizes[pick.micro_batch];
+        arrives += 1e3 * c.link(pick_device, there).transfer_s(bytes);
+      }
+      sc.ready_at[id] = std::max(sc.ready_at[id], arrives);
+      if (--waiting[id] == 0) {
+        make_ready(w);
+        sc.stale[there] = 1;
+      }
+    });
+    --remaining;
+    const size_t dm = static_cast<size_t>(pick_device) * M + pick.micro_batch;
+    if (!started[dm]) {
+      started[dm] = 1;
+      ++in_flight[pick_device];
+    }
+    if (--left[dm] == 0) --in_flight[pick_device];
+  }
+  return true;
+}
+
 // The task graph's orders, read off the run order: per device its compute
 // tasks; the replay order each compute task followed by its sends (the
 // transfers right after it in `tasks`), then the allreduces (they come last).
@@ -631,8 +817,14 @@ Status build_segment_graph_into(const LayerGraph& g, const Placement& p, const C
     return Status::ok();
   }
   in_flight_limits(p, g, tg.num_devices, sc.limit);
-  if (!order_1f1b(tg, sc, p.schedule == Schedule::interleaved_1f1b))  // 1f1b, interleaved, al
-    return Status::error("task graph: the schedule leaves tasks waiting on tasks that never run");
+  bool ordered;
+  if (p.schedule == Schedule::timed_1f1b) {
+    estimate_segment_ms(g, tg, sc);
+    ordered = order_timed_1f1b(tg, sc, c);
+  } else {
+    ordered = order_1f1b(tg, sc, p.schedule == Schedule::interleaved_1f1b);  // 1f1b, interleaved, al
+  }
+  if (!ordered) return Status::error("task graph: the schedule leaves tasks waiting on tasks that never run");
   return Status::ok();
 }
 

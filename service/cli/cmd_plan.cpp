@@ -473,7 +473,8 @@ void add_plan_command(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(0, 1 << 20));
   sub->add_option("--max-micro-batches", args->max_micro_batches, "largest micro-batch count planners try (default 64)")
       ->check(CLI::Range(1, 1 << 20));
-  sub->add_option("--schedule", args->schedule, "gpipe (default) | 1f1b | al (with --placement: its AL form)");
+  sub->add_option("--schedule", args->schedule,
+                  "gpipe (default) | 1f1b | timed_1f1b | al (with --placement: its AL form)");
   sub->add_flag("--allow-al", args->allow_al,
                 "also plan Associated Learning (local losses: it changes the learning algorithm): the AL form of "
                 "the best pipeline row, as its own row");

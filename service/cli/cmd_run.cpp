@@ -281,9 +281,10 @@ void add_run_command(CLI::App& app, int& exit_code) {
   sub->add_option("--input-size", args->input_size, "image side, or a sequence length (0: the model's default)");
   sub->add_option("--classes", args->classes, "number of classes (0: the model's default)");
   add_torchscript_option(*sub, args->torchscript);
-  auto* sched = sub->add_option("--schedule", args->schedule,
-                  "gpipe | 1f1b | interleaved_1f1b | al (Associated Learning: local losses, a block per group); "
-                  "default: the placement's");
+  auto* sched = sub->add_option(
+      "--schedule", args->schedule,
+      "gpipe | 1f1b | interleaved_1f1b | timed_1f1b | al (Associated Learning: local losses, a block per "
+      "group); default: the placement's");
   auto* blocks = sub->add_option("--al-blocks", args->al_blocks, "with --schedule al and no placement: blocks of about "
                                                                 "equal multiply-adds, block b on device b mod devices")
                      ->check(CLI::Range(1, 4096));

@@ -6,22 +6,22 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <nlohmann/json.hpp>
-
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 
-#include "placer/optimize.h"
 #include "core/cluster.h"
+#include "core/cluster_fingerprint.h"
 #include "model/layer_library.h"
+#include "model/profile_cache.h"
 #include "model/zoo.h"
 #include "placer/baselines.h"
+#include "placer/measurer.h"
+#include "placer/optimize.h"
+#include "simulator/calibration_store.h"
 #include "simulator/cost_model.h"
 #include "simulator/simulator_evaluator.h"
-#include "model/profile_cache.h"
-#include "core/cluster_fingerprint.h"
-#include "simulator/calibration_store.h"
 #include "tests/model/memory_profile_cache.h"
 
 using nlohmann::json;
@@ -148,6 +148,36 @@ TEST_CASE("a job's baselines also plan for 1F1B, each row keeping the faster pla
   }
   CHECK(both[2].report.ok == gpipe[2].report.ok);  // data parallelism has no pipeline schedule
   CHECK(both[2].report.step_ms == gpipe[2].report.step_ms);
+}
+
+TEST_CASE("timed 1F1B runs a plan whose device holds copies of two groups faster than 1F1B's unit steps") {
+  // resnet50 at batch 4 on a LAN cluster of five devices: the convolutions
+  // to layer4.0 copied on d2, d1, d3 (weighed 2:1:1), the rest on d3 and d4
+  // (3:1). d3 runs copies of both groups; in 1F1B's unit steps it waits for
+  // d4's gradient while a forward's input is there.
+  const LayerGraph graph = *zoo_model("resnet50");
+  Cluster cluster;
+  for (double speed : {0.206, 0.449, 0.765, 0.584, 0.225})
+    cluster.devices.push_back(Device{"d" + std::to_string(cluster.devices.size()), "cpu", 1, 8192, speed});
+  cluster.default_link.bandwidth_mbps = 33077;
+  cluster.default_link.latency_ms = 0.099;
+  const CostModel cost = *CostModel::build(graph, cluster, estimated_library(graph, 4));
+  SimulatorEvaluator evaluator(graph, cluster, cost, 4);
+  Placement two;
+  const int tail = graph.index_of("layer4.1.conv1");
+  REQUIRE(tail > 0);
+  for (int i = 0; i < static_cast<int>(graph.layers.size()); ++i) two.layer_group.push_back(i < tail ? 0 : 1);
+  two.group_device = {2, 3};
+  two.group_replicas = {{1, 3}, {4}};
+  two.group_replica_weights = {{2, 1, 1}, {3, 1}};
+  two.micro_batches = 4;
+  two.schedule = Schedule::one_f_one_b;
+  const StepReport unit = evaluator.evaluate(two);
+  two.schedule = Schedule::timed_1f1b;
+  const StepReport timed = evaluator.evaluate(two);
+  REQUIRE(unit.ok);
+  REQUIRE(timed.ok);
+  CHECK(timed.step_ms < 0.8 * unit.step_ms);
 }
 
 TEST_CASE("the baselines say which planner starts and how far through the table they are") {

@@ -132,8 +132,9 @@ Placement random_placement(const LayerGraph& g, int n, std::mt19937& rng) {
   }
   const int counts[] = {1, 2, 3, 4, 6, 12};
   p.micro_batches = std::max(counts[pick(0, 5)], most_replicas);
-  const Schedule schedules[] = {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved_1f1b};
-  p.schedule = schedules[pick(0, 2)];
+  const Schedule schedules[] = {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved_1f1b,
+                                Schedule::timed_1f1b};
+  p.schedule = schedules[pick(0, 3)];
   p.optimizer = coin(0.3) ? Optimizer::adam : Optimizer::sgd;
   p.source = "random";
   return p;
@@ -157,9 +158,9 @@ TEST_CASE("a replicated first stage (two clients, one server) trains like one de
   }
 }
 
-TEST_CASE("a replicated middle stage trains like one device, GPipe and 1F1B") {
+TEST_CASE("a replicated middle stage trains like one device, GPipe, 1F1B and timed 1F1B") {
   // d0 holds the first and the last stage; the middle one runs on d1 and d2.
-  for (Schedule s : {Schedule::gpipe, Schedule::one_f_one_b}) {
+  for (Schedule s : {Schedule::gpipe, Schedule::one_f_one_b, Schedule::timed_1f1b}) {
     INFO(schedule_name(s));
     check_hybrid_equals_single(chain_model(), 3, hybrid(kChainThreeStages, {{0}, {1, 2}, {0}}, 4, s));
   }

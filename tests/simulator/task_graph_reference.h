@@ -174,6 +174,41 @@ void order_gpipe(TaskGraph& tg) {
   for (const auto& b : bwd) tg.device_order[tg.tasks[b.second].device].push_back(b.second);
 }
 
+// A 1F1B list schedule's bookkeeping: per device the micro-batches it may
+// have in flight (limit = devices from its first segment to the end), its
+// compute tasks not yet ordered, and per micro-batch how many of them remain
+// and whether one was.
+struct ListState {
+  std::vector<int> limit, in_flight;
+  std::vector<std::vector<int>> pending, left;
+  std::vector<std::vector<bool>> started;
+  explicit ListState(const TaskGraph& tg) {
+    const int S = static_cast<int>(tg.segments.size());
+    const int M = tg.micro_batches();
+    const int D = tg.num_devices;
+    limit.assign(D, 0);
+    for (int d = 0; d < D; ++d) {
+      int first = -1;
+      for (int s = 0; s < S && first < 0; ++s)
+        if (std::count(tg.segments[s].devices.begin(), tg.segments[s].devices.end(), d) > 0) first = s;
+      if (first < 0) continue;
+      std::set<int> downstream;
+      for (int s = first; s < S; ++s)
+        downstream.insert(tg.segments[s].devices.begin(), tg.segments[s].devices.end());
+      limit[d] = static_cast<int>(downstream.size());
+    }
+    pending.assign(D, {});
+    for (int t = 0; t < static_cast<int>(tg.tasks.size()); ++t)
+      if (tg.tasks[t].kind == TaskKind::forward || tg.tasks[t].kind == TaskKind::backward)
+        pending[tg.tasks[t].device].push_back(t);
+    left.assign(D, std::vector<int>(M, 0));
+    started.assign(D, std::vector<bool>(M, false));
+    in_flight.assign(D, 0);
+    for (int d = 0; d < D; ++d)
+      for (int t : pending[d]) ++left[d][tg.tasks[t].micro_batch];
+  }
+};
+
 // 1F1B (PipeDream-flush): a unit-time list schedule where each device prefers a
 // ready backward and admits a new micro-batch only while fewer than `limit` are
 // in flight on it (limit = devices from its first segment to the end). The
@@ -183,26 +218,12 @@ void order_1f1b(TaskGraph& tg) {
   const int M = tg.micro_batches();
   const int D = tg.num_devices;
   const int T = static_cast<int>(tg.tasks.size());
-  std::vector<int> limit(D, 0);
-  for (int d = 0; d < D; ++d) {
-    int first = -1;
-    for (int s = 0; s < S && first < 0; ++s)
-      if (std::count(tg.segments[s].devices.begin(), tg.segments[s].devices.end(), d) > 0) first = s;
-    if (first < 0) continue;
-    std::set<int> downstream;
-    for (int s = first; s < S; ++s) downstream.insert(tg.segments[s].devices.begin(), tg.segments[s].devices.end());
-    limit[d] = static_cast<int>(downstream.size());
-  }
-  // Per device: its compute tasks, and per micro-batch how many of them remain.
-  std::vector<std::vector<int>> pending(D);
-  for (int t = 0; t < T; ++t)
-    if (tg.tasks[t].kind == TaskKind::forward || tg.tasks[t].kind == TaskKind::backward)
-      pending[tg.tasks[t].device].push_back(t);
-  std::vector<std::vector<int>> left(D, std::vector<int>(M, 0));
-  std::vector<std::vector<bool>> started(D, std::vector<bool>(M, false));
-  std::vector<int> in_flight(D, 0);
-  for (int d = 0; d < D; ++d)
-    for (int t : pending[d]) ++left[d][tg.tasks[t].micro_batch];
+  ListState st(tg);
+  std::vector<int>& limit = st.limit;
+  std::vector<std::vector<int>>& pending = st.pending;
+  std::vector<std::vector<int>>& left = st.left;
+  std::vector<std::vector<bool>>& started = st.started;
+  std::vector<int>& in_flight = st.in_flight;
   std::vector<int> done_step(T, -1);
   auto done_before = [&](int t, int step) {
     const Task& task = tg.tasks[t];
@@ -251,6 +272,108 @@ void order_1f1b(TaskGraph& tg) {
   }
 }
 
+// timed 1F1B: a list schedule over estimated times where each
+// device, when it is free, runs its first ready task by priority (a backward
+// before a forward, then the lowest micro-batch) and admits a new micro-batch
+// only while fewer than `limit` are in flight on it (limit = devices from its
+// first segment to the end); the device that can start first goes first. A
+// task takes its segment's multiply-adds / 20 GMAC/s + output bytes / 10 GB/s
+// per sample (twice the multiply-adds backward) / its device's speed; a
+// transfer its link's time. The recorded order comes from a feasible
+// execution, so it never deadlocks.
+void order_timed_1f1b(TaskGraph& tg, const LayerGraph& g, const Cluster& c) {
+  const int S = static_cast<int>(tg.segments.size());
+  const int M = tg.micro_batches();
+  const int D = tg.num_devices;
+  const int T = static_cast<int>(tg.tasks.size());
+  auto duration = [&](const Task& task) {
+    double macs = 0, bytes = 0;
+    for (int l : tg.segments[task.segment].layers) {
+      macs += static_cast<double>(g.layers[l].macs);
+      bytes += static_cast<double>(g.layers[l].activation_bytes());
+    }
+    const double per_sample =
+        task.kind == TaskKind::forward ? macs / 20e6 + bytes / 10e6 : 2 * macs / 20e6 + bytes / 10e6;
+    return per_sample * static_cast<double>(tg.micro_batch_sizes[task.micro_batch]) /
+           c.devices[task.device].speed;
+  };
+  ListState st(tg);
+  std::vector<int>& limit = st.limit;
+  std::vector<std::vector<int>>& pending = st.pending;
+  std::vector<std::vector<int>>& left = st.left;
+  std::vector<std::vector<bool>>& started = st.started;
+  std::vector<int>& in_flight = st.in_flight;
+  std::vector<double> end(T, -1.0);  // compute tasks scheduled so far: when they end
+  std::vector<double> free_at(D, 0.0);
+  // When task t's inputs are all there, or -1 while one is not scheduled yet.
+  auto ready_at = [&](int t) {
+    double at = 0;
+    for (int x : tg.deps(tg.tasks[t])) {
+      const Task& dep = tg.tasks[x];
+      const bool transfer =
+          dep.kind == TaskKind::transfer_activation || dep.kind == TaskKind::transfer_gradient;
+      const int producer = transfer ? tg.deps(dep)[0] : x;
+      if (end[producer] < 0) return -1.0;
+      double arrives = end[producer];
+      if (transfer) arrives += 1e3 * c.link(dep.device, dep.to_device).transfer_s(dep.bytes);
+      at = std::max(at, arrives);
+    }
+    return at;
+  };
+  auto may_start = [&](int d, int t) {
+    const Task& task = tg.tasks[t];
+    return task.kind == TaskKind::backward || started[d][task.micro_batch] || in_flight[d] < limit[d];
+  };
+  tg.device_order.assign(D, {});
+  size_t remaining = 0;
+  for (auto& p : pending) remaining += p.size();
+  while (remaining > 0) {
+    int device = -1;
+    double start = 0;
+    bool any_ready = false;
+    for (int d = 0; d < D; ++d)
+      for (int t : pending[d]) {
+        const double at = ready_at(t);
+        if (at < 0) continue;
+        any_ready = true;
+        if (!may_start(d, t)) continue;
+        const double s = std::max(free_at[d], at);
+        if (device < 0 || s < start || (s == start && d < device)) device = d, start = s;
+      }
+    if (device < 0) {
+      // Every ready forward is held back by its limit: widen the limits.
+      if (!any_ready) return;  // tasks wait on tasks that never run: the orders then differ
+      for (int& l : limit) ++l;
+      continue;
+    }
+    int pick = -1;
+    bool pick_bwd = false;
+    for (int t : pending[device]) {
+      const double at = ready_at(t);
+      if (at < 0 || at > start || !may_start(device, t)) continue;
+      const bool bwd = tg.tasks[t].kind == TaskKind::backward;
+      auto key = [&](int id) {
+        return std::make_pair(tg.tasks[id].micro_batch, tg.tasks[id].segment * (bwd ? -1 : 1));
+      };
+      if (pick < 0 || (bwd && !pick_bwd) || (bwd == pick_bwd && key(t) < key(pick))) {
+        pick = t;
+        pick_bwd = bwd;
+      }
+    }
+    const Task& task = tg.tasks[pick];
+    end[pick] = start + duration(task);
+    free_at[device] = end[pick];
+    tg.device_order[device].push_back(pick);
+    pending[device].erase(std::find(pending[device].begin(), pending[device].end(), pick));
+    --remaining;
+    if (!started[device][task.micro_batch]) {
+      started[device][task.micro_batch] = true;
+      ++in_flight[device];
+    }
+    if (--left[device][task.micro_batch] == 0) --in_flight[device];
+  }
+}
+
 }  // namespace
 
 inline std::vector<int> boundary_layers(const LayerGraph& g, const TaskGraph& tg, int from, int to) {
@@ -275,6 +398,8 @@ inline Result<TaskGraph> build_task_graph(const LayerGraph& g, const Placement& 
   add_tasks(g, tg);
   if (p.schedule == Schedule::gpipe)
     order_gpipe(tg);
+  else if (p.schedule == Schedule::timed_1f1b)
+    order_timed_1f1b(tg, g, c);
   else
     order_1f1b(tg);
   return tg;

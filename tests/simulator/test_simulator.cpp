@@ -501,11 +501,16 @@ TEST_CASE("the buffer-reusing task-graph builder matches the reference builder t
   for (const LayerGraph& g : {chain(7), branchy()}) {
     Cluster c = devices(3);
     for (int trial = 0; trial < 150; ++trial) {
+      // Timed 1F1B orders by estimated times: devices of other speeds, links of other bandwidths.
+      for (Device& d : c.devices) d.speed = std::vector<double>{0.05, 0.5, 1, 4}[rng() % 4];
+      c.default_link.bandwidth_mbps = std::vector<double>{1e-3, 1, 1e12}[rng() % 3];
+      c.default_link.latency_ms = rng() % 2 ? 0.0 : 0.5;
       Placement p;
       p.group_device = {0, 1, 2};
       for (size_t i = 0; i < g.layers.size(); ++i) p.layer_group.push_back(static_cast<int>(rng() % 3));
       p.micro_batches = 1 + static_cast<int>(rng() % 5);
-      p.schedule = rng() % 2 ? Schedule::gpipe : Schedule::one_f_one_b;
+      p.schedule =
+          std::vector<Schedule>{Schedule::gpipe, Schedule::one_f_one_b, Schedule::timed_1f1b}[rng() % 3];
       auto ref = reference::build_task_graph(g, p, c, 9);
       auto fresh = build_task_graph(g, p, c, 9);
       REQUIRE(ref.is_ok());

@@ -351,3 +351,41 @@ TEST_CASE("random placements with replicas and several groups per device run wit
   CHECK(with_replicas > 100);
   CHECK(shared_devices > 200);
 }
+
+TEST_CASE(
+    "timed 1f1b orders a device by estimated times: a gradient that is there before one a slow device "
+    "computes") {
+  // Layer 0 on d0, d1, d2 (micro-batch m on m % 3), layer 1 on the slow d3
+  // and d2 (m % 2): micro-batch 0 of layer 0 runs on d0 and its layer 1 on
+  // d3, micro-batch 3 on d0 and d2. 1F1B's unit steps (every task one step)
+  // have d0 wait for micro-batch 0's gradient, the lower micro-batch, first.
+  LayerGraph g = chain(2);
+  Cluster c = devices(4);
+  c.devices[3].speed = 0.05;
+  const Placement p = replicated({0, 1}, {{0, 1, 2}, {3, 2}}, 4, Schedule::timed_1f1b);
+  auto order = [](const TaskGraph& tg, int d) {
+    std::string s;
+    for (int t : tg.device_order[d]) {
+      const Task& x = tg.tasks[t];
+      s += (x.kind == TaskKind::forward ? " F" : " B") + std::to_string(x.segment) + "m" +
+           std::to_string(x.micro_batch);
+    }
+    return s;
+  };
+  auto timed = build_task_graph(g, p, c, 4);
+  REQUIRE(timed.is_ok());
+  CHECK(order(*timed, 0) == " F0m0 F0m3 B0m3 B0m0");
+  CHECK(order(*timed, 2) == " F0m2 F1m1 B1m1 F1m3 B1m3 B0m2");
+  CHECK(order(*timed, 3) == " F1m0 B1m0 F1m2 B1m2");
+  CHECK(runs_without_deadlock(*timed));
+  Placement unit = p;
+  unit.schedule = Schedule::one_f_one_b;
+  auto stepped = build_task_graph(g, unit, c, 4);
+  REQUIRE(stepped.is_ok());
+  CHECK(order(*stepped, 0) == " F0m0 F0m3 B0m0 B0m3");
+  // With every device equally fast the timed order is 1F1B's.
+  c.devices[3].speed = 1;
+  timed = build_task_graph(g, p, c, 4);
+  REQUIRE(timed.is_ok());
+  for (int d = 0; d < 4; ++d) CHECK(order(*timed, d) == order(*stepped, d));
+}
