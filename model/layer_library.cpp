@@ -113,17 +113,23 @@ LayerLibrary library_skeleton(const LayerGraph& graph) {
   return lib;
 }
 
+EstimatedMs estimated_layer_ms(int64_t macs, int64_t activation_bytes, int64_t samples, double gmacs_per_s,
+                               int threads) {
+  const double t = threads > 0 ? threads : 1;
+  const double compute_s = static_cast<double>(macs) * samples / (gmacs_per_s * 1e9 * t);
+  const double memory_s = static_cast<double>(activation_bytes) * samples / (kBytesPerSecondPerThread * t);
+  return {(compute_s + memory_s) * 1e3, (2 * compute_s + memory_s) * 1e3};
+}
+
 LayerLibrary estimated_library(const LayerGraph& graph, int64_t batch_size, double gmacs_per_s, int threads) {
   LayerLibrary lib = library_skeleton(graph);
   lib.batch_size = batch_size;
   lib.threads = threads;
   lib.measured = false;
-  const double t = threads > 0 ? threads : 1;
   for (auto& r : lib.rows) {
-    double compute_s = static_cast<double>(r.macs) * batch_size / (gmacs_per_s * 1e9 * t);
-    double memory_s = static_cast<double>(r.activation_bytes) * batch_size / (kBytesPerSecondPerThread * t);
-    r.forward_ms = (compute_s + memory_s) * 1e3;
-    r.backward_ms = (2 * compute_s + memory_s) * 1e3;  // grads w.r.t. input and weights
+    const EstimatedMs ms = estimated_layer_ms(r.macs, r.activation_bytes, batch_size, gmacs_per_s, threads);
+    r.forward_ms = ms.forward;
+    r.backward_ms = ms.backward;
   }
   lib.whole_step_ms = lib.total_forward_ms() + lib.total_backward_ms();
   lib.sum_to_step_ratio = 1.0;

@@ -56,6 +56,16 @@ LayerLibrary library_skeleton(const LayerGraph& graph);
 LayerLibrary estimated_library(const LayerGraph& graph, int64_t batch_size, double gmacs_per_s = 20.0,
                                int threads = 1);
 
+// The rule estimated_library times each layer by, for `samples`: its
+// multiply-adds at `gmacs_per_s` a thread and its output bytes at 10 GB/s a
+// thread, forward once and backward twice the multiply-adds (gradients for
+// the input and the weights). Timed 1F1B orders by it too (simulator/task_graph.h).
+struct EstimatedMs {
+  double forward = 0, backward = 0;
+};
+EstimatedMs estimated_layer_ms(int64_t macs, int64_t activation_bytes, int64_t samples,
+                               double gmacs_per_s = 20.0, int threads = 1);
+
 // The micro-batch sizes a cost model for `batch` is profiled at: 1, 2, 4, ...
 // below the batch, then the batch itself (the micro-batch sizes of splitting
 // it into 2^k parts, which the planners and the search use).

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "model/layer_graph.h"
+#include "model/layer_library.h"
 #include "core/cluster.h"
 
 namespace tapp {
@@ -477,18 +478,17 @@ int compute_waits(const SegmentGraph& tg, int segment, bool backward) {
 }
 
 // Per segment its forward and backward ms per sample on a device of speed 1,
-// from multiply-adds and output bytes (model/layer_library.h's estimate:
-// 20 GMAC/s, 10 GB/s; a backward twice the multiply-adds, a recomputing one
-// its forward again): what timed 1F1B's list schedule orders by.
+// by model/layer_library.h's estimate (estimated_layer_ms; a recomputing
+// backward runs its forward again): what timed 1F1B's list schedule orders by.
 void estimate_segment_ms(const LayerGraph& g, const SegmentGraph& tg, Scratch& sc) {
   sc.segment_ms.assign(2 * tg.segments.size(), 0.0);
   for (size_t s = 0; s < tg.segments.size(); ++s) {
-    double macs = 0, bytes = 0;
+    double fwd = 0, bwd = 0;
     for (int l : tg.segments[s].layers) {
-      macs += static_cast<double>(g.layers[l].macs);
-      bytes += static_cast<double>(g.layers[l].activation_bytes());
+      const EstimatedMs ms = estimated_layer_ms(g.layers[l].macs, g.layers[l].activation_bytes(), 1);
+      fwd += ms.forward;
+      bwd += ms.backward;
     }
-    const double fwd = macs / 20e6 + bytes / 10e6, bwd = 2 * macs / 20e6 + bytes / 10e6;
     sc.segment_ms[2 * s] = fwd;
     sc.segment_ms[2 * s + 1] = bwd + (tg.segments[s].recompute ? fwd : 0.0);
   }

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "model/layer_graph.h"
+#include "model/layer_library.h"
 #include "core/cluster.h"
 #include "simulator/task_graph.h"
 
@@ -277,9 +278,8 @@ void order_1f1b(TaskGraph& tg) {
 // before a forward, then the lowest micro-batch) and admits a new micro-batch
 // only while fewer than `limit` are in flight on it (limit = devices from its
 // first segment to the end); the device that can start first goes first. A
-// task takes its segment's multiply-adds / 20 GMAC/s + output bytes / 10 GB/s
-// per sample (twice the multiply-adds backward) / its device's speed; a
-// transfer its link's time. The recorded order comes from a feasible
+// task takes its layers' estimated_layer_ms (model/layer_library.h) per
+// sample / its device's speed; a transfer its link's time. The recorded order comes from a feasible
 // execution, so it never deadlocks.
 void order_timed_1f1b(TaskGraph& tg, const LayerGraph& g, const Cluster& c) {
   const int S = static_cast<int>(tg.segments.size());
@@ -287,15 +287,12 @@ void order_timed_1f1b(TaskGraph& tg, const LayerGraph& g, const Cluster& c) {
   const int D = tg.num_devices;
   const int T = static_cast<int>(tg.tasks.size());
   auto duration = [&](const Task& task) {
-    double macs = 0, bytes = 0;
+    double per_sample = 0;
     for (int l : tg.segments[task.segment].layers) {
-      macs += static_cast<double>(g.layers[l].macs);
-      bytes += static_cast<double>(g.layers[l].activation_bytes());
+      const EstimatedMs ms = estimated_layer_ms(g.layers[l].macs, g.layers[l].activation_bytes(), 1);
+      per_sample += task.kind == TaskKind::forward ? ms.forward : ms.backward;
     }
-    const double per_sample =
-        task.kind == TaskKind::forward ? macs / 20e6 + bytes / 10e6 : 2 * macs / 20e6 + bytes / 10e6;
-    return per_sample * static_cast<double>(tg.micro_batch_sizes[task.micro_batch]) /
-           c.devices[task.device].speed;
+    return per_sample * static_cast<double>(tg.micro_batch_sizes[task.micro_batch]) / c.devices[task.device].speed;
   };
   ListState st(tg);
   std::vector<int>& limit = st.limit;
