@@ -44,8 +44,6 @@ struct Scratch {
   // Timed 1F1B (estimated ms).
   std::vector<double> ready_at;    // per compute task: when its last input arrives
   std::vector<double> free_at;     // per device: when its last task ends
-  std::vector<double> next_start;  // per device: when it can start its next task
-  std::vector<char> stale;         // per device: next_start needs recomputing
   std::vector<double> segment_ms;  // per segment: forward, then backward, ms per sample at speed 1
   // Segments a smaller graph did not need, kept with their vectors' capacity
   // for the next larger one (so a search loop stops allocating).
@@ -693,26 +691,22 @@ bool order_timed_1f1b(SegmentGraph& tg, Scratch& sc, const Cluster& c) {
   auto may_start = [&](int d, const ReadyTask& t) {
     return in_flight[d] < limit[d] || !t.forward() || started[static_cast<size_t>(d) * M + t.micro_batch];
   };
-  // Per device when it can start its next task (infinity: none it may start
-  // is ready), recomputed only where a pick changed its ready list or its
-  // micro-batches in flight.
+  // When device d can start its next task (infinity: none it may start is ready).
   constexpr double kNever = std::numeric_limits<double>::infinity();
-  sc.next_start.assign(D, kNever);
-  sc.stale.assign(D, 1);
+  auto next_start = [&](int d) {
+    double earliest = kNever;
+    for (const ReadyTask& t : sc.ready[d])
+      if (ready_at(t) < earliest && may_start(d, t)) earliest = ready_at(t);
+    return std::max(sc.free_at[d], earliest);
+  };
   size_t remaining = C;
   while (remaining > 0) {
     // The device that can start a task first (ties: the lower index).
     int pick_device = -1;
     double start = kNever;
     for (int d = 0; d < D; ++d) {
-      if (sc.stale[d]) {
-        double earliest = kNever;
-        for (const ReadyTask& t : sc.ready[d])
-          if (ready_at(t) < earliest && may_start(d, t)) earliest = ready_at(t);
-        sc.next_start[d] = std::max(sc.free_at[d], earliest);
-        sc.stale[d] = 0;
-      }
-      if (sc.next_start[d] < start) start = sc.next_start[d], pick_device = d;
+      const double d_start = next_start(d);
+      if (d_start < start) start = d_start, pick_device = d;
     }
     if (pick_device < 0) {
       // Every ready forward is held back by its limit: widen the limits.
@@ -720,7 +714,6 @@ bool order_timed_1f1b(SegmentGraph& tg, Scratch& sc, const Cluster& c) {
       if (std::all_of(sc.ready.begin(), sc.ready.end(), [](const auto& r) { return r.empty(); }))
         return false;
       for (int& l : limit) ++l;
-      std::fill(sc.stale.begin(), sc.stale.end(), 1);
       continue;
     }
     // On it, the first by priority of the tasks ready by then.
@@ -737,7 +730,6 @@ bool order_timed_1f1b(SegmentGraph& tg, Scratch& sc, const Cluster& c) {
     ++out;
     const double end = start + task_ms(pick);
     sc.free_at[pick_device] = end;
-    sc.stale[pick_device] = 1;
     for_each_waiter(tg, pick, [&](ComputeStep w) {
       const int id = id_of(w), there = tg.device(w.segment, w.micro_batch);
       double arrives = end;
@@ -748,10 +740,7 @@ bool order_timed_1f1b(SegmentGraph& tg, Scratch& sc, const Cluster& c) {
         arrives += 1e3 * c.link(pick_device, there).transfer_s(bytes);
       }
       sc.ready_at[id] = std::max(sc.ready_at[id], arrives);
-      if (--waiting[id] == 0) {
-        make_ready(w);
-        sc.stale[there] = 1;
-      }
+      if (--waiting[id] == 0) make_ready(w);
     });
     --remaining;
     const size_t dm = static_cast<size_t>(pick_device) * M + pick.micro_batch;
