@@ -10,9 +10,10 @@
 // measurer keeps the best), and *stop early* on the time budget, cancel, or
 // when nothing improved for `patience` iterations. A search from trained
 // networks first scores their zero-shot plan and climbs from it
-// (zero_shot_climb). Then the policy's greedy placement, and the refinement
-// of the best by iterated local search (placer/refine.h) through the same
-// measurer, reported apart.
+// (zero_shot_climb). Then the policy's greedy placement, plans of known
+// shapes (turn_variants; two stages on each speed_order_splits, the cut
+// searched), and the refinement of the best by iterated local search
+// (placer/refine.h) through the same measurer, reported apart.
 // The first policy may also choose data parallelism (a replica per allocated
 // device); restarted ones search pipelines only.
 // Data flow: LayerGraph + Cluster -> features -> Policy -> Placement ->
@@ -21,6 +22,7 @@
 // only; `progress` is called on this thread.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <functional>
 #include <limits>
@@ -242,6 +244,21 @@ std::vector<Placement> turn_variants(const LayerTotals& totals, const DeviceTrai
 std::vector<Placement> two_replicated_stages(const LayerTotals& totals, const DeviceTraits& devices,
                                              const std::vector<bool>& allowed, int micro_batches,
                                              Schedule schedule);
+
+// Where the policy may replicate stages, the search ends by searching, on each
+// of these, the cut of two stages whose step is least (two_stage_plan): the
+// device sets of two stages that split the m fastest allowed devices in
+// speed order (m = 2 .. all): the k fastest (k = 1 .. m - 1) on one stage and
+// the rest on the other, either stage first; the first stage's replicas
+// slowest first, the second's fastest first, so that round-robin hands the
+// micro-batch of the first stage's slowest replica to the second's fastest.
+std::vector<std::array<std::vector<int>, 2>> speed_order_splits(const DeviceTraits& devices,
+                                                                const std::vector<bool>& allowed);
+
+// Layers [0, cut) on `stage[0]`, the rest on `stage[1]` (each stage's first
+// device its group's own, the rest its replicas).
+Placement two_stage_plan(int layers, const std::array<std::vector<int>, 2>& stage, int cut, int micro_batches,
+                         Schedule schedule);
 
 // Supervised steps (and their Adam rate) that make a plan a policy's mode (a
 // warm start's classical plan); tests/placer checks that they do on random problems.

@@ -809,6 +809,74 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "speed-order splits: the k fastest of the m fastest on one stage, the rest on the other, either first") {
+  DeviceTraits d;
+  d.compute = {1, 3, 2, 0.5};  // fastest first: 1, 2, 0, 3
+  using Split = std::array<std::vector<int>, 2>;
+  const std::vector<Split> splits = speed_order_splits(d, {});
+  CHECK(splits.size() == 2 * (1 + 2 + 3));  // m = 2, 3, 4; k = 1 .. m - 1; either stage first
+  auto has = [&](const std::vector<Split>& in, const Split& s) {
+    return std::count(in.begin(), in.end(), s) == 1;
+  };
+  // The first stage's replicas slowest first, the second's fastest first.
+  CHECK(has(splits, {{{1}, {2}}}));
+  CHECK(has(splits, {{{2}, {1}}}));
+  CHECK(has(splits, {{{2, 1}, {0, 3}}}));
+  CHECK(has(splits, {{{3, 0}, {1, 2}}}));
+  CHECK(has(splits, {{{0, 2, 1}, {3}}}));
+  CHECK(has(splits, {{{3}, {1, 2, 0}}}));
+  CHECK_FALSE(has(splits, {{{1}, {0}}}));  // not in speed order: 2 is faster than 0
+  // A device not allowed is on no stage; one device has nothing to split.
+  const std::vector<Split> without_2 = speed_order_splits(d, {true, true, false, true});
+  CHECK(without_2.size() == 2 * (1 + 2));
+  CHECK(has(without_2, {{{0, 1}, {3}}}));
+  CHECK(speed_order_splits(d, {false, true, false, false}).empty());
+  // The plan of a split: layers before the cut on the first stage's devices.
+  const Placement p = two_stage_plan(6, {{{3, 0}, {1, 2}}}, 4, 2, Schedule::one_f_one_b);
+  CHECK(p.layer_group == std::vector<int>{0, 0, 0, 0, 1, 1});
+  CHECK(p.devices_of_group(0) == std::vector<int>{3, 0});
+  CHECK(p.devices_of_group(1) == std::vector<int>{1, 2});
+  CHECK(p.micro_batches == 2);
+  CHECK(p.schedule == Schedule::one_f_one_b);
+}
+
+TEST_CASE("the search ends by searching the cut of two stages on each speed-order split") {
+  LayerGraph g = chain_graph(12);  // 24 layers of cost 1 to the fake evaluator
+  Cluster c = equal_cluster(3);
+  c.devices[1].speed = 2.2;  // fastest first: 1, 2, 0; no two cuts balance any pair alike
+  c.devices[2].speed = 1.7;
+  const auto splits = speed_order_splits(device_traits(c), {});
+  REQUIRE(splits.size() == 6);
+  // The fake evaluator sees each stage's first device: its step is least at
+  // the cut that balances their loads, which the search should reach.
+  auto best_cut = [&](const std::array<std::vector<int>, 2>& split) {
+    const double first = c.devices[split[0][0]].speed, second = c.devices[split[1][0]].speed;
+    std::vector<double> load;
+    for (int cut = 1; cut < 24; ++cut) load.push_back(std::max(cut / first, (24 - cut) / second));
+    const auto least = std::min_element(load.begin(), load.end());
+    REQUIRE(std::count(load.begin(), load.end(), *least) == 1);
+    return static_cast<int>(least - load.begin()) + 1;
+  };
+  auto reaches_every_best_cut = [&](bool replicate_stages) {
+    SearchOptions o = restarting_search(0);
+    o.restart_after = 0;
+    o.replicate_stages = replicate_stages;
+    const SearchProposals proposed = proposals_of(g, c, o);
+    return std::all_of(splits.begin(), splits.end(), [&](const auto& split) {
+      const Placement plan = two_stage_plan(24, split, best_cut(split), 1, Schedule::gpipe);
+      auto is_plan = [&](const Placement& p) {
+        return p.layer_group == plan.layer_group && p.devices_of_group(0) == split[0] &&
+               p.devices_of_group(1) == split[1];
+      };  // measured after the policy, unless its own search had (the measurer's memo)
+      return std::any_of(proposed.during.begin(), proposed.during.end(), is_plan) ||
+             std::any_of(proposed.after.begin(), proposed.after.end(), is_plan);
+    });
+  };
+  CHECK(reaches_every_best_cut(true));
+  CHECK_FALSE(reaches_every_best_cut(false));  // no replicas: no split of several devices a stage
+}
+
+TEST_CASE(
     "two replicated stages: cut at shares of the compute and at the least activation, devices dealt by "
     "share") {
   LayerTotals t;
@@ -903,7 +971,8 @@ TEST_CASE("restart 7 measures every plan of two replicated stages and imitates t
   CHECK(proposes_all(7));
 }
 
-// Each plan a search proposes, in order, with and without restart_around_best.
+// Each plan a search proposes during its iterations (not the plans it
+// measures once they are done), in order, with and without restart_around_best.
 struct RestartProposals {
   std::vector<Placement> on, off;
 };
@@ -912,11 +981,14 @@ static RestartProposals restart_proposals(const LayerGraph& g, const Cluster& c,
   RestartProposals out;
   for (bool around_best : {true, false}) {
     FakeEvaluator fake(cost, c);
-    std::vector<Placement>& seen = around_best ? out.on : out.off;
-    WatchedEvaluator ev(fake, [&](const Placement& p) { seen.push_back(p); });
+    std::vector<std::pair<int, Placement>> seen;  // each with the last iteration reported before it
+    int iteration = 0;
+    WatchedEvaluator ev(fake, [&](const Placement& p) { seen.emplace_back(iteration, p); });
     o.restart_around_best = around_best;
-    SearchResult r = search(g, c, ev, o, nullptr);
+    SearchResult r = search(g, c, ev, o, [&](const SearchProgress& p) { iteration = p.iteration; });
     REQUIRE(r.restarts == o.max_restarts);
+    for (auto& [at, p] : seen)
+      if (at < r.iterations) (around_best ? out.on : out.off).push_back(std::move(p));
   }
   return out;
 }
