@@ -660,16 +660,8 @@ std::vector<Placement> two_replicated_stages(const LayerTotals& totals, const De
     const double first_share = boundary_position(at, cut);
     for (size_t m = 2; m <= order.size(); ++m) {
       const std::vector<int> fastest(order.begin(), order.begin() + m);
-      for (const auto& stage_devices : ways_to_deal(devices, fastest, first_share)) {
-        Placement p = Placement::single_device(L, stage_devices[0][0], micro_batches);
-        p.schedule = schedule;
-        p.source = "policy";
-        std::fill(p.layer_group.begin() + cut, p.layer_group.end(), p.add_group(stage_devices[1][0]));
-        p.group_replicas.resize(2);
-        for (int s = 0; s < 2; ++s)
-          p.group_replicas[s].assign(stage_devices[s].begin() + 1, stage_devices[s].end());
-        plans.push_back(std::move(p));
-      }
+      for (const auto& stage_devices : ways_to_deal(devices, fastest, first_share))
+        plans.push_back(two_stage_plan(L, stage_devices, cut, micro_batches, schedule));
     }
   }
   return plans;
@@ -683,8 +675,8 @@ std::vector<std::array<std::vector<int>, 2>> speed_order_splits(const DeviceTrai
     for (size_t k = 1; k < m; ++k) {
       std::vector<int> fast(order.begin(), order.begin() + k), slow(order.begin() + k, order.begin() + m);
       for (bool fast_first : {true, false}) {
-        std::array<std::vector<int>, 2> stage = fast_first ? std::array<std::vector<int>, 2>{fast, slow}
-                                                           : std::array<std::vector<int>, 2>{slow, fast};
+        std::array<std::vector<int>, 2> stage = {fast, slow};
+        if (!fast_first) std::swap(stage[0], stage[1]);
         std::reverse(stage[0].begin(), stage[0].end());
         splits.push_back(std::move(stage));
       }

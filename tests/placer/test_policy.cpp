@@ -623,8 +623,9 @@ struct SearchProposals {
   SearchResult result;
   std::vector<Placement> during, after;
 };
-static SearchProposals proposals_of(const LayerGraph& g, const Cluster& c, const SearchOptions& o) {
-  FakeEvaluator fake(std::vector<double>(24, 1.0), c);
+static SearchProposals proposals_of(const LayerGraph& g, const Cluster& c, const SearchOptions& o,
+                                    const std::vector<double>& cost = std::vector<double>(24, 1.0)) {
+  FakeEvaluator fake(cost, c);
   std::vector<std::pair<int, Placement>> seen;  // each with the last iteration reported before it
   int iteration = 0;
   WatchedEvaluator ev(fake, [&](const Placement& p) { seen.emplace_back(iteration, p); });
@@ -980,15 +981,10 @@ static RestartProposals restart_proposals(const LayerGraph& g, const Cluster& c,
                                           const std::vector<double>& cost, SearchOptions o) {
   RestartProposals out;
   for (bool around_best : {true, false}) {
-    FakeEvaluator fake(cost, c);
-    std::vector<std::pair<int, Placement>> seen;  // each with the last iteration reported before it
-    int iteration = 0;
-    WatchedEvaluator ev(fake, [&](const Placement& p) { seen.emplace_back(iteration, p); });
     o.restart_around_best = around_best;
-    SearchResult r = search(g, c, ev, o, [&](const SearchProgress& p) { iteration = p.iteration; });
-    REQUIRE(r.restarts == o.max_restarts);
-    for (auto& [at, p] : seen)
-      if (at < r.iterations) (around_best ? out.on : out.off).push_back(std::move(p));
+    SearchProposals proposed = proposals_of(g, c, o, cost);
+    REQUIRE(proposed.result.restarts == o.max_restarts);
+    (around_best ? out.on : out.off) = std::move(proposed.during);
   }
   return out;
 }
