@@ -506,11 +506,11 @@ void add_ready(const SegmentGraph& tg, Scratch& sc, uint64_t priority, ComputeSt
   for (size_t k = r.size() - 1; k > 0 && r[k - 1].priority < r[k].priority; --k) std::swap(r[k - 1], r[k]);
 }
 
-// Timed 1F1B's start (order_1f1b keeps its own inline copy, untouched: it is
-// a search's hot path): per device no ready task and no micro-batch in flight; per (device, micro-batch) its compute
-// tasks left, none started; per compute task (forward (s, m) at s * M + m,
-// backward at (S + s) * M + m) the tasks it waits for; those that wait for
-// none ready (make_ready).
+// A list schedule's start (order_1f1b, order_timed_1f1b): per device no
+// ready task and no micro-batch in flight; per (device, micro-batch) its
+// compute tasks left, none started; per compute task (forward (s, m) at
+// s * M + m, backward at (S + s) * M + m) the tasks it waits for; those that
+// wait for none ready (make_ready).
 template <typename MakeReady>
 void start_list_schedule(const SegmentGraph& tg, Scratch& sc, MakeReady&& make_ready) {
   const int S = static_cast<int>(tg.segments.size());
@@ -563,33 +563,12 @@ bool order_1f1b(SegmentGraph& tg, Scratch& sc, bool interleaved) {
   if (tg.schedule == Schedule::al)
     for (int& l : limit) l = std::min(l, 1);
   const VirtualStages v = interleaved ? virtual_stages(tg, sc.virtual_stage) : VirtualStages{};
-  // Per device: its ready tasks; per (device, micro-batch): compute tasks left, whether started.
-  sc.ready.resize(D);
-  for (auto& r : sc.ready) r.clear();
-  sc.left.assign(static_cast<size_t>(D) * M, 0);
-  sc.started.assign(static_cast<size_t>(D) * M, 0);
-  sc.in_flight.assign(D, 0);
-  sc.waiting.resize(C);
-  // A device's ready list is kept sorted, the first by priority last.
-  auto make_ready = [&](ComputeStep t) {
-    std::vector<ReadyTask>& r = sc.ready[tg.device(t.segment, t.micro_batch)];
-    r.push_back({priority_of(tg, sc, interleaved, v, t), t.segment, t.micro_batch});
-    for (size_t k = r.size() - 1; k > 0 && r[k - 1].priority < r[k].priority; --k) std::swap(r[k - 1], r[k]);
-  };
+  auto make_ready = [&](ComputeStep t) { add_ready(tg, sc, priority_of(tg, sc, interleaved, v, t), t); };
+  start_list_schedule(tg, sc, make_ready);
   int* waiting = sc.waiting.data();
   int* left = sc.left.data();
   char* started = sc.started.data();
   int* in_flight = sc.in_flight.data();
-  const int* device_at = tg.device_at.data();
-  for (bool backward : {false, true})
-    for (int s = 0; s < S; ++s) {
-      const int waits = compute_waits(tg, s, backward);
-      std::fill_n(waiting + id_of({s, 0, backward}), M, waits);
-      for (int m = 0; m < M; ++m) {
-        ++left[static_cast<size_t>(device_at[s * M + m]) * M + m];
-        if (waits == 0) make_ready({s, m, backward});
-      }
-    }
   // Steps are written field by field: one copied whole from a temporary (its
   // bool stored as a byte, loaded back as a word) stalled on store forwarding.
   tg.run_order.resize(C);
