@@ -697,6 +697,26 @@ Placement two_stage_plan(int layers, const std::array<std::vector<int>, 2>& stag
 
 namespace {
 
+// Where each run of layers in one group starts, after the first (a chain's cuts).
+std::vector<int> run_starts(const Placement& p) {
+  std::vector<int> starts;
+  for (size_t i = 1; i < p.layer_group.size(); ++i)
+    if (p.layer_group[i] != p.layer_group[i - 1]) starts.push_back(static_cast<int>(i));
+  return starts;
+}
+
+// `p` with its runs of layers starting at `starts` instead (as many), each run's group kept.
+Placement with_run_starts(const Placement& p, const std::vector<int>& starts) {
+  const std::vector<int> old = run_starts(p);
+  Placement q = p;
+  size_t run = 0;
+  for (size_t i = 0; i < q.layer_group.size(); ++i) {
+    while (run < starts.size() && static_cast<int>(i) >= starts[run]) ++run;
+    q.layer_group[i] = p.layer_group[run == 0 ? 0 : old[run - 1]];
+  }
+  return q;
+}
+
 // One search: the policy, its learner and the measurer, stepped by run().
 class SearchLoop {
  public:
@@ -767,7 +787,7 @@ class SearchLoop {
       measure_decision(policy_->typical(), iterations_);  // memoised where the same
     }
     if (!result.cancelled && !cancelled() && stop_reason != "time_budget") {
-      measure_turn_variants();
+      search_turn_variants();
       search_split_cuts();
     }
     keep_policy_result(result);
@@ -1023,11 +1043,12 @@ class SearchLoop {
 
   bool restarts_left() const { return opt_.restart_after > 0 && restarts_ < max_restarts_; }
 
-  // The fastest of `plans` (each measured), if any runs.
+  // The fastest of `plans` (each measured, within the time budget), if any runs.
   std::optional<Placement> fastest_of(const std::vector<Placement>& plans, int it) {
     std::optional<Placement> best;
     double best_ms = std::numeric_limits<double>::infinity();
     for (const Placement& p : plans) {
+      if (out_of_time()) break;
       const StepReport& r = measurer_.measure(p, it);
       if (r.ok && r.step_ms < best_ms) best_ms = r.step_ms, best = p;
     }
@@ -1042,14 +1063,21 @@ class SearchLoop {
   // restarts around the best then stayed by it: a loss as often as a gain
   // (imitating the fastest: resnet50 at batch 32 on mixed_generations seed 6,
   // 0.953 -> 0.999; docs/placer.md, "Devices taking turns in other numbers").
-  // Within the time budget, as the search's own evaluations.
-  void measure_turn_variants() {
+  // Within the time budget, as the search's own evaluations. Then the
+  // fastest one's cuts are searched (descend_cuts, from steps of half a
+  // turn): a turn's share of the compute leaves out what its cut hands on
+  // (resnet50 at batch 8 on lan442, seeds 1-2: three devices taking six
+  // turns, 0.923 -> 0.901 of the best row).
+  void search_turn_variants() {
     if (!opt_.vary_prior_on_restart || config_.num_devices < 2) return;
-    for (const Placement& p : turn_variants(config_.totals, config_.devices, config_.device_allowed,
-                                            turn_micro_batches(), opt_.schedule)) {
-      if (out_of_time()) return;
-      measurer_.measure(p, iterations_);
-    }
+    const std::optional<Placement> fastest =
+        fastest_of(turn_variants(config_.totals, config_.devices, config_.device_allowed,
+                                 turn_micro_batches(), opt_.schedule),
+                   iterations_);
+    if (fastest)
+      descend_cuts(run_starts(*fastest),
+                   std::max(1, static_cast<int>(fastest->layer_group.size()) / (2 * fastest->num_groups())),
+                   [&](const std::vector<int>& starts) { return with_run_starts(*fastest, starts); });
   }
 
   // Two stages on each speed-order split of the devices (speed_order_splits),
@@ -1073,33 +1101,51 @@ class SearchLoop {
   }
 
   // The cut of two stages on `stage` (two_stage_plan) whose step is least, by
-  // descent: the boundaries nearest each tenth of the compute, then steps of
-  // L/16 layers from the fastest, halving (a step with a stage out of memory counts as infinite).
+  // descent (descend_cuts) from the boundary nearest each tenth of the compute
+  // that is fastest, in steps of L/16 layers, halving.
   void search_cut(const std::vector<double>& at, const std::array<std::vector<int>, 2>& stage,
                   int micro_batches) {
     const int L = static_cast<int>(at.size());
-    auto step_at = [&](int cut) {
-      if (out_of_time()) return std::numeric_limits<double>::infinity();
-      const StepReport& r =
-          measurer_.measure(two_stage_plan(L, stage, cut, micro_batches, opt_.schedule), iterations_);
-      return r.ok ? r.step_ms : std::numeric_limits<double>::infinity();
+    auto plan_at = [&](const std::vector<int>& cut) {
+      return two_stage_plan(L, stage, cut[0], micro_batches, opt_.schedule);
     };
     int best_cut = -1;
     double best_ms = std::numeric_limits<double>::infinity();
     for (int tenth = 1; tenth <= 9; ++tenth) {
       const int cut = nearest_boundary(at, tenth / 10.0);
-      const double ms = step_at(cut);
+      const double ms = step_of(plan_at({cut}));
       if (ms < best_ms) best_ms = ms, best_cut = cut;
     }
-    if (best_cut < 0) return;
-    for (int step = std::max(1, L / 16); step >= 1; step /= 2)
+    if (best_cut >= 0) descend_cuts({best_cut}, std::max(1, L / 16), plan_at);
+  }
+
+  // A plan's step, infinite where it fails (out of memory) or the search is out of time.
+  double step_of(const Placement& p) {
+    if (out_of_time()) return std::numeric_limits<double>::infinity();
+    const StepReport& r = measurer_.measure(p, iterations_);
+    return r.ok ? r.step_ms : std::numeric_limits<double>::infinity();
+  }
+
+  // Coordinate descent on the cuts of `plan_at` (ascending, in 1 .. L - 1):
+  // each cut moved `step` layers either way, between its neighbours, while
+  // the step time falls; steps from `first_step`, halving.
+  void descend_cuts(std::vector<int> cuts, int first_step,
+                    const std::function<Placement(const std::vector<int>&)>& plan_at) {
+    const int L = static_cast<int>(config_.totals.gflops.size());
+    double best_ms = step_of(plan_at(cuts));
+    for (int step = first_step; step >= 1; step /= 2)
       for (bool moved = true; moved;) {
         moved = false;
-        for (int cut : {best_cut - step, best_cut + step})
-          if (cut >= 1 && cut < L) {
-            const double ms = step_at(cut);
-            if (ms < best_ms) best_ms = ms, best_cut = cut, moved = true;
+        for (size_t k = 0; k < cuts.size(); ++k) {
+          const int low = k == 0 ? 1 : cuts[k - 1] + 1, high = k + 1 == cuts.size() ? L - 1 : cuts[k + 1] - 1;
+          for (int to : {cuts[k] - step, cuts[k] + step}) {
+            if (to < low || to > high) continue;
+            std::vector<int> tried = cuts;
+            tried[k] = to;
+            const double ms = step_of(plan_at(tried));
+            if (ms < best_ms) best_ms = ms, cuts = tried, moved = true;
           }
+        }
       }
   }
 

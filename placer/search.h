@@ -11,8 +11,8 @@
 // when nothing improved for `patience` iterations. A search from trained
 // networks first scores their zero-shot plan and climbs from it
 // (zero_shot_climb). Then the policy's greedy placement, plans of known
-// shapes (turn_variants; two stages on each speed_order_splits, the cut
-// searched), and the refinement of the best by iterated local search
+// shapes (turn_variants, the fastest one's cuts searched; two stages on each
+// speed_order_splits, the cut searched), and the refinement of the best by iterated local search
 // (placer/refine.h) through the same measurer, reported apart.
 // The first policy may also choose data parallelism (a replica per allocated
 // device); restarted ones search pipelines only.
@@ -71,7 +71,8 @@ struct SearchOptions {
   int max_restarts = 0;
   // Restarts draw another positional prior (stages, depths) or imitate a plan
   // of a known shape (devices taking turns, two replicated stages), and the
-  // search ends by measuring the devices taking turns in other numbers (turn_variants).
+  // search ends by measuring the devices taking turns in other numbers (turn_variants),
+  // the fastest one's cuts searched.
   bool vary_prior_on_restart = true;
   // Every fourth restart (4, 8, ...), and every restart in the search's last
   // third (of its iterations or time budget), imitates the best plan found so
@@ -227,7 +228,8 @@ Placement devices_taking_turns(const LayerTotals& totals, const DeviceTraits& de
 
 // The plans the search measures once the policy is done (with
 // vary_prior_on_restart), so that its best may be one of them: the m fastest
-// allowed devices (m = 2 .. all) taking 1, 2, 3, 4 or 6 turns each.
+// allowed devices (m = 2 .. all) taking 1, 2, 3, 4 or 6 turns each. The
+// search then moves the fastest one's cuts while its step falls.
 std::vector<Placement> turn_variants(const LayerTotals& totals, const DeviceTraits& devices,
                                      const std::vector<bool>& allowed, int micro_batches, Schedule schedule);
 

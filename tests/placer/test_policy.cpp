@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -875,6 +876,63 @@ TEST_CASE("the search ends by searching the cut of two stages on each speed-orde
   };
   CHECK(reaches_every_best_cut(true));
   CHECK_FALSE(reaches_every_best_cut(false));  // no replicas: no split of several devices a stage
+}
+
+// Whether a plan's groups are runs of layers in order, group 0 first (a turn plan's shape).
+static bool groups_in_layer_order(const Placement& p) {
+  return std::is_sorted(p.layer_group.begin(), p.layer_group.end()) && p.layer_group.front() == 0 &&
+         std::adjacent_find(p.layer_group.begin(), p.layer_group.end(),
+                            [](int a, int b) { return b > a + 1; }) == p.layer_group.end();
+}
+
+TEST_CASE("the search ends by searching the cuts of the fastest devices taking turns") {
+  LayerGraph g = chain_graph(12);  // 24 layers
+  Cluster c = equal_cluster(3);
+  c.devices[1].speed = 2;  // fastest first: 1, 2, 0
+  c.devices[2].speed = 1.5;
+  // Uneven costs to the fake evaluator, unlike the compute the turns are cut by.
+  std::vector<double> cost;
+  for (int i = 0; i < 24; ++i) cost.push_back(1.0 + i % 5);
+  FakeEvaluator fake(cost, c);
+  auto step = [&](const Placement& p) { return fake.evaluate(p).step_ms; };
+  SearchOptions o = restarting_search(0);
+  o.restart_after = 0;
+  o.replicate_stages = false;  // no split search after the turns
+  const SearchProposals proposed = proposals_of(g, c, o, cost);
+  // The turn variants measured after the policy, and the fastest.
+  const LayerTotals totals = layer_totals(g);
+  std::optional<Placement> fastest;
+  for (const Placement& p : proposed.after)
+    for (const Placement& v : turn_variants(totals, device_traits(c), {}, p.micro_batches, Schedule::gpipe))
+      if (p.num_groups() > 1 && p.layer_group == v.layer_group && p.group_device == v.group_device &&
+          (!fastest || step(p) < step(*fastest)))
+        fastest = p;
+  REQUIRE(fastest);
+  // The fastest plan measured after the policy with its groups on its devices, in layer order.
+  std::optional<Placement> descended;
+  for (const Placement& p : proposed.after)
+    if (p.group_device == fastest->group_device && p.micro_batches == fastest->micro_batches &&
+        groups_in_layer_order(p) && (!descended || step(p) < step(*descended)))
+      descended = p;
+  REQUIRE(descended);
+  CHECK(step(*descended) < step(*fastest));
+  // Its cuts are where descent ends: moving any cut one layer either way
+  // (each turn keeping a layer) is no faster.
+  const std::vector<int>& group = descended->layer_group;
+  for (size_t i = 1; i < group.size(); ++i) {
+    if (group[i] == group[i - 1]) continue;
+    CAPTURE(i);
+    if (i >= 2 && group[i - 2] == group[i - 1]) {  // the cut a layer earlier
+      Placement earlier = *descended;
+      earlier.layer_group[i - 1] = group[i];
+      CHECK(step(earlier) >= step(*descended));
+    }
+    if (i + 1 < group.size() && group[i + 1] == group[i]) {  // a layer later
+      Placement later = *descended;
+      later.layer_group[i] = group[i - 1];
+      CHECK(step(later) >= step(*descended));
+    }
+  }
 }
 
 TEST_CASE(
