@@ -16,6 +16,7 @@
 #include "placer/measurer.h"
 #include "placer/refine.h"
 #include "planners/context.h"
+#include "planners/moves.h"
 #include "planners/planners.h"
 #include "profiler/compute_threads.h"
 #include "simulator/cost_model.h"
@@ -697,26 +698,6 @@ Placement two_stage_plan(int layers, const std::array<std::vector<int>, 2>& stag
 
 namespace {
 
-// Where each run of layers in one group starts, after the first (a chain's cuts).
-std::vector<int> run_starts(const Placement& p) {
-  std::vector<int> starts;
-  for (size_t i = 1; i < p.layer_group.size(); ++i)
-    if (p.layer_group[i] != p.layer_group[i - 1]) starts.push_back(static_cast<int>(i));
-  return starts;
-}
-
-// `p` with its runs of layers starting at `starts` instead (as many), each run's group kept.
-Placement with_run_starts(const Placement& p, const std::vector<int>& starts) {
-  const std::vector<int> old = run_starts(p);
-  Placement q = p;
-  size_t run = 0;
-  for (size_t i = 0; i < q.layer_group.size(); ++i) {
-    while (run < starts.size() && static_cast<int>(i) >= starts[run]) ++run;
-    q.layer_group[i] = p.layer_group[run == 0 ? 0 : old[run - 1]];
-  }
-  return q;
-}
-
 // One search: the policy, its learner and the measurer, stepped by run().
 class SearchLoop {
  public:
@@ -1074,10 +1055,16 @@ class SearchLoop {
         fastest_of(turn_variants(config_.totals, config_.devices, config_.device_allowed,
                                  turn_micro_batches(), opt_.schedule),
                    iterations_);
-    if (fastest)
-      descend_cuts(run_starts(*fastest),
-                   std::max(1, static_cast<int>(fastest->layer_group.size()) / (2 * fastest->num_groups())),
-                   [&](const std::vector<int>& starts) { return with_run_starts(*fastest, starts); });
+    if (!fastest) return;
+    // Its runs as stages (the first from layer 0): the cuts are the others' first layers.
+    const StagePlan turns = stage_plan_of_runs(*fastest);
+    const int L = static_cast<int>(fastest->layer_group.size());
+    descend_cuts(std::vector<int>(turns.stage_begin.begin() + 1, turns.stage_begin.end()),
+                 std::max(1, L / (2 * turns.num_stages())), [&](const std::vector<int>& cuts) {
+                   StagePlan moved = turns;
+                   std::copy(cuts.begin(), cuts.end(), moved.stage_begin.begin() + 1);
+                   return tapp::to_placement(moved, L, opt_.schedule, fastest->source);
+                 });
   }
 
   // Two stages on each speed-order split of the devices (speed_order_splits),

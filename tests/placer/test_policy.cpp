@@ -18,6 +18,7 @@
 #include "placer/policy.h"
 #include "placer/reinforce.h"
 #include "placer/search.h"
+#include "planners/moves.h"
 #include "profiler/compute_threads.h"
 #include "tests/core/fake_evaluator.h"
 #include "tests/placer/replica_checks.h"
@@ -878,13 +879,6 @@ TEST_CASE("the search ends by searching the cut of two stages on each speed-orde
   CHECK_FALSE(reaches_every_best_cut(false));  // no replicas: no split of several devices a stage
 }
 
-// Whether a plan's groups are runs of layers in order, group 0 first (a turn plan's shape).
-static bool groups_in_layer_order(const Placement& p) {
-  return std::is_sorted(p.layer_group.begin(), p.layer_group.end()) && p.layer_group.front() == 0 &&
-         std::adjacent_find(p.layer_group.begin(), p.layer_group.end(),
-                            [](int a, int b) { return b > a + 1; }) == p.layer_group.end();
-}
-
 TEST_CASE("the search ends by searching the cuts of the fastest devices taking turns") {
   LayerGraph g = chain_graph(12);  // 24 layers
   Cluster c = equal_cluster(3);
@@ -908,11 +902,11 @@ TEST_CASE("the search ends by searching the cuts of the fastest devices taking t
           (!fastest || step(p) < step(*fastest)))
         fastest = p;
   REQUIRE(fastest);
-  // The fastest plan measured after the policy with its groups on its devices, in layer order.
+  // The fastest plan measured after the policy with its groups on its devices, each a run of layers.
   std::optional<Placement> descended;
   for (const Placement& p : proposed.after)
     if (p.group_device == fastest->group_device && p.micro_batches == fastest->micro_batches &&
-        groups_in_layer_order(p) && (!descended || step(p) < step(*descended)))
+        stage_plan_of_runs(p).num_stages() == p.num_groups() && (!descended || step(p) < step(*descended)))
       descended = p;
   REQUIRE(descended);
   CHECK(step(*descended) < step(*fastest));
