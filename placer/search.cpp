@@ -687,13 +687,14 @@ std::vector<std::array<std::vector<int>, 2>> speed_order_splits(const DeviceTrai
 
 Placement two_stage_plan(int layers, const std::array<std::vector<int>, 2>& stage, int cut, int micro_batches,
                          Schedule schedule) {
-  Placement p = Placement::single_device(layers, stage[0][0], micro_batches);
-  p.schedule = schedule;
-  p.source = "policy";
-  std::fill(p.layer_group.begin() + cut, p.layer_group.end(), p.add_group(stage[1][0]));
-  p.group_replicas.resize(2);
-  for (int s = 0; s < 2; ++s) p.group_replicas[s].assign(stage[s].begin() + 1, stage[s].end());
-  return p;
+  StagePlan plan;
+  plan.stage_begin = {0, cut};
+  for (const std::vector<int>& devices : stage) {
+    plan.stage_device.push_back(devices[0]);
+    plan.stage_replicas.emplace_back(devices.begin() + 1, devices.end());
+  }
+  plan.micro_batches = micro_batches;
+  return to_placement(plan, layers, schedule, "policy");
 }
 
 namespace {
