@@ -10,10 +10,10 @@
 // measurer keeps the best), and *stop early* on the time budget, cancel, or
 // when nothing improved for `patience` iterations. A search from trained
 // networks first scores their zero-shot plan and climbs from it
-// (zero_shot_climb). Then the policy's greedy placement, plans of known
-// shapes (turn_variants, the fastest one's cuts searched; two stages on each
-// speed_order_splits, the cut searched), and the refinement of the best by
-// iterated local search (placer/refine.h) through the same measurer, reported apart.
+// (zero_shot_climb). Then the policy's greedy placement, plans of known shapes
+// (turn_variants, the fastest one's cuts searched; two stages on each
+// speed_order_splits, the cut searched), the best plan's cuts searched, and the refinement
+// of the best by iterated local search (placer/refine.h), through the same measurer, reported apart.
 // The first policy may also choose data parallelism (a replica per allocated
 // device); restarted ones search pipelines only.
 // Data flow: LayerGraph + Cluster -> features -> Policy -> Placement ->

@@ -929,6 +929,53 @@ TEST_CASE("the search ends by searching the cuts of the fastest devices taking t
   }
 }
 
+TEST_CASE("the search ends by searching the cuts of its best plan") {
+  LayerGraph g = chain_graph(12);  // 24 layers
+  Cluster c = equal_cluster(3);
+  c.devices[1].speed = 2;
+  std::vector<double> cost;  // uneven, so that where a cut falls matters
+  for (int i = 0; i < 24; ++i) cost.push_back(1.0 + (i * 7) % 5);
+  FakeEvaluator fake(cost, c);
+  auto step = [&](const Placement& p) { return fake.evaluate(p).step_ms; };
+  SearchOptions o = restarting_search(0);
+  o.restart_after = 0;
+  o.vary_prior_on_restart = false;  // no turns after the policy
+  o.replicate_stages = false;       // no splits
+  o.data_parallel = false;
+  o.iterations = 10;  // a short search, whose draws leave the cuts to move
+  const SearchProposals proposed = proposals_of(g, c, o, cost);
+  REQUIRE(proposed.result.policy_found);
+  const Placement& best = proposed.result.policy_best;
+  REQUIRE(stage_plan_of_runs(best).num_stages() == best.num_groups());
+  // Faster than every plan the policy drew during its iterations, and found
+  // after them among more cuts on its devices than the policy's two final
+  // decisions (greedy and typical).
+  double drawn = std::numeric_limits<double>::infinity();
+  for (const Placement& p : proposed.during) drawn = std::min(drawn, step(p));
+  CHECK(step(best) < drawn);
+  std::set<std::vector<int>> cuts_tried;
+  for (const Placement& p : proposed.after)
+    if (p.group_device == best.group_device) cuts_tried.insert(p.layer_group);
+  CHECK(cuts_tried.size() > 2);
+  // Its cuts are where descent ends: moving any cut one layer either way
+  // (each stage keeping a layer) is no faster.
+  const std::vector<int>& group = best.layer_group;
+  for (size_t i = 1; i < group.size(); ++i) {
+    if (group[i] == group[i - 1]) continue;
+    CAPTURE(i);
+    if (i >= 2 && group[i - 2] == group[i - 1]) {
+      Placement earlier = best;
+      earlier.layer_group[i - 1] = group[i];
+      CHECK(step(earlier) >= step(best));
+    }
+    if (i + 1 < group.size() && group[i + 1] == group[i]) {
+      Placement later = best;
+      later.layer_group[i] = group[i - 1];
+      CHECK(step(later) >= step(best));
+    }
+  }
+}
+
 TEST_CASE(
     "two replicated stages: cut at shares of the compute and at the least activation, devices dealt by "
     "share") {
@@ -1181,13 +1228,13 @@ TEST_CASE("a model with BatchNorm on a 1x1 map is never split into one-sample mi
 }
 
 // Scores a contiguous placement by its distance to one known optimum: stages
-// beginning at layers {0, 4, 8} on devices {2, 0, 1} with 4 micro-batches (100 ms).
+// beginning at layers {0, 4, 8} on devices {0, 2, 1} with 4 micro-batches (100 ms).
 class TargetEvaluator : public Evaluator {
  public:
   StepReport evaluate(const Placement& p) override {
     ++evaluations_;
     data_parallel_ += p.is_data_parallel();
-    const std::vector<int> begin = {0, 4, 8}, device = {2, 0, 1};
+    const std::vector<int> begin = {0, 4, 8}, device = {0, 2, 1};
     std::vector<int> b, d;
     for (size_t i = 0; i < p.layer_group.size(); ++i)
       if (i == 0 || p.layer_group[i] != p.layer_group[i - 1]) b.push_back(static_cast<int>(i)), d.push_back(p.group_device[p.layer_group[i]]);
@@ -1215,6 +1262,10 @@ TEST_CASE("refinement climbs from the policy's best to the optimum, within its b
   o.samples_per_iteration = 4;
   o.batch_size = 8;
   o.restart_after = 0;
+  // Nor plans of known shapes after it: only its own draws, their cuts
+  // searched, which keep the draws' devices and micro-batches.
+  o.vary_prior_on_restart = false;
+  o.replicate_stages = false;
   TargetEvaluator off_ev;
   SearchResult off = search(g, c, off_ev, o, nullptr);
   REQUIRE(off.found);
