@@ -879,6 +879,27 @@ TEST_CASE("the search ends by searching the cut of two stages on each speed-orde
   CHECK_FALSE(reaches_every_best_cut(false));  // no replicas: no split of several devices a stage
 }
 
+// Where a pipeline's cuts are where descent ends: moving any cut one layer
+// either way, each run of layers keeping one, is no faster by `step`.
+template <typename Step>
+static void check_cuts_descended(const Placement& p, Step step) {
+  const std::vector<int>& group = p.layer_group;
+  for (size_t i = 1; i < group.size(); ++i) {
+    if (group[i] == group[i - 1]) continue;
+    CAPTURE(i);
+    if (i >= 2 && group[i - 2] == group[i - 1]) {  // the cut a layer earlier
+      Placement earlier = p;
+      earlier.layer_group[i - 1] = group[i];
+      CHECK(step(earlier) >= step(p));
+    }
+    if (i + 1 < group.size() && group[i + 1] == group[i]) {  // a layer later
+      Placement later = p;
+      later.layer_group[i] = group[i - 1];
+      CHECK(step(later) >= step(p));
+    }
+  }
+}
+
 TEST_CASE("the search ends by searching the cuts of the fastest devices taking turns") {
   LayerGraph g = chain_graph(12);  // 24 layers
   Cluster c = equal_cluster(3);
@@ -910,23 +931,8 @@ TEST_CASE("the search ends by searching the cuts of the fastest devices taking t
       descended = p;
   REQUIRE(descended);
   CHECK(step(*descended) < step(*fastest));
-  // Its cuts are where descent ends: moving any cut one layer either way
-  // (each turn keeping a layer) is no faster.
-  const std::vector<int>& group = descended->layer_group;
-  for (size_t i = 1; i < group.size(); ++i) {
-    if (group[i] == group[i - 1]) continue;
-    CAPTURE(i);
-    if (i >= 2 && group[i - 2] == group[i - 1]) {  // the cut a layer earlier
-      Placement earlier = *descended;
-      earlier.layer_group[i - 1] = group[i];
-      CHECK(step(earlier) >= step(*descended));
-    }
-    if (i + 1 < group.size() && group[i + 1] == group[i]) {  // a layer later
-      Placement later = *descended;
-      later.layer_group[i] = group[i - 1];
-      CHECK(step(later) >= step(*descended));
-    }
-  }
+  // Its cuts are where descent ends (each turn keeping a layer).
+  check_cuts_descended(*descended, step);
 }
 
 TEST_CASE("the search ends by searching the cuts of its best plan") {
@@ -957,23 +963,8 @@ TEST_CASE("the search ends by searching the cuts of its best plan") {
   for (const Placement& p : proposed.after)
     if (p.group_device == best.group_device) cuts_tried.insert(p.layer_group);
   CHECK(cuts_tried.size() > 2);
-  // Its cuts are where descent ends: moving any cut one layer either way
-  // (each stage keeping a layer) is no faster.
-  const std::vector<int>& group = best.layer_group;
-  for (size_t i = 1; i < group.size(); ++i) {
-    if (group[i] == group[i - 1]) continue;
-    CAPTURE(i);
-    if (i >= 2 && group[i - 2] == group[i - 1]) {
-      Placement earlier = best;
-      earlier.layer_group[i - 1] = group[i];
-      CHECK(step(earlier) >= step(best));
-    }
-    if (i + 1 < group.size() && group[i + 1] == group[i]) {
-      Placement later = best;
-      later.layer_group[i] = group[i - 1];
-      CHECK(step(later) >= step(best));
-    }
-  }
+  // Its cuts are where descent ends (each stage keeping a layer).
+  check_cuts_descended(best, step);
 }
 
 TEST_CASE(
