@@ -685,8 +685,10 @@ std::vector<std::array<std::vector<int>, 2>> speed_order_splits(const DeviceTrai
   return splits;
 }
 
-Placement two_stage_plan(int layers, const std::array<std::vector<int>, 2>& stage, int cut, int micro_batches,
-                         Schedule schedule) {
+namespace {
+
+// The pipeline two_stage_plan places: stage s on stage[s]'s devices, the second from layer `cut`.
+StagePlan two_stages(const std::array<std::vector<int>, 2>& stage, int cut, int micro_batches) {
   StagePlan plan;
   plan.stage_begin = {0, cut};
   for (const std::vector<int>& devices : stage) {
@@ -694,7 +696,14 @@ Placement two_stage_plan(int layers, const std::array<std::vector<int>, 2>& stag
     plan.stage_replicas.emplace_back(devices.begin() + 1, devices.end());
   }
   plan.micro_batches = micro_batches;
-  return to_placement(plan, layers, schedule, "policy");
+  return plan;
+}
+
+}  // namespace
+
+Placement two_stage_plan(int layers, const std::array<std::vector<int>, 2>& stage, int cut, int micro_batches,
+                         Schedule schedule) {
+  return to_placement(two_stages(stage, cut, micro_batches), layers, schedule, "policy");
 }
 
 namespace {
@@ -1074,16 +1083,10 @@ class SearchLoop {
       descend_stage_cuts(runs, best.schedule, best.source);
   }
 
-  // Coordinate descent (descend_cuts) on the cuts between `plan`'s stages,
-  // the stages keeping their devices, from steps of half a stage's layers.
+  // The cuts of `plan` descended (descend_cuts) from steps of half a stage's layers.
   void descend_stage_cuts(const StagePlan& plan, Schedule schedule, const std::string& source) {
     const int L = static_cast<int>(config_.totals.gflops.size());
-    descend_cuts(std::vector<int>(plan.stage_begin.begin() + 1, plan.stage_begin.end()),
-                 std::max(1, L / (2 * plan.num_stages())), [&](const std::vector<int>& cuts) {
-                   StagePlan moved = plan;
-                   std::copy(cuts.begin(), cuts.end(), moved.stage_begin.begin() + 1);
-                   return tapp::to_placement(moved, L, schedule, source);
-                 });
+    descend_cuts(plan, std::max(1, L / (2 * plan.num_stages())), schedule, source);
   }
 
   // Two stages on each speed-order split of the devices (speed_order_splits),
@@ -1112,17 +1115,15 @@ class SearchLoop {
   void search_cut(const std::vector<double>& at, const std::array<std::vector<int>, 2>& stage,
                   int micro_batches) {
     const int L = static_cast<int>(at.size());
-    auto plan_at = [&](const std::vector<int>& cut) {
-      return two_stage_plan(L, stage, cut[0], micro_batches, opt_.schedule);
-    };
     int best_cut = -1;
     double best_ms = std::numeric_limits<double>::infinity();
     for (int tenth = 1; tenth <= 9; ++tenth) {
       const int cut = nearest_boundary(at, tenth / 10.0);
-      const double ms = step_of(plan_at({cut}));
+      const double ms = step_of(two_stage_plan(L, stage, cut, micro_batches, opt_.schedule));
       if (ms < best_ms) best_ms = ms, best_cut = cut;
     }
-    if (best_cut >= 0) descend_cuts({best_cut}, std::max(1, L / 16), plan_at);
+    if (best_cut >= 0)
+      descend_cuts(two_stages(stage, best_cut, micro_batches), std::max(1, L / 16), opt_.schedule, "policy");
   }
 
   // A plan's step, infinite where it fails (out of memory) or the search is out of time.
@@ -1132,24 +1133,25 @@ class SearchLoop {
     return r.ok ? r.step_ms : std::numeric_limits<double>::infinity();
   }
 
-  // Coordinate descent on the cuts of `plan_at` (ascending, in 1 .. L - 1):
-  // each cut moved `step` layers either way, between its neighbours, while
-  // the step time falls; steps from `first_step`, halving.
-  void descend_cuts(std::vector<int> cuts, int first_step,
-                    const std::function<Placement(const std::vector<int>&)>& plan_at) {
+  // Coordinate descent on the cuts between `plan`'s stages, the stages keeping
+  // their devices: each cut moved `step` layers either way, between its
+  // neighbours, while the step time falls; steps from `first_step`, halving.
+  void descend_cuts(StagePlan plan, int first_step, Schedule schedule, const std::string& source) {
     const int L = static_cast<int>(config_.totals.gflops.size());
-    double best_ms = step_of(plan_at(cuts));
+    auto step_at = [&](const StagePlan& p) { return step_of(tapp::to_placement(p, L, schedule, source)); };
+    double best_ms = step_at(plan);
+    const size_t S = plan.stage_begin.size();
     for (int step = first_step; step >= 1; step /= 2)
       for (bool moved = true; moved;) {
         moved = false;
-        for (size_t k = 0; k < cuts.size(); ++k) {
-          const int low = k == 0 ? 1 : cuts[k - 1] + 1, high = k + 1 == cuts.size() ? L - 1 : cuts[k + 1] - 1;
-          for (int to : {cuts[k] - step, cuts[k] + step}) {
+        for (size_t k = 1; k < S; ++k) {
+          const int low = plan.stage_begin[k - 1] + 1, high = (k + 1 == S ? L : plan.stage_begin[k + 1]) - 1;
+          for (int to : {plan.stage_begin[k] - step, plan.stage_begin[k] + step}) {
             if (to < low || to > high) continue;
-            std::vector<int> tried = cuts;
-            tried[k] = to;
-            const double ms = step_of(plan_at(tried));
-            if (ms < best_ms) best_ms = ms, cuts = tried, moved = true;
+            StagePlan tried = plan;
+            tried.stage_begin[k] = to;
+            const double ms = step_at(tried);
+            if (ms < best_ms) best_ms = ms, plan = std::move(tried), moved = true;
           }
         }
       }
